@@ -1,0 +1,1 @@
+//! keel schema layer (being written).

@@ -1,0 +1,1 @@
+//! keel storage kernel (being written).
