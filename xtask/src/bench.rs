@@ -1,0 +1,211 @@
+//! `cargo xtask bench`: run scenario benchmarks and render `BENCHMARKS.md`.
+//!
+//! Every file `benches/<scenario>.rs` is a `harness = false` benchmark of the root
+//! package. It runs real work against keel and, in the same process, a baseline
+//! (raw rusqlite, a rewritten JSON file, …), then writes
+//! `target/keel-bench/<scenario>.json`:
+//!
+//! ```json
+//! {"scenario": "open", "metrics": {"caller_blocked_ms": 0.4, …},
+//!  "notes": {"caller_blocked_ms": "longest block of the calling thread …"}}
+//! ```
+//!
+//! `metrics` holds numbers only; `notes` (optional) explains each metric and is
+//! what the report prints beside it. A full run replaces that scenario's section of
+//! `BENCHMARKS.md` (between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`)
+//! and leaves the other sections alone. `--quick` runs each scenario small enough
+//! for CI: it writes the JSON and prints the table, but does not touch
+//! `BENCHMARKS.md`, whose figures must come from full runs.
+
+use crate::util;
+use serde_json::Value;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+pub fn run(args: &[String]) -> Result<(), String> {
+    let mut quick = false;
+    let mut print_json = false;
+    let mut wanted = Vec::new();
+    for arg in args {
+        match arg.as_str() {
+            "--quick" => quick = true,
+            "--json" => print_json = true,
+            flag if flag.starts_with('-') => return Err(format!("unknown bench flag `{flag}`")),
+            name => wanted.push(name.to_string()),
+        }
+    }
+    let available = scenarios()?;
+    if available.is_empty() {
+        println!("xtask bench: no scenarios under benches/ yet");
+        return Ok(());
+    }
+    let selected: Vec<String> = if wanted.is_empty() {
+        available.clone()
+    } else {
+        for name in &wanted {
+            if !available.contains(name) {
+                return Err(format!(
+                    "no benchmark scenario `{name}` (have: {})",
+                    available.join(", ")
+                ));
+            }
+        }
+        wanted
+    };
+
+    let out_dir = util::workspace_root().join("target").join("keel-bench");
+    for name in &selected {
+        let json_path = out_dir.join(format!("{name}.json"));
+        // A stale file must not pass for this run's result.
+        let _ = fs::remove_file(&json_path);
+        let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
+        if quick {
+            cargo_args.push("--quick");
+        }
+        util::cargo(&cargo_args)?;
+        let report = read_report(&json_path, name)?;
+        if print_json {
+            println!("{}", serde_json::to_string(&report).unwrap_or_default());
+        }
+        let section = render_section(name, &report, quick);
+        println!("{section}");
+        if !quick {
+            update_benchmarks_md(name, &section)?;
+        }
+    }
+    Ok(())
+}
+
+/// Scenario names: one per `benches/*.rs` file, sorted.
+fn scenarios() -> Result<Vec<String>, String> {
+    let dir = util::workspace_root().join("benches");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(Vec::new());
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+        .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Reads and validates `target/keel-bench/<scenario>.json`.
+fn read_report(path: &Path, name: &str) -> Result<Value, String> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| format!("benchmark `{name}` did not write {}: {e}", path.display()))?;
+    let report: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not valid JSON: {e}", path.display()))?;
+    if report.get("scenario").and_then(Value::as_str) != Some(name) {
+        return Err(format!("{}: `scenario` must be \"{name}\"", path.display()));
+    }
+    let metrics = report
+        .get("metrics")
+        .and_then(Value::as_object)
+        .ok_or_else(|| format!("{}: missing `metrics` object", path.display()))?;
+    if metrics.is_empty() {
+        return Err(format!("{}: `metrics` is empty", path.display()));
+    }
+    if let Some((key, _)) = metrics.iter().find(|(_, v)| !v.is_number()) {
+        return Err(format!(
+            "{}: metric `{key}` is not a number",
+            path.display()
+        ));
+    }
+    Ok(report)
+}
+
+fn render_section(name: &str, report: &Value, quick: bool) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("<!-- bench:{name}:start -->\n"));
+    out.push_str(&format!("## `{name}`\n\n"));
+    out.push_str(&format!(
+        "Measured {} on {}{}.\n\n",
+        today(),
+        machine(),
+        if quick {
+            " (quick mode: small sizes, not representative)"
+        } else {
+            ""
+        }
+    ));
+    if let Some(summary) = report.get("summary").and_then(Value::as_str) {
+        out.push_str(summary);
+        out.push_str("\n\n");
+    }
+    out.push_str("| metric | value | what it is |\n|---|---:|---|\n");
+    let notes = report.get("notes").and_then(Value::as_object);
+    if let Some(metrics) = report.get("metrics").and_then(Value::as_object) {
+        for (key, value) in metrics {
+            let note = notes
+                .and_then(|n| n.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            out.push_str(&format!(
+                "| `{key}` | {} | {note} |\n",
+                format_number(value)
+            ));
+        }
+    }
+    out.push_str(&format!("\n<!-- bench:{name}:end -->"));
+    out
+}
+
+fn format_number(value: &Value) -> String {
+    match value.as_f64() {
+        Some(x) if value.is_i64() || value.is_u64() => format!("{}", x as i64),
+        Some(x) if x.abs() >= 100.0 => format!("{x:.0}"),
+        Some(x) if x.abs() >= 1.0 => format!("{x:.2}"),
+        Some(x) => format!("{x:.3}"),
+        None => value.to_string(),
+    }
+}
+
+/// Replaces (or appends) one scenario's section of BENCHMARKS.md.
+fn update_benchmarks_md(name: &str, section: &str) -> Result<(), String> {
+    let path: PathBuf = util::workspace_root().join("BENCHMARKS.md");
+    let current = fs::read_to_string(&path).unwrap_or_else(|_| HEADER.to_string());
+    let start = format!("<!-- bench:{name}:start -->");
+    let end = format!("<!-- bench:{name}:end -->");
+    let updated = match (current.find(&start), current.find(&end)) {
+        (Some(s), Some(e)) if e > s => {
+            format!("{}{}{}", &current[..s], section, &current[e + end.len()..])
+        }
+        _ => format!("{}\n{}\n", current.trim_end(), section),
+    };
+    fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    println!("xtask bench: updated {}", path.display());
+    Ok(())
+}
+
+const HEADER: &str = "# keel benchmarks
+
+Every figure below comes from `cargo xtask bench` on the machine named in its
+section. Each scenario runs keel and its baseline (raw rusqlite doing the same SQL
+work, or the file-rewrite strategy an app would otherwise use) in the same process;
+`*_ratio` is keel's time divided by the baseline's, so below 1 means keel is faster.
+Re-run a scenario with `cargo xtask bench <scenario>`; its section is replaced.
+";
+
+fn today() -> String {
+    util::capture("date", &["-u", "+%Y-%m-%d"]).unwrap_or_else(|| "unknown date".into())
+}
+
+fn machine() -> String {
+    let cpu = fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let kernel = util::capture("uname", &["-sr"]).unwrap_or_else(|| std::env::consts::OS.into());
+    format!("{cpu}, {cores} cores, {kernel}")
+}
