@@ -1,0 +1,169 @@
+//! Typed field handles: compile-time-checked query building for generated types.
+//!
+//! Generated code gives every record type one associated function per queryable
+//! field, returning a [`Field<R, T>`]: `R` is the record type the path starts from,
+//! `T` the Rust type of the field. Comparison methods accept only values convertible
+//! to `T`, so `Post::priority().gt(100)` compiles and `Post::priority().gt("x")`
+//! does not. A handle is just a [`FieldPath`] (static and allocation-free for
+//! top-level fields) and produces plain [`Expr`]/[`SortKey`] data.
+//!
+//! Nested fields are reached with [`Field::join`]:
+//! `Post::author().join(Author::name())` is the path `author.name`.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use crate::expr::{Expr, SortKey};
+use crate::path::{FieldPath, PathStep};
+use crate::value::Value;
+
+/// A typed handle on the field at `path` of record type `R`, holding a `T`.
+///
+/// ```
+/// use keel_schema::{Field, FieldPath, PathStep, Expr};
+/// struct Post;
+/// static PRIORITY: &[PathStep] = &[PathStep::field(1, "priority")];
+/// const fn priority() -> Field<Post, i32> { Field::new(FieldPath::from_static(PRIORITY)) }
+///
+/// let q = priority().gt(100).and(priority().lt(200));
+/// assert_eq!(q.to_string(), "(priority > 100 AND priority < 200)");
+/// // priority().gt("x"); // does not compile: &str is not an i32
+/// ```
+pub struct Field<R, T> {
+    path: FieldPath,
+    _marker: PhantomData<fn() -> (R, T)>,
+}
+
+impl<R, T> Clone for Field<R, T> {
+    fn clone(&self) -> Self {
+        Field {
+            path: self.path.clone(),
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<R, T> fmt::Debug for Field<R, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Field({})", self.path)
+    }
+}
+
+impl<R, T> PartialEq for Field<R, T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl<R, T> Field<R, T> {
+    /// A handle on `path` (generated code calls this in `const` context).
+    pub const fn new(path: FieldPath) -> Self {
+        Field {
+            path,
+            _marker: PhantomData,
+        }
+    }
+
+    /// The untyped path.
+    pub fn path(&self) -> &FieldPath {
+        &self.path
+    }
+
+    /// Consumes the handle, returning the untyped path.
+    pub fn into_path(self) -> FieldPath {
+        self.path
+    }
+
+    /// The field `inner` of this (table or struct) field: `author` ⨝ `name` = `author.name`.
+    pub fn join<U>(&self, inner: Field<T, U>) -> Field<R, U> {
+        Field::new(self.path.join(&inner.path))
+    }
+
+    /// The field is absent (`IS NULL`). Absent scalars with a default are not null.
+    pub fn is_null(&self) -> Expr {
+        Expr::IsNull(self.path.clone())
+    }
+
+    /// The field is present (`IS NOT NULL`).
+    pub fn is_not_null(&self) -> Expr {
+        Expr::IsNotNull(self.path.clone())
+    }
+
+    /// Ascending sort key.
+    pub fn asc(&self) -> SortKey {
+        SortKey::asc(self.path.clone())
+    }
+
+    /// Descending sort key.
+    pub fn desc(&self) -> SortKey {
+        SortKey::desc(self.path.clone())
+    }
+
+    /// For a handle on a union member (`Post::content_image()`): the predicate
+    /// "the union holds this member" (`content is Image`). For any other handle this
+    /// is `is_not_null()`.
+    pub fn is_member(&self) -> Expr {
+        match self.path.steps().last() {
+            Some(PathStep::UnionMember {
+                id,
+                name,
+                member,
+                member_name,
+            }) => {
+                let mut steps = self.path.steps().to_vec();
+                steps.pop();
+                steps.push(PathStep::Field {
+                    id: *id,
+                    name: name.clone(),
+                });
+                Expr::UnionIs {
+                    path: FieldPath::new(steps),
+                    member: *member,
+                    member_name: member_name.to_string(),
+                }
+            }
+            _ => self.is_not_null(),
+        }
+    }
+}
+
+impl<R, T: Into<Value>> Field<R, T> {
+    /// `field == value`.
+    pub fn eq(&self, value: impl Into<T>) -> Expr {
+        Expr::eq(self.path.clone(), value.into())
+    }
+    /// `field != value`.
+    pub fn ne(&self, value: impl Into<T>) -> Expr {
+        Expr::ne(self.path.clone(), value.into())
+    }
+    /// `field < value`.
+    pub fn lt(&self, value: impl Into<T>) -> Expr {
+        Expr::lt(self.path.clone(), value.into())
+    }
+    /// `field <= value`.
+    pub fn le(&self, value: impl Into<T>) -> Expr {
+        Expr::le(self.path.clone(), value.into())
+    }
+    /// `field > value`.
+    pub fn gt(&self, value: impl Into<T>) -> Expr {
+        Expr::gt(self.path.clone(), value.into())
+    }
+    /// `field >= value`.
+    pub fn ge(&self, value: impl Into<T>) -> Expr {
+        Expr::ge(self.path.clone(), value.into())
+    }
+    /// `field IN (values…)`.
+    pub fn in_<V: Into<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
+        Expr::In {
+            path: self.path.clone(),
+            values: values.into_iter().map(|v| v.into().into()).collect(),
+        }
+    }
+    /// `field NOT IN (values…)`.
+    pub fn not_in<V: Into<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
+        Expr::NotIn {
+            path: self.path.clone(),
+            values: values.into_iter().map(|v| v.into().into()).collect(),
+        }
+    }
+}

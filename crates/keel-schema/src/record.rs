@@ -1,0 +1,142 @@
+//! [`Record`]: what generated types implement so the object layer can store them.
+//!
+//! A record is an immutable, cheaply clonable Rust value that maps one-to-one to a
+//! FlatBuffers table of a collection. The object layer never looks inside a record:
+//! it asks for its bytes ([`Record::encode`]), its primary key
+//! ([`Record::primary_key`]), and the schema text it was generated from
+//! ([`Record::SCHEMA_FBS`]), which it parses into the runtime [`Schema`](crate::Schema)
+//! that drives SQL, indexes and in-memory query evaluation.
+
+use std::borrow::Cow;
+
+use crate::value::Value;
+
+/// Why FlatBuffers bytes could not be decoded.
+///
+/// Decoding is fully bounds-checked: malformed input yields one of these, never a
+/// panic or undefined behaviour.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// An offset or length points outside the buffer.
+    #[error("{what} at byte {offset} is out of bounds (buffer is {len} bytes)")]
+    OutOfBounds {
+        /// What was being read (`"vtable"`, `"string"`, …).
+        what: &'static str,
+        /// Byte offset of the read.
+        offset: usize,
+        /// Buffer length.
+        len: usize,
+    },
+    /// The bytes are structurally invalid.
+    #[error("invalid {what} at byte {offset}: {reason}")]
+    Invalid {
+        /// What was being read.
+        what: &'static str,
+        /// Byte offset of the problem.
+        offset: usize,
+        /// What was wrong.
+        reason: Cow<'static, str>,
+    },
+    /// Tables nest deeper than the decoder allows (64 levels).
+    #[error("tables nest deeper than {0} levels")]
+    TooDeep(usize),
+    /// A value does not fit the type generated code expects.
+    #[error("field {field}: {reason}")]
+    Field {
+        /// Field name.
+        field: &'static str,
+        /// What was wrong (e.g. unknown enum value).
+        reason: Cow<'static, str>,
+    },
+}
+
+/// A type stored in a keel collection; implemented by generated code.
+///
+/// ```ignore
+/// // build.rs: keel_schema::compile("schema/blog.fbs")?;
+/// let post = Post::builder().id("p1").title("Hello").priority(3).build();
+/// let bytes = post.encode();
+/// assert_eq!(Post::decode(&bytes)?, post);
+/// assert_eq!(post.primary_key(), vec![Value::from("p1")]);
+/// ```
+pub trait Record: Send + Sync + Clone + 'static {
+    /// The primary key type: one field's Rust type, or a tuple for composite keys.
+    type Key: Clone + Send + Sync + 'static;
+
+    /// Collection name (the table's fully qualified name, e.g. `blog.Post`).
+    const COLLECTION: &'static str;
+
+    /// Canonical text of the whole schema this type was generated from (includes
+    /// inlined). The object layer parses it with [`Schema::parse`](crate::Schema::parse).
+    const SCHEMA_FBS: &'static str;
+
+    /// Fingerprint of the schema at generation time (see
+    /// [`Schema::fingerprint`](crate::Schema::fingerprint)).
+    const SCHEMA_FINGERPRINT: u64;
+
+    /// Encodes the object as a finished FlatBuffers buffer (root = this table).
+    fn encode(&self) -> Vec<u8>;
+
+    /// Decodes and verifies a FlatBuffers buffer whose root is this table.
+    fn decode(bytes: &[u8]) -> Result<Self, DecodeError>;
+
+    /// The primary key of this object.
+    fn key(&self) -> Self::Key;
+
+    /// A key as values, in primary-key field order.
+    fn key_values(key: &Self::Key) -> Vec<Value>;
+
+    /// The primary key of this object as values, in primary-key field order.
+    fn primary_key(&self) -> Vec<Value> {
+        Self::key_values(&self.key())
+    }
+}
+
+/// A write to a collection, in Dflat's change-request style.
+///
+/// Objects are immutable; to modify one, derive a new version with the generated
+/// `obj.change()…build()` builder and submit it as [`ChangeRequest::Change`].
+///
+/// ```ignore
+/// txn.submit(Post::builder().id("p1").title("Hi").build().create())?;
+/// txn.submit(post.change().title("Hello").build_request())?;
+/// txn.submit(ChangeRequest::<Post>::delete(&"p1".to_string()))?;
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeRequest<R: Record> {
+    /// Insert; fails if an object with the same key exists.
+    Create(R),
+    /// Replace an existing object (matched by key); fails if none exists.
+    Change(R),
+    /// Insert or replace.
+    Upsert(R),
+    /// Delete the object with these primary-key values (in key-field order).
+    Delete(Vec<Value>),
+}
+
+impl<R: Record> ChangeRequest<R> {
+    /// A delete request for a typed key.
+    pub fn delete(key: &R::Key) -> Self {
+        ChangeRequest::Delete(R::key_values(key))
+    }
+
+    /// The object carried, if any (not for `Delete`).
+    pub fn object(&self) -> Option<&R> {
+        match self {
+            ChangeRequest::Create(r) | ChangeRequest::Change(r) | ChangeRequest::Upsert(r) => {
+                Some(r)
+            }
+            ChangeRequest::Delete(_) => None,
+        }
+    }
+
+    /// The primary-key values this request affects.
+    pub fn key_values(&self) -> Vec<Value> {
+        match self {
+            ChangeRequest::Create(r) | ChangeRequest::Change(r) | ChangeRequest::Upsert(r) => {
+                r.primary_key()
+            }
+            ChangeRequest::Delete(k) => k.clone(),
+        }
+    }
+}
