@@ -15,11 +15,15 @@
 
 #![deny(missing_docs)]
 
+mod canonical;
+pub mod compat;
 pub mod expr;
 pub mod field;
 pub mod model;
+pub mod parser;
 pub mod path;
 pub mod record;
+mod resolve;
 pub mod value;
 
 pub use flatbuffers;
@@ -27,9 +31,10 @@ pub use flatbuffers;
 pub use expr::{CmpOp, Expr, SortKey};
 pub use field::Field;
 pub use model::{
-    Collection, EnumDef, EnumVal, FieldType, IndexDef, ScalarType, Schema, StructDef,
-    StructField, Table, UnionDef, UnionMemberDef,
+    Collection, EnumDef, EnumVal, FieldType, IndexDef, ScalarType, Schema, StructDef, StructField,
+    Table, UnionDef, UnionMemberDef,
 };
+pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
 pub use record::{ChangeRequest, DecodeError, Record};
 pub use value::Value;

@@ -392,7 +392,7 @@ pub struct Collection {
 
 /// A resolved schema (a `.fbs` file and its includes).
 ///
-/// ```ignore
+/// ```
 /// use keel_schema::Schema;
 /// let schema = Schema::parse(
 ///     "namespace blog;
