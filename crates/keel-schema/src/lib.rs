@@ -17,6 +17,7 @@
 
 mod canonical;
 pub mod compat;
+pub mod dynamic;
 pub mod expr;
 pub mod field;
 pub mod model;
@@ -25,9 +26,11 @@ pub mod path;
 pub mod record;
 mod resolve;
 pub mod value;
+pub mod wire;
 
 pub use flatbuffers;
 
+pub use dynamic::{DynamicTable, Object, ResolvedPath, ValueRef};
 pub use expr::{CmpOp, Expr, SortKey};
 pub use field::Field;
 pub use model::{

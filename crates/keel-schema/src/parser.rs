@@ -379,12 +379,12 @@ impl<'a> Lexer<'a> {
                             ))
                         }
                         Some('"') => break,
-                        Some('\\') => {
-                            match self.bump() {
-                                Some('n') => s.push('\n'),
-                                Some('t') => s.push('\t'),
-                                Some(c @ ('"' | '\\' | '/')) => s.push(c),
-                                other => return Err(self.err(
+                        Some('\\') => match self.bump() {
+                            Some('n') => s.push('\n'),
+                            Some('t') => s.push('\t'),
+                            Some(c @ ('"' | '\\' | '/')) => s.push(c),
+                            other => {
+                                return Err(self.err(
                                     pos,
                                     format!(
                                         "expected a string escape (\\n, \\t, \\\", \\\\), found {}",
@@ -392,9 +392,9 @@ impl<'a> Lexer<'a> {
                                             "\\{c}"
                                         ))
                                     ),
-                                )),
+                                ))
                             }
-                        }
+                        },
                         Some(c) => s.push(c),
                     }
                 }

@@ -1,0 +1,1068 @@
+//! The dynamic reader and builder: FlatBuffers bytes ⇄ [`Value`]s, driven by a
+//! runtime [`Schema`] instead of generated code.
+//!
+//! This is how the engine reads fields for SQL indexes and in-memory query
+//! evaluation, and how the FFI and tests make bytes without generated types.
+//!
+//! Reading follows FlatBuffers semantics ([`Object::get`]):
+//!
+//! | stored                               | value read                      |
+//! |--------------------------------------|---------------------------------|
+//! | scalar present / absent              | its value / its default         |
+//! | optional scalar (`= null`) absent    | `Null`                          |
+//! | `bool`, enum                         | `Bool`, `Int` (underlying)      |
+//! | string absent                        | `Null`                          |
+//! | `[ubyte]`/`[byte]`                   | `Blob`                          |
+//! | other vector, sub-table (as a whole) | `Bool(true)` when present (a presence marker), else `Null` |
+//! | struct (as a whole)                  | `Blob` of its inline bytes      |
+//! | union field (as a whole)             | `Int` of its type tag, `Null` when `NONE` |
+//! | path through an absent table, or a union holding another member | `Null` |
+//!
+//! For speed, resolve a path once with [`DynamicTable::resolve`] and read it with
+//! [`Object::get_resolved`]/[`Object::get_ref`]: no allocation for scalars, none for
+//! strings with `get_ref`.
+//!
+//! ```
+//! use keel_schema::{Schema, Value};
+//! let schema = Schema::parse(
+//!     "table Author { name: string; }
+//!      table Post { title: string; priority: int = 5; author: Author; }
+//!      root_type Post;", "p.fbs").unwrap();
+//! let posts = schema.reader("Post").unwrap();
+//! let bytes = posts.encode_json(&serde_json::json!({
+//!     "title": "Hi", "author": { "name": "Ada" }
+//! })).unwrap();
+//! let obj = posts.read(&bytes).unwrap();
+//! let path = posts.path("author.name").unwrap();
+//! assert_eq!(obj.get(&path), Value::Text("Ada".into()));
+//! assert_eq!(obj.get(&posts.path("priority").unwrap()), Value::Int(5)); // default
+//! ```
+
+use std::borrow::Cow;
+
+use serde_json::{Map, Number, Value as Json};
+
+use crate::model::*;
+use crate::path::{FieldPath, PathStep};
+use crate::record::DecodeError;
+use crate::value::Value;
+use crate::wire::{self, Builder, Offset, TableRef, VectorRef};
+
+/// A path or name that does not exist in the schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct PathError(pub String);
+
+/// Bytes could not be built from the given JSON/values.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct EncodeError {
+    /// Where (`author.name`, `tags[2]`).
+    pub path: String,
+    /// What was expected.
+    pub message: String,
+}
+
+/// A borrowed field value (no allocation for text and blobs).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    /// See [`Value::Null`].
+    Null,
+    /// See [`Value::Bool`].
+    Bool(bool),
+    /// See [`Value::Int`].
+    Int(i64),
+    /// See [`Value::Float`].
+    Float(f64),
+    /// See [`Value::Text`].
+    Text(&'a str),
+    /// See [`Value::Blob`].
+    Blob(&'a [u8]),
+}
+
+impl ValueRef<'_> {
+    /// Owned copy.
+    pub fn to_value(self) -> Value {
+        match self {
+            ValueRef::Null => Value::Null,
+            ValueRef::Bool(b) => Value::Bool(b),
+            ValueRef::Int(i) => Value::Int(i),
+            ValueRef::Float(f) => Value::Float(f),
+            ValueRef::Text(s) => Value::Text(s.to_owned()),
+            ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+        }
+    }
+}
+
+/// Reads and writes objects of one table of a [`Schema`].
+#[derive(Debug, Clone, Copy)]
+pub struct DynamicTable<'s> {
+    schema: &'s Schema,
+    table: usize,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum RStep {
+    /// Table field in `slot`, then continue in sub-table.
+    SubTable { slot: u16 },
+    /// Union slot: tag must equal `member`, then continue in member table.
+    Union { slot: u16, member: u8 },
+    /// Struct field of a table (inline bytes), then struct offsets.
+    Struct { slot: u16, size: usize },
+    /// Leaf in a table.
+    Leaf { slot: u16, leaf: Leaf },
+    /// Leaf inside the current struct bytes at `offset`.
+    StructLeaf { offset: usize, leaf: Leaf },
+    /// Nested struct inside struct: narrow the bytes.
+    StructNarrow { offset: usize, size: usize },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Leaf {
+    Scalar {
+        ty: ScalarType,
+        default: Value,
+        optional: bool,
+    },
+    Str,
+    Bytes,
+    Present {
+        elem_size: usize,
+    },
+    StructWhole {
+        size: usize,
+    },
+    UnionTag {
+        type_slot: u16,
+    },
+}
+
+/// A [`FieldPath`] checked against a table and compiled for fast reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedPath {
+    steps: Vec<RStep>,
+    path: FieldPath,
+}
+
+impl ResolvedPath {
+    /// The path this was resolved from.
+    pub fn path(&self) -> &FieldPath {
+        &self.path
+    }
+}
+
+impl Schema {
+    /// A reader/builder for the collection or table called `name` (full or bare name).
+    pub fn reader(&self, name: &str) -> Result<DynamicTable<'_>, PathError> {
+        let table = self
+            .collection(name)
+            .map(|c| c.table)
+            .or_else(|| self.table_index(name))
+            .ok_or_else(|| PathError(format!("no table or collection named {name:?}")))?;
+        Ok(DynamicTable {
+            schema: self,
+            table,
+        })
+    }
+
+    /// A reader/builder for table `index`.
+    pub fn table_reader(&self, index: usize) -> Option<DynamicTable<'_>> {
+        (index < self.tables.len()).then_some(DynamicTable {
+            schema: self,
+            table: index,
+        })
+    }
+}
+
+fn scalar_value(buf: &[u8], p: usize, ty: ScalarType) -> Result<Value, DecodeError> {
+    Ok(match ty {
+        ScalarType::Bool => Value::Bool(wire::read::<u8>(buf, p, "bool")? != 0),
+        ScalarType::I8 => Value::Int(wire::read::<i8>(buf, p, "scalar")? as i64),
+        ScalarType::U8 => Value::Int(wire::read::<u8>(buf, p, "scalar")? as i64),
+        ScalarType::I16 => Value::Int(wire::read::<i16>(buf, p, "scalar")? as i64),
+        ScalarType::U16 => Value::Int(wire::read::<u16>(buf, p, "scalar")? as i64),
+        ScalarType::I32 => Value::Int(wire::read::<i32>(buf, p, "scalar")? as i64),
+        ScalarType::U32 => Value::Int(wire::read::<u32>(buf, p, "scalar")? as i64),
+        ScalarType::I64 => Value::Int(wire::read::<i64>(buf, p, "scalar")?),
+        ScalarType::U64 => Value::Int(wire::read::<u64>(buf, p, "scalar")? as i64),
+        ScalarType::F32 => Value::Float(wire::read::<f32>(buf, p, "scalar")? as f64),
+        ScalarType::F64 => Value::Float(wire::read::<f64>(buf, p, "scalar")?),
+    })
+}
+
+fn scalar_ref(v: Value) -> ValueRef<'static> {
+    match v {
+        Value::Bool(b) => ValueRef::Bool(b),
+        Value::Int(i) => ValueRef::Int(i),
+        Value::Float(f) => ValueRef::Float(f),
+        _ => ValueRef::Null,
+    }
+}
+
+impl<'s> DynamicTable<'s> {
+    /// The schema.
+    pub fn schema(&self) -> &'s Schema {
+        self.schema
+    }
+
+    /// The table definition.
+    pub fn table(&self) -> &'s Table {
+        &self.schema.tables[self.table]
+    }
+
+    /// Parses a dotted path (`author.name`, `content.Image.width`) into a [`FieldPath`].
+    pub fn path(&self, dotted: &str) -> Result<FieldPath, PathError> {
+        let mut steps = Vec::new();
+        let mut cur = Cur::Table(self.table);
+        let mut parts = dotted.split('.').peekable();
+        while let Some(part) = parts.next() {
+            match cur {
+                Cur::Table(t) => {
+                    let table = &self.schema.tables[t];
+                    let f = table.field(part).ok_or_else(|| {
+                        PathError(format!("table {} has no field {part:?}", table.full_name()))
+                    })?;
+                    match &f.ty {
+                        FieldType::Union(u) if parts.peek().is_some() => {
+                            let mname = parts.next().unwrap_or_default();
+                            let un = &self.schema.unions[*u];
+                            let m =
+                                un.members.iter().find(|m| m.name == mname).ok_or_else(|| {
+                                    PathError(format!(
+                                        "union {} has no member {mname:?}",
+                                        un.full_name()
+                                    ))
+                                })?;
+                            steps.push(PathStep::UnionMember {
+                                id: f.id,
+                                name: Cow::Owned(f.name.clone()),
+                                member: m.tag,
+                                member_name: Cow::Owned(m.name.clone()),
+                            });
+                            cur = Cur::Table(m.table);
+                            continue;
+                        }
+                        FieldType::Table(i) => cur = Cur::Table(*i),
+                        FieldType::Struct(i) => cur = Cur::Struct(*i),
+                        _ => cur = Cur::Leaf,
+                    }
+                    steps.push(PathStep::Field {
+                        id: f.id,
+                        name: Cow::Owned(f.name.clone()),
+                    });
+                }
+                Cur::Struct(s) => {
+                    let sd = &self.schema.structs[s];
+                    let (i, f) = sd
+                        .fields
+                        .iter()
+                        .enumerate()
+                        .find(|(_, f)| f.name == part)
+                        .ok_or_else(|| {
+                            PathError(format!("struct {} has no field {part:?}", sd.full_name()))
+                        })?;
+                    cur = match f.ty {
+                        FieldType::Struct(n) => Cur::Struct(n),
+                        _ => Cur::Leaf,
+                    };
+                    steps.push(PathStep::Field {
+                        id: i as u16,
+                        name: Cow::Owned(f.name.clone()),
+                    });
+                }
+                Cur::Leaf => {
+                    return Err(PathError(format!(
+                        "{dotted:?}: cannot read {part:?} inside a scalar, string or vector"
+                    )))
+                }
+            }
+        }
+        Ok(FieldPath::new(steps))
+    }
+
+    /// Checks `path` against the table and compiles it for [`Object::get_resolved`].
+    pub fn resolve(&self, path: &FieldPath) -> Result<ResolvedPath, PathError> {
+        let s = self.schema;
+        let mut steps = Vec::new();
+        let mut cur = Cur::Table(self.table);
+        let n = path.steps().len();
+        if n == 0 {
+            return Err(PathError("empty field path".into()));
+        }
+        for (i, step) in path.steps().iter().enumerate() {
+            let last = i + 1 == n;
+            match (cur, step) {
+                (Cur::Table(t), PathStep::Field { id, .. }) => {
+                    let table = &s.tables[t];
+                    let f = table.field_by_id(*id).ok_or_else(|| {
+                        PathError(format!(
+                            "{path}: table {} has no field with id {id}",
+                            table.full_name()
+                        ))
+                    })?;
+                    let leaf = |leaf| RStep::Leaf { slot: f.id, leaf };
+                    match &f.ty {
+                        FieldType::Table(ti) if !last => {
+                            steps.push(RStep::SubTable { slot: f.id });
+                            cur = Cur::Table(*ti);
+                        }
+                        FieldType::Struct(si) if !last => {
+                            steps.push(RStep::Struct {
+                                slot: f.id,
+                                size: s.structs[*si].size,
+                            });
+                            cur = Cur::Struct(*si);
+                        }
+                        _ if !last => {
+                            return Err(PathError(format!(
+                                "{path}: field {} has no fields",
+                                f.name
+                            )))
+                        }
+                        FieldType::Scalar(ty) => steps.push(leaf(Leaf::Scalar {
+                            ty: *ty,
+                            default: f.default.clone(),
+                            optional: f.optional,
+                        })),
+                        FieldType::Enum(e) => steps.push(leaf(Leaf::Scalar {
+                            ty: s.enums[*e].underlying,
+                            default: f.default.clone(),
+                            optional: f.optional,
+                        })),
+                        FieldType::String => steps.push(leaf(Leaf::Str)),
+                        FieldType::Vector(inner) => match **inner {
+                            FieldType::Scalar(ScalarType::U8)
+                            | FieldType::Scalar(ScalarType::I8) => steps.push(leaf(Leaf::Bytes)),
+                            _ => steps.push(leaf(Leaf::Present { elem_size: 1 })),
+                        },
+                        FieldType::Table(_) => steps.push(leaf(Leaf::Present { elem_size: 0 })),
+                        FieldType::Struct(si) => steps.push(leaf(Leaf::StructWhole {
+                            size: s.structs[*si].size,
+                        })),
+                        FieldType::Union(_) => steps.push(leaf(Leaf::UnionTag {
+                            type_slot: f.id.saturating_sub(1),
+                        })),
+                    }
+                }
+                (Cur::Table(t), PathStep::UnionMember { id, member, .. }) => {
+                    let table = &s.tables[t];
+                    let f = table.field_by_id(*id).ok_or_else(|| {
+                        PathError(format!(
+                            "{path}: table {} has no field with id {id}",
+                            table.full_name()
+                        ))
+                    })?;
+                    let FieldType::Union(u) = f.ty else {
+                        return Err(PathError(format!(
+                            "{path}: field {} is not a union",
+                            f.name
+                        )));
+                    };
+                    let m = s.unions[u].member(*member).ok_or_else(|| {
+                        PathError(format!(
+                            "{path}: union {} has no member with tag {member}",
+                            s.unions[u].full_name()
+                        ))
+                    })?;
+                    steps.push(RStep::Union {
+                        slot: f.id,
+                        member: *member,
+                    });
+                    if last {
+                        steps.push(RStep::Leaf {
+                            slot: f.id,
+                            leaf: Leaf::Present { elem_size: 0 },
+                        });
+                    }
+                    cur = Cur::Table(m.table);
+                }
+                (Cur::Struct(si), PathStep::Field { id, .. }) => {
+                    let sd = &s.structs[si];
+                    let f = sd.fields.get(*id as usize).ok_or_else(|| {
+                        PathError(format!(
+                            "{path}: struct {} has no field {id}",
+                            sd.full_name()
+                        ))
+                    })?;
+                    match &f.ty {
+                        FieldType::Struct(n) if !last => {
+                            steps.push(RStep::StructNarrow {
+                                offset: f.offset,
+                                size: f.size,
+                            });
+                            cur = Cur::Struct(*n);
+                        }
+                        FieldType::Struct(_) => steps.push(RStep::StructLeaf {
+                            offset: f.offset,
+                            leaf: Leaf::StructWhole { size: f.size },
+                        }),
+                        _ if !last => {
+                            return Err(PathError(format!(
+                                "{path}: struct field {} has no fields",
+                                f.name
+                            )))
+                        }
+                        FieldType::Scalar(ty) => steps.push(RStep::StructLeaf {
+                            offset: f.offset,
+                            leaf: Leaf::Scalar {
+                                ty: *ty,
+                                default: Value::Null,
+                                optional: false,
+                            },
+                        }),
+                        FieldType::Enum(e) => steps.push(RStep::StructLeaf {
+                            offset: f.offset,
+                            leaf: Leaf::Scalar {
+                                ty: s.enums[*e].underlying,
+                                default: Value::Null,
+                                optional: false,
+                            },
+                        }),
+                        _ => {
+                            return Err(PathError(format!("{path}: unsupported struct field type")))
+                        }
+                    }
+                }
+                (Cur::Struct(_), PathStep::UnionMember { .. }) => {
+                    return Err(PathError(format!("{path}: structs have no unions")))
+                }
+                (Cur::Leaf, _) => {
+                    return Err(PathError(format!("{path}: path continues past a leaf")))
+                }
+            }
+        }
+        Ok(ResolvedPath {
+            steps,
+            path: path.clone(),
+        })
+    }
+
+    /// Verifies the whole buffer against the schema (every reachable field of this
+    /// table and its children), then returns the object.
+    pub fn read<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
+        let t = TableRef::root(bytes)?;
+        verify_table(self.schema, self.table, t)?;
+        Ok(Object {
+            schema: self.schema,
+            table: self.table,
+            t,
+        })
+    }
+
+    /// Checks only the root table header; fields are checked as they are read (still
+    /// safe on any input; reads of damaged fields give `Null` / an error). Use this
+    /// when reading a few fields per object, e.g. in an SQL function.
+    pub fn open<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
+        Ok(Object {
+            schema: self.schema,
+            table: self.table,
+            t: TableRef::root(bytes)?,
+        })
+    }
+
+    /// Encodes a JSON object (flatc's JSON conventions: enums by name or number,
+    /// unions as `x_type` + `x`, structs as objects) into a finished buffer.
+    pub fn encode_json(&self, json: &Json) -> Result<Vec<u8>, EncodeError> {
+        let mut b = Builder::new();
+        let root = encode_table(self.schema, self.table, json, &mut b, "")?;
+        Ok(b.finish(root, self.schema.file_identifier.as_deref()))
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Cur {
+    Table(usize),
+    Struct(usize),
+    Leaf,
+}
+
+fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeError> {
+    for f in &s.tables[ti].fields {
+        match &f.ty {
+            FieldType::Scalar(ty) => {
+                t.field_pos(f.id, ty.size())?;
+            }
+            FieldType::Enum(e) => {
+                t.field_pos(f.id, s.enums[*e].underlying.size())?;
+            }
+            FieldType::String => {
+                t.str(f.id)?;
+            }
+            FieldType::Struct(si) => {
+                t.struct_bytes(f.id, s.structs[*si].size)?;
+            }
+            FieldType::Table(sub) => {
+                if let Some(st) = t.table(f.id)? {
+                    verify_table(s, *sub, st)?;
+                }
+            }
+            FieldType::Union(u) => {
+                let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
+                if let Some(st) = t.table(f.id)? {
+                    if let Some(m) = s.unions[*u].member(tag) {
+                        verify_table(s, m.table, st)?;
+                    }
+                }
+            }
+            FieldType::Vector(inner) => {
+                let size = elem_size(s, inner);
+                if let Some(v) = t.vector(f.id, size)? {
+                    match &**inner {
+                        FieldType::String => {
+                            for i in 0..v.len() {
+                                v.str(i)?;
+                            }
+                        }
+                        FieldType::Table(sub) => {
+                            for i in 0..v.len() {
+                                verify_table(s, *sub, v.table(i)?)?;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn elem_size(s: &Schema, ty: &FieldType) -> usize {
+    match ty {
+        FieldType::Scalar(t) => t.size(),
+        FieldType::Enum(e) => s.enums[*e].underlying.size(),
+        FieldType::Struct(i) => s.structs[*i].size,
+        _ => 4,
+    }
+}
+
+/// One object read through a [`DynamicTable`].
+#[derive(Debug, Clone, Copy)]
+pub struct Object<'a, 's> {
+    schema: &'s Schema,
+    table: usize,
+    t: TableRef<'a>,
+}
+
+impl<'a, 's> Object<'a, 's> {
+    /// The value at `path` (resolved on each call; see [`Object::get_resolved`]).
+    /// Unknown paths and damaged bytes read as `Null`.
+    pub fn get(&self, path: &FieldPath) -> Value {
+        match (DynamicTable {
+            schema: self.schema,
+            table: self.table,
+        })
+        .resolve(path)
+        {
+            Ok(r) => self.get_resolved(&r),
+            Err(_) => Value::Null,
+        }
+    }
+
+    /// The value at a pre-resolved path. Damaged bytes read as `Null`.
+    #[inline]
+    pub fn get_resolved(&self, path: &ResolvedPath) -> Value {
+        self.get_ref(path).map_or(Value::Null, ValueRef::to_value)
+    }
+
+    /// The value at a pre-resolved path, borrowed from the bytes.
+    pub fn get_ref(&self, path: &ResolvedPath) -> Result<ValueRef<'a>, DecodeError> {
+        let mut t = self.t;
+        let mut sbytes: &'a [u8] = &[];
+        for step in &path.steps {
+            match step {
+                RStep::SubTable { slot } => match t.table(*slot)? {
+                    Some(n) => t = n,
+                    None => return Ok(ValueRef::Null),
+                },
+                RStep::Union { slot, member } => {
+                    if t.get::<u8>(slot.saturating_sub(1), 0)? != *member {
+                        return Ok(ValueRef::Null);
+                    }
+                    match t.table(*slot)? {
+                        Some(n) => t = n,
+                        None => return Ok(ValueRef::Null),
+                    }
+                }
+                RStep::Struct { slot, size } => match t.struct_bytes(*slot, *size)? {
+                    Some(b) => sbytes = b,
+                    None => return Ok(ValueRef::Null),
+                },
+                RStep::StructNarrow { offset, size } => {
+                    sbytes = sbytes.get(*offset..offset + size).unwrap_or(&[]);
+                }
+                RStep::StructLeaf { offset, leaf } => {
+                    return match leaf {
+                        Leaf::Scalar { ty, .. } => {
+                            Ok(scalar_ref(scalar_value(sbytes, *offset, *ty)?))
+                        }
+                        Leaf::StructWhole { size } => Ok(sbytes
+                            .get(*offset..offset + size)
+                            .map_or(ValueRef::Null, ValueRef::Blob)),
+                        _ => Ok(ValueRef::Null),
+                    }
+                }
+                RStep::Leaf { slot, leaf } => {
+                    return Ok(match leaf {
+                        Leaf::Scalar {
+                            ty,
+                            default,
+                            optional,
+                        } => match t.field_pos(*slot, ty.size())? {
+                            Some(p) => scalar_ref(scalar_value(t.buf(), p, *ty)?),
+                            None if *optional => ValueRef::Null,
+                            None => scalar_ref(default.clone()),
+                        },
+                        Leaf::Str => t.str(*slot)?.map_or(ValueRef::Null, ValueRef::Text),
+                        Leaf::Bytes => t
+                            .vector(*slot, 1)?
+                            .map_or(ValueRef::Null, |v| ValueRef::Blob(v.bytes())),
+                        Leaf::Present { .. } => match t.offset_target(*slot)? {
+                            Some(_) => ValueRef::Bool(true),
+                            None => ValueRef::Null,
+                        },
+                        Leaf::StructWhole { size } => t
+                            .struct_bytes(*slot, *size)?
+                            .map_or(ValueRef::Null, ValueRef::Blob),
+                        Leaf::UnionTag { type_slot } => match t.get::<u8>(*type_slot, 0)? {
+                            0 => ValueRef::Null,
+                            tag => ValueRef::Int(tag as i64),
+                        },
+                    });
+                }
+            }
+        }
+        // a path ending in a union member step ends with a Leaf; unreachable otherwise
+        Ok(ValueRef::Null)
+    }
+
+    /// The object as JSON in flatc's conventions (enums by name, unions as `x_type`
+    /// + `x`). Scalars are always present (defaults filled in); absent strings,
+    /// tables, vectors and null optionals are omitted; NaN/∞ become strings.
+    pub fn to_json(&self) -> Result<Json, DecodeError> {
+        table_json(self.schema, self.table, self.t)
+    }
+}
+
+fn num_json(v: Value, ty: ScalarType) -> Json {
+    match v {
+        Value::Bool(b) => Json::Bool(b),
+        Value::Int(i) if ty == ScalarType::U64 => Json::Number(Number::from(i as u64)),
+        Value::Int(i) => Json::Number(Number::from(i)),
+        Value::Float(f) => Number::from_f64(f).map_or_else(
+            || {
+                Json::String(if f.is_nan() {
+                    "nan".into()
+                } else if f > 0.0 {
+                    "inf".into()
+                } else {
+                    "-inf".into()
+                })
+            },
+            Json::Number,
+        ),
+        _ => Json::Null,
+    }
+}
+
+fn enum_json(s: &Schema, e: usize, v: Value) -> Json {
+    let en = &s.enums[e];
+    match v.as_i64().and_then(|i| en.name_of(i)) {
+        Some(n) => Json::String(n.to_owned()),
+        None => num_json(v, en.underlying),
+    }
+}
+
+fn struct_json(s: &Schema, si: usize, bytes: &[u8]) -> Result<Json, DecodeError> {
+    let mut m = Map::new();
+    for f in &s.structs[si].fields {
+        let j = match &f.ty {
+            FieldType::Scalar(t) => num_json(scalar_value(bytes, f.offset, *t)?, *t),
+            FieldType::Enum(e) => enum_json(
+                s,
+                *e,
+                scalar_value(bytes, f.offset, s.enums[*e].underlying)?,
+            ),
+            FieldType::Struct(n) => {
+                struct_json(s, *n, bytes.get(f.offset..f.offset + f.size).unwrap_or(&[]))?
+            }
+            _ => Json::Null,
+        };
+        m.insert(f.name.clone(), j);
+    }
+    Ok(Json::Object(m))
+}
+
+fn elem_json(s: &Schema, ty: &FieldType, v: &VectorRef<'_>, i: usize) -> Result<Json, DecodeError> {
+    let b = v.bytes();
+    Ok(match ty {
+        FieldType::Scalar(t) => num_json(scalar_value(b, i * t.size(), *t)?, *t),
+        FieldType::Enum(e) => {
+            let u = s.enums[*e].underlying;
+            enum_json(s, *e, scalar_value(b, i * u.size(), u)?)
+        }
+        FieldType::String => Json::String(v.str(i)?.to_owned()),
+        FieldType::Struct(si) => struct_json(s, *si, v.struct_bytes(i)?)?,
+        FieldType::Table(ti) => table_json(s, *ti, v.table(i)?)?,
+        _ => Json::Null,
+    })
+}
+
+fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeError> {
+    let mut m = Map::new();
+    for f in &s.tables[ti].fields {
+        let j = match &f.ty {
+            FieldType::Scalar(ty) => match t.field_pos(f.id, ty.size())? {
+                Some(p) => num_json(scalar_value(t.buf(), p, *ty)?, *ty),
+                None if f.optional => continue,
+                None => num_json(f.default.clone(), *ty),
+            },
+            FieldType::Enum(e) => {
+                let u = s.enums[*e].underlying;
+                match t.field_pos(f.id, u.size())? {
+                    Some(p) => enum_json(s, *e, scalar_value(t.buf(), p, u)?),
+                    None if f.optional => continue,
+                    None => enum_json(s, *e, f.default.clone()),
+                }
+            }
+            FieldType::String => match t.str(f.id)? {
+                Some(x) => Json::String(x.to_owned()),
+                None => continue,
+            },
+            FieldType::Struct(si) => match t.struct_bytes(f.id, s.structs[*si].size)? {
+                Some(b) => struct_json(s, *si, b)?,
+                None => continue,
+            },
+            FieldType::Table(sub) => match t.table(f.id)? {
+                Some(st) => table_json(s, *sub, st)?,
+                None => continue,
+            },
+            FieldType::Union(u) => {
+                let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
+                let (Some(m_def), Some(st)) = (s.unions[*u].member(tag), t.table(f.id)?) else {
+                    continue;
+                };
+                m.insert(format!("{}_type", f.name), Json::String(m_def.name.clone()));
+                table_json(s, m_def.table, st)?
+            }
+            FieldType::Vector(inner) => match t.vector(f.id, elem_size(s, inner))? {
+                Some(v) => Json::Array(
+                    (0..v.len())
+                        .map(|i| elem_json(s, inner, &v, i))
+                        .collect::<Result<_, _>>()?,
+                ),
+                None => continue,
+            },
+        };
+        m.insert(f.name.clone(), j);
+    }
+    Ok(Json::Object(m))
+}
+
+fn eerr(path: &str, message: impl Into<String>) -> EncodeError {
+    EncodeError {
+        path: if path.is_empty() {
+            "(root)".into()
+        } else {
+            path.to_owned()
+        },
+        message: message.into(),
+    }
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}.{name}")
+    }
+}
+
+/// JSON → scalar value of `ty` (enums: name or number).
+fn json_scalar(
+    s: &Schema,
+    ty: &FieldType,
+    j: &Json,
+    path: &str,
+) -> Result<(ScalarType, Value), EncodeError> {
+    let (st, en) = match ty {
+        FieldType::Scalar(t) => (*t, None),
+        FieldType::Enum(e) => (s.enums[*e].underlying, Some(&s.enums[*e])),
+        _ => return Err(eerr(path, "expected a scalar type")),
+    };
+    let v = match (j, en) {
+        (Json::String(name), Some(en)) => Value::Int(en.value(name).ok_or_else(|| {
+            eerr(
+                path,
+                format!("expected a value of enum {}, found {name:?}", en.name),
+            )
+        })?),
+        (Json::Bool(b), _) if st == ScalarType::Bool => Value::Bool(*b),
+        (Json::Number(n), _) if st == ScalarType::Bool => Value::Bool(n.as_i64() != Some(0)),
+        (Json::Number(n), _) if st.is_float() => Value::Float(n.as_f64().unwrap_or(0.0)),
+        (Json::String(x), _) if st.is_float() => Value::Float(match x.as_str() {
+            "nan" => f64::NAN,
+            "inf" => f64::INFINITY,
+            "-inf" => f64::NEG_INFINITY,
+            _ => return Err(eerr(path, format!("expected a number, found {x:?}"))),
+        }),
+        (Json::Number(n), _) if st.is_integer() => {
+            let i = n
+                .as_i64()
+                .map(i128::from)
+                .or_else(|| n.as_u64().map(i128::from))
+                .ok_or_else(|| eerr(path, format!("expected an integer, found {n}")))?;
+            let (lo, hi): (i128, i128) = match st {
+                ScalarType::I8 => (i8::MIN.into(), i8::MAX.into()),
+                ScalarType::U8 => (0, u8::MAX.into()),
+                ScalarType::I16 => (i16::MIN.into(), i16::MAX.into()),
+                ScalarType::U16 => (0, u16::MAX.into()),
+                ScalarType::I32 => (i32::MIN.into(), i32::MAX.into()),
+                ScalarType::U32 => (0, u32::MAX.into()),
+                ScalarType::I64 => (i64::MIN.into(), i64::MAX.into()),
+                _ => (0, u64::MAX.into()),
+            };
+            if i < lo || i > hi {
+                return Err(eerr(
+                    path,
+                    format!("expected a {} in {lo}..={hi}, found {i}", st.fbs_name()),
+                ));
+            }
+            Value::Int(i as i64)
+        }
+        _ => {
+            return Err(eerr(
+                path,
+                format!("expected a {} value, found {j}", st.fbs_name()),
+            ))
+        }
+    };
+    Ok((st, v))
+}
+
+fn write_scalar_bytes(out: &mut [u8], off: usize, st: ScalarType, v: &Value) {
+    let i = v.as_i64().unwrap_or(0);
+    let f = v.as_f64().unwrap_or(0.0);
+    let o = &mut out[off..];
+    use wire::WireScalar as W;
+    match st {
+        ScalarType::Bool | ScalarType::U8 => W::to_le(i as u8, o),
+        ScalarType::I8 => W::to_le(i as i8, o),
+        ScalarType::I16 => W::to_le(i as i16, o),
+        ScalarType::U16 => W::to_le(i as u16, o),
+        ScalarType::I32 => W::to_le(i as i32, o),
+        ScalarType::U32 => W::to_le(i as u32, o),
+        ScalarType::I64 => W::to_le(i, o),
+        ScalarType::U64 => W::to_le(i as u64, o),
+        ScalarType::F32 => W::to_le(f as f32, o),
+        ScalarType::F64 => W::to_le(f, o),
+    }
+}
+
+fn add_scalar(b: &mut Builder, slot: u16, st: ScalarType, v: &Value, default: Option<&Value>) {
+    if default == Some(v) {
+        return;
+    }
+    let i = v.as_i64().unwrap_or(0);
+    let f = v.as_f64().unwrap_or(0.0);
+    match st {
+        ScalarType::Bool | ScalarType::U8 => b.add_scalar_always(slot, i as u8),
+        ScalarType::I8 => b.add_scalar_always(slot, i as i8),
+        ScalarType::I16 => b.add_scalar_always(slot, i as i16),
+        ScalarType::U16 => b.add_scalar_always(slot, i as u16),
+        ScalarType::I32 => b.add_scalar_always(slot, i as i32),
+        ScalarType::U32 => b.add_scalar_always(slot, i as u32),
+        ScalarType::I64 => b.add_scalar_always(slot, i),
+        ScalarType::U64 => b.add_scalar_always(slot, i as u64),
+        ScalarType::F32 => b.add_scalar_always(slot, f as f32),
+        ScalarType::F64 => b.add_scalar_always(slot, f),
+    }
+}
+
+fn struct_bytes(s: &Schema, si: usize, j: &Json, path: &str) -> Result<Vec<u8>, EncodeError> {
+    let sd = &s.structs[si];
+    let mut out = vec![0u8; sd.size];
+    let obj = j
+        .as_object()
+        .ok_or_else(|| eerr(path, format!("expected an object for struct {}", sd.name)))?;
+    for f in &sd.fields {
+        let p = join(path, &f.name);
+        let fj = obj
+            .get(&f.name)
+            .ok_or_else(|| eerr(&p, "expected a value: struct fields are required"))?;
+        match &f.ty {
+            FieldType::Struct(n) => {
+                let inner = struct_bytes(s, *n, fj, &p)?;
+                out[f.offset..f.offset + f.size].copy_from_slice(&inner);
+            }
+            ty => {
+                let (st, v) = json_scalar(s, ty, fj, &p)?;
+                write_scalar_bytes(&mut out, f.offset, st, &v);
+            }
+        }
+    }
+    Ok(out)
+}
+
+enum Pending {
+    Offset(u16, Offset),
+    Struct(u16, Vec<u8>, usize),
+    Scalar(u16, ScalarType, Value, Option<Value>),
+}
+
+fn encode_table(
+    s: &Schema,
+    ti: usize,
+    j: &Json,
+    b: &mut Builder,
+    path: &str,
+) -> Result<Offset, EncodeError> {
+    let table = &s.tables[ti];
+    let obj = j.as_object().ok_or_else(|| {
+        eerr(
+            path,
+            format!("expected an object for table {}, found {j}", table.name),
+        )
+    })?;
+    for k in obj.keys() {
+        let known = table.field(k).is_some()
+            || k.strip_suffix("_type").is_some_and(|base| {
+                table
+                    .field(base)
+                    .is_some_and(|f| matches!(f.ty, FieldType::Union(_)))
+            });
+        if !known {
+            return Err(eerr(
+                &join(path, k),
+                format!("table {} has no such field", table.name),
+            ));
+        }
+    }
+    let mut pending = Vec::new();
+    for f in &table.fields {
+        let p = join(path, &f.name);
+        let Some(fj) = obj.get(&f.name) else { continue };
+        if fj.is_null() {
+            continue;
+        }
+        match &f.ty {
+            FieldType::Scalar(_) | FieldType::Enum(_) => {
+                let (st, v) = json_scalar(s, &f.ty, fj, &p)?;
+                let default = (!f.optional).then(|| f.default.clone());
+                pending.push(Pending::Scalar(f.id, st, v, default));
+            }
+            FieldType::String => {
+                let x = fj
+                    .as_str()
+                    .ok_or_else(|| eerr(&p, format!("expected a string, found {fj}")))?;
+                pending.push(Pending::Offset(f.id, b.create_string(x)));
+            }
+            FieldType::Struct(si) => {
+                pending.push(Pending::Struct(
+                    f.id,
+                    struct_bytes(s, *si, fj, &p)?,
+                    s.structs[*si].align,
+                ));
+            }
+            FieldType::Table(sub) => {
+                let o = encode_table(s, *sub, fj, b, &p)?;
+                pending.push(Pending::Offset(f.id, o));
+            }
+            FieldType::Union(u) => {
+                let un = &s.unions[*u];
+                let tj = obj
+                    .get(&format!("{}_type", f.name))
+                    .and_then(Json::as_str)
+                    .ok_or_else(|| {
+                        eerr(
+                            &p,
+                            format!("expected {}_type naming a member of {}", f.name, un.name),
+                        )
+                    })?;
+                let m = un.members.iter().find(|m| m.name == tj).ok_or_else(|| {
+                    eerr(
+                        &p,
+                        format!("expected a member of union {}, found {tj:?}", un.name),
+                    )
+                })?;
+                let o = encode_table(s, m.table, fj, b, &p)?;
+                pending.push(Pending::Scalar(
+                    f.id.saturating_sub(1),
+                    ScalarType::U8,
+                    Value::Int(m.tag as i64),
+                    None,
+                ));
+                pending.push(Pending::Offset(f.id, o));
+            }
+            FieldType::Vector(inner) => {
+                let arr = fj
+                    .as_array()
+                    .ok_or_else(|| eerr(&p, format!("expected an array, found {fj}")))?;
+                let o = match &**inner {
+                    FieldType::String => {
+                        let mut offs = Vec::with_capacity(arr.len());
+                        for (i, e) in arr.iter().enumerate() {
+                            let x = e
+                                .as_str()
+                                .ok_or_else(|| eerr(&format!("{p}[{i}]"), "expected a string"))?;
+                            offs.push(b.create_string(x));
+                        }
+                        b.create_offset_vector(&offs)
+                    }
+                    FieldType::Table(sub) => {
+                        let mut offs = Vec::with_capacity(arr.len());
+                        for (i, e) in arr.iter().enumerate() {
+                            offs.push(encode_table(s, *sub, e, b, &format!("{p}[{i}]"))?);
+                        }
+                        b.create_offset_vector(&offs)
+                    }
+                    FieldType::Struct(si) => {
+                        let sd = &s.structs[*si];
+                        let mut bytes = Vec::with_capacity(arr.len() * sd.size);
+                        for (i, e) in arr.iter().enumerate() {
+                            bytes.extend(struct_bytes(s, *si, e, &format!("{p}[{i}]"))?);
+                        }
+                        b.create_struct_vector(&bytes, sd.size, sd.align)
+                    }
+                    ty => {
+                        let mut vals = Vec::with_capacity(arr.len());
+                        let mut st = ScalarType::U8;
+                        for (i, e) in arr.iter().enumerate() {
+                            let (t, v) = json_scalar(s, ty, e, &format!("{p}[{i}]"))?;
+                            st = t;
+                            vals.push(v);
+                        }
+                        let st = match ty {
+                            FieldType::Scalar(t) => *t,
+                            FieldType::Enum(e) => s.enums[*e].underlying,
+                            _ => st,
+                        };
+                        let mut bytes = vec![0u8; vals.len() * st.size()];
+                        for (i, v) in vals.iter().enumerate() {
+                            write_scalar_bytes(&mut bytes, i * st.size(), st, v);
+                        }
+                        b.create_struct_vector(&bytes, st.size(), st.size())
+                    }
+                };
+                pending.push(Pending::Offset(f.id, o));
+            }
+        }
+    }
+    b.start_table();
+    // largest inline values first keeps padding small (flatc does the same)
+    pending.sort_by_key(|p| {
+        std::cmp::Reverse(match p {
+            Pending::Scalar(_, st, _, _) => st.size(),
+            Pending::Struct(_, bytes, _) => bytes.len().max(8),
+            Pending::Offset(..) => 4,
+        })
+    });
+    for p in pending {
+        match p {
+            Pending::Offset(slot, o) => b.add_offset(slot, o),
+            Pending::Struct(slot, bytes, align) => b.add_struct(slot, &bytes, align),
+            Pending::Scalar(slot, st, v, d) => add_scalar(b, slot, st, &v, d.as_ref()),
+        }
+    }
+    Ok(b.end_table())
+}

@@ -1,0 +1,569 @@
+//! Safe, bounds-checked FlatBuffers reading and writing.
+//!
+//! This is the byte layer under the dynamic reader/builder and under generated code.
+//! It is written in safe Rust and checks every offset and length it follows, so any
+//! input — truncated, hostile, or from a newer schema — yields either data or a
+//! [`DecodeError`], never a panic or undefined behaviour. The format is exactly the
+//! one `flatc` and the `flatbuffers` crate read and write:
+//!
+//! * a buffer starts with a `u32` offset to the root table (optionally followed by a
+//!   4-byte file identifier);
+//! * a table starts with an `i32` `soffset`; `table_pos - soffset` is its vtable;
+//! * a vtable is `u16`s: vtable size, table inline size, then one entry per field
+//!   slot — the field's byte offset inside the table, `0` when absent;
+//! * strings and vectors are a `u32` length followed by the data (strings also by a
+//!   NUL byte); references to them and to sub-tables are forward `u32` offsets
+//!   relative to where the offset is stored.
+//!
+//! [`Builder`] writes back to front like `flatbuffers::FlatBufferBuilder`: children
+//! first, then the table that points at them, with the same alignment rules, so
+//! buffers it makes verify with the `flatbuffers` crate's verifier and read with
+//! `flatc`-generated code in any language.
+
+use std::borrow::Cow;
+
+use crate::record::DecodeError;
+
+/// Deepest table nesting the reader follows (guards the stack on hostile input).
+pub const MAX_DEPTH: usize = 64;
+
+/// A scalar that can be read from and written to little-endian bytes.
+pub trait WireScalar: Copy + PartialEq + 'static {
+    /// Size in bytes (also the alignment).
+    const SIZE: usize;
+    /// Reads from exactly `SIZE` bytes.
+    fn from_le(b: &[u8]) -> Self;
+    /// Writes exactly `SIZE` bytes.
+    fn to_le(self, out: &mut [u8]);
+}
+
+macro_rules! wire_scalar {
+    ($($t:ty),*) => {$(
+        impl WireScalar for $t {
+            const SIZE: usize = std::mem::size_of::<$t>();
+            #[inline]
+            fn from_le(b: &[u8]) -> Self {
+                let mut a = [0u8; std::mem::size_of::<$t>()];
+                a.copy_from_slice(&b[..Self::SIZE]);
+                <$t>::from_le_bytes(a)
+            }
+            #[inline]
+            fn to_le(self, out: &mut [u8]) {
+                out[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
+            }
+        }
+    )*};
+}
+wire_scalar!(i8, u8, i16, u16, i32, u32, i64, u64, f32, f64);
+
+impl WireScalar for bool {
+    const SIZE: usize = 1;
+    #[inline]
+    fn from_le(b: &[u8]) -> Self {
+        b[0] != 0
+    }
+    #[inline]
+    fn to_le(self, out: &mut [u8]) {
+        out[0] = self as u8;
+    }
+}
+
+/// Reads a `T` at `off`, bounds-checked.
+#[inline]
+pub fn read<T: WireScalar>(buf: &[u8], off: usize, what: &'static str) -> Result<T, DecodeError> {
+    match off.checked_add(T::SIZE).and_then(|end| buf.get(off..end)) {
+        Some(b) => Ok(T::from_le(b)),
+        None => Err(DecodeError::OutOfBounds {
+            what,
+            offset: off,
+            len: buf.len(),
+        }),
+    }
+}
+
+/// Reads a `T` at `off` inside struct bytes (generated struct decoding).
+#[inline]
+pub fn read_struct_field<T: WireScalar>(bytes: &[u8], off: usize) -> Result<T, DecodeError> {
+    read(bytes, off, "struct field")
+}
+
+/// Follows the `u32` offset stored at `at`.
+#[inline]
+fn deref(buf: &[u8], at: usize, what: &'static str) -> Result<usize, DecodeError> {
+    let off = read::<u32>(buf, at, what)? as usize;
+    match at.checked_add(off) {
+        Some(p) if p < buf.len() => Ok(p),
+        _ => Err(DecodeError::OutOfBounds {
+            what,
+            offset: at,
+            len: buf.len(),
+        }),
+    }
+}
+
+fn read_str(buf: &[u8], p: usize) -> Result<&str, DecodeError> {
+    let bytes = read_blob(buf, p, 1, "string")?;
+    std::str::from_utf8(bytes).map_err(|e| DecodeError::Invalid {
+        what: "string",
+        offset: p,
+        reason: Cow::Owned(format!("not UTF-8: {e}")),
+    })
+}
+
+/// The element bytes of a vector at `p` (`len * elem_size` bytes after the length).
+fn read_blob<'a>(
+    buf: &'a [u8],
+    p: usize,
+    elem_size: usize,
+    what: &'static str,
+) -> Result<&'a [u8], DecodeError> {
+    let len = read::<u32>(buf, p, what)? as usize;
+    let start = p + 4;
+    len.checked_mul(elem_size)
+        .and_then(|n| start.checked_add(n))
+        .and_then(|end| buf.get(start..end))
+        .ok_or(DecodeError::OutOfBounds {
+            what,
+            offset: p,
+            len: buf.len(),
+        })
+}
+
+/// A verified view of one table inside a buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct TableRef<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    vt: usize,
+    vt_len: usize,
+    size: usize,
+    depth: usize,
+}
+
+impl<'a> TableRef<'a> {
+    /// The root table of a finished buffer.
+    pub fn root(buf: &'a [u8]) -> Result<Self, DecodeError> {
+        let pos = deref(buf, 0, "root offset")?;
+        Self::at(buf, pos, 0)
+    }
+
+    /// The table at byte `pos`, checking its vtable and inline size.
+    pub fn at(buf: &'a [u8], pos: usize, depth: usize) -> Result<Self, DecodeError> {
+        if depth > MAX_DEPTH {
+            return Err(DecodeError::TooDeep(MAX_DEPTH));
+        }
+        let soff = read::<i32>(buf, pos, "table")? as i64;
+        let vt = pos as i64 - soff;
+        if vt < 0 || vt as usize >= buf.len() {
+            return Err(DecodeError::OutOfBounds {
+                what: "vtable",
+                offset: pos,
+                len: buf.len(),
+            });
+        }
+        let vt = vt as usize;
+        let vt_len = read::<u16>(buf, vt, "vtable")? as usize;
+        let size = read::<u16>(buf, vt + 2, "vtable")? as usize;
+        if vt_len < 4 || vt_len % 2 != 0 || vt + vt_len > buf.len() {
+            return Err(DecodeError::Invalid {
+                what: "vtable",
+                offset: vt,
+                reason: Cow::Owned(format!("bad vtable size {vt_len}")),
+            });
+        }
+        if size < 4 || pos + size > buf.len() {
+            return Err(DecodeError::Invalid {
+                what: "table",
+                offset: pos,
+                reason: Cow::Owned(format!("bad table size {size}")),
+            });
+        }
+        Ok(TableRef {
+            buf,
+            pos,
+            vt,
+            vt_len,
+            size,
+            depth,
+        })
+    }
+
+    /// The whole buffer.
+    pub fn buf(&self) -> &'a [u8] {
+        self.buf
+    }
+
+    /// Byte position of the table.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Nesting depth (root = 0).
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Absolute position of the field in `slot` with `size` inline bytes, if present.
+    #[inline]
+    pub fn field_pos(&self, slot: u16, size: usize) -> Result<Option<usize>, DecodeError> {
+        let entry = 4 + 2 * slot as usize;
+        if entry + 2 > self.vt_len {
+            return Ok(None);
+        }
+        let off = read::<u16>(self.buf, self.vt + entry, "vtable entry")? as usize;
+        if off == 0 {
+            return Ok(None);
+        }
+        if off < 4 || off + size > self.size {
+            return Err(DecodeError::Invalid {
+                what: "field",
+                offset: self.pos,
+                reason: Cow::Owned(format!(
+                    "slot {slot} at offset {off} overruns the table ({} bytes)",
+                    self.size
+                )),
+            });
+        }
+        Ok(Some(self.pos + off))
+    }
+
+    /// A scalar field, or `default` when absent.
+    #[inline]
+    pub fn get<T: WireScalar>(&self, slot: u16, default: T) -> Result<T, DecodeError> {
+        Ok(self.get_opt(slot)?.unwrap_or(default))
+    }
+
+    /// An optional scalar field (`None` when absent).
+    #[inline]
+    pub fn get_opt<T: WireScalar>(&self, slot: u16) -> Result<Option<T>, DecodeError> {
+        match self.field_pos(slot, T::SIZE)? {
+            Some(p) => read(self.buf, p, "scalar").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Where an offset field points, if present.
+    #[inline]
+    pub fn offset_target(&self, slot: u16) -> Result<Option<usize>, DecodeError> {
+        match self.field_pos(slot, 4)? {
+            Some(p) => deref(self.buf, p, "offset").map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A string field.
+    pub fn str(&self, slot: u16) -> Result<Option<&'a str>, DecodeError> {
+        match self.offset_target(slot)? {
+            Some(p) => read_str(self.buf, p).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A sub-table field.
+    pub fn table(&self, slot: u16) -> Result<Option<TableRef<'a>>, DecodeError> {
+        match self.offset_target(slot)? {
+            Some(p) => TableRef::at(self.buf, p, self.depth + 1).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A struct field's inline bytes.
+    pub fn struct_bytes(&self, slot: u16, size: usize) -> Result<Option<&'a [u8]>, DecodeError> {
+        match self.field_pos(slot, size)? {
+            Some(p) => Ok(self.buf.get(p..p + size)),
+            None => Ok(None),
+        }
+    }
+
+    /// A vector field whose elements are `elem_size` bytes inline (4 for offsets).
+    pub fn vector(
+        &self,
+        slot: u16,
+        elem_size: usize,
+    ) -> Result<Option<VectorRef<'a>>, DecodeError> {
+        match self.offset_target(slot)? {
+            Some(p) => {
+                let data = read_blob(self.buf, p, elem_size, "vector")?;
+                Ok(Some(VectorRef {
+                    buf: self.buf,
+                    start: p + 4,
+                    len: data.len() / elem_size.max(1),
+                    elem_size,
+                    depth: self.depth,
+                }))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// A bounds-checked view of a vector.
+#[derive(Debug, Clone, Copy)]
+pub struct VectorRef<'a> {
+    buf: &'a [u8],
+    start: usize,
+    len: usize,
+    elem_size: usize,
+    depth: usize,
+}
+
+impl<'a> VectorRef<'a> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// `true` when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The raw element bytes (`len * elem_size`).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.buf
+            .get(self.start..self.start + self.len * self.elem_size)
+            .unwrap_or(&[])
+    }
+
+    fn elem(&self, i: usize) -> Result<usize, DecodeError> {
+        if i >= self.len {
+            return Err(DecodeError::OutOfBounds {
+                what: "vector element",
+                offset: self.start,
+                len: self.buf.len(),
+            });
+        }
+        Ok(self.start + i * self.elem_size)
+    }
+
+    /// Scalar element `i`.
+    pub fn scalar<T: WireScalar>(&self, i: usize) -> Result<T, DecodeError> {
+        read(self.buf, self.elem(i)?, "vector element")
+    }
+
+    /// String element `i`.
+    pub fn str(&self, i: usize) -> Result<&'a str, DecodeError> {
+        let p = deref(self.buf, self.elem(i)?, "vector element")?;
+        read_str(self.buf, p)
+    }
+
+    /// Table element `i`.
+    pub fn table(&self, i: usize) -> Result<TableRef<'a>, DecodeError> {
+        let p = deref(self.buf, self.elem(i)?, "vector element")?;
+        TableRef::at(self.buf, p, self.depth + 1)
+    }
+
+    /// Struct element `i` (its inline bytes).
+    pub fn struct_bytes(&self, i: usize) -> Result<&'a [u8], DecodeError> {
+        let p = self.elem(i)?;
+        self.buf
+            .get(p..p + self.elem_size)
+            .ok_or(DecodeError::OutOfBounds {
+                what: "struct",
+                offset: p,
+                len: self.buf.len(),
+            })
+    }
+}
+
+/// An offset to something already written into a [`Builder`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Offset(usize);
+
+/// Writes FlatBuffers back to front (children before parents), like
+/// `flatbuffers::FlatBufferBuilder`, in safe code.
+///
+/// ```
+/// use keel_schema::wire::{Builder, TableRef};
+/// let mut b = Builder::new();
+/// let name = b.create_string("Ada");
+/// b.start_table();
+/// b.add_offset(0, name);
+/// b.add_scalar::<i32>(1, 36, 0);
+/// let root = b.end_table();
+/// let bytes = b.finish(root, None);
+/// let t = TableRef::root(&bytes).unwrap();
+/// assert_eq!(t.str(0).unwrap(), Some("Ada"));
+/// assert_eq!(t.get::<i32>(1, 0).unwrap(), 36);
+/// ```
+#[derive(Debug, Default)]
+pub struct Builder {
+    buf: Vec<u8>,
+    head: usize,
+    min_align: usize,
+    fields: Vec<(u16, usize)>,
+    table_start: usize,
+}
+
+impl Builder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Builder {
+            buf: Vec::new(),
+            head: 0,
+            min_align: 1,
+            fields: Vec::new(),
+            table_start: 0,
+        }
+    }
+
+    fn used(&self) -> usize {
+        self.buf.len() - self.head
+    }
+
+    fn ensure(&mut self, n: usize) {
+        if self.head >= n {
+            return;
+        }
+        let old_len = self.buf.len();
+        let new_len = (old_len * 2).max(old_len + n).max(64);
+        let mut nb = vec![0u8; new_len];
+        nb[new_len - self.used()..].copy_from_slice(&self.buf[self.head..]);
+        self.head += new_len - old_len;
+        self.buf = nb;
+    }
+
+    fn pad(&mut self, n: usize) {
+        self.ensure(n);
+        for _ in 0..n {
+            self.head -= 1;
+            self.buf[self.head] = 0;
+        }
+    }
+
+    /// Pads so that after writing `len` more bytes, the data is `align`-aligned.
+    fn align(&mut self, len: usize, align: usize) {
+        self.min_align = self.min_align.max(align);
+        let pad = (align - (self.used() + len) % align) % align;
+        self.pad(pad);
+    }
+
+    fn push_bytes(&mut self, bytes: &[u8]) {
+        self.ensure(bytes.len());
+        self.head -= bytes.len();
+        self.buf[self.head..self.head + bytes.len()].copy_from_slice(bytes);
+    }
+
+    fn push_scalar<T: WireScalar>(&mut self, v: T) {
+        self.align(T::SIZE, T::SIZE);
+        self.ensure(T::SIZE);
+        self.head -= T::SIZE;
+        v.to_le(&mut self.buf[self.head..self.head + T::SIZE]);
+    }
+
+    fn push_offset(&mut self, target: Offset) {
+        self.align(4, 4);
+        let rel = self.used() + 4 - target.0;
+        self.push_scalar::<u32>(rel as u32);
+    }
+
+    /// Writes a string; returns its offset.
+    pub fn create_string(&mut self, s: &str) -> Offset {
+        self.align(s.len() + 1, 4);
+        self.push_bytes(&[0]);
+        self.push_bytes(s.as_bytes());
+        self.push_scalar::<u32>(s.len() as u32);
+        Offset(self.used())
+    }
+
+    /// Writes a vector of scalars.
+    pub fn create_scalar_vector<T: WireScalar>(&mut self, items: &[T]) -> Offset {
+        self.align(items.len() * T::SIZE, T::SIZE.max(4));
+        for v in items.iter().rev() {
+            self.push_scalar(*v);
+        }
+        self.push_scalar::<u32>(items.len() as u32);
+        Offset(self.used())
+    }
+
+    /// Writes a vector of offsets (strings or tables written before).
+    pub fn create_offset_vector(&mut self, items: &[Offset]) -> Offset {
+        self.align(items.len() * 4, 4);
+        for v in items.iter().rev() {
+            self.push_offset(*v);
+        }
+        self.push_scalar::<u32>(items.len() as u32);
+        Offset(self.used())
+    }
+
+    /// Writes a vector of structs given as concatenated struct bytes (`size` each).
+    pub fn create_struct_vector(&mut self, bytes: &[u8], size: usize, align: usize) -> Offset {
+        let n = bytes.len().checked_div(size).unwrap_or(0);
+        self.align(n * size, align.max(4));
+        self.push_bytes(&bytes[..n * size]);
+        self.push_scalar::<u32>(n as u32);
+        Offset(self.used())
+    }
+
+    /// Starts a table. Write children (strings, vectors, tables) *before* this.
+    pub fn start_table(&mut self) {
+        self.fields.clear();
+        self.table_start = self.used();
+    }
+
+    /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
+    pub fn add_scalar<T: WireScalar>(&mut self, slot: u16, v: T, default: T) {
+        if v != default {
+            self.add_scalar_always(slot, v);
+        }
+    }
+
+    /// Adds a scalar field even if it equals the default (optional scalars).
+    pub fn add_scalar_always<T: WireScalar>(&mut self, slot: u16, v: T) {
+        self.push_scalar(v);
+        self.fields.push((slot, self.used()));
+    }
+
+    /// Adds an offset field (string, vector, table).
+    pub fn add_offset(&mut self, slot: u16, target: Offset) {
+        self.push_offset(target);
+        self.fields.push((slot, self.used()));
+    }
+
+    /// Adds a struct field from its inline bytes.
+    pub fn add_struct(&mut self, slot: u16, bytes: &[u8], align: usize) {
+        self.align(bytes.len(), align);
+        self.push_bytes(bytes);
+        self.fields.push((slot, self.used()));
+    }
+
+    /// Ends the table: writes its vtable; returns the table's offset.
+    pub fn end_table(&mut self) -> Offset {
+        self.push_scalar::<i32>(0);
+        let obj = self.used();
+        let slots = self
+            .fields
+            .iter()
+            .map(|(s, _)| *s as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut vt = vec![0u16; 2 + slots];
+        vt[0] = (4 + 2 * slots) as u16;
+        vt[1] = (obj - self.table_start) as u16;
+        for (slot, at) in &self.fields {
+            vt[2 + *slot as usize] = (obj - at) as u16;
+        }
+        for v in vt.iter().rev() {
+            self.push_scalar::<u16>(*v);
+        }
+        let vt_used = self.used();
+        let soff = (vt_used - obj) as i32;
+        let idx = self.buf.len() - obj;
+        WireScalar::to_le(soff, &mut self.buf[idx..idx + 4]);
+        self.fields.clear();
+        Offset(obj)
+    }
+
+    /// Finishes the buffer with `root` as root table and returns the bytes.
+    pub fn finish(mut self, root: Offset, file_identifier: Option<&str>) -> Vec<u8> {
+        let ident = file_identifier.map(str::as_bytes).filter(|b| b.len() == 4);
+        let extra = if ident.is_some() { 4 } else { 0 };
+        let align = self.min_align.max(4);
+        self.align(4 + extra, align);
+        if let Some(id) = ident {
+            self.push_bytes(id);
+        }
+        self.push_offset(root);
+        self.buf.split_off(self.head)
+    }
+}
