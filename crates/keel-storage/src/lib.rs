@@ -1,1 +1,76 @@
-//! keel storage kernel (being written).
+//! # keel-storage
+//!
+//! keel's storage kernel: the whole life of one SQLite file.
+//!
+//! * **Open never blocks the caller.** [`Store::open_async`] returns a future at once;
+//!   the pipeline (prepare → sync_wal → recover → checkpoint → schema → ready) runs on
+//!   a keel-owned thread, reports [`OpenProgress`] and leaves an [`OpenReport`].
+//! * **Every sync is a policy.** A VFS shim over SQLite's `unix` VFS routes each
+//!   `xSync` through [`SyncPolicies`] (commit / checkpoint / open barrier) and counts
+//!   I/O per file kind ([`IoStats`]).
+//! * **Group commit.** [`Store::write`] closures queue to one writer thread which
+//!   runs many in one transaction, each in its own SAVEPOINT.
+//! * **Small WAL.** A background checkpointer runs PASSIVE checkpoints over a
+//!   threshold (default 4 MiB) or when idle; [`Store::on_background`] truncates.
+//!
+//! ## Default durability
+//!
+//! The default is [`SyncPolicy::Full`] for commits, checkpoints and the open barrier:
+//! a committed write survives an app crash, an OS crash and a power loss (on Apple
+//! that means `F_FULLFSYNC`, which plain `fsync` does not give). It costs one WAL sync
+//! per *group* of commits, and the open barrier no longer freezes the UI because it
+//! runs off the caller's thread. See `docs/durability.md` for each policy.
+//!
+//! ```
+//! use keel_storage::{Error, Store, StoreOptions};
+//! # let dir = tempfile::tempdir().unwrap();
+//! let store = futures::executor::block_on(Store::open_async(
+//!     dir.path().join("app.db"),
+//!     StoreOptions::default(),
+//! ))?;
+//! futures::executor::block_on(store.write(|t| {
+//!     t.execute_batch("CREATE TABLE kv(k TEXT PRIMARY KEY, v BLOB)")?;
+//!     t.execute("INSERT INTO kv VALUES ('greeting', 'hello')", [])?;
+//!     Ok::<_, Error>(())
+//! }))?;
+//! let v: String = store.read(|c| {
+//!     c.query_row("SELECT v FROM kv WHERE k = 'greeting'", [], |r| r.get(0)).map_err(Error::from)
+//! })?;
+//! assert_eq!(v, "hello");
+//! println!("{}", store.open_report());
+//! store.close()?;
+//! # Ok::<(), Error>(())
+//! ```
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+mod checkpointer;
+mod conn;
+mod error;
+mod oneshot;
+mod open;
+mod options;
+mod policy;
+mod readers;
+mod report;
+mod stats;
+mod store;
+#[allow(unsafe_code)]
+mod vfs;
+mod writer;
+
+pub use checkpointer::{CheckpointMode, CheckpointOutcome};
+pub use error::{Error, Result};
+pub use options::{
+    ConnectionInit, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook, StoreOptions,
+};
+pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, SyncReason};
+pub use report::{OpenReport, PhaseReport};
+pub use stats::{FileStats, IoStats};
+pub use store::{OpenFuture, Store};
+pub use writer::{WriteFuture, WriteTxn};
+
+/// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).
+pub use rusqlite;
+#[cfg(test)]
+mod tests;

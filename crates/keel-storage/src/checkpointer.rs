@@ -1,0 +1,207 @@
+//! The background checkpointer: PASSIVE over a threshold or when idle, TRUNCATE on
+//! request (with a bounded wait), a last TRUNCATE at close.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::conn::KConn;
+use crate::error::{Error, PathScope, Result};
+use crate::oneshot;
+use crate::policy::{ReasonScope, SyncReason};
+
+/// Checkpoint modes (see SQLite's `wal_checkpoint`).
+///
+/// ```
+/// use keel_storage::CheckpointMode;
+/// assert_eq!(CheckpointMode::Truncate.sql(), "TRUNCATE");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum CheckpointMode {
+    /// Copy what can be copied without waiting for anyone.
+    Passive,
+    /// Wait (bounded by `StoreOptions::truncate_timeout`) for readers and the writer,
+    /// copy everything, then truncate the WAL to zero bytes.
+    Truncate,
+}
+
+impl CheckpointMode {
+    /// The SQL keyword.
+    pub fn sql(self) -> &'static str {
+        match self {
+            CheckpointMode::Passive => "PASSIVE",
+            CheckpointMode::Truncate => "TRUNCATE",
+        }
+    }
+}
+
+/// The result of a checkpoint.
+///
+/// ```
+/// # use keel_storage::{Store, StoreOptions, CheckpointMode};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("c.db"), StoreOptions::default())?;
+/// let out = store.checkpoint(CheckpointMode::Truncate)?;
+/// assert!(!out.busy);
+/// assert_eq!(out.wal_bytes_after, 0);
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckpointOutcome {
+    /// The mode that ran.
+    pub mode: CheckpointMode,
+    /// True if it could not complete (readers or the writer were in the way past the
+    /// bounded wait).
+    pub busy: bool,
+    /// Frames in the WAL.
+    pub wal_frames: i64,
+    /// Frames copied back into the database (in total, this WAL generation).
+    pub checkpointed_frames: i64,
+    /// Wall time.
+    pub duration: Duration,
+    /// Size of the `-wal` file afterwards.
+    pub wal_bytes_after: u64,
+}
+
+pub(crate) enum CkptMsg {
+    Committed,
+    Run {
+        mode: CheckpointMode,
+        reply: oneshot::Sender<Result<CheckpointOutcome>>,
+    },
+    Shutdown,
+}
+
+pub(crate) struct CkptCtx {
+    pub(crate) path: PathBuf,
+    pub(crate) wal_path: PathBuf,
+    pub(crate) wal_frames: Arc<AtomicU64>,
+    pub(crate) page_size: u64,
+    pub(crate) threshold_bytes: u64,
+    pub(crate) idle: Duration,
+    pub(crate) truncate_timeout: Duration,
+}
+
+pub(crate) fn run_checkpoint(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    wal_path: &Path,
+    mode: CheckpointMode,
+    truncate_timeout: Duration,
+) -> Result<CheckpointOutcome> {
+    let _reason = ReasonScope::enter(SyncReason::Checkpoint);
+    let span = tracing::debug_span!("keel.checkpoint", mode = mode.sql());
+    let _e = span.enter();
+    let start = Instant::now();
+    if mode == CheckpointMode::Truncate {
+        conn.busy_timeout(truncate_timeout)
+            .map_err(|e| Error::sqlite("set checkpoint busy timeout", path, e))?;
+    }
+    let sql = format!("PRAGMA wal_checkpoint({})", mode.sql());
+    let row = conn.query_row(&sql, [], |r| {
+        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+    });
+    let (busy, log, done) = match row {
+        Ok(v) => v,
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => (1, -1, -1),
+        Err(e) => return Err(Error::sqlite("wal checkpoint", path, e)),
+    };
+    let wal_bytes_after = std::fs::metadata(wal_path).map(|m| m.len()).unwrap_or(0);
+    let out = CheckpointOutcome {
+        mode,
+        busy: busy != 0,
+        wal_frames: log,
+        checkpointed_frames: done,
+        duration: start.elapsed(),
+        wal_bytes_after,
+    };
+    tracing::debug!(
+        busy = out.busy,
+        frames = log,
+        checkpointed = done,
+        ms = out.duration.as_secs_f64() * 1e3,
+        "checkpoint"
+    );
+    Ok(out)
+}
+
+pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx) {
+    let _path = PathScope::enter(&ctx.path);
+    let _reason = ReasonScope::enter(SyncReason::Checkpoint);
+    let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
+    let mut dirty = false;
+    let mut last_auto: Option<Instant> = None;
+    let passive = |conn: &rusqlite::Connection| {
+        match run_checkpoint(
+            conn,
+            &ctx.path,
+            &ctx.wal_path,
+            CheckpointMode::Passive,
+            ctx.truncate_timeout,
+        ) {
+            Ok(o) => !o.busy && o.wal_frames == o.checkpointed_frames,
+            Err(e) => {
+                tracing::warn!(error = %e, "background checkpoint failed");
+                false
+            }
+        }
+    };
+    loop {
+        let msg = if dirty {
+            match rx.recv_timeout(ctx.idle) {
+                Ok(m) => Some(m),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+        } else {
+            match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => break,
+            }
+        };
+        match msg {
+            None => {
+                // Idle: nothing committed for `idle`.
+                tracing::debug!("idle checkpoint");
+                if passive(&conn.conn) {
+                    dirty = false;
+                }
+            }
+            Some(CkptMsg::Committed) => {
+                dirty = true;
+                let frames = ctx.wal_frames.load(Ordering::Relaxed);
+                let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
+                if frames >= threshold_frames && due {
+                    tracing::debug!(frames, "WAL over threshold: passive checkpoint");
+                    last_auto = Some(Instant::now());
+                    if passive(&conn.conn) {
+                        dirty = false;
+                    }
+                }
+            }
+            Some(CkptMsg::Run { mode, reply }) => {
+                let r = run_checkpoint(&conn.conn, &ctx.path, &ctx.wal_path, mode, ctx.truncate_timeout);
+                if matches!(&r, Ok(o) if !o.busy) {
+                    dirty = false;
+                }
+                let _ = reply.send(r);
+            }
+            Some(CkptMsg::Shutdown) => break,
+        }
+    }
+    if let Err(e) = run_checkpoint(
+        &conn.conn,
+        &ctx.path,
+        &ctx.wal_path,
+        CheckpointMode::Truncate,
+        ctx.truncate_timeout,
+    ) {
+        tracing::warn!(error = %e, "final checkpoint failed");
+    }
+    // Dropping the last connection lets SQLite checkpoint and remove the WAL; syncs
+    // there are attributed to `Checkpoint` (the reason scope is still active).
+    drop(conn);
+}

@@ -1,0 +1,301 @@
+//! The storage kernel's error type.
+
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::policy::{FileKind, SyncReason};
+
+/// Result alias used throughout `keel-storage`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the storage kernel.
+///
+/// Every variant names the operation that was being done (`op`) and the file it was
+/// done to (`path`). `Error` is `Clone` (sources are behind `Arc`) so that one failed
+/// group commit can be reported to every closure of the group.
+///
+/// ```
+/// use keel_storage::{Error, Store, StoreOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let path = dir.path().join("junk.db");
+/// std::fs::write(&path, vec![0x5a_u8; 8192]).unwrap();
+/// match Store::open(&path, StoreOptions::default()) {
+///     Err(Error::NotADatabase { path: p, .. }) => assert_eq!(p, path),
+///     other => panic!("expected NotADatabase, got {other:?}"),
+/// }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The file exists but is not an SQLite database (bad header, foreign format).
+    #[error("{op}: {} is not a database", path.display())]
+    NotADatabase {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file is an SQLite database but is damaged (truncated, malformed pages).
+    #[error("{op}: {} is corrupt: {detail}", path.display())]
+    Corrupt {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// Another connection or process holds a lock keel needed and did not release
+    /// it within the busy timeout.
+    #[error("{op}: {} is locked by another connection or process", path.display())]
+    Locked {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file (or its directory) cannot be read or opened: permissions, a directory
+    /// in the way, a missing parent that cannot be created.
+    #[error("{op}: cannot read {}: {source}", path.display())]
+    Unreadable {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// Any other OS-level I/O failure.
+    #[error("{op}: I/O error on {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// An SQLite call failed.
+    #[error("{op}: SQLite error on {}: {source}", path.display())]
+    Sqlite {
+        /// What was being done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The SQLite error.
+        #[source]
+        source: Arc<rusqlite::Error>,
+    },
+    /// A sync (fsync, F_FULLFSYNC, a custom hook) failed. Data written since the last
+    /// successful sync may not be durable; the transaction that asked for it failed.
+    #[error("{reason:?} sync of the {kind:?} file of {} failed: {source}", path.display())]
+    SyncFailed {
+        /// Which file kind was being synced.
+        kind: FileKind,
+        /// Why it was being synced.
+        reason: SyncReason,
+        /// The database file.
+        path: PathBuf,
+        /// The OS (or hook) error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    /// The store was closed (by [`Store::close`](crate::Store::close) or because
+    /// its threads stopped) before or while the operation ran.
+    #[error("{op}: store {} is closed", path.display())]
+    Closed {
+        /// What was being attempted.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The operation was cancelled, e.g. an [`OpenFuture`](crate::OpenFuture) was
+    /// dropped before open completed.
+    #[error("{op}: cancelled for {}", path.display())]
+    Cancelled {
+        /// What was cancelled.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A user closure (write closure, schema hook, on-commit callback) panicked.
+    /// keel caught the panic; the store keeps working.
+    #[error("{op}: a closure panicked on {}: {message}", path.display())]
+    Panicked {
+        /// What was running.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// The panic payload, if it was a string.
+        message: String,
+    },
+    /// The schema hook (the layer above) rejected the database.
+    #[error("schema: {}: {message}", path.display())]
+    Schema {
+        /// The database file.
+        path: PathBuf,
+        /// The hook's message.
+        message: String,
+    },
+}
+
+impl Error {
+    /// The file this error is about.
+    ///
+    /// ```
+    /// # use keel_storage::Error;
+    /// let e = Error::Closed { op: "write", path: "/tmp/a.db".into() };
+    /// assert_eq!(e.path(), std::path::Path::new("/tmp/a.db"));
+    /// ```
+    pub fn path(&self) -> &Path {
+        match self {
+            Error::NotADatabase { path, .. }
+            | Error::Corrupt { path, .. }
+            | Error::Locked { path, .. }
+            | Error::Unreadable { path, .. }
+            | Error::Io { path, .. }
+            | Error::Sqlite { path, .. }
+            | Error::SyncFailed { path, .. }
+            | Error::Closed { path, .. }
+            | Error::Cancelled { path, .. }
+            | Error::Panicked { path, .. }
+            | Error::Schema { path, .. } => path,
+        }
+    }
+
+    /// True for the errors the `recover_corrupt` option acts on
+    /// ([`Error::NotADatabase`] and [`Error::Corrupt`]).
+    ///
+    /// ```
+    /// # use keel_storage::Error;
+    /// assert!(Error::NotADatabase { op: "open", path: "x".into() }.is_bad_file());
+    /// ```
+    pub fn is_bad_file(&self) -> bool {
+        matches!(self, Error::NotADatabase { .. } | Error::Corrupt { .. })
+    }
+
+    /// Classify an SQLite error into the typed variants.
+    pub(crate) fn sqlite(op: &'static str, path: &Path, e: rusqlite::Error) -> Error {
+        use rusqlite::ErrorCode as C;
+        let path = path.to_path_buf();
+        if let Some(code) = e.sqlite_error_code() {
+            match code {
+                C::NotADatabase => return Error::NotADatabase { op, path },
+                C::DatabaseCorrupt => {
+                    return Error::Corrupt {
+                        op,
+                        path,
+                        detail: e.to_string(),
+                    }
+                }
+                C::DatabaseBusy | C::DatabaseLocked => return Error::Locked { op, path },
+                C::CannotOpen | C::PermissionDenied => {
+                    return Error::Unreadable {
+                        op,
+                        path,
+                        source: Arc::new(std::io::Error::other(e.to_string())),
+                    }
+                }
+                C::SystemIoFailure => {
+                    if let Some((kind, reason, err)) = crate::vfs::take_last_sync_error() {
+                        return Error::SyncFailed {
+                            kind,
+                            reason,
+                            path,
+                            source: Arc::new(err),
+                        };
+                    }
+                }
+                _ => {}
+            }
+        }
+        Error::Sqlite {
+            op,
+            path,
+            source: Arc::new(e),
+        }
+    }
+
+    pub(crate) fn io(op: &'static str, path: &Path, e: std::io::Error) -> Error {
+        use std::io::ErrorKind as K;
+        let path = path.to_path_buf();
+        let unreadable = matches!(
+            e.kind(),
+            K::PermissionDenied | K::NotFound | K::IsADirectory | K::NotADirectory
+        ) || e.raw_os_error() == Some(libc::EISDIR);
+        if unreadable {
+            Error::Unreadable {
+                op,
+                path,
+                source: Arc::new(e),
+            }
+        } else {
+            Error::Io {
+                op,
+                path,
+                source: Arc::new(e),
+            }
+        }
+    }
+
+    pub(crate) fn closed(op: &'static str, path: &Path) -> Error {
+        Error::Closed {
+            op,
+            path: path.to_path_buf(),
+        }
+    }
+
+    pub(crate) fn panicked(
+        op: &'static str,
+        path: &Path,
+        payload: Box<dyn std::any::Any + Send>,
+    ) -> Error {
+        let message = if let Some(s) = payload.downcast_ref::<&str>() {
+            (*s).to_string()
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            s.clone()
+        } else {
+            "non-string panic payload".to_string()
+        };
+        Error::Panicked {
+            op,
+            path: path.to_path_buf(),
+            message,
+        }
+    }
+}
+
+thread_local! {
+    /// The database file keel's code on this thread is currently working on; lets
+    /// `From<rusqlite::Error>` (used by `?` in user closures) name the file.
+    static CURRENT_PATH: RefCell<Option<PathBuf>> = const { RefCell::new(None) };
+}
+
+/// Sets the thread's "current database file" for the lifetime of the guard.
+pub(crate) struct PathScope(Option<PathBuf>);
+
+impl PathScope {
+    pub(crate) fn enter(path: &Path) -> PathScope {
+        PathScope(CURRENT_PATH.with(|c| c.replace(Some(path.to_path_buf()))))
+    }
+}
+
+impl Drop for PathScope {
+    fn drop(&mut self) {
+        let prev = self.0.take();
+        CURRENT_PATH.with(|c| *c.borrow_mut() = prev);
+    }
+}
+
+/// `?` on a `rusqlite` call inside a keel closure: the error is classified
+/// (corrupt, locked, …) and names the store's file (known from the thread keel runs the
+/// closure on) with the operation `"statement"`.
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        let path = CURRENT_PATH.with(|c| c.borrow().clone()).unwrap_or_default();
+        Error::sqlite("statement", &path, e)
+    }
+}

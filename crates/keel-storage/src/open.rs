@@ -1,0 +1,561 @@
+//! The open pipeline: prepare → sync_wal → recover → checkpoint → schema → ready.
+
+use std::io::Read;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use crate::checkpointer::{checkpointer_main, run_checkpoint, CheckpointMode, CkptCtx};
+use crate::conn::{open_conn, KConn, Role};
+use crate::error::{Error, PathScope, Result};
+use crate::options::{OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
+use crate::policy::{FileKind, ReasonScope, SyncReason};
+use crate::readers::ReaderPool;
+use crate::report::{OpenReport, PhaseReport};
+use crate::stats::Counters;
+use crate::store::{Inner, Store};
+use crate::vfs::{sync_file, VfsRegistration, VfsShared};
+use crate::writer::{writer_main, WriterCtx};
+
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+pub(crate) fn wal_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push("-wal");
+    PathBuf::from(s)
+}
+
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Run the whole pipeline, with the opt-in move-aside retry.
+pub(crate) fn open_store(
+    path: &Path,
+    mut opts: StoreOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Store> {
+    let path = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map_err(|e| Error::io("resolve current directory", path, e))?
+            .join(path)
+    };
+    let _scope = PathScope::enter(&path);
+    let span = tracing::info_span!("keel.open", path = %path.display());
+    let _e = span.enter();
+    let mut hook = opts.schema_hook.take();
+    match open_once(&path, &opts, &mut hook, cancelled, None) {
+        Err(e) if e.is_bad_file() && opts.recover_corrupt => {
+            tracing::warn!(error = %e, "bad database file; moving it aside (recover_corrupt)");
+            let moved = move_aside(&path)?;
+            open_once(&path, &opts, &mut hook, cancelled, Some(moved))
+        }
+        r => r,
+    }
+}
+
+/// UTC `YYYYMMDDTHHMMSSZ` without a date crate.
+fn utc_stamp() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = i64::try_from(secs / 86_400).unwrap_or(0);
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Move `<db>`, `<db>-wal`, `<db>-shm`, `<db>-journal` to `<db>.corrupt-<stamp>[-n]…`
+/// (the side files keep their suffix so the moved copy can still be opened).
+fn move_aside(path: &Path) -> Result<PathBuf> {
+    let stamp = utc_stamp();
+    let mut n = 0u32;
+    let target = loop {
+        let base = if n == 0 {
+            sibling(path, &format!(".corrupt-{stamp}"))
+        } else {
+            sibling(path, &format!(".corrupt-{stamp}-{n}"))
+        };
+        if !base.exists() {
+            break base;
+        }
+        n += 1;
+    };
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let from = sibling(path, suffix);
+        if from.exists() {
+            let to = sibling(&target, suffix);
+            std::fs::rename(&from, &to).map_err(|e| Error::io("move bad file aside", &from, e))?;
+        }
+    }
+    std::fs::rename(path, &target).map_err(|e| Error::io("move bad file aside", path, e))?;
+    tracing::warn!(from = %path.display(), to = %target.display(), "moved bad database aside");
+    Ok(target)
+}
+
+struct Pipeline<'a> {
+    t0: Instant,
+    report: OpenReport,
+    counters: &'a Counters,
+    opts: &'a StoreOptions,
+    cancelled: &'a dyn Fn() -> bool,
+}
+
+impl Pipeline<'_> {
+    fn phase<T>(&mut self, p: OpenPhase, f: impl FnOnce(&mut String) -> Result<T>) -> Result<T> {
+        if (self.cancelled)() {
+            return Err(Error::Cancelled {
+                op: "open (future dropped)",
+                path: self.report.path.clone(),
+            });
+        }
+        if let Some(cb) = &self.opts.progress {
+            cb(OpenProgress {
+                phase: p,
+                fraction: p.index() as f32 / OpenPhase::ALL.len() as f32,
+                done: false,
+            });
+        }
+        let span = tracing::info_span!("keel.open.phase", phase = p.name());
+        let _e = span.enter();
+        let syncs = self.counters.total_syncs();
+        let start = Instant::now();
+        let mut note = String::new();
+        let r = f(&mut note);
+        let duration = start.elapsed();
+        let syncs = self.counters.total_syncs().saturating_sub(syncs);
+        tracing::info!(ms = duration.as_secs_f64() * 1e3, syncs, note = %note, "phase done");
+        self.report.phases.push(PhaseReport {
+            phase: p,
+            duration,
+            syncs,
+            note,
+        });
+        r
+    }
+}
+
+struct FileCheck {
+    created: bool,
+    wal_bytes: u64,
+}
+
+/// Header / size sanity checks on an existing file; creates a new one with mode 0600.
+fn check_file(path: &Path) -> Result<FileCheck> {
+    let op = "check database file";
+    if let Some(parent) = path.parent() {
+        if !parent.as_os_str().is_empty() {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| Error::io("create database directory", parent, e))?;
+        }
+    }
+    let wal = wal_path(path);
+    let wal_bytes = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => Some(m),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(op, path, e)),
+    };
+    let Some(meta) = meta else {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+        match o.open(path) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create database file", path, e)),
+        }
+        return Ok(FileCheck {
+            created: true,
+            wal_bytes,
+        });
+    };
+    if meta.is_dir() {
+        return Err(Error::io(
+            op,
+            path,
+            std::io::Error::from_raw_os_error(libc::EISDIR),
+        ));
+    }
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io("open database file for reading", path, e))?;
+    let len = meta.len();
+    if len == 0 {
+        return Ok(FileCheck {
+            created: true,
+            wal_bytes,
+        });
+    }
+    let mut header = [0u8; 100];
+    let n = read_up_to(&mut f, &mut header).map_err(|e| Error::io("read database header", path, e))?;
+    if n < 16 || &header[..16] != SQLITE_MAGIC {
+        return Err(Error::NotADatabase {
+            op: "read database header",
+            path: path.to_path_buf(),
+        });
+    }
+    if n < 100 {
+        return Err(Error::Corrupt {
+            op: "read database header",
+            path: path.to_path_buf(),
+            detail: format!("truncated: the file is {len} bytes, shorter than the 100-byte header"),
+        });
+    }
+    let raw_ps = u32::from(u16::from_be_bytes([header[16], header[17]]));
+    let page_size: u64 = if raw_ps == 1 { 65_536 } else { u64::from(raw_ps) };
+    if !(512..=65_536).contains(&page_size) || !page_size.is_power_of_two() {
+        return Err(Error::Corrupt {
+            op: "read database header",
+            path: path.to_path_buf(),
+            detail: format!("invalid page size {raw_ps}"),
+        });
+    }
+    let change = &header[24..28];
+    let valid_for = &header[92..96];
+    let pages = u64::from(u32::from_be_bytes([header[28], header[29], header[30], header[31]]));
+    // The in-header page count is valid only if "version-valid-for" matches the change
+    // counter. With a non-empty WAL the file may legitimately be short (a checkpoint
+    // interrupted by a crash is redone from the WAL), so only check without one.
+    if change == valid_for && pages > 0 && wal_bytes == 0 && pages * page_size > len {
+        return Err(Error::Corrupt {
+            op: "check database size",
+            path: path.to_path_buf(),
+            detail: format!(
+                "truncated: the header says {pages} pages of {page_size} bytes ({} bytes), the file has {len} bytes",
+                pages * page_size
+            ),
+        });
+    }
+    if len % page_size != 0 && wal_bytes == 0 {
+        tracing::warn!(len, page_size, "database size is not a multiple of the page size");
+    }
+    Ok(FileCheck {
+        created: false,
+        wal_bytes,
+    })
+}
+
+fn read_up_to(f: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+fn wal_header_page_size(wal: &Path) -> Option<u64> {
+    let mut f = std::fs::File::open(wal).ok()?;
+    let mut h = [0u8; 32];
+    if read_up_to(&mut f, &mut h).ok()? < 32 {
+        return None;
+    }
+    let ps = u64::from(u32::from_be_bytes([h[8], h[9], h[10], h[11]]));
+    (512..=65_536).contains(&ps).then_some(ps)
+}
+
+fn pragma(conn: &rusqlite::Connection, path: &Path, op: &'static str, sql: &str) -> Result<()> {
+    conn.execute_batch(sql).map_err(|e| Error::sqlite(op, path, e))
+}
+
+fn open_once(
+    path: &Path,
+    opts: &StoreOptions,
+    hook: &mut Option<SchemaHook>,
+    cancelled: &dyn Fn() -> bool,
+    moved_aside: Option<PathBuf>,
+) -> Result<Store> {
+    let shared = Arc::new(VfsShared {
+        db_path: path.to_path_buf(),
+        policies: opts.sync.clone(),
+        counters: Counters::default(),
+    });
+    let mut pl = Pipeline {
+        t0: Instant::now(),
+        report: OpenReport {
+            path: path.to_path_buf(),
+            moved_aside,
+            ..OpenReport::default()
+        },
+        counters: &shared.counters,
+        opts,
+        cancelled,
+    };
+    let init = opts.connection_init.as_ref();
+    let wal = wal_path(path);
+
+    // 1. prepare
+    let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
+        let check = check_file(path)?;
+        let vfs = VfsRegistration::register(Arc::clone(&shared))
+            .map_err(|e| Error::io("register keel VFS", path, e))?;
+        let writer = open_conn(path, &vfs, Role::Writer, None)?;
+        writer
+            .conn
+            .busy_timeout(opts.busy_timeout)
+            .map_err(|e| Error::sqlite("set busy timeout", path, e))?;
+        *note = if check.created {
+            "new database (mode 0600)".into()
+        } else {
+            format!("existing database, vfs {}", vfs.name())
+        };
+        Ok((check, vfs, writer))
+    })?;
+    pl.report.created = check.created;
+    pl.report.wal_bytes_at_open = check.wal_bytes;
+
+    // 2. sync_wal
+    pl.phase(OpenPhase::SyncWal, |note| {
+        if check.wal_bytes == 0 {
+            *note = "no WAL to sync".into();
+            return Ok(());
+        }
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&wal)
+            .map_err(|e| Error::io("open WAL for the open barrier", &wal, e))?;
+        let issued = sync_file(&shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
+            Error::SyncFailed {
+                kind: FileKind::Wal,
+                reason: SyncReason::OpenBarrier,
+                path: path.to_path_buf(),
+                source: Arc::new(e),
+            }
+        })?;
+        *note = format!(
+            "{} bytes, policy {:?}{}",
+            check.wal_bytes,
+            opts.sync.open_barrier,
+            if issued { "" } else { " (no sync issued)" }
+        );
+        Ok(())
+    })?;
+
+    // 3. recover
+    let wal_frames = Arc::new(AtomicU64::new(0));
+    let page_size = pl.phase(OpenPhase::Recover, |note| {
+        let c = &writer.conn;
+        let _r = ReasonScope::enter(SyncReason::Commit);
+        // The first read transaction: SQLite reads the WAL and rebuilds the wal-index.
+        c.execute_batch("BEGIN DEFERRED")
+            .map_err(|e| Error::sqlite("recover: begin first read transaction", path, e))?;
+        let r = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get::<_, i64>(0));
+        let _ = c.execute_batch("COMMIT");
+        let tables = r.map_err(|e| Error::sqlite("recover: first read transaction", path, e))?;
+        let page_size: i64 = c
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .map_err(|e| Error::sqlite("read page_size", path, e))?;
+        let page_size = u64::try_from(page_size).unwrap_or(4096);
+        let frames = if check.wal_bytes >= 32 {
+            let ps = wal_header_page_size(&wal).unwrap_or(page_size);
+            (check.wal_bytes - 32) / (ps + 24)
+        } else {
+            0
+        };
+        if tables == 0 {
+            // Must precede the first table; harmless if already set.
+            pragma(c, path, "set auto_vacuum", "PRAGMA auto_vacuum=INCREMENTAL")?;
+        }
+        let mode: String = c
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(|e| Error::sqlite("set journal_mode=WAL", path, e))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(Error::Io {
+                op: "set journal_mode=WAL",
+                path: path.to_path_buf(),
+                source: Arc::new(std::io::Error::other(format!(
+                    "SQLite kept journal_mode={mode}"
+                ))),
+            });
+        }
+        pragma(
+            c,
+            path,
+            "configure writer",
+            &format!(
+                "PRAGMA synchronous={}; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit={}; PRAGMA wal_autocheckpoint=0;",
+                opts.sync.commit.synchronous_pragma(),
+                opts.checkpoint_threshold_bytes
+            ),
+        )?;
+        if let Some(init) = init {
+            init(c).map_err(|e| Error::sqlite("connection_init hook", path, e))?;
+        }
+        pl_frames(note, frames, tables);
+        Ok((page_size, frames))
+    })?;
+    let (page_size, frames) = page_size;
+    pl.report.page_size = page_size;
+    pl.report.frames_recovered = frames;
+    let mut writer = writer;
+    {
+        let wf = Arc::clone(&wal_frames);
+        writer
+            .conn
+            .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                wf.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+                Ok(())
+            }))
+            .map_err(|e| Error::sqlite("install WAL hook", path, e))?;
+    }
+
+    // 4. checkpoint
+    pl.phase(OpenPhase::Checkpoint, |note| {
+        if check.wal_bytes <= opts.checkpoint_threshold_bytes {
+            *note = "skipped (WAL under threshold)".into();
+            return Ok(());
+        }
+        if !opts.checkpoint_on_open {
+            *note = "deferred to the background checkpointer".into();
+            return Ok(());
+        }
+        let o = run_checkpoint(&writer.conn, path, &wal, CheckpointMode::Passive, opts.truncate_timeout)?;
+        *note = format!("passive: {} of {} frames", o.checkpointed_frames, o.wal_frames);
+        Ok(())
+    })?;
+
+    // 5. schema
+    pl.phase(OpenPhase::Schema, |note| {
+        let Some(h) = hook.take() else {
+            *note = "no schema hook".into();
+            return Ok(());
+        };
+        let c = &writer.conn;
+        pragma(c, path, "schema: begin", "BEGIN IMMEDIATE")?;
+        let mut ctx = SchemaCtx {
+            conn: c,
+            path,
+            created: check.created,
+        };
+        let r = match catch_unwind(AssertUnwindSafe(|| h(&mut ctx))) {
+            Ok(r) => r,
+            Err(p) => Err(Error::panicked("schema hook", path, p)),
+        };
+        match r {
+            Ok(()) => {
+                if !c.is_autocommit() {
+                    pragma(c, path, "schema: commit", "COMMIT")?;
+                }
+                *note = "schema hook ran".into();
+                Ok(())
+            }
+            Err(e) => {
+                if !c.is_autocommit() {
+                    let _ = c.execute_batch("ROLLBACK");
+                }
+                Err(e)
+            }
+        }
+    })?;
+
+    // 6. ready
+    let store = pl.phase(OpenPhase::Ready, |note| {
+        let n = opts.reader_pool_size.max(1);
+        let mut readers: Vec<KConn> = Vec::with_capacity(n);
+        for _ in 0..n {
+            let r = open_conn(path, &vfs, Role::Reader, init)?;
+            pragma(&r.conn, path, "configure reader", "PRAGMA query_only=1")?;
+            readers.push(r);
+        }
+        let ck = open_conn(path, &vfs, Role::Checkpointer, init)?;
+        let ck_sync = if matches!(opts.sync.checkpoint, crate::SyncPolicy::Off) {
+            "OFF"
+        } else {
+            "FULL"
+        };
+        pragma(
+            &ck.conn,
+            path,
+            "configure checkpointer",
+            &format!("PRAGMA synchronous={ck_sync}; PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={};", opts.checkpoint_threshold_bytes),
+        )?;
+        let (ck_tx, ck_rx) = mpsc::channel();
+        let (w_tx, w_rx) = mpsc::channel();
+        let ck_ctx = CkptCtx {
+            path: path.to_path_buf(),
+            wal_path: wal.clone(),
+            wal_frames: Arc::clone(&wal_frames),
+            page_size,
+            threshold_bytes: opts.checkpoint_threshold_bytes,
+            idle: opts.idle_checkpoint_delay,
+            truncate_timeout: opts.truncate_timeout,
+        };
+        let ck_handle = std::thread::Builder::new()
+            .name("keel-ckpt".into())
+            .spawn(move || checkpointer_main(ck, ck_rx, ck_ctx))
+            .map_err(|e| Error::io("spawn checkpointer thread", path, e))?;
+        let w_ctx = WriterCtx {
+            path: path.to_path_buf(),
+            ckpt_tx: ck_tx.clone(),
+            idle: opts.idle_checkpoint_delay,
+            max_group: opts.max_group_size.max(1),
+            vacuum_min_free_pages: opts.vacuum_min_free_pages,
+        };
+        let w_conn = writer;
+        let w_handle = match std::thread::Builder::new()
+            .name("keel-writer".into())
+            .spawn(move || writer_main(w_conn, w_rx, w_ctx))
+        {
+            Ok(h) => h,
+            Err(e) => {
+                let _ = ck_tx.send(crate::checkpointer::CkptMsg::Shutdown);
+                let _ = ck_handle.join();
+                return Err(Error::io("spawn writer thread", path, e));
+            }
+        };
+        *note = format!("{n} readers, writer and checkpointer threads started");
+        Ok(Store::from_inner(Inner::new(
+            path.to_path_buf(),
+            Arc::clone(&shared),
+            ReaderPool::new(readers),
+            w_tx,
+            ck_tx,
+            w_handle,
+            ck_handle,
+            opts.truncate_timeout,
+            Arc::clone(&vfs),
+        )))
+    })?;
+    pl.report.total = pl.t0.elapsed();
+    pl.report.syncs_issued = pl.report.phases.iter().map(|p| p.syncs).sum();
+    if let Some(cb) = &opts.progress {
+        cb(OpenProgress {
+            phase: OpenPhase::Ready,
+            fraction: 1.0,
+            done: true,
+        });
+    }
+    tracing::info!(ms = pl.report.total.as_secs_f64() * 1e3, "store ready");
+    store.set_report(pl.report);
+    Ok(store)
+}
+
+fn pl_frames(note: &mut String, frames: u64, tables: i64) {
+    *note = format!("{frames} WAL frames, {tables} schema entries");
+}

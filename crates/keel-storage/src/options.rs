@@ -1,0 +1,290 @@
+//! Options for [`Store::open`](crate::Store::open) / [`Store::open_async`](crate::Store::open_async).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::policy::SyncPolicies;
+
+/// The phases of the open pipeline, in order.
+///
+/// ```
+/// use keel_storage::OpenPhase;
+/// assert_eq!(OpenPhase::ALL.len(), 6);
+/// assert_eq!(OpenPhase::SyncWal.name(), "sync_wal");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpenPhase {
+    /// Directory, permissions (0600 for a new file), header and size sanity checks,
+    /// VFS registration, the writer connection.
+    Prepare,
+    /// Durability barrier on a non-empty WAL left by a previous run, through
+    /// [`SyncPolicies::open_barrier`].
+    SyncWal,
+    /// First read transaction: SQLite rebuilds the wal-index from the WAL; pragmas.
+    Recover,
+    /// PASSIVE checkpoint if the WAL is over the threshold and
+    /// [`StoreOptions::checkpoint_on_open`] is set; otherwise deferred to the background.
+    Checkpoint,
+    /// The layer above's [`StoreOptions::schema_hook`], in one transaction.
+    Schema,
+    /// Reader pool and checkpointer connection opened, threads started.
+    Ready,
+}
+
+impl OpenPhase {
+    /// All phases in pipeline order.
+    pub const ALL: [OpenPhase; 6] = [
+        OpenPhase::Prepare,
+        OpenPhase::SyncWal,
+        OpenPhase::Recover,
+        OpenPhase::Checkpoint,
+        OpenPhase::Schema,
+        OpenPhase::Ready,
+    ];
+
+    /// Short name, also the `tracing` span name suffix.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpenPhase::Prepare => "prepare",
+            OpenPhase::SyncWal => "sync_wal",
+            OpenPhase::Recover => "recover",
+            OpenPhase::Checkpoint => "checkpoint",
+            OpenPhase::Schema => "schema",
+            OpenPhase::Ready => "ready",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// A progress event from the open pipeline: emitted when each phase starts and once
+/// more (phase `Ready`, fraction `1.0`) when the store is ready.
+///
+/// ```
+/// use keel_storage::{OpenPhase, OpenProgress};
+/// let p = OpenProgress { phase: OpenPhase::Recover, fraction: 0.5, done: false };
+/// assert!(p.fraction <= 1.0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct OpenProgress {
+    /// The phase starting (or, with `done`, finished).
+    pub phase: OpenPhase,
+    /// Overall progress, 0.0 ..= 1.0.
+    pub fraction: f32,
+    /// True only for the final event (the store is ready).
+    pub done: bool,
+}
+
+/// What the schema hook gets: the writer connection inside the schema transaction.
+///
+/// ```
+/// use keel_storage::{Store, StoreOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let opts = StoreOptions::default().schema_hook(|ctx| {
+///     ctx.execute_batch("CREATE TABLE IF NOT EXISTS post(id INTEGER PRIMARY KEY, body BLOB)")?;
+///     Ok(())
+/// });
+/// let store = Store::open(dir.path().join("s.db"), opts)?;
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
+pub struct SchemaCtx<'a> {
+    pub(crate) conn: &'a rusqlite::Connection,
+    pub(crate) path: &'a Path,
+    pub(crate) created: bool,
+}
+
+impl SchemaCtx<'_> {
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        self.path
+    }
+    /// True if this open created the database (or replaced a corrupt one).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+    /// An [`Error::Schema`] for this file.
+    pub fn error(&self, message: impl Into<String>) -> Error {
+        Error::Schema {
+            path: self.path.to_path_buf(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::ops::Deref for SchemaCtx<'_> {
+    type Target = rusqlite::Connection;
+    fn deref(&self) -> &rusqlite::Connection {
+        self.conn
+    }
+}
+
+/// Progress callback type.
+pub type ProgressFn = Arc<dyn Fn(OpenProgress) + Send + Sync>;
+/// Per-connection initializer type.
+pub type ConnectionInit = Arc<dyn Fn(&rusqlite::Connection) -> rusqlite::Result<()> + Send + Sync>;
+/// Schema hook type.
+pub type SchemaHook = Box<dyn FnOnce(&mut SchemaCtx<'_>) -> Result<()> + Send>;
+
+/// How to open a store. `Default` is what most apps want; every field is public and
+/// there are builder methods for the common ones.
+///
+/// ```
+/// use keel_storage::{StoreOptions, SyncPolicy};
+/// use std::time::Duration;
+/// let opts = StoreOptions::default()
+///     .commit_sync(SyncPolicy::Normal)
+///     .readers(2)
+///     .checkpoint_threshold(1 << 20)
+///     .idle_checkpoint_after(Duration::from_millis(500))
+///     .recover_corrupt(true)
+///     .on_progress(|p| eprintln!("{:?} {:.0}%", p.phase, p.fraction * 100.0));
+/// assert_eq!(opts.reader_pool_size, 2);
+/// ```
+pub struct StoreOptions {
+    /// Sync policy per reason. Default: `Full` everywhere.
+    pub sync: SyncPolicies,
+    /// Read-only connections in the pool (default: 4, at least 1).
+    pub reader_pool_size: usize,
+    /// WAL size (bytes of frames) that triggers a background PASSIVE checkpoint.
+    /// Default 4 MiB. Also used as `journal_size_limit`.
+    pub checkpoint_threshold_bytes: u64,
+    /// A PASSIVE checkpoint also runs after this long without commits (default 2 s).
+    pub idle_checkpoint_delay: Duration,
+    /// Bounded wait for TRUNCATE checkpoints (`on_background`, `close`). Default 1 s.
+    pub truncate_timeout: Duration,
+    /// SQLite busy timeout for the writer and at open (default 5 s).
+    pub busy_timeout: Duration,
+    /// Run a PASSIVE checkpoint in the open pipeline when the WAL is over the
+    /// threshold (default `false`: the background checkpointer does it right after open).
+    pub checkpoint_on_open: bool,
+    /// Incremental vacuum runs in the background when at least this many pages are
+    /// free (default 256).
+    pub vacuum_min_free_pages: u32,
+    /// Most closures run in one group commit (default 512).
+    pub max_group_size: usize,
+    /// Opt-in: if the file is not a database or is corrupt, move it (and its -wal/-shm)
+    /// aside as `<name>.corrupt-<UTC timestamp>` and create a fresh database.
+    /// User data is never deleted. Default `false`.
+    pub recover_corrupt: bool,
+    /// Called on the open thread with each [`OpenProgress`].
+    pub progress: Option<ProgressFn>,
+    /// Run on every connection keel opens (writer, readers, checkpointer), e.g. to
+    /// register SQL functions.
+    pub connection_init: Option<ConnectionInit>,
+    /// Run in the schema phase on the writer connection inside a transaction.
+    pub schema_hook: Option<SchemaHook>,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            sync: SyncPolicies::default(),
+            reader_pool_size: 4,
+            checkpoint_threshold_bytes: 4 << 20,
+            idle_checkpoint_delay: Duration::from_secs(2),
+            truncate_timeout: Duration::from_secs(1),
+            busy_timeout: Duration::from_secs(5),
+            checkpoint_on_open: false,
+            vacuum_min_free_pages: 256,
+            max_group_size: 512,
+            recover_corrupt: false,
+            progress: None,
+            connection_init: None,
+            schema_hook: None,
+        }
+    }
+}
+
+impl fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("sync", &self.sync)
+            .field("reader_pool_size", &self.reader_pool_size)
+            .field("checkpoint_threshold_bytes", &self.checkpoint_threshold_bytes)
+            .field("idle_checkpoint_delay", &self.idle_checkpoint_delay)
+            .field("truncate_timeout", &self.truncate_timeout)
+            .field("busy_timeout", &self.busy_timeout)
+            .field("checkpoint_on_open", &self.checkpoint_on_open)
+            .field("vacuum_min_free_pages", &self.vacuum_min_free_pages)
+            .field("max_group_size", &self.max_group_size)
+            .field("recover_corrupt", &self.recover_corrupt)
+            .field("progress", &self.progress.is_some())
+            .field("connection_init", &self.connection_init.is_some())
+            .field("schema_hook", &self.schema_hook.is_some())
+            .finish()
+    }
+}
+
+impl StoreOptions {
+    /// Set all three sync policies.
+    pub fn sync(mut self, p: SyncPolicies) -> Self {
+        self.sync = p;
+        self
+    }
+    /// Set the commit sync policy.
+    pub fn commit_sync(mut self, p: crate::SyncPolicy) -> Self {
+        self.sync.commit = p;
+        self
+    }
+    /// Set the checkpoint sync policy.
+    pub fn checkpoint_sync(mut self, p: crate::SyncPolicy) -> Self {
+        self.sync.checkpoint = p;
+        self
+    }
+    /// Set the open-barrier sync policy.
+    pub fn open_barrier_sync(mut self, p: crate::SyncPolicy) -> Self {
+        self.sync.open_barrier = p;
+        self
+    }
+    /// Reader pool size (at least 1).
+    pub fn readers(mut self, n: usize) -> Self {
+        self.reader_pool_size = n.max(1);
+        self
+    }
+    /// WAL bytes that trigger a background checkpoint.
+    pub fn checkpoint_threshold(mut self, bytes: u64) -> Self {
+        self.checkpoint_threshold_bytes = bytes;
+        self
+    }
+    /// Idle delay before a background checkpoint.
+    pub fn idle_checkpoint_after(mut self, d: Duration) -> Self {
+        self.idle_checkpoint_delay = d;
+        self
+    }
+    /// Busy timeout.
+    pub fn busy_timeout(mut self, d: Duration) -> Self {
+        self.busy_timeout = d;
+        self
+    }
+    /// Opt in to moving bad files aside.
+    pub fn recover_corrupt(mut self, yes: bool) -> Self {
+        self.recover_corrupt = yes;
+        self
+    }
+    /// Progress callback.
+    pub fn on_progress(mut self, f: impl Fn(OpenProgress) + Send + Sync + 'static) -> Self {
+        self.progress = Some(Arc::new(f));
+        self
+    }
+    /// Per-connection initializer.
+    pub fn connection_init(
+        mut self,
+        f: impl Fn(&rusqlite::Connection) -> rusqlite::Result<()> + Send + Sync + 'static,
+    ) -> Self {
+        self.connection_init = Some(Arc::new(f));
+        self
+    }
+    /// Schema hook.
+    pub fn schema_hook(
+        mut self,
+        f: impl FnOnce(&mut SchemaCtx<'_>) -> Result<()> + Send + 'static,
+    ) -> Self {
+        self.schema_hook = Some(Box::new(f));
+        self
+    }
+}

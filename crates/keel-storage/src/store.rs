@@ -1,0 +1,495 @@
+//! `Store`: the handle apps and the object layer use.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Duration;
+
+use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
+use crate::error::{Error, Result};
+use crate::oneshot;
+use crate::options::StoreOptions;
+use crate::readers::ReaderPool;
+use crate::report::OpenReport;
+use crate::stats::IoStats;
+use crate::vfs::{VfsRegistration, VfsShared};
+use crate::writer::{TypedJob, WriteFuture, WriteTxn, WriterMsg};
+
+pub(crate) struct Inner {
+    path: PathBuf,
+    shared: Arc<VfsShared>,
+    report: OnceLock<OpenReport>,
+    writer_tx: Mutex<Option<Sender<WriterMsg>>>,
+    ckpt_tx: Mutex<Option<Sender<CkptMsg>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    ckpt: Mutex<Option<JoinHandle<()>>>,
+    writer_id: ThreadId,
+    readers: ReaderPool,
+    closed: AtomicBool,
+    close_lock: Mutex<()>,
+    #[allow(dead_code)]
+    truncate_timeout: Duration,
+    // Last: the VFS must outlive every connection (connections also hold an Arc).
+    _vfs: Arc<VfsRegistration>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Inner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        path: PathBuf,
+        shared: Arc<VfsShared>,
+        readers: ReaderPool,
+        writer_tx: Sender<WriterMsg>,
+        ckpt_tx: Sender<CkptMsg>,
+        writer: JoinHandle<()>,
+        ckpt: JoinHandle<()>,
+        truncate_timeout: Duration,
+        vfs: Arc<VfsRegistration>,
+    ) -> Inner {
+        Inner {
+            path,
+            shared,
+            report: OnceLock::new(),
+            writer_id: writer.thread().id(),
+            writer_tx: Mutex::new(Some(writer_tx)),
+            ckpt_tx: Mutex::new(Some(ckpt_tx)),
+            writer: Mutex::new(Some(writer)),
+            ckpt: Mutex::new(Some(ckpt)),
+            readers,
+            closed: AtomicBool::new(false),
+            close_lock: Mutex::new(()),
+            truncate_timeout,
+            _vfs: vfs,
+        }
+    }
+
+    fn close(&self) -> Result<()> {
+        let _g = lock(&self.close_lock);
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let on_writer = std::thread::current().id() == self.writer_id;
+        // 1. The writer finishes what is queued, then exits.
+        if let Some(tx) = lock(&self.writer_tx).take() {
+            let _ = tx.send(WriterMsg::Shutdown);
+        }
+        if !on_writer {
+            if let Some(h) = lock(&self.writer).take() {
+                let _ = h.join();
+            }
+        }
+        // 2. Readers.
+        self.readers.close();
+        // 3. The checkpointer: TRUNCATE (bounded wait), then closes the last connection.
+        if let Some(tx) = lock(&self.ckpt_tx).take() {
+            let _ = tx.send(CkptMsg::Shutdown);
+        }
+        if let Some(h) = lock(&self.ckpt).take() {
+            let _ = h.join();
+        }
+        tracing::info!(path = %self.path.display(), "store closed");
+        Ok(())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// An open keel store: one SQLite database with a writer thread (group commit), a
+/// pool of read-only connections and a background checkpointer. Cheap to clone;
+/// `Send + Sync`. The last clone dropped closes the store (like [`Store::close`]).
+///
+/// ```
+/// use keel_storage::{Error, Store, StoreOptions};
+/// let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("app.db"), StoreOptions::default())?;
+/// store.write_blocking(|t| {
+///     t.execute_batch("CREATE TABLE note(id INTEGER PRIMARY KEY, body TEXT)")?;
+///     t.execute("INSERT INTO note(body) VALUES ('hi')", [])?;
+///     Ok::<_, Error>(())
+/// })?;
+/// let n: i64 = store.read(|c| c.query_row("SELECT count(*) FROM note", [], |r| r.get(0)).map_err(Error::from))?;
+/// assert_eq!(n, 1);
+/// store.close()?;
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .field("closed", &self.inner.closed.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+/// The future returned by [`Store::open_async`]. Runtime-agnostic: `.await` it on
+/// any executor or block with [`OpenFuture::wait`]. Dropping it before it resolves
+/// cancels the open: the open thread stops at the next phase boundary, closes what
+/// it opened and exits.
+#[must_use = "dropping the future cancels the open"]
+pub struct OpenFuture {
+    rx: oneshot::Receiver<Result<Store>>,
+    path: PathBuf,
+}
+
+impl OpenFuture {
+    /// Block until the open finishes.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open_async(dir.path().join("a.db"), StoreOptions::default()).wait()?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn wait(self) -> Result<Store> {
+        match self.rx.wait() {
+            Some(r) => r,
+            None => Err(Error::Cancelled {
+                op: "open (open thread ended without a result)",
+                path: self.path.clone(),
+            }),
+        }
+    }
+}
+
+impl std::future::Future for OpenFuture {
+    type Output = Result<Store>;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<Store>> {
+        match self.rx.poll_recv(cx) {
+            std::task::Poll::Ready(Some(r)) => std::task::Poll::Ready(r),
+            std::task::Poll::Ready(None) => std::task::Poll::Ready(Err(Error::Cancelled {
+                op: "open (open thread ended without a result)",
+                path: self.path.clone(),
+            })),
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+impl Store {
+    pub(crate) fn from_inner(inner: Inner) -> Store {
+        Store {
+            inner: Arc::new(inner),
+        }
+    }
+
+    pub(crate) fn set_report(&self, r: OpenReport) {
+        let _ = self.inner.report.set(r);
+    }
+
+    /// Open (or create) a store, blocking the calling thread through the whole open
+    /// pipeline (including any slow sync). Prefer [`Store::open_async`] on UI threads.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.open_report().created);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        crate::open::open_store(path.as_ref(), options, &|| false)
+    }
+
+    /// Start opening a store on a keel-owned thread and return at once. Progress
+    /// events go to [`StoreOptions::progress`]. Works with or without an async runtime.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let fut = Store::open_async(dir.path().join("a.db"), StoreOptions::default());
+    /// // … the caller keeps running …
+    /// let store = futures::executor::block_on(fut)?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> OpenFuture {
+        let path = path.as_ref().to_path_buf();
+        let (tx, rx) = oneshot::channel::<Result<Store>>();
+        let p2 = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keel-open".into())
+            .spawn(move || {
+                let r = {
+                    let cancelled = || tx.is_cancelled();
+                    crate::open::open_store(&p2, options, &cancelled)
+                };
+                // If the future is gone, the store comes back here and is closed
+                // (threads joined) before this thread exits.
+                if let Err(Ok(store)) = tx.send(r) {
+                    tracing::info!("open cancelled after completion; closing");
+                    let _ = store.close();
+                }
+            });
+        if let Err(e) = spawned {
+            let (tx, rx) = oneshot::channel();
+            let _ = tx.send(Err(Error::io("spawn open thread", &path, e)));
+            return OpenFuture { rx, path };
+        }
+        OpenFuture { rx, path }
+    }
+
+    /// Queue a write. The closure runs on the writer thread inside its own SAVEPOINT,
+    /// grouped with other queued writes into one transaction (group commit). If it
+    /// returns `Err` only its own changes roll back. The future resolves after COMMIT
+    /// (and after `on_commit` callbacks ran); if COMMIT fails every closure of the
+    /// group gets the error.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let id = futures::executor::block_on(store.write(|t| {
+    ///     t.execute_batch("CREATE TABLE IF NOT EXISTS t(x)")?;
+    ///     t.execute("INSERT INTO t VALUES (1)", [])?;
+    ///     Ok::<_, Error>(t.last_insert_rowid())
+    /// }))?;
+    /// assert_eq!(id, 1);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn write<F, R, E>(&self, f: F) -> WriteFuture<std::result::Result<R, E>>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let path = self.inner.path.clone();
+        let p2 = path.clone();
+        let fut = WriteFuture::new(
+            rx,
+            Box::new(move || Err(E::from(Error::closed("write", &p2)))),
+        );
+        let job = Box::new(TypedJob::new(f, tx, path));
+        if !self.inner.closed.load(Ordering::SeqCst) {
+            if let Some(wtx) = lock(&self.inner.writer_tx).as_ref() {
+                // On failure the job is dropped: the future reports `Closed`.
+                let _ = wtx.send(WriterMsg::Job(job));
+            }
+        }
+        fut
+    }
+
+    /// [`Store::write`] and wait for it. Must not be called from inside a write
+    /// closure or an `on_commit` callback (it returns an error there instead of
+    /// deadlocking).
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.write_blocking(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from))?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn write_blocking<F, R, E>(&self, f: F) -> std::result::Result<R, E>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        if std::thread::current().id() == self.inner.writer_id {
+            return Err(E::from(Error::Cancelled {
+                op: "write_blocking on the writer thread (would deadlock)",
+                path: self.inner.path.clone(),
+            }));
+        }
+        self.write(f).wait()
+    }
+
+    /// Run `f` synchronously on the calling thread with a pooled read-only connection,
+    /// inside one read transaction: every query in `f` sees the same snapshot. Readers
+    /// never wait for the writer. Blocks only if every pooled connection is in use.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let (a, b) = store.read(|c| {
+    ///     let a: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    ///     let b: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))?;
+    ///     Ok::<_, Error>((a, b))
+    /// })?;
+    /// assert_eq!(a, b);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn read<R, E>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E>
+    where
+        E: From<Error>,
+    {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(E::from(Error::closed("read", &self.inner.path)));
+        }
+        self.inner.readers.read(&self.inner.path, f)
+    }
+
+    /// Alias of [`Store::read`]: several reads in one consistent snapshot.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let n: i64 = store.snapshot(|c| c.query_row("SELECT 1", [], |r| r.get(0)).map_err(Error::from))?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn snapshot<R, E>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E>
+    where
+        E: From<Error>,
+    {
+        self.read(f)
+    }
+
+    /// Run a checkpoint now on the checkpointer thread and wait for it. `Truncate`
+    /// waits at most `StoreOptions::truncate_timeout` for readers and the writer;
+    /// if they stay in the way the outcome says `busy`.
+    ///
+    /// ```
+    /// # use keel_storage::{CheckpointMode, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let out = store.checkpoint(CheckpointMode::Passive)?;
+    /// assert!(!out.busy);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn checkpoint(&self, mode: CheckpointMode) -> Result<CheckpointOutcome> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let g = lock(&self.inner.ckpt_tx);
+            let Some(ctx) = g.as_ref() else {
+                return Err(Error::closed("checkpoint", &self.inner.path));
+            };
+            if self.inner.closed.load(Ordering::SeqCst)
+                || ctx.send(CkptMsg::Run { mode, reply: tx }).is_err()
+            {
+                return Err(Error::closed("checkpoint", &self.inner.path));
+            }
+        }
+        rx.wait()
+            .unwrap_or_else(|| Err(Error::closed("checkpoint", &self.inner.path)))
+    }
+
+    /// The app is going to the background: TRUNCATE checkpoint with a bounded wait so
+    /// the WAL is empty (and the next launch has nothing to sync or recover).
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let out = store.on_background()?;
+    /// assert_eq!(out.wal_bytes_after, 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn on_background(&self) -> Result<CheckpointOutcome> {
+        self.checkpoint(CheckpointMode::Truncate)
+    }
+
+    /// Reclaim up to `pages` free pages now (runs on the writer thread). Returns the
+    /// number of pages reclaimed. The writer also does this by itself when idle.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let freed = store.incremental_vacuum(100)?;
+    /// assert_eq!(freed, 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn incremental_vacuum(&self, pages: u32) -> Result<u64> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let g = lock(&self.inner.writer_tx);
+            let Some(w) = g.as_ref() else {
+                return Err(Error::closed("incremental vacuum", &self.inner.path));
+            };
+            if w.send(WriterMsg::Vacuum { pages, reply: tx }).is_err() {
+                return Err(Error::closed("incremental vacuum", &self.inner.path));
+            }
+        }
+        rx.wait()
+            .unwrap_or_else(|| Err(Error::closed("incremental vacuum", &self.inner.path)))
+    }
+
+    /// Finish queued writes, TRUNCATE-checkpoint (bounded wait), close every
+    /// connection and join keel's threads. Later calls on any clone return
+    /// [`Error::Closed`]. Idempotent.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.close()?;
+    /// assert!(matches!(store.read(|_| Ok::<_, Error>(())), Err(Error::Closed { .. })));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn close(&self) -> Result<()> {
+        self.inner.close()
+    }
+
+    /// True after [`Store::close`].
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Physical I/O since open or the last reset.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let s = store.io_stats();
+    /// assert_eq!(s.open_barrier_syncs, 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn io_stats(&self) -> IoStats {
+        self.inner.shared.counters.snapshot()
+    }
+
+    /// Reset the I/O counters to zero.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.reset_io_stats();
+    /// assert_eq!(store.io_stats().total_syncs(), 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn reset_io_stats(&self) {
+        self.inner.shared.counters.reset();
+    }
+
+    /// What the open pipeline did, phase by phase.
+    pub fn open_report(&self) -> &OpenReport {
+        static EMPTY: OnceLock<OpenReport> = OnceLock::new();
+        self.inner
+            .report
+            .get()
+            .unwrap_or_else(|| EMPTY.get_or_init(OpenReport::default))
+    }
+
+    /// The database file (absolute).
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}

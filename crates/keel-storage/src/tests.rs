@@ -1,0 +1,241 @@
+//! Unit tests for the storage kernel (the Must-show tests live in the root package's
+//! `tests/storage_kernel.rs`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::*;
+
+fn opts() -> StoreOptions {
+    StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
+}
+
+fn create_table(store: &Store) {
+    store
+        .write_blocking(|t| t.execute_batch("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v TEXT)").map_err(Error::from))
+        .unwrap();
+}
+
+#[test]
+fn wal_mode_through_our_vfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
+    let mode: String = store
+        .read(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).map_err(Error::from))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    create_table(&store);
+    let s = store.io_stats();
+    assert!(s.wal.writes > 0, "{s}");
+    assert!(s.main_db.reads > 0, "{s}");
+    let av: i64 = store
+        .read(|c| c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).map_err(Error::from))
+        .unwrap();
+    assert_eq!(av, 2, "auto_vacuum=INCREMENTAL");
+    store.close().unwrap();
+    assert!(!dir.path().join("a.db-wal").exists());
+}
+
+#[cfg(unix)]
+#[test]
+fn new_file_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("sub/dir/p.db");
+    let store = Store::open(&p, opts()).unwrap();
+    let mode = std::fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    store.close().unwrap();
+}
+
+#[test]
+fn on_commit_order_and_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
+    create_table(&store);
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // Hold the writer so the next three land in one group.
+    let gate = store.write(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        Ok::<_, Error>(())
+    });
+    let mut futs = Vec::new();
+    for i in 0..3 {
+        let log = Arc::clone(&log);
+        futs.push(store.write(move |t| {
+            t.execute("INSERT INTO t(v) VALUES (?1)", [i.to_string()])?;
+            let l2 = Arc::clone(&log);
+            t.on_commit(Box::new(move || l2.lock().unwrap().push(i)));
+            if i == 1 {
+                return Err(Error::Schema { path: t.path().into(), message: "no".into() });
+            }
+            Ok(i)
+        }));
+    }
+    gate.wait().unwrap();
+    let res: Vec<_> = futs.into_iter().map(|f| f.wait()).collect();
+    assert!(res[0].is_ok() && res[1].is_err() && res[2].is_ok());
+    assert_eq!(*log.lock().unwrap(), vec![0, 2]);
+    let n: i64 = store.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn panicking_closure_is_an_error_and_writer_survives() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
+    create_table(&store);
+    let r: Result<()> = store.write_blocking(|_| panic!("boom"));
+    assert!(matches!(r, Err(Error::Panicked { .. })), "{r:?}");
+    store
+        .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('x')", []).map_err(Error::from))
+        .unwrap();
+}
+
+#[test]
+fn closed_store_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
+    let s2 = store.clone();
+    store.close().unwrap();
+    assert!(matches!(s2.write_blocking(|_| Ok::<_, Error>(())), Err(Error::Closed { .. })));
+    assert!(matches!(s2.checkpoint(CheckpointMode::Passive), Err(Error::Closed { .. })));
+    assert!(matches!(s2.read(|_| Ok::<_, Error>(())), Err(Error::Closed { .. })));
+}
+
+#[test]
+fn connection_init_runs_on_every_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let count = Arc::new(AtomicUsize::new(0));
+    let c2 = Arc::clone(&count);
+    let store = Store::open(
+        dir.path().join("a.db"),
+        opts().readers(2).connection_init(move |c| {
+            c2.fetch_add(1, Ordering::SeqCst);
+            c.create_scalar_function(
+                "keel_twice",
+                1,
+                rusqlite::functions::FunctionFlags::SQLITE_DETERMINISTIC
+                    | rusqlite::functions::FunctionFlags::SQLITE_INNOCUOUS,
+                |ctx| Ok(ctx.get::<i64>(0)? * 2),
+            )
+        }),
+    )
+    .unwrap();
+    // writer + 2 readers + checkpointer
+    assert_eq!(count.load(Ordering::SeqCst), 4);
+    let v: i64 = store.read(|c| c.query_row("SELECT keel_twice(21)", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    assert_eq!(v, 42);
+    let w: i64 = store.write_blocking(|t| t.query_row("SELECT keel_twice(2)", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    assert_eq!(w, 4);
+}
+
+#[test]
+fn schema_hook_runs_in_transaction_and_errors_abort_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.db");
+    let store = Store::open(
+        &p,
+        opts().schema_hook(|ctx| {
+            assert!(ctx.created());
+            assert!(!ctx.is_autocommit());
+            ctx.execute_batch("CREATE TABLE post(id INTEGER PRIMARY KEY)")?;
+            Ok(())
+        }),
+    )
+    .unwrap();
+    store.close().unwrap();
+    let r = Store::open(&p, opts().schema_hook(|ctx| Err(ctx.error("version too new"))));
+    assert!(matches!(r, Err(Error::Schema { .. })), "{r:?}");
+}
+
+#[test]
+fn background_checkpoint_over_threshold() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path().join("a.db"),
+        opts().checkpoint_threshold(64 * 1024).commit_sync(SyncPolicy::Off).checkpoint_sync(SyncPolicy::Off),
+    )
+    .unwrap();
+    create_table(&store);
+    for _ in 0..40 {
+        store
+            .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES (hex(randomblob(4000)))", []).map_err(Error::from))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let wal = std::fs::metadata(dir.path().join("a.db-wal")).unwrap().len();
+    // journal_size_limit = threshold keeps the file itself near the threshold.
+    assert!(wal < 1024 * 1024, "wal {wal}");
+    assert!(store.io_stats().main_db.writes > 0, "checkpoint copied pages back");
+}
+
+#[test]
+fn incremental_vacuum_reclaims() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts().commit_sync(SyncPolicy::Off)).unwrap();
+    create_table(&store);
+    store
+        .write_blocking(|t| {
+            for _ in 0..200 {
+                t.execute("INSERT INTO t(v) VALUES (hex(randomblob(2000)))", [])?;
+            }
+            t.execute("DELETE FROM t", [])?;
+            Ok::<_, Error>(())
+        })
+        .unwrap();
+    let freed = store.incremental_vacuum(10_000).unwrap();
+    assert!(freed > 10, "freed {freed}");
+}
+
+#[test]
+fn custom_sync_failure_is_sync_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f2 = Arc::clone(&fail);
+    let store = Store::open(
+        dir.path().join("a.db"),
+        opts().commit_sync(SyncPolicy::custom(move |ctx| {
+            if f2.load(Ordering::SeqCst) {
+                Err(std::io::Error::other("injected"))
+            } else {
+                ctx.full_sync()
+            }
+        })),
+    )
+    .unwrap();
+    create_table(&store);
+    fail.store(true, Ordering::SeqCst);
+    let r = store.write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('x')", []).map_err(Error::from));
+    assert!(
+        matches!(r, Err(Error::SyncFailed { kind: FileKind::Wal, reason: SyncReason::Commit, .. })),
+        "{r:?}"
+    );
+    fail.store(false, Ordering::SeqCst);
+}
+
+#[test]
+fn works_inside_tokio() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let store = Store::open_async(dir.path().join("a.db"), opts()).await.unwrap();
+        store
+            .write(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from))
+            .await
+            .unwrap();
+        store.close().unwrap();
+    });
+}
+
+#[test]
+fn relative_paths_and_report_display() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("r.db"), opts()).unwrap();
+    assert!(store.path().is_absolute());
+    let txt = store.open_report().to_string();
+    for p in OpenPhase::ALL {
+        assert!(txt.contains(p.name()), "{txt}");
+    }
+}
