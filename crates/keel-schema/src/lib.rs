@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 mod canonical;
+pub mod codegen;
 pub mod compat;
 pub mod dynamic;
 pub mod expr;
@@ -30,6 +31,7 @@ pub mod wire;
 
 pub use flatbuffers;
 
+pub use codegen::{compile, Builder, CodegenError};
 pub use dynamic::{DynamicTable, Object, ResolvedPath, ValueRef};
 pub use expr::{CmpOp, Expr, SortKey};
 pub use field::Field;

@@ -1,0 +1,1195 @@
+//! Rust code generation from `.fbs` schemas, for `build.rs` (in the style of
+//! prost-build).
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() {
+//!     keel_schema::compile("schema/blog.fbs").expect("schema/blog.fbs");
+//! }
+//! // src/lib.rs
+//! // include!(concat!(env!("OUT_DIR"), "/blog.rs"));
+//! ```
+//!
+//! For each schema, one file `<stem>.rs` is written to `OUT_DIR` holding:
+//!
+//! * per enum: a Rust `enum` with one variant per value plus `Unknown(raw)` for values
+//!   written by a newer schema, `from_raw`/`to_raw`, and `From<Enum> for Value`;
+//! * per struct: a `Copy` struct with public fields and `to_bytes`/`from_bytes`;
+//! * per union: an `enum` with one variant per member table plus `Unknown(tag)`;
+//! * per table `T`: `T` — immutable, `Send + Sync`, an `Arc` around `TFields` (public
+//!   fields, reachable through `Deref`) so `clone()` is a reference-count bump;
+//!   `T::encode`/`T::decode` (bounds-checked, never panics on bad bytes);
+//!   `T::builder()` and `t.to_builder()`; one typed query handle per field
+//!   (`T::priority() -> Field<T, i32>`), union members as `T::content_image()`;
+//! * per collection (root type and `(entity)` tables): `impl Record`, `t.change()`
+//!   (a change-request builder that leaves the key alone), `t.create()`,
+//!   `t.upsert()`, `T::delete(&key)`;
+//! * `SCHEMA_FBS`: the canonical schema text, passed to the runtime schema at open.
+//!
+//! Field types: scalars as themselves, optional scalars (`= null`) as `Option<T>`;
+//! strings as `Option<String>` (`String` when `(primary)` or `(required)`); tables,
+//! structs and unions as `Option<…>`; vectors as `Vec<…>` (absent reads as empty).
+//! Deprecated fields are not generated (their slots stay reserved).
+//!
+//! The output contains no `unsafe`, has doc comments, is rustfmt-formatted as
+//! emitted, and is clippy-clean.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use crate::model::*;
+use crate::parser::ParseError;
+use crate::value::Value;
+
+/// Why code generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    /// The schema did not parse or resolve.
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
+    /// different namespaces).
+    #[error("{0}")]
+    Unsupported(String),
+    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
+    /// [`Builder::out_dir`] was not called.
+    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
+    NoOutDir,
+}
+
+/// Configures code generation (see the [module docs](self)).
+///
+/// ```no_run
+/// keel_schema::Builder::new()
+///     .runtime_crate("::keel_schema")
+///     .compile("schema/blog.fbs")
+///     .unwrap();
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    runtime: String,
+    out_dir: Option<PathBuf>,
+    rerun: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Builder::new()
+    }
+}
+
+impl Builder {
+    /// Defaults: runtime crate `::keel::schema`, output to `OUT_DIR`, emits
+    /// `cargo:rerun-if-changed` lines.
+    pub fn new() -> Self {
+        Builder {
+            runtime: "::keel::schema".into(),
+            out_dir: None,
+            rerun: true,
+        }
+    }
+
+    /// Path under which generated code finds this crate: `::keel::schema` (default,
+    /// for users of the `keel` facade) or `::keel_schema`.
+    pub fn runtime_crate(mut self, path: impl Into<String>) -> Self {
+        self.runtime = path.into();
+        self
+    }
+
+    /// Writes into `dir` instead of `OUT_DIR`.
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Whether to print `cargo:rerun-if-changed` for the schema and its includes.
+    pub fn emit_rerun_if_changed(mut self, yes: bool) -> Self {
+        self.rerun = yes;
+        self
+    }
+
+    /// Parses `path` (and its includes) and writes `<stem>.rs`; returns its path.
+    pub fn compile(&self, path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
+        let path = path.as_ref();
+        let (schema, files) = crate::resolve::load(path)?;
+        if self.rerun {
+            for f in &files {
+                println!("cargo:rerun-if-changed={}", f.display());
+            }
+        }
+        let code = self.generate(&schema)?;
+        let dir = match &self.out_dir {
+            Some(d) => d.clone(),
+            None => std::env::var_os("OUT_DIR")
+                .map(PathBuf::from)
+                .ok_or(CodegenError::NoOutDir)?,
+        };
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("schema");
+        let out = dir.join(format!("{stem}.rs"));
+        std::fs::write(&out, code).map_err(|source| CodegenError::Io {
+            path: out.clone(),
+            source,
+        })?;
+        Ok(out)
+    }
+
+    /// Generates the Rust source for `schema`.
+    pub fn generate(&self, schema: &Schema) -> Result<String, CodegenError> {
+        Gen::new(schema, &self.runtime)?.run()
+    }
+}
+
+/// `Builder::new().compile(path)`: generates `<stem>.rs` in `OUT_DIR` for code that
+/// depends on the `keel` facade. Use [`Builder`] to change the runtime crate path.
+pub fn compile(path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
+    Builder::new().compile(path)
+}
+
+const KEYWORDS: &[&str] = &[
+    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
+    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
+    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
+    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
+    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
+];
+
+/// Associated functions every generated table has; field handles avoid these names.
+const RESERVED_FNS: &[&str] = &[
+    "builder",
+    "to_builder",
+    "encode",
+    "decode",
+    "change",
+    "create",
+    "upsert",
+    "delete",
+    "key",
+    "fields",
+];
+
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    let chars: Vec<char> = name.chars().collect();
+    for (i, c) in chars.iter().enumerate() {
+        if c.is_uppercase() {
+            let prev_lower =
+                i > 0 && (chars[i - 1].is_lowercase() || chars[i - 1].is_ascii_digit());
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            if i > 0
+                && chars[i - 1] != '_'
+                && (prev_lower || (next_lower && chars[i - 1].is_uppercase()))
+            {
+                out.push('_');
+            }
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(*c);
+        }
+    }
+    out
+}
+
+fn ident(name: &str) -> String {
+    if KEYWORDS.contains(&name) {
+        if matches!(name, "self" | "Self" | "super" | "crate") {
+            format!("{name}_")
+        } else {
+            format!("r#{name}")
+        }
+    } else {
+        name.to_owned()
+    }
+}
+
+fn camel(name: &str) -> String {
+    let all_caps = !name.chars().any(|c| c.is_lowercase());
+    let mut out = String::new();
+    for part in name.split('_').filter(|p| !p.is_empty()) {
+        let mut cs = part.chars();
+        if let Some(f) = cs.next() {
+            out.extend(f.to_uppercase());
+            if all_caps {
+                out.extend(cs.flat_map(|c| c.to_lowercase()));
+            } else {
+                out.extend(cs);
+            }
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, 'V');
+    }
+    if out == "Unknown" || out == "Self" {
+        out.push('_');
+    }
+    out
+}
+
+fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
+    if lines.is_empty() {
+        let _ = writeln!(out, "{indent}/// {fallback}");
+    } else {
+        for l in lines {
+            let l = l.trim_end();
+            if l.is_empty() {
+                let _ = writeln!(out, "{indent}///");
+            } else {
+                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
+            }
+        }
+    }
+}
+
+fn float_lit(v: f64, ty: ScalarType) -> String {
+    let t = ty.rust_name();
+    if v.is_nan() {
+        format!("{t}::NAN")
+    } else if v.is_infinite() {
+        if v > 0.0 {
+            format!("{t}::INFINITY")
+        } else {
+            format!("{t}::NEG_INFINITY")
+        }
+    } else if ty == ScalarType::F32 {
+        format!("{:?}_f32", v as f32)
+    } else {
+        format!("{v:?}_f64")
+    }
+}
+
+fn scalar_lit(v: &Value, ty: ScalarType) -> String {
+    match (v, ty) {
+        (Value::Bool(b), _) => b.to_string(),
+        (_, ScalarType::F32 | ScalarType::F64) => float_lit(v.as_f64().unwrap_or(0.0), ty),
+        (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
+        (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
+        (Value::Int(i), _) => format!("{i}"),
+        _ => "0".into(),
+    }
+}
+
+struct Gen<'a> {
+    s: &'a Schema,
+    rt: String,
+    out: String,
+    /// Rust names of tables/structs/enums/unions by index.
+    names: HashMap<(u8, usize), String>,
+    file_id: String,
+}
+
+impl<'a> Gen<'a> {
+    fn new(s: &'a Schema, rt: &str) -> Result<Self, CodegenError> {
+        let mut names = HashMap::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
+            let rust = ident(name);
+            if let Some(other) = seen.insert(rust.clone(), full.clone()) {
+                return Err(CodegenError::Unsupported(format!(
+                    "types {other} and {full} would both be named {rust} in Rust; rename one"
+                )));
+            }
+            names.insert((kind, i), rust);
+            Ok(())
+        };
+        for (i, t) in s.tables.iter().enumerate() {
+            add(0, i, &t.name, t.full_name())?;
+            add(
+                4,
+                i,
+                &format!("{}Fields", t.name),
+                format!("{}Fields", t.full_name()),
+            )?;
+            add(
+                5,
+                i,
+                &format!("{}Builder", t.name),
+                format!("{}Builder", t.full_name()),
+            )?;
+            add(
+                6,
+                i,
+                &format!("{}Change", t.name),
+                format!("{}Change", t.full_name()),
+            )?;
+        }
+        for (i, t) in s.structs.iter().enumerate() {
+            add(1, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.enums.iter().enumerate() {
+            add(2, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.unions.iter().enumerate() {
+            add(3, i, &t.name, t.full_name())?;
+        }
+        let file_id = match &s.file_identifier {
+            Some(id) => format!("Some({id:?})"),
+            None => "None".into(),
+        };
+        Ok(Gen {
+            s,
+            rt: rt.to_owned(),
+            out: String::new(),
+            names,
+            file_id,
+        })
+    }
+
+    fn table_name(&self, i: usize) -> &str {
+        &self.names[&(0, i)]
+    }
+    fn struct_name(&self, i: usize) -> &str {
+        &self.names[&(1, i)]
+    }
+    fn enum_name(&self, i: usize) -> &str {
+        &self.names[&(2, i)]
+    }
+    fn union_name(&self, i: usize) -> &str {
+        &self.names[&(3, i)]
+    }
+
+    fn variant(&self, e: &EnumDef, v: &EnumVal) -> String {
+        let _ = e;
+        camel(&v.name)
+    }
+
+    /// Rust type of a value of `ty` (no Option).
+    fn base_type(&self, ty: &FieldType) -> String {
+        match ty {
+            FieldType::Scalar(t) => t.rust_name().into(),
+            FieldType::Enum(i) => self.enum_name(*i).into(),
+            FieldType::String => "String".into(),
+            FieldType::Struct(i) => self.struct_name(*i).into(),
+            FieldType::Table(i) => self.table_name(*i).into(),
+            FieldType::Union(i) => self.union_name(*i).into(),
+            FieldType::Vector(inner) => format!("Vec<{}>", self.base_type(inner)),
+        }
+    }
+
+    fn required(f: &Field) -> bool {
+        f.primary
+    }
+
+    /// Rust type of a table field.
+    fn field_type(&self, f: &Field) -> String {
+        let base = self.base_type(&f.ty);
+        match &f.ty {
+            FieldType::Scalar(_) | FieldType::Enum(_) if !f.optional => base,
+            FieldType::Vector(_) => base,
+            FieldType::String if Self::required(f) => base,
+            _ => format!("Option<{base}>"),
+        }
+    }
+
+    fn default_expr(&self, f: &Field) -> String {
+        match &f.ty {
+            FieldType::Scalar(t) if !f.optional => scalar_lit(&f.default, *t),
+            FieldType::Enum(e) if !f.optional => {
+                let en = &self.s.enums[*e];
+                let raw = f.default.as_i64().unwrap_or(0);
+                match en.values.iter().find(|v| v.value == raw) {
+                    Some(v) => format!("{}::{}", self.enum_name(*e), self.variant(en, v)),
+                    None => format!(
+                        "{}::Unknown({})",
+                        self.enum_name(*e),
+                        scalar_lit(&f.default, en.underlying)
+                    ),
+                }
+            }
+            FieldType::String if Self::required(f) => "String::new()".into(),
+            FieldType::Vector(_) => "Vec::new()".into(),
+            _ => "None".into(),
+        }
+    }
+
+    fn run(mut self) -> Result<String, CodegenError> {
+        let rt = self.rt.clone();
+        let _ = writeln!(
+            self.out,
+            "// @generated by keel-schema {} — do not edit.\n\
+             // Types, field handles and change requests for the schema below.\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        let text = self.s.to_fbs();
+        let mut hashes = String::from("#");
+        while text.contains(&format!("\"{hashes}")) {
+            hashes.push('#');
+        }
+        let _ = writeln!(
+            self.out,
+            "/// Canonical text of the schema these types were generated from; pass it to\n\
+             /// the runtime schema (`Schema::parse`) when opening a database.\n\
+             pub const SCHEMA_FBS: &str = r{hashes}\"{text}\"{hashes};\n\n\
+             /// Fingerprint of [`SCHEMA_FBS`] (see `Schema::fingerprint`).\n\
+             pub const SCHEMA_FINGERPRINT: u64 = {:#018x};",
+            self.s.fingerprint()
+        );
+        let _ = rt;
+        for i in 0..self.s.enums.len() {
+            self.gen_enum(i);
+        }
+        for i in 0..self.s.structs.len() {
+            self.gen_struct(i);
+        }
+        for i in 0..self.s.unions.len() {
+            self.gen_union(i);
+        }
+        for i in 0..self.s.tables.len() {
+            self.gen_table(i)?;
+        }
+        Ok(self.out)
+    }
+
+    fn gen_enum(&mut self, i: usize) {
+        let rt = &self.rt;
+        let e = &self.s.enums[i];
+        let name = self.enum_name(i).to_owned();
+        let raw = e.underlying.rust_name();
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &e.doc,
+            &format!(
+                "The `{}` enum (underlying type `{}`).",
+                e.full_name(),
+                e.underlying.fbs_name()
+            ),
+        );
+        let _ = writeln!(
+            o,
+            "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"
+        );
+        for v in &e.values {
+            doc(
+                &mut o,
+                "    ",
+                &v.doc,
+                &format!("`{}` (= {}).", v.name, v.value),
+            );
+            let _ = writeln!(o, "    {},", self.variant(e, v));
+        }
+        let _ = writeln!(
+            o,
+            "    /// A value this version of the schema does not know (written by a newer one).\n    Unknown({raw}),\n}}\n"
+        );
+        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(
+            o,
+            "    /// Every value the schema declares, in declaration order."
+        );
+        let _ = write!(o, "    pub const VALUES: &'static [{name}] = &[");
+        let list: Vec<String> = e
+            .values
+            .iter()
+            .map(|v| format!("{name}::{}", self.variant(e, v)))
+            .collect();
+        let one_line = format!("{}];", list.join(", "));
+        if one_line.len() + 40 + name.len() <= 100 {
+            let _ = writeln!(o, "{one_line}");
+        } else {
+            o.push('\n');
+            for l in &list {
+                let _ = writeln!(o, "        {l},");
+            }
+            o.push_str("    ];\n");
+        }
+        let _ = writeln!(o, "\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{");
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "            {} => {name}::{},",
+                scalar_lit(&Value::Int(v.value), e.underlying),
+                self.variant(e, v)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            other => {name}::Unknown(other),\n        }}\n    }}\n"
+        );
+        let _ = writeln!(o, "    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{");
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "            {name}::{} => {},",
+                self.variant(e, v),
+                scalar_lit(&Value::Int(v.value), e.underlying)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"
+        );
+        let _ = writeln!(o, "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {{\n        match self {{");
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "            {name}::{} => Some({:?}),",
+                self.variant(e, v),
+                v.name
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            o,
+            "impl Default for {name} {{\n    fn default() -> Self {{\n        Self::from_raw(0)\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            o,
+            "impl From<{name}> for {rt}::Value {{\n    fn from(v: {name}) -> Self {{\n        {rt}::Value::from(v.to_raw())\n    }}\n}}"
+        );
+        self.out.push_str(&o);
+    }
+
+    fn gen_struct(&mut self, i: usize) {
+        let rt = self.rt.clone();
+        let sd = &self.s.structs[i];
+        let name = self.struct_name(i).to_owned();
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &sd.doc,
+            &format!(
+                "The `{}` struct ({} bytes, stored inline).",
+                sd.full_name(),
+                sd.size
+            ),
+        );
+        let _ = writeln!(
+            o,
+            "#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"
+        );
+        for f in &sd.fields {
+            doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
+            let _ = writeln!(
+                o,
+                "    pub {}: {},",
+                ident(&snake(&f.name)),
+                self.base_type(&f.ty)
+            );
+        }
+        let _ = writeln!(o, "}}\n\nimpl {name} {{");
+        let _ = writeln!(o, "    /// Size of the inline FlatBuffers layout in bytes.\n    pub const SIZE: usize = {};\n    /// Alignment of the inline layout in bytes.\n    pub const ALIGN: usize = {};\n", sd.size, sd.align);
+        let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(&self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
+        for f in &sd.fields {
+            let fname = ident(&snake(&f.name));
+            match &f.ty {
+                FieldType::Struct(_) => {
+                    let _ = writeln!(
+                        o,
+                        "        b[{}..{}].copy_from_slice(&self.{fname}.to_bytes());",
+                        f.offset,
+                        f.offset + f.size
+                    );
+                }
+                FieldType::Enum(_) => {
+                    let _ = writeln!(o, "        {rt}::wire::WireScalar::to_le(self.{fname}.to_raw(), &mut b[{}..]);", f.offset);
+                }
+                _ => {
+                    let _ = writeln!(
+                        o,
+                        "        {rt}::wire::WireScalar::to_le(self.{fname}, &mut b[{}..]);",
+                        f.offset
+                    );
+                }
+            }
+        }
+        let _ = writeln!(o, "        b\n    }}\n");
+        let _ = writeln!(o, "    /// Reads the struct from its inline bytes (at least [`Self::SIZE`] of them).\n    pub fn from_bytes(b: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name} {{");
+        for f in &sd.fields {
+            let fname = ident(&snake(&f.name));
+            match &f.ty {
+                FieldType::Struct(si) => {
+                    let _ = writeln!(
+                        o,
+                        "            {fname}: {}::from_bytes(b.get({}..).unwrap_or_default())?,",
+                        self.struct_name(*si),
+                        f.offset
+                    );
+                }
+                FieldType::Enum(e) => {
+                    let _ = writeln!(
+                        o,
+                        "            {fname}: {}::from_raw({rt}::wire::read_struct_field(b, {})?),",
+                        self.enum_name(*e),
+                        f.offset
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        o,
+                        "            {fname}: {rt}::wire::read_struct_field(b, {})?,",
+                        f.offset
+                    );
+                }
+            }
+        }
+        let _ = writeln!(o, "        }})\n    }}\n}}");
+        self.out.push_str(&o);
+    }
+
+    fn gen_union(&mut self, i: usize) {
+        let rt = self.rt.clone();
+        let u = &self.s.unions[i];
+        let name = self.union_name(i).to_owned();
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &u.doc,
+            &format!("The `{}` union.", u.full_name()),
+        );
+        let _ = writeln!(o, "#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{");
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "    /// Member `{}` (tag {}).\n    {}({}),",
+                m.name,
+                m.tag,
+                camel(&m.name),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(o, "    /// A member this version of the schema does not know (its tag).\n    Unknown(u8),\n}}\n");
+        let _ = writeln!(o, "impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{");
+        for m in &u.members {
+            let _ = writeln!(o, "            {name}::{}(_) => {},", camel(&m.name), m.tag);
+        }
+        let _ = writeln!(
+            o,
+            "            {name}::Unknown(tag) => *tag,\n        }}\n    }}\n"
+        );
+        let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> Option<{rt}::wire::Offset> {{\n        match self {{");
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "            {name}::{}(v) => Some(v.__write(b)),",
+                camel(&m.name)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            {name}::Unknown(_) => None,\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            return Ok(None);\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
+        );
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "            {} => {name}::{}({}::__read(t)?),",
+                m.tag,
+                camel(&m.name),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            other => {name}::Unknown(other),\n        }}))\n    }}\n}}"
+        );
+        for m in &u.members {
+            let t = self.table_name(m.table).to_owned();
+            let _ = writeln!(
+                o,
+                "\nimpl From<{t}> for {name} {{\n    fn from(v: {t}) -> Self {{\n        {name}::{}(v)\n    }}\n}}",
+                camel(&m.name)
+            );
+        }
+        self.out.push_str(&o);
+    }
+
+    fn inline_size(&self, f: &Field) -> usize {
+        match &f.ty {
+            FieldType::Scalar(t) => t.size(),
+            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
+            FieldType::Struct(s) => self.s.structs[*s].size.max(self.s.structs[*s].align),
+            _ => 4,
+        }
+    }
+
+    fn read_expr(&self, f: &Field) -> String {
+        let rt = &self.rt;
+        let slot = f.id;
+        let fname = &f.name;
+        match &f.ty {
+            FieldType::Scalar(t) if f.optional => format!("t.get_opt::<{}>({slot})?", t.rust_name()),
+            FieldType::Scalar(t) => format!("t.get::<{}>({slot}, {})?", t.rust_name(), scalar_lit(&f.default, *t)),
+            FieldType::Enum(e) => {
+                let en = &self.s.enums[*e];
+                let n = self.enum_name(*e);
+                if f.optional {
+                    format!("t.get_opt::<{}>({slot})?.map({n}::from_raw)", en.underlying.rust_name())
+                } else {
+                    format!("{n}::from_raw(t.get::<{}>({slot}, {})?)", en.underlying.rust_name(), scalar_lit(&f.default, en.underlying))
+                }
+            }
+            FieldType::String if Self::required(f) => format!(
+                "t.str({slot})?\n                .ok_or({rt}::DecodeError::Field {{\n                    field: {fname:?},\n                    reason: ::std::borrow::Cow::Borrowed(\"required field is missing\"),\n                }})?\n                .to_owned()"
+            ),
+            FieldType::String => format!("t.str({slot})?.map(str::to_owned)"),
+            FieldType::Struct(s) => format!(
+                "t.struct_bytes({slot}, {n}::SIZE)?\n                .map({n}::from_bytes)\n                .transpose()?",
+                n = self.struct_name(*s)
+            ),
+            FieldType::Table(ti) => format!(
+                "t.table({slot})?.map({}::__read).transpose()?",
+                self.table_name(*ti)
+            ),
+            FieldType::Union(u) => format!(
+                "{}::__read(t.get::<u8>({}, 0)?, t.table({slot})?)?",
+                self.union_name(*u),
+                slot.saturating_sub(1)
+            ),
+            FieldType::Vector(inner) => {
+                let (size, elem) = match &**inner {
+                    FieldType::Scalar(ScalarType::U8) => {
+                        return format!("t.vector({slot}, 1)?\n                .map_or_else(Vec::new, |v| v.bytes().to_vec())");
+                    }
+                    FieldType::Scalar(s) => (s.size().to_string(), format!("v.scalar::<{}>(i)", s.rust_name())),
+                    FieldType::Enum(e) => {
+                        let u = self.s.enums[*e].underlying;
+                        (u.size().to_string(), format!("v.scalar::<{}>(i).map({}::from_raw)", u.rust_name(), self.enum_name(*e)))
+                    }
+                    FieldType::String => ("4".into(), "v.str(i).map(str::to_owned)".into()),
+                    FieldType::Struct(s) => {
+                        let n = self.struct_name(*s);
+                        (format!("{n}::SIZE"), format!("v.struct_bytes(i).and_then({n}::from_bytes)"))
+                    }
+                    FieldType::Table(ti) => ("4".into(), format!("v.table(i).and_then({}::__read)", self.table_name(*ti))),
+                    _ => ("4".into(), "unreachable!()".into()),
+                };
+                format!(
+                    "match t.vector({slot}, {size})? {{\n                Some(v) => (0..v.len())\n                    .map(|i| {elem})\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}"
+                )
+            }
+        }
+    }
+
+    fn handle_name(f: &Field) -> String {
+        let base = snake(&f.name);
+        if RESERVED_FNS.contains(&base.as_str()) {
+            format!("{base}_field")
+        } else {
+            ident(&base)
+        }
+    }
+
+    fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
+        let rt = self.rt.clone();
+        let s = self.s;
+        let t = &s.tables[ti];
+        let name = self.table_name(ti).to_owned();
+        let fields_name = self.names[&(4, ti)].clone();
+        let builder_name = self.names[&(5, ti)].clone();
+        let change_name = self.names[&(6, ti)].clone();
+        let collection = s.collections.iter().find(|c| c.table == ti);
+        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let mut o = String::new();
+
+        // --- fields struct
+        o.push('\n');
+        let _ = writeln!(
+            o,
+            "/// The fields of a [`{name}`] (reach them through `Deref`: `obj.field`)."
+        );
+        let _ = writeln!(
+            o,
+            "#[derive(Debug, Clone, PartialEq)]\npub struct {fields_name} {{"
+        );
+        for f in &live {
+            let fallback = if f.primary {
+                format!("`{}` (primary key).", f.name)
+            } else {
+                format!("`{}`.", f.name)
+            };
+            doc(&mut o, "    ", &f.doc, &fallback);
+            let _ = writeln!(
+                o,
+                "    pub {}: {},",
+                ident(&snake(&f.name)),
+                self.field_type(f)
+            );
+        }
+        let _ = writeln!(o, "}}\n");
+        let _ = writeln!(
+            o,
+            "#[allow(clippy::derivable_impls)]\nimpl Default for {fields_name} {{\n    /// Every field at its schema default.\n    fn default() -> Self {{\n        {fields_name} {{"
+        );
+        for f in &live {
+            let _ = writeln!(
+                o,
+                "            {}: {},",
+                ident(&snake(&f.name)),
+                self.default_expr(f)
+            );
+        }
+        let _ = writeln!(o, "        }}\n    }}\n}}\n");
+
+        // --- the immutable type
+        let kind = match collection {
+            Some(_) => format!("an object of collection `{}`", t.full_name()),
+            None => format!("a `{}` table", t.full_name()),
+        };
+        doc(&mut o, "", &t.doc, &format!("Immutable {kind}."));
+        let _ = writeln!(
+            o,
+            "///\n/// Cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
+        );
+        let _ = writeln!(o, "#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
+        let _ = writeln!(
+            o,
+            "impl ::std::ops::Deref for {name} {{\n    type Target = {fields_name};\n    fn deref(&self) -> &{fields_name} {{\n        &self.0\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            o,
+            "impl ::std::fmt::Debug for {name} {{\n    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {{\n        self.0.fmt(f)\n    }}\n}}\n"
+        );
+        let _ = writeln!(
+            o,
+            "impl From<{fields_name}> for {name} {{\n    fn from(fields: {fields_name}) -> Self {{\n        {name}(::std::sync::Arc::new(fields))\n    }}\n}}\n"
+        );
+
+        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(
+            o,
+            "    /// A builder starting from the schema defaults.\n    pub fn builder() -> {builder_name} {{\n        {builder_name}::default()\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// A builder starting from this object's fields (for a modified copy).\n    pub fn to_builder(&self) -> {builder_name} {{\n        {builder_name} {{\n            fields: (*self.0).clone(),\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// Encodes as a finished FlatBuffers buffer with this table as root.\n    pub fn encode(&self) -> Vec<u8> {{\n        let mut b = {rt}::wire::Builder::new();\n        let root = self.__write(&mut b);\n        b.finish(root, {})\n    }}\n",
+            self.file_id
+        );
+        let _ = writeln!(
+            o,
+            "    /// Decodes a FlatBuffers buffer whose root is this table. Every offset is\n    /// checked: malformed bytes give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Self::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n"
+        );
+
+        // handles
+        for f in &live {
+            let hn = Self::handle_name(f);
+            let path_name = format!("{:?}", f.name);
+            let ty = match &f.ty {
+                FieldType::Scalar(_)
+                | FieldType::Enum(_)
+                | FieldType::String
+                | FieldType::Table(_)
+                | FieldType::Struct(_) => self.base_type(&f.ty),
+                FieldType::Union(u) => {
+                    for m in &s.unions[*u].members {
+                        let mt = self.table_name(m.table).to_owned();
+                        let _ = writeln!(
+                            o,
+                            "    /// Query handle: `{}` when it holds a `{}` (`.is_member()`, or `.join(…)` a field of it).\n    pub const fn {hn}_{}() -> {rt}::Field<{name}, {mt}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::union_member({}, {path_name}, {}, {:?})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
+                            f.name, m.name, snake(&m.name), f.id, m.tag, m.name
+                        );
+                    }
+                    continue;
+                }
+                FieldType::Vector(_) => continue,
+            };
+            let _ = writeln!(
+                o,
+                "    /// Query handle for `{}`.\n    pub const fn {hn}() -> {rt}::Field<{name}, {ty}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
+                f.name, f.id
+            );
+        }
+
+        // __write
+        let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
+        for f in &live {
+            let fname = ident(&snake(&f.name));
+            let var = format!("off_{}", snake(&f.name));
+            match &f.ty {
+                FieldType::String if Self::required(f) => {
+                    let _ = writeln!(o, "        let {var} = b.create_string(&self.{fname});");
+                }
+                FieldType::String => {
+                    let _ = writeln!(
+                        o,
+                        "        let {var} = self.{fname}.as_deref().map(|s| b.create_string(s));"
+                    );
+                }
+                FieldType::Table(_) => {
+                    let _ = writeln!(
+                        o,
+                        "        let {var} = self.{fname}.as_ref().map(|v| v.__write(b));"
+                    );
+                }
+                FieldType::Union(_) => {
+                    let _ = writeln!(
+                        o,
+                        "        let {var} = self\n            .{fname}\n            .as_ref()\n            .and_then(|v| v.__write(b).map(|off| (v.tag(), off)));"
+                    );
+                }
+                FieldType::Vector(inner) => {
+                    let expr = match &**inner {
+                        FieldType::Scalar(_) => format!("b.create_scalar_vector(&self.{fname})"),
+                        FieldType::Enum(_) => format!(
+                            "{{\n            let raw: Vec<_> = self.{fname}.iter().map(|v| v.to_raw()).collect();\n            b.create_scalar_vector(&raw)\n        }}"
+                        ),
+                        FieldType::String => format!(
+                            "{{\n            let offs: Vec<_> = self.{fname}.iter().map(|s| b.create_string(s)).collect();\n            b.create_offset_vector(&offs)\n        }}"
+                        ),
+                        FieldType::Table(_) => format!(
+                            "{{\n            let offs: Vec<_> = self.{fname}.iter().map(|v| v.__write(b)).collect();\n            b.create_offset_vector(&offs)\n        }}"
+                        ),
+                        FieldType::Struct(si) => {
+                            let n = self.struct_name(*si);
+                            format!(
+                                "{{\n            let bytes: Vec<u8> = self.{fname}.iter().flat_map(|v| v.to_bytes()).collect();\n            b.create_struct_vector(&bytes, {n}::SIZE, {n}::ALIGN)\n        }}"
+                            )
+                        }
+                        _ => "unreachable!()".into(),
+                    };
+                    let _ = writeln!(o, "        let {var} = {expr};");
+                }
+                _ => {}
+            }
+        }
+        let _ = writeln!(o, "        b.start_table();");
+        let mut order: Vec<&Field> = live.clone();
+        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
+        for f in order {
+            let fname = ident(&snake(&f.name));
+            let var = format!("off_{}", snake(&f.name));
+            let slot = f.id;
+            match &f.ty {
+                FieldType::Scalar(t) if f.optional => {
+                    let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v);\n        }}", t.rust_name());
+                }
+                FieldType::Scalar(t) => {
+                    let _ = writeln!(
+                        o,
+                        "        b.add_scalar::<{}>({slot}, self.{fname}, {});",
+                        t.rust_name(),
+                        scalar_lit(&f.default, *t)
+                    );
+                }
+                FieldType::Enum(e) => {
+                    let u = s.enums[*e].underlying;
+                    if f.optional {
+                        let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v.to_raw());\n        }}", u.rust_name());
+                    } else {
+                        let _ = writeln!(
+                            o,
+                            "        b.add_scalar::<{}>({slot}, self.{fname}.to_raw(), {});",
+                            u.rust_name(),
+                            scalar_lit(&f.default, u)
+                        );
+                    }
+                }
+                FieldType::Struct(si) => {
+                    let n = self.struct_name(*si);
+                    let _ = writeln!(o, "        if let Some(v) = &self.{fname} {{\n            b.add_struct({slot}, &v.to_bytes(), {n}::ALIGN);\n        }}");
+                }
+                FieldType::String if Self::required(f) => {
+                    let _ = writeln!(o, "        b.add_offset({slot}, {var});");
+                }
+                FieldType::Vector(_) => {
+                    let _ = writeln!(o, "        b.add_offset({slot}, {var});");
+                }
+                FieldType::Union(_) => {
+                    let _ = writeln!(
+                        o,
+                        "        if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({}, tag);\n            b.add_offset({slot}, off);\n        }}",
+                        slot.saturating_sub(1)
+                    );
+                }
+                FieldType::String | FieldType::Table(_) => {
+                    let _ = writeln!(o, "        if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}");
+                }
+            }
+        }
+        let _ = writeln!(o, "        b.end_table()\n    }}\n");
+
+        // __read
+        let _ = writeln!(
+            o,
+            "    #[doc(hidden)]\n    pub fn __read(t: {rt}::wire::TableRef<'_>) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name}(::std::sync::Arc::new({fields_name} {{"
+        );
+        for f in &live {
+            let _ = writeln!(
+                o,
+                "            {}: {},",
+                ident(&snake(&f.name)),
+                self.read_expr(f).replace("\n", "\n    ")
+            );
+        }
+        let _ = writeln!(o, "        }})))\n    }}");
+
+        // collection API
+        if let Some(c) = collection {
+            let key_fields: Vec<&Field> = c
+                .primary_key
+                .iter()
+                .filter_map(|id| t.field_by_id(*id))
+                .collect();
+            let _ = writeln!(
+                o,
+                "\n    /// A change request for this object's key: setters, then `build()`.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            fields: (*self.0).clone(),\n        }}\n    }}\n"
+            );
+            let _ = writeln!(
+                o,
+                "    /// A request to insert this object (fails if the key exists).\n    pub fn create(&self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Create(self.clone())\n    }}\n"
+            );
+            let _ = writeln!(
+                o,
+                "    /// A request to insert or replace this object.\n    pub fn upsert(&self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Upsert(self.clone())\n    }}\n"
+            );
+            let key_ty = match key_fields.len() {
+                0 => "()".to_owned(),
+                1 => self.base_type(&key_fields[0].ty),
+                _ => format!(
+                    "({})",
+                    key_fields
+                        .iter()
+                        .map(|f| self.base_type(&f.ty))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            };
+            let _ = writeln!(
+                o,
+                "    /// A request to delete the object with this key.\n    pub fn delete(key: &{key_ty}) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::delete(key)\n    }}\n}}\n"
+            );
+            // Record
+            let key_expr = match key_fields.len() {
+                0 => "()".to_owned(),
+                1 => format!("self.{}.clone()", ident(&snake(&key_fields[0].name))),
+                _ => format!(
+                    "(\n            {},\n        )",
+                    key_fields
+                        .iter()
+                        .map(|f| format!("self.{}.clone()", ident(&snake(&f.name))))
+                        .collect::<Vec<_>>()
+                        .join(",\n            ")
+                ),
+            };
+            let key_vals = match key_fields.len() {
+                0 => "Vec::new()".to_owned(),
+                1 => format!("vec![{rt}::Value::from(key.clone())]"),
+                _ => format!(
+                    "vec![\n            {},\n        ]",
+                    (0..key_fields.len())
+                        .map(|i| format!("{rt}::Value::from(key.{i}.clone())"))
+                        .collect::<Vec<_>>()
+                        .join(",\n            ")
+                ),
+            };
+            let key_param = if key_fields.is_empty() { "_key" } else { "key" };
+            let _ = writeln!(
+                o,
+                "impl {rt}::Record for {name} {{\n    type Key = {key_ty};\n    const COLLECTION: &'static str = {:?};\n    const SCHEMA_FBS: &'static str = SCHEMA_FBS;\n    const SCHEMA_FINGERPRINT: u64 = SCHEMA_FINGERPRINT;\n\n    fn encode(&self) -> Vec<u8> {{\n        {name}::encode(self)\n    }}\n\n    fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::decode(bytes)\n    }}\n\n    #[allow(clippy::unused_unit)]\n    fn key(&self) -> {key_ty} {{\n        {key_expr}\n    }}\n\n    fn key_values({key_param}: &{key_ty}) -> Vec<{rt}::Value> {{\n        {key_vals}\n    }}\n}}",
+                c.name
+            );
+        } else {
+            let _ = writeln!(o, "}}");
+        }
+
+        // builder + change
+        let mut kinds = vec![(builder_name.clone(), false)];
+        if collection.is_some() {
+            kinds.push((change_name.clone(), true));
+        }
+        for (bname, is_change) in kinds {
+            let _ = writeln!(o);
+            if is_change {
+                let _ = writeln!(
+                    o,
+                    "/// A change request for an existing [`{name}`]: set fields, then `build()` a\n/// [`ChangeRequest::Change`]({rt}::ChangeRequest::Change). The primary key cannot change."
+                );
+            } else {
+                let _ = writeln!(
+                    o,
+                    "/// Builds a [`{name}`]; unset fields keep their schema defaults."
+                );
+            }
+            let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+            for f in &live {
+                if is_change && f.primary {
+                    continue;
+                }
+                let fname = ident(&snake(&f.name));
+                let setter = if RESERVED_FNS.contains(&snake(&f.name).as_str())
+                    || snake(&f.name) == "build"
+                {
+                    format!("set_{}", snake(&f.name))
+                } else {
+                    fname.clone()
+                };
+                let base = self.base_type(&f.ty);
+                let (param, assign) = match &f.ty {
+                    FieldType::String if Self::required(f) => {
+                        ("impl Into<String>".to_owned(), "v.into()".to_owned())
+                    }
+                    FieldType::String => {
+                        ("impl Into<String>".to_owned(), "Some(v.into())".to_owned())
+                    }
+                    FieldType::Scalar(_) | FieldType::Enum(_) if !f.optional => {
+                        (base.clone(), "v".to_owned())
+                    }
+                    FieldType::Scalar(_)
+                    | FieldType::Enum(_)
+                    | FieldType::Struct(_)
+                    | FieldType::Table(_) => (base.clone(), "Some(v)".to_owned()),
+                    FieldType::Union(_) => {
+                        (format!("impl Into<{base}>"), "Some(v.into())".to_owned())
+                    }
+                    FieldType::Vector(inner) => {
+                        let ib = self.base_type(inner);
+                        if matches!(**inner, FieldType::String) {
+                            (
+                                "impl IntoIterator<Item = impl Into<String>>".to_owned(),
+                                "v.into_iter().map(Into::into).collect()".to_owned(),
+                            )
+                        } else {
+                            (
+                                format!("impl IntoIterator<Item = {ib}>"),
+                                "v.into_iter().collect()".to_owned(),
+                            )
+                        }
+                    }
+                };
+                let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
+                let optional_kind = !matches!(f.ty, FieldType::Vector(_))
+                    && !(matches!(f.ty, FieldType::String) && Self::required(f))
+                    && (f.optional || !matches!(f.ty, FieldType::Scalar(_) | FieldType::Enum(_)));
+                if optional_kind {
+                    let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
+                }
+            }
+            if is_change {
+                let _ = writeln!(
+                    o,
+                    "    /// The change request.\n    pub fn build(self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Change({name}::from(self.fields))\n    }}\n}}"
+                );
+            } else {
+                let _ = writeln!(o, "    /// The object.\n    pub fn build(self) -> {name} {{\n        {name}::from(self.fields)\n    }}\n}}");
+            }
+        }
+        self.out.push_str(&o);
+        Ok(())
+    }
+}

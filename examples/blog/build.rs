@@ -1,0 +1,17 @@
+//! Generates Rust types for `schema/blog.fbs` (and the evolution-test schemas).
+fn main() {
+    for schema in [
+        "schema/blog.fbs",
+        "schema/evolution/post_v1.fbs",
+        "schema/evolution/post_v2.fbs",
+    ] {
+        // In an app depending on the `keel` facade this is just
+        // `keel_schema::compile(schema)`; this example depends on keel-schema directly.
+        if let Err(e) = keel_schema::Builder::new()
+            .runtime_crate("::keel_schema")
+            .compile(schema)
+        {
+            panic!("{e}");
+        }
+    }
+}

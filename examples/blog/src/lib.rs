@@ -1,0 +1,28 @@
+//! keel example: Rust types generated from `schema/blog.fbs` by `build.rs`.
+//!
+//! ```
+//! use keel_example_blog::blog::{Color, Post};
+//! use keel_schema::Record;
+//! let post = Post::builder().id("p1").title("Hello").priority(3).build();
+//! let back = Post::decode(&post.encode()).unwrap();
+//! assert_eq!(back, post);
+//! assert_eq!(back.color, Color::Green); // schema default
+//! let query = Post::priority().gt(2) & Post::title().eq("Hello");
+//! assert_eq!(query.to_string(), "(priority > 2 AND title == \"Hello\")");
+//! assert_eq!(post.primary_key(), vec!["p1".into()]);
+//! ```
+
+/// Types generated from `schema/blog.fbs`.
+pub mod blog {
+    include!(concat!(env!("OUT_DIR"), "/blog.rs"));
+}
+
+/// Version 1 of the evolution-test schema (`schema/evolution/post_v1.fbs`).
+pub mod evo_v1 {
+    include!(concat!(env!("OUT_DIR"), "/post_v1.rs"));
+}
+
+/// Version 2 of the evolution-test schema (`schema/evolution/post_v2.fbs`).
+pub mod evo_v2 {
+    include!(concat!(env!("OUT_DIR"), "/post_v2.rs"));
+}
