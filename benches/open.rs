@@ -1,0 +1,245 @@
+//! Open-pipeline and group-commit benchmark (issue 2).
+//!
+//! `cargo bench --bench open -- [--quick]` writes `target/keel-bench/open.json`:
+//! `{"scenario":"open","metrics":{...}}` (numbers only). `--quick` lowers repetition
+//! only; sizes (16 MiB WAL, 1,000 transactions, 16 tasks, 3 s simulated sync) stay.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use keel::storage::rusqlite::{self, config::DbConfig};
+use keel::storage::{Error, Store, StoreOptions, SyncPolicy};
+
+const WAL_TARGET: u64 = 16 << 20;
+const TXNS: usize = 1000;
+const TASKS: usize = 16;
+const SLOW_SYNC: Duration = Duration::from_secs(3);
+
+fn wal(p: &Path) -> PathBuf {
+    let mut s = p.as_os_str().to_owned();
+    s.push("-wal");
+    s.into()
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// A database whose last writer was killed with `target` bytes in the WAL.
+fn make_wal_template(dir: &Path, target: u64) -> PathBuf {
+    let p = dir.join("template.db");
+    let c = rusqlite::Connection::open(&p).unwrap();
+    c.execute_batch(
+        "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; PRAGMA synchronous=OFF;
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);",
+    )
+    .unwrap();
+    while std::fs::metadata(wal(&p)).map(|m| m.len()).unwrap_or(0) < target {
+        c.execute_batch("BEGIN").unwrap();
+        for _ in 0..200 {
+            c.execute("INSERT INTO t(v) VALUES (randomblob(1000))", []).unwrap();
+        }
+        c.execute_batch("COMMIT").unwrap();
+    }
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+    drop(c);
+    p
+}
+
+fn copy_db(template: &Path, to: &Path) {
+    std::fs::copy(template, to).unwrap();
+    if wal(template).exists() {
+        std::fs::copy(wal(template), wal(to)).unwrap();
+    }
+}
+
+fn quiet() -> StoreOptions {
+    StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let reps_slow = if quick { 1 } else { 3 };
+    let reps = if quick { 3 } else { 7 };
+    let root = tempfile::tempdir().unwrap();
+    let mut metrics: Vec<(&str, f64)> = Vec::new();
+
+    eprintln!("building a {} MiB WAL template…", WAL_TARGET >> 20);
+    let template = make_wal_template(root.path(), WAL_TARGET);
+    let wal_bytes = std::fs::metadata(wal(&template)).unwrap().len();
+    let small = make_wal_template(&root.path().join("small").tap_mkdir(), 64 * 1024);
+
+    // caller_blocked_ms / sync_open_ms: a leftover WAL and a 3 s open-barrier sync.
+    let slow = || {
+        SyncPolicy::custom(|ctx| {
+            std::thread::sleep(SLOW_SYNC);
+            ctx.full_sync()
+        })
+    };
+    let mut blocked = 0f64;
+    let mut sync_open = Vec::new();
+    for i in 0..reps_slow {
+        let p = root.path().join(format!("slow-a{i}.db"));
+        copy_db(&small, &p);
+        let t = Instant::now();
+        let fut = Store::open_async(&p, quiet().open_barrier_sync(slow()));
+        blocked = blocked.max(ms(t.elapsed()));
+        let store = fut.wait().unwrap();
+        store.close().unwrap();
+
+        let p = root.path().join(format!("slow-b{i}.db"));
+        copy_db(&small, &p);
+        let t = Instant::now();
+        let store = Store::open(&p, quiet().open_barrier_sync(slow())).unwrap();
+        sync_open.push(ms(t.elapsed()));
+        store.close().unwrap();
+    }
+    metrics.push(("caller_blocked_ms", blocked));
+    metrics.push(("sync_open_ms", median(sync_open)));
+    metrics.push(("simulated_sync_ms", ms(SLOW_SYNC)));
+
+    // open_ms_wal_0: empty WAL, real syncs, default policy.
+    let base = root.path().join("wal0.db");
+    copy_db(&template, &base);
+    Store::open(&base, quiet()).unwrap().close().unwrap(); // checkpoints, removes WAL
+    let mut v = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let s = Store::open(&base, quiet()).unwrap();
+        v.push(ms(t.elapsed()));
+        s.close().unwrap();
+    }
+    metrics.push(("open_ms_wal_0", median(v)));
+
+    // open_ms_wal_16mib_no_checkpoint: 16 MiB left in the WAL by a killed process.
+    let mut v = Vec::new();
+    let mut raw = Vec::new();
+    for i in 0..reps {
+        let p = root.path().join(format!("wal16-{i}.db"));
+        copy_db(&template, &p);
+        let t = Instant::now();
+        let s = Store::open(&p, quiet()).unwrap();
+        v.push(ms(t.elapsed()));
+        drop(s);
+        // Baseline: raw rusqlite open + first read on the same kind of file.
+        let p = root.path().join(format!("raw16-{i}.db"));
+        copy_db(&template, &p);
+        let t = Instant::now();
+        let c = rusqlite::Connection::open(&p).unwrap();
+        let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).unwrap();
+        raw.push(ms(t.elapsed()));
+    }
+    metrics.push(("open_ms_wal_16mib_no_checkpoint", median(v)));
+    metrics.push(("raw_rusqlite_open_ms_wal_16mib", median(raw)));
+    metrics.push(("wal_bytes_at_open", wal_bytes as f64));
+
+    // open_ms_wal_16mib_after_background: on_background() ran before the app went away.
+    let mut v = Vec::new();
+    for i in 0..reps {
+        let p = root.path().join(format!("bg16-{i}.db"));
+        copy_db(&template, &p);
+        let s = Store::open(&p, quiet()).unwrap();
+        s.on_background().unwrap();
+        s.close().unwrap();
+        let t = Instant::now();
+        let s = Store::open(&p, quiet()).unwrap();
+        v.push(ms(t.elapsed()));
+        s.close().unwrap();
+    }
+    metrics.push(("open_ms_wal_16mib_after_background", median(v)));
+
+    // Group commit vs sequential, under Full.
+    let full = || quiet().commit_sync(SyncPolicy::Full);
+    let setup = |name: &str| {
+        let s = Store::open(root.path().join(name), full()).unwrap();
+        s.write_blocking(|t| t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").map_err(Error::from))
+            .unwrap();
+        s.reset_io_stats();
+        s
+    };
+    let one = |s: &Store| {
+        s.write(|t| {
+            t.execute("INSERT INTO t(v) VALUES (randomblob(100))", [])?;
+            Ok::<_, Error>(())
+        })
+    };
+    let seq = setup("seq.db");
+    let t = Instant::now();
+    for _ in 0..TXNS {
+        one(&seq).wait().unwrap();
+    }
+    let seq_time = t.elapsed();
+    let seq_syncs = seq.io_stats().wal.syncs;
+    seq.close().unwrap();
+
+    let grp = setup("grp.db");
+    let t = Instant::now();
+    let handles: Vec<_> = (0..TASKS)
+        .map(|_| {
+            let s = grp.clone();
+            std::thread::spawn(move || {
+                for _ in 0..TXNS / TASKS {
+                    one(&s).wait().unwrap();
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let grp_time = t.elapsed();
+    let grp_syncs = grp.io_stats().wal.syncs;
+    let n: i64 = grp.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    assert_eq!(n as usize, TXNS / TASKS * TASKS);
+    grp.close().unwrap();
+
+    // Raw rusqlite baseline: 1,000 sequential autocommit inserts, synchronous=FULL.
+    let raw_path = root.path().join("raw.db");
+    let c = rusqlite::Connection::open(&raw_path).unwrap();
+    c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);")
+        .unwrap();
+    let t = Instant::now();
+    for _ in 0..TXNS {
+        c.execute("INSERT INTO t(v) VALUES (randomblob(100))", []).unwrap();
+    }
+    let raw_seq = t.elapsed();
+    drop(c);
+
+    metrics.push(("group_commit_syncs", grp_syncs as f64));
+    metrics.push(("sequential_commit_syncs", seq_syncs as f64));
+    metrics.push(("group_commit_ms", ms(grp_time)));
+    metrics.push(("sequential_commit_ms", ms(seq_time)));
+    metrics.push(("raw_rusqlite_sequential_commit_ms", ms(raw_seq)));
+    metrics.push(("group_commit_speedup", seq_time.as_secs_f64() / grp_time.as_secs_f64()));
+    metrics.push(("group_commit_speedup_vs_raw_rusqlite", raw_seq.as_secs_f64() / grp_time.as_secs_f64()));
+    metrics.push(("transactions", TXNS as f64));
+    metrics.push(("tasks", TASKS as f64));
+
+    let mut m = serde_json::Map::new();
+    for (k, v) in &metrics {
+        eprintln!("{k:>40} {v:>12.3}");
+        m.insert((*k).to_string(), serde_json::json!(v));
+    }
+    let out = serde_json::json!({ "scenario": "open", "metrics": m });
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("open.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
+    eprintln!("wrote {}", file.display());
+}
+
+trait TapMkdir {
+    fn tap_mkdir(self) -> Self;
+}
+
+impl TapMkdir for PathBuf {
+    fn tap_mkdir(self) -> Self {
+        std::fs::create_dir_all(&self).unwrap();
+        self
+    }
+}
