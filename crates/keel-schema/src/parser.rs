@@ -404,7 +404,10 @@ impl<'a> Lexer<'a> {
                 self.bump();
                 return Ok((Tok::Punct(c), pos, doc));
             }
-            return Err(self.err(pos, format!("expected a declaration, found {c:?}")));
+            return Err(self.err(
+                pos,
+                format!("expected a name, number, string or punctuation, found {c:?} (names use ASCII letters, digits and _)"),
+            ));
         }
     }
 }
