@@ -42,11 +42,13 @@ fn make_wal_template(dir: &Path, target: u64) -> PathBuf {
     while std::fs::metadata(wal(&p)).map(|m| m.len()).unwrap_or(0) < target {
         c.execute_batch("BEGIN").unwrap();
         for _ in 0..200 {
-            c.execute("INSERT INTO t(v) VALUES (randomblob(1000))", []).unwrap();
+            c.execute("INSERT INTO t(v) VALUES (randomblob(1000))", [])
+                .unwrap();
         }
         c.execute_batch("COMMIT").unwrap();
     }
-    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .unwrap();
     drop(c);
     p
 }
@@ -131,7 +133,9 @@ fn main() {
         copy_db(&template, &p);
         let t = Instant::now();
         let c = rusqlite::Connection::open(&p).unwrap();
-        let _: i64 = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).unwrap();
+        let _: i64 = c
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
         raw.push(ms(t.elapsed()));
     }
     metrics.push(("open_ms_wal_16mib_no_checkpoint", median(v)));
@@ -157,8 +161,11 @@ fn main() {
     let full = || quiet().commit_sync(SyncPolicy::Full);
     let setup = |name: &str| {
         let s = Store::open(root.path().join(name), full()).unwrap();
-        s.write_blocking(|t| t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").map_err(Error::from))
-            .unwrap();
+        s.write_blocking(|t| {
+            t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+                .map_err(Error::from)
+        })
+        .unwrap();
         s.reset_io_stats();
         s
     };
@@ -194,7 +201,12 @@ fn main() {
     }
     let grp_time = t.elapsed();
     let grp_syncs = grp.io_stats().wal.syncs;
-    let n: i64 = grp.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    let n: i64 = grp
+        .read(|c| {
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap();
     assert_eq!(n as usize, TXNS / TASKS * TASKS);
     grp.close().unwrap();
 
@@ -205,7 +217,8 @@ fn main() {
         .unwrap();
     let t = Instant::now();
     for _ in 0..TXNS {
-        c.execute("INSERT INTO t(v) VALUES (randomblob(100))", []).unwrap();
+        c.execute("INSERT INTO t(v) VALUES (randomblob(100))", [])
+            .unwrap();
     }
     let raw_seq = t.elapsed();
     drop(c);
@@ -215,8 +228,14 @@ fn main() {
     metrics.push(("group_commit_ms", ms(grp_time)));
     metrics.push(("sequential_commit_ms", ms(seq_time)));
     metrics.push(("raw_rusqlite_sequential_commit_ms", ms(raw_seq)));
-    metrics.push(("group_commit_speedup", seq_time.as_secs_f64() / grp_time.as_secs_f64()));
-    metrics.push(("group_commit_speedup_vs_raw_rusqlite", raw_seq.as_secs_f64() / grp_time.as_secs_f64()));
+    metrics.push((
+        "group_commit_speedup",
+        seq_time.as_secs_f64() / grp_time.as_secs_f64(),
+    ));
+    metrics.push((
+        "group_commit_speedup_vs_raw_rusqlite",
+        raw_seq.as_secs_f64() / grp_time.as_secs_f64(),
+    ));
     metrics.push(("transactions", TXNS as f64));
     metrics.push(("tasks", TASKS as f64));
 

@@ -29,7 +29,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     }
-    println!("previous session left a {} byte WAL\n", std::fs::metadata(dir.path().join("tour.db-wal"))?.len());
+    println!(
+        "previous session left a {} byte WAL\n",
+        std::fs::metadata(dir.path().join("tour.db-wal"))?.len()
+    );
 
     // 2. Open on a "slow phone": every sync takes 2 s.
     let slow = SyncPolicy::custom(|ctx| {
@@ -56,10 +59,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if let Some(r) = (&mut open).now_or_never() {
             break r?;
         }
-        println!("  tick {:>5.2} s — UI still responsive", t0.elapsed().as_secs_f64());
+        println!(
+            "  tick {:>5.2} s — UI still responsive",
+            t0.elapsed().as_secs_f64()
+        );
         std::thread::sleep(Duration::from_millis(250));
     };
-    println!("\nopen finished after {:.2} s\n", t0.elapsed().as_secs_f64());
+    println!(
+        "\nopen finished after {:.2} s\n",
+        t0.elapsed().as_secs_f64()
+    );
     println!("{}", store.open_report());
 
     // 4. 20 concurrent writes: group commit turns them into one transaction, one sync.
@@ -68,7 +77,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let writes: Vec<_> = (0..20)
         .map(|i| {
             store.write(move |txn| {
-                txn.execute("INSERT INTO note(body) VALUES (?1)", [format!("new note {i}")])?;
+                txn.execute(
+                    "INSERT INTO note(body) VALUES (?1)",
+                    [format!("new note {i}")],
+                )?;
                 Ok::<_, Error>(txn.last_insert_rowid())
             })
         })
@@ -89,7 +101,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (count, last): (i64, String) = std::thread::spawn(move || {
         reader.read(|c| {
             let n = c.query_row("SELECT count(*) FROM note", [], |r| r.get(0))?;
-            let last = c.query_row("SELECT body FROM note ORDER BY id DESC LIMIT 1", [], |r| r.get(0))?;
+            let last = c.query_row("SELECT body FROM note ORDER BY id DESC LIMIT 1", [], |r| {
+                r.get(0)
+            })?;
             Ok::<_, Error>((n, last))
         })
     })

@@ -30,7 +30,8 @@ fn dropping_open_future_mid_open_leaves_nothing_behind() {
             "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(x); INSERT INTO t VALUES (1);",
         )
         .unwrap();
-        c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+        c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+            .unwrap();
     }
     let slow = SyncPolicy::custom(|ctx| {
         std::thread::sleep(Duration::from_millis(500));
@@ -39,7 +40,11 @@ fn dropping_open_future_mid_open_leaves_nothing_behind() {
     let fut = Store::open_async(&path, StoreOptions::default().open_barrier_sync(slow));
     std::thread::sleep(Duration::from_millis(100));
     if cfg!(target_os = "linux") {
-        assert_eq!(keel_threads(), ["keel-open"], "open thread running mid-open");
+        assert_eq!(
+            keel_threads(),
+            ["keel-open"],
+            "open thread running mid-open"
+        );
     }
     drop(fut); // cancel while the barrier sync is in flight
 
@@ -51,8 +56,11 @@ fn dropping_open_future_mid_open_leaves_nothing_behind() {
 
     // Nothing half-open: an exclusive lock can be taken, and the data is intact.
     let c = rusqlite::Connection::open(&path).unwrap();
-    c.execute_batch("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT;").unwrap();
-    let n: i64 = c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    c.execute_batch("PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE; COMMIT;")
+        .unwrap();
+    let n: i64 = c
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n, 1);
     drop(c);
 

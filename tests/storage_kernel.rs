@@ -23,9 +23,11 @@ fn db_with_leftover_wal(path: &std::path::Path, rows: usize) -> u64 {
     )
     .unwrap();
     for _ in 0..rows {
-        c.execute("INSERT INTO t(v) VALUES (randomblob(1000))", []).unwrap();
+        c.execute("INSERT INTO t(v) VALUES (randomblob(1000))", [])
+            .unwrap();
     }
-    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .unwrap();
     drop(c);
     std::fs::metadata(wal(path)).unwrap().len()
 }
@@ -70,7 +72,10 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
     let t = Instant::now();
     let fut = Store::open_async(&path, opts);
     let call = t.elapsed();
-    assert!(call < Duration::from_millis(5), "open_async blocked the caller for {call:?}");
+    assert!(
+        call < Duration::from_millis(5),
+        "open_async blocked the caller for {call:?}"
+    );
 
     // The caller's thread keeps running: tick while the open is in flight.
     let done = Arc::new(AtomicBool::new(false));
@@ -92,7 +97,11 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
     let sync_wal = report.phase(OpenPhase::SyncWal).unwrap();
     assert!(sync_wal.duration >= Duration::from_secs(3), "{report}");
     assert_eq!(sync_wal.syncs, 1, "{report}");
-    assert_eq!(report.slowest_phase().unwrap().phase, OpenPhase::SyncWal, "{report}");
+    assert_eq!(
+        report.slowest_phase().unwrap().phase,
+        OpenPhase::SyncWal,
+        "{report}"
+    );
     assert_eq!(report.wal_bytes_at_open, wal_bytes);
     assert!(report.frames_recovered > 0, "{report}");
     assert_eq!(store.io_stats().open_barrier_syncs, 1);
@@ -109,9 +118,13 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
 fn one_wal_sync_per_commit_under_full_none_under_normal() {
     for (policy, expected) in [(SyncPolicy::Full, 1), (SyncPolicy::Normal, 0)] {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path().join("s.db"), quiet().commit_sync(policy.clone())).unwrap();
+        let store =
+            Store::open(dir.path().join("s.db"), quiet().commit_sync(policy.clone())).unwrap();
         store
-            .write_blocking(|t| t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").map_err(Error::from))
+            .write_blocking(|t| {
+                t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+                    .map_err(Error::from)
+            })
             .unwrap();
         insert_one(&store).wait().unwrap(); // warm: WAL header written
         for _ in 0..3 {
@@ -131,7 +144,10 @@ fn group_commit_64_concurrent_writes_cost_far_fewer_syncs() {
     let path = dir.path().join("g.db");
     let store = Store::open(&path, quiet().commit_sync(SyncPolicy::Full)).unwrap();
     store
-        .write_blocking(|t| t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").map_err(Error::from))
+        .write_blocking(|t| {
+            t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+                .map_err(Error::from)
+        })
         .unwrap();
     insert_one(&store).wait().unwrap();
     store.reset_io_stats();
@@ -156,7 +172,10 @@ fn one_failing_closure_in_a_group_rolls_back_alone() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("f.db"), quiet()).unwrap();
     store
-        .write_blocking(|t| t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT UNIQUE)").map_err(Error::from))
+        .write_blocking(|t| {
+            t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT UNIQUE)")
+                .map_err(Error::from)
+        })
         .unwrap();
     // Hold the writer so the next writes queue up and run as one group.
     let gate = store.write(|_| {
@@ -188,12 +207,18 @@ fn one_failing_closure_in_a_group_rolls_back_alone() {
     let rows: Vec<String> = store
         .read(|c| {
             let mut s = c.prepare("SELECT v FROM t ORDER BY id")?;
-            let v = s.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+            let v = s
+                .query_map([], |r| r.get(0))?
+                .collect::<Result<Vec<String>, _>>()?;
             Ok::<_, Error>(v)
         })
         .unwrap();
     assert_eq!(rows, ["row0", "row1", "row3", "row4"]);
-    assert_eq!(committed_groups.load(Ordering::SeqCst), 4, "on_commit dropped for the failed closure");
+    assert_eq!(
+        committed_groups.load(Ordering::SeqCst),
+        4,
+        "on_commit dropped for the failed closure"
+    );
 }
 
 #[test]
@@ -213,9 +238,17 @@ fn on_background_leaves_at_most_one_page_and_next_open_needs_no_barrier() {
     assert!(std::fs::metadata(wal(&path)).unwrap().len() > 100_000);
     let out = store.on_background().unwrap();
     assert!(!out.busy, "{out:?}");
-    let page: i64 = store.read(|c| c.query_row("PRAGMA page_size", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    let page: i64 = store
+        .read(|c| {
+            c.query_row("PRAGMA page_size", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap();
     let wal_len = std::fs::metadata(wal(&path)).map(|m| m.len()).unwrap_or(0);
-    assert!(wal_len <= page as u64, "WAL is {wal_len} bytes after on_background");
+    assert!(
+        wal_len <= page as u64,
+        "WAL is {wal_len} bytes after on_background"
+    );
 
     // The app is killed in the background now: the next launch sees this WAL.
     let next = Store::open(&path, quiet()).unwrap();
@@ -231,7 +264,9 @@ fn random_bytes_and_truncated_db_are_typed_errors_and_recovery_moves_aside() {
 
     // Random bytes.
     let junk = dir.path().join("junk.db");
-    let bytes: Vec<u8> = (0..16_384u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let bytes: Vec<u8> = (0..16_384u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
     std::fs::write(&junk, &bytes).unwrap();
     match Store::open(&junk, quiet()) {
         Err(e @ Error::NotADatabase { .. }) => {
@@ -258,22 +293,41 @@ fn random_bytes_and_truncated_db_are_typed_errors_and_recovery_moves_aside() {
         s.close().unwrap();
     }
     let len = std::fs::metadata(&trunc).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(&trunc).unwrap().set_len(len / 2).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&trunc)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
     match Store::open(&trunc, quiet()) {
         Err(e @ Error::Corrupt { .. }) => assert!(e.to_string().contains("truncated"), "{e}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 
     // Opt-in recovery: moved aside (never deleted), fresh database.
-    for (bad, original) in [(&junk, bytes.clone()), (&trunc, std::fs::read(&trunc).unwrap())] {
+    for (bad, original) in [
+        (&junk, bytes.clone()),
+        (&trunc, std::fs::read(&trunc).unwrap()),
+    ] {
         let store = Store::open(bad, quiet().recover_corrupt(true)).unwrap();
         let r = store.open_report();
         let moved = r.moved_aside.clone().expect("moved aside");
         assert!(r.created);
-        assert_eq!(std::fs::read(&moved).unwrap(), original, "moved file keeps the user's bytes");
-        assert!(moved.file_name().unwrap().to_string_lossy().contains(".corrupt-"));
+        assert_eq!(
+            std::fs::read(&moved).unwrap(),
+            original,
+            "moved file keeps the user's bytes"
+        );
+        assert!(moved
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .contains(".corrupt-"));
         store
-            .write_blocking(|t| t.execute_batch("CREATE TABLE fresh(x)").map_err(Error::from))
+            .write_blocking(|t| {
+                t.execute_batch("CREATE TABLE fresh(x)")
+                    .map_err(Error::from)
+            })
             .unwrap();
         assert_eq!(count(&store, "fresh"), 0);
     }
@@ -309,8 +363,14 @@ fn checkpoint_modes_and_stats_kinds() {
         .unwrap();
     store.reset_io_stats();
     let p = store.checkpoint(CheckpointMode::Passive).unwrap();
-    assert!(p.wal_frames > 0 && p.checkpointed_frames == p.wal_frames, "{p:?}");
+    assert!(
+        p.wal_frames > 0 && p.checkpointed_frames == p.wal_frames,
+        "{p:?}"
+    );
     let s = store.io_stats();
-    assert!(s.kind(FileKind::MainDb).writes > 0 && s.checkpoint_syncs >= 1, "{s}");
+    assert!(
+        s.kind(FileKind::MainDb).writes > 0 && s.checkpoint_syncs >= 1,
+        "{s}"
+    );
     assert_eq!(s.commit_syncs, 0, "{s}");
 }

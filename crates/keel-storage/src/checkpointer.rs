@@ -102,7 +102,11 @@ pub(crate) fn run_checkpoint(
     }
     let sql = format!("PRAGMA wal_checkpoint({})", mode.sql());
     let row = conn.query_row(&sql, [], |r| {
-        Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        Ok((
+            r.get::<_, i64>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
     });
     let (busy, log, done) = match row {
         Ok(v) => v,
@@ -134,19 +138,17 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
     let mut dirty = false;
     let mut last_auto: Option<Instant> = None;
-    let passive = |conn: &rusqlite::Connection| {
-        match run_checkpoint(
-            conn,
-            &ctx.path,
-            &ctx.wal_path,
-            CheckpointMode::Passive,
-            ctx.truncate_timeout,
-        ) {
-            Ok(o) => !o.busy && o.wal_frames == o.checkpointed_frames,
-            Err(e) => {
-                tracing::warn!(error = %e, "background checkpoint failed");
-                false
-            }
+    let passive = |conn: &rusqlite::Connection| match run_checkpoint(
+        conn,
+        &ctx.path,
+        &ctx.wal_path,
+        CheckpointMode::Passive,
+        ctx.truncate_timeout,
+    ) {
+        Ok(o) => !o.busy && o.wal_frames == o.checkpointed_frames,
+        Err(e) => {
+            tracing::warn!(error = %e, "background checkpoint failed");
+            false
         }
     };
     loop {
@@ -183,7 +185,13 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
                 }
             }
             Some(CkptMsg::Run { mode, reply }) => {
-                let r = run_checkpoint(&conn.conn, &ctx.path, &ctx.wal_path, mode, ctx.truncate_timeout);
+                let r = run_checkpoint(
+                    &conn.conn,
+                    &ctx.path,
+                    &ctx.wal_path,
+                    mode,
+                    ctx.truncate_timeout,
+                );
                 if matches!(&r, Ok(o) if !o.busy) {
                     dirty = false;
                 }

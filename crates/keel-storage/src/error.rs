@@ -295,7 +295,9 @@ impl Drop for PathScope {
 /// closure on) with the operation `"statement"`.
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        let path = CURRENT_PATH.with(|c| c.borrow().clone()).unwrap_or_default();
+        let path = CURRENT_PATH
+            .with(|c| c.borrow().clone())
+            .unwrap_or_default();
         Error::sqlite("statement", &path, e)
     }
 }

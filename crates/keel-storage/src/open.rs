@@ -199,7 +199,8 @@ fn check_file(path: &Path) -> Result<FileCheck> {
             std::io::Error::from_raw_os_error(libc::EISDIR),
         ));
     }
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io("open database file for reading", path, e))?;
+    let mut f = std::fs::File::open(path)
+        .map_err(|e| Error::io("open database file for reading", path, e))?;
     let len = meta.len();
     if len == 0 {
         return Ok(FileCheck {
@@ -208,7 +209,8 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         });
     }
     let mut header = [0u8; 100];
-    let n = read_up_to(&mut f, &mut header).map_err(|e| Error::io("read database header", path, e))?;
+    let n =
+        read_up_to(&mut f, &mut header).map_err(|e| Error::io("read database header", path, e))?;
     if n < 16 || &header[..16] != SQLITE_MAGIC {
         return Err(Error::NotADatabase {
             op: "read database header",
@@ -223,7 +225,11 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         });
     }
     let raw_ps = u32::from(u16::from_be_bytes([header[16], header[17]]));
-    let page_size: u64 = if raw_ps == 1 { 65_536 } else { u64::from(raw_ps) };
+    let page_size: u64 = if raw_ps == 1 {
+        65_536
+    } else {
+        u64::from(raw_ps)
+    };
     if !(512..=65_536).contains(&page_size) || !page_size.is_power_of_two() {
         return Err(Error::Corrupt {
             op: "read database header",
@@ -233,7 +239,9 @@ fn check_file(path: &Path) -> Result<FileCheck> {
     }
     let change = &header[24..28];
     let valid_for = &header[92..96];
-    let pages = u64::from(u32::from_be_bytes([header[28], header[29], header[30], header[31]]));
+    let pages = u64::from(u32::from_be_bytes([
+        header[28], header[29], header[30], header[31],
+    ]));
     // The in-header page count is valid only if "version-valid-for" matches the change
     // counter. With a non-empty WAL the file may legitimately be short (a checkpoint
     // interrupted by a crash is redone from the WAL), so only check without one.
@@ -248,7 +256,11 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         });
     }
     if len % page_size != 0 && wal_bytes == 0 {
-        tracing::warn!(len, page_size, "database size is not a multiple of the page size");
+        tracing::warn!(
+            len,
+            page_size,
+            "database size is not a multiple of the page size"
+        );
     }
     Ok(FileCheck {
         created: false,
@@ -280,7 +292,8 @@ fn wal_header_page_size(wal: &Path) -> Option<u64> {
 }
 
 fn pragma(conn: &rusqlite::Connection, path: &Path, op: &'static str, sql: &str) -> Result<()> {
-    conn.execute_batch(sql).map_err(|e| Error::sqlite(op, path, e))
+    conn.execute_batch(sql)
+        .map_err(|e| Error::sqlite(op, path, e))
 }
 
 fn open_once(
@@ -340,14 +353,15 @@ fn open_once(
             .write(true)
             .open(&wal)
             .map_err(|e| Error::io("open WAL for the open barrier", &wal, e))?;
-        let issued = sync_file(&shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
-            Error::SyncFailed {
-                kind: FileKind::Wal,
-                reason: SyncReason::OpenBarrier,
-                path: path.to_path_buf(),
-                source: Arc::new(e),
-            }
-        })?;
+        let issued =
+            sync_file(&shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
+                Error::SyncFailed {
+                    kind: FileKind::Wal,
+                    reason: SyncReason::OpenBarrier,
+                    path: path.to_path_buf(),
+                    source: Arc::new(e),
+                }
+            })?;
         *note = format!(
             "{} bytes, policy {:?}{}",
             check.wal_bytes,
@@ -418,10 +432,12 @@ fn open_once(
         let wf = Arc::clone(&wal_frames);
         writer
             .conn
-            .wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
-                wf.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
-                Ok(())
-            }))
+            .wal_hook(Some(
+                move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                    wf.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+                    Ok(())
+                },
+            ))
             .map_err(|e| Error::sqlite("install WAL hook", path, e))?;
     }
 
@@ -435,8 +451,17 @@ fn open_once(
             *note = "deferred to the background checkpointer".into();
             return Ok(());
         }
-        let o = run_checkpoint(&writer.conn, path, &wal, CheckpointMode::Passive, opts.truncate_timeout)?;
-        *note = format!("passive: {} of {} frames", o.checkpointed_frames, o.wal_frames);
+        let o = run_checkpoint(
+            &writer.conn,
+            path,
+            &wal,
+            CheckpointMode::Passive,
+            opts.truncate_timeout,
+        )?;
+        *note = format!(
+            "passive: {} of {} frames",
+            o.checkpointed_frames, o.wal_frames
+        );
         Ok(())
     })?;
 
@@ -538,7 +563,6 @@ fn open_once(
             ck_tx,
             w_handle,
             ck_handle,
-            opts.truncate_timeout,
             Arc::clone(&vfs),
         )))
     })?;

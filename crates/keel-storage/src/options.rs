@@ -205,7 +205,10 @@ impl fmt::Debug for StoreOptions {
         f.debug_struct("StoreOptions")
             .field("sync", &self.sync)
             .field("reader_pool_size", &self.reader_pool_size)
-            .field("checkpoint_threshold_bytes", &self.checkpoint_threshold_bytes)
+            .field(
+                "checkpoint_threshold_bytes",
+                &self.checkpoint_threshold_bytes,
+            )
             .field("idle_checkpoint_delay", &self.idle_checkpoint_delay)
             .field("truncate_timeout", &self.truncate_timeout)
             .field("busy_timeout", &self.busy_timeout)

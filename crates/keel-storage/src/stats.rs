@@ -182,9 +182,21 @@ impl fmt::Display for IoStats {
         writeln!(
             f,
             "{:<8} {:>8} {:>8} {:>12} {:>12} {:>6} {:>11} {:>11}",
-            "file", "reads", "writes", "bytes_read", "bytes_write", "syncs", "sync_total", "sync_max"
+            "file",
+            "reads",
+            "writes",
+            "bytes_read",
+            "bytes_write",
+            "syncs",
+            "sync_total",
+            "sync_max"
         )?;
-        for k in [FileKind::MainDb, FileKind::Wal, FileKind::Journal, FileKind::Other] {
+        for k in [
+            FileKind::MainDb,
+            FileKind::Wal,
+            FileKind::Journal,
+            FileKind::Other,
+        ] {
             let s = self.kind(k);
             writeln!(
                 f,

@@ -5,7 +5,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
-use std::time::Duration;
 
 use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
 use crate::error::{Error, Result};
@@ -29,8 +28,6 @@ pub(crate) struct Inner {
     readers: ReaderPool,
     closed: AtomicBool,
     close_lock: Mutex<()>,
-    #[allow(dead_code)]
-    truncate_timeout: Duration,
     // Last: the VFS must outlive every connection (connections also hold an Arc).
     _vfs: Arc<VfsRegistration>,
 }
@@ -40,7 +37,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         path: PathBuf,
         shared: Arc<VfsShared>,
@@ -49,7 +45,6 @@ impl Inner {
         ckpt_tx: Sender<CkptMsg>,
         writer: JoinHandle<()>,
         ckpt: JoinHandle<()>,
-        truncate_timeout: Duration,
         vfs: Arc<VfsRegistration>,
     ) -> Inner {
         Inner {
@@ -64,7 +59,6 @@ impl Inner {
             readers,
             closed: AtomicBool::new(false),
             close_lock: Mutex::new(()),
-            truncate_timeout,
             _vfs: vfs,
         }
     }

@@ -13,7 +13,10 @@ fn opts() -> StoreOptions {
 
 fn create_table(store: &Store) {
     store
-        .write_blocking(|t| t.execute_batch("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v TEXT)").map_err(Error::from))
+        .write_blocking(|t| {
+            t.execute_batch("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, v TEXT)")
+                .map_err(Error::from)
+        })
         .unwrap();
 }
 
@@ -22,7 +25,10 @@ fn wal_mode_through_our_vfs() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
     let mode: String = store
-        .read(|c| c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).map_err(Error::from))
+        .read(|c| {
+            c.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
         .unwrap();
     assert_eq!(mode, "wal");
     create_table(&store);
@@ -30,7 +36,10 @@ fn wal_mode_through_our_vfs() {
     assert!(s.wal.writes > 0, "{s}");
     assert!(s.main_db.reads > 0, "{s}");
     let av: i64 = store
-        .read(|c| c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0)).map_err(Error::from))
+        .read(|c| {
+            c.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
         .unwrap();
     assert_eq!(av, 2, "auto_vacuum=INCREMENTAL");
     store.close().unwrap();
@@ -68,7 +77,10 @@ fn on_commit_order_and_rollback() {
             let l2 = Arc::clone(&log);
             t.on_commit(Box::new(move || l2.lock().unwrap().push(i)));
             if i == 1 {
-                return Err(Error::Schema { path: t.path().into(), message: "no".into() });
+                return Err(Error::Schema {
+                    path: t.path().into(),
+                    message: "no".into(),
+                });
             }
             Ok(i)
         }));
@@ -77,7 +89,12 @@ fn on_commit_order_and_rollback() {
     let res: Vec<_> = futs.into_iter().map(|f| f.wait()).collect();
     assert!(res[0].is_ok() && res[1].is_err() && res[2].is_ok());
     assert_eq!(*log.lock().unwrap(), vec![0, 2]);
-    let n: i64 = store.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    let n: i64 = store
+        .read(|c| {
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap();
     assert_eq!(n, 2);
 }
 
@@ -89,7 +106,10 @@ fn panicking_closure_is_an_error_and_writer_survives() {
     let r: Result<()> = store.write_blocking(|_| panic!("boom"));
     assert!(matches!(r, Err(Error::Panicked { .. })), "{r:?}");
     store
-        .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('x')", []).map_err(Error::from))
+        .write_blocking(|t| {
+            t.execute("INSERT INTO t(v) VALUES ('x')", [])
+                .map_err(Error::from)
+        })
         .unwrap();
 }
 
@@ -99,9 +119,18 @@ fn closed_store_errors() {
     let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
     let s2 = store.clone();
     store.close().unwrap();
-    assert!(matches!(s2.write_blocking(|_| Ok::<_, Error>(())), Err(Error::Closed { .. })));
-    assert!(matches!(s2.checkpoint(CheckpointMode::Passive), Err(Error::Closed { .. })));
-    assert!(matches!(s2.read(|_| Ok::<_, Error>(())), Err(Error::Closed { .. })));
+    assert!(matches!(
+        s2.write_blocking(|_| Ok::<_, Error>(())),
+        Err(Error::Closed { .. })
+    ));
+    assert!(matches!(
+        s2.checkpoint(CheckpointMode::Passive),
+        Err(Error::Closed { .. })
+    ));
+    assert!(matches!(
+        s2.read(|_| Ok::<_, Error>(())),
+        Err(Error::Closed { .. })
+    ));
 }
 
 #[test]
@@ -125,9 +154,19 @@ fn connection_init_runs_on_every_connection() {
     .unwrap();
     // writer + 2 readers + checkpointer
     assert_eq!(count.load(Ordering::SeqCst), 4);
-    let v: i64 = store.read(|c| c.query_row("SELECT keel_twice(21)", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    let v: i64 = store
+        .read(|c| {
+            c.query_row("SELECT keel_twice(21)", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap();
     assert_eq!(v, 42);
-    let w: i64 = store.write_blocking(|t| t.query_row("SELECT keel_twice(2)", [], |r| r.get(0)).map_err(Error::from)).unwrap();
+    let w: i64 = store
+        .write_blocking(|t| {
+            t.query_row("SELECT keel_twice(2)", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap();
     assert_eq!(w, 4);
 }
 
@@ -146,7 +185,10 @@ fn schema_hook_runs_in_transaction_and_errors_abort_open() {
     )
     .unwrap();
     store.close().unwrap();
-    let r = Store::open(&p, opts().schema_hook(|ctx| Err(ctx.error("version too new"))));
+    let r = Store::open(
+        &p,
+        opts().schema_hook(|ctx| Err(ctx.error("version too new"))),
+    );
     assert!(matches!(r, Err(Error::Schema { .. })), "{r:?}");
 }
 
@@ -155,20 +197,31 @@ fn background_checkpoint_over_threshold() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(
         dir.path().join("a.db"),
-        opts().checkpoint_threshold(64 * 1024).commit_sync(SyncPolicy::Off).checkpoint_sync(SyncPolicy::Off),
+        opts()
+            .checkpoint_threshold(64 * 1024)
+            .commit_sync(SyncPolicy::Off)
+            .checkpoint_sync(SyncPolicy::Off),
     )
     .unwrap();
     create_table(&store);
     for _ in 0..40 {
         store
-            .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES (hex(randomblob(4000)))", []).map_err(Error::from))
+            .write_blocking(|t| {
+                t.execute("INSERT INTO t(v) VALUES (hex(randomblob(4000)))", [])
+                    .map_err(Error::from)
+            })
             .unwrap();
     }
     std::thread::sleep(Duration::from_millis(200));
-    let wal = std::fs::metadata(dir.path().join("a.db-wal")).unwrap().len();
+    let wal = std::fs::metadata(dir.path().join("a.db-wal"))
+        .unwrap()
+        .len();
     // journal_size_limit = threshold keeps the file itself near the threshold.
     assert!(wal < 1024 * 1024, "wal {wal}");
-    assert!(store.io_stats().main_db.writes > 0, "checkpoint copied pages back");
+    assert!(
+        store.io_stats().main_db.writes > 0,
+        "checkpoint copied pages back"
+    );
 }
 
 #[test]
@@ -207,9 +260,19 @@ fn custom_sync_failure_is_sync_failed() {
     .unwrap();
     create_table(&store);
     fail.store(true, Ordering::SeqCst);
-    let r = store.write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('x')", []).map_err(Error::from));
+    let r = store.write_blocking(|t| {
+        t.execute("INSERT INTO t(v) VALUES ('x')", [])
+            .map_err(Error::from)
+    });
     assert!(
-        matches!(r, Err(Error::SyncFailed { kind: FileKind::Wal, reason: SyncReason::Commit, .. })),
+        matches!(
+            r,
+            Err(Error::SyncFailed {
+                kind: FileKind::Wal,
+                reason: SyncReason::Commit,
+                ..
+            })
+        ),
         "{r:?}"
     );
     fail.store(false, Ordering::SeqCst);
@@ -218,9 +281,14 @@ fn custom_sync_failure_is_sync_failed() {
 #[test]
 fn works_inside_tokio() {
     let dir = tempfile::tempdir().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     rt.block_on(async {
-        let store = Store::open_async(dir.path().join("a.db"), opts()).await.unwrap();
+        let store = Store::open_async(dir.path().join("a.db"), opts())
+            .await
+            .unwrap();
         store
             .write(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from))
             .await

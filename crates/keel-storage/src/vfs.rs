@@ -138,7 +138,9 @@ pub(crate) fn sync_file(
 ) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
-    policy_sync(shared, kind, reason, Some(fd), false, &mut || plain_fsync(fd))
+    policy_sync(shared, kind, reason, Some(fd), false, &mut || {
+        plain_fsync(fd)
+    })
 }
 
 /// The data SQLite hands our VFS in `pAppData`.
@@ -218,7 +220,11 @@ impl VfsRegistration {
             xSleep: b.xSleep,
             xCurrentTime: b.xCurrentTime,
             xGetLastError: b.xGetLastError,
-            xCurrentTimeInt64: if b.iVersion >= 2 { b.xCurrentTimeInt64 } else { None },
+            xCurrentTimeInt64: if b.iVersion >= 2 {
+                b.xCurrentTimeInt64
+            } else {
+                None
+            },
             xSetSystemCall: None,
             xGetSystemCall: None,
             xNextSystemCall: None,
@@ -243,7 +249,6 @@ impl VfsRegistration {
     pub(crate) fn name(&self) -> &str {
         &self.name
     }
-
 }
 
 impl Drop for VfsRegistration {
@@ -434,7 +439,9 @@ unsafe extern "C" fn x_read(
     // kept alive by the Arc the file holds.
     unsafe {
         let k = kf(f);
-        (*k.shared).counters.read(k.kind, u64::try_from(amt).unwrap_or(0));
+        (*k.shared)
+            .counters
+            .read(k.kind, u64::try_from(amt).unwrap_or(0));
         match rm(f).xRead {
             Some(m) => m(real(f), buf, amt, off),
             None => ffi::SQLITE_IOERR_READ,
@@ -451,7 +458,9 @@ unsafe extern "C" fn x_write(
     // SAFETY: as in x_read.
     unsafe {
         let k = kf(f);
-        (*k.shared).counters.write(k.kind, u64::try_from(amt).unwrap_or(0));
+        (*k.shared)
+            .counters
+            .write(k.kind, u64::try_from(amt).unwrap_or(0));
         match rm(f).xWrite {
             Some(m) => m(real(f), buf, amt, off),
             None => ffi::SQLITE_IOERR_WRITE,
@@ -491,7 +500,9 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
         if rc == ffi::SQLITE_OK {
             Ok(())
         } else {
-            Err(std::io::Error::other(format!("SQLite xSync failed with {rc}")))
+            Err(std::io::Error::other(format!(
+                "SQLite xSync failed with {rc}"
+            )))
         }
     };
     let data_only = flags & ffi::SQLITE_SYNC_DATAONLY != 0;
@@ -558,7 +569,11 @@ unsafe extern "C" fn x_check_reserved_lock(f: *mut ffi::sqlite3_file, out: *mut 
     }
 }
 
-unsafe extern "C" fn x_file_control(f: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+unsafe extern "C" fn x_file_control(
+    f: *mut ffi::sqlite3_file,
+    op: c_int,
+    arg: *mut c_void,
+) -> c_int {
     // SAFETY: pure forwarding to the open real file.
     unsafe {
         match rm(f).xFileControl {
@@ -604,7 +619,12 @@ unsafe extern "C" fn x_shm_map(
     }
 }
 
-unsafe extern "C" fn x_shm_lock(f: *mut ffi::sqlite3_file, off: c_int, n: c_int, flags: c_int) -> c_int {
+unsafe extern "C" fn x_shm_lock(
+    f: *mut ffi::sqlite3_file,
+    off: c_int,
+    n: c_int,
+    flags: c_int,
+) -> c_int {
     // SAFETY: only installed when the real method table has iVersion >= 2.
     unsafe {
         match rm(f).xShmLock {
@@ -651,7 +671,11 @@ unsafe extern "C" fn x_fetch(
     }
 }
 
-unsafe extern "C" fn x_unfetch(f: *mut ffi::sqlite3_file, off: ffi::sqlite3_int64, p: *mut c_void) -> c_int {
+unsafe extern "C" fn x_unfetch(
+    f: *mut ffi::sqlite3_file,
+    off: ffi::sqlite3_int64,
+    p: *mut c_void,
+) -> c_int {
     // SAFETY: only installed when the real method table has iVersion >= 3.
     unsafe {
         match rm(f).xUnfetch {
@@ -678,8 +702,16 @@ const fn methods(version: c_int) -> ffi::sqlite3_io_methods {
         xDeviceCharacteristics: Some(x_device_characteristics),
         xShmMap: if version >= 2 { Some(x_shm_map) } else { None },
         xShmLock: if version >= 2 { Some(x_shm_lock) } else { None },
-        xShmBarrier: if version >= 2 { Some(x_shm_barrier) } else { None },
-        xShmUnmap: if version >= 2 { Some(x_shm_unmap) } else { None },
+        xShmBarrier: if version >= 2 {
+            Some(x_shm_barrier)
+        } else {
+            None
+        },
+        xShmUnmap: if version >= 2 {
+            Some(x_shm_unmap)
+        } else {
+            None
+        },
         xFetch: if version >= 3 { Some(x_fetch) } else { None },
         xUnfetch: if version >= 3 { Some(x_unfetch) } else { None },
     }

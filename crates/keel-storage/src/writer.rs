@@ -207,7 +207,11 @@ fn sqlite_abort(msg: &str) -> rusqlite::Error {
     )
 }
 
-pub(crate) fn incremental_vacuum(conn: &rusqlite::Connection, path: &Path, pages: u32) -> Result<u64> {
+pub(crate) fn incremental_vacuum(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    pages: u32,
+) -> Result<u64> {
     let before: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))
         .map_err(|e| Error::sqlite("read freelist_count", path, e))?;
