@@ -611,6 +611,16 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "        b\n    }}\n");
+        for (idx, f) in sd.fields.iter().enumerate() {
+            let _ = writeln!(
+                o,
+                "    /// Query handle for `{}` (join it to a handle on a field of this struct type).\n    pub const fn {}() -> {rt}::Field<{name}, {}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({idx}, {:?})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
+                f.name,
+                ident(&snake(&f.name)),
+                self.base_type(&f.ty),
+                f.name
+            );
+        }
         let _ = writeln!(o, "    /// Reads the struct from its inline bytes (at least [`Self::SIZE`] of them).\n    pub fn from_bytes(b: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name} {{");
         for f in &sd.fields {
             let fname = ident(&snake(&f.name));
@@ -963,6 +973,15 @@ impl<'a> Gen<'a> {
                         }
                         _ => "unreachable!()".into(),
                     };
+                    // empty vectors are omitted: absent reads as empty
+                    let expr = if expr.starts_with('{') {
+                        format!(
+                            "(!self.{fname}.is_empty()).then(|| {})",
+                            expr.replace("\n", "\n    ")
+                        )
+                    } else {
+                        format!("(!self.{fname}.is_empty()).then(|| {expr})")
+                    };
                     let _ = writeln!(o, "        let {var} = {expr};");
                 }
                 _ => {}
@@ -1007,9 +1026,6 @@ impl<'a> Gen<'a> {
                 FieldType::String if Self::required(f) => {
                     let _ = writeln!(o, "        b.add_offset({slot}, {var});");
                 }
-                FieldType::Vector(_) => {
-                    let _ = writeln!(o, "        b.add_offset({slot}, {var});");
-                }
                 FieldType::Union(_) => {
                     let _ = writeln!(
                         o,
@@ -1017,7 +1033,7 @@ impl<'a> Gen<'a> {
                         slot.saturating_sub(1)
                     );
                 }
-                FieldType::String | FieldType::Table(_) => {
+                FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
                     let _ = writeln!(o, "        if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}");
                 }
             }

@@ -637,7 +637,7 @@ impl<'a, 's> Object<'a, 's> {
     }
 
     /// The object as JSON in flatc's conventions (enums by name, unions as `x_type`
-    /// + `x`). Scalars are always present (defaults filled in); absent strings,
+    /// + `x`). Deprecated fields are skipped. Scalars are always present (defaults filled in); absent strings,
     /// tables, vectors and null optionals are omitted; NaN/∞ become strings.
     pub fn to_json(&self) -> Result<Json, DecodeError> {
         table_json(self.schema, self.table, self.t)
@@ -710,7 +710,7 @@ fn elem_json(s: &Schema, ty: &FieldType, v: &VectorRef<'_>, i: usize) -> Result<
 
 fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeError> {
     let mut m = Map::new();
-    for f in &s.tables[ti].fields {
+    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         let j = match &f.ty {
             FieldType::Scalar(ty) => match t.field_pos(f.id, ty.size())? {
                 Some(p) => num_json(scalar_value(t.buf(), p, *ty)?, *ty),

@@ -11,6 +11,13 @@
 //! assert_eq!(query.to_string(), "(priority > 2 AND title == \"Hello\")");
 //! assert_eq!(post.primary_key(), vec!["p1".into()]);
 //! ```
+//!
+//! Queries are type-checked: comparing an `int` field with a string does not compile.
+//!
+//! ```compile_fail
+//! use keel_example_blog::blog::Post;
+//! let _ = Post::priority().gt("x");
+//! ```
 
 /// Types generated from `schema/blog.fbs`.
 pub mod blog {
