@@ -203,8 +203,10 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         .map_err(|e| Error::io("open database file for reading", path, e))?;
     let len = meta.len();
     if len == 0 {
+        // An empty file is a new database, unless a WAL holds its first pages
+        // (a first session that never checkpointed).
         return Ok(FileCheck {
-            created: true,
+            created: wal_bytes == 0,
             wal_bytes,
         });
     }

@@ -123,11 +123,11 @@ impl std::ops::Deref for SchemaCtx<'_> {
     }
 }
 
-/// Progress callback type.
+/// Progress callback type (see [`StoreOptions::on_progress`]).
 pub type ProgressFn = Arc<dyn Fn(OpenProgress) + Send + Sync>;
-/// Per-connection initializer type.
+/// Per-connection initializer type (see [`StoreOptions::connection_init`]).
 pub type ConnectionInit = Arc<dyn Fn(&rusqlite::Connection) -> rusqlite::Result<()> + Send + Sync>;
-/// Schema hook type.
+/// Schema hook type (see [`StoreOptions::schema_hook`]).
 pub type SchemaHook = Box<dyn FnOnce(&mut SchemaCtx<'_>) -> Result<()> + Send>;
 
 /// How to open a store. `Default` is what most apps want; every field is public and

@@ -77,6 +77,15 @@ pub trait SyncHook: Send + Sync + fmt::Debug {
 }
 
 /// What a [`SyncHook`] is asked to sync, with the built-in primitives at hand.
+///
+/// ```
+/// use keel_storage::{FileKind, SyncPolicy};
+/// // Full sync for the WAL, a barrier for everything else.
+/// let p = SyncPolicy::custom(|ctx| {
+///     if ctx.kind() == FileKind::Wal { ctx.full_sync() } else { ctx.barrier_sync() }
+/// });
+/// # let _ = p;
+/// ```
 pub struct SyncContext<'a> {
     pub(crate) kind: FileKind,
     pub(crate) reason: SyncReason,

@@ -7,6 +7,16 @@ use std::time::Duration;
 use crate::options::OpenPhase;
 
 /// One line of the [`OpenReport`].
+///
+/// ```
+/// # use keel_storage::{OpenPhase, Store, StoreOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+/// for line in &store.open_report().phases {
+///     println!("{:>10} {:?} {} syncs", line.phase.name(), line.duration, line.syncs);
+/// }
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct PhaseReport {
     /// The phase.

@@ -106,6 +106,15 @@ impl Counters {
 }
 
 /// I/O counters for one file kind.
+///
+/// ```
+/// # use keel_storage::{FileKind, Store, StoreOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+/// let wal = *store.io_stats().kind(FileKind::Wal);
+/// println!("{} WAL syncs, longest {:?}", wal.syncs, wal.max_sync);
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FileStats {
     /// `xRead` calls.

@@ -37,6 +37,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         path: PathBuf,
         shared: Arc<VfsShared>,
@@ -130,7 +131,15 @@ impl std::fmt::Debug for Store {
     }
 }
 
-/// The future returned by [`Store::open_async`]. Runtime-agnostic: `.await` it on
+/// The future returned by [`Store::open_async`] (`Future<Output = Result<Store>>`).
+///
+/// ```
+/// # use keel_storage::{Store, StoreOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let fut = Store::open_async(dir.path().join("a.db"), StoreOptions::default());
+/// drop(fut); // cancels: no store, no thread left behind
+/// ```
+/// Runtime-agnostic: `.await` it on
 /// any executor or block with [`OpenFuture::wait`]. Dropping it before it resolves
 /// cancels the open: the open thread stops at the next phase boundary, closes what
 /// it opened and exits.
@@ -441,6 +450,15 @@ impl Store {
     }
 
     /// True after [`Store::close`].
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.close()?;
+    /// assert!(store.is_closed());
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
     }
@@ -474,6 +492,16 @@ impl Store {
     }
 
     /// What the open pipeline did, phase by phase.
+    ///
+    /// ```
+    /// # use keel_storage::{OpenPhase, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let r = store.open_report();
+    /// println!("{r}"); // a tree: one line per phase with time and syncs
+    /// assert_eq!(r.wal_bytes_at_open, 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
     pub fn open_report(&self) -> &OpenReport {
         static EMPTY: OnceLock<OpenReport> = OnceLock::new();
         self.inner
@@ -483,6 +511,14 @@ impl Store {
     }
 
     /// The database file (absolute).
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.path().ends_with("a.db"));
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
     pub fn path(&self) -> &Path {
         &self.inner.path
     }
