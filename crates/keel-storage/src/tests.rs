@@ -307,3 +307,66 @@ fn relative_paths_and_report_display() {
         assert!(txt.contains(p.name()), "{txt}");
     }
 }
+
+#[test]
+fn commit_failure_reaches_every_closure_of_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let f2 = Arc::clone(&fail);
+    let store = Store::open(
+        dir.path().join("a.db"),
+        opts().commit_sync(SyncPolicy::custom(move |ctx| {
+            if f2.load(Ordering::SeqCst) {
+                Err(std::io::Error::other("disk on fire"))
+            } else {
+                ctx.full_sync()
+            }
+        })),
+    )
+    .unwrap();
+    create_table(&store);
+    let gate = store.write(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        Ok::<_, Error>(())
+    });
+    let callbacks = Arc::new(AtomicUsize::new(0));
+    let futs: Vec<_> = (0..3)
+        .map(|_| {
+            let cb = Arc::clone(&callbacks);
+            store.write(move |t| {
+                t.execute("INSERT INTO t(v) VALUES ('x')", [])?;
+                t.on_commit(Box::new(move || {
+                    cb.fetch_add(1, Ordering::SeqCst);
+                }));
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    fail.store(true, Ordering::SeqCst);
+    let _ = gate.wait();
+    for f in futs {
+        let r = f.wait();
+        assert!(matches!(r, Err(Error::SyncFailed { .. })), "{r:?}");
+    }
+    assert_eq!(callbacks.load(Ordering::SeqCst), 0);
+    fail.store(false, Ordering::SeqCst);
+    let n: i64 = store
+        .read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from))
+        .unwrap();
+    assert_eq!(n, 0);
+    // The store keeps working after the failed group.
+    store
+        .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('y')", []).map_err(Error::from))
+        .unwrap();
+}
+
+#[test]
+fn stats_reset_and_display() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("a.db"), opts()).unwrap();
+    create_table(&store);
+    assert!(store.io_stats().total_syncs() > 0);
+    store.reset_io_stats();
+    assert_eq!(store.io_stats(), IoStats::default());
+    assert!(store.io_stats().to_string().contains("wal"));
+}
