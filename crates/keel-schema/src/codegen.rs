@@ -2,11 +2,9 @@
 //! prost-build).
 //!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     keel_schema::compile("schema/blog.fbs").expect("schema/blog.fbs");
-//! }
-//! // src/lib.rs
+//! // build.rs — `fn main() { … }` around this:
+//! keel_schema::compile("schema/blog.fbs").expect("schema/blog.fbs");
+//! // src/lib.rs:
 //! // include!(concat!(env!("OUT_DIR"), "/blog.rs"));
 //! ```
 //!
@@ -1189,9 +1187,12 @@ impl<'a> Gen<'a> {
                     }
                 };
                 let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
-                let optional_kind = !matches!(f.ty, FieldType::Vector(_))
-                    && !(matches!(f.ty, FieldType::String) && Self::required(f))
-                    && (f.optional || !matches!(f.ty, FieldType::Scalar(_) | FieldType::Enum(_)));
+                let optional_kind = match f.ty {
+                    FieldType::Vector(_) => false,
+                    FieldType::String => !Self::required(f),
+                    FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
+                    _ => true,
+                };
                 if optional_kind {
                     let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
                 }

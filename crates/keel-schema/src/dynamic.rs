@@ -636,8 +636,8 @@ impl<'a, 's> Object<'a, 's> {
         Ok(ValueRef::Null)
     }
 
-    /// The object as JSON in flatc's conventions (enums by name, unions as `x_type`
-    /// + `x`). Deprecated fields are skipped. Scalars are always present (defaults filled in); absent strings,
+    /// The object as JSON in flatc's conventions (enums by name, unions as
+    /// `x_type` plus `x`). Deprecated fields are skipped. Scalars are always present (defaults filled in); absent strings,
     /// tables, vectors and null optionals are omitted; NaN/∞ become strings.
     pub fn to_json(&self) -> Result<Json, DecodeError> {
         table_json(self.schema, self.table, self.t)

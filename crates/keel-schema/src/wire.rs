@@ -164,7 +164,7 @@ impl<'a> TableRef<'a> {
         let vt = vt as usize;
         let vt_len = read::<u16>(buf, vt, "vtable")? as usize;
         let size = read::<u16>(buf, vt + 2, "vtable")? as usize;
-        if vt_len < 4 || vt_len % 2 != 0 || vt + vt_len > buf.len() {
+        if vt_len < 4 || vt_len & 1 != 0 || vt + vt_len > buf.len() {
             return Err(DecodeError::Invalid {
                 what: "vtable",
                 offset: vt,
