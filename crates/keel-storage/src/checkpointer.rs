@@ -83,6 +83,8 @@ pub(crate) struct CkptCtx {
     pub(crate) threshold_bytes: u64,
     pub(crate) idle: Duration,
     pub(crate) truncate_timeout: Duration,
+    /// Size of the WAL left by a previous run (the open pipeline defers its checkpoint here).
+    pub(crate) initial_wal_bytes: u64,
 }
 
 pub(crate) fn run_checkpoint(
@@ -136,7 +138,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Checkpoint);
     let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
-    let mut dirty = false;
+    let mut dirty = ctx.initial_wal_bytes > 0;
     let mut last_auto: Option<Instant> = None;
     let passive = |conn: &rusqlite::Connection| match run_checkpoint(
         conn,
@@ -151,6 +153,17 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             false
         }
     };
+    if ctx.initial_wal_bytes > ctx.threshold_bytes {
+        // The open pipeline deferred this checkpoint to us: do it now.
+        tracing::debug!(
+            wal_bytes = ctx.initial_wal_bytes,
+            "deferred open checkpoint"
+        );
+        last_auto = Some(Instant::now());
+        if passive(&conn.conn) {
+            dirty = false;
+        }
+    }
     loop {
         let msg = if dirty {
             match rx.recv_timeout(ctx.idle) {

@@ -532,6 +532,13 @@ fn open_once(
             threshold_bytes: opts.checkpoint_threshold_bytes,
             idle: opts.idle_checkpoint_delay,
             truncate_timeout: opts.truncate_timeout,
+            initial_wal_bytes: if check.wal_bytes > opts.checkpoint_threshold_bytes
+                && opts.checkpoint_on_open
+            {
+                0 // already checkpointed in the checkpoint phase
+            } else {
+                check.wal_bytes
+            },
         };
         let ck_handle = std::thread::Builder::new()
             .name("keel-ckpt".into())

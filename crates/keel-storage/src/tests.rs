@@ -351,12 +351,18 @@ fn commit_failure_reaches_every_closure_of_the_group() {
     assert_eq!(callbacks.load(Ordering::SeqCst), 0);
     fail.store(false, Ordering::SeqCst);
     let n: i64 = store
-        .read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(Error::from))
+        .read(|c| {
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
         .unwrap();
     assert_eq!(n, 0);
     // The store keeps working after the failed group.
     store
-        .write_blocking(|t| t.execute("INSERT INTO t(v) VALUES ('y')", []).map_err(Error::from))
+        .write_blocking(|t| {
+            t.execute("INSERT INTO t(v) VALUES ('y')", [])
+                .map_err(Error::from)
+        })
         .unwrap();
 }
 
@@ -369,4 +375,50 @@ fn stats_reset_and_display() {
     store.reset_io_stats();
     assert_eq!(store.io_stats(), IoStats::default());
     assert!(store.io_stats().to_string().contains("wal"));
+}
+
+#[test]
+fn handles_are_send_sync() {
+    fn send_sync_clone<T: Send + Sync + Clone>() {}
+    fn send<T: Send>() {}
+    send_sync_clone::<Store>();
+    send_sync_clone::<Error>();
+    send::<OpenFuture>();
+    send::<WriteFuture<Result<()>>>();
+    send::<StoreOptions>();
+}
+
+#[test]
+fn big_leftover_wal_is_checkpointed_in_background_right_after_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("a.db");
+    {
+        let c = rusqlite::Connection::open(&p).unwrap();
+        c.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(v);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 300)
+             INSERT INTO t SELECT randomblob(1000) FROM n;",
+        )
+        .unwrap();
+        c.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .unwrap();
+    }
+    let store = Store::open(&p, opts().checkpoint_threshold(64 * 1024)).unwrap();
+    let r = store.open_report();
+    assert!(r.wal_bytes_at_open > 64 * 1024);
+    assert!(
+        r.phase(OpenPhase::Checkpoint)
+            .unwrap()
+            .note
+            .contains("deferred"),
+        "{r}"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.io_stats().checkpoint_syncs == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(store.io_stats().main_db.writes > 0, "{}", store.io_stats());
 }
