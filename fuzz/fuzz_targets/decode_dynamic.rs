@@ -7,8 +7,18 @@ use libfuzzer_sys::fuzz_target;
 
 const SCHEMA: &str = include_str!("../../examples/blog/schema/blog.fbs");
 const PATHS: &[&str] = &[
-    "id", "priority", "author.name", "content", "content.Image.width", "content.Video.url",
-    "pos.x", "frame.size.y", "tags", "flags", "rating", "views",
+    "id",
+    "priority",
+    "author.name",
+    "content",
+    "content.Image.width",
+    "content.Video.url",
+    "pos.x",
+    "frame.size.y",
+    "tags",
+    "flags",
+    "rating",
+    "views",
 ];
 
 fuzz_target!(|data: &[u8]| {

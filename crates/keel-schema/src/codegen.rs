@@ -29,8 +29,9 @@
 //! structs and unions as `Option<…>`; vectors as `Vec<…>` (absent reads as empty).
 //! Deprecated fields are not generated (their slots stay reserved).
 //!
-//! The output contains no `unsafe`, has doc comments, is rustfmt-formatted as
-//! emitted, and is clippy-clean.
+//! The output contains no `unsafe`, has doc comments, is clippy-clean, and is
+//! formatted with `rustfmt` when one can be run (see [`Builder::format`]; the
+//! emitted text is already indented like rustfmt output otherwise).
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -77,6 +78,7 @@ pub struct Builder {
     runtime: String,
     out_dir: Option<PathBuf>,
     rerun: bool,
+    format: bool,
 }
 
 impl Default for Builder {
@@ -93,6 +95,7 @@ impl Builder {
             runtime: "::keel::schema".into(),
             out_dir: None,
             rerun: true,
+            format: true,
         }
     }
 
@@ -112,6 +115,14 @@ impl Builder {
     /// Whether to print `cargo:rerun-if-changed` for the schema and its includes.
     pub fn emit_rerun_if_changed(mut self, yes: bool) -> Self {
         self.rerun = yes;
+        self
+    }
+
+    /// Whether to pass the output through `rustfmt` (`$RUSTFMT`, else `rustfmt` on
+    /// `PATH`) when it is available (default: yes). Without rustfmt the code is
+    /// still emitted indented and readable, but long lines are not wrapped.
+    pub fn format(mut self, yes: bool) -> Self {
+        self.format = yes;
         self
     }
 
@@ -145,8 +156,36 @@ impl Builder {
 
     /// Generates the Rust source for `schema`.
     pub fn generate(&self, schema: &Schema) -> Result<String, CodegenError> {
-        Gen::new(schema, &self.runtime)?.run()
+        let code = Gen::new(schema, &self.runtime)?.run()?;
+        Ok(if self.format {
+            rustfmt(&code).unwrap_or(code)
+        } else {
+            code
+        })
     }
+}
+
+/// Formats `code` with rustfmt if it can be run; `None` otherwise.
+fn rustfmt(code: &str) -> Option<String> {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    let program = std::env::var_os("RUSTFMT").unwrap_or_else(|| "rustfmt".into());
+    let mut child = Command::new(program)
+        .args(["--edition", "2021"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let mut stdin = child.stdin.take()?;
+    let input = code.to_owned();
+    let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    let out = child.wait_with_output().ok()?;
+    writer.join().ok()?.ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    String::from_utf8(out.stdout).ok()
 }
 
 /// `Builder::new().compile(path)`: generates `<stem>.rs` in `OUT_DIR` for code that

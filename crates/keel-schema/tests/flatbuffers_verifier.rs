@@ -3,7 +3,10 @@
 //! reader gets back what was written. Marker types below describe the schema to the
 //! verifier, the way flatc-generated Rust code does.
 
-use flatbuffers::{ForwardsUOffset, InvalidFlatbuffer, SimpleToVerifyInSlice, Vector, Verifiable, Verifier, VerifierOptions};
+use flatbuffers::{
+    ForwardsUOffset, InvalidFlatbuffer, SimpleToVerifyInSlice, Vector, Verifiable, Verifier,
+    VerifierOptions,
+};
 use keel_schema::Schema;
 use proptest::prelude::*;
 use serde_json::json;
@@ -127,6 +130,10 @@ proptest! {
 #[test]
 fn empty_object_passes_the_verifier() {
     let schema = Schema::parse(SCHEMA, "v.fbs").unwrap();
-    let bytes = schema.reader("Root").unwrap().encode_json(&json!({})).unwrap();
+    let bytes = schema
+        .reader("Root")
+        .unwrap()
+        .encode_json(&json!({}))
+        .unwrap();
     verify(&bytes);
 }

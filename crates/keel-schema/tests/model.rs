@@ -91,3 +91,34 @@ fn entity_tables_are_collections() {
     let names: Vec<_> = s.collections.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, vec!["a.b.R", "a.b.U"]);
 }
+
+#[test]
+fn generated_code_is_rustfmt_formatted_when_rustfmt_exists() {
+    let s = Schema::parse(BLOG, "blog.fbs").unwrap();
+    let code = keel_schema::Builder::new().generate(&s).unwrap();
+    assert!(code.contains("pub struct Post(::std::sync::Arc<PostFields>);"));
+    assert!(!code.contains("unsafe"));
+    let Ok(out) = std::process::Command::new("rustfmt")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("rustfmt not installed; skipping the format check");
+        return;
+    };
+    if !out.status.success() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gen.rs");
+    std::fs::write(&file, &code).unwrap();
+    let check = std::process::Command::new("rustfmt")
+        .args(["--edition", "2021", "--check"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+}

@@ -7,11 +7,62 @@ use proptest::prelude::*;
 const BLOG: &str = include_str!("../../../examples/blog/schema/blog.fbs");
 
 const WORDS: &[&str] = &[
-    "table", "struct", "enum", "union", "namespace", "include", "root_type", "attribute",
-    "file_identifier", "T", "U", "E", "S", "a", "b", "int", "long", "ubyte", "float", "double",
-    "string", "bool", "[", "]", "{", "}", "(", ")", ":", ";", ",", "=", ".", "id", "deprecated",
-    "primary", "indexed", "unique", "entity", "null", "true", "0", "1", "-1", "255", "65536",
-    "1.5", "\"x\"", "///doc\n", "/*", "*/", "\n", "nan", "-inf", "0x10", "required",
+    "table",
+    "struct",
+    "enum",
+    "union",
+    "namespace",
+    "include",
+    "root_type",
+    "attribute",
+    "file_identifier",
+    "T",
+    "U",
+    "E",
+    "S",
+    "a",
+    "b",
+    "int",
+    "long",
+    "ubyte",
+    "float",
+    "double",
+    "string",
+    "bool",
+    "[",
+    "]",
+    "{",
+    "}",
+    "(",
+    ")",
+    ":",
+    ";",
+    ",",
+    "=",
+    ".",
+    "id",
+    "deprecated",
+    "primary",
+    "indexed",
+    "unique",
+    "entity",
+    "null",
+    "true",
+    "0",
+    "1",
+    "-1",
+    "255",
+    "65536",
+    "1.5",
+    "\"x\"",
+    "///doc\n",
+    "/*",
+    "*/",
+    "\n",
+    "nan",
+    "-inf",
+    "0x10",
+    "required",
 ];
 
 fn soup() -> impl Strategy<Value = String> {
@@ -26,7 +77,7 @@ fn check(text: &str) {
         let again = Schema::parse(&canonical, "canonical.fbs")
             .unwrap_or_else(|e| panic!("canonical form does not parse: {e}\n{canonical}"));
         assert_eq!(again.fingerprint(), s.fingerprint(), "{canonical}");
-        let _ = Builder::new().generate(&s);
+        let _ = Builder::new().format(false).generate(&s);
         let _ = keel_schema::compat::check(&s, &again).expect("a schema is compatible with itself");
     }
 }
@@ -71,11 +122,23 @@ proptest! {
 
 #[test]
 fn deeply_nested_vectors_and_huge_numbers_are_errors_not_panics() {
-    let deep = format!("table T {{ a: {}int{}; }}", "[".repeat(10_000), "]".repeat(10_000));
+    let deep = format!(
+        "table T {{ a: {}int{}; }}",
+        "[".repeat(10_000),
+        "]".repeat(10_000)
+    );
     assert!(Schema::parse(&deep, "d.fbs").is_err());
-    assert!(Schema::parse("table T { a: int = 99999999999999999999999999999999999; }", "n.fbs").is_err());
+    assert!(Schema::parse(
+        "table T { a: int = 99999999999999999999999999999999999; }",
+        "n.fbs"
+    )
+    .is_err());
     assert!(Schema::parse("table T { a: int (id: 99999999999999999999); }", "n.fbs").is_err());
-    assert!(Schema::parse("enum E : ulong { A = 18446744073709551615 } table T { e: E; }", "n.fbs").is_ok());
+    assert!(Schema::parse(
+        "enum E : ulong { A = 18446744073709551615 } table T { e: E; }",
+        "n.fbs"
+    )
+    .is_ok());
 }
 
 #[test]
@@ -87,5 +150,8 @@ fn deeply_nested_tables_are_a_decode_error() {
         j = serde_json::json!({ "t": j });
     }
     let bytes = r.encode_json(&j).unwrap();
-    assert!(matches!(r.read(&bytes), Err(keel_schema::DecodeError::TooDeep(_))));
+    assert!(matches!(
+        r.read(&bytes),
+        Err(keel_schema::DecodeError::TooDeep(_))
+    ));
 }
