@@ -891,11 +891,11 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
 
         // --- the immutable type
-        let kind = match collection {
-            Some(_) => format!("an object of collection `{}`", t.full_name()),
-            None => format!("a `{}` table", t.full_name()),
+        let summary = match collection {
+            Some(_) => format!("An immutable object of collection `{}`.", t.full_name()),
+            None => format!("An immutable `{}` table.", t.full_name()),
         };
-        doc(&mut o, "", &t.doc, &format!("Immutable {kind}."));
+        doc(&mut o, "", &t.doc, &summary);
         let _ = writeln!(
             o,
             "///\n/// Cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."

@@ -245,7 +245,7 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
     let mut tables = r
         .tables
         .iter()
-        .map(|d| r.table_def(d, &enums))
+        .map(|d| r.table_def(d, &enums, &structs))
         .collect::<Result<Vec<_>, _>>()?;
 
     let mut root_table = None;
@@ -771,7 +771,12 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    fn table_def(&self, d: &DeclRef<'a>, enums: &[EnumDef]) -> Result<Table, ParseError> {
+    fn table_def(
+        &self,
+        d: &DeclRef<'a>,
+        enums: &[EnumDef],
+        structs: &[StructDef],
+    ) -> Result<Table, ParseError> {
         let decl_fields = d.decl_fields();
         let explicit = decl_fields
             .iter()
@@ -925,6 +930,25 @@ impl<'a> Resolver<'a> {
                 ));
             }
             fields.push(field);
+        }
+        // FlatBuffers addresses fields inside a table with u16 offsets: the inline
+        // part (scalars, structs, offsets, worst-case padding) must stay below 64 KiB.
+        let inline_max: usize = 4 + fields
+            .iter()
+            .map(|f| match &f.ty {
+                FieldType::Scalar(t) => t.size() * 2,
+                FieldType::Enum(e) => enums[*e].underlying.size() * 2,
+                FieldType::Struct(si) => structs[*si].size + structs[*si].align,
+                FieldType::Union(_) => 10,
+                _ => 8,
+            })
+            .sum::<usize>();
+        if inline_max > u16::MAX as usize {
+            return Err(err(
+                d.file,
+                d.decl.pos,
+                format!("table {} is too large: its inline fields may need {inline_max} bytes; expected at most 65535 (move large structs into sub-tables)", d.decl.name),
+            ));
         }
         // ids must be contiguous: 0..n
         let n = used.len() as u32;

@@ -198,3 +198,10 @@ fn include_errors_point_at_the_include() {
     assert!(e.file.ends_with("b.fbs"), "{e}");
     assert_eq!((e.line, e.col), (1, 18));
 }
+
+#[test]
+fn oversized_tables_are_refused() {
+    let fields: String = (0..9000).map(|i| format!("f{i}: long; ")).collect();
+    let e = err(&format!("table Big {{ {fields} }}"));
+    assert!(e.starts_with("s.fbs:1:7: table Big is too large"), "{e}");
+}
