@@ -2,7 +2,7 @@
 //! request (with a bounded wait), a last TRUNCATE at close.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -85,6 +85,7 @@ pub(crate) struct CkptCtx {
     pub(crate) truncate_timeout: Duration,
     /// Size of the WAL left by a previous run (the open pipeline defers its checkpoint here).
     pub(crate) initial_wal_bytes: u64,
+    pub(crate) signal: Arc<CkptSignal>,
 }
 
 pub(crate) fn run_checkpoint(
@@ -134,23 +135,57 @@ pub(crate) fn run_checkpoint(
     Ok(out)
 }
 
+/// What the writer tells the checkpointer without a message per commit.
+pub(crate) struct CkptSignal {
+    /// Commits since the last complete checkpoint.
+    pub(crate) dirty: AtomicBool,
+    base: Instant,
+    last_commit_ns: AtomicU64,
+}
+
+impl CkptSignal {
+    pub(crate) fn new(dirty: bool) -> CkptSignal {
+        CkptSignal {
+            dirty: AtomicBool::new(dirty),
+            base: Instant::now(),
+            last_commit_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Record a commit; returns true if the checkpointer must be woken (it was clean).
+    pub(crate) fn committed(&self) -> bool {
+        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_commit_ns.store(ns, Ordering::Relaxed);
+        !self.dirty.swap(true, Ordering::AcqRel)
+    }
+
+    fn since_last_commit(&self) -> Duration {
+        let now = self.base.elapsed();
+        now.saturating_sub(Duration::from_nanos(
+            self.last_commit_ns.load(Ordering::Relaxed),
+        ))
+    }
+}
+
 pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Checkpoint);
     let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
-    let mut dirty = ctx.initial_wal_bytes > 0;
+    let sig = &ctx.signal;
     let mut last_auto: Option<Instant> = None;
-    let passive = |conn: &rusqlite::Connection| match run_checkpoint(
-        conn,
-        &ctx.path,
-        &ctx.wal_path,
-        CheckpointMode::Passive,
-        ctx.truncate_timeout,
-    ) {
-        Ok(o) => !o.busy && o.wal_frames == o.checkpointed_frames,
-        Err(e) => {
+    // Clear `dirty` first so a commit racing with the checkpoint sets it again.
+    let checkpoint = |conn: &rusqlite::Connection, mode: CheckpointMode| {
+        sig.dirty.store(false, Ordering::Release);
+        let r = run_checkpoint(conn, &ctx.path, &ctx.wal_path, mode, ctx.truncate_timeout);
+        let complete = matches!(&r, Ok(o) if !o.busy && o.wal_frames == o.checkpointed_frames);
+        if !complete {
+            sig.dirty.store(true, Ordering::Release);
+        }
+        r
+    };
+    let passive = |conn: &rusqlite::Connection| {
+        if let Err(e) = checkpoint(conn, CheckpointMode::Passive) {
             tracing::warn!(error = %e, "background checkpoint failed");
-            false
         }
     };
     if ctx.initial_wal_bytes > ctx.threshold_bytes {
@@ -160,16 +195,19 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             "deferred open checkpoint"
         );
         last_auto = Some(Instant::now());
-        if passive(&conn.conn) {
-            dirty = false;
-        }
+        passive(&conn.conn);
     }
     loop {
-        let msg = if dirty {
-            match rx.recv_timeout(ctx.idle) {
-                Ok(m) => Some(m),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
+        let msg = if sig.dirty.load(Ordering::Acquire) {
+            let wait = ctx.idle.saturating_sub(sig.since_last_commit());
+            if wait.is_zero() {
+                None
+            } else {
+                match rx.recv_timeout(wait) {
+                    Ok(m) => Some(m),
+                    Err(RecvTimeoutError::Timeout) => continue,
+                    Err(RecvTimeoutError::Disconnected) => break,
+                }
             }
         } else {
             match rx.recv() {
@@ -181,34 +219,19 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             None => {
                 // Idle: nothing committed for `idle`.
                 tracing::debug!("idle checkpoint");
-                if passive(&conn.conn) {
-                    dirty = false;
-                }
+                passive(&conn.conn);
             }
             Some(CkptMsg::Committed) => {
-                dirty = true;
                 let frames = ctx.wal_frames.load(Ordering::Relaxed);
                 let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
                 if frames >= threshold_frames && due {
                     tracing::debug!(frames, "WAL over threshold: passive checkpoint");
                     last_auto = Some(Instant::now());
-                    if passive(&conn.conn) {
-                        dirty = false;
-                    }
+                    passive(&conn.conn);
                 }
             }
             Some(CkptMsg::Run { mode, reply }) => {
-                let r = run_checkpoint(
-                    &conn.conn,
-                    &ctx.path,
-                    &ctx.wal_path,
-                    mode,
-                    ctx.truncate_timeout,
-                );
-                if matches!(&r, Ok(o) if !o.busy) {
-                    dirty = false;
-                }
-                let _ = reply.send(r);
+                let _ = reply.send(checkpoint(&conn.conn, mode));
             }
             Some(CkptMsg::Shutdown) => break,
         }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::checkpointer::{checkpointer_main, run_checkpoint, CheckpointMode, CkptCtx};
+use crate::checkpointer::{checkpointer_main, run_checkpoint, CheckpointMode, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Role};
 use crate::error::{Error, PathScope, Result};
 use crate::options::{OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
@@ -524,6 +524,14 @@ fn open_once(
         )?;
         let (ck_tx, ck_rx) = mpsc::channel();
         let (w_tx, w_rx) = mpsc::channel();
+        let initial_wal_bytes = if check.wal_bytes > opts.checkpoint_threshold_bytes
+            && opts.checkpoint_on_open
+        {
+            0 // already checkpointed in the checkpoint phase
+        } else {
+            check.wal_bytes
+        };
+        let signal = Arc::new(CkptSignal::new(initial_wal_bytes > 0));
         let ck_ctx = CkptCtx {
             path: path.to_path_buf(),
             wal_path: wal.clone(),
@@ -532,13 +540,8 @@ fn open_once(
             threshold_bytes: opts.checkpoint_threshold_bytes,
             idle: opts.idle_checkpoint_delay,
             truncate_timeout: opts.truncate_timeout,
-            initial_wal_bytes: if check.wal_bytes > opts.checkpoint_threshold_bytes
-                && opts.checkpoint_on_open
-            {
-                0 // already checkpointed in the checkpoint phase
-            } else {
-                check.wal_bytes
-            },
+            initial_wal_bytes,
+            signal: Arc::clone(&signal),
         };
         let ck_handle = std::thread::Builder::new()
             .name("keel-ckpt".into())
@@ -550,6 +553,9 @@ fn open_once(
             idle: opts.idle_checkpoint_delay,
             max_group: opts.max_group_size.max(1),
             vacuum_min_free_pages: opts.vacuum_min_free_pages,
+            signal,
+            wal_frames: Arc::clone(&wal_frames),
+            threshold_frames: (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
         };
         let w_conn = writer;
         let w_handle = match std::thread::Builder::new()

@@ -3,10 +3,12 @@
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::checkpointer::CkptMsg;
+use crate::checkpointer::{CkptMsg, CkptSignal};
 use crate::conn::KConn;
 use crate::error::{Error, PathScope, Result};
 use crate::oneshot;
@@ -198,6 +200,24 @@ pub(crate) struct WriterCtx {
     pub(crate) idle: Duration,
     pub(crate) max_group: usize,
     pub(crate) vacuum_min_free_pages: u32,
+    pub(crate) signal: Arc<CkptSignal>,
+    pub(crate) wal_frames: Arc<AtomicU64>,
+    pub(crate) threshold_frames: u64,
+}
+
+impl WriterCtx {
+    /// Tell the checkpointer about a commit, waking it only when needed.
+    fn committed(&self) {
+        let first = self.signal.committed();
+        if first || self.wal_frames.load(Ordering::Relaxed) >= self.threshold_frames {
+            let _ = self.ckpt_tx.send(CkptMsg::Committed);
+        }
+    }
+}
+
+/// Run a parameterless statement through the connection's statement cache.
+fn exec(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
 
 fn sqlite_abort(msg: &str) -> rusqlite::Error {
@@ -253,7 +273,7 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
             WriterMsg::Shutdown => break,
             WriterMsg::Vacuum { pages, reply } => {
                 let r = incremental_vacuum(&conn.conn, &ctx.path, pages);
-                let _ = ctx.ckpt_tx.send(CkptMsg::Committed);
+                ctx.committed();
                 let _ = reply.send(r);
             }
             WriterMsg::Job(j) => {
@@ -270,7 +290,7 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
                 }
                 run_group(&conn.conn, &ctx.path, batch);
                 vacuum_checked = false;
-                let _ = ctx.ckpt_tx.send(CkptMsg::Committed);
+                ctx.committed();
             }
         }
     }
@@ -293,7 +313,7 @@ fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
             Ok(n) => tracing::debug!(pages = n, "background incremental vacuum"),
             Err(e) => tracing::warn!(error = %e, "background incremental vacuum failed"),
         }
-        let _ = ctx.ckpt_tx.send(CkptMsg::Committed);
+        ctx.committed();
     }
 }
 
@@ -310,14 +330,14 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
     let mut in_txn = false;
     for mut job in batch {
         if !in_txn {
-            if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+            if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
                 let err = Error::sqlite("begin write transaction", path, e);
                 settled.push((job, Err(err)));
                 continue;
             }
             in_txn = true;
         }
-        if let Err(e) = conn.execute_batch("SAVEPOINT keel_write") {
+        if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
             let err = Error::sqlite("savepoint", path, e);
             settled.push((job, Err(err)));
             continue;
@@ -345,7 +365,7 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             continue;
         }
         if ok {
-            if let Err(e) = conn.execute_batch("RELEASE keel_write") {
+            if let Err(e) = exec(conn, "RELEASE keel_write") {
                 let err = Error::sqlite("release savepoint", path, e);
                 settled.push((job, Err(err)));
                 continue;
@@ -353,14 +373,16 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             committed.push((job, callbacks));
         } else {
             drop(callbacks);
-            let _ = conn.execute_batch("ROLLBACK TO keel_write; RELEASE keel_write");
+            let _ = exec(conn, "ROLLBACK TO keel_write");
+            let _ = exec(conn, "RELEASE keel_write");
             settled.push((job, Ok(())));
         }
     }
     let commit: Result<()> = if in_txn {
         let t = Instant::now();
         let r = conn
-            .execute_batch("COMMIT")
+            .prepare_cached("COMMIT")
+            .and_then(|mut s| s.execute([]).map(|_| ()))
             .map_err(|e| Error::sqlite("commit", path, e));
         tracing::debug!(
             commit_ms = t.elapsed().as_secs_f64() * 1e3,
