@@ -130,13 +130,14 @@ impl Pipeline<'_> {
                 path: self.report.path.clone(),
             });
         }
-        if let Some(cb) = &self.opts.progress {
-            cb(OpenProgress {
+        emit(
+            self.opts,
+            OpenProgress {
                 phase: p,
                 fraction: p.index() as f32 / OpenPhase::ALL.len() as f32,
                 done: false,
-            });
-        }
+            },
+        );
         let span = tracing::info_span!("keel.open.phase", phase = p.name());
         let _e = span.enter();
         let syncs = self.counters.total_syncs();
@@ -583,16 +584,26 @@ fn open_once(
     })?;
     pl.report.total = pl.t0.elapsed();
     pl.report.syncs_issued = pl.report.phases.iter().map(|p| p.syncs).sum();
-    if let Some(cb) = &opts.progress {
-        cb(OpenProgress {
+    emit(
+        opts,
+        OpenProgress {
             phase: OpenPhase::Ready,
             fraction: 1.0,
             done: true,
-        });
-    }
+        },
+    );
     tracing::info!(ms = pl.report.total.as_secs_f64() * 1e3, "store ready");
     store.set_report(pl.report);
     Ok(store)
+}
+
+/// Call the progress callback; a panic in it is logged, not propagated into open.
+fn emit(opts: &StoreOptions, p: OpenProgress) {
+    if let Some(cb) = &opts.progress {
+        if catch_unwind(AssertUnwindSafe(|| cb(p))).is_err() {
+            tracing::error!(phase = p.phase.name(), "progress callback panicked");
+        }
+    }
 }
 
 fn pl_frames(note: &mut String, frames: u64, tables: i64) {

@@ -92,6 +92,8 @@ pub struct SyncContext<'a> {
     pub(crate) db_path: &'a Path,
     pub(crate) fd: Option<i32>,
     pub(crate) data_only: bool,
+    /// The real VFS's xSync, used when the descriptor is unknown.
+    pub(crate) fallback: Option<&'a dyn Fn() -> std::io::Result<()>>,
 }
 
 impl fmt::Debug for SyncContext<'_> {
@@ -134,9 +136,10 @@ impl SyncContext<'_> {
         self.run(SyncPolicy::Normal)
     }
     fn run(&self, p: SyncPolicy) -> std::io::Result<()> {
-        match self.fd {
-            Some(fd) => crate::vfs::sync_fd(fd, &p),
-            None => Ok(()),
+        match (self.fd, self.fallback) {
+            (Some(fd), _) => crate::vfs::sync_fd(fd, &p),
+            (None, Some(f)) => f(),
+            (None, None) => Ok(()),
         }
     }
 }

@@ -107,7 +107,7 @@ fn policy_sync(
     reason: SyncReason,
     fd: Option<c_int>,
     data_only: bool,
-    fallback: &mut dyn FnMut() -> std::io::Result<()>,
+    fallback: &dyn Fn() -> std::io::Result<()>,
 ) -> std::io::Result<bool> {
     let policy = shared.policies.for_reason(reason);
     let start = Instant::now();
@@ -119,6 +119,7 @@ fn policy_sync(
             db_path: &shared.db_path,
             fd,
             data_only,
+            fallback: Some(fallback),
         }),
         p => match fd {
             Some(fd) => sync_fd(fd, p),
@@ -138,9 +139,7 @@ pub(crate) fn sync_file(
 ) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
-    policy_sync(shared, kind, reason, Some(fd), false, &mut || {
-        plain_fsync(fd)
-    })
+    policy_sync(shared, kind, reason, Some(fd), false, &|| plain_fsync(fd))
 }
 
 /// The data SQLite hands our VFS in `pAppData`.
@@ -489,7 +488,7 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     };
     let reason = current_reason();
     let fd = (k.fd >= 0).then_some(k.fd);
-    let mut fallback = || {
+    let fallback = || {
         // SAFETY: forwarding to the real file's xSync (descriptor unknown to us).
         let rc = unsafe {
             match rm(f).xSync {
@@ -506,7 +505,7 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
         }
     };
     let data_only = flags & ffi::SQLITE_SYNC_DATAONLY != 0;
-    match policy_sync(shared, k.kind, reason, fd, data_only, &mut fallback) {
+    match policy_sync(shared, k.kind, reason, fd, data_only, &fallback) {
         Ok(issued) => {
             if issued && !k.dir_to_sync.is_null() {
                 // SAFETY: dir_to_sync is the CString x_open leaked; reclaim it once.
