@@ -4,6 +4,7 @@ fn main() {
         "schema/blog.fbs",
         "schema/evolution/post_v1.fbs",
         "schema/evolution/post_v2.fbs",
+        "schema/edge.fbs",
     ] {
         // In an app depending on the `keel` facade this is just
         // `keel_schema::compile(schema)`; this example depends on keel-schema directly.

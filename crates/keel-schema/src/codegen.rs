@@ -288,6 +288,15 @@ fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
     }
 }
 
+/// `expr` as an owned value of the key field's type: strings are cloned, scalars
+/// and enums are `Copy`.
+fn own(expr: &str, f: &Field) -> String {
+    match f.ty {
+        FieldType::String => format!("{expr}.clone()"),
+        _ => expr.to_owned(),
+    }
+}
+
 fn float_lit(v: f64, ty: ScalarType) -> String {
     let t = ty.rust_name();
     if v.is_nan() {
@@ -1130,23 +1139,35 @@ impl<'a> Gen<'a> {
             // Record
             let key_expr = match key_fields.len() {
                 0 => "()".to_owned(),
-                1 => format!("self.{}.clone()", ident(&snake(&key_fields[0].name))),
+                1 => own(
+                    &format!("self.{}", ident(&snake(&key_fields[0].name))),
+                    key_fields[0],
+                ),
                 _ => format!(
                     "(\n            {},\n        )",
                     key_fields
                         .iter()
-                        .map(|f| format!("self.{}.clone()", ident(&snake(&f.name))))
+                        .map(|f| own(&format!("self.{}", ident(&snake(&f.name))), f))
                         .collect::<Vec<_>>()
                         .join(",\n            ")
                 ),
             };
             let key_vals = match key_fields.len() {
                 0 => "Vec::new()".to_owned(),
-                1 => format!("vec![{rt}::Value::from(key.clone())]"),
+                1 => format!(
+                    "vec![{rt}::Value::from({})]",
+                    match key_fields[0].ty {
+                        FieldType::String => "key.clone()",
+                        _ => "*key",
+                    }
+                ),
                 _ => format!(
                     "vec![\n            {},\n        ]",
                     (0..key_fields.len())
-                        .map(|i| format!("{rt}::Value::from(key.{i}.clone())"))
+                        .map(|i| format!(
+                            "{rt}::Value::from({})",
+                            own(&format!("key.{i}"), key_fields[i])
+                        ))
                         .collect::<Vec<_>>()
                         .join(",\n            ")
                 ),

@@ -33,3 +33,9 @@ pub mod evo_v1 {
 pub mod evo_v2 {
     include!(concat!(env!("OUT_DIR"), "/post_v2.rs"));
 }
+
+/// Code-generation edge cases (`schema/edge.fbs`): keywords as field names,
+/// composite and enum keys, union aliases, vectors of every element kind.
+pub mod edge {
+    include!(concat!(env!("OUT_DIR"), "/edge.rs"));
+}
