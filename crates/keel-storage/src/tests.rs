@@ -422,3 +422,57 @@ fn big_leftover_wal_is_checkpointed_in_background_right_after_open() {
     }
     assert!(store.io_stats().main_db.writes > 0, "{}", store.io_stats());
 }
+
+#[test]
+fn idle_checkpoint_runs_after_quiet_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(
+        dir.path().join("a.db"),
+        StoreOptions::default().idle_checkpoint_after(Duration::from_millis(100)),
+    )
+    .unwrap();
+    create_table(&store);
+    store.reset_io_stats();
+    store
+        .write_blocking(|t| {
+            t.execute("INSERT INTO t(v) VALUES ('x')", [])
+                .map_err(Error::from)
+        })
+        .unwrap();
+    assert_eq!(store.io_stats().checkpoint_syncs, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while store.io_stats().checkpoint_syncs == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = store.io_stats();
+    assert!(s.checkpoint_syncs >= 1 && s.main_db.writes > 0, "{s}");
+}
+
+#[test]
+fn syncs_per_commit_for_each_builtin_policy() {
+    for (policy, expected) in [
+        (SyncPolicy::Full, 1),
+        (SyncPolicy::Barrier, 1),
+        (SyncPolicy::Normal, 0),
+        (SyncPolicy::Off, 0),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Store::open(dir.path().join("a.db"), opts().commit_sync(policy.clone())).unwrap();
+        create_table(&store);
+        store
+            .write_blocking(|t| {
+                t.execute("INSERT INTO t(v) VALUES ('w')", [])
+                    .map_err(Error::from)
+            })
+            .unwrap();
+        store.reset_io_stats();
+        store
+            .write_blocking(|t| {
+                t.execute("INSERT INTO t(v) VALUES ('x')", [])
+                    .map_err(Error::from)
+            })
+            .unwrap();
+        assert_eq!(store.io_stats().wal.syncs, expected, "{policy:?}");
+    }
+}
