@@ -1,0 +1,668 @@
+//! [`Database`]: open, write, fetch, snapshot, close.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+
+use keel_schema::{DynamicTable, Record, Schema, Value};
+use keel_storage::{OpenFuture, Store, StoreOptions, WriteFuture};
+
+use crate::error::{Error, Result};
+use crate::layout::{schema_phase, Coll, SchemaOutcome};
+use crate::query::{select, Fetch, Query, Source, StoredObject};
+use crate::txn::{Change, Txn};
+
+type ChangeHook = dyn Fn(&[Change]) + Send + Sync;
+
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) schema: Arc<Schema>,
+    colls: Vec<Coll>,
+    by_name: HashMap<String, usize>,
+    hooks: RwLock<Vec<Arc<ChangeHook>>>,
+    has_hooks: AtomicBool,
+    closed: AtomicBool,
+    builds: Mutex<Vec<WriteFuture<Result<()>>>>,
+    path: PathBuf,
+}
+
+impl Inner {
+    pub(crate) fn check_open(&self, op: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(Error::Closed {
+                op,
+                path: self.path.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn coll(&self, name: &str, op: &'static str) -> Result<&Coll> {
+        self.by_name
+            .get(name)
+            .map(|i| &self.colls[*i])
+            .ok_or_else(|| Error::UnknownCollection {
+                op,
+                collection: name.to_owned(),
+            })
+    }
+
+    pub(crate) fn table(&self, c: &Coll) -> Result<DynamicTable<'_>> {
+        self.schema
+            .table_reader(c.table)
+            .ok_or_else(|| Error::UnknownCollection {
+                op: "read table",
+                collection: c.name.clone(),
+            })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn recording(&self) -> bool {
+        self.has_hooks.load(Ordering::Acquire)
+    }
+
+    fn deliver(&self, changes: &[Change]) {
+        let hooks: Vec<Arc<ChangeHook>> =
+            self.hooks.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for h in hooks {
+            h(changes);
+        }
+    }
+
+    /// Look an object up by (checked) key on `conn`, verifying its bytes.
+    pub(crate) fn get_in(
+        &self,
+        conn: &rusqlite::Connection,
+        c: &Coll,
+        op: &'static str,
+        key: &[Value],
+        verify: bool,
+    ) -> Result<Option<StoredObject>> {
+        let key = c.check_key(op, key)?;
+        let rows = select(conn, &c.name, op, &c.sql_get, &key)?;
+        let Some(r) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        if verify {
+            self.table(c)?
+                .read(&r.bytes)
+                .map_err(|source| Error::Decode {
+                    op,
+                    collection: c.name.clone(),
+                    rowid: r.rowid,
+                    source,
+                })?;
+        }
+        Ok(Some(r))
+    }
+}
+
+/// A future that resolves when a job running on a keel-owned thread finishes
+/// (async fetches, [`Database::close`]). Runtime-agnostic; block with
+/// [`Task::wait`].
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let schema = Schema::parse("table T { id: int (primary); } root_type T;", "t.fbs")?;
+/// let db = Database::open(dir.path().join("t.db"), schema, StoreOptions::default())?;
+/// let n = futures::executor::block_on(async { db.query("T").count() })?;
+/// db.close().wait()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "the job runs anyway; the task tells you its result"]
+pub struct Task<T> {
+    rx: futures::channel::oneshot::Receiver<Result<T>>,
+}
+
+impl<T: Send + 'static> Task<T> {
+    pub(crate) fn spawn(f: impl FnOnce() -> Result<T> + Send + 'static) -> Task<T> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let slot = Arc::new(Mutex::new(Some(tx)));
+        let s2 = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("keel-task".into())
+            .spawn(move || {
+                let r = f();
+                if let Some(tx) = s2.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = tx.send(r);
+                }
+            });
+        if let Err(e) = spawned {
+            if let Some(tx) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(Err(Error::Storage(keel_storage::Error::Io {
+                    op: "spawn keel task thread",
+                    path: PathBuf::new(),
+                    source: Arc::new(e),
+                })));
+            }
+        }
+        Task { rx }
+    }
+
+    /// Block the calling thread until the job finishes.
+    pub fn wait(self) -> Result<T> {
+        futures::executor::block_on(self)
+    }
+}
+
+impl<T> Future for Task<T> {
+    type Output = Result<T>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| {
+            r.unwrap_or_else(|_| {
+                Err(Error::Closed {
+                    op: "async task (its thread ended without a result)",
+                    path: PathBuf::new(),
+                })
+            })
+        })
+    }
+}
+
+/// An open keel database: collections of FlatBuffers objects in one SQLite file.
+/// Cheap to clone, `Send + Sync`; share it across threads.
+///
+/// * [`Database::write`] queues a transaction for the writer thread and returns a
+///   future that resolves after COMMIT (group commit: concurrent writes share one).
+/// * [`Database::fetch`], [`Database::get`], [`Database::query`] are synchronous and
+///   run on the calling thread with a pooled read-only connection; they never wait for
+///   the writer.
+/// * [`Database::snapshot`] runs several reads against one consistent view.
+///
+/// ```
+/// use keel_query::{Database, StoreOptions};
+/// use keel_example_blog::blog::Post;
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::open_for::<Post>(dir.path().join("blog.db"), StoreOptions::default())?;
+/// db.write(|txn| {
+///     txn.insert(&Post::builder().id("p1").title("Hello").priority(3).build())?;
+///     Ok(())
+/// }).wait()?;
+/// let p = db.get::<Post>(&"p1".to_string())?.unwrap();
+/// assert_eq!(p.title.as_deref(), Some("Hello"));
+/// assert_eq!(db.fetch::<Post>().filter(Post::priority().ge(3)).count()?, 1);
+/// db.close().wait()?;
+/// # Ok::<(), keel_query::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Database {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.inner.path)
+            .field("collections", &self.inner.colls.len())
+            .finish()
+    }
+}
+
+struct Prepared {
+    schema: Arc<Schema>,
+    colls: Vec<Coll>,
+    outcome: Arc<Mutex<SchemaOutcome>>,
+}
+
+fn prepare(schema: Schema, mut opts: StoreOptions) -> Result<(Prepared, StoreOptions)> {
+    let schema = Arc::new(schema);
+    let colls = (0..schema.collections.len())
+        .map(|i| Coll::new(&schema, i))
+        .collect::<Result<Vec<_>>>()?;
+    let user_init = opts.connection_init.take();
+    let s2 = Arc::clone(&schema);
+    opts.connection_init = Some(Arc::new(move |c: &rusqlite::Connection| {
+        crate::sql::register(c, Arc::clone(&s2))?;
+        if let Some(u) = &user_init {
+            u(c)?;
+        }
+        Ok(())
+    }));
+    let outcome = Arc::new(Mutex::new(SchemaOutcome::default()));
+    let user_hook = opts.schema_hook.take();
+    let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
+    opts.schema_hook = Some(Box::new(move |ctx| {
+        let out = schema_phase(ctx, ctx.path(), &s3, &c2)?;
+        *o2.lock().unwrap_or_else(|p| p.into_inner()) = out;
+        if let Some(h) = user_hook {
+            h(ctx)?;
+        }
+        Ok(())
+    }));
+    Ok((
+        Prepared {
+            schema,
+            colls,
+            outcome,
+        },
+        opts,
+    ))
+}
+
+fn finish(store: Store, p: Prepared) -> Database {
+    let mut by_name = HashMap::new();
+    for (i, c) in p.colls.iter().enumerate() {
+        by_name.insert(c.name.clone(), i);
+        let bare = p.schema.table(c.table).name.clone();
+        by_name.entry(bare).or_insert(i);
+    }
+    let pending = std::mem::take(&mut p.outcome.lock().unwrap_or_else(|e| e.into_inner()).pending);
+    let path = store.path().to_path_buf();
+    let mut builds = Vec::new();
+    for (name, create) in pending {
+        tracing::info!(index = %name, "building new index in the background");
+        builds.push(store.write(move |t| {
+            let state = match t.execute_batch(&create) {
+                Ok(()) => "ready".to_string(),
+                Err(e) => {
+                    tracing::error!(index = %name, error = %e, "background index build failed");
+                    format!("failed: {e}")
+                }
+            };
+            t.execute(
+                "UPDATE keel_index SET state = ?2 WHERE name = ?1",
+                rusqlite::params![name, state],
+            )
+            .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
+            Ok::<(), Error>(())
+        }));
+    }
+    Database {
+        inner: Arc::new(Inner {
+            store,
+            schema: p.schema,
+            colls: p.colls,
+            by_name,
+            hooks: RwLock::new(Vec::new()),
+            has_hooks: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            builds: Mutex::new(builds),
+            path,
+        }),
+    }
+}
+
+/// The future returned by [`Database::open_async`]. Dropping it cancels the open.
+#[must_use = "dropping the future cancels the open"]
+pub struct OpenDbFuture {
+    fut: Option<OpenFuture>,
+    prepared: Option<Result<Prepared>>,
+}
+
+impl Future for OpenDbFuture {
+    type Output = Result<Database>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Database>> {
+        let this = &mut *self;
+        if let Some(Err(e)) = &this.prepared {
+            let e = e.clone();
+            this.prepared = None;
+            return Poll::Ready(Err(e));
+        }
+        let Some(fut) = this.fut.as_mut() else {
+            return Poll::Ready(Err(Error::Closed {
+                op: "open (polled after completion)",
+                path: PathBuf::new(),
+            }));
+        };
+        match Pin::new(fut).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => Poll::Ready(Err(Error::from(e))),
+            Poll::Ready(Ok(store)) => match (this.fut.take(), this.prepared.take()).1 {
+                Some(Ok(p)) => Poll::Ready(Ok(finish(store, p))),
+                _ => Poll::Ready(Err(Error::Closed {
+                    op: "open (polled after completion)",
+                    path: store.path().to_path_buf(),
+                })),
+            },
+        }
+    }
+}
+
+impl OpenDbFuture {
+    /// Block until the open finishes.
+    pub fn wait(self) -> Result<Database> {
+        futures::executor::block_on(self)
+    }
+}
+
+impl Database {
+    /// Open (or create) a database with `schema`, blocking through the open pipeline.
+    /// The schema phase creates missing collection tables and indexes; indexes new to
+    /// an existing database build in the background afterwards.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_schema::Schema;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let schema = Schema::parse("table Note { id: long (primary); body: string; } root_type Note;", "n.fbs")?;
+    /// let db = Database::open(dir.path().join("notes.db"), schema, StoreOptions::default())?;
+    /// assert_eq!(db.query("Note").count()?, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, schema: Schema, options: StoreOptions) -> Result<Database> {
+        let (p, opts) = prepare(schema, options)?;
+        let store = Store::open(path, opts)?;
+        Ok(finish(store, p))
+    }
+
+    /// Start opening on a keel-owned thread and return at once (see
+    /// `keel_storage::Store::open_async` for progress and cancellation).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_schema::Schema;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let schema = Schema::parse("table T { id: int (primary); } root_type T;", "t.fbs")?;
+    /// let db = futures::executor::block_on(Database::open_async(dir.path().join("a.db"), schema, StoreOptions::default()))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open_async(
+        path: impl AsRef<Path>,
+        schema: Schema,
+        options: StoreOptions,
+    ) -> OpenDbFuture {
+        match prepare(schema, options) {
+            Ok((p, opts)) => OpenDbFuture {
+                fut: Some(Store::open_async(path, opts)),
+                prepared: Some(Ok(p)),
+            },
+            Err(e) => OpenDbFuture {
+                fut: None,
+                prepared: Some(Err(e)),
+            },
+        }
+    }
+
+    /// [`Database::open`] with the schema a generated type was built from.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("b.db"), StoreOptions::default())?;
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn open_for<R: Record>(path: impl AsRef<Path>, options: StoreOptions) -> Result<Database> {
+        Database::open(
+            path.as_ref(),
+            parse_record_schema::<R>(path.as_ref())?,
+            options,
+        )
+    }
+
+    /// [`Database::open_async`] with the schema a generated type was built from.
+    pub fn open_async_for<R: Record>(
+        path: impl AsRef<Path>,
+        options: StoreOptions,
+    ) -> OpenDbFuture {
+        match parse_record_schema::<R>(path.as_ref()) {
+            Ok(s) => Database::open_async(path, s, options),
+            Err(e) => OpenDbFuture {
+                fut: None,
+                prepared: Some(Err(e)),
+            },
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Inner {
+        &self.inner
+    }
+
+    /// The runtime schema.
+    pub fn schema(&self) -> &Arc<Schema> {
+        &self.inner.schema
+    }
+
+    /// The storage kernel (checkpoints, I/O stats, the open report).
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Queue a transaction. `f` runs on the writer thread inside its own SAVEPOINT;
+    /// the returned future resolves after COMMIT with `f`'s result. If `f` returns
+    /// `Err` or calls [`Txn::abort`], only its own changes roll back.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("w.db"), StoreOptions::default())?;
+    /// let fut = db.write(|txn| {
+    ///     txn.insert(&Post::builder().id("a").build())?;
+    ///     let dup = txn.insert(&Post::builder().id("a").build());
+    ///     assert!(dup.unwrap_err().is_already_exists()); // and the txn goes on
+    ///     txn.upsert(&Post::builder().id("b").build())
+    /// });
+    /// futures::executor::block_on(fut)?;
+    /// assert_eq!(db.fetch::<Post>().count()?, 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn write<F, T>(&self, f: F) -> WriteFuture<Result<T>>
+    where
+        F: FnOnce(&mut Txn<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        self.inner.store.write(move |w| {
+            let record = inner.recording();
+            let (res, changes, aborted) = {
+                let mut txn = Txn::new(w, &inner, record);
+                let r = f(&mut txn);
+                let (changes, aborted) = txn.finish();
+                (r, changes, aborted)
+            };
+            if aborted {
+                return Err(Error::Aborted {
+                    path: inner.path.clone(),
+                });
+            }
+            let v = res?;
+            if !changes.is_empty() {
+                let i2 = Arc::clone(&inner);
+                w.on_commit(Box::new(move || i2.deliver(&changes)));
+            }
+            Ok(v)
+        })
+    }
+
+    /// Call `hook` on the writer thread after every commit with the changes of each
+    /// committed write closure (before its future resolves). Rolled-back closures
+    /// report nothing. The subscription hub plugs in here.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, ChangeOp};
+    /// use keel_example_blog::blog::Post;
+    /// use std::sync::{Arc, Mutex};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("h.db"), StoreOptions::default())?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let s2 = seen.clone();
+    /// db.on_commit_changes(move |changes| s2.lock().unwrap().extend(changes.iter().map(|c| c.op)));
+    /// db.write(|t| t.insert(&Post::builder().id("x").build())).wait()?;
+    /// assert_eq!(*seen.lock().unwrap(), vec![ChangeOp::Insert]);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn on_commit_changes(&self, hook: impl Fn(&[Change]) + Send + Sync + 'static) {
+        self.inner
+            .hooks
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::new(hook));
+        self.inner.has_hooks.store(true, Ordering::Release);
+    }
+
+    /// A dynamic query over `collection` (full or bare name), returning bytes.
+    pub fn query(&self, collection: &str) -> Query<'static> {
+        Query::new(Source::Db(self.clone()), collection)
+    }
+
+    /// A typed query over `R`'s collection.
+    pub fn fetch<R: Record>(&self) -> Fetch<'static, R> {
+        Fetch::new(Source::Db(self.clone()))
+    }
+
+    /// The object with primary key `key` (values in key-field order), verified.
+    /// Wrong key types are an [`Error::TypeMismatch`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("g.db"), StoreOptions::default())?;
+    /// assert!(db.get_bytes("blog.Post", &["nope".into()])?.is_none());
+    /// assert!(matches!(db.get_bytes("blog.Post", &[1.into()]), Err(Error::TypeMismatch { .. })));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {
+        let inner = &*self.inner;
+        inner.check_open("get")?;
+        let c = inner.coll(collection, "get")?;
+        inner
+            .store
+            .read(|conn| inner.get_in(conn, c, "get", key, true))
+    }
+
+    /// The `R` with primary key `key`.
+    pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
+        let inner = &*self.inner;
+        inner.check_open("get")?;
+        let c = inner.coll(R::COLLECTION, "get")?;
+        let key = R::key_values(key);
+        inner
+            .store
+            .read(|conn| decode_opt::<R>(inner.get_in(conn, c, "get", &key, false)?))
+    }
+
+    /// [`Database::get`] on a keel thread.
+    pub fn get_async<R: Record>(&self, key: R::Key) -> Task<Option<R>> {
+        let db = self.clone();
+        Task::spawn(move || db.get::<R>(&key))
+    }
+
+    /// Run `f` with a [`Snapshot`]: every read inside sees the same committed state,
+    /// whatever commits meanwhile. Runs on the calling thread.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default())?;
+    /// let (n, all) = db.snapshot(|s| Ok((s.fetch::<Post>().count()?, s.fetch::<Post>().all()?)))?;
+    /// assert_eq!(n as usize, all.len());
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn snapshot<T>(&self, f: impl FnOnce(&Snapshot<'_>) -> Result<T>) -> Result<T> {
+        let inner = &*self.inner;
+        inner.check_open("snapshot")?;
+        inner.store.read(|conn| f(&Snapshot { inner, conn }))
+    }
+
+    /// Wait until indexes new to this database (built in the background after open)
+    /// are built. Queries are correct without waiting; they get faster after.
+    pub fn wait_for_indexes(&self) -> Result<()> {
+        let builds =
+            std::mem::take(&mut *self.inner.builds.lock().unwrap_or_else(|p| p.into_inner()));
+        for b in builds {
+            b.wait()?;
+        }
+        Ok(())
+    }
+
+    /// Each secondary index and its state (`ready`, `building`, `failed: …`).
+    pub fn index_states(&self) -> Result<Vec<(String, String)>> {
+        self.inner.check_open("index states")?;
+        self.inner.store.read(|c| {
+            let mut st = c
+                .prepare("SELECT name, state FROM keel_index ORDER BY name")
+                .map_err(|e| Error::sqlite("index states", "keel_index", e))?;
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(|e| Error::sqlite("index states", "keel_index", e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| Error::sqlite("index states", "keel_index", e))
+        })
+    }
+
+    /// Finish queued writes, checkpoint and close every connection (on a keel
+    /// thread). Later calls on any clone return [`Error::Closed`].
+    pub fn close(&self) -> Task<()> {
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let inner = Arc::clone(&self.inner);
+        Task::spawn(move || inner.store.close().map_err(Error::from))
+    }
+
+    /// True after [`Database::close`].
+    pub fn is_closed(&self) -> bool {
+        self.inner.closed.load(Ordering::SeqCst)
+    }
+}
+
+fn parse_record_schema<R: Record>(path: &Path) -> Result<Schema> {
+    Schema::parse(R::SCHEMA_FBS, R::COLLECTION).map_err(|e| Error::Schema {
+        path: path.to_path_buf(),
+        message: format!(
+            "the schema generated for {} does not parse: {e}",
+            R::COLLECTION
+        ),
+    })
+}
+
+pub(crate) fn decode_opt<R: Record>(o: Option<StoredObject>) -> Result<Option<R>> {
+    match o {
+        None => Ok(None),
+        Some(r) => R::decode(&r.bytes)
+            .map(Some)
+            .map_err(|source| Error::Decode {
+                op: "decode",
+                collection: R::COLLECTION.to_owned(),
+                rowid: r.rowid,
+                source,
+            }),
+    }
+}
+
+/// A consistent read-only view of the database, given to [`Database::snapshot`]'s
+/// closure: every read through it sees the same committed state.
+pub struct Snapshot<'a> {
+    inner: &'a Inner,
+    conn: &'a rusqlite::Connection,
+}
+
+impl Snapshot<'_> {
+    /// A dynamic query in this snapshot.
+    pub fn query(&self, collection: &str) -> Query<'_> {
+        Query::new(Source::Conn(self.inner, self.conn), collection)
+    }
+    /// A typed query in this snapshot.
+    pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
+        Fetch::new(Source::Conn(self.inner, self.conn))
+    }
+    /// Get by primary key in this snapshot.
+    pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
+        let c = self.inner.coll(R::COLLECTION, "get")?;
+        decode_opt::<R>(
+            self.inner
+                .get_in(self.conn, c, "get", &R::key_values(key), false)?,
+        )
+    }
+    /// Get bytes by primary key in this snapshot.
+    pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {
+        let c = self.inner.coll(collection, "get")?;
+        self.inner.get_in(self.conn, c, "get", key, true)
+    }
+}

@@ -1,0 +1,191 @@
+//! [`Error`]: everything keel-query can report.
+
+use std::path::PathBuf;
+
+use keel_schema::{DecodeError, Value};
+
+/// Result alias for keel-query.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, with what was being done and to which collection or file.
+///
+/// ```
+/// use keel_query::Error;
+/// let e = Error::UnknownCollection { op: "fetch", collection: "blog.Nope".into() };
+/// assert_eq!(e.to_string(), "fetch: no collection named \"blog.Nope\" in the schema");
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The storage kernel failed (I/O, SQLite, sync, a closed store…).
+    #[error(transparent)]
+    Storage(keel_storage::Error),
+    /// An object with the same primary key or unique value already exists. Only
+    /// the request that hit it failed; the transaction can continue (Dflat semantics).
+    #[error("{op} in {collection}: an object with the same primary key or unique value already exists ({detail})")]
+    AlreadyExists {
+        /// What was being done (`insert`, `update`, …).
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// Which constraint (SQLite's message).
+        detail: String,
+    },
+    /// `update` of an object whose primary key is not stored.
+    #[error("{op} in {collection}: no object with key {key:?}")]
+    NotFound {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// The primary key that was looked up.
+        key: Vec<Value>,
+    },
+    /// The database (or the write) was closed before or while the operation ran.
+    #[error("{op}: database {} is closed", path.display())]
+    Closed {
+        /// What was being attempted.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The write closure called [`Txn::abort`](crate::Txn::abort): its changes were
+    /// rolled back and nothing of it was committed.
+    #[error("write on {} aborted by the closure; its changes were rolled back", path.display())]
+    Aborted {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A stored object could not be decoded: the row's bytes are not a valid
+    /// FlatBuffers object of the collection's table.
+    #[error("{op} in {collection}: row {rowid} is not a valid object: {source}")]
+    Decode {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// The SQLite rowid of the damaged row.
+        rowid: i64,
+        /// What is wrong with the bytes.
+        #[source]
+        source: DecodeError,
+    },
+    /// Bytes handed to a write are not a valid FlatBuffers object of the collection.
+    #[error("{op} in {collection}: the bytes are not a valid object: {source}")]
+    InvalidObject {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// What is wrong with the bytes.
+        #[source]
+        source: DecodeError,
+    },
+    /// The collection is not part of the database's schema.
+    #[error("{op}: no collection named {collection:?} in the schema")]
+    UnknownCollection {
+        /// What was being done.
+        op: &'static str,
+        /// The name asked for.
+        collection: String,
+    },
+    /// A query names a field path that does not exist in the collection's table.
+    #[error("{op} in {collection}: {message}")]
+    UnknownField {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// Which path and why.
+        message: String,
+    },
+    /// A key value has the wrong type or number of parts, or an object lacks its key.
+    #[error("{op} in {collection}: {message}")]
+    TypeMismatch {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// What was expected and what was given.
+        message: String,
+    },
+    /// The stored schema cannot be evolved into the given one, or the schema
+    /// metadata of the file is damaged.
+    #[error("open {}: schema: {message}", path.display())]
+    Schema {
+        /// The database file.
+        path: PathBuf,
+        /// What is incompatible.
+        message: String,
+    },
+    /// An SQLite statement of the object layer failed.
+    #[error("{op} in {collection}: SQLite error: {source}")]
+    Sqlite {
+        /// What was being done.
+        op: &'static str,
+        /// The collection (or `keel` for metadata).
+        collection: String,
+        /// SQLite's error.
+        #[source]
+        source: std::sync::Arc<rusqlite::Error>,
+    },
+}
+
+impl From<keel_storage::Error> for Error {
+    /// The kernel's `Closed` becomes [`Error::Closed`]; everything else is wrapped.
+    fn from(e: keel_storage::Error) -> Self {
+        match e {
+            keel_storage::Error::Closed { op, path } => Error::Closed { op, path },
+            other => Error::Storage(other),
+        }
+    }
+}
+
+impl Error {
+    pub(crate) fn sqlite(op: &'static str, collection: &str, e: rusqlite::Error) -> Error {
+        if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+            if f.code == rusqlite::ErrorCode::ConstraintViolation
+                && (f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE
+                    || f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
+            {
+                return Error::AlreadyExists {
+                    op,
+                    collection: collection.to_owned(),
+                    detail: msg
+                        .clone()
+                        .unwrap_or_else(|| "UNIQUE constraint failed".into()),
+                };
+            }
+        }
+        Error::Sqlite {
+            op,
+            collection: collection.to_owned(),
+            source: std::sync::Arc::new(e),
+        }
+    }
+
+    /// True for [`Error::AlreadyExists`].
+    ///
+    /// ```
+    /// # use keel_query::Error;
+    /// let e = Error::AlreadyExists { op: "insert", collection: "blog.Post".into(), detail: String::new() };
+    /// assert!(e.is_already_exists());
+    /// ```
+    pub fn is_already_exists(&self) -> bool {
+        matches!(self, Error::AlreadyExists { .. })
+    }
+
+    /// True for [`Error::Closed`] and the storage kernel's `Closed`.
+    ///
+    /// ```
+    /// # use keel_query::Error;
+    /// let e = Error::Closed { op: "fetch", path: "/tmp/a.db".into() };
+    /// assert!(e.is_closed());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        matches!(
+            self,
+            Error::Closed { .. } | Error::Storage(keel_storage::Error::Closed { .. })
+        )
+    }
+}

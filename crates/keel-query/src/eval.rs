@@ -1,0 +1,551 @@
+//! In-memory evaluation of [`Expr`] and SQLite's ORDER BY order, exactly as the
+//! SQL that keel generates computes them.
+//!
+//! keel answers a query two ways: [`Query`](crate::Query) compiles the `Expr` to
+//! SQL and SQLite runs it; the subscription hub evaluates the same `Expr` on each
+//! changed object in memory. Both must agree on every object, so this module
+//! implements SQLite's rules rather than Rust's:
+//!
+//! * **Three-valued logic.** A comparison with `NULL` (an absent string, table or
+//!   optional scalar, or a path through an absent table or another union member) is
+//!   *unknown* (`None`). `NOT unknown` is unknown; `unknown AND false` is false;
+//!   `unknown OR true` is true. A row matches only when the filter is `Some(true)`.
+//! * **Values.** `Bool` compares as the integer 0/1; `Int` and `Float` compare
+//!   numerically and exactly (`2 == 2.0`, `i64::MAX > 9.2e18`); a NaN float is
+//!   `NULL` (SQLite stores NaN as NULL). Across storage classes
+//!   `numbers < text < blobs`; text compares by UTF-8 bytes (SQLite's `BINARY`).
+//! * **`IN`.** `x IN ()` is false and `x NOT IN ()` true, even for a `NULL` `x`;
+//!   otherwise a `NULL` `x`, or no match with a `NULL` in the list, is unknown.
+//! * **Union membership** (`content is Image`) is never unknown: false when the
+//!   union is empty or holds another member.
+//! * **Order.** `NULL` sorts first ascending and last descending; ties go to the next
+//!   key and finally to the rowid, in the direction of the last key (ascending if
+//!   there are no keys), so the order is total and identical to SQL's.
+//!
+//! ```
+//! use keel_query::eval::Filter;
+//! use keel_schema::{Expr, Schema, Value};
+//! let schema = Schema::parse(
+//!     "table Post { id: string (primary); rating: double = null; } root_type Post;", "p.fbs")?;
+//! let posts = schema.reader("Post").unwrap();
+//! let rating = posts.path("rating").unwrap();
+//! let unrated = posts.encode_json(&serde_json::json!({"id": "a"})).unwrap();
+//! let f = Filter::new(&schema, "Post", &Expr::gt(rating.clone(), 3))?;
+//! assert_eq!(f.eval_bytes(&unrated), None); // NULL > 3 is unknown
+//! let f = Filter::new(&schema, "Post", &!Expr::gt(rating, 3))?;
+//! assert_eq!(f.eval_bytes(&unrated), None); // and so is its negation
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use keel_schema::dynamic::ValueRef;
+use keel_schema::{
+    CmpOp, DynamicTable, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Value,
+};
+
+use crate::error::{Error, Result};
+
+/// A value normalised to SQLite's storage classes (`Bool` → `Int`, NaN → `Null`),
+/// borrowed where possible.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SqlValue<'a> {
+    /// SQL `NULL`.
+    Null,
+    /// `INTEGER` (also booleans).
+    Int(i64),
+    /// `REAL` (never NaN).
+    Float(f64),
+    /// `TEXT`.
+    Text(&'a str),
+    /// `BLOB`.
+    Blob(&'a [u8]),
+}
+
+impl<'a> SqlValue<'a> {
+    /// Normalise a [`Value`].
+    ///
+    /// ```
+    /// use keel_query::eval::SqlValue;
+    /// use keel_schema::Value;
+    /// assert_eq!(SqlValue::from_value(&Value::Bool(true)), SqlValue::Int(1));
+    /// assert_eq!(SqlValue::from_value(&Value::Float(f64::NAN)), SqlValue::Null);
+    /// ```
+    pub fn from_value(v: &'a Value) -> SqlValue<'a> {
+        match v {
+            Value::Null => SqlValue::Null,
+            Value::Bool(b) => SqlValue::Int(*b as i64),
+            Value::Int(i) => SqlValue::Int(*i),
+            Value::Float(f) if f.is_nan() => SqlValue::Null,
+            Value::Float(f) => SqlValue::Float(*f),
+            Value::Text(s) => SqlValue::Text(s),
+            Value::Blob(b) => SqlValue::Blob(b),
+        }
+    }
+
+    /// Normalise a borrowed [`ValueRef`].
+    ///
+    /// ```
+    /// use keel_query::eval::SqlValue;
+    /// use keel_schema::ValueRef;
+    /// assert_eq!(SqlValue::from_ref(ValueRef::Bool(false)), SqlValue::Int(0));
+    /// ```
+    pub fn from_ref(v: ValueRef<'a>) -> SqlValue<'a> {
+        match v {
+            ValueRef::Null => SqlValue::Null,
+            ValueRef::Bool(b) => SqlValue::Int(b as i64),
+            ValueRef::Int(i) => SqlValue::Int(i),
+            ValueRef::Float(f) if f.is_nan() => SqlValue::Null,
+            ValueRef::Float(f) => SqlValue::Float(f),
+            ValueRef::Text(s) => SqlValue::Text(s),
+            ValueRef::Blob(b) => SqlValue::Blob(b),
+        }
+    }
+
+    /// Owned [`Value`] (normalised: no `Bool`, no NaN).
+    pub fn to_value(self) -> Value {
+        match self {
+            SqlValue::Null => Value::Null,
+            SqlValue::Int(i) => Value::Int(i),
+            SqlValue::Float(f) => Value::Float(f),
+            SqlValue::Text(s) => Value::Text(s.to_owned()),
+            SqlValue::Blob(b) => Value::Blob(b.to_vec()),
+        }
+    }
+
+    fn class(&self) -> u8 {
+        match self {
+            SqlValue::Null => 0,
+            SqlValue::Int(_) | SqlValue::Float(_) => 1,
+            SqlValue::Text(_) => 2,
+            SqlValue::Blob(_) => 3,
+        }
+    }
+}
+
+/// Exact comparison of an integer and a float (SQLite's `sqlite3IntFloatCompare`).
+fn cmp_int_float(i: i64, r: f64) -> Ordering {
+    if r < -9_223_372_036_854_775_808.0 {
+        return Ordering::Greater;
+    }
+    if r >= 9_223_372_036_854_775_808.0 {
+        return Ordering::Less;
+    }
+    let y = r as i64; // truncates toward zero; in range here
+    match i.cmp(&y) {
+        Ordering::Equal => {}
+        o => return o,
+    }
+    let s = i as f64;
+    s.partial_cmp(&r).unwrap_or(Ordering::Equal)
+}
+
+/// SQLite's total order of values for `ORDER BY`: `NULL` < numbers < text < blobs.
+///
+/// ```
+/// use keel_query::eval::{order_cmp, SqlValue};
+/// use std::cmp::Ordering;
+/// assert_eq!(order_cmp(SqlValue::Null, SqlValue::Int(-5)), Ordering::Less);
+/// assert_eq!(order_cmp(SqlValue::Int(2), SqlValue::Float(2.0)), Ordering::Equal);
+/// assert_eq!(order_cmp(SqlValue::Float(1e30), SqlValue::Text("")), Ordering::Less);
+/// ```
+pub fn order_cmp(a: SqlValue<'_>, b: SqlValue<'_>) -> Ordering {
+    match (a, b) {
+        (SqlValue::Int(x), SqlValue::Int(y)) => x.cmp(&y),
+        (SqlValue::Float(x), SqlValue::Float(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+        (SqlValue::Int(x), SqlValue::Float(y)) => cmp_int_float(x, y),
+        (SqlValue::Float(x), SqlValue::Int(y)) => cmp_int_float(y, x).reverse(),
+        (SqlValue::Text(x), SqlValue::Text(y)) => x.as_bytes().cmp(y.as_bytes()),
+        (SqlValue::Blob(x), SqlValue::Blob(y)) => x.cmp(y),
+        (a, b) => a.class().cmp(&b.class()),
+    }
+}
+
+/// A comparison in three-valued logic: `None` if either side is `NULL`.
+///
+/// ```
+/// use keel_query::eval::{compare, SqlValue};
+/// use keel_schema::CmpOp;
+/// assert_eq!(compare(SqlValue::Int(1), CmpOp::Lt, SqlValue::Text("a")), Some(true));
+/// assert_eq!(compare(SqlValue::Null, CmpOp::Eq, SqlValue::Null), None);
+/// ```
+pub fn compare(a: SqlValue<'_>, op: CmpOp, b: SqlValue<'_>) -> Option<bool> {
+    if a == SqlValue::Null || b == SqlValue::Null {
+        return None;
+    }
+    let o = order_cmp(a, b);
+    Some(match op {
+        CmpOp::Eq => o == Ordering::Equal,
+        CmpOp::Ne => o != Ordering::Equal,
+        CmpOp::Lt => o == Ordering::Less,
+        CmpOp::Le => o != Ordering::Greater,
+        CmpOp::Gt => o == Ordering::Greater,
+        CmpOp::Ge => o != Ordering::Less,
+    })
+}
+
+/// `x IN (list)` in SQLite's three-valued logic.
+///
+/// ```
+/// use keel_query::eval::{in_list, SqlValue};
+/// assert_eq!(in_list(SqlValue::Int(1), &[SqlValue::Null, SqlValue::Int(1)]), Some(true));
+/// assert_eq!(in_list(SqlValue::Int(2), &[SqlValue::Null, SqlValue::Int(1)]), None);
+/// assert_eq!(in_list(SqlValue::Null, &[]), Some(false));
+/// ```
+pub fn in_list(x: SqlValue<'_>, list: &[SqlValue<'_>]) -> Option<bool> {
+    if list.is_empty() {
+        return Some(false);
+    }
+    if x == SqlValue::Null {
+        return None;
+    }
+    let mut saw_null = false;
+    for v in list {
+        match compare(x, CmpOp::Eq, *v) {
+            Some(true) => return Some(true),
+            None => saw_null = true,
+            Some(false) => {}
+        }
+    }
+    if saw_null {
+        None
+    } else {
+        Some(false)
+    }
+}
+
+fn and3(a: Option<bool>, b: impl FnOnce() -> Option<bool>) -> Option<bool> {
+    match a {
+        Some(false) => Some(false),
+        a => match (a, b()) {
+            (_, Some(false)) => Some(false),
+            (Some(true), Some(true)) => Some(true),
+            _ => None,
+        },
+    }
+}
+
+fn or3(a: Option<bool>, b: impl FnOnce() -> Option<bool>) -> Option<bool> {
+    match a {
+        Some(true) => Some(true),
+        a => match (a, b()) {
+            (_, Some(true)) => Some(true),
+            (Some(false), Some(false)) => Some(false),
+            _ => None,
+        },
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Const(bool),
+    Cmp(usize, CmpOp, Value),
+    In(usize, Vec<Value>),
+    NotIn(usize, Vec<Value>),
+    IsNull(usize),
+    IsNotNull(usize),
+    UnionIs(usize, i64),
+    And(Box<Node>, Box<Node>),
+    Or(Box<Node>, Box<Node>),
+    Not(Box<Node>),
+}
+
+/// Resolves a path against a collection's table, with a typed error.
+pub(crate) fn resolve(
+    table: DynamicTable<'_>,
+    collection: &str,
+    op: &'static str,
+    path: &FieldPath,
+) -> Result<ResolvedPath> {
+    table.resolve(path).map_err(|e| Error::UnknownField {
+        op,
+        collection: collection.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn table_of<'s>(
+    schema: &'s Schema,
+    collection: &str,
+    op: &'static str,
+) -> Result<(String, DynamicTable<'s>)> {
+    let c = schema
+        .collection(collection)
+        .ok_or_else(|| Error::UnknownCollection {
+            op,
+            collection: collection.to_owned(),
+        })?;
+    let t = schema
+        .table_reader(c.table)
+        .ok_or_else(|| Error::UnknownCollection {
+            op,
+            collection: collection.to_owned(),
+        })?;
+    Ok((c.name.clone(), t))
+}
+
+/// An [`Expr`] compiled against one collection for fast in-memory evaluation.
+/// Cheap to clone; `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    schema: Arc<Schema>,
+    table: usize,
+    paths: Vec<ResolvedPath>,
+    root: Node,
+}
+
+impl Filter {
+    /// Compile `expr` for objects of `collection`. Unknown paths are an
+    /// [`Error::UnknownField`].
+    ///
+    /// ```
+    /// use keel_query::eval::Filter;
+    /// use keel_schema::{Expr, FieldPath, Schema};
+    /// let schema = Schema::parse("table T { a: int; } root_type T;", "t.fbs")?;
+    /// let bad = Filter::new(&schema, "T", &Expr::eq(FieldPath::field(9, "nope"), 1));
+    /// assert!(bad.is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(schema: &Schema, collection: &str, expr: &Expr) -> Result<Filter> {
+        Filter::with_schema(Arc::new(schema.clone()), collection, expr)
+    }
+
+    /// Like [`Filter::new`], sharing an existing `Arc<Schema>`.
+    pub fn with_schema(schema: Arc<Schema>, collection: &str, expr: &Expr) -> Result<Filter> {
+        let (name, table) = table_of(&schema, collection, "compile filter")?;
+        let mut paths: Vec<ResolvedPath> = Vec::new();
+        let root = Self::build(table, &name, expr, &mut paths)?;
+        let ti = schema.collection(&name).map(|c| c.table).unwrap_or(0);
+        Ok(Filter {
+            schema,
+            table: ti,
+            paths,
+            root,
+        })
+    }
+
+    fn build(
+        t: DynamicTable<'_>,
+        coll: &str,
+        e: &Expr,
+        paths: &mut Vec<ResolvedPath>,
+    ) -> Result<Node> {
+        let mut p = |path: &FieldPath| -> Result<usize> {
+            if let Some(i) = paths.iter().position(|r| r.path() == path) {
+                return Ok(i);
+            }
+            paths.push(resolve(t, coll, "compile filter", path)?);
+            Ok(paths.len() - 1)
+        };
+        Ok(match e {
+            Expr::True => Node::Const(true),
+            Expr::False => Node::Const(false),
+            Expr::Cmp { path, op, value } => Node::Cmp(p(path)?, *op, value.clone()),
+            Expr::In { path, values } => Node::In(p(path)?, values.clone()),
+            Expr::NotIn { path, values } => Node::NotIn(p(path)?, values.clone()),
+            Expr::IsNull(path) => Node::IsNull(p(path)?),
+            Expr::IsNotNull(path) => Node::IsNotNull(p(path)?),
+            Expr::UnionIs { path, member, .. } => Node::UnionIs(p(path)?, *member as i64),
+            Expr::And(a, b) => Node::And(
+                Box::new(Self::build(t, coll, a, paths)?),
+                Box::new(Self::build(t, coll, b, paths)?),
+            ),
+            Expr::Or(a, b) => Node::Or(
+                Box::new(Self::build(t, coll, a, paths)?),
+                Box::new(Self::build(t, coll, b, paths)?),
+            ),
+            Expr::Not(a) => Node::Not(Box::new(Self::build(t, coll, a, paths)?)),
+        })
+    }
+
+    /// Evaluate on an object's bytes: `Some(true)` matches, `Some(false)` does not,
+    /// `None` is SQL's unknown (does not match either). Bytes whose root cannot be
+    /// read behave like an object whose every field is `NULL` — as in SQL.
+    pub fn eval_bytes(&self, bytes: &[u8]) -> Option<bool> {
+        let Some(t) = self.schema.table_reader(self.table) else {
+            return None;
+        };
+        match t.open(bytes) {
+            Ok(obj) => self.eval(&obj),
+            Err(_) => self.eval_node(&self.root, &|_| SqlValue::Null),
+        }
+    }
+
+    /// `eval_bytes(bytes) == Some(true)`.
+    pub fn matches(&self, bytes: &[u8]) -> bool {
+        self.eval_bytes(bytes) == Some(true)
+    }
+
+    /// Evaluate on an object opened by the dynamic reader.
+    pub fn eval(&self, obj: &Object<'_, '_>) -> Option<bool> {
+        let get = |i: usize| {
+            obj.get_ref(&self.paths[i])
+                .map_or(SqlValue::Null, SqlValue::from_ref)
+        };
+        self.eval_node(&self.root, &get)
+    }
+
+    fn eval_node<'b>(&self, n: &Node, get: &dyn Fn(usize) -> SqlValue<'b>) -> Option<bool> {
+        match n {
+            Node::Const(b) => Some(*b),
+            Node::Cmp(i, op, v) => compare(get(*i), *op, SqlValue::from_value(v)),
+            Node::In(i, vs) => {
+                let list: Vec<SqlValue<'_>> = vs.iter().map(SqlValue::from_value).collect();
+                in_list(get(*i), &list)
+            }
+            Node::NotIn(i, vs) => {
+                let list: Vec<SqlValue<'_>> = vs.iter().map(SqlValue::from_value).collect();
+                in_list(get(*i), &list).map(|b| !b)
+            }
+            Node::IsNull(i) => Some(get(*i) == SqlValue::Null),
+            Node::IsNotNull(i) => Some(get(*i) != SqlValue::Null),
+            Node::UnionIs(i, m) => Some(match get(*i) {
+                SqlValue::Int(t) => t == *m,
+                _ => *m == 0,
+            }),
+            Node::And(a, b) => and3(self.eval_node(a, get), || self.eval_node(b, get)),
+            Node::Or(a, b) => or3(self.eval_node(a, get), || self.eval_node(b, get)),
+            Node::Not(a) => self.eval_node(a, get).map(|b| !b),
+        }
+    }
+}
+
+/// [`SortKey`]s compiled against one collection: computes sort keys of objects and
+/// compares them in exactly the order keel's SQL returns rows.
+///
+/// ```
+/// use keel_query::eval::Order;
+/// use keel_schema::{Schema, SortKey};
+/// let schema = Schema::parse("table T { a: int = null; } root_type T;", "t.fbs")?;
+/// let t = schema.reader("T").unwrap();
+/// let order = Order::new(&schema, "T", &[SortKey::asc(t.path("a").unwrap())])?;
+/// let null = order.key(&t.encode_json(&serde_json::json!({})).unwrap(), 2);
+/// let five = order.key(&t.encode_json(&serde_json::json!({"a": 5})).unwrap(), 1);
+/// assert!(order.compare(&null, &five).is_lt()); // NULLs first ascending
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Order {
+    schema: Arc<Schema>,
+    table: usize,
+    keys: Vec<(ResolvedPath, bool)>,
+}
+
+/// The sort key of one object: its values for each [`SortKey`] and its rowid.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowKey {
+    /// Normalised values (no `Bool`, no NaN), one per sort key.
+    pub values: Vec<Value>,
+    /// The row's rowid (final tie-break).
+    pub rowid: i64,
+}
+
+impl Order {
+    /// Compile `keys` for `collection`.
+    pub fn new(schema: &Schema, collection: &str, keys: &[SortKey]) -> Result<Order> {
+        Order::with_schema(Arc::new(schema.clone()), collection, keys)
+    }
+
+    /// Like [`Order::new`], sharing an existing `Arc<Schema>`.
+    pub fn with_schema(schema: Arc<Schema>, collection: &str, keys: &[SortKey]) -> Result<Order> {
+        let (name, t) = table_of(&schema, collection, "compile order")?;
+        let keys = keys
+            .iter()
+            .map(|k| Ok((resolve(t, &name, "compile order", &k.path)?, k.descending)))
+            .collect::<Result<Vec<_>>>()?;
+        let table = schema.collection(&name).map(|c| c.table).unwrap_or(0);
+        Ok(Order {
+            schema,
+            table,
+            keys,
+        })
+    }
+
+    /// True if the rowid tie-break is descending (the last key is descending).
+    pub fn rowid_descending(&self) -> bool {
+        self.keys.last().is_some_and(|k| k.1)
+    }
+
+    /// The sort key of an object.
+    pub fn key(&self, bytes: &[u8], rowid: i64) -> RowKey {
+        let obj = self
+            .schema
+            .table_reader(self.table)
+            .and_then(|t| t.open(bytes).ok());
+        let values = self
+            .keys
+            .iter()
+            .map(|(p, _)| match &obj {
+                Some(o) => o
+                    .get_ref(p)
+                    .map_or(Value::Null, |v| SqlValue::from_ref(v).to_value()),
+                None => Value::Null,
+            })
+            .collect();
+        RowKey { values, rowid }
+    }
+
+    /// SQL's order of two rows (total: ties end on rowid).
+    pub fn compare(&self, a: &RowKey, b: &RowKey) -> Ordering {
+        for (i, (_, desc)) in self.keys.iter().enumerate() {
+            let (x, y) = (a.values.get(i), b.values.get(i));
+            let o = match (x, y) {
+                (Some(x), Some(y)) => order_cmp(SqlValue::from_value(x), SqlValue::from_value(y)),
+                _ => Ordering::Equal,
+            };
+            let o = if *desc { o.reverse() } else { o };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        let o = a.rowid.cmp(&b.rowid);
+        if self.rowid_descending() {
+            o.reverse()
+        } else {
+            o
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn int_float_exact() {
+        assert_eq!(
+            cmp_int_float(i64::MAX, 9.223372036854775807e18),
+            Ordering::Less
+        );
+        assert_eq!(cmp_int_float(3, 2.5), Ordering::Greater);
+        assert_eq!(cmp_int_float(-3, -2.5), Ordering::Less);
+        assert_eq!(cmp_int_float(2, 2.0), Ordering::Equal);
+        assert_eq!(cmp_int_float(0, f64::INFINITY), Ordering::Less);
+        assert_eq!(cmp_int_float(0, f64::NEG_INFINITY), Ordering::Greater);
+        assert_eq!(
+            cmp_int_float((1 << 53) + 1, (1u64 << 53) as f64),
+            Ordering::Greater
+        );
+    }
+
+    #[test]
+    fn three_valued() {
+        assert_eq!(and3(None, || Some(false)), Some(false));
+        assert_eq!(and3(None, || Some(true)), None);
+        assert_eq!(or3(None, || Some(true)), Some(true));
+        assert_eq!(or3(None, || Some(false)), None);
+        assert_eq!(in_list(SqlValue::Null, &[]), Some(false));
+        assert_eq!(
+            in_list(SqlValue::Int(1), &[SqlValue::Float(1.0)]),
+            Some(true)
+        );
+    }
+
+    #[test]
+    fn class_order() {
+        assert!(order_cmp(SqlValue::Int(i64::MAX), SqlValue::Text("")).is_lt());
+        assert!(order_cmp(SqlValue::Text("zz"), SqlValue::Blob(b"")).is_lt());
+        assert!(order_cmp(SqlValue::Null, SqlValue::Float(f64::NEG_INFINITY)).is_lt());
+    }
+}

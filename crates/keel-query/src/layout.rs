@@ -1,0 +1,350 @@
+//! The SQL layout: one table per collection, expression indexes, keel's metadata.
+//!
+//! ```sql
+//! CREATE TABLE "blog.Post"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, body BLOB NOT NULL, UNIQUE(k0));
+//! CREATE INDEX "blog.Post#1" ON "blog.Post"(keel_field(body,'blog.Post/1'));
+//! CREATE UNIQUE INDEX "blog.Post#14" ON "blog.Post"(keel_field(body,'blog.Post/14'));
+//! CREATE TABLE keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;  -- schema text, fingerprint
+//! CREATE TABLE keel_index(name TEXT PRIMARY KEY, collection TEXT, field INTEGER, is_unique INTEGER, state TEXT);
+//! ```
+
+use std::path::Path;
+
+use keel_schema::{FieldPath, FieldType, PathStep, ResolvedPath, ScalarType, Schema, Value};
+
+use crate::error::{Error, Result};
+use crate::sql::{field_sql, ident};
+
+/// One primary-key part.
+#[derive(Debug, Clone)]
+pub(crate) struct KeyPart {
+    pub(crate) name: String,
+    pub(crate) path: ResolvedPath,
+    pub(crate) kind: KeyKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum KeyKind {
+    Int,
+    Bool,
+    Float,
+    Text,
+    Other,
+}
+
+/// A secondary index of a collection.
+#[derive(Debug, Clone)]
+pub(crate) struct IndexSql {
+    pub(crate) name: String,
+    pub(crate) field: u16,
+    pub(crate) unique: bool,
+    pub(crate) create: String,
+}
+
+/// Everything the engine needs about one collection, with its SQL prepared as text.
+#[derive(Debug, Clone)]
+pub(crate) struct Coll {
+    pub(crate) name: String,
+    pub(crate) table: usize,
+    pub(crate) ident: String,
+    pub(crate) key: Vec<KeyPart>,
+    pub(crate) indexes: Vec<IndexSql>,
+    pub(crate) sql_insert: String,
+    pub(crate) sql_find: String,
+    pub(crate) sql_find_rowid: String,
+    pub(crate) sql_update: String,
+    pub(crate) sql_update_if_changed: String,
+    pub(crate) sql_delete: String,
+    pub(crate) sql_get: String,
+}
+
+impl Coll {
+    pub(crate) fn new(schema: &Schema, ci: usize) -> Result<Coll> {
+        let c = &schema.collections[ci];
+        let t = schema.table(c.table);
+        let reader = schema
+            .table_reader(c.table)
+            .ok_or_else(|| Error::UnknownCollection {
+                op: "open",
+                collection: c.name.clone(),
+            })?;
+        let mut key = Vec::new();
+        for id in &c.primary_key {
+            let f = t.field_by_id(*id).ok_or_else(|| Error::UnknownField {
+                op: "open",
+                collection: c.name.clone(),
+                message: format!("primary-key field id {id} missing"),
+            })?;
+            let kind = match &f.ty {
+                FieldType::String => KeyKind::Text,
+                FieldType::Scalar(ScalarType::Bool) => KeyKind::Bool,
+                FieldType::Scalar(s) if s.is_float() => KeyKind::Float,
+                FieldType::Scalar(_) | FieldType::Enum(_) => KeyKind::Int,
+                _ => KeyKind::Other,
+            };
+            let fp = FieldPath::new(vec![PathStep::Field {
+                id: *id,
+                name: f.name.clone().into(),
+            }]);
+            let path = reader.resolve(&fp).map_err(|e| Error::UnknownField {
+                op: "open",
+                collection: c.name.clone(),
+                message: e.to_string(),
+            })?;
+            key.push(KeyPart {
+                name: f.name.clone(),
+                path,
+                kind,
+            });
+        }
+        let id = ident(&c.name);
+        let kcols: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
+        let kwhere = if kcols.is_empty() {
+            "rowid = ?1".to_string()
+        } else {
+            kcols
+                .iter()
+                .enumerate()
+                .map(|(i, k)| format!("{k} = ?{}", i + 1))
+                .collect::<Vec<_>>()
+                .join(" AND ")
+        };
+        let n = key.len();
+        let sql_insert = if n == 0 {
+            format!("INSERT INTO {id}(body) VALUES (?1)")
+        } else {
+            let qs: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+            format!(
+                "INSERT INTO {id}({}, body) VALUES ({}, ?{})",
+                kcols.join(", "),
+                qs.join(", "),
+                n + 1
+            )
+        };
+        let indexes = c
+            .indexes
+            .iter()
+            .map(|ix| {
+                let name = format!("{}#{}", c.name, ix.field);
+                let fp = FieldPath::new(vec![PathStep::Field {
+                    id: ix.field,
+                    name: ix.name.clone().into(),
+                }]);
+                IndexSql {
+                    create: format!(
+                        "CREATE {}INDEX IF NOT EXISTS {} ON {id}({})",
+                        if ix.unique { "UNIQUE " } else { "" },
+                        ident(&name),
+                        field_sql(&c.name, &fp)
+                    ),
+                    name,
+                    field: ix.field,
+                    unique: ix.unique,
+                }
+            })
+            .collect();
+        Ok(Coll {
+            name: c.name.clone(),
+            table: c.table,
+            sql_insert,
+            sql_find: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
+            sql_find_rowid: format!("SELECT rowid FROM {id} WHERE {kwhere}"),
+            sql_update: format!("UPDATE {id} SET body = ?1 WHERE rowid = ?2"),
+            sql_update_if_changed: format!(
+                "UPDATE {id} SET body = ?{p} WHERE {kwhere} AND body IS NOT ?{p} RETURNING rowid",
+                p = n.max(1) + 1
+            ),
+            sql_delete: format!("DELETE FROM {id} WHERE rowid = ?1"),
+            sql_get: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
+            ident: id,
+            key,
+            indexes,
+        })
+    }
+
+    pub(crate) fn create_table_sql(&self) -> String {
+        if self.key.is_empty() {
+            format!(
+                "CREATE TABLE IF NOT EXISTS {}(rowid INTEGER PRIMARY KEY, body BLOB NOT NULL)",
+                self.ident
+            )
+        } else {
+            let cols: Vec<String> = (0..self.key.len()).map(|i| format!("k{i}")).collect();
+            format!(
+                "CREATE TABLE IF NOT EXISTS {}(rowid INTEGER PRIMARY KEY, {}, body BLOB NOT NULL, UNIQUE({}))",
+                self.ident,
+                cols.iter().map(|c| format!("{c} NOT NULL")).collect::<Vec<_>>().join(", "),
+                cols.join(", ")
+            )
+        }
+    }
+
+    /// Check and normalise key values given by a caller.
+    pub(crate) fn check_key(&self, op: &'static str, key: &[Value]) -> Result<Vec<Value>> {
+        let mismatch = |message: String| Error::TypeMismatch {
+            op,
+            collection: self.name.clone(),
+            message,
+        };
+        if self.key.is_empty() {
+            return match key {
+                [Value::Int(r)] => Ok(vec![Value::Int(*r)]),
+                _ => Err(mismatch(format!(
+                    "{} has no primary key; address objects by rowid (one int), got {key:?}",
+                    self.name
+                ))),
+            };
+        }
+        if key.len() != self.key.len() {
+            return Err(mismatch(format!(
+                "the primary key has {} part(s), got {}",
+                self.key.len(),
+                key.len()
+            )));
+        }
+        key.iter()
+            .zip(&self.key)
+            .map(|(v, k)| {
+                Ok(match (k.kind, v) {
+                    (KeyKind::Text, Value::Text(_)) => v.clone(),
+                    (KeyKind::Int, Value::Int(_)) => v.clone(),
+                    (KeyKind::Bool, Value::Bool(b)) => Value::Int(*b as i64),
+                    (KeyKind::Bool, Value::Int(i)) if *i == 0 || *i == 1 => v.clone(),
+                    (KeyKind::Float, Value::Float(f)) if !f.is_nan() => v.clone(),
+                    (KeyKind::Float, Value::Int(i)) => Value::Float(*i as f64),
+                    (KeyKind::Other, _) => v.clone(),
+                    _ => {
+                        return Err(mismatch(format!(
+                            "key field {:?} expects {:?}, got {} ({v})",
+                            k.name,
+                            k.kind,
+                            v.kind()
+                        )))
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+/// What the schema phase found, for the database to act on after open.
+#[derive(Debug, Default)]
+pub(crate) struct SchemaOutcome {
+    /// Indexes new to this database: built by a background write after open.
+    pub(crate) pending: Vec<(String, String)>,
+}
+
+const META_DDL: &str = "CREATE TABLE IF NOT EXISTS keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS keel_index(name TEXT PRIMARY KEY, collection TEXT NOT NULL, field INTEGER NOT NULL, is_unique INTEGER NOT NULL, state TEXT NOT NULL);";
+
+fn sq(
+    path: &Path,
+) -> impl Fn(&'static str) -> Box<dyn Fn(rusqlite::Error) -> keel_storage::Error> + '_ {
+    move |op| {
+        let p = path.to_path_buf();
+        Box::new(move |e| keel_storage::Error::Schema {
+            path: p.clone(),
+            message: format!("{op}: {e}"),
+        })
+    }
+}
+
+/// The schema phase: create/verify tables and indexes, record the schema.
+pub(crate) fn schema_phase(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    schema: &Schema,
+    colls: &[Coll],
+) -> std::result::Result<SchemaOutcome, keel_storage::Error> {
+    let err = sq(path);
+    conn.execute_batch(META_DDL)
+        .map_err(err("create keel metadata tables"))?;
+    let stored: Option<String> = conn
+        .query_row(
+            "SELECT value FROM keel_meta WHERE key = 'schema'",
+            [],
+            |r| r.get(0),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+        .map_err(err("read stored schema"))?;
+    if let Some(text) = stored {
+        let old =
+            Schema::parse(&text, "stored schema").map_err(|e| keel_storage::Error::Schema {
+                path: path.to_path_buf(),
+                message: format!("the schema stored in the file does not parse: {e}"),
+            })?;
+        if let Err(problems) = keel_schema::compat::check(&old, schema) {
+            let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+            return Err(keel_storage::Error::Schema {
+                path: path.to_path_buf(),
+                message: format!(
+                    "the new schema is incompatible with the stored one: {}",
+                    list.join("; ")
+                ),
+            });
+        }
+    }
+    let exists = |kind: &str, name: &str| -> rusqlite::Result<bool> {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = ?1 AND name = ?2",
+            [kind, name],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n > 0)
+    };
+    let mut out = SchemaOutcome::default();
+    let mut wanted = Vec::new();
+    for c in colls {
+        let fresh = !exists("table", &c.name).map_err(err("inspect tables"))?;
+        conn.execute_batch(&c.create_table_sql())
+            .map_err(err("create collection table"))?;
+        for ix in &c.indexes {
+            wanted.push(ix.name.clone());
+            let built = exists("index", &ix.name).map_err(err("inspect indexes"))?;
+            let state = if built || fresh {
+                if !built {
+                    conn.execute_batch(&ix.create)
+                        .map_err(err("create index"))?;
+                }
+                "ready"
+            } else {
+                out.pending.push((ix.name.clone(), ix.create.clone()));
+                "building"
+            };
+            conn.execute(
+                "INSERT INTO keel_index(name, collection, field, is_unique, state) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT(name) DO UPDATE SET state = excluded.state",
+                rusqlite::params![ix.name, c.name, ix.field, ix.unique, state],
+            )
+            .map_err(err("record index state"))?;
+        }
+    }
+    // Indexes the schema no longer declares: drop them (they only cost writes).
+    let old: Vec<String> = {
+        let mut st = conn
+            .prepare("SELECT name FROM keel_index")
+            .map_err(err("list indexes"))?;
+        let rows = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(err("list indexes"))?
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(err("list indexes"))?;
+        rows
+    };
+    for name in old.iter().filter(|n| !wanted.contains(n)) {
+        conn.execute_batch(&format!("DROP INDEX IF EXISTS {}", ident(name)))
+            .map_err(err("drop removed index"))?;
+        conn.execute("DELETE FROM keel_index WHERE name = ?1", [name])
+            .map_err(err("drop removed index"))?;
+    }
+    conn.execute(
+        "INSERT OR REPLACE INTO keel_meta(key, value) VALUES ('schema', ?1), ('fingerprint', ?2), ('format', 1)",
+        rusqlite::params![schema.to_fbs(), format!("{:016x}", schema.fingerprint())],
+    )
+    .map_err(err("record schema"))?;
+    Ok(out)
+}

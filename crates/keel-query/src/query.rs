@@ -1,0 +1,439 @@
+//! Queries: [`Query`] (dynamic: collection name, `Expr`, bytes) and [`Fetch`]
+//! (typed: a generated [`Record`] type).
+
+use std::marker::PhantomData;
+
+use keel_schema::{Expr, Record, SortKey, Value};
+
+use crate::db::{Database, Inner, Task};
+use crate::error::{Error, Result};
+use crate::layout::Coll;
+use crate::sql::{Compiler, Param};
+
+/// One stored object: its rowid and its FlatBuffers bytes (verified against the
+/// collection's table when fetched).
+///
+/// ```
+/// use keel_query::StoredObject;
+/// let o = StoredObject { rowid: 1, bytes: vec![] };
+/// assert_eq!(o.rowid, 1);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredObject {
+    /// SQLite rowid (stable for the object's life; reused only after deletion).
+    pub rowid: i64,
+    /// The object as FlatBuffers bytes (root = the collection's table).
+    pub bytes: Vec<u8>,
+}
+
+pub(crate) enum Source<'a> {
+    Db(Database),
+    Conn(&'a Inner, &'a rusqlite::Connection),
+}
+
+impl Source<'_> {
+    fn run<T>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Inner, &rusqlite::Connection) -> Result<T>,
+    ) -> Result<T> {
+        match self {
+            Source::Db(db) => {
+                let inner = db.inner();
+                inner.check_open(op)?;
+                inner.store.read(|c| f(inner, c))
+            }
+            Source::Conn(i, c) => f(i, c),
+        }
+    }
+}
+
+/// A query over one collection, built step by step and run with [`Query::all`],
+/// [`Query::first`] or [`Query::count`]. Made by `Database::query`,
+/// `Snapshot::query` or `Txn::query`.
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// # use keel_schema::{Expr, Schema, SortKey};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let schema = Schema::parse("table T { id: int (primary); n: int; } root_type T;", "t.fbs")?;
+/// let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
+/// let n = schema.reader("T").unwrap().path("n").unwrap();
+/// let rows = db.query("T").filter(Expr::gt(n.clone(), 3)).order_by(SortKey::desc(n)).limit(10).all()?;
+/// assert!(rows.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "a query does nothing until all(), first() or count()"]
+pub struct Query<'a> {
+    src: Source<'a>,
+    spec: Spec,
+}
+
+/// The data of a query (no connection): can move to another thread.
+#[derive(Debug, Clone)]
+struct Spec {
+    collection: String,
+    filter: Option<Expr>,
+    order: Vec<SortKey>,
+    limit: Option<u64>,
+    offset: u64,
+}
+
+impl<'a> Query<'a> {
+    pub(crate) fn new(src: Source<'a>, collection: &str) -> Query<'a> {
+        Query {
+            src,
+            spec: Spec {
+                collection: collection.to_owned(),
+                filter: None,
+                order: Vec::new(),
+                limit: None,
+                offset: 0,
+            },
+        }
+    }
+
+    /// Keep objects matching `expr` (AND-ed with earlier filters).
+    pub fn filter(mut self, expr: Expr) -> Self {
+        self.spec.filter = Some(match self.spec.filter.take() {
+            Some(f) => f.and(expr),
+            None => expr,
+        });
+        self
+    }
+
+    /// Add a sort key (earlier keys take precedence). Ties end on rowid.
+    pub fn order_by(mut self, key: SortKey) -> Self {
+        self.spec.order.push(key);
+        self
+    }
+
+    /// At most `n` objects.
+    pub fn limit(mut self, n: u64) -> Self {
+        self.spec.limit = Some(n);
+        self
+    }
+
+    /// Skip the first `n` objects.
+    pub fn offset(mut self, n: u64) -> Self {
+        self.spec.offset = n;
+        self
+    }
+
+    fn coll<'i>(&self, inner: &'i Inner, op: &'static str) -> Result<&'i Coll> {
+        inner.coll(&self.spec.collection, op)
+    }
+
+    /// The SQL and its parameters (for inspection; values are always parameters).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_schema::{Expr, Schema};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let schema = Schema::parse("table T { id: int (primary); n: int (indexed); } root_type T;", "t.fbs")?;
+    /// # let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
+    /// let n = schema.reader("T").unwrap().path("n").unwrap();
+    /// let (sql, params) = db.query("T").filter(Expr::eq(n, 7)).sql()?;
+    /// assert!(sql.contains("keel_field(body,'T/1') = ?"));
+    /// assert_eq!(params, vec![7.into()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn sql(&self) -> Result<(String, Vec<Value>)> {
+        match &self.src {
+            Source::Db(db) => self.build(db.inner(), false),
+            Source::Conn(i, _) => self.build(i, false),
+        }
+    }
+
+    fn build(&self, inner: &Inner, count: bool) -> Result<(String, Vec<Value>)> {
+        let c = self.coll(inner, "query")?;
+        let table = inner
+            .schema
+            .table_reader(c.table)
+            .ok_or_else(|| Error::UnknownCollection {
+                op: "query",
+                collection: self.spec.collection.clone(),
+            })?;
+        let mut comp = Compiler {
+            table,
+            collection: &c.name,
+            params: Vec::new(),
+        };
+        let w = match &self.spec.filter {
+            Some(e) => format!(" WHERE {}", comp.expr(e)?),
+            None => String::new(),
+        };
+        let mut tail = String::new();
+        if !count {
+            tail.push_str(&comp.order(&self.spec.order)?);
+        }
+        if self.spec.limit.is_some() || self.spec.offset > 0 {
+            tail.push_str(" LIMIT ? OFFSET ?");
+            comp.params.push(Value::Int(
+                self.spec
+                    .limit
+                    .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
+            ));
+            comp.params.push(Value::Int(
+                i64::try_from(self.spec.offset).unwrap_or(i64::MAX),
+            ));
+        }
+        let sql = if count {
+            if tail.is_empty() {
+                format!("SELECT count(*) FROM {}{w}", c.ident)
+            } else {
+                format!("SELECT count(*) FROM (SELECT 1 FROM {}{w}{tail})", c.ident)
+            }
+        } else {
+            format!("SELECT rowid, body FROM {}{w}{tail}", c.ident)
+        };
+        Ok((sql, comp.params))
+    }
+
+    fn rows(&self, op: &'static str, first: bool, verify: bool) -> Result<Vec<StoredObject>> {
+        self.src.run(op, |inner, conn| {
+            let (mut sql, mut params) = self.build(inner, false)?;
+            if first && self.spec.limit.is_none() && self.spec.offset == 0 {
+                sql.push_str(" LIMIT 1");
+            } else if first {
+                // Keep the caller's offset; cap the limit at one.
+                if let Some(Value::Int(l)) = params.iter_mut().rev().nth(1) {
+                    *l = if *l < 0 { 1 } else { (*l).min(1) };
+                }
+            }
+            let c = self.coll(inner, op)?;
+            let rows = select(conn, &c.name, op, &sql, &params)?;
+            let t = inner.table(c)?;
+            for r in rows.iter().filter(|_| verify) {
+                t.read(&r.bytes).map_err(|source| Error::Decode {
+                    op,
+                    collection: c.name.clone(),
+                    rowid: r.rowid,
+                    source,
+                })?;
+            }
+            Ok(rows)
+        })
+    }
+
+    /// Every matching object, in order. Each is verified against the schema: a
+    /// damaged row is an [`Error::Decode`] naming its rowid.
+    pub fn all(self) -> Result<Vec<StoredObject>> {
+        self.rows("fetch", false, true)
+    }
+
+    /// The first matching object, if any.
+    pub fn first(self) -> Result<Option<StoredObject>> {
+        Ok(self.rows("fetch first", true, true)?.into_iter().next())
+    }
+
+    /// The number of matching objects (after `limit`/`offset`, if set).
+    pub fn count(self) -> Result<u64> {
+        self.src.run("count", |inner, conn| {
+            let (sql, params) = self.build(inner, true)?;
+            let c = self.coll(inner, "count")?;
+            let mut st = conn
+                .prepare_cached(&sql)
+                .map_err(|e| Error::sqlite("count", &c.name, e))?;
+            let n: i64 = st
+                .query_row(rusqlite::params_from_iter(params.iter().map(Param)), |r| {
+                    r.get(0)
+                })
+                .map_err(|e| Error::sqlite("count", &c.name, e))?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
+    /// SQLite's `EXPLAIN QUERY PLAN` for this query, one line per step (for tests
+    /// and tuning: shows whether an index is used).
+    pub fn explain(self) -> Result<Vec<String>> {
+        self.src.run("explain", |inner, conn| {
+            let (sql, params) = self.build(inner, false)?;
+            let c = self.coll(inner, "explain")?;
+            let mut st = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .map_err(|e| Error::sqlite("explain", &c.name, e))?;
+            let rows = st
+                .query_map(rusqlite::params_from_iter(params.iter().map(Param)), |r| {
+                    r.get::<_, String>(3)
+                })
+                .map_err(|e| Error::sqlite("explain", &c.name, e))?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| Error::sqlite("explain", &c.name, e))
+        })
+    }
+}
+
+impl Query<'_> {
+    /// Run `f` with this query on a keel thread (a query bound to a snapshot or
+    /// transaction runs on the calling thread).
+    fn spawn<T: Send + 'static>(self, f: fn(Query<'static>) -> Result<T>) -> Task<T> {
+        match self.src {
+            Source::Db(db) => {
+                let spec = self.spec;
+                Task::spawn(move || {
+                    f(Query {
+                        src: Source::Db(db),
+                        spec,
+                    })
+                })
+            }
+            Source::Conn(i, _) => {
+                let r = Err(Error::Closed {
+                    op: "async fetch inside a snapshot or transaction (use the blocking call)",
+                    path: i.path().to_path_buf(),
+                });
+                Task::spawn(move || r)
+            }
+        }
+    }
+
+    /// [`Query::all`] on a keel thread; the future resolves with the result.
+    pub fn all_async(self) -> Task<Vec<StoredObject>> {
+        self.spawn(|q| q.all())
+    }
+
+    /// [`Query::count`] on a keel thread.
+    pub fn count_async(self) -> Task<u64> {
+        self.spawn(|q| q.count())
+    }
+}
+
+pub(crate) fn select(
+    conn: &rusqlite::Connection,
+    collection: &str,
+    op: &'static str,
+    sql: &str,
+    params: &[Value],
+) -> Result<Vec<StoredObject>> {
+    let mut st = conn
+        .prepare_cached(sql)
+        .map_err(|e| Error::sqlite(op, collection, e))?;
+    let mut rows = st
+        .query(rusqlite::params_from_iter(params.iter().map(Param)))
+        .map_err(|e| Error::sqlite(op, collection, e))?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next().map_err(|e| Error::sqlite(op, collection, e))? {
+        let rowid: i64 = r.get(0).map_err(|e| Error::sqlite(op, collection, e))?;
+        let bytes = match r.get_ref(1).map_err(|e| Error::sqlite(op, collection, e))? {
+            rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
+            _ => Vec::new(),
+        };
+        out.push(StoredObject { rowid, bytes });
+    }
+    Ok(out)
+}
+
+/// A typed query for generated type `R`: `db.fetch::<Post>().filter(..).all()`.
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// use keel_example_blog::blog::Post;
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::open_for::<Post>(dir.path().join("f.db"), StoreOptions::default())?;
+/// let top: Vec<Post> = db.fetch::<Post>()
+///     .filter(Post::priority().gt(2))
+///     .order_by(Post::priority().desc())
+///     .limit(10)
+///     .all()?;
+/// assert!(top.is_empty());
+/// # Ok::<(), keel_query::Error>(())
+/// ```
+#[must_use = "a fetch does nothing until all(), first() or count()"]
+pub struct Fetch<'a, R: Record> {
+    q: Query<'a>,
+    _r: PhantomData<fn() -> R>,
+}
+
+impl<'a, R: Record> Fetch<'a, R> {
+    pub(crate) fn new(src: Source<'a>) -> Self {
+        Fetch {
+            q: Query::new(src, R::COLLECTION),
+            _r: PhantomData,
+        }
+    }
+
+    /// See [`Query::filter`].
+    pub fn filter(self, expr: Expr) -> Self {
+        Fetch {
+            q: self.q.filter(expr),
+            _r: PhantomData,
+        }
+    }
+    /// See [`Query::order_by`].
+    pub fn order_by(self, key: SortKey) -> Self {
+        Fetch {
+            q: self.q.order_by(key),
+            _r: PhantomData,
+        }
+    }
+    /// See [`Query::limit`].
+    pub fn limit(self, n: u64) -> Self {
+        Fetch {
+            q: self.q.limit(n),
+            _r: PhantomData,
+        }
+    }
+    /// See [`Query::offset`].
+    pub fn offset(self, n: u64) -> Self {
+        Fetch {
+            q: self.q.offset(n),
+            _r: PhantomData,
+        }
+    }
+
+    /// The untyped query.
+    pub fn into_query(self) -> Query<'a> {
+        self.q
+    }
+
+    fn decode(op: &'static str, rows: Vec<StoredObject>) -> Result<Vec<R>> {
+        rows.into_iter()
+            .map(|r| {
+                R::decode(&r.bytes).map_err(|source| Error::Decode {
+                    op,
+                    collection: R::COLLECTION.to_owned(),
+                    rowid: r.rowid,
+                    source,
+                })
+            })
+            .collect()
+    }
+
+    /// Every matching object, decoded.
+    pub fn all(self) -> Result<Vec<R>> {
+        Self::decode("fetch", self.q.rows("fetch", false, false)?)
+    }
+
+    /// The first matching object.
+    pub fn first(self) -> Result<Option<R>> {
+        Ok(
+            Self::decode("fetch first", self.q.rows("fetch first", true, false)?)?
+                .into_iter()
+                .next(),
+        )
+    }
+
+    /// Number of matching objects.
+    pub fn count(self) -> Result<u64> {
+        self.q.count()
+    }
+}
+
+impl<R: Record> Fetch<'_, R> {
+    fn wrap(q: Query<'static>) -> Fetch<'static, R> {
+        Fetch { q, _r: PhantomData }
+    }
+    /// [`Fetch::all`] on a keel thread.
+    pub fn all_async(self) -> Task<Vec<R>> {
+        self.q.spawn(|q| Self::wrap(q).all())
+    }
+    /// [`Fetch::first`] on a keel thread.
+    pub fn first_async(self) -> Task<Option<R>> {
+        self.q.spawn(|q| Self::wrap(q).first())
+    }
+    /// [`Fetch::count`] on a keel thread.
+    pub fn count_async(self) -> Task<u64> {
+        self.q.spawn(|q| q.count())
+    }
+}

@@ -1,0 +1,236 @@
+//! `Expr` → SQL, and the `keel_field` SQL function that reads a field out of the
+//! stored FlatBuffers bytes.
+//!
+//! `keel_field(body, 'blog.Post/1')` returns the value of the field at path `1`
+//! (vtable slot ids, joined by `.`; a union member step is `slot:tag`) of the object
+//! in `body`, read with the collection's table of the current schema. Ids — not
+//! names — make the text stable across schema versions (FlatBuffers evolution keeps
+//! ids), so an expression index created by one app version is valid for the next.
+//! The path text is schema structure, never user data: every value of a query is a
+//! bound parameter.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use keel_schema::{DynamicTable, Expr, FieldPath, PathStep, ResolvedPath, Schema, SortKey, Value};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlOwned, ValueRef as SqlRef};
+
+use crate::error::Result;
+use crate::eval::{resolve, SqlValue};
+
+/// Name of the field-extract SQL function.
+pub const FIELD_FN: &str = "keel_field";
+
+/// `(table index, resolved path)`, or `None` for a path this schema does not know
+/// (reads as `NULL`: an object written without that field).
+type Resolved = Option<(usize, ResolvedPath)>;
+
+fn parse_path_text(schema: &Schema, text: &str) -> Resolved {
+    let (coll, steps) = text.rsplit_once('/')?;
+    let c = schema.collection(coll)?;
+    let mut out = Vec::new();
+    for s in steps.split('.') {
+        match s.split_once(':') {
+            Some((id, m)) => out.push(PathStep::UnionMember {
+                id: id.parse().ok()?,
+                name: "".into(),
+                member: m.parse().ok()?,
+                member_name: "".into(),
+            }),
+            None => out.push(PathStep::Field {
+                id: s.parse().ok()?,
+                name: "".into(),
+            }),
+        }
+    }
+    let t = schema.table_reader(c.table)?;
+    let r = t.resolve(&FieldPath::new(out)).ok()?;
+    Some((c.table, r))
+}
+
+/// The path text of `path` for `collection` (`blog.Post/6:1.1`).
+pub(crate) fn path_text(collection: &str, path: &FieldPath) -> String {
+    let mut s = String::with_capacity(collection.len() + 8);
+    s.push_str(collection);
+    s.push('/');
+    for (i, st) in path.steps().iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        match st {
+            PathStep::Field { id, .. } => s.push_str(&id.to_string()),
+            PathStep::UnionMember { id, member, .. } => {
+                s.push_str(&format!("{id}:{member}"));
+            }
+        }
+    }
+    s
+}
+
+/// `keel_field(body,'…')`: SQL text for reading `path` (schema structure only).
+pub(crate) fn field_sql(collection: &str, path: &FieldPath) -> String {
+    let text = path_text(collection, path).replace('\'', "''");
+    format!("{FIELD_FN}(body,'{text}')")
+}
+
+/// A double-quoted SQL identifier.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Register `keel_field` on a connection (deterministic and innocuous, so SQLite
+/// accepts it in index expressions).
+pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusqlite::Result<()> {
+    let cache: Mutex<HashMap<Box<str>, Arc<Resolved>>> = Mutex::new(HashMap::new());
+    conn.create_scalar_function(
+        FIELD_FN,
+        2,
+        FunctionFlags::SQLITE_UTF8
+            | FunctionFlags::SQLITE_DETERMINISTIC
+            | FunctionFlags::SQLITE_INNOCUOUS,
+        move |ctx| {
+            let resolved: Arc<Arc<Resolved>> = match ctx.get_aux::<Arc<Resolved>>(1)? {
+                Some(r) => r,
+                None => {
+                    let text = match ctx.get_raw(1) {
+                        SqlRef::Text(t) => std::str::from_utf8(t).unwrap_or(""),
+                        _ => "",
+                    };
+                    let r = {
+                        let mut g = cache.lock().unwrap_or_else(|p| p.into_inner());
+                        match g.get(text) {
+                            Some(r) => Arc::clone(r),
+                            None => {
+                                let r = Arc::new(parse_path_text(&schema, text));
+                                g.insert(text.into(), Arc::clone(&r));
+                                r
+                            }
+                        }
+                    };
+                    ctx.set_aux(1, r)?
+                }
+            };
+            let Some((table, path)) = &**resolved else {
+                return Ok(SqlOwned::Null);
+            };
+            let bytes = match ctx.get_raw(0) {
+                SqlRef::Blob(b) => b,
+                _ => return Ok(SqlOwned::Null),
+            };
+            let Some(t) = schema.table_reader(*table) else {
+                return Ok(SqlOwned::Null);
+            };
+            let Ok(obj) = t.open(bytes) else {
+                return Ok(SqlOwned::Null);
+            };
+            Ok(match obj.get_ref(path).map(SqlValue::from_ref) {
+                Ok(SqlValue::Int(i)) => SqlOwned::Integer(i),
+                Ok(SqlValue::Float(f)) => SqlOwned::Real(f),
+                Ok(SqlValue::Text(s)) => SqlOwned::Text(s.to_owned()),
+                Ok(SqlValue::Blob(b)) => SqlOwned::Blob(b.to_vec()),
+                Ok(SqlValue::Null) | Err(_) => SqlOwned::Null,
+            })
+        },
+    )
+}
+
+/// A bound parameter (a [`Value`] as SQLite sees it: `Bool` → integer, NaN → NULL).
+pub(crate) struct Param<'a>(pub(crate) &'a Value);
+
+impl ToSql for Param<'_> {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::Borrowed(match SqlValue::from_value(self.0) {
+            SqlValue::Null => SqlRef::Null,
+            SqlValue::Int(i) => SqlRef::Integer(i),
+            SqlValue::Float(f) => SqlRef::Real(f),
+            SqlValue::Text(s) => SqlRef::Text(s.as_bytes()),
+            SqlValue::Blob(b) => SqlRef::Blob(b),
+        }))
+    }
+}
+
+/// Compiles an `Expr` into a WHERE clause with `?` parameters.
+pub(crate) struct Compiler<'a> {
+    pub(crate) table: DynamicTable<'a>,
+    pub(crate) collection: &'a str,
+    pub(crate) params: Vec<Value>,
+}
+
+impl Compiler<'_> {
+    fn field(&self, path: &FieldPath) -> Result<String> {
+        resolve(self.table, self.collection, "compile query", path)?;
+        Ok(field_sql(self.collection, path))
+    }
+
+    fn list(&mut self, values: &[Value]) -> String {
+        let mut s = String::from("(");
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                s.push(',');
+            }
+            s.push('?');
+            self.params.push(v.clone());
+        }
+        s.push(')');
+        s
+    }
+
+    pub(crate) fn expr(&mut self, e: &Expr) -> Result<String> {
+        Ok(match e {
+            Expr::True => "1".into(),
+            Expr::False => "0".into(),
+            Expr::Cmp { path, op, value } => {
+                let f = self.field(path)?;
+                self.params.push(value.clone());
+                let op = match op {
+                    keel_schema::CmpOp::Eq => "=",
+                    keel_schema::CmpOp::Ne => "!=",
+                    keel_schema::CmpOp::Lt => "<",
+                    keel_schema::CmpOp::Le => "<=",
+                    keel_schema::CmpOp::Gt => ">",
+                    keel_schema::CmpOp::Ge => ">=",
+                };
+                format!("({f} {op} ?)")
+            }
+            Expr::In { path, values } => {
+                let f = self.field(path)?;
+                if values.is_empty() {
+                    "0".into()
+                } else {
+                    format!("({f} IN {})", self.list(values))
+                }
+            }
+            Expr::NotIn { path, values } => {
+                let f = self.field(path)?;
+                if values.is_empty() {
+                    "1".into()
+                } else {
+                    format!("({f} NOT IN {})", self.list(values))
+                }
+            }
+            Expr::IsNull(p) => format!("({} IS NULL)", self.field(p)?),
+            Expr::IsNotNull(p) => format!("({} IS NOT NULL)", self.field(p)?),
+            Expr::UnionIs { path, member, .. } => {
+                let f = self.field(path)?;
+                self.params.push(Value::Int(*member as i64));
+                format!("(IFNULL({f},0) = ?)")
+            }
+            Expr::And(a, b) => format!("({} AND {})", self.expr(a)?, self.expr(b)?),
+            Expr::Or(a, b) => format!("({} OR {})", self.expr(a)?, self.expr(b)?),
+            Expr::Not(a) => format!("(NOT {})", self.expr(a)?),
+        })
+    }
+
+    /// `ORDER BY …, rowid <dir>` (rowid follows the last key's direction).
+    pub(crate) fn order(&self, keys: &[SortKey]) -> Result<String> {
+        let mut s = String::from(" ORDER BY ");
+        for k in keys {
+            s.push_str(&self.field(&k.path)?);
+            s.push_str(if k.descending { " DESC, " } else { " ASC, " });
+        }
+        let desc = keys.last().is_some_and(|k| k.descending);
+        s.push_str(if desc { "rowid DESC" } else { "rowid ASC" });
+        Ok(s)
+    }
+}

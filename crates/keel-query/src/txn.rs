@@ -1,0 +1,484 @@
+//! [`Txn`]: what a write closure gets, and [`Change`]: what it changed.
+
+use keel_schema::{ChangeRequest, Record, Value};
+use keel_storage::WriteTxn;
+use rusqlite::types::ValueRef as SqlRef;
+
+use crate::db::{decode_opt, Inner};
+use crate::error::{Error, Result};
+use crate::eval::SqlValue;
+use crate::layout::Coll;
+use crate::query::{Fetch, Query, Source, StoredObject};
+
+/// The kind of a [`Change`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChangeOp {
+    /// A new object.
+    Insert,
+    /// An existing object got new bytes (same primary key and rowid).
+    Update,
+    /// An object was removed.
+    Delete,
+}
+
+/// One committed change to one object, as handed to
+/// [`Database::on_commit_changes`](crate::Database::on_commit_changes).
+///
+/// ```
+/// use keel_query::{Change, ChangeOp};
+/// let c = Change { collection: "blog.Post".into(), op: ChangeOp::Delete, key: vec!["p1".into()],
+///                  rowid: 7, old: Some(vec![]), new: None };
+/// assert!(c.new.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    /// Collection (full name).
+    pub collection: String,
+    /// What happened.
+    pub op: ChangeOp,
+    /// Primary-key values (`[rowid]` for collections without a primary key).
+    pub key: Vec<Value>,
+    /// The row's rowid.
+    pub rowid: i64,
+    /// Bytes before (updates, deletes).
+    pub old: Option<Vec<u8>>,
+    /// Bytes after (inserts, updates).
+    pub new: Option<Vec<u8>>,
+}
+
+/// A write transaction, given to the closure of
+/// [`Database::write`](crate::Database::write). The closure runs on keel's writer
+/// thread inside its own SAVEPOINT; reads through the `Txn` see its own writes.
+///
+/// * `insert` fails with [`Error::AlreadyExists`] if the primary key or a unique
+///   value is taken; `update` with [`Error::NotFound`] if the key is not stored;
+///   `upsert` inserts or replaces. A failed request changes nothing and the
+///   transaction can go on.
+/// * An update whose bytes equal the stored ones writes nothing and reports no change.
+/// * [`Txn::abort`] discards everything this closure did; the write's future
+///   resolves with [`Error::Aborted`].
+pub struct Txn<'a> {
+    conn: &'a rusqlite::Connection,
+    inner: &'a Inner,
+    changes: Vec<Change>,
+    record: bool,
+    aborted: bool,
+}
+
+/// A bound parameter borrowed from a value or the bytes.
+struct Arg<'a>(SqlRef<'a>);
+
+impl rusqlite::ToSql for Arg<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        Ok(rusqlite::types::ToSqlOutput::Borrowed(self.0))
+    }
+}
+
+fn sref(v: &Value) -> Arg<'_> {
+    Arg(match SqlValue::from_value(v) {
+        SqlValue::Null => SqlRef::Null,
+        SqlValue::Int(i) => SqlRef::Integer(i),
+        SqlValue::Float(f) => SqlRef::Real(f),
+        SqlValue::Text(s) => SqlRef::Text(s.as_bytes()),
+        SqlValue::Blob(b) => SqlRef::Blob(b),
+    })
+}
+
+impl<'a> Txn<'a> {
+    pub(crate) fn new(w: &'a WriteTxn<'_>, inner: &'a Inner, record: bool) -> Txn<'a> {
+        Txn {
+            conn: w,
+            inner,
+            changes: Vec::new(),
+            record,
+            aborted: false,
+        }
+    }
+
+    pub(crate) fn finish(self) -> (Vec<Change>, bool) {
+        (self.changes, self.aborted)
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        if self.aborted {
+            Err(Error::Aborted {
+                path: self.inner.path().to_path_buf(),
+            })
+        } else {
+            let _ = op;
+            Ok(())
+        }
+    }
+
+    /// Discard everything this closure did. Later calls on this `Txn` fail with
+    /// [`Error::Aborted`], and so does the write's future.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let r = db.write(|t| { t.insert(&Post::builder().id("x").build())?; t.abort(); Ok(()) }).wait();
+    /// assert!(matches!(r, Err(Error::Aborted { .. })));
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn abort(&mut self) {
+        self.aborted = true;
+        self.changes.clear();
+    }
+
+    fn coll(&self, name: &str, op: &'static str) -> Result<&'a Coll> {
+        self.inner.coll(name, op)
+    }
+
+    /// Verify `bytes` against the collection's table and read its primary key.
+    fn key_of(&self, c: &Coll, op: &'static str, bytes: &[u8]) -> Result<Vec<Value>> {
+        let t = self.inner.table(c)?;
+        let obj = t.read(bytes).map_err(|source| Error::InvalidObject {
+            op,
+            collection: c.name.clone(),
+            source,
+        })?;
+        c.key
+            .iter()
+            .map(|k| match obj.get_ref(&k.path) {
+                Ok(v) => match SqlValue::from_ref(v) {
+                    SqlValue::Null => Err(Error::TypeMismatch {
+                        op,
+                        collection: c.name.clone(),
+                        message: format!(
+                            "the object has no value for primary-key field {:?}",
+                            k.name
+                        ),
+                    }),
+                    v => Ok(v.to_value()),
+                },
+                Err(source) => Err(Error::InvalidObject {
+                    op,
+                    collection: c.name.clone(),
+                    source,
+                }),
+            })
+            .collect()
+    }
+
+    fn record(
+        &mut self,
+        c: &Coll,
+        op: ChangeOp,
+        key: Vec<Value>,
+        rowid: i64,
+        old: Option<Vec<u8>>,
+        new: Option<Vec<u8>>,
+    ) {
+        if self.record {
+            let key = if c.key.is_empty() {
+                vec![Value::Int(rowid)]
+            } else {
+                key
+            };
+            self.changes.push(Change {
+                collection: c.name.clone(),
+                op,
+                key,
+                rowid,
+                old,
+                new,
+            });
+        }
+    }
+
+    fn find(&self, c: &Coll, op: &'static str, key: &[Value]) -> Result<Option<StoredObject>> {
+        Ok(
+            crate::query::select(self.conn, &c.name, op, &c.sql_find, key)?
+                .into_iter()
+                .next(),
+        )
+    }
+
+    fn find_rowid(&self, c: &Coll, op: &'static str, key: &[Value]) -> Result<Option<i64>> {
+        let mut st = self
+            .conn
+            .prepare_cached(&c.sql_find_rowid)
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(key.iter().map(sref)))
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
+            Some(r) => Ok(Some(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?)),
+            None => Ok(None),
+        }
+    }
+
+    fn insert_raw(
+        &mut self,
+        c: &Coll,
+        op: &'static str,
+        key: Vec<Value>,
+        bytes: Vec<u8>,
+    ) -> Result<i64> {
+        {
+            let mut st = self
+                .conn
+                .prepare_cached(&c.sql_insert)
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            let params = key
+                .iter()
+                .map(sref)
+                .chain(std::iter::once(Arg(SqlRef::Blob(&bytes))));
+            st.execute(rusqlite::params_from_iter(params))
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        }
+        let rowid = self.conn.last_insert_rowid();
+        let new = self.record.then_some(bytes);
+        self.record(c, ChangeOp::Insert, key, rowid, None, new);
+        Ok(rowid)
+    }
+
+    fn update_raw(
+        &mut self,
+        c: &Coll,
+        op: &'static str,
+        key: Vec<Value>,
+        bytes: Vec<u8>,
+    ) -> Result<i64> {
+        if self.record {
+            let Some(old) = self.find(c, op, &key)? else {
+                return Err(Error::NotFound {
+                    op,
+                    collection: c.name.clone(),
+                    key,
+                });
+            };
+            if old.bytes == bytes {
+                return Ok(old.rowid);
+            }
+            {
+                let mut st = self
+                    .conn
+                    .prepare_cached(&c.sql_update)
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                st.execute(rusqlite::params![&bytes, old.rowid])
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            }
+            self.record(
+                c,
+                ChangeOp::Update,
+                key,
+                old.rowid,
+                Some(old.bytes),
+                Some(bytes),
+            );
+            return Ok(old.rowid);
+        }
+        let updated: Option<i64> = {
+            let mut st = self
+                .conn
+                .prepare_cached(&c.sql_update_if_changed)
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            let params = key
+                .iter()
+                .map(sref)
+                .chain(std::iter::once(Arg(SqlRef::Blob(&bytes))));
+            let mut rows = st
+                .query(rusqlite::params_from_iter(params))
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            let r = match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
+                Some(r) => Some(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?),
+                None => None,
+            };
+            // Step to the end so the statement completes (RETURNING).
+            while rows
+                .next()
+                .map_err(|e| Error::sqlite(op, &c.name, e))?
+                .is_some()
+            {}
+            r
+        };
+        match updated {
+            Some(rowid) => Ok(rowid),
+            None => match self.find_rowid(c, op, &key)? {
+                Some(rowid) => Ok(rowid), // same bytes: nothing written
+                None => Err(Error::NotFound {
+                    op,
+                    collection: c.name.clone(),
+                    key,
+                }),
+            },
+        }
+    }
+
+    fn no_key(&self, c: &Coll, op: &'static str) -> Result<()> {
+        if c.key.is_empty() {
+            Err(Error::TypeMismatch {
+                op,
+                collection: c.name.clone(),
+                message: "the collection has no primary key: objects can be inserted, fetched and deleted by rowid, not updated".into(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    // ---- dynamic API ----
+
+    /// Insert an object given as FlatBuffers bytes (verified against the schema).
+    /// Returns its rowid. A taken primary key or unique value is
+    /// [`Error::AlreadyExists`]; malformed bytes are [`Error::InvalidObject`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("i.db"), StoreOptions::default())?;
+    /// let bytes = Post::builder().id("p").build().encode();
+    /// db.write(move |t| {
+    ///     t.insert_bytes("blog.Post", bytes)?;
+    ///     assert!(matches!(t.insert_bytes("blog.Post", vec![1, 2, 3]), Err(Error::InvalidObject { .. })));
+    ///     Ok(())
+    /// }).wait()?;
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn insert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
+        self.check("insert")?;
+        let c = self.coll(collection, "insert")?;
+        let bytes = bytes.into();
+        let key = self.key_of(c, "insert", &bytes)?;
+        self.insert_raw(c, "insert", key, bytes)
+    }
+
+    /// Replace the object with the same primary key; [`Error::NotFound`] if none.
+    pub fn update_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
+        self.check("update")?;
+        let c = self.coll(collection, "update")?;
+        self.no_key(c, "update")?;
+        let bytes = bytes.into();
+        let key = self.key_of(c, "update", &bytes)?;
+        self.update_raw(c, "update", key, bytes)
+    }
+
+    /// Insert, or replace the object with the same primary key.
+    pub fn upsert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
+        self.check("upsert")?;
+        let c = self.coll(collection, "upsert")?;
+        let bytes = bytes.into();
+        let key = self.key_of(c, "upsert", &bytes)?;
+        self.upsert_raw(c, key, bytes)
+    }
+
+    fn upsert_raw(&mut self, c: &Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
+        if c.key.is_empty() || self.find_rowid(c, "upsert", &key)?.is_none() {
+            self.insert_raw(c, "upsert", key, bytes)
+        } else {
+            self.update_raw(c, "upsert", key, bytes)
+        }
+    }
+
+    /// Delete the object with primary key `key` (`[rowid]` for collections without
+    /// one). Returns whether it existed.
+    pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
+        self.check("delete")?;
+        let c = self.coll(collection, "delete")?;
+        let key = c.check_key("delete", key)?;
+        let (rowid, old) = if self.record {
+            match self.find(c, "delete", &key)? {
+                Some(o) => (o.rowid, Some(o.bytes)),
+                None => return Ok(false),
+            }
+        } else {
+            match self.find_rowid(c, "delete", &key)? {
+                Some(r) => (r, None),
+                None => return Ok(false),
+            }
+        };
+        {
+            let mut st = self
+                .conn
+                .prepare_cached(&c.sql_delete)
+                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            st.execute([rowid])
+                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+        }
+        self.record(c, ChangeOp::Delete, key, rowid, old, None);
+        Ok(true)
+    }
+
+    /// The object with primary key `key` as this transaction sees it.
+    pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {
+        self.check("get")?;
+        let c = self.coll(collection, "get")?;
+        self.inner.get_in(self.conn, c, "get", key, true)
+    }
+
+    /// A dynamic query that sees this transaction's own writes.
+    pub fn query(&self, collection: &str) -> Query<'_> {
+        Query::new(Source::Conn(self.inner, self.conn), collection)
+    }
+
+    // ---- typed API ----
+
+    fn typed_key<R: Record>(&self, c: &Coll, op: &'static str, obj: &R) -> Result<Vec<Value>> {
+        if c.key.is_empty() {
+            Ok(Vec::new())
+        } else {
+            c.check_key(op, &obj.primary_key())
+        }
+    }
+
+    /// Insert `obj`; [`Error::AlreadyExists`] if its key or a unique value is taken.
+    pub fn insert<R: Record>(&mut self, obj: &R) -> Result<i64> {
+        self.check("insert")?;
+        let c = self.coll(R::COLLECTION, "insert")?;
+        let key = self.typed_key(c, "insert", obj)?;
+        self.insert_raw(c, "insert", key, obj.encode())
+    }
+
+    /// Replace the stored object with `obj`'s key; [`Error::NotFound`] if none.
+    /// Writes nothing if the object is unchanged.
+    pub fn update<R: Record>(&mut self, obj: &R) -> Result<i64> {
+        self.check("update")?;
+        let c = self.coll(R::COLLECTION, "update")?;
+        self.no_key(c, "update")?;
+        let key = self.typed_key(c, "update", obj)?;
+        self.update_raw(c, "update", key, obj.encode())
+    }
+
+    /// Insert or replace `obj`.
+    pub fn upsert<R: Record>(&mut self, obj: &R) -> Result<i64> {
+        self.check("upsert")?;
+        let c = self.coll(R::COLLECTION, "upsert")?;
+        let key = self.typed_key(c, "upsert", obj)?;
+        self.upsert_raw(c, key, obj.encode())
+    }
+
+    /// Delete the `R` with primary key `key`; returns whether it existed.
+    pub fn delete<R: Record>(&mut self, key: &R::Key) -> Result<bool> {
+        self.delete_key(R::COLLECTION, &R::key_values(key))
+    }
+
+    /// Apply a generated [`ChangeRequest`] (`post.create()`, `post.change()…build()`).
+    pub fn submit<R: Record>(&mut self, req: ChangeRequest<R>) -> Result<()> {
+        match req {
+            ChangeRequest::Create(o) => self.insert(&o).map(|_| ()),
+            ChangeRequest::Change(o) => self.update(&o).map(|_| ()),
+            ChangeRequest::Upsert(o) => self.upsert(&o).map(|_| ()),
+            ChangeRequest::Delete(k) => self.delete_key(R::COLLECTION, &k).map(|_| ()),
+        }
+    }
+
+    /// The `R` with primary key `key`, including this transaction's writes.
+    pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
+        self.check("get")?;
+        let c = self.coll(R::COLLECTION, "get")?;
+        decode_opt::<R>(
+            self.inner
+                .get_in(self.conn, c, "get", &R::key_values(key), false)?,
+        )
+    }
+
+    /// A typed query that sees this transaction's own writes.
+    pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
+        Fetch::new(Source::Conn(self.inner, self.conn))
+    }
+}
