@@ -697,6 +697,12 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "        }})\n    }}\n}}");
+        let vname = format!("__KeelVerify{}", name.trim_start_matches("r#"));
+        let _ = writeln!(
+            o,
+            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname}([u8; {size}]);\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        v.in_buffer::<Self>(pos)\n    }}\n}}\n\nimpl {rt}::flatbuffers::SimpleToVerifyInSlice for {vname} {{}}",
+            size = sd.size
+        );
         self.out.push_str(&o);
     }
 
@@ -839,6 +845,28 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// The `flatbuffers::Verifiable` type describing a value of `ty`.
+    fn verify_type(&self, ty: &FieldType) -> String {
+        // `ForwardsUOffset` and `Vector` are imported inside the generated function.
+        match ty {
+            FieldType::Scalar(t) => t.rust_name().to_owned(),
+            FieldType::Enum(e) => self.s.enums[*e].underlying.rust_name().to_owned(),
+            FieldType::String => "ForwardsUOffset<&str>".to_owned(),
+            FieldType::Struct(i) => format!(
+                "__KeelVerify{}",
+                self.struct_name(*i).trim_start_matches("r#")
+            ),
+            FieldType::Table(i) => format!(
+                "ForwardsUOffset<__KeelVerify{}>",
+                self.table_name(*i).trim_start_matches("r#")
+            ),
+            FieldType::Vector(inner) => {
+                format!("ForwardsUOffset<Vector<'_, {}>>", self.verify_type(inner))
+            }
+            FieldType::Union(_) => "u8".to_owned(),
+        }
+    }
+
     fn handle_name(f: &Field) -> String {
         let base = snake(&f.name);
         if RESERVED_FNS.contains(&base.as_str()) {
@@ -858,6 +886,7 @@ impl<'a> Gen<'a> {
         let change_name = self.names[&(6, ti)].clone();
         let collection = s.collections.iter().find(|c| c.table == ti);
         let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let vname = format!("__KeelVerify{}", name.trim_start_matches("r#"));
         let mut o = String::new();
 
         // --- fields struct
@@ -939,7 +968,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "    /// Decodes a FlatBuffers buffer whose root is this table. Every offset is\n    /// checked: malformed bytes give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Self::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n"
+            "    /// Decodes a FlatBuffers buffer whose root is this table: the `flatbuffers`\n    /// crate's verifier runs first, then a bounds-checked read; malformed bytes\n    /// give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {rt}::wire::verify::<{vname}>(bytes)?;\n        Self::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n"
         );
 
         // handles
@@ -1266,6 +1295,44 @@ impl<'a> Gen<'a> {
                 let _ = writeln!(o, "    /// The object.\n    pub fn build(self) -> {name} {{\n        {name}::from(self.fields)\n    }}\n}}");
             }
         }
+        // flatbuffers verifier description of the table
+        let _ = writeln!(
+            o,
+            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname};\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        #[allow(unused_imports)]\n        use {rt}::flatbuffers::{{ForwardsUOffset, Vector}};\n        v.visit_table(pos)?"
+        );
+        for f in &live {
+            let voff = f.vtable_offset();
+            match &f.ty {
+                FieldType::Union(u) => {
+                    let _ = writeln!(
+                        o,
+                        "            .visit_union::<u8, _>({:?}, {}, {:?}, {voff}, false, |tag, v, pos| match tag {{",
+                        format!("{}_type", f.name),
+                        voff - 2,
+                        f.name
+                    );
+                    for m in &s.unions[*u].members {
+                        let _ = writeln!(
+                            o,
+                            "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",
+                            m.tag,
+                            self.table_name(m.table).trim_start_matches("r#"),
+                            m.name
+                        );
+                    }
+                    let _ = writeln!(o, "                _ => Ok(()),\n            }})?");
+                }
+                ty => {
+                    let _ = writeln!(
+                        o,
+                        "            .visit_field::<{}>({:?}, {voff}, false)?",
+                        self.verify_type(ty),
+                        f.name
+                    );
+                }
+            }
+        }
+        let _ = writeln!(o, "            .finish();\n        Ok(())\n    }}\n}}");
         self.out.push_str(&o);
         Ok(())
     }

@@ -366,6 +366,21 @@ impl<'a> VectorRef<'a> {
     }
 }
 
+/// Runs the `flatbuffers` crate's verifier over `bytes` with root table type `T`
+/// (generated code implements [`flatbuffers::Verifiable`] for a marker type per
+/// table). Default limits: depth 64, one million tables.
+pub fn verify<T: flatbuffers::Verifiable>(bytes: &[u8]) -> Result<(), DecodeError> {
+    let opts = flatbuffers::VerifierOptions::default();
+    let mut v = flatbuffers::Verifier::new(&opts, bytes);
+    <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0).map_err(
+        |e| DecodeError::Invalid {
+            what: "buffer",
+            offset: 0,
+            reason: Cow::Owned(e.to_string()),
+        },
+    )
+}
+
 /// An offset to something already written into a [`Builder`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offset(usize);
