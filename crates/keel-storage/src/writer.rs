@@ -323,6 +323,8 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
     let start = Instant::now();
+    // A stale sync failure from earlier on this thread must not label this group's errors.
+    let _ = crate::vfs::take_last_sync_error();
     // Jobs whose closure succeeded, with their callbacks, waiting for COMMIT.
     let mut committed: Vec<(Box<dyn Job>, Vec<Callback>)> = Vec::with_capacity(batch.len());
     // Jobs that failed alone (rolled back to their savepoint) or with a lost transaction.
