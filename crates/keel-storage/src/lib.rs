@@ -13,6 +13,10 @@
 //! * **Small WAL.** A background checkpointer runs PASSIVE checkpoints over a
 //!   threshold (default 4 MiB) or when idle; [`Store::on_background`] truncates.
 //!
+//! Platforms: Unix (Linux, Android, macOS, iOS): the shim wraps SQLite's `unix` VFS.
+//! Threads keel owns: `keel-open` (during `open_async` only), `keel-writer`,
+//! `keel-ckpt`; all are joined by [`Store::close`] (or when the last clone drops).
+//!
 //! ## Default durability
 //!
 //! The default is [`SyncPolicy::Full`] for commits, checkpoints and the open barrier:
