@@ -16,7 +16,8 @@
 //! * per union: an `enum` with one variant per member table plus `Unknown(tag)`;
 //! * per table `T`: `T` — immutable, `Send + Sync`, an `Arc` around `TFields` (public
 //!   fields, reachable through `Deref`) so `clone()` is a reference-count bump;
-//!   `T::encode`/`T::decode` (bounds-checked, never panics on bad bytes);
+//!   `T::encode`/`T::decode` (decode runs the `flatbuffers` crate's verifier, then a
+//!   bounds-checked read: bad bytes are an error, never a panic or UB);
 //!   `T::builder()` and `t.to_builder()`; one typed query handle per field
 //!   (`T::priority() -> Field<T, i32>`), union members as `T::content_image()`;
 //! * per collection (root type and `(entity)` tables): `impl Record`, `t.change()`

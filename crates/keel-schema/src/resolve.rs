@@ -63,7 +63,7 @@ impl Schema {
                 file_name,
                 *pos,
                 format!(
-                    "expected no includes in in-memory schema text, found include {inc:?}; use Schema::from_file to resolve includes"
+                    "expected no includes in in-memory schema text, found include {inc:?}; use Schema::from_file or Schema::parse_files to resolve includes"
                 ),
             ));
         }
@@ -78,6 +78,92 @@ impl Schema {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Schema, ParseError> {
         load(path.as_ref()).map(|(s, _)| s)
     }
+
+    /// Parses a schema made of several in-memory files (for callers that have
+    /// texts, not paths, e.g. apps passing their `.fbs` files over FFI). `root` names
+    /// the main file; `include "x.fbs"` finds the file named `x.fbs` relative to the
+    /// including file's directory, or exactly as written.
+    ///
+    /// ```
+    /// use keel_schema::Schema;
+    /// let files = [
+    ///     ("app/post.fbs", "include \"common.fbs\"; table Post { a: Author; } root_type Post;"),
+    ///     ("app/common.fbs", "table Author { name: string; }"),
+    /// ];
+    /// let s = Schema::parse_files("app/post.fbs", &files).unwrap();
+    /// assert_eq!(s.tables.len(), 2);
+    /// ```
+    pub fn parse_files(root: &str, files: &[(&str, &str)]) -> Result<Schema, ParseError> {
+        let mut srcs = Vec::new();
+        let mut seen = HashSet::new();
+        parse_files_rec(root, None, files, &mut seen, &mut srcs, 0)?;
+        let n = srcs.len();
+        for (i, s) in srcs.iter_mut().enumerate() {
+            if i + 1 != n {
+                s.ast.root_type = None;
+            }
+        }
+        resolve(srcs)
+    }
+}
+
+/// `dir/inc` with `.` and `..` components folded, as a `/`-separated string.
+fn join_normalized(dir: &str, inc: &str) -> String {
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for p in inc.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    parts.join("/")
+}
+
+fn parse_files_rec(
+    name: &str,
+    from: Option<(&str, Pos)>,
+    files: &[(&str, &str)],
+    seen: &mut HashSet<PathBuf>,
+    srcs: &mut Vec<Src>,
+    depth: usize,
+) -> Result<(), ParseError> {
+    let missing = |why: &str| match from {
+        Some((file, pos)) => err(file, pos, format!("cannot resolve include {name:?}: {why}")),
+        None => ParseError {
+            file: name.to_owned(),
+            line: 0,
+            col: 0,
+            message: format!("expected the root file among the given files: {why}"),
+        },
+    };
+    if depth > 64 {
+        return Err(missing("includes nest deeper than 64 levels"));
+    }
+    let Some((file, text)) = files.iter().find(|(n, _)| *n == name) else {
+        return Err(missing("no file with that name was given"));
+    };
+    if !seen.insert(PathBuf::from(file)) {
+        return Ok(());
+    }
+    let ast = parse_file(text, file)?;
+    let dir = file.rfind('/').map_or("", |i| &file[..i]);
+    for (inc, pos) in &ast.includes {
+        let joined = join_normalized(dir, inc);
+        let target = if files.iter().any(|(n, _)| *n == joined) {
+            joined
+        } else {
+            inc.clone()
+        };
+        parse_files_rec(&target, Some((file, *pos)), files, seen, srcs, depth + 1)?;
+    }
+    srcs.push(Src {
+        file: (*file).to_owned(),
+        ast,
+    });
+    Ok(())
 }
 
 /// Loads a schema and returns it with every file read (for `rerun-if-changed`).
