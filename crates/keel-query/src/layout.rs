@@ -51,9 +51,9 @@ pub(crate) struct Coll {
     pub(crate) indexes: Vec<IndexSql>,
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
-    pub(crate) sql_find_rowid: String,
     pub(crate) sql_update: String,
-    pub(crate) sql_update_if_changed: String,
+    pub(crate) sql_find_same: String,
+    pub(crate) sql_delete_key: String,
     pub(crate) sql_delete: String,
     pub(crate) sql_get: String,
 }
@@ -148,12 +148,12 @@ impl Coll {
             table: c.table,
             sql_insert,
             sql_find: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
-            sql_find_rowid: format!("SELECT rowid FROM {id} WHERE {kwhere}"),
             sql_update: format!("UPDATE {id} SET body = ?1 WHERE rowid = ?2"),
-            sql_update_if_changed: format!(
-                "UPDATE {id} SET body = ?{p} WHERE {kwhere} AND body IS NOT ?{p} RETURNING rowid",
+            sql_find_same: format!(
+                "SELECT rowid, body IS ?{p} FROM {id} WHERE {kwhere}",
                 p = n.max(1) + 1
             ),
+            sql_delete_key: format!("DELETE FROM {id} WHERE {kwhere}"),
             sql_delete: format!("DELETE FROM {id} WHERE rowid = ?1"),
             sql_get: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
             ident: id,

@@ -197,20 +197,6 @@ impl<'a> Txn<'a> {
         )
     }
 
-    fn find_rowid(&self, c: &Coll, op: &'static str, key: &[Value]) -> Result<Option<i64>> {
-        let mut st = self
-            .conn
-            .prepare_cached(&c.sql_find_rowid)
-            .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        let mut rows = st
-            .query(rusqlite::params_from_iter(key.iter().map(sref)))
-            .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
-            Some(r) => Ok(Some(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?)),
-            None => Ok(None),
-        }
-    }
-
     fn insert_raw(
         &mut self,
         c: &Coll,
@@ -243,16 +229,31 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
+        match self.try_update(c, op, key, bytes)? {
+            Ok(rowid) => Ok(rowid),
+            Err((key, _)) => Err(Error::NotFound {
+                op,
+                collection: c.name.clone(),
+                key,
+            }),
+        }
+    }
+
+    /// Update the object with `key`; gives key and bytes back if it does not exist.
+    #[allow(clippy::type_complexity)]
+    fn try_update(
+        &mut self,
+        c: &Coll,
+        op: &'static str,
+        key: Vec<Value>,
+        bytes: Vec<u8>,
+    ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
         if self.record {
             let Some(old) = self.find(c, op, &key)? else {
-                return Err(Error::NotFound {
-                    op,
-                    collection: c.name.clone(),
-                    key,
-                });
+                return Ok(Err((key, bytes)));
             };
             if old.bytes == bytes {
-                return Ok(old.rowid);
+                return Ok(Ok(old.rowid));
             }
             {
                 let mut st = self
@@ -270,12 +271,13 @@ impl<'a> Txn<'a> {
                 Some(old.bytes),
                 Some(bytes),
             );
-            return Ok(old.rowid);
+            return Ok(Ok(old.rowid));
         }
-        let updated: Option<i64> = {
+        // One point lookup tells whether the object exists and whether it changed.
+        let found: Option<(i64, bool)> = {
             let mut st = self
                 .conn
-                .prepare_cached(&c.sql_update_if_changed)
+                .prepare_cached(&c.sql_find_same)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
             let params = key
                 .iter()
@@ -284,28 +286,26 @@ impl<'a> Txn<'a> {
             let mut rows = st
                 .query(rusqlite::params_from_iter(params))
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            let r = match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
-                Some(r) => Some(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?),
+            match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
+                Some(r) => Some((
+                    r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?,
+                    r.get(1).map_err(|e| Error::sqlite(op, &c.name, e))?,
+                )),
                 None => None,
-            };
-            // Step to the end so the statement completes (RETURNING).
-            while rows
-                .next()
-                .map_err(|e| Error::sqlite(op, &c.name, e))?
-                .is_some()
-            {}
-            r
+            }
         };
-        match updated {
-            Some(rowid) => Ok(rowid),
-            None => match self.find_rowid(c, op, &key)? {
-                Some(rowid) => Ok(rowid), // same bytes: nothing written
-                None => Err(Error::NotFound {
-                    op,
-                    collection: c.name.clone(),
-                    key,
-                }),
-            },
+        match found {
+            None => Ok(Err((key, bytes))),
+            Some((rowid, true)) => Ok(Ok(rowid)), // same bytes: nothing written
+            Some((rowid, false)) => {
+                let mut st = self
+                    .conn
+                    .prepare_cached(&c.sql_update)
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                st.execute(rusqlite::params![&bytes, rowid])
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                Ok(Ok(rowid))
+            }
         }
     }
 
@@ -368,10 +368,12 @@ impl<'a> Txn<'a> {
     }
 
     fn upsert_raw(&mut self, c: &Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
-        if c.key.is_empty() || self.find_rowid(c, "upsert", &key)?.is_none() {
-            self.insert_raw(c, "upsert", key, bytes)
-        } else {
-            self.update_raw(c, "upsert", key, bytes)
+        if c.key.is_empty() {
+            return self.insert_raw(c, "upsert", key, bytes);
+        }
+        match self.try_update(c, "upsert", key, bytes)? {
+            Ok(rowid) => Ok(rowid),
+            Err((key, bytes)) => self.insert_raw(c, "upsert", key, bytes),
         }
     }
 
@@ -381,16 +383,19 @@ impl<'a> Txn<'a> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
         let key = c.check_key("delete", key)?;
-        let (rowid, old) = if self.record {
-            match self.find(c, "delete", &key)? {
-                Some(o) => (o.rowid, Some(o.bytes)),
-                None => return Ok(false),
-            }
-        } else {
-            match self.find_rowid(c, "delete", &key)? {
-                Some(r) => (r, None),
-                None => return Ok(false),
-            }
+        if !self.record {
+            let mut st = self
+                .conn
+                .prepare_cached(&c.sql_delete_key)
+                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            let n = st
+                .execute(rusqlite::params_from_iter(key.iter().map(sref)))
+                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            return Ok(n > 0);
+        }
+        let (rowid, old) = match self.find(c, "delete", &key)? {
+            Some(o) => (o.rowid, Some(o.bytes)),
+            None => return Ok(false),
         };
         {
             let mut st = self
