@@ -363,9 +363,7 @@ impl Filter {
     /// `None` is SQL's unknown (does not match either). Bytes whose root cannot be
     /// read behave like an object whose every field is `NULL` — as in SQL.
     pub fn eval_bytes(&self, bytes: &[u8]) -> Option<bool> {
-        let Some(t) = self.schema.table_reader(self.table) else {
-            return None;
-        };
+        let t = self.schema.table_reader(self.table)?;
         match t.open(bytes) {
             Ok(obj) => self.eval(&obj),
             Err(_) => self.eval_node(&self.root, &|_| SqlValue::Null),
@@ -515,7 +513,7 @@ mod tests {
     #[test]
     fn int_float_exact() {
         assert_eq!(
-            cmp_int_float(i64::MAX, 9.223372036854775807e18),
+            cmp_int_float(i64::MAX, 9_223_372_036_854_775_808.0),
             Ordering::Less
         );
         assert_eq!(cmp_int_float(3, 2.5), Ordering::Greater);

@@ -348,3 +348,39 @@ pub(crate) fn schema_phase(
     .map_err(err("record schema"))?;
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_sql_and_key_checks() {
+        let schema = Schema::parse(
+            "namespace n; table T { a: string (primary); b: long (primary); c: int (unique); } root_type T;",
+            "t.fbs",
+        )
+        .unwrap();
+        let c = Coll::new(&schema, 0).unwrap();
+        assert_eq!(
+            c.create_table_sql(),
+            "CREATE TABLE IF NOT EXISTS \"n.T\"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, k1 NOT NULL, body BLOB NOT NULL, UNIQUE(k0, k1))"
+        );
+        assert_eq!(
+            c.indexes[0].create,
+            "CREATE UNIQUE INDEX IF NOT EXISTS \"n.T#2\" ON \"n.T\"(keel_field(body,'n.T/2'))"
+        );
+        assert!(c.check_key("get", &["x".into(), 1.into()]).is_ok());
+        assert!(matches!(
+            c.check_key("get", &["x".into()]),
+            Err(Error::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            c.check_key("get", &[1.into(), 1.into()]),
+            Err(Error::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            c.check_key("get", &["x".into(), 1.5.into()]),
+            Err(Error::TypeMismatch { .. })
+        ));
+    }
+}

@@ -81,6 +81,7 @@
 mod db;
 mod error;
 pub mod eval;
+pub mod inspect;
 mod layout;
 mod query;
 mod sql;

@@ -234,3 +234,72 @@ impl Compiler<'_> {
         Ok(s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FBS: &str =
+        "namespace n; table I { w: int; } table V { s: float = 1.5; } union U { I, V }
+        table T { id: string (primary); p: int (indexed); u: U; } root_type T;";
+
+    #[test]
+    fn path_text_round_trips_by_id() {
+        let schema = Schema::parse(FBS, "t.fbs").unwrap();
+        let t = schema.reader("n.T").unwrap();
+        let p = t.path("u.I.w").unwrap();
+        let text = path_text("n.T", &p);
+        assert_eq!(text, "n.T/3:1.0");
+        let (table, r) = parse_path_text(&schema, &text).unwrap();
+        assert_eq!(table, schema.collection("n.T").unwrap().table);
+        assert_eq!(
+            r,
+            t.resolve(&FieldPath::new(r.path().steps().to_vec()))
+                .unwrap()
+        );
+        // Unknown collections, ids and garbage read as "no such path" (NULL).
+        assert!(parse_path_text(&schema, "n.T/42").is_none());
+        assert!(parse_path_text(&schema, "nope/1").is_none());
+        assert!(parse_path_text(&schema, "n.T/x").is_none());
+    }
+
+    #[test]
+    fn field_function_reads_fields_and_tolerates_garbage() {
+        let schema = Arc::new(Schema::parse(FBS, "t.fbs").unwrap());
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        register(&conn, schema.clone()).unwrap();
+        let t = schema.reader("n.T").unwrap();
+        let bytes = t
+            .encode_json(&serde_json::json!({"id": "a", "p": 7, "u_type": "V", "u": {}}))
+            .unwrap();
+        let get = |path: &str, b: &[u8]| -> rusqlite::types::Value {
+            conn.query_row(&format!("SELECT keel_field(?1, '{path}')"), [b], |r| {
+                r.get(0)
+            })
+            .unwrap()
+        };
+        assert_eq!(get("n.T/1", &bytes), rusqlite::types::Value::Integer(7));
+        assert_eq!(get("n.T/3:2.0", &bytes), rusqlite::types::Value::Real(1.5));
+        assert_eq!(get("n.T/3:1.0", &bytes), rusqlite::types::Value::Null);
+        assert_eq!(get("n.T/1", b"garbage"), rusqlite::types::Value::Null);
+        assert_eq!(get("n.T/9", &bytes), rusqlite::types::Value::Null);
+    }
+
+    #[test]
+    fn values_are_parameters() {
+        let schema = Schema::parse(FBS, "t.fbs").unwrap();
+        let t = schema.reader("n.T").unwrap();
+        let mut c = Compiler {
+            table: t,
+            collection: "n.T",
+            params: Vec::new(),
+        };
+        let e = Expr::eq(t.path("id").unwrap(), "x' OR 1=1 --").or(Expr::In {
+            path: t.path("p").unwrap(),
+            values: vec![],
+        });
+        let sql = c.expr(&e).unwrap();
+        assert_eq!(sql, "((keel_field(body,'n.T/0') = ?) OR 0)");
+        assert_eq!(c.params, vec![Value::from("x' OR 1=1 --")]);
+    }
+}
