@@ -7,6 +7,7 @@
 //! use keel_query::inspect;
 //! assert_eq!(inspect::table_ident("blog.Post"), "\"blog.Post\"");
 //! assert_eq!(inspect::key_columns(2), vec!["k0", "k1"]);
+//! assert_eq!(inspect::index_name("blog.Post", 1), "blog.Post#1");
 //! assert_eq!(inspect::META_TABLE, "keel_meta");
 //! ```
 
@@ -30,6 +31,12 @@ pub fn table_ident(collection: &str) -> String {
 /// The SQLite table name of a collection (unquoted, as stored in `sqlite_schema`).
 pub fn table_name(collection: &str) -> &str {
     collection
+}
+
+/// The SQLite name of the secondary index on field `field_id` of a collection
+/// (its state is in [`INDEX_TABLE`] under the same name).
+pub fn index_name(collection: &str, field_id: u16) -> String {
+    format!("{collection}#{field_id}")
 }
 
 /// The primary-key columns of a collection whose key has `parts` fields
@@ -68,4 +75,29 @@ pub fn register_functions(
     schema: Arc<Schema>,
 ) -> rusqlite::Result<()> {
     crate::sql::register(conn, schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Coll;
+
+    /// The facts above must match what the engine really creates.
+    #[test]
+    fn facts_match_the_layout() {
+        let schema = Schema::parse(
+            "namespace t; table A { k: string (primary); j: int (primary); n: int (indexed); } root_type A;",
+            "t.fbs",
+        )
+        .unwrap();
+        let c = Coll::new(&schema, 0).unwrap();
+        assert_eq!(c.ident, table_ident("t.A"));
+        assert_eq!(c.indexes[0].name, index_name("t.A", 2));
+        let ddl = c.create_table_sql();
+        for k in key_columns(2) {
+            assert!(ddl.contains(&format!("{k} NOT NULL")), "{ddl}");
+        }
+        assert!(ddl.contains(&format!("{BODY_COLUMN} BLOB")), "{ddl}");
+        assert!(ddl.contains(&format!("TABLE IF NOT EXISTS \"{}\"", table_name("t.A"))));
+    }
 }

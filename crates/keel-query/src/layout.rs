@@ -317,7 +317,7 @@ pub(crate) fn schema_phase(
             };
             conn.execute(
                 "INSERT INTO keel_index(name, collection, field, is_unique, state) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(name) DO UPDATE SET state = excluded.state",
+                 ON CONFLICT(name) DO UPDATE SET state = excluded.state WHERE state IS NOT excluded.state",
                 rusqlite::params![ix.name, c.name, ix.field, ix.unique, state],
             )
             .map_err(err("record index state"))?;
@@ -342,7 +342,9 @@ pub(crate) fn schema_phase(
             .map_err(err("drop removed index"))?;
     }
     conn.execute(
-        "INSERT OR REPLACE INTO keel_meta(key, value) VALUES ('schema', ?1), ('fingerprint', ?2), ('format', 1)",
+        // Written only when it differs, so a plain reopen writes nothing.
+        "INSERT INTO keel_meta(key, value) VALUES ('schema', ?1), ('fingerprint', ?2), ('format', 1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE value IS NOT excluded.value",
         rusqlite::params![schema.to_fbs(), format!("{:016x}", schema.fingerprint())],
     )
     .map_err(err("record schema"))?;

@@ -65,18 +65,18 @@ impl Source<'_> {
 /// ```
 #[must_use = "a query does nothing until all(), first() or count()"]
 pub struct Query<'a> {
-    src: Source<'a>,
-    spec: Spec,
+    pub(crate) src: Source<'a>,
+    pub(crate) spec: Spec,
 }
 
 /// The data of a query (no connection): can move to another thread.
 #[derive(Debug, Clone)]
-struct Spec {
-    collection: String,
-    filter: Option<Expr>,
-    order: Vec<SortKey>,
-    limit: Option<u64>,
-    offset: u64,
+pub(crate) struct Spec {
+    pub(crate) collection: String,
+    pub(crate) filter: Option<Expr>,
+    pub(crate) order: Vec<SortKey>,
+    pub(crate) limit: Option<u64>,
+    pub(crate) offset: u64,
 }
 
 impl<'a> Query<'a> {
@@ -341,7 +341,7 @@ pub(crate) fn select(
 /// ```
 #[must_use = "a fetch does nothing until all(), first() or count()"]
 pub struct Fetch<'a, R: Record> {
-    q: Query<'a>,
+    pub(crate) q: Query<'a>,
     _r: PhantomData<fn() -> R>,
 }
 
