@@ -28,8 +28,6 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     builds: Mutex<Vec<WriteFuture<Result<()>>>>,
     path: PathBuf,
-    /// The subscription hub, created by the first subscription.
-    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
 }
 
 impl Inner {
@@ -290,7 +288,6 @@ fn finish(store: Store, p: Prepared) -> Database {
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
             path,
-            hub: std::sync::OnceLock::new(),
         }),
     }
 }
@@ -419,10 +416,6 @@ impl Database {
 
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
-    }
-
-    pub(crate) fn weak(&self) -> std::sync::Weak<Inner> {
-        Arc::downgrade(&self.inner)
     }
 
     /// The runtime schema.
