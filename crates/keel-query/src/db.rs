@@ -555,7 +555,10 @@ impl Database {
     }
 
     /// Run `f` with a [`Snapshot`]: every read inside sees the same committed state,
-    /// whatever commits meanwhile. Runs on the calling thread.
+    /// whatever commits meanwhile. Runs on the calling thread with one pooled read
+    /// connection held for the whole closure (keep it short: the WAL cannot be
+    /// checkpointed past an open snapshot). The state is fixed by the first read
+    /// inside `f`.
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};

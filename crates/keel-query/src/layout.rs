@@ -302,6 +302,31 @@ pub(crate) fn schema_phase(
         let fresh = !exists("table", &c.name).map_err(err("inspect tables"))?;
         conn.execute_batch(&c.create_table_sql())
             .map_err(err("create collection table"))?;
+        // Verify an existing table has keel's layout for this collection.
+        let cols: Vec<String> = {
+            let mut st = conn
+                .prepare(&format!("PRAGMA table_info({})", c.ident))
+                .map_err(err("inspect collection table"))?;
+            let rows = st
+                .query_map([], |r| r.get::<_, String>(1))
+                .map_err(err("inspect collection table"))?
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(err("inspect collection table"))?;
+            rows
+        };
+        let want: Vec<String> = std::iter::once("rowid".to_string())
+            .chain((0..c.key.len()).map(|i| format!("k{i}")))
+            .chain(std::iter::once("body".to_string()))
+            .collect();
+        if cols != want {
+            return Err(keel_storage::Error::Schema {
+                path: path.to_path_buf(),
+                message: format!(
+                    "table {} has columns {cols:?}, expected {want:?} (was its primary key changed?)",
+                    c.ident
+                ),
+            });
+        }
         for ix in &c.indexes {
             wanted.push(ix.name.clone());
             let built = exists("index", &ix.name).map_err(err("inspect indexes"))?;

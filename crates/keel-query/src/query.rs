@@ -93,7 +93,20 @@ impl<'a> Query<'a> {
         }
     }
 
-    /// Keep objects matching `expr` (AND-ed with earlier filters).
+    /// Keep objects matching `expr` (AND-ed with earlier filters). Only objects for
+    /// which `expr` is *true* match; SQL's *unknown* (a comparison with an absent
+    /// field) does not — see `docs/queries.md`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("f.db"), StoreOptions::default())?;
+    /// db.write(|t| t.insert(&Post::builder().id("a").priority(5).build())).wait()?;
+    /// let q = db.fetch::<Post>().filter(Post::priority().gt(1)).filter(Post::rating().gt(2.0));
+    /// assert_eq!(q.count()?, 0); // rating is absent: `rating > 2` is unknown
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn filter(mut self, expr: Expr) -> Self {
         self.spec.filter = Some(match self.spec.filter.take() {
             Some(f) => f.and(expr),
@@ -102,13 +115,40 @@ impl<'a> Query<'a> {
         self
     }
 
-    /// Add a sort key (earlier keys take precedence). Ties end on rowid.
+    /// Add a sort key (earlier keys take precedence). NULLs sort first ascending and
+    /// last descending; final ties go to the rowid, in the last key's direction.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("o.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Post::builder().id("a").priority(1).build())?;
+    ///     t.insert(&Post::builder().id("b").priority(2).build())
+    /// }).wait()?;
+    /// let ids: Vec<String> = db.fetch::<Post>().order_by(Post::priority().desc()).all()?
+    ///     .into_iter().map(|p| p.id.clone()).collect();
+    /// assert_eq!(ids, ["b", "a"]);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn order_by(mut self, key: SortKey) -> Self {
         self.spec.order.push(key);
         self
     }
 
-    /// At most `n` objects.
+    /// At most `n` objects (applied after ordering; with [`Query::offset`] for paging).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("l.db"), StoreOptions::default())?;
+    /// db.write(|t| { for i in 0..5 { t.insert(&Post::builder().id(format!("p{i}")).build())?; } Ok(()) }).wait()?;
+    /// let page = db.fetch::<Post>().order_by(Post::id().asc()).limit(2).offset(2).all()?;
+    /// assert_eq!(page.iter().map(|p| p.id.as_str()).collect::<Vec<_>>(), ["p2", "p3"]);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn limit(mut self, n: u64) -> Self {
         self.spec.limit = Some(n);
         self
