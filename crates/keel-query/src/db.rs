@@ -458,7 +458,15 @@ impl Database {
         T: Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
+        // Writes issued after `close()` fail; writes queued before it still commit.
+        let rejected = self.inner.closed.load(Ordering::SeqCst);
         self.inner.store.write(move |w| {
+            if rejected {
+                return Err(Error::Closed {
+                    op: "write",
+                    path: inner.path.clone(),
+                });
+            }
             let record = inner.recording();
             let (res, changes, aborted) = {
                 let mut txn = Txn::new(w, &inner, record);
@@ -603,6 +611,18 @@ impl Database {
 
     /// Finish queued writes, checkpoint and close every connection (on a keel
     /// thread). Later calls on any clone return [`Error::Closed`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("c.db"), StoreOptions::default())?;
+    /// let queued = db.write(|t| t.insert(&Post::builder().id("a").build()));
+    /// futures::executor::block_on(db.close())?;
+    /// queued.wait()?; // committed before the close finished
+    /// assert!(matches!(db.fetch::<Post>().count(), Err(Error::Closed { .. })));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn close(&self) -> Task<()> {
         self.inner.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(&self.inner);

@@ -378,7 +378,22 @@ impl<'a> Txn<'a> {
     }
 
     /// Delete the object with primary key `key` (`[rowid]` for collections without
-    /// one). Returns whether it existed.
+    /// one). Returns whether it existed. Key values are type-checked.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Post::builder().id("a").build())?;
+    ///     assert!(t.delete_key("blog.Post", &["a".into()])?);
+    ///     assert!(!t.delete_key("blog.Post", &["a".into()])?);
+    ///     assert!(matches!(t.delete_key("blog.Post", &[7.into()]), Err(Error::TypeMismatch { .. })));
+    ///     Ok(())
+    /// }).wait()?;
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
@@ -463,6 +478,21 @@ impl<'a> Txn<'a> {
     }
 
     /// Apply a generated [`ChangeRequest`] (`post.create()`, `post.change()…build()`).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default())?;
+    /// let post = Post::builder().id("a").priority(1).build();
+    /// db.write(move |t| {
+    ///     t.submit(post.create())?;
+    ///     t.submit(post.change().priority(2).build())?;
+    ///     t.submit(Post::delete(&"a".to_string()))
+    /// }).wait()?;
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
     pub fn submit<R: Record>(&mut self, req: ChangeRequest<R>) -> Result<()> {
         match req {
             ChangeRequest::Create(o) => self.insert(&o).map(|_| ()),
