@@ -57,6 +57,8 @@ mod options;
 mod policy;
 mod readers;
 mod report;
+#[cfg(feature = "sim")]
+pub mod sim;
 mod stats;
 mod store;
 #[allow(unsafe_code)]

@@ -178,6 +178,9 @@ pub struct StoreOptions {
     pub connection_init: Option<ConnectionInit>,
     /// Run in the schema phase on the writer connection inside a transaction.
     pub schema_hook: Option<SchemaHook>,
+    /// A simulated disk behind the VFS shim (crash and fault testing; feature `sim`).
+    #[cfg(feature = "sim")]
+    pub sim: Option<Arc<crate::sim::SimDisk>>,
 }
 
 impl Default for StoreOptions {
@@ -196,6 +199,8 @@ impl Default for StoreOptions {
             progress: None,
             connection_init: None,
             schema_hook: None,
+            #[cfg(feature = "sim")]
+            sim: None,
         }
     }
 }
@@ -280,6 +285,13 @@ impl StoreOptions {
         f: impl Fn(&rusqlite::Connection) -> rusqlite::Result<()> + Send + Sync + 'static,
     ) -> Self {
         self.connection_init = Some(Arc::new(f));
+        self
+    }
+    /// Put a simulated disk behind the store's VFS shim (feature `sim`): crash points,
+    /// power loss and fault injection. See [`crate::sim`].
+    #[cfg(feature = "sim")]
+    pub fn sim_disk(mut self, disk: Arc<crate::sim::SimDisk>) -> Self {
+        self.sim = Some(disk);
         self
     }
     /// Schema hook.

@@ -94,6 +94,9 @@ pub struct SyncContext<'a> {
     pub(crate) data_only: bool,
     /// The real VFS's xSync, used when the descriptor is unknown.
     pub(crate) fallback: Option<&'a dyn Fn() -> std::io::Result<()>>,
+    /// The simulated disk to tell when a sync primitive really ran (tests only).
+    #[cfg(feature = "sim")]
+    pub(crate) sim: crate::vfs::SimRef<'a>,
 }
 
 impl fmt::Debug for SyncContext<'_> {
@@ -135,7 +138,20 @@ impl SyncContext<'_> {
     pub fn normal_sync(&self) -> std::io::Result<()> {
         self.run(SyncPolicy::Normal)
     }
-    fn run(&self, p: SyncPolicy) -> std::io::Result<()> {
+    /// Run a built-in primitive (the only place a sync becomes durable).
+    pub(crate) fn run(&self, p: SyncPolicy) -> std::io::Result<()> {
+        #[cfg(feature = "sim")]
+        if let Some((disk, id)) = self.sim {
+            if disk.real_sync() {
+                self.run_real(p)?;
+            }
+            disk.synced(id);
+            return Ok(());
+        }
+        self.run_real(p)
+    }
+
+    fn run_real(&self, p: SyncPolicy) -> std::io::Result<()> {
         match (self.fd, self.fallback) {
             (Some(fd), _) => crate::vfs::sync_fd(fd, &p),
             (None, Some(f)) => f(),

@@ -31,6 +31,24 @@ pub(crate) struct VfsShared {
     pub(crate) db_path: PathBuf,
     pub(crate) policies: SyncPolicies,
     pub(crate) counters: Counters,
+    /// The simulated disk behind this store, if any (tests only).
+    #[cfg(feature = "sim")]
+    pub(crate) sim: Option<Arc<crate::sim::SimDisk>>,
+}
+
+/// A file known to the simulated disk.
+#[cfg(feature = "sim")]
+pub(crate) type SimRef<'a> = Option<(&'a crate::sim::SimDisk, usize)>;
+
+/// Turn a simulated-disk refusal into SQLite's return code (remembering a sync error
+/// so keel can report [`Error::SyncFailed`](crate::Error)).
+#[cfg(feature = "sim")]
+fn sim_refused(rc: c_int, errno: i32, sync: Option<(FileKind, SyncReason)>) -> c_int {
+    if let Some((kind, reason)) = sync {
+        let e = std::io::Error::from_raw_os_error(errno);
+        LAST_SYNC_ERROR.with(|c| *c.borrow_mut() = Some((kind, reason, e)));
+    }
+    rc
 }
 
 thread_local! {
@@ -108,23 +126,24 @@ fn policy_sync(
     fd: Option<c_int>,
     data_only: bool,
     fallback: &dyn Fn() -> std::io::Result<()>,
+    #[cfg(feature = "sim")] sim: SimRef<'_>,
 ) -> std::io::Result<bool> {
     let policy = shared.policies.for_reason(reason);
     let start = Instant::now();
+    let ctx = SyncContext {
+        kind,
+        reason,
+        db_path: &shared.db_path,
+        fd,
+        data_only,
+        fallback: Some(fallback),
+        #[cfg(feature = "sim")]
+        sim,
+    };
     let res = match policy {
         SyncPolicy::Off => return Ok(false),
-        SyncPolicy::Custom(hook) => hook.sync(&SyncContext {
-            kind,
-            reason,
-            db_path: &shared.db_path,
-            fd,
-            data_only,
-            fallback: Some(fallback),
-        }),
-        p => match fd {
-            Some(fd) => sync_fd(fd, p),
-            None => fallback(),
-        },
+        SyncPolicy::Custom(hook) => hook.sync(&ctx),
+        p => ctx.run(p.clone()),
     };
     shared.counters.sync(kind, reason, start.elapsed());
     res.map(|()| true)
@@ -139,7 +158,31 @@ pub(crate) fn sync_file(
 ) -> std::io::Result<bool> {
     use std::os::fd::AsRawFd;
     let fd = file.as_raw_fd();
-    policy_sync(shared, kind, reason, Some(fd), false, &|| plain_fsync(fd))
+    #[cfg(feature = "sim")]
+    let sim = match &shared.sim {
+        Some(disk) => {
+            let path = match kind {
+                FileKind::Wal => crate::open::wal_path(&shared.db_path),
+                _ => shared.db_path.clone(),
+            };
+            let id = disk.file_id(&path, kind);
+            if let Err((_, errno)) = disk.sync(id) {
+                return Err(std::io::Error::from_raw_os_error(errno));
+            }
+            Some((&**disk, id))
+        }
+        None => None,
+    };
+    policy_sync(
+        shared,
+        kind,
+        reason,
+        Some(fd),
+        false,
+        &|| plain_fsync(fd),
+        #[cfg(feature = "sim")]
+        sim,
+    )
 }
 
 /// The data SQLite hands our VFS in `pAppData`.
@@ -174,6 +217,9 @@ struct KeelFile {
     fd: c_int,
     /// Directory to fsync after the first sync of a newly created file (owned CString).
     dir_to_sync: *mut c_char,
+    /// The file's id on the simulated disk (`usize::MAX`: not simulated).
+    #[cfg(feature = "sim")]
+    sim_id: usize,
 }
 
 const REAL_OFFSET: usize = (std::mem::size_of::<KeelFile>() + 7) & !7;
@@ -208,7 +254,10 @@ impl VfsRegistration {
             // The unix VFS ignores its `sqlite3_vfs*` argument in every method but
             // xOpen (checked in the bundled sqlite3.c: all are `NotUsed`/UNUSED_PARAMETER),
             // so its functions can be installed directly.
+            #[cfg(not(feature = "sim"))]
             xDelete: b.xDelete,
+            #[cfg(feature = "sim")]
+            xDelete: Some(x_delete),
             xAccess: b.xAccess,
             xFullPathname: b.xFullPathname,
             xDlOpen: b.xDlOpen,
@@ -346,6 +395,8 @@ unsafe extern "C" fn x_open(
                 kind,
                 fd: -1,
                 dir_to_sync: ptr::null_mut(),
+                #[cfg(feature = "sim")]
+                sim_id: usize::MAX,
             },
         );
     }
@@ -402,8 +453,52 @@ unsafe extern "C" fn x_open(
         k.fd = fd;
         k.dir_to_sync = dir_to_sync;
         k.base.pMethods = methods;
+        #[cfg(feature = "sim")]
+        if let (Some(disk), Some(p), true) = (&app.shared.sim, &path, kind != FileKind::Other) {
+            k.sim_id = disk.file_id(p, kind);
+        }
     }
     ffi::SQLITE_OK
+}
+
+/// `xDelete` with the simulated disk told first (sim builds only).
+#[cfg(feature = "sim")]
+unsafe extern "C" fn x_delete(
+    vfs: *mut ffi::sqlite3_vfs,
+    z_name: *const c_char,
+    sync_dir: c_int,
+) -> c_int {
+    // SAFETY: `vfs` is our registered VFS (pAppData → VfsApp, alive while registered);
+    // `z_name` is a NUL-terminated path from SQLite; forwarding to the process-lifetime
+    // unix VFS, which ignores its vfs argument for xDelete.
+    unsafe {
+        let app = &*(*vfs).pAppData.cast::<VfsApp>();
+        if let (Some(disk), false) = (&app.shared.sim, z_name.is_null()) {
+            let bytes = CStr::from_ptr(z_name).to_bytes();
+            let p = Path::new(std::ffi::OsStr::from_bytes(bytes));
+            if let Err((rc, errno)) = disk.delete(p) {
+                return sim_refused(rc, errno, None);
+            }
+        }
+        match (*app.base).xDelete {
+            Some(d) => d(app.base, z_name, sync_dir),
+            None => ffi::SQLITE_IOERR_DELETE,
+        }
+    }
+}
+
+/// The file's simulated disk, if any.
+///
+/// # Safety
+/// `k` must be an open file (its `shared` pointer alive).
+#[cfg(feature = "sim")]
+unsafe fn sim_of<'a>(k: &KeelFile) -> SimRef<'a> {
+    if k.sim_id == usize::MAX {
+        return None;
+    }
+    // SAFETY: the file holds an Arc to its VfsShared until x_close.
+    let shared = unsafe { &*k.shared };
+    shared.sim.as_deref().map(|d| (d, k.sim_id))
 }
 
 unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
@@ -441,6 +536,12 @@ unsafe extern "C" fn x_read(
         (*k.shared)
             .counters
             .read(k.kind, u64::try_from(amt).unwrap_or(0));
+        #[cfg(feature = "sim")]
+        if let Some((disk, id)) = sim_of(k) {
+            if let Err((rc, errno)) = disk.read(id) {
+                return sim_refused(rc, errno, None);
+            }
+        }
         match rm(f).xRead {
             Some(m) => m(real(f), buf, amt, off),
             None => ffi::SQLITE_IOERR_READ,
@@ -460,6 +561,14 @@ unsafe extern "C" fn x_write(
         (*k.shared)
             .counters
             .write(k.kind, u64::try_from(amt).unwrap_or(0));
+        #[cfg(feature = "sim")]
+        if let Some((disk, id)) = sim_of(k) {
+            let data =
+                std::slice::from_raw_parts(buf.cast::<u8>(), usize::try_from(amt).unwrap_or(0));
+            if let Err((rc, errno)) = disk.write(id, u64::try_from(off).unwrap_or(0), data) {
+                return sim_refused(rc, errno, None);
+            }
+        }
         match rm(f).xWrite {
             Some(m) => m(real(f), buf, amt, off),
             None => ffi::SQLITE_IOERR_WRITE,
@@ -472,6 +581,12 @@ unsafe extern "C" fn x_truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_in
     unsafe {
         let k = kf(f);
         (*k.shared).counters.truncate(k.kind);
+        #[cfg(feature = "sim")]
+        if let Some((disk, id)) = sim_of(k) {
+            if let Err((rc, errno)) = disk.truncate(id, u64::try_from(size).unwrap_or(0)) {
+                return sim_refused(rc, errno, None);
+            }
+        }
         match rm(f).xTruncate {
             Some(m) => m(real(f), size),
             None => ffi::SQLITE_IOERR_TRUNCATE,
@@ -505,13 +620,39 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
         }
     };
     let data_only = flags & ffi::SQLITE_SYNC_DATAONLY != 0;
-    match policy_sync(shared, k.kind, reason, fd, data_only, &fallback) {
+    // SAFETY: `k` is an open file.
+    #[cfg(feature = "sim")]
+    let sim = unsafe { sim_of(k) };
+    #[cfg(feature = "sim")]
+    if let Some((disk, id)) = sim {
+        if let Err((rc, errno)) = disk.sync(id) {
+            return sim_refused(rc, errno, Some((k.kind, reason)));
+        }
+    }
+    match policy_sync(
+        shared,
+        k.kind,
+        reason,
+        fd,
+        data_only,
+        &fallback,
+        #[cfg(feature = "sim")]
+        sim,
+    ) {
         Ok(issued) => {
             if issued && !k.dir_to_sync.is_null() {
                 // SAFETY: dir_to_sync is the CString x_open leaked; reclaim it once.
                 let dir = unsafe { CString::from_raw(k.dir_to_sync) };
                 k.dir_to_sync = ptr::null_mut();
                 let dir = Path::new(std::ffi::OsStr::from_bytes(dir.as_bytes()));
+                #[cfg(feature = "sim")]
+                if let Some((disk, _)) = sim {
+                    disk.dir_synced(dir);
+                    shared.counters.dir_sync();
+                    if !disk.real_sync() {
+                        return ffi::SQLITE_OK;
+                    }
+                }
                 // Like SQLite, ignore directory-sync errors (unsupported on some file systems).
                 if let Ok(d) = std::fs::File::open(dir) {
                     let _ = d.sync_all();

@@ -1,0 +1,1183 @@
+//! Crash and fault campaigns with an oracle, driven by one seed.
+//!
+//! A campaign runs one database through a chain of *sessions*. Each session opens the
+//! store through the normal open pipeline ([`Store::open`]) on a [`SimDisk`], checks the
+//! oracle, runs a workload, and ends in one of three ways:
+//!
+//! * **crash session**: a crash point (the N-th mutating operation, N from the seed) is
+//!   armed before the open, so it can land in the open itself (a crash during
+//!   recovery), in a group commit, a checkpoint, a vacuum or an index build; the store
+//!   is dropped and the disk suffers a power loss (or, sometimes, an app crash);
+//! * **recovery session**: only an open that checkpoints a WAL over the threshold, with
+//!   the crash point inside it — then another reopen;
+//! * **fault session**: the N-th read, write, sync or truncate fails once with `EIO` or
+//!   `ENOSPC`; every error must be typed, each transaction all-or-nothing, and the store
+//!   must keep working (or reopen cleanly); it ends with a clean close.
+//!
+//! The **oracle**, after every crash, at the next successful open:
+//!
+//! 1. `PRAGMA integrity_check` is `ok`;
+//! 2. the database equals the state after some prefix `k` of the committed history
+//!    (each transaction whose outcome is unknown — its commit failed at the crash or
+//!    its sync failed — may be present or absent, never half);
+//! 3. `k` covers every transaction the sync policy promises: under `Full`, `Barrier` and
+//!    a `Custom` hook that syncs, every acknowledged transaction; under `Normal`, every
+//!    transaction acknowledged before the last complete checkpoint (or the last open
+//!    barrier); after an app crash or a clean close, under any policy, every
+//!    acknowledged transaction.
+//!
+//! Determinism: the background checkpointer and vacuum are configured never to run on
+//! their own, group commits are formed behind a gate closure, so every operation of a
+//! session happens in one order and the crash point and torn-write choices reproduce
+//! from the seed.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use super::{FaultErrno, OpClass, SimDisk, SimRng};
+use crate::{
+    CheckpointMode, Error, Store, StoreOptions, SyncPolicies, SyncPolicy, WriteFuture, WriteTxn,
+};
+
+/// The sync policy a campaign runs under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// `SyncPolicy::Full` everywhere (the default).
+    Full,
+    /// `SyncPolicy::Barrier` everywhere.
+    Barrier,
+    /// `SyncPolicy::Normal` for commits, `Full` for checkpoints and the open barrier.
+    Normal,
+    /// A `Custom` hook that calls `ctx.full_sync()`, everywhere.
+    Custom,
+    /// `SyncPolicy::Off` everywhere: only app crashes are simulated (the docs promise
+    /// nothing more).
+    Off,
+    /// **Deliberately broken**: a commit hook that returns `Ok` without syncing while
+    /// the policy (`Custom`) promises durability. The oracle must report lost data.
+    LyingCustom,
+}
+
+impl Policy {
+    /// The honest policies a full campaign rotates through.
+    pub const HONEST: [Policy; 5] = [
+        Policy::Full,
+        Policy::Barrier,
+        Policy::Normal,
+        Policy::Custom,
+        Policy::Off,
+    ];
+
+    /// Name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Full => "full",
+            Policy::Barrier => "barrier",
+            Policy::Normal => "normal",
+            Policy::Custom => "custom",
+            Policy::Off => "off",
+            Policy::LyingCustom => "lying-custom",
+        }
+    }
+
+    /// Parse [`Policy::name`].
+    pub fn parse(s: &str) -> Option<Policy> {
+        [
+            Policy::Full,
+            Policy::Barrier,
+            Policy::Normal,
+            Policy::Custom,
+            Policy::Off,
+            Policy::LyingCustom,
+        ]
+        .into_iter()
+        .find(|p| p.name() == s)
+    }
+
+    fn policies(self) -> SyncPolicies {
+        match self {
+            Policy::Full => SyncPolicies::all(SyncPolicy::Full),
+            Policy::Barrier => SyncPolicies::all(SyncPolicy::Barrier),
+            Policy::Normal => SyncPolicies {
+                commit: SyncPolicy::Normal,
+                ..SyncPolicies::default()
+            },
+            Policy::Custom => SyncPolicies::all(SyncPolicy::custom(|ctx| ctx.full_sync())),
+            Policy::Off => SyncPolicies::all(SyncPolicy::Off),
+            Policy::LyingCustom => SyncPolicies {
+                commit: SyncPolicy::custom(|_| Ok(())),
+                ..SyncPolicies::default()
+            },
+        }
+    }
+
+    /// Does every acknowledged commit survive a power loss (as the docs promise)?
+    fn commit_durable(self) -> bool {
+        matches!(
+            self,
+            Policy::Full | Policy::Barrier | Policy::Custom | Policy::LyingCustom
+        )
+    }
+
+    /// Are power losses part of this policy's promise?
+    fn power_loss(self) -> bool {
+        self != Policy::Off
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct CampaignConfig {
+    /// Every random choice derives from it.
+    pub seed: u64,
+    /// The policy under test.
+    pub policy: Policy,
+    /// Crash points to simulate (crash and recovery sessions).
+    pub crash_points: u64,
+    /// Faults to inject (fault sessions continue until this many fired).
+    pub faults: u64,
+    /// Working directory (created; its database files are replaced).
+    pub dir: PathBuf,
+}
+
+/// What a campaign found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CampaignReport {
+    /// Crash images checked (power losses + app crashes).
+    pub crash_points: u64,
+    /// Injected faults that fired.
+    pub faults: u64,
+    /// Acknowledged transactions the policy promised that were missing after a crash.
+    pub lost: u64,
+    /// Crash images that failed the oracle otherwise: integrity check, a state that is
+    /// no prefix of the history, an open that failed.
+    pub corrupt: u64,
+    /// Other broken promises: an untyped error (a panic), a non-atomic transaction, a
+    /// store that neither kept working nor reopened after a fault.
+    pub violations: u64,
+    /// Crash points that landed inside the open pipeline (a crash during recovery).
+    pub recovery_crashes: u64,
+    /// Power losses simulated.
+    pub power_losses: u64,
+    /// App crashes simulated.
+    pub app_crashes: u64,
+    /// Transactions acknowledged.
+    pub acknowledged: u64,
+    /// After a fault the same store kept working.
+    pub stayed_usable: u64,
+    /// After a fault the store had to be reopened (and the reopen passed the oracle).
+    pub reopened: u64,
+    /// One line per failure, each with its seed and a repro command.
+    pub failures: Vec<String>,
+    /// A hash of everything that happened (same seed ⇒ same trace).
+    pub trace: u64,
+}
+
+impl CampaignReport {
+    /// Add another report's counts.
+    pub fn merge(&mut self, o: &CampaignReport) {
+        self.crash_points += o.crash_points;
+        self.faults += o.faults;
+        self.lost += o.lost;
+        self.corrupt += o.corrupt;
+        self.violations += o.violations;
+        self.recovery_crashes += o.recovery_crashes;
+        self.power_losses += o.power_losses;
+        self.app_crashes += o.app_crashes;
+        self.acknowledged += o.acknowledged;
+        self.stayed_usable += o.stayed_usable;
+        self.reopened += o.reopened;
+        self.failures.extend(o.failures.iter().cloned());
+        self.trace = self.trace.rotate_left(7) ^ o.trace;
+    }
+
+    /// No lost data, no corruption, no violation.
+    pub fn ok(&self) -> bool {
+        self.lost == 0 && self.corrupt == 0 && self.violations == 0
+    }
+}
+
+impl fmt::Display for CampaignReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "crash points: {}, faults: {}, lost: {}, corrupt: {}",
+            self.crash_points, self.faults, self.lost, self.corrupt
+        )
+    }
+}
+
+impl CampaignReport {
+    /// The detail line printed under the summary.
+    pub fn details(&self) -> String {
+        format!(
+            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened",
+            self.violations,
+            self.recovery_crashes,
+            self.power_losses,
+            self.app_crashes,
+            self.acknowledged,
+            self.stayed_usable,
+            self.reopened
+        )
+    }
+}
+
+// ---------------------------------------------------------------- the model
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Model {
+    rows: BTreeMap<i64, Vec<u8>>,
+    dict: BTreeMap<String, Vec<u8>>,
+    indexes: BTreeSet<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Put(i64, Vec<u8>),
+    Del(i64),
+    DelRange(i64, i64),
+    Dict(String, Vec<u8>),
+    CreateIndex(&'static str),
+    DropIndex(&'static str),
+}
+
+const INDEXES: [(&str, &str); 2] = [("ix_v", "kv(v)"), ("ix_prefix", "kv(substr(v, 1, 4))")];
+
+impl Model {
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Put(k, v) => {
+                self.rows.insert(*k, v.clone());
+            }
+            Op::Del(k) => {
+                self.rows.remove(k);
+            }
+            Op::DelRange(a, b) => {
+                self.rows.retain(|k, _| !(*a..=*b).contains(k));
+            }
+            Op::Dict(k, v) => {
+                self.dict.insert(k.clone(), v.clone());
+            }
+            Op::CreateIndex(n) => {
+                self.indexes.insert((*n).to_string());
+            }
+            Op::DropIndex(n) => {
+                self.indexes.remove(*n);
+            }
+        }
+    }
+
+    fn read(c: &rusqlite::Connection) -> rusqlite::Result<Model> {
+        let mut m = Model::default();
+        let mut s = c.prepare("SELECT k, v FROM kv ORDER BY k")?;
+        let rows = s.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?;
+        for r in rows {
+            let (k, v) = r?;
+            m.rows.insert(k, v);
+        }
+        let mut s = c.prepare("SELECT key, value FROM dict ORDER BY key")?;
+        let rows = s.query_map([], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+        })?;
+        for r in rows {
+            let (k, v) = r?;
+            m.dict.insert(k, v);
+        }
+        let mut s = c.prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND name LIKE 'ix_%' ORDER BY name",
+        )?;
+        let rows = s.query_map([], |r| r.get::<_, String>(0))?;
+        for r in rows {
+            m.indexes.insert(r?);
+        }
+        Ok(m)
+    }
+}
+
+fn exec_op(t: &rusqlite::Connection, op: &Op) -> rusqlite::Result<()> {
+    match op {
+        Op::Put(k, v) => {
+            t.prepare_cached(
+                "INSERT INTO kv(k, v) VALUES (?1, ?2) ON CONFLICT(k) DO UPDATE SET v = excluded.v",
+            )?
+            .execute(rusqlite::params![k, v])?;
+        }
+        Op::Del(k) => {
+            t.prepare_cached("DELETE FROM kv WHERE k = ?1")?
+                .execute([k])?;
+        }
+        Op::DelRange(a, b) => {
+            t.prepare_cached("DELETE FROM kv WHERE k BETWEEN ?1 AND ?2")?
+                .execute([a, b])?;
+        }
+        Op::Dict(k, v) => {
+            t.prepare_cached("INSERT INTO dict(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
+                .execute(rusqlite::params![k, v])?;
+        }
+        Op::CreateIndex(n) => {
+            let on = INDEXES
+                .iter()
+                .find(|(x, _)| x == n)
+                .map_or("kv(v)", |(_, o)| o);
+            t.execute_batch(&format!("CREATE INDEX IF NOT EXISTS {n} ON {on}"))?;
+        }
+        Op::DropIndex(n) => {
+            t.execute_batch(&format!("DROP INDEX IF EXISTS {n}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// One transaction of the history.
+#[derive(Debug, Clone)]
+struct Slot {
+    ops: Vec<Op>,
+    /// Its outcome is unknown (commit failed at a crash or its sync failed): it may be
+    /// present or absent (as a whole, with the rest of its group).
+    maybe: bool,
+    /// Group id (closures of one group commit succeed or fail together).
+    group: u64,
+}
+
+// ---------------------------------------------------------------- the campaign
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    PowerLoss,
+    AppCrash,
+    Clean,
+}
+
+/// A queued closure: its future, "its body ran", its ops, "fails deliberately".
+type Queued = (
+    WriteFuture<Result<(), WErr>>,
+    Arc<AtomicBool>,
+    Vec<Op>,
+    bool,
+);
+
+/// The error of a workload closure.
+#[derive(Debug)]
+enum WErr {
+    Keel(Error),
+    Deliberate,
+}
+
+impl From<Error> for WErr {
+    fn from(e: Error) -> Self {
+        WErr::Keel(e)
+    }
+}
+
+impl From<rusqlite::Error> for WErr {
+    fn from(e: rusqlite::Error) -> Self {
+        WErr::Keel(Error::from(e))
+    }
+}
+
+struct Campaign {
+    cfg: CampaignConfig,
+    rng: SimRng,
+    path: PathBuf,
+    disk: Arc<SimDisk>,
+    /// State at the start of `history`.
+    base: Model,
+    history: Vec<Slot>,
+    /// Leading slots of `history` the policy promises after a power loss.
+    must_survive: usize,
+    /// Leading slots acknowledged (present after an app crash or a clean close).
+    acked_len: usize,
+    next_group: u64,
+    end: End,
+    report: CampaignReport,
+    session: u64,
+    /// Mutating ops in a full regular session (adaptive crash-point range).
+    est_ops: u64,
+    /// Ops per class in a fault session's workload.
+    est_class: [u64; 4],
+}
+
+fn hash_mix(h: u64, v: u64) -> u64 {
+    (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(13)
+}
+
+/// Run one campaign.
+///
+/// ```
+/// use keel_storage::sim::campaign::{run, CampaignConfig, Policy};
+/// let dir = tempfile::tempdir().unwrap();
+/// let r = run(&CampaignConfig { seed: 1, policy: Policy::Full, crash_points: 3, faults: 3, dir: dir.path().into() });
+/// assert!(r.ok(), "{r}\n{:?}", r.failures);
+/// assert!(r.crash_points >= 3);
+/// ```
+pub fn run(cfg: &CampaignConfig) -> CampaignReport {
+    let mut c = Campaign::new(cfg.clone());
+    if let Err(e) = c.create_base() {
+        c.fail_corrupt(format!("cannot create the base database: {e}"));
+        return c.report;
+    }
+    let mut fault_sessions = 0u64;
+    while c.report.crash_points < cfg.crash_points || c.report.faults < cfg.faults {
+        c.session += 1;
+        let want_crash = c.report.crash_points < cfg.crash_points;
+        let want_fault = c.report.faults < cfg.faults && fault_sessions < cfg.faults * 4 + 8;
+        let fault = want_fault && (!want_crash || c.rng.chance(1, 2));
+        if fault {
+            fault_sessions += 1;
+            c.fault_session();
+        } else if want_crash {
+            if c.rng.chance(1, 5) {
+                c.recovery_session();
+            } else {
+                c.crash_session();
+            }
+        } else {
+            break;
+        }
+        if c.report.failures.len() > 20 {
+            break;
+        }
+    }
+    // A last clean open: the final state passes the oracle too.
+    c.final_check();
+    c.report
+}
+
+impl Campaign {
+    fn new(cfg: CampaignConfig) -> Campaign {
+        let path = cfg.dir.join("crash.db");
+        Campaign {
+            rng: SimRng::new(cfg.seed),
+            path,
+            disk: Arc::new(SimDisk::new()),
+            base: Model::default(),
+            history: Vec::new(),
+            must_survive: 0,
+            acked_len: 0,
+            next_group: 0,
+            end: End::Clean,
+            report: CampaignReport::default(),
+            session: 0,
+            est_ops: 40,
+            est_class: [40, 30, 6, 1],
+            cfg,
+        }
+    }
+
+    fn repro(&self) -> String {
+        format!(
+            "cargo xtask stress --seed {} --policy {}",
+            self.cfg.seed,
+            self.cfg.policy.name()
+        )
+    }
+
+    fn failure(&mut self, what: String) {
+        let line = format!(
+            "seed {} policy {} session {}: {what} (repro: {})",
+            self.cfg.seed,
+            self.cfg.policy.name(),
+            self.session,
+            self.repro()
+        );
+        self.report.failures.push(line);
+    }
+
+    fn fail_corrupt(&mut self, what: String) {
+        self.report.corrupt += 1;
+        self.failure(format!("CORRUPT: {what}"));
+    }
+
+    fn violation(&mut self, what: String) {
+        self.report.violations += 1;
+        self.failure(format!("VIOLATION: {what}"));
+    }
+
+    fn trace(&mut self, v: u64) {
+        self.report.trace = hash_mix(self.report.trace, v);
+    }
+
+    fn create_base(&mut self) -> Result<(), String> {
+        std::fs::create_dir_all(&self.cfg.dir).map_err(|e| e.to_string())?;
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            let mut p = self.path.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        // Small pages so a tiny database still has many pages, overflow chains and
+        // free pages for the incremental vacuum.
+        let c = rusqlite::Connection::open(&self.path).map_err(|e| e.to_string())?;
+        c.execute_batch(
+            "PRAGMA page_size=1024; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;
+             CREATE TABLE kv(k INTEGER PRIMARY KEY, v BLOB NOT NULL);
+             CREATE TABLE dict(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;",
+        )
+        .map_err(|e| e.to_string())?;
+        c.close().map_err(|(_, e)| e.to_string())?;
+        Ok(())
+    }
+
+    fn options(&self) -> StoreOptions {
+        let mut o = StoreOptions::default()
+            .sync(self.cfg.policy.policies())
+            .readers(1)
+            .idle_checkpoint_after(Duration::from_secs(3600))
+            .checkpoint_threshold(1 << 40)
+            .sim_disk(Arc::clone(&self.disk));
+        // No background vacuum: the workload runs it explicitly.
+        o.vacuum_min_free_pages = 0;
+        o.truncate_timeout = Duration::from_millis(200);
+        o
+    }
+
+    // ------------------------------------------------------------ oracle
+
+    /// Check the store just opened after a crash (or clean close) and rebase.
+    fn verify_after_open(&mut self, store: &Store, barrier_ran: bool) {
+        let required = match self.end {
+            End::PowerLoss => self.must_survive,
+            End::AppCrash | End::Clean => self.acked_len,
+        };
+        let Some(found) = self.check_state(store, Some(required)) else {
+            return;
+        };
+        let (k, model) = found;
+        self.trace(k as u64);
+        // Rebase: the recovered state is the new base. It is durable: after a power
+        // loss by construction; after an app crash because the open barrier synced the
+        // WAL (or, with no WAL, the last checkpoint synced the database file) — except
+        // under `Off`, whose campaigns never lose power.
+        let _ = barrier_ran;
+        self.fold(model);
+    }
+
+    /// Integrity check plus "some prefix ≥ required" (None for `required`: the live
+    /// store after a fault: the whole history, with unknown outcomes either way).
+    /// Returns the matched prefix length and model.
+    fn check_state(&mut self, store: &Store, required: Option<usize>) -> Option<(usize, Model)> {
+        let res = store.read(|c| {
+            let mut s = c.prepare("PRAGMA integrity_check")?;
+            let lines: Vec<String> = s
+                .query_map([], |r| r.get::<_, String>(0))?
+                .collect::<rusqlite::Result<_>>()?;
+            let m = Model::read(c)?;
+            Ok::<_, Error>((lines, m))
+        });
+        let (lines, got) = match res {
+            Ok(v) => v,
+            Err(e) => {
+                self.fail_corrupt(format!("reading the recovered database failed: {e}"));
+                return None;
+            }
+        };
+        if lines != ["ok"] {
+            self.fail_corrupt(format!("integrity_check: {}", lines.join("; ")));
+            return None;
+        }
+        let lower = required.unwrap_or(self.acked_len);
+        let only_full = required.is_none();
+        // Walk the history; variants = subsets of unknown-outcome groups so far.
+        let mut variants: Vec<(Model, Vec<u64>)> = vec![(self.base.clone(), Vec::new())];
+        let mut best: Option<(usize, Model)> = None;
+        let n = self.history.len();
+        for k in 0..=n {
+            if k >= lower && (!only_full || self.tail_maybe(k)) {
+                if let Some((m, _)) = variants.iter().find(|(m, _)| *m == got) {
+                    best = Some((k, m.clone()));
+                    break;
+                }
+            }
+            if k == n {
+                break;
+            }
+            let slot = &self.history[k];
+            if slot.maybe {
+                let mut more = Vec::new();
+                for (m, skipped) in &variants {
+                    let mut with = m.clone();
+                    for op in &slot.ops {
+                        with.apply(op);
+                    }
+                    if !skipped.contains(&slot.group) {
+                        more.push((with, skipped.clone()));
+                    }
+                    // Skipping means skipping the whole group.
+                    let first_of_group = k == 0 || self.history[k - 1].group != slot.group;
+                    if first_of_group {
+                        let mut s = skipped.clone();
+                        s.push(slot.group);
+                        more.push((m.clone(), s));
+                    } else if skipped.contains(&slot.group) {
+                        more.push((m.clone(), skipped.clone()));
+                    }
+                }
+                more.truncate(64);
+                variants = more;
+            } else {
+                for (m, _) in variants.iter_mut() {
+                    for op in &slot.ops {
+                        m.apply(op);
+                    }
+                }
+            }
+        }
+        if best.is_none() {
+            // Lost promised data, or no prefix at all?
+            let mut variants: Vec<Model> = vec![self.base.clone()];
+            for k in 0..lower.min(n) {
+                if variants.contains(&got) {
+                    let lost = (lower - k) as u64;
+                    self.report.lost += lost;
+                    self.failure(format!(
+                        "LOST: recovered the state after {k} of {n} transactions; {lower} were promised ({lost} lost, {:?} after a {:?})",
+                        self.cfg.policy, self.end
+                    ));
+                    return Some((k, got));
+                }
+                let slot = &self.history[k];
+                let mut next = Vec::new();
+                for m in &variants {
+                    let mut with = m.clone();
+                    for op in &slot.ops {
+                        with.apply(op);
+                    }
+                    next.push(with);
+                    if slot.maybe {
+                        next.push(m.clone());
+                    }
+                }
+                next.truncate(64);
+                variants = next;
+            }
+            self.fail_corrupt(format!(
+                "the recovered state ({} rows, {} dict entries, indexes {:?}) is no prefix of the {n} committed transactions (at least {lower} required)",
+                got.rows.len(),
+                got.dict.len(),
+                got.indexes
+            ));
+            return Some((n, got));
+        }
+        best
+    }
+
+    /// For the live check: every slot from `k` on is an unknown-outcome slot.
+    fn tail_maybe(&self, k: usize) -> bool {
+        self.history[k..].iter().all(|s| s.maybe)
+    }
+
+    /// Make `model` (a recovered, durable state) the new base.
+    fn fold(&mut self, model: Model) {
+        self.base = model;
+        self.history.clear();
+        self.acked_len = 0;
+        self.must_survive = 0;
+    }
+
+    // ------------------------------------------------------------ workload
+
+    fn value(&mut self) -> Vec<u8> {
+        let len = match self.rng.below(10) {
+            0 => self.rng.range(900, 2500), // overflow pages
+            1..=3 => self.rng.range(100, 400),
+            _ => self.rng.range(4, 60),
+        } as usize;
+        let b = self.rng.next_u64() as u8;
+        let mut v: Vec<u8> = (0..len).map(|i| b.wrapping_add(i as u8)).collect();
+        v[0] = self.rng.next_u64() as u8;
+        v
+    }
+
+    fn random_ops(&mut self) -> Vec<Op> {
+        let n = self.rng.range(1, 4);
+        let mut ops = Vec::new();
+        for _ in 0..n {
+            let op = match self.rng.below(20) {
+                0..=8 => Op::Put(self.rng.range(0, 150) as i64, self.value()),
+                9..=11 => Op::Del(self.rng.range(0, 150) as i64),
+                12 => {
+                    let a = self.rng.range(0, 150) as i64;
+                    Op::DelRange(a, a + self.rng.range(5, 40) as i64)
+                }
+                13..=16 => Op::Dict(format!("key{}", self.rng.below(12)), self.value()),
+                17 => Op::CreateIndex(INDEXES[self.rng.below(2) as usize].0),
+                18 => Op::DropIndex(INDEXES[self.rng.below(2) as usize].0),
+                _ => {
+                    // A bulk insert: many pages in one transaction.
+                    let start = self.rng.range(150, 400) as i64;
+                    for i in 0..self.rng.range(5, 20) as i64 {
+                        ops.push(Op::Put(start + i, self.value()));
+                    }
+                    continue;
+                }
+            };
+            ops.push(op);
+        }
+        ops
+    }
+
+    /// One group commit of `n` closures (one may fail deliberately). Returns false if
+    /// the store stopped working (an error).
+    fn group(&mut self, store: &Store, n: usize) -> bool {
+        let mut closures = Vec::new();
+        for _ in 0..n {
+            let ops = self.random_ops();
+            let deliberate = n > 1 && self.rng.chance(1, 8);
+            closures.push((ops, deliberate));
+        }
+        let group = self.next_group;
+        self.next_group += 1;
+        // The gate holds the writer so the closures queue up and run as one group.
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let gate = (n > 1).then(|| {
+            store.write(move |_t: &mut WriteTxn<'_>| {
+                let _ = started_tx.send(());
+                let _ = release_rx.recv();
+                Ok::<_, Error>(())
+            })
+        });
+        if gate.is_some() {
+            let _ = started_rx.recv();
+        }
+        let mut futs: Vec<Queued> = Vec::new();
+        for (ops, deliberate) in closures {
+            let body_ok = Arc::new(AtomicBool::new(false));
+            let b2 = Arc::clone(&body_ok);
+            let ops2 = ops.clone();
+            let fut = store.write(move |t: &mut WriteTxn<'_>| {
+                for op in &ops2 {
+                    exec_op(t, op)?;
+                }
+                if deliberate {
+                    return Err(WErr::Deliberate);
+                }
+                b2.store(true, Ordering::SeqCst);
+                Ok(())
+            });
+            futs.push((fut, body_ok, ops, deliberate));
+        }
+        drop(release_tx);
+        let mut alive = true;
+        if let Some(g) = gate {
+            if let Err(e) = g.wait() {
+                self.check_typed(&e);
+                alive = false;
+            }
+        }
+        for (fut, body_ok, ops, deliberate) in futs {
+            match fut.wait() {
+                Ok(()) => {
+                    self.history.push(Slot {
+                        ops,
+                        maybe: false,
+                        group,
+                    });
+                    self.report.acknowledged += 1;
+                    self.acked_len = self.history.len();
+                    if self.cfg.policy.commit_durable() {
+                        self.must_survive = self.history.len();
+                    }
+                    self.trace(1);
+                }
+                Err(WErr::Deliberate) => {
+                    if !deliberate {
+                        self.violation("a closure failed with an error it did not return".into());
+                    }
+                    self.trace(2);
+                }
+                Err(WErr::Keel(e)) => {
+                    self.check_typed(&e);
+                    alive = false;
+                    if body_ok.load(Ordering::SeqCst) {
+                        // The closure ran; the group's COMMIT failed. Unknown outcome
+                        // if the sync failed or the machine crashed mid-commit.
+                        let unknown = matches!(e, Error::SyncFailed { .. }) || self.disk.crashed();
+                        if unknown {
+                            self.history.push(Slot {
+                                ops,
+                                maybe: true,
+                                group,
+                            });
+                        }
+                    }
+                    self.trace(3);
+                }
+            }
+        }
+        alive
+    }
+
+    fn check_typed(&mut self, e: &Error) {
+        if matches!(e, Error::Panicked { .. }) {
+            self.violation(format!("a panic instead of a typed error: {e}"));
+        }
+    }
+
+    /// One workload step; false if an operation failed.
+    fn step(&mut self, store: &Store) -> bool {
+        match self.rng.below(16) {
+            0..=7 => {
+                let n = self.rng.range(1, 6) as usize;
+                self.group(store, n)
+            }
+            8..=9 => self.group(store, 1),
+            10 | 11 => {
+                let mode = if self.rng.chance(1, 2) {
+                    CheckpointMode::Passive
+                } else {
+                    CheckpointMode::Truncate
+                };
+                self.checkpoint(store, mode)
+            }
+            12 | 13 => {
+                // Free pages then reclaim some.
+                let a = self.rng.range(0, 400) as i64;
+                let op = Op::DelRange(a, a + self.rng.range(20, 120) as i64);
+                let group = self.next_group;
+                self.next_group += 1;
+                let ok = self.single(store, vec![op], group);
+                ok && self.vacuum(store)
+            }
+            14 => self.vacuum(store),
+            _ => {
+                // An index build in its own transaction.
+                let (n, _) = INDEXES[self.rng.below(2) as usize];
+                let group = self.next_group;
+                self.next_group += 1;
+                self.single(store, vec![Op::DropIndex(n), Op::CreateIndex(n)], group)
+            }
+        }
+    }
+
+    fn single(&mut self, store: &Store, ops: Vec<Op>, group: u64) -> bool {
+        let body_ok = Arc::new(AtomicBool::new(false));
+        let b2 = Arc::clone(&body_ok);
+        let ops2 = ops.clone();
+        let r = store
+            .write(move |t: &mut WriteTxn<'_>| {
+                for op in &ops2 {
+                    exec_op(t, op)?;
+                }
+                b2.store(true, Ordering::SeqCst);
+                Ok::<_, WErr>(())
+            })
+            .wait();
+        match r {
+            Ok(()) => {
+                self.history.push(Slot {
+                    ops,
+                    maybe: false,
+                    group,
+                });
+                self.report.acknowledged += 1;
+                self.acked_len = self.history.len();
+                if self.cfg.policy.commit_durable() {
+                    self.must_survive = self.history.len();
+                }
+                true
+            }
+            Err(WErr::Keel(e)) => {
+                self.check_typed(&e);
+                if body_ok.load(Ordering::SeqCst)
+                    && (matches!(e, Error::SyncFailed { .. }) || self.disk.crashed())
+                {
+                    self.history.push(Slot {
+                        ops,
+                        maybe: true,
+                        group,
+                    });
+                }
+                false
+            }
+            Err(WErr::Deliberate) => false,
+        }
+    }
+
+    fn checkpoint(&mut self, store: &Store, mode: CheckpointMode) -> bool {
+        match store.checkpoint(mode) {
+            Ok(o) => {
+                let complete = !o.busy && o.wal_frames == o.checkpointed_frames;
+                if complete && self.cfg.policy == Policy::Normal {
+                    // The checkpoint synced the WAL and the database file.
+                    self.must_survive = self.history.len();
+                }
+                self.trace(4 + u64::from(complete));
+                true
+            }
+            Err(e) => {
+                self.check_typed(&e);
+                false
+            }
+        }
+    }
+
+    fn vacuum(&mut self, store: &Store) -> bool {
+        let pages = self.rng.range(1, 64) as u32;
+        match store.incremental_vacuum(pages) {
+            Ok(n) => {
+                self.trace(100 + n);
+                true
+            }
+            Err(e) => {
+                self.check_typed(&e);
+                false
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ sessions
+
+    /// Open; on success verify. `Err(())` if the open failed.
+    fn open_and_verify(&mut self, opts: StoreOptions) -> Result<Store, Error> {
+        let store = Store::open(&self.path, opts)?;
+        let barrier_ran = store.open_report().wal_bytes_at_open > 0;
+        self.verify_after_open(&store, barrier_ran);
+        Ok(store)
+    }
+
+    fn crash_end(&mut self, store: Option<Store>) {
+        self.disk.crash_now();
+        drop(store);
+        self.report.crash_points += 1;
+        if self.cfg.policy.power_loss() && !self.rng.chance(1, 6) {
+            let mut r = self.rng.fork();
+            let rep = self.disk.power_loss(&mut r);
+            self.trace(rep.applied * 7 + rep.dropped * 11 + rep.torn * 13 + rep.vanished);
+            self.report.power_losses += 1;
+            self.end = End::PowerLoss;
+        } else {
+            self.disk.app_crash();
+            self.report.app_crashes += 1;
+            self.end = End::AppCrash;
+        }
+    }
+
+    fn crash_session(&mut self) {
+        let hi = (self.est_ops + self.est_ops / 4).max(4);
+        let at = self.rng.range(1, hi);
+        self.trace(at);
+        self.disk.crash_at(at);
+        let store = match self.open_and_verify(self.options()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.opened_failed(e);
+                return;
+            }
+        };
+        let steps = self.rng.range(3, 9);
+        let mut completed = true;
+        for _ in 0..steps {
+            if !self.step(&store) {
+                completed = false;
+                break;
+            }
+        }
+        if completed && !self.disk.crashed() {
+            let clock = self.disk.clock();
+            self.est_ops = (self.est_ops * 3 + clock) / 4;
+        } else if !self.disk.crashed() {
+            self.violation("an operation failed before the crash point".into());
+        }
+        self.crash_end(Some(store));
+    }
+
+    fn opened_failed(&mut self, e: Error) {
+        self.check_typed(&e);
+        if self.disk.crashed() {
+            // A crash during recovery: power loss, then another reopen.
+            self.report.recovery_crashes += 1;
+            self.trace(9);
+            self.crash_end(None);
+        } else {
+            self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+            // Keep going on a fresh database so the campaign still ends.
+            self.disk = Arc::new(SimDisk::new());
+            let _ = self.create_base();
+            self.base = Model::default();
+            self.history.clear();
+            self.must_survive = 0;
+            self.acked_len = 0;
+            self.end = End::Clean;
+        }
+    }
+
+    /// Open with a checkpoint in the pipeline (WAL over a small threshold) and the
+    /// crash point inside it.
+    fn recovery_session(&mut self) {
+        let at = self.rng.range(1, 8);
+        self.trace(1000 + at);
+        self.disk.crash_at(at);
+        let mut o = self.options();
+        o.checkpoint_on_open = true;
+        o.checkpoint_threshold_bytes = 2048;
+        match self.open_and_verify(o) {
+            Ok(s) => self.crash_end(Some(s)),
+            Err(e) => self.opened_failed(e),
+        }
+    }
+
+    fn fault_session(&mut self) {
+        let class = match self.rng.below(10) {
+            0..=2 => OpClass::Read,
+            3..=5 => OpClass::Write,
+            6..=8 => OpClass::Sync,
+            _ => OpClass::Truncate,
+        };
+        let errno = if self.rng.chance(1, 2) {
+            FaultErrno::Eio
+        } else {
+            FaultErrno::Enospc
+        };
+        let nth = self.rng.range(1, self.est_class[class as usize].max(1));
+        let before_open = self.rng.chance(1, 4);
+        self.trace(2000 + nth * 4 + class as u64);
+        let fired_before = self.disk.fired().len();
+        let counts0 = self.disk.op_counts();
+        if before_open {
+            self.disk.inject_fault(class, nth, errno);
+        }
+        // The fault may hit the open; the oracle's reads run without it.
+        let opened = Store::open(&self.path, self.options());
+        if let Ok(s) = &opened {
+            self.disk.clear_fault();
+            let barrier_ran = s.open_report().wal_bytes_at_open > 0;
+            self.verify_after_open(s, barrier_ran);
+        }
+        let store = match opened {
+            Ok(s) => s,
+            Err(e) => {
+                self.disk.clear_fault();
+                self.check_typed(&e);
+                if self.disk.fired().len() == fired_before {
+                    self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+                    return;
+                }
+                // The fault hit the open: a typed error; the next open must work.
+                match self.open_and_verify(self.options()) {
+                    Ok(s) => {
+                        self.report.reopened += 1;
+                        s
+                    }
+                    Err(e) => {
+                        self.violation(format!("reopen after a fault in open failed: {e}"));
+                        return;
+                    }
+                }
+            }
+        };
+        if !before_open {
+            self.disk.inject_fault(class, nth, errno);
+        }
+        let steps = self.rng.range(3, 8);
+        let mut failed = false;
+        for i in 0..steps {
+            // Always one TRUNCATE checkpoint so truncates happen.
+            let ok = if i == steps / 2 {
+                self.checkpoint(&store, CheckpointMode::Truncate)
+            } else {
+                self.step(&store)
+            };
+            failed |= !ok;
+        }
+        self.disk.clear_fault();
+        let fired = self.disk.fired().len() > fired_before;
+        let c1 = self.disk.op_counts();
+        let used = [
+            c1.reads - counts0.reads,
+            c1.writes - counts0.writes,
+            c1.syncs - counts0.syncs,
+            c1.truncates - counts0.truncates,
+        ];
+        for (e, u) in self.est_class.iter_mut().zip(used) {
+            *e = (*e * 3 + u.max(1)) / 4;
+        }
+        if failed && !fired {
+            self.violation("an operation failed without a fault".into());
+        }
+        if fired {
+            self.report.faults += 1;
+        }
+        // Still usable? A probe transaction must commit.
+        let group = self.next_group;
+        self.next_group += 1;
+        let probe_ops = vec![Op::Dict(
+            "probe".into(),
+            self.session.to_le_bytes().to_vec(),
+        )];
+        let store = if self.single(&store, probe_ops.clone(), group) {
+            if fired {
+                self.report.stayed_usable += 1;
+            }
+            // The live store: the whole history (unknown outcomes either way). Not
+            // folded: it is not durable yet under every policy; the next open checks
+            // it again after the clean close.
+            if let Some((k, _)) = self.check_state(&store, None) {
+                self.trace(k as u64);
+            }
+            store
+        } else {
+            drop(store);
+            self.end = End::Clean;
+            match self.open_and_verify(self.options()) {
+                Ok(s) => {
+                    self.report.reopened += 1;
+                    if !self.single(&s, probe_ops, group) {
+                        self.violation("the store does not work after a fault and a reopen".into());
+                    }
+                    s
+                }
+                Err(e) => {
+                    self.violation(format!("reopen after a fault failed: {e}"));
+                    return;
+                }
+            }
+        };
+        if let Err(e) = store.close() {
+            self.check_typed(&e);
+        }
+        self.end = End::Clean;
+    }
+
+    fn final_check(&mut self) {
+        self.disk.app_crash();
+        match Store::open(&self.path, self.options()) {
+            Ok(s) => {
+                let barrier_ran = s.open_report().wal_bytes_at_open > 0;
+                self.verify_after_open(&s, barrier_ran);
+                let _ = s.close();
+            }
+            Err(e) => self.fail_corrupt(format!("final open failed: {e}")),
+        }
+    }
+}
+
+/// Run `seeds` campaigns (seeds `first..first+seeds`), rotating through the honest
+/// policies, with `crash_points` and `faults` each, in subdirectories of `dir`.
+pub fn run_many(
+    first: u64,
+    seeds: u64,
+    crash_points: u64,
+    faults: u64,
+    dir: &Path,
+    policy: Option<Policy>,
+) -> CampaignReport {
+    let mut total = CampaignReport::default();
+    for seed in first..first + seeds {
+        let policy = policy.unwrap_or(Policy::HONEST[(seed % 5) as usize]);
+        let r = run(&CampaignConfig {
+            seed,
+            policy,
+            crash_points,
+            faults,
+            dir: dir.join(format!("seed-{seed}")),
+        });
+        let _ = std::fs::remove_dir_all(dir.join(format!("seed-{seed}")));
+        total.merge(&r);
+    }
+    total
+}
