@@ -1,25 +1,74 @@
-//! `keel`: command-line tools for keel schemas and databases.
+//! `keel`: look inside a keel database, check it, maintain it, and find out why it
+//! opened slowly — the tool for a database pulled off a device.
 //!
 //! ```text
-//! keel schema check OLD.fbs NEW.fbs [--json]
+//! keel info DB [--json]                          collections, rows, pages, WAL, journal mode
+//! keel dump DB [--schema S.fbs] [--collection C] objects as JSON lines
+//! keel check DB [--schema S.fbs] [--json]        integrity check + every object verified
+//! keel checkpoint DB [--mode passive|truncate] [--json]
+//! keel vacuum DB [--json]                        incremental vacuum
+//! keel explain-open DB [--schema S.fbs] [--keep-wal] [--barrier P] [--json]
+//! keel schema check OLD.fbs NEW.fbs [--json]     is the schema change compatible?
 //! ```
 //!
-//! Exit status: `0` compatible, `1` incompatible, `2` a schema could not be read or
-//! parsed (or the command line was wrong).
+//! ## What each command may write
+//!
+//! * `info`, `dump`, `check` open the file **read-only**: they never write the
+//!   database or its WAL and never checkpoint. SQLite may create the `-shm` file (the
+//!   WAL index, shared memory) next to a WAL database if it is missing.
+//! * `checkpoint`, `vacuum` and `explain-open` open the file through keel's storage
+//!   kernel exactly like an app: a file in rollback-journal mode is switched to WAL,
+//!   a WAL left by a previous run is synced (the open barrier) and recovered, and
+//!   `-wal`/`-shm` are created. For `checkpoint` and `vacuum` the automatic
+//!   background checkpoints and vacuums are held off so only the requested work
+//!   happens; `explain-open` uses the app's default options, so keel's background
+//!   checkpointer may start copying a large WAL right after open, as in the app.
+//!   `checkpoint --mode truncate`,
+//!   `vacuum` and `explain-open` end with the app's `close()` (a TRUNCATE checkpoint:
+//!   the WAL ends empty); `checkpoint --mode passive` and `explain-open --keep-wal`
+//!   leave without closing, as if the app were killed, so the WAL file stays
+//!   (SQLite's WAL is built to survive exactly that) and `explain-open --keep-wal`
+//!   can be repeated on the same file.
+//!   `explain-open --schema` also runs keel's schema phase (tables, indexes,
+//!   `keel_meta`), as the app would with that schema.
+//! * `schema check` reads two `.fbs` files and writes nothing.
+//!
+//! ## Exit status
+//!
+//! | code | meaning |
+//! |---:|---|
+//! | 0 | ok: healthy file, compatible schemas |
+//! | 1 | the command ran and found problems: objects that do not verify (`check`, `dump`), an incompatible schema change (`schema check`), a vacuum that cannot run |
+//! | 2 | usage or I/O error: bad arguments, a missing or unreadable file |
+//! | 3 | not a database, or a corrupt database |
+//! | 4 | wrong schema: it does not parse, or does not fit the database |
+//! | 5 | locked: another process holds the database (or kept a checkpoint from finishing) |
+//!
+//! With `--json`, a failure is printed on stdout as
+//! `{"error": "…", "kind": "corrupt", "exit_code": 3}`; otherwise as `keel: …` on
+//! stderr. Progress bars go to stderr, only when it is a terminal and never with
+//! `--json`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use keel_schema::{compat, Schema};
+use clap::{Parser, Subcommand, ValueEnum};
 
-/// Exit status when the new schema cannot replace the old one.
-const EXIT_INCOMPATIBLE: u8 = 1;
-/// Exit status when a schema cannot be read or parsed.
-const EXIT_ERROR: u8 = 2;
+mod exit;
+mod files;
+mod info;
+mod maint;
+mod objects;
+mod progress;
+mod schema_cmd;
 
 #[derive(Parser, Debug)]
-#[command(name = "keel", version, about = "Tools for keel schemas and databases")]
+#[command(
+    name = "keel",
+    version,
+    about = "Look inside keel databases, check and maintain them, explain a slow open",
+    after_help = exit::HELP
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -27,11 +76,143 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Collections, row counts, page and freelist figures, WAL size, journal mode.
+    ///
+    /// Read-only: never writes the database or its WAL (SQLite may create `-shm`).
+    #[command(after_help = exit::HELP)]
+    Info {
+        /// The database file.
+        db: PathBuf,
+        /// Print the figures as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write objects as JSON lines, decoded through the schema.
+    ///
+    /// One line per object on stdout: {"collection": …, "rowid": …, "object": {…}}
+    /// (flatc's JSON conventions: enums by name, unions as `x_type` + `x`). An
+    /// object that does not verify is reported on stderr with its collection and
+    /// rowid, and makes the exit status 1. Without --schema the schema keel stored
+    /// in the file is used; with it, the file must be that schema, a newer or an
+    /// older version of it (exit 4 otherwise).
+    ///
+    /// Read-only: never writes the database or its WAL (SQLite may create `-shm`).
+    #[command(after_help = exit::HELP)]
+    Dump {
+        /// The database file.
+        db: PathBuf,
+        /// The .fbs schema to decode with (default: the schema stored in the file).
+        #[arg(long, value_name = "S.fbs")]
+        schema: Option<PathBuf>,
+        /// Only this collection (fully qualified like `blog.Post`, or the bare table name).
+        #[arg(long, value_name = "C")]
+        collection: Option<String>,
+    },
+    /// SQLite's integrity check, then every FlatBuffers object verified.
+    ///
+    /// Exit status: 0 healthy; 1 some objects do not verify (each is listed with its
+    /// collection and rowid) but the file is sound; 3 SQLite found the file corrupt;
+    /// 4 wrong schema.
+    ///
+    /// Read-only: never writes the database or its WAL (SQLite may create `-shm`).
+    #[command(after_help = exit::HELP)]
+    Check {
+        /// The database file.
+        db: PathBuf,
+        /// The .fbs schema to verify objects with (default: the schema stored in the file).
+        #[arg(long, value_name = "S.fbs")]
+        schema: Option<PathBuf>,
+        /// Print the result as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a checkpoint: copy the WAL's frames into the database file.
+    ///
+    /// passive (default) copies what it can without waiting for other connections
+    /// and keeps the WAL file (keel exits without closing, so no TRUNCATE happens);
+    /// truncate waits (bounded) for other connections, copies everything and
+    /// truncates the WAL to zero bytes. Opens the file like an app does (WAL mode, open
+    /// barrier sync, recovery). Exit status 5 if other connections kept it from finishing.
+    #[command(after_help = exit::HELP)]
+    Checkpoint {
+        /// The database file.
+        db: PathBuf,
+        /// Checkpoint mode.
+        #[arg(long, value_enum, default_value_t = Mode::Passive)]
+        mode: Mode,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run an incremental vacuum: give free pages back to the file system.
+    ///
+    /// Opens the file like an app does, reclaims every free page (keel files use
+    /// auto_vacuum=INCREMENTAL), then closes with a TRUNCATE checkpoint, which is
+    /// when the file shrinks. Exit status 1 if the file's auto_vacuum mode does not
+    /// allow an incremental vacuum.
+    #[command(after_help = exit::HELP)]
+    Vacuum {
+        /// The database file.
+        db: PathBuf,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run keel's open pipeline and explain where the time went.
+    ///
+    /// Prints the OpenReport tree (prepare, sync_wal, recover, checkpoint, schema,
+    /// ready: time, share and syncs of each), the WAL bytes and frames recovered, the
+    /// I/O of the open, and suggestions (a large WAL: call on_background() before
+    /// suspension; a slow sync_wal: the open-barrier policy; free pages: vacuum; …).
+    ///
+    /// This is a real open with keel's default options: it writes what an app's open
+    /// writes (WAL mode, the open-barrier sync, with --schema the schema phase; the
+    /// background checkpointer starts on a large WAL). By default it then closes like
+    /// an app (TRUNCATE checkpoint: the WAL ends empty); with --keep-wal it leaves
+    /// without closing, so the WAL file stays and the run can be repeated.
+    #[command(name = "explain-open", after_help = exit::HELP)]
+    ExplainOpen {
+        /// The database file.
+        db: PathBuf,
+        /// Open through keel's object store with this schema (runs the schema phase too).
+        #[arg(long, value_name = "S.fbs")]
+        schema: Option<PathBuf>,
+        /// Leave without closing: no TRUNCATE checkpoint, the WAL stays as found.
+        #[arg(long)]
+        keep_wal: bool,
+        /// Sync policy of the open barrier (what an app would set with
+        /// StoreOptions::open_barrier_sync).
+        #[arg(long, value_enum, default_value_t = BarrierPolicy::Full)]
+        barrier: BarrierPolicy,
+        /// Print the report as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with `.fbs` schemas.
     Schema {
         #[command(subcommand)]
         command: SchemaCommand,
     },
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum Mode {
+    /// Copy what can be copied without waiting; keep the WAL file.
+    Passive,
+    /// Wait (bounded) for other connections, copy everything, truncate the WAL.
+    Truncate,
+}
+
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum BarrierPolicy {
+    /// F_FULLFSYNC on Apple, fsync elsewhere (keel's default).
+    Full,
+    /// F_BARRIERFSYNC on Apple, fdatasync elsewhere.
+    Barrier,
+    /// Plain fsync/fdatasync.
+    Normal,
+    /// No sync.
+    Off,
 }
 
 #[derive(Subcommand, Debug)]
@@ -52,95 +233,59 @@ enum SchemaCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    let (json, result) = match cli.command {
         Command::Schema {
             command: SchemaCommand::Check { old, new, json },
-        } => schema_check(&old, &new, json),
-    }
-}
-
-fn schema_check(old: &std::path::Path, new: &std::path::Path, json: bool) -> ExitCode {
-    let load = |p: &std::path::Path| Schema::from_file(p);
-    let (old_s, new_s) = match (load(old), load(new)) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
+        } => return schema_cmd::schema_check(&old, &new, json),
+        Command::Info { db, json } => (json, info::run(&db, json)),
+        Command::Dump {
+            db,
+            schema,
+            collection,
+        } => (
+            false,
+            objects::dump(&db, schema.as_deref(), collection.as_deref()),
+        ),
+        Command::Check { db, schema, json } => (json, objects::check(&db, schema.as_deref(), json)),
+        Command::Checkpoint { db, mode, json } => {
+            let mode = match mode {
+                Mode::Passive => keel_storage::CheckpointMode::Passive,
+                Mode::Truncate => keel_storage::CheckpointMode::Truncate,
+            };
+            (json, maint::checkpoint(&db, mode, json))
+        }
+        Command::Vacuum { db, json } => (json, maint::vacuum(&db, json)),
+        Command::ExplainOpen {
+            db,
+            schema,
+            keep_wal,
+            barrier,
+            json,
+        } => {
+            let barrier = match barrier {
+                BarrierPolicy::Full => "full",
+                BarrierPolicy::Barrier => "barrier",
+                BarrierPolicy::Normal => "normal",
+                BarrierPolicy::Off => "off",
+            };
+            (
+                json,
+                maint::explain_open(&db, schema.as_deref(), keep_wal, barrier, json),
+            )
+        }
+    };
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(f) => {
             if json {
                 println!(
                     "{}",
-                    serde_json::json!({ "error": e.to_string(), "file": e.file, "line": e.line, "col": e.col })
+                    serde_json::json!({ "error": f.message, "kind": f.kind(), "exit_code": f.code })
                 );
             } else {
-                eprintln!("error: {e}");
+                eprintln!("keel: {}", f.message);
             }
-            return ExitCode::from(EXIT_ERROR);
+            ExitCode::from(f.code)
         }
-    };
-    let result = compat::check(&old_s, &new_s);
-    if json {
-        let (notes, problems) = match &result {
-            Ok(n) => (
-                n.iter()
-                    .map(|n| (n.subject.clone(), n.message.clone()))
-                    .collect(),
-                Vec::new(),
-            ),
-            Err(e) => (
-                Vec::new(),
-                e.iter()
-                    .map(|e| (e.subject.clone(), e.message.clone()))
-                    .collect::<Vec<_>>(),
-            ),
-        };
-        let items = |v: Vec<(String, String)>| {
-            v.into_iter()
-                .map(|(s, m)| serde_json::json!({ "subject": s, "message": m }))
-                .collect::<Vec<_>>()
-        };
-        let out = serde_json::json!({
-            "compatible": result.is_ok(),
-            "old": old.display().to_string(),
-            "new": new.display().to_string(),
-            "old_fingerprint": format!("{:016x}", old_s.fingerprint()),
-            "new_fingerprint": format!("{:016x}", new_s.fingerprint()),
-            "notes": items(notes),
-            "incompatibilities": items(problems),
-        });
-        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
-    } else {
-        match &result {
-            Ok(notes) if notes.is_empty() => {
-                println!(
-                    "compatible: {} can replace {} (no changes that affect stored data)",
-                    new.display(),
-                    old.display()
-                );
-            }
-            Ok(notes) => {
-                println!(
-                    "compatible: {} can replace {}",
-                    new.display(),
-                    old.display()
-                );
-                for n in notes {
-                    println!("  note: {n}");
-                }
-            }
-            Err(problems) => {
-                println!(
-                    "incompatible: {} cannot replace {} ({} problem{})",
-                    new.display(),
-                    old.display(),
-                    problems.len(),
-                    if problems.len() == 1 { "" } else { "s" }
-                );
-                for p in problems {
-                    println!("  error: {p}");
-                }
-            }
-        }
-    }
-    match result {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(_) => ExitCode::from(EXIT_INCOMPATIBLE),
     }
 }

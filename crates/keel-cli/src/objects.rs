@@ -1,0 +1,349 @@
+//! `keel dump` and `keel check`: walk every object of a collection and decode it
+//! through the schema's dynamic reader (which verifies the whole buffer first).
+
+use std::io::Write;
+use std::path::Path;
+
+use keel_query::inspect;
+use keel_schema::Schema;
+use keel_storage::rusqlite::{self, Connection};
+use serde_json::{json, Value as Json};
+
+use crate::exit::{self, Failure, Result};
+use crate::files::{self, DecodeSchema};
+use crate::progress::Progress;
+
+/// An object that did not verify.
+struct BadObject {
+    collection: String,
+    rowid: i64,
+    error: String,
+}
+
+/// Per-collection tally.
+struct Tally {
+    collection: String,
+    exists: bool,
+    rows: u64,
+    bad: u64,
+}
+
+/// Calls `each(rowid, Ok(json) | Err(decode error))` for every row of `collection`.
+/// An SQLite error (a corrupt page) stops the walk and is returned.
+fn walk(
+    conn: &Connection,
+    schema: &Schema,
+    collection: &str,
+    mut each: impl FnMut(i64, std::result::Result<Json, String>) -> std::io::Result<()>,
+) -> std::result::Result<(), WalkError> {
+    let reader = schema
+        .reader(collection)
+        .map_err(|e| WalkError::Schema(e.to_string()))?;
+    let sql = format!(
+        "SELECT rowid, {} FROM {} ORDER BY rowid",
+        inspect::BODY_COLUMN,
+        inspect::table_ident(collection)
+    );
+    let mut st = conn.prepare(&sql).map_err(WalkError::Sqlite)?;
+    let mut rows = st.query([]).map_err(WalkError::Sqlite)?;
+    while let Some(row) = rows.next().map_err(WalkError::Sqlite)? {
+        let rowid: i64 = row.get(0).map_err(WalkError::Sqlite)?;
+        let decoded = match row.get_ref(1).map_err(WalkError::Sqlite)? {
+            rusqlite::types::ValueRef::Blob(bytes) => reader
+                .read(bytes)
+                .and_then(|o| o.to_json())
+                .map_err(|e| e.to_string()),
+            other => Err(format!(
+                "the body is {:?}, not FlatBuffers bytes",
+                other.data_type()
+            )),
+        };
+        each(rowid, decoded).map_err(WalkError::Output)?;
+    }
+    Ok(())
+}
+
+enum WalkError {
+    Sqlite(rusqlite::Error),
+    Schema(String),
+    Output(std::io::Error),
+}
+
+fn count(conn: &Connection, collection: &str) -> u64 {
+    conn.query_row(
+        &format!("SELECT count(*) FROM {}", inspect::table_ident(collection)),
+        [],
+        |r| r.get::<_, i64>(0),
+    )
+    .map(|n| n.max(0) as u64)
+    .unwrap_or(0)
+}
+
+/// `keel dump DB [--schema S] [--collection C]`: one JSON object per line on stdout:
+/// `{"collection": …, "rowid": …, "object": {…}}`. Objects that do not decode are
+/// reported on stderr (collection and rowid) and make the exit status 1.
+pub fn dump(db: &Path, schema_file: Option<&Path>, collection: Option<&str>) -> Result<u8> {
+    files::existing_database(db)?;
+    let conn = files::open_read_only(db)?;
+    let ds = files::decode_schema(&conn, db, schema_file)?;
+    note_relation(&ds);
+    let colls = files::select_collections(&ds.schema, collection)?;
+    let progress = Progress::new(false);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut bad = 0u64;
+    for name in &colls {
+        if !files::table_exists(&conn, db, inspect::table_name(name))? {
+            eprintln!("note: {name} has no table in {} (no objects)", db.display());
+            continue;
+        }
+        let pb = progress.bar(count(&conn, name), name.clone(), "objects");
+        let r = walk(&conn, &ds.schema, name, |rowid, decoded| {
+            pb.inc(1);
+            match decoded {
+                Ok(object) => {
+                    let line = json!({ "collection": name, "rowid": rowid, "object": object });
+                    serde_json::to_writer(&mut out, &line).map_err(std::io::Error::other)?;
+                    out.write_all(b"\n")
+                }
+                Err(e) => {
+                    bad += 1;
+                    pb.suspend(|| {
+                        eprintln!("error: {name} rowid {rowid}: not a valid object: {e}")
+                    });
+                    Ok(())
+                }
+            }
+        });
+        pb.finish_and_clear();
+        match r {
+            Ok(()) => {}
+            Err(WalkError::Output(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                return Ok(exit::OK)
+            }
+            Err(WalkError::Output(e)) => {
+                return Err(Failure::new(
+                    exit::USAGE_OR_IO,
+                    format!("writing stdout: {e}"),
+                ))
+            }
+            Err(WalkError::Sqlite(e)) => {
+                let _ = out.flush();
+                return Err(Failure::sqlite(&format!("read {name}"), db, e));
+            }
+            Err(WalkError::Schema(e)) => return Err(Failure::new(exit::WRONG_SCHEMA, e)),
+        }
+    }
+    match out.flush() {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(exit::OK),
+        Err(e) => {
+            return Err(Failure::new(
+                exit::USAGE_OR_IO,
+                format!("writing stdout: {e}"),
+            ))
+        }
+        Ok(()) => {}
+    }
+    if bad > 0 {
+        eprintln!(
+            "{bad} object(s) did not verify against {}",
+            ds.source.describe()
+        );
+        return Ok(exit::PROBLEMS);
+    }
+    Ok(exit::OK)
+}
+
+fn note_relation(ds: &DecodeSchema) {
+    match ds.relation {
+        "newer" => eprintln!(
+            "note: {} is a newer version of the stored schema: fields it adds read as their defaults",
+            ds.source.describe()
+        ),
+        "older" => eprintln!(
+            "note: {} is an older version of the stored schema: fields added since are not shown",
+            ds.source.describe()
+        ),
+        "unknown" => eprintln!(
+            "note: the database stores no schema; decoding with {}",
+            ds.source.describe()
+        ),
+        _ => {}
+    }
+}
+
+/// `keel check DB [--schema S]`: SQLite's integrity check, then every object verified.
+///
+/// Exit status: 0 healthy; 1 objects that do not verify (the file itself is sound);
+/// 3 SQLite found the file corrupt; 4 wrong schema.
+pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
+    let facts = files::existing_database(db)?;
+    let conn = files::open_read_only(db)?;
+    // The schema is needed for the integrity check too: expression indexes call
+    // keel_field, which must be registered to be evaluated.
+    let mut sqlite_problems = Vec::new();
+    let ds = match files::decode_schema(&conn, db, schema_file) {
+        Ok(ds) => Some(ds),
+        // A plain SQLite file without keel's schema: integrity check only.
+        Err(f) if schema_file.is_none() && f.code == exit::WRONG_SCHEMA => None,
+        // Too damaged to read keel's metadata: the integrity check says more.
+        Err(f) if f.code == exit::CORRUPT => {
+            sqlite_problems.push(f.message);
+            None
+        }
+        Err(f) => return Err(f),
+    };
+    if let Some(ds) = &ds {
+        inspect::register_functions(&conn, std::sync::Arc::clone(&ds.schema))
+            .map_err(|e| Failure::sqlite("register keel_field", db, e))?;
+        if !json {
+            note_relation(ds);
+        }
+    }
+    let progress = Progress::new(json);
+
+    // 1. SQLite's integrity check (pages, b-trees, indexes, freelist).
+    let spinner = progress.spinner(format!("integrity check of {}", db.display()));
+    let integrity: std::result::Result<Vec<String>, rusqlite::Error> = (|| {
+        let mut st = conn.prepare("PRAGMA integrity_check(1000)")?;
+        let rows = st.query_map([], |r| r.get::<_, String>(0))?;
+        rows.collect()
+    })();
+    spinner.finish_and_clear();
+    match integrity {
+        Ok(lines) if lines.len() == 1 && lines[0] == "ok" => {}
+        Ok(lines) => sqlite_problems.extend(lines),
+        Err(e) => {
+            let code = exit::sqlite_code(&e);
+            if code != exit::CORRUPT && sqlite_problems.is_empty() {
+                return Err(Failure::sqlite("integrity check", db, e));
+            }
+            sqlite_problems.push(format!("integrity check could not run: {e}"));
+        }
+    }
+
+    // 2. Every object, verified and decoded.
+    let mut tallies = Vec::new();
+    let mut bad = Vec::new();
+    if let Some(ds) = &ds {
+        for c in &ds.schema.collections {
+            let name = c.name.clone();
+            let exists = files::table_exists(&conn, db, inspect::table_name(&name))?;
+            let mut t = Tally {
+                collection: name.clone(),
+                exists,
+                rows: 0,
+                bad: 0,
+            };
+            if exists {
+                let pb = progress.bar(count(&conn, &name), name.clone(), "objects");
+                let r = walk(&conn, &ds.schema, &name, |rowid, decoded| {
+                    pb.inc(1);
+                    t.rows += 1;
+                    if let Err(error) = decoded {
+                        t.bad += 1;
+                        bad.push(BadObject {
+                            collection: name.clone(),
+                            rowid,
+                            error,
+                        });
+                    }
+                    Ok(())
+                });
+                pb.finish_and_clear();
+                match r {
+                    Ok(()) | Err(WalkError::Output(_)) => {}
+                    Err(WalkError::Sqlite(e)) => {
+                        if exit::sqlite_code(&e) != exit::CORRUPT {
+                            return Err(Failure::sqlite(&format!("read {name}"), db, e));
+                        }
+                        sqlite_problems.push(format!("reading {name} failed: {e}"));
+                    }
+                    Err(WalkError::Schema(e)) => return Err(Failure::new(exit::WRONG_SCHEMA, e)),
+                }
+            }
+            tallies.push(t);
+        }
+    }
+
+    let code = if !sqlite_problems.is_empty() {
+        exit::CORRUPT
+    } else if !bad.is_empty() {
+        exit::PROBLEMS
+    } else {
+        exit::OK
+    };
+    if json {
+        let out = json!({
+            "path": db.display().to_string(),
+            "ok": code == exit::OK,
+            "exit_code": code,
+            "file_bytes": facts.db_bytes,
+            "wal_bytes": facts.wal_bytes,
+            "integrity": if sqlite_problems.is_empty() { vec!["ok".to_string()] } else { sqlite_problems.clone() },
+            "schema": ds.as_ref().map(|ds| json!({
+                "source": match &ds.source {
+                    files::SchemaSource::File(p) => p.display().to_string(),
+                    files::SchemaSource::Stored => "stored".to_string(),
+                },
+                "fingerprint": format!("{:016x}", ds.schema.fingerprint()),
+                "relation_to_stored": ds.relation,
+                "stored_fingerprint": ds.stored_fingerprint.map(|f| format!("{f:016x}")),
+            })),
+            "collections": tallies.iter().map(|t| json!({
+                "name": t.collection, "exists": t.exists, "objects": t.rows, "bad": t.bad,
+            })).collect::<Vec<_>>(),
+            "bad_objects": bad.iter().map(|b| json!({
+                "collection": b.collection, "rowid": b.rowid, "error": b.error,
+            })).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+        return Ok(code);
+    }
+    if sqlite_problems.is_empty() {
+        println!("integrity: ok");
+    } else {
+        println!(
+            "integrity: {} problem{} (the file is corrupt)",
+            sqlite_problems.len(),
+            if sqlite_problems.len() == 1 { "" } else { "s" }
+        );
+        for p in &sqlite_problems {
+            println!("  {p}");
+        }
+    }
+    match &ds {
+        None if code == exit::CORRUPT => println!("objects: not checked (the file is too damaged)"),
+        None => println!("objects: not checked (no keel schema stored; pass --schema FILE)"),
+        Some(ds) => {
+            let total: u64 = tallies.iter().map(|t| t.rows).sum();
+            println!(
+                "objects: {total} checked against {}, {} bad",
+                ds.source.describe(),
+                bad.len()
+            );
+            for t in &tallies {
+                if !t.exists {
+                    println!("  {}: no table", t.collection);
+                } else {
+                    println!("  {}: {} objects, {} bad", t.collection, t.rows, t.bad);
+                }
+            }
+            for b in bad.iter().take(100) {
+                println!("  bad: {} rowid {}: {}", b.collection, b.rowid, b.error);
+            }
+            if bad.len() > 100 {
+                println!("  … and {} more (use --json for all)", bad.len() - 100);
+            }
+        }
+    }
+    println!(
+        "{}",
+        match code {
+            exit::OK => "healthy",
+            exit::PROBLEMS => "problems found: objects that do not verify",
+            _ => "corrupt",
+        }
+    );
+    Ok(code)
+}
