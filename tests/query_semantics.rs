@@ -487,6 +487,9 @@ fn paths() -> Vec<FieldPath> {
             .into_path(),
         Post::frame().join(Rect::layer()).into_path(),
         Post::pos().join(Vec2::y()).into_path(),
+        // Whole sub-table (presence marker), whole struct (its bytes as a blob).
+        Post::author().into_path(),
+        Post::pos().into_path(),
     ]
 }
 
@@ -565,6 +568,9 @@ fn arb_post() -> impl Strategy<Value = Post> {
                     ),
                     _ => b,
                 };
+                if let Some((x, _)) = frame {
+                    b = b.pos(Vec2 { x, y: -x });
+                }
                 if let Some((x, layer)) = frame {
                     b = b.frame(Rect {
                         origin: Vec2 { x, y: 0.0 },
@@ -590,7 +596,7 @@ fn arb_order() -> impl Strategy<Value = Vec<SortKey>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// The SQL result of an `Expr` equals its in-memory evaluation, and SQL order equals
     /// the in-memory comparator's order (with limit/offset), on random objects.
