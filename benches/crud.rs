@@ -55,7 +55,7 @@ fn doc(i: usize, version: i32) -> Doc {
     let priority = (i % 10_000) as i32 + version;
     let color = (i % 6) as i8;
     let mut b = Builder::new();
-    let content = if i % 2 == 0 {
+    let content = if i & 1 == 0 {
         let t = b.create_string("the quick brown fox jumps over the lazy dog");
         b.start_table();
         b.add_offset(0, t);
@@ -227,7 +227,7 @@ fn main() {
     // ---- update N in one transaction ----
     let (mut ku, mut ru) = (Vec::new(), Vec::new());
     for rep in 0..reps {
-        let d = docs(0..n, 1 + rep as i32);
+        let d = docs(0..n, 1 + rep);
         let t = Instant::now();
         db.write(move |t| {
             for x in d {
@@ -238,7 +238,7 @@ fn main() {
         .wait()
         .unwrap();
         ku.push(secs(t.elapsed()));
-        let d = docs(0..n, 1 + rep as i32);
+        let d = docs(0..n, 1 + rep);
         let t = Instant::now();
         raw.execute_batch("BEGIN").unwrap();
         {

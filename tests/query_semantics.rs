@@ -458,7 +458,7 @@ fn arb_value() -> impl Strategy<Value = Value> {
             Just(f64::NAN),
             Just(f64::INFINITY),
             Just(1.5),
-            Just(9.223372036854775807e18)
+            Just(9_223_372_036_854_775_808.0)
         ]
         .prop_map(Value::Float),
         "[a-c]{0,2}".prop_map(Value::Text),
