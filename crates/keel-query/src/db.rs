@@ -28,6 +28,8 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     builds: Mutex<Vec<WriteFuture<Result<()>>>>,
     path: PathBuf,
+    /// The key-value dictionary's cache and pending writes.
+    pub(crate) dict: Arc<crate::dictionary::Shared>,
 }
 
 impl Inner {
@@ -278,7 +280,7 @@ fn finish(store: Store, p: Prepared) -> Database {
         }));
     }
     Database {
-        inner: Arc::new(Inner {
+        inner: Arc::new_cyclic(|weak| Inner {
             store,
             schema: p.schema,
             colls: p.colls,
@@ -288,6 +290,7 @@ fn finish(store: Store, p: Prepared) -> Database {
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
             path,
+            dict: crate::dictionary::Shared::new(weak.clone()),
         }),
     }
 }
@@ -418,6 +421,21 @@ impl Database {
         &self.inner
     }
 
+    /// The key-value [`Dictionary`](crate::Dictionary) stored in this database.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.dictionary().set("onboarded", true)?;
+    /// assert_eq!(db.dictionary().get::<bool>("onboarded")?, Some(true));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn dictionary(&self) -> crate::Dictionary {
+        crate::Dictionary::new(self.clone(), Arc::clone(&self.inner.dict))
+    }
+
     /// The runtime schema.
     pub fn schema(&self) -> &Arc<Schema> {
         &self.inner.schema
@@ -468,11 +486,12 @@ impl Database {
                 });
             }
             let record = inner.recording();
-            let (res, changes, aborted) = {
+            let (res, changes, aborted, dict) = {
                 let mut txn = Txn::new(w, &inner, record);
                 let r = f(&mut txn);
+                let dict = txn.dict.take();
                 let (changes, aborted) = txn.finish();
-                (r, changes, aborted)
+                (r, changes, aborted, dict)
             };
             if aborted {
                 return Err(Error::Aborted {
@@ -480,6 +499,10 @@ impl Database {
                 });
             }
             let v = res?;
+            if let Some(d) = dict {
+                // Dropped unrun if the commit fails: the dictionary restores itself.
+                w.on_commit(Box::new(move || d.commit()));
+            }
             if !changes.is_empty() {
                 let i2 = Arc::clone(&inner);
                 w.on_commit(Box::new(move || i2.deliver(&changes)));
@@ -624,6 +647,7 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn close(&self) -> Task<()> {
+        crate::dictionary::before_close(&self.inner.dict);
         self.inner.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(&self.inner);
         Task::spawn(move || inner.store.close().map_err(Error::from))

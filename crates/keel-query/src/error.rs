@@ -129,6 +129,27 @@ pub enum Error {
         #[source]
         source: std::sync::Arc<rusqlite::Error>,
     },
+    /// A dictionary value was read as a type it is not stored as, or does not fit
+    /// (an integer out of range, an object of another collection, JSON of another
+    /// shape). Nothing was reinterpreted.
+    #[error("dictionary key {key:?}: stored as {stored}, cannot be read as {requested}")]
+    DictionaryTypeMismatch {
+        /// The key.
+        key: String,
+        /// What is stored (`int`, `string`, `object blog.Post`, …).
+        stored: String,
+        /// The type asked for (`u8`, `String`, `blog.Post`, …).
+        requested: String,
+    },
+    /// A value could not be encoded for the dictionary (a serde value whose
+    /// serialization failed). Nothing was stored.
+    #[error("dictionary key {key:?}: cannot encode the value: {message}")]
+    DictionaryEncode {
+        /// The key.
+        key: String,
+        /// Why.
+        message: String,
+    },
 }
 
 impl From<keel_storage::Error> for Error {

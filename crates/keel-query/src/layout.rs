@@ -259,6 +259,8 @@ pub(crate) fn schema_phase(
     let err = sq(path);
     conn.execute_batch(META_DDL)
         .map_err(err("create keel metadata tables"))?;
+    conn.execute_batch(crate::dictionary::TABLE_SQL)
+        .map_err(err("create the dictionary table"))?;
     let stored: Option<String> = conn
         .query_row(
             "SELECT value FROM keel_meta WHERE key = 'schema'",

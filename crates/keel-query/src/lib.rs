@@ -79,6 +79,7 @@
 #![deny(unsafe_code)]
 
 mod db;
+pub mod dictionary;
 mod error;
 pub mod eval;
 pub mod inspect;
@@ -88,6 +89,10 @@ mod sql;
 mod txn;
 
 pub use db::{Database, OpenDbFuture, Snapshot, Task};
+pub use dictionary::{
+    DictKind, DictStats, DictStream, DictSubscription, DictValue, Dictionary, FromDictValue,
+    ToDictValue, TxnDictionary,
+};
 pub use error::{Error, Result};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;

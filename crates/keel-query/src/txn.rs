@@ -63,6 +63,8 @@ pub struct Txn<'a> {
     changes: Vec<Change>,
     record: bool,
     aborted: bool,
+    /// Dictionary changes of this closure, settled at commit (see `dictionary`).
+    pub(crate) dict: Option<crate::dictionary::TxnState>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -92,6 +94,7 @@ impl<'a> Txn<'a> {
             changes: Vec::new(),
             record,
             aborted: false,
+            dict: None,
         }
     }
 
@@ -515,5 +518,25 @@ impl<'a> Txn<'a> {
     /// A typed query that sees this transaction's own writes.
     pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
         Fetch::new(Source::Conn(self.inner, self.conn))
+    }
+
+    /// The key-value dictionary inside this transaction: its changes commit or roll
+    /// back with this closure's objects (see
+    /// [`TxnDictionary`](crate::TxnDictionary)).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default())?;
+    /// db.write(|txn| {
+    ///     txn.insert(&Post::builder().id("p1").build())?;
+    ///     txn.dictionary().set("last_post", "p1")
+    /// }).wait()?;
+    /// assert_eq!(db.dictionary().get::<String>("last_post")?.as_deref(), Some("p1"));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn dictionary(&mut self) -> crate::TxnDictionary<'_> {
+        crate::dictionary::TxnDictionary::new(self.conn, self.inner, self.aborted, &mut self.dict)
     }
 }

@@ -1,0 +1,996 @@
+//! The dictionary: a persistent key-value store for settings and small state, in
+//! the same file and under the same guarantees as the objects.
+//!
+//! ## The model
+//!
+//! [`Database::dictionary`](crate::Database::dictionary) gives a [`Dictionary`]: string
+//! keys, typed values (`bool`, every integer type, `f32`/`f64`, strings, bytes, keel
+//! objects, serde values with feature `serde`). It behaves like `UserDefaults`:
+//!
+//! * **Reads come from memory.** A sharded in-memory cache answers every read of a
+//!   key it holds without touching the disk; a key it does not hold is read from the
+//!   database once (through the reader pool) and kept. The cache is bounded
+//!   ([`Dictionary::set_cache_limit`], default 16 MiB); it drops clean entries, never
+//!   one whose value is not on disk yet.
+//! * **Sets return at once.** A set updates the cache — every thread's next read sees
+//!   it — and leaves the value for the writer thread, which persists it in the
+//!   background. Pending sets are coalesced: the writer takes all of them at once,
+//!   keeping only the latest value per key, so 40,000 sets become a handful of
+//!   group commits and updating one key 40,000 times writes it a few times.
+//! * **[`Dictionary::sync`]** returns a future that resolves once everything set
+//!   before the call is committed.
+//! * **Transactions.** [`Txn::dictionary`](crate::Txn::dictionary) reads and writes
+//!   the dictionary inside a [`Database::write`](crate::Database::write) closure:
+//!   those changes commit or roll back together with the closure's objects.
+//! * **Subscriptions.** [`Dictionary::subscribe`] (a `Stream`) and
+//!   [`Dictionary::subscribe_with`] (a callback) deliver a key's current value,
+//!   then each update and removal.
+//!
+//! ## Guarantees, in plain words
+//!
+//! * **Order.** For every key, the value on disk is the value of the last set in
+//!   real time — across threads, `remove`, `remove_all` and transactions (a
+//!   transaction's dictionary writes take their place when the closure makes them).
+//!   After a clean close and reopen every key holds exactly what a read returned
+//!   before the close.
+//! * **After `sync().await` returns `Ok`**, everything set before the call is
+//!   committed under the store's commit sync policy. With the default (`Full`) it
+//!   survives an app crash, an OS crash and a power loss.
+//! * **Set but not synced yet**: an *app crash* loses sets the writer has not
+//!   committed yet — usually the last few milliseconds, since the writer starts on
+//!   the first pending set at once. An *OS crash or power loss* loses those too,
+//!   and under a commit policy weaker than `Full` also recent commits (see
+//!   `docs/durability.md`). What survives is always a state some moment of the app
+//!   had: an older value, never a mix and never garbage. A clean
+//!   [`Database::close`](crate::Database::close) persists everything.
+//! * **Types.** A value read as a different type is a
+//!   [`Error::DictionaryTypeMismatch`] (or the default with [`Dictionary::get_or`]),
+//!   never a reinterpretation: integers convert between widths only when the value
+//!   fits, objects only decode as the collection they were stored as.
+//! * **Failures.** If a background commit fails (disk full, I/O error) the values
+//!   stay pending in memory and are retried by the next set, `sync` or close;
+//!   `sync` reports the error.
+//!
+//! ## Storage
+//!
+//! ```sql
+//! CREATE TABLE keel_dict(key TEXT PRIMARY KEY, kind INTEGER NOT NULL, type TEXT, value) WITHOUT ROWID;
+//! ```
+//!
+//! `kind` is the [`DictKind`] code, `type` the collection of an object value, and
+//! `value` the value in its natural SQLite type (INTEGER, REAL, TEXT or BLOB), so the
+//! table is readable with any SQLite tool. `WITHOUT ROWID`: one B-tree keyed by the
+//! key, no separate index.
+//!
+//! ```
+//! use keel_query::{Database, StoreOptions};
+//! use keel_example_blog::blog::Post;
+//! # let dir = tempfile::tempdir().unwrap();
+//! let db = Database::open_for::<Post>(dir.path().join("app.db"), StoreOptions::default())?;
+//! let settings = db.dictionary();
+//! settings.set("launches", 1u32)?;
+//! settings.set("username", "ada")?;
+//! assert_eq!(settings.get::<u32>("launches")?, Some(1));
+//! assert_eq!(settings.get_or("volume", 0.5f64), 0.5);
+//! futures::executor::block_on(settings.sync())?; // durable from here on
+//! # Ok::<(), keel_query::Error>(())
+//! ```
+
+mod cache;
+mod subscribe;
+mod txn;
+mod value;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+
+use keel_schema::Record;
+use keel_storage::{WriteFuture, WriteTxn};
+
+use crate::db::{Database, Inner};
+use crate::error::{Error, Result};
+use cache::{shard_of, Drained, Shard, Val, SHARDS};
+
+pub use subscribe::{DictStream, DictSubscription};
+pub use txn::TxnDictionary;
+pub(crate) use txn::TxnState;
+pub use value::{DictKind, DictValue, FromDictValue, ToDictValue};
+
+/// The dictionary table, created in the schema phase.
+pub(crate) const TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS keel_dict(key TEXT PRIMARY KEY, kind INTEGER NOT NULL, type TEXT, value) WITHOUT ROWID;";
+
+const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
+const SQL_PUT: &str =
+    "INSERT OR REPLACE INTO keel_dict(key, kind, type, value) VALUES (?1, ?2, ?3, ?4)";
+const SQL_DEL: &str = "DELETE FROM keel_dict WHERE key = ?1";
+const SQL_CLEAR: &str = "DELETE FROM keel_dict";
+const TABLE: &str = "keel_dict";
+
+const DEFAULT_CACHE_LIMIT: usize = 16 << 20;
+
+fn rd<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn wr<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The dictionary's shared state; one per database, owned by it.
+pub(crate) struct Shared {
+    shards: Box<[RwLock<Shard>]>,
+    /// A `remove_all` not yet taken by a flush. Locked only while holding every
+    /// shard's write lock.
+    clear_op: Mutex<Option<u64>>,
+    next_clear: AtomicU64,
+    flush_queued: AtomicBool,
+    shard_limit: AtomicUsize,
+    disk_reads: AtomicU64,
+    flushes: AtomicU64,
+    defaults: RwLock<HashMap<String, DictValue>>,
+    pub(crate) subs: subscribe::Registry,
+    db: Weak<Inner>,
+}
+
+impl Shared {
+    pub(crate) fn new(db: Weak<Inner>) -> Arc<Shared> {
+        Arc::new(Shared {
+            shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
+            clear_op: Mutex::new(None),
+            next_clear: AtomicU64::new(0),
+            flush_queued: AtomicBool::new(false),
+            shard_limit: AtomicUsize::new(DEFAULT_CACHE_LIMIT / SHARDS),
+            disk_reads: AtomicU64::new(0),
+            flushes: AtomicU64::new(0),
+            defaults: RwLock::new(HashMap::new()),
+            subs: subscribe::Registry::default(),
+            db,
+        })
+    }
+
+    fn all_write(&self) -> Vec<RwLockWriteGuard<'_, Shard>> {
+        self.shards.iter().map(wr).collect()
+    }
+
+    /// Registered default for `key` when `v` is absent.
+    pub(crate) fn effective(&self, key: &str, v: Val) -> Option<DictValue> {
+        match v {
+            Some(v) => Some(Arc::unwrap_or_clone(v)),
+            None => rd(&self.defaults).get(key).cloned(),
+        }
+    }
+
+    /// Queue a background flush unless one is queued already.
+    pub(crate) fn schedule_flush(self: &Arc<Self>) {
+        if self.flush_queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        match self.db.upgrade() {
+            Some(inner) => {
+                let me = Arc::clone(self);
+                // The future is dropped: the job runs anyway; errors are logged.
+                drop(inner.store.write(move |w| flush(&me, w, true)));
+            }
+            None => self.flush_queued.store(false, Ordering::Release),
+        }
+    }
+
+    /// A set or remove through the cache: visible at once, persisted by a flush.
+    fn change(self: &Arc<Self>, key: &str, value: Val) {
+        let s = shard_of(key);
+        let seq = {
+            let mut sh = wr(&self.shards[s]);
+            let seq = sh.next_seq();
+            sh.put(key, value.clone(), seq, true);
+            sh.dirty.insert(key.to_owned(), (seq, value.clone()));
+            let limit = self.shard_limit.load(Ordering::Relaxed);
+            sh.evict(limit);
+            seq
+        };
+        self.subs.notify(key, seq, &value);
+        self.schedule_flush();
+    }
+
+    fn remove_all(self: &Arc<Self>) {
+        let seqs = {
+            let mut shards = self.all_write();
+            let mut clear = lock(&self.clear_op);
+            let id = self.next_clear.fetch_add(1, Ordering::Relaxed) + 1;
+            let seqs: Vec<u64> = shards
+                .iter_mut()
+                .map(|sh| {
+                    let seq = sh.next_seq();
+                    sh.clear_entries();
+                    sh.dirty.clear();
+                    sh.clear_pending = Some(id);
+                    seq
+                })
+                .collect();
+            *clear = Some(id);
+            seqs
+        };
+        self.subs.notify_all_absent(&seqs);
+        self.schedule_flush();
+    }
+
+    /// Look `key` up: cache, else disk (and fill the cache if nothing changed
+    /// meanwhile). `f` sees the stored value and its sequence number.
+    fn lookup<R>(&self, key: &str, f: impl FnOnce(Option<&DictValue>, u64) -> R) -> Result<R> {
+        let s = shard_of(key);
+        let version = {
+            let sh = rd(&self.shards[s]);
+            if let Some(e) = sh.entries.get(key) {
+                return Ok(f(e.value.as_deref(), e.seq));
+            }
+            if sh.clear_pending.is_some() {
+                return Ok(f(None, 0));
+            }
+            sh.version
+        };
+        let disk = self.read_disk(key)?;
+        let mut sh = wr(&self.shards[s]);
+        if let Some(e) = sh.entries.get(key) {
+            return Ok(f(e.value.as_deref(), e.seq));
+        }
+        if sh.version != version {
+            // Something changed in the shard while we read: the disk value may be
+            // older than memory; answer with it (the read overlapped the change)
+            // but do not cache it.
+            return Ok(f(disk.as_ref(), 0));
+        }
+        let v: Val = disk.map(Arc::new);
+        sh.put(key, v.clone(), 0, false);
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        let r = f(v.as_deref(), 0);
+        sh.evict(limit);
+        Ok(r)
+    }
+
+    fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
+        let inner = self.db.upgrade().ok_or_else(|| Error::Closed {
+            op: "dictionary read",
+            path: Default::default(),
+        })?;
+        inner.check_open("dictionary read")?;
+        self.disk_reads.fetch_add(1, Ordering::Relaxed);
+        inner.store.read(|c| read_row(c, key))
+    }
+}
+
+/// Read one row on any connection.
+pub(crate) fn read_row(c: &rusqlite::Connection, key: &str) -> Result<Option<DictValue>> {
+    let sq = |e| Error::sqlite("dictionary read", TABLE, e);
+    let mut st = c.prepare_cached(SQL_GET).map_err(sq)?;
+    let mut rows = st.query([key]).map_err(sq)?;
+    let Some(r) = rows.next().map_err(sq)? else {
+        return Ok(None);
+    };
+    let kind: i64 = r.get(0).map_err(sq)?;
+    let ty: Option<String> = r.get(1).map_err(sq)?;
+    let value: rusqlite::types::Value = r.get(2).map_err(sq)?;
+    let desc = format!("{value:?}");
+    DictValue::from_columns(kind, ty, value)
+        .map(Some)
+        .ok_or_else(|| Error::DictionaryTypeMismatch {
+            key: key.to_owned(),
+            stored: format!("an unreadable row (kind {kind}, value {desc})"),
+            requested: "any dictionary value".into(),
+        })
+}
+
+pub(crate) fn put_row(c: &rusqlite::Connection, key: &str, v: &DictValue) -> Result<()> {
+    let sq = |e| Error::sqlite("dictionary write", TABLE, e);
+    c.prepare_cached(SQL_PUT)
+        .map_err(sq)?
+        .execute(rusqlite::params![key, v.kind().code(), v.type_column(), v])
+        .map_err(sq)?;
+    Ok(())
+}
+
+pub(crate) fn delete_row(c: &rusqlite::Connection, key: &str) -> Result<()> {
+    let sq = |e| Error::sqlite("dictionary remove", TABLE, e);
+    c.prepare_cached(SQL_DEL)
+        .map_err(sq)?
+        .execute([key])
+        .map_err(sq)?;
+    Ok(())
+}
+
+pub(crate) fn clear_rows(c: &rusqlite::Connection) -> Result<()> {
+    c.execute(SQL_CLEAR, [])
+        .map_err(|e| Error::sqlite("dictionary remove_all", TABLE, e))?;
+    Ok(())
+}
+
+/// Restores a drained batch if its commit does not happen; marks it clean if it does.
+struct FlushGuard {
+    shared: Arc<Shared>,
+    batch: Option<Drained>,
+}
+
+impl FlushGuard {
+    fn committed(mut self) {
+        let Some(batch) = self.batch.take() else {
+            return;
+        };
+        let limit = self.shared.shard_limit.load(Ordering::Relaxed);
+        for (i, ops) in batch.ops.iter().enumerate() {
+            if ops.is_empty() && batch.clear.is_none() {
+                continue;
+            }
+            let mut sh = wr(&self.shared.shards[i]);
+            if batch.clear.is_some() && sh.clear_pending == batch.clear {
+                sh.clear_pending = None;
+            }
+            for (k, seq, _) in ops {
+                if let Some(e) = sh.entries.get_mut(k) {
+                    if e.seq == *seq {
+                        e.dirty = false;
+                    }
+                }
+            }
+            sh.evict(limit);
+        }
+    }
+}
+
+impl Drop for FlushGuard {
+    fn drop(&mut self) {
+        if let Some(batch) = self.batch.take() {
+            tracing::warn!(
+                values = batch.len(),
+                clear = batch.clear.is_some(),
+                "dictionary flush did not commit; the values stay pending"
+            );
+            self.shared.restore(batch.clear, batch.ops);
+        }
+    }
+}
+
+impl Shared {
+    /// Take every pending change: a consistent cut across shards.
+    fn drain(&self) -> Drained {
+        let mut shards = self.all_write();
+        let clear = lock(&self.clear_op).take();
+        let ops = shards
+            .iter_mut()
+            .map(|sh| {
+                sh.dirty
+                    .drain()
+                    .map(|(k, (seq, v))| (k, seq, v))
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        Drained { clear, ops }
+    }
+
+    /// Put back changes that did not commit, unless superseded meanwhile.
+    pub(crate) fn restore(&self, clear: Option<u64>, ops: Vec<Vec<(String, u64, Val)>>) {
+        let mut shards = self.all_write();
+        if let Some(id) = clear {
+            let mut c = lock(&self.clear_op);
+            if c.is_none() && shards.iter().all(|sh| sh.clear_pending == Some(id)) {
+                *c = Some(id);
+            }
+        }
+        for (i, list) in ops.into_iter().enumerate() {
+            let sh = &mut shards[i];
+            for (k, seq, v) in list {
+                let current = sh.entries.get(&k).is_some_and(|e| e.seq == seq);
+                if current && !sh.dirty.contains_key(&k) {
+                    sh.dirty.insert(k, (seq, v));
+                }
+            }
+        }
+        // The next set, sync or close flushes them (no retry loop on a failing disk).
+        self.flush_queued.store(false, Ordering::Release);
+    }
+}
+
+/// The writer-side flush: drain, write, and settle the cache at commit.
+fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool) -> Result<()> {
+    if background {
+        shared.flush_queued.store(false, Ordering::Release);
+    }
+    let batch = shared.drain();
+    if batch.is_empty() {
+        return Ok(());
+    }
+    shared.flushes.fetch_add(1, Ordering::Relaxed);
+    let n = batch.len();
+    let guard = FlushGuard {
+        shared: Arc::clone(shared),
+        batch: Some(batch),
+    };
+    let written = (|| {
+        let b = guard.batch.as_ref().expect("batch present until commit");
+        if b.clear.is_some() {
+            clear_rows(w)?;
+        }
+        for (k, _, v) in b.ops.iter().flatten() {
+            match v {
+                Some(v) => put_row(w, k, v)?,
+                None => delete_row(w, k)?,
+            }
+        }
+        Ok::<(), Error>(())
+    })();
+    match written {
+        Ok(()) => {
+            tracing::debug!(values = n, "dictionary flush");
+            w.on_commit(Box::new(move || guard.committed()));
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "dictionary flush failed");
+            drop(guard);
+            Err(e)
+        }
+    }
+}
+
+/// Persist what is pending before the store closes (called by `Database::close`).
+pub(crate) fn before_close(shared: &Arc<Shared>) {
+    let has_pending =
+        shared.shards.iter().any(|s| !rd(s).dirty.is_empty()) || lock(&shared.clear_op).is_some();
+    if has_pending {
+        shared.flush_queued.store(false, Ordering::Release);
+        shared.schedule_flush();
+    }
+}
+
+/// Counters describing the dictionary's cache, for tests and tuning.
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// # use keel_example_blog::blog::Post;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+/// let d = db.dictionary();
+/// d.set("a", 1)?;
+/// let before = d.stats().disk_reads;
+/// assert_eq!(d.get::<i32>("a")?, Some(1));
+/// assert_eq!(d.stats().disk_reads, before); // hot read: no disk
+/// # Ok::<(), keel_query::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct DictStats {
+    /// Reads that missed the cache and went to the database.
+    pub disk_reads: u64,
+    /// Entries in the cache (including known-absent keys).
+    pub cached_entries: usize,
+    /// Cache entries not committed yet.
+    pub dirty_entries: usize,
+    /// Approximate bytes the cache holds.
+    pub cached_bytes: usize,
+    /// Flushes that wrote something.
+    pub flushes: u64,
+}
+
+/// A persistent key-value store in the database file, with typed getters and
+/// setters, an in-memory cache, background persistence and subscriptions. Get it
+/// with [`Database::dictionary`](crate::Database::dictionary); cheap to clone,
+/// `Send + Sync`. See the [module docs](crate::dictionary) for the model and the
+/// guarantees.
+///
+/// ```
+/// use keel_query::{Database, StoreOptions, Error};
+/// use keel_example_blog::blog::Post;
+/// # let dir = tempfile::tempdir().unwrap();
+/// let db = Database::open_for::<Post>(dir.path().join("app.db"), StoreOptions::default())?;
+/// let d = db.dictionary();
+/// d.set("count", 300)?;
+/// assert_eq!(d.get::<i64>("count")?, Some(300));
+/// assert!(matches!(d.get::<u8>("count"), Err(Error::DictionaryTypeMismatch { .. })));
+/// assert_eq!(d.get_or::<u8>("count", 0), 0);
+/// # Ok::<(), keel_query::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Dictionary {
+    db: Database,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary")
+            .field("path", &self.db.path())
+            .finish()
+    }
+}
+
+fn mismatch(key: &str, stored: &DictValue, requested: &str) -> Error {
+    Error::DictionaryTypeMismatch {
+        key: key.to_owned(),
+        stored: stored.describe(),
+        requested: requested.to_owned(),
+    }
+}
+
+/// Decode a stored object as `R`, checking its collection first.
+pub(crate) fn object_from<R: Record>(key: &str, v: &DictValue) -> Result<R> {
+    match v {
+        DictValue::Object { collection, bytes } if collection == R::COLLECTION => R::decode(bytes)
+            .map_err(|e| Error::DictionaryTypeMismatch {
+                key: key.to_owned(),
+                stored: format!("object {collection} whose bytes do not decode ({e})"),
+                requested: R::COLLECTION.to_owned(),
+            }),
+        other => Err(mismatch(key, other, R::COLLECTION)),
+    }
+}
+
+/// A typed value from a stored one.
+pub(crate) fn typed_from<T: FromDictValue>(key: &str, v: &DictValue) -> Result<T> {
+    T::from_dict_value(v).ok_or_else(|| mismatch(key, v, T::TYPE_NAME))
+}
+
+#[cfg(feature = "serde")]
+pub(crate) fn serde_to(key: &str, v: &(impl serde::Serialize + ?Sized)) -> Result<DictValue> {
+    serde_json::to_string(v)
+        .map(DictValue::Json)
+        .map_err(|e| Error::DictionaryEncode {
+            key: key.to_owned(),
+            message: e.to_string(),
+        })
+}
+
+#[cfg(feature = "serde")]
+pub(crate) fn serde_from<T: serde::de::DeserializeOwned>(key: &str, v: &DictValue) -> Result<T> {
+    match v {
+        DictValue::Json(s) => serde_json::from_str(s).map_err(|e| Error::DictionaryTypeMismatch {
+            key: key.to_owned(),
+            stored: format!("json that does not deserialize ({e})"),
+            requested: std::any::type_name::<T>().to_owned(),
+        }),
+        other => Err(mismatch(key, other, std::any::type_name::<T>())),
+    }
+}
+
+impl Dictionary {
+    pub(crate) fn new(db: Database, shared: Arc<Shared>) -> Dictionary {
+        Dictionary { db, shared }
+    }
+
+    fn check(&self, op: &'static str) -> Result<()> {
+        self.db.inner().check_open(op)
+    }
+
+    /// Set `key` to `value` (any [`ToDictValue`]: `bool`, integers, floats, `&str`,
+    /// `String`, `&[u8]`, `Vec<u8>`, [`DictValue`]). Returns at once: every read
+    /// from now on sees the value, and the writer persists it in the background.
+    /// Fails only if the database is closed.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("dark_mode", true)?;
+    /// d.set("avatar", &[0xffu8, 0xd8][..])?;
+    /// d.set("ratio", 1.5f32)?;
+    /// assert_eq!(d.get::<bool>("dark_mode")?, Some(true));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn set<V: ToDictValue>(&self, key: &str, value: V) -> Result<()> {
+        self.check("dictionary set")?;
+        self.shared
+            .change(key, Some(Arc::new(value.to_dict_value())));
+        Ok(())
+    }
+
+    /// Store a keel object (a generated type) under `key`, as its FlatBuffers bytes
+    /// tagged with its collection.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let draft = Post::builder().id("draft").title("Unsent").build();
+    /// db.dictionary().set_object("draft", &draft)?;
+    /// assert_eq!(db.dictionary().get_object::<Post>("draft")?, Some(draft));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn set_object<R: Record>(&self, key: &str, obj: &R) -> Result<()> {
+        self.set(
+            key,
+            DictValue::Object {
+                collection: R::COLLECTION.to_owned(),
+                bytes: obj.encode(),
+            },
+        )
+    }
+
+    /// Store any serde value under `key`, encoded as JSON (feature `serde`).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.dictionary().set_serde("recent", &vec!["a".to_string(), "b".to_string()])?;
+    /// assert_eq!(db.dictionary().get_serde::<Vec<String>>("recent")?.unwrap().len(), 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    #[cfg(feature = "serde")]
+    pub fn set_serde<T: serde::Serialize + ?Sized>(&self, key: &str, value: &T) -> Result<()> {
+        let v = serde_to(key, value)?;
+        self.set(key, v)
+    }
+
+    /// Remove `key` (no error if it is absent). Returns at once, like [`Dictionary::set`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("token", "abc")?;
+    /// d.remove("token")?;
+    /// assert_eq!(d.get::<String>("token")?, None);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn remove(&self, key: &str) -> Result<()> {
+        self.check("dictionary remove")?;
+        self.shared.change(key, None);
+        Ok(())
+    }
+
+    /// Remove every key. Returns at once, like [`Dictionary::set`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("a", 1)?;
+    /// d.set("b", 2)?;
+    /// d.remove_all()?;
+    /// assert!(d.keys()?.is_empty());
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn remove_all(&self) -> Result<()> {
+        self.check("dictionary remove_all")?;
+        self.shared.remove_all();
+        Ok(())
+    }
+
+    /// The value of `key` as a `T`; `None` if absent (and no default is
+    /// registered). A stored value of another kind, or one that does not fit `T`,
+    /// is an [`Error::DictionaryTypeMismatch`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("name", "ada")?;
+    /// assert_eq!(d.get::<String>("name")?.as_deref(), Some("ada"));
+    /// assert_eq!(d.get::<String>("missing")?, None);
+    /// let e = d.get::<i32>("name").unwrap_err();
+    /// assert_eq!(e.to_string(), "dictionary key \"name\": stored as string, cannot be read as i32");
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn get<T: FromDictValue>(&self, key: &str) -> Result<Option<T>> {
+        self.check("dictionary get")?;
+        let r = self.shared.lookup(key, |v, _| {
+            v.map(|v| T::from_dict_value(v).ok_or_else(|| mismatch(key, v, T::TYPE_NAME)))
+        })?;
+        match r {
+            Some(r) => r.map(Some),
+            None => self.default_as(key, |v| typed_from(key, v)),
+        }
+    }
+
+    fn default_as<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&DictValue) -> Result<T>,
+    ) -> Result<Option<T>> {
+        match rd(&self.shared.defaults).get(key) {
+            Some(v) => f(v).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The value of `key` as a `T`, or `default` if it is absent, of another type,
+    /// or cannot be read (errors are logged).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("volume", "loud")?;
+    /// assert_eq!(d.get_or("volume", 0.8), 0.8);
+    /// assert_eq!(d.get_or("volume", String::new()), "loud");
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn get_or<T: FromDictValue>(&self, key: &str, default: T) -> T {
+        match self.get::<T>(key) {
+            Ok(Some(v)) => v,
+            Ok(None) => default,
+            Err(e) => {
+                if !matches!(e, Error::DictionaryTypeMismatch { .. }) {
+                    tracing::warn!(key, error = %e, "dictionary get_or: returning the default");
+                }
+                default
+            }
+        }
+    }
+
+    /// The value of `key` whatever its kind (the dynamic layer), or the registered
+    /// default.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, DictValue};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.dictionary().set("n", u64::MAX)?;
+    /// assert_eq!(db.dictionary().get_value("n")?, Some(DictValue::UInt(u64::MAX)));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn get_value(&self, key: &str) -> Result<Option<DictValue>> {
+        self.check("dictionary get")?;
+        let v = self.shared.lookup(key, |v, _| v.cloned())?;
+        match v {
+            Some(v) => Ok(Some(v)),
+            None => Ok(rd(&self.shared.defaults).get(key).cloned()),
+        }
+    }
+
+    /// The object stored under `key`, decoded as `R`. A value of another kind or
+    /// another collection is an [`Error::DictionaryTypeMismatch`].
+    pub fn get_object<R: Record>(&self, key: &str) -> Result<Option<R>> {
+        self.check("dictionary get")?;
+        match self
+            .shared
+            .lookup(key, |v, _| v.map(|v| object_from::<R>(key, v)))?
+        {
+            Some(r) => r.map(Some),
+            None => self.default_as(key, |v| object_from::<R>(key, v)),
+        }
+    }
+
+    /// The serde value stored under `key` (feature `serde`). A value of another
+    /// kind, or JSON that does not deserialize as `T`, is an
+    /// [`Error::DictionaryTypeMismatch`].
+    #[cfg(feature = "serde")]
+    pub fn get_serde<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>> {
+        self.check("dictionary get")?;
+        match self
+            .shared
+            .lookup(key, |v, _| v.map(|v| serde_from::<T>(key, v)))?
+        {
+            Some(r) => r.map(Some),
+            None => self.default_as(key, |v| serde_from::<T>(key, v)),
+        }
+    }
+
+    /// True if a value is stored under `key` (registered defaults do not count).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.register_defaults([("x", 1)]);
+    /// assert!(!d.contains("x")?);
+    /// d.set("x", 2)?;
+    /// assert!(d.contains("x")?);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn contains(&self, key: &str) -> Result<bool> {
+        self.check("dictionary contains")?;
+        self.shared.lookup(key, |v, _| v.is_some())
+    }
+
+    /// Register defaults: values every getter returns for a key that has no stored
+    /// value. They live in memory only (register them at each launch, as with
+    /// `UserDefaults.register(defaults:)`), are not listed by [`Dictionary::keys`],
+    /// and a later registration of the same key replaces the earlier one.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.register_defaults([("font_size", 14)]);
+    /// assert_eq!(d.get::<u16>("font_size")?, Some(14));
+    /// d.set("font_size", 18)?;
+    /// assert_eq!(d.get::<u16>("font_size")?, Some(18));
+    /// d.remove("font_size")?;
+    /// assert_eq!(d.get::<u16>("font_size")?, Some(14));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn register_defaults<K, V, I>(&self, defaults: I)
+    where
+        K: Into<String>,
+        V: ToDictValue,
+        I: IntoIterator<Item = (K, V)>,
+    {
+        let mut d = wr(&self.shared.defaults);
+        for (k, v) in defaults {
+            d.insert(k.into(), v.to_dict_value());
+        }
+    }
+
+    /// Every key with a stored value (including values not persisted yet), sorted.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("b", 1)?;
+    /// d.set("a", 2)?;
+    /// assert_eq!(d.keys()?, vec!["a".to_string(), "b".to_string()]);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn keys(&self) -> Result<Vec<String>> {
+        self.check("dictionary keys")?;
+        // Values not committed yet are the dirty entries (pending or being written);
+        // everything else is on disk. Take them in one cut, then read the disk.
+        let mut overlay: Vec<(String, bool)> = Vec::new();
+        let mut cleared = false;
+        {
+            let shards: Vec<_> = self.shared.shards.iter().map(rd).collect();
+            for sh in &shards {
+                cleared |= sh.clear_pending.is_some();
+                overlay.extend(
+                    sh.entries
+                        .iter()
+                        .filter(|(_, e)| e.dirty)
+                        .map(|(k, e)| (k.clone(), e.value.is_some())),
+                );
+            }
+        }
+        let mut keys: BTreeSet<String> = if cleared {
+            BTreeSet::new()
+        } else {
+            self.db.inner().store.read(|c| {
+                let sq = |e| Error::sqlite("dictionary keys", TABLE, e);
+                let mut st = c.prepare_cached("SELECT key FROM keel_dict").map_err(sq)?;
+                let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(sq)?;
+                rows.collect::<rusqlite::Result<BTreeSet<String>>>()
+                    .map_err(sq)
+            })?
+        };
+        for (k, present) in overlay {
+            if present {
+                keys.insert(k);
+            } else {
+                keys.remove(&k);
+            }
+        }
+        Ok(keys.into_iter().collect())
+    }
+
+    /// A future that resolves once every set, remove and `remove_all` made before
+    /// this call is committed under the store's commit sync policy (with the default
+    /// `Full`: durable against power loss). Runtime-agnostic; `.await` it or call
+    /// `.wait()`. Do not wait on it inside a write closure (the writer would wait
+    /// for itself).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// for i in 0..1000 {
+    ///     d.set(&format!("k{i}"), i)?;
+    /// }
+    /// d.sync().wait()?; // a few group commits, not 1000
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn sync(&self) -> WriteFuture<Result<()>> {
+        let me = Arc::clone(&self.shared);
+        self.db.inner().store.write(move |w| flush(&me, w, false))
+    }
+
+    /// Follow `key`: a [`DictStream`] that yields the current value first, then
+    /// each update and removal (absent: `None`, or the registered default). A slow
+    /// consumer gets the latest value, not a backlog.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, DictValue};
+    /// # use keel_example_blog::blog::Post;
+    /// use futures::StreamExt;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// d.set("n", 1)?;
+    /// let mut s = d.subscribe("n");
+    /// d.set("n", 2)?;
+    /// d.set("n", 3)?;
+    /// // The consumer was slow: it sees the latest value only.
+    /// assert_eq!(futures::executor::block_on(s.next()), Some(Some(DictValue::Int(3))));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn subscribe(&self, key: &str) -> DictStream {
+        let slot = subscribe::subscribe_stream(&self.shared, key);
+        self.offer_initial(key, &slot);
+        DictStream::new(Arc::clone(&self.shared), slot)
+    }
+
+    /// Follow `key` with a callback, run on the dictionary's notifier thread with
+    /// the current value first, then each update and removal (see
+    /// [`DictSubscription`]). Keep the returned handle; dropping it unsubscribes.
+    pub fn subscribe_with(
+        &self,
+        key: &str,
+        callback: impl FnMut(Option<DictValue>) + Send + 'static,
+    ) -> DictSubscription {
+        let slot = subscribe::subscribe_callback(&self.shared, key, Box::new(callback));
+        self.offer_initial(key, &slot);
+        DictSubscription::new(Arc::clone(&self.shared), slot)
+    }
+
+    fn offer_initial(&self, key: &str, slot: &Arc<subscribe::Slot>) {
+        let initial = self
+            .shared
+            .lookup(key, |v, seq| (seq, v.cloned().map(Arc::new)));
+        match initial {
+            Ok((seq, v)) => subscribe::initial(&self.shared, slot, seq, &v),
+            Err(e) => {
+                tracing::warn!(key, error = %e, "dictionary subscribe: initial value unreadable; reporting absent");
+                subscribe::initial(&self.shared, slot, 0, &None);
+            }
+        }
+    }
+
+    /// Bound the cache to about `bytes` (default 16 MiB). Values not persisted yet
+    /// always stay in memory, whatever the bound.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.dictionary().set_cache_limit(1 << 20);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn set_cache_limit(&self, bytes: usize) {
+        self.shared
+            .shard_limit
+            .store(bytes / SHARDS, Ordering::Relaxed);
+    }
+
+    /// Cache counters (see [`DictStats`]).
+    pub fn stats(&self) -> DictStats {
+        let mut s = DictStats {
+            disk_reads: self.shared.disk_reads.load(Ordering::Relaxed),
+            flushes: self.shared.flushes.load(Ordering::Relaxed),
+            ..DictStats::default()
+        };
+        for sh in self.shared.shards.iter() {
+            let sh = rd(sh);
+            s.cached_entries += sh.entries.len();
+            s.dirty_entries += sh.entries.values().filter(|e| e.dirty).count();
+            s.cached_bytes += sh.weight;
+        }
+        s
+    }
+
+    /// The database this dictionary belongs to.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+}
