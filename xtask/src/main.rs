@@ -10,6 +10,7 @@
 //!   files. `--json` also prints the JSON of each scenario to stdout.
 
 mod bench;
+mod stress;
 mod util;
 
 use std::process::ExitCode;
@@ -19,6 +20,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("stress") => stress::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -39,7 +41,9 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test                         run every test (Rust workspace, quick benchmarks)
   bench [SCENARIO…] [--quick] [--json]
-                               run scenario benchmarks and render BENCHMARKS.md";
+                               run scenario benchmarks and render BENCHMARKS.md
+  stress [--seeds N] [--seed S] [--policy P] [--points K]
+                               crash/power-loss/fault campaign (simulated disk)";
 
 /// Runs every test suite. Each step inherits stdio so cargo's own summary lines
 /// reach the caller unchanged; the first failing step stops the run.
