@@ -1,0 +1,2 @@
+//! Dictionary benchmark (issue 6) — being written.
+fn main() {}
