@@ -52,12 +52,16 @@ pub enum DecodeError {
 
 /// A type stored in a keel collection; implemented by generated code.
 ///
-/// ```ignore
-/// // build.rs: keel_schema::compile("schema/blog.fbs")?;
+/// ```
+/// // Types like `Post` come from `keel_schema::compile("schema/blog.fbs")` in build.rs.
+/// use keel_example_blog::blog::Post;
+/// use keel_schema::{Record, Value};
+///
 /// let post = Post::builder().id("p1").title("Hello").priority(3).build();
 /// let bytes = post.encode();
 /// assert_eq!(Post::decode(&bytes)?, post);
 /// assert_eq!(post.primary_key(), vec![Value::from("p1")]);
+/// # Ok::<(), keel_schema::DecodeError>(())
 /// ```
 pub trait Record: Send + Sync + Clone + 'static {
     /// The primary key type: one field's Rust type, or a tuple for composite keys.
@@ -97,10 +101,17 @@ pub trait Record: Send + Sync + Clone + 'static {
 /// Objects are immutable; to modify one, derive a new version with the generated
 /// `obj.change()…build()` builder and submit it as [`ChangeRequest::Change`].
 ///
-/// ```ignore
-/// txn.submit(Post::builder().id("p1").title("Hi").build().create())?;
-/// txn.submit(post.change().title("Hello").build_request())?;
-/// txn.submit(ChangeRequest::<Post>::delete(&"p1".to_string()))?;
+/// ```
+/// use keel_example_blog::blog::Post;
+/// use keel_schema::ChangeRequest;
+///
+/// let post = Post::builder().id("p1").title("Hi").build();
+/// let create = post.create(); // submit with `txn.submit(create)` in keel-query
+/// let change = post.change().title("Hello").build();
+/// let delete = ChangeRequest::<Post>::delete(&"p1".to_string());
+/// assert!(matches!(create, ChangeRequest::Create(_)));
+/// assert!(matches!(&change, ChangeRequest::Change(p) if p.title.as_deref() == Some("Hello")));
+/// assert_eq!(delete.key_values(), vec![keel_schema::Value::from("p1")]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChangeRequest<R: Record> {
