@@ -16,6 +16,16 @@
 //! and leaves the other sections alone. `--quick` runs each scenario small enough
 //! for CI: it writes the JSON and prints the table, but does not touch
 //! `BENCHMARKS.md`, whose figures must come from full runs.
+//!
+//! Each run also draws the scenario's chart with plotters ([`charts`]): a full run
+//! into `docs/bench-<scenario>.png` (linked from its section and from the README), a
+//! quick run into `target/keel-bench/<scenario>.png` so CI draws it too without
+//! changing the tree.
+
+// The chart module lives beside this file and belongs to `bench` alone (declared
+// here rather than in main.rs).
+#[path = "charts.rs"]
+pub mod charts;
 
 use crate::util;
 use serde_json::Value;
@@ -69,6 +79,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         let section = render_section(name, &report, quick);
         println!("{section}");
+        // Quick runs draw their chart under target/ (so CI exercises the code) and
+        // leave docs/ and BENCHMARKS.md alone: published figures come from full runs.
+        let chart = if quick {
+            out_dir.join(format!("{name}.png"))
+        } else {
+            util::workspace_root().join(chart_path(name))
+        };
+        let subtitle = format!("{}, {}", machine(), today());
+        if charts::render(name, &report, &subtitle, &chart)? {
+            println!("xtask bench: drew {}", chart.display());
+        }
         if !quick {
             update_benchmarks_md(name, &section)?;
         }
@@ -135,6 +156,13 @@ fn render_section(name: &str, report: &Value, quick: bool) -> String {
         out.push_str(summary);
         out.push_str("\n\n");
     }
+    if !quick && !charts::panels(report).is_empty() {
+        out.push_str(&format!(
+            "![{name} benchmark chart]({})\n\n",
+            chart_path(name)
+        ));
+    }
+    out.push_str(&headline_table(report));
     out.push_str("| metric | value | what it is |\n|---|---:|---|\n");
     let notes = report.get("notes").and_then(Value::as_object);
     if let Some(metrics) = report.get("metrics").and_then(Value::as_object) {
@@ -151,6 +179,39 @@ fn render_section(name: &str, report: &Value, quick: bool) -> String {
     }
     out.push_str(&format!("\n<!-- bench:{name}:end -->"));
     out
+}
+
+/// Where a full run draws a scenario's chart (relative to the workspace root).
+pub fn chart_path(name: &str) -> String {
+    format!("docs/bench-{name}.png")
+}
+
+/// The comparisons at a glance: every `*_ratio` (keel ÷ baseline time) and every
+/// speedup, before the full table.
+fn headline_table(report: &Value) -> String {
+    let Some(metrics) = report.get("metrics").and_then(Value::as_object) else {
+        return String::new();
+    };
+    let mut rows = String::new();
+    for (key, value) in metrics {
+        let Some(x) = value.as_f64() else { continue };
+        if let Some(op) = key.strip_suffix("_ratio") {
+            let verdict = if x < 1.0 {
+                format!("keel {:.1}× faster", 1.0 / x)
+            } else {
+                format!("keel {x:.2}× the baseline's time")
+            };
+            rows.push_str(&format!("| {op} | {x:.2} | {verdict} |\n"));
+        } else if key.contains("speedup") {
+            rows.push_str(&format!(
+                "| {key} | {x:.1}× | speedup (higher is better) |\n"
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!("| comparison | keel ÷ baseline | reading |\n|---|---:|---|\n{rows}\n")
 }
 
 fn format_number(value: &Value) -> String {

@@ -1,0 +1,439 @@
+//! Benchmark charts: one PNG per scenario, drawn with plotters from the scenario's
+//! `target/keel-bench/<scenario>.json`.
+//!
+//! The chart is generic — it knows no scenario — and reads the metric names:
+//!
+//! * `*_ratio` metrics (keel's time ÷ the baseline's; below 1 keel is faster) are
+//!   the headline: horizontal bars with the baseline drawn at 1;
+//! * metrics with `speedup` in their name (higher is better) get their own panel;
+//! * a scenario with no ratios shows its times instead (`*_ms`, `*_s`, `*_us`, on a
+//!   log scale, baseline runs — names starting `raw_` or holding `baseline` — in grey).
+//!
+//! Text is drawn with DejaVu Sans, committed under `xtask/assets/` (license beside
+//! it), through plotters' `ab_glyph` feature: no system fonts or fontconfig needed.
+
+use std::path::Path;
+
+use plotters::coord::ranged1d::SegmentValue;
+use plotters::prelude::*;
+use plotters::style::{register_font, FontStyle};
+use serde_json::Value;
+
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+const WIDTH: u32 = 1000;
+const ROW: u32 = 34;
+const PANEL_EXTRA: u32 = 90;
+const HEADER: u32 = 70;
+
+const KEEL: RGBColor = RGBColor(0x2b, 0x6c, 0xb0);
+const SPEEDUP: RGBColor = RGBColor(0x2f, 0x85, 0x5a);
+const BASELINE: RGBColor = RGBColor(0x9a, 0xa0, 0xa6);
+const REFERENCE: RGBColor = RGBColor(0xc5, 0x30, 0x30);
+
+/// One bar.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Bar {
+    pub label: String,
+    pub value: f64,
+    pub baseline: bool,
+}
+
+/// What kind of panel: decides the axis, the reference line and the labels.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PanelKind {
+    /// keel ÷ baseline; reference line at 1, lower is better.
+    Ratio,
+    /// × faster; reference line at 1, higher is better.
+    Speedup,
+    /// Milliseconds, log scale.
+    Time,
+}
+
+/// One panel of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    pub kind: PanelKind,
+    pub title: String,
+    pub bars: Vec<Bar>,
+}
+
+/// Picks the panels for a scenario report (see the module docs).
+pub fn panels(report: &Value) -> Vec<Panel> {
+    let Some(metrics) = report.get("metrics").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let num = |v: &Value| v.as_f64().filter(|x| x.is_finite());
+    let mut ratios = Vec::new();
+    let mut speedups = Vec::new();
+    let mut times = Vec::new();
+    for (key, value) in metrics {
+        let Some(x) = num(value) else { continue };
+        if let Some(label) = key.strip_suffix("_ratio") {
+            ratios.push(Bar {
+                label: label.to_string(),
+                value: x,
+                baseline: false,
+            });
+        } else if key.contains("speedup") {
+            speedups.push(Bar {
+                label: key.clone(),
+                value: x,
+                baseline: false,
+            });
+        } else if let Some(ms) = time_ms(key, x) {
+            if ms > 0.0 {
+                times.push(Bar {
+                    label: key.clone(),
+                    value: ms,
+                    baseline: key.starts_with("raw_") || key.contains("baseline"),
+                });
+            }
+        }
+    }
+    let mut out = Vec::new();
+    if !ratios.is_empty() {
+        out.push(Panel {
+            kind: PanelKind::Ratio,
+            title: "keel time ÷ baseline time (below 1: keel is faster)".into(),
+            bars: ratios,
+        });
+    }
+    if !speedups.is_empty() {
+        out.push(Panel {
+            kind: PanelKind::Speedup,
+            title: "speedup, × (higher is better)".into(),
+            bars: speedups,
+        });
+    }
+    if out.iter().all(|p| p.kind != PanelKind::Ratio) && !times.is_empty() {
+        out.push(Panel {
+            kind: PanelKind::Time,
+            title: "time in ms, log scale (grey: baseline)".into(),
+            bars: times,
+        });
+    }
+    out
+}
+
+/// A time metric in milliseconds, from its unit suffix.
+fn time_ms(key: &str, x: f64) -> Option<f64> {
+    if key.ends_with("_ms") || key.contains("_ms_") {
+        Some(x)
+    } else if key.ends_with("_us") {
+        Some(x / 1e3)
+    } else if key.ends_with("_s") {
+        Some(x * 1e3)
+    } else {
+        None
+    }
+}
+
+fn register() {
+    use std::sync::Once;
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The font is a committed asset; if it were unreadable the charts would
+        // fail loudly below ("font" errors), which is what we want.
+        let _ = register_font("sans-serif", FontStyle::Normal, FONT);
+    });
+}
+
+fn err(e: impl std::fmt::Display) -> String {
+    format!("drawing chart: {e}")
+}
+
+/// Draws `report`'s chart into `out` (PNG). `subtitle` names the machine and date.
+/// Returns `false` (and draws nothing) when the report has nothing to chart.
+pub fn render(name: &str, report: &Value, subtitle: &str, out: &Path) -> Result<bool, String> {
+    let panels = panels(report);
+    if panels.is_empty() {
+        return Ok(false);
+    }
+    register();
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    }
+    let heights: Vec<u32> = panels
+        .iter()
+        .map(|p| PANEL_EXTRA + ROW * p.bars.len() as u32)
+        .collect();
+    let height = HEADER + heights.iter().sum::<u32>();
+    let root = BitMapBackend::new(out, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let (header, mut rest) = root.split_vertically(HEADER);
+    header
+        .draw(&Text::new(
+            format!("keel benchmark: {name}"),
+            (20, 14),
+            ("sans-serif", 26).into_font().color(&BLACK),
+        ))
+        .map_err(err)?;
+    header
+        .draw(&Text::new(
+            subtitle.to_string(),
+            (20, 46),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&RGBColor(0x55, 0x55, 0x55)),
+        ))
+        .map_err(err)?;
+    for (panel, h) in panels.iter().zip(&heights) {
+        let (area, below) = rest.split_vertically(*h);
+        draw_panel(&area, panel)?;
+        rest = below;
+    }
+    root.present()
+        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+    Ok(true)
+}
+
+fn draw_panel(
+    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
+    p: &Panel,
+) -> Result<(), String> {
+    let n = p.bars.len() as i32;
+    let labels: Vec<String> = p.bars.iter().map(|b| b.label.clone()).collect();
+    let label_width = labels
+        .iter()
+        .map(|l| l.chars().count() as u32)
+        .max()
+        .unwrap_or(4)
+        .clamp(6, 40)
+        * 9
+        + 16;
+    let max = p.bars.iter().map(|b| b.value).fold(0.0_f64, f64::max);
+    let value_text = |v: f64| match p.kind {
+        PanelKind::Ratio => format!("{v:.2}"),
+        PanelKind::Speedup => format!("{v:.1}×"),
+        PanelKind::Time if v >= 100.0 => format!("{v:.0} ms"),
+        PanelKind::Time if v >= 1.0 => format!("{v:.1} ms"),
+        PanelKind::Time => format!("{v:.3} ms"),
+    };
+    let bar_style = |b: &Bar| {
+        let c = match (p.kind, b.baseline) {
+            (_, true) => BASELINE,
+            (PanelKind::Speedup, _) => SPEEDUP,
+            _ => KEEL,
+        };
+        c.filled()
+    };
+    let label_font = ("sans-serif", 15).into_font();
+    let value_font = ("sans-serif", 14).into_font().color(&BLACK);
+    let y_range = (0..n).into_segmented();
+    let y_fmt = |v: &SegmentValue<i32>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => labels
+            .get(usize::try_from(n - 1 - *i).unwrap_or(usize::MAX))
+            .cloned()
+            .unwrap_or_default(),
+        SegmentValue::Last => String::new(),
+    };
+    // First metric at the top: bar i sits in row n-1-i.
+    let bars = p
+        .bars
+        .iter()
+        .enumerate()
+        .map(|(i, b)| (n - 1 - i as i32, b));
+    match p.kind {
+        PanelKind::Ratio | PanelKind::Speedup => {
+            let hi = (max.max(1.0)) * 1.18;
+            let mut chart = ChartBuilder::on(area)
+                .caption(&p.title, ("sans-serif", 18))
+                .margin(12)
+                .margin_right(36)
+                .x_label_area_size(28)
+                .y_label_area_size(label_width)
+                .build_cartesian_2d(0.0..hi, y_range)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .y_labels(n as usize)
+                .y_label_formatter(&y_fmt)
+                .y_label_style(label_font)
+                .x_label_style(("sans-serif", 13))
+                .light_line_style(RGBColor(0xee, 0xee, 0xee))
+                .draw()
+                .map_err(err)?;
+            chart
+                .draw_series(bars.clone().map(|(i, b)| {
+                    let mut r = Rectangle::new(
+                        [
+                            (0.0, SegmentValue::Exact(i)),
+                            (b.value, SegmentValue::Exact(i + 1)),
+                        ],
+                        bar_style(b),
+                    );
+                    r.set_margin(5, 5, 0, 0);
+                    r
+                }))
+                .map_err(err)?;
+            chart
+                .draw_series(bars.map(|(i, b)| {
+                    Text::new(
+                        format!(" {}", value_text(b.value)),
+                        (b.value, SegmentValue::CenterOf(i)),
+                        value_font
+                            .clone()
+                            .pos(plotters::style::text_anchor::Pos::new(
+                                plotters::style::text_anchor::HPos::Left,
+                                plotters::style::text_anchor::VPos::Center,
+                            )),
+                    )
+                }))
+                .map_err(err)?;
+            chart
+                .draw_series(std::iter::once(PathElement::new(
+                    vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
+                    REFERENCE.stroke_width(2),
+                )))
+                .map_err(err)?
+                .label(match p.kind {
+                    PanelKind::Ratio => "baseline (= 1)",
+                    _ => "no speedup (= 1)",
+                })
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
+                });
+            chart
+                .configure_series_labels()
+                .position(SeriesLabelPosition::UpperRight)
+                .label_font(("sans-serif", 13))
+                .background_style(WHITE.mix(0.9))
+                .border_style(RGBColor(0xcc, 0xcc, 0xcc))
+                .draw()
+                .map_err(err)?;
+        }
+        PanelKind::Time => {
+            let min = p
+                .bars
+                .iter()
+                .map(|b| b.value)
+                .fold(f64::INFINITY, f64::min)
+                .max(1e-6);
+            let lo = 10f64.powf(min.log10().floor());
+            let hi = 10f64.powf((max * 3.0).log10().ceil());
+            let mut chart = ChartBuilder::on(area)
+                .caption(&p.title, ("sans-serif", 18))
+                .margin(12)
+                .margin_right(36)
+                .x_label_area_size(28)
+                .y_label_area_size(label_width)
+                .build_cartesian_2d((lo..hi).log_scale(), y_range)
+                .map_err(err)?;
+            chart
+                .configure_mesh()
+                .disable_y_mesh()
+                .y_labels(n as usize)
+                .y_label_formatter(&y_fmt)
+                .y_label_style(label_font)
+                .x_label_style(("sans-serif", 13))
+                .x_label_formatter(&|v| {
+                    if *v >= 1.0 {
+                        format!("{v:.0}")
+                    } else {
+                        format!("{v}")
+                    }
+                })
+                .light_line_style(RGBColor(0xee, 0xee, 0xee))
+                .draw()
+                .map_err(err)?;
+            chart
+                .draw_series(bars.clone().map(|(i, b)| {
+                    let mut r = Rectangle::new(
+                        [
+                            (lo, SegmentValue::Exact(i)),
+                            (b.value, SegmentValue::Exact(i + 1)),
+                        ],
+                        bar_style(b),
+                    );
+                    r.set_margin(5, 5, 0, 0);
+                    r
+                }))
+                .map_err(err)?;
+            chart
+                .draw_series(bars.map(|(i, b)| {
+                    Text::new(
+                        format!(" {}", value_text(b.value)),
+                        (b.value, SegmentValue::CenterOf(i)),
+                        value_font
+                            .clone()
+                            .pos(plotters::style::text_anchor::Pos::new(
+                                plotters::style::text_anchor::HPos::Left,
+                                plotters::style::text_anchor::VPos::Center,
+                            )),
+                    )
+                }))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn ratios_are_the_headline_and_times_only_without_them() {
+        let crud = json!({"metrics": {
+            "insert_ratio": 2.0, "update_ratio": 0.5, "insert_s": 0.1,
+            "concurrent_speedup": 3.0, "objects": 1000
+        }});
+        let p = panels(&crud);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p[0].kind, PanelKind::Ratio);
+        assert_eq!(p[0].bars[0].label, "insert");
+        assert_eq!(p[1].kind, PanelKind::Speedup);
+
+        let open = json!({"metrics": {
+            "caller_blocked_ms": 0.1, "raw_rusqlite_open_ms_wal_16mib": 4.0,
+            "fetch_us": 20.0, "tasks": 16
+        }});
+        let p = panels(&open);
+        assert_eq!(p.len(), 1);
+        assert_eq!(p[0].kind, PanelKind::Time);
+        let raw = p[0]
+            .bars
+            .iter()
+            .find(|b| b.label.starts_with("raw_"))
+            .unwrap();
+        assert!(raw.baseline);
+        let us = p[0].bars.iter().find(|b| b.label == "fetch_us").unwrap();
+        assert!((us.value - 0.02).abs() < 1e-12);
+        assert!(panels(&json!({"metrics": {"tasks": 3}})).is_empty());
+    }
+
+    #[test]
+    fn renders_a_png() {
+        let dir = std::env::temp_dir().join(format!("keel-chart-{}", std::process::id()));
+        let out = dir.join("t.png");
+        let report = json!({"metrics": {"a_ratio": 1.5, "b_ratio": 0.4, "x_speedup": 4.0}});
+        assert!(render("t", &report, "test machine", &out).unwrap());
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(&bytes[1..4], b"PNG");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
+/// Not a test: `cargo test -p xtask -- --ignored redraw` redraws every chart from the
+/// JSON already under target/keel-bench/ into target/keel-bench/preview/.
+#[test]
+#[ignore]
+fn redraw_from_existing_json() {
+    let dir = crate::util::workspace_root()
+        .join("target")
+        .join("keel-bench");
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            let report: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
+            let out = dir.join("preview").join(format!("{name}.png"));
+            render(&name, &report, "preview", &out).unwrap();
+            println!("{}", out.display());
+        }
+    }
+}
