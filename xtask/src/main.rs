@@ -8,8 +8,20 @@
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
 //!   files. `--json` also prints the JSON of each scenario to stdout.
+//! * `cargo xtask bindings [--release] [--test] [python|kotlin|swift…]` — builds
+//!   `keel-ffi` and generates its UniFFI sources under `target/keel-bindings/`;
+//!   `--test` runs the Python and Kotlin binding tests.
+//! * `cargo xtask swift-package` — assembles the SwiftPM package under
+//!   `target/keel-swift/` (runs the xcframework build where Xcode exists, prints
+//!   the steps elsewhere).
+//! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
 
+mod aar;
 mod bench;
+mod bindings;
+mod ffi;
+mod kotlin;
+mod swift_package;
 mod stress;
 mod util;
 
@@ -20,6 +32,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        Some("bindings") => bindings::run(&args[1..]),
+        Some("swift-package") => swift_package::run(&args[1..]),
+        Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", USAGE);
@@ -42,6 +57,11 @@ commands:
   test                         run every test (Rust workspace, quick benchmarks)
   bench [SCENARIO…] [--quick] [--json]
                                run scenario benchmarks and render BENCHMARKS.md
+  bindings [--release] [--test] [python|kotlin|swift…]
+                               generate the UniFFI sources (target/keel-bindings/);
+                               --test runs the Python and Kotlin binding tests
+  swift-package                assemble the Swift package (target/keel-swift/)
+  aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
                                crash/power-loss/fault campaign (simulated disk)";
 
@@ -56,6 +76,8 @@ fn test(args: &[String]) -> Result<(), String> {
     util::cargo(&["test", "--workspace", "--exclude", "xtask"])?;
     // Benchmarks are code too: run them small so they cannot rot unnoticed.
     bench::run(&["--quick".to_string()])?;
+    // The Python and Kotlin binding tests (they build keel-ffi and generate sources).
+    ffi::test()?;
     println!("xtask test: all suites passed");
     Ok(())
 }

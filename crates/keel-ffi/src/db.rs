@@ -1,0 +1,430 @@
+//! [`open_async`], [`open`], [`Database`] and [`Query`].
+
+use std::future::Future;
+use std::sync::Arc;
+
+use keel_schema::{Schema, SortKey, Value as KValue};
+
+use crate::error::KeelError;
+use crate::expr::{Expr, Resolver};
+use crate::types::{
+    progress_fn, CheckpointResult, IoStats, OpenOptions, OpenProgressListener, OpenReport,
+    StoredObject, Value, WriteOp, WriteResult,
+};
+
+/// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
+/// caller's thread (an event loop polling the future) free of blocking work.
+pub(crate) fn off_thread<T: Send + 'static>(
+    name: &str,
+    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
+) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("keel-ffi-{name}"))
+        .spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                .unwrap_or_else(|_| Err(KeelError::internal("a keel task panicked")));
+            let _ = tx.send(r);
+        });
+    let spawn_err = spawned.err().map(|e| KeelError::Io {
+        message: format!("could not start a keel thread: {e}"),
+    });
+    async move {
+        if let Some(e) = spawn_err {
+            return Err(e);
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
+    }
+}
+
+fn parse_schema(schema_fbs: &str) -> Result<Schema, KeelError> {
+    Schema::parse(schema_fbs, "schema.fbs").map_err(|e| KeelError::InvalidSchema {
+        message: format!("schema does not parse: {e}"),
+    })
+}
+
+fn options(
+    options: &OpenOptions,
+    progress: Option<Box<dyn OpenProgressListener>>,
+) -> keel_storage::StoreOptions {
+    let mut o = options.to_store_options();
+    if let Some(l) = progress {
+        o.progress = Some(progress_fn(l));
+    }
+    o
+}
+
+/// Open (or create) the database at `path` with the FlatBuffers schema text
+/// `schema_fbs` (collections: the `root_type` table and tables marked `(entity)`).
+///
+/// Returns at once; the whole open — including a slow sync of a WAL left by a
+/// previous run and SQLite's recovery — runs on keel's own threads, so the caller's
+/// thread (iOS main thread, Android main looper, an asyncio loop) stays free.
+/// `progress`, if given, is called **on a keel thread** with each phase.
+///
+/// Errors: `InvalidSchema` (the text does not parse, or is not a compatible
+/// evolution of the stored schema), `Corrupt`, `Locked`, `Io`.
+#[uniffi::export]
+pub async fn open_async(
+    path: String,
+    schema_fbs: String,
+    options: OpenOptions,
+    progress: Option<Box<dyn OpenProgressListener>>,
+) -> Result<Arc<Database>, KeelError> {
+    // Parsing is quick, but it is work: keep it off the caller's thread too.
+    let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
+    let opts = self::options(&options, progress);
+    let db = keel_query::Database::open_async(&path, schema, opts).await?;
+    Ok(Arc::new(Database { db }))
+}
+
+/// [`open_async`], blocking the calling thread through the whole open. For
+/// background threads, scripts and tests — never call it on a UI thread.
+#[uniffi::export]
+pub fn open_blocking(
+    path: String,
+    schema_fbs: String,
+    options: OpenOptions,
+    progress: Option<Box<dyn OpenProgressListener>>,
+) -> Result<Arc<Database>, KeelError> {
+    let schema = parse_schema(&schema_fbs)?;
+    let opts = self::options(&options, progress);
+    let db = keel_query::Database::open(&path, schema, opts)?;
+    Ok(Arc::new(Database { db }))
+}
+
+/// Check schema text without opening anything: `InvalidSchema` with line and
+/// column if it does not parse; otherwise the names of its collections.
+#[uniffi::export]
+pub fn check_schema(schema_fbs: String) -> Result<Vec<String>, KeelError> {
+    let s = parse_schema(&schema_fbs)?;
+    Ok(s.collections.iter().map(|c| c.name.clone()).collect())
+}
+
+/// Build FlatBuffers bytes for `collection` from JSON (flatc's JSON conventions),
+/// using only the schema text. Handy in tests and tools; apps use their own
+/// `flatc`-generated builders.
+#[uniffi::export]
+pub fn encode_json(
+    schema_fbs: String,
+    collection: String,
+    json: String,
+) -> Result<Vec<u8>, KeelError> {
+    let s = parse_schema(&schema_fbs)?;
+    encode_with(&s, &collection, &json)
+}
+
+fn encode_with(s: &Schema, collection: &str, json: &str) -> Result<Vec<u8>, KeelError> {
+    let r = Resolver::new(s, collection, "encode_json")?;
+    let reader = s
+        .table_reader(r.table)
+        .ok_or_else(|| KeelError::internal("collection table missing"))?;
+    let v: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| KeelError::invalid_argument(format!("encode_json: bad JSON: {e}")))?;
+    reader
+        .encode_json(&v)
+        .map_err(|e| KeelError::InvalidObject {
+            message: format!("encode_json for {collection}: {e}"),
+        })
+}
+
+fn decode_with(s: &Schema, collection: &str, bytes: &[u8]) -> Result<String, KeelError> {
+    let r = Resolver::new(s, collection, "decode_json")?;
+    let reader = s
+        .table_reader(r.table)
+        .ok_or_else(|| KeelError::internal("collection table missing"))?;
+    let invalid = |e: keel_schema::DecodeError| KeelError::InvalidObject {
+        message: format!("decode_json for {collection}: the bytes are not a valid object: {e}"),
+    };
+    let obj = reader.read(bytes).map_err(invalid)?;
+    Ok(obj.to_json().map_err(invalid)?.to_string())
+}
+
+fn keys(key: Vec<Value>) -> Vec<KValue> {
+    key.into_iter().map(KValue::from).collect()
+}
+
+/// An open keel database. Thread-safe: share one instance across the app.
+///
+/// * `write` is async: the batch runs on keel's writer thread in one transaction
+///   (group commit with concurrent writes) and the call completes after COMMIT.
+/// * `get`, `query(...).all()`, `count()` are synchronous reads on the calling
+///   thread with a pooled read-only connection (they never wait for the writer);
+///   the `_async` variants run the same read on a keel thread.
+/// * `close` finishes queued writes, checkpoints and releases the file.
+#[derive(uniffi::Object)]
+pub struct Database {
+    pub(crate) db: keel_query::Database,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.db.fmt(f)
+    }
+}
+
+impl Database {
+    /// The engine-level database (for Rust code embedding the FFI crate).
+    pub fn inner(&self) -> &keel_query::Database {
+        &self.db
+    }
+}
+
+#[uniffi::export]
+impl Database {
+    /// Run a batch of writes in one transaction on keel's writer thread and resolve
+    /// after COMMIT with one result per operation. The batch is atomic: if any
+    /// operation fails (bad bytes, unknown collection, duplicate key, missing
+    /// object), none of it is kept and the error is thrown.
+    pub async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteResult>, KeelError> {
+        let fut = self.db.write(move |txn| {
+            let mut out = Vec::with_capacity(ops.len());
+            for op in ops {
+                out.push(match op {
+                    WriteOp::Insert { collection, bytes } => WriteResult::Written {
+                        rowid: txn.insert_bytes(&collection, bytes)?,
+                    },
+                    WriteOp::Update { collection, bytes } => WriteResult::Written {
+                        rowid: txn.update_bytes(&collection, bytes)?,
+                    },
+                    WriteOp::Upsert { collection, bytes } => WriteResult::Written {
+                        rowid: txn.upsert_bytes(&collection, bytes)?,
+                    },
+                    WriteOp::Delete { collection, key } => WriteResult::Deleted {
+                        existed: txn.delete_key(&collection, &keys(key))?,
+                    },
+                });
+            }
+            Ok(out)
+        });
+        Ok(fut.await?)
+    }
+
+    /// The object of `collection` with primary key `key` (values in key-field
+    /// order; `[rowid]` for collections without a key), or null. A key of the wrong
+    /// type or length is `TypeMismatch`.
+    pub fn get(&self, collection: String, key: Vec<Value>) -> Result<Option<Vec<u8>>, KeelError> {
+        Ok(self.db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+    }
+
+    /// [`Database::get`] on a keel thread.
+    pub async fn get_async(
+        &self,
+        collection: String,
+        key: Vec<Value>,
+    ) -> Result<Option<Vec<u8>>, KeelError> {
+        let db = self.db.clone();
+        off_thread("get", move || {
+            Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+        })
+        .await
+    }
+
+    /// A query over `collection`: chain `filter`, `order_by`, `limit`, `offset`,
+    /// then run it with `all`, `first` or `count` (or their `_async` variants).
+    pub fn query(&self, collection: String) -> Arc<Query> {
+        Arc::new(Query {
+            db: self.db.clone(),
+            collection,
+            filter: Vec::new(),
+            order: Vec::new(),
+            limit: None,
+            offset: 0,
+        })
+    }
+
+    /// Number of objects in `collection`.
+    pub fn count(&self, collection: String) -> Result<u64, KeelError> {
+        self.query(collection).count()
+    }
+
+    /// [`Database::count`] on a keel thread.
+    pub async fn count_async(&self, collection: String) -> Result<u64, KeelError> {
+        self.query(collection).count_async().await
+    }
+
+    /// FlatBuffers bytes for `collection` from JSON, with this database's schema.
+    pub fn encode_json(&self, collection: String, json: String) -> Result<Vec<u8>, KeelError> {
+        encode_with(self.db.schema(), &collection, &json)
+    }
+
+    /// The object in `bytes` as JSON (verified against the schema first).
+    pub fn decode_json(&self, collection: String, bytes: Vec<u8>) -> Result<String, KeelError> {
+        decode_with(self.db.schema(), &collection, &bytes)
+    }
+
+    /// Names of the collections.
+    pub fn collections(&self) -> Vec<String> {
+        self.db
+            .schema()
+            .collections
+            .iter()
+            .map(|c| c.name.clone())
+            .collect()
+    }
+
+    /// Run a PASSIVE checkpoint now (on a keel thread): copy what can be copied
+    /// from the WAL without waiting for anyone.
+    pub async fn checkpoint(&self) -> Result<CheckpointResult, KeelError> {
+        let db = self.db.clone();
+        off_thread("checkpoint", move || {
+            Ok(db
+                .store()
+                .checkpoint(keel_storage::CheckpointMode::Passive)?
+                .into())
+        })
+        .await
+    }
+
+    /// The app is going to the background: TRUNCATE checkpoint (bounded wait) so
+    /// the WAL is empty and the next launch has nothing to sync or recover. Call it
+    /// from `applicationDidEnterBackground` / `onStop`.
+    pub async fn on_background(&self) -> Result<CheckpointResult, KeelError> {
+        let db = self.db.clone();
+        off_thread("background", move || Ok(db.store().on_background()?.into())).await
+    }
+
+    /// Physical I/O since open, per file kind.
+    pub fn io_stats(&self) -> IoStats {
+        self.db.store().io_stats().into()
+    }
+
+    /// Where the open time went (print `text` for a tree).
+    pub fn open_report(&self) -> OpenReport {
+        self.db.store().open_report().into()
+    }
+
+    /// The database file.
+    pub fn path(&self) -> String {
+        self.db.path().display().to_string()
+    }
+
+    /// Finish queued writes, checkpoint and close (on a keel thread). Later calls
+    /// on this database throw `Closed`.
+    pub async fn close(&self) -> Result<(), KeelError> {
+        Ok(self.db.close().await?)
+    }
+
+    /// True after `close`.
+    pub fn is_closed(&self) -> bool {
+        self.db.is_closed()
+    }
+}
+
+/// A query over one collection, built step by step. Each step returns a new
+/// query (queries are immutable and can be shared across threads).
+#[derive(Debug, Clone, uniffi::Object)]
+pub struct Query {
+    db: keel_query::Database,
+    collection: String,
+    filter: Vec<Arc<Expr>>,
+    order: Vec<(String, bool)>,
+    limit: Option<u64>,
+    offset: u64,
+}
+
+impl Query {
+    fn with(&self, f: impl FnOnce(&mut Query)) -> Arc<Query> {
+        let mut q = self.clone();
+        f(&mut q);
+        Arc::new(q)
+    }
+
+    /// The engine query, with every name and value type checked.
+    fn build(&self) -> Result<keel_query::Query<'static>, KeelError> {
+        let schema = Arc::clone(self.db.schema());
+        let r = Resolver::new(&schema, &self.collection, "query")?;
+        let mut q = self.db.query(&self.collection);
+        for f in &self.filter {
+            q = q.filter(r.expr(f)?);
+        }
+        for (field, desc) in &self.order {
+            let p = r.path(field)?;
+            q = q.order_by(if *desc {
+                SortKey::desc(p)
+            } else {
+                SortKey::asc(p)
+            });
+        }
+        if let Some(n) = self.limit {
+            q = q.limit(n);
+        }
+        if self.offset > 0 {
+            q = q.offset(self.offset);
+        }
+        Ok(q)
+    }
+}
+
+#[uniffi::export]
+impl Query {
+    /// Keep objects matching `expr` (AND-ed with earlier filters).
+    pub fn filter(&self, expr: Arc<Expr>) -> Arc<Query> {
+        self.with(|q| q.filter.push(expr))
+    }
+
+    /// Add a sort key (earlier keys take precedence; ties end on rowid). Absent
+    /// values sort first ascending, last descending.
+    pub fn order_by(&self, field: String, descending: bool) -> Arc<Query> {
+        self.with(|q| q.order.push((field, descending)))
+    }
+
+    /// At most `n` objects.
+    pub fn limit(&self, n: u64) -> Arc<Query> {
+        self.with(|q| q.limit = Some(n))
+    }
+
+    /// Skip the first `n` objects.
+    pub fn offset(&self, n: u64) -> Arc<Query> {
+        self.with(|q| q.offset = n)
+    }
+
+    /// The filter as text (for logs).
+    pub fn describe(&self) -> String {
+        let mut s = self.collection.clone();
+        for f in &self.filter {
+            s.push_str(&format!(" WHERE {}", f.describe()));
+        }
+        for (f, d) in &self.order {
+            s.push_str(&format!(
+                " ORDER BY {f} {}",
+                if *d { "DESC" } else { "ASC" }
+            ));
+        }
+        if let Some(n) = self.limit {
+            s.push_str(&format!(" LIMIT {n}"));
+        }
+        if self.offset > 0 {
+            s.push_str(&format!(" OFFSET {}", self.offset));
+        }
+        s
+    }
+
+    /// Every matching object, in order (synchronous, on the calling thread).
+    pub fn all(&self) -> Result<Vec<StoredObject>, KeelError> {
+        Ok(self.build()?.all()?.into_iter().map(Into::into).collect())
+    }
+
+    /// The first matching object.
+    pub fn first(&self) -> Result<Option<StoredObject>, KeelError> {
+        Ok(self.build()?.first()?.map(Into::into))
+    }
+
+    /// The number of matching objects (after `limit`/`offset`).
+    pub fn count(&self) -> Result<u64, KeelError> {
+        Ok(self.build()?.count()?)
+    }
+
+    /// [`Query::all`] on a keel thread.
+    pub async fn all_async(&self) -> Result<Vec<StoredObject>, KeelError> {
+        let q = self.build()?;
+        Ok(q.all_async().await?.into_iter().map(Into::into).collect())
+    }
+
+    /// [`Query::count`] on a keel thread.
+    pub async fn count_async(&self) -> Result<u64, KeelError> {
+        let q = self.build()?;
+        Ok(q.count_async().await?)
+    }
+}

@@ -1,0 +1,209 @@
+//! [`KeelError`]: every error that crosses the FFI, as typed exceptions.
+
+use keel_query::Error as QErr;
+use keel_storage::Error as SErr;
+
+/// Everything that can go wrong in a keel call made from Swift, Kotlin or Python.
+///
+/// Each variant arrives as its own exception type (`KeelError.InvalidObject` in
+/// Python and Swift, `KeelException.InvalidObject` in Kotlin) whose message says
+/// what was being done, to which collection or file, and why. Bad input never
+/// panics and never takes the process down: it is one of these.
+///
+/// ```
+/// use keel_ffi::KeelError;
+/// let e = KeelError::UnknownCollection { message: "get: no collection named \"Nope\"".into() };
+/// assert!(e.to_string().contains("Nope"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+#[uniffi(flat_error)]
+pub enum KeelError {
+    /// The schema text does not parse, or cannot replace the schema stored in the
+    /// file (an incompatible evolution).
+    #[error("{message}")]
+    InvalidSchema {
+        /// What is wrong, with line and column for parse errors.
+        message: String,
+    },
+    /// Bytes handed to a write are not a valid FlatBuffers object of the collection
+    /// (or JSON handed to `encode_json` does not fit the table).
+    #[error("{message}")]
+    InvalidObject {
+        /// What is wrong with the bytes.
+        message: String,
+    },
+    /// The collection is not part of the database's schema.
+    #[error("{message}")]
+    UnknownCollection {
+        /// Which name was asked for.
+        message: String,
+    },
+    /// A query names a field that does not exist in the collection's table.
+    #[error("{message}")]
+    UnknownField {
+        /// Which path and why.
+        message: String,
+    },
+    /// A key or filter value has the wrong type for its field (or a key has the
+    /// wrong number of parts).
+    #[error("{message}")]
+    TypeMismatch {
+        /// What was expected and what was given.
+        message: String,
+    },
+    /// An argument is malformed in a way not covered above (bad JSON text, …).
+    #[error("{message}")]
+    InvalidArgument {
+        /// What is wrong.
+        message: String,
+    },
+    /// An insert hit an object with the same primary key or unique value.
+    #[error("{message}")]
+    AlreadyExists {
+        /// The collection and constraint.
+        message: String,
+    },
+    /// An update named a primary key that is not stored.
+    #[error("{message}")]
+    NotFound {
+        /// The collection and key.
+        message: String,
+    },
+    /// The database was closed before or while the call ran.
+    #[error("{message}")]
+    Closed {
+        /// What was attempted.
+        message: String,
+    },
+    /// The file is not a keel/SQLite database or is damaged (or a stored object no
+    /// longer decodes). `OpenOptions.recover_corrupt` moves such a file aside.
+    #[error("{message}")]
+    Corrupt {
+        /// Which file and what is wrong.
+        message: String,
+    },
+    /// Another process holds a lock keel needed.
+    #[error("{message}")]
+    Locked {
+        /// Which file.
+        message: String,
+    },
+    /// An I/O error: permissions, a full disk, a failed sync.
+    #[error("{message}")]
+    Io {
+        /// The operation, file and OS error.
+        message: String,
+    },
+    /// The operation was cancelled (e.g. the open's future was dropped).
+    #[error("{message}")]
+    Cancelled {
+        /// What was cancelled.
+        message: String,
+    },
+    /// Anything else (an SQLite error of the object layer, a caught panic). Please
+    /// report these.
+    #[error("{message}")]
+    Internal {
+        /// The details.
+        message: String,
+    },
+}
+
+/// What a foreign callback (progress listener, subscription) may throw. keel logs
+/// it and goes on: a failing callback never disturbs the database. Any exception
+/// (not only this type) is caught the same way.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+pub enum CallbackError {
+    /// The callback failed.
+    #[error("callback failed: {reason}")]
+    Failed {
+        /// What went wrong. (Not `message`: Kotlin exceptions have one already.)
+        reason: String,
+    },
+}
+
+impl From<uniffi::UnexpectedUniFFICallbackError> for CallbackError {
+    fn from(e: uniffi::UnexpectedUniFFICallbackError) -> Self {
+        CallbackError::Failed { reason: e.reason }
+    }
+}
+
+impl KeelError {
+    pub(crate) fn invalid_argument(message: impl Into<String>) -> KeelError {
+        KeelError::InvalidArgument {
+            message: message.into(),
+        }
+    }
+    pub(crate) fn internal(message: impl Into<String>) -> KeelError {
+        KeelError::Internal {
+            message: message.into(),
+        }
+    }
+}
+
+impl From<SErr> for KeelError {
+    fn from(e: SErr) -> Self {
+        let message = e.to_string();
+        match e {
+            SErr::NotADatabase { .. } | SErr::Corrupt { .. } => KeelError::Corrupt { message },
+            SErr::Locked { .. } => KeelError::Locked { message },
+            SErr::Unreadable { .. } | SErr::Io { .. } | SErr::SyncFailed { .. } => {
+                KeelError::Io { message }
+            }
+            SErr::Closed { .. } => KeelError::Closed { message },
+            SErr::Cancelled { .. } => KeelError::Cancelled { message },
+            SErr::Schema { .. } => KeelError::InvalidSchema { message },
+            _ => KeelError::Internal { message },
+        }
+    }
+}
+
+impl From<QErr> for KeelError {
+    fn from(e: QErr) -> Self {
+        let message = e.to_string();
+        match e {
+            QErr::Storage(s) => s.into(),
+            QErr::AlreadyExists { .. } => KeelError::AlreadyExists { message },
+            QErr::NotFound { .. } => KeelError::NotFound { message },
+            QErr::Closed { .. } => KeelError::Closed { message },
+            QErr::Decode { .. } => KeelError::Corrupt { message },
+            QErr::InvalidObject { .. } => KeelError::InvalidObject { message },
+            QErr::UnknownCollection { .. } => KeelError::UnknownCollection { message },
+            QErr::UnknownField { .. } => KeelError::UnknownField { message },
+            QErr::TypeMismatch { .. } => KeelError::TypeMismatch { message },
+            QErr::Schema { .. } => KeelError::InvalidSchema { message },
+            _ => KeelError::Internal { message },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_query_errors_to_typed_variants() {
+        let e: KeelError = QErr::UnknownCollection {
+            op: "get",
+            collection: "Nope".into(),
+        }
+        .into();
+        assert!(matches!(e, KeelError::UnknownCollection { .. }));
+        assert_eq!(
+            e.to_string(),
+            "get: no collection named \"Nope\" in the schema"
+        );
+        let e: KeelError = QErr::Closed {
+            op: "get",
+            path: "/tmp/a.db".into(),
+        }
+        .into();
+        assert!(matches!(e, KeelError::Closed { .. }));
+        let e: KeelError = SErr::Locked {
+            op: "open",
+            path: "/tmp/a.db".into(),
+        }
+        .into();
+        assert!(matches!(e, KeelError::Locked { .. }));
+    }
+}

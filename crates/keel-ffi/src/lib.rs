@@ -1,0 +1,68 @@
+//! # keel-ffi
+//!
+//! keel's UniFFI bindings: the API Swift, Kotlin and Python apps call. It is the
+//! *FFI front* of keel's one dynamic core (see `ARCHITECTURE.md`): objects cross as
+//! FlatBuffers bytes made by the app's own `flatc --swift/--kotlin` code, the
+//! schema crosses as `.fbs` text at open, and queries are built from exported
+//! [`Expr`] constructors. Same engine as the Rust front, no second implementation.
+//!
+//! ## The API
+//!
+//! * [`open_async`]`(path, schema_fbs, options, progress)` — returns at once (an
+//!   `async` function in Swift, a `suspend fun` in Kotlin, a coroutine in Python);
+//!   the open, including a slow WAL sync, runs on keel's threads. [`open_blocking`] blocks.
+//! * [`Database`] — async [`write`](Database::write) of a batch of [`WriteOp`]s;
+//!   sync and async [`get`](Database::get), [`query`](Database::query) (→ [`Query`]:
+//!   `filter`, `order_by`, `limit`, `offset`, `all`, `first`, `count`),
+//!   [`checkpoint`](Database::checkpoint), [`on_background`](Database::on_background),
+//!   [`io_stats`](Database::io_stats), [`open_report`](Database::open_report),
+//!   [`close`](Database::close).
+//! * [`KeelError`] — typed errors; each variant is its own exception type.
+//! * [`SyncPolicy`] — per reason in [`OpenOptions`], including
+//!   [`SyncPolicy::SimulatedLatency`] for demos and tests.
+//!
+//! ## Threads
+//!
+//! Async calls never block the thread that awaits them: the work runs on keel's
+//! writer thread, open thread or a short-lived keel thread, and the foreign side is
+//! woken when it is done (UniFFI's continuation callback; Python hops to its event
+//! loop with `call_soon_threadsafe`). Foreign callbacks ([`OpenProgressListener`])
+//! are called **on keel threads**; an exception they throw is caught and ignored.
+//!
+//! ## Bad input
+//!
+//! Nothing a caller passes can crash the process: schema text is parsed with
+//! errors, object bytes are verified against the schema before they are stored,
+//! key and filter values are checked against the field types, and unknown
+//! collections or fields are typed errors.
+//!
+//! ```
+//! use keel_ffi::{open_blocking, Expr, OpenOptions, Value, WriteOp};
+//! # let dir = tempfile::tempdir().unwrap();
+//! let fbs = "table Note { id: long (primary); text: string; } root_type Note;";
+//! let db = open_blocking(dir.path().join("n.db").display().to_string(), fbs.into(), OpenOptions::default(), None)?;
+//! let bytes = db.encode_json("Note".into(), r#"{"id": 1, "text": "hi"}"#.into())?;
+//! futures::executor::block_on(db.write(vec![WriteOp::Insert { collection: "Note".into(), bytes }]))?;
+//! let n = db.query("Note".into()).filter(Expr::eq("text".into(), Value::Text { v: "hi".into() })).count()?;
+//! assert_eq!(n, 1);
+//! futures::executor::block_on(db.close())?;
+//! # Ok::<(), keel_ffi::KeelError>(())
+//! ```
+#![warn(missing_docs)]
+#![deny(unsafe_code)]
+
+uniffi::setup_scaffolding!("keel");
+
+mod db;
+mod error;
+mod expr;
+mod types;
+
+pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
+pub use error::{CallbackError, KeelError};
+pub use expr::Expr;
+pub use types::{
+    CheckpointResult, FileStats, IoStats, OpenOptions, OpenPhase, OpenProgress,
+    OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value, WriteOp,
+    WriteResult,
+};

@@ -1,0 +1,488 @@
+//! Plain data that crosses the FFI: values, options, progress, reports, stats.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::CallbackError;
+use keel_storage::{OpenPhase as KPhase, StoreOptions, SyncPolicies, SyncPolicy as KPolicy};
+
+/// A field value: a primary-key part, or the constant of a filter.
+///
+/// Mapping from FlatBuffers types: `bool` → `Bool`; every integer type and enums →
+/// `Integer` (`ulong` as its i64 bit pattern); `float`/`double` → `Real`; `string`
+/// → `Text`; `[ubyte]` → `Blob`; absent → `Null`.
+///
+/// ```
+/// use keel_ffi::Value;
+/// let v = Value::Integer { v: 7 };
+/// assert_eq!(keel_schema::Value::from(v), keel_schema::Value::Int(7));
+/// ```
+#[derive(Debug, Clone, PartialEq, uniffi::Enum)]
+pub enum Value {
+    /// Absent / SQL NULL.
+    Null,
+    /// A `bool`.
+    Bool {
+        /// The value.
+        v: bool,
+    },
+    /// Any integer type or an enum's underlying value.
+    Integer {
+        /// The value.
+        v: i64,
+    },
+    /// `float` or `double`.
+    Real {
+        /// The value.
+        v: f64,
+    },
+    /// A `string`.
+    Text {
+        /// The value.
+        v: String,
+    },
+    /// A byte vector.
+    Blob {
+        /// The value.
+        v: Vec<u8>,
+    },
+}
+
+impl From<Value> for keel_schema::Value {
+    fn from(v: Value) -> Self {
+        match v {
+            Value::Null => keel_schema::Value::Null,
+            Value::Bool { v } => keel_schema::Value::Bool(v),
+            Value::Integer { v } => keel_schema::Value::Int(v),
+            Value::Real { v } => keel_schema::Value::Float(v),
+            Value::Text { v } => keel_schema::Value::Text(v),
+            Value::Blob { v } => keel_schema::Value::Blob(v),
+        }
+    }
+}
+
+impl From<keel_schema::Value> for Value {
+    fn from(v: keel_schema::Value) -> Self {
+        match v {
+            keel_schema::Value::Null => Value::Null,
+            keel_schema::Value::Bool(v) => Value::Bool { v },
+            keel_schema::Value::Int(v) => Value::Integer { v },
+            keel_schema::Value::Float(v) => Value::Real { v },
+            keel_schema::Value::Text(v) => Value::Text { v },
+            keel_schema::Value::Blob(v) => Value::Blob { v },
+        }
+    }
+}
+
+/// How a sync is performed; chosen per reason in [`OpenOptions`]. See
+/// `docs/durability.md` for what each survives.
+///
+/// ```
+/// use keel_ffi::SyncPolicy;
+/// let demo = SyncPolicy::SimulatedLatency { delay_ms: 2000 };
+/// assert!(matches!(demo, SyncPolicy::SimulatedLatency { .. }));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Enum)]
+pub enum SyncPolicy {
+    /// F_FULLFSYNC on Apple, fsync elsewhere: survives app crash, OS crash and power
+    /// loss. The default.
+    Full,
+    /// F_BARRIERFSYNC on Apple, fdatasync elsewhere.
+    Barrier,
+    /// SQLite's `synchronous=NORMAL`: commits are not synced, checkpoints are.
+    Normal,
+    /// Never sync (tests, caches).
+    Off,
+    /// For demos and tests: sleep `delay_ms` on the syncing (keel) thread, then do
+    /// a `Full` sync. Makes a slow-storage launch reproducible anywhere.
+    SimulatedLatency {
+        /// Added latency per sync, in milliseconds.
+        delay_ms: u64,
+    },
+}
+
+impl SyncPolicy {
+    pub(crate) fn to_kernel(&self) -> KPolicy {
+        match self {
+            SyncPolicy::Full => KPolicy::Full,
+            SyncPolicy::Barrier => KPolicy::Barrier,
+            SyncPolicy::Normal => KPolicy::Normal,
+            SyncPolicy::Off => KPolicy::Off,
+            SyncPolicy::SimulatedLatency { delay_ms } => {
+                let d = Duration::from_millis(*delay_ms);
+                KPolicy::custom(move |ctx| {
+                    std::thread::sleep(d);
+                    ctx.full_sync()
+                })
+            }
+        }
+    }
+}
+
+/// How to open a database. Every field has a default, so `OpenOptions()` is what
+/// most apps want.
+///
+/// ```
+/// use keel_ffi::{OpenOptions, SyncPolicy};
+/// let o = OpenOptions { open_barrier_sync: Some(SyncPolicy::SimulatedLatency { delay_ms: 10 }),
+///                       ..OpenOptions::default() };
+/// assert_eq!(o.readers, 4);
+/// ```
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct OpenOptions {
+    /// Sync policy for commits (default `Full`).
+    #[uniffi(default = None)]
+    pub commit_sync: Option<SyncPolicy>,
+    /// Sync policy for checkpoints (default `Full`).
+    #[uniffi(default = None)]
+    pub checkpoint_sync: Option<SyncPolicy>,
+    /// Sync policy for the open barrier on a WAL left by a previous run (default
+    /// `Full`; this is the sync that takes seconds on some iPhones).
+    #[uniffi(default = None)]
+    pub open_barrier_sync: Option<SyncPolicy>,
+    /// Read-only connections in the pool (at least 1).
+    #[uniffi(default = 4)]
+    pub readers: u32,
+    /// WAL size in bytes that triggers a background checkpoint (default 4 MiB).
+    #[uniffi(default = None)]
+    pub checkpoint_threshold_bytes: Option<u64>,
+    /// Opt-in: move a corrupt or foreign file aside (never deleted) and start fresh.
+    #[uniffi(default = false)]
+    pub recover_corrupt: bool,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        OpenOptions {
+            commit_sync: None,
+            checkpoint_sync: None,
+            open_barrier_sync: None,
+            readers: 4,
+            checkpoint_threshold_bytes: None,
+            recover_corrupt: false,
+        }
+    }
+}
+
+impl OpenOptions {
+    pub(crate) fn to_store_options(&self) -> StoreOptions {
+        let p = |o: &Option<SyncPolicy>| o.as_ref().map_or(KPolicy::Full, SyncPolicy::to_kernel);
+        let mut o = StoreOptions::default()
+            .sync(SyncPolicies {
+                commit: p(&self.commit_sync),
+                checkpoint: p(&self.checkpoint_sync),
+                open_barrier: p(&self.open_barrier_sync),
+            })
+            .readers(usize::try_from(self.readers).unwrap_or(4))
+            .recover_corrupt(self.recover_corrupt);
+        if let Some(t) = self.checkpoint_threshold_bytes {
+            o = o.checkpoint_threshold(t);
+        }
+        o
+    }
+}
+
+/// A phase of the open pipeline, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum OpenPhase {
+    /// Directory, permissions, header checks, the writer connection.
+    Prepare,
+    /// Durability barrier on a WAL left by a previous run (the slow one on iOS).
+    SyncWal,
+    /// First read transaction: SQLite rebuilds the wal-index.
+    Recover,
+    /// Optional checkpoint (normally deferred to the background).
+    Checkpoint,
+    /// Collection tables and indexes.
+    Schema,
+    /// Reader pool warm; the database is ready.
+    Ready,
+}
+
+impl From<KPhase> for OpenPhase {
+    fn from(p: KPhase) -> Self {
+        match p {
+            KPhase::Prepare => OpenPhase::Prepare,
+            KPhase::SyncWal => OpenPhase::SyncWal,
+            KPhase::Recover => OpenPhase::Recover,
+            KPhase::Checkpoint => OpenPhase::Checkpoint,
+            KPhase::Schema => OpenPhase::Schema,
+            KPhase::Ready => OpenPhase::Ready,
+        }
+    }
+}
+
+/// One progress event of `open_async`: sent when each phase starts, and once more
+/// with `done = true` and `fraction = 1.0` when the database is ready.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct OpenProgress {
+    /// The phase starting (or, with `done`, finished).
+    pub phase: OpenPhase,
+    /// Overall progress, 0.0 ..= 1.0.
+    pub fraction: f32,
+    /// True only for the final event.
+    pub done: bool,
+}
+
+/// Receives open progress. **Called on a keel thread** (`keel-open`), never on the
+/// caller's: hop to your UI thread / event loop before touching UI
+/// (`DispatchQueue.main`, `Dispatchers.Main`, `loop.call_soon_threadsafe`). The
+/// thin Swift and Kotlin layers do that hop for you (`AsyncStream` / `Flow`).
+/// An exception thrown by the listener is caught, logged and ignored.
+#[uniffi::export(callback_interface)]
+pub trait OpenProgressListener: Send + Sync {
+    /// One progress event.
+    fn on_progress(&self, progress: OpenProgress) -> Result<(), CallbackError>;
+}
+
+/// One line of the [`OpenReport`].
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct PhaseReport {
+    /// The phase.
+    pub phase: OpenPhase,
+    /// Wall time spent in it, in milliseconds.
+    pub duration_ms: f64,
+    /// Syncs issued during it.
+    pub syncs: u64,
+    /// A short human note.
+    pub note: String,
+}
+
+/// Where the open time went, phase by phase. `text` is the same as a tree.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct OpenReport {
+    /// The database file.
+    pub path: String,
+    /// Total wall time of the open pipeline, in milliseconds.
+    pub total_ms: f64,
+    /// Size of the WAL when the open started.
+    pub wal_bytes_at_open: u64,
+    /// WAL frames SQLite recovered.
+    pub frames_recovered: u64,
+    /// Syncs issued by the whole open.
+    pub syncs_issued: u64,
+    /// True if the open created the file.
+    pub created: bool,
+    /// Where a bad file was moved by `recover_corrupt`.
+    pub moved_aside: Option<String>,
+    /// One entry per phase, in order.
+    pub phases: Vec<PhaseReport>,
+    /// The report as a printable tree.
+    pub text: String,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl From<&keel_storage::OpenReport> for OpenReport {
+    fn from(r: &keel_storage::OpenReport) -> Self {
+        OpenReport {
+            path: r.path.display().to_string(),
+            total_ms: ms(r.total),
+            wal_bytes_at_open: r.wal_bytes_at_open,
+            frames_recovered: r.frames_recovered,
+            syncs_issued: r.syncs_issued,
+            created: r.created,
+            moved_aside: r.moved_aside.as_ref().map(|p| p.display().to_string()),
+            phases: r
+                .phases
+                .iter()
+                .map(|p| PhaseReport {
+                    phase: p.phase.into(),
+                    duration_ms: ms(p.duration),
+                    syncs: p.syncs,
+                    note: p.note.clone(),
+                })
+                .collect(),
+            text: r.to_string(),
+        }
+    }
+}
+
+/// I/O counters for one file kind.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct FileStats {
+    /// Read calls.
+    pub reads: u64,
+    /// Write calls.
+    pub writes: u64,
+    /// Bytes read.
+    pub bytes_read: u64,
+    /// Bytes written.
+    pub bytes_written: u64,
+    /// Syncs issued.
+    pub syncs: u64,
+    /// Total time in syncs, in milliseconds.
+    pub sync_time_ms: f64,
+    /// Longest single sync, in milliseconds.
+    pub max_sync_ms: f64,
+    /// Truncate calls.
+    pub truncates: u64,
+}
+
+impl From<keel_storage::FileStats> for FileStats {
+    fn from(s: keel_storage::FileStats) -> Self {
+        FileStats {
+            reads: s.reads,
+            writes: s.writes,
+            bytes_read: s.bytes_read,
+            bytes_written: s.bytes_written,
+            syncs: s.syncs,
+            sync_time_ms: ms(s.sync_time),
+            max_sync_ms: ms(s.max_sync),
+            truncates: s.truncates,
+        }
+    }
+}
+
+/// Physical I/O since open, per file kind, as seen by keel's VFS shim.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct IoStats {
+    /// The main database file.
+    pub main_db: FileStats,
+    /// The WAL.
+    pub wal: FileStats,
+    /// Rollback journals.
+    pub journal: FileStats,
+    /// Temp files and anything else.
+    pub other: FileStats,
+    /// Syncs issued for commits.
+    pub commit_syncs: u64,
+    /// Syncs issued for checkpoints.
+    pub checkpoint_syncs: u64,
+    /// Syncs issued by the open barrier.
+    pub open_barrier_syncs: u64,
+}
+
+impl From<keel_storage::IoStats> for IoStats {
+    fn from(s: keel_storage::IoStats) -> Self {
+        IoStats {
+            main_db: s.main_db.into(),
+            wal: s.wal.into(),
+            journal: s.journal.into(),
+            other: s.other.into(),
+            commit_syncs: s.commit_syncs,
+            checkpoint_syncs: s.checkpoint_syncs,
+            open_barrier_syncs: s.open_barrier_syncs,
+        }
+    }
+}
+
+/// What a checkpoint did.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct CheckpointResult {
+    /// True if readers or the writer were in the way past the bounded wait.
+    pub busy: bool,
+    /// Frames in the WAL.
+    pub wal_frames: i64,
+    /// Frames copied back into the database.
+    pub checkpointed_frames: i64,
+    /// Wall time, in milliseconds.
+    pub duration_ms: f64,
+    /// Size of the WAL file afterwards.
+    pub wal_bytes_after: u64,
+}
+
+impl From<keel_storage::CheckpointOutcome> for CheckpointResult {
+    fn from(o: keel_storage::CheckpointOutcome) -> Self {
+        CheckpointResult {
+            busy: o.busy,
+            wal_frames: o.wal_frames,
+            checkpointed_frames: o.checkpointed_frames,
+            duration_ms: ms(o.duration),
+            wal_bytes_after: o.wal_bytes_after,
+        }
+    }
+}
+
+/// One operation of a [`Database::write`](crate::Database::write) batch. Objects
+/// are FlatBuffers bytes whose root is the collection's table (made by the app's
+/// `flatc` code); they are verified against the schema before anything is written.
+#[derive(Debug, Clone, PartialEq, uniffi::Enum)]
+pub enum WriteOp {
+    /// Insert; fails with `AlreadyExists` if the key or a unique value is taken.
+    Insert {
+        /// Collection name (full `ns.Table` or bare `Table`).
+        collection: String,
+        /// The object.
+        bytes: Vec<u8>,
+    },
+    /// Replace the object with the same primary key; `NotFound` if none.
+    Update {
+        /// Collection name.
+        collection: String,
+        /// The object.
+        bytes: Vec<u8>,
+    },
+    /// Insert, or replace the object with the same primary key.
+    Upsert {
+        /// Collection name.
+        collection: String,
+        /// The object.
+        bytes: Vec<u8>,
+    },
+    /// Delete the object with this primary key (values in key-field order).
+    Delete {
+        /// Collection name.
+        collection: String,
+        /// The primary key.
+        key: Vec<Value>,
+    },
+}
+
+/// The result of one [`WriteOp`], in batch order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum WriteResult {
+    /// Insert, update or upsert: the object's rowid.
+    Written {
+        /// SQLite rowid of the object.
+        rowid: i64,
+    },
+    /// Delete: whether the object existed.
+    Deleted {
+        /// True if something was deleted.
+        existed: bool,
+    },
+}
+
+/// One stored object: rowid and FlatBuffers bytes (verified against the schema).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct StoredObject {
+    /// SQLite rowid.
+    pub rowid: i64,
+    /// The object's FlatBuffers bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl From<keel_query::StoredObject> for StoredObject {
+    fn from(o: keel_query::StoredObject) -> Self {
+        StoredObject {
+            rowid: o.rowid,
+            bytes: o.bytes,
+        }
+    }
+}
+
+/// Call a foreign callback: an exception it throws is logged and ignored, and a
+/// panic (should the FFI contract be broken) is contained.
+pub(crate) fn guarded(what: &str, f: impl FnOnce() -> Result<(), CallbackError>) {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("{what}: {e}; ignored"),
+        Err(_) => tracing::warn!("{what}: the foreign callback panicked; ignored"),
+    }
+}
+
+/// The progress callback for [`StoreOptions`].
+pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::ProgressFn {
+    let l: Arc<dyn OpenProgressListener> = Arc::from(l);
+    Arc::new(move |p: keel_storage::OpenProgress| {
+        let ev = OpenProgress {
+            phase: p.phase.into(),
+            fraction: p.fraction,
+            done: p.done,
+        };
+        guarded("open progress", || l.on_progress(ev));
+    })
+}

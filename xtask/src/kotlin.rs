@@ -1,0 +1,153 @@
+//! A Kotlin toolchain fetched from Maven Central, for the JVM binding test and the
+//! AAR's `classes.jar`. Nothing has to be installed by hand beyond a JDK (17+) and
+//! Maven: the compiler, the Kotlin standard library, kotlinx-coroutines and JNA are
+//! resolved by `mvn dependency:copy-dependencies` into `target/kotlin-deps/`, once.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util;
+
+/// Kotlin compiler and standard library version.
+pub const KOTLIN: &str = "2.1.0";
+/// kotlinx-coroutines version (the generated code's `suspend fun`s need it).
+pub const COROUTINES: &str = "1.9.0";
+/// JNA version (UniFFI's Kotlin code loads the library through JNA).
+pub const JNA: &str = "5.15.0";
+
+/// Jars of the fetched toolchain.
+pub struct Toolchain {
+    /// Everything (compiler classpath).
+    pub all: Vec<PathBuf>,
+    /// What compiled code needs at compile and run time: stdlib, coroutines, JNA,
+    /// annotations.
+    pub runtime: Vec<PathBuf>,
+}
+
+fn pom() -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<!-- Written by `cargo xtask` (xtask/src/kotlin.rs): the Kotlin toolchain the binding
+     tests and the AAR build use. Resolved with `mvn dependency:copy-dependencies`. -->
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>dev.keel</groupId>
+  <artifactId>keel-kotlin-deps</artifactId>
+  <version>0</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.jetbrains.kotlin</groupId><artifactId>kotlin-compiler-embeddable</artifactId><version>{KOTLIN}</version></dependency>
+    <dependency><groupId>org.jetbrains.kotlin</groupId><artifactId>kotlin-stdlib</artifactId><version>{KOTLIN}</version></dependency>
+    <dependency><groupId>org.jetbrains.kotlinx</groupId><artifactId>kotlinx-coroutines-core-jvm</artifactId><version>{COROUTINES}</version></dependency>
+    <dependency><groupId>net.java.dev.jna</groupId><artifactId>jna</artifactId><version>{JNA}</version></dependency>
+  </dependencies>
+</project>
+"#
+    )
+}
+
+fn have(program: &str, arg: &str) -> bool {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+/// Fetch (once) and return the toolchain under `<target>/kotlin-deps/`.
+pub fn toolchain(target: &Path) -> Result<Toolchain, String> {
+    if !have("java", "-version") {
+        return Err("the Kotlin steps need a JDK (17 or newer): `java` was not found".into());
+    }
+    let dir = target.join("kotlin-deps");
+    let jars = dir.join("jars");
+    let pom = pom();
+    let stamp = jars.join(format!(".complete-kotlin-{KOTLIN}-{COROUTINES}-{JNA}"));
+    if !stamp.exists() {
+        if !have("mvn", "-v") {
+            return Err(
+                "the Kotlin steps fetch the compiler from Maven Central with Maven: `mvn` was not found"
+                    .into(),
+            );
+        }
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let pom_path = dir.join("pom.xml");
+        std::fs::write(&pom_path, pom).map_err(|e| format!("{}: {e}", pom_path.display()))?;
+        if jars.exists() {
+            let _ = std::fs::remove_dir_all(&jars);
+        }
+        println!("kotlin: fetching kotlin-compiler-embeddable {KOTLIN}, kotlinx-coroutines {COROUTINES}, jna {JNA} from Maven Central");
+        util::run(
+            Command::new("mvn")
+                .args(["-B", "-q", "-Dstyle.color=never", "-f"])
+                .arg(&pom_path)
+                .arg("dependency:copy-dependencies")
+                .arg(format!("-DoutputDirectory={}", jars.display()))
+                .arg("-Dkotlin.compiler.daemon=false"),
+        )?;
+        std::fs::write(&stamp, b"").map_err(|e| format!("{}: {e}", stamp.display()))?;
+    }
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&jars)
+        .map_err(|e| format!("{}: {e}", jars.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "jar"))
+        .collect();
+    all.sort();
+    let runtime = all
+        .iter()
+        .filter(|p| {
+            let n = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            n.starts_with("kotlin-stdlib-")
+                || n.starts_with("kotlinx-coroutines-core-jvm-")
+                || n.starts_with("jna-")
+                || n.starts_with("annotations-")
+        })
+        .cloned()
+        .collect::<Vec<_>>();
+    if !all.iter().any(|p| {
+        p.file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("kotlin-compiler-embeddable-"))
+    }) {
+        return Err(format!(
+            "{} has no kotlin-compiler-embeddable jar; delete the directory to refetch",
+            jars.display()
+        ));
+    }
+    Ok(Toolchain { all, runtime })
+}
+
+/// The platform's classpath separator.
+pub fn classpath(paths: &[PathBuf]) -> String {
+    let sep = if cfg!(windows) { ";" } else { ":" };
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// Compile Kotlin `sources` (files or directories) into `out` (a directory or a
+/// `.jar`), against the toolchain's runtime jars plus `extra_cp`.
+pub fn compile(
+    tc: &Toolchain,
+    sources: &[PathBuf],
+    out: &Path,
+    extra_cp: &[PathBuf],
+) -> Result<(), String> {
+    let mut cp = tc.runtime.clone();
+    cp.extend(extra_cp.iter().cloned());
+    let mut cmd = Command::new("java");
+    cmd.arg("-Xss8m")
+        .arg("-cp")
+        .arg(classpath(&tc.all))
+        .arg("-Dkotlin.compiler.daemon=false")
+        .arg("org.jetbrains.kotlin.cli.jvm.K2JVMCompiler")
+        .args(["-no-stdlib", "-no-reflect", "-nowarn", "-jvm-target", "17"])
+        .arg("-classpath")
+        .arg(classpath(&cp))
+        .arg("-d")
+        .arg(out)
+        .args(sources);
+    util::run(&mut cmd)
+}
