@@ -30,6 +30,8 @@ pub(crate) struct Inner {
     path: PathBuf,
     /// The key-value dictionary's cache and pending writes.
     pub(crate) dict: Arc<crate::dictionary::Shared>,
+    /// The subscription hub, created by the first subscription.
+    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
 }
 
 impl Inner {
@@ -291,6 +293,7 @@ fn finish(store: Store, p: Prepared) -> Database {
             builds: Mutex::new(builds),
             path,
             dict: crate::dictionary::Shared::new(weak.clone()),
+            hub: std::sync::OnceLock::new(),
         }),
     }
 }
@@ -419,6 +422,10 @@ impl Database {
 
     pub(crate) fn inner(&self) -> &Inner {
         &self.inner
+    }
+
+    pub(crate) fn weak(&self) -> std::sync::Weak<Inner> {
+        Arc::downgrade(&self.inner)
     }
 
     /// The key-value [`Dictionary`](crate::Dictionary) stored in this database.

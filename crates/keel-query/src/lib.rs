@@ -86,6 +86,7 @@ pub mod inspect;
 mod layout;
 mod query;
 mod sql;
+pub mod subscribe;
 mod txn;
 
 pub use db::{Database, OpenDbFuture, Snapshot, Task};
@@ -96,6 +97,7 @@ pub use dictionary::{
 pub use error::{Error, Result};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;
+pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
 pub use txn::{Change, ChangeOp, Txn};
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};

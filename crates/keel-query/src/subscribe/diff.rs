@@ -1,0 +1,268 @@
+//! [`Diff`]: what changed between two results of the same query.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::query::StoredObject;
+
+/// The row-level difference between an old and a new result of a query, in the
+/// shape table and collection views consume (`UITableView.performBatchUpdates`,
+/// `RecyclerView`'s `DiffUtil`, `NSFetchedResultsController`).
+///
+/// Objects are identified by their rowid. With `old` the previous result and `new`
+/// the current one:
+///
+/// * `removed` — indices **in `old`** of objects that are not in `new`, ascending.
+/// * `inserted` — indices **in `new`** of objects that were not in `old`, ascending.
+/// * `moved` — `(index in old, index in new)` of objects in both results whose
+///   order relative to the other kept objects changed, ascending by new index. It is
+///   minimal: the objects in both results that are *not* listed keep their relative
+///   order (they form a longest increasing subsequence), so an object that only
+///   shifts because others were inserted or removed before it is not "moved".
+/// * `updated` — indices **in `new`** of objects in both results whose bytes
+///   changed, ascending (a moved object whose bytes changed is in both lists).
+///
+/// [`Diff::apply`] rebuilds `new` from `old`, taking from `new` only the objects at
+/// `inserted` and `updated` indices.
+///
+/// ```
+/// use keel_query::{Diff, StoredObject};
+/// use std::sync::Arc;
+/// let o = |rowid: i64, b: u8| Arc::new(StoredObject { rowid, bytes: vec![b] });
+/// let old = vec![o(1, 0), o(2, 0), o(3, 0)];
+/// let new = vec![o(3, 0), o(1, 9), o(4, 0)];
+/// let d = Diff::between(&old, &new);
+/// assert_eq!(d.removed, vec![1]);          // rowid 2 was at index 1
+/// assert_eq!(d.inserted, vec![2]);         // rowid 4 is at index 2
+/// assert_eq!(d.moved, vec![(2, 0)]);       // rowid 3 went to the front
+/// assert_eq!(d.updated, vec![1]);          // rowid 1 has new bytes
+/// assert_eq!(d.apply(&old, |i| new[i].clone()), new);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    /// Indices in the old result of objects no longer in the result.
+    pub removed: Vec<usize>,
+    /// Indices in the new result of objects that were not in the old one.
+    pub inserted: Vec<usize>,
+    /// `(old index, new index)` of kept objects whose relative order changed.
+    pub moved: Vec<(usize, usize)>,
+    /// Indices in the new result of kept objects whose bytes changed.
+    pub updated: Vec<usize>,
+}
+
+impl Diff {
+    /// The diff of a first delivery: every object of `len` inserted.
+    ///
+    /// ```
+    /// assert_eq!(keel_query::Diff::initial(2).inserted, vec![0, 1]);
+    /// ```
+    pub fn initial(len: usize) -> Diff {
+        Diff {
+            inserted: (0..len).collect(),
+            ..Diff::default()
+        }
+    }
+
+    /// True if nothing changed.
+    ///
+    /// ```
+    /// assert!(keel_query::Diff::default().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.removed.is_empty()
+            && self.inserted.is_empty()
+            && self.moved.is_empty()
+            && self.updated.is_empty()
+    }
+
+    /// The diff from `old` to `new` (objects identified by rowid; "updated" compares
+    /// bytes). Costs O(n log n) in the result sizes.
+    pub fn between(old: &[Arc<StoredObject>], new: &[Arc<StoredObject>]) -> Diff {
+        Diff::by(
+            old,
+            new,
+            |o| o.rowid,
+            |a, b| Arc::ptr_eq(a, b) || a.bytes == b.bytes,
+        )
+    }
+
+    /// The diff from `old` to `new` with any identity and equality.
+    ///
+    /// ```
+    /// let d = keel_query::Diff::by(&[1, 2, 3], &[3, 1, 2], |x| *x, |a, b| a == b);
+    /// assert_eq!(d.moved, vec![(2, 0)]);
+    /// ```
+    pub fn by<T, K: std::hash::Hash + Eq>(
+        old: &[T],
+        new: &[T],
+        id: impl Fn(&T) -> K,
+        same: impl Fn(&T, &T) -> bool,
+    ) -> Diff {
+        let mut d = Diff::default();
+        // Fast path: identical identities in identical order.
+        if old.len() == new.len() && old.iter().zip(new).all(|(a, b)| id(a) == id(b)) {
+            d.updated = (0..new.len())
+                .filter(|&j| !same(&old[j], &new[j]))
+                .collect();
+            return d;
+        }
+        let pos: HashMap<K, usize> = old.iter().enumerate().map(|(i, o)| (id(o), i)).collect();
+        let mut kept_old = vec![false; old.len()];
+        // (old index, new index) of kept objects, in new order.
+        let mut kept: Vec<(usize, usize)> = Vec::with_capacity(new.len().min(old.len()));
+        for (j, o) in new.iter().enumerate() {
+            match pos.get(&id(o)) {
+                Some(&i) if !kept_old[i] => {
+                    kept_old[i] = true;
+                    kept.push((i, j));
+                    if !same(&old[i], o) {
+                        d.updated.push(j);
+                    }
+                }
+                _ => d.inserted.push(j),
+            }
+        }
+        d.removed = (0..old.len()).filter(|&i| !kept_old[i]).collect();
+        let stable = lis(&kept);
+        d.moved = kept
+            .iter()
+            .zip(stable)
+            .filter(|(_, s)| !s)
+            .map(|(p, _)| *p)
+            .collect();
+        d
+    }
+
+    /// Rebuild the new result from `old`: objects at `inserted` and `updated`
+    /// indices come from `fresh(new_index)`, every other one from `old`.
+    ///
+    /// ```
+    /// let d = keel_query::Diff::by(&['a', 'b'], &['b', 'c'], |x| *x, |a, b| a == b);
+    /// assert_eq!(d.apply(&['a', 'b'], |i| ['b', 'c'][i]), vec!['b', 'c']);
+    /// ```
+    pub fn apply<T: Clone>(&self, old: &[T], mut fresh: impl FnMut(usize) -> T) -> Vec<T> {
+        match self.try_apply(old, |i| Ok::<T, std::convert::Infallible>(fresh(i))) {
+            Ok(v) => v,
+            Err(e) => match e {},
+        }
+    }
+
+    /// [`Diff::apply`] with a fallible `fresh` (e.g. decoding).
+    pub fn try_apply<T: Clone, E>(
+        &self,
+        old: &[T],
+        mut fresh: impl FnMut(usize) -> Result<T, E>,
+    ) -> Result<Vec<T>, E> {
+        let n = (old.len() + self.inserted.len()).saturating_sub(self.removed.len());
+        let mut out: Vec<Option<T>> = vec![None; n];
+        let mut gone = vec![false; old.len()];
+        for &i in &self.removed {
+            if let Some(g) = gone.get_mut(i) {
+                *g = true;
+            }
+        }
+        for &j in &self.inserted {
+            if j < n {
+                out[j] = Some(fresh(j)?);
+            }
+        }
+        for &(i, j) in &self.moved {
+            if let (Some(g), true) = (gone.get_mut(i), j < n) {
+                *g = true;
+                out[j] = Some(old[i].clone());
+            }
+        }
+        let mut rest = old.iter().zip(&gone).filter(|(_, g)| !**g).map(|(o, _)| o);
+        for slot in out.iter_mut().filter(|s| s.is_none()) {
+            *slot = rest.next().cloned();
+        }
+        for &j in &self.updated {
+            if j < n {
+                out[j] = Some(fresh(j)?);
+            }
+        }
+        Ok(out.into_iter().flatten().collect())
+    }
+}
+
+/// Marks a longest increasing subsequence (by old index) of `kept`.
+fn lis(kept: &[(usize, usize)]) -> Vec<bool> {
+    let n = kept.len();
+    let mut stable = vec![false; n];
+    if n == 0 {
+        return stable;
+    }
+    // tails[k] = index into kept of the smallest tail of an increasing run of length k+1.
+    let mut tails: Vec<usize> = Vec::new();
+    let mut prev = vec![usize::MAX; n];
+    for (x, &(i, _)) in kept.iter().enumerate() {
+        let k = tails.partition_point(|&t| kept[t].0 < i);
+        if k > 0 {
+            prev[x] = tails[k - 1];
+        }
+        if k == tails.len() {
+            tails.push(x);
+        } else {
+            tails[k] = x;
+        }
+    }
+    let mut x = *tails.last().unwrap_or(&usize::MAX);
+    while x != usize::MAX {
+        stable[x] = true;
+        x = prev[x];
+    }
+    stable
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(old: &[u32], new: &[u32]) -> Diff {
+        let d = Diff::by(old, new, |x| x / 10, |a, b| a == b);
+        assert_eq!(d.apply(old, |i| new[i]), new, "{old:?} -> {new:?}: {d:?}");
+        d
+    }
+
+    #[test]
+    fn shapes() {
+        assert!(check(&[10, 20], &[10, 20]).is_empty());
+        assert_eq!(check(&[10, 20], &[10, 21]).updated, vec![1]);
+        assert_eq!(check(&[], &[10]).inserted, vec![0]);
+        assert_eq!(check(&[10], &[]).removed, vec![0]);
+        let d = check(&[10, 20, 30, 40], &[20, 30, 40, 10]);
+        assert_eq!(d.moved, vec![(0, 3)]);
+        let d = check(&[10, 20, 30, 40], &[40, 10, 20, 30]);
+        assert_eq!(d.moved, vec![(3, 0)]);
+        let d = check(&[10, 20, 30], &[50, 31, 10]);
+        assert_eq!(d.removed, vec![1]);
+        assert_eq!(d.inserted, vec![0]);
+        assert_eq!(d.updated, vec![1]);
+        check(&[10, 20, 30, 40, 50], &[50, 40, 30, 20, 10]);
+    }
+
+    #[test]
+    fn exhaustive_small() {
+        // Every permutation-with-edits of up to 5 items round-trips through apply.
+        let ids = [1u32, 2, 3, 4, 5];
+        for mask_old in 0u32..32 {
+            for mask_new in 0u32..32 {
+                let old: Vec<u32> = ids
+                    .iter()
+                    .filter(|i| mask_old & (1 << (*i - 1)) != 0)
+                    .map(|i| i * 10)
+                    .collect();
+                let mut new: Vec<u32> = ids
+                    .iter()
+                    .filter(|i| mask_new & (1 << (*i - 1)) != 0)
+                    .map(|i| i * 10 + (i % 2))
+                    .collect();
+                new.reverse();
+                check(&old, &new);
+                let half = new.len() / 2;
+                new.rotate_left(half);
+                check(&old, &new);
+            }
+        }
+    }
+}

@@ -1,0 +1,430 @@
+//! Subscriptions: Dflat's ordering scenario, object subscriptions ending on delete,
+//! cancellation (no callback after drop, even from another thread or inside the
+//! callback), streams with a slow consumer, stale inputs, and windows.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures::StreamExt;
+use keel::prelude::*;
+use keel::{ObjectEvent, ObjectUpdate, Subscription, Update};
+use keel_example_blog::blog::Post;
+
+fn open() -> (tempfile::TempDir, Database) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default()).unwrap();
+    (dir, db)
+}
+
+fn post(id: &str, mana: i32) -> Post {
+    Post::builder().id(id).priority(mana).build()
+}
+
+fn ids(objs: &[Arc<Post>]) -> Vec<(String, i32)> {
+    objs.iter().map(|p| (p.id.clone(), p.priority)).collect()
+}
+
+/// Dflat's `mana <= 50` ordering scenario: inserts, a move later, a move earlier and
+/// deletes. The subscription must deliver exactly what fresh fetches return.
+#[test]
+fn dflat_ordering_scenario_matches_fresh_fetches() {
+    let (_d, db) = open();
+    let fetch = || {
+        db.fetch::<Post>()
+            .filter(Post::priority().le(50))
+            .order_by(Post::priority().asc())
+    };
+    let got: Arc<Mutex<Vec<Update<Post>>>> = Arc::default();
+    let g2 = got.clone();
+    let _sub = fetch()
+        .subscribe(move |u| g2.lock().unwrap().push(u))
+        .unwrap();
+    let mut want: Vec<Vec<(String, i32)>> = vec![vec![]];
+    let mut step = |f: Box<dyn FnOnce(&mut Txn<'_>) -> keel::Result<()> + Send>| {
+        db.write(f).wait().unwrap();
+        let fresh: Vec<Arc<Post>> = fetch().all().unwrap().into_iter().map(Arc::new).collect();
+        want.push(ids(&fresh));
+    };
+    // Inserts: three inside the filter, one outside.
+    step(Box::new(|t| {
+        for (id, mana) in [("m1", 10), ("m2", 20), ("m3", 30), ("big", 80)] {
+            t.insert(&post(id, mana))?;
+        }
+        Ok(())
+    }));
+    step(Box::new(|t| t.insert(&post("m4", 40)).map(|_| ())));
+    // A move later: m1 from first to after m3.
+    step(Box::new(|t| t.update(&post("m1", 35)).map(|_| ())));
+    // A move earlier: m4 to the front.
+    step(Box::new(|t| t.update(&post("m4", 5)).map(|_| ())));
+    // Out of the filter and back in.
+    step(Box::new(|t| t.update(&post("m2", 60)).map(|_| ())));
+    step(Box::new(|t| t.update(&post("big", 25)).map(|_| ())));
+    // Deletes.
+    step(Box::new(|t| {
+        t.delete::<Post>(&"m3".to_string()).map(|_| ())
+    }));
+    step(Box::new(|t| {
+        t.delete::<Post>(&"m4".to_string())?;
+        t.delete::<Post>(&"m1".to_string())?;
+        Ok(())
+    }));
+    let got = got.lock().unwrap();
+    let seq: Vec<_> = got.iter().map(|u| ids(&u.objects)).collect();
+    assert_eq!(seq, want);
+    // The diffs, checked by hand for the moves.
+    assert_eq!(got[3].diff.moved, vec![(0, 2)], "m1 moved later");
+    assert_eq!(got[3].diff.updated, vec![2]);
+    assert_eq!(got[4].diff.moved, vec![(3, 0)], "m4 moved earlier");
+    assert_eq!(got[5].diff.removed, vec![1], "m2 left the filter");
+    assert_eq!(got[6].diff.inserted, vec![1], "big entered it");
+    // Applying every diff reproduces every result.
+    let mut cur: Vec<Arc<Post>> = Vec::new();
+    for u in got.iter() {
+        cur = u.diff.apply(&cur, |i| u.objects[i].clone());
+        assert_eq!(ids(&cur), ids(&u.objects));
+    }
+}
+
+#[test]
+fn object_subscription_updates_then_deleted_then_ends() {
+    let (_d, db) = open();
+    let p = post("p", 1);
+    let p2 = p.clone();
+    db.write(move |t| t.insert(&p2).map(|_| ())).wait().unwrap();
+    let got: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
+    let g2 = got.clone();
+    let sub = db
+        .subscribe(&p, move |u| g2.lock().unwrap().push(u))
+        .unwrap();
+    assert!(got.lock().unwrap().is_empty(), "not stale: nothing at once");
+    db.write(|t| t.update(&post("p", 2)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.insert(&post("other", 9)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.update(&post("p", 3)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
+        .wait()
+        .unwrap();
+    assert!(!sub.is_active());
+    // Re-inserting the key does not revive an ended subscription.
+    db.write(|t| t.insert(&post("p", 4)).map(|_| ()))
+        .wait()
+        .unwrap();
+    let got = got.lock().unwrap();
+    let prios: Vec<Option<i32>> = got
+        .iter()
+        .map(|u| match u {
+            ObjectUpdate::Updated(p) => Some(p.priority),
+            ObjectUpdate::Deleted => None,
+        })
+        .collect();
+    assert_eq!(prios, vec![Some(2), Some(3), None]);
+    assert_eq!(db.subscription_counts(), (0, 0));
+}
+
+#[test]
+fn object_stream_ends_after_delete() {
+    let (_d, db) = open();
+    let p = post("p", 1);
+    let p2 = p.clone();
+    db.write(move |t| t.insert(&p2).map(|_| ())).wait().unwrap();
+    let s = db.subscribe_stream(&p).unwrap();
+    db.write(|t| t.update(&post("p", 2)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.update(&post("p", 3)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
+        .wait()
+        .unwrap();
+    // A slow consumer: only the latest event is kept, and the stream ends.
+    let all: Vec<_> = futures::executor::block_on(s.collect());
+    assert_eq!(all, vec![ObjectUpdate::Deleted]);
+}
+
+#[test]
+fn object_stream_delivers_each_update_to_a_prompt_consumer() {
+    let (_d, db) = open();
+    db.write(|t| t.insert(&post("p", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    let mut s = db
+        .subscribe_object_stream("blog.Post", &["p".into()], None)
+        .unwrap();
+    let first = futures::executor::block_on(s.next()).unwrap();
+    assert!(
+        matches!(first, ObjectEvent::Updated(_)),
+        "seen = None: current object first"
+    );
+    for i in 2..5 {
+        db.write(move |t| t.update(&post("p", i)).map(|_| ()))
+            .wait()
+            .unwrap();
+        match futures::executor::block_on(s.next()).unwrap() {
+            ObjectEvent::Updated(o) => assert_eq!(Post::decode(&o.bytes).unwrap().priority, i),
+            ObjectEvent::Deleted => panic!("not deleted"),
+        }
+    }
+    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
+        .wait()
+        .unwrap();
+    assert_eq!(
+        futures::executor::block_on(s.next()),
+        Some(ObjectEvent::Deleted)
+    );
+    assert_eq!(futures::executor::block_on(s.next()), None);
+}
+
+#[test]
+fn stale_object_and_result_are_refreshed_at_once() {
+    let (_d, db) = open();
+    let old = post("p", 1);
+    let o2 = old.clone();
+    db.write(move |t| t.insert(&o2).map(|_| ())).wait().unwrap();
+    let seen_result = db.fetch::<Post>().all().unwrap();
+    db.write(|t| t.update(&post("p", 7)).map(|_| ()))
+        .wait()
+        .unwrap();
+
+    let got: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
+    let g2 = got.clone();
+    let _s = db
+        .subscribe(&old, move |u| g2.lock().unwrap().push(u))
+        .unwrap();
+    assert_eq!(
+        *got.lock().unwrap(),
+        vec![ObjectUpdate::Updated(post("p", 7))]
+    );
+
+    let res: Arc<Mutex<Vec<Update<Post>>>> = Arc::default();
+    let r2 = res.clone();
+    let _q = db
+        .fetch::<Post>()
+        .subscribe_from(&seen_result, move |u| r2.lock().unwrap().push(u))
+        .unwrap();
+    {
+        let res = res.lock().unwrap();
+        assert_eq!(res.len(), 1);
+        assert_eq!(ids(&res[0].objects), vec![("p".to_string(), 7)]);
+        assert_eq!(res[0].diff.updated, vec![0]);
+    }
+
+    // A vanished object: Deleted at once, and the subscription has ended.
+    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
+        .wait()
+        .unwrap();
+    let gone: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
+    let g3 = gone.clone();
+    let s = db
+        .subscribe(&old, move |u| g3.lock().unwrap().push(u))
+        .unwrap();
+    assert_eq!(*gone.lock().unwrap(), vec![ObjectUpdate::Deleted]);
+    assert!(!s.is_active());
+}
+
+#[test]
+fn no_callback_after_drop() {
+    let (_d, db) = open();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let sub = db
+        .fetch::<Post>()
+        .subscribe(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    db.write(|t| t.insert(&post("a", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    drop(sub);
+    db.write(|t| t.insert(&post("b", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(db.subscription_counts(), (0, 0));
+}
+
+#[test]
+fn no_callback_after_drop_returns_while_writes_run() {
+    // Drop on this thread while the writer thread delivers: once drop returns, the
+    // callback never runs again.
+    let (_d, db) = open();
+    let db2 = db.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    let writer = std::thread::spawn(move || {
+        let mut i = 0;
+        while !s2.load(Ordering::SeqCst) {
+            i += 1;
+            db2.write(move |t| t.upsert(&post("w", i)).map(|_| ()))
+                .wait()
+                .unwrap();
+        }
+    });
+    for _ in 0..30 {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let late = Arc::new(AtomicBool::new(false));
+        let (d2, l2) = (dropped.clone(), late.clone());
+        let sub = db
+            .fetch::<Post>()
+            .subscribe(move |_| {
+                if d2.load(Ordering::SeqCst) {
+                    l2.store(true, Ordering::SeqCst);
+                }
+                std::thread::yield_now();
+            })
+            .unwrap();
+        std::thread::yield_now();
+        drop(sub);
+        dropped.store(true, Ordering::SeqCst);
+        // Let a few more commits through.
+        db.write(|t| t.upsert(&post("x", 0)).map(|_| ()))
+            .wait()
+            .unwrap();
+        assert!(
+            !late.load(Ordering::SeqCst),
+            "a callback ran after drop returned"
+        );
+    }
+    stop.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    assert_eq!(db.subscription_counts(), (0, 0));
+}
+
+#[test]
+fn callbacks_may_drop_subscribe_and_write() {
+    let (_d, db) = open();
+    // A subscription that cancels itself from inside its own callback.
+    let slot: Arc<Mutex<Option<Subscription>>> = Arc::default();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (s2, c2) = (slot.clone(), calls.clone());
+    let sub = db
+        .fetch::<Post>()
+        .subscribe(move |_| {
+            if c2.fetch_add(1, Ordering::SeqCst) == 1 {
+                drop(s2.lock().unwrap().take());
+            }
+        })
+        .unwrap();
+    *slot.lock().unwrap() = Some(sub);
+    // A callback that subscribes (a read on the writer thread) and queues a write.
+    let inner: Arc<Mutex<Vec<Subscription>>> = Arc::default();
+    let (i2, db2) = (inner.clone(), db.clone());
+    let _outer = db
+        .fetch::<Post>()
+        .filter(Post::id().eq("a"))
+        .subscribe(move |u| {
+            if !u.objects.is_empty() && i2.lock().unwrap().is_empty() {
+                let s = db2.fetch::<Post>().subscribe(|_| {}).unwrap();
+                i2.lock().unwrap().push(s);
+                let _queued = db2.write(|t| t.upsert(&post("from-callback", 1)).map(|_| ()));
+            }
+        })
+        .unwrap();
+    db.write(|t| t.insert(&post("a", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.insert(&post("b", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.write(|t| t.insert(&post("c", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "dropped inside its callback"
+    );
+    assert_eq!(inner.lock().unwrap().len(), 1);
+    // The write queued by the callback commits.
+    db.write(|_| Ok(())).wait().unwrap();
+    assert!(db
+        .get::<Post>(&"from-callback".to_string())
+        .unwrap()
+        .is_some());
+}
+
+#[test]
+fn query_stream_slow_consumer_gets_latest_with_diff_against_what_it_saw() {
+    let (_d, db) = open();
+    let mut s = db
+        .fetch::<Post>()
+        .order_by(Post::priority().asc())
+        .subscribe_stream()
+        .unwrap();
+    let first = futures::executor::block_on(s.next()).unwrap();
+    assert!(first.objects.is_empty());
+    for i in 0..20 {
+        db.write(move |t| t.insert(&post(&format!("p{i:02}"), 20 - i)).map(|_| ()))
+            .wait()
+            .unwrap();
+    }
+    let u = futures::executor::block_on(s.next()).unwrap();
+    assert_eq!(u.objects.len(), 20);
+    assert_eq!(u.diff.inserted, (0..20).collect::<Vec<_>>());
+    assert_eq!(u.objects[0].priority, 1);
+    // Nothing pending now.
+    let waker = futures::task::noop_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(s.poll_next_unpin(&mut cx).is_pending());
+}
+
+#[test]
+fn windowed_subscription_refills_and_tracks_fetches() {
+    let (_d, db) = open();
+    db.write(|t| {
+        for i in 0..40 {
+            t.insert(&post(&format!("p{i:02}"), i))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let fetch = || {
+        db.fetch::<Post>()
+            .filter(Post::priority().ge(5))
+            .order_by(Post::priority().desc())
+            .offset(3)
+            .limit(5)
+    };
+    let last: Arc<Mutex<Vec<Arc<Post>>>> = Arc::default();
+    let l2 = last.clone();
+    let _s = fetch()
+        .subscribe(move |u| *l2.lock().unwrap() = u.objects)
+        .unwrap();
+    let check = || {
+        let want: Vec<_> = fetch().all().unwrap().into_iter().map(Arc::new).collect();
+        assert_eq!(ids(&last.lock().unwrap()), ids(&want));
+    };
+    check();
+    // Delete the whole top of the order, one commit at a time (each refills).
+    for i in (20..40).rev() {
+        db.write(move |t| t.delete::<Post>(&format!("p{i:02}")).map(|_| ()))
+            .wait()
+            .unwrap();
+        check();
+    }
+    // Raise low rows above the window, then below the filter.
+    for i in 0..10 {
+        db.write(move |t| t.update(&post(&format!("p{i:02}"), 100 + i)).map(|_| ()))
+            .wait()
+            .unwrap();
+        check();
+    }
+    db.write(|t| {
+        for i in 0..10 {
+            t.update(&post(&format!("p{i:02}"), 0))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    check();
+}
