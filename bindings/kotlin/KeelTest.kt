@@ -89,6 +89,73 @@ class Collect : OpenProgressListener {
     }
 }
 
+/** write, query, subscribe (the callback gets the change), dictionary, close. */
+suspend fun scenarioAfterOpen(db: Database, caller: Thread) {
+    // Listeners run on keel threads; they hand values to the coroutine through channels.
+    val updates = kotlinx.coroutines.channels.Channel<Pair<QueryUpdate, Thread>>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+    val sub = db.query("demo.Post").filter(Expr.ge("priority", Value.Integer(100))).orderBy("priority", true)
+        .subscribe(object : QueryListener {
+            override fun onUpdate(update: QueryUpdate) {
+                updates.trySend(update to Thread.currentThread())
+            }
+        })
+    val (first, firstThread) = withTimeout(5000) { updates.receive() }
+    check(first.objects.isEmpty() && firstThread === caller) { "first result: on the subscribing thread" }
+    val events = kotlinx.coroutines.channels.Channel<ObjectEvent>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+    val osub = db.subscribeObject("demo.Post", listOf(Value.Text("old3")), object : ObjectListener {
+        override fun onEvent(event: ObjectEvent) {
+            events.trySend(event)
+        }
+    })
+    check(withTimeout(5000) { events.receive() } is ObjectEvent.Updated)
+    db.write(listOf(
+        WriteOp.Insert("demo.Post", post(db, "hot", 500, title = "breaking")),
+        WriteOp.Upsert("demo.Post", post(db, "old3", 3, title = "edited")),
+    ))
+    val (u, t) = withTimeout(5000) { updates.receive() }
+    check(ids(db, u.objects) == listOf("hot") && u.diff.inserted == listOf(0uL)) { "$u" }
+    check(t !== caller) { "later deliveries come from keel's writer thread" }
+    val e = withTimeout(5000) { events.receive() }
+    check(e is ObjectEvent.Updated && "edited" in db.decodeJson("demo.Post", e.current.bytes))
+    check(ids(db, db.query("demo.Post").orderBy("priority", true).limit(2uL).all()) == listOf("hot", "old49"))
+    sub.cancel()
+    check(!sub.isActive())
+    db.write(listOf(WriteOp.Delete("demo.Post", listOf(Value.Text("old3")))))
+    check(withTimeout(5000) { events.receive() } is ObjectEvent.Deleted && !osub.isActive())
+    db.write(listOf(WriteOp.Insert("demo.Post", post(db, "hot2", 900))))
+    delay(50)
+    check(updates.tryReceive().isFailure) { "a cancelled subscription was called" }
+    // dictionary
+    val d = db.dictionary()
+    val changes = kotlinx.coroutines.channels.Channel<DictValue?>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+    val dsub = d.subscribe("theme", object : DictionaryListener {
+        override fun onChange(key: String, value: DictValue?) {
+            changes.trySend(value)
+        }
+    })
+    d.setString("theme", "dark")
+    d.setInt("launches", 3)
+    d.setBool("onboarded", true)
+    d.setDouble("volume", 0.5)
+    d.set("last_post", DictValue.Object("Post", post(db, "hot")))
+    check(d.getString("theme") == "dark" && d.getInt("launches") == 3L && d.getBool("onboarded") == true)
+    check(d.getDouble("volume") == 0.5 && (d.get("last_post") as DictValue.Object).collection == "demo.Post")
+    check(d.keys() == listOf("last_post", "launches", "onboarded", "theme", "volume")) { "${d.keys()}" }
+    expect<KeelException.TypeMismatch> { d.getInt("theme") }
+    expect<KeelException.InvalidObject> { d.set("bad", DictValue.Object("demo.Post", byteArrayOf(1, 2))) }
+    d.remove("volume")
+    check(!d.contains("volume"))
+    d.sync()
+    withTimeout(5000) { while ((changes.receive() as? DictValue.Text)?.v != "dark") { } }
+    dsub.cancel()
+    // close, reopen: the dictionary and the objects were persisted
+    val path = db.path()
+    db.closeAsync()
+    val again = openAsync(path, SCHEMA, OpenOptions(), null)
+    check(again.dictionary().getString("theme") == "dark" && again.count("demo.Post") == 51uL)
+    again.closeAsync()
+}
+
 val tests = mutableListOf<Pair<String, suspend CoroutineScope.(File) -> Unit>>()
 fun test(name: String, body: suspend CoroutineScope.(File) -> Unit) { tests.add(name to body) }
 
@@ -146,7 +213,7 @@ fun registerTests() {
         check(syncWal.durationMs >= SIMULATED_SYNC_MS * 0.95) { report.text }
         check(report.walBytesAtOpen > 0uL && !report.created)
         check(db.count("demo.Post") == 50uL) { "the killed run's commits are missing" }
-        db.closeAsync()
+        scenarioAfterOpen(db, caller)
     }
 
     test("write, query, get and close") { dir ->

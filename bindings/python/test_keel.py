@@ -161,6 +161,111 @@ async def open_async_never_blocks_the_event_loop(tmp):
     assert sync_wal.duration_ms >= SIMULATED_SYNC_MS * 0.95, report.text
     assert report.wal_bytes_at_open > 0 and not report.created
     assert db.count("demo.Post") == 50  # the killed run's commits survived
+    await scenario_after_open(db, loop)
+
+
+class QueryUpdates(keel.QueryListener):
+    """Query listener: first call on the subscribing thread, later ones on the writer
+    thread; every update is handed to the loop."""
+
+    def __init__(self, loop):
+        self.loop, self.updates, self.threads = loop, [], set()
+
+    def on_update(self, update):
+        self.threads.add(threading.get_ident())
+        self.loop.call_soon_threadsafe(self.updates.append, update)
+
+
+class ObjectEvents(keel.ObjectListener):
+    def __init__(self, loop):
+        self.loop, self.events = loop, []
+
+    def on_event(self, event):
+        self.loop.call_soon_threadsafe(self.events.append, event)
+
+
+class DictChanges(keel.DictionaryListener):
+    def __init__(self, loop):
+        self.loop, self.changes = loop, []
+
+    def on_change(self, key, value):
+        self.loop.call_soon_threadsafe(self.changes.append, (key, value))
+
+
+async def settle(cond, timeout=5.0):
+    """Wait (without blocking the loop) until cond() holds."""
+    t0 = time.perf_counter()
+    while not cond():
+        assert time.perf_counter() - t0 < timeout, "timed out waiting for a callback"
+        await asyncio.sleep(0.005)
+
+
+async def scenario_after_open(db, loop):
+    """write, query, subscribe (the callback gets the change), dictionary, close."""
+    # query subscription: current result first, then the change with its diff
+    q = db.query("demo.Post").filter(Expr.ge("priority", Value.INTEGER(100))).order_by("priority", True)
+    updates = QueryUpdates(loop)
+    sub = q.subscribe(updates)
+    await settle(lambda: len(updates.updates) == 1)
+    assert updates.updates[0].objects == []
+    obj_events = ObjectEvents(loop)
+    osub = db.subscribe_object("demo.Post", [Value.TEXT("old3")], obj_events)
+    await settle(lambda: len(obj_events.events) == 1)
+    assert obj_events.events[0].is_updated()
+    # write
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "hot", 500, title="breaking")),
+                    WriteOp.UPSERT(collection="demo.Post", bytes=post(db, "old3", 3, title="edited"))])
+    # delivered before the write resolved: the callback already ran (hop queued)
+    await settle(lambda: len(updates.updates) == 2)
+    u = updates.updates[1]
+    assert ids(db, u.objects) == ["hot"] and u.diff.inserted == [0], u
+    assert threading.get_ident() in updates.threads  # the first result: on the subscribing thread
+    assert len(updates.threads) == 2, "later deliveries should come from keel's writer thread"
+    await settle(lambda: len(obj_events.events) == 2)
+    assert "edited" in db.decode_json("demo.Post", obj_events.events[1].current.bytes)
+    # query
+    top = db.query("demo.Post").order_by("priority", True).limit(2).all()
+    assert ids(db, top) == ["hot", "old49"]
+    # cancel: no more deliveries
+    sub.cancel()
+    assert not sub.is_active()
+    await db.write([WriteOp.DELETE(collection="demo.Post", key=[Value.TEXT("old3")])])
+    await settle(lambda: len(obj_events.events) == 3)
+    assert obj_events.events[2].is_deleted() and not osub.is_active()
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "hot2", 900))])
+    await asyncio.sleep(0.05)
+    assert len(updates.updates) == 2, "a cancelled subscription was called"
+    # dictionary
+    d = db.dictionary()
+    changes = DictChanges(loop)
+    dsub = d.subscribe("theme", changes)
+    d.set_string("theme", "dark")
+    d.set_int("launches", 3)
+    d.set_bool("onboarded", True)
+    d.set_double("volume", 0.5)
+    d.set_bytes("blob", b"\x00\x01")
+    d.set("last_post", keel.DictValue.OBJECT(collection="Post", bytes=post(db, "hot")))
+    assert d.get_string("theme") == "dark" and d.get_int("launches") == 3
+    assert d.get_bool("onboarded") is True and d.get_double("volume") == 0.5
+    assert d.get_bytes("blob") == b"\x00\x01"
+    assert d.get("last_post").collection == "demo.Post"
+    assert d.get("missing") is None and not d.contains("missing")
+    assert d.keys() == ["blob", "last_post", "launches", "onboarded", "theme", "volume"]
+    expect(KeelError.TypeMismatch, d.get_int, "theme")
+    expect(KeelError.InvalidObject, d.set, "bad", keel.DictValue.OBJECT(collection="demo.Post", bytes=b"junk"))
+    expect(KeelError.UnknownCollection, d.set, "bad", keel.DictValue.OBJECT(collection="Nope", bytes=post(db, "x")))
+    d.remove("blob")
+    assert not d.contains("blob")
+    await d.sync()
+    await settle(lambda: any(v is not None and v.v == "dark" for _, v in changes.changes))
+    assert all(k == "theme" for k, _ in changes.changes)  # (a fast set may replace the initial value)
+    dsub.cancel()
+    # close, reopen: the dictionary and the objects were persisted
+    path = db.path()
+    await db.close()
+    db = await keel.open_async(path, SCHEMA, OpenOptions(), None)
+    assert db.dictionary().get_string("theme") == "dark"
+    assert db.count("demo.Post") == 51
     await db.close()
 
 

@@ -332,7 +332,7 @@ impl Query {
     }
 
     /// The engine query, with every name and value type checked.
-    fn build(&self) -> Result<keel_query::Query<'static>, KeelError> {
+    pub(crate) fn build_checked(&self) -> Result<keel_query::Query<'static>, KeelError> {
         let schema = Arc::clone(self.db.schema());
         let r = Resolver::new(&schema, &self.collection, "query")?;
         let mut q = self.db.query(&self.collection);
@@ -403,28 +403,33 @@ impl Query {
 
     /// Every matching object, in order (synchronous, on the calling thread).
     pub fn all(&self) -> Result<Vec<StoredObject>, KeelError> {
-        Ok(self.build()?.all()?.into_iter().map(Into::into).collect())
+        Ok(self
+            .build_checked()?
+            .all()?
+            .into_iter()
+            .map(Into::into)
+            .collect())
     }
 
     /// The first matching object.
     pub fn first(&self) -> Result<Option<StoredObject>, KeelError> {
-        Ok(self.build()?.first()?.map(Into::into))
+        Ok(self.build_checked()?.first()?.map(Into::into))
     }
 
     /// The number of matching objects (after `limit`/`offset`).
     pub fn count(&self) -> Result<u64, KeelError> {
-        Ok(self.build()?.count()?)
+        Ok(self.build_checked()?.count()?)
     }
 
     /// [`Query::all`] on a keel thread.
     pub async fn all_async(&self) -> Result<Vec<StoredObject>, KeelError> {
-        let q = self.build()?;
+        let q = self.build_checked()?;
         Ok(q.all_async().await?.into_iter().map(Into::into).collect())
     }
 
     /// [`Query::count`] on a keel thread.
     pub async fn count_async(&self) -> Result<u64, KeelError> {
-        let q = self.build()?;
+        let q = self.build_checked()?;
         Ok(q.count_async().await?)
     }
 }

@@ -172,6 +172,8 @@ impl From<QErr> for KeelError {
             QErr::UnknownField { .. } => KeelError::UnknownField { message },
             QErr::TypeMismatch { .. } => KeelError::TypeMismatch { message },
             QErr::Schema { .. } => KeelError::InvalidSchema { message },
+            QErr::DictionaryTypeMismatch { .. } => KeelError::TypeMismatch { message },
+            QErr::DictionaryEncode { .. } => KeelError::InvalidArgument { message },
             _ => KeelError::Internal { message },
         }
     }

@@ -17,6 +17,11 @@
 //!   [`checkpoint`](Database::checkpoint), [`on_background`](Database::on_background),
 //!   [`io_stats`](Database::io_stats), [`open_report`](Database::open_report),
 //!   [`close`](Database::close).
+//! * Subscriptions — [`Query::subscribe`] and [`Database::subscribe_object`] take a
+//!   foreign listener ([`QueryListener`], [`ObjectListener`]) and return a
+//!   [`Subscription`] with `cancel()`; query deliveries carry a row-level [`Diff`].
+//! * The dictionary — [`Database::dictionary`] → [`Dictionary`]: typed
+//!   `get`/`set`/`remove`/`keys`, `sync`, and `subscribe` (a [`DictionaryListener`]).
 //! * [`KeelError`] — typed errors; each variant is its own exception type.
 //! * [`SyncPolicy`] — per reason in [`OpenOptions`], including
 //!   [`SyncPolicy::SimulatedLatency`] for demos and tests.
@@ -26,8 +31,11 @@
 //! Async calls never block the thread that awaits them: the work runs on keel's
 //! writer thread, open thread or a short-lived keel thread, and the foreign side is
 //! woken when it is done (UniFFI's continuation callback; Python hops to its event
-//! loop with `call_soon_threadsafe`). Foreign callbacks ([`OpenProgressListener`])
-//! are called **on keel threads**; an exception they throw is caught and ignored.
+//! loop with `call_soon_threadsafe`). Foreign callbacks are called **on keel
+//! threads**: progress on `keel-open`, subscription updates on the writer thread
+//! (the first result on the subscribing thread), dictionary changes on the
+//! dictionary's notifier thread. An exception a callback throws is caught, logged
+//! and ignored.
 //!
 //! ## Bad input
 //!
@@ -54,13 +62,17 @@
 uniffi::setup_scaffolding!("keel");
 
 mod db;
+mod dict;
 mod error;
 mod expr;
+mod live;
 mod types;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
+pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};
 pub use error::{CallbackError, KeelError};
 pub use expr::Expr;
+pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
 pub use types::{
     CheckpointResult, FileStats, IoStats, OpenOptions, OpenPhase, OpenProgress,
     OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value, WriteOp,
