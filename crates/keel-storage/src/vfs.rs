@@ -379,9 +379,17 @@ unsafe extern "C" fn x_open(
         let bytes = unsafe { CStr::from_ptr(z_name) }.to_bytes();
         Some(PathBuf::from(std::ffi::OsStr::from_bytes(bytes)))
     };
+    // Like SQLite's unix VFS (UNIXFILE_DIRSYNC), whose xSync this shim replaces: the
+    // first sync of a WAL or journal opened with CREATE also syncs its directory,
+    // whether or not this open created the file — a previous process may have created
+    // it and died before its directory entry was durable. A new main database file is
+    // created by keel (`check_file`) and, as in SQLite, gets no directory sync: its
+    // content reaches the WAL first. (Found by the crash campaign: a WAL created by a
+    // session that crashed, reused by the next one, vanished at a power loss with
+    // acknowledged commits.)
     let created = flags & ffi::SQLITE_OPEN_CREATE != 0
-        && kind != FileKind::Other
-        && path.as_ref().is_some_and(|p| !p.exists());
+        && matches!(kind, FileKind::Wal | FileKind::Journal)
+        && path.is_some();
     // SAFETY: `file` has szOsFile bytes; clear our header so a failed open leaves
     // pMethods null (SQLite then skips xClose).
     unsafe {

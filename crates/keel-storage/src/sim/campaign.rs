@@ -400,6 +400,8 @@ struct Campaign {
     est_ops: u64,
     /// Ops per class in a fault session's workload.
     est_class: [u64; 4],
+    /// `KEEL_SIM_TRACE` set: print every event to stderr.
+    verbose: bool,
 }
 
 fn hash_mix(h: u64, v: u64) -> u64 {
@@ -465,6 +467,7 @@ impl Campaign {
             session: 0,
             est_ops: 40,
             est_class: [40, 30, 6, 1],
+            verbose: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             cfg,
         }
     }
@@ -496,6 +499,17 @@ impl Campaign {
     fn violation(&mut self, what: String) {
         self.report.violations += 1;
         self.failure(format!("VIOLATION: {what}"));
+    }
+
+    fn log(&self, what: impl FnOnce() -> String) {
+        if self.verbose {
+            eprintln!(
+                "[seed {} session {}] {}",
+                self.cfg.seed,
+                self.session,
+                what()
+            );
+        }
     }
 
     fn trace(&mut self, v: u64) {
@@ -543,6 +557,16 @@ impl Campaign {
             End::PowerLoss => self.must_survive,
             End::AppCrash | End::Clean => self.acked_len,
         };
+        self.log(|| {
+            format!(
+                "verify after {:?}: required {required} of {} (acked {}), open report: wal {} bytes at open, disk: {}",
+                self.end,
+                self.history.len(),
+                self.acked_len,
+                store.open_report().wal_bytes_at_open,
+                self.disk.describe()
+            )
+        });
         let Some(found) = self.check_state(store, Some(required)) else {
             return;
         };
@@ -782,6 +806,13 @@ impl Campaign {
                     if self.cfg.policy.commit_durable() {
                         self.must_survive = self.history.len();
                     }
+                    self.log(|| {
+                        format!(
+                            "group {group}: acked (history {}), clock {}",
+                            self.history.len(),
+                            self.disk.clock()
+                        )
+                    });
                     self.trace(1);
                 }
                 Err(WErr::Deliberate) => {
@@ -791,6 +822,7 @@ impl Campaign {
                     self.trace(2);
                 }
                 Err(WErr::Keel(e)) => {
+                    self.log(|| format!("group {group}: closure failed: {e}"));
                     self.check_typed(&e);
                     alive = false;
                     if body_ok.load(Ordering::SeqCst) {
@@ -869,6 +901,7 @@ impl Campaign {
             .wait();
         match r {
             Ok(()) => {
+                self.log(|| format!("single {group}: acked, clock {}", self.disk.clock()));
                 self.history.push(Slot {
                     ops,
                     maybe: false,
@@ -902,6 +935,7 @@ impl Campaign {
         match store.checkpoint(mode) {
             Ok(o) => {
                 let complete = !o.busy && o.wal_frames == o.checkpointed_frames;
+                self.log(|| format!("checkpoint {mode:?}: {o:?}, clock {}", self.disk.clock()));
                 if complete && self.cfg.policy == Policy::Normal {
                     // The checkpoint synced the WAL and the database file.
                     self.must_survive = self.history.len();
@@ -910,6 +944,7 @@ impl Campaign {
                 true
             }
             Err(e) => {
+                self.log(|| format!("checkpoint {mode:?} failed: {e}"));
                 self.check_typed(&e);
                 false
             }
@@ -920,6 +955,7 @@ impl Campaign {
         let pages = self.rng.range(1, 64) as u32;
         match store.incremental_vacuum(pages) {
             Ok(n) => {
+                self.log(|| format!("vacuum: {n} pages, clock {}", self.disk.clock()));
                 self.trace(100 + n);
                 true
             }
@@ -941,12 +977,21 @@ impl Campaign {
     }
 
     fn crash_end(&mut self, store: Option<Store>) {
+        self.log(|| {
+            format!(
+                "crash (clock {}, crashed {}), disk before: {}",
+                self.disk.clock(),
+                self.disk.crashed(),
+                self.disk.describe()
+            )
+        });
         self.disk.crash_now();
         drop(store);
         self.report.crash_points += 1;
         if self.cfg.policy.power_loss() && !self.rng.chance(1, 6) {
             let mut r = self.rng.fork();
             let rep = self.disk.power_loss(&mut r);
+            self.log(|| format!("power loss: {rep:?}; disk after: {}", self.disk.describe()));
             self.trace(rep.applied * 7 + rep.dropped * 11 + rep.torn * 13 + rep.vanished);
             self.report.power_losses += 1;
             self.end = End::PowerLoss;
@@ -960,6 +1005,7 @@ impl Campaign {
     fn crash_session(&mut self) {
         let hi = (self.est_ops + self.est_ops / 4).max(4);
         let at = self.rng.range(1, hi);
+        self.log(|| format!("crash session, crash at op {at}"));
         self.trace(at);
         self.disk.crash_at(at);
         let store = match self.open_and_verify(self.options()) {
@@ -1010,6 +1056,7 @@ impl Campaign {
     /// crash point inside it.
     fn recovery_session(&mut self) {
         let at = self.rng.range(1, 8);
+        self.log(|| format!("recovery session, crash at op {at}"));
         self.trace(1000 + at);
         self.disk.crash_at(at);
         let mut o = self.options();
@@ -1035,6 +1082,9 @@ impl Campaign {
         };
         let nth = self.rng.range(1, self.est_class[class as usize].max(1));
         let before_open = self.rng.chance(1, 4);
+        self.log(|| {
+            format!("fault session: {class:?} #{nth} {errno:?}, before open: {before_open}")
+        });
         self.trace(2000 + nth * 4 + class as u64);
         let fired_before = self.disk.fired().len();
         let counts0 = self.disk.op_counts();

@@ -349,6 +349,33 @@ impl SimDisk {
             .sum()
     }
 
+    /// One line per known file: kind, durable length, unsynced operations, whether
+    /// its directory entry is durable.
+    pub fn describe(&self) -> String {
+        let s = self.lock();
+        s.files
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}: {} durable bytes, {} unsynced ops{}{}",
+                    f.path
+                        .file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default(),
+                    f.durable.len(),
+                    f.pending.len(),
+                    if f.entry_durable {
+                        ""
+                    } else {
+                        ", entry not durable"
+                    },
+                    if f.live { "" } else { ", deleted" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
     /// The process died; the OS survived: the live image stays as it is and unsynced
     /// writes stay unsynced. Clears the crash state so the next store can use the disk.
     pub fn app_crash(&self) {
@@ -616,5 +643,142 @@ impl SimDisk {
             f.entry_durable = true;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn disk_with_file(dir: &Path, content: &[u8]) -> (SimDisk, usize, PathBuf) {
+        let p = dir.join("f.db");
+        std::fs::write(&p, content).unwrap();
+        let d = SimDisk::new();
+        let id = d.file_id(&p, FileKind::MainDb);
+        (d, id, p)
+    }
+
+    #[test]
+    fn synced_writes_survive_power_loss_exactly() {
+        let t = tempfile::tempdir().unwrap();
+        let (d, id, p) = disk_with_file(t.path(), &[1u8; 2048]);
+        d.write(id, 100, &[9u8; 1000]).unwrap();
+        d.sync(id).unwrap();
+        d.synced(id);
+        for seed in 0..20 {
+            d.power_loss(&mut SimRng::new(seed));
+            let got = std::fs::read(&p).unwrap();
+            let mut want = vec![1u8; 2048];
+            want[100..1100].fill(9);
+            assert_eq!(got, want);
+        }
+    }
+
+    #[test]
+    fn unsynced_writes_are_applied_dropped_or_torn_per_sector_and_only_inside_the_write() {
+        let t = tempfile::tempdir().unwrap();
+        let mut outcomes = BTreeSet::new();
+        let mut sector_kinds = BTreeSet::new();
+        for seed in 0..200 {
+            let (d, id, p) = disk_with_file(t.path(), &[1u8; 4096]);
+            // Unaligned: partial first and last sectors.
+            d.write(id, 300, &[9u8; 2000]).unwrap();
+            let rep = d.power_loss(&mut SimRng::new(seed));
+            outcomes.insert((rep.applied, rep.dropped, rep.torn));
+            let got = std::fs::read(&p).unwrap();
+            assert_eq!(got.len(), 4096);
+            assert!(
+                got[..300].iter().all(|&b| b == 1),
+                "outside the write: untouched"
+            );
+            assert!(
+                got[2300..].iter().all(|&b| b == 1),
+                "outside the write: untouched"
+            );
+            // Each sector-chunk of the write is all new, all old, or (torn) anything.
+            let chunks = [
+                (300usize, 512usize),
+                (512, 1024),
+                (1024, 1536),
+                (1536, 2048),
+                (2048, 2300),
+            ];
+            for (a, b) in chunks {
+                let c = &got[a..b];
+                let kind = if c.iter().all(|&x| x == 9) {
+                    "new"
+                } else if c.iter().all(|&x| x == 1) {
+                    "old"
+                } else {
+                    "garbage"
+                };
+                sector_kinds.insert(kind);
+            }
+            if rep.applied == 1 {
+                assert!(got[300..2300].iter().all(|&b| b == 9));
+            }
+            if rep.dropped == 1 {
+                assert!(got.iter().all(|&b| b == 1));
+            }
+        }
+        assert_eq!(
+            outcomes.len(),
+            3,
+            "applied, dropped and torn all happen: {outcomes:?}"
+        );
+        assert_eq!(sector_kinds.len(), 3, "{sector_kinds:?}");
+    }
+
+    #[test]
+    fn same_seed_same_image() {
+        let t = tempfile::tempdir().unwrap();
+        let mut images = Vec::new();
+        for _ in 0..2 {
+            let (d, id, p) = disk_with_file(t.path(), &[0u8; 8192]);
+            for i in 0..8u64 {
+                d.write(id, i * 1000, &[i as u8 + 1; 700]).unwrap();
+            }
+            d.truncate(id, 6000).unwrap();
+            d.power_loss(&mut SimRng::new(77));
+            images.push(std::fs::read(&p).unwrap());
+        }
+        assert_eq!(images[0], images[1]);
+    }
+
+    #[test]
+    fn crash_point_stops_every_mutation_and_faults_fire_once() {
+        let t = tempfile::tempdir().unwrap();
+        let (d, id, _p) = disk_with_file(t.path(), &[0u8; 1024]);
+        d.inject_fault(OpClass::Write, 2, FaultErrno::Enospc);
+        assert!(d.write(id, 0, b"a").is_ok());
+        assert_eq!(d.write(id, 0, b"b"), Err((ffi::SQLITE_FULL, libc::ENOSPC)));
+        assert!(d.write(id, 0, b"c").is_ok());
+        assert_eq!(d.fired().len(), 1);
+        d.crash_at(2);
+        assert!(d.sync(id).is_ok());
+        assert!(d.truncate(id, 0).is_err());
+        assert!(d.write(id, 0, b"d").is_err());
+        assert!(d.sync(id).is_err());
+        assert!(d.crashed());
+    }
+
+    #[test]
+    fn a_new_file_whose_directory_was_never_synced_may_vanish() {
+        let t = tempfile::tempdir().unwrap();
+        let mut vanished = 0;
+        for seed in 0..40 {
+            let d = SimDisk::new();
+            let p = t.path().join("new-wal");
+            let _ = std::fs::remove_file(&p);
+            let id = d.file_id(&p, FileKind::Wal);
+            std::fs::write(&p, b"x").unwrap();
+            d.write(id, 0, b"x").unwrap();
+            d.synced(id); // file data synced, directory not
+            let rep = d.power_loss(&mut SimRng::new(seed));
+            vanished += rep.vanished;
+            assert_eq!(p.exists(), rep.vanished == 0);
+        }
+        assert!(vanished > 0 && vanished < 40);
     }
 }
