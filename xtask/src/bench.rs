@@ -247,7 +247,11 @@ Every figure below comes from `cargo xtask bench` on the machine named in its
 section. Each scenario runs keel and its baseline (raw rusqlite doing the same SQL
 work, or the file-rewrite strategy an app would otherwise use) in the same process;
 `*_ratio` is keel's time divided by the baseline's, so below 1 means keel is faster.
-Re-run a scenario with `cargo xtask bench <scenario>`; its section is replaced.
+Each section opens with its chart (`docs/bench-<scenario>.png`, also shown in the
+README) and a keel-vs-baseline table, then lists every metric.
+Re-run everything with `cargo xtask bench`, or one scenario with
+`cargo xtask bench <scenario>` (its section and chart are replaced);
+`cargo xtask bench --quick` is the CI-sized run and changes neither.
 ";
 
 fn today() -> String {

@@ -95,7 +95,7 @@ pub fn panels(report: &Value) -> Vec<Panel> {
     if !ratios.is_empty() {
         out.push(Panel {
             kind: PanelKind::Ratio,
-            title: "keel time ÷ baseline time (below 1: keel is faster)".into(),
+            title: "keel time ÷ baseline time, log scale (green, left of 1: keel is faster)".into(),
             bars: ratios,
         });
     }
@@ -188,10 +188,54 @@ pub fn render(name: &str, report: &Value, subtitle: &str, out: &Path) -> Result<
     Ok(true)
 }
 
-fn draw_panel(
-    area: &DrawingArea<BitMapBackend<'_>, plotters::coord::Shift>,
-    p: &Panel,
-) -> Result<(), String> {
+/// Three significant digits, no exponent for ordinary values.
+fn sig3(v: f64) -> String {
+    if v == 0.0 || !v.is_finite() {
+        return format!("{v}");
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).max(0) as usize;
+    if digits > 6 {
+        format!("{v:.2e}")
+    } else {
+        format!("{v:.digits$}")
+    }
+}
+
+/// Tick labels on a log axis: `0.001`, `1`, `1000`, `1e-6`.
+fn tick(v: f64) -> String {
+    if v >= 1.0 {
+        format!("{v:.0}")
+    } else if v >= 1e-4 {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').to_string()
+    } else {
+        format!("{v:.0e}")
+    }
+}
+
+fn value_text(kind: PanelKind, v: f64) -> String {
+    match kind {
+        PanelKind::Ratio if v >= 1.0 => format!("{v:.2}"),
+        PanelKind::Ratio if v >= 0.1 => format!("{v:.2}  (keel {:.1}× faster)", 1.0 / v),
+        PanelKind::Ratio => format!("{}  (keel {:.0}× faster)", sig3(v), 1.0 / v),
+        PanelKind::Speedup => format!("{v:.1}×"),
+        PanelKind::Time if v >= 100.0 => format!("{v:.0} ms"),
+        PanelKind::Time => format!("{} ms", sig3(v)),
+    }
+}
+
+fn bar_color(kind: PanelKind, b: &Bar) -> RGBColor {
+    match (kind, b.baseline) {
+        (_, true) => BASELINE,
+        (PanelKind::Speedup, _) => SPEEDUP,
+        (PanelKind::Ratio, _) if b.value < 1.0 => SPEEDUP,
+        _ => KEEL,
+    }
+}
+
+type Area<'a> = DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>;
+
+fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<(), String> {
     let n = p.bars.len() as i32;
     let labels: Vec<String> = p.bars.iter().map(|b| b.label.clone()).collect();
     let label_width = labels
@@ -203,23 +247,13 @@ fn draw_panel(
         * 9
         + 16;
     let max = p.bars.iter().map(|b| b.value).fold(0.0_f64, f64::max);
-    let value_text = |v: f64| match p.kind {
-        PanelKind::Ratio => format!("{v:.2}"),
-        PanelKind::Speedup => format!("{v:.1}×"),
-        PanelKind::Time if v >= 100.0 => format!("{v:.0} ms"),
-        PanelKind::Time if v >= 1.0 => format!("{v:.1} ms"),
-        PanelKind::Time => format!("{v:.3} ms"),
-    };
-    let bar_style = |b: &Bar| {
-        let c = match (p.kind, b.baseline) {
-            (_, true) => BASELINE,
-            (PanelKind::Speedup, _) => SPEEDUP,
-            _ => KEEL,
-        };
-        c.filled()
-    };
-    let label_font = ("sans-serif", 15).into_font();
-    let value_font = ("sans-serif", 14).into_font().color(&BLACK);
+    let min = p
+        .bars
+        .iter()
+        .map(|b| b.value)
+        .filter(|v| *v > 0.0)
+        .fold(f64::INFINITY, f64::min)
+        .min(max.max(1e-9));
     let y_range = (0..n).into_segmented();
     let y_fmt = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => labels
@@ -229,143 +263,164 @@ fn draw_panel(
         SegmentValue::Last => String::new(),
     };
     // First metric at the top: bar i sits in row n-1-i.
-    let bars = p
+    let rows: Vec<(i32, &Bar)> = p
         .bars
         .iter()
         .enumerate()
-        .map(|(i, b)| (n - 1 - i as i32, b));
-    match p.kind {
-        PanelKind::Ratio | PanelKind::Speedup => {
-            let hi = (max.max(1.0)) * 1.18;
-            let mut chart = ChartBuilder::on(area)
+        .map(|(i, b)| (n - 1 - i as i32, b))
+        .collect();
+    let left = plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Left,
+        plotters::style::text_anchor::VPos::Center,
+    );
+    let value_font = ("sans-serif", 14).into_font().color(&BLACK).pos(left);
+    macro_rules! builder {
+        ($area:expr) => {
+            ChartBuilder::on($area)
                 .caption(&p.title, ("sans-serif", 18))
                 .margin(12)
                 .margin_right(36)
                 .x_label_area_size(28)
                 .y_label_area_size(label_width)
-                .build_cartesian_2d(0.0..hi, y_range)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .disable_y_mesh()
-                .y_labels(n as usize)
-                .y_label_formatter(&y_fmt)
-                .y_label_style(label_font)
-                .x_label_style(("sans-serif", 13))
-                .light_line_style(RGBColor(0xee, 0xee, 0xee))
-                .draw()
-                .map_err(err)?;
-            chart
-                .draw_series(bars.clone().map(|(i, b)| {
-                    let mut r = Rectangle::new(
-                        [
-                            (0.0, SegmentValue::Exact(i)),
-                            (b.value, SegmentValue::Exact(i + 1)),
-                        ],
-                        bar_style(b),
-                    );
-                    r.set_margin(5, 5, 0, 0);
-                    r
-                }))
-                .map_err(err)?;
-            chart
-                .draw_series(bars.map(|(i, b)| {
-                    Text::new(
-                        format!(" {}", value_text(b.value)),
-                        (b.value, SegmentValue::CenterOf(i)),
-                        value_font
-                            .clone()
-                            .pos(plotters::style::text_anchor::Pos::new(
-                                plotters::style::text_anchor::HPos::Left,
-                                plotters::style::text_anchor::VPos::Center,
-                            )),
-                    )
-                }))
-                .map_err(err)?;
-            chart
-                .draw_series(std::iter::once(PathElement::new(
-                    vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
-                    REFERENCE.stroke_width(2),
-                )))
-                .map_err(err)?
-                .label(match p.kind {
-                    PanelKind::Ratio => "baseline (= 1)",
-                    _ => "no speedup (= 1)",
-                })
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
-                });
-            chart
-                .configure_series_labels()
-                .position(SeriesLabelPosition::UpperRight)
-                .label_font(("sans-serif", 13))
-                .background_style(WHITE.mix(0.9))
-                .border_style(RGBColor(0xcc, 0xcc, 0xcc))
-                .draw()
-                .map_err(err)?;
-        }
-        PanelKind::Time => {
-            let min = p
-                .bars
-                .iter()
-                .map(|b| b.value)
-                .fold(f64::INFINITY, f64::min)
-                .max(1e-6);
-            let lo = 10f64.powf(min.log10().floor());
-            let hi = 10f64.powf((max * 3.0).log10().ceil());
-            let mut chart = ChartBuilder::on(area)
-                .caption(&p.title, ("sans-serif", 18))
-                .margin(12)
-                .margin_right(36)
-                .x_label_area_size(28)
-                .y_label_area_size(label_width)
-                .build_cartesian_2d((lo..hi).log_scale(), y_range)
-                .map_err(err)?;
-            chart
-                .configure_mesh()
-                .disable_y_mesh()
-                .y_labels(n as usize)
-                .y_label_formatter(&y_fmt)
-                .y_label_style(label_font)
-                .x_label_style(("sans-serif", 13))
-                .x_label_formatter(&|v| {
-                    if *v >= 1.0 {
-                        format!("{v:.0}")
-                    } else {
-                        format!("{v}")
-                    }
-                })
-                .light_line_style(RGBColor(0xee, 0xee, 0xee))
-                .draw()
-                .map_err(err)?;
-            chart
-                .draw_series(bars.clone().map(|(i, b)| {
-                    let mut r = Rectangle::new(
-                        [
-                            (lo, SegmentValue::Exact(i)),
-                            (b.value, SegmentValue::Exact(i + 1)),
-                        ],
-                        bar_style(b),
-                    );
-                    r.set_margin(5, 5, 0, 0);
-                    r
-                }))
-                .map_err(err)?;
-            chart
-                .draw_series(bars.map(|(i, b)| {
-                    Text::new(
-                        format!(" {}", value_text(b.value)),
-                        (b.value, SegmentValue::CenterOf(i)),
-                        value_font
-                            .clone()
-                            .pos(plotters::style::text_anchor::Pos::new(
-                                plotters::style::text_anchor::HPos::Left,
-                                plotters::style::text_anchor::VPos::Center,
-                            )),
-                    )
-                }))
-                .map_err(err)?;
-        }
+        };
+    }
+
+    if p.kind == PanelKind::Speedup {
+        // Linear, from 0, with "no speedup" at 1.
+        let hi = max.max(1.0) * 1.18;
+        let mut chart = builder!(area)
+            .build_cartesian_2d(0.0..hi, y_range)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(n as usize)
+            .y_label_formatter(&y_fmt)
+            .y_label_style(("sans-serif", 15))
+            .x_label_style(("sans-serif", 13))
+            .light_line_style(RGBColor(0xee, 0xee, 0xee))
+            .draw()
+            .map_err(err)?;
+        chart
+            .draw_series(rows.iter().map(|(i, b)| {
+                let mut r = Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(*i)),
+                        (b.value, SegmentValue::Exact(*i + 1)),
+                    ],
+                    bar_color(p.kind, b).filled(),
+                );
+                r.set_margin(5, 5, 0, 0);
+                r
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series(rows.iter().map(|(i, b)| {
+                Text::new(
+                    format!(" {}", value_text(p.kind, b.value)),
+                    (b.value, SegmentValue::CenterOf(*i)),
+                    value_font.clone(),
+                )
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
+                REFERENCE.stroke_width(2),
+            )))
+            .map_err(err)?
+            .label("no speedup (= 1)")
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
+            });
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.9))
+            .border_style(RGBColor(0xcc, 0xcc, 0xcc))
+            .draw()
+            .map_err(err)?;
+        return Ok(());
+    }
+
+    // Log scale. Ratios grow from 1 in both directions (left: keel is faster);
+    // times grow from the left edge.
+    let ratio = p.kind == PanelKind::Ratio;
+    let (lo, hi) = if ratio {
+        let lo = if min >= 1.0 {
+            0.5
+        } else {
+            10f64.powf((min / 1.5).log10().floor())
+        };
+        // Keep at least a third of the axis right of 1 for the labels.
+        let hi = (max.max(1.0) * 3.0).max(lo.powf(-0.6)).max(3.0);
+        (lo, 10f64.powf(hi.log10().ceil()))
+    } else {
+        (
+            10f64.powf(min.log10().floor()),
+            10f64.powf((max * 3.0).log10().ceil()),
+        )
+    };
+    let origin = if ratio { 1.0 } else { lo };
+    let mut chart = builder!(area)
+        .build_cartesian_2d((lo..hi).log_scale(), y_range)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_y_mesh()
+        .y_labels(n as usize)
+        .y_label_formatter(&y_fmt)
+        .y_label_style(("sans-serif", 15))
+        .x_label_style(("sans-serif", 13))
+        .x_label_formatter(&|v| tick(*v))
+        .light_line_style(RGBColor(0xee, 0xee, 0xee))
+        .draw()
+        .map_err(err)?;
+    chart
+        .draw_series(rows.iter().map(|(i, b)| {
+            let v = b.value.clamp(lo, hi);
+            let mut r = Rectangle::new(
+                [
+                    (origin.min(v), SegmentValue::Exact(*i)),
+                    (origin.max(v), SegmentValue::Exact(*i + 1)),
+                ],
+                bar_color(p.kind, b).filled(),
+            );
+            r.set_margin(5, 5, 0, 0);
+            r
+        }))
+        .map_err(err)?;
+    chart
+        .draw_series(rows.iter().map(|(i, b)| {
+            // Labels right of the bar's right end (for a ratio below 1: right of 1).
+            let x = if ratio { b.value.max(1.0) } else { b.value };
+            Text::new(
+                format!(" {}", value_text(p.kind, b.value)),
+                (x.clamp(lo, hi), SegmentValue::CenterOf(*i)),
+                value_font.clone(),
+            )
+        }))
+        .map_err(err)?;
+    if ratio {
+        chart
+            .draw_series(std::iter::once(PathElement::new(
+                vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
+                REFERENCE.stroke_width(2),
+            )))
+            .map_err(err)?
+            .label("baseline (= 1)")
+            .legend(|(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
+            });
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font(("sans-serif", 13))
+            .background_style(WHITE.mix(0.9))
+            .border_style(RGBColor(0xcc, 0xcc, 0xcc))
+            .draw()
+            .map_err(err)?;
     }
     Ok(())
 }
