@@ -41,6 +41,7 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
     let progress = Progress::new(json);
     let mut colls = Vec::new();
     let mut other_tables = Vec::new();
+    let mut dictionary_keys = None;
     let index_states = index_states(&conn);
     if let Some(schema) = &schema {
         let pb = progress.bar(schema.collections.len() as u64, "counting", "collections");
@@ -99,6 +100,10 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
             {
                 continue;
             }
+            if n == inspect::DICTIONARY_TABLE {
+                dictionary_keys = Some(count_rows(&conn, db, &n)?);
+                continue;
+            }
             let rows = count_rows(&conn, db, &n)?;
             other_tables.push((n, rows));
         }
@@ -129,6 +134,7 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
                 "primary_key": c.primary_key,
                 "indexes": c.indexes,
             })).collect::<Vec<_>>(),
+            "dictionary_keys": dictionary_keys,
             "other_tables": other_tables.iter().map(|(n, r)| json!({ "name": n, "rows": r })).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
@@ -195,6 +201,9 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
             }
             println!("{line}");
         }
+    }
+    if let Some(keys) = dictionary_keys {
+        println!("dictionary    {keys} keys");
     }
     if !other_tables.is_empty() {
         println!("other tables");

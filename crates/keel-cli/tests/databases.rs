@@ -154,6 +154,8 @@ fn healthy_file_info() {
     assert_eq!(coll["primary_key"], json!(["id"]));
     assert_eq!(coll["indexes"][0]["field"], "stars");
     assert_eq!(coll["indexes"][0]["state"], "ready");
+    assert_eq!(v["dictionary_keys"], 0);
+    assert_eq!(v["other_tables"], json!([]));
     assert_eq!(
         v["keel"]["schema_fingerprint"],
         format!(

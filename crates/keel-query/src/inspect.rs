@@ -19,6 +19,8 @@ use keel_schema::Schema;
 pub const META_TABLE: &str = "keel_meta";
 /// The index table: `name, collection, field, is_unique, state` (`ready`, `building`, `failed: …`).
 pub const INDEX_TABLE: &str = "keel_index";
+/// The key-value dictionary's table (`key TEXT PRIMARY KEY, kind, type, value`).
+pub const DICTIONARY_TABLE: &str = "keel_dict";
 /// The column holding an object's FlatBuffers bytes in every collection table.
 pub const BODY_COLUMN: &str = "body";
 
@@ -99,5 +101,7 @@ mod tests {
         }
         assert!(ddl.contains(&format!("{BODY_COLUMN} BLOB")), "{ddl}");
         assert!(ddl.contains(&format!("TABLE IF NOT EXISTS \"{}\"", table_name("t.A"))));
+        assert!(crate::dictionary::TABLE_SQL
+            .contains(&format!("CREATE TABLE IF NOT EXISTS {DICTIONARY_TABLE}(")));
     }
 }
