@@ -28,7 +28,8 @@ Exit status:
   2  usage or I/O error (bad arguments, missing or unreadable file)
   3  not a database, or a corrupt database
   4  wrong schema (does not parse, or does not fit the database)
-  5  database locked by another process
+  5  locked: another process holds the database, or kept a checkpoint from
+     finishing
 
 What each command may write: `info`, `dump` and `check` open the file read-only
 (SQLite may create the `-shm` index file next to a WAL database). `checkpoint`,

@@ -2,13 +2,17 @@
 //! opened slowly — the tool for a database pulled off a device.
 //!
 //! ```text
-//! keel info DB [--json]                          collections, rows, pages, WAL, journal mode
-//! keel dump DB [--schema S.fbs] [--collection C] objects as JSON lines
-//! keel check DB [--schema S.fbs] [--json]        integrity check + every object verified
+//! keel info DB [--json]                  collections, rows, pages, freelist, WAL, journal mode
+//! keel dump DB [--schema S.fbs] [--collection C] [--json]
+//!                                        objects as JSON lines, decoded through the schema
+//! keel check DB [--schema S.fbs] [--json]
+//!                                        integrity check, then every object verified
 //! keel checkpoint DB [--mode passive|truncate] [--json]
-//! keel vacuum DB [--json]                        incremental vacuum
-//! keel explain-open DB [--schema S.fbs] [--keep-wal] [--barrier P] [--json]
-//! keel schema check OLD.fbs NEW.fbs [--json]     is the schema change compatible?
+//! keel vacuum DB [--json]                incremental vacuum
+//! keel explain-open DB [--schema S.fbs] [--keep-wal] [--barrier full|barrier|normal|off] [--json]
+//!                                        the open pipeline, phase by phase, with suggestions
+//! keel schema check OLD.fbs NEW.fbs [--json]
+//!                                        is the schema change compatible?
 //! ```
 //!
 //! ## What each command may write
@@ -107,6 +111,10 @@ enum Command {
         /// Only this collection (fully qualified like `blog.Post`, or the bare table name).
         #[arg(long, value_name = "C")]
         collection: Option<String>,
+        /// The output is JSON lines already; with --json a failure is reported as a
+        /// JSON object on stdout too.
+        #[arg(long)]
+        json: bool,
     },
     /// SQLite's integrity check, then every FlatBuffers object verified.
     ///
@@ -242,8 +250,9 @@ fn main() -> ExitCode {
             db,
             schema,
             collection,
+            json,
         } => (
-            false,
+            json,
             objects::dump(&db, schema.as_deref(), collection.as_deref()),
         ),
         Command::Check { db, schema, json } => (json, objects::check(&db, schema.as_deref(), json)),

@@ -334,11 +334,20 @@ fn missing_file_exits_two_and_creates_nothing() {
         );
         assert!(!missing.exists(), "{cmd} created the file");
     }
-    let out = keel(&[OsStr::new("info"), s(&missing), OsStr::new("--json")]);
-    assert_eq!(out.code, 2);
-    let v = out.json();
-    assert_eq!(v["kind"], "io");
-    assert_eq!(v["exit_code"], 2);
+    for cmd in [
+        "info",
+        "dump",
+        "check",
+        "checkpoint",
+        "vacuum",
+        "explain-open",
+    ] {
+        let out = keel(&[OsStr::new(cmd), s(&missing), OsStr::new("--json")]);
+        assert_eq!(out.code, 2, "{cmd}: {out:?}");
+        let v = out.json();
+        assert_eq!(v["kind"], "io", "{cmd}");
+        assert_eq!(v["exit_code"], 2, "{cmd}");
+    }
     // A missing schema file is an I/O error too.
     let db = healthy(dir.path());
     let out = keel(&[
@@ -559,6 +568,24 @@ fn large_wal_checkpoint_modes() {
     assert_eq!(v["checkpointed_frames"], v["wal_frames"]);
     assert_eq!(v["wal_bytes_after"], wal_len, "PASSIVE keeps the WAL file");
 
+    // Another process reading: TRUNCATE cannot finish within its bounded wait.
+    {
+        let reader = rusqlite::Connection::open(&db).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        let out = keel(&[
+            OsStr::new("checkpoint"),
+            s(&db),
+            OsStr::new("--mode"),
+            OsStr::new("truncate"),
+            OsStr::new("--json"),
+        ]);
+        assert_eq!(out.code, 5, "{out:?}");
+        assert_eq!(out.json()["busy"], true);
+        reader.execute_batch("COMMIT").unwrap();
+    }
     let out = keel(&[
         OsStr::new("checkpoint"),
         s(&db),
