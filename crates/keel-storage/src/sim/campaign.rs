@@ -995,6 +995,9 @@ impl Campaign {
             self.trace(rep.applied * 7 + rep.dropped * 11 + rep.torn * 13 + rep.vanished);
             self.report.power_losses += 1;
             self.end = End::PowerLoss;
+            // Until an open has checked what survived, only the promised prefix is
+            // known to exist: a later app crash cannot bring the rest back.
+            self.acked_len = self.acked_len.min(self.must_survive);
         } else {
             self.disk.app_crash();
             self.report.app_crashes += 1;
