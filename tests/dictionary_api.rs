@@ -98,14 +98,23 @@ fn every_type_round_trips_across_close_and_reopen() {
         assert!(z == 0.0 && z.is_sign_negative());
         assert_eq!(d.get::<f64>("f64_inf").unwrap(), Some(f64::NEG_INFINITY));
         assert!(d.get::<f64>("f64_nan").unwrap().unwrap().is_nan());
-        assert_eq!(d.get::<String>("str").unwrap().as_deref(), Some("héllo, 世界"));
-        assert_eq!(d.get::<String>("string_empty").unwrap().as_deref(), Some(""));
+        assert_eq!(
+            d.get::<String>("str").unwrap().as_deref(),
+            Some("héllo, 世界")
+        );
+        assert_eq!(
+            d.get::<String>("string_empty").unwrap().as_deref(),
+            Some("")
+        );
         assert_eq!(d.get::<Vec<u8>>("bytes").unwrap(), Some(vec![0, 255, 0, 7]));
         assert_eq!(d.get::<Vec<u8>>("bytes_empty").unwrap(), Some(vec![]));
         assert_eq!(d.get_object::<Post>("object").unwrap(), Some(post.clone()));
         assert_eq!(d.get_serde::<Prefs>("serde").unwrap(), Some(prefs.clone()));
         assert_eq!(d.get_value("dynamic").unwrap(), Some(DictValue::UInt(42)));
-        assert_eq!(d.get::<String>("").unwrap().as_deref(), Some("the empty key"));
+        assert_eq!(
+            d.get::<String>("").unwrap().as_deref(),
+            Some("the empty key")
+        );
         assert_eq!(d.get::<i32>("key with\0nul").unwrap(), Some(1));
         assert_eq!(
             d.get_value("object").unwrap().map(|v| v.kind()),
@@ -176,7 +185,10 @@ fn a_value_read_as_another_type_is_a_typed_error_or_the_default() {
         assert_eq!(mismatch(d.get::<u8>("big")), ("int".into(), "u8".into()));
         assert_eq!(d.get::<u16>("big").unwrap(), Some(300));
         assert_eq!(mismatch(d.get::<u64>("neg")).1, "u64");
-        assert_eq!(mismatch(d.get::<i64>("huge")), ("uint".into(), "i64".into()));
+        assert_eq!(
+            mismatch(d.get::<i64>("huge")),
+            ("uint".into(), "i64".into())
+        );
         assert_eq!(mismatch(d.get::<i32>("s")), ("string".into(), "i32".into()));
         assert_eq!(mismatch(d.get::<Vec<u8>>("s")).0, "string");
         assert_eq!(mismatch(d.get::<i64>("flag")).0, "bool");
@@ -184,7 +196,9 @@ fn a_value_read_as_another_type_is_a_typed_error_or_the_default() {
         assert_eq!(mismatch(d.get::<f32>("x")), ("float".into(), "f32".into()));
         assert_eq!(mismatch(d.get::<f64>("big")).0, "int");
         assert_eq!(mismatch(d.get::<String>("prefs")).0, "json");
-        assert_eq!(mismatch(d.get_serde::<Prefs>("prefs")).0.starts_with("json"), true);
+        assert!(mismatch(d.get_serde::<Prefs>("prefs"))
+            .0
+            .starts_with("json"));
         assert_eq!(d.get_serde::<Vec<u8>>("prefs").unwrap(), Some(vec![1, 2]));
         assert_eq!(mismatch(d.get_serde::<Prefs>("s")).0, "string");
         assert_eq!(
@@ -273,7 +287,10 @@ fn txn_dictionary_is_atomic_with_the_transactions_objects() {
     .wait()
     .unwrap();
     assert_eq!(
-        db.dictionary().get::<String>("last_post").unwrap().as_deref(),
+        db.dictionary()
+            .get::<String>("last_post")
+            .unwrap()
+            .as_deref(),
         Some("p1")
     );
     // The closure fails: neither.
@@ -373,7 +390,9 @@ fn subscriptions_deliver_initial_value_updates_and_removals() {
     assert_eq!(next(&mut s), None);
     d.remove("theme").unwrap(); // already absent: no second removal
     assert_eq!(s.try_next(), None);
-    db.write(|t| t.dictionary().set("theme", "txn")).wait().unwrap();
+    db.write(|t| t.dictionary().set("theme", "txn"))
+        .wait()
+        .unwrap();
     assert_eq!(next(&mut s), Some(DictValue::String("txn".into())));
     // A rolled-back transaction delivers nothing.
     let _ = db
@@ -445,6 +464,15 @@ fn hot_reads_stay_in_memory_and_misses_load_on_demand() {
     }
     assert_eq!(d.get::<i32>("absent").unwrap(), None);
     assert_eq!(d.stats().disk_reads, 501, "absent keys are cached too");
+
+    // preload: one scan, then no misses.
+    let db = reopen(db);
+    let d = db.dictionary();
+    assert_eq!(d.preload().unwrap(), 500);
+    for i in 0..500 {
+        assert_eq!(d.get::<i32>(&format!("k{i}")).unwrap(), Some(i));
+    }
+    assert_eq!(d.stats().disk_reads, 0);
 
     // A small cache evicts clean entries only; values stay right.
     d.set_cache_limit(32 * 1024);

@@ -77,8 +77,7 @@ fn eight_setters_last_set_wins_in_memory_and_on_disk() {
         handles.into_iter().map(|h| h.join().unwrap()).collect();
     let memory = snapshot(&db, &keys);
     for (k, v) in &memory {
-        let candidates: Vec<&Option<DictValue>> =
-            lasts.iter().filter_map(|l| l.get(k)).collect();
+        let candidates: Vec<&Option<DictValue>> = lasts.iter().filter_map(|l| l.get(k)).collect();
         assert!(
             candidates.contains(&v),
             "{k} holds {v:?}, which is no thread's last operation on it ({candidates:?})"
@@ -89,7 +88,11 @@ fn eight_setters_last_set_wins_in_memory_and_on_disk() {
     drop(db);
 
     let db = open(&path);
-    assert_eq!(snapshot(&db, &keys), memory, "disk differs from memory after reopen");
+    assert_eq!(
+        snapshot(&db, &keys),
+        memory,
+        "disk differs from memory after reopen"
+    );
     assert_eq!(db.dictionary().keys().unwrap(), mem_keys);
     db.close().wait().unwrap();
 }
@@ -167,7 +170,11 @@ fn eight_threads_mixed_operations_memory_equals_disk_after_reopen() {
     drop(db);
 
     let db = open(&path);
-    assert_eq!(snapshot(&db, &keys), memory, "disk differs from memory after reopen");
+    assert_eq!(
+        snapshot(&db, &keys),
+        memory,
+        "disk differs from memory after reopen"
+    );
     assert_eq!(db.dictionary().keys().unwrap(), mem_keys);
     db.close().wait().unwrap();
 }

@@ -167,7 +167,10 @@ impl Shared {
 
     /// Queue a background flush unless one is queued already.
     pub(crate) fn schedule_flush(self: &Arc<Self>) {
-        if self.flush_queued.swap(true, Ordering::AcqRel) {
+        // The load keeps the common case (a flush is queued already) a shared read.
+        if self.flush_queued.load(Ordering::Acquire)
+            || self.flush_queued.swap(true, Ordering::AcqRel)
+        {
             return;
         }
         match self.db.upgrade() {
@@ -353,18 +356,21 @@ impl Drop for FlushGuard {
 }
 
 impl Shared {
-    /// Take every pending change: a consistent cut across shards.
+    /// Take every pending change: a consistent cut across shards. The locks are
+    /// held only to swap the maps out.
     fn drain(&self) -> Drained {
-        let mut shards = self.all_write();
-        let clear = lock(&self.clear_op).take();
-        let ops = shards
-            .iter_mut()
-            .map(|sh| {
-                sh.dirty
-                    .drain()
-                    .map(|(k, (seq, v))| (k, seq, v))
-                    .collect::<Vec<_>>()
-            })
+        let (clear, maps) = {
+            let mut shards = self.all_write();
+            let clear = lock(&self.clear_op).take();
+            let maps: Vec<_> = shards
+                .iter_mut()
+                .map(|sh| std::mem::take(&mut sh.dirty))
+                .collect();
+            (clear, maps)
+        };
+        let ops = maps
+            .into_iter()
+            .map(|m| m.into_iter().map(|(k, (seq, v))| (k, seq, v)).collect())
             .collect();
         Drained { clear, ops }
     }
@@ -954,6 +960,77 @@ impl Dictionary {
                 subscribe::initial(&self.shared, slot, 0, &None);
             }
         }
+    }
+
+    /// Load every stored value into the cache with one scan (up to the cache
+    /// limit), so the reads that follow never miss — what to call at launch when
+    /// the app will read most of its settings anyway. Returns how many values were
+    /// loaded. Without it, each key is read from disk on its first access.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("d.db");
+    /// # let db = Database::open_for::<Post>(&path, StoreOptions::default())?;
+    /// # db.dictionary().set("a", 1)?;
+    /// # db.close().wait()?;
+    /// let db = Database::open_for::<Post>(&path, StoreOptions::default())?;
+    /// assert_eq!(db.dictionary().preload()?, 1);
+    /// assert_eq!(db.dictionary().get::<i32>("a")?, Some(1));
+    /// assert_eq!(db.dictionary().stats().disk_reads, 0);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn preload(&self) -> Result<usize> {
+        self.check("dictionary preload")?;
+        let shared = &self.shared;
+        let versions: Vec<(u64, bool)> = shared
+            .shards
+            .iter()
+            .map(|s| {
+                let s = rd(s);
+                (s.version, s.clear_pending.is_some())
+            })
+            .collect();
+        let mut per_shard: Vec<Vec<(String, DictValue)>> = vec![Vec::new(); SHARDS];
+        self.db.inner().store.read(|c| {
+            let sq = |e| Error::sqlite("dictionary preload", TABLE, e);
+            let mut st = c
+                .prepare_cached("SELECT key, kind, type, value FROM keel_dict")
+                .map_err(sq)?;
+            let mut rows = st.query([]).map_err(sq)?;
+            while let Some(r) = rows.next().map_err(sq)? {
+                let key: String = r.get(0).map_err(sq)?;
+                let kind: i64 = r.get(1).map_err(sq)?;
+                let ty: Option<String> = r.get(2).map_err(sq)?;
+                let value: rusqlite::types::Value = r.get(3).map_err(sq)?;
+                // An unreadable row stays on disk; `get` reports it.
+                if let Some(v) = DictValue::from_columns(kind, ty, value) {
+                    per_shard[shard_of(&key)].push((key, v));
+                }
+            }
+            Ok::<(), Error>(())
+        })?;
+        let limit = shared.shard_limit.load(Ordering::Relaxed);
+        let mut loaded = 0;
+        for (i, rows) in per_shard.into_iter().enumerate() {
+            let mut sh = wr(&shared.shards[i]);
+            if sh.version != versions[i].0 || versions[i].1 {
+                continue; // changed meanwhile: these keys load on demand
+            }
+            for (k, v) in rows {
+                if sh.weight >= limit {
+                    break;
+                }
+                if !sh.entries.contains_key(&k) {
+                    sh.put(&k, Some(Arc::new(v)), 0, false);
+                    loaded += 1;
+                }
+            }
+            // Filling is not a change: concurrent misses may still fill.
+            sh.version = versions[i].0;
+        }
+        Ok(loaded)
     }
 
     /// Bound the cache to about `bytes` (default 16 MiB). Values not persisted yet
