@@ -196,12 +196,19 @@ fn headline_table(report: &Value) -> String {
     for (key, value) in metrics {
         let Some(x) = value.as_f64() else { continue };
         if let Some(op) = key.strip_suffix("_ratio") {
-            let verdict = if x < 1.0 {
+            let shown = if x >= 0.01 {
+                format!("{x:.2}")
+            } else {
+                charts::sig3(x)
+            };
+            let verdict = if x >= 1.0 {
+                format!("keel takes {x:.2}× the baseline's time")
+            } else if x > 0.1 {
                 format!("keel {:.1}× faster", 1.0 / x)
             } else {
-                format!("keel {x:.2}× the baseline's time")
+                format!("keel {:.0}× faster", 1.0 / x)
             };
-            rows.push_str(&format!("| {op} | {x:.2} | {verdict} |\n"));
+            rows.push_str(&format!("| {op} | {shown} | {verdict} |\n"));
         } else if key.contains("speedup") {
             rows.push_str(&format!(
                 "| {key} | {x:.1}× | speedup (higher is better) |\n"
@@ -273,4 +280,36 @@ fn machine() -> String {
         .unwrap_or(1);
     let kernel = util::capture("uname", &["-sr"]).unwrap_or_else(|| std::env::consts::OS.into());
     format!("{cpu}, {cores} cores, {kernel}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn headline_table_reads_at_a_glance() {
+        let t = headline_table(&json!({"metrics": {
+            "insert_ratio": 2.2, "update_ratio": 0.5, "tiny_ratio": 0.000231,
+            "group_speedup": 20.36, "objects": 10
+        }}));
+        assert!(
+            t.contains("| insert | 2.20 | keel takes 2.20× the baseline's time |"),
+            "{t}"
+        );
+        assert!(t.contains("| update | 0.50 | keel 2.0× faster |"), "{t}");
+        assert!(t.contains("| tiny | 0.000231 | keel 4329× faster |"), "{t}");
+        assert!(t.contains("| group_speedup | 20.4× |"), "{t}");
+        assert!(!t.contains("objects"));
+        assert_eq!(headline_table(&json!({"metrics": {"objects": 1}})), "");
+    }
+
+    #[test]
+    fn section_links_the_chart_only_in_full_runs() {
+        let report = json!({"scenario": "x", "metrics": {"a_ratio": 1.5}});
+        assert!(
+            render_section("x", &report, false).contains("![x benchmark chart](docs/bench-x.png)")
+        );
+        assert!(!render_section("x", &report, true).contains("docs/bench-x.png"));
+    }
 }

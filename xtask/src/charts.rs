@@ -189,7 +189,7 @@ pub fn render(name: &str, report: &Value, subtitle: &str, out: &Path) -> Result<
 }
 
 /// Three significant digits, no exponent for ordinary values.
-fn sig3(v: f64) -> String {
+pub fn sig3(v: f64) -> String {
     if v == 0.0 || !v.is_finite() {
         return format!("{v}");
     }
