@@ -10,6 +10,8 @@ use keel::prelude::*;
 use keel::{ObjectEvent, ObjectUpdate, Subscription, Update};
 use keel_example_blog::blog::Post;
 
+type Step = Box<dyn FnOnce(&mut Txn<'_>) -> keel::Result<()> + Send>;
+
 fn open() -> (tempfile::TempDir, Database) {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default()).unwrap();
@@ -40,7 +42,7 @@ fn dflat_ordering_scenario_matches_fresh_fetches() {
         .subscribe(move |u| g2.lock().unwrap().push(u))
         .unwrap();
     let mut want: Vec<Vec<(String, i32)>> = vec![vec![]];
-    let mut step = |f: Box<dyn FnOnce(&mut Txn<'_>) -> keel::Result<()> + Send>| {
+    let mut step = |f: Step| {
         db.write(f).wait().unwrap();
         let fresh: Vec<Arc<Post>> = fetch().all().unwrap().into_iter().map(Arc::new).collect();
         want.push(ids(&fresh));

@@ -91,6 +91,19 @@ fn queries(db: &Database) -> Vec<(&'static str, Query<'static>)> {
                 .into_query(),
         ),
         (
+            "range and another field, offset 1 limit 2",
+            q().filter(Post::priority().gt(1) & Post::title().ne("a"))
+                .order_by(Post::priority().desc())
+                .offset(1)
+                .limit(2)
+                .into_query(),
+        ),
+        (
+            "point range",
+            q().filter(Post::priority().le(3) & Post::priority().ge(3))
+                .into_query(),
+        ),
+        (
             "limit 1 by title",
             q().filter(Post::title().is_not_null())
                 .order_by(Post::title().asc())

@@ -1,6 +1,5 @@
 //! [`Diff`]: what changed between two results of the same query.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::query::StoredObject;
@@ -106,7 +105,8 @@ impl Diff {
                 .collect();
             return d;
         }
-        let pos: HashMap<K, usize> = old.iter().enumerate().map(|(i, o)| (id(o), i)).collect();
+        let pos: super::hub::FxMap<K, usize> =
+            old.iter().enumerate().map(|(i, o)| (id(o), i)).collect();
         let mut kept_old = vec![false; old.len()];
         // (old index, new index) of kept objects, in new order.
         let mut kept: Vec<(usize, usize)> = Vec::with_capacity(new.len().min(old.len()));
@@ -123,6 +123,9 @@ impl Diff {
             }
         }
         d.removed = (0..old.len()).filter(|&i| !kept_old[i]).collect();
+        if kept.windows(2).all(|w| w[0].0 < w[1].0) {
+            return d; // kept objects in the same relative order: nothing moved
+        }
         let stable = lis(&kept);
         d.moved = kept
             .iter()

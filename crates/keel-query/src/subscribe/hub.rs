@@ -1,22 +1,66 @@
 //! The hub: every live subscription, indexed, updated in memory after each commit.
+//!
+//! Per collection it keeps three indexes of query subscriptions and one of object
+//! subscriptions:
+//!
+//! * **objects** — primary key → object subscriptions;
+//! * **equality** — for each field used in a top-level `field == v` / `field IN (…)`
+//!   conjunct: value → query subscriptions (primary key preferred);
+//! * **ranges** — for each field used in top-level `<`, `<=`, `>`, `>=` conjuncts: an
+//!   interval-stabbing table (sorted distinct bounds, each elementary segment listing
+//!   the subscriptions covering it), rebuilt lazily after subscriptions change;
+//! * **scan** — everything else, checked against every changed object.
+//!
+//! A changed object is looked up with its old and new values, so a subscription is
+//! visited only if the object matched it before or matches it now.
 
 use std::cmp::Ordering as Cmp;
 use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
-use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, Value};
+use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Value};
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
 use super::{ObjectEvent, QueryUpdate};
 use crate::db::Inner;
 use crate::error::{Error, Result};
-use crate::eval::{compare, Filter, Order, RowKey, SqlValue};
+use crate::eval::{order_cmp, Filter, Order, RowKey, SqlValue};
 use crate::query::{Query, Source, Spec, StoredObject};
 use crate::txn::Change;
 
 pub(crate) type Obj = Arc<StoredObject>;
+
+/// A fast non-cryptographic hasher (FxHash) for ids, rowids and short keys.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fx(u64);
+
+impl Hasher for Fx {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_i64(&mut self, i: i64) {
+        self.write_u64(i as u64)
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.write_u64(i as u64)
+    }
+}
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
+type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
 /// A value as a hash key, normalised so that values SQL's `=` calls equal hash
 /// equal (`2 = 2.0`, `true = 1`). `NULL` has no key (it equals nothing).
@@ -52,19 +96,31 @@ pub(crate) fn hkeys(vs: &[Value]) -> Vec<HKey> {
         .collect()
 }
 
-/// One entry of a query's stored prefix.
+/// One entry of a query's stored prefix. Sort keys are shared between the
+/// subscriptions that order the same way.
 #[derive(Clone)]
 struct Entry {
-    key: RowKey,
+    key: Arc<RowKey>,
     obj: Obj,
 }
+
+/// A changed row within one commit: rowid, first old bytes, last new bytes.
+type Touch<'a> = (i64, Option<&'a [u8]>, Option<&'a [u8]>);
+
+/// An object subscription's key and its final (rowid, bytes) within one commit.
+type FinalState<'a> = (Vec<HKey>, Option<(i64, &'a [u8])>);
+
+/// A bound of a range: value and whether it is included.
+type Bound = Option<(Value, bool)>;
 
 /// How a query subscription is found from a changed object.
 #[derive(Debug, Clone)]
 enum Placement {
-    /// Under these values of the collection's equality index `path`.
+    /// Under these values of the collection's equality index.
     Eq(usize, Vec<HKey>),
-    /// Checked against every change of the collection (after the range pre-check).
+    /// In the collection's range index on one field.
+    Range(usize),
+    /// Checked against every change of the collection.
     Scan,
 }
 
@@ -72,10 +128,8 @@ struct QuerySub {
     sink: Arc<Shared<QueryUpdate>>,
     spec: Spec,
     filter: Option<Filter>,
-    order: Order,
+    order: usize,
     placement: Placement,
-    /// Range conjuncts on pre-extracted values: (range path index, op, value).
-    pre: Vec<(usize, CmpOp, Value)>,
     /// The exact first `rows.len()` matching objects in order.
     rows: Vec<Entry>,
     /// `rows` holds every matching object.
@@ -96,14 +150,123 @@ struct EqIndex {
     map: HashMap<HKey, Vec<u64>>,
 }
 
+/// Interval stabbing over one field.
+struct RangeIndex {
+    path: FieldPath,
+    resolved: ResolvedPath,
+    /// (id, lo, hi, the filter is exactly this range)
+    subs: Vec<(u64, Bound, Bound, bool)>,
+    built: Option<Stabbing>,
+}
+
+struct Stabbing {
+    /// Sorted distinct bound values.
+    points: Vec<Value>,
+    /// `2 * points.len() + 1` segments: even `2i` = strictly between `points[i-1]`
+    /// and `points[i]`, odd `2i+1` = exactly `points[i]`. Each lists subscription
+    /// ids in ascending order.
+    segs: Vec<Vec<(u64, bool)>>,
+    /// Too many (segment, subscription) pairs: every subscription is a candidate.
+    all: Option<Vec<(u64, bool)>>,
+}
+
+const MAX_COVERAGE: usize = 8 << 20;
+
+impl RangeIndex {
+    fn build(&mut self) -> &Stabbing {
+        if self.built.is_none() {
+            let mut points: Vec<Value> = self
+                .subs
+                .iter()
+                .flat_map(|(_, lo, hi, _)| [lo, hi])
+                .filter_map(|b| b.as_ref().map(|(v, _)| v.clone()))
+                .collect();
+            let cmp =
+                |a: &Value, b: &Value| order_cmp(SqlValue::from_value(a), SqlValue::from_value(b));
+            points.sort_by(cmp);
+            points.dedup_by(|a, b| cmp(a, b) == Cmp::Equal);
+            let pos = |v: &Value| points.binary_search_by(|p| cmp(p, v)).unwrap_or(0);
+            let last = 2 * points.len();
+            let spans: Vec<(u64, bool, usize, usize)> = self
+                .subs
+                .iter()
+                .map(|(id, lo, hi, exact)| {
+                    let start = match lo {
+                        None => 0,
+                        Some((v, true)) => 2 * pos(v) + 1,
+                        Some((v, false)) => 2 * pos(v) + 2,
+                    };
+                    let end = match hi {
+                        None => last,
+                        Some((v, true)) => 2 * pos(v) + 1,
+                        Some((v, false)) => 2 * pos(v),
+                    };
+                    (*id, *exact, start, end)
+                })
+                .collect();
+            let coverage: usize = spans
+                .iter()
+                .map(|(_, _, s, e)| (e + 1).saturating_sub(*s))
+                .sum();
+            let mut segs = vec![Vec::new(); last + 1];
+            let all = if coverage > MAX_COVERAGE {
+                Some(self.subs.iter().map(|s| (s.0, false)).collect())
+            } else {
+                for (id, exact, start, end) in spans {
+                    for seg in segs.iter_mut().take(end + 1).skip(start) {
+                        seg.push((id, exact));
+                    }
+                }
+                None
+            };
+            self.built = Some(Stabbing { points, segs, all });
+        }
+        self.built.as_ref().expect("just built")
+    }
+}
+
+impl Stabbing {
+    fn lookup(&self, v: &Value) -> &[(u64, bool)] {
+        if let Some(all) = &self.all {
+            return all;
+        }
+        let x = SqlValue::from_value(v);
+        if x == SqlValue::Null {
+            return &[]; // NULL satisfies no comparison
+        }
+        match self
+            .points
+            .binary_search_by(|p| order_cmp(SqlValue::from_value(p), x))
+        {
+            Ok(i) => &self.segs[2 * i + 1],
+            Err(i) => &self.segs[2 * i],
+        }
+    }
+}
+
+trait OptionExt<T> {
+    fn none_or(self, f: impl FnOnce(T) -> bool) -> bool;
+}
+
+impl<T> OptionExt<T> for Option<T> {
+    fn none_or(self, f: impl FnOnce(T) -> bool) -> bool {
+        match self {
+            None => true,
+            Some(t) => f(t),
+        }
+    }
+}
+
 #[derive(Default)]
 struct CollSubs {
     objects: HashMap<Vec<HKey>, Vec<u64>>,
-    object_subs: HashMap<u64, ObjSub>,
-    queries: HashMap<u64, QuerySub>,
+    object_subs: FxMap<u64, ObjSub>,
+    queries: FxMap<u64, QuerySub>,
     eq: Vec<EqIndex>,
+    ranges: Vec<RangeIndex>,
     scan: Vec<u64>,
-    ranges: Vec<(FieldPath, ResolvedPath)>,
+    /// Distinct orders of the subscriptions (sort keys are computed once per order).
+    orders: Vec<(Vec<SortKey>, Order)>,
 }
 
 #[derive(Default)]
@@ -147,6 +310,33 @@ fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     }
 }
 
+/// Read the stored prefix of a query (`cap` rows, or all) on `conn`.
+fn read_prefix(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    spec: &Spec,
+    order: &Order,
+    cap: Option<usize>,
+) -> Result<(Vec<Entry>, bool)> {
+    let mut spec = spec.clone();
+    spec.offset = 0;
+    spec.limit = cap.map(|c| c as u64);
+    let q = Query {
+        src: Source::Conn(inner, conn),
+        spec,
+    };
+    let rows = q.all()?;
+    let complete = cap.none_or(|c| rows.len() < c);
+    let rows = rows
+        .into_iter()
+        .map(|o| Entry {
+            key: Arc::new(order.key(&o.bytes, o.rowid)),
+            obj: Arc::new(o),
+        })
+        .collect();
+    Ok((rows, complete))
+}
+
 impl Compiled {
     pub(crate) fn new(inner: &Inner, spec: Spec) -> Result<Compiled> {
         let c = inner.coll(&spec.collection, "subscribe")?;
@@ -172,33 +362,9 @@ impl Compiled {
             pk,
         })
     }
-
-    /// The stored prefix as read from disk on `conn`.
-    fn read(&self, inner: &Inner, conn: &rusqlite::Connection) -> Result<(Vec<Entry>, bool)> {
-        let mut spec = self.spec.clone();
-        spec.offset = 0;
-        spec.limit = self.cap.map(|c| c as u64);
-        let q = Query {
-            src: Source::Conn(inner, conn),
-            spec,
-        };
-        let rows = q.all()?;
-        let complete = match self.cap {
-            Some(c) => rows.len() < c,
-            None => true,
-        };
-        let rows = rows
-            .into_iter()
-            .map(|o| Entry {
-                key: self.order.key(&o.bytes, o.rowid),
-                obj: Arc::new(o),
-            })
-            .collect();
-        Ok((rows, complete))
-    }
 }
 
-fn window(spec: &Spec, rows: &[Entry]) -> Vec<Obj> {
+fn window<'r>(spec: &Spec, rows: &'r [Entry]) -> &'r [Entry] {
     let start = usize::try_from(spec.offset)
         .unwrap_or(usize::MAX)
         .min(rows.len());
@@ -208,10 +374,11 @@ fn window(spec: &Spec, rows: &[Entry]) -> Vec<Obj> {
             .min(rows.len()),
         None => rows.len(),
     };
-    rows[start..end]
-        .iter()
-        .map(|e| Arc::clone(&e.obj))
-        .collect()
+    &rows[start..end]
+}
+
+fn objects(rows: &[Entry]) -> Vec<Obj> {
+    rows.iter().map(|e| Arc::clone(&e.obj)).collect()
 }
 
 fn needed(spec: &Spec) -> usize {
@@ -245,6 +412,12 @@ impl Hub {
 
     /// Register a query subscription: read its first result consistently with the
     /// commits the hub has seen, then index it. Returns its id and first window.
+    ///
+    /// Consistency: the read happens outside the lock; if a commit was processed
+    /// meanwhile (the sequence number moved) it is retried, and after three tries
+    /// it reads while holding the lock. A commit whose hook has not run yet may or
+    /// may not be in the read: applying it again is harmless, because the hub
+    /// applies changes by rowid (set or remove), which is idempotent.
     pub(crate) fn add_query(
         &self,
         q: Compiled,
@@ -252,59 +425,62 @@ impl Hub {
     ) -> Result<(u64, Vec<Obj>)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
+        let read =
+            |conn: &rusqlite::Connection| read_prefix(&inner, conn, &q.spec, &q.order, q.cap);
         let mut attempt = 0;
-        loop {
+        let (mut st, (rows, complete)) = loop {
             attempt += 1;
-            let s0 = self.seq();
-            let mut st;
-            let (rows, complete) = if attempt > 3 {
-                // Busy writer: read while holding the lock (no commit can be missed).
-                st = lock(&self.state);
-                inner.store.read(|c| q.read(&inner, c))?
-            } else {
-                let r = inner.store.read(|c| q.read(&inner, c))?;
-                st = lock(&self.state);
-                if self.seq() != s0 {
-                    continue;
-                }
-                r
-            };
-            let first = window(&q.spec, &rows);
-            let id = st.next_id;
-            st.next_id += 1;
-            let cs = st.colls.entry(q.coll.clone()).or_default();
-            let placement = place(cs, &q, &self.schema);
-            let pre = match placement {
-                Placement::Scan => range_pre(cs, &q, &self.schema),
-                Placement::Eq(..) => Vec::new(),
-            };
-            match &placement {
-                Placement::Eq(p, keys) => {
-                    for k in keys {
-                        cs.eq[*p].map.entry(k.clone()).or_default().push(id);
-                    }
-                }
-                Placement::Scan => cs.scan.push(id),
+            if attempt > 3 {
+                let st = lock(&self.state);
+                let r = inner.store.read(read)?;
+                break (st, r);
             }
-            cs.queries.insert(
-                id,
-                QuerySub {
-                    sink,
-                    spec: q.spec,
-                    filter: q.filter,
-                    order: q.order,
-                    placement,
-                    pre,
-                    rows,
-                    complete,
-                    cap: q.cap,
-                },
-            );
-            return Ok((id, first));
+            let s0 = self.seq();
+            let r = inner.store.read(read)?;
+            let st = lock(&self.state);
+            if self.seq() == s0 {
+                break (st, r);
+            }
+        };
+        let first = objects(window(&q.spec, &rows));
+        let id = st.next_id;
+        st.next_id += 1;
+        let cs = st.colls.entry(q.coll.clone()).or_default();
+        let order = match cs.orders.iter().position(|(k, _)| *k == q.spec.order) {
+            Some(i) => i,
+            None => {
+                cs.orders.push((q.spec.order.clone(), q.order.clone()));
+                cs.orders.len() - 1
+            }
+        };
+        let placement = place(cs, &q, &self.schema, id);
+        match &placement {
+            Placement::Eq(p, keys) => {
+                for k in keys {
+                    cs.eq[*p].map.entry(k.clone()).or_default().push(id);
+                }
+            }
+            Placement::Range(_) => {}
+            Placement::Scan => cs.scan.push(id),
         }
+        cs.queries.insert(
+            id,
+            QuerySub {
+                sink,
+                spec: q.spec,
+                filter: q.filter,
+                order,
+                placement,
+                rows,
+                complete,
+                cap: q.cap,
+            },
+        );
+        Ok((id, first))
     }
 
-    /// Register an object subscription; returns its id and the object as stored now.
+    /// Register an object subscription; returns its id, the collection's full name
+    /// and the object as stored now (not registered if it does not exist).
     pub(crate) fn add_object(
         &self,
         collection: &str,
@@ -316,43 +492,38 @@ impl Hub {
         let c = inner.coll(collection, "subscribe")?;
         let key = c.check_key("subscribe", key)?;
         let hk = hkeys(&key);
+        let read = |conn: &rusqlite::Connection| inner.get_in(conn, c, "subscribe", &key, true);
         let mut attempt = 0;
-        loop {
+        let (mut st, cur) = loop {
             attempt += 1;
-            let s0 = self.seq();
-            let mut st;
-            let cur = if attempt > 3 {
-                st = lock(&self.state);
-                inner
-                    .store
-                    .read(|conn| inner.get_in(conn, c, "subscribe", &key, true))?
-            } else {
-                let r = inner
-                    .store
-                    .read(|conn| inner.get_in(conn, c, "subscribe", &key, true))?;
-                st = lock(&self.state);
-                if self.seq() != s0 {
-                    continue;
-                }
-                r
-            };
-            let cur = cur.map(Arc::new);
-            let id = st.next_id;
-            st.next_id += 1;
-            if cur.is_some() {
-                let cs = st.colls.entry(c.name.clone()).or_default();
-                cs.objects.entry(hk.clone()).or_default().push(id);
-                cs.object_subs.insert(
-                    id,
-                    ObjSub {
-                        sink,
-                        key: hk,
-                        last: cur.clone(),
-                    },
-                );
+            if attempt > 3 {
+                let st = lock(&self.state);
+                let r = inner.store.read(read)?;
+                break (st, r);
             }
-            return Ok((id, c.name.clone(), cur));
+            let s0 = self.seq();
+            let r = inner.store.read(read)?;
+            let st = lock(&self.state);
+            if self.seq() == s0 {
+                break (st, r);
+            }
+        };
+        let cur = cur.map(Arc::new);
+        let id = st.next_id;
+        st.next_id += 1;
+        if cur.is_some() {
+            let cs = st.colls.entry(c.name.clone()).or_default();
+            cs.objects.entry(hk.clone()).or_default().push(id);
+            cs.object_subs.insert(
+                id,
+                ObjSub {
+                    sink,
+                    key: hk,
+                    last: cur.clone(),
+                },
+            );
         }
+        Ok((id, c.name.clone(), cur))
     }
 
     /// Unregister (idempotent).
@@ -381,6 +552,10 @@ impl Hub {
                         }
                     }
                 }
+                Placement::Range(r) => {
+                    cs.ranges[r].subs.retain(|s| s.0 != id);
+                    cs.ranges[r].built = None;
+                }
                 Placement::Scan => cs.scan.retain(|x| *x != id),
             }
         }
@@ -394,7 +569,9 @@ impl Hub {
         })
     }
 
-    /// The commit hook: runs on the writer thread after COMMIT.
+    /// The commit hook: runs on the writer thread after COMMIT, once per committed
+    /// write closure with changes. Computes every delivery under the lock, then
+    /// makes them without it (callbacks may subscribe or unsubscribe).
     pub(crate) fn on_commit(&self, changes: &[Change]) {
         let mut out = Vec::new();
         {
@@ -430,16 +607,20 @@ impl Hub {
             return;
         }
         // Final state per key within this commit.
-        let mut last: Vec<(Vec<HKey>, Option<(i64, &[u8])>)> = Vec::new();
+        let mut last: Vec<FinalState<'_>> = Vec::new();
+        let mut at: HashMap<Vec<HKey>, usize> = HashMap::new();
         for c in chs {
             let k = hkeys(&c.key);
             if !cs.objects.contains_key(&k) {
                 continue;
             }
             let v = c.new.as_deref().map(|b| (c.rowid, b));
-            match last.iter_mut().find(|(x, _)| *x == k) {
-                Some(e) => e.1 = v,
-                None => last.push((k, v)),
+            match at.get(&k) {
+                Some(&i) => last[i].1 = v,
+                None => {
+                    at.insert(k.clone(), last.len());
+                    last.push((k, v));
+                }
             }
         }
         for (k, new) in last {
@@ -491,9 +672,9 @@ impl Hub {
         else {
             return;
         };
-        // Collapse to (first old, last new) per rowid.
-        let mut at: HashMap<i64, usize> = HashMap::new();
-        let mut touches: Vec<(i64, Option<&[u8]>, Option<&[u8]>)> = Vec::new();
+        // Collapse to (rowid, first old, last new).
+        let mut at: FxMap<i64, usize> = FxMap::default();
+        let mut touches: Vec<Touch<'_>> = Vec::new();
         for c in chs {
             match at.get(&c.rowid) {
                 Some(&i) => touches[i].2 = c.new.as_deref(),
@@ -503,175 +684,229 @@ impl Hub {
                 }
             }
         }
-        let mut per_sub: HashMap<u64, Vec<(usize, bool)>> = HashMap::new();
-        let mut cands: Vec<u64> = Vec::new();
-        let all: Vec<u64> = cs.queries.keys().copied().collect();
-        for (ti, (_, old, new)) in touches.iter().enumerate() {
-            let oo = old.map(|b| table.open(b));
-            let no = new.map(|b| table.open(b));
-            let unreadable = matches!(oo, Some(Err(_))) || matches!(no, Some(Err(_)));
-            let oo = oo.and_then(|r| r.ok());
-            let no = no.and_then(|r| r.ok());
-            cands.clear();
-            if unreadable {
-                cands.extend_from_slice(&all);
-            } else {
-                for ix in &cs.eq {
-                    for o in [&oo, &no].into_iter().flatten() {
-                        let v = o
-                            .get_ref(&ix.resolved)
-                            .map_or(SqlValue::Null, SqlValue::from_ref);
-                        if let Some(ids) = hkey(v).and_then(|k| ix.map.get(&k)) {
-                            cands.extend_from_slice(ids);
+        for r in &mut cs.ranges {
+            r.build();
+        }
+        let updates = {
+            let cs = &*cs;
+            let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
+            // (id, OLD | NEW: the object's old/new value is in the subscription's
+            // exact range; EVAL: evaluate the filter).
+            const OLD: u8 = 1;
+            const NEW: u8 = 2;
+            const EVAL: u8 = 4;
+            let mut cands: Vec<(u64, u8)> = Vec::new();
+            let all: Vec<u64> = cs.queries.keys().copied().collect();
+            let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
+            for (ti, (_, old, new)) in touches.iter().enumerate() {
+                let oo = old.map(|b| table.open(b));
+                let no = new.map(|b| table.open(b));
+                let unreadable = matches!(oo, Some(Err(_))) || matches!(no, Some(Err(_)));
+                let oo = oo.and_then(|r| r.ok());
+                let no = no.and_then(|r| r.ok());
+                cands.clear();
+                if unreadable {
+                    cands.extend(all.iter().map(|&i| (i, EVAL)));
+                } else {
+                    for ix in &cs.eq {
+                        for o in [&oo, &no].into_iter().flatten() {
+                            let v = o
+                                .get_ref(&ix.resolved)
+                                .map_or(SqlValue::Null, SqlValue::from_ref);
+                            if let Some(ids) = hkey(v).and_then(|k| ix.map.get(&k)) {
+                                cands.extend(ids.iter().map(|&i| (i, EVAL)));
+                            }
                         }
                     }
-                }
-                let ext = |o: &Option<Object<'_, '_>>| -> Option<Vec<Value>> {
-                    o.as_ref().map(|o| {
-                        cs.ranges
-                            .iter()
-                            .map(|(_, r)| {
-                                o.get_ref(r)
+                    for (ri, ix) in cs.ranges.iter().enumerate() {
+                        let get = |o: &Option<Object<'_, '_>>| {
+                            o.as_ref().map_or(Value::Null, |o| {
+                                o.get_ref(&ix.resolved)
                                     .map_or(Value::Null, |v| SqlValue::from_ref(v).to_value())
                             })
-                            .collect()
-                    })
-                };
-                let (ov, nv) = (ext(&oo), ext(&no));
-                let pass = |vals: &Option<Vec<Value>>, pre: &[(usize, CmpOp, Value)]| {
-                    vals.as_ref().is_some_and(|vals| {
-                        pre.iter().all(|(i, op, v)| {
-                            compare(
-                                SqlValue::from_value(&vals[*i]),
-                                *op,
-                                SqlValue::from_value(v),
-                            ) == Some(true)
-                        })
-                    })
-                };
-                for id in &cs.scan {
-                    if let Some(q) = cs.queries.get(id) {
-                        if pass(&ov, &q.pre) || pass(&nv, &q.pre) {
-                            cands.push(*id);
+                        };
+                        rv[ri] = [get(&oo), get(&no)];
+                        if let Some(b) = &ix.built {
+                            for (side, flag) in [(0, OLD), (1, NEW)] {
+                                cands.extend(
+                                    b.lookup(&rv[ri][side])
+                                        .iter()
+                                        .map(|&(i, exact)| (i, if exact { flag } else { EVAL })),
+                                );
+                            }
                         }
+                    }
+                    cands.extend(cs.scan.iter().map(|&i| (i, EVAL)));
+                }
+                cands.sort_unstable_by_key(|c| c.0);
+                let mut k = 0;
+                while k < cands.len() {
+                    let id = cands[k].0;
+                    let mut flags = 0;
+                    while k < cands.len() && cands[k].0 == id {
+                        flags |= cands[k].1;
+                        k += 1;
+                    }
+                    let (om, nm) = if flags & EVAL == 0 {
+                        (flags & OLD != 0, flags & NEW != 0)
+                    } else {
+                        let Some(q) = cs.queries.get(&id) else {
+                            continue;
+                        };
+                        let m = |o: &Option<Object<'_, '_>>, b: &Option<&[u8]>| match (&q.filter, b)
+                        {
+                            (_, None) => false,
+                            (None, Some(_)) => true,
+                            (Some(f), Some(b)) => match o {
+                                Some(o) => f.eval(o) == Some(true),
+                                None => f.matches(b),
+                            },
+                        };
+                        (m(&oo, old), m(&no, new))
+                    };
+                    if om || nm {
+                        per_sub.entry(id).or_default().push((ti, nm));
                     }
                 }
             }
-            cands.sort_unstable();
-            cands.dedup();
-            for id in &cands {
+            if per_sub.is_empty() {
+                return;
+            }
+            let mut arcs: Vec<Option<Obj>> = vec![None; touches.len()];
+            // Per order used: every changed object's sort key and its rank among
+            // them, computed once and shared by the subscriptions ordering that way.
+            let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
+            let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
+            let inner = self.db.upgrade();
+            let mut ids: Vec<u64> = per_sub.keys().copied().collect();
+            ids.sort_unstable(); // deliver in subscription order
+            let mut updates: Vec<(u64, Vec<Entry>, bool)> = Vec::with_capacity(ids.len());
+            for id in &ids {
+                let mine = &per_sub[id];
                 let Some(q) = cs.queries.get(id) else {
                     continue;
                 };
-                let m = |o: &Option<Object<'_, '_>>, b: &Option<&[u8]>| match (&q.filter, b) {
-                    (_, None) => false,
-                    (None, Some(_)) => true,
-                    (Some(f), Some(b)) => match o {
-                        Some(o) => f.eval(o) == Some(true),
-                        None => f.matches(b),
-                    },
-                };
-                let (om, nm) = (m(&oo, old), m(&no, new));
-                if om || nm {
-                    per_sub.entry(*id).or_default().push((ti, nm));
+                let order = &cs.orders[q.order].1;
+                if keys[q.order].is_empty() {
+                    let kc: Vec<Option<Arc<RowKey>>> = touches
+                        .iter()
+                        .map(|(rowid, _, new)| new.map(|b| Arc::new(order.key(b, *rowid))))
+                        .collect();
+                    let mut idx: Vec<usize> =
+                        (0..touches.len()).filter(|i| kc[*i].is_some()).collect();
+                    idx.sort_by(|a, b| match (&kc[*a], &kc[*b]) {
+                        (Some(x), Some(y)) => order.compare(x, y),
+                        _ => Cmp::Equal,
+                    });
+                    let mut rk = vec![u32::MAX; touches.len()];
+                    for (r, i) in idx.into_iter().enumerate() {
+                        rk[i] = r as u32;
+                    }
+                    keys[q.order] = kc;
+                    ranks[q.order] = rk;
                 }
+                let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
+                let touched: FxSet<i64> = mine.iter().map(|(ti, _)| touches[*ti].0).collect();
+                let boundary = if q.complete { None } else { q.rows.last() };
+                let mut add: Vec<(u32, Entry)> = Vec::new();
+                for (ti, nm) in mine {
+                    if !nm {
+                        continue;
+                    }
+                    let (rowid, _, new) = touches[*ti];
+                    let (Some(new), Some(key)) = (new, &kcache[*ti]) else {
+                        continue;
+                    };
+                    if boundary.is_some_and(|b| order.compare(key, &b.key) == Cmp::Greater) {
+                        continue;
+                    }
+                    let obj = arcs[*ti]
+                        .get_or_insert_with(|| {
+                            Arc::new(StoredObject {
+                                rowid,
+                                bytes: new.to_vec(),
+                            })
+                        })
+                        .clone();
+                    add.push((
+                        rank[*ti],
+                        Entry {
+                            key: Arc::clone(key),
+                            obj,
+                        },
+                    ));
+                }
+                add.sort_unstable_by_key(|a| a.0);
+                let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
+                let mut rows = Vec::with_capacity(q.rows.len() + add.len());
+                let mut add = add.into_iter().peekable();
+                for e in &q.rows {
+                    if touched.contains(&e.key.rowid) {
+                        continue;
+                    }
+                    while let Some(a) = add.peek() {
+                        if order.compare(&a.key, &e.key) == Cmp::Less {
+                            rows.extend(add.next());
+                        } else {
+                            break;
+                        }
+                    }
+                    rows.push(e.clone());
+                }
+                rows.extend(add);
+                let mut complete = q.complete;
+                if let Some(cap) = q.cap {
+                    if rows.len() > cap {
+                        rows.truncate(cap);
+                        complete = false;
+                    }
+                }
+                if !complete && rows.len() < needed(&q.spec) {
+                    // The window ran short: refill the prefix from disk.
+                    if let Some(inner) = &inner {
+                        match inner
+                            .store
+                            .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
+                        {
+                            Ok((r, c)) => {
+                                rows = r;
+                                complete = c;
+                            }
+                            Err(e) => tracing::error!(error = %e, "subscription refill failed"),
+                        }
+                    }
+                }
+                updates.push((*id, rows, complete));
             }
-        }
-        if per_sub.is_empty() {
-            return;
-        }
-        let mut arcs: Vec<Option<Obj>> = vec![None; touches.len()];
-        let inner = self.db.upgrade();
-        for (id, mine) in per_sub {
+            updates
+        };
+        self.finish_queries(cs, updates, out);
+    }
+
+    fn finish_queries(
+        &self,
+        cs: &mut CollSubs,
+        updates: Vec<(u64, Vec<Entry>, bool)>,
+        out: &mut Vec<Delivery>,
+    ) {
+        for (id, rows, complete) in updates {
             let Some(q) = cs.queries.get_mut(&id) else {
                 continue;
             };
-            let old_win = window(&q.spec, &q.rows);
-            let touched: HashSet<i64> = mine.iter().map(|(ti, _)| touches[*ti].0).collect();
-            let boundary = if q.complete {
-                None
-            } else {
-                q.rows.last().map(|e| e.key.clone())
-            };
-            let mut add: Vec<Entry> = Vec::new();
-            for (ti, nm) in &mine {
-                if !nm {
-                    continue;
-                }
-                let (rowid, _, new) = touches[*ti];
-                let Some(new) = new else { continue };
-                let obj = arcs[*ti]
-                    .get_or_insert_with(|| {
-                        Arc::new(StoredObject {
-                            rowid,
-                            bytes: new.to_vec(),
-                        })
-                    })
-                    .clone();
-                let key = q.order.key(&obj.bytes, rowid);
-                if boundary
-                    .as_ref()
-                    .is_some_and(|b| q.order.compare(&key, b) == Cmp::Greater)
-                {
-                    continue;
-                }
-                add.push(Entry { key, obj });
-            }
-            add.sort_by(|a, b| q.order.compare(&a.key, &b.key));
-            let old_rows = std::mem::take(&mut q.rows);
-            let mut rows = Vec::with_capacity(old_rows.len() + add.len());
-            let mut add = add.into_iter().peekable();
-            for e in old_rows {
-                if touched.contains(&e.key.rowid) {
-                    continue;
-                }
-                while let Some(a) = add.peek() {
-                    if q.order.compare(&a.key, &e.key) == Cmp::Less {
-                        rows.extend(add.next());
-                    } else {
-                        break;
-                    }
-                }
-                rows.push(e);
-            }
-            rows.extend(add);
-            if let Some(cap) = q.cap {
-                if rows.len() > cap {
-                    rows.truncate(cap);
-                    q.complete = false;
-                }
-            }
-            q.rows = rows;
-            if !q.complete && q.rows.len() < needed(&q.spec) {
-                // The window ran short: refill the prefix from disk.
-                if let Some(inner) = &inner {
-                    let c = Compiled {
-                        spec: q.spec.clone(),
-                        filter: None,
-                        order: q.order.clone(),
-                        cap: q.cap,
-                        coll: String::new(),
-                        table: 0,
-                        pk: Vec::new(),
-                    };
-                    match inner.store.read(|conn| c.read(inner, conn)) {
-                        Ok((rows, complete)) => {
-                            q.rows = rows;
-                            q.complete = complete;
-                        }
-                        Err(e) => {
-                            tracing::error!(error = %e, "subscription refill failed")
-                        }
-                    }
-                }
-            }
-            let new_win = window(&q.spec, &q.rows);
-            let diff = Diff::between(&old_win, &new_win);
+            let old = std::mem::replace(&mut q.rows, rows);
+            q.complete = complete;
+            let (ow, nw) = (window(&q.spec, &old), window(&q.spec, &q.rows));
+            let diff = Diff::by(
+                ow,
+                nw,
+                |e| e.key.rowid,
+                |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
+            );
             if !diff.is_empty() {
                 out.push(Delivery::Query(
                     Arc::clone(&q.sink),
                     QueryUpdate {
-                        objects: new_win,
+                        objects: objects(nw),
                         diff,
                     },
                 ));
@@ -680,16 +915,20 @@ impl Hub {
     }
 }
 
-/// Choose the equality index for a query: a conjunct `path = v` or `path IN (…)`,
-/// preferring the primary key.
-fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema) -> Placement {
+/// Where a query subscription goes: an equality conjunct (primary key preferred),
+/// else range conjuncts on one field, else the scan list.
+fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement {
     let Some(f) = &q.spec.filter else {
         return Placement::Scan;
     };
-    let mut cs_list = Vec::new();
-    conjuncts(f, &mut cs_list);
+    let Some(t) = schema.table_reader(q.table) else {
+        return Placement::Scan;
+    };
+    let mut list = Vec::new();
+    conjuncts(f, &mut list);
+    // Equality.
     let mut best: Option<(&FieldPath, Vec<HKey>)> = None;
-    for e in cs_list {
+    for e in &list {
         let (path, keys) = match e {
             Expr::Cmp {
                 path,
@@ -700,12 +939,12 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema) -> Placement {
                 None => continue,
             },
             Expr::In { path, values } => {
-                let mut ks: Vec<HKey> = values
-                    .iter()
-                    .filter_map(|v| hkey(SqlValue::from_value(v)))
-                    .collect();
-                ks.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
-                ks.dedup();
+                let mut ks: Vec<HKey> = Vec::new();
+                for k in values.iter().filter_map(|v| hkey(SqlValue::from_value(v))) {
+                    if !ks.contains(&k) {
+                        ks.push(k);
+                    }
+                }
                 (path, ks)
             }
             _ => continue,
@@ -718,55 +957,83 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema) -> Placement {
             }
         }
     }
-    let Some((path, keys)) = best else {
-        return Placement::Scan;
-    };
-    if let Some(i) = cs.eq.iter().position(|x| x.path == *path) {
-        return Placement::Eq(i, keys);
-    }
-    let Some(t) = schema.table_reader(q.table) else {
-        return Placement::Scan;
-    };
-    match crate::eval::resolve(t, &q.coll, "subscribe", path) {
-        Ok(resolved) => {
+    if let Some((path, keys)) = best {
+        if let Some(i) = cs.eq.iter().position(|x| x.path == *path) {
+            return Placement::Eq(i, keys);
+        }
+        if let Ok(resolved) = crate::eval::resolve(t, &q.coll, "subscribe", path) {
             cs.eq.push(EqIndex {
                 path: path.clone(),
                 resolved,
                 map: HashMap::new(),
             });
-            Placement::Eq(cs.eq.len() - 1, keys)
+            return Placement::Eq(cs.eq.len() - 1, keys);
         }
-        Err(_) => Placement::Scan,
     }
-}
-
-/// The range conjuncts (`<`, `<=`, `>`, `>=`, `!=` on a field) of a scanned query,
-/// checked on values extracted once per changed object before the full filter.
-fn range_pre(cs: &mut CollSubs, q: &Compiled, schema: &Schema) -> Vec<(usize, CmpOp, Value)> {
-    let Some(f) = &q.spec.filter else {
-        return Vec::new();
+    // Ranges on the first field compared with <, <=, >, >=.
+    let Some(path) = list.iter().find_map(|e| match e {
+        Expr::Cmp {
+            path,
+            op: CmpOp::Lt | CmpOp::Le | CmpOp::Gt | CmpOp::Ge,
+            ..
+        } => Some(path),
+        _ => None,
+    }) else {
+        return Placement::Scan;
     };
-    let Some(t) = schema.table_reader(q.table) else {
-        return Vec::new();
-    };
-    let mut list = Vec::new();
-    conjuncts(f, &mut list);
-    let mut pre = Vec::new();
-    for e in list {
-        let Expr::Cmp { path, op, value } = e else {
-            continue;
-        };
-        let i = match cs.ranges.iter().position(|(p, _)| p == path) {
-            Some(i) => i,
-            None => match crate::eval::resolve(t, &q.coll, "subscribe", path) {
-                Ok(r) => {
-                    cs.ranges.push((path.clone(), r));
-                    cs.ranges.len() - 1
+    let (mut lo, mut hi): (Bound, Bound) = (None, None);
+    let mut exact = true;
+    let cmp = |a: &Value, b: &Value| order_cmp(SqlValue::from_value(a), SqlValue::from_value(b));
+    for e in &list {
+        match e {
+            Expr::Cmp { path: p, op, value } if p == path && !matches!(op, CmpOp::Ne) => {
+                if SqlValue::from_value(value) == SqlValue::Null {
+                    return Placement::Scan; // never matches; keep it simple
                 }
-                Err(_) => continue,
-            },
-        };
-        pre.push((i, *op, value.clone()));
+                let v = value.clone();
+                if matches!(op, CmpOp::Gt | CmpOp::Ge | CmpOp::Eq) {
+                    let incl = !matches!(op, CmpOp::Gt);
+                    lo = match lo {
+                        Some((b, bi)) => match cmp(&v, &b) {
+                            Cmp::Greater => Some((v.clone(), incl)),
+                            Cmp::Equal => Some((b, bi && incl)),
+                            Cmp::Less => Some((b, bi)),
+                        },
+                        None => Some((v.clone(), incl)),
+                    };
+                }
+                if matches!(op, CmpOp::Lt | CmpOp::Le | CmpOp::Eq) {
+                    let incl = !matches!(op, CmpOp::Lt);
+                    hi = match hi {
+                        Some((b, bi)) => match cmp(&v, &b) {
+                            Cmp::Less => Some((v, incl)),
+                            Cmp::Equal => Some((b, bi && incl)),
+                            Cmp::Greater => Some((b, bi)),
+                        },
+                        None => Some((v, incl)),
+                    };
+                }
+            }
+            _ => exact = false,
+        }
     }
-    pre
+    let ri = match cs.ranges.iter().position(|r| r.path == *path) {
+        Some(i) => i,
+        None => match crate::eval::resolve(t, &q.coll, "subscribe", path) {
+            Ok(resolved) => {
+                cs.ranges.push(RangeIndex {
+                    path: path.clone(),
+                    resolved,
+                    subs: Vec::new(),
+                    built: None,
+                });
+                cs.ranges.len() - 1
+            }
+            Err(_) => return Placement::Scan,
+        },
+    };
+    let r = &mut cs.ranges[ri];
+    r.subs.push((id, lo, hi, exact));
+    r.built = None;
+    Placement::Range(ri)
 }
