@@ -506,3 +506,45 @@ fn closed_database_refuses_dictionary_calls() {
     let db = open(&dir.path().join("d.db"));
     assert_eq!(db.dictionary().get::<i32>("a").unwrap(), Some(1));
 }
+
+/// Deterministic version of the ordering race: the writer is busy while a set is
+/// made, so the transaction queued before the set's flush finds it pending. The
+/// transaction (later in real time) must win on disk; a rolled-back one must leave
+/// the pending set to be persisted.
+#[test]
+fn a_transaction_takes_over_an_older_pending_set_of_the_same_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("d.db"));
+    let d = db.dictionary();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let blocker = db.write(move |_| {
+        go_rx.recv().unwrap();
+        Ok(())
+    });
+    // Queued behind the blocker: the transactions run after the sets below.
+    let (set_tx, set_rx) = mpsc::channel::<()>();
+    let wins = db.write(move |t| {
+        set_rx.recv().unwrap();
+        t.dictionary().set("a", "txn")
+    });
+    let rolls_back = db.write(|t| {
+        t.dictionary().set("b", "txn")?;
+        t.dictionary().remove_all()?;
+        t.abort();
+        Ok(())
+    });
+    d.set("a", "pending").unwrap(); // its flush is queued after the transactions
+    d.set("b", "pending").unwrap();
+    set_tx.send(()).unwrap();
+    go_tx.send(()).unwrap();
+    blocker.wait().unwrap();
+    wins.wait().unwrap();
+    assert!(matches!(rolls_back.wait(), Err(Error::Aborted { .. })));
+    assert_eq!(d.get::<String>("a").unwrap().as_deref(), Some("txn"));
+    assert_eq!(d.get::<String>("b").unwrap().as_deref(), Some("pending"));
+    let db = reopen(db);
+    let d = db.dictionary();
+    assert_eq!(d.get::<String>("a").unwrap().as_deref(), Some("txn"));
+    assert_eq!(d.get::<String>("b").unwrap().as_deref(), Some("pending"));
+    db.close().wait().unwrap();
+}

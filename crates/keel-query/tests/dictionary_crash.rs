@@ -138,3 +138,63 @@ fn values_acknowledged_by_sync_survive_a_simulated_crash() {
     assert!(acks >= SEEDS as usize, "only {acks} acknowledged syncs");
     assert!(early >= 1, "no seed crashed mid-run");
 }
+
+/// A flush whose commit fails (a sync error, a full disk) keeps its values pending:
+/// reads still see them, `sync()` reports the failure, the next `sync()` persists
+/// them, and nothing set later is overwritten by the retry.
+#[test]
+fn a_failed_flush_keeps_its_values_pending_and_sync_retries() {
+    use keel_storage::sim::{FaultErrno, OpClass};
+    for (class, errno) in [
+        (OpClass::Sync, FaultErrno::Eio),
+        (OpClass::Write, FaultErrno::Enospc),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fault.db");
+        Database::open_for::<Post>(&path, StoreOptions::default())
+            .unwrap()
+            .close()
+            .wait()
+            .unwrap();
+        let disk = Arc::new(SimDisk::new());
+        let db =
+            Database::open_for::<Post>(&path, StoreOptions::default().sim_disk(Arc::clone(&disk)))
+                .unwrap();
+        let d = db.dictionary();
+        d.set("before", 1).unwrap();
+        d.sync().wait().unwrap();
+        // Block the writer so the next flush is the one that meets the fault.
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let blocker = db.write(move |_| {
+            go_rx.recv().unwrap();
+            Ok(())
+        });
+        d.set("a", "kept").unwrap();
+        d.remove("before").unwrap();
+        disk.inject_fault(class, 1, errno);
+        let failed = d.sync();
+        go_tx.send(()).unwrap();
+        // (The blocker shares the group commit, so it may fail with it.)
+        let _ = blocker.wait();
+        assert!(failed.wait().is_err(), "{class:?}: the sync should fail");
+        assert_eq!(disk.fired().len(), 1, "{class:?}");
+        // Still visible, still pending.
+        assert_eq!(d.get::<String>("a").unwrap().as_deref(), Some("kept"));
+        assert_eq!(d.get::<i32>("before").unwrap(), None);
+        d.set("b", 2).unwrap();
+        d.sync().wait().unwrap();
+        drop(d);
+        db.close().wait().unwrap();
+        drop(db);
+        let db = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
+        let d = db.dictionary();
+        assert_eq!(
+            d.get::<String>("a").unwrap().as_deref(),
+            Some("kept"),
+            "{class:?}"
+        );
+        assert_eq!(d.get::<i32>("before").unwrap(), None, "{class:?}");
+        assert_eq!(d.get::<i32>("b").unwrap(), Some(2), "{class:?}");
+        db.close().wait().unwrap();
+    }
+}

@@ -236,22 +236,33 @@ impl Shared {
             sh.version
         };
         let disk = self.read_disk(key)?;
-        let mut sh = wr(&self.shards[s]);
+        Ok(self.fill(key, version, disk, f))
+    }
+
+    /// Second half of a miss: `disk` was read after the shard was at `version`.
+    fn fill<R>(
+        &self,
+        key: &str,
+        version: u64,
+        disk: Option<DictValue>,
+        f: impl FnOnce(Option<&DictValue>, u64) -> R,
+    ) -> R {
+        let mut sh = wr(&self.shards[shard_of(key)]);
         if let Some(e) = sh.entries.get(key) {
-            return Ok(f(e.value.as_deref(), e.seq));
+            return f(e.value.as_deref(), e.seq);
         }
         if sh.version != version {
             // Something changed in the shard while we read: the disk value may be
             // older than memory; answer with it (the read overlapped the change)
             // but do not cache it.
-            return Ok(f(disk.as_ref(), 0));
+            return f(disk.as_ref(), 0);
         }
         let v: Val = disk.map(Arc::new);
         sh.put(key, v.clone(), 0, false);
         let limit = self.shard_limit.load(Ordering::Relaxed);
         let r = f(v.as_deref(), 0);
         sh.evict(limit);
-        Ok(r)
+        r
     }
 
     fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
@@ -1069,5 +1080,51 @@ impl Dictionary {
     /// The database this dictionary belongs to.
     pub fn database(&self) -> &Database {
         &self.db
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_example_blog::blog::Post;
+
+    /// A miss whose disk read overlapped a set that was then committed and evicted
+    /// must not put the old value back into the cache.
+    #[test]
+    fn a_stale_disk_read_is_never_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open_for::<Post>(dir.path().join("s.db"), Default::default()).unwrap();
+        let d = db.dictionary();
+        d.set("k", 1).unwrap();
+        d.sync().wait().unwrap();
+        d.set_cache_limit(0);
+        let shared = &d.shared;
+        let s = shard_of("k");
+        // Evict: a commit in the shard runs the eviction.
+        d.set("k2-same-shard-probe", 0).unwrap();
+        d.sync().wait().unwrap();
+        wr(&shared.shards[s]).evict(0);
+        assert!(!rd(&shared.shards[s]).entries.contains_key("k"));
+        // A reader records the version and reads the disk (value 1)…
+        let version = rd(&shared.shards[s]).version;
+        let stale = shared.read_disk("k").unwrap();
+        assert_eq!(stale, Some(DictValue::Int(1)));
+        // …meanwhile a set commits and is evicted.
+        d.set("k", 2).unwrap();
+        d.sync().wait().unwrap();
+        wr(&shared.shards[s]).evict(0);
+        assert!(!rd(&shared.shards[s]).entries.contains_key("k"));
+        d.set_cache_limit(1 << 20);
+        // The reader answers with what it read, but does not cache it.
+        let got = shared.fill("k", version, stale, |v, _| v.cloned());
+        assert_eq!(got, Some(DictValue::Int(1)));
+        assert!(!rd(&shared.shards[s]).entries.contains_key("k"));
+        assert_eq!(d.get::<i64>("k").unwrap(), Some(2));
+        // Without a change in between, the fill is cached.
+        wr(&shared.shards[s]).evict(0);
+        let version = rd(&shared.shards[s]).version;
+        let fresh = shared.read_disk("k").unwrap();
+        shared.fill("k", version, fresh, |_, _| ());
+        assert!(rd(&shared.shards[s]).entries.contains_key("k"));
     }
 }
