@@ -27,7 +27,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--debug" => release = false,
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`\nusage: cargo xtask stress [--seeds N] [--seed S] [--policy full|barrier|normal|custom|off|lying-custom] [--points K] [--debug]"
+                    "unknown argument `{other}`\nusage: cargo xtask stress [--seeds N] [--seed S] [--policy full|barrier|normal|custom|off|lying-custom|lying-checkpoint] [--points K] [--debug]"
                 ))
             }
         }

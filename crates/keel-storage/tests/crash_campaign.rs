@@ -40,7 +40,7 @@ fn campaign_ci() {
     let (_t, dir) = work_dir("ci");
     let policy = std::env::var("KEEL_STRESS_POLICY").ok().map(|p| {
         Policy::parse(&p).unwrap_or_else(|| {
-            panic!("unknown policy {p:?} (full, barrier, normal, custom, off, lying-custom)")
+            panic!("unknown policy {p:?} (full, barrier, normal, custom, off, lying-custom, lying-checkpoint)")
         })
     });
     let (first, seeds) = match (env_u64("KEEL_STRESS_SEED"), env_u64("KEEL_STRESS_SEEDS")) {
@@ -122,4 +122,31 @@ fn a_seed_reproduces_exactly() {
         });
         assert_ne!(a.trace, c.trace, "different seeds, same trace");
     }
+}
+
+/// The oracle also fails on the checkpoint path: a checkpoint hook that returns `Ok`
+/// without syncing lets SQLite reset the WAL over database pages that never reached the
+/// medium; within a few seeds the oracle reports lost or corrupt data.
+#[test]
+fn oracle_catches_a_checkpoint_sync_that_lies() {
+    let (_t, dir) = work_dir("lying-ckpt");
+    let mut caught = None;
+    for seed in 0..40 {
+        let r = run(&CampaignConfig {
+            seed,
+            policy: Policy::LyingCheckpoint,
+            crash_points: 60,
+            faults: 0,
+            dir: dir.join(format!("lying-ckpt-{seed}")),
+        });
+        if r.lost + r.corrupt > 0 {
+            print(&r);
+            caught = Some(r);
+            break;
+        }
+    }
+    assert!(
+        caught.is_some(),
+        "the oracle never noticed checkpoints that were not synced"
+    );
 }

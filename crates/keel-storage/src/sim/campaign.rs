@@ -60,6 +60,10 @@ pub enum Policy {
     /// **Deliberately broken**: a commit hook that returns `Ok` without syncing while
     /// the policy (`Custom`) promises durability. The oracle must report lost data.
     LyingCustom,
+    /// **Deliberately broken**: commits sync honestly, but the checkpoint hook returns
+    /// `Ok` without syncing, so SQLite resets the WAL over database pages that never
+    /// reached the medium. The oracle must report lost or corrupt data.
+    LyingCheckpoint,
 }
 
 impl Policy {
@@ -81,6 +85,7 @@ impl Policy {
             Policy::Custom => "custom",
             Policy::Off => "off",
             Policy::LyingCustom => "lying-custom",
+            Policy::LyingCheckpoint => "lying-checkpoint",
         }
     }
 
@@ -93,6 +98,7 @@ impl Policy {
             Policy::Custom,
             Policy::Off,
             Policy::LyingCustom,
+            Policy::LyingCheckpoint,
         ]
         .into_iter()
         .find(|p| p.name() == s)
@@ -112,6 +118,10 @@ impl Policy {
                 commit: SyncPolicy::custom(|_| Ok(())),
                 ..SyncPolicies::default()
             },
+            Policy::LyingCheckpoint => SyncPolicies {
+                checkpoint: SyncPolicy::custom(|_| Ok(())),
+                ..SyncPolicies::default()
+            },
         }
     }
 
@@ -119,7 +129,11 @@ impl Policy {
     fn commit_durable(self) -> bool {
         matches!(
             self,
-            Policy::Full | Policy::Barrier | Policy::Custom | Policy::LyingCustom
+            Policy::Full
+                | Policy::Barrier
+                | Policy::Custom
+                | Policy::LyingCustom
+                | Policy::LyingCheckpoint
         )
     }
 
