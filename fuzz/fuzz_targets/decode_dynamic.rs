@@ -25,7 +25,8 @@ const PATHS: &[&str] = &[
 static PARSED: std::sync::OnceLock<Schema> = std::sync::OnceLock::new();
 
 fuzz_target!(|data: &[u8]| {
-    let schema = PARSED.get_or_init(|| Schema::parse(SCHEMA, "blog.fbs").expect("example schema parses"));
+    let schema =
+        PARSED.get_or_init(|| Schema::parse(SCHEMA, "blog.fbs").expect("example schema parses"));
     let reader = schema.reader("blog.Post").expect("blog.Post exists");
     if let Ok(obj) = reader.read(data) {
         let _ = obj.to_json();
