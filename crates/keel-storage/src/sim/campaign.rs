@@ -1115,9 +1115,11 @@ impl Campaign {
             let barrier_ran = s.open_report().wal_bytes_at_open > 0;
             self.verify_after_open(s, barrier_ran);
         }
+        let mut hit_open = false;
         let store = match opened {
             Ok(s) => s,
             Err(e) => {
+                hit_open = true;
                 self.disk.clear_fault();
                 self.check_typed(&e);
                 if self.disk.fired().len() == fired_before {
@@ -1177,7 +1179,7 @@ impl Campaign {
             self.session.to_le_bytes().to_vec(),
         )];
         let store = if self.single(&store, probe_ops.clone(), group) {
-            if fired {
+            if fired && !hit_open {
                 self.report.stayed_usable += 1;
             }
             // The live store: the whole history (unknown outcomes either way). Not
