@@ -548,3 +548,61 @@ fn a_transaction_takes_over_an_older_pending_set_of_the_same_key() {
     assert_eq!(d.get::<String>("b").unwrap().as_deref(), Some("pending"));
     db.close().wait().unwrap();
 }
+
+/// A `remove_all` that is still pending when a transaction writes must not be
+/// flushed after the transaction (it would delete the transaction's values).
+#[test]
+fn a_pending_remove_all_is_applied_before_a_later_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("d.db"));
+    let d = db.dictionary();
+    d.set("old", 1).unwrap();
+    d.sync().wait().unwrap();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let blocker = db.write(move |_| {
+        go_rx.recv().unwrap();
+        Ok(())
+    });
+    let txn = db.write(|t| t.dictionary().set("k", "txn"));
+    let rolled_back = db.write(|t| {
+        t.dictionary().set("x", 1)?;
+        t.abort();
+        Ok(())
+    });
+    d.remove_all().unwrap(); // its flush is queued after the transactions
+    go_tx.send(()).unwrap();
+    blocker.wait().unwrap();
+    txn.wait().unwrap();
+    let _ = rolled_back.wait();
+    assert_eq!(d.keys().unwrap(), vec!["k".to_string()]);
+    assert_eq!(d.get::<i32>("old").unwrap(), None);
+    d.sync().wait().unwrap();
+    let db = reopen(db);
+    let d = db.dictionary();
+    assert_eq!(d.keys().unwrap(), vec!["k".to_string()]);
+    assert_eq!(d.get::<String>("k").unwrap().as_deref(), Some("txn"));
+    assert_eq!(d.get::<i32>("old").unwrap(), None);
+    db.close().wait().unwrap();
+}
+
+/// A `remove_all` made after a transaction's set but before its commit is later:
+/// the commit must not bring the value back, in memory or on disk.
+#[test]
+fn a_remove_all_after_a_transactions_set_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("d.db"));
+    let d = db.dictionary();
+    let d2 = d.clone();
+    db.write(move |t| {
+        t.dictionary().set("k", 1)?;
+        d2.remove_all()?; // later in real time than the set above
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(d.get::<i32>("k").unwrap(), None);
+    assert!(d.keys().unwrap().is_empty());
+    let db = reopen(db);
+    assert_eq!(db.dictionary().get::<i32>("k").unwrap(), None);
+    db.close().wait().unwrap();
+}

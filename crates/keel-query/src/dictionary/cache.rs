@@ -55,6 +55,9 @@ pub(crate) struct Shard {
     /// nothing changed in the shard while it ran.
     pub(crate) version: u64,
     pub(crate) clear_pending: Option<u64>,
+    /// Sequence number of the latest `remove_all` in this shard: a transaction
+    /// committing a value older than it must not bring the value back.
+    pub(crate) cleared_at: u64,
     pub(crate) weight: usize,
 }
 

@@ -124,8 +124,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The dictionary's shared state; one per database, owned by it.
 pub(crate) struct Shared {
     shards: Box<[RwLock<Shard>]>,
-    /// A `remove_all` not yet taken by a flush. Locked only while holding every
-    /// shard's write lock.
+    /// A `remove_all` not yet taken by a flush (or a transaction). Lock order:
+    /// shard locks first, then this; never a shard lock while holding it.
     clear_op: Mutex<Option<u64>>,
     next_clear: AtomicU64,
     flush_queued: AtomicBool,
@@ -211,6 +211,7 @@ impl Shared {
                     sh.clear_entries();
                     sh.dirty.clear();
                     sh.clear_pending = Some(id);
+                    sh.cleared_at = seq;
                     seq
                 })
                 .collect();

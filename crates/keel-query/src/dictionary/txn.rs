@@ -49,6 +49,16 @@ impl TxnState {
         let shared = Arc::clone(&self.shared);
         let mut notes: Vec<(String, u64, Val)> = Vec::new();
         let cleared = self.cleared.take();
+        if self.taken_clear.is_some() && cleared.is_none() {
+            // A pending `remove_all` this transaction executed before its writes:
+            // committed now, so misses may read the disk again.
+            for sh in shared.shards.iter() {
+                let mut sh = wr(sh);
+                if sh.clear_pending == self.taken_clear {
+                    sh.clear_pending = None;
+                }
+            }
+        }
         if let Some(seqs) = &cleared {
             let mut shards = shared.all_write();
             for (i, sh) in shards.iter_mut().enumerate() {
@@ -64,12 +74,14 @@ impl TxnState {
                 if self.taken_clear.is_some() && sh.clear_pending == self.taken_clear {
                     sh.clear_pending = None;
                 }
+                sh.cleared_at = sh.cleared_at.max(seqs[i]);
                 sh.version += 1;
             }
         }
         for (k, (seq, v)) in std::mem::take(&mut self.overlay) {
             let mut sh = wr(&shared.shards[shard_of(&k)]);
-            let newer = sh.entries.get(&k).is_some_and(|e| e.seq > seq);
+            // A later change of the key, or a later `remove_all`, wins.
+            let newer = sh.cleared_at > seq || sh.entries.get(&k).is_some_and(|e| e.seq > seq);
             if !newer {
                 sh.put(&k, v.clone(), seq, false);
             }
@@ -156,8 +168,28 @@ impl<'t> TxnDictionary<'t> {
             .get_or_insert_with(|| TxnState::new(Arc::clone(shared)))
     }
 
+    /// A `remove_all` made before this transaction but not flushed yet must reach
+    /// the disk before the transaction's own writes (a flush after the commit would
+    /// delete them): take it over and run it here.
+    fn take_pending_clear(&mut self) -> Result<()> {
+        let shared = Arc::clone(&self.inner.dict);
+        let Some(id) = lock(&shared.clear_op).take() else {
+            return Ok(());
+        };
+        if let Err(e) = clear_rows(self.conn) {
+            let mut c = lock(&shared.clear_op);
+            if c.is_none() {
+                *c = Some(id);
+            }
+            return Err(e);
+        }
+        self.state().taken_clear = Some(id);
+        Ok(())
+    }
+
     fn change(&mut self, key: &str, v: Val) -> Result<()> {
         self.check()?;
+        self.take_pending_clear()?;
         match &v {
             Some(v) => put_row(self.conn, key, v)?,
             None => delete_row(self.conn, key)?,
