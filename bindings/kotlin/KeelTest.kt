@@ -8,8 +8,15 @@
 // Then the database is written, queried, and closed; bad input raises typed
 // exceptions without crashing the JVM.
 
+import dev.keel.Keel
+import dev.keel.changes
+import dev.keel.objectUpdates
+import dev.keel.updates
 import dev.keel.ffi.*
 import kotlinx.coroutines.*
+import kotlinx.coroutines.flow.first
+import kotlinx.coroutines.flow.take
+import kotlinx.coroutines.flow.toList
 import java.io.File
 import java.nio.file.Files
 import kotlin.system.exitProcess
@@ -313,6 +320,29 @@ fun registerTests() {
         db.closeAsync()
     }
 
+    test("thin layer: open progress and subscriptions as Flows") { dir ->
+        val opening = Keel.open(File(dir, "flow.db").path, SCHEMA, OpenOptions(commitSync = SyncPolicy.Off), this)
+        val progress = opening.progress.toList()
+        check(progress.isNotEmpty() && progress.last().done) { "$progress" }
+        val db = opening.database.await()
+        val q = db.query("demo.Post").orderBy("priority", false)
+        val got = async { q.updates().take(2).toList() }
+        val theme = async { db.dictionary().changes("theme").first { it != null } }
+        delay(200) // let the collectors start (each flow subscribes in its own coroutine)
+        db.write(listOf(WriteOp.Insert("demo.Post", post(db, "f1", 1))))
+        db.dictionary().setString("theme", "light")
+        val updates = withTimeout(5000) { got.await() }
+        check(updates[0].objects.isEmpty() && ids(db, updates[1].objects) == listOf("f1")) { "$updates" }
+        val obj = async { db.objectUpdates("demo.Post", listOf(Value.Text("f1"))).toList() }
+        delay(200)
+        db.write(listOf(WriteOp.Delete("demo.Post", listOf(Value.Text("f1")))))
+        val events = withTimeout(5000) { obj.await() }
+        check(events.first() is ObjectEvent.Updated && events.last() is ObjectEvent.Deleted) { "$events" }
+        check((withTimeout(5000) { theme.await() } as DictValue.Text).v == "light")
+        check(Keel.openAsync(File(dir, "flow2.db").path, SCHEMA).also { it.closeAsync() }.isClosed())
+        db.closeAsync()
+    }
+
     test("a throwing progress listener is contained") { dir ->
         val boom = object : OpenProgressListener {
             override fun onProgress(progress: OpenProgress) {
@@ -342,7 +372,8 @@ fun main(args: Array<String>) {
             val dir = Files.createTempDirectory("keel-kt-").toFile()
             val t0 = System.nanoTime()
             try {
-                body(dir)
+                // Its own scope: a failing test cancels the coroutines it started.
+                withTimeout(120_000) { coroutineScope { body(dir) } }
                 passed++
                 println("  ok   $name (${(System.nanoTime() - t0) / 1_000_000} ms)")
             } catch (e: Throwable) {

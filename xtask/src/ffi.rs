@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::{bindings, kotlin, util};
 
@@ -55,7 +55,7 @@ fn python_exe() -> Option<&'static str> {
 fn python(g: &bindings::Generated) -> Result<(), String> {
     let py = python_exe().ok_or("the Python binding tests need Python 3.8+ (`python3`)")?;
     let script = util::workspace_root().join("bindings/python/test_keel.py");
-    util::run(
+    run_bounded(
         Command::new(py)
             .arg("-u")
             .arg(&script)
@@ -71,18 +71,33 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let tc = kotlin::toolchain(&target)?;
     let out = target.join("keel-kotlin-test");
     let classes = out.join("classes");
-    if classes.exists() {
-        std::fs::remove_dir_all(&classes).map_err(|e| format!("{}: {e}", classes.display()))?;
+    let root = util::workspace_root();
+    let sources = [
+        g.kotlin.clone(),
+        root.join("bindings/kotlin/layer"),
+        root.join("bindings/kotlin/KeelTest.kt"),
+    ];
+    // Compiling takes about a minute: skip it when no source changed.
+    let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));
+    if stamp.exists() && classes.exists() {
+        println!(
+            "kotlin bindings: sources unchanged, reusing {}",
+            classes.display()
+        );
+    } else {
+        if out.exists() {
+            std::fs::remove_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        }
+        std::fs::create_dir_all(&classes).map_err(|e| format!("{}: {e}", classes.display()))?;
+        let t = Instant::now();
+        kotlin::compile(&tc, &sources, &classes, &[], "17")
+            .map_err(|e| format!("kotlin bindings: compile failed: {e}"))?;
+        std::fs::write(&stamp, b"").map_err(|e| format!("{}: {e}", stamp.display()))?;
+        println!(
+            "kotlin bindings: compiled in {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
     }
-    std::fs::create_dir_all(&classes).map_err(|e| format!("{}: {e}", classes.display()))?;
-    let test_src = util::workspace_root().join("bindings/kotlin/KeelTest.kt");
-    let t = Instant::now();
-    kotlin::compile(&tc, &[g.kotlin.clone(), test_src], &classes, &[])
-        .map_err(|e| format!("kotlin bindings: compile failed: {e}"))?;
-    println!(
-        "kotlin bindings: compiled in {:.1} s",
-        t.elapsed().as_secs_f64()
-    );
     let lib_dir: PathBuf = g
         .cdylib
         .parent()
@@ -90,7 +105,7 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
         .ok_or("cdylib has no directory")?;
     let mut cp = vec![classes];
     cp.extend(tc.runtime.iter().cloned());
-    util::run(
+    run_bounded(
         Command::new("java")
             // Keep the JVM's own background work (JIT, GC) from stealing the
             // ticker's time slices on small CI machines.
@@ -101,4 +116,34 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
             .arg("KeelTestKt"),
     )
     .map_err(|e| format!("kotlin bindings failed: {e}"))
+}
+
+/// A test program may not hang CI: it gets this long, then it is killed.
+const TEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Like `util::run` (workspace root, inherited stdio), but kills the program after
+/// [`TEST_TIMEOUT`].
+fn run_bounded(cmd: &mut Command) -> Result<(), String> {
+    cmd.current_dir(util::workspace_root());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {shown}: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("{shown} failed with {status}")),
+            Ok(None) if t0.elapsed() > TEST_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{shown} did not finish in {} s and was killed",
+                    TEST_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for {shown}: {e}")),
+        }
+    }
 }

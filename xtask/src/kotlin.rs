@@ -128,12 +128,14 @@ pub fn classpath(paths: &[PathBuf]) -> String {
 }
 
 /// Compile Kotlin `sources` (files or directories) into `out` (a directory or a
-/// `.jar`), against the toolchain's runtime jars plus `extra_cp`.
+/// `.jar`), against the toolchain's runtime jars plus `extra_cp`, for JVM bytecode
+/// level `jvm_target` (`"11"`, `"17"`).
 pub fn compile(
     tc: &Toolchain,
     sources: &[PathBuf],
     out: &Path,
     extra_cp: &[PathBuf],
+    jvm_target: &str,
 ) -> Result<(), String> {
     let mut cp = tc.runtime.clone();
     cp.extend(extra_cp.iter().cloned());
@@ -143,11 +145,52 @@ pub fn compile(
         .arg(classpath(&tc.all))
         .arg("-Dkotlin.compiler.daemon=false")
         .arg("org.jetbrains.kotlin.cli.jvm.K2JVMCompiler")
-        .args(["-no-stdlib", "-no-reflect", "-nowarn", "-jvm-target", "17"])
+        .args([
+            "-no-stdlib",
+            "-no-reflect",
+            "-nowarn",
+            "-jvm-target",
+            jvm_target,
+        ])
         .arg("-classpath")
         .arg(classpath(&cp))
         .arg("-d")
         .arg(out)
         .args(sources);
     util::run(&mut cmd)
+}
+
+/// A stable fingerprint (FNV-1a) of the files under `paths`, to skip recompiling
+/// unchanged Kotlin.
+pub fn fingerprint(paths: &[PathBuf]) -> u64 {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) {
+        if p.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(p) {
+                let mut v: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).collect();
+                v.sort();
+                for c in v {
+                    walk(&c, out);
+                }
+            }
+        } else {
+            out.push(p.to_path_buf());
+        }
+    }
+    let mut files = Vec::new();
+    for p in paths {
+        walk(p, &mut files);
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |b: &[u8]| {
+        for x in b {
+            h ^= u64::from(*x);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(KOTLIN.as_bytes());
+    for f in files {
+        eat(f.display().to_string().as_bytes());
+        eat(&std::fs::read(&f).unwrap_or_default());
+    }
+    h
 }

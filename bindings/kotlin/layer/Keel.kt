@@ -1,0 +1,110 @@
+// The thin Kotlin layer of keel's AAR (package dev.keel), over the UniFFI-generated
+// package dev.keel.ffi.
+//
+// * `Keel.openAsync(path, schema, options)` — a suspend fun that never blocks the
+//   caller (the open runs on keel's threads).
+// * `Keel.open(path, schema, options, scope)` — open progress as a `Flow` plus the
+//   database as a `Deferred`, for a splash screen.
+// * `query.updates()`, `db.objectUpdates(...)`, `dictionary.changes(key)` —
+//   subscriptions as cold `Flow`s: collecting subscribes, cancelling the collector
+//   cancels the subscription.
+//
+// keel calls listeners on its own threads; these wrappers only hand values to
+// channels, so collectors run in whatever context they are collected in
+// (`lifecycleScope` / `Dispatchers.Main` in an app).
+package dev.keel
+
+import dev.keel.ffi.Database
+import dev.keel.ffi.DictValue
+import dev.keel.ffi.DictionaryListener
+import dev.keel.ffi.Dictionary
+import dev.keel.ffi.ObjectEvent
+import dev.keel.ffi.ObjectListener
+import dev.keel.ffi.OpenOptions
+import dev.keel.ffi.OpenProgress
+import dev.keel.ffi.OpenProgressListener
+import dev.keel.ffi.Query
+import dev.keel.ffi.QueryListener
+import dev.keel.ffi.QueryUpdate
+import dev.keel.ffi.Value
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.Deferred
+import kotlinx.coroutines.async
+import kotlinx.coroutines.channels.Channel
+import kotlinx.coroutines.channels.awaitClose
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.flow.conflate
+import kotlinx.coroutines.flow.consumeAsFlow
+
+/** keel's entry points for Kotlin. */
+object Keel {
+    /**
+     * Open (or create) the database at [path] with the FlatBuffers schema text
+     * [schema]. Suspends until ready; the whole open — including a slow WAL sync —
+     * runs on keel's threads, never on the caller's.
+     */
+    suspend fun openAsync(path: String, schema: String, options: OpenOptions = OpenOptions()): Database =
+        dev.keel.ffi.openAsync(path, schema, options, null)
+
+    /**
+     * Start opening in [scope] and return at once: [Opening.progress] emits each
+     * phase and completes with the open; [Opening.database] completes with the
+     * database (or throws the typed KeelException).
+     */
+    fun open(path: String, schema: String, options: OpenOptions = OpenOptions(), scope: CoroutineScope): Opening {
+        val channel = Channel<OpenProgress>(Channel.UNLIMITED)
+        val listener = object : OpenProgressListener {
+            override fun onProgress(progress: OpenProgress) {
+                channel.trySend(progress)
+            }
+        }
+        val db = scope.async {
+            try {
+                dev.keel.ffi.openAsync(path, schema, options, listener)
+            } finally {
+                channel.close()
+            }
+        }
+        return Opening(channel.consumeAsFlow(), db)
+    }
+
+    /** An open in progress (see [Keel.open]). */
+    class Opening(val progress: Flow<OpenProgress>, val database: Deferred<Database>)
+}
+
+/**
+ * The query's results as a [Flow]: the current result first, then each changed
+ * result with its row-level diff. Unbuffered values are never dropped (each diff is
+ * relative to the previous update).
+ */
+fun Query.updates(): Flow<QueryUpdate> = callbackFlow {
+    val sub = subscribe(object : QueryListener {
+        override fun onUpdate(update: QueryUpdate) {
+            trySend(update)
+        }
+    })
+    awaitClose { sub.cancel() }
+}.buffer(Channel.UNLIMITED)
+
+/** One object's versions as a [Flow]; it completes after [ObjectEvent.Deleted]. */
+fun Database.objectUpdates(collection: String, key: List<Value>): Flow<ObjectEvent> = callbackFlow {
+    val sub = subscribeObject(collection, key, object : ObjectListener {
+        override fun onEvent(event: ObjectEvent) {
+            trySend(event)
+            if (event is ObjectEvent.Deleted) channel.close()
+        }
+    })
+    awaitClose { sub.cancel() }
+}.buffer(Channel.UNLIMITED)
+
+/** A dictionary key's value as a [Flow] (null when removed); slow collectors see the latest. */
+fun Dictionary.changes(key: String): Flow<DictValue?> = callbackFlow {
+    val sub = subscribe(key, object : DictionaryListener {
+        override fun onChange(key: String, value: DictValue?) {
+            trySend(value)
+        }
+    })
+    awaitClose { sub.cancel() }
+}.conflate()

@@ -1,0 +1,133 @@
+// The thin Swift layer of keel's Swift package (module `Keel`), over the
+// UniFFI-generated module `KeelFFI` (re-exported: `import Keel` gives both).
+//
+// * `Keel.openAsync(path:schema:options:)` — `try await`, never blocks the caller.
+// * `Keel.open(path:schema:options:)` — open progress as an `AsyncStream` plus the
+//   database as a `Task`, for a splash screen.
+// * `query.updates()`, `db.objectUpdates(...)`, `dictionary.changes(key:)` —
+//   subscriptions as `AsyncSequence`s; cancelling the consuming task (or breaking
+//   out of the `for await` loop) cancels the subscription.
+//
+// keel calls listeners on its own threads; these wrappers only yield into
+// continuations (thread-safe), so your `for await` loop runs wherever you run it —
+// on the main actor in a SwiftUI `.task { }`.
+
+import Foundation
+@_exported import KeelFFI
+
+/// keel's entry points for Swift.
+public enum Keel {
+    /// Open (or create) the database at `path` with the FlatBuffers schema text
+    /// `schema`. Suspends until ready; the whole open — including a multi-second
+    /// WAL sync on some iPhones — runs on keel's threads, never on the caller's.
+    public static func openAsync(
+        path: String,
+        schema: String,
+        options: OpenOptions = OpenOptions()
+    ) async throws -> Database {
+        try await KeelFFI.openAsync(path: path, schemaFbs: schema, options: options, progress: nil)
+    }
+
+    /// Start opening and return at once: `progress` yields each phase (it finishes
+    /// when the open does), `database` completes with the database or the error.
+    ///
+    /// ```swift
+    /// let opening = Keel.open(path: url.path, schema: schemaText)
+    /// for await p in opening.progress { splash.progress = Double(p.fraction) }
+    /// let db = try await opening.database.value
+    /// ```
+    public static func open(
+        path: String,
+        schema: String,
+        options: OpenOptions = OpenOptions()
+    ) -> Opening {
+        let (stream, continuation) = AsyncStream<OpenProgress>.makeStream(bufferingPolicy: .unbounded)
+        let listener = ProgressBridge(continuation)
+        let task = Task<Database, Error> {
+            defer { continuation.finish() }
+            return try await KeelFFI.openAsync(
+                path: path, schemaFbs: schema, options: options, progress: listener)
+        }
+        return Opening(progress: stream, database: task)
+    }
+
+    /// An open in progress (see `Keel.open`).
+    public struct Opening: Sendable {
+        /// Progress events, in order; finishes when the open finishes.
+        public let progress: AsyncStream<OpenProgress>
+        /// The open itself.
+        public let database: Task<Database, Error>
+    }
+}
+
+final class ProgressBridge: OpenProgressListener, @unchecked Sendable {
+    let continuation: AsyncStream<OpenProgress>.Continuation
+    init(_ c: AsyncStream<OpenProgress>.Continuation) { continuation = c }
+    func onProgress(progress: OpenProgress) throws {
+        continuation.yield(progress)
+        if progress.done { continuation.finish() }
+    }
+}
+
+final class QueryBridge: QueryListener, @unchecked Sendable {
+    let continuation: AsyncThrowingStream<QueryUpdate, Error>.Continuation
+    init(_ c: AsyncThrowingStream<QueryUpdate, Error>.Continuation) { continuation = c }
+    func onUpdate(update: QueryUpdate) throws { continuation.yield(update) }
+}
+
+final class ObjectBridge: ObjectListener, @unchecked Sendable {
+    let continuation: AsyncThrowingStream<ObjectEvent, Error>.Continuation
+    init(_ c: AsyncThrowingStream<ObjectEvent, Error>.Continuation) { continuation = c }
+    func onEvent(event: ObjectEvent) throws {
+        continuation.yield(event)
+        if case .deleted = event { continuation.finish() }
+    }
+}
+
+final class DictionaryBridge: DictionaryListener, @unchecked Sendable {
+    let continuation: AsyncStream<DictValue?>.Continuation
+    init(_ c: AsyncStream<DictValue?>.Continuation) { continuation = c }
+    func onChange(key: String, value: DictValue?) throws { continuation.yield(value) }
+}
+
+extension Query {
+    /// The query's results as an `AsyncSequence`: the current result first, then
+    /// each changed result with its row-level `diff`. Every update is buffered (each
+    /// diff is relative to the previous update, so none may be skipped).
+    public func updates() -> AsyncThrowingStream<QueryUpdate, Error> {
+        AsyncThrowingStream(bufferingPolicy: .unbounded) { continuation in
+            do {
+                let sub = try self.subscribe(listener: QueryBridge(continuation))
+                continuation.onTermination = { _ in sub.cancel() }
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+    }
+}
+
+extension Database {
+    /// One object's versions as an `AsyncSequence`; it ends after `.deleted`.
+    public func objectUpdates(collection: String, key: [Value]) -> AsyncThrowingStream<ObjectEvent, Error> {
+        AsyncThrowingStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
+            do {
+                let sub = try self.subscribeObject(
+                    collection: collection, key: key, listener: ObjectBridge(continuation))
+                continuation.onTermination = { _ in sub.cancel() }
+            } catch {
+                continuation.finish(throwing: error)
+            }
+        }
+    }
+}
+
+extension KeelDictionary {
+    /// A key's value as an `AsyncSequence`: the current value, then each change
+    /// (`nil` when removed). A slow consumer sees the latest value.
+    public func changes(key: String) -> AsyncStream<DictValue?> {
+        AsyncStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
+            let sub = self.subscribe(key: key, listener: DictionaryBridge(continuation))
+            continuation.onTermination = { _ in sub.cancel() }
+        }
+    }
+}
