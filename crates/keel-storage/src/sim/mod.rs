@@ -184,7 +184,8 @@ struct SimFile {
 fn apply(img: &mut Vec<u8>, op: &Pending) {
     match op {
         Pending::Write { off, data } => write_at(img, *off, data),
-        Pending::Truncate(n) => img.truncate(usize::try_from(*n).unwrap_or(usize::MAX)),
+        // ftruncate both shrinks and extends (with zeros).
+        Pending::Truncate(n) => img.resize(usize::try_from(*n).unwrap_or(usize::MAX), 0),
     }
 }
 
