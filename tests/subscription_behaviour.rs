@@ -430,3 +430,15 @@ fn windowed_subscription_refills_and_tracks_fetches() {
     .unwrap();
     check();
 }
+
+#[test]
+fn handles_are_send_and_sync() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Subscription>();
+    send_sync::<keel::QueryUpdate>();
+    send::<keel::subscribe::QueryStream>();
+    send::<keel::subscribe::ObjectStream>();
+    send::<keel::subscribe::UpdateStream<Post>>();
+    send::<keel::subscribe::ObjectUpdateStream<Post>>();
+}
