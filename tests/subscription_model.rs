@@ -99,6 +99,11 @@ fn queries(db: &Database) -> Vec<(&'static str, Query<'static>)> {
                 .into_query(),
         ),
         (
+            "pk eq and a range",
+            q().filter(Post::priority().gt(2) & Post::id().eq("k04"))
+                .into_query(),
+        ),
+        (
             "point range",
             q().filter(Post::priority().le(3) & Post::priority().ge(3))
                 .into_query(),
@@ -148,6 +153,22 @@ fn check(
 fn run(txns: Vec<Vec<Vec<Op>>>) {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open_for::<Post>(dir.path().join("m.db"), StoreOptions::default()).unwrap();
+    // Some data before subscribing, so first results come from disk.
+    db.write(|t| {
+        for i in (0..12u8).step_by(3) {
+            t.insert(
+                &Post::builder()
+                    .id(format!("k{i:02}"))
+                    .priority(i32::from(i % 6))
+                    .title("a")
+                    .rating(1.0)
+                    .build(),
+            )?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
     let mut subs = Vec::new();
     let mut logs: Vec<(&str, Log)> = Vec::new();
     for (name, q) in queries(&db) {

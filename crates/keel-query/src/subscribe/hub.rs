@@ -298,6 +298,9 @@ pub(crate) struct Compiled {
     pub(crate) coll: String,
     table: usize,
     pk: Vec<FieldPath>,
+    /// The filter pins the (single-field) primary key by equality to this value:
+    /// the first read is a key lookup plus in-memory evaluation.
+    pk_eq: Option<Value>,
 }
 
 fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
@@ -337,6 +340,31 @@ fn read_prefix(
     Ok((rows, complete))
 }
 
+/// The first read of a query whose filter pins the primary key: a key lookup and
+/// the filter evaluated in memory (it agrees with SQL), instead of a SQL filter on
+/// the `keel_field` expression.
+fn read_by_key(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    q: &Compiled,
+    v: &Value,
+) -> Result<(Vec<Entry>, bool)> {
+    let c = inner.coll(&q.coll, "subscribe")?;
+    let Ok(key) = c.check_key("subscribe", std::slice::from_ref(v)) else {
+        return read_prefix(inner, conn, &q.spec, &q.order, q.cap);
+    };
+    let o = inner.get_in(conn, c, "subscribe", &key, true)?;
+    let rows = o
+        .filter(|o| q.filter.as_ref().none_or(|f| f.matches(&o.bytes)))
+        .map(|o| Entry {
+            key: Arc::new(q.order.key(&o.bytes, o.rowid)),
+            obj: Arc::new(o),
+        })
+        .into_iter()
+        .collect();
+    Ok((rows, true))
+}
+
 impl Compiled {
     pub(crate) fn new(inner: &Inner, spec: Spec) -> Result<Compiled> {
         let c = inner.coll(&spec.collection, "subscribe")?;
@@ -351,8 +379,24 @@ impl Compiled {
             let o = usize::try_from(spec.offset).unwrap_or(usize::MAX);
             o.saturating_add(l).saturating_add((l / 4).clamp(4, 256))
         });
-        let pk = c.key.iter().map(|k| k.path.path().clone()).collect();
+        let pk: Vec<FieldPath> = c.key.iter().map(|k| k.path.path().clone()).collect();
+        let mut pk_eq = None;
+        if let (Some(f), [pk]) = (&spec.filter, &pk[..]) {
+            let mut list = Vec::new();
+            conjuncts(f, &mut list);
+            pk_eq = list.iter().find_map(|e| match e {
+                Expr::Cmp {
+                    path,
+                    op: CmpOp::Eq,
+                    value,
+                } if path == pk && SqlValue::from_value(value) != SqlValue::Null => {
+                    Some(value.clone())
+                }
+                _ => None,
+            });
+        }
         Ok(Compiled {
+            pk_eq,
             spec,
             filter,
             order,
@@ -425,8 +469,10 @@ impl Hub {
     ) -> Result<(u64, Vec<Obj>)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
-        let read =
-            |conn: &rusqlite::Connection| read_prefix(&inner, conn, &q.spec, &q.order, q.cap);
+        let read = |conn: &rusqlite::Connection| match &q.pk_eq {
+            Some(v) => read_by_key(&inner, conn, &q, v),
+            None => read_prefix(&inner, conn, &q.spec, &q.order, q.cap),
+        };
         let mut attempt = 0;
         let (mut st, (rows, complete)) = loop {
             attempt += 1;
