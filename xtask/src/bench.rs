@@ -11,7 +11,8 @@
 //! ```
 //!
 //! `metrics` holds numbers only; `notes` (optional) explains each metric and is
-//! what the report prints beside it. A full run replaces that scenario's section of
+//! what the report prints beside it; `labels` (optional) gives a metric a short
+//! human name for the chart and the comparison table (`"case1_ratio": "pk queries"`). A full run replaces that scenario's section of
 //! `BENCHMARKS.md` (between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`)
 //! and leaves the other sections alone. `--quick` runs each scenario small enough
 //! for CI: it writes the JSON and prints the table, but does not touch
@@ -208,8 +209,10 @@ fn headline_table(report: &Value) -> String {
             } else {
                 format!("keel {:.0}× faster", 1.0 / x)
             };
+            let op = charts::label(report, key).unwrap_or_else(|| op.to_string());
             rows.push_str(&format!("| {op} | {shown} | {verdict} |\n"));
         } else if key.contains("speedup") {
+            let key = charts::label(report, key).unwrap_or_else(|| key.clone());
             rows.push_str(&format!(
                 "| {key} | {x:.1}× | speedup (higher is better) |\n"
             ));
@@ -302,6 +305,10 @@ mod tests {
         assert!(t.contains("| group_speedup | 20.4× |"), "{t}");
         assert!(!t.contains("objects"));
         assert_eq!(headline_table(&json!({"metrics": {"objects": 1}})), "");
+        let t = headline_table(
+            &json!({"metrics": {"case1_ratio": 0.5}, "labels": {"case1_ratio": "pk queries"}}),
+        );
+        assert!(t.contains("| pk queries | 0.50 |"), "{t}");
     }
 
     #[test]

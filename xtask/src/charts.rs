@@ -64,6 +64,8 @@ pub fn panels(report: &Value) -> Vec<Panel> {
         return Vec::new();
     };
     let num = |v: &Value| v.as_f64().filter(|x| x.is_finite());
+    let named =
+        |key: &str, default: &str| label(report, key).unwrap_or_else(|| default.to_string());
     let mut ratios = Vec::new();
     let mut speedups = Vec::new();
     let mut times = Vec::new();
@@ -71,20 +73,20 @@ pub fn panels(report: &Value) -> Vec<Panel> {
         let Some(x) = num(value) else { continue };
         if let Some(label) = key.strip_suffix("_ratio") {
             ratios.push(Bar {
-                label: label.to_string(),
+                label: named(key, label),
                 value: x,
                 baseline: false,
             });
         } else if key.contains("speedup") {
             speedups.push(Bar {
-                label: key.clone(),
+                label: named(key, key),
                 value: x,
                 baseline: false,
             });
         } else if let Some(ms) = time_ms(key, x) {
             if ms > 0.0 {
                 times.push(Bar {
-                    label: key.clone(),
+                    label: named(key, key),
                     value: ms,
                     baseline: key.starts_with("raw_") || key.contains("baseline"),
                 });
@@ -95,14 +97,14 @@ pub fn panels(report: &Value) -> Vec<Panel> {
     if !ratios.is_empty() {
         out.push(Panel {
             kind: PanelKind::Ratio,
-            title: "keel time ÷ baseline time, log scale (green, left of 1: keel is faster)".into(),
+            title: "keel time ÷ baseline time, log scale (red line: the baseline; green bars, left of it: keel is faster)".into(),
             bars: ratios,
         });
     }
     if !speedups.is_empty() {
         out.push(Panel {
             kind: PanelKind::Speedup,
-            title: "speedup, × (higher is better)".into(),
+            title: "speedup, × (higher is better; red line: 1, no speedup)".into(),
             bars: speedups,
         });
     }
@@ -114,6 +116,16 @@ pub fn panels(report: &Value) -> Vec<Panel> {
         });
     }
     out
+}
+
+/// The optional human label of a metric: `"labels": {"case1_ratio": "pk queries"}`
+/// in the scenario's JSON (used by the chart and the BENCHMARKS.md table).
+pub fn label(report: &Value, key: &str) -> Option<String> {
+    report
+        .get("labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 /// A time metric in milliseconds, from its unit suffix.
@@ -328,18 +340,6 @@ fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<(), String> {
                 vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
                 REFERENCE.stroke_width(2),
             )))
-            .map_err(err)?
-            .label("no speedup (= 1)")
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
-            });
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 13))
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(0xcc, 0xcc, 0xcc))
-            .draw()
             .map_err(err)?;
         return Ok(());
     }
@@ -408,18 +408,6 @@ fn draw_panel(area: &Area<'_>, p: &Panel) -> Result<(), String> {
                 vec![(1.0, SegmentValue::Exact(0)), (1.0, SegmentValue::Last)],
                 REFERENCE.stroke_width(2),
             )))
-            .map_err(err)?
-            .label("baseline (= 1)")
-            .legend(|(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], REFERENCE.stroke_width(2))
-            });
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font(("sans-serif", 13))
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(0xcc, 0xcc, 0xcc))
-            .draw()
             .map_err(err)?;
     }
     Ok(())
