@@ -15,10 +15,20 @@ pub(crate) fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-fn fmt_default(v: &Value) -> String {
+/// `ulong` values live in `Value::Int`/`EnumVal::value` as their i64 bit pattern;
+/// printing them signed would make the canonical text refuse to parse back.
+fn fmt_int(i: i64, unsigned_64: bool) -> String {
+    if unsigned_64 {
+        (i as u64).to_string()
+    } else {
+        i.to_string()
+    }
+}
+
+fn fmt_default(v: &Value, unsigned_64: bool) -> String {
     match v {
         Value::Bool(b) => b.to_string(),
-        Value::Int(i) => i.to_string(),
+        Value::Int(i) => fmt_int(*i, unsigned_64),
         Value::Float(f) if f.is_nan() => "nan".into(),
         Value::Float(f) if f.is_infinite() => (if *f > 0.0 { "inf" } else { "-inf" }).into(),
         Value::Float(f) => format!("{f:?}"),
@@ -66,7 +76,8 @@ impl Schema {
             let _ = write!(out, "enum {} : {} {{ ", e.name, e.underlying.fbs_name());
             for (i, v) in e.values.iter().enumerate() {
                 let sep = if i + 1 < e.values.len() { ", " } else { " " };
-                let _ = write!(out, "{} = {}{sep}", v.name, v.value);
+                let value = fmt_int(v.value, e.underlying == ScalarType::U64);
+                let _ = write!(out, "{} = {value}{sep}", v.name);
             }
             out.push_str("}\n");
         }
@@ -115,7 +126,12 @@ impl Schema {
                 if f.optional {
                     out.push_str(" = null");
                 } else if !f.default.is_null() {
-                    let _ = write!(out, " = {}", fmt_default(&f.default));
+                    let unsigned_64 = match &f.ty {
+                        FieldType::Scalar(t) => *t == ScalarType::U64,
+                        FieldType::Enum(i) => self.enums[*i].underlying == ScalarType::U64,
+                        _ => false,
+                    };
+                    let _ = write!(out, " = {}", fmt_default(&f.default, unsigned_64));
                 }
                 let _ = write!(out, " (id: {}", f.id);
                 for (flag, name) in [

@@ -122,3 +122,21 @@ fn generated_code_is_rustfmt_formatted_when_rustfmt_exists() {
         String::from_utf8_lossy(&check.stdout)
     );
 }
+
+/// Found by the `parse_schema` fuzz target (`fuzz/regressions/parse_schema/`): a
+/// `ulong` above `i64::MAX` was printed as a negative number, so the canonical text
+/// did not parse back.
+#[test]
+fn canonical_text_keeps_ulong_values_above_i64_max() {
+    let src = include_str!("../../../fuzz/regressions/parse_schema/ulong_enum_above_i64_max.fbs");
+    let schema = Schema::parse(src, "big.fbs").expect("reproducer parses");
+    let canonical = schema.to_fbs();
+    assert!(canonical.contains("18446744073709551615"), "{canonical}");
+    let back = Schema::parse(&canonical, "canonical.fbs").expect("canonical text parses back");
+    assert_eq!(back.fingerprint(), schema.fingerprint());
+
+    let with_default = "table T { big: ulong = 18446744073709551615; } root_type T;";
+    let schema = Schema::parse(with_default, "d.fbs").expect("parses");
+    let back = Schema::parse(&schema.to_fbs(), "canonical.fbs").expect("default parses back");
+    assert_eq!(back.fingerprint(), schema.fingerprint());
+}
