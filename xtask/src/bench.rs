@@ -221,7 +221,7 @@ fn headline_table(report: &Value) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    format!("| comparison | keel ÷ baseline | reading |\n|---|---:|---|\n{rows}\n")
+    format!("| comparison | figure | reading |\n|---|---:|---|\n{rows}\n")
 }
 
 fn format_number(value: &Value) -> String {
