@@ -77,14 +77,24 @@ pub fn toolchain(target: &Path) -> Result<Toolchain, String> {
             let _ = std::fs::remove_dir_all(&jars);
         }
         println!("kotlin: fetching kotlin-compiler-embeddable {KOTLIN}, kotlinx-coroutines {COROUTINES}, jna {JNA} from Maven Central");
-        util::run(
-            Command::new("mvn")
-                .args(["-B", "-q", "-Dstyle.color=never", "-f"])
-                .arg(&pom_path)
-                .arg("dependency:copy-dependencies")
-                .arg(format!("-DoutputDirectory={}", jars.display()))
-                .arg("-Dkotlin.compiler.daemon=false"),
-        )?;
+        // Quiet Maven still prints colour resets; show its output only on failure.
+        let out = Command::new("mvn")
+            .args(["-B", "-q", "-Dstyle.color=never", "-f"])
+            .arg(&pom_path)
+            .arg("dependency:copy-dependencies")
+            .arg(format!("-DoutputDirectory={}", jars.display()))
+            .arg("-Dkotlin.compiler.daemon=false")
+            .current_dir(&dir)
+            .output()
+            .map_err(|e| format!("could not run mvn: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mvn dependency:copy-dependencies failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
         std::fs::write(&stamp, b"").map_err(|e| format!("{}: {e}", stamp.display()))?;
     }
     let mut all: Vec<PathBuf> = std::fs::read_dir(&jars)

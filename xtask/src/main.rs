@@ -54,7 +54,8 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test                         run every test (Rust workspace, quick benchmarks)
+  test                         run every test (Rust workspace, quick benchmarks,
+                               Python and Kotlin bindings)
   bench [SCENARIO…] [--quick] [--json]
                                run scenario benchmarks and render BENCHMARKS.md
   bindings [--release] [--test] [python|kotlin|swift…]

@@ -1,0 +1,252 @@
+//! The exported API driven from Rust, the way the foreign bindings drive it: bytes
+//! in, bytes out, typed errors for bad input, listeners on keel threads.
+
+use std::sync::{Arc, Mutex};
+
+use futures::executor::block_on;
+use keel_ffi::{
+    check_schema, encode_json, open_async, open_blocking, CallbackError, DictValue, Expr,
+    KeelError, ObjectEvent, ObjectListener, OpenOptions, OpenProgress, OpenProgressListener,
+    QueryListener, QueryUpdate, SyncPolicy, Value, WriteOp, WriteResult,
+};
+
+const FBS: &str = "namespace demo;
+table Post { id: string (primary); title: string; priority: int = 1 (indexed); }
+root_type Post;";
+
+fn post(id: &str, priority: i32) -> Vec<u8> {
+    encode_json(
+        FBS.into(),
+        "demo.Post".into(),
+        format!(r#"{{"id": "{id}", "priority": {priority}}}"#),
+    )
+    .unwrap()
+}
+
+fn text(s: &str) -> Value {
+    Value::Text { v: s.into() }
+}
+
+struct Progress(Arc<Mutex<Vec<OpenProgress>>>);
+impl OpenProgressListener for Progress {
+    fn on_progress(&self, p: OpenProgress) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(p);
+        Ok(())
+    }
+}
+
+struct Updates(Arc<Mutex<Vec<QueryUpdate>>>);
+impl QueryListener for Updates {
+    fn on_update(&self, u: QueryUpdate) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(u);
+        Ok(())
+    }
+}
+
+struct Events(Arc<Mutex<Vec<ObjectEvent>>>);
+impl ObjectListener for Events {
+    fn on_event(&self, e: ObjectEvent) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(e);
+        Ok(())
+    }
+}
+
+#[test]
+fn open_write_query_subscribe_dictionary_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db").display().to_string();
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = block_on(open_async(
+        path.clone(),
+        FBS.into(),
+        opts,
+        Some(Box::new(Progress(Arc::clone(&progress)))),
+    ))
+    .unwrap();
+    assert!(progress.lock().unwrap().last().unwrap().done);
+
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let sub = db
+        .query("demo.Post".into())
+        .filter(Expr::ge("priority".into(), Value::Integer { v: 5 }))
+        .order_by("priority".into(), true)
+        .subscribe(Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let osub = db
+        .subscribe_object(
+            "demo.Post".into(),
+            vec![text("p7")],
+            Box::new(Events(Arc::clone(&events))),
+        )
+        .unwrap();
+
+    let ops = (0..10)
+        .map(|i| WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post(&format!("p{i}"), i),
+        })
+        .collect();
+    let res = block_on(db.write(ops)).unwrap();
+    assert!(res.iter().all(|r| matches!(r, WriteResult::Written { .. })));
+    // Delivered before the write resolved.
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 2);
+        assert_eq!(u[1].objects.len(), 5);
+        assert_eq!(u[1].diff.inserted, vec![0, 1, 2, 3, 4]);
+    }
+    assert!(matches!(events.lock().unwrap()[..], [ObjectEvent::Deleted]));
+    assert!(!osub.is_active());
+
+    let q = db
+        .query("Post".into())
+        .filter(Expr::ge("priority".into(), Value::Integer { v: 5 }))
+        .limit(3);
+    assert_eq!(q.count().unwrap(), 3);
+    assert_eq!(block_on(q.all_async()).unwrap().len(), 3);
+    assert!(db
+        .get("demo.Post".into(), vec![text("p3")])
+        .unwrap()
+        .is_some());
+
+    sub.cancel();
+    sub.cancel();
+    block_on(db.write(vec![WriteOp::Delete {
+        collection: "demo.Post".into(),
+        key: vec![text("p9")],
+    }]))
+    .unwrap();
+    assert_eq!(
+        updates.lock().unwrap().len(),
+        2,
+        "cancelled subscription was called"
+    );
+
+    let d = db.dictionary();
+    d.set_string("theme".into(), "dark".into()).unwrap();
+    d.set("n".into(), DictValue::Integer { v: 3 }).unwrap();
+    assert_eq!(
+        d.get_string("theme".into()).unwrap().as_deref(),
+        Some("dark")
+    );
+    assert!(matches!(
+        d.get_int("theme".into()),
+        Err(KeelError::TypeMismatch { .. })
+    ));
+    assert_eq!(
+        d.keys().unwrap(),
+        vec!["n".to_string(), "theme".to_string()]
+    );
+    block_on(d.sync()).unwrap();
+
+    assert!(db.open_report().text.contains("sync_wal"));
+    block_on(db.close()).unwrap();
+    assert!(matches!(
+        db.get("demo.Post".into(), vec![text("p1")]),
+        Err(KeelError::Closed { .. })
+    ));
+
+    let again = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    assert_eq!(
+        again
+            .dictionary()
+            .get_string("theme".into())
+            .unwrap()
+            .as_deref(),
+        Some("dark")
+    );
+    assert_eq!(again.count("demo.Post".into()).unwrap(), 9);
+    block_on(again.close()).unwrap();
+}
+
+#[test]
+fn bad_input_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.db").display().to_string();
+    assert!(matches!(
+        check_schema("table { nope".into()),
+        Err(KeelError::InvalidSchema { .. })
+    ));
+    assert!(matches!(
+        block_on(open_async(
+            path.clone(),
+            "table T { x: nosuch; } root_type T;".into(),
+            OpenOptions::default(),
+            None
+        )),
+        Err(KeelError::InvalidSchema { .. })
+    ));
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let write = |op| block_on(db.write(vec![op]));
+    assert!(matches!(
+        write(WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: vec![1, 2, 3]
+        }),
+        Err(KeelError::InvalidObject { .. })
+    ));
+    assert!(matches!(
+        write(WriteOp::Insert {
+            collection: "Nope".into(),
+            bytes: post("a", 1)
+        }),
+        Err(KeelError::UnknownCollection { .. })
+    ));
+    assert!(matches!(
+        db.get("demo.Post".into(), vec![Value::Integer { v: 1 }]),
+        Err(KeelError::TypeMismatch { .. })
+    ));
+    assert!(matches!(
+        db.query("demo.Post".into())
+            .filter(Expr::gt("priority".into(), text("high")))
+            .all(),
+        Err(KeelError::TypeMismatch { .. })
+    ));
+    assert!(matches!(
+        db.query("demo.Post".into())
+            .order_by("nope".into(), false)
+            .all(),
+        Err(KeelError::UnknownField { .. })
+    ));
+    write(WriteOp::Insert {
+        collection: "demo.Post".into(),
+        bytes: post("a", 1),
+    })
+    .unwrap();
+    assert!(matches!(
+        write(WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post("a", 1)
+        }),
+        Err(KeelError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        write(WriteOp::Update {
+            collection: "demo.Post".into(),
+            bytes: post("zz", 1)
+        }),
+        Err(KeelError::NotFound { .. })
+    ));
+    // A failed op rolls the whole batch back.
+    assert!(block_on(db.write(vec![
+        WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post("b", 1)
+        },
+        WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: vec![0; 9]
+        },
+    ]))
+    .is_err());
+    assert!(db
+        .get("demo.Post".into(), vec![text("b")])
+        .unwrap()
+        .is_none());
+    block_on(db.close()).unwrap();
+}
