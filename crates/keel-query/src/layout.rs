@@ -48,6 +48,8 @@ pub(crate) struct Coll {
     pub(crate) table: usize,
     pub(crate) ident: String,
     pub(crate) key: Vec<KeyPart>,
+    /// Field ids of the primary key: the field `key_ids[i]` is stored in `k{i}`.
+    pub(crate) key_ids: Vec<u16>,
     pub(crate) indexes: Vec<IndexSql>,
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -158,6 +160,7 @@ impl Coll {
             sql_get: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
             ident: id,
             key,
+            key_ids: c.primary_key.clone(),
             indexes,
         })
     }

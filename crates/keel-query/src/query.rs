@@ -197,6 +197,7 @@ impl<'a> Query<'a> {
         let mut comp = Compiler {
             table,
             collection: &c.name,
+            key: &c.key_ids,
             params: Vec::new(),
         };
         let w = match &self.spec.filter {

@@ -154,13 +154,35 @@ impl ToSql for Param<'_> {
 pub(crate) struct Compiler<'a> {
     pub(crate) table: DynamicTable<'a>,
     pub(crate) collection: &'a str,
+    /// Field ids of the primary key, in key order: the field with id `key[i]` is
+    /// also stored in column `k{i}`.
+    pub(crate) key: &'a [u16],
     pub(crate) params: Vec<Value>,
 }
 
+/// The key column (`k0`, `k1`, …) that holds the field at `path`, if `path` is a
+/// primary-key field of a collection whose key fields have ids `key`.
+///
+/// The column and `keel_field(body, …)` are interchangeable in every expression:
+/// the column is written from the object's own field value, normalised exactly as
+/// the function returns it (`Bool` → integer; a missing or `NULL` key field is
+/// refused at insert), and it has no declared type, so SQLite applies no affinity
+/// to it or to what it is compared with — the same as for the function's result.
+/// A key field cannot change type or default (`keel_schema::compat`), so the stored
+/// column keeps matching the field under every later schema.
+pub(crate) fn key_column(key: &[u16], path: &FieldPath) -> Option<String> {
+    match path.steps() {
+        [PathStep::Field { id, .. }] => key.iter().position(|k| k == id).map(|i| format!("k{i}")),
+        _ => None,
+    }
+}
+
 impl Compiler<'_> {
+    /// SQL reading `path`: its key column for a primary-key field (so SQLite can
+    /// use the key's UNIQUE index), `keel_field(body, …)` otherwise.
     fn field(&self, path: &FieldPath) -> Result<String> {
         resolve(self.table, self.collection, "compile query", path)?;
-        Ok(field_sql(self.collection, path))
+        Ok(key_column(self.key, path).unwrap_or_else(|| field_sql(self.collection, path)))
     }
 
     fn list(&mut self, values: &[Value]) -> String {
@@ -292,6 +314,7 @@ mod tests {
         let mut c = Compiler {
             table: t,
             collection: "n.T",
+            key: &[],
             params: Vec::new(),
         };
         let e = Expr::eq(t.path("id").unwrap(), "x' OR 1=1 --").or(Expr::In {
@@ -301,5 +324,34 @@ mod tests {
         let sql = c.expr(&e).unwrap();
         assert_eq!(sql, "((keel_field(body,'n.T/0') = ?) OR 0)");
         assert_eq!(c.params, vec![Value::from("x' OR 1=1 --")]);
+    }
+
+    #[test]
+    fn primary_key_fields_read_their_key_column() {
+        let schema = Schema::parse(FBS, "t.fbs").unwrap();
+        let t = schema.reader("n.T").unwrap();
+        let mut c = Compiler {
+            table: t,
+            collection: "n.T",
+            key: &[0],
+            params: Vec::new(),
+        };
+        let id = t.path("id").unwrap();
+        let e = Expr::eq(id.clone(), "a")
+            .and(Expr::In {
+                path: id.clone(),
+                values: vec!["b".into(), "c".into()],
+            })
+            .and(Expr::eq(t.path("p").unwrap(), 1));
+        assert_eq!(
+            c.expr(&e).unwrap(),
+            "(((k0 = ?) AND (k0 IN (?,?))) AND (keel_field(body,'n.T/1') = ?))"
+        );
+        assert_eq!(
+            c.order(&[SortKey::desc(id)]).unwrap(),
+            " ORDER BY k0 DESC, rowid DESC"
+        );
+        // A path into a sub-table or union never names a key column.
+        assert_eq!(key_column(&[3], &t.path("u.I.w").unwrap()), None);
     }
 }

@@ -18,7 +18,7 @@
 //! field's type or id (reordering fields without explicit ids does this), turning
 //! a field optional or back, changing an enum's values or underlying type, changing
 //! a union's members' order, changing a struct, removing a table or collection,
-//! changing a collection's primary key.
+//! changing a collection's primary key or the default of one of its fields.
 //!
 //! ```
 //! use keel_schema::{compat, Schema};
@@ -319,6 +319,29 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
                     names(new, nc).join(", ")
                 ),
             );
+        } else {
+            // A key field's default is part of every stored key that omitted it:
+            // keel keeps the key in its own column (and looks objects up by it), so
+            // a new default would make the field and its stored key disagree.
+            for id in &c.primary_key {
+                let (Some(f), Some(n)) = (
+                    old.tables[c.table].field_by_id(*id),
+                    new.tables[nc.table].field_by_id(*id),
+                ) else {
+                    continue;
+                };
+                let both_nan = f.default.as_f64().is_some_and(f64::is_nan)
+                    && n.default.as_f64().is_some_and(f64::is_nan);
+                if f.default != n.default && !both_nan {
+                    cx.err(
+                        format!("{}.{}", c.name, n.name),
+                        format!(
+                            "default of primary-key field changed from {} to {}; objects that omitted it would read a key other than the one stored",
+                            f.default, n.default
+                        ),
+                    );
+                }
+            }
         }
         let t = &new.tables[nc.table];
         let fname = |id: u16| t.field_by_id(id).map_or(id.to_string(), |f| f.name.clone());

@@ -133,3 +133,22 @@ fn default_change_is_a_note() {
         vec!["T.a: default changed from 1 to 2; objects that omitted the field now read the new default"]
     );
 }
+
+#[test]
+fn primary_key_default_change_is_refused() {
+    // keel stores each key in its own column; a new default would make the field of
+    // an object that omitted it disagree with its stored key.
+    assert_eq!(
+        errors(
+            "table T { id: long = 1 (primary); }",
+            "table T { id: long = 2 (primary); }"
+        ),
+        vec!["T.id: default of primary-key field changed from 1 to 2; objects that omitted it would read a key other than the one stored"]
+    );
+    // An unchanged NaN default is no change.
+    assert!(notes(
+        "table T { id: double = nan (primary); }",
+        "table T { id: double = nan (primary); }"
+    )
+    .is_empty());
+}
