@@ -85,6 +85,7 @@ pub mod eval;
 pub mod inspect;
 mod layout;
 mod query;
+mod slot;
 mod sql;
 pub mod subscribe;
 mod txn;

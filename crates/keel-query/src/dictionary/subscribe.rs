@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::thread::ThreadId;
 
 use super::cache::{shard_of, Val};
@@ -25,21 +25,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 type Callback = Box<dyn FnMut(Option<DictValue>) + Send>;
 
+/// What a key subscription keeps next to its value, under the slot's lock.
 #[derive(Default)]
-struct SlotState {
-    last_seq: Option<u64>,
+struct Flags {
+    /// The last accepted offer was "absent" (a second one in a row is not news).
     last_none: bool,
-    pending: Option<Val>,
-    waker: Option<Waker>,
+    /// A callback slot is in the notifier's queue.
     queued: bool,
-    closed: bool,
 }
 
 pub(crate) struct Slot {
     id: u64,
     key: String,
     pub(crate) shard: usize,
-    state: Mutex<SlotState>,
+    /// The latest undelivered value; offers carry the change's sequence number, so
+    /// two setters racing never leave it on the older value.
+    value: crate::slot::Slot<Val, Flags>,
     cancelled: AtomicBool,
     /// `Some` for callback subscriptions; held while the callback runs.
     callback: Option<Mutex<Callback>>,
@@ -48,26 +49,19 @@ pub(crate) struct Slot {
 impl Slot {
     /// Offer a change; returns true if a callback slot must be queued.
     pub(crate) fn offer(&self, seq: u64, v: &Val) -> bool {
-        let mut st = lock(&self.state);
-        if st.closed || st.last_seq.is_some_and(|l| seq <= l) {
-            return false;
-        }
-        st.last_seq = Some(seq);
-        if v.is_none() && st.last_none {
-            return false;
-        }
-        st.last_none = v.is_none();
-        st.pending = Some(v.clone());
-        if let Some(w) = st.waker.take() {
-            drop(st);
-            w.wake();
-            return false;
-        }
-        if self.callback.is_some() && !st.queued {
-            st.queued = true;
-            return true;
-        }
-        false
+        let mut queue = false;
+        self.value.offer(seq, v.clone(), |f, v| {
+            if v.is_none() && f.last_none {
+                return false;
+            }
+            f.last_none = v.is_none();
+            if self.callback.is_some() && !f.queued {
+                f.queued = true;
+                queue = true;
+            }
+            true
+        });
+        queue
     }
 }
 
@@ -134,7 +128,7 @@ impl Registry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as u64,
             key: key.to_owned(),
             shard: shard_of(key),
-            state: Mutex::new(SlotState::default()),
+            value: crate::slot::Slot::new(),
             cancelled: AtomicBool::new(false),
             callback: callback.map(Mutex::new),
         });
@@ -200,11 +194,7 @@ fn deliver(shared: &Shared, slot: &Slot) {
     if slot.cancelled.load(Ordering::Acquire) {
         return;
     }
-    let v = {
-        let mut st = lock(&slot.state);
-        st.queued = false;
-        st.pending.take()
-    };
+    let v = slot.value.try_take_with(|f| f.queued = false);
     if let Some(v) = v {
         let v = shared.effective(&slot.key, v);
         if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (cb)(v))) {
@@ -269,7 +259,7 @@ impl DictStream {
 
     /// The newest undelivered value, without waiting (`None` if nothing new).
     pub fn try_next(&mut self) -> Option<Option<DictValue>> {
-        let v = lock(&self.slot.state).pending.take()?;
+        let v = self.slot.value.try_take()?;
         Some(self.shared.effective(&self.slot.key, v))
     }
 }
@@ -278,23 +268,17 @@ impl futures::Stream for DictStream {
     type Item = Option<DictValue>;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut st = lock(&this.slot.state);
-        if let Some(v) = st.pending.take() {
-            drop(st);
-            return Poll::Ready(Some(this.shared.effective(&this.slot.key, v)));
-        }
-        if st.closed {
-            return Poll::Ready(None);
-        }
-        st.waker = Some(cx.waker().clone());
-        Poll::Pending
+        this.slot
+            .value
+            .poll_take(cx.waker())
+            .map(|v| v.map(|v| this.shared.effective(&this.slot.key, v)))
     }
 }
 
 impl Drop for DictStream {
     fn drop(&mut self) {
         self.slot.cancelled.store(true, Ordering::Release);
-        lock(&self.slot.state).closed = true;
+        self.slot.value.end();
         self.shared.subs.remove(&self.slot);
     }
 }
@@ -348,7 +332,7 @@ impl DictSubscription {
 impl Drop for DictSubscription {
     fn drop(&mut self) {
         self.slot.cancelled.store(true, Ordering::Release);
-        lock(&self.slot.state).closed = true;
+        self.slot.value.end();
         self.shared.subs.remove(&self.slot);
         if self.shared.subs.notifier_thread() != Some(std::thread::current().id()) {
             if let Some(cb) = &self.slot.callback {

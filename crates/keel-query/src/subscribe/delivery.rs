@@ -1,10 +1,9 @@
-//! Callback holders and the bounded single-slot queue behind the streams.
+//! Callback holders (the streams' single-slot queue is [`crate::slot::Slot`]).
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
-use std::task::Waker;
 
 pub(crate) type Callback<T> = Box<dyn FnMut(T) + Send>;
 
@@ -92,58 +91,5 @@ impl<T> Shared<T> {
 
     pub(crate) fn active(&self) -> bool {
         !self.cancelled.load(Ordering::Acquire) && !self.ended.load(Ordering::Acquire)
-    }
-}
-
-/// A single-slot mailbox: the writer overwrites, the stream takes. Never grows.
-pub(crate) struct Slot<T> {
-    st: Mutex<SlotState<T>>,
-}
-
-struct SlotState<T> {
-    value: Option<T>,
-    ended: bool,
-    waker: Option<Waker>,
-}
-
-impl<T> Slot<T> {
-    pub(crate) fn new() -> Slot<T> {
-        Slot {
-            st: Mutex::new(SlotState {
-                value: None,
-                ended: false,
-                waker: None,
-            }),
-        }
-    }
-
-    /// Replace the pending value (a slow consumer only ever sees the latest).
-    pub(crate) fn put(&self, v: T, end: bool) {
-        let w = {
-            let mut s = lock(&self.st);
-            s.value = Some(v);
-            s.ended |= end;
-            s.waker.take()
-        };
-        if let Some(w) = w {
-            w.wake();
-        }
-    }
-
-    /// The pending value, or `Ok(None)` if the stream ended, or `Err(())` if the
-    /// caller must wait (the waker is stored).
-    pub(crate) fn take(&self, waker: &Waker) -> Result<Option<T>, ()> {
-        let mut s = lock(&self.st);
-        if let Some(v) = s.value.take() {
-            return Ok(Some(v));
-        }
-        if s.ended {
-            return Ok(None);
-        }
-        match &s.waker {
-            Some(w) if w.will_wake(waker) => {}
-            _ => s.waker = Some(waker.clone()),
-        }
-        Err(())
     }
 }

@@ -109,7 +109,9 @@ use keel_schema::{Record, Value};
 pub use diff::Diff;
 pub(crate) use hub::Hub;
 
-use delivery::{Callback, Shared, Slot};
+use delivery::{Callback, Shared};
+
+use crate::slot::Slot;
 use hub::{hkeys, Compiled, Obj};
 
 use crate::db::Database;
@@ -452,8 +454,8 @@ impl Stream for QueryStream {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<QueryUpdate>> {
         let this = self.get_mut();
         loop {
-            match this.slot.take(cx.waker()) {
-                Ok(Some(objs)) => {
+            match this.slot.poll_take(cx.waker()) {
+                Poll::Ready(Some(objs)) => {
                     let diff = Diff::between(&this.last, &objs);
                     if diff.is_empty() && this.started {
                         continue; // overwritten back to what the consumer has
@@ -465,8 +467,8 @@ impl Stream for QueryStream {
                         diff,
                     }));
                 }
-                Ok(None) => return Poll::Ready(None),
-                Err(()) => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
             }
         }
     }
@@ -564,10 +566,7 @@ impl fmt::Debug for ObjectStream {
 impl Stream for ObjectStream {
     type Item = ObjectEvent;
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<ObjectEvent>> {
-        match self.slot.take(cx.waker()) {
-            Ok(v) => Poll::Ready(v),
-            Err(()) => Poll::Pending,
-        }
+        self.slot.poll_take(cx.waker())
     }
 }
 
