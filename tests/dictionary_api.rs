@@ -606,3 +606,34 @@ fn a_remove_all_after_a_transactions_set_wins() {
     assert_eq!(db.dictionary().get::<i32>("k").unwrap(), None);
     db.close().wait().unwrap();
 }
+
+/// `Database::close` ends dictionary streams (after their pending value) and
+/// stops callbacks; a subscription made after the close starts ended.
+#[test]
+fn close_ends_dictionary_streams_and_callbacks() {
+    use futures::FutureExt;
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("d.db"));
+    let d = db.dictionary();
+    let mut s = d.subscribe("k");
+    assert_eq!(futures::executor::block_on(s.next()), Some(None));
+    let (tx, rx) = mpsc::channel();
+    let _sub = d.subscribe_with("k", move |v| {
+        let _ = tx.send(v);
+    });
+    let t = Duration::from_secs(5);
+    assert_eq!(rx.recv_timeout(t).unwrap(), None);
+    d.set("k", 1).unwrap();
+    assert_eq!(rx.recv_timeout(t).unwrap(), Some(DictValue::Int(1)));
+    db.close().wait().unwrap();
+    // The value set before the close, then the end.
+    assert_eq!(
+        s.next().now_or_never().expect("ready after close"),
+        Some(Some(DictValue::Int(1)))
+    );
+    assert_eq!(s.next().now_or_never().expect("ended"), None);
+    assert!(d.set("k", 2).is_err());
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    let mut late = d.subscribe("k");
+    assert_eq!(late.next().now_or_never().expect("ended"), None);
+}

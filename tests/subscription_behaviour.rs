@@ -442,3 +442,75 @@ fn handles_are_send_and_sync() {
     send::<keel::subscribe::UpdateStream<Post>>();
     send::<keel::subscribe::ObjectUpdateStream<Post>>();
 }
+
+/// `Database::close` ends every live subscription: streams yield what they hold,
+/// then `None`; callbacks stop; handles report inactive.
+#[test]
+fn close_ends_streams_and_callbacks() {
+    use futures::FutureExt;
+    let (_d, db) = open();
+    db.write(|t| {
+        t.insert(&post("a", 1))?;
+        t.insert(&post("b", 2))
+    })
+    .wait()
+    .unwrap();
+    let mut query = db.query("blog.Post").subscribe_stream().unwrap();
+    let mut typed = db.fetch::<Post>().subscribe_stream().unwrap();
+    let mut object = db
+        .subscribe_object_stream("blog.Post", &["a".into()], None)
+        .unwrap();
+    let mut typed_object = db.subscribe_stream(&post("b", 0)).unwrap();
+    // Each holds its first value.
+    assert_eq!(block_on(query.next()).unwrap().objects.len(), 2);
+    assert_eq!(block_on(typed.next()).unwrap().objects.len(), 2);
+    assert!(matches!(
+        block_on(object.next()),
+        Some(ObjectEvent::Updated(_))
+    ));
+    assert!(matches!(
+        block_on(typed_object.next()),
+        Some(ObjectUpdate::Updated(_))
+    ));
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let sub = db
+        .fetch::<Post>()
+        .subscribe(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    // A write queued before the close is still delivered, then everything ends.
+    let queued = db.write(|t| t.insert(&post("c", 3)));
+    db.close().wait().unwrap();
+    queued.wait().unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert!(!sub.is_active());
+    assert_eq!(db.subscription_counts(), (0, 0));
+    let last = query.next().now_or_never().expect("ready after close");
+    assert_eq!(last.unwrap().objects.len(), 3);
+    assert!(query.next().now_or_never().expect("ended").is_none());
+    assert_eq!(
+        typed
+            .next()
+            .now_or_never()
+            .expect("ready")
+            .unwrap()
+            .objects
+            .len(),
+        3
+    );
+    assert!(typed.next().now_or_never().expect("ended").is_none());
+    assert!(object.next().now_or_never().expect("ended").is_none());
+    assert!(typed_object.next().now_or_never().expect("ended").is_none());
+    // No new subscriptions on a closed database.
+    assert!(matches!(
+        db.fetch::<Post>().subscribe_stream(),
+        Err(Error::Closed { .. })
+    ));
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    futures::executor::block_on(f)
+}

@@ -642,6 +642,16 @@ impl Database {
     /// Finish queued writes, checkpoint and close every connection (on a keel
     /// thread). Later calls on any clone return [`Error::Closed`].
     ///
+    /// Live subscriptions end with the close: once the returned task has
+    /// finished, every query and object subscription stream
+    /// ([`QueryStream`](crate::subscribe::QueryStream),
+    /// [`ObjectStream`](crate::subscribe::ObjectStream) and their typed variants)
+    /// and every dictionary [`DictStream`](crate::DictStream) yields what it still
+    /// holds and then ends (`poll_next` returns `None`), callbacks never run again
+    /// ([`Subscription::is_active`](crate::Subscription::is_active) is false), and
+    /// a dictionary subscription made afterwards starts ended. Writes queued before
+    /// the close are committed and delivered first.
+    ///
     /// ```
     /// # use keel_query::{Database, StoreOptions, Error};
     /// use keel_example_blog::blog::Post;
@@ -657,7 +667,14 @@ impl Database {
         crate::dictionary::before_close(&self.inner.dict);
         self.inner.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(&self.inner);
-        Task::spawn(move || inner.store.close().map_err(Error::from))
+        Task::spawn(move || {
+            let r = inner.store.close().map_err(Error::from);
+            if let Some(hub) = inner.hub.get() {
+                hub.close();
+            }
+            crate::dictionary::after_close(&inner.dict);
+            r
+        })
     }
 
     /// True after [`Database::close`].

@@ -18,7 +18,7 @@
 //! `M` is extra state its owner keeps under the slot's lock (the dictionary keeps
 //! "last offer was absent" and "queued for the notifier" there).
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 
 pub(crate) struct Slot<T, M = ()> {
@@ -135,6 +135,28 @@ impl<T, M> Slot<T, M> {
     }
 }
 
+/// The producing end of a slot, owned by a subscription's callback: when the
+/// callback is dropped — the subscription is cancelled, delivered its last value,
+/// or the database closed — the slot ends and its stream finishes.
+pub(crate) struct Producer<T, M = ()>(Arc<Slot<T, M>>);
+
+impl<T, M> Producer<T, M> {
+    pub(crate) fn new(slot: Arc<Slot<T, M>>) -> Producer<T, M> {
+        Producer(slot)
+    }
+
+    /// See [`Slot::put`].
+    pub(crate) fn put(&self, v: T, end: bool) {
+        self.0.put(v, end)
+    }
+}
+
+impl<T, M> Drop for Producer<T, M> {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +174,16 @@ mod tests {
         s.put(4, false); // after the end: ignored
         assert_eq!(s.poll_take(&w), Poll::Ready(Some(3)));
         assert_eq!(s.poll_take(&w), Poll::Ready(None));
+    }
+
+    #[test]
+    fn dropping_the_producer_ends_the_slot() {
+        let s: Arc<Slot<i32>> = Arc::new(Slot::new());
+        let p = Producer::new(Arc::clone(&s));
+        p.put(1, false);
+        drop(p);
+        assert_eq!(s.poll_take(&noop_waker()), Poll::Ready(Some(1)));
+        assert_eq!(s.poll_take(&noop_waker()), Poll::Ready(None));
     }
 
     #[test]

@@ -462,6 +462,11 @@ pub(crate) fn before_close(shared: &Arc<Shared>) {
     }
 }
 
+/// After the database closed: end every key stream and stop every callback.
+pub(crate) fn after_close(shared: &Shared) {
+    shared.subs.close();
+}
+
 /// Counters describing the dictionary's cache, for tests and tuning.
 ///
 /// ```

@@ -68,6 +68,8 @@ impl Slot {
 /// All subscriptions of one dictionary.
 #[derive(Default)]
 pub(crate) struct Registry {
+    /// Set by [`Registry::close`]: new subscriptions start ended.
+    closed: AtomicBool,
     count: AtomicUsize,
     next_id: AtomicUsize,
     by_key: RwLock<HashMap<String, Vec<Arc<Slot>>>>,
@@ -132,15 +134,39 @@ impl Registry {
             cancelled: AtomicBool::new(false),
             callback: callback.map(Mutex::new),
         });
+        let mut m = self.write();
+        if self.closed.load(Ordering::Acquire) {
+            slot.cancelled.store(true, Ordering::Release);
+            slot.value.end();
+            return slot;
+        }
         if slot.callback.is_some() {
             self.ensure_notifier(shared);
         }
-        self.write()
-            .entry(key.to_owned())
-            .or_default()
-            .push(Arc::clone(&slot));
+        m.entry(key.to_owned()).or_default().push(Arc::clone(&slot));
         self.count.fetch_add(1, Ordering::AcqRel);
         slot
+    }
+
+    /// End every subscription (the database closed): streams finish after their
+    /// pending value, callbacks stop — once this returns none runs again (unless
+    /// called from the notifier thread itself) — and the notifier thread exits.
+    pub(crate) fn close(&self) {
+        let slots: Vec<Arc<Slot>> = {
+            let mut m = self.write();
+            self.closed.store(true, Ordering::Release);
+            self.count.store(0, Ordering::Release);
+            m.drain().flat_map(|(_, v)| v).collect()
+        };
+        let notifier = lock(&self.notifier).take().map(|(_, t)| t);
+        let on_notifier = notifier == Some(std::thread::current().id());
+        for s in slots {
+            s.cancelled.store(true, Ordering::Release);
+            s.value.end();
+            if let (Some(cb), false) = (&s.callback, on_notifier) {
+                drop(lock(cb)); // wait for a callback in progress
+            }
+        }
     }
 
     fn remove(&self, slot: &Slot) {

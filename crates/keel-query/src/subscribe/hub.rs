@@ -615,6 +615,22 @@ impl Hub {
         })
     }
 
+    /// End every subscription (the database closed): each is unregistered and
+    /// cancelled — its callback is dropped, so a stream's slot ends and the stream
+    /// finishes after its pending value. Cancelling waits for a callback running on
+    /// another thread, so once this returns no callback runs again.
+    pub(crate) fn close(&self) {
+        let colls = std::mem::take(&mut lock(&self.state).colls);
+        for cs in colls.into_values() {
+            for s in cs.queries.into_values() {
+                s.sink.cancel();
+            }
+            for s in cs.object_subs.into_values() {
+                s.sink.cancel();
+            }
+        }
+    }
+
     /// The commit hook: runs on the writer thread after COMMIT, once per committed
     /// write closure with changes. Computes every delivery under the lock, then
     /// makes them without it (callbacks may subscribe or unsubscribe).

@@ -78,6 +78,9 @@
 //!   Once `drop` returns no callback runs — if one is running on the writer thread
 //!   at that moment, `drop` waits for it to finish. Dropping a subscription inside
 //!   its own callback is allowed and takes effect when the callback returns.
+//! * **Close.** [`Database::close`] ends every subscription once its task has
+//!   finished (writes queued before it are delivered first): streams yield the
+//!   value they hold and then end (`None`), callbacks never run again.
 //! * **Identity.** Objects in a result are identified by their rowid, which stays
 //!   the same for an object's whole life.
 //!
@@ -111,7 +114,7 @@ pub(crate) use hub::Hub;
 
 use delivery::{Callback, Shared};
 
-use crate::slot::Slot;
+use crate::slot::{Producer, Slot};
 use hub::{hkeys, Compiled, Obj};
 
 use crate::db::Database;
@@ -421,7 +424,7 @@ impl Query<'_> {
     /// ```
     pub fn subscribe_stream(self) -> Result<QueryStream> {
         let slot = Arc::new(Slot::new());
-        let s2 = Arc::clone(&slot);
+        let s2 = Producer::new(Arc::clone(&slot));
         let sub = self.subscribe(move |u| s2.put(u.objects, false))?;
         Ok(QueryStream {
             _sub: sub,
@@ -522,7 +525,7 @@ impl Database {
         seen: Option<&[u8]>,
     ) -> Result<ObjectStream> {
         let slot = Arc::new(Slot::new());
-        let s2 = Arc::clone(&slot);
+        let s2 = Producer::new(Arc::clone(&slot));
         let sub = self.subscribe_object(collection, key, seen, move |e| {
             let end = e == ObjectEvent::Deleted;
             s2.put(e, end)
@@ -817,7 +820,7 @@ impl Database {
     pub fn subscribe_stream<R: Record>(&self, obj: &R) -> Result<ObjectUpdateStream<R>> {
         let mine = obj.encode();
         let slot = Arc::new(Slot::new());
-        let s2 = Arc::clone(&slot);
+        let s2 = Producer::new(Arc::clone(&slot));
         let sub = object_core(
             self,
             R::COLLECTION,
