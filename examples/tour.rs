@@ -1,38 +1,57 @@
-//! A tour of keel's storage kernel on a simulated slow phone.
+//! A tour of keel on a simulated slow phone.
 //!
-//! Every sync sleeps 2 s (a `Custom` sync policy), like an `F_FULLFSYNC` on a busy
-//! iPhone. The previous "app session" was killed with data still in the WAL, so open
-//! must run the sync barrier — and the main thread keeps ticking through it.
+//! 1. A previous "app session" (a child process) writes 300 posts and is killed
+//!    before any checkpoint, leaving its commits in the WAL.
+//! 2. This session opens the database on a phone whose every sync takes 2 s (a
+//!    `Custom` sync policy, like an `F_FULLFSYNC` on a busy iPhone). `open_async`
+//!    returns at once; the main thread keeps ticking through the durability barrier.
+//! 3. A live query follows the five most urgent posts while 20 concurrent
+//!    transactions group-commit into one WAL sync, and the dictionary keeps a
+//!    launch counter.
+//! 4. It prints the `OpenReport` tree and the physical I/O, then goes to the
+//!    background (WAL truncated, so the next launch has nothing to sync).
 //!
-//! Run with: `cargo run --example tour`
+//! The types (`Post`, `Author`, …) are generated from `examples/blog/schema/blog.fbs`
+//! by `keel_schema::compile` in that crate's build.rs.
+//!
+//! Run with: `cargo run --release --example tour`
 
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use keel::storage::rusqlite::{self, config::DbConfig};
-use keel::storage::{Error, OpenProgress, Store, StoreOptions, SyncPolicies, SyncPolicy};
+use keel::prelude::*;
+use keel::storage::{OpenProgress, SyncPolicies};
+use keel_example_blog::blog::{Author, Post};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+type Res<T> = std::result::Result<T, Box<dyn std::error::Error>>;
+
+const PREVIOUS_SESSION: &str = "--previous-session";
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, path] = args.as_slice() {
+        if flag == PREVIOUS_SESSION {
+            return previous_session(Path::new(path));
+        }
+    }
+
     let dir = tempfile::tempdir()?;
     let path = dir.path().join("tour.db");
 
-    // 1. A previous session wrote 300 rows and was killed before any checkpoint.
-    {
-        let c = rusqlite::Connection::open(&path)?;
-        c.execute_batch(
-            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;
-             CREATE TABLE note(id INTEGER PRIMARY KEY, body TEXT);",
-        )?;
-        for i in 0..300 {
-            c.execute("INSERT INTO note(body) VALUES (?1)", [format!("note {i}")])?;
-        }
-        c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
+    // 1. A previous session, in its own process, is killed with data in the WAL.
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .arg(PREVIOUS_SESSION)
+        .arg(&path)
+        .status()?;
+    if !status.success() {
+        return Err(format!("the previous session failed: {status}").into());
     }
-    println!(
-        "previous session left a {} byte WAL\n",
-        std::fs::metadata(dir.path().join("tour.db-wal"))?.len()
-    );
+    let wal_bytes = std::fs::metadata(dir.path().join("tour.db-wal"))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    println!("previous session was killed leaving a {wal_bytes} byte WAL\n");
 
     // 2. Open on a "slow phone": every sync takes 2 s.
     let slow = SyncPolicy::custom(|ctx| {
@@ -40,10 +59,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::thread::sleep(Duration::from_secs(2));
         ctx.full_sync()
     });
-    let t0 = Instant::now();
     let options = StoreOptions::default()
         .sync(SyncPolicies::all(slow))
-        .on_progress(move |p: OpenProgress| {
+        .on_progress(|p: OpenProgress| {
             println!(
                 "    [progress] {:>10} {:>5.1}%{}",
                 p.phase.name(),
@@ -51,13 +69,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 if p.done { "  ready" } else { "" }
             )
         });
-    let mut open = Store::open_async(&path, options);
+    let t0 = Instant::now();
+    let mut open = Database::open_async_for::<Post>(&path, options);
     println!("open_async returned after {:?}", t0.elapsed());
 
-    // 3. The UI thread keeps running while keel opens.
-    let store = loop {
-        if let Some(r) = (&mut open).now_or_never() {
-            break r?;
+    // The UI thread keeps running while keel opens on its own thread.
+    let db = loop {
+        if let Some(result) = (&mut open).now_or_never() {
+            break result?;
         }
         println!(
             "  tick {:>5.2} s — UI still responsive",
@@ -69,56 +88,119 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "\nopen finished after {:.2} s\n",
         t0.elapsed().as_secs_f64()
     );
-    println!("{}", store.open_report());
+    println!("{}", db.store().open_report());
 
-    // 4. 20 concurrent writes: group commit turns them into one transaction, one sync.
-    store.reset_io_stats();
+    // 3a. A live query: the five most urgent posts, kept up to date with diffs.
+    let deliveries = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&deliveries);
+    let _live = db
+        .fetch::<Post>()
+        .filter(Post::priority().ge(90))
+        .order_by(Post::priority().desc())
+        .limit(5)
+        .subscribe(move |update| {
+            let titles: Vec<String> = update
+                .objects
+                .iter()
+                .map(|p| format!("{}({})", p.id, p.priority))
+                .collect();
+            if let Ok(mut log) = seen.lock() {
+                log.push(format!(
+                    "[{}] inserted at {:?}, removed from {:?}",
+                    titles.join(", "),
+                    update.diff.inserted,
+                    update.diff.removed
+                ));
+            }
+        })?;
+
+    // 3b. 20 concurrent transactions: group commit runs them in one SQLite
+    //     transaction with one WAL sync (2 s here), not twenty.
+    db.store().reset_io_stats();
     let t = Instant::now();
     let writes: Vec<_> = (0..20)
         .map(|i| {
-            store.write(move |txn| {
-                txn.execute(
-                    "INSERT INTO note(body) VALUES (?1)",
-                    [format!("new note {i}")],
-                )?;
-                Ok::<_, Error>(txn.last_insert_rowid())
+            db.write(move |txn| {
+                let post = Post::builder()
+                    .id(format!("new-{i}"))
+                    .title(format!("Breaking news #{i}"))
+                    .priority(80 + i)
+                    .author(Author::builder().name("Grace").build())
+                    .build();
+                txn.insert(&post)
             })
         })
         .collect();
-    let ids: Vec<i64> = futures::executor::block_on(futures::future::join_all(writes))
-        .into_iter()
-        .collect::<Result<_, _>>()?;
+    for result in futures::executor::block_on(futures::future::join_all(writes)) {
+        result?;
+    }
     println!(
-        "20 concurrent writes committed in {:.2} s with {} WAL sync(s); ids {}..={}",
+        "20 concurrent transactions committed in {:.2} s with {} WAL sync(s)",
         t.elapsed().as_secs_f64(),
-        store.io_stats().wal.syncs,
-        ids[0],
-        ids[ids.len() - 1]
+        db.store().io_stats().wal.syncs
     );
+    println!("live query deliveries (the first is the initial result):");
+    for line in deliveries.lock().map(|l| l.clone()).unwrap_or_default() {
+        println!("    {line}");
+    }
 
-    // 5. Reads: synchronous, any thread, one snapshot.
-    let reader = store.clone();
-    let (count, last): (i64, String) = std::thread::spawn(move || {
-        reader.read(|c| {
-            let n = c.query_row("SELECT count(*) FROM note", [], |r| r.get(0))?;
-            let last = c.query_row("SELECT body FROM note ORDER BY id DESC LIMIT 1", [], |r| {
-                r.get(0)
-            })?;
-            Ok::<_, Error>((n, last))
+    // 3c. Reads: synchronous, from any thread, never waiting for the writer.
+    let reader = db.clone();
+    let (count, top) = std::thread::spawn(move || -> keel::Result<(u64, Option<Post>)> {
+        reader.snapshot(|s| {
+            let count = s.fetch::<Post>().count()?;
+            let top = s
+                .fetch::<Post>()
+                .filter(Post::author().join(Author::name()).eq("Grace"))
+                .order_by(Post::priority().desc())
+                .first()?;
+            Ok((count, top))
         })
     })
     .join()
     .map_err(|_| "reader thread panicked")??;
-    println!("read: {count} notes, last = {last:?}\n");
+    println!(
+        "snapshot: {count} posts; Grace's most urgent: {:?}",
+        top.and_then(|p| p.title.clone())
+    );
 
-    // 6. Physical I/O.
-    println!("{}\n", store.io_stats());
+    // 3d. The dictionary: settings without rewriting a plist.
+    let settings = db.dictionary();
+    let launches = settings.get_or::<u64>("launches", 0) + 1;
+    settings.set("launches", launches)?;
+    settings.set("last_screen", "feed")?;
+    futures::executor::block_on(settings.sync())?;
+    println!(
+        "dictionary: launches = {launches}, last_screen = {:?}\n",
+        settings.get::<String>("last_screen")?
+    );
 
-    // 7. Going to the background: empty the WAL so the next launch has nothing to sync.
-    let out = store.on_background()?;
+    // 4. Physical I/O, then going to the background: the WAL is truncated so the
+    //    next launch has nothing to sync.
+    println!("{}\n", db.store().io_stats());
+    let out = db.store().on_background()?;
     println!("on_background: {out:?}");
-    let store = Arc::new(store);
-    store.close()?;
+    db.close().wait()?;
     println!("closed after {:.2} s total", t0.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// The previous app session: writes 300 posts with fast syncs, then dies without
+/// closing, so its commits are still in the WAL at the next launch.
+fn previous_session(path: &Path) -> Res<()> {
+    let db = Database::open_for::<Post>(path, StoreOptions::default())?;
+    futures::executor::block_on(db.write(|txn| {
+        for i in 0..300 {
+            let post = Post::builder()
+                .id(format!("old-{i}"))
+                .title(format!("Archived post {i}"))
+                .priority(i % 100)
+                .author(Author::builder().name("Ada").build())
+                .build();
+            txn.insert(&post)?;
+        }
+        Ok(())
+    }))?;
+    // Killed by the OS: no close(), no checkpoint.
+    std::process::exit(0);
 }
