@@ -32,6 +32,8 @@ pub(crate) struct Inner {
     pub(crate) dict: Arc<crate::dictionary::Shared>,
     /// The subscription hub, created by the first subscription.
     pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
+    /// The threads that run the `_async` fetches (`keel-fetch-N`).
+    pub(crate) fetch_pool: crate::pool::Pool,
 }
 
 impl Inner {
@@ -111,7 +113,9 @@ impl Inner {
 
 /// A future that resolves when a job running on a keel-owned thread finishes
 /// (async fetches, [`Database::close`]). Runtime-agnostic; block with
-/// [`Task::wait`].
+/// [`Task::wait`]. Async fetches run on the database's small fetch pool
+/// (threads `keel-fetch-N`, at most the reader pool size, joined by
+/// [`Database::close`]), not on a thread of their own.
 ///
 /// ```
 /// # use keel_query::{Database, StoreOptions};
@@ -150,6 +154,40 @@ impl<T: Send + 'static> Task<T> {
                 })));
             }
         }
+        Task { rx }
+    }
+
+    /// Run `f` on `inner`'s fetch pool. After the close it is not run: the task
+    /// resolves with [`Error::Closed`].
+    pub(crate) fn on_pool(
+        inner: &Inner,
+        op: &'static str,
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Task<T> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        match inner.fetch_pool.submit(job) {
+            Ok(()) => Task { rx },
+            Err(crate::pool::Rejected::Closed) => Task::ready(Err(Error::Closed {
+                op,
+                path: inner.path.clone(),
+            })),
+            Err(crate::pool::Rejected::Spawn(e)) => {
+                Task::ready(Err(Error::Storage(keel_storage::Error::Io {
+                    op: "start a keel-fetch thread",
+                    path: inner.path.clone(),
+                    source: Arc::new(e),
+                })))
+            }
+        }
+    }
+
+    /// A task that has already finished with `r`.
+    pub(crate) fn ready(r: Result<T>) -> Task<T> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let _ = tx.send(r);
         Task { rx }
     }
 
@@ -216,6 +254,8 @@ struct Prepared {
     schema: Arc<Schema>,
     colls: Vec<Coll>,
     outcome: Arc<Mutex<SchemaOutcome>>,
+    /// Reader pool size: also the bound of the fetch pool.
+    readers: usize,
 }
 
 fn prepare(schema: Schema, mut opts: StoreOptions) -> Result<(Prepared, StoreOptions)> {
@@ -248,6 +288,7 @@ fn prepare(schema: Schema, mut opts: StoreOptions) -> Result<(Prepared, StoreOpt
             schema,
             colls,
             outcome,
+            readers: opts.reader_pool_size,
         },
         opts,
     ))
@@ -294,6 +335,7 @@ fn finish(store: Store, p: Prepared) -> Database {
             path,
             dict: crate::dictionary::Shared::new(weak.clone()),
             hub: std::sync::OnceLock::new(),
+            fetch_pool: crate::pool::Pool::new(p.readers),
         }),
     }
 }
@@ -586,10 +628,10 @@ impl Database {
             .read(|conn| decode_opt::<R>(inner.get_in(conn, c, "get", &key, false)?))
     }
 
-    /// [`Database::get`] on a keel thread.
+    /// [`Database::get`] on a keel thread (the fetch pool).
     pub fn get_async<R: Record>(&self, key: R::Key) -> Task<Option<R>> {
         let db = self.clone();
-        Task::spawn(move || db.get::<R>(&key))
+        Task::on_pool(&self.inner, "get", move || db.get::<R>(&key))
     }
 
     /// Run `f` with a [`Snapshot`]: every read inside sees the same committed state,
@@ -640,7 +682,8 @@ impl Database {
     }
 
     /// Finish queued writes, checkpoint and close every connection (on a keel
-    /// thread). Later calls on any clone return [`Error::Closed`].
+    /// thread), and join the fetch pool's threads. Later calls on any clone return
+    /// [`Error::Closed`].
     ///
     /// Live subscriptions end with the close: once the returned task has
     /// finished, every query and object subscription stream
@@ -673,6 +716,7 @@ impl Database {
                 hub.close();
             }
             crate::dictionary::after_close(&inner.dict);
+            inner.fetch_pool.close();
             r
         })
     }

@@ -84,6 +84,7 @@ mod error;
 pub mod eval;
 pub mod inspect;
 mod layout;
+mod pool;
 mod query;
 mod slot;
 mod sql;

@@ -306,26 +306,24 @@ impl<'a> Query<'a> {
 }
 
 impl Query<'_> {
-    /// Run `f` with this query on a keel thread (a query bound to a snapshot or
-    /// transaction runs on the calling thread).
+    /// Run `f` with this query on the database's fetch pool (a query bound to a
+    /// snapshot or transaction is refused: use the blocking call).
     fn spawn<T: Send + 'static>(self, f: fn(Query<'static>) -> Result<T>) -> Task<T> {
         match self.src {
             Source::Db(db) => {
                 let spec = self.spec;
-                Task::spawn(move || {
+                let handle = db.clone();
+                Task::on_pool(handle.inner(), "async fetch", move || {
                     f(Query {
                         src: Source::Db(db),
                         spec,
                     })
                 })
             }
-            Source::Conn(i, _) => {
-                let r = Err(Error::Closed {
-                    op: "async fetch inside a snapshot or transaction (use the blocking call)",
-                    path: i.path().to_path_buf(),
-                });
-                Task::spawn(move || r)
-            }
+            Source::Conn(i, _) => Task::ready(Err(Error::Closed {
+                op: "async fetch inside a snapshot or transaction (use the blocking call)",
+                path: i.path().to_path_buf(),
+            })),
         }
     }
 
