@@ -76,8 +76,8 @@ object Keel {
 
 /**
  * The query's results as a [Flow]: the current result first, then each changed
- * result with its row-level diff. Unbuffered values are never dropped (each diff is
- * relative to the previous update).
+ * result with its row-level diff. The buffer is unbounded and no update is ever
+ * dropped, because each diff is relative to the previous update.
  */
 fun Query.updates(): Flow<QueryUpdate> = callbackFlow {
     val sub = subscribe(object : QueryListener {
