@@ -665,6 +665,37 @@ fn arb_order() -> impl Strategy<Value = Vec<SortKey>> {
     })
 }
 
+/// Runs `expr` ordered by `order` in SQL (all rows and count) and checks it against
+/// the in-memory filter and comparator over `stored` (rowid, bytes); returns the
+/// expected rowids in order.
+fn check_sql_matches_memory(
+    db: &Database,
+    collection: &str,
+    stored: &[(i64, Vec<u8>)],
+    expr: &Expr,
+    order: &[SortKey],
+) -> Result<Vec<i64>, TestCaseError> {
+    let schema = db.schema().clone();
+    let f = Filter::with_schema(schema.clone(), collection, expr).unwrap();
+    let o = Order::with_schema(schema, collection, order).unwrap();
+    let mut expect: Vec<_> = stored
+        .iter()
+        .filter(|(_, b)| f.matches(b))
+        .map(|(r, b)| o.key(b, *r))
+        .collect();
+    expect.sort_by(|a, b| o.compare(a, b));
+    let expect: Vec<i64> = expect.iter().map(|k| k.rowid).collect();
+    let mut q = db.query(collection).filter(expr.clone());
+    for k in order {
+        q = q.order_by(k.clone());
+    }
+    let got: Vec<i64> = q.all().unwrap().iter().map(|s| s.rowid).collect();
+    prop_assert_eq!(&got, &expect, "expr {} order {:?}", expr, order);
+    let n = db.query(collection).filter(expr.clone()).count().unwrap();
+    prop_assert_eq!(n as usize, expect.len());
+    Ok(expect)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
@@ -675,7 +706,6 @@ proptest! {
                              exprs in prop::collection::vec((arb_expr(), arb_order()), 1..8)) {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir);
-        let schema = db.schema().clone();
         let mut stored: Vec<(i64, Vec<u8>)> = Vec::new();
         let objs = posts.clone();
         let rowids = db.write(move |t| {
@@ -688,17 +718,7 @@ proptest! {
         }).wait().unwrap();
         stored.extend(rowids);
         for (expr, order) in exprs {
-            let f = Filter::with_schema(schema.clone(), "blog.Post", &expr).unwrap();
-            let o = Order::with_schema(schema.clone(), "blog.Post", &order).unwrap();
-            let mut expect: Vec<_> = stored.iter().filter(|(_, b)| f.matches(b)).map(|(r, b)| o.key(b, *r)).collect();
-            expect.sort_by(|a, b| o.compare(a, b));
-            let expect: Vec<i64> = expect.iter().map(|k| k.rowid).collect();
-            let mut q = db.query("blog.Post").filter(expr.clone());
-            for k in &order { q = q.order_by(k.clone()); }
-            let got: Vec<i64> = q.all().unwrap().iter().map(|s| s.rowid).collect();
-            prop_assert_eq!(&got, &expect, "expr {} order {:?}", expr, order);
-            let n = db.query("blog.Post").filter(expr.clone()).count().unwrap();
-            prop_assert_eq!(n as usize, expect.len());
+            let expect = check_sql_matches_memory(&db, "blog.Post", &stored, &expr, &order)?;
             let mut q = db.query("blog.Post").filter(expr.clone()).limit(3).offset(1);
             for k in &order { q = q.order_by(k.clone()); }
             let page: Vec<i64> = q.all().unwrap().iter().map(|s| s.rowid).collect();
@@ -805,17 +825,7 @@ proptest! {
         let paths = keyed_paths(&schema);
         for (expr, order) in exprs {
             let order: Vec<SortKey> = order.into_iter().map(|(p, d)| SortKey { path: paths[p].clone(), descending: d }).collect();
-            let f = Filter::with_schema(schema.clone(), "K", &expr).unwrap();
-            let o = Order::with_schema(schema.clone(), "K", &order).unwrap();
-            let mut expect: Vec<_> = stored.iter().filter(|(_, b)| f.matches(b)).map(|(r, b)| o.key(b, *r)).collect();
-            expect.sort_by(|a, b| o.compare(a, b));
-            let expect: Vec<i64> = expect.iter().map(|k| k.rowid).collect();
-            let mut q = db.query("K").filter(expr.clone());
-            for k in &order { q = q.order_by(k.clone()); }
-            let got: Vec<i64> = q.all().unwrap().iter().map(|s| s.rowid).collect();
-            prop_assert_eq!(&got, &expect, "expr {} order {:?}", expr, order);
-            let n = db.query("K").filter(expr.clone()).count().unwrap();
-            prop_assert_eq!(n as usize, expect.len());
+            check_sql_matches_memory(&db, "K", &stored, &expr, &order)?;
         }
     }
 }
