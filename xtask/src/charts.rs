@@ -459,24 +459,3 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir);
     }
 }
-
-/// Not a test: `cargo test -p xtask -- --ignored redraw` redraws every chart from the
-/// JSON already under target/keel-bench/ into target/keel-bench/preview/.
-#[test]
-#[ignore]
-fn redraw_from_existing_json() {
-    let dir = crate::util::workspace_root()
-        .join("target")
-        .join("keel-bench");
-    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-        let path = entry.path();
-        if path.extension().is_some_and(|x| x == "json") {
-            let report: Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            let out = dir.join("preview").join(format!("{name}.png"));
-            render(&name, &report, "preview", &out).unwrap();
-            println!("{}", out.display());
-        }
-    }
-}

@@ -769,17 +769,3 @@ fn help_documents_commands_writes_and_exit_codes() {
     assert_eq!(keel(&["info"]).code, 2);
     assert_eq!(keel(&["frobnicate"]).code, 2);
 }
-
-/// Not a test: `KEEL_DEMO_DIR=/tmp/demo cargo test -p keel-cli --test databases -- --ignored demo`
-/// writes the files above to try the commands by hand.
-#[test]
-#[ignore]
-fn demo_files() {
-    let Some(dir) = std::env::var_os("KEEL_DEMO_DIR").map(PathBuf::from) else {
-        return;
-    };
-    std::fs::create_dir_all(&dir).unwrap();
-    healthy(&dir);
-    large_wal(&dir);
-    written_under_v1(&dir);
-}
