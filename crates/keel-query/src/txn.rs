@@ -344,30 +344,43 @@ impl<'a> Txn<'a> {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn insert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
-        self.check("insert")?;
-        let c = self.coll(collection, "insert")?;
         let bytes = bytes.into();
-        let key = self.key_of(c, "insert", &bytes)?;
+        let (c, key) = self.bytes_target(collection, "insert", false, &bytes)?;
         self.insert_raw(c, "insert", key, bytes)
     }
 
     /// Replace the object with the same primary key; [`Error::NotFound`] if none.
     pub fn update_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
-        self.check("update")?;
-        let c = self.coll(collection, "update")?;
-        self.no_key(c, "update")?;
         let bytes = bytes.into();
-        let key = self.key_of(c, "update", &bytes)?;
+        let (c, key) = self.bytes_target(collection, "update", true, &bytes)?;
         self.update_raw(c, "update", key, bytes)
     }
 
     /// Insert, or replace the object with the same primary key.
     pub fn upsert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
-        self.check("upsert")?;
-        let c = self.coll(collection, "upsert")?;
         let bytes = bytes.into();
-        let key = self.key_of(c, "upsert", &bytes)?;
+        let (c, key) = self.bytes_target(collection, "upsert", false, &bytes)?;
         self.upsert_raw(c, key, bytes)
+    }
+
+    /// What every `*_bytes` write checks first, in this order: the transaction is
+    /// usable, `collection` exists, it has a primary key (only if `needs_key`: `op`
+    /// finds its object by key), and `bytes` verify. Returns the collection and the
+    /// key extracted from `bytes`.
+    fn bytes_target(
+        &self,
+        collection: &str,
+        op: &'static str,
+        needs_key: bool,
+        bytes: &[u8],
+    ) -> Result<(&'a Coll, Vec<Value>)> {
+        self.check(op)?;
+        let c = self.coll(collection, op)?;
+        if needs_key {
+            self.no_key(c, op)?;
+        }
+        let key = self.key_of(c, op, bytes)?;
+        Ok((c, key))
     }
 
     fn upsert_raw(&mut self, c: &Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
