@@ -289,17 +289,21 @@ impl<'s> DynamicTable<'s> {
         if n == 0 {
             return Err(PathError("empty field path".into()));
         }
+        // Field `id` of table `t`, which every table step (plain or union member) needs.
+        let field = |t: usize, id: u16| {
+            let table = &s.tables[t];
+            table.field_by_id(id).ok_or_else(|| {
+                PathError(format!(
+                    "{path}: table {} has no field with id {id}",
+                    table.full_name()
+                ))
+            })
+        };
         for (i, step) in path.steps().iter().enumerate() {
             let last = i + 1 == n;
             match (cur, step) {
                 (Cur::Table(t), PathStep::Field { id, .. }) => {
-                    let table = &s.tables[t];
-                    let f = table.field_by_id(*id).ok_or_else(|| {
-                        PathError(format!(
-                            "{path}: table {} has no field with id {id}",
-                            table.full_name()
-                        ))
-                    })?;
+                    let f = field(t, *id)?;
                     let leaf = |leaf| RStep::Leaf { slot: f.id, leaf };
                     match &f.ty {
                         FieldType::Table(ti) if !last => {
@@ -345,13 +349,7 @@ impl<'s> DynamicTable<'s> {
                     }
                 }
                 (Cur::Table(t), PathStep::UnionMember { id, member, .. }) => {
-                    let table = &s.tables[t];
-                    let f = table.field_by_id(*id).ok_or_else(|| {
-                        PathError(format!(
-                            "{path}: table {} has no field with id {id}",
-                            table.full_name()
-                        ))
-                    })?;
+                    let f = field(t, *id)?;
                     let FieldType::Union(u) = f.ty else {
                         return Err(PathError(format!(
                             "{path}: field {} is not a union",
