@@ -18,7 +18,7 @@ use std::cmp::Ordering as Cmp;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Value};
 
@@ -454,14 +454,39 @@ impl Hub {
         }
     }
 
-    /// Register a query subscription: read its first result consistently with the
-    /// commits the hub has seen, then index it. Returns its id and first window.
+    /// Run `read` and lock the state so that the read is consistent with the commits
+    /// the hub has seen: a subscription's first result.
     ///
     /// Consistency: the read happens outside the lock; if a commit was processed
     /// meanwhile (the sequence number moved) it is retried, and after three tries
     /// it reads while holding the lock. A commit whose hook has not run yet may or
     /// may not be in the read: applying it again is harmless, because the hub
     /// applies changes by rowid (set or remove), which is idempotent.
+    fn read_then_lock<T>(
+        &self,
+        inner: &Inner,
+        read: impl Fn(&rusqlite::Connection) -> Result<T>,
+    ) -> Result<(MutexGuard<'_, State>, T)> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            if attempt > 3 {
+                let st = lock(&self.state);
+                let r = inner.store.read(&read)?;
+                return Ok((st, r));
+            }
+            let s0 = self.seq();
+            let r = inner.store.read(&read)?;
+            let st = lock(&self.state);
+            if self.seq() == s0 {
+                return Ok((st, r));
+            }
+        }
+    }
+
+    /// Register a query subscription: read its first result consistently with the
+    /// commits the hub has seen ([`Hub::read_then_lock`]), then index it. Returns
+    /// its id and first window.
     pub(crate) fn add_query(
         &self,
         q: Compiled,
@@ -473,21 +498,7 @@ impl Hub {
             Some(v) => read_by_key(&inner, conn, &q, v),
             None => read_prefix(&inner, conn, &q.spec, &q.order, q.cap),
         };
-        let mut attempt = 0;
-        let (mut st, (rows, complete)) = loop {
-            attempt += 1;
-            if attempt > 3 {
-                let st = lock(&self.state);
-                let r = inner.store.read(read)?;
-                break (st, r);
-            }
-            let s0 = self.seq();
-            let r = inner.store.read(read)?;
-            let st = lock(&self.state);
-            if self.seq() == s0 {
-                break (st, r);
-            }
-        };
+        let (mut st, (rows, complete)) = self.read_then_lock(&inner, read)?;
         let first = objects(window(&q.spec, &rows));
         let id = st.next_id;
         st.next_id += 1;
@@ -539,21 +550,7 @@ impl Hub {
         let key = c.check_key("subscribe", key)?;
         let hk = hkeys(&key);
         let read = |conn: &rusqlite::Connection| inner.get_in(conn, c, "subscribe", &key, true);
-        let mut attempt = 0;
-        let (mut st, cur) = loop {
-            attempt += 1;
-            if attempt > 3 {
-                let st = lock(&self.state);
-                let r = inner.store.read(read)?;
-                break (st, r);
-            }
-            let s0 = self.seq();
-            let r = inner.store.read(read)?;
-            let st = lock(&self.state);
-            if self.seq() == s0 {
-                break (st, r);
-            }
-        };
+        let (mut st, cur) = self.read_then_lock(&inner, read)?;
         let cur = cur.map(Arc::new);
         let id = st.next_id;
         st.next_id += 1;
