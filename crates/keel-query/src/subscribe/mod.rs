@@ -435,6 +435,11 @@ impl Query<'_> {
     }
 }
 
+/// How every stream type shows itself: its name and the subscription it holds.
+fn debug_stream(f: &mut fmt::Formatter<'_>, name: &str, sub: &Subscription) -> fmt::Result {
+    f.debug_struct(name).field("sub", sub).finish()
+}
+
 /// A [`Stream`] of [`QueryUpdate`]s ([`Query::subscribe_stream`]). Dropping it
 /// ends the subscription.
 pub struct QueryStream {
@@ -446,9 +451,7 @@ pub struct QueryStream {
 
 impl fmt::Debug for QueryStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QueryStream")
-            .field("sub", &self._sub)
-            .finish()
+        debug_stream(f, "QueryStream", &self._sub)
     }
 }
 
@@ -560,9 +563,7 @@ pub struct ObjectStream {
 
 impl fmt::Debug for ObjectStream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObjectStream")
-            .field("sub", &self._sub)
-            .finish()
+        debug_stream(f, "ObjectStream", &self._sub)
     }
 }
 
@@ -723,9 +724,7 @@ pub struct UpdateStream<R> {
 
 impl<R> fmt::Debug for UpdateStream<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("UpdateStream")
-            .field("sub", &self.inner._sub)
-            .finish()
+        debug_stream(f, "UpdateStream", &self.inner._sub)
     }
 }
 
@@ -849,9 +848,7 @@ pub struct ObjectUpdateStream<R> {
 
 impl<R> fmt::Debug for ObjectUpdateStream<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ObjectUpdateStream")
-            .field("sub", &self.inner._sub)
-            .finish()
+        debug_stream(f, "ObjectUpdateStream", &self.inner._sub)
     }
 }
 
