@@ -554,6 +554,15 @@ pub(crate) fn typed_from<T: FromDictValue>(key: &str, v: &DictValue) -> Result<T
     T::from_dict_value(v).ok_or_else(|| mismatch(key, v, T::TYPE_NAME))
 }
 
+/// How `set_object` stores `obj` (on the dictionary and in a transaction): its
+/// FlatBuffers bytes tagged with its collection.
+pub(crate) fn object_value<R: Record>(obj: &R) -> DictValue {
+    DictValue::Object {
+        collection: R::COLLECTION.to_owned(),
+        bytes: obj.encode(),
+    }
+}
+
 #[cfg(feature = "serde")]
 pub(crate) fn serde_to(key: &str, v: &(impl serde::Serialize + ?Sized)) -> Result<DictValue> {
     serde_json::to_string(v)
@@ -623,13 +632,7 @@ impl Dictionary {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn set_object<R: Record>(&self, key: &str, obj: &R) -> Result<()> {
-        self.set(
-            key,
-            DictValue::Object {
-                collection: R::COLLECTION.to_owned(),
-                bytes: obj.encode(),
-            },
-        )
+        self.set(key, object_value(obj))
     }
 
     /// Store any serde value under `key`, encoded as JSON (feature `serde`).

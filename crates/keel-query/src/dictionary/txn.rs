@@ -15,8 +15,8 @@ use keel_schema::Record;
 
 use super::cache::{shard_of, Val, SHARDS};
 use super::{
-    clear_rows, delete_row, lock, mismatch, object_from, put_row, rd, read_row, typed_from, wr,
-    DictValue, FromDictValue, Shared, ToDictValue,
+    clear_rows, delete_row, lock, mismatch, object_from, object_value, put_row, rd, read_row,
+    typed_from, wr, DictValue, FromDictValue, Shared, ToDictValue,
 };
 use crate::db::Inner;
 use crate::error::{Error, Result};
@@ -215,13 +215,7 @@ impl<'t> TxnDictionary<'t> {
 
     /// Store a keel object under `key` in this transaction.
     pub fn set_object<R: Record>(&mut self, key: &str, obj: &R) -> Result<()> {
-        self.set(
-            key,
-            DictValue::Object {
-                collection: R::COLLECTION.to_owned(),
-                bytes: obj.encode(),
-            },
-        )
+        self.set(key, object_value(obj))
     }
 
     /// Store a serde value (as JSON) under `key` in this transaction (feature `serde`).
