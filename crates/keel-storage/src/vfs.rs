@@ -509,6 +509,24 @@ unsafe fn sim_of<'a>(k: &KeelFile) -> SimRef<'a> {
     shared.sim.as_deref().map(|d| (d, k.sim_id))
 }
 
+/// Ask the file's simulated disk, if it has one, to let `op` through: `Some` is
+/// the refusal as SQLite's return code (a read, write or truncate: not a sync, so
+/// no sync error is remembered).
+///
+/// # Safety
+/// `k` must be an open file (its `shared` pointer alive).
+#[cfg(feature = "sim")]
+unsafe fn sim_gate(
+    k: &KeelFile,
+    op: impl FnOnce(&crate::sim::SimDisk, usize) -> crate::sim::Gate,
+) -> Option<c_int> {
+    // SAFETY: the caller's guarantee is sim_of's.
+    let (disk, id) = unsafe { sim_of(k) }?;
+    op(disk, id)
+        .err()
+        .map(|(rc, errno)| sim_refused(rc, errno, None))
+}
+
 unsafe extern "C" fn x_close(f: *mut ffi::sqlite3_file) -> c_int {
     // SAFETY: `f` is one of our open files; close the real one, then release what
     // x_open allocated (the Arc and the directory CString), exactly once.
@@ -545,10 +563,8 @@ unsafe extern "C" fn x_read(
             .counters
             .read(k.kind, u64::try_from(amt).unwrap_or(0));
         #[cfg(feature = "sim")]
-        if let Some((disk, id)) = sim_of(k) {
-            if let Err((rc, errno)) = disk.read(id) {
-                return sim_refused(rc, errno, None);
-            }
+        if let Some(rc) = sim_gate(k, |disk, id| disk.read(id)) {
+            return rc;
         }
         match rm(f).xRead {
             Some(m) => m(real(f), buf, amt, off),
@@ -570,12 +586,12 @@ unsafe extern "C" fn x_write(
             .counters
             .write(k.kind, u64::try_from(amt).unwrap_or(0));
         #[cfg(feature = "sim")]
-        if let Some((disk, id)) = sim_of(k) {
+        if let Some(rc) = sim_gate(k, |disk, id| {
             let data =
                 std::slice::from_raw_parts(buf.cast::<u8>(), usize::try_from(amt).unwrap_or(0));
-            if let Err((rc, errno)) = disk.write(id, u64::try_from(off).unwrap_or(0), data) {
-                return sim_refused(rc, errno, None);
-            }
+            disk.write(id, u64::try_from(off).unwrap_or(0), data)
+        }) {
+            return rc;
         }
         match rm(f).xWrite {
             Some(m) => m(real(f), buf, amt, off),
@@ -590,10 +606,10 @@ unsafe extern "C" fn x_truncate(f: *mut ffi::sqlite3_file, size: ffi::sqlite3_in
         let k = kf(f);
         (*k.shared).counters.truncate(k.kind);
         #[cfg(feature = "sim")]
-        if let Some((disk, id)) = sim_of(k) {
-            if let Err((rc, errno)) = disk.truncate(id, u64::try_from(size).unwrap_or(0)) {
-                return sim_refused(rc, errno, None);
-            }
+        if let Some(rc) = sim_gate(k, |disk, id| {
+            disk.truncate(id, u64::try_from(size).unwrap_or(0))
+        }) {
+            return rc;
         }
         match rm(f).xTruncate {
             Some(m) => m(real(f), size),
