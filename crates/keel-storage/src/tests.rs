@@ -1,7 +1,7 @@
 //! Unit tests for the storage kernel (the Must-show tests live in the root package's
 //! `tests/storage_kernel.rs`).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -242,16 +242,19 @@ fn incremental_vacuum_reclaims() {
     assert!(freed > 10, "freed {freed}");
 }
 
-#[test]
-fn custom_sync_failure_is_sync_failed() {
-    let dir = tempfile::tempdir().unwrap();
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
+/// A store on `dir/a.db` with table `t` whose commit syncs fail with `message` while
+/// the returned flag is set (they are real full syncs otherwise).
+fn store_with_failing_sync(
+    dir: &std::path::Path,
+    message: &'static str,
+) -> (Store, Arc<AtomicBool>) {
+    let fail = Arc::new(AtomicBool::new(false));
     let f2 = Arc::clone(&fail);
     let store = Store::open(
-        dir.path().join("a.db"),
+        dir.join("a.db"),
         opts().commit_sync(SyncPolicy::custom(move |ctx| {
             if f2.load(Ordering::SeqCst) {
-                Err(std::io::Error::other("injected"))
+                Err(std::io::Error::other(message))
             } else {
                 ctx.full_sync()
             }
@@ -259,6 +262,13 @@ fn custom_sync_failure_is_sync_failed() {
     )
     .unwrap();
     create_table(&store);
+    (store, fail)
+}
+
+#[test]
+fn custom_sync_failure_is_sync_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, fail) = store_with_failing_sync(dir.path(), "injected");
     fail.store(true, Ordering::SeqCst);
     let r = store.write_blocking(|t| {
         t.execute("INSERT INTO t(v) VALUES ('x')", [])
@@ -311,20 +321,7 @@ fn relative_paths_and_report_display() {
 #[test]
 fn commit_failure_reaches_every_closure_of_the_group() {
     let dir = tempfile::tempdir().unwrap();
-    let fail = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let f2 = Arc::clone(&fail);
-    let store = Store::open(
-        dir.path().join("a.db"),
-        opts().commit_sync(SyncPolicy::custom(move |ctx| {
-            if f2.load(Ordering::SeqCst) {
-                Err(std::io::Error::other("disk on fire"))
-            } else {
-                ctx.full_sync()
-            }
-        })),
-    )
-    .unwrap();
-    create_table(&store);
+    let (store, fail) = store_with_failing_sync(dir.path(), "disk on fire");
     let gate = store.write(|_| {
         std::thread::sleep(Duration::from_millis(100));
         Ok::<_, Error>(())
