@@ -7,6 +7,7 @@
 //! successful `sync()` or a value set after it — never an older one, never garbage.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use keel_example_blog::blog::Post;
@@ -37,23 +38,26 @@ impl History {
     }
 }
 
-fn run_seed(seed: u64) -> (usize, bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("crash.db");
-    // A durable, empty database with keel's tables.
-    Database::open_for::<Post>(&path, StoreOptions::default())
+/// Create a durable, empty database with keel's tables at `path` (on the real
+/// disk), then reopen it with `options` on a fresh simulated disk.
+fn open_on_sim_disk(path: &Path, options: StoreOptions) -> (Database, Arc<SimDisk>) {
+    Database::open_for::<Post>(path, StoreOptions::default())
         .unwrap()
         .close()
         .wait()
         .unwrap();
     let disk = Arc::new(SimDisk::new());
-    let db = Database::open_for::<Post>(
+    let db = Database::open_for::<Post>(path, options.sim_disk(Arc::clone(&disk))).unwrap();
+    (db, disk)
+}
+
+fn run_seed(seed: u64) -> (usize, bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crash.db");
+    let (db, disk) = open_on_sim_disk(
         &path,
-        StoreOptions::default()
-            .sim_disk(Arc::clone(&disk))
-            .idle_checkpoint_after(std::time::Duration::from_millis(5)),
-    )
-    .unwrap();
+        StoreOptions::default().idle_checkpoint_after(std::time::Duration::from_millis(5)),
+    );
     let d = db.dictionary();
     let mut rng = SimRng::new(seed);
     let mut hist: BTreeMap<String, History> = BTreeMap::new();
@@ -151,15 +155,7 @@ fn a_failed_flush_keeps_its_values_pending_and_sync_retries() {
     ] {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("fault.db");
-        Database::open_for::<Post>(&path, StoreOptions::default())
-            .unwrap()
-            .close()
-            .wait()
-            .unwrap();
-        let disk = Arc::new(SimDisk::new());
-        let db =
-            Database::open_for::<Post>(&path, StoreOptions::default().sim_disk(Arc::clone(&disk)))
-                .unwrap();
+        let (db, disk) = open_on_sim_disk(&path, StoreOptions::default());
         let d = db.dictionary();
         d.set("before", 1).unwrap();
         d.sync().wait().unwrap();
