@@ -13,6 +13,16 @@ use keel_schema::Schema;
 use keel_storage::rusqlite;
 use serde_json::{json, Value as Json};
 
+/// Every command that takes a database file.
+const FILE_COMMANDS: [&str; 6] = [
+    "info",
+    "dump",
+    "check",
+    "checkpoint",
+    "vacuum",
+    "explain-open",
+];
+
 fn evo(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/blog/schema/evolution")
@@ -318,14 +328,7 @@ fn healthy_file_vacuum_checkpoint_explain() {
 fn missing_file_exits_two_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.db");
-    for cmd in [
-        "info",
-        "dump",
-        "check",
-        "checkpoint",
-        "vacuum",
-        "explain-open",
-    ] {
+    for cmd in FILE_COMMANDS {
         let out = keel(&[OsStr::new(cmd), s(&missing)]);
         assert_eq!(out.code, 2, "{cmd}: {out:?}");
         assert!(
@@ -334,14 +337,7 @@ fn missing_file_exits_two_and_creates_nothing() {
         );
         assert!(!missing.exists(), "{cmd} created the file");
     }
-    for cmd in [
-        "info",
-        "dump",
-        "check",
-        "checkpoint",
-        "vacuum",
-        "explain-open",
-    ] {
+    for cmd in FILE_COMMANDS {
         let out = keel(&[OsStr::new(cmd), s(&missing), OsStr::new("--json")]);
         assert_eq!(out.code, 2, "{cmd}: {out:?}");
         let v = out.json();
@@ -368,14 +364,7 @@ fn not_a_database_exits_three() {
     let dir = tempfile::tempdir().unwrap();
     let junk = dir.path().join("junk.db");
     std::fs::write(&junk, vec![0x5a_u8; 8192]).unwrap();
-    for cmd in [
-        "info",
-        "dump",
-        "check",
-        "checkpoint",
-        "vacuum",
-        "explain-open",
-    ] {
+    for cmd in FILE_COMMANDS {
         let out = keel(&[OsStr::new(cmd), s(&junk)]);
         assert_eq!(out.code, 3, "{cmd}: {out:?}");
         assert!(out.stderr.contains("not a database"), "{cmd}: {out:?}");
