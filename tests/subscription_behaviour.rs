@@ -22,6 +22,29 @@ fn post(id: &str, mana: i32) -> Post {
     Post::builder().id(id).priority(mana).build()
 }
 
+/// Insert `p` in a transaction of its own.
+fn insert(db: &Database, p: Post) {
+    db.write(move |t| t.insert(&p).map(|_| ())).wait().unwrap();
+}
+
+/// Replace the stored post with `p`'s id by `p`, in a transaction of its own.
+fn update(db: &Database, p: Post) {
+    db.write(move |t| t.update(&p).map(|_| ())).wait().unwrap();
+}
+
+/// Insert or replace `p`, in a transaction of its own.
+fn upsert(db: &Database, p: Post) {
+    db.write(move |t| t.upsert(&p).map(|_| ())).wait().unwrap();
+}
+
+/// Delete the post with id `id`, in a transaction of its own.
+fn delete(db: &Database, id: &str) {
+    let id = id.to_string();
+    db.write(move |t| t.delete::<Post>(&id).map(|_| ()))
+        .wait()
+        .unwrap();
+}
+
 fn ids(objs: &[Arc<Post>]) -> Vec<(String, i32)> {
     objs.iter().map(|p| (p.id.clone(), p.priority)).collect()
 }
@@ -92,31 +115,20 @@ fn dflat_ordering_scenario_matches_fresh_fetches() {
 fn object_subscription_updates_then_deleted_then_ends() {
     let (_d, db) = open();
     let p = post("p", 1);
-    let p2 = p.clone();
-    db.write(move |t| t.insert(&p2).map(|_| ())).wait().unwrap();
+    insert(&db, p.clone());
     let got: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
     let g2 = got.clone();
     let sub = db
         .subscribe(&p, move |u| g2.lock().unwrap().push(u))
         .unwrap();
     assert!(got.lock().unwrap().is_empty(), "not stale: nothing at once");
-    db.write(|t| t.update(&post("p", 2)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.insert(&post("other", 9)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.update(&post("p", 3)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
-        .wait()
-        .unwrap();
+    update(&db, post("p", 2));
+    insert(&db, post("other", 9));
+    update(&db, post("p", 3));
+    delete(&db, "p");
     assert!(!sub.is_active());
     // Re-inserting the key does not revive an ended subscription.
-    db.write(|t| t.insert(&post("p", 4)).map(|_| ()))
-        .wait()
-        .unwrap();
+    insert(&db, post("p", 4));
     let got = got.lock().unwrap();
     let prios: Vec<Option<i32>> = got
         .iter()
@@ -133,18 +145,11 @@ fn object_subscription_updates_then_deleted_then_ends() {
 fn object_stream_ends_after_delete() {
     let (_d, db) = open();
     let p = post("p", 1);
-    let p2 = p.clone();
-    db.write(move |t| t.insert(&p2).map(|_| ())).wait().unwrap();
+    insert(&db, p.clone());
     let s = db.subscribe_stream(&p).unwrap();
-    db.write(|t| t.update(&post("p", 2)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.update(&post("p", 3)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
-        .wait()
-        .unwrap();
+    update(&db, post("p", 2));
+    update(&db, post("p", 3));
+    delete(&db, "p");
     // A slow consumer: only the latest event is kept, and the stream ends.
     let all: Vec<_> = futures::executor::block_on(s.collect());
     assert_eq!(all, vec![ObjectUpdate::Deleted]);
@@ -153,9 +158,7 @@ fn object_stream_ends_after_delete() {
 #[test]
 fn object_stream_delivers_each_update_to_a_prompt_consumer() {
     let (_d, db) = open();
-    db.write(|t| t.insert(&post("p", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
+    insert(&db, post("p", 1));
     let mut s = db
         .subscribe_object_stream("blog.Post", &["p".into()], None)
         .unwrap();
@@ -165,17 +168,13 @@ fn object_stream_delivers_each_update_to_a_prompt_consumer() {
         "seen = None: current object first"
     );
     for i in 2..5 {
-        db.write(move |t| t.update(&post("p", i)).map(|_| ()))
-            .wait()
-            .unwrap();
+        update(&db, post("p", i));
         match futures::executor::block_on(s.next()).unwrap() {
             ObjectEvent::Updated(o) => assert_eq!(Post::decode(&o.bytes).unwrap().priority, i),
             ObjectEvent::Deleted => panic!("not deleted"),
         }
     }
-    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
-        .wait()
-        .unwrap();
+    delete(&db, "p");
     assert_eq!(
         futures::executor::block_on(s.next()),
         Some(ObjectEvent::Deleted)
@@ -187,12 +186,9 @@ fn object_stream_delivers_each_update_to_a_prompt_consumer() {
 fn stale_object_and_result_are_refreshed_at_once() {
     let (_d, db) = open();
     let old = post("p", 1);
-    let o2 = old.clone();
-    db.write(move |t| t.insert(&o2).map(|_| ())).wait().unwrap();
+    insert(&db, old.clone());
     let seen_result = db.fetch::<Post>().all().unwrap();
-    db.write(|t| t.update(&post("p", 7)).map(|_| ()))
-        .wait()
-        .unwrap();
+    update(&db, post("p", 7));
 
     let got: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
     let g2 = got.clone();
@@ -218,9 +214,7 @@ fn stale_object_and_result_are_refreshed_at_once() {
     }
 
     // A vanished object: Deleted at once, and the subscription has ended.
-    db.write(|t| t.delete::<Post>(&"p".to_string()).map(|_| ()))
-        .wait()
-        .unwrap();
+    delete(&db, "p");
     let gone: Arc<Mutex<Vec<ObjectUpdate<Post>>>> = Arc::default();
     let g3 = gone.clone();
     let s = db
@@ -241,14 +235,10 @@ fn no_callback_after_drop() {
             c2.fetch_add(1, Ordering::SeqCst);
         })
         .unwrap();
-    db.write(|t| t.insert(&post("a", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
+    insert(&db, post("a", 1));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     drop(sub);
-    db.write(|t| t.insert(&post("b", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
+    insert(&db, post("b", 1));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     assert_eq!(db.subscription_counts(), (0, 0));
 }
@@ -287,9 +277,7 @@ fn no_callback_after_drop_returns_while_writes_run() {
         drop(sub);
         dropped.store(true, Ordering::SeqCst);
         // Let a few more commits through.
-        db.write(|t| t.upsert(&post("x", 0)).map(|_| ()))
-            .wait()
-            .unwrap();
+        upsert(&db, post("x", 0));
         assert!(
             !late.load(Ordering::SeqCst),
             "a callback ran after drop returned"
@@ -330,15 +318,9 @@ fn callbacks_may_drop_subscribe_and_write() {
             }
         })
         .unwrap();
-    db.write(|t| t.insert(&post("a", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.insert(&post("b", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
-    db.write(|t| t.insert(&post("c", 1)).map(|_| ()))
-        .wait()
-        .unwrap();
+    insert(&db, post("a", 1));
+    insert(&db, post("b", 1));
+    insert(&db, post("c", 1));
     assert_eq!(
         calls.load(Ordering::SeqCst),
         2,
@@ -364,9 +346,7 @@ fn query_stream_slow_consumer_gets_latest_with_diff_against_what_it_saw() {
     let first = futures::executor::block_on(s.next()).unwrap();
     assert!(first.objects.is_empty());
     for i in 0..20 {
-        db.write(move |t| t.insert(&post(&format!("p{i:02}"), 20 - i)).map(|_| ()))
-            .wait()
-            .unwrap();
+        insert(&db, post(&format!("p{i:02}"), 20 - i));
     }
     let u = futures::executor::block_on(s.next()).unwrap();
     assert_eq!(u.objects.len(), 20);
@@ -408,16 +388,12 @@ fn windowed_subscription_refills_and_tracks_fetches() {
     check();
     // Delete the whole top of the order, one commit at a time (each refills).
     for i in (20..40).rev() {
-        db.write(move |t| t.delete::<Post>(&format!("p{i:02}")).map(|_| ()))
-            .wait()
-            .unwrap();
+        delete(&db, &format!("p{i:02}"));
         check();
     }
     // Raise low rows above the window, then below the filter.
     for i in 0..10 {
-        db.write(move |t| t.update(&post(&format!("p{i:02}"), 100 + i)).map(|_| ()))
-            .wait()
-            .unwrap();
+        update(&db, post(&format!("p{i:02}"), 100 + i));
         check();
     }
     db.write(|t| {
