@@ -33,6 +33,28 @@ fn snapshot(db: &Database, keys: &[String]) -> BTreeMap<String, Option<DictValue
         .collect()
 }
 
+/// Close `db` and reopen `path`: the disk must hold exactly what memory held before
+/// the close — each of `keys` with its value in `memory`, and the key list `mem_keys`.
+fn assert_disk_equals_memory_after_reopen(
+    db: Database,
+    path: &Path,
+    keys: &[String],
+    memory: &BTreeMap<String, Option<DictValue>>,
+    mem_keys: &[String],
+) {
+    db.close().wait().unwrap();
+    drop(db);
+
+    let db = open(path);
+    assert_eq!(
+        &snapshot(&db, keys),
+        memory,
+        "disk differs from memory after reopen"
+    );
+    assert_eq!(db.dictionary().keys().unwrap(), mem_keys);
+    db.close().wait().unwrap();
+}
+
 /// 8 threads set and remove overlapping keys (no `remove_all`), so the value each
 /// key ends with must be the last operation of one of the threads on that key —
 /// memory must agree, and after a reopen the disk must hold exactly the same.
@@ -84,17 +106,7 @@ fn eight_setters_last_set_wins_in_memory_and_on_disk() {
         );
     }
     let mem_keys = db.dictionary().keys().unwrap();
-    db.close().wait().unwrap();
-    drop(db);
-
-    let db = open(&path);
-    assert_eq!(
-        snapshot(&db, &keys),
-        memory,
-        "disk differs from memory after reopen"
-    );
-    assert_eq!(db.dictionary().keys().unwrap(), mem_keys);
-    db.close().wait().unwrap();
+    assert_disk_equals_memory_after_reopen(db, &path, &keys, &memory, &mem_keys);
 }
 
 /// Everything at once: 8 threads doing sets, removes, transactional sets,
@@ -166,17 +178,7 @@ fn eight_threads_mixed_operations_memory_equals_disk_after_reopen() {
         .into_iter()
         .collect();
     assert_eq!(mem_keys, expected_keys);
-    db.close().wait().unwrap();
-    drop(db);
-
-    let db = open(&path);
-    assert_eq!(
-        snapshot(&db, &keys),
-        memory,
-        "disk differs from memory after reopen"
-    );
-    assert_eq!(db.dictionary().keys().unwrap(), mem_keys);
-    db.close().wait().unwrap();
+    assert_disk_equals_memory_after_reopen(db, &path, &keys, &memory, &mem_keys);
 }
 
 /// A thread always reads back its own latest set, even while flushes commit and
