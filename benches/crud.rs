@@ -24,6 +24,9 @@ use keel::schema::wire::Builder;
 use keel::storage::rusqlite::{self, params};
 use keel::storage::SyncPolicies;
 
+mod support;
+use support::{get, median, peak_rss_mb};
+
 const SCHEMA: &str = r#"
 attribute "primary";
 attribute "indexed";
@@ -90,11 +93,6 @@ fn docs(range: std::ops::Range<usize>, version: i32) -> Vec<Doc> {
     range.map(|i| doc(i, version)).collect()
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
@@ -148,7 +146,7 @@ fn keel_insert(db: &Database, d: Vec<Doc>) {
 const RAW_UPDATE: &str = "UPDATE doc SET priority = ?1, color = ?2, body = ?3 WHERE title = ?4";
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::flag("--quick");
     let n: usize = if quick { 1_000 } else { 10_000 };
     let big: usize = if quick { 100_000 } else { 1_000_000 };
     let chunk = big / 10;
@@ -454,17 +452,6 @@ fn main() {
     add("objects", n as f64, &mut metrics);
     add("insert_1m_objects", big as f64, &mut metrics);
 
-    let mut m = serde_json::Map::new();
-    let mut notes = serde_json::Map::new();
-    for (k, v) in &metrics {
-        let value = if v.fract() == 0.0 && v.abs() < 9.0e15 {
-            serde_json::json!(*v as i64)
-        } else {
-            serde_json::json!((v * 1e4).round() / 1e4)
-        };
-        m.insert((*k).to_string(), value);
-        notes.insert((*k).to_string(), serde_json::json!(note(k)));
-    }
     let summary = format!(
         "{} objects: keel/raw rusqlite time ratios — insert {:.2}, non-indexed fetch {:.2}, update {:.2}, \
          individual updates {:.2}, individual fetches {:.2}, delete {:.2}; single-update \
@@ -485,29 +472,7 @@ fn main() {
         big,
         get(&metrics, "insert_1m_s"),
     );
-    let out =
-        serde_json::json!({ "scenario": "crud", "metrics": m, "notes": notes, "summary": summary });
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("crud.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    eprintln!("wrote {}", file.display());
-}
-
-fn get(m: &[(&str, f64)], k: &str) -> f64 {
-    m.iter().find(|(n, _)| *n == k).map_or(f64::NAN, |x| x.1)
-}
-
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| (kb / 1024.0).round())
+    support::write_metrics_report("crud", &metrics, Some(4), note, summary);
 }
 
 fn note(metric: &str) -> &'static str {

@@ -32,12 +32,14 @@
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use keel::{Database, StoreOptions};
 use keel_example_blog::blog::Post;
 use serde_json::{Map, Value};
+
+mod support;
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
@@ -132,9 +134,8 @@ fn open(path: &Path) -> Database {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let exact = args.iter().any(|a| a == "--exact");
+    let quick = support::flag("--quick");
+    let exact = support::flag("--exact");
     let n: usize = if quick { 1_000 } else { 40_000 };
     let sample: usize = if exact {
         1
@@ -143,8 +144,7 @@ fn main() {
     } else {
         20
     };
-    let root = workspace_root().join("target").join("keel-bench");
-    std::fs::create_dir_all(&root).unwrap();
+    let root = support::out_dir();
     // On the real disk (not a tmpfs /tmp): the fsyncs must be real.
     let work = tempfile::tempdir_in(&root).unwrap();
     let mut m: Vec<(&str, f64)> = Vec::new();
@@ -448,14 +448,8 @@ fn main() {
         "metrics": metrics,
         "notes": notes,
     });
-    let out = root.join("dictionary.json");
-    std::fs::write(&out, serde_json::to_string_pretty(&report).unwrap()).unwrap();
     for (k, v) in &metrics {
         println!("{k:>40} {v:>14.3}");
     }
-    eprintln!("wrote {}", out.display());
-}
-
-fn workspace_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    support::write_report("dictionary", &report);
 }

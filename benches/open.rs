@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use keel::storage::rusqlite::{self, config::DbConfig};
 use keel::storage::{Error, Store, StoreOptions, SyncPolicy};
 
+mod support;
+use support::median;
+
 const WAL_TARGET: u64 = 16 << 20;
 const TXNS: usize = 1000;
 const TASKS: usize = 16;
@@ -23,11 +26,6 @@ fn wal(p: &Path) -> PathBuf {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 /// A database whose last writer was killed with `target` bytes in the WAL.
@@ -65,7 +63,7 @@ fn quiet() -> StoreOptions {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::flag("--quick");
     let reps_slow = if quick { 1 } else { 3 };
     let reps = if quick { 3 } else { 7 };
     let root = tempfile::tempdir().unwrap();
@@ -239,17 +237,8 @@ fn main() {
     metrics.push(("transactions", TXNS as f64));
     metrics.push(("tasks", TASKS as f64));
 
-    let mut m = serde_json::Map::new();
-    let mut notes = serde_json::Map::new();
     for (k, v) in &metrics {
         eprintln!("{k:>40} {v:>12.3}");
-        let value = if v.fract() == 0.0 && v.abs() < 9.0e15 {
-            serde_json::json!(*v as i64)
-        } else {
-            serde_json::json!(v)
-        };
-        m.insert((*k).to_string(), value);
-        notes.insert((*k).to_string(), serde_json::json!(note(k)));
     }
     let summary = format!(
         "`open_async` blocks the caller for {:.2} ms while a simulated {:.0} s sync runs on keel's \
@@ -264,13 +253,7 @@ fn main() {
         seq_syncs,
         seq_time.as_secs_f64() / grp_time.as_secs_f64()
     );
-    let out =
-        serde_json::json!({ "scenario": "open", "metrics": m, "notes": notes, "summary": summary });
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("open.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    eprintln!("wrote {}", file.display());
+    support::write_metrics_report("open", &metrics, None, note, summary);
 }
 
 fn note(metric: &str) -> &'static str {

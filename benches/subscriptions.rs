@@ -37,6 +37,9 @@ use keel::storage::SyncPolicies;
 use keel::Subscription;
 use keel_example_blog::blog::Post;
 
+mod support;
+use support::median;
+
 const COLL: &str = "blog.Post";
 
 struct Clock {
@@ -153,13 +156,8 @@ impl Bench {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let quick = support::flag("--quick");
     let n: usize = if quick { 2_000 } else { 10_000 };
     let s: usize = if quick { 200 } else { 1_000 };
     let w: usize = if quick { 200 } else { 1_000 };
@@ -323,23 +321,7 @@ fn main() {
     add("window", w as f64, &mut metrics);
     b.db.close().wait().unwrap();
 
-    let mut m = serde_json::Map::new();
-    let mut notes = serde_json::Map::new();
-    for (k, v) in &metrics {
-        let value = if v.fract() == 0.0 && v.abs() < 9.0e15 {
-            serde_json::json!(*v as i64)
-        } else {
-            serde_json::json!((v * 1e3).round() / 1e3)
-        };
-        m.insert((*k).to_string(), value);
-        notes.insert((*k).to_string(), serde_json::json!(note(k)));
-    }
-    let get = |k: &str| {
-        metrics
-            .iter()
-            .find(|(x, _)| *x == k)
-            .map_or(f64::NAN, |x| x.1)
-    };
+    let get = |k: &str| support::get(&metrics, k);
     let summary = format!(
         "{n} objects, {s} subscriptions, one transaction updating every object; latency from \
          COMMIT to the last delivery. Primary-key query subscriptions: {:.1} ms (refetching \
@@ -352,14 +334,7 @@ fn main() {
         get("case3_ms"),
         get("case3_refetch_ms"),
     );
-    let out = serde_json::json!({
-        "scenario": "subscriptions", "metrics": m, "notes": notes, "summary": summary
-    });
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("subscriptions.json");
-    std::fs::write(&file, serde_json::to_string_pretty(&out).unwrap()).unwrap();
-    eprintln!("wrote {}", file.display());
+    support::write_metrics_report("subscriptions", &metrics, Some(3), note, summary);
 }
 
 /// Install `f` as the refetch strategy: a commit hook that runs it after COMMIT.

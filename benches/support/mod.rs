@@ -1,0 +1,98 @@
+//! What every scenario benchmark shares: its command-line flags, medians, peak memory
+//! and the `target/keel-bench/<scenario>.json` report that `cargo xtask bench` reads.
+//!
+//! Lives in a subdirectory because `xtask bench` treats every `benches/*.rs` file as a
+//! scenario. Each bench includes it with `mod support;` and uses a subset of it.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// Whether `--flag` (e.g. `"--quick"`) was passed after `--` to `cargo bench`.
+pub fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
+/// The upper median (element `len / 2` once sorted).
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Peak resident memory of this process in MB (Linux `VmHWM`; 0 where unavailable).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| (kb / 1024.0).round())
+}
+
+/// The value of metric `k` in `metrics`, NaN if it was not recorded.
+pub fn get(metrics: &[(&str, f64)], k: &str) -> f64 {
+    metrics
+        .iter()
+        .find(|(n, _)| *n == k)
+        .map_or(f64::NAN, |x| x.1)
+}
+
+/// `target/keel-bench/`, created if missing.
+pub fn out_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The report's `metrics` and `notes` objects: whole numbers as JSON integers, the
+/// rest rounded to `decimals` places (`None`: as measured), each with `note(metric)`.
+pub fn metrics_and_notes(
+    metrics: &[(&str, f64)],
+    decimals: Option<i32>,
+    note: impl Fn(&str) -> &'static str,
+) -> (
+    serde_json::Map<String, serde_json::Value>,
+    serde_json::Map<String, serde_json::Value>,
+) {
+    let mut m = serde_json::Map::new();
+    let mut notes = serde_json::Map::new();
+    for (k, v) in metrics {
+        let value = if v.fract() == 0.0 && v.abs() < 9.0e15 {
+            serde_json::json!(*v as i64)
+        } else if let Some(d) = decimals {
+            let scale = 10f64.powi(d);
+            serde_json::json!((v * scale).round() / scale)
+        } else {
+            serde_json::json!(v)
+        };
+        m.insert((*k).to_string(), value);
+        notes.insert((*k).to_string(), serde_json::json!(note(k)));
+    }
+    (m, notes)
+}
+
+/// Write the `{"scenario", "metrics", "notes", "summary"}` report for `scenario` to
+/// `target/keel-bench/<scenario>.json`, rounding and noting `metrics` as
+/// [`metrics_and_notes`] does.
+pub fn write_metrics_report(
+    scenario: &str,
+    metrics: &[(&str, f64)],
+    decimals: Option<i32>,
+    note: impl Fn(&str) -> &'static str,
+    summary: String,
+) {
+    let (m, notes) = metrics_and_notes(metrics, decimals, note);
+    write_report(
+        scenario,
+        &serde_json::json!({ "scenario": scenario, "metrics": m, "notes": notes, "summary": summary }),
+    );
+}
+
+/// Write `report` (pretty-printed) to `target/keel-bench/<scenario>.json` and say so.
+pub fn write_report(scenario: &str, report: &serde_json::Value) {
+    let file = out_dir().join(format!("{scenario}.json"));
+    std::fs::write(&file, serde_json::to_string_pretty(report).unwrap()).unwrap();
+    eprintln!("wrote {}", file.display());
+}
