@@ -20,6 +20,24 @@ fn create_table(store: &Store) {
         .unwrap();
 }
 
+/// Insert one row with value `v` into `t`, in a transaction of its own.
+fn insert_row(store: &Store, v: &'static str) -> Result<usize> {
+    store.write_blocking(move |t| {
+        t.execute("INSERT INTO t(v) VALUES (?1)", [v])
+            .map_err(Error::from)
+    })
+}
+
+/// The number of rows in `t`, as a reader sees it.
+fn count_rows(store: &Store) -> i64 {
+    store
+        .read(|c| {
+            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .map_err(Error::from)
+        })
+        .unwrap()
+}
+
 #[test]
 fn wal_mode_through_our_vfs() {
     let dir = tempfile::tempdir().unwrap();
@@ -89,12 +107,7 @@ fn on_commit_order_and_rollback() {
     let res: Vec<_> = futs.into_iter().map(|f| f.wait()).collect();
     assert!(res[0].is_ok() && res[1].is_err() && res[2].is_ok());
     assert_eq!(*log.lock().unwrap(), vec![0, 2]);
-    let n: i64 = store
-        .read(|c| {
-            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-                .map_err(Error::from)
-        })
-        .unwrap();
+    let n = count_rows(&store);
     assert_eq!(n, 2);
 }
 
@@ -105,12 +118,7 @@ fn panicking_closure_is_an_error_and_writer_survives() {
     create_table(&store);
     let r: Result<()> = store.write_blocking(|_| panic!("boom"));
     assert!(matches!(r, Err(Error::Panicked { .. })), "{r:?}");
-    store
-        .write_blocking(|t| {
-            t.execute("INSERT INTO t(v) VALUES ('x')", [])
-                .map_err(Error::from)
-        })
-        .unwrap();
+    insert_row(&store, "x").unwrap();
 }
 
 #[test]
@@ -270,10 +278,7 @@ fn custom_sync_failure_is_sync_failed() {
     let dir = tempfile::tempdir().unwrap();
     let (store, fail) = store_with_failing_sync(dir.path(), "injected");
     fail.store(true, Ordering::SeqCst);
-    let r = store.write_blocking(|t| {
-        t.execute("INSERT INTO t(v) VALUES ('x')", [])
-            .map_err(Error::from)
-    });
+    let r = insert_row(&store, "x");
     assert!(
         matches!(
             r,
@@ -347,20 +352,10 @@ fn commit_failure_reaches_every_closure_of_the_group() {
     }
     assert_eq!(callbacks.load(Ordering::SeqCst), 0);
     fail.store(false, Ordering::SeqCst);
-    let n: i64 = store
-        .read(|c| {
-            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-                .map_err(Error::from)
-        })
-        .unwrap();
+    let n = count_rows(&store);
     assert_eq!(n, 0);
     // The store keeps working after the failed group.
-    store
-        .write_blocking(|t| {
-            t.execute("INSERT INTO t(v) VALUES ('y')", [])
-                .map_err(Error::from)
-        })
-        .unwrap();
+    insert_row(&store, "y").unwrap();
 }
 
 #[test]
@@ -430,12 +425,7 @@ fn idle_checkpoint_runs_after_quiet_period() {
     .unwrap();
     create_table(&store);
     store.reset_io_stats();
-    store
-        .write_blocking(|t| {
-            t.execute("INSERT INTO t(v) VALUES ('x')", [])
-                .map_err(Error::from)
-        })
-        .unwrap();
+    insert_row(&store, "x").unwrap();
     assert_eq!(store.io_stats().checkpoint_syncs, 0);
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     // A checkpoint syncs the WAL, copies pages back, then syncs the database file.
@@ -458,19 +448,9 @@ fn syncs_per_commit_for_each_builtin_policy() {
         let store =
             Store::open(dir.path().join("a.db"), opts().commit_sync(policy.clone())).unwrap();
         create_table(&store);
-        store
-            .write_blocking(|t| {
-                t.execute("INSERT INTO t(v) VALUES ('w')", [])
-                    .map_err(Error::from)
-            })
-            .unwrap();
+        insert_row(&store, "w").unwrap();
         store.reset_io_stats();
-        store
-            .write_blocking(|t| {
-                t.execute("INSERT INTO t(v) VALUES ('x')", [])
-                    .map_err(Error::from)
-            })
-            .unwrap();
+        insert_row(&store, "x").unwrap();
         assert_eq!(store.io_stats().wal.syncs, expected, "{policy:?}");
     }
 }
