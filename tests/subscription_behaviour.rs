@@ -45,6 +45,20 @@ fn delete(db: &Database, id: &str) {
         .unwrap();
 }
 
+/// A subscription to every post and the number of deliveries it has had (the
+/// first result counts).
+fn subscribe_counting(db: &Database) -> (Subscription, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c2 = calls.clone();
+    let sub = db
+        .fetch::<Post>()
+        .subscribe(move |_| {
+            c2.fetch_add(1, Ordering::SeqCst);
+        })
+        .unwrap();
+    (sub, calls)
+}
+
 fn ids(objs: &[Arc<Post>]) -> Vec<(String, i32)> {
     objs.iter().map(|p| (p.id.clone(), p.priority)).collect()
 }
@@ -227,14 +241,7 @@ fn stale_object_and_result_are_refreshed_at_once() {
 #[test]
 fn no_callback_after_drop() {
     let (_d, db) = open();
-    let calls = Arc::new(AtomicUsize::new(0));
-    let c2 = calls.clone();
-    let sub = db
-        .fetch::<Post>()
-        .subscribe(move |_| {
-            c2.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
+    let (sub, calls) = subscribe_counting(&db);
     insert(&db, post("a", 1));
     assert_eq!(calls.load(Ordering::SeqCst), 2);
     drop(sub);
@@ -448,14 +455,7 @@ fn close_ends_streams_and_callbacks() {
         block_on(typed_object.next()),
         Some(ObjectUpdate::Updated(_))
     ));
-    let calls = Arc::new(AtomicUsize::new(0));
-    let c2 = calls.clone();
-    let sub = db
-        .fetch::<Post>()
-        .subscribe(move |_| {
-            c2.fetch_add(1, Ordering::SeqCst);
-        })
-        .unwrap();
+    let (sub, calls) = subscribe_counting(&db);
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     // A write queued before the close is still delivered, then everything ends.
     let queued = db.write(|t| t.insert(&post("c", 3)));
