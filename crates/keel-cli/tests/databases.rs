@@ -69,8 +69,23 @@ fn keel<S: AsRef<OsStr>>(args: &[S]) -> Out {
     }
 }
 
-fn s(p: &Path) -> &OsStr {
-    p.as_os_str()
+/// Run `keel <cmd> <file> <rest…>`.
+fn keel_file(cmd: &str, file: &Path, rest: &[&str]) -> Out {
+    let mut args = vec![OsStr::new(cmd), file.as_os_str()];
+    args.extend(rest.iter().map(OsStr::new));
+    keel(&args)
+}
+
+/// Run `keel <cmd> <file> --schema <schema> <rest…>`.
+fn keel_with_schema(cmd: &str, file: &Path, schema: &Path, rest: &[&str]) -> Out {
+    let mut args = vec![
+        OsStr::new(cmd),
+        file.as_os_str(),
+        OsStr::new("--schema"),
+        schema.as_os_str(),
+    ];
+    args.extend(rest.iter().map(OsStr::new));
+    keel(&args)
 }
 
 fn note(i: usize, body_len: usize) -> Json {
@@ -149,7 +164,7 @@ fn healthy_file_info() {
     let db = healthy(dir.path());
     let before = file_bytes(&db);
 
-    let out = keel(&[OsStr::new("info"), s(&db), OsStr::new("--json")]);
+    let out = keel_file("info", &db, &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let v = out.json();
     assert_eq!(v["journal_mode"], "wal");
@@ -174,7 +189,7 @@ fn healthy_file_info() {
         )
     );
 
-    let out = keel(&[OsStr::new("info"), s(&db)]);
+    let out = keel_file("info", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("journal     wal"), "{out:?}");
     assert!(out.stdout.contains("evo.Note"), "{out:?}");
@@ -190,7 +205,7 @@ fn healthy_file_dump_check() {
     let db = healthy(dir.path());
     let before = file_bytes(&db);
 
-    let out = keel(&[OsStr::new("dump"), s(&db)]);
+    let out = keel_file("dump", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     let lines: Vec<Json> = out
         .stdout
@@ -205,27 +220,17 @@ fn healthy_file_dump_check() {
     assert_eq!(lines[1]["object"]["stars"], 1);
 
     // --collection by bare name; an unknown collection is a wrong schema.
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--collection"),
-        OsStr::new("Note"),
-    ]);
+    let out = keel_file("dump", &db, &["--collection", "Note"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.lines().count(), 200);
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--collection"),
-        OsStr::new("evo.Nope"),
-    ]);
+    let out = keel_file("dump", &db, &["--collection", "evo.Nope"]);
     assert_eq!(out.code, 4, "{out:?}");
     assert!(
         out.stderr.contains("no collection named \"evo.Nope\""),
         "{out:?}"
     );
 
-    let out = keel(&[OsStr::new("check"), s(&db)]);
+    let out = keel_file("check", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("integrity: ok"), "{out:?}");
     assert!(
@@ -234,7 +239,7 @@ fn healthy_file_dump_check() {
     );
     assert!(out.stdout.trim_end().ends_with("healthy"), "{out:?}");
 
-    let out = keel(&[OsStr::new("check"), s(&db), OsStr::new("--json")]);
+    let out = keel_file("check", &db, &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let v = out.json();
     assert_eq!(v["ok"], true);
@@ -267,12 +272,12 @@ fn healthy_file_vacuum_checkpoint_explain() {
     .unwrap();
     db.close().wait().unwrap();
 
-    let v = keel(&[OsStr::new("info"), s(&path), OsStr::new("--json")]).json();
+    let v = keel_file("info", &path, &["--json"]).json();
     let free = v["freelist_pages"].as_u64().unwrap();
     assert!(free > 100, "{v}");
 
     // explain-open suggests the vacuum.
-    let out = keel(&[OsStr::new("explain-open"), s(&path), OsStr::new("--json")]);
+    let out = keel_file("explain-open", &path, &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let v = out.json();
     assert_eq!(v["phases"].as_array().unwrap().len(), 6);
@@ -288,7 +293,7 @@ fn healthy_file_vacuum_checkpoint_explain() {
     assert_eq!(v["closed"], true);
 
     let size_before = std::fs::metadata(&path).unwrap().len();
-    let out = keel(&[OsStr::new("vacuum"), s(&path), OsStr::new("--json")]);
+    let out = keel_file("vacuum", &path, &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let v = out.json();
     assert_eq!(v["pages_freed"].as_u64().unwrap(), free, "{v}");
@@ -296,24 +301,18 @@ fn healthy_file_vacuum_checkpoint_explain() {
     assert!(std::fs::metadata(&path).unwrap().len() < size_before);
     assert_eq!(v["wal_bytes_after"], 0);
 
-    let out = keel(&[OsStr::new("vacuum"), s(&path)]);
+    let out = keel_file("vacuum", &path, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("0 free pages reclaimed"), "{out:?}");
 
     for mode in ["passive", "truncate"] {
-        let out = keel(&[
-            OsStr::new("checkpoint"),
-            s(&path),
-            OsStr::new("--mode"),
-            OsStr::new(mode),
-            OsStr::new("--json"),
-        ]);
+        let out = keel_file("checkpoint", &path, &["--mode", mode, "--json"]);
         assert_eq!(out.code, 0, "{out:?}");
         let v = out.json();
         assert_eq!(v["mode"], mode);
         assert_eq!(v["busy"], false);
     }
-    let out = keel(&[OsStr::new("check"), s(&path)]);
+    let out = keel_file("check", &path, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stdout.contains("evo.Note: 50 objects, 0 bad"),
@@ -329,7 +328,7 @@ fn missing_file_exits_two_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("missing.db");
     for cmd in FILE_COMMANDS {
-        let out = keel(&[OsStr::new(cmd), s(&missing)]);
+        let out = keel_file(cmd, &missing, &[]);
         assert_eq!(out.code, 2, "{cmd}: {out:?}");
         assert!(
             out.stderr.contains("missing.db: no such file"),
@@ -338,7 +337,7 @@ fn missing_file_exits_two_and_creates_nothing() {
         assert!(!missing.exists(), "{cmd} created the file");
     }
     for cmd in FILE_COMMANDS {
-        let out = keel(&[OsStr::new(cmd), s(&missing), OsStr::new("--json")]);
+        let out = keel_file(cmd, &missing, &["--json"]);
         assert_eq!(out.code, 2, "{cmd}: {out:?}");
         let v = out.json();
         assert_eq!(v["kind"], "io", "{cmd}");
@@ -346,12 +345,7 @@ fn missing_file_exits_two_and_creates_nothing() {
     }
     // A missing schema file is an I/O error too.
     let db = healthy(dir.path());
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&dir.path().join("nope.fbs")),
-    ]);
+    let out = keel_with_schema("dump", &db, &dir.path().join("nope.fbs"), &[]);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(
         out.stderr.contains("nope.fbs: no such schema file"),
@@ -365,11 +359,11 @@ fn not_a_database_exits_three() {
     let junk = dir.path().join("junk.db");
     std::fs::write(&junk, vec![0x5a_u8; 8192]).unwrap();
     for cmd in FILE_COMMANDS {
-        let out = keel(&[OsStr::new(cmd), s(&junk)]);
+        let out = keel_file(cmd, &junk, &[]);
         assert_eq!(out.code, 3, "{cmd}: {out:?}");
         assert!(out.stderr.contains("not a database"), "{cmd}: {out:?}");
     }
-    let out = keel(&[OsStr::new("check"), s(&junk), OsStr::new("--json")]);
+    let out = keel_file("check", &junk, &["--json"]);
     assert_eq!(out.code, 3);
     assert_eq!(out.json()["kind"], "corrupt");
     // Untouched.
@@ -392,16 +386,16 @@ fn corrupt_pages_exit_three() {
     }
     std::fs::write(&db, &bytes).unwrap();
 
-    let out = keel(&[OsStr::new("check"), s(&db)]);
+    let out = keel_file("check", &db, &[]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(out.stdout.contains("the file is corrupt"), "{out:?}");
-    let out = keel(&[OsStr::new("check"), s(&db), OsStr::new("--json")]);
+    let out = keel_file("check", &db, &["--json"]);
     assert_eq!(out.code, 3, "{out:?}");
     let v = out.json();
     assert_eq!(v["ok"], false);
     assert_ne!(v["integrity"], json!(["ok"]));
     // Commands that read the damaged pages say so with the same exit status.
-    let out = keel(&[OsStr::new("dump"), s(&db)]);
+    let out = keel_file("dump", &db, &[]);
     assert_eq!(out.code, 3, "{out:?}");
     assert!(
         out.stderr.contains("corrupt") || out.stderr.contains("malformed"),
@@ -431,7 +425,7 @@ fn corrupt_object_is_named_with_collection_and_rowid() {
         )
         .unwrap();
     }
-    let out = keel(&[OsStr::new("check"), s(&db)]);
+    let out = keel_file("check", &db, &[]);
     assert_eq!(out.code, 1, "{out:?}");
     assert!(out.stdout.contains("integrity: ok"), "{out:?}");
     assert!(out.stdout.contains("bad: evo.Note rowid 7: "), "{out:?}");
@@ -439,12 +433,12 @@ fn corrupt_object_is_named_with_collection_and_rowid() {
         out.stdout.contains("evo.Note: 200 objects, 1 bad"),
         "{out:?}"
     );
-    let v = keel(&[OsStr::new("check"), s(&db), OsStr::new("--json")]).json();
+    let v = keel_file("check", &db, &["--json"]).json();
     assert_eq!(v["bad_objects"][0]["collection"], "evo.Note");
     assert_eq!(v["bad_objects"][0]["rowid"], 7);
     assert_eq!(v["exit_code"], 1);
 
-    let out = keel(&[OsStr::new("dump"), s(&db)]);
+    let out = keel_file("dump", &db, &[]);
     assert_eq!(out.code, 1, "{out:?}");
     assert_eq!(out.stdout.lines().count(), 199);
     assert!(
@@ -482,24 +476,19 @@ fn large_wal_explain_open_suggests_on_background() {
     let wal_len = std::fs::metadata(wal(&db)).unwrap().len();
 
     // Read-only commands see every object (they live in the WAL) and leave it alone.
-    let v = keel(&[OsStr::new("info"), s(&db), OsStr::new("--json")]).json();
+    let v = keel_file("info", &db, &["--json"]).json();
     assert_eq!(v["wal_bytes"], wal_len);
     assert!(v["wal_frames"].as_u64().unwrap() > 500, "{v}");
     assert_eq!(v["collections"][0]["rows"], 600);
-    let out = keel(&[OsStr::new("dump"), s(&db)]);
+    let out = keel_file("dump", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout.lines().count(), 600);
-    assert_eq!(keel(&[OsStr::new("check"), s(&db)]).code, 0);
+    assert_eq!(keel_file("check", &db, &[]).code, 0);
     assert_eq!(std::fs::metadata(wal(&db)).unwrap().len(), wal_len);
 
     // --keep-wal: repeatable, the WAL stays.
     for _ in 0..2 {
-        let out = keel(&[
-            OsStr::new("explain-open"),
-            s(&db),
-            OsStr::new("--keep-wal"),
-            OsStr::new("--json"),
-        ]);
+        let out = keel_file("explain-open", &db, &["--keep-wal", "--json"]);
         assert_eq!(out.code, 0, "{out:?}");
         let v = out.json();
         assert_eq!(v["wal_bytes_at_open"], wal_len);
@@ -511,7 +500,7 @@ fn large_wal_explain_open_suggests_on_background() {
     }
 
     // The human report: the tree, and the advice.
-    let out = keel(&[OsStr::new("explain-open"), s(&db)]);
+    let out = keel_file("explain-open", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     for phase in [
         "prepare",
@@ -533,7 +522,7 @@ fn large_wal_explain_open_suggests_on_background() {
     assert!(out.stdout.contains("WAL now 0 B"), "{out:?}");
 
     // Closed like an app: the WAL is gone, the objects are in the file.
-    let v = keel(&[OsStr::new("info"), s(&db), OsStr::new("--json")]).json();
+    let v = keel_file("info", &db, &["--json"]).json();
     assert_eq!(v["wal_bytes"], 0);
     assert_eq!(v["collections"][0]["rows"], 600);
 }
@@ -543,13 +532,7 @@ fn large_wal_checkpoint_modes() {
     let dir = tempfile::tempdir().unwrap();
     let db = large_wal(dir.path());
     let wal_len = std::fs::metadata(wal(&db)).unwrap().len();
-    let out = keel(&[
-        OsStr::new("checkpoint"),
-        s(&db),
-        OsStr::new("--mode"),
-        OsStr::new("passive"),
-        OsStr::new("--json"),
-    ]);
+    let out = keel_file("checkpoint", &db, &["--mode", "passive", "--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     let v = out.json();
     assert_eq!(v["wal_bytes_before"], wal_len);
@@ -564,28 +547,17 @@ fn large_wal_checkpoint_modes() {
         let _: i64 = reader
             .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
             .unwrap();
-        let out = keel(&[
-            OsStr::new("checkpoint"),
-            s(&db),
-            OsStr::new("--mode"),
-            OsStr::new("truncate"),
-            OsStr::new("--json"),
-        ]);
+        let out = keel_file("checkpoint", &db, &["--mode", "truncate", "--json"]);
         assert_eq!(out.code, 5, "{out:?}");
         assert_eq!(out.json()["busy"], true);
         reader.execute_batch("COMMIT").unwrap();
     }
-    let out = keel(&[
-        OsStr::new("checkpoint"),
-        s(&db),
-        OsStr::new("--mode"),
-        OsStr::new("truncate"),
-    ]);
+    let out = keel_file("checkpoint", &db, &["--mode", "truncate"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.starts_with("TRUNCATE checkpoint of "), "{out:?}");
     assert!(out.stdout.contains("after"), "{out:?}");
     assert_eq!(std::fs::metadata(wal(&db)).map(|m| m.len()).unwrap_or(0), 0);
-    assert_eq!(keel(&[OsStr::new("check"), s(&db)]).code, 0);
+    assert_eq!(keel_file("check", &db, &[]).code, 0);
 }
 
 // ---------------------------------------------------------------------------------
@@ -611,19 +583,14 @@ fn older_schema_dumps_with_v1_and_v2() {
     let db = written_under_v1(dir.path());
 
     // The stored schema (v1): `legacy` is there.
-    let out = keel(&[OsStr::new("dump"), s(&db)]);
+    let out = keel_file("dump", &db, &[]);
     assert_eq!(out.code, 0, "{out:?}");
     let first: Json = serde_json::from_str(out.stdout.lines().next().unwrap()).unwrap();
     assert_eq!(first["object"]["legacy"], 0);
     assert!(first["object"].get("views").is_none());
 
     // v2, a newer version: new fields read as their defaults, deprecated ones vanish.
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&evo("post_v2.fbs")),
-    ]);
+    let out = keel_with_schema("dump", &db, &evo("post_v2.fbs"), &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stderr.contains("newer version of the stored schema"),
@@ -639,35 +606,19 @@ fn older_schema_dumps_with_v1_and_v2() {
     assert_eq!(lines[3]["object"]["stars"], 3);
     assert!(lines[3]["object"].get("legacy").is_none());
 
-    let out = keel(&[
-        OsStr::new("check"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&evo("post_v2.fbs")),
-        OsStr::new("--json"),
-    ]);
+    let out = keel_with_schema("check", &db, &evo("post_v2.fbs"), &["--json"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.json()["schema"]["relation_to_stored"], "newer");
 
     // The app upgrades: open with v2 (the schema phase adds the index).
-    let out = keel(&[
-        OsStr::new("explain-open"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&evo("post_v2.fbs")),
-    ]);
+    let out = keel_with_schema("explain-open", &db, &evo("post_v2.fbs"), &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("schema hook ran"), "{out:?}");
-    let v = keel(&[OsStr::new("info"), s(&db), OsStr::new("--json")]).json();
+    let v = keel_file("info", &db, &["--json"]).json();
     assert_eq!(v["collections"][0]["indexes"][0]["field"], "stars");
 
     // Now v1 is the older one: still readable (old readers ignore new fields).
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&evo("post_v1.fbs")),
-    ]);
+    let out = keel_with_schema("dump", &db, &evo("post_v1.fbs"), &[]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stderr.contains("older version of the stored schema"),
@@ -682,12 +633,7 @@ fn wrong_schema_exits_four() {
     let db = written_under_v1(dir.path());
 
     // A schema of something else entirely.
-    let out = keel(&[
-        OsStr::new("dump"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&blog_schema()),
-    ]);
+    let out = keel_with_schema("dump", &db, &blog_schema(), &[]);
     assert_eq!(out.code, 4, "{out:?}");
     assert!(out.stderr.contains("wrong schema"), "{out:?}");
 
@@ -701,34 +647,23 @@ fn wrong_schema_exits_four() {
     )
     .unwrap();
     for cmd in ["dump", "check"] {
-        let out = keel(&[OsStr::new(cmd), s(&db), OsStr::new("--schema"), s(&changed)]);
+        let out = keel_with_schema(cmd, &db, &changed, &[]);
         assert_eq!(out.code, 4, "{cmd}: {out:?}");
         assert!(out.stderr.contains("evo.Note.stars"), "{cmd}: {out:?}");
     }
-    let out = keel(&[
-        OsStr::new("explain-open"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&changed),
-    ]);
+    let out = keel_with_schema("explain-open", &db, &changed, &[]);
     assert_eq!(out.code, 4, "{out:?}");
     assert!(out.stderr.contains("incompatible"), "{out:?}");
 
     // A schema file that does not parse.
     let bad = dir.path().join("bad.fbs");
     std::fs::write(&bad, "table T {\n  a: int\n}\n").unwrap();
-    let out = keel(&[
-        OsStr::new("check"),
-        s(&db),
-        OsStr::new("--schema"),
-        s(&bad),
-        OsStr::new("--json"),
-    ]);
+    let out = keel_with_schema("check", &db, &bad, &["--json"]);
     assert_eq!(out.code, 4, "{out:?}");
     assert_eq!(out.json()["kind"], "wrong_schema");
 
     // The file is untouched by all of it.
-    assert_eq!(keel(&[OsStr::new("check"), s(&db)]).code, 0);
+    assert_eq!(keel_file("check", &db, &[]).code, 0);
 }
 
 #[test]
