@@ -86,6 +86,14 @@ fn sref(v: &Value) -> Arg<'_> {
     })
 }
 
+/// The parameters of `sql_insert` and `sql_find_same`: the key columns, then the
+/// object's bytes.
+fn key_and_body<'v>(key: &'v [Value], bytes: &'v [u8]) -> impl Iterator<Item = Arg<'v>> {
+    key.iter()
+        .map(sref)
+        .chain(std::iter::once(Arg(SqlRef::Blob(bytes))))
+}
+
 impl<'a> Txn<'a> {
     pub(crate) fn new(w: &'a WriteTxn<'_>, inner: &'a Inner, record: bool) -> Txn<'a> {
         Txn {
@@ -212,11 +220,7 @@ impl<'a> Txn<'a> {
                 .conn
                 .prepare_cached(&c.sql_insert)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            let params = key
-                .iter()
-                .map(sref)
-                .chain(std::iter::once(Arg(SqlRef::Blob(&bytes))));
-            st.execute(rusqlite::params_from_iter(params))
+            st.execute(rusqlite::params_from_iter(key_and_body(&key, &bytes)))
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
         }
         let rowid = self.conn.last_insert_rowid();
@@ -258,14 +262,7 @@ impl<'a> Txn<'a> {
             if old.bytes == bytes {
                 return Ok(Ok(old.rowid));
             }
-            {
-                let mut st = self
-                    .conn
-                    .prepare_cached(&c.sql_update)
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
-                st.execute(rusqlite::params![&bytes, old.rowid])
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            }
+            self.update_body(c, op, old.rowid, &bytes)?;
             self.record(
                 c,
                 ChangeOp::Update,
@@ -282,12 +279,8 @@ impl<'a> Txn<'a> {
                 .conn
                 .prepare_cached(&c.sql_find_same)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            let params = key
-                .iter()
-                .map(sref)
-                .chain(std::iter::once(Arg(SqlRef::Blob(&bytes))));
             let mut rows = st
-                .query(rusqlite::params_from_iter(params))
+                .query(rusqlite::params_from_iter(key_and_body(&key, &bytes)))
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
             match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
                 Some(r) => Some((
@@ -301,15 +294,21 @@ impl<'a> Txn<'a> {
             None => Ok(Err((key, bytes))),
             Some((rowid, true)) => Ok(Ok(rowid)), // same bytes: nothing written
             Some((rowid, false)) => {
-                let mut st = self
-                    .conn
-                    .prepare_cached(&c.sql_update)
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
-                st.execute(rusqlite::params![&bytes, rowid])
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                self.update_body(c, op, rowid, &bytes)?;
                 Ok(Ok(rowid))
             }
         }
+    }
+
+    /// Replace the bytes of the object at `rowid` (`sql_update`).
+    fn update_body(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+        let mut st = self
+            .conn
+            .prepare_cached(&c.sql_update)
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        st.execute(rusqlite::params![bytes, rowid])
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        Ok(())
     }
 
     fn no_key(&self, c: &Coll, op: &'static str) -> Result<()> {
