@@ -515,6 +515,22 @@ impl Campaign {
         self.failure(format!("VIOLATION: {what}"));
     }
 
+    /// Record a commit the store acknowledged: it joins the history, which is
+    /// acknowledged up to it, and must survive a power loss too if the policy makes
+    /// commits durable.
+    fn acknowledged(&mut self, ops: Vec<Op>, group: u64) {
+        self.history.push(Slot {
+            ops,
+            maybe: false,
+            group,
+        });
+        self.report.acknowledged += 1;
+        self.acked_len = self.history.len();
+        if self.cfg.policy.commit_durable() {
+            self.must_survive = self.history.len();
+        }
+    }
+
     fn log(&self, what: impl FnOnce() -> String) {
         if self.verbose {
             eprintln!(
@@ -810,16 +826,7 @@ impl Campaign {
         for (fut, body_ok, ops, deliberate) in futs {
             match fut.wait() {
                 Ok(()) => {
-                    self.history.push(Slot {
-                        ops,
-                        maybe: false,
-                        group,
-                    });
-                    self.report.acknowledged += 1;
-                    self.acked_len = self.history.len();
-                    if self.cfg.policy.commit_durable() {
-                        self.must_survive = self.history.len();
-                    }
+                    self.acknowledged(ops, group);
                     self.log(|| {
                         format!(
                             "group {group}: acked (history {}), clock {}",
@@ -916,16 +923,7 @@ impl Campaign {
         match r {
             Ok(()) => {
                 self.log(|| format!("single {group}: acked, clock {}", self.disk.clock()));
-                self.history.push(Slot {
-                    ops,
-                    maybe: false,
-                    group,
-                });
-                self.report.acknowledged += 1;
-                self.acked_len = self.history.len();
-                if self.cfg.policy.commit_durable() {
-                    self.must_survive = self.history.len();
-                }
+                self.acknowledged(ops, group);
                 true
             }
             Err(WErr::Keel(e)) => {
