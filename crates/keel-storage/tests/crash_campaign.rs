@@ -29,6 +29,14 @@ fn print(r: &CampaignReport) {
     }
 }
 
+/// The campaign's summary line, written straight to the process's stderr: the test
+/// harness captures `println!`/`eprintln!` of passing tests, and this line is the
+/// campaign's verdict, which belongs in every CI log.
+fn announce(r: &CampaignReport) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{r}");
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
@@ -52,6 +60,7 @@ fn campaign_ci() {
     let t0 = std::time::Instant::now();
     let r = run_many(first, seeds, per, per, &dir, policy);
     print(&r);
+    announce(&r);
     println!("seeds {first}..{} in {:.1?}", first + seeds, t0.elapsed());
     assert!(r.ok(), "the campaign found failures (see above)");
     if seeds >= 10 && per >= 100 {
