@@ -334,7 +334,20 @@ fn main() {
         get("case3_ms"),
         get("case3_refetch_ms"),
     );
-    support::write_metrics_report("subscriptions", &metrics, Some(3), note, summary);
+    // Chart labels: the report's `caseN_ratio` bars say what each case is.
+    let labels = serde_json::json!({
+        "case1_ratio": "1k pk queries",
+        "case2_ratio": "1k object subs",
+        "case3_ratio": "1k range windows",
+    });
+    let (m, notes) = support::metrics_and_notes(&metrics, Some(3), note);
+    support::write_report(
+        "subscriptions",
+        &serde_json::json!({
+            "scenario": "subscriptions", "metrics": m, "notes": notes,
+            "summary": summary, "labels": labels,
+        }),
+    );
 }
 
 /// Install `f` as the refetch strategy: a commit hook that runs it after COMMIT.
