@@ -21,8 +21,8 @@ mod bench;
 mod bindings;
 mod ffi;
 mod kotlin;
-mod swift_package;
 mod stress;
+mod swift_package;
 mod util;
 
 use std::process::ExitCode;
