@@ -353,6 +353,8 @@ pub struct IoStats {
     pub checkpoint_syncs: u64,
     /// Syncs issued by the open barrier.
     pub open_barrier_syncs: u64,
+    /// Directory syncs after a new WAL/journal file was created (not counted above).
+    pub dir_syncs: u64,
 }
 
 impl From<keel_storage::IoStats> for IoStats {
@@ -365,6 +367,7 @@ impl From<keel_storage::IoStats> for IoStats {
             commit_syncs: s.commit_syncs,
             checkpoint_syncs: s.checkpoint_syncs,
             open_barrier_syncs: s.open_barrier_syncs,
+            dir_syncs: s.dir_syncs,
         }
     }
 }
