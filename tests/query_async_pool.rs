@@ -115,3 +115,20 @@ fn two_hundred_concurrent_async_fetches_run_on_a_bounded_pool() {
         Err(Error::Closed { .. })
     ));
 }
+
+/// An async fetch on a snapshot's query cannot leave the snapshot's thread: it is an
+/// `Unsupported` error that says what to call instead — not `Closed`, which would
+/// send a reader hunting for a close that never happened.
+#[test]
+fn async_fetch_inside_a_snapshot_is_unsupported_not_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default()).unwrap();
+    let err = db
+        .snapshot(|s| Ok(s.fetch::<Post>().count_async().wait()))
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("use the blocking call"), "{err}");
+    assert!(!err.is_closed());
+    db.close().wait().unwrap();
+}

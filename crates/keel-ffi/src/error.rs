@@ -174,6 +174,7 @@ impl From<QErr> for KeelError {
             QErr::Schema { .. } => KeelError::InvalidSchema { message },
             QErr::DictionaryTypeMismatch { .. } => KeelError::TypeMismatch { message },
             QErr::DictionaryEncode { .. } => KeelError::InvalidArgument { message },
+            QErr::Unsupported { .. } => KeelError::InvalidArgument { message },
             _ => KeelError::Internal { message },
         }
     }

@@ -49,6 +49,18 @@ pub enum Error {
         /// The database file.
         path: PathBuf,
     },
+    /// The call cannot be made from where it was made — e.g. an `_async` fetch on a
+    /// query bound to a snapshot or transaction, whose connection is not free to move
+    /// to another thread. The message says what to call instead.
+    #[error("{op} is not supported on database {}: {hint}", path.display())]
+    Unsupported {
+        /// What was being attempted.
+        op: &'static str,
+        /// What to do instead.
+        hint: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
     /// The write closure called [`Txn::abort`](crate::Txn::abort): its changes were
     /// rolled back and nothing of it was committed.
     #[error("write on {} aborted by the closure; its changes were rolled back", path.display())]

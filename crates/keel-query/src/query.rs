@@ -320,8 +320,9 @@ impl Query<'_> {
                     })
                 })
             }
-            Source::Conn(i, _) => Task::ready(Err(Error::Closed {
-                op: "async fetch inside a snapshot or transaction (use the blocking call)",
+            Source::Conn(i, _) => Task::ready(Err(Error::Unsupported {
+                op: "async fetch inside a snapshot or transaction",
+                hint: "use the blocking call; it reads that snapshot's own view",
                 path: i.path().to_path_buf(),
             })),
         }
