@@ -13,6 +13,8 @@
 //!                                        the open pipeline, phase by phase, with suggestions
 //! keel schema check OLD.fbs NEW.fbs [--json]
 //!                                        is the schema change compatible?
+//! keel codegen swift|kotlin S.fbs OUT_DIR
+//!                                        typed Swift / Kotlin models for an app
 //! ```
 //!
 //! ## What each command may write
@@ -196,6 +198,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate typed Swift or Kotlin models (value types, FlatBuffers encoding and
+    /// decoding, typed query fields) from a `.fbs` schema, for an app using keel's
+    /// Swift package or Android library.
+    ///
+    /// Writes one source file per schema into OUT_DIR and prints each path.
+    /// Exit status: 0 written, 2 unreadable schema or unwritable directory, 4 the
+    /// schema does not parse or cannot be expressed in the language.
+    #[command(after_help = exit::HELP)]
+    Codegen {
+        /// The language to generate.
+        #[arg(value_enum)]
+        language: Language,
+        /// The `.fbs` schema (its includes are followed).
+        schema: PathBuf,
+        /// Where to write the sources (created if missing).
+        out_dir: PathBuf,
+    },
     /// Work with `.fbs` schemas.
     Schema {
         #[command(subcommand)]
@@ -223,6 +242,14 @@ enum BarrierPolicy {
     Off,
 }
 
+#[derive(Copy, Clone, Debug, ValueEnum)]
+enum Language {
+    /// Swift structs for the `Keel` Swift package.
+    Swift,
+    /// Kotlin data classes for keel's Android library.
+    Kotlin,
+}
+
 #[derive(Subcommand, Debug)]
 enum SchemaCommand {
     /// Check that NEW can replace OLD without rewriting stored objects.
@@ -245,6 +272,17 @@ fn main() -> ExitCode {
         Command::Schema {
             command: SchemaCommand::Check { old, new, json },
         } => return schema_cmd::schema_check(&old, &new, json),
+        Command::Codegen {
+            language,
+            schema,
+            out_dir,
+        } => {
+            let generate = match language {
+                Language::Swift => keel_schema::swift::write_sources,
+                Language::Kotlin => keel_schema::kotlin::write_sources,
+            };
+            (false, schema_cmd::codegen(generate, &schema, &out_dir))
+        }
         Command::Info { db, json } => (json, info::run(&db, json)),
         Command::Dump {
             db,

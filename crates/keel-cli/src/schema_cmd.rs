@@ -1,10 +1,12 @@
 //! `keel schema check OLD NEW`: can NEW replace OLD without rewriting stored objects?
+//! `keel codegen LANG S.fbs OUT_DIR`: typed models for an app.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use keel_schema::{compat, Schema};
+use keel_schema::{compat, CodegenError, Schema};
 
-use crate::exit::{PROBLEMS as EXIT_INCOMPATIBLE, USAGE_OR_IO as EXIT_ERROR};
+use crate::exit::{Failure, PROBLEMS as EXIT_INCOMPATIBLE, USAGE_OR_IO as EXIT_ERROR};
 
 pub fn schema_check(old: &std::path::Path, new: &std::path::Path, json: bool) -> ExitCode {
     let load = |p: &std::path::Path| Schema::from_file(p);
@@ -89,5 +91,23 @@ pub fn schema_check(old: &std::path::Path, new: &std::path::Path, json: bool) ->
     match result {
         Ok(_) => ExitCode::SUCCESS,
         Err(_) => ExitCode::from(EXIT_INCOMPATIBLE),
+    }
+}
+
+/// `keel codegen swift|kotlin S.fbs OUT_DIR`: writes the sources and prints each path.
+pub fn codegen(
+    generate: fn(&Path, &Path) -> Result<Vec<PathBuf>, CodegenError>,
+    schema: &Path,
+    out_dir: &Path,
+) -> Result<u8, Failure> {
+    match generate(schema, out_dir) {
+        Ok(paths) => {
+            for p in paths {
+                println!("{}", p.display());
+            }
+            Ok(crate::exit::OK)
+        }
+        Err(e @ CodegenError::Io { .. }) => Err(Failure::new(EXIT_ERROR, e.to_string())),
+        Err(e) => Err(Failure::new(crate::exit::WRONG_SCHEMA, e.to_string())),
     }
 }

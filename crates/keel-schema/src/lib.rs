@@ -53,11 +53,13 @@ pub mod compat;
 pub mod dynamic;
 pub mod expr;
 pub mod field;
+pub mod kotlin;
 pub mod model;
 pub mod parser;
 pub mod path;
 pub mod record;
 mod resolve;
+pub mod swift;
 pub mod value;
 pub mod wire;
 
