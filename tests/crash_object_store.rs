@@ -193,7 +193,9 @@ fn campaign(seed: u64, sessions: u64, dir: &std::path::Path) -> (u64, u64, Vec<S
             }
         }
         disk.crash_now();
-        drop(db);
+        // The process dies: wait for keel's threads (a plain drop would finish the
+        // shutdown in the background, racing with the power loss).
+        let _ = db.close().wait();
         disk.power_loss(&mut rng.fork());
         points += 1;
         // Reopen (no crash point) and check: a prefix ≥ the acknowledged steps.

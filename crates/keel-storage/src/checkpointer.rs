@@ -135,6 +135,33 @@ pub(crate) fn run_checkpoint(
     Ok(out)
 }
 
+/// The open pipeline's PASSIVE checkpoint (`checkpoint_on_open`), run on the writer
+/// connection: under the checkpoint policy, not the commit one. The writer's
+/// `synchronous` follows the commit policy (`OFF` would skip every checkpoint sync),
+/// so it is switched to the checkpoint policy's for the checkpoint and back after.
+pub(crate) fn checkpoint_on_writer(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    wal_path: &Path,
+    policies: &crate::SyncPolicies,
+    truncate_timeout: Duration,
+) -> Result<CheckpointOutcome> {
+    let set = |v: &str| {
+        conn.execute_batch(&format!("PRAGMA synchronous={v}"))
+            .map_err(|e| Error::sqlite("set synchronous for a checkpoint", path, e))
+    };
+    set(policies.checkpoint.checkpoint_synchronous())?;
+    let r = run_checkpoint(
+        conn,
+        path,
+        wal_path,
+        CheckpointMode::Passive,
+        truncate_timeout,
+    );
+    set(policies.commit.synchronous_pragma())?;
+    r
+}
+
 /// What the writer tells the checkpointer without a message per commit.
 pub(crate) struct CkptSignal {
     /// Commits since the last complete checkpoint.
@@ -173,6 +200,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
     let sig = &ctx.signal;
     let mut last_auto: Option<Instant> = None;
+    let mut last_idle: Option<Instant> = None;
     // Clear `dirty` first so a commit racing with the checkpoint sets it again.
     let checkpoint = |conn: &rusqlite::Connection, mode: CheckpointMode| {
         sig.dirty.store(false, Ordering::Release);
@@ -199,7 +227,13 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     }
     loop {
         let msg = if sig.dirty.load(Ordering::Acquire) {
-            let wait = ctx.idle.saturating_sub(sig.since_last_commit());
+            // The deadline is `idle` after the last commit, and (when an idle
+            // checkpoint could not finish, e.g. a reader held a snapshot) `idle`
+            // after that attempt: never a busy loop.
+            let mut wait = ctx.idle.saturating_sub(sig.since_last_commit());
+            if let Some(t) = last_idle {
+                wait = wait.max(ctx.idle.saturating_sub(t.elapsed()));
+            }
             if wait.is_zero() {
                 None
             } else {
@@ -219,6 +253,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             None => {
                 // Idle: nothing committed for `idle`.
                 tracing::debug!("idle checkpoint");
+                last_idle = Some(Instant::now());
                 passive(&conn.conn);
             }
             Some(CkptMsg::Committed) => {

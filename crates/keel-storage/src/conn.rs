@@ -7,13 +7,46 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Error, Result};
 use crate::options::ConnectionInit;
+use crate::policy::SyncReason;
 use crate::vfs::VfsRegistration;
 
 /// A connection plus the VFS registration it uses (dropped after the connection:
 /// field order matters).
+///
+/// Closing the last connection of a database makes SQLite checkpoint the WAL (and
+/// remove it). That happens when a failed or cancelled open drops the writer, or when
+/// the checkpointer closes at shutdown, so a close runs under the checkpoint policy:
+/// its syncs are attributed to [`SyncReason::Checkpoint`] and the connection's
+/// `synchronous` is the checkpoint policy's (the writer's is the commit policy's,
+/// which may be `OFF`).
 pub(crate) struct KConn {
     pub(crate) conn: Connection,
     _vfs: Arc<VfsRegistration>,
+    /// Puts the thread's sync reason back once `conn` has closed (dropped last).
+    restore: RestoreReason,
+}
+
+struct RestoreReason(Option<SyncReason>);
+
+impl Drop for RestoreReason {
+    fn drop(&mut self) {
+        if let Some(r) = self.0.take() {
+            crate::policy::set_reason(r);
+        }
+    }
+}
+
+impl Drop for KConn {
+    fn drop(&mut self) {
+        let policy = &self._vfs.shared().policies.checkpoint;
+        let sql = format!("PRAGMA synchronous={}", policy.checkpoint_synchronous());
+        if let Err(e) = self.conn.execute_batch(&sql) {
+            tracing::debug!(error = %e, "could not set the closing connection's synchronous");
+        }
+        // Fields drop after this: `conn` closes under the Checkpoint reason, then
+        // `restore` puts the previous reason back.
+        self.restore.0 = Some(crate::policy::set_reason(SyncReason::Checkpoint));
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -51,8 +84,19 @@ pub(crate) fn open_conn(
     if let Some(init) = init {
         init(&conn).map_err(|e| Error::sqlite("connection_init hook", path, e))?;
     }
+    let policies = &vfs.shared().policies;
+    // See `SyncPolicy::sqlite_fullfsync`: SQLite's own xSync must not be weaker
+    // than the policy for the syncs keel's shim cannot run itself.
+    let on = |p: &crate::SyncPolicy| if p.sqlite_fullfsync() { "ON" } else { "OFF" };
+    conn.execute_batch(&format!(
+        "PRAGMA fullfsync={}; PRAGMA checkpoint_fullfsync={};",
+        on(&policies.commit),
+        on(&policies.checkpoint)
+    ))
+    .map_err(|e| Error::sqlite("set fullfsync", path, e))?;
     Ok(KConn {
         conn,
         _vfs: Arc::clone(vfs),
+        restore: RestoreReason(None),
     })
 }

@@ -132,6 +132,35 @@ pub enum Error {
         /// The panic payload, if it was a string.
         message: String,
     },
+    /// Backpressure: the writer queue already holds
+    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)
+    /// writes (the app produces faster than the disk commits). The write was not
+    /// queued and its closure never runs; nothing else is affected. Retry after some
+    /// of the queued writes resolved.
+    #[error("{op}: the writer queue of {} is full ({capacity} writes waiting)", path.display())]
+    QueueFull {
+        /// What was being attempted.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// The configured bound.
+        capacity: usize,
+    },
+    /// Every pooled read connection stayed in use for
+    /// [`StoreOptions::reader_wait`](crate::StoreOptions::reader_wait): the read did
+    /// not run. Long snapshots (or reads nested inside reads on a small pool) hold
+    /// connections; raise `reader_pool_size` or shorten them.
+    #[error("{op}: all {pool} read connections of {} stayed busy for {waited:?}", path.display())]
+    ReadersBusy {
+        /// What was being attempted.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// The reader pool size.
+        pool: usize,
+        /// How long the read waited.
+        waited: std::time::Duration,
+    },
     /// The schema hook (the layer above) rejected the database.
     #[error("schema: {}: {message}", path.display())]
     Schema {
@@ -162,6 +191,8 @@ impl Error {
             | Error::Closed { path, .. }
             | Error::Cancelled { path, .. }
             | Error::Panicked { path, .. }
+            | Error::QueueFull { path, .. }
+            | Error::ReadersBusy { path, .. }
             | Error::Schema { path, .. } => path,
         }
     }

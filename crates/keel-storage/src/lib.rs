@@ -15,7 +15,8 @@
 //!
 //! Platforms: Unix (Linux, Android, macOS, iOS): the shim wraps SQLite's `unix` VFS.
 //! Threads keel owns: `keel-open` (during `open_async` only), `keel-writer`,
-//! `keel-ckpt`; all are joined by [`Store::close`] (or when the last clone drops).
+//! `keel-ckpt`; all are joined by [`Store::close`]. Dropping the last clone without a
+//! close hands the same shutdown to a `keel-close` thread and returns at once.
 //!
 //! ## Default durability
 //!

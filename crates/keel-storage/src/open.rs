@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::checkpointer::{checkpointer_main, run_checkpoint, CheckpointMode, CkptCtx, CkptSignal};
+use crate::checkpointer::{checkpointer_main, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Role};
 use crate::error::{Error, PathScope, Result};
 use crate::options::{OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
@@ -110,6 +110,13 @@ fn move_aside(path: &Path) -> Result<PathBuf> {
         }
     }
     std::fs::rename(path, &target).map_err(|e| Error::io("move bad file aside", path, e))?;
+    // The renames live in the directory: without its sync a power loss could bring
+    // the bad file back under the database's name (or lose the moved copy).
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
+    }
     tracing::warn!(from = %path.display(), to = %target.display(), "moved bad database aside");
     Ok(target)
 }
@@ -337,6 +344,8 @@ fn open_once(
         counters: Counters::default(),
         #[cfg(feature = "sim")]
         sim: opts.sim.clone(),
+        #[cfg(feature = "sim")]
+        platform_sync: opts.platform_sync.clone(),
     });
     let mut pl = Pipeline {
         t0: Instant::now(),
@@ -392,6 +401,19 @@ fn open_once(
                     source: Arc::new(e),
                 }
             })?;
+        // The WAL's creator may have died before syncing its directory entry (a
+        // WAL is only dir-synced at its first sync): make the entry durable too,
+        // or a power loss after recovery could take the whole WAL away.
+        if let Some(dir) = wal.parent() {
+            crate::vfs::sync_dir(&shared, SyncReason::OpenBarrier, dir).map_err(|e| {
+                Error::SyncFailed {
+                    kind: FileKind::Wal,
+                    reason: SyncReason::OpenBarrier,
+                    path: path.to_path_buf(),
+                    source: Arc::new(e),
+                }
+            })?;
+        }
         *note = format!(
             "{} bytes, policy {:?}{}",
             check.wal_bytes,
@@ -481,11 +503,11 @@ fn open_once(
             *note = "deferred to the background checkpointer".into();
             return Ok(());
         }
-        let o = run_checkpoint(
+        let o = crate::checkpointer::checkpoint_on_writer(
             &writer.conn,
             path,
             &wal,
-            CheckpointMode::Passive,
+            &opts.sync,
             opts.truncate_timeout,
         )?;
         *note = format!(
@@ -575,7 +597,9 @@ fn open_once(
             .name("keel-ckpt".into())
             .spawn(move || checkpointer_main(ck, ck_rx, ck_ctx))
             .map_err(|e| Error::io("spawn checkpointer thread", path, e))?;
+        let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
         let w_ctx = WriterCtx {
+            gauge: Arc::clone(&gauge),
             path: path.to_path_buf(),
             ckpt_tx: ck_tx.clone(),
             idle: opts.idle_checkpoint_delay,
@@ -601,12 +625,13 @@ fn open_once(
         Ok(Store::from_inner(Inner::new(
             path.to_path_buf(),
             Arc::clone(&shared),
-            ReaderPool::new(readers),
+            ReaderPool::new(readers, opts.reader_wait),
             w_tx,
             ck_tx,
             w_handle,
             ck_handle,
             Arc::clone(&vfs),
+            gauge,
         )))
     })?;
     pl.report.total = pl.t0.elapsed();

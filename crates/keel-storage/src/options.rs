@@ -167,6 +167,16 @@ pub struct StoreOptions {
     pub vacuum_min_free_pages: u32,
     /// Most closures run in one group commit (default 512).
     pub max_group_size: usize,
+    /// Backpressure: at most this many writes wait in the writer queue (default
+    /// 10 000). A [`Store::write`](crate::Store::write) beyond it resolves at once
+    /// with [`Error::QueueFull`](crate::Error::QueueFull) without running its closure,
+    /// so a producer faster than the disk meets a bound instead of growing memory
+    /// without limit. [`Store::write_blocking`](crate::Store::write_blocking) waits
+    /// for room instead (it blocks anyway).
+    pub max_queued_writes: usize,
+    /// How long a read waits for a pooled connection when all are in use (default
+    /// 10 s); then it fails with [`Error::ReadersBusy`](crate::Error::ReadersBusy).
+    pub reader_wait: Duration,
     /// Opt-in: if the file is not a database or is corrupt, move it (and its -wal/-shm)
     /// aside as `<name>.corrupt-<UTC timestamp>` and create a fresh database.
     /// User data is never deleted. Default `false`.
@@ -181,6 +191,9 @@ pub struct StoreOptions {
     /// A simulated disk behind the VFS shim (crash and fault testing; feature `sim`).
     #[cfg(feature = "sim")]
     pub sim: Option<Arc<crate::sim::SimDisk>>,
+    /// An injected Apple sync primitive (feature `sim`; see [`crate::sim::PlatformSync`]).
+    #[cfg(feature = "sim")]
+    pub platform_sync: Option<crate::sim::PlatformSync>,
 }
 
 impl Default for StoreOptions {
@@ -195,12 +208,16 @@ impl Default for StoreOptions {
             checkpoint_on_open: false,
             vacuum_min_free_pages: 256,
             max_group_size: 512,
+            max_queued_writes: 10_000,
+            reader_wait: Duration::from_secs(10),
             recover_corrupt: false,
             progress: None,
             connection_init: None,
             schema_hook: None,
             #[cfg(feature = "sim")]
             sim: None,
+            #[cfg(feature = "sim")]
+            platform_sync: None,
         }
     }
 }
@@ -220,6 +237,8 @@ impl fmt::Debug for StoreOptions {
             .field("checkpoint_on_open", &self.checkpoint_on_open)
             .field("vacuum_min_free_pages", &self.vacuum_min_free_pages)
             .field("max_group_size", &self.max_group_size)
+            .field("max_queued_writes", &self.max_queued_writes)
+            .field("reader_wait", &self.reader_wait)
             .field("recover_corrupt", &self.recover_corrupt)
             .field("progress", &self.progress.is_some())
             .field("connection_init", &self.connection_init.is_some())
@@ -267,6 +286,16 @@ impl StoreOptions {
     /// Busy timeout.
     pub fn busy_timeout(mut self, d: Duration) -> Self {
         self.busy_timeout = d;
+        self
+    }
+    /// Writer queue bound (see [`StoreOptions::max_queued_writes`]; at least 1).
+    pub fn max_queued_writes(mut self, n: usize) -> Self {
+        self.max_queued_writes = n.max(1);
+        self
+    }
+    /// Bound on a read's wait for a pooled connection (see [`StoreOptions::reader_wait`]).
+    pub fn reader_wait(mut self, d: Duration) -> Self {
+        self.reader_wait = d;
         self
     }
     /// Opt in to moving bad files aside.

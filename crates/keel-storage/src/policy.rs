@@ -87,6 +87,7 @@ pub trait SyncHook: Send + Sync + fmt::Debug {
 /// # let _ = p;
 /// ```
 pub struct SyncContext<'a> {
+    pub(crate) shared: &'a crate::vfs::VfsShared,
     pub(crate) kind: FileKind,
     pub(crate) reason: SyncReason,
     pub(crate) db_path: &'a Path,
@@ -153,7 +154,7 @@ impl SyncContext<'_> {
 
     fn run_real(&self, p: SyncPolicy) -> std::io::Result<()> {
         match (self.fd, self.fallback) {
-            (Some(fd), _) => crate::vfs::sync_fd(fd, &p),
+            (Some(fd), _) => crate::vfs::sync_fd(self.shared, fd, &p),
             (None, Some(f)) => f(),
             (None, None) => Ok(()),
         }
@@ -222,6 +223,28 @@ impl SyncPolicy {
         F: Fn(&SyncContext<'_>) -> std::io::Result<()> + Send + Sync + 'static,
     {
         SyncPolicy::Custom(Arc::new(FnHook(f)))
+    }
+
+    /// The `PRAGMA synchronous` value a connection checkpointing under this policy
+    /// needs (SQLite issues no checkpoint sync at all with `OFF`).
+    pub(crate) fn checkpoint_synchronous(&self) -> &'static str {
+        match self {
+            SyncPolicy::Off => "OFF",
+            _ => "FULL",
+        }
+    }
+
+    /// Whether SQLite's own `xSync` must flush through the drive's cache under this
+    /// policy (`PRAGMA fullfsync` / `checkpoint_fullfsync`). keel's shim runs every
+    /// sync it can attribute to a descriptor itself; the rest reach SQLite's `unix`
+    /// VFS, which on Apple uses plain `fsync` unless these pragmas are on. Setting
+    /// them keeps those syncs from being weaker than the policy (elsewhere they do
+    /// nothing).
+    pub(crate) fn sqlite_fullfsync(&self) -> bool {
+        matches!(
+            self,
+            SyncPolicy::Full | SyncPolicy::Barrier | SyncPolicy::Custom(_)
+        )
     }
 
     /// The `PRAGMA synchronous` value this policy implies for the writer.
@@ -302,6 +325,11 @@ thread_local! {
 /// caused it, so keel's threads set this around their work).
 pub(crate) fn current_reason() -> SyncReason {
     REASON.with(|r| r.get())
+}
+
+/// Set the thread's sync reason; returns the previous one.
+pub(crate) fn set_reason(r: SyncReason) -> SyncReason {
+    REASON.with(|c| c.replace(r))
 }
 
 /// Sets the thread's sync reason until dropped.

@@ -1,8 +1,15 @@
 //! The pool of read-only connections.
+//!
+//! The pool has a fixed size (`StoreOptions::reader_pool_size`). When every
+//! connection is in use a read waits, at most `StoreOptions::reader_wait`, then fails
+//! with [`Error::ReadersBusy`]: the pool does not grow, because each extra connection
+//! costs a file descriptor and page cache, and a read nested inside another read on
+//! the same thread would otherwise wait forever.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use crate::conn::KConn;
 use crate::error::{Error, PathScope};
@@ -15,11 +22,15 @@ struct PoolState {
 pub(crate) struct ReaderPool {
     state: Mutex<PoolState>,
     cv: Condvar,
+    size: usize,
+    wait: Duration,
 }
 
 impl ReaderPool {
-    pub(crate) fn new(conns: Vec<KConn>) -> ReaderPool {
+    pub(crate) fn new(conns: Vec<KConn>, wait: Duration) -> ReaderPool {
         ReaderPool {
+            size: conns.len(),
+            wait,
             state: Mutex::new(PoolState {
                 idle: conns,
                 closed: false,
@@ -33,6 +44,7 @@ impl ReaderPool {
     }
 
     fn acquire(&self, path: &Path) -> Result<KConn, Error> {
+        let start = Instant::now();
         let mut st = self.lock();
         loop {
             if st.closed {
@@ -41,7 +53,20 @@ impl ReaderPool {
             if let Some(c) = st.idle.pop() {
                 return Ok(c);
             }
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            let waited = start.elapsed();
+            let Some(left) = self.wait.checked_sub(waited).filter(|d| !d.is_zero()) else {
+                return Err(Error::ReadersBusy {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    pool: self.size,
+                    waited,
+                });
+            };
+            st = self
+                .cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
     }
 

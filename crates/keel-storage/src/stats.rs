@@ -23,6 +23,7 @@ pub(crate) struct Counters {
     kinds: [KindCounters; 4],
     by_reason: [AtomicU64; 3],
     dir_syncs: AtomicU64,
+    sync_fallbacks: AtomicU64,
 }
 
 impl Counters {
@@ -55,6 +56,9 @@ impl Counters {
     pub(crate) fn dir_sync(&self) {
         self.dir_syncs.fetch_add(1, Relaxed);
     }
+    pub(crate) fn sync_fallback(&self) {
+        self.sync_fallbacks.fetch_add(1, Relaxed);
+    }
     pub(crate) fn total_syncs(&self) -> u64 {
         self.kinds.iter().map(|c| c.syncs.load(Relaxed)).sum()
     }
@@ -77,6 +81,7 @@ impl Counters {
             a.store(0, Relaxed);
         }
         self.dir_syncs.store(0, Relaxed);
+        self.sync_fallbacks.store(0, Relaxed);
     }
     pub(crate) fn snapshot(&self) -> IoStats {
         let f = |k: FileKind| {
@@ -101,6 +106,7 @@ impl Counters {
             checkpoint_syncs: self.by_reason[1].load(Relaxed),
             open_barrier_syncs: self.by_reason[2].load(Relaxed),
             dir_syncs: self.dir_syncs.load(Relaxed),
+            sync_fallbacks: self.sync_fallbacks.load(Relaxed),
         }
     }
 }
@@ -167,6 +173,12 @@ pub struct IoStats {
     pub open_barrier_syncs: u64,
     /// Directory syncs after a new WAL/journal file was created (not counted above).
     pub dir_syncs: u64,
+    /// Syncs that could not use the policy's primitive because the file system does
+    /// not support it (`F_FULLFSYNC` / `F_BARRIERFSYNC` refused with `ENOTSUP` or
+    /// `EINVAL`, e.g. on a network volume) and fell back to `fsync`. Always 0 where
+    /// the policy's primitive is `fsync`/`fdatasync`. Any other failure of a primitive
+    /// fails the sync (and the commit) instead.
+    pub sync_fallbacks: u64,
 }
 
 impl IoStats {
@@ -222,8 +234,12 @@ impl fmt::Display for IoStats {
         }
         write!(
             f,
-            "syncs by reason: commit {}, checkpoint {}, open barrier {}; directory syncs {}",
-            self.commit_syncs, self.checkpoint_syncs, self.open_barrier_syncs, self.dir_syncs
+            "syncs by reason: commit {}, checkpoint {}, open barrier {}; directory syncs {}; fallbacks to fsync {}",
+            self.commit_syncs,
+            self.checkpoint_syncs,
+            self.open_barrier_syncs,
+            self.dir_syncs,
+            self.sync_fallbacks
         )
     }
 }

@@ -14,7 +14,7 @@ use crate::readers::ReaderPool;
 use crate::report::OpenReport;
 use crate::stats::IoStats;
 use crate::vfs::{VfsRegistration, VfsShared};
-use crate::writer::{TypedJob, WriteFuture, WriteTxn, WriterMsg};
+use crate::writer::{QueueGauge, TypedJob, WriteFuture, WriteTxn, WriterMsg};
 
 pub(crate) struct Inner {
     path: PathBuf,
@@ -26,6 +26,7 @@ pub(crate) struct Inner {
     ckpt: Mutex<Option<JoinHandle<()>>>,
     writer_id: ThreadId,
     readers: ReaderPool,
+    gauge: Arc<QueueGauge>,
     closed: AtomicBool,
     close_lock: Mutex<()>,
     // Last: the VFS must outlive every connection (connections also hold an Arc).
@@ -47,6 +48,7 @@ impl Inner {
         writer: JoinHandle<()>,
         ckpt: JoinHandle<()>,
         vfs: Arc<VfsRegistration>,
+        gauge: Arc<QueueGauge>,
     ) -> Inner {
         Inner {
             path,
@@ -58,6 +60,7 @@ impl Inner {
             writer: Mutex::new(Some(writer)),
             ckpt: Mutex::new(Some(ckpt)),
             readers,
+            gauge,
             closed: AtomicBool::new(false),
             close_lock: Mutex::new(()),
             _vfs: vfs,
@@ -94,14 +97,67 @@ impl Inner {
 }
 
 impl Drop for Inner {
+    /// The last handle went away without [`Store::close`]: hand the shutdown to a
+    /// keel thread and return at once. Dropping usually happens on an app's main
+    /// thread (a Swift `deinit`, a Kotlin `close()`), and the shutdown ends with a
+    /// TRUNCATE checkpoint and its full sync, which can take seconds. The queued
+    /// writes still commit and the checkpoint still runs, on `keel-close`; call
+    /// [`Store::close`] to wait for them.
     fn drop(&mut self) {
-        let _ = self.close();
+        let _g = lock(&self.close_lock);
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        // The writer finishes what is queued, then exits; nobody can read any more.
+        if let Some(tx) = lock(&self.writer_tx).take() {
+            let _ = tx.send(WriterMsg::Shutdown);
+        }
+        self.readers.close();
+        let writer = lock(&self.writer).take();
+        let ckpt_tx = lock(&self.ckpt_tx).take();
+        let ckpt = lock(&self.ckpt).take();
+        let path = self.path.clone();
+        let on_writer = std::thread::current().id() == self.writer_id;
+        let shutdown = move || {
+            if let Some(h) = writer {
+                if !on_writer {
+                    let _ = h.join();
+                }
+            }
+            if let Some(tx) = ckpt_tx {
+                let _ = tx.send(CkptMsg::Shutdown);
+            }
+            if let Some(h) = ckpt {
+                let _ = h.join();
+            }
+            tracing::info!(path = %path.display(), "store closed (last handle dropped)");
+        };
+        // The closure moves into the thread only if the spawn succeeds; keep a way
+        // to run it here when it does not.
+        let slot = Arc::new(Mutex::new(Some(shutdown)));
+        let s2 = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("keel-close".into())
+            .spawn(move || {
+                if let Some(f) = lock(&s2).take() {
+                    f();
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "could not start keel-close; closing on the dropping thread");
+            if let Some(f) = lock(&slot).take() {
+                f();
+            }
+        }
     }
 }
 
 /// An open keel store: one SQLite database with a writer thread (group commit), a
 /// pool of read-only connections and a background checkpointer. Cheap to clone;
-/// `Send + Sync`. The last clone dropped closes the store (like [`Store::close`]).
+/// `Send + Sync`. Dropping the last clone closes the store in the background: the
+/// drop returns at once and a keel thread (`keel-close`) commits the queued writes,
+/// runs the final checkpoint and closes the connections. Call [`Store::close`] to
+/// wait for that (before a process exits, for instance).
 ///
 /// ```
 /// use keel_storage::{Error, Store, StoreOptions};
@@ -249,6 +305,10 @@ impl Store {
     }
 
     /// Queue a write. The closure runs on the writer thread inside its own SAVEPOINT,
+    /// unless the queue already holds
+    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)
+    /// writes: then the future resolves at once with [`Error::QueueFull`] and the
+    /// closure never runs (backpressure, see `docs/durability.md`).
     /// grouped with other queued writes into one transaction (group commit). If it
     /// returns `Err` only its own changes roll back. The future resolves after COMMIT
     /// (and after `on_commit` callbacks ran); if COMMIT fails every closure of the
@@ -272,6 +332,17 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
+        self.enqueue(f, self.inner.gauge.try_reserve())
+    }
+
+    /// Queue `f` if `reserved` (a place in the writer queue was taken for it);
+    /// otherwise its future reports [`Error::QueueFull`].
+    fn enqueue<F, R, E>(&self, f: F, reserved: bool) -> WriteFuture<std::result::Result<R, E>>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
         let (tx, rx) = oneshot::channel();
         let path = self.inner.path.clone();
         let p2 = path.clone();
@@ -279,14 +350,44 @@ impl Store {
             rx,
             Box::new(move || Err(E::from(Error::closed("write", &p2)))),
         );
-        let job = Box::new(TypedJob::new(f, tx, path));
-        if !self.inner.closed.load(Ordering::SeqCst) {
-            if let Some(wtx) = lock(&self.inner.writer_tx).as_ref() {
-                // On failure the job is dropped: the future reports `Closed`.
-                let _ = wtx.send(WriterMsg::Job(job));
+        if self.inner.closed.load(Ordering::SeqCst) {
+            if reserved {
+                self.inner.gauge.release();
             }
+            return fut;
+        }
+        if !reserved {
+            let _ = tx.send(Err(E::from(Error::QueueFull {
+                op: "write",
+                path,
+                capacity: self.inner.gauge.capacity(),
+            })));
+            return fut;
+        }
+        let job = Box::new(TypedJob::new(f, tx, path));
+        let sent = match lock(&self.inner.writer_tx).as_ref() {
+            // On failure the job is dropped: the future reports `Closed`.
+            Some(wtx) => wtx.send(WriterMsg::Job(job)).is_ok(),
+            None => false,
+        };
+        if !sent {
+            self.inner.gauge.release();
         }
         fut
+    }
+
+    /// Writes waiting in the writer queue now (at most
+    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)).
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("q.db"), StoreOptions::default())?;
+    /// assert_eq!(store.queued_writes(), 0);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn queued_writes(&self) -> usize {
+        self.inner.gauge.len()
     }
 
     /// [`Store::write`] and wait for it. Must not be called from inside a write
@@ -312,7 +413,12 @@ impl Store {
                 path: self.inner.path.clone(),
             }));
         }
-        self.write(f).wait()
+        // Blocking anyway: wait for room in the queue rather than fail.
+        let inner = &self.inner;
+        let reserved = inner
+            .gauge
+            .reserve_blocking(|| inner.closed.load(Ordering::SeqCst));
+        self.enqueue(f, reserved).wait()
     }
 
     /// Run `f` synchronously on the calling thread with a pooled read-only connection,

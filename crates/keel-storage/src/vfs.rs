@@ -34,6 +34,9 @@ pub(crate) struct VfsShared {
     /// The simulated disk behind this store, if any (tests only).
     #[cfg(feature = "sim")]
     pub(crate) sim: Option<Arc<crate::sim::SimDisk>>,
+    /// An injected Apple `fcntl` primitive (tests only; see `StoreOptions::platform_sync`).
+    #[cfg(feature = "sim")]
+    pub(crate) platform_sync: Option<crate::sim::PlatformSync>,
 }
 
 /// A file known to the simulated disk.
@@ -62,16 +65,81 @@ pub(crate) fn take_last_sync_error() -> Option<(FileKind, SyncReason, std::io::E
     LAST_SYNC_ERROR.with(|c| c.borrow_mut().take())
 }
 
+/// A sync primitive, as the policy table in `docs/durability.md` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    /// `fcntl(F_FULLFSYNC)`: flush through the drive's cache (Apple).
+    FullFsync,
+    /// `fcntl(F_BARRIERFSYNC)`: an ordering barrier (Apple).
+    BarrierFsync,
+    /// `fsync`.
+    Fsync,
+    /// `fdatasync` (Linux, Android; `fsync` on other Unixes).
+    Fdatasync,
+}
+
+/// The primitive a built-in policy runs; `apple` selects the Apple column of the
+/// table. `None`: no sync at all (`Off`). A `Custom` policy picks per call and
+/// lands here through [`SyncContext`]'s primitives.
+pub(crate) fn select(p: &SyncPolicy, apple: bool) -> Option<Primitive> {
+    match (p, apple) {
+        (SyncPolicy::Off, _) => None,
+        (SyncPolicy::Full | SyncPolicy::Custom(_), true) => Some(Primitive::FullFsync),
+        (SyncPolicy::Barrier, true) => Some(Primitive::BarrierFsync),
+        (SyncPolicy::Full | SyncPolicy::Custom(_), false) => Some(Primitive::Fsync),
+        (SyncPolicy::Barrier, false) => Some(Primitive::Fdatasync),
+        (SyncPolicy::Normal, _) => Some(Primitive::Fsync),
+    }
+}
+
+/// The platform's own `fcntl` sync (`F_FULLFSYNC` / `F_BARRIERFSYNC`): the one
+/// function per platform that issues it. Not on Apple there is none: the caller
+/// never selects these primitives there (see [`select`]).
 #[cfg(target_vendor = "apple")]
-fn fcntl_sync(fd: c_int, op: c_int) -> std::io::Result<()> {
+fn apple_fcntl(fd: c_int, p: Primitive) -> std::io::Result<()> {
+    let op = match p {
+        Primitive::FullFsync => libc::F_FULLFSYNC,
+        Primitive::BarrierFsync => libc::F_BARRIERFSYNC,
+        Primitive::Fsync | Primitive::Fdatasync => return plain_fsync(fd),
+    };
     // SAFETY: fcntl with F_FULLFSYNC / F_BARRIERFSYNC takes no pointer argument; `fd`
     // is an open descriptor owned by SQLite (or by the caller) for the whole call.
     let rc = unsafe { libc::fcntl(fd, op) };
-    if rc == 0 {
-        return Ok(());
+    if rc == -1 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(())
     }
-    // Some file systems (network, FUSE) do not support these; fall back like SQLite does.
-    plain_fsync(fd)
+}
+
+/// True for the errors by which a file system says it does not support an `fcntl`
+/// sync (network and FUSE file systems): only these fall back to `fsync`, as SQLite
+/// does. Anything else (EIO above all) fails the sync.
+pub(crate) fn unsupported(e: &std::io::Error) -> bool {
+    // ENOTSUP and EOPNOTSUPP are the same number on Linux, not on Apple.
+    e.raw_os_error()
+        .is_some_and(|c| c == libc::ENOTSUP || c == libc::EOPNOTSUPP || c == libc::EINVAL)
+}
+
+/// Run an Apple `fcntl` primitive through `fcntl`, falling back to `fsync` where the
+/// file system does not support it. The fallback is counted
+/// ([`IoStats::sync_fallbacks`](crate::IoStats)): a sync that could not be as
+/// strong as the policy asked is never silent.
+pub(crate) fn fcntl_with_fallback(
+    fd: c_int,
+    p: Primitive,
+    fcntl: &dyn Fn(c_int, Primitive) -> std::io::Result<()>,
+    counters: &Counters,
+) -> std::io::Result<()> {
+    match fcntl(fd, p) {
+        Ok(()) => Ok(()),
+        Err(e) if unsupported(&e) => {
+            tracing::warn!(primitive = ?p, error = %e, "sync primitive unsupported here; fell back to fsync");
+            counters.sync_fallback();
+            plain_fsync(fd)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 fn plain_fsync(fd: c_int) -> std::io::Result<()> {
@@ -84,7 +152,6 @@ fn plain_fsync(fd: c_int) -> std::io::Result<()> {
     }
 }
 
-#[cfg(not(target_vendor = "apple"))]
 fn data_sync(fd: c_int) -> std::io::Result<()> {
     #[cfg(any(target_os = "linux", target_os = "android"))]
     {
@@ -103,18 +170,37 @@ fn data_sync(fd: c_int) -> std::io::Result<()> {
 }
 
 /// Run a built-in policy's primitive on a descriptor.
-pub(crate) fn sync_fd(fd: c_int, p: &SyncPolicy) -> std::io::Result<()> {
+pub(crate) fn sync_fd(shared: &VfsShared, fd: c_int, p: &SyncPolicy) -> std::io::Result<()> {
+    // Tests put an injected `fcntl` here to run the Apple column on any platform.
+    #[cfg(feature = "sim")]
+    if let Some(inj) = &shared.platform_sync {
+        let f = |fd: c_int, p: Primitive| inj(fd, p.into());
+        return run_primitive(select(p, true), fd, &f, &shared.counters);
+    }
+    #[cfg(target_vendor = "apple")]
+    return run_primitive(select(p, true), fd, &apple_fcntl, &shared.counters);
+    #[cfg(not(target_vendor = "apple"))]
+    run_primitive(
+        select(p, false),
+        fd,
+        &|_, _| Err(std::io::Error::from_raw_os_error(libc::ENOTSUP)),
+        &shared.counters,
+    )
+}
+
+fn run_primitive(
+    p: Option<Primitive>,
+    fd: c_int,
+    fcntl: &dyn Fn(c_int, Primitive) -> std::io::Result<()>,
+    counters: &Counters,
+) -> std::io::Result<()> {
     match p {
-        SyncPolicy::Off => Ok(()),
-        #[cfg(target_vendor = "apple")]
-        SyncPolicy::Full | SyncPolicy::Custom(_) => fcntl_sync(fd, libc::F_FULLFSYNC),
-        #[cfg(target_vendor = "apple")]
-        SyncPolicy::Barrier => fcntl_sync(fd, libc::F_BARRIERFSYNC),
-        #[cfg(not(target_vendor = "apple"))]
-        SyncPolicy::Full | SyncPolicy::Custom(_) => plain_fsync(fd),
-        #[cfg(not(target_vendor = "apple"))]
-        SyncPolicy::Barrier => data_sync(fd),
-        SyncPolicy::Normal => plain_fsync(fd),
+        None => Ok(()),
+        Some(Primitive::Fsync) => plain_fsync(fd),
+        Some(Primitive::Fdatasync) => data_sync(fd),
+        Some(p @ (Primitive::FullFsync | Primitive::BarrierFsync)) => {
+            fcntl_with_fallback(fd, p, fcntl, counters)
+        }
     }
 }
 
@@ -131,6 +217,7 @@ fn policy_sync(
     let policy = shared.policies.for_reason(reason);
     let start = Instant::now();
     let ctx = SyncContext {
+        shared,
         kind,
         reason,
         db_path: &shared.db_path,
@@ -183,6 +270,29 @@ pub(crate) fn sync_file(
         #[cfg(feature = "sim")]
         sim,
     )
+}
+
+/// Sync a directory, so that a file's entry in it (its creation, a rename) survives
+/// a power loss. Counted in `IoStats::dir_syncs`. Skipped under an `Off` policy.
+pub(crate) fn sync_dir(shared: &VfsShared, reason: SyncReason, dir: &Path) -> std::io::Result<()> {
+    if matches!(shared.policies.for_reason(reason), SyncPolicy::Off) {
+        return Ok(());
+    }
+    #[cfg(feature = "sim")]
+    if let Some(disk) = &shared.sim {
+        disk.dir_synced(dir);
+        shared.counters.dir_sync();
+        if !disk.real_sync() {
+            return Ok(());
+        }
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    #[cfg(feature = "sim")]
+    if shared.sim.is_some() {
+        return Ok(());
+    }
+    shared.counters.dir_sync();
+    Ok(())
 }
 
 /// The data SQLite hands our VFS in `pAppData`.
@@ -296,6 +406,11 @@ impl VfsRegistration {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The store's shared state (policies, counters).
+    pub(crate) fn shared(&self) -> &Arc<VfsShared> {
+        &self._app.shared
     }
 }
 
@@ -627,11 +742,19 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
     };
     let reason = current_reason();
     let fd = (k.fd >= 0).then_some(k.fd);
+    // A sync keel cannot run itself (descriptor unknown) goes to SQLite's own xSync:
+    // ask it for its strongest sync whenever the policy is stronger than plain fsync
+    // (with `PRAGMA fullfsync`, set at open, that is F_FULLFSYNC on Apple).
+    let real_flags = if shared.policies.for_reason(reason).sqlite_fullfsync() {
+        (flags & !0x0f) | ffi::SQLITE_SYNC_FULL
+    } else {
+        flags
+    };
     let fallback = || {
         // SAFETY: forwarding to the real file's xSync (descriptor unknown to us).
         let rc = unsafe {
             match rm(f).xSync {
-                Some(m) => m(real(f), flags),
+                Some(m) => m(real(f), real_flags),
                 None => ffi::SQLITE_OK,
             }
         };

@@ -3,9 +3,9 @@
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::checkpointer::{CkptMsg, CkptSignal};
@@ -19,6 +19,12 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// The handle a write closure gets: the writer connection, inside this closure's
 /// SAVEPOINT (itself inside the group's transaction). Derefs to
 /// [`rusqlite::Connection`].
+///
+/// The group's transaction is not the closure's to end: `BEGIN`, `COMMIT`, `END`,
+/// `ROLLBACK`, and `RELEASE` / `ROLLBACK TO keel_write` (the closure's savepoint)
+/// fail with an SQLite "not authorized" error inside a closure, so no closure can
+/// make another closure's report false. To undo its own changes a closure returns
+/// `Err`; nested savepoints of its own (`SAVEPOINT x` … `RELEASE x`) work.
 ///
 /// ```
 /// # use keel_storage::{Error, Store, StoreOptions};
@@ -185,6 +191,82 @@ impl<F, R, E> Drop for TypedJob<F, R, E> {
     }
 }
 
+/// The writer queue's length and bound (backpressure, `StoreOptions::max_queued_writes`).
+pub(crate) struct QueueGauge {
+    queued: AtomicUsize,
+    cap: usize,
+    waiters: AtomicUsize,
+    m: Mutex<()>,
+    room: Condvar,
+}
+
+impl QueueGauge {
+    pub(crate) fn new(cap: usize) -> QueueGauge {
+        QueueGauge {
+            queued: AtomicUsize::new(0),
+            cap: cap.max(1),
+            waiters: AtomicUsize::new(0),
+            m: Mutex::new(()),
+            room: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Take a place in the queue, if there is one.
+    pub(crate) fn try_reserve(&self) -> bool {
+        self.queued
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.cap).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Take a place, waiting for one (or until `give_up` says so).
+    pub(crate) fn reserve_blocking(&self, give_up: impl Fn() -> bool) -> bool {
+        loop {
+            if self.try_reserve() {
+                return true;
+            }
+            if give_up() {
+                return false;
+            }
+            self.waiters.fetch_add(1, Ordering::AcqRel);
+            let g = self.m.lock().unwrap_or_else(|p| p.into_inner());
+            // Re-checked under the lock the writer takes to notify: no lost wake-up.
+            if self.queued.load(Ordering::Acquire) >= self.cap {
+                // The timeout only covers a store closing under us.
+                let _ = self
+                    .room
+                    .wait_timeout(g, Duration::from_millis(100))
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+            self.waiters.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// A reserved place was not used (the send failed).
+    pub(crate) fn release(&self) {
+        self.left(1);
+    }
+
+    /// `n` jobs left the queue (the writer took them).
+    fn left(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            let _g = self.m.lock().unwrap_or_else(|p| p.into_inner());
+            self.room.notify_all();
+        }
+    }
+
+    /// Writes waiting in the queue now.
+    pub(crate) fn len(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+}
+
 pub(crate) enum WriterMsg {
     Job(Box<dyn Job>),
     Vacuum {
@@ -203,6 +285,7 @@ pub(crate) struct WriterCtx {
     pub(crate) signal: Arc<CkptSignal>,
     pub(crate) wal_frames: Arc<AtomicU64>,
     pub(crate) threshold_frames: u64,
+    pub(crate) gauge: Arc<QueueGauge>,
 }
 
 impl WriterCtx {
@@ -215,9 +298,41 @@ impl WriterCtx {
     }
 }
 
-/// Run a parameterless statement through the connection's statement cache.
+/// Run one of the writer's own transaction-control statements. Never through the
+/// statement cache: a closure calling `prepare_cached("COMMIT")` would otherwise get
+/// the writer's already-authorized statement back and end the group's transaction.
 fn exec(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+    conn.execute_batch(sql)
+}
+
+/// The savepoint each closure runs in; closures may not release or roll it back.
+const SAVEPOINT: &str = "keel_write";
+
+/// Install the writer's authorizer: while a closure runs (`in_closure`), statements
+/// that would end or escape the group's transaction — `BEGIN`, `COMMIT`/`END`,
+/// `ROLLBACK`, and `RELEASE`/`ROLLBACK TO` of the closure's own savepoint — are
+/// refused when SQLite prepares them (`SQLITE_AUTH`, "not authorized"). The closure
+/// sees an error for that statement only; every report of the group stays true. Its
+/// own nested savepoints work as usual. Installed once: setting an authorizer
+/// expires every prepared statement, which must not happen per closure.
+fn guard_transaction(conn: &mut rusqlite::Connection, in_closure: Arc<AtomicBool>) {
+    use rusqlite::hooks::{AuthAction, AuthContext, Authorization, TransactionOperation};
+    let r = conn.authorizer(Some(move |ctx: AuthContext<'_>| {
+        if !in_closure.load(Ordering::Relaxed) {
+            return Authorization::Allow;
+        }
+        match ctx.action {
+            AuthAction::Transaction { .. } => Authorization::Deny,
+            AuthAction::Savepoint {
+                operation: TransactionOperation::Release | TransactionOperation::Rollback,
+                savepoint_name,
+            } if savepoint_name.eq_ignore_ascii_case(SAVEPOINT) => Authorization::Deny,
+            _ => Authorization::Allow,
+        }
+    }));
+    if let Err(e) = r {
+        tracing::error!(error = %e, "could not install the writer's authorizer");
+    }
 }
 
 fn sqlite_abort(msg: &str) -> rusqlite::Error {
@@ -249,21 +364,28 @@ pub(crate) fn incremental_vacuum(
     Ok(u64::try_from(before - after).unwrap_or(0))
 }
 
-pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) {
+pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Commit);
+    let in_closure = Arc::new(AtomicBool::new(false));
+    guard_transaction(&mut conn.conn, Arc::clone(&in_closure));
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
     loop {
         let msg = match pending.take() {
             Some(m) => m,
+            // Idle means asleep: the only deadline is the background vacuum check
+            // `idle` after the last commit; once it ran, wait for work alone (a
+            // phone's battery pays for every wake-up).
+            None if vacuum_checked => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => break,
+            },
             None => match rx.recv_timeout(ctx.idle) {
                 Ok(m) => m,
                 Err(RecvTimeoutError::Timeout) => {
-                    if !vacuum_checked {
-                        vacuum_checked = true;
-                        background_vacuum(&conn.conn, &ctx);
-                    }
+                    vacuum_checked = true;
+                    background_vacuum(&conn.conn, &ctx);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -288,7 +410,8 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
                         Err(_) => break,
                     }
                 }
-                run_group(&conn.conn, &ctx.path, batch);
+                ctx.gauge.left(batch.len());
+                run_group(&conn.conn, &ctx.path, batch, &in_closure);
                 vacuum_checked = false;
                 ctx.committed();
             }
@@ -319,7 +442,12 @@ fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
 
 /// Run one group: BEGIN IMMEDIATE; each job in its own SAVEPOINT; COMMIT; callbacks;
 /// resolve futures.
-fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>) {
+fn run_group(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    batch: Vec<Box<dyn Job>>,
+    in_closure: &AtomicBool,
+) {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
     let start = Instant::now();
@@ -349,11 +477,14 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             path,
             callbacks: Vec::new(),
         };
+        in_closure.store(true, Ordering::Relaxed);
         let ok = job.run(&mut txn);
+        in_closure.store(false, Ordering::Relaxed);
         let callbacks = std::mem::take(&mut txn.callbacks);
         if conn.is_autocommit() {
-            // SQLite rolled the whole transaction back (or the closure ended it): the
-            // earlier closures of this group are lost too.
+            // SQLite rolled the whole transaction back (a closure cannot end it: see
+            // `guard_transaction`): nothing of this group committed, so every closure
+            // of it, earlier ones included, is told so — truthfully.
             let err = Error::sqlite(
                 "group commit (transaction ended inside a write closure)",
                 path,
@@ -368,7 +499,23 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
         }
         if ok {
             if let Err(e) = exec(conn, "RELEASE keel_write") {
+                // The closure reports an error, so its changes must not stay in the
+                // group: roll them back, or (if even that fails) give up the whole
+                // transaction and tell every closure of it.
                 let err = Error::sqlite("release savepoint", path, e);
+                drop(callbacks);
+                let undone = exec(conn, "ROLLBACK TO keel_write")
+                    .and_then(|()| exec(conn, "RELEASE keel_write"))
+                    .is_ok();
+                if !undone {
+                    if !conn.is_autocommit() {
+                        let _ = exec(conn, "ROLLBACK");
+                    }
+                    for (j, _) in committed.drain(..) {
+                        settled.push((j, Err(err.clone())));
+                    }
+                    in_txn = false;
+                }
                 settled.push((job, Err(err)));
                 continue;
             }
@@ -382,10 +529,7 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
     }
     let commit: Result<()> = if in_txn {
         let t = Instant::now();
-        let r = conn
-            .prepare_cached("COMMIT")
-            .and_then(|mut s| s.execute([]).map(|_| ()))
-            .map_err(|e| Error::sqlite("commit", path, e));
+        let r = exec(conn, "COMMIT").map_err(|e| Error::sqlite("commit", path, e));
         tracing::debug!(
             commit_ms = t.elapsed().as_secs_f64() * 1e3,
             ok = r.is_ok(),

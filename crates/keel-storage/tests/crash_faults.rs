@@ -155,7 +155,9 @@ fn a_crash_during_recovery_then_another_reopen() {
     insert(&store, 0..10).unwrap();
     // The app dies with the commits in the WAL.
     disk.crash_now();
-    drop(store);
+    // The app dies: its threads stop with it (close waits for them; a plain drop
+    // would finish the shutdown in the background).
+    let _ = store.close();
     disk.app_crash();
     assert!(
         std::fs::metadata(format!("{}-wal", path.display()))
@@ -193,7 +195,9 @@ fn a_fault_in_the_open_pipeline_is_typed_and_the_next_open_works() {
     let store = Store::open(&path, opts(&disk)).unwrap();
     insert(&store, 0..5).unwrap();
     disk.crash_now();
-    drop(store);
+    // The app dies: its threads stop with it (close waits for them; a plain drop
+    // would finish the shutdown in the background).
+    let _ = store.close();
     disk.app_crash();
     disk.inject_fault(OpClass::Sync, 1, FaultErrno::Enospc);
     let e = Store::open(&path, opts(&disk)).unwrap_err();

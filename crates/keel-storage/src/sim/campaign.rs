@@ -998,7 +998,11 @@ impl Campaign {
             )
         });
         self.disk.crash_now();
-        drop(store);
+        // The process is gone: wait for keel's threads to stop (a plain drop hands
+        // the shutdown to a background thread, which would race with the power loss).
+        if let Some(s) = store {
+            let _ = s.close();
+        }
         self.report.crash_points += 1;
         if self.cfg.policy.power_loss() && !self.rng.chance(1, 6) {
             let mut r = self.rng.fork();
@@ -1188,7 +1192,9 @@ impl Campaign {
             }
             store
         } else {
-            drop(store);
+            // A clean end: wait for the close (a plain drop would finish it in the
+            // background while the next open starts).
+            let _ = store.close();
             self.end = End::Clean;
             match self.open_and_verify(self.options()) {
                 Ok(s) => {

@@ -35,6 +35,33 @@
 pub mod campaign;
 mod rng;
 
+/// An Apple `fcntl` sync primitive, as handed to an injected [`PlatformSync`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StrongSync {
+    /// `fcntl(F_FULLFSYNC)` (policies `Full` and `Custom`'s `full_sync`).
+    FullFsync,
+    /// `fcntl(F_BARRIERFSYNC)` (policy `Barrier`).
+    BarrierFsync,
+}
+
+impl From<crate::vfs::Primitive> for StrongSync {
+    fn from(p: crate::vfs::Primitive) -> StrongSync {
+        match p {
+            crate::vfs::Primitive::BarrierFsync => StrongSync::BarrierFsync,
+            _ => StrongSync::FullFsync,
+        }
+    }
+}
+
+/// A stand-in for the Apple `fcntl` primitive (`StoreOptions::platform_sync`): with
+/// it, the store selects primitives as on Apple on any platform and calls this
+/// instead of `fcntl`, so the selection and the error handling (fall back to `fsync`
+/// on `ENOTSUP`/`EINVAL`, counted; fail the sync on anything else) are tested on
+/// Linux. Return `Ok(())` for a successful primitive.
+pub type PlatformSync =
+    std::sync::Arc<dyn Fn(i32, StrongSync) -> std::io::Result<()> + Send + Sync>;
+
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
