@@ -14,23 +14,35 @@ use crate::types::{
 
 /// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
 /// caller's thread (an event loop polling the future) free of blocking work.
+/// The threads that run the FFI's async calls (`keel-ffi-N`): at most this many,
+/// shared by every database of the process, started on demand, asleep when idle.
+/// Calls beyond them queue instead of each starting an OS thread.
+pub(crate) const FFI_THREADS: usize = 4;
+
+fn ffi_pool() -> &'static keel_query::pool::Pool {
+    static POOL: std::sync::OnceLock<keel_query::pool::Pool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| keel_query::pool::Pool::named(FFI_THREADS, "keel-ffi"))
+}
+
+/// Run `f` on the FFI pool; the returned future resolves with its result.
 pub(crate) fn off_thread<T: Send + 'static>(
-    name: &str,
+    name: &'static str,
     f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
 ) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
     let (tx, rx) = futures::channel::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("keel-ffi-{name}"))
-        .spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                .unwrap_or_else(|_| Err(KeelError::internal("a keel task panicked")));
-            let _ = tx.send(r);
+    let job = Box::new(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+            Err(KeelError::internal(format!(
+                "the keel task `{name}` panicked"
+            )))
         });
-    let spawn_err = spawned.err().map(|e| KeelError::Io {
-        message: format!("could not start a keel thread: {e}"),
+        let _ = tx.send(r);
+    });
+    let rejected = ffi_pool().submit(job).err().map(|e| KeelError::Io {
+        message: format!("could not run the keel task `{name}`: {e:?}"),
     });
     async move {
-        if let Some(e) = spawn_err {
+        if let Some(e) = rejected {
             return Err(e);
         }
         rx.await
@@ -431,5 +443,61 @@ impl Query {
     pub async fn count_async(&self) -> Result<u64, KeelError> {
         let q = self.build_checked()?;
         Ok(q.count_async().await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Condvar, Mutex};
+
+    /// Threads of this process whose name starts with `keel-ffi`.
+    fn ffi_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm)
+                    .unwrap_or_default()
+                    .starts_with("keel-ffi")
+            })
+            .count()
+    }
+
+    #[test]
+    fn async_calls_share_a_bounded_pool_instead_of_a_thread_each() {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let futs: Vec<_> = (0..32)
+            .map(|i| {
+                let (gate, running) = (Arc::clone(&gate), Arc::clone(&running));
+                off_thread("test", move || {
+                    running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let (m, cv) = &*gate;
+                    let mut open = m.lock().unwrap();
+                    while !*open {
+                        open = cv.wait(open).unwrap();
+                    }
+                    Ok(i)
+                })
+            })
+            .collect();
+        // Every pool thread is busy with a blocked call; the others wait in the queue.
+        while running.load(std::sync::atomic::Ordering::SeqCst) < FFI_THREADS {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(
+            running.load(std::sync::atomic::Ordering::SeqCst),
+            FFI_THREADS
+        );
+        assert!(ffi_threads() <= FFI_THREADS, "{} threads", ffi_threads());
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        let got: Vec<usize> = futs
+            .into_iter()
+            .map(|f| futures::executor::block_on(f).unwrap())
+            .collect();
+        assert_eq!(got, (0..32).collect::<Vec<_>>());
     }
 }

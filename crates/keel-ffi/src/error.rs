@@ -88,6 +88,14 @@ pub enum KeelError {
         /// Which file.
         message: String,
     },
+    /// keel is overloaded and did not run the call: the write queue is full (the app
+    /// writes faster than the disk commits) or every read connection stayed busy.
+    /// Nothing changed; retry later.
+    #[error("{message}")]
+    Busy {
+        /// Which limit was reached.
+        message: String,
+    },
     /// An I/O error: permissions, a full disk, a failed sync.
     #[error("{message}")]
     Io {
@@ -153,6 +161,7 @@ impl From<SErr> for KeelError {
             SErr::Closed { .. } => KeelError::Closed { message },
             SErr::Cancelled { .. } => KeelError::Cancelled { message },
             SErr::Schema { .. } => KeelError::InvalidSchema { message },
+            SErr::QueueFull { .. } | SErr::ReadersBusy { .. } => KeelError::Busy { message },
             _ => KeelError::Internal { message },
         }
     }

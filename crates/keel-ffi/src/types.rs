@@ -355,6 +355,10 @@ pub struct IoStats {
     pub open_barrier_syncs: u64,
     /// Directory syncs after a new WAL/journal file was created (not counted above).
     pub dir_syncs: u64,
+    /// Syncs that fell back to `fsync` because the file system does not support the
+    /// policy's primitive (`F_FULLFSYNC`/`F_BARRIERFSYNC` refused with `ENOTSUP` or
+    /// `EINVAL`, e.g. on a network volume). Any other failure fails the sync.
+    pub sync_fallbacks: u64,
 }
 
 impl From<keel_storage::IoStats> for IoStats {
@@ -368,6 +372,7 @@ impl From<keel_storage::IoStats> for IoStats {
             checkpoint_syncs: s.checkpoint_syncs,
             open_barrier_syncs: s.open_barrier_syncs,
             dir_syncs: s.dir_syncs,
+            sync_fallbacks: s.sync_fallbacks,
         }
     }
 }

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
@@ -16,15 +16,17 @@ use crate::layout::{schema_phase, Coll, SchemaOutcome};
 use crate::query::{select, Fetch, Query, Source, StoredObject};
 use crate::txn::{Change, Txn};
 
-type ChangeHook = dyn Fn(&[Change]) + Send + Sync;
+type HookFn = dyn Fn(&[Change]) + Send + Sync;
 
 pub(crate) struct Inner {
     pub(crate) store: Store,
     pub(crate) schema: Arc<Schema>,
     colls: Vec<Coll>,
     by_name: HashMap<String, usize>,
-    hooks: RwLock<Vec<Arc<ChangeHook>>>,
-    has_hooks: AtomicBool,
+    hooks: RwLock<Vec<(u64, Arc<HookFn>)>>,
+    /// Registered change hooks (their count: `recording` reads it on every write).
+    hook_count: AtomicUsize,
+    next_hook: AtomicU64,
     closed: AtomicBool,
     builds: Mutex<Vec<WriteFuture<Result<()>>>>,
     path: PathBuf,
@@ -71,15 +73,43 @@ impl Inner {
         &self.path
     }
 
+    /// Whether write closures must record their changes (old and new bytes): only
+    /// while a change hook is registered or a subscription is live (or being made).
+    /// Recording costs a SELECT and two copies per updated object, so it stops with
+    /// the last subscription.
     pub(crate) fn recording(&self) -> bool {
-        self.has_hooks.load(Ordering::Acquire)
+        self.hook_count.load(Ordering::Acquire) > 0
+            || self.hub.get().is_some_and(|h| h.interested())
     }
 
     fn deliver(&self, changes: &[Change]) {
-        let hooks: Vec<Arc<ChangeHook>> =
-            self.hooks.read().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(hub) = self.hub.get() {
+            hub.on_commit(changes);
+        }
+        if self.hook_count.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let hooks: Vec<Arc<HookFn>> = self
+            .hooks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(_, h)| Arc::clone(h))
+            .collect();
         for h in hooks {
             h(changes);
+        }
+    }
+
+    /// A write closure ran without recording and has committed. If a subscription
+    /// appeared meanwhile, its first result may have been read before this commit:
+    /// the hub re-reads what its subscriptions show (instead of the first
+    /// subscription waiting for the writer).
+    fn unrecorded_commit(&self) {
+        if let Some(hub) = self.hub.get() {
+            if hub.interested() {
+                hub.resync();
+            }
         }
     }
 
@@ -211,6 +241,39 @@ impl<T> Future for Task<T> {
     }
 }
 
+/// A hook registered with [`Database::on_commit_changes`]. Dropping this handle
+/// keeps the hook; [`ChangeHook::remove`] removes it.
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// use keel_example_blog::blog::Post;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let db = Database::open_for::<Post>(dir.path().join("h.db"), StoreOptions::default())?;
+/// let hook = db.on_commit_changes(|changes| println!("{} changes", changes.len()));
+/// db.write(|t| t.insert(&Post::builder().id("x").build())).wait()?;
+/// hook.remove(); // later writes record nothing for it
+/// # Ok::<(), keel_query::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ChangeHook {
+    db: std::sync::Weak<Inner>,
+    id: u64,
+}
+
+impl ChangeHook {
+    /// Remove the hook: it is not called for commits after this returns (a commit
+    /// being delivered right now may still call it once). When no hook and no
+    /// subscription is left, writes stop recording their changes.
+    pub fn remove(self) {
+        let Some(inner) = self.db.upgrade() else {
+            return;
+        };
+        let mut hooks = inner.hooks.write().unwrap_or_else(|p| p.into_inner());
+        hooks.retain(|(id, _)| *id != self.id);
+        inner.hook_count.store(hooks.len(), Ordering::Release);
+    }
+}
+
 /// An open keel database: collections of FlatBuffers objects in one SQLite file.
 /// Cheap to clone, `Send + Sync`; share it across threads.
 ///
@@ -329,7 +392,8 @@ fn finish(store: Store, p: Prepared) -> Database {
             colls: p.colls,
             by_name,
             hooks: RwLock::new(Vec::new()),
-            has_hooks: AtomicBool::new(false),
+            hook_count: AtomicUsize::new(0),
+            next_hook: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
             path,
@@ -555,6 +619,9 @@ impl Database {
             if !changes.is_empty() {
                 let i2 = Arc::clone(&inner);
                 w.on_commit(Box::new(move || i2.deliver(&changes)));
+            } else if !record {
+                let i2 = Arc::clone(&inner);
+                w.on_commit(Box::new(move || i2.unrecorded_commit()));
             }
             Ok(v)
         })
@@ -577,13 +644,22 @@ impl Database {
     /// assert_eq!(*seen.lock().unwrap(), vec![ChangeOp::Insert]);
     /// # Ok::<(), keel_query::Error>(())
     /// ```
-    pub fn on_commit_changes(&self, hook: impl Fn(&[Change]) + Send + Sync + 'static) {
-        self.inner
-            .hooks
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::new(hook));
-        self.inner.has_hooks.store(true, Ordering::Release);
+    ///
+    /// The hook stays until [`ChangeHook::remove`]; while any hook is registered
+    /// every write records its changes (a SELECT and two copies per updated object).
+    /// Write closures that started before the hook was registered report nothing.
+    pub fn on_commit_changes(
+        &self,
+        hook: impl Fn(&[Change]) + Send + Sync + 'static,
+    ) -> ChangeHook {
+        let id = self.inner.next_hook.fetch_add(1, Ordering::Relaxed);
+        let mut hooks = self.inner.hooks.write().unwrap_or_else(|p| p.into_inner());
+        hooks.push((id, Arc::new(hook)));
+        self.inner.hook_count.store(hooks.len(), Ordering::Release);
+        ChangeHook {
+            db: Arc::downgrade(&self.inner),
+            id,
+        }
     }
 
     /// A dynamic query over `collection` (full or bare name), returning bytes.

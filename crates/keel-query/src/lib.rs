@@ -84,14 +84,14 @@ mod error;
 pub mod eval;
 pub mod inspect;
 mod layout;
-mod pool;
+pub mod pool;
 mod query;
 mod slot;
 mod sql;
 pub mod subscribe;
 mod txn;
 
-pub use db::{Database, OpenDbFuture, Snapshot, Task};
+pub use db::{ChangeHook, Database, OpenDbFuture, Snapshot, Task};
 pub use dictionary::{
     DictKind, DictStats, DictStream, DictSubscription, DictValue, Dictionary, FromDictValue,
     ToDictValue, TxnDictionary,

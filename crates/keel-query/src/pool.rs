@@ -1,3 +1,6 @@
+//! A small bounded thread pool. Each database has one as its fetch pool; the FFI
+//! layer shares one for its async calls.
+//!
 //! The fetch pool: a few keel-owned threads that run the `_async` fetches
 //! ([`Query::all_async`](crate::Query::all_async), [`Database::get_async`](crate::Database::get_async), …).
 //!
@@ -14,23 +17,35 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
-pub(crate) type Job = Box<dyn FnOnce() + Send>;
+/// A job for a [`Pool`].
+pub type Job = Box<dyn FnOnce() + Send>;
 
 /// Why [`Pool::submit`] did not take a job.
 #[derive(Debug)]
-pub(crate) enum Rejected {
+#[non_exhaustive]
+pub enum Rejected {
     /// The pool was closed.
     Closed,
     /// No thread runs and none could be started.
     Spawn(std::io::Error),
 }
 
-pub(crate) struct Pool {
+///
+/// ```
+/// use keel_query::pool::Pool;
+/// let pool = Pool::named(2, "my-worker");
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// pool.submit(Box::new(move || tx.send(6 * 7).unwrap())).unwrap();
+/// assert_eq!(rx.recv().unwrap(), 42);
+/// pool.close();
+/// ```
+pub struct Pool {
     shared: Arc<Shared>,
 }
 
 struct Shared {
     max: usize,
+    name: &'static str,
     st: Mutex<State>,
     cv: Condvar,
 }
@@ -73,11 +88,18 @@ impl Shared {
 }
 
 impl Pool {
-    /// A pool of at most `max` threads (at least one); none starts before a job.
-    pub(crate) fn new(max: usize) -> Pool {
+    /// A fetch pool of at most `max` threads (at least one), named `keel-fetch-N`;
+    /// none starts before a job.
+    pub fn new(max: usize) -> Pool {
+        Pool::named(max, "keel-fetch")
+    }
+
+    /// A pool of at most `max` threads (at least one) named `<name>-0`, `<name>-1`, …
+    pub fn named(max: usize, name: &'static str) -> Pool {
         Pool {
             shared: Arc::new(Shared {
                 max: max.max(1),
+                name,
                 st: Mutex::new(State::default()),
                 cv: Condvar::new(),
             }),
@@ -86,7 +108,11 @@ impl Pool {
 
     /// Queue `job`. Starts a thread if the queued jobs outnumber the idle threads
     /// and fewer than the bound run.
-    pub(crate) fn submit(&self, job: Job) -> Result<(), Rejected> {
+    ///
+    /// # Errors
+    /// [`Rejected::Closed`] after [`Pool::close`]; [`Rejected::Spawn`] if no thread
+    /// runs and none could be started.
+    pub fn submit(&self, job: Job) -> Result<(), Rejected> {
         let mut st = self.shared.lock();
         if st.closed {
             return Err(Rejected::Closed);
@@ -100,7 +126,7 @@ impl Pool {
         let n = st.threads.len();
         let s2 = Arc::clone(&self.shared);
         match std::thread::Builder::new()
-            .name(format!("keel-fetch-{n}"))
+            .name(format!("{}-{n}", self.shared.name))
             .spawn(move || s2.work())
         {
             Ok(h) => {
@@ -121,7 +147,7 @@ impl Pool {
 
     /// Refuse new jobs, let the queued ones run, and join the threads (all but
     /// the calling one, should a job close the database).
-    pub(crate) fn close(&self) {
+    pub fn close(&self) {
         let threads = {
             let mut st = self.shared.lock();
             st.closed = true;

@@ -600,6 +600,8 @@ fn open_once(
         let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),
+            #[cfg(feature = "sim")]
+            statement_trace: opts.statement_trace.clone(),
             path: path.to_path_buf(),
             ckpt_tx: ck_tx.clone(),
             idle: opts.idle_checkpoint_delay,

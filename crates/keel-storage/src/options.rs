@@ -194,6 +194,10 @@ pub struct StoreOptions {
     /// An injected Apple sync primitive (feature `sim`; see [`crate::sim::PlatformSync`]).
     #[cfg(feature = "sim")]
     pub platform_sync: Option<crate::sim::PlatformSync>,
+    /// Called with the SQL of every statement the writer thread starts (feature
+    /// `sim`): tests count the work a write costs with it.
+    #[cfg(feature = "sim")]
+    pub statement_trace: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl Default for StoreOptions {
@@ -218,6 +222,8 @@ impl Default for StoreOptions {
             sim: None,
             #[cfg(feature = "sim")]
             platform_sync: None,
+            #[cfg(feature = "sim")]
+            statement_trace: None,
         }
     }
 }

@@ -286,6 +286,8 @@ pub(crate) struct WriterCtx {
     pub(crate) wal_frames: Arc<AtomicU64>,
     pub(crate) threshold_frames: u64,
     pub(crate) gauge: Arc<QueueGauge>,
+    #[cfg(feature = "sim")]
+    pub(crate) statement_trace: Option<Arc<dyn Fn(&str) + Send + Sync>>,
 }
 
 impl WriterCtx {
@@ -369,6 +371,21 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
     let _reason = ReasonScope::enter(SyncReason::Commit);
     let in_closure = Arc::new(AtomicBool::new(false));
     guard_transaction(&mut conn.conn, Arc::clone(&in_closure));
+    #[cfg(feature = "sim")]
+    if let Some(f) = ctx.statement_trace.clone() {
+        use rusqlite::trace::{TraceEvent, TraceEventCodes};
+        let r = conn.conn.trace_v2(
+            TraceEventCodes::SQLITE_TRACE_STMT,
+            Some(move |e: TraceEvent<'_>| {
+                if let TraceEvent::Stmt(_, sql) = e {
+                    f(sql);
+                }
+            }),
+        );
+        if let Err(e) = r {
+            tracing::error!(error = %e, "could not install the statement trace");
+        }
+    }
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
     loop {

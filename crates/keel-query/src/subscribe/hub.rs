@@ -17,7 +17,7 @@
 use std::cmp::Ordering as Cmp;
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Value};
@@ -141,6 +141,8 @@ struct QuerySub {
 struct ObjSub {
     sink: Arc<Shared<ObjectEvent>>,
     key: Vec<HKey>,
+    /// The checked key, to read the object again ([`Hub::resync`]).
+    key_values: Vec<Value>,
     last: Option<Obj>,
 }
 
@@ -287,6 +289,26 @@ pub(crate) struct Hub {
     schema: Arc<Schema>,
     state: Mutex<State>,
     seq: AtomicU64,
+    /// Registered subscriptions (kept equal to the state's count).
+    registered: AtomicUsize,
+    /// Subscriptions being made (between "writes must record" and registration).
+    adding: AtomicUsize,
+}
+
+/// Counts a subscription being made for as long as it lives.
+struct Adding<'a>(&'a AtomicUsize);
+
+impl<'a> Adding<'a> {
+    fn new(n: &'a AtomicUsize) -> Adding<'a> {
+        n.fetch_add(1, Ordering::AcqRel);
+        Adding(n)
+    }
+}
+
+impl Drop for Adding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A query compiled for the hub.
@@ -439,7 +461,102 @@ impl Hub {
             schema,
             state: Mutex::new(State::default()),
             seq: AtomicU64::new(0),
+            registered: AtomicUsize::new(0),
+            adding: AtomicUsize::new(0),
         }
+    }
+
+    /// True while a subscription is live or being made: only then must writes
+    /// record their changes (see `Inner::recording`).
+    pub(crate) fn interested(&self) -> bool {
+        self.registered.load(Ordering::Acquire) > 0 || self.adding.load(Ordering::Acquire) > 0
+    }
+
+    /// Bring `registered` up to date after the state changed.
+    fn recount(&self, st: &State) {
+        let n = st
+            .colls
+            .values()
+            .map(|c| c.object_subs.len() + c.queries.len())
+            .sum();
+        self.registered.store(n, Ordering::Release);
+    }
+
+    /// A write closure committed without recording its changes while a subscription
+    /// was being made or live: read every subscription's result again and deliver
+    /// what differs. Runs on the writer thread after that commit, like
+    /// [`Hub::on_commit`].
+    pub(crate) fn resync(&self) {
+        let Some(inner) = self.db.upgrade() else {
+            return;
+        };
+        let mut out = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            self.seq.fetch_add(1, Ordering::AcqRel);
+            for (name, cs) in st.colls.iter_mut() {
+                let mut updates = Vec::with_capacity(cs.queries.len());
+                for (id, q) in &cs.queries {
+                    let order = &cs.orders[q.order].1;
+                    match inner
+                        .store
+                        .read(|conn| read_prefix(&inner, conn, &q.spec, order, q.cap))
+                    {
+                        Ok((rows, complete)) => updates.push((*id, rows, complete)),
+                        Err(e) => tracing::error!(error = %e, "subscription re-read failed"),
+                    }
+                }
+                self.finish_queries(cs, updates, &mut out);
+                let Ok(c) = inner.coll(name, "subscribe") else {
+                    continue;
+                };
+                let ids: Vec<u64> = cs.object_subs.keys().copied().collect();
+                for id in ids {
+                    let Some(sub) = cs.object_subs.get_mut(&id) else {
+                        continue;
+                    };
+                    let cur = match inner
+                        .store
+                        .read(|conn| inner.get_in(conn, c, "subscribe", &sub.key_values, true))
+                    {
+                        Ok(cur) => cur,
+                        Err(e) => {
+                            tracing::error!(error = %e, "subscription re-read failed");
+                            continue;
+                        }
+                    };
+                    match cur {
+                        Some(o) => {
+                            if sub.last.as_ref().is_some_and(|l| l.bytes == o.bytes) {
+                                continue;
+                            }
+                            let o = Arc::new(o);
+                            sub.last = Some(Arc::clone(&o));
+                            out.push(Delivery::Object(
+                                Arc::clone(&sub.sink),
+                                ObjectEvent::Updated(o),
+                            ));
+                        }
+                        None => {
+                            out.push(Delivery::Object(
+                                Arc::clone(&sub.sink),
+                                ObjectEvent::Deleted,
+                            ));
+                            let key = sub.key.clone();
+                            cs.object_subs.remove(&id);
+                            if let Some(v) = cs.objects.get_mut(&key) {
+                                v.retain(|x| *x != id);
+                                if v.is_empty() {
+                                    cs.objects.remove(&key);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            self.recount(&st);
+        }
+        deliver_all(out);
     }
 
     /// Number of commits (write closures with changes) the hub has processed.
@@ -494,6 +611,8 @@ impl Hub {
     ) -> Result<(u64, Vec<Obj>)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
+        // Writes record their changes from now on (before the first read).
+        let _adding = Adding::new(&self.adding);
         let read = |conn: &rusqlite::Connection| match &q.pk_eq {
             Some(v) => read_by_key(&inner, conn, &q, v),
             None => read_prefix(&inner, conn, &q.spec, &q.order, q.cap),
@@ -533,6 +652,7 @@ impl Hub {
                 cap: q.cap,
             },
         );
+        self.recount(&st);
         Ok((id, first))
     }
 
@@ -549,6 +669,7 @@ impl Hub {
         let c = inner.coll(collection, "subscribe")?;
         let key = c.check_key("subscribe", key)?;
         let hk = hkeys(&key);
+        let _adding = Adding::new(&self.adding);
         let read = |conn: &rusqlite::Connection| inner.get_in(conn, c, "subscribe", &key, true);
         let (mut st, cur) = self.read_then_lock(&inner, read)?;
         let cur = cur.map(Arc::new);
@@ -562,9 +683,11 @@ impl Hub {
                 ObjSub {
                     sink,
                     key: hk,
+                    key_values: key.clone(),
                     last: cur.clone(),
                 },
             );
+            self.recount(&st);
         }
         Ok((id, c.name.clone(), cur))
     }
@@ -602,6 +725,7 @@ impl Hub {
                 Placement::Scan => cs.scan.retain(|x| *x != id),
             }
         }
+        self.recount(&st);
     }
 
     /// Live subscriptions (object, query).
@@ -617,7 +741,12 @@ impl Hub {
     /// finishes after its pending value. Cancelling waits for a callback running on
     /// another thread, so once this returns no callback runs again.
     pub(crate) fn close(&self) {
-        let colls = std::mem::take(&mut lock(&self.state).colls);
+        let colls = {
+            let mut st = lock(&self.state);
+            let colls = std::mem::take(&mut st.colls);
+            self.recount(&st);
+            colls
+        };
         for cs in colls.into_values() {
             for s in cs.queries.into_values() {
                 s.sink.cancel();
@@ -649,16 +778,9 @@ impl Hub {
                     self.queries(cs, &chs, &mut out);
                 }
             }
+            self.recount(&st);
         }
-        for d in out {
-            match d {
-                Delivery::Query(s, u) => s.deliver(u, false),
-                Delivery::Object(s, e) => {
-                    let last = matches!(e, ObjectEvent::Deleted);
-                    s.deliver(e, last)
-                }
-            }
-        }
+        deliver_all(out);
     }
 
     fn objects(&self, cs: &mut CollSubs, chs: &[&Change], out: &mut Vec<Delivery>) {
@@ -969,6 +1091,20 @@ impl Hub {
                         diff,
                     },
                 ));
+            }
+        }
+    }
+}
+
+/// Make deliveries computed under the hub's lock, without it (callbacks may
+/// subscribe or unsubscribe).
+fn deliver_all(out: Vec<Delivery>) {
+    for d in out {
+        match d {
+            Delivery::Query(s, u) => s.deliver(u, false),
+            Delivery::Object(s, e) => {
+                let last = matches!(e, ObjectEvent::Deleted);
+                s.deliver(e, last)
             }
         }
     }

@@ -249,21 +249,17 @@ impl Drop for Subscription {
     }
 }
 
-/// The database's hub, created (with its commit hook) by the first subscription.
+/// The database's hub, created by the first subscription. Subscribing never waits
+/// for the writer: a write closure that started before the subscription made
+/// writes record their changes commits unrecorded, and the hub then re-reads its
+/// subscriptions ([`Hub::resync`]).
 fn hub_of(db: &Database) -> Arc<Hub> {
     let inner = db.inner();
-    Arc::clone(inner.hub.get_or_init(|| {
-        let hub = Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema)));
-        let h2 = Arc::clone(&hub);
-        db.on_commit_changes(move |ch| h2.on_commit(ch));
-        // Barrier: a write closure that started before the hook existed did not
-        // record its changes; let it finish before anything registers. (On the
-        // writer thread this returns an error instead of deadlocking.)
-        let _ = db
-            .store()
-            .write_blocking(|_| Ok::<(), keel_storage::Error>(()));
-        hub
-    }))
+    Arc::clone(
+        inner
+            .hub
+            .get_or_init(|| Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema)))),
+    )
 }
 
 type SeenFn = Box<dyn FnOnce(&[Obj]) -> Vec<Obj> + Send>;
