@@ -1,7 +1,7 @@
 //! CRUD benchmark (issue 4): keel's object store against raw rusqlite doing the same
 //! SQL work in the same process.
 //!
-//! `cargo bench --bench crud -- [--quick]` writes `target/keel-bench/crud.json`:
+//! `cargo bench -p keel-benches --bench crud -- [--quick]` writes `target/keel-bench/crud.json`:
 //! `{"scenario":"crud","metrics":{...},"notes":{...}}`. `--quick` shrinks the sizes
 //! (1,000 objects, 100,000 for the "1M" insert) and reports the sizes used as the
 //! `objects` and `insert_1m_objects` metrics.

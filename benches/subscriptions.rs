@@ -1,7 +1,7 @@
 //! Subscription benchmark (issue 5): keel's hub against refetching every subscribed
 //! query after the commit, in the same process.
 //!
-//! `cargo bench --bench subscriptions -- [--quick]` writes
+//! `cargo bench -p keel-benches --bench subscriptions -- [--quick]` writes
 //! `target/keel-bench/subscriptions.json`:
 //! `{"scenario":"subscriptions","metrics":{...},"notes":{...}}`. `--quick` shrinks
 //! the sizes (2,000 objects, 200 subscriptions, windows of 200) and reports the sizes

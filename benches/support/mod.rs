@@ -41,7 +41,8 @@ pub fn get(metrics: &[(&str, f64)], k: &str) -> f64 {
 
 /// `target/keel-bench/`, created if missing.
 pub fn out_dir() -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/keel-bench");
+    // The workspace target directory, one level above this package.
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-bench");
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

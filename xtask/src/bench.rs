@@ -69,7 +69,14 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let json_path = out_dir.join(format!("{name}.json"));
         // A stale file must not pass for this run's result.
         let _ = fs::remove_file(&json_path);
-        let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
+        let mut cargo_args = vec![
+            "bench",
+            "--package",
+            "keel-benches",
+            "--bench",
+            name.as_str(),
+            "--",
+        ];
         if quick {
             cargo_args.push("--quick");
         }
@@ -93,6 +100,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
         if !quick {
             update_benchmarks_md(name, &section)?;
+            update_docs(name, &report)?;
         }
     }
     Ok(())
@@ -202,13 +210,7 @@ fn headline_table(report: &Value) -> String {
             } else {
                 charts::sig3(x)
             };
-            let verdict = if x >= 1.0 {
-                format!("keel takes {x:.2}× the baseline's time")
-            } else if x > 0.1 {
-                format!("keel {:.1}× faster", 1.0 / x)
-            } else {
-                format!("keel {:.0}× faster", 1.0 / x)
-            };
+            let verdict = charts::ratio_verdict(x);
             let op = charts::label(report, key).unwrap_or_else(|| op.to_string());
             rows.push_str(&format!("| {op} | {shown} | {verdict} |\n"));
         } else if key.contains("speedup") {
@@ -249,6 +251,55 @@ fn update_benchmarks_md(name: &str, section: &str) -> Result<(), String> {
     fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))?;
     println!("xtask bench: updated {}", path.display());
     Ok(())
+}
+
+/// Put this run's figures into every `docs/*.md` that quotes them: between
+/// `<!-- bench:<name>:figures:start -->` and `<!-- bench:<name>:figures:end -->`
+/// (so no figure in the docs is typed by hand).
+fn update_docs(name: &str, report: &Value) -> Result<(), String> {
+    let dir = util::workspace_root().join("docs");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let figures = docs_figures(name, report, &today(), &machine());
+    for path in entries.filter_map(|e| e.ok()).map(|e| e.path()) {
+        if path.extension().is_none_or(|x| x != "md") {
+            continue;
+        }
+        let Ok(current) = fs::read_to_string(&path) else {
+            continue;
+        };
+        if let Some(updated) = replace_figures(&current, name, &figures) {
+            fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))?;
+            println!("xtask bench: updated {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// The block the docs quote: where and when, the bench's summary, the headline table.
+fn docs_figures(name: &str, report: &Value, date: &str, machine: &str) -> String {
+    let mut out = format!("Measured {date} on {machine} by `cargo xtask bench {name}`:\n\n");
+    if let Some(summary) = report.get("summary").and_then(Value::as_str) {
+        out.push_str(summary);
+        out.push_str("\n\n");
+    }
+    out.push_str(&headline_table(report));
+    out
+}
+
+/// `text` with its `name` figures block replaced, or `None` if it has none.
+fn replace_figures(text: &str, name: &str, figures: &str) -> Option<String> {
+    let start = format!("<!-- bench:{name}:figures:start -->");
+    let end = format!("<!-- bench:{name}:figures:end -->");
+    let s = text.find(&start)?;
+    let e = text[s..].find(&end)? + s;
+    Some(format!(
+        "{}{start}\n{}{}",
+        &text[..s],
+        figures.trim_end().to_owned() + "\n",
+        &text[e..]
+    ))
 }
 
 const HEADER: &str = "# keel benchmarks
@@ -303,12 +354,37 @@ mod tests {
         assert!(t.contains("| update | 0.50 | keel 2.0× faster |"), "{t}");
         assert!(t.contains("| tiny | 0.000231 | keel 4329× faster |"), "{t}");
         assert!(t.contains("| group_speedup | 20.4× |"), "{t}");
+        // Close to 1 is a draw, not "1.0× faster"; small factors keep two digits.
+        let t = headline_table(&json!({"metrics": {"a_ratio": 0.973, "b_ratio": 0.8}}));
+        assert!(
+            t.contains("| a | 0.97 | about the baseline's time (0.97×) |"),
+            "{t}"
+        );
+        assert!(t.contains("| b | 0.80 | keel 1.25× faster |"), "{t}");
+        assert!(!t.contains("1.0× faster"), "{t}");
         assert!(!t.contains("objects"));
         assert_eq!(headline_table(&json!({"metrics": {"objects": 1}})), "");
         let t = headline_table(
             &json!({"metrics": {"case1_ratio": 0.5}, "labels": {"case1_ratio": "pk queries"}}),
         );
         assert!(t.contains("| pk queries | 0.50 |"), "{t}");
+    }
+
+    #[test]
+    fn docs_quote_the_bench_output_between_markers() {
+        let report = json!({"summary": "S.", "metrics": {"case1_ratio": 0.5}});
+        let figures = docs_figures("x", &report, "2026-01-01", "M");
+        let doc = "intro\n<!-- bench:x:figures:start -->\nold 4.9 ms\n<!-- bench:x:figures:end -->\nrest\n";
+        let out = replace_figures(doc, "x", &figures).unwrap();
+        assert!(out.starts_with("intro\n<!-- bench:x:figures:start -->\nMeasured 2026-01-01 on M"));
+        assert!(out.contains("S.\n\n| comparison |"), "{out}");
+        assert!(out.contains("| case1 | 0.50 | keel 2.0× faster |"), "{out}");
+        assert!(!out.contains("old 4.9 ms"));
+        assert!(
+            out.ends_with("<!-- bench:x:figures:end -->\nrest\n"),
+            "{out}"
+        );
+        assert_eq!(replace_figures("no markers", "x", &figures), None);
     }
 
     #[test]

@@ -225,11 +225,34 @@ fn tick(v: f64) -> String {
     }
 }
 
+/// How a `*_ratio` (keel time ÷ baseline time) reads in words. Within 5% of 1 it
+/// is a draw (0.973 is not "1.0× faster"); otherwise the factor has as many digits
+/// as it needs to be honest (1.25×, 3.4×, 4329×).
+pub fn ratio_verdict(x: f64) -> String {
+    if !(x.is_finite() && x > 0.0) {
+        return "no comparison".into();
+    }
+    if (0.95..1.05).contains(&x) {
+        return format!("about the baseline's time ({x:.2}×)");
+    }
+    if x >= 1.05 {
+        return format!("keel takes {x:.2}× the baseline's time");
+    }
+    let f = 1.0 / x;
+    if f < 2.0 {
+        format!("keel {f:.2}× faster")
+    } else if f < 10.0 {
+        format!("keel {f:.1}× faster")
+    } else {
+        format!("keel {f:.0}× faster")
+    }
+}
+
 fn value_text(kind: PanelKind, v: f64) -> String {
     match kind {
-        PanelKind::Ratio if v >= 1.0 => format!("{v:.2}"),
-        PanelKind::Ratio if v >= 0.1 => format!("{v:.2}  (keel {:.1}× faster)", 1.0 / v),
-        PanelKind::Ratio => format!("{}  (keel {:.0}× faster)", sig3(v), 1.0 / v),
+        PanelKind::Ratio if v >= 0.95 => format!("{v:.2}"),
+        PanelKind::Ratio if v >= 0.1 => format!("{v:.2}  ({})", ratio_verdict(v)),
+        PanelKind::Ratio => format!("{}  ({})", sig3(v), ratio_verdict(v)),
         PanelKind::Speedup => format!("{v:.1}×"),
         PanelKind::Time if v >= 100.0 => format!("{v:.0} ms"),
         PanelKind::Time => format!("{} ms", sig3(v)),

@@ -1,7 +1,7 @@
 //! # keel-ffi
 //!
 //! keel's UniFFI bindings: the API Swift, Kotlin and Python apps call. It is the
-//! *FFI front* of keel's one dynamic core (see `ARCHITECTURE.md`): objects cross as
+//! *FFI front* of keel's one dynamic core (see `docs/architecture.md`): objects cross as
 //! FlatBuffers bytes made by the app's own `flatc --swift/--kotlin` code, the
 //! schema crosses as `.fbs` text at open, and queries are built from exported
 //! [`Expr`] constructors. Same engine as the Rust front, no second implementation.

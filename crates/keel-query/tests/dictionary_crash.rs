@@ -107,7 +107,11 @@ fn run_seed(seed: u64) -> (usize, bool) {
     let crashed_early = disk.crashed();
     disk.crash_now();
     drop(d);
-    drop(db); // the store closes against a dead disk: nothing more reaches it
+    // The store closes against a dead disk: nothing more reaches it. (Close, not
+    // drop: a drop would finish the shutdown in the background, racing the power
+    // loss.)
+    let _ = db.close().wait();
+    drop(db);
     disk.power_loss(&mut rng);
 
     let db = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();

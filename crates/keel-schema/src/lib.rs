@@ -1,7 +1,7 @@
 //! keel's schema layer: the `.fbs` parser, the runtime schema model, the dynamic
 //! FlatBuffers reader/builder, the query data types and the Rust code generator.
 //!
-//! keel has one dynamic core and two thin fronts (see `ARCHITECTURE.md`). This crate
+//! keel has one dynamic core and two thin fronts (see `docs/architecture.md`). This crate
 //! holds the core's *data*:
 //!
 //! * [`Schema`] ([`model`]) — collections, tables, fields with vtable slots and

@@ -253,7 +253,7 @@ struct State {
 /// let store = Store::open(&path, StoreOptions::default().sim_disk(Arc::clone(&disk)))?;
 /// store.write_blocking(|t| t.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1)").map_err(Error::from))?;
 /// disk.crash_now();
-/// drop(store);
+/// let _ = store.close(); // wait for keel's threads (a drop would close in the background)
 /// disk.power_loss(&mut SimRng::new(7));
 /// // The commit was acknowledged under `Full`: it survives.
 /// let store = Store::open(&path, StoreOptions::default())?;
