@@ -10,6 +10,15 @@ use keel::storage::rusqlite::{self, config::DbConfig};
 use keel::storage::sim::{PlatformSync, StrongSync};
 use keel::storage::{Error, FileKind, Store, StoreOptions, SyncPolicy, SyncReason};
 
+/// A write closure, boxed so that several can be queued as one group.
+type Closure = Box<dyn FnOnce(&mut keel::storage::WriteTxn<'_>) -> Result<(), Error> + Send>;
+
+/// What an injected primitive answers (shared with the test).
+type Mode = Arc<Mutex<Inject>>;
+
+/// The primitives an injected primitive was called with.
+type Calls = Arc<Mutex<Vec<StrongSync>>>;
+
 fn quiet() -> StoreOptions {
     // No idle checkpoints during a test unless it asks for them.
     StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
@@ -129,11 +138,7 @@ enum Inject {
 }
 
 /// An injected Apple `fcntl` primitive that records its calls and answers as told.
-fn injected() -> (
-    PlatformSync,
-    Arc<Mutex<Inject>>,
-    Arc<Mutex<Vec<StrongSync>>>,
-) {
+fn injected() -> (PlatformSync, Mode, Calls) {
     let mode = Arc::new(Mutex::new(Inject::Pass));
     let calls = Arc::new(Mutex::new(Vec::new()));
     let (m2, c2) = (Arc::clone(&mode), Arc::clone(&calls));
@@ -147,10 +152,7 @@ fn injected() -> (
     (f, mode, calls)
 }
 
-fn apple_store(
-    path: &std::path::Path,
-    commit: SyncPolicy,
-) -> (Store, Arc<Mutex<Inject>>, Arc<Mutex<Vec<StrongSync>>>) {
+fn apple_store(path: &std::path::Path, commit: SyncPolicy) -> (Store, Mode, Calls) {
     let (f, mode, calls) = injected();
     let mut o = quiet().commit_sync(commit);
     o.platform_sync = Some(f);
@@ -353,10 +355,7 @@ fn checkpoint_on_open_syncs_under_the_checkpoint_policy_even_with_commit_off() {
 
 /// Queue `closures` so that they run as one group: the writer is held by a first
 /// closure until all are queued.
-fn one_group(
-    store: &Store,
-    closures: Vec<Box<dyn FnOnce(&mut keel::storage::WriteTxn<'_>) -> Result<(), Error> + Send>>,
-) -> Vec<Result<(), Error>> {
+fn one_group(store: &Store, closures: Vec<Closure>) -> Vec<Result<(), Error>> {
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let (in_tx, in_rx) = mpsc::channel::<()>();
     let hold = store.write(move |_| {
@@ -371,9 +370,7 @@ fn one_group(
     futs.into_iter().map(|f| f.wait()).collect()
 }
 
-fn insert(
-    v: &'static str,
-) -> Box<dyn FnOnce(&mut keel::storage::WriteTxn<'_>) -> Result<(), Error> + Send> {
+fn insert(v: &'static str) -> Closure {
     Box::new(move |t| {
         t.execute("INSERT INTO t(v) VALUES (?1)", [v])?;
         Ok(())
@@ -402,9 +399,7 @@ fn a_closure_cannot_end_the_groups_transaction() {
         let r2 = Arc::clone(&refused);
         // The offending closure swallows the refusal and reports success: its report
         // must then be true too (its insert commits with the group).
-        let offender: Box<
-            dyn FnOnce(&mut keel::storage::WriteTxn<'_>) -> Result<(), Error> + Send,
-        > = Box::new(move |t| {
+        let offender: Closure = Box::new(move |t| {
             t.execute("INSERT INTO t(v) VALUES ('offender')", [])?;
             match t.execute_batch(sql) {
                 Err(e) if is_not_authorized(&e) => r2.store(true, Ordering::SeqCst),
@@ -431,13 +426,12 @@ fn a_closure_that_fails_on_its_commit_attempt_rolls_back_alone() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("lie2.db"), quiet()).unwrap();
     create(&store);
-    let offender: Box<dyn FnOnce(&mut keel::storage::WriteTxn<'_>) -> Result<(), Error> + Send> =
-        Box::new(|t| {
-            t.execute("INSERT INTO t(v) VALUES ('offender')", [])?;
-            // The writer's own statements are not in the cache to be borrowed.
-            t.prepare_cached("COMMIT")?.execute([])?;
-            Ok(())
-        });
+    let offender: Closure = Box::new(|t| {
+        t.execute("INSERT INTO t(v) VALUES ('offender')", [])?;
+        // The writer's own statements are not in the cache to be borrowed.
+        t.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    });
     let results = one_group(&store, vec![insert("a"), offender, insert("c")]);
     assert!(results[0].is_ok());
     match &results[1] {

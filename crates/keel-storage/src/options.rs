@@ -197,7 +197,7 @@ pub struct StoreOptions {
     /// Called with the SQL of every statement the writer thread starts (feature
     /// `sim`): tests count the work a write costs with it.
     #[cfg(feature = "sim")]
-    pub statement_trace: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub statement_trace: Option<crate::sim::StatementTrace>,
 }
 
 impl Default for StoreOptions {

@@ -1007,3 +1007,63 @@ const fn methods(version: c_int) -> ffi::sqlite3_io_methods {
 static METHODS_V1: ffi::sqlite3_io_methods = methods(1);
 static METHODS_V2: ffi::sqlite3_io_methods = methods(2);
 static METHODS_V3: ffi::sqlite3_io_methods = methods(3);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn each_policy_selects_its_primitive_per_platform() {
+        let custom = SyncPolicy::custom(|ctx| ctx.full_sync());
+        let table = [
+            (
+                SyncPolicy::Full,
+                Some(Primitive::FullFsync),
+                Some(Primitive::Fsync),
+            ),
+            (
+                SyncPolicy::Barrier,
+                Some(Primitive::BarrierFsync),
+                Some(Primitive::Fdatasync),
+            ),
+            (
+                SyncPolicy::Normal,
+                Some(Primitive::Fsync),
+                Some(Primitive::Fsync),
+            ),
+            (SyncPolicy::Off, None, None),
+            (custom, Some(Primitive::FullFsync), Some(Primitive::Fsync)),
+        ];
+        for (p, apple, other) in table {
+            assert_eq!(select(&p, true), apple, "{p:?} on Apple");
+            assert_eq!(select(&p, false), other, "{p:?} elsewhere");
+        }
+    }
+
+    #[test]
+    fn only_unsupported_falls_back_and_every_fallback_is_counted() {
+        let f = tempfile::tempfile().unwrap();
+        let fd = f.as_raw_fd();
+        let counters = Counters::default();
+        let answer = |errno: Option<i32>| {
+            move |_: c_int, _: Primitive| match errno {
+                None => Ok(()),
+                Some(e) => Err(std::io::Error::from_raw_os_error(e)),
+            }
+        };
+        fcntl_with_fallback(fd, Primitive::FullFsync, &answer(None), &counters).unwrap();
+        assert_eq!(counters.snapshot().sync_fallbacks, 0);
+        for errno in [libc::ENOTSUP, libc::EOPNOTSUPP, libc::EINVAL] {
+            fcntl_with_fallback(fd, Primitive::BarrierFsync, &answer(Some(errno)), &counters)
+                .unwrap();
+        }
+        assert_eq!(counters.snapshot().sync_fallbacks, 3);
+        for errno in [libc::EIO, libc::ENOSPC, libc::EBADF] {
+            let e = fcntl_with_fallback(fd, Primitive::FullFsync, &answer(Some(errno)), &counters)
+                .unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(errno));
+        }
+        assert_eq!(counters.snapshot().sync_fallbacks, 3);
+    }
+}

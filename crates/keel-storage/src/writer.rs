@@ -287,7 +287,7 @@ pub(crate) struct WriterCtx {
     pub(crate) threshold_frames: u64,
     pub(crate) gauge: Arc<QueueGauge>,
     #[cfg(feature = "sim")]
-    pub(crate) statement_trace: Option<Arc<dyn Fn(&str) + Send + Sync>>,
+    pub(crate) statement_trace: Option<crate::sim::StatementTrace>,
 }
 
 impl WriterCtx {

@@ -35,6 +35,17 @@
 pub mod campaign;
 mod rng;
 
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use libsqlite3_sys as ffi;
+
+use crate::policy::FileKind;
+pub use rng::SimRng;
+
 /// An Apple `fcntl` sync primitive, as handed to an injected [`PlatformSync`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -62,16 +73,9 @@ impl From<crate::vfs::Primitive> for StrongSync {
 pub type PlatformSync =
     std::sync::Arc<dyn Fn(i32, StrongSync) -> std::io::Result<()> + Send + Sync>;
 
-use std::collections::HashMap;
-use std::ffi::c_int;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
-
-use libsqlite3_sys as ffi;
-
-use crate::policy::FileKind;
-pub use rng::SimRng;
+/// A statement trace (`StoreOptions::statement_trace`): called with the SQL of every
+/// statement the writer thread starts.
+pub type StatementTrace = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// Sector size used for torn writes (as SQLite's `test6.c` default).
 pub const SECTOR: u64 = 512;
