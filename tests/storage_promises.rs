@@ -110,6 +110,41 @@ fn dropping_the_last_handle_returns_at_once_and_the_checkpoint_still_completes()
 }
 
 #[test]
+fn dropping_the_last_database_handle_returns_at_once_too() {
+    use keel_example_blog::blog::Post;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db.db");
+    let finished = Arc::new(AtomicUsize::new(0));
+    let f2 = Arc::clone(&finished);
+    let slow_checkpoint = SyncPolicy::custom(move |ctx| {
+        std::thread::sleep(Duration::from_secs(2));
+        let r = ctx.full_sync();
+        f2.fetch_add(1, Ordering::SeqCst);
+        r
+    });
+    let db =
+        keel::Database::open_for::<Post>(&path, quiet().checkpoint_sync(slow_checkpoint)).unwrap();
+    db.write(|t| t.insert(&Post::builder().id("a").build()).map(|_| ()))
+        .wait()
+        .unwrap();
+    let copy = db.clone();
+    drop(db);
+    let t = Instant::now();
+    drop(copy); // the last handle: a Swift deinit, a Kotlin close() of the handle
+    let took = t.elapsed();
+    assert!(
+        took < Duration::from_millis(50),
+        "dropping the last Database handle blocked for {took:?}"
+    );
+    wait_until("the closing checkpoint", Duration::from_secs(60), || {
+        finished.load(Ordering::SeqCst) >= 1 && !wal(&path).exists()
+    });
+    let db = keel::Database::open_for::<Post>(&path, quiet()).unwrap();
+    assert!(db.get::<Post>(&"a".to_string()).unwrap().is_some());
+    db.close().wait().unwrap();
+}
+
+#[test]
 fn explicit_close_still_waits_for_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("close.db");
