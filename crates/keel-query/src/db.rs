@@ -82,22 +82,23 @@ impl Inner {
             || self.hub.get().is_some_and(|h| h.interested())
     }
 
+    /// After COMMIT: the change hooks first (in registration order), then the
+    /// subscription hub.
     fn deliver(&self, changes: &[Change]) {
+        if self.hook_count.load(Ordering::Acquire) > 0 {
+            let hooks: Vec<Arc<HookFn>> = self
+                .hooks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(_, h)| Arc::clone(h))
+                .collect();
+            for h in hooks {
+                h(changes);
+            }
+        }
         if let Some(hub) = self.hub.get() {
             hub.on_commit(changes);
-        }
-        if self.hook_count.load(Ordering::Acquire) == 0 {
-            return;
-        }
-        let hooks: Vec<Arc<HookFn>> = self
-            .hooks
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|(_, h)| Arc::clone(h))
-            .collect();
-        for h in hooks {
-            h(changes);
         }
     }
 
