@@ -385,6 +385,38 @@ fn checkpoint_on_open_syncs_under_the_checkpoint_policy_even_with_commit_off() {
     store.close().unwrap();
 }
 
+#[test]
+fn a_failed_open_closes_its_writer_under_the_checkpoint_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("failed.db");
+    db_with_leftover_wal(&path);
+    let syncs = Arc::new(Mutex::new(Vec::new()));
+    let s2 = Arc::clone(&syncs);
+    // Commits unsynced, checkpoints synced: closing the writer of an open that
+    // failed makes SQLite checkpoint the WAL (it is the last connection), and that
+    // checkpoint must follow the checkpoint policy.
+    let opts = quiet()
+        .commit_sync(SyncPolicy::Off)
+        .checkpoint_sync(SyncPolicy::custom(move |ctx| {
+            s2.lock().unwrap().push((ctx.kind(), ctx.reason()));
+            ctx.full_sync()
+        }))
+        .schema_hook(|ctx| Err(ctx.error("refused by the test")));
+    let e = Store::open(&path, opts).unwrap_err();
+    assert!(matches!(e, Error::Schema { .. }), "{e:?}");
+    let syncs = syncs.lock().unwrap().clone();
+    assert!(
+        !syncs.is_empty(),
+        "the closing checkpoint ran without the checkpoint policy's syncs"
+    );
+    assert!(
+        syncs.iter().all(|(_, r)| *r == SyncReason::Checkpoint),
+        "{syncs:?}"
+    );
+    // The WAL was checkpointed into the database and removed.
+    assert!(!wal(&path).exists());
+}
+
 // ---------------------------------------------------------------------------
 // Transactions that cannot lie
 
