@@ -50,6 +50,7 @@
 
 mod checkpointer;
 mod conn;
+mod durable;
 mod error;
 mod oneshot;
 mod open;
@@ -66,9 +67,11 @@ mod vfs;
 mod writer;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
+pub use durable::DurableFuture;
 pub use error::{Error, Result};
 pub use options::{
-    ConnectionInit, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook, StoreOptions,
+    ConnectionInit, Milestone, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook,
+    StoreOptions,
 };
 pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, SyncReason};
 pub use report::{OpenReport, PhaseReport};
