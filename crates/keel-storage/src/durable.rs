@@ -10,6 +10,7 @@
 //! resolve after their commit, which comes after the barrier.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
@@ -67,6 +68,9 @@ pub(crate) struct Threads {
     pub(crate) writer: Mutex<Option<JoinHandle<()>>>,
     pub(crate) ckpt: Mutex<Option<JoinHandle<()>>>,
     pub(crate) writer_id: OnceLock<ThreadId>,
+    /// Set just before the writer thread is spawned: once true, write closures may
+    /// be running.
+    pub(crate) writer_started: AtomicBool,
 }
 
 /// The durable milestone of one store, shared by the store, the open pipeline and
@@ -91,6 +95,7 @@ impl Gate {
         t0: Instant,
         truncate_timeout: Duration,
     ) -> Gate {
+        let started = parked.is_none();
         let state = match parked {
             Some(p) => State::Pending(Box::new(p)),
             None => State::Durable,
@@ -99,7 +104,10 @@ impl Gate {
             path: path.to_path_buf(),
             state: Mutex::new((state, Vec::new())),
             cv: Condvar::new(),
-            threads: Threads::default(),
+            threads: Threads {
+                writer_started: AtomicBool::new(started),
+                ..Threads::default()
+            },
             report: Mutex::new(report),
             progress,
             t0,
@@ -300,6 +308,7 @@ impl Gate {
                 Err(e) => return Err((e, Some(p))),
             }
         }
+        self.threads.writer_started.store(true, Ordering::SeqCst);
         let (w, c) = start_threads(p, &self.path)?;
         let _ = self.threads.writer_id.set(w.thread().id());
         *lock(&self.threads.writer) = Some(w);
@@ -316,6 +325,14 @@ impl Gate {
         } = *p;
         if !writer.conn.is_autocommit() {
             let _ = writer.conn.execute_batch("ROLLBACK");
+        }
+        // SQLite checkpoints when the last connection closes; after a failed (or
+        // abandoned) barrier nothing may be written, so these two never do.
+        for c in [&writer.conn, &ck.conn] {
+            let _ = c.set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            );
         }
         drop(writer);
         drop(ck);

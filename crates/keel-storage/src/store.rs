@@ -599,6 +599,26 @@ impl Store {
         }
     }
 
+    /// True once keel's writer thread may have started running write closures
+    /// (from durable on; before, writes only queue). Layers that install an
+    /// `on_commit` hook use it to skip a barrier write that could only wait for the
+    /// open barrier.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.writer_started());
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn writer_started(&self) -> bool {
+        self.inner
+            .gate
+            .threads
+            .writer_started
+            .load(Ordering::SeqCst)
+    }
+
     /// True once the store is durable (see [`Store::durable`]).
     ///
     /// ```
