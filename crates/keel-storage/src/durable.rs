@@ -204,14 +204,14 @@ impl Gate {
         let _path = PathScope::enter(&self.path);
         let mut ckpt_line = None;
         let r = match barrier {
-            Ok(()) => self.start(*parked, &mut ckpt_line),
-            Err(e) => Err((e, Some(*parked))),
+            Ok(()) => self.start(parked, &mut ckpt_line),
+            Err(e) => Err((e, Some(parked))),
         };
         let r = match r {
             Ok(()) => Ok(()),
             Err((e, parked)) => {
                 if let Some(p) = parked {
-                    self.refuse(Box::new(p), e.clone());
+                    self.refuse(p, e.clone());
                 }
                 Err(e)
             }
@@ -271,13 +271,13 @@ impl Gate {
         );
     }
 
-    /// Commit the staged schema, maybe checkpoint, start the threads.
-    #[allow(clippy::type_complexity)]
+    /// Commit the staged schema, maybe checkpoint, start the threads. On failure
+    /// the parked threads come back (if still whole) so the caller can refuse writes.
     fn start(
         &self,
-        p: Parked,
+        p: Box<Parked>,
         ckpt_line: &mut Option<(Duration, u64, String)>,
-    ) -> std::result::Result<(), (Error, Option<Parked>)> {
+    ) -> std::result::Result<(), (Error, Option<Box<Parked>>)> {
         if !p.writer.conn.is_autocommit() {
             let _r = ReasonScope::enter(SyncReason::Commit);
             if let Err(e) = p.writer.conn.execute_batch("COMMIT") {
@@ -309,7 +309,7 @@ impl Gate {
             }
         }
         self.threads.writer_started.store(true, Ordering::SeqCst);
-        let (w, c) = start_threads(p, &self.path)?;
+        let (w, c) = start_threads(*p, &self.path).map_err(|e| (e, None))?;
         let _ = self.threads.writer_id.set(w.thread().id());
         *lock(&self.threads.writer) = Some(w);
         *lock(&self.threads.ckpt) = Some(c);
@@ -386,11 +386,7 @@ fn refuse_writes(rx: Receiver<WriterMsg>, e: Error) {
 }
 
 /// Start the checkpointer and the writer threads.
-#[allow(clippy::type_complexity)]
-pub(crate) fn start_threads(
-    p: Parked,
-    path: &Path,
-) -> std::result::Result<(JoinHandle<()>, JoinHandle<()>), (Error, Option<Parked>)> {
+pub(crate) fn start_threads(p: Parked, path: &Path) -> Result<(JoinHandle<()>, JoinHandle<()>)> {
     let Parked {
         writer,
         w_rx,
@@ -406,7 +402,7 @@ pub(crate) fn start_threads(
         .spawn(move || checkpointer_main(ck, ck_rx, ck_ctx))
     {
         Ok(h) => h,
-        Err(e) => return Err((Error::io("spawn checkpointer thread", path, e), None)),
+        Err(e) => return Err(Error::io("spawn checkpointer thread", path, e)),
     };
     let w_handle = match std::thread::Builder::new()
         .name("keel-writer".into())
@@ -416,7 +412,7 @@ pub(crate) fn start_threads(
         Err(e) => {
             let _ = ck_tx.send(CkptMsg::Shutdown);
             let _ = ck_handle.join();
-            return Err((Error::io("spawn writer thread", path, e), None));
+            return Err(Error::io("spawn writer thread", path, e));
         }
     };
     Ok((w_handle, ck_handle))

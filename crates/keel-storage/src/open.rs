@@ -732,7 +732,7 @@ fn readable(
             *note = format!("{n} readers; writer and checkpointer start when durable");
             (Some(parked), None)
         } else {
-            let t = start_threads(parked, path).map_err(|(e, _)| e)?;
+            let t = start_threads(parked, path)?;
             *note = format!("{n} readers, writer and checkpointer threads started");
             (None, Some(t))
         };
