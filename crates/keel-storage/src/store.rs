@@ -479,6 +479,7 @@ impl Store {
 
     /// Reclaim up to `pages` free pages now (runs on the writer thread). Returns the
     /// number of pages reclaimed. The writer also does this by itself when idle.
+    /// It writes, so before the store is durable it waits for the open barrier.
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
