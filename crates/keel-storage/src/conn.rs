@@ -36,6 +36,13 @@ impl Drop for RestoreReason {
     }
 }
 
+impl KConn {
+    /// The store's sync policies.
+    pub(crate) fn policies(&self) -> &crate::SyncPolicies {
+        &self._vfs.shared().policies
+    }
+}
+
 impl Drop for KConn {
     fn drop(&mut self) {
         let policy = &self._vfs.shared().policies.checkpoint;
