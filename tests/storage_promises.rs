@@ -373,15 +373,18 @@ fn checkpoint_on_open_syncs_under_the_checkpoint_policy_even_with_commit_off() {
         .find(|p| p.phase == keel::storage::OpenPhase::Checkpoint)
         .unwrap();
     assert!(phase.note.starts_with("passive"), "{}", phase.note);
+    // The open's checkpoint (in the pipeline, or right after the open barrier) ran
+    // through the checkpoint policy's hook, not skipped by the writer's
+    // synchronous=OFF.
+    let reasons = reasons.lock().unwrap().clone();
     assert!(
-        phase.syncs > 0,
+        !reasons.is_empty(),
         "the open checkpoint ran without a sync under commit policy Off"
     );
-    assert!(reasons
-        .lock()
-        .unwrap()
-        .iter()
-        .all(|(_, r)| *r == SyncReason::Checkpoint));
+    assert!(
+        reasons.iter().all(|(_, r)| *r == SyncReason::Checkpoint),
+        "{reasons:?}"
+    );
     store.close().unwrap();
 }
 

@@ -1146,7 +1146,9 @@ impl Campaign {
         let (k, v) = (self.rng.range(0, 150) as i64, self.value());
         self.single(&store, vec![Op::Put(k, v)], group);
         self.disk.crash_now();
-        drop(store);
+        // The process dies: wait for keel's threads to stop (a plain drop would
+        // finish the shutdown in the background, racing with what follows).
+        let _ = store.close();
         self.disk.app_crash();
         self.report.app_crashes += 1;
         self.report.crash_points += 1;
