@@ -37,6 +37,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         path: PathBuf,
         shared: Arc<VfsShared>,
