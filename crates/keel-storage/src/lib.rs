@@ -51,6 +51,7 @@
 mod checkpointer;
 mod conn;
 mod error;
+mod identity;
 mod oneshot;
 mod open;
 mod options;
@@ -67,6 +68,7 @@ mod writer;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use error::{Error, Result};
+pub use identity::KEEL_APPLICATION_ID;
 pub use options::{
     ConnectionInit, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook, StoreOptions,
 };

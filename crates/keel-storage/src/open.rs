@@ -167,7 +167,7 @@ fn check_file(path: &Path) -> Result<FileCheck> {
     let op = "check database file";
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent)
+            crate::identity::create_private_dirs(parent)
                 .map_err(|e| Error::io("create database directory", parent, e))?;
         }
     }
@@ -355,6 +355,9 @@ fn open_once(
     // 1. prepare
     let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
         let check = check_file(path)?;
+        if opts.keel_identity && !check.created {
+            crate::identity::check_at_open(path, &wal, opts.adopt_foreign)?;
+        }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
         let writer = open_conn(path, &vfs, Role::Writer, None)?;
@@ -450,6 +453,9 @@ fn open_once(
         )?;
         if let Some(init) = init {
             init(c).map_err(|e| Error::sqlite("connection_init hook", path, e))?;
+        }
+        if opts.keel_identity {
+            crate::identity::stamp_if_needed(c, path)?;
         }
         pl_frames(note, frames, tables);
         Ok((page_size, frames))

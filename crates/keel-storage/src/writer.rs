@@ -408,7 +408,11 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             }
         }
     }
-    for (job, _) in committed {
+    for (job, callbacks) in committed {
+        // Callbacks of a failed commit are dropped before the future resolves: what
+        // they restore on drop (the dictionary's pending values) is back in place
+        // when the caller learns of the failure.
+        drop(callbacks);
         job.finish(&commit);
     }
     for (job, r) in settled {

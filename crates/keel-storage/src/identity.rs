@@ -1,0 +1,388 @@
+//! File identity: whose database is this, and does the WAL beside it belong to it?
+//!
+//! SQLite applies any `-wal` file whose frames are internally consistent, whatever
+//! database it was written for: a WAL copied from another database, or left beside a
+//! file restored from a backup, silently shows another database's pages, and the next
+//! checkpoint makes them permanent. And SQLite opens any SQLite file, so keel would
+//! add its tables to another application's database and switch it to WAL mode.
+//!
+//! With [`StoreOptions::keel_identity`](crate::StoreOptions::keel_identity) on (the
+//! object layer turns it on), keel stamps every database it creates in the
+//! database header, which lives in page 1 and so also in every WAL frame of page 1:
+//!
+//! * `application_id` (offset 68) = [`KEEL_APPLICATION_ID`] (`"keel"`): a keel file;
+//! * `user_version` (offset 60) = a random non-zero 32-bit id of this database.
+//!
+//! Before SQLite sees the files, the open checks (this module, no SQLite involved):
+//!
+//! 1. **A foreign file.** A non-empty SQLite file whose `application_id` is not
+//!    keel's and which has tables but no `keel_meta` table (keel files from before the
+//!    stamp have one; they are stamped on open) belongs to another application:
+//!    [`Error::ForeignFile`], nothing written, unless
+//!    [`StoreOptions::adopt_foreign`](crate::StoreOptions::adopt_foreign) is set.
+//! 2. **A foreign WAL.** Every frame of the WAL that SQLite would apply (salts equal to
+//!    the WAL header's and an unbroken checksum chain, up to the last commit frame —
+//!    SQLite's own rule) is read; a frame of page 1 whose stamp differs from the
+//!    database file's is another database's: [`Error::ForeignWal`], nothing written. It
+//!    is a bad file, so `recover_corrupt` moves the database and its `-wal`/`-shm`
+//!    aside together.
+//!
+//! Limits, said plainly: a WAL none of whose valid frames is page 1 carries no stamp
+//! and cannot be told apart (keel's schema phase and every commit that grows the file
+//! write page 1, so a WAL from a keel session almost always holds it); and an older
+//! backup of the *same* database restored under its newer WAL carries the same stamp,
+//! so it is not detected by the stamp alone (see `docs/durability.md`).
+
+use std::io::Read;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// `application_id` keel writes into the header of the databases it creates
+/// (`"keel"` in ASCII), so `file(1)`-style tools and keel itself recognise them.
+pub const KEEL_APPLICATION_ID: u32 = 0x6B65_656C;
+
+const WAL_HEADER: usize = 32;
+const FRAME_HEADER: usize = 24;
+
+/// The two stamp fields of a database header (or a WAL image of page 1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Stamp {
+    pub(crate) application_id: u32,
+    pub(crate) database_id: u32,
+}
+
+impl Stamp {
+    pub(crate) fn from_header(h: &[u8]) -> Option<Stamp> {
+        if h.len() < 100 {
+            return None;
+        }
+        let be = |o: usize| u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
+        Some(Stamp {
+            application_id: be(68),
+            database_id: be(60),
+        })
+    }
+
+    pub(crate) fn is_keel(&self) -> bool {
+        self.application_id == KEEL_APPLICATION_ID && self.database_id != 0
+    }
+}
+
+/// SQLite's WAL checksum over `data` (a multiple of 8 bytes), continuing `s`.
+fn wal_checksum(big_endian: bool, data: &[u8], s: (u32, u32)) -> (u32, u32) {
+    let (mut s0, mut s1) = s;
+    for w in data.chunks_exact(8) {
+        let (x0, x1) = if big_endian {
+            (
+                u32::from_be_bytes([w[0], w[1], w[2], w[3]]),
+                u32::from_be_bytes([w[4], w[5], w[6], w[7]]),
+            )
+        } else {
+            (
+                u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+                u32::from_le_bytes([w[4], w[5], w[6], w[7]]),
+            )
+        };
+        s0 = s0.wrapping_add(x0).wrapping_add(s1);
+        s1 = s1.wrapping_add(x1).wrapping_add(s0);
+    }
+    (s0, s1)
+}
+
+/// The stamps of every page-1 image SQLite would apply from the WAL at `wal`
+/// (valid frames up to the last commit frame). Empty when there is no valid WAL.
+pub(crate) fn wal_page1_stamps(wal: &Path) -> std::io::Result<Vec<Stamp>> {
+    let mut bytes = Vec::new();
+    match std::fs::File::open(wal) {
+        Ok(mut f) => {
+            f.read_to_end(&mut bytes)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    }
+    Ok(scan_wal(&bytes))
+}
+
+fn be32(b: &[u8], o: usize) -> u32 {
+    u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+fn scan_wal(b: &[u8]) -> Vec<Stamp> {
+    if b.len() < WAL_HEADER {
+        return Vec::new();
+    }
+    let magic = be32(b, 0);
+    if magic & !1 != 0x377f_0682 {
+        return Vec::new();
+    }
+    let big = magic & 1 == 1;
+    let page_size = match be32(b, 8) {
+        1 => 65_536,
+        p if (512..=32_768).contains(&p) && p.is_power_of_two() => p as usize,
+        _ => return Vec::new(),
+    };
+    let (salt1, salt2) = (be32(b, 16), be32(b, 20));
+    let mut sum = wal_checksum(big, &b[..24], (0, 0));
+    if sum != (be32(b, 24), be32(b, 28)) {
+        return Vec::new();
+    }
+    let mut committed = Vec::new();
+    let mut since_commit = Vec::new();
+    let mut off = WAL_HEADER;
+    while off + FRAME_HEADER + page_size <= b.len() {
+        let fh = &b[off..off + FRAME_HEADER];
+        if be32(fh, 8) != salt1 || be32(fh, 12) != salt2 {
+            break;
+        }
+        let page = &b[off + FRAME_HEADER..off + FRAME_HEADER + page_size];
+        sum = wal_checksum(big, &fh[..8], sum);
+        sum = wal_checksum(big, page, sum);
+        if sum != (be32(fh, 16), be32(fh, 20)) {
+            break;
+        }
+        if be32(fh, 0) == 1 {
+            if let Some(s) = Stamp::from_header(page) {
+                since_commit.push(s);
+            }
+        }
+        if be32(fh, 4) != 0 {
+            committed.append(&mut since_commit);
+        }
+        off += FRAME_HEADER + page_size;
+    }
+    committed
+}
+
+/// Does the WAL beside a database stamped `db` belong to it? `Err(ForeignWal)` if a
+/// page-1 frame SQLite would apply carries another stamp.
+pub(crate) fn check_wal(path: &Path, wal: &Path, db: Stamp) -> Result<()> {
+    if !db.is_keel() {
+        return Ok(());
+    }
+    let stamps = wal_page1_stamps(wal).map_err(|e| Error::io("read WAL to check it", wal, e))?;
+    if let Some(other) = stamps.iter().find(|s| **s != db) {
+        return Err(Error::ForeignWal {
+            path: path.to_path_buf(),
+            detail: format!(
+                "the database is keel database {:08x}; its -wal holds page 1 of {}",
+                db.database_id,
+                if other.is_keel() {
+                    format!("keel database {:08x}", other.database_id)
+                } else {
+                    format!(
+                        "a database with application_id {:#x} (not keel)",
+                        other.application_id
+                    )
+                }
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Percent-encode the characters SQLite URIs give meaning to.
+fn uri_path(path: &Path) -> String {
+    let mut s = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => s.push_str("%25"),
+            '?' => s.push_str("%3f"),
+            '#' => s.push_str("%23"),
+            c => s.push(c),
+        }
+    }
+    s
+}
+
+/// Table names of the main file alone, read through an `immutable` read-only
+/// connection: no lock, no `-wal`/`-shm` created, nothing written.
+fn main_file_tables(path: &Path) -> Result<Vec<String>> {
+    use rusqlite::OpenFlags as F;
+    let op = "inspect a database keel did not create";
+    let c = rusqlite::Connection::open_with_flags(
+        format!("{}?immutable=1", uri_path(path)),
+        F::SQLITE_OPEN_READ_ONLY | F::SQLITE_OPEN_URI | F::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(|e| Error::sqlite(op, path, e))?;
+    let mut st = c
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table'")
+        .map_err(|e| Error::sqlite(op, path, e))?;
+    let rows = st
+        .query_map([], |r| r.get::<_, String>(0))
+        .map_err(|e| Error::sqlite(op, path, e))?;
+    rows.collect::<rusqlite::Result<Vec<_>>>()
+        .map_err(|e| Error::sqlite(op, path, e))
+}
+
+/// The identity checks of the prepare phase on an existing file (after the header
+/// checks: a file that is not an SQLite file was refused there).
+pub(crate) fn check_at_open(path: &Path, wal: &Path, adopt_foreign: bool) -> Result<()> {
+    let mut header = Vec::with_capacity(100);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(100).read_to_end(&mut header))
+        .map_err(|e| Error::io("read database header", path, e))?;
+    if header.len() < 100 || !header.starts_with(b"SQLite format 3\0") {
+        // Empty (a new database, or one whose pages are all still in its WAL) or
+        // torn (left to SQLite's recovery): no stamp to check against.
+        return Ok(());
+    }
+    check_existing(path, wal, &header, adopt_foreign)
+}
+
+/// Create the missing directories of `dir` with mode 0700, whatever the umask: a
+/// database directory is private to the app, like the 0600 database file.
+pub(crate) fn create_private_dirs(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut d = dir;
+    while !d.as_os_str().is_empty() && !d.exists() {
+        missing.push(d.to_path_buf());
+        match d.parent() {
+            Some(p) => d = p,
+            None => break,
+        }
+    }
+    for m in missing.iter().rev() {
+        let mut b = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        match b.create(m) {
+            Ok(()) => {
+                // mkdir applies the umask (it can only clear bits); set the mode
+                // exactly so a umask like 0o077 or 0o777 gives the same result.
+                #[cfg(unix)]
+                std::fs::set_permissions(m, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && m.is_dir() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The identity checks of the prepare phase, on a file whose 100-byte header is
+/// `header` (already checked to be an SQLite header).
+fn check_existing(path: &Path, wal: &Path, header: &[u8], adopt_foreign: bool) -> Result<()> {
+    let Some(stamp) = Stamp::from_header(header) else {
+        return Ok(());
+    };
+    if stamp.is_keel() {
+        return check_wal(path, wal, stamp);
+    }
+    let tables = main_file_tables(path)?;
+    let keel_legacy = tables.iter().any(|t| t == "keel_meta");
+    let user_tables: Vec<&String> = tables
+        .iter()
+        .filter(|t| !t.starts_with("sqlite_"))
+        .collect();
+    if keel_legacy || user_tables.is_empty() || adopt_foreign {
+        if !keel_legacy && !user_tables.is_empty() {
+            tracing::warn!(
+                tables = user_tables.len(),
+                "adopting an SQLite database keel did not create (adopt_foreign)"
+            );
+        }
+        return Ok(());
+    }
+    let mut names: Vec<String> = user_tables.iter().take(5).map(|s| (*s).clone()).collect();
+    if user_tables.len() > 5 {
+        names.push("…".into());
+    }
+    Err(Error::ForeignFile {
+        path: path.to_path_buf(),
+        detail: format!(
+            "an SQLite database of another application (application_id {:#x}, tables {})",
+            stamp.application_id,
+            names.join(", ")
+        ),
+    })
+}
+
+/// Stamp the database on the writer connection, in the recover phase (after WAL mode
+/// is on, before the schema phase): a new file, a keel file from before the stamp,
+/// or an adopted one. A stamped file is left alone.
+pub(crate) fn stamp_if_needed(conn: &rusqlite::Connection, path: &Path) -> Result<bool> {
+    let op = "stamp the database identity";
+    let (app, id): (i64, i64) = conn
+        .query_row(
+            "SELECT (SELECT application_id FROM pragma_application_id), (SELECT user_version FROM pragma_user_version)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .map_err(|e| Error::sqlite(op, path, e))?;
+    if app as u32 == KEEL_APPLICATION_ID && id != 0 {
+        return Ok(false);
+    }
+    let mut new_id = 0u32;
+    while new_id == 0 {
+        let mut b = [0u8; 4];
+        getrandom_bytes(&mut b);
+        new_id = u32::from_be_bytes(b);
+    }
+    // Both pragmas in one transaction: one page-1 write. The id is stored as the
+    // signed 32-bit value SQLite keeps in the header.
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; PRAGMA application_id = {}; PRAGMA user_version = {}; COMMIT;",
+        KEEL_APPLICATION_ID as i32, new_id as i32
+    ))
+    .map_err(|e| {
+        let _ = conn.execute_batch("ROLLBACK");
+        Error::sqlite(op, path, e)
+    })?;
+    Ok(true)
+}
+
+/// Random bytes from the OS (`/dev/urandom`): no extra crate.
+fn getrandom_bytes(out: &mut [u8]) {
+    let mut f = std::fs::File::open("/dev/urandom").ok();
+    if let Some(f) = f.as_mut() {
+        if f.read_exact(out).is_ok() {
+            return;
+        }
+    }
+    // Fallback: time and address entropy (uniqueness, not secrecy, is what matters).
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let x = (t as u64) ^ (out.as_ptr() as u64).rotate_left(17) ^ u64::from(std::process::id());
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = (x >> ((i % 8) * 8)) as u8;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checksum_chain_and_salts_decide_which_frames_count() {
+        // A WAL written by SQLite itself: every page-1 frame is found, a frame with a
+        // broken checksum ends the scan.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.db");
+        let c = rusqlite::Connection::open(&p).unwrap();
+        c.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; PRAGMA application_id=1801807212; PRAGMA user_version=77; CREATE TABLE t(x);",
+        )
+        .unwrap();
+        c.set_db_config(
+            rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+            true,
+        )
+        .unwrap();
+        let wal = crate::open::wal_path(&p);
+        let stamps = wal_page1_stamps(&wal).unwrap();
+        assert!(!stamps.is_empty());
+        assert!(stamps.iter().any(|s| s.database_id == 77 && s.is_keel()));
+        drop(c);
+        let mut b = std::fs::read(&wal).unwrap();
+        // Salts of the first frame no longer match the header: nothing counts.
+        b[32 + 8] ^= 0xff;
+        assert!(scan_wal(&b).is_empty());
+        b[32 + 8] ^= 0xff;
+        assert_eq!(scan_wal(&b), stamps);
+        b[24] ^= 0xff; // header checksum
+        assert!(scan_wal(&b).is_empty());
+    }
+}
