@@ -230,6 +230,32 @@ pub(crate) fn check_at_open(path: &Path, wal: &Path, adopt_foreign: bool) -> Res
     check_existing(path, wal, &header, adopt_foreign)
 }
 
+/// Check, without opening it through SQLite and without writing anything, that the
+/// `-wal` beside the keel database at `path` belongs to it (the same check the open
+/// makes, see the [module docs](self)); `keel check` uses it.
+///
+/// ```
+/// let dir = tempfile::tempdir().unwrap();
+/// let p = dir.path().join("none.db");
+/// assert!(keel_storage::verify_wal_identity(&p).is_ok()); // nothing to check
+/// ```
+pub fn verify_wal_identity(path: &Path) -> Result<()> {
+    let mut header = Vec::with_capacity(100);
+    match std::fs::File::open(path) {
+        Ok(f) => {
+            f.take(100)
+                .read_to_end(&mut header)
+                .map_err(|e| Error::io("read database header", path, e))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("read database header", path, e)),
+    }
+    match Stamp::from_header(&header) {
+        Some(stamp) => check_wal(path, &crate::open::wal_path(path), stamp),
+        None => Ok(()),
+    }
+}
+
 /// Create the missing directories of `dir` with mode 0700, whatever the umask: a
 /// database directory is private to the app, like the 0600 database file.
 pub(crate) fn create_private_dirs(dir: &Path) -> std::io::Result<()> {

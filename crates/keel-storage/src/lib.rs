@@ -68,7 +68,7 @@ mod writer;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use error::{Error, Result};
-pub use identity::KEEL_APPLICATION_ID;
+pub use identity::{verify_wal_identity, KEEL_APPLICATION_ID};
 pub use options::{
     ConnectionInit, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook, StoreOptions,
 };
