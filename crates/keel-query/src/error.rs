@@ -197,6 +197,20 @@ pub enum Error {
         #[source]
         source: Box<Error>,
     },
+    /// What a migration returns when it fails for its own reasons (an old object
+    /// it cannot convert, an app callback that threw); the open reports it inside
+    /// [`Error::MigrationFailed`].
+    ///
+    /// ```
+    /// use keel_query::Error;
+    /// let e = Error::Migration { message: "note n7 has no id".into() };
+    /// assert_eq!(e.to_string(), "migration: note n7 has no id");
+    /// ```
+    #[error("migration: {message}")]
+    Migration {
+        /// Why.
+        message: String,
+    },
     /// A value could not be encoded for the dictionary (a serde value whose
     /// serialization failed). Nothing was stored.
     #[error("dictionary key {key:?}: cannot encode the value: {message}")]

@@ -23,8 +23,7 @@ fn quiet() -> StoreOptions {
 }
 
 fn fail(e: impl std::fmt::Display) -> Error {
-    Error::Schema {
-        path: PathBuf::new(),
+    Error::Migration {
         message: e.to_string(),
     }
 }
