@@ -247,3 +247,31 @@ pub(crate) fn to_storage(e: &Error, path: &Path) -> SErr {
         },
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file SQLite can only open read-only (permissions, a read-only mount; shown
+    /// here with a read-only connection, since root ignores file modes) fails its
+    /// first write with `SQLITE_READONLY`: the file is unwritable, not a schema error.
+    #[test]
+    fn a_write_refused_as_read_only_is_unreadable_not_a_schema_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ro.db");
+        rusqlite::Connection::open(&p)
+            .unwrap()
+            .execute_batch("CREATE TABLE t(x)")
+            .unwrap();
+        let ro =
+            rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let e = ro.execute_batch(META_DDL_PROBE).unwrap_err();
+        assert!(matches!(
+            classify("create keel metadata tables", &p, e),
+            SErr::Unreadable { .. }
+        ),);
+    }
+
+    const META_DDL_PROBE: &str = "CREATE TABLE keel_meta(key TEXT PRIMARY KEY, value)";
+}

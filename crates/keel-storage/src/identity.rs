@@ -382,6 +382,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_read_only_file_is_unreadable_not_an_sqlite_error() {
+        // Root ignores file modes, so the read-only open is asked for explicitly:
+        // SQLite reports the same SQLITE_READONLY as for a 0444 file.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("ro.db");
+        rusqlite::Connection::open(&p)
+            .unwrap()
+            .execute_batch("CREATE TABLE t(x)")
+            .unwrap();
+        let ro =
+            rusqlite::Connection::open_with_flags(&p, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        let e = ro.execute_batch("PRAGMA application_id = 1").unwrap_err();
+        assert!(matches!(
+            Error::sqlite("stamp", &p, e),
+            Error::Unreadable { .. }
+        ));
+    }
+
+    #[test]
     fn checksum_chain_and_salts_decide_which_frames_count() {
         // A WAL written by SQLite itself: every page-1 frame is found, a frame with a
         // broken checksum ends the scan.

@@ -184,6 +184,13 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
         match o.open(path) {
+            // open(2) applies the umask to 0600; set it exactly (a umask can only
+            // clear bits, so this never widens what was asked for).
+            #[cfg(unix)]
+            Ok(f) => f
+                .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| Error::io("set database file mode", path, e))?,
+            #[cfg(not(unix))]
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io("create database file", path, e)),
