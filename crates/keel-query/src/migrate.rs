@@ -20,31 +20,26 @@
 //!   recorded as done without running.
 //!
 //! ```
-//! use keel_query::{Database, Migrator, StoreOptions};
+//! use keel_query::{Database, Error, Migrator, StoreOptions};
 //! use keel_schema::Schema;
 //! # let dir = tempfile::tempdir().unwrap();
 //! # let path = dir.path().join("m.db");
 //! let v1 = Schema::parse("namespace m; table N { id: int (primary); text: string; } root_type N;", "v1.fbs")?;
 //! let db = Database::open(&path, v1.clone(), StoreOptions::default())?;
-//! let t = v1.reader("m.N")?;
-//! db.write(move |txn| {
-//!     txn.insert_bytes("m.N", t.encode_json(&serde_json::json!({"id": 1, "text": "hi"})).unwrap())?;
-//!     Ok(())
-//! }).wait()?;
+//! let note = v1.reader("m.N")?.encode_json(&serde_json::json!({"id": 1, "text": "hi"}))?;
+//! db.write(move |txn| txn.insert_bytes("m.N", note).map(|_| ())).wait()?;
 //! db.close().wait()?;
 //!
 //! // v2 keys notes by their text: a new primary key, not a compatible change.
 //! let v2 = Schema::parse("namespace m; table N { id: int; text: string (primary); } root_type N;", "v2.fbs")?;
 //! let migrator = Migrator::new().register("key notes by text", |m| {
 //!     m.rewrite_collection("m.N", |old, new| {
-//!         let json = old.to_json().map_err(|e| m_err(&e))?;
-//!         Ok(Some(new.encode_json(&json).map_err(|e| m_err(&e))?))
+//!         let fail = |e: &dyn std::fmt::Display| Error::Migration { message: e.to_string() };
+//!         let json = old.to_json().map_err(|e| fail(&e))?;
+//!         Ok(Some(new.encode_json(&json).map_err(|e| fail(&e))?))
 //!     })?;
 //!     Ok(())
 //! });
-//! # fn m_err(e: &dyn std::fmt::Display) -> keel_query::Error {
-//! #     keel_query::Error::Schema { path: Default::default(), message: e.to_string() }
-//! # }
 //! let db = Database::open_migrating(&path, v2, migrator, StoreOptions::default())?;
 //! assert!(db.get_bytes("m.N", &["hi".into()])?.is_some());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -274,7 +269,7 @@ struct Ticker {
 impl Ticker {
     fn tick(&mut self) {
         self.objects += 1;
-        if self.objects % PROGRESS_EVERY == 0 {
+        if self.objects.is_multiple_of(PROGRESS_EVERY) {
             if let Some(cb) = &self.progress {
                 let p = MigrationProgress {
                     migration: self.name.clone(),

@@ -32,14 +32,14 @@ fn fail(e: impl std::fmt::Display) -> Error {
 fn v1_note(v1: &Schema, i: u32) -> Vec<u8> {
     let mut j =
         serde_json::json!({"id": format!("n{i:04}"), "body": format!("body {i}"), "mood": "Happy"});
-    if i % 3 != 0 {
+    if !i.is_multiple_of(3) {
         j["stars"] = serde_json::json!(i % 11);
     }
     v1.reader("evo.Note").unwrap().encode_json(&j).unwrap()
 }
 
 fn v1_stars(i: u32) -> i64 {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         3
     } else {
         i64::from(i % 11)

@@ -232,7 +232,7 @@ pub(crate) fn check_at_open(path: &Path, wal: &Path, adopt_foreign: bool) -> Res
 
 /// Check, without opening it through SQLite and without writing anything, that the
 /// `-wal` beside the keel database at `path` belongs to it (the same check the open
-/// makes, see the [module docs](self)); `keel check` uses it.
+/// makes at open; see `docs/durability.md`); `keel check` uses it.
 ///
 /// ```
 /// let dir = tempfile::tempdir().unwrap();
