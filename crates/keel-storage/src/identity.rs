@@ -295,7 +295,22 @@ fn check_existing(path: &Path, wal: &Path, header: &[u8], adopt_foreign: bool) -
     if stamp.is_keel() {
         return check_wal(path, wal, stamp);
     }
-    let tables = main_file_tables(path)?;
+    // The latest page 1 may still be in the WAL (a first session that never
+    // checkpointed it, or a checkpoint torn by a power loss): if that one is keel's,
+    // the file is keel's.
+    let in_wal = wal_page1_stamps(wal).unwrap_or_default();
+    if in_wal.last().is_some_and(Stamp::is_keel) {
+        return Ok(());
+    }
+    // Only a positive finding refuses a file: if the main file cannot be read on its
+    // own (pages torn by a power loss that the WAL repairs), SQLite's recovery judges.
+    let tables = match main_file_tables(path) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::debug!(error = %e, "could not list the main file's tables; leaving it to SQLite");
+            return Ok(());
+        }
+    };
     let keel_legacy = tables.iter().any(|t| t == "keel_meta");
     let user_tables: Vec<&String> = tables
         .iter()
