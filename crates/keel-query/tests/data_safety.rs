@@ -343,6 +343,82 @@ fn a_wal_of_another_database_is_refused_untouched_and_moved_aside_on_request() {
 }
 
 #[test]
+fn a_backup_restored_under_a_newer_wal_is_refused_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("restored.db");
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    db.write(|t| t.insert(&Post::builder().id("a").build()).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.close().wait().unwrap();
+    let backup = std::fs::read(&path).unwrap(); // a clean copy: the file is all of it
+
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    db.write(|t| t.insert(&Post::builder().id("b").build()).map(|_| ()))
+        .wait()
+        .unwrap();
+    // Every frame reaches the file; the next write starts a new WAL.
+    let o = db
+        .store()
+        .checkpoint(keel_storage::CheckpointMode::Truncate)
+        .unwrap();
+    assert!(!o.busy);
+    db.write(|t| t.insert(&Post::builder().id("c").build()).map(|_| ()))
+        .wait()
+        .unwrap();
+    let newer_wal = std::fs::read(sibling(&path, "-wal")).unwrap();
+    db.close().wait().unwrap();
+
+    // The device restores the backup of the file; the newer WAL stays beside it.
+    std::fs::write(&path, &backup).unwrap();
+    std::fs::write(sibling(&path, "-wal"), &newer_wal).unwrap();
+    let r = Database::open_for::<Post>(&path, quiet());
+    match &r {
+        Err(Error::Storage(keel_storage::Error::ForeignWal { detail, .. })) => {
+            assert!(detail.contains("older"), "{detail}")
+        }
+        other => panic!("expected ForeignWal, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&path).unwrap(), backup, "untouched");
+    assert_eq!(std::fs::read(sibling(&path, "-wal")).unwrap(), newer_wal);
+
+    // Without the stale WAL the backup is a consistent database of its own.
+    std::fs::remove_file(sibling(&path, "-wal")).unwrap();
+    let _ = std::fs::remove_file(sibling(&path, "-shm"));
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 1);
+    db.close().wait().unwrap();
+}
+
+#[test]
+fn a_wal_left_by_a_crash_beside_its_own_file_still_opens() {
+    // The same WAL as above, but beside the file it was written for (a crash: the
+    // file and its WAL both current): it belongs, and every commit is there.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crashed.db");
+    let copy = dir.path().join("copy.db");
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    for id in ["a", "b"] {
+        db.write(move |t| t.insert(&Post::builder().id(id).build()).map(|_| ()))
+            .wait()
+            .unwrap();
+        db.store()
+            .checkpoint(keel_storage::CheckpointMode::Truncate)
+            .unwrap();
+    }
+    db.write(|t| t.insert(&Post::builder().id("c").build()).map(|_| ()))
+        .wait()
+        .unwrap();
+    // A consistent copy of a live database: file and WAL, no checkpoint in between.
+    std::fs::copy(&path, &copy).unwrap();
+    std::fs::copy(sibling(&path, "-wal"), sibling(&copy, "-wal")).unwrap();
+    db.close().wait().unwrap();
+    let db = Database::open_for::<Post>(&copy, quiet()).unwrap();
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 3);
+    db.close().wait().unwrap();
+}
+
+#[test]
 fn a_plain_sqlite_file_of_another_app_is_refused_unless_adoption_is_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("contacts.db");

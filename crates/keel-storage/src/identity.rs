@@ -11,7 +11,10 @@
 //! database header, which lives in page 1 and so also in every WAL frame of page 1:
 //!
 //! * `application_id` (offset 68) = [`KEEL_APPLICATION_ID`] (`"keel"`): a keel file;
-//! * `user_version` (offset 60) = a random non-zero 32-bit id of this database.
+//! * `user_version` (offset 60) = the database's **epoch**: a random 32-bit value at
+//!   creation, incremented (wrapping) by the first write of every new WAL — the first
+//!   write after an open without a WAL, and the first after a checkpoint that copied
+//!   every frame into the database file (the next write restarts the WAL).
 //!
 //! Before SQLite sees the files, the open checks (this module, no SQLite involved):
 //!
@@ -20,18 +23,24 @@
 //!    stamp have one; they are stamped on open) belongs to another application:
 //!    [`Error::ForeignFile`], nothing written, unless
 //!    [`StoreOptions::adopt_foreign`](crate::StoreOptions::adopt_foreign) is set.
-//! 2. **A foreign WAL.** Every frame of the WAL that SQLite would apply (salts equal to
-//!    the WAL header's and an unbroken checksum chain, up to the last commit frame —
-//!    SQLite's own rule) is read; a frame of page 1 whose stamp differs from the
-//!    database file's is another database's: [`Error::ForeignWal`], nothing written. It
-//!    is a bad file, so `recover_corrupt` moves the database and its `-wal`/`-shm`
-//!    aside together.
+//! 2. **A WAL that does not belong to the file.** Every frame of the WAL that SQLite
+//!    would apply (salts equal to the WAL header's, an unbroken checksum chain, up to
+//!    the last commit frame — SQLite's own rule) is read, and the epochs of its page-1
+//!    frames, `first ..= last`, are compared with the database file's epoch `e`. A WAL
+//!    restarts only after every frame of the previous one reached the file, so the
+//!    file was at the WAL's start epoch (`first - 1` or `first`) then, and since then
+//!    it can only have taken pages from this WAL: `first - 1 <= e <= last` (wrapping).
+//!    Anything else — another database's WAL (random epochs), a backup of the file
+//!    restored under a newer WAL (`e < first - 1`), an older WAL beside a newer file
+//!    (`e > last`) — is [`Error::ForeignWal`], nothing written. It is a bad file, so
+//!    `recover_corrupt` moves the database and its `-wal`/`-shm` aside together.
 //!
-//! Limits, said plainly: a WAL none of whose valid frames is page 1 carries no stamp
-//! and cannot be told apart (keel's schema phase and every commit that grows the file
-//! write page 1, so a WAL from a keel session almost always holds it); and an older
-//! backup of the *same* database restored under its newer WAL carries the same stamp,
-//! so it is not detected by the stamp alone (see `docs/durability.md`).
+//! Limits, said plainly: a WAL none of whose valid frames is page 1 carries no epoch
+//! and cannot be checked (keel's epoch bump writes page 1 at the start of every WAL it
+//! starts); a WAL whose first transaction was not keel's bump (another process's
+//! write, a reader holding the old WAL when the bump ran) admits a backup one epoch
+//! older than it should; and random epochs of two databases collide with a
+//! probability of about one in four billion per WAL.
 
 use std::io::Read;
 use std::path::Path;
@@ -49,7 +58,8 @@ const FRAME_HEADER: usize = 24;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stamp {
     pub(crate) application_id: u32,
-    pub(crate) database_id: u32,
+    /// `user_version`: the epoch (see the module docs).
+    pub(crate) epoch: u32,
 }
 
 impl Stamp {
@@ -60,12 +70,12 @@ impl Stamp {
         let be = |o: usize| u32::from_be_bytes([h[o], h[o + 1], h[o + 2], h[o + 3]]);
         Some(Stamp {
             application_id: be(68),
-            database_id: be(60),
+            epoch: be(60),
         })
     }
 
     pub(crate) fn is_keel(&self) -> bool {
-        self.application_id == KEEL_APPLICATION_ID && self.database_id != 0
+        self.application_id == KEEL_APPLICATION_ID
     }
 }
 
@@ -154,31 +164,69 @@ fn scan_wal(b: &[u8]) -> Vec<Stamp> {
     committed
 }
 
-/// Does the WAL beside a database stamped `db` belong to it? `Err(ForeignWal)` if a
-/// page-1 frame SQLite would apply carries another stamp.
+/// Does the WAL beside a database stamped `db` belong to it (module docs, check 2)?
 pub(crate) fn check_wal(path: &Path, wal: &Path, db: Stamp) -> Result<()> {
     if !db.is_keel() {
         return Ok(());
     }
     let stamps = wal_page1_stamps(wal).map_err(|e| Error::io("read WAL to check it", wal, e))?;
-    if let Some(other) = stamps.iter().find(|s| **s != db) {
-        return Err(Error::ForeignWal {
+    let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
+        return Ok(());
+    };
+    let refuse = |detail: String| {
+        Err(Error::ForeignWal {
             path: path.to_path_buf(),
-            detail: format!(
-                "the database is keel database {:08x}; its -wal holds page 1 of {}",
-                db.database_id,
-                if other.is_keel() {
-                    format!("keel database {:08x}", other.database_id)
-                } else {
-                    format!(
-                        "a database with application_id {:#x} (not keel)",
-                        other.application_id
-                    )
-                }
-            ),
-        });
+            detail,
+        })
+    };
+    if let Some(other) = stamps.iter().find(|s| !s.is_keel()) {
+        return refuse(format!(
+            "its -wal holds page 1 of a database with application_id {:#x} (not keel)",
+            other.application_id
+        ));
     }
-    Ok(())
+    let lo = first.epoch.wrapping_sub(1);
+    let span = last.epoch.wrapping_sub(lo);
+    if db.epoch.wrapping_sub(lo) <= span {
+        return Ok(());
+    }
+    let ahead = db.epoch.wrapping_sub(last.epoch);
+    let behind = lo.wrapping_sub(db.epoch);
+    refuse(if ahead < 1 << 16 {
+        format!(
+            "the database file (epoch {:08x}) is newer than its -wal (epochs {:08x}..={:08x}): a stale WAL",
+            db.epoch, first.epoch, last.epoch
+        )
+    } else if behind < 1 << 16 {
+        format!(
+            "the database file (epoch {:08x}) is older than its -wal (epochs {:08x}..={:08x}): a backup restored under a newer WAL?",
+            db.epoch, first.epoch, last.epoch
+        )
+    } else {
+        format!(
+            "the -wal (epochs {:08x}..={:08x}) was written for another database (file epoch {:08x})",
+            first.epoch, last.epoch, db.epoch
+        )
+    })
+}
+
+/// Bump the epoch inside the writer's open transaction (the first write of a new
+/// WAL). A failure is logged and leaves the group alone: the stamp is a check, the
+/// user's writes matter more. Returns whether the bump was made.
+pub(crate) fn bump_epoch(conn: &rusqlite::Connection, path: &Path) -> bool {
+    let r = conn
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .and_then(|v| {
+            let next = (v as u32).wrapping_add(1) as i32;
+            conn.execute_batch(&format!("PRAGMA user_version = {next}"))
+        });
+    match r {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not bump the identity epoch");
+            false
+        }
+    }
 }
 
 /// Percent-encode the characters SQLite URIs give meaning to.
@@ -344,23 +392,17 @@ fn check_existing(path: &Path, wal: &Path, header: &[u8], adopt_foreign: bool) -
 /// or an adopted one. A stamped file is left alone.
 pub(crate) fn stamp_if_needed(conn: &rusqlite::Connection, path: &Path) -> Result<bool> {
     let op = "stamp the database identity";
-    let (app, id): (i64, i64) = conn
-        .query_row(
-            "SELECT (SELECT application_id FROM pragma_application_id), (SELECT user_version FROM pragma_user_version)",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+    let app: i64 = conn
+        .query_row("PRAGMA application_id", [], |r| r.get(0))
         .map_err(|e| Error::sqlite(op, path, e))?;
-    if app as u32 == KEEL_APPLICATION_ID && id != 0 {
+    if app as u32 == KEEL_APPLICATION_ID {
         return Ok(false);
     }
-    let mut new_id = 0u32;
-    while new_id == 0 {
-        let mut b = [0u8; 4];
-        getrandom_bytes(&mut b);
-        new_id = u32::from_be_bytes(b);
-    }
-    // Both pragmas in one transaction: one page-1 write. The id is stored as the
+    let mut b = [0u8; 4];
+    getrandom_bytes(&mut b);
+    // A random start: two databases' epochs (and so their WALs) do not overlap.
+    let new_id = u32::from_be_bytes(b);
+    // Both pragmas in one transaction: one page-1 write. The epoch is stored as the
     // signed 32-bit value SQLite keeps in the header.
     conn.execute_batch(&format!(
         "BEGIN IMMEDIATE; PRAGMA application_id = {}; PRAGMA user_version = {}; COMMIT;",
@@ -435,7 +477,7 @@ mod tests {
         let wal = crate::open::wal_path(&p);
         let stamps = wal_page1_stamps(&wal).unwrap();
         assert!(!stamps.is_empty());
-        assert!(stamps.iter().any(|s| s.database_id == 77 && s.is_keel()));
+        assert!(stamps.iter().any(|s| s.epoch == 77 && s.is_keel()));
         drop(c);
         let mut b = std::fs::read(&wal).unwrap();
         // Salts of the first frame no longer match the header: nothing counts.

@@ -573,6 +573,10 @@ fn open_once(
             check.wal_bytes
         };
         let signal = Arc::new(CkptSignal::new(initial_wal_bytes > 0));
+        if opts.keel_identity {
+            // Without a WAL, the first write starts one (identity.rs: epochs).
+            signal.enable_identity(check.wal_bytes == 0);
+        }
         let ck_ctx = CkptCtx {
             path: path.to_path_buf(),
             wal_path: wal.clone(),

@@ -186,6 +186,8 @@ pub struct StoreOptions {
     /// a `-wal` of another database is refused as damage
     /// ([`Error::ForeignWal`](crate::Error::ForeignWal)). Default `false` for the bare
     /// storage kernel; the object layer (`keel_query::Database`) turns it on.
+    /// keel then owns the header's `application_id` and `user_version` (the stamp and
+    /// the WAL epoch): do not set them from a `connection_init` hook or a closure.
     /// See `docs/durability.md`.
     pub keel_identity: bool,
     /// With `keel_identity`: take over an SQLite file of another application instead
