@@ -419,6 +419,45 @@ fn a_wal_left_by_a_crash_beside_its_own_file_still_opens() {
 }
 
 #[test]
+fn a_second_process_opening_while_the_first_writes_and_checkpoints_is_never_refused() {
+    // An app and its extension: one writes, checkpoints and restarts the WAL (epoch
+    // bumps) while the other opens and closes the same file over and over.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let app = Database::open_for::<Post>(&path, quiet()).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (p2, s2) = (path.clone(), Arc::clone(&stop));
+    let extension = std::thread::spawn(move || {
+        let mut opens = 0;
+        while !s2.load(std::sync::atomic::Ordering::Relaxed) || opens < 20 {
+            let db = Database::open_for::<Post>(&p2, quiet().busy_timeout(Duration::from_secs(10)))
+                .unwrap_or_else(|e| panic!("open {opens} refused: {e}"));
+            db.close().wait().unwrap();
+            opens += 1;
+        }
+        opens
+    });
+    for i in 0..60 {
+        app.write(move |t| {
+            t.insert(&Post::builder().id(format!("p{i}")).build())
+                .map(|_| ())
+        })
+        .wait()
+        .unwrap();
+        if i % 3 == 0 {
+            let _ = app
+                .store()
+                .checkpoint(keel_storage::CheckpointMode::Truncate);
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let opens = extension.join().unwrap();
+    assert!(opens >= 20);
+    assert_eq!(app.fetch::<Post>().count().unwrap(), 60);
+    app.close().wait().unwrap();
+}
+
+#[test]
 fn a_plain_sqlite_file_of_another_app_is_refused_unless_adoption_is_asked_for() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("contacts.db");

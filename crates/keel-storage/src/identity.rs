@@ -164,12 +164,51 @@ fn scan_wal(b: &[u8]) -> Vec<Stamp> {
     committed
 }
 
+/// The stamp in the database file's header and the WAL's 32-byte header, read
+/// together to notice another process changing them.
+fn read_heads(path: &Path, wal: &Path) -> std::io::Result<(Option<Stamp>, Vec<u8>)> {
+    let mut h = Vec::with_capacity(100);
+    std::fs::File::open(path)?.take(100).read_to_end(&mut h)?;
+    let mut w = Vec::with_capacity(WAL_HEADER);
+    match std::fs::File::open(wal) {
+        Ok(f) => {
+            f.take(WAL_HEADER as u64).read_to_end(&mut w)?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok((Stamp::from_header(&h), w))
+}
+
 /// Does the WAL beside a database stamped `db` belong to it (module docs, check 2)?
+///
+/// Another process may be using the database (an app and its extension): between
+/// reading the file's header and the WAL it may checkpoint or restart the WAL, and
+/// the two reads would then come from different moments. So both heads are read
+/// before and after the WAL, and only a verdict over an unchanged pair counts; if they
+/// keep changing, a live writer is vouching for the files and the check stands aside.
 pub(crate) fn check_wal(path: &Path, wal: &Path, db: Stamp) -> Result<()> {
     if !db.is_keel() {
         return Ok(());
     }
-    let stamps = wal_page1_stamps(wal).map_err(|e| Error::io("read WAL to check it", wal, e))?;
+    let io = |e| Error::io("read WAL to check it", wal, e);
+    for _ in 0..3 {
+        let before = read_heads(path, wal).map_err(io)?;
+        let stamps = wal_page1_stamps(wal).map_err(io)?;
+        let after = read_heads(path, wal).map_err(io)?;
+        if before == after {
+            return match after.0 {
+                Some(db) if db.is_keel() => judge_wal(path, db, &stamps),
+                _ => Ok(()),
+            };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    tracing::debug!("database file or WAL changing under the check: another process writes it");
+    Ok(())
+}
+
+fn judge_wal(path: &Path, db: Stamp, stamps: &[Stamp]) -> Result<()> {
     let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
         return Ok(());
     };
@@ -437,6 +476,46 @@ fn getrandom_bytes(out: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn k(epoch: u32) -> Stamp {
+        Stamp {
+            application_id: KEEL_APPLICATION_ID,
+            epoch,
+        }
+    }
+
+    fn verdict(db: u32, wal: &[u32]) -> std::result::Result<(), String> {
+        let stamps: Vec<Stamp> = wal.iter().map(|e| k(*e)).collect();
+        judge_wal(Path::new("x.db"), k(db), &stamps).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_file_epoch_must_lie_between_the_wal_start_and_its_last_page_1() {
+        let e = 1000;
+        assert!(verdict(e, &[e + 1, e + 1, e + 2]).is_ok()); // WAL started on this file
+        assert!(verdict(e + 1, &[e + 1]).is_ok()); // partly checkpointed
+        assert!(verdict(e + 2, &[e + 1, e + 2]).is_ok());
+        assert!(verdict(e, &[e]).is_ok()); // a first write that was not a bump
+        assert!(verdict(u32::MAX, &[0, 1]).is_ok()); // wrapping
+        assert!(verdict(e, &[]).is_ok()); // nothing to compare with
+        let older = verdict(e - 1, &[e + 1]).unwrap_err();
+        assert!(older.contains("older"), "{older}");
+        let newer = verdict(e + 3, &[e + 1, e + 2]).unwrap_err();
+        assert!(newer.contains("newer"), "{newer}");
+        let other = verdict(e, &[0x8000_0000]).unwrap_err();
+        assert!(other.contains("another database"), "{other}");
+        let plain = judge_wal(
+            Path::new("x.db"),
+            k(e),
+            &[Stamp {
+                application_id: 0,
+                epoch: e,
+            }],
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(plain.contains("not keel"), "{plain}");
+    }
 
     #[test]
     fn a_read_only_file_is_unreadable_not_an_sqlite_error() {
