@@ -102,50 +102,64 @@ fn wal_checksum(big_endian: bool, data: &[u8], s: (u32, u32)) -> (u32, u32) {
 
 /// The stamps of every page-1 image SQLite would apply from the WAL at `wal`
 /// (valid frames up to the last commit frame). Empty when there is no valid WAL.
+/// Streams the file one frame at a time: memory does not grow with the WAL.
 pub(crate) fn wal_page1_stamps(wal: &Path) -> std::io::Result<Vec<Stamp>> {
-    let mut bytes = Vec::new();
     match std::fs::File::open(wal) {
-        Ok(mut f) => {
-            f.read_to_end(&mut bytes)?;
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e),
+        Ok(f) => scan_wal(std::io::BufReader::with_capacity(1 << 16, f)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(e),
     }
-    Ok(scan_wal(&bytes))
 }
 
 fn be32(b: &[u8], o: usize) -> u32 {
     u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
 }
 
-fn scan_wal(b: &[u8]) -> Vec<Stamp> {
-    if b.len() < WAL_HEADER {
-        return Vec::new();
+/// Read exactly `buf.len()` bytes; `false` at a clean or partial end of file.
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => return Ok(false),
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    let magic = be32(b, 0);
+    Ok(true)
+}
+
+/// SQLite's rule for which frames count (`walIndexRecover`): a valid header, then
+/// frames whose salts match it and whose cumulative checksums chain, up to the last
+/// commit frame.
+fn scan_wal(mut r: impl Read) -> std::io::Result<Vec<Stamp>> {
+    let mut h = [0u8; WAL_HEADER];
+    if !read_full(&mut r, &mut h)? {
+        return Ok(Vec::new());
+    }
+    let magic = be32(&h, 0);
     if magic & !1 != 0x377f_0682 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let big = magic & 1 == 1;
-    let page_size = match be32(b, 8) {
+    let page_size = match be32(&h, 8) {
         1 => 65_536,
         p if (512..=32_768).contains(&p) && p.is_power_of_two() => p as usize,
-        _ => return Vec::new(),
+        _ => return Ok(Vec::new()),
     };
-    let (salt1, salt2) = (be32(b, 16), be32(b, 20));
-    let mut sum = wal_checksum(big, &b[..24], (0, 0));
-    if sum != (be32(b, 24), be32(b, 28)) {
-        return Vec::new();
+    let (salt1, salt2) = (be32(&h, 16), be32(&h, 20));
+    let mut sum = wal_checksum(big, &h[..24], (0, 0));
+    if sum != (be32(&h, 24), be32(&h, 28)) {
+        return Ok(Vec::new());
     }
     let mut committed = Vec::new();
     let mut since_commit = Vec::new();
-    let mut off = WAL_HEADER;
-    while off + FRAME_HEADER + page_size <= b.len() {
-        let fh = &b[off..off + FRAME_HEADER];
+    let mut frame = vec![0u8; FRAME_HEADER + page_size];
+    while read_full(&mut r, &mut frame)? {
+        let (fh, page) = frame.split_at(FRAME_HEADER);
         if be32(fh, 8) != salt1 || be32(fh, 12) != salt2 {
             break;
         }
-        let page = &b[off + FRAME_HEADER..off + FRAME_HEADER + page_size];
         sum = wal_checksum(big, &fh[..8], sum);
         sum = wal_checksum(big, page, sum);
         if sum != (be32(fh, 16), be32(fh, 20)) {
@@ -159,9 +173,8 @@ fn scan_wal(b: &[u8]) -> Vec<Stamp> {
         if be32(fh, 4) != 0 {
             committed.append(&mut since_commit);
         }
-        off += FRAME_HEADER + page_size;
     }
-    committed
+    Ok(committed)
 }
 
 /// The stamp in the database file's header and the WAL's 32-byte header, read
@@ -561,10 +574,10 @@ mod tests {
         let mut b = std::fs::read(&wal).unwrap();
         // Salts of the first frame no longer match the header: nothing counts.
         b[32 + 8] ^= 0xff;
-        assert!(scan_wal(&b).is_empty());
+        assert!(scan_wal(&b[..]).unwrap().is_empty());
         b[32 + 8] ^= 0xff;
-        assert_eq!(scan_wal(&b), stamps);
+        assert_eq!(scan_wal(&b[..]).unwrap(), stamps);
         b[24] ^= 0xff; // header checksum
-        assert!(scan_wal(&b).is_empty());
+        assert!(scan_wal(&b[..]).unwrap().is_empty());
     }
 }
