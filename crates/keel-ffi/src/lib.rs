@@ -79,7 +79,7 @@ pub use migrate::{
     Migrator, ObjectMigration,
 };
 pub use types::{
-    CheckpointResult, FileStats, IoStats, OpenOptions, OpenPhase, OpenProgress,
+    CheckpointResult, FileStats, IoStats, Milestone, OpenOptions, OpenPhase, OpenProgress,
     OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value, WriteOp,
     WriteResult,
 };

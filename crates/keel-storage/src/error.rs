@@ -143,15 +143,31 @@ pub enum Error {
         /// Whose it looks like (application id, some table names).
         detail: String,
     },
-    /// The `-wal` file beside the database belongs to another database (its frames
-    /// carry another identity stamp, see `docs/durability.md`). Nothing was applied or
-    /// written; a bad file: `recover_corrupt` moves the database and its `-wal` aside.
-    #[error("{}: the -wal file beside it belongs to another database: {detail}", path.display())]
+    /// The `-wal` file beside the database does not belong to it: another database's
+    /// WAL, or one of its own from another time (a backup of the file restored under
+    /// a newer WAL) — its frames carry identity epochs the file cannot be at, see
+    /// `docs/durability.md`. Nothing was applied or written; a bad file:
+    /// `recover_corrupt` moves the database and its `-wal` aside together.
+    #[error("{}: the -wal file beside it does not belong to it: {detail}", path.display())]
     ForeignWal {
         /// The database file.
         path: PathBuf,
         /// Which identities disagree.
         detail: String,
+    },
+    /// The open barrier (the sync of a WAL left by a previous run) was still running
+    /// when a bounded wait for it ran out: [`Store::close`](crate::Store::close)
+    /// during the barrier waited `StoreOptions::truncate_timeout`, then closed anyway
+    /// and failed the writes still queued with this error (none of them committed).
+    /// Nothing already on disk is affected.
+    #[error("{op}: the open barrier sync of {} was still running after {waited:?}", path.display())]
+    BarrierPending {
+        /// What was waiting.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// How long it waited.
+        waited: std::time::Duration,
     },
     /// The schema hook (the layer above) rejected the database.
     #[error("schema: {}: {message}", path.display())]
@@ -183,6 +199,7 @@ impl Error {
             | Error::Closed { path, .. }
             | Error::Cancelled { path, .. }
             | Error::Panicked { path, .. }
+            | Error::BarrierPending { path, .. }
             | Error::Schema { path, .. }
             | Error::ForeignFile { path, .. }
             | Error::ForeignWal { path, .. } => path,

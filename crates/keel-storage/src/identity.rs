@@ -439,9 +439,9 @@ fn check_existing(path: &Path, wal: &Path, header: &[u8], adopt_foreign: bool) -
     })
 }
 
-/// Stamp the database on the writer connection, in the recover phase (after WAL mode
-/// is on, before the schema phase): a new file, a keel file from before the stamp,
-/// or an adopted one. A stamped file is left alone.
+/// Stamp the database inside the schema step's transaction (it commits with keel's
+/// tables, after the open barrier when there is one): a new file, a keel file from
+/// before the stamp, or an adopted one. A stamped file is left alone.
 pub(crate) fn stamp_if_needed(conn: &rusqlite::Connection, path: &Path) -> Result<bool> {
     let op = "stamp the database identity";
     let app: i64 = conn
@@ -453,17 +453,13 @@ pub(crate) fn stamp_if_needed(conn: &rusqlite::Connection, path: &Path) -> Resul
     let mut b = [0u8; 4];
     getrandom_bytes(&mut b);
     // A random start: two databases' epochs (and so their WALs) do not overlap.
-    let new_id = u32::from_be_bytes(b);
-    // Both pragmas in one transaction: one page-1 write. The epoch is stored as the
-    // signed 32-bit value SQLite keeps in the header.
+    // Stored as the signed 32-bit value SQLite keeps in the header.
+    let epoch = u32::from_be_bytes(b);
     conn.execute_batch(&format!(
-        "BEGIN IMMEDIATE; PRAGMA application_id = {}; PRAGMA user_version = {}; COMMIT;",
-        KEEL_APPLICATION_ID as i32, new_id as i32
+        "PRAGMA application_id = {}; PRAGMA user_version = {};",
+        KEEL_APPLICATION_ID as i32, epoch as i32
     ))
-    .map_err(|e| {
-        let _ = conn.execute_batch("ROLLBACK");
-        Error::sqlite(op, path, e)
-    })?;
+    .map_err(|e| Error::sqlite(op, path, e))?;
     Ok(true)
 }
 
