@@ -180,8 +180,9 @@ impl Migrator {
 }
 
 /// [`open_async`](crate::open_async), first running the migrations of `migrator`
-/// that have not run on this file (see [`Migrator`]). Errors as `open_async`, plus
-/// `MigrationFailed`.
+/// that have not run on this file (see [`Migrator`]). Resolves once the migrated
+/// database is durable (the migration commits with the schema step, after the open
+/// barrier), not merely readable. Errors as `open_async`, plus `MigrationFailed`.
 #[uniffi::export]
 pub async fn open_migrating_async(
     path: String,
