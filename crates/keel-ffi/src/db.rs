@@ -191,6 +191,30 @@ impl Database {
                     WriteOp::Upsert { collection, bytes } => WriteResult::Written {
                         rowid: txn.upsert_bytes(&collection, bytes)?,
                     },
+                    WriteOp::Change {
+                        collection,
+                        key,
+                        values,
+                    } => {
+                        let values: Vec<(String, keel_schema::Value)> = values
+                            .into_iter()
+                            .map(|f| (f.field, f.value.into()))
+                            .collect();
+                        WriteResult::Written {
+                            rowid: txn.change_values(&collection, &keys(key), &values)?,
+                        }
+                    }
+                    WriteOp::ChangeFrom {
+                        collection,
+                        key,
+                        bytes,
+                        fields,
+                    } => {
+                        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+                        WriteResult::Written {
+                            rowid: txn.change_bytes(&collection, &keys(key), &bytes, &fields)?,
+                        }
+                    }
                     WriteOp::Delete { collection, key } => WriteResult::Deleted {
                         existed: txn.delete_key(&collection, &keys(key))?,
                     },

@@ -250,3 +250,70 @@ fn bad_input_is_a_typed_error() {
         .is_none());
     block_on(db.close()).unwrap();
 }
+
+/// `WriteOp::Change` / `ChangeFrom` write only the fields they name, on top of the
+/// stored version: a change built from a stale copy keeps what was committed since.
+#[test]
+fn change_ops_write_only_their_fields() {
+    use keel_ffi::FieldValue;
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("c.db").display().to_string(),
+        FBS.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    block_on(db.write(vec![WriteOp::Insert {
+        collection: "demo.Post".into(),
+        bytes: post("a", 1),
+    }]))
+    .unwrap();
+    // Another writer sets the title.
+    block_on(db.write(vec![WriteOp::Change {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        values: vec![FieldValue {
+            field: "title".into(),
+            value: text("T"),
+        }],
+    }]))
+    .unwrap();
+    // A stale copy (no title) changes only the priority.
+    block_on(db.write(vec![WriteOp::ChangeFrom {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        bytes: post("a", 9),
+        fields: vec!["priority".into()],
+    }]))
+    .unwrap();
+    let schema = keel_schema::Schema::parse(FBS, "demo.fbs").unwrap();
+    let r = schema.reader("demo.Post").unwrap();
+    let bytes = db
+        .get("demo.Post".into(), vec![text("a")])
+        .unwrap()
+        .unwrap();
+    let obj = r.read(&bytes).unwrap();
+    assert_eq!(obj.get(&r.path("title").unwrap()), "T".into());
+    assert_eq!(obj.get(&r.path("priority").unwrap()), 9.into());
+    // Bad input: typed errors, nothing written.
+    let err = block_on(db.write(vec![WriteOp::Change {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        values: vec![FieldValue {
+            field: "priority".into(),
+            value: text("high"),
+        }],
+    }]))
+    .unwrap_err();
+    assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
+    let err = block_on(db.write(vec![WriteOp::ChangeFrom {
+        collection: "demo.Post".into(),
+        key: vec![text("nobody")],
+        bytes: post("nobody", 2),
+        fields: vec!["priority".into()],
+    }]))
+    .unwrap_err();
+    assert!(matches!(err, KeelError::NotFound { .. }), "{err:?}");
+    block_on(db.close()).unwrap();
+}

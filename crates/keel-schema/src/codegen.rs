@@ -21,7 +21,7 @@
 //!   `T::builder()` and `t.to_builder()`; one typed query handle per field
 //!   (`T::priority() -> Field<T, i32>`), union members as `T::content_image()`;
 //! * per collection (root type and `(entity)` tables): `impl Record`, `t.change()`
-//!   (a change-request builder that leaves the key alone), `t.create()`,
+//!   (a change-request builder that records the fields it sets), `t.create()`,
 //!   `t.upsert()`, `T::delete(&key)`;
 //! * `SCHEMA_FBS`: the canonical schema text, passed to the runtime schema at open.
 //!
@@ -1140,7 +1140,7 @@ impl<'a> Gen<'a> {
                 .collect();
             let _ = writeln!(
                 o,
-                "\n    /// A change request for this object's key: setters, then `build()`.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            fields: (*self.0).clone(),\n        }}\n    }}\n"
+                "\n    /// A change request for this object's key: setters, then `build()`. Only the\n    /// fields you set are written, on top of the version stored at commit time.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            key: <Self as {rt}::Record>::primary_key(self),\n            fields: (*self.0).clone(),\n            set: Vec::new(),\n        }}\n    }}\n"
             );
             let _ = writeln!(
                 o,
@@ -1222,7 +1222,7 @@ impl<'a> Gen<'a> {
             if is_change {
                 let _ = writeln!(
                     o,
-                    "/// A change request for an existing [`{name}`]: set fields, then `build()` a\n/// [`ChangeRequest::Change`]({rt}::ChangeRequest::Change). The primary key cannot change."
+                    "/// A change request for an existing [`{name}`]: set fields, then `build()` a\n/// [`ChangeRequest::Change`]({rt}::ChangeRequest::Change). Only the fields set here\n/// are written, on top of the version stored at commit time; setting a primary-key\n/// field moves the object to the new key."
                 );
             } else {
                 let _ = writeln!(
@@ -1230,11 +1230,18 @@ impl<'a> Gen<'a> {
                     "/// Builds a [`{name}`]; unset fields keep their schema defaults."
                 );
             }
-            let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+            if is_change {
+                let _ = writeln!(o, "#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\nimpl {bname} {{");
+                let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
+            } else {
+                let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+            }
             for f in &live {
-                if is_change && f.primary {
-                    continue;
-                }
+                let mark = if is_change {
+                    format!("        self.mark({});\n", f.id)
+                } else {
+                    String::new()
+                };
                 let fname = ident(&snake(&f.name));
                 let setter = if RESERVED_FNS.contains(&snake(&f.name).as_str())
                     || snake(&f.name) == "build"
@@ -1276,7 +1283,7 @@ impl<'a> Gen<'a> {
                         }
                     }
                 };
-                let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
+                let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n{mark}        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
                 let optional_kind = match f.ty {
                     FieldType::Vector(_) => false,
                     FieldType::String => !Self::required(f),
@@ -1284,13 +1291,13 @@ impl<'a> Gen<'a> {
                     _ => true,
                 };
                 if optional_kind {
-                    let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
+                    let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n{mark}        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
                 }
             }
             if is_change {
                 let _ = writeln!(
                     o,
-                    "    /// The change request.\n    pub fn build(self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Change({name}::from(self.fields))\n    }}\n}}"
+                    "    /// The change request.\n    pub fn build(self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Change({rt}::Changes::new(\n            self.key,\n            {name}::from(self.fields),\n            self.set,\n        ))\n    }}\n}}"
                 );
             } else {
                 let _ = writeln!(o, "    /// The object.\n    pub fn build(self) -> {name} {{\n        {name}::from(self.fields)\n    }}\n}}");

@@ -467,6 +467,226 @@ impl<'s> DynamicTable<'s> {
     }
 }
 
+impl DynamicTable<'_> {
+    /// A new version of the object `stored`: the fields with ids `fields` come from
+    /// `changed` (present, absent or default there, they are so in the result), every
+    /// other field keeps its value in `stored`. Both buffers are verified first.
+    /// This is how a change request is applied to the version stored at commit time.
+    ///
+    /// Fields are deep-copied by the schema; a union member or field this schema
+    /// does not know (written by a newer version) is not carried over.
+    ///
+    /// ```
+    /// use keel_schema::{Schema, Value};
+    /// let s = Schema::parse("table T { id: int (primary); hp: short; mana: short; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let stored = t.encode_json(&serde_json::json!({"id": 1, "hp": 10, "mana": 50}))?;
+    /// let stale = t.encode_json(&serde_json::json!({"id": 1, "hp": 5, "mana": 7}))?;
+    /// let hp = t.table().field("hp").unwrap().id;
+    /// let merged = t.patch(&stored, &stale, &[hp])?;
+    /// let obj = t.read(&merged)?;
+    /// assert_eq!(obj.get(&t.path("hp")?), Value::Int(5));
+    /// assert_eq!(obj.get(&t.path("mana")?), Value::Int(50)); // kept
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn patch(
+        &self,
+        stored: &[u8],
+        changed: &[u8],
+        fields: &[u16],
+    ) -> Result<Vec<u8>, DecodeError> {
+        let old = self.read(stored)?.t;
+        let new = self.read(changed)?.t;
+        let mut b = Builder::new();
+        let root = copy_table(self.schema, self.table, old, Some((new, fields)), &mut b)?;
+        Ok(b.finish(root, self.schema.file_identifier.as_deref()))
+    }
+
+    /// Bytes of an object that holds only `values` (field name → value; `Null`
+    /// leaves the field absent). Values must fit the field types: scalars, enums
+    /// (their number), strings, and `[ubyte]`/`[byte]` as `Blob`. Used with
+    /// [`patch`](Self::patch) to apply a change given as values (the FFI's
+    /// `WriteOp::Change`).
+    ///
+    /// ```
+    /// use keel_schema::{Schema, Value};
+    /// let s = Schema::parse("table T { id: int (primary); name: string; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let b = t.encode_values(&[("name".into(), Value::from("x"))])?;
+    /// assert_eq!(t.read(&b)?.get(&t.path("name")?), Value::from("x"));
+    /// assert!(t.encode_values(&[("name".into(), Value::Int(1))]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn encode_values(&self, values: &[(String, Value)]) -> Result<Vec<u8>, EncodeError> {
+        let table = self.table();
+        let mut obj = Map::new();
+        for (name, v) in values {
+            let f = table
+                .field(name)
+                .ok_or_else(|| eerr(name, format!("table {} has no such field", table.name)))?;
+            let j = match (v, &f.ty) {
+                (Value::Null, _) => continue,
+                (_, FieldType::Table(_) | FieldType::Union(_) | FieldType::Struct(_)) => {
+                    return Err(eerr(
+                        name,
+                        "a table, struct or union field cannot be set from a single value; change it with an object",
+                    ))
+                }
+                (Value::Blob(b), FieldType::Vector(inner))
+                    if matches!(
+                        **inner,
+                        FieldType::Scalar(ScalarType::U8) | FieldType::Scalar(ScalarType::I8)
+                    ) =>
+                {
+                    let signed = matches!(**inner, FieldType::Scalar(ScalarType::I8));
+                    Json::Array(
+                        b.iter()
+                            .map(|x| if signed { Json::from(*x as i8) } else { Json::from(*x) })
+                            .collect(),
+                    )
+                }
+                (_, FieldType::Vector(_)) => {
+                    return Err(eerr(
+                        name,
+                        "a vector field can be set from a Blob only when it is [ubyte] or [byte]; change it with an object",
+                    ))
+                }
+                (Value::Bool(b), _) => Json::Bool(*b),
+                (Value::Int(i), FieldType::Scalar(ScalarType::U64)) => Json::from(*i as u64),
+                (Value::Int(i), _) => Json::from(*i),
+                (Value::Float(x), _) => Json::Number(Number::from_f64(*x).ok_or_else(|| {
+                    eerr(name, format!("{x} cannot be stored through a change by value"))
+                })?),
+                (Value::Text(t), _) => Json::String(t.clone()),
+                (Value::Blob(_), _) => return Err(eerr(name, "expected a scalar or string, found a blob")),
+            };
+            if let (FieldType::Scalar(ScalarType::Bool), Json::Number(_)) = (&f.ty, &j) {
+                return Err(eerr(name, "expected a bool"));
+            }
+            obj.insert(name.clone(), j);
+        }
+        self.encode_json(&Json::Object(obj))
+    }
+}
+
+/// An inline value waiting for its table (children are written first).
+enum Inline {
+    Offset(u16, Offset),
+    Raw(u16, Vec<u8>, usize),
+}
+
+/// Deep-copies the table `src` (of table `ti`) into `b`; with `changed`, the listed
+/// fields come from that table instead.
+fn copy_table(
+    s: &Schema,
+    ti: usize,
+    src: TableRef<'_>,
+    changed: Option<(TableRef<'_>, &[u16])>,
+    b: &mut Builder,
+) -> Result<Offset, DecodeError> {
+    let mut pending = Vec::new();
+    for f in &s.tables[ti].fields {
+        let t = match changed {
+            Some((c, ids)) if ids.contains(&f.id) => c,
+            _ => src,
+        };
+        copy_field(s, f, t, b, &mut pending)?;
+    }
+    b.start_table();
+    pending.sort_by_key(|p| {
+        std::cmp::Reverse(match p {
+            Inline::Raw(_, bytes, _) => bytes.len().max(1),
+            Inline::Offset(..) => 4,
+        })
+    });
+    for p in pending {
+        match p {
+            Inline::Offset(slot, o) => b.add_offset(slot, o),
+            Inline::Raw(slot, bytes, align) => b.add_struct(slot, &bytes, align),
+        }
+    }
+    Ok(b.end_table())
+}
+
+fn copy_field(
+    s: &Schema,
+    f: &Field,
+    t: TableRef<'_>,
+    b: &mut Builder,
+    pending: &mut Vec<Inline>,
+) -> Result<(), DecodeError> {
+    let raw = |size: usize| -> Result<Option<Vec<u8>>, DecodeError> {
+        Ok(t.field_pos(f.id, size)?
+            .and_then(|p| t.buf().get(p..p + size))
+            .map(<[u8]>::to_vec))
+    };
+    match &f.ty {
+        FieldType::Scalar(st) => {
+            if let Some(bytes) = raw(st.size())? {
+                pending.push(Inline::Raw(f.id, bytes, st.size()));
+            }
+        }
+        FieldType::Enum(e) => {
+            let size = s.enums[*e].underlying.size();
+            if let Some(bytes) = raw(size)? {
+                pending.push(Inline::Raw(f.id, bytes, size));
+            }
+        }
+        FieldType::Struct(si) => {
+            let sd = &s.structs[*si];
+            if let Some(bytes) = raw(sd.size)? {
+                pending.push(Inline::Raw(f.id, bytes, sd.align));
+            }
+        }
+        FieldType::String => {
+            if let Some(x) = t.str(f.id)? {
+                pending.push(Inline::Offset(f.id, b.create_string(x)));
+            }
+        }
+        FieldType::Table(sub) => {
+            if let Some(st) = t.table(f.id)? {
+                let o = copy_table(s, *sub, st, None, b)?;
+                pending.push(Inline::Offset(f.id, o));
+            }
+        }
+        FieldType::Union(u) => {
+            let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
+            if let (Some(st), Some(m)) = (t.table(f.id)?, s.unions[*u].member(tag)) {
+                let o = copy_table(s, m.table, st, None, b)?;
+                pending.push(Inline::Raw(f.id.saturating_sub(1), vec![tag], 1));
+                pending.push(Inline::Offset(f.id, o));
+            }
+        }
+        FieldType::Vector(inner) => {
+            let size = elem_size(s, inner);
+            let Some(v) = t.vector(f.id, size)? else {
+                return Ok(());
+            };
+            let o = match &**inner {
+                FieldType::String => {
+                    let offs = (0..v.len())
+                        .map(|i| v.str(i).map(|x| b.create_string(x)))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    b.create_offset_vector(&offs)
+                }
+                FieldType::Table(sub) => {
+                    let mut offs = Vec::with_capacity(v.len());
+                    for i in 0..v.len() {
+                        offs.push(copy_table(s, *sub, v.table(i)?, None, b)?);
+                    }
+                    b.create_offset_vector(&offs)
+                }
+                FieldType::Struct(si) => {
+                    b.create_struct_vector(v.bytes(), size, s.structs[*si].align)
+                }
+                _ => b.create_struct_vector(v.bytes(), size, size),
+            };
+            pending.push(Inline::Offset(f.id, o));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy)]
 enum Cur {
     Table(usize),

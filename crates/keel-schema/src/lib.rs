@@ -75,5 +75,5 @@ pub use model::{
 };
 pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
-pub use record::{ChangeRequest, DecodeError, Record};
+pub use record::{ChangeRequest, Changes, DecodeError, Record};
 pub use value::Value;
