@@ -437,7 +437,14 @@ impl<'s> DynamicTable<'s> {
 
     /// Verifies the whole buffer against the schema (every reachable field of this
     /// table and its children), then returns the object.
+    ///
+    /// Valid means exactly what the generated type's `decode` accepts: the
+    /// `flatbuffers` crate's verifier (as run by flatc-generated code: alignment,
+    /// NUL-terminated UTF-8 strings, consistent unions, depth and size limits) and
+    /// keel's bounds-checked read of every field. So bytes accepted here — by
+    /// `insert_bytes` or the FFI — always decode through the generated type.
     pub fn read<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
+        fb_verify(self.schema, self.table, bytes)?;
         let t = TableRef::root(bytes)?;
         verify_table(self.schema, self.table, t)?;
         Ok(Object {
@@ -694,8 +701,143 @@ enum Cur {
     Leaf,
 }
 
+/// Runs the `flatbuffers` crate's verifier over `bytes` with root table `ti`, visiting
+/// the same fields in the same way as the `Verifiable` impls generated code has
+/// (`codegen`: every field that is not deprecated), so both accept the same bytes.
+fn fb_verify(s: &Schema, ti: usize, bytes: &[u8]) -> Result<(), DecodeError> {
+    let opts = flatbuffers::VerifierOptions::default();
+    let mut v = flatbuffers::Verifier::new(&opts, bytes);
+    let res = v
+        .get_uoffset(0)
+        .and_then(|off| fb_table(s, ti, &mut v, (off as usize).saturating_add(0)));
+    res.map_err(wire::verifier_error)
+}
+
+type FbResult = Result<(), flatbuffers::InvalidFlatbuffer>;
+
+/// `ForwardsUOffset<Table>::run_verifier` for a table known at run time.
+fn fb_table_at_offset(
+    s: &Schema,
+    ti: usize,
+    v: &mut flatbuffers::Verifier,
+    pos: usize,
+) -> FbResult {
+    let off = v.get_uoffset(pos)? as usize;
+    fb_table(s, ti, v, off.saturating_add(pos))
+}
+
+fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) -> FbResult {
+    use flatbuffers::{ForwardsUOffset, Vector, Verifiable};
+    let mut tv = v.visit_table(pos)?;
+    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
+        let voff = f.vtable_offset();
+        let name = f.name.clone();
+        tv = match &f.ty {
+            FieldType::Scalar(st) => fb_scalar_field(tv, *st, name, voff)?,
+            FieldType::Enum(e) => fb_scalar_field(tv, s.enums[*e].underlying, name, voff)?,
+            FieldType::String => tv.visit_field::<ForwardsUOffset<&str>>(name, voff, false)?,
+            FieldType::Struct(si) => {
+                // generated structs verify as `in_buffer::<[u8; SIZE]>` (alignment 1)
+                if let Some(p) = tv.deref(voff)? {
+                    tv.verifier().range_in_buffer(p, s.structs[*si].size)?;
+                }
+                tv
+            }
+            FieldType::Table(sub) => {
+                if let Some(p) = tv.deref(voff)? {
+                    fb_table_at_offset(s, *sub, tv.verifier(), p)?;
+                }
+                tv
+            }
+            FieldType::Union(u) => tv.visit_union::<u8, _>(
+                format!("{}_type", f.name),
+                voff - 2,
+                name,
+                voff,
+                false,
+                |tag, v, pos| match s.unions[*u].member(tag) {
+                    Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                    None => Ok(()),
+                },
+            )?,
+            FieldType::Vector(inner) => {
+                if let Some(p) = tv.deref(voff)? {
+                    let v = tv.verifier();
+                    let off = v.get_uoffset(p)? as usize;
+                    let at = off.saturating_add(p);
+                    match &**inner {
+                        FieldType::Scalar(st) => fb_scalar_vector(v, *st, at)?,
+                        FieldType::Enum(e) => fb_scalar_vector(v, s.enums[*e].underlying, at)?,
+                        FieldType::String => {
+                            <Vector<'_, ForwardsUOffset<&str>>>::run_verifier(v, at)?
+                        }
+                        FieldType::Struct(si) => {
+                            let len = v.get_uoffset(at)? as usize;
+                            let start = at.saturating_add(4);
+                            v.range_in_buffer(start, len.saturating_mul(s.structs[*si].size))?;
+                        }
+                        FieldType::Table(sub) => {
+                            let len = v.get_uoffset(at)? as usize;
+                            let start = at.saturating_add(4);
+                            v.is_aligned::<u32>(start)?;
+                            v.range_in_buffer(start, len.saturating_mul(4))?;
+                            for i in 0..len {
+                                fb_table_at_offset(s, *sub, v, start + 4 * i)?;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                tv
+            }
+        };
+    }
+    tv.finish();
+    Ok(())
+}
+
+fn fb_scalar_field<'v, 'o, 'b>(
+    tv: flatbuffers::TableVerifier<'v, 'o, 'b>,
+    st: ScalarType,
+    name: String,
+    voff: u16,
+) -> Result<flatbuffers::TableVerifier<'v, 'o, 'b>, flatbuffers::InvalidFlatbuffer> {
+    match st {
+        ScalarType::Bool => tv.visit_field::<bool>(name, voff, false),
+        ScalarType::I8 => tv.visit_field::<i8>(name, voff, false),
+        ScalarType::U8 => tv.visit_field::<u8>(name, voff, false),
+        ScalarType::I16 => tv.visit_field::<i16>(name, voff, false),
+        ScalarType::U16 => tv.visit_field::<u16>(name, voff, false),
+        ScalarType::I32 => tv.visit_field::<i32>(name, voff, false),
+        ScalarType::U32 => tv.visit_field::<u32>(name, voff, false),
+        ScalarType::I64 => tv.visit_field::<i64>(name, voff, false),
+        ScalarType::U64 => tv.visit_field::<u64>(name, voff, false),
+        ScalarType::F32 => tv.visit_field::<f32>(name, voff, false),
+        ScalarType::F64 => tv.visit_field::<f64>(name, voff, false),
+    }
+}
+
+fn fb_scalar_vector(v: &mut flatbuffers::Verifier, st: ScalarType, at: usize) -> FbResult {
+    use flatbuffers::{Vector, Verifiable};
+    match st {
+        ScalarType::Bool => <Vector<'_, bool>>::run_verifier(v, at),
+        ScalarType::I8 => <Vector<'_, i8>>::run_verifier(v, at),
+        ScalarType::U8 => <Vector<'_, u8>>::run_verifier(v, at),
+        ScalarType::I16 => <Vector<'_, i16>>::run_verifier(v, at),
+        ScalarType::U16 => <Vector<'_, u16>>::run_verifier(v, at),
+        ScalarType::I32 => <Vector<'_, i32>>::run_verifier(v, at),
+        ScalarType::U32 => <Vector<'_, u32>>::run_verifier(v, at),
+        ScalarType::I64 => <Vector<'_, i64>>::run_verifier(v, at),
+        ScalarType::U64 => <Vector<'_, u64>>::run_verifier(v, at),
+        ScalarType::F32 => <Vector<'_, f32>>::run_verifier(v, at),
+        ScalarType::F64 => <Vector<'_, f64>>::run_verifier(v, at),
+    }
+}
+
+/// keel's own bounds-checked walk of every field, as the generated `__read` does it
+/// (deprecated fields are skipped there too; a primary-key string is required).
 fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeError> {
-    for f in &s.tables[ti].fields {
+    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         match &f.ty {
             FieldType::Scalar(ty) => {
                 t.field_pos(f.id, ty.size())?;
@@ -704,7 +846,12 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
                 t.field_pos(f.id, s.enums[*e].underlying.size())?;
             }
             FieldType::String => {
-                t.str(f.id)?;
+                if t.str(f.id)?.is_none() && f.primary {
+                    return Err(DecodeError::Field {
+                        field: "primary key",
+                        reason: Cow::Owned(format!("required field {} is missing", f.name)),
+                    });
+                }
             }
             FieldType::Struct(si) => {
                 t.struct_bytes(f.id, s.structs[*si].size)?;

@@ -372,13 +372,21 @@ impl<'a> VectorRef<'a> {
 pub fn verify<T: flatbuffers::Verifiable>(bytes: &[u8]) -> Result<(), DecodeError> {
     let opts = flatbuffers::VerifierOptions::default();
     let mut v = flatbuffers::Verifier::new(&opts, bytes);
-    <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0).map_err(
-        |e| DecodeError::Invalid {
+    <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0)
+        .map_err(verifier_error)
+}
+
+/// The [`DecodeError`] for a `flatbuffers` verifier error (nesting too deep keeps
+/// its own variant).
+pub(crate) fn verifier_error(e: flatbuffers::InvalidFlatbuffer) -> DecodeError {
+    match e {
+        flatbuffers::InvalidFlatbuffer::DepthLimitReached => DecodeError::TooDeep(MAX_DEPTH),
+        e => DecodeError::Invalid {
             what: "buffer",
             offset: 0,
             reason: Cow::Owned(e.to_string()),
         },
-    )
+    }
 }
 
 /// An offset to something already written into a [`Builder`].
