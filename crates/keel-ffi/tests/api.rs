@@ -317,3 +317,83 @@ fn change_ops_write_only_their_fields() {
     assert!(matches!(err, KeelError::NotFound { .. }), "{err:?}");
     block_on(db.close()).unwrap();
 }
+
+/// Arithmetic terms, null tests on any expression and order by a list, through the
+/// exported API.
+#[test]
+fn terms_null_tests_and_list_order() {
+    use keel_ffi::Term;
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("t.db").display().to_string(),
+        FBS.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let ops = (1..=9)
+        .map(|i| WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post(&format!("p{i}"), i),
+        })
+        .collect();
+    block_on(db.write(ops)).unwrap();
+    let int = |v| Term::constant(Value::Integer { v });
+    let q = db
+        .query("demo.Post".into())
+        .filter(Term::field("priority".into()).modulo(int(3)).eq(int(0)));
+    assert_eq!(q.count().unwrap(), 3);
+    let q = db.query("demo.Post".into()).filter(
+        Term::field("priority".into())
+            .times(int(2))
+            .plus(int(1))
+            .gt(int(15)),
+    );
+    assert_eq!(q.count().unwrap(), 2);
+    // `title` is absent everywhere: the comparison is unknown, its null test true.
+    let unknown = Expr::eq("title".into(), text("x")).is_unknown();
+    assert_eq!(
+        db.query("demo.Post".into())
+            .filter(unknown)
+            .count()
+            .unwrap(),
+        9
+    );
+    let by_zero = Term::field("priority".into()).divided_by(int(0)).is_null();
+    assert_eq!(
+        db.query("demo.Post".into())
+            .filter(by_zero)
+            .count()
+            .unwrap(),
+        9
+    );
+    let ordered = db
+        .query("demo.Post".into())
+        .order_by_list(
+            "priority".into(),
+            vec![Value::Integer { v: 5 }, Value::Integer { v: 2 }],
+            false,
+            false,
+        )
+        .order_by("priority".into(), false)
+        .limit(4)
+        .all()
+        .unwrap();
+    let schema = keel_schema::Schema::parse(FBS, "demo.fbs").unwrap();
+    let r = schema.reader("demo.Post").unwrap();
+    let prios: Vec<keel_schema::Value> = ordered
+        .iter()
+        .map(|o| r.read(&o.bytes).unwrap().get(&r.path("priority").unwrap()))
+        .collect();
+    // Unlisted first (1, 3, 4, …), then 5, then 2.
+    assert_eq!(prios, vec![1.into(), 3.into(), 4.into(), 6.into()]);
+    // Arithmetic on a string field is a typed error.
+    let bad = Term::field("title".into()).plus(int(1)).gt(int(0));
+    let err = db
+        .query("demo.Post".into())
+        .filter(bad)
+        .count()
+        .unwrap_err();
+    assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
+    block_on(db.close()).unwrap();
+}

@@ -149,6 +149,23 @@ impl ResolvedPath {
     pub fn path(&self) -> &FieldPath {
         &self.path
     }
+
+    /// Whether the path reads a number (an integer, float, bool or enum field, or a
+    /// union's type tag): what arithmetic in queries accepts.
+    pub fn is_numeric(&self) -> bool {
+        matches!(
+            self.steps.last(),
+            Some(
+                RStep::Leaf {
+                    leaf: Leaf::Scalar { .. } | Leaf::UnionTag { .. },
+                    ..
+                } | RStep::StructLeaf {
+                    leaf: Leaf::Scalar { .. },
+                    ..
+                }
+            )
+        )
+    }
 }
 
 impl Schema {
@@ -446,7 +463,7 @@ impl<'s> DynamicTable<'s> {
     pub fn read<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
         fb_verify(self.schema, self.table, bytes)?;
         let t = TableRef::root(bytes)?;
-        verify_table(self.schema, self.table, t)?;
+        verify_table(self.schema, self.table, t, true)?;
         Ok(Object {
             schema: self.schema,
             table: self.table,
@@ -503,7 +520,10 @@ impl DynamicTable<'_> {
         fields: &[u16],
     ) -> Result<Vec<u8>, DecodeError> {
         let old = self.read(stored)?.t;
-        let new = self.read(changed)?.t;
+        // `changed` may be partial (from `encode_values`): its key may be absent.
+        fb_verify(self.schema, self.table, changed)?;
+        let new = TableRef::root(changed)?;
+        verify_table(self.schema, self.table, new, false)?;
         let mut b = Builder::new();
         let root = copy_table(self.schema, self.table, old, Some((new, fields)), &mut b)?;
         Ok(b.finish(root, self.schema.file_identifier.as_deref()))
@@ -836,7 +856,12 @@ fn fb_scalar_vector(v: &mut flatbuffers::Verifier, st: ScalarType, at: usize) ->
 
 /// keel's own bounds-checked walk of every field, as the generated `__read` does it
 /// (deprecated fields are skipped there too; a primary-key string is required).
-fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeError> {
+fn verify_table(
+    s: &Schema,
+    ti: usize,
+    t: TableRef<'_>,
+    require_key: bool,
+) -> Result<(), DecodeError> {
     for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         match &f.ty {
             FieldType::Scalar(ty) => {
@@ -846,7 +871,7 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
                 t.field_pos(f.id, s.enums[*e].underlying.size())?;
             }
             FieldType::String => {
-                if t.str(f.id)?.is_none() && f.primary {
+                if t.str(f.id)?.is_none() && f.primary && require_key {
                     return Err(DecodeError::Field {
                         field: "primary key",
                         reason: Cow::Owned(format!("required field {} is missing", f.name)),
@@ -858,14 +883,14 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
             }
             FieldType::Table(sub) => {
                 if let Some(st) = t.table(f.id)? {
-                    verify_table(s, *sub, st)?;
+                    verify_table(s, *sub, st, require_key)?;
                 }
             }
             FieldType::Union(u) => {
                 let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
                 if let Some(st) = t.table(f.id)? {
                     if let Some(m) = s.unions[*u].member(tag) {
-                        verify_table(s, m.table, st)?;
+                        verify_table(s, m.table, st, require_key)?;
                     }
                 }
             }
@@ -880,7 +905,7 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
                         }
                         FieldType::Table(sub) => {
                             for i in 0..v.len() {
-                                verify_table(s, *sub, v.table(i)?)?;
+                                verify_table(s, *sub, v.table(i)?, require_key)?;
                             }
                         }
                         _ => {}

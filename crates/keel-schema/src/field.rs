@@ -13,7 +13,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::expr::{Expr, SortKey};
+use crate::expr::{ArithOp, Expr, SortKey, Term, Unlisted};
 use crate::path::{FieldPath, PathStep};
 use crate::value::Value;
 
@@ -99,6 +99,24 @@ impl<R, T> Field<R, T> {
         SortKey::desc(self.path.clone())
     }
 
+    /// The field as a [`Term`], for arithmetic and field-to-field comparisons
+    /// (`Post::priority().term().gt(Post::views())`). The arithmetic operators
+    /// work on handles directly: `(Monster::mana() + Monster::hp()).gt(150)`.
+    pub fn term(&self) -> Term {
+        Term::Field(self.path.clone())
+    }
+
+    /// Sort key by the position of the field's value in `values` (Dflat's
+    /// `orderBy(.index(of: […]))`); values not in the list go where `unlisted`
+    /// says. `.reversed()` on the key reverses the listed part.
+    pub fn in_order_of<V: Into<Value>>(
+        &self,
+        values: impl IntoIterator<Item = V>,
+        unlisted: Unlisted,
+    ) -> SortKey {
+        SortKey::by_list(self.path.clone(), values, unlisted)
+    }
+
     /// For a handle on a union member (`Post::content_image()`): the predicate
     /// "the union holds this member" (`content is Image`). For any other handle this
     /// is `is_not_null()`.
@@ -167,3 +185,21 @@ impl<R, T: Into<Value>> Field<R, T> {
         }
     }
 }
+
+impl<R, T> From<Field<R, T>> for Term {
+    fn from(f: Field<R, T>) -> Term {
+        Term::Field(f.path)
+    }
+}
+
+macro_rules! field_ops {
+    ($($tr:ident $m:ident $op:ident),*) => {$(
+        impl<R, T, Rhs: Into<Term>> std::ops::$tr<Rhs> for Field<R, T> {
+            type Output = Term;
+            fn $m(self, rhs: Rhs) -> Term {
+                Term::Field(self.path).arith(ArithOp::$op, rhs)
+            }
+        }
+    )*};
+}
+field_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Rem);
