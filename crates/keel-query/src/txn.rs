@@ -1,6 +1,6 @@
 //! [`Txn`]: what a write closure gets, and [`Change`]: what it changed.
 
-use keel_schema::{ChangeRequest, Record, Value};
+use keel_schema::{ChangeRequest, Expr, Record, Value};
 use keel_storage::WriteTxn;
 use rusqlite::types::ValueRef as SqlRef;
 
@@ -620,6 +620,43 @@ impl<'a> Txn<'a> {
         Ok(true)
     }
 
+    /// Delete every object of `collection` matching `filter` (as this transaction
+    /// sees it: its own writes included); returns how many were deleted. Each
+    /// delete reaches subscribers like [`Txn::delete_key`]. Core Data's batch
+    /// delete, Dflat's `deleteAll(where:)`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("dw.db"), StoreOptions::default())?;
+    /// let n = db.write(|t| {
+    ///     for i in 0..10 {
+    ///         t.insert(&Post::builder().id(format!("p{i}")).priority(i).build())?;
+    ///     }
+    ///     t.delete_where::<Post>(Post::priority().lt(3))
+    /// }).wait()?;
+    /// assert_eq!((n, db.fetch::<Post>().count()?), (3, 7));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn delete_matching(&mut self, collection: &str, filter: Expr) -> Result<usize> {
+        self.check("delete")?;
+        let c = self.coll(collection, "delete")?;
+        let found = self.query(collection).filter(filter).all()?;
+        let mut n = 0;
+        for o in found {
+            let key = if c.key.is_empty() {
+                vec![Value::Int(o.rowid)]
+            } else {
+                self.key_of(c, "delete", &o.bytes)?
+            };
+            if self.delete_key(collection, &key)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     /// The object with primary key `key` as this transaction sees it.
     pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {
         self.check("get")?;
@@ -703,6 +740,45 @@ impl<'a> Txn<'a> {
             ChangeRequest::Upsert(o) => self.upsert(&o).map(|_| ()),
             ChangeRequest::Delete(k) => self.delete_key(R::COLLECTION, &k).map(|_| ()),
         }
+    }
+
+    /// Delete every `R` matching `filter`; returns how many (see
+    /// [`Txn::delete_matching`]).
+    pub fn delete_where<R: Record>(&mut self, filter: Expr) -> Result<usize> {
+        self.delete_matching(R::COLLECTION, filter)
+    }
+
+    /// Change every `R` matching `filter` (as this transaction sees it): `f` gets
+    /// each object and returns the request to submit for it, usually
+    /// `obj.change()…build()`. Returns how many objects matched. Core Data's batch
+    /// update.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("uw.db"), StoreOptions::default())?;
+    /// let n = db.write(|t| {
+    ///     for i in 0..4 {
+    ///         t.insert(&Post::builder().id(format!("p{i}")).priority(i).build())?;
+    ///     }
+    ///     t.update_where::<Post>(Post::priority().ge(2), |p| p.change().title("hot").build())
+    /// }).wait()?;
+    /// assert_eq!(n, 2);
+    /// assert_eq!(db.fetch::<Post>().filter(Post::title().eq("hot")).count()?, 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn update_where<R: Record>(
+        &mut self,
+        filter: Expr,
+        mut f: impl FnMut(&R) -> ChangeRequest<R>,
+    ) -> Result<usize> {
+        self.check("update")?;
+        let found = self.fetch::<R>().filter(filter).all()?;
+        for obj in &found {
+            self.submit(f(obj))?;
+        }
+        Ok(found.len())
     }
 
     /// The `R` with primary key `key`, including this transaction's writes.

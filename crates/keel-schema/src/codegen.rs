@@ -214,6 +214,7 @@ const RESERVED_FNS: &[&str] = &[
     "upsert",
     "delete",
     "key",
+    "key_of",
     "fields",
 ];
 
@@ -597,7 +598,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "impl From<{name}> for {rt}::Value {{\n    fn from(v: {name}) -> Self {{\n        {rt}::Value::from(v.to_raw())\n    }}\n}}"
+            "impl From<{name}> for {rt}::Value {{\n    fn from(v: {name}) -> Self {{\n        {rt}::Value::from(v.to_raw())\n    }}\n}}\n\nimpl {rt}::QueryValue<{name}> for {name} {{\n    fn into_value(self) -> {rt}::Value {{\n        {rt}::Value::from(self.to_raw())\n    }}\n}}\n\nimpl {rt}::QueryValue<{name}> for &{name} {{\n    fn into_value(self) -> {rt}::Value {{\n        {rt}::Value::from(self.to_raw())\n    }}\n}}"
         );
         self.out.push_str(&o);
     }
@@ -1116,10 +1117,12 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.end_table()\n    }}\n");
 
-        // __read
+        // __read (an empty table reads nothing: its parameter is `_t`, so the
+        // generated code compiles without an unused-variable warning)
+        let t_param = if live.is_empty() { "_t" } else { "t" };
         let _ = writeln!(
             o,
-            "    #[doc(hidden)]\n    pub fn __read(t: {rt}::wire::TableRef<'_>) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name}(::std::sync::Arc::new({fields_name} {{"
+            "    #[doc(hidden)]\n    pub fn __read({t_param}: {rt}::wire::TableRef<'_>) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name}(::std::sync::Arc::new({fields_name} {{"
         );
         for f in &live {
             let _ = writeln!(
@@ -1162,6 +1165,37 @@ impl<'a> Gen<'a> {
                         .join(", ")
                 ),
             };
+            if !key_fields.is_empty() {
+                // `Monster::key_of("orc", Color::Blue)` instead of
+                // `&("orc".to_string(), Color::Blue)`.
+                let params: Vec<String> = key_fields
+                    .iter()
+                    .map(|f| {
+                        let ty = match f.ty {
+                            FieldType::String => "impl Into<String>".to_owned(),
+                            _ => self.base_type(&f.ty),
+                        };
+                        format!("{}: {ty}", ident(&snake(&f.name)))
+                    })
+                    .collect();
+                let args: Vec<String> = key_fields
+                    .iter()
+                    .map(|f| match f.ty {
+                        FieldType::String => format!("{}.into()", ident(&snake(&f.name))),
+                        _ => ident(&snake(&f.name)),
+                    })
+                    .collect();
+                let body = if args.len() == 1 {
+                    args[0].clone()
+                } else {
+                    format!("({})", args.join(", "))
+                };
+                let _ = writeln!(
+                    o,
+                    "    /// The primary key made of its parts (for `get`, `delete`, `subscribe`).\n    pub fn key_of({}) -> {key_ty} {{\n        {body}\n    }}\n",
+                    params.join(", ")
+                );
+            }
             let _ = writeln!(
                 o,
                 "    /// A request to delete the object with this key.\n    pub fn delete(key: &{key_ty}) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::delete(key)\n    }}\n}}\n"
@@ -1232,7 +1266,9 @@ impl<'a> Gen<'a> {
             }
             if is_change {
                 let _ = writeln!(o, "#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\nimpl {bname} {{");
-                let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
+                if !live.is_empty() {
+                    let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
+                }
             } else {
                 let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
             }
