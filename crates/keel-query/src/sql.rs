@@ -287,7 +287,13 @@ impl Compiler<'_> {
             Expr::UnionIs { path, member, .. } => {
                 let f = self.field(path)?;
                 self.params.push(Value::Int(*member as i64));
-                format!("(IFNULL({f},0) = ?)")
+                if *member == 0 {
+                    format!("(IFNULL({f},0) = ?)")
+                } else {
+                    // Never unknown either (`NULL IS 2` is false), and unlike
+                    // IFNULL it can use an index on the union field.
+                    format!("({f} IS ?)")
+                }
             }
             Expr::Compare { left, op, right } => {
                 let l = self.term(left, false)?;

@@ -363,16 +363,22 @@ impl UnionDef {
     }
 }
 
-/// A secondary index on one field of a collection.
+/// A secondary index of a collection: on one of its fields, or on the value at a
+/// path into a sub-table or union member (`(indexed)` on a field of a table that
+/// is not a collection, e.g. `equipped.Orb.name`). An index on a union field holds
+/// its type tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct IndexDef {
-    /// Indexed field (its id).
+    /// The collection's field the path starts with (its id).
     pub field: u16,
-    /// Field name.
+    /// The path as names, dotted (`priority`, `equipped.Orb.name`).
     pub name: String,
     /// Unique index.
     pub unique: bool,
+    /// The indexed path from the collection's table (one step for a field of its
+    /// own).
+    pub path: Vec<crate::path::PathStep>,
 }
 
 /// A collection: a table stored as its own SQLite table.

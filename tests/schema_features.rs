@@ -1,0 +1,155 @@
+//! Schema features Dflat apps use, each compiled (generated types), stored, indexed,
+//! queried and evolved: an indexed union field (its type tag) and indexed fields of
+//! a table that is not a collection, reached through a union (`equipped.Orb.name`).
+
+use keel::prelude::*;
+use keel_example_blog::{monster_v1 as v1, monster_v2 as v2};
+
+fn monsters() -> Vec<v1::Monster> {
+    let orb = |n: &str, c| v1::Orb::builder().name(n).color(c).build();
+    vec![
+        v1::Monster::builder()
+            .name("orc")
+            .color(v1::Color::Red)
+            .equipped(orb("fire", v1::Color::Red))
+            .build(),
+        v1::Monster::builder()
+            .name("elf")
+            .equipped(orb("ice", v1::Color::Blue))
+            .build(),
+        v1::Monster::builder()
+            .name("troll")
+            .equipped(v1::Weapon::builder().name("club").damage(9).build())
+            .build(),
+        v1::Monster::builder().name("ghost").build(),
+    ]
+}
+
+fn names<R: std::borrow::Borrow<v1::Monster>>(v: &[R]) -> Vec<String> {
+    let mut n: Vec<String> = v.iter().map(|m| m.borrow().name.clone()).collect();
+    n.sort();
+    n
+}
+
+#[test]
+fn indexes_on_a_union_and_inside_a_union_member() {
+    let schema = keel::schema::Schema::parse(v1::SCHEMA_FBS, "monster.fbs").unwrap();
+    let c = schema.collection("game.Monster").unwrap();
+    let indexed: Vec<&str> = c.indexes.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        indexed,
+        vec!["equipped", "equipped.Orb.name", "equipped.Orb.color"]
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let db = Database::open_for::<v1::Monster>(&path, StoreOptions::default()).unwrap();
+    let all = monsters();
+    db.write(move |t| {
+        for m in &all {
+            t.insert(m)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+
+    // Query through the union member's field: answered from its index.
+    let q = || {
+        db.fetch::<v1::Monster>()
+            .filter(v1::Monster::equipped_orb().join(v1::Orb::name()).eq("ice"))
+    };
+    assert_eq!(names(&q().all().unwrap()), vec!["elf"]);
+    let plan = db
+        .query("game.Monster")
+        .filter(v1::Monster::equipped_orb().join(v1::Orb::name()).eq("ice"))
+        .explain()
+        .unwrap()
+        .join("\n");
+    assert!(plan.contains("game.Monster#"), "index not used: {plan}");
+    // Query on the union tag: answered from the union field's index.
+    let orbs = db
+        .fetch::<v1::Monster>()
+        .filter(v1::Monster::equipped_orb().is_member());
+    let plan = db
+        .query("game.Monster")
+        .filter(v1::Monster::equipped_orb().is_member())
+        .explain()
+        .unwrap()
+        .join("\n");
+    assert_eq!(names(&orbs.all().unwrap()), vec!["elf", "orc"]);
+    assert!(
+        plan.contains("USING INDEX") || plan.contains("USING COVERING INDEX"),
+        "{plan}"
+    );
+    let states = db.index_states().unwrap();
+    assert_eq!(states.len(), 3, "{states:?}");
+    db.close().wait().unwrap();
+
+    // Evolve: v2 indexes more paths inside union members; they build on open.
+    let db = Database::open_for::<v2::Monster>(&path, StoreOptions::default()).unwrap();
+    db.wait_for_indexes().unwrap();
+    let states = db.index_states().unwrap();
+    assert_eq!(states.len(), 5, "{states:?}");
+    assert!(states.iter().all(|(_, s)| s == "ready"), "{states:?}");
+    let strong = db.fetch::<v2::Monster>().filter(
+        v2::Monster::equipped_weapon()
+            .join(v2::Weapon::damage())
+            .gt(5),
+    );
+    let got: Vec<String> = strong
+        .all()
+        .unwrap()
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    assert_eq!(got, vec!["troll".to_string()]);
+    let plan = db
+        .query("game.Monster")
+        .filter(
+            v2::Monster::equipped_weapon()
+                .join(v2::Weapon::damage())
+                .eq(9),
+        )
+        .explain()
+        .unwrap()
+        .join("\n");
+    assert!(plan.contains("game.Monster#"), "{plan} {states:?}");
+    // Objects written by v1 read back through v2's types.
+    assert_eq!(db.fetch::<v2::Monster>().count().unwrap(), 4);
+}
+
+/// A `(unique)` field inside a union member is unique across the collection (absent
+/// values do not collide).
+#[test]
+fn unique_inside_a_union_member() {
+    let fbs = "table Orb { name: string (unique); } table Axe { w: int; } union Eq { Orb, Axe }
+               table M { id: int (primary); e: Eq; } root_type M;";
+    let schema = keel::schema::Schema::parse(fbs, "u.fbs").unwrap();
+    let r = schema.reader("M").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open(
+        dir.path().join("u.db"),
+        schema.clone(),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let obj = |j: serde_json::Value| r.encode_json(&j).unwrap();
+    let a = obj(serde_json::json!({"id": 1, "e_type": "Orb", "e": {"name": "x"}}));
+    let b = obj(serde_json::json!({"id": 2, "e_type": "Orb", "e": {"name": "x"}}));
+    let c = obj(serde_json::json!({"id": 3, "e_type": "Axe", "e": {"w": 1}}));
+    let d = obj(serde_json::json!({"id": 4, "e_type": "Axe", "e": {"w": 2}}));
+    db.write(move |t| t.insert_bytes("M", a)).wait().unwrap();
+    let err = db
+        .write(move |t| t.insert_bytes("M", b))
+        .wait()
+        .unwrap_err();
+    assert!(err.is_already_exists(), "{err:?}");
+    db.write(move |t| {
+        t.insert_bytes("M", c)?;
+        t.insert_bytes("M", d)
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(db.query("M").count().unwrap(), 3);
+}
