@@ -153,3 +153,70 @@ fn unique_inside_a_union_member() {
     .unwrap();
     assert_eq!(db.query("M").count().unwrap(), 3);
 }
+
+/// Two tables named `Item` in different namespaces: namespaced Rust types, two
+/// collections in one file, each stored, indexed, queried, and evolved.
+#[test]
+fn same_table_name_in_two_namespaces() {
+    use keel_example_blog::{ns_v1, ns_v2};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ns.db");
+    let db = Database::open_for::<ns_v1::shop::Item>(&path, StoreOptions::default()).unwrap();
+    db.write(|t| {
+        t.insert(&ns_v1::shop::Item::builder().sku("a").price(5).build())?;
+        t.insert(&ns_v1::shop::Item::builder().sku("b").price(9).build())?;
+        t.insert(
+            &ns_v1::warehouse::Item::builder()
+                .bin(1)
+                .sku("a")
+                .count(3)
+                .build(),
+        )?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    // Flat names exist too, qualified because the plain name is taken twice.
+    let cheap: Vec<ns_v1::ShopItem> = db
+        .fetch::<ns_v1::shop::Item>()
+        .filter(ns_v1::shop::Item::price().lt(7))
+        .all()
+        .unwrap();
+    assert_eq!(cheap.len(), 1);
+    let stocked = db
+        .fetch::<ns_v1::WarehouseItem>()
+        .filter(ns_v1::warehouse::Item::sku().eq("a"))
+        .all()
+        .unwrap();
+    assert_eq!(stocked[0].count, 3);
+    let plan = db
+        .query("warehouse.Item")
+        .filter(ns_v1::warehouse::Item::sku().eq("a"))
+        .explain()
+        .unwrap()
+        .join("\n");
+    assert!(plan.contains("warehouse.Item#"), "{plan}");
+    db.close().wait().unwrap();
+
+    let db = Database::open_for::<ns_v2::shop::Item>(&path, StoreOptions::default()).unwrap();
+    db.wait_for_indexes().unwrap();
+    db.write(|t| {
+        t.insert(
+            &ns_v2::warehouse::Item::builder()
+                .bin(2)
+                .sku("b")
+                .reserved(1)
+                .build(),
+        )
+    })
+    .wait()
+    .unwrap();
+    let reserved = db
+        .fetch::<ns_v2::warehouse::Item>()
+        .filter(ns_v2::warehouse::Item::reserved().gt(0))
+        .count()
+        .unwrap();
+    assert_eq!(reserved, 1);
+    assert_eq!(db.fetch::<ns_v2::shop::Item>().count().unwrap(), 2);
+    assert_eq!(db.fetch::<ns_v2::warehouse::Item>().count().unwrap(), 2);
+}

@@ -340,6 +340,30 @@ impl<'a> Gen<'a> {
     fn new(s: &'a Schema, rt: &str) -> Result<Self, CodegenError> {
         let mut names = HashMap::new();
         let mut seen: HashMap<String, String> = HashMap::new();
+        // A type whose name another type (in another namespace) shares gets its
+        // namespace in its Rust name (`game.v2.Monster` → `GameV2Monster`); every
+        // type is also reachable by its own name in a module per namespace
+        // (`game::v2::Monster`, see `gen_namespaces`).
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for n in s
+            .tables
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(s.structs.iter().map(|t| t.name.as_str()))
+            .chain(s.enums.iter().map(|t| t.name.as_str()))
+            .chain(s.unions.iter().map(|t| t.name.as_str()))
+        {
+            *count.entry(n).or_default() += 1;
+        }
+        let qualified = |ns: &str, name: &str| -> String {
+            if count.get(name).copied().unwrap_or(0) > 1 && !ns.is_empty() {
+                let mut q: String = ns.split('.').map(camel).collect();
+                q.push_str(name);
+                q
+            } else {
+                name.to_owned()
+            }
+        };
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
             let rust = ident(name);
             if let Some(other) = seen.insert(rust.clone(), full.clone()) {
@@ -351,34 +375,35 @@ impl<'a> Gen<'a> {
             Ok(())
         };
         for (i, t) in s.tables.iter().enumerate() {
-            add(0, i, &t.name, t.full_name())?;
+            let q = qualified(&t.namespace, &t.name);
+            add(0, i, &q, t.full_name())?;
             add(
                 4,
                 i,
-                &format!("{}Fields", t.name),
+                &format!("{q}Fields"),
                 format!("{}Fields", t.full_name()),
             )?;
             add(
                 5,
                 i,
-                &format!("{}Builder", t.name),
+                &format!("{q}Builder"),
                 format!("{}Builder", t.full_name()),
             )?;
             add(
                 6,
                 i,
-                &format!("{}Change", t.name),
+                &format!("{q}Change"),
                 format!("{}Change", t.full_name()),
             )?;
         }
         for (i, t) in s.structs.iter().enumerate() {
-            add(1, i, &t.name, t.full_name())?;
+            add(1, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         for (i, t) in s.enums.iter().enumerate() {
-            add(2, i, &t.name, t.full_name())?;
+            add(2, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         for (i, t) in s.unions.iter().enumerate() {
-            add(3, i, &t.name, t.full_name())?;
+            add(3, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         let file_id = match &s.file_identifier {
             Some(id) => format!("Some({id:?})"),
@@ -495,7 +520,92 @@ impl<'a> Gen<'a> {
         for i in 0..self.s.tables.len() {
             self.gen_table(i)?;
         }
+        self.gen_namespaces();
         Ok(self.out)
+    }
+
+    /// One module per namespace (`game::v2`) re-exporting its types under their
+    /// own names, so same-named types of different namespaces are both reachable
+    /// as `a::Item` and `b::Item`.
+    fn gen_namespaces(&mut self) {
+        use std::collections::BTreeMap;
+        // namespace → (own name, Rust name) of its types
+        let mut by_ns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut push = |ns: &str, own: String, rust: &str| {
+            if !ns.is_empty() {
+                by_ns
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .push((ident(&own), rust.to_owned()));
+            }
+        };
+        for (i, t) in self.s.tables.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(0, i)]);
+            push(
+                &t.namespace,
+                format!("{}Fields", t.name),
+                &self.names[&(4, i)],
+            );
+            push(
+                &t.namespace,
+                format!("{}Builder", t.name),
+                &self.names[&(5, i)],
+            );
+            if self.s.collections.iter().any(|c| c.table == i) {
+                push(
+                    &t.namespace,
+                    format!("{}Change", t.name),
+                    &self.names[&(6, i)],
+                );
+            }
+        }
+        for (i, t) in self.s.structs.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(1, i)]);
+        }
+        for (i, t) in self.s.enums.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(2, i)]);
+        }
+        for (i, t) in self.s.unions.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(3, i)]);
+        }
+        // Nested modules: emit the tree of namespace parts.
+        #[derive(Default)]
+        struct Node {
+            items: Vec<(String, String)>,
+            children: BTreeMap<String, Node>,
+        }
+        let mut root = Node::default();
+        for (ns, items) in by_ns {
+            let mut n = &mut root;
+            for part in ns.split('.') {
+                n = n.children.entry(part.to_owned()).or_default();
+            }
+            n.items = items;
+        }
+        fn emit(out: &mut String, n: &Node, path: &mut Vec<String>) {
+            for (part, child) in &n.children {
+                path.push(part.clone());
+                let indent = "    ".repeat(path.len() - 1);
+                let _ = writeln!(
+                    out,
+                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}pub mod {} {{",
+                    path.join("."),
+                    ident(&snake(part))
+                );
+                let up = "super::".repeat(path.len());
+                for (own, rust) in &child.items {
+                    if own == rust {
+                        let _ = writeln!(out, "{indent}    pub use {up}{rust};");
+                    } else {
+                        let _ = writeln!(out, "{indent}    pub use {up}{rust} as {own};");
+                    }
+                }
+                emit(out, child, path);
+                let _ = writeln!(out, "{indent}}}");
+                path.pop();
+            }
+        }
+        emit(&mut self.out, &root, &mut Vec::new());
     }
 
     fn gen_enum(&mut self, i: usize) {
