@@ -220,3 +220,100 @@ fn same_table_name_in_two_namespaces() {
     assert_eq!(db.fetch::<ns_v2::shop::Item>().count().unwrap(), 2);
     assert_eq!(db.fetch::<ns_v2::warehouse::Item>().count().unwrap(), 2);
 }
+
+/// A vector of unions (`bag: [Equipment]`): generated types, storage, the runtime
+/// reader and JSON, a change request on it, queries on its presence, and reading
+/// v1 objects through v2's types.
+#[test]
+fn vector_of_unions() {
+    let bag = vec![
+        v1::Equipment::Weapon(v1::Weapon::builder().name("axe").damage(3).build()),
+        v1::Equipment::Orb(
+            v1::Orb::builder()
+                .name("fire")
+                .color(v1::Color::Red)
+                .build(),
+        ),
+        v1::Equipment::Armor(v1::Armor::builder().name("mail").defense(4).build()),
+    ];
+    let m = v1::Monster::builder().name("orc").bag(bag.clone()).build();
+    // Round trip through bytes, and the runtime reader agrees.
+    let bytes = m.encode();
+    assert_eq!(v1::Monster::decode(&bytes).unwrap(), m);
+    let schema = keel::schema::Schema::parse(v1::SCHEMA_FBS, "monster.fbs").unwrap();
+    let r = schema.reader("game.Monster").unwrap();
+    let json = r.read(&bytes).unwrap().to_json().unwrap();
+    assert_eq!(
+        json["bag_type"],
+        serde_json::json!(["Weapon", "Orb", "Armor"])
+    );
+    assert_eq!(json["bag"][1]["name"], "fire");
+    assert_eq!(
+        v1::Monster::decode(&r.encode_json(&json).unwrap()).unwrap(),
+        m
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bag.db");
+    let db = Database::open_for::<v1::Monster>(&path, StoreOptions::default()).unwrap();
+    let m2 = m.clone();
+    db.write(move |t| {
+        t.insert(&m2)?;
+        t.insert(&v1::Monster::builder().name("elf").build())
+    })
+    .wait()
+    .unwrap();
+    let key = v1::Monster::key_of("orc", v1::Color::Blue);
+    assert_eq!(db.get::<v1::Monster>(&key).unwrap().unwrap().bag, bag);
+    // The whole vector reads as a presence marker in queries.
+    let with_bag = keel::schema::Expr::IsNotNull(r.path("bag").unwrap());
+    assert_eq!(
+        db.query("game.Monster").filter(with_bag).count().unwrap(),
+        1
+    );
+    // A change request replaces the vector and keeps the other fields.
+    let stale = db.get::<v1::Monster>(&key).unwrap().unwrap();
+    let fewer = stale.change().bag(bag[1..2].to_vec()).build();
+    db.write(move |t| t.submit(fewer)).wait().unwrap();
+    let now = db.get::<v1::Monster>(&key).unwrap().unwrap();
+    assert_eq!(now.bag, bag[1..2].to_vec());
+    assert_eq!(now.hp, 100);
+    db.close().wait().unwrap();
+
+    // v2 reads the same bytes (its Orb has a new field: absent, default).
+    let db = Database::open_for::<v2::Monster>(&path, StoreOptions::default()).unwrap();
+    let orc = db
+        .get::<v2::Monster>(&v2::Monster::key_of("orc", v2::Color::Blue))
+        .unwrap()
+        .unwrap();
+    match &orc.bag[..] {
+        [v2::Equipment::Orb(o)] => assert_eq!((o.name.as_deref(), o.power), (Some("fire"), 0)),
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Bad vectors of unions (lengths that differ, a tag vector without tables) are
+/// refused by both verifiers alike.
+#[test]
+fn damaged_vector_of_unions_is_refused_by_both_verifiers() {
+    let m = v1::Monster::builder()
+        .name("orc")
+        .bag([v1::Equipment::Orb(v1::Orb::builder().name("x").build())])
+        .build();
+    let schema = keel::schema::Schema::parse(v1::SCHEMA_FBS, "monster.fbs").unwrap();
+    let r = schema.reader("game.Monster").unwrap();
+    let good = m.encode();
+    // Find the tag vector `[1u32 len][tag 3]` and make its length 2.
+    let at = good
+        .windows(5)
+        .position(|w| w == [1, 0, 0, 0, 3])
+        .expect("tag vector");
+    let mut bad = good.clone();
+    bad[at] = 2;
+    assert!(v1::Monster::decode(&bad).is_err());
+    assert!(r.read(&bad).is_err());
+    let mut bad = good;
+    bad[at] = 0; // empty tag vector, one table: inconsistent
+    assert!(v1::Monster::decode(&bad).is_err());
+    assert!(r.read(&bad).is_err());
+}

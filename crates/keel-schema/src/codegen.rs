@@ -877,7 +877,26 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "            other => {name}::Unknown(other),\n        }}))\n    }}\n}}"
+            "            other => {name}::Unknown(other),\n        }}))\n    }}\n"
+        );
+        // Element `i` of a vector of unions: the table is only followed for a
+        // known member (NONE reads as `Unknown(0)`), as the verifier does.
+        let _ = writeln!(
+            o,
+            "    #[doc(hidden)]\n    pub fn __read_elem(\n        tag: u8,\n        v: &{rt}::wire::VectorRef<'_>,\n        i: usize,\n    ) -> Result<Self, {rt}::DecodeError> {{\n        Ok(match tag {{"
+        );
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "            {} => {name}::{}({}::__read(v.table(i)?)?),",
+                m.tag,
+                camel(&m.name),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            other => {name}::Unknown(other),\n        }})\n    }}\n}}"
         );
         for m in &u.members {
             let t = self.table_name(m.table).to_owned();
@@ -932,6 +951,15 @@ impl<'a> Gen<'a> {
                 self.union_name(*u),
                 slot.saturating_sub(1)
             ),
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                format!(
+                    "match t.union_vector({slot})? {{\n                Some((tags, v)) => tags\n                    .iter()\n                    .enumerate()\n                    .map(|(i, tag)| {}::__read_elem(*tag, &v, i))\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}",
+                    self.union_name(u)
+                )
+            }
             FieldType::Vector(inner) => {
                 let (size, elem) = match &**inner {
                     FieldType::Scalar(ScalarType::U8) => {
@@ -1158,6 +1186,10 @@ impl<'a> Gen<'a> {
                                 "{{\n            let bytes: Vec<u8> = self.{fname}.iter().flat_map(|v| v.to_bytes()).collect();\n            b.create_struct_vector(&bytes, {n}::SIZE, {n}::ALIGN)\n        }}"
                             )
                         }
+                        // Tags and tables; `Unknown` members cannot be written.
+                        FieldType::Union(_) => format!(
+                            "{{\n            let mut tags = Vec::new();\n            let mut offs = Vec::new();\n            for v in &self.{fname} {{\n                if let Some(off) = v.__write(b) {{\n                    tags.push(v.tag());\n                    offs.push(off);\n                }}\n            }}\n            (b.create_scalar_vector(&tags), b.create_offset_vector(&offs))\n        }}"
+                        ),
                         _ => "unreachable!()".into(),
                     };
                     // empty vectors are omitted: absent reads as empty
@@ -1217,6 +1249,13 @@ impl<'a> Gen<'a> {
                     let _ = writeln!(
                         o,
                         "        if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({}, tag);\n            b.add_offset({slot}, off);\n        }}",
+                        slot.saturating_sub(1)
+                    );
+                }
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                    let _ = writeln!(
+                        o,
+                        "        if let Some((tags, offs)) = {var} {{\n            b.add_offset({}, tags);\n            b.add_offset({slot}, offs);\n        }}",
                         slot.saturating_sub(1)
                     );
                 }
@@ -1452,7 +1491,7 @@ impl<'a> Gen<'a> {
         // flatbuffers verifier description of the table
         let _ = writeln!(
             o,
-            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname};\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        #[allow(unused_imports)]\n        use {rt}::flatbuffers::{{ForwardsUOffset, Vector}};\n        v.visit_table(pos)?"
+            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname};\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        #[allow(unused_imports)]\n        use {rt}::flatbuffers::{{ForwardsUOffset, Vector}};\n        #[allow(unused_imports)]\n        use {rt}::wire::UnionVectorExt;\n        v.visit_table(pos)?"
         );
         for f in &live {
             let voff = f.vtable_offset();
@@ -1466,6 +1505,27 @@ impl<'a> Gen<'a> {
                         f.name
                     );
                     for m in &s.unions[*u].members {
+                        let _ = writeln!(
+                            o,
+                            "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",
+                            m.tag,
+                            self.table_name(m.table).trim_start_matches("r#"),
+                            m.name
+                        );
+                    }
+                    let _ = writeln!(o, "                _ => Ok(()),\n            }})?");
+                }
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                    let FieldType::Union(u) = **inner else {
+                        unreachable!("matched above")
+                    };
+                    let _ = writeln!(
+                        o,
+                        "            .visit_union_vector({:?}, {}, {voff}, |tag, v, pos| match tag {{",
+                        f.name,
+                        voff - 2,
+                    );
+                    for m in &s.unions[u].members {
                         let _ = writeln!(
                             o,
                             "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",

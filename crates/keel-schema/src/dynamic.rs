@@ -684,6 +684,28 @@ fn copy_field(
                 pending.push(Inline::Offset(f.id, o));
             }
         }
+        FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+            let FieldType::Union(u) = **inner else {
+                unreachable!("matched above")
+            };
+            let Some((tags, values)) = t.union_vector(f.id)? else {
+                return Ok(());
+            };
+            // Elements keel cannot read (NONE, a member unknown to this schema) are
+            // not carried over, as in generated code.
+            let mut kept = Vec::new();
+            let mut offs = Vec::new();
+            for (i, tag) in tags.iter().enumerate() {
+                if let Some(m) = s.unions[u].member(*tag) {
+                    offs.push(copy_table(s, m.table, values.table(i)?, None, b)?);
+                    kept.push(*tag);
+                }
+            }
+            let tv = b.create_scalar_vector(&kept);
+            let ov = b.create_offset_vector(&offs);
+            pending.push(Inline::Offset(f.id.saturating_sub(1), tv));
+            pending.push(Inline::Offset(f.id, ov));
+        }
         FieldType::Vector(inner) => {
             let size = elem_size(s, inner);
             let Some(v) = t.vector(f.id, size)? else {
@@ -780,6 +802,17 @@ fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) ->
                     None => Ok(()),
                 },
             )?,
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                wire::visit_union_vector(tv, &f.name, voff - 2, voff, |tag, v, pos| {
+                    match s.unions[u].member(tag) {
+                        Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                        None => Ok(()),
+                    }
+                })?
+            }
             FieldType::Vector(inner) => {
                 if let Some(p) = tv.deref(voff)? {
                     let v = tv.verifier();
@@ -891,6 +924,18 @@ fn verify_table(
                 if let Some(st) = t.table(f.id)? {
                     if let Some(m) = s.unions[*u].member(tag) {
                         verify_table(s, m.table, st, require_key)?;
+                    }
+                }
+            }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                if let Some((tags, values)) = t.union_vector(f.id)? {
+                    for (i, tag) in tags.iter().enumerate() {
+                        if let Some(m) = s.unions[u].member(*tag) {
+                            verify_table(s, m.table, values.table(i)?, require_key)?;
+                        }
                     }
                 }
             }
@@ -1135,6 +1180,34 @@ fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeErro
                 m.insert(format!("{}_type", f.name), Json::String(m_def.name.clone()));
                 table_json(s, m_def.table, st)?
             }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                let Some((tags, values)) = t.union_vector(f.id)? else {
+                    continue;
+                };
+                let mut types = Vec::with_capacity(tags.len());
+                let mut objs = Vec::with_capacity(tags.len());
+                for (i, tag) in tags.iter().enumerate() {
+                    match s.unions[u].member(*tag) {
+                        Some(md) => {
+                            types.push(Json::String(md.name.clone()));
+                            objs.push(table_json(s, md.table, values.table(i)?)?);
+                        }
+                        None if *tag == 0 => {
+                            types.push(Json::String("NONE".into()));
+                            objs.push(Json::Null);
+                        }
+                        None => {
+                            types.push(Json::from(*tag));
+                            objs.push(Json::Null);
+                        }
+                    }
+                }
+                m.insert(format!("{}_type", f.name), Json::Array(types));
+                Json::Array(objs)
+            }
             FieldType::Vector(inner) => match t.vector(f.id, elem_size(s, inner))? {
                 Some(v) => Json::Array(
                     (0..v.len())
@@ -1319,7 +1392,7 @@ fn encode_table(
             || k.strip_suffix("_type").is_some_and(|base| {
                 table
                     .field(base)
-                    .is_some_and(|f| matches!(f.ty, FieldType::Union(_)))
+                    .is_some_and(|f| f.union_type_id().is_some())
             });
         if !known {
             return Err(eerr(
@@ -1382,6 +1455,48 @@ fn encode_table(
                     Value::Int(m.tag as i64),
                     None,
                 ));
+                pending.push(Pending::Offset(f.id, o));
+            }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                let un = &s.unions[u];
+                let arr = fj
+                    .as_array()
+                    .ok_or_else(|| eerr(&p, format!("expected an array, found {fj}")))?;
+                let types = obj
+                    .get(&format!("{}_type", f.name))
+                    .and_then(Json::as_array)
+                    .filter(|t| t.len() == arr.len())
+                    .ok_or_else(|| {
+                        eerr(
+                            &p,
+                            format!(
+                                "expected {}_type: an array of member names of {} as long as {}",
+                                f.name, un.name, f.name
+                            ),
+                        )
+                    })?;
+                let mut tags = Vec::with_capacity(arr.len());
+                let mut offs = Vec::with_capacity(arr.len());
+                for (i, (tj, e)) in types.iter().zip(arr).enumerate() {
+                    let ep = format!("{p}[{i}]");
+                    let m = tj
+                        .as_str()
+                        .and_then(|n| un.members.iter().find(|m| m.name == n))
+                        .ok_or_else(|| {
+                            eerr(
+                                &ep,
+                                format!("expected a member of union {}, found {tj}", un.name),
+                            )
+                        })?;
+                    tags.push(m.tag);
+                    offs.push(encode_table(s, m.table, e, b, &ep)?);
+                }
+                let t = b.create_scalar_vector(&tags);
+                let o = b.create_offset_vector(&offs);
+                pending.push(Pending::Offset(f.id.saturating_sub(1), t));
                 pending.push(Pending::Offset(f.id, o));
             }
             FieldType::Vector(inner) => {

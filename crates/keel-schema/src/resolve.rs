@@ -836,11 +836,8 @@ impl<'a> Resolver<'a> {
                     Some((Kind::Struct, i)) => Ok(FieldType::Struct(i)),
                     Some((Kind::Enum, i)) => Ok(FieldType::Enum(i)),
                     Some((Kind::Union, i)) => {
-                        if in_vector {
-                            Err(err(d.file, *pos, format!("expected a scalar, string, struct or table element type, found union {name:?} (vectors of unions are not supported)")))
-                        } else {
-                            Ok(FieldType::Union(i))
-                        }
+                        let _ = (in_vector, pos);
+                        Ok(FieldType::Union(i))
                     }
                     None => Err(err(
                         d.file,
@@ -899,7 +896,10 @@ impl<'a> Resolver<'a> {
             }
             self.check_attrs(d.file, &f.attributes)?;
             let ty = self.field_type(d, &f.ty, false)?;
-            let is_union = matches!(ty, FieldType::Union(_));
+            // A union, and a vector of unions, take two slots: `id - 1` holds the
+            // type tag(s).
+            let is_union = matches!(ty, FieldType::Union(_))
+                || matches!(&ty, FieldType::Vector(e) if matches!(**e, FieldType::Union(_)));
             let id = if let Some(a) = attr(&f.attributes, "id") {
                 let n = match &a.value {
                     Some(Literal::Int(s)) => {
@@ -1084,9 +1084,6 @@ fn collect_indexes(
 ) {
     let Some(&ti) = stack.last() else { return };
     for f in &tables[ti].fields {
-        if f.deprecated {
-            continue;
-        }
         let step = PathStep::Field {
             id: f.id,
             name: f.name.clone().into(),

@@ -258,3 +258,73 @@ proptest! {
         prop_assert_eq!(decoded, typed_merge(&stored, &changed, &names));
     }
 }
+
+mod monster {
+    //! The same differential check on Dflat's Monster schema: a vector of unions,
+    //! a union with an indexed tag, a composite key.
+    use super::{apply, damage, drop_a_nul};
+    use keel_example_blog::monster_v1::{
+        Armor, Color, Equipment, Monster, Orb, Weapon, SCHEMA_FBS,
+    };
+    use keel_schema::{Record, Schema};
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    fn schema() -> &'static Schema {
+        static S: OnceLock<Schema> = OnceLock::new();
+        S.get_or_init(|| Schema::parse(SCHEMA_FBS, "monster.fbs").unwrap())
+    }
+
+    fn equipment() -> impl Strategy<Value = Equipment> {
+        prop_oneof![
+            ("[a-z]{0,4}", any::<i16>())
+                .prop_map(|(n, d)| Equipment::Weapon(Weapon::builder().name(n).damage(d).build())),
+            ("[a-z]{0,4}", any::<i16>())
+                .prop_map(|(n, d)| Equipment::Armor(Armor::builder().name(n).defense(d).build())),
+            ("[a-z]{0,4}", any::<i8>()).prop_map(|(n, c)| Equipment::Orb(
+                Orb::builder().name(n).color(Color::from_raw(c)).build()
+            )),
+        ]
+    }
+
+    prop_compose! {
+        fn monster()(
+            name in "[a-z]{0,6}",
+            color in any::<i8>(),
+            (mana, hp) in (any::<i16>(), any::<i16>()),
+            equipped in proptest::option::of(equipment()),
+            bag in proptest::collection::vec(equipment(), 0..4),
+            inventory in proptest::collection::vec(any::<u8>(), 0..4),
+        ) -> Monster {
+            let b = Monster::builder().name(name).color(Color::from_raw(color)).mana(mana).hp(hp)
+                .bag(bag).inventory(inventory);
+            match equipped { Some(e) => b.equipped(e).build(), None => b.build() }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+        #[test]
+        fn runtime_reader_agrees_with_generated_decode_on_monsters(
+            m in monster(),
+            damages in proptest::collection::vec(damage(), 0..4),
+            nul in proptest::option::of(any::<usize>()),
+        ) {
+            let r = schema().reader(Monster::COLLECTION).unwrap();
+            let mut bytes = m.encode();
+            prop_assert_eq!(Monster::decode(&bytes).unwrap(), m);
+            prop_assert!(r.read(&bytes).is_ok());
+            if let Some(w) = nul {
+                drop_a_nul(&mut bytes, w);
+            }
+            for d in &damages {
+                apply(&mut bytes, d);
+            }
+            let generated = Monster::decode(&bytes);
+            let dynamic = r.read(&bytes);
+            prop_assert_eq!(generated.is_ok(), dynamic.is_ok(),
+                "generated: {:?}\ndynamic: {:?}", generated.err(), dynamic.err());
+        }
+    }
+}
