@@ -588,7 +588,7 @@ impl<'a> Gen<'a> {
                 let indent = "    ".repeat(path.len() - 1);
                 let _ = writeln!(
                     out,
-                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}pub mod {} {{",
+                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception)]\n{indent}pub mod {} {{",
                     path.join("."),
                     ident(&snake(part))
                 );
