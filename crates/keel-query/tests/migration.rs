@@ -118,7 +118,7 @@ fn post_v1_to_incompatible_v3_moves_every_object_once_with_progress() {
     // Without a migration the change is refused, and nothing changes.
     let r = Database::open(&path, v3.clone(), quiet());
     assert!(
-        matches!(&r, Err(Error::Storage(keel_storage::Error::Schema { message, .. })) if message.contains("incompatible")),
+        matches!(&r, Err(Error::Schema { message, .. }) if message.contains("incompatible")),
         "{r:?}"
     );
 
