@@ -428,7 +428,7 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
                     }
                 }
                 ctx.gauge.left(batch.len());
-                run_group(&conn.conn, &ctx.path, batch, &in_closure);
+                run_group(&conn.conn, &ctx.path, batch, &in_closure, &ctx.signal);
                 vacuum_checked = false;
                 ctx.committed();
             }
@@ -464,6 +464,7 @@ fn run_group(
     path: &Path,
     batch: Vec<Box<dyn Job>>,
     in_closure: &AtomicBool,
+    signal: &crate::checkpointer::CkptSignal,
 ) {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
@@ -475,6 +476,7 @@ fn run_group(
     // Jobs that failed alone (rolled back to their savepoint) or with a lost transaction.
     let mut settled: Vec<(Box<dyn Job>, Result<()>)> = Vec::new();
     let mut in_txn = false;
+    let mut bumped = false;
     for mut job in batch {
         if !in_txn {
             if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -483,6 +485,8 @@ fn run_group(
                 continue;
             }
             in_txn = true;
+            // identity.rs: the first write of a new WAL records a new epoch.
+            bumped |= signal.take_epoch_bump() && crate::identity::bump_epoch(conn, path);
         }
         if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
             let err = Error::sqlite("savepoint", path, e);
@@ -512,6 +516,9 @@ fn run_group(
             }
             settled.push((job, Err(err)));
             in_txn = false;
+            if std::mem::take(&mut bumped) {
+                signal.arm_epoch_bump(); // rolled back with the rest
+            }
             continue;
         }
         if ok {
@@ -559,6 +566,10 @@ fn run_group(
     } else {
         Ok(())
     };
+    if bumped && commit.is_err() {
+        // The bump did not commit: the next group tries again.
+        signal.arm_epoch_bump();
+    }
     if commit.is_ok() {
         for (_, cbs) in committed.iter_mut() {
             for cb in cbs.drain(..) {
@@ -569,7 +580,11 @@ fn run_group(
             }
         }
     }
-    for (job, _) in committed {
+    for (job, callbacks) in committed {
+        // Callbacks of a failed commit are dropped before the future resolves: what
+        // they restore on drop (the dictionary's pending values) is back in place
+        // when the caller learns of the failure.
+        drop(callbacks);
         job.finish(&commit);
     }
     for (job, r) in settled {
