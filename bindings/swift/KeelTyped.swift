@@ -354,7 +354,25 @@ public enum KeelObjectChange<T: KeelRecord>: Sendable {
 /// someone iterates: leaving the loop, cancelling the task or calling `cancel()`
 /// ends it, and keel calls its listener no more.
 public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
-    public typealias AsyncIterator = AsyncThrowingStream<Element, Error>.AsyncIterator
+    /// Iterates the deliveries; when it goes away (the loop is left), the
+    /// subscription is cancelled.
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: AsyncThrowingStream<Element, Error>.AsyncIterator
+        let lease: Lease
+
+        public mutating func next() async throws -> Element? {
+            try await base.next()
+        }
+    }
+
+    /// Cancels the subscription when the last copy of an iterator is gone: an
+    /// `AsyncThrowingStream` alone only ends when its task is cancelled or the stream
+    /// itself is released, not when a `for try await` loop is left with `break`.
+    final class Lease: @unchecked Sendable {
+        let state: KeelSubscriptionState
+        init(_ state: KeelSubscriptionState) { self.state = state }
+        deinit { state.cancel() }
+    }
 
     let stream: AsyncThrowingStream<Element, Error>
     let state: KeelSubscriptionState
@@ -376,7 +394,11 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
         self.state = state
     }
 
-    public func makeAsyncIterator() -> AsyncIterator { stream.makeAsyncIterator() }
+    /// An iterator over the deliveries. A subscription is consumed once: when this
+    /// iterator ends or goes away, the subscription is cancelled.
+    public func makeAsyncIterator() -> AsyncIterator {
+        AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state))
+    }
 
     /// True while keel may still deliver (false once cancelled, or after an
     /// object subscription delivered `.deleted`).

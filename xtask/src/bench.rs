@@ -45,7 +45,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
             name => wanted.push(name.to_string()),
         }
     }
-    let available = scenarios()?;
+    let mut available = scenarios()?;
+    // `swift` is the Swift suite's typed-vs-bytes benchmark (xtask/src/swift.rs), not
+    // a file under benches/: a full run includes it when a Swift toolchain exists;
+    // quick runs (inside `cargo xtask test`) leave it to the Swift suite, which
+    // prints the same figures.
+    let swift_here = crate::swift::swift_exe().is_some();
+    if wanted.iter().any(|w| w == "swift") || (swift_here && !quick && wanted.is_empty()) {
+        available.push("swift".to_string());
+    }
     if available.is_empty() {
         println!("xtask bench: no scenarios under benches/ yet");
         return Ok(());
@@ -69,11 +77,15 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let json_path = out_dir.join(format!("{name}.json"));
         // A stale file must not pass for this run's result.
         let _ = fs::remove_file(&json_path);
-        let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
-        if quick {
-            cargo_args.push("--quick");
+        if name == "swift" {
+            crate::swift::bench(quick, &json_path)?;
+        } else {
+            let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
+            if quick {
+                cargo_args.push("--quick");
+            }
+            util::cargo(&cargo_args)?;
         }
-        util::cargo(&cargo_args)?;
         let report = read_report(&json_path, name)?;
         if print_json {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());

@@ -1,6 +1,7 @@
 //! The binding tests run by `cargo xtask test`: Python (asyncio) and Kotlin (JVM,
 //! coroutines) programs under `bindings/` drive the generated bindings against the
-//! freshly built `keel-ffi` cdylib. Each prints one line per test, `max tick gap: X
+//! freshly built `keel-ffi` cdylib; the Swift suite (XCTest, see `swift.rs`) runs
+//! too when a Swift toolchain is found. Each prints one line per test, `max tick gap: X
 //! ms` for the open-never-blocks test, and a summary line
 //! (`python bindings: N passed, M failed`); any failure fails the command.
 
@@ -13,7 +14,11 @@ use crate::{bindings, kotlin, util};
 /// Run every binding test suite; `Err` if any failed.
 pub fn test() -> Result<(), String> {
     let t0 = Instant::now();
-    let langs = ["python".to_string(), "kotlin".to_string()];
+    let langs = [
+        "python".to_string(),
+        "kotlin".to_string(),
+        "swift".to_string(),
+    ];
     let g = bindings::generate(false, &langs)?;
     let mut failures = Vec::new();
     let t = Instant::now();
@@ -26,6 +31,11 @@ pub fn test() -> Result<(), String> {
         failures.push(e);
     }
     println!("kotlin bindings: took {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    if let Err(e) = crate::swift::test(&g) {
+        failures.push(e);
+    }
+    println!("swift bindings: took {:.1} s", t.elapsed().as_secs_f64());
     println!(
         "binding tests: {} in {:.1} s",
         if failures.is_empty() { "ok" } else { "FAILED" },
@@ -123,7 +133,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Like `util::run` (workspace root, inherited stdio), but kills the program after
 /// [`TEST_TIMEOUT`].
-fn run_bounded(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run_bounded(cmd: &mut Command) -> Result<(), String> {
     cmd.current_dir(util::workspace_root());
     let shown = format!("{cmd:?}");
     let mut child = cmd

@@ -14,6 +14,8 @@
 //! * `cargo xtask swift-package` — assembles the SwiftPM package under
 //!   `target/keel-swift/` (runs the xcframework build where Xcode exists, prints
 //!   the steps elsewhere).
+//! * `cargo xtask swift-test` — the Swift suite alone (what `cargo xtask test`
+//!   runs when a Swift toolchain is found).
 //! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
 
 mod aar;
@@ -22,6 +24,7 @@ mod bindings;
 mod ffi;
 mod kotlin;
 mod stress;
+mod swift;
 mod swift_package;
 mod util;
 
@@ -34,6 +37,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("bindings") => bindings::run(&args[1..]),
         Some("swift-package") => swift_package::run(&args[1..]),
+        Some("swift-test") => swift::run(&args[1..]),
         Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
@@ -62,6 +66,7 @@ commands:
                                generate the UniFFI sources (target/keel-bindings/);
                                --test runs the Python and Kotlin binding tests
   swift-package                assemble the Swift package (target/keel-swift/)
+  swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
                                crash/power-loss/fault campaign (simulated disk)";
