@@ -218,6 +218,8 @@ public enum KeelTypedError: Error, Equatable, Sendable {
 public final class KeelWriteTransaction: @unchecked Sendable {
     var ops: [WriteOp] = []
     var ended = false
+    /// One builder for every object of the transaction (its memory is reused).
+    let builder = KeelWire.Builder()
 
     init() {}
 
@@ -228,17 +230,17 @@ public final class KeelWriteTransaction: @unchecked Sendable {
 
     /// Insert `object`; the batch fails with `KeelError.AlreadyExists` if its key exists.
     public func insert<T: KeelRecord>(_ object: T) throws {
-        try add(.insert(collection: T.keelCollection, bytes: Data(object.flatBuffer())))
+        try add(.insert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
     /// Replace the stored object with the same key; `KeelError.NotFound` if none.
     public func update<T: KeelRecord>(_ object: T) throws {
-        try add(.update(collection: T.keelCollection, bytes: Data(object.flatBuffer())))
+        try add(.update(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
     /// Insert `object`, or replace the one with the same key.
     public func upsert<T: KeelRecord>(_ object: T) throws {
-        try add(.upsert(collection: T.keelCollection, bytes: Data(object.flatBuffer())))
+        try add(.upsert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
     /// Delete the object of `type` with `key` (no error when there is none).
@@ -553,7 +555,7 @@ extension Database {
 extension KeelDictionary {
     /// Stores `object` under `key` (verified against the schema).
     public func set<T: KeelRecord>(_ object: T, forKey key: String) throws {
-        try set(key: key, value: .object(collection: T.keelCollection, bytes: Data(object.flatBuffer())))
+        try set(key: key, value: .object(collection: T.keelCollection, bytes: object.flatBufferData()))
     }
 
     /// The object of `type` stored under `key`, or nil; `KeelError.TypeMismatch`

@@ -350,12 +350,21 @@ public enum KeelWire {
         var head: Int
         var minAlign = 1
         var fields: [(slot: Int, at: Int)] = []
+        var vtableScratch: [UInt16] = []
         var tableStart = 0
 
         /// An empty builder (`capacity` is only a hint).
-        public init(capacity: Int = 256) {
+        public init(capacity: Int = 1024) {
             buf = [UInt8](repeating: 0, count: max(capacity, 64))
             head = buf.count
+        }
+
+        /// Forgets everything written, keeping the memory (to build the next buffer).
+        public func reset() {
+            head = buf.count
+            minAlign = 1
+            fields.removeAll(keepingCapacity: true)
+            tableStart = 0
         }
 
         var used: Int { buf.count - head }
@@ -494,12 +503,19 @@ public enum KeelWire {
         public func endTable() -> Offset {
             push(Int32(0))
             let obj = used
-            let slots = (fields.map { $0.slot + 1 }.max() ?? 0)
-            var vt = [UInt16](repeating: 0, count: 2 + slots)
-            vt[0] = UInt16(4 + 2 * slots)
-            vt[1] = UInt16(obj - tableStart)
-            for f in fields { vt[2 + f.slot] = UInt16(obj - f.at) }
-            for v in vt.reversed() { push(v) }
+            var slots = 0
+            for f in fields where f.slot + 1 > slots { slots = f.slot + 1 }
+            // The vtable, back to front: entries (last slot first), table size, vtable size.
+            if vtableScratch.count < slots { vtableScratch = [UInt16](repeating: 0, count: slots) }
+            for i in 0..<slots { vtableScratch[i] = 0 }
+            for f in fields { vtableScratch[f.slot] = UInt16(obj - f.at) }
+            var i = slots
+            while i > 0 {
+                i -= 1
+                push(vtableScratch[i])
+            }
+            push(UInt16(obj - tableStart))
+            push(UInt16(4 + 2 * slots))
             let soff = Int32(used - obj)
             let at = buf.count - obj
             buf.withUnsafeMutableBytes { soff.wireStore($0, at) }
@@ -509,11 +525,21 @@ public enum KeelWire {
 
         /// Finishes the buffer with `root` as the root table and returns its bytes.
         public func finish(_ root: Offset, fileIdentifier: String?) -> [UInt8] {
+            finishWrites(root, fileIdentifier)
+            return Array(buf[head...])
+        }
+
+        /// `finish` as `Data` (what the FFI takes), in one copy.
+        public func finishData(_ root: Offset, fileIdentifier: String?) -> Data {
+            finishWrites(root, fileIdentifier)
+            return buf.withUnsafeBytes { Data(bytes: $0.baseAddress! + head, count: used) }
+        }
+
+        func finishWrites(_ root: Offset, _ fileIdentifier: String?) {
             let ident = fileIdentifier.map { Array($0.utf8) }.flatMap { $0.count == 4 ? $0 : nil }
             align(4 + (ident == nil ? 0 : 4), max(minAlign, 4))
             if let id = ident { id.withUnsafeBytes { pushBytes($0) } }
             pushOffset(root)
-            return Array(buf[head...])
         }
     }
 }
@@ -541,6 +567,14 @@ extension KeelTable {
         let b = KeelWire.Builder()
         let root = keelWrite(to: b)
         return b.finish(root, fileIdentifier: Self.keelFileIdentifier)
+    }
+
+    /// `flatBuffer()` as `Data`, built in `builder` (reset first, so one builder
+    /// can serve many objects).
+    public func flatBufferData(using builder: KeelWire.Builder = KeelWire.Builder()) -> Data {
+        builder.reset()
+        let root = keelWrite(to: builder)
+        return builder.finishData(root, fileIdentifier: Self.keelFileIdentifier)
     }
 }
 
