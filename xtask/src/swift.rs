@@ -11,6 +11,7 @@
 //!   Package.swift
 //!   Sources/BlogModel/Blog.swift     keel codegen swift examples/blog/schema/blog.fbs
 //!   Sources/ShopModel/Shop.swift     keel codegen swift bindings/swift/Tests/shop.fbs
+//!   Sources/NoteV1/, NoteV2/         … and the two versions of examples/blog/schema/evolution
 //!   Sources/keel-crash-child/        a keel app that is killed (bindings/swift/Tests/CrashChild)
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
 //!   .build/                          SwiftPM's cache: only changed files rebuild
@@ -59,11 +60,17 @@ let package = Package(
                 path: "Sources/BlogModel"),
         .target(name: "ShopModel", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/ShopModel"),
+        // Two versions of an evolving schema (examples/blog/schema/evolution/).
+        .target(name: "NoteV1", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/NoteV1"),
+        .target(name: "NoteV2", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/NoteV2"),
         .executableTarget(name: "keel-crash-child",
                           dependencies: ["BlogModel", .product(name: "Keel", package: "Keel")],
                           path: "Sources/keel-crash-child"),
         .testTarget(name: "KeelTests",
-                    dependencies: ["BlogModel", "ShopModel", .product(name: "Keel", package: "Keel")],
+                    dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2",
+                                   .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
     ]
 )
@@ -91,6 +98,8 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
     for (schema, model) in [
         (root.join("examples/blog/schema/blog.fbs"), "BlogModel"),
         (src.join("shop.fbs"), "ShopModel"),
+        (root.join("examples/blog/schema/evolution/post_v1.fbs"), "NoteV1"),
+        (root.join("examples/blog/schema/evolution/post_v2.fbs"), "NoteV2"),
     ] {
         let out = gen.join(model);
         util::cargo(&[

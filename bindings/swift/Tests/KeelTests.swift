@@ -9,6 +9,8 @@
 import BlogModel
 import Foundation
 import Keel
+import NoteV1
+import NoteV2
 import ShopModel
 import XCTest
 
@@ -505,6 +507,33 @@ final class KeelTests: XCTestCase {
         }
     }
 
+    func testEvolutionFixturesReadAcrossSchemaVersions() throws {
+        // v1 bytes through v2 types: the fields v2 added read their defaults
+        let old = try NoteV2.Note(flatBuffer: try fixture("note_v1.bin"))
+        XCTAssertEqual(old, NoteV2.Note(id: "n1", body: "written by v1", stars: 5, mood: .happy))
+        XCTAssertEqual(old.views, 10)
+        XCTAssertNil(old.score)
+        // v2 bytes through v1 types: an enum value v1 does not know is kept, not
+        // guessed; fields v1 does not know are skipped; `legacy` (deprecated in v2,
+        // so never written) reads its default
+        let new = try NoteV1.Note(flatBuffer: try fixture("note_v2.bin"))
+        XCTAssertEqual(new.mood, .unknown(2))
+        XCTAssertNil(new.mood.name)
+        XCTAssertEqual(new.legacy, 7)
+        XCTAssertEqual(new.stars, 1)
+        // and each version reads its own fixture exactly as flatc wrote it
+        let v2 = try NoteV2.Note(flatBuffer: try fixture("note_v2.bin"))
+        XCTAssertEqual(v2, NoteV2.Note(id: "n2", body: "written by v2", stars: 1, mood: .grumpy,
+                                       views: 1234, tags: ["new", "fields"], score: 2.5))
+        let v1 = try NoteV1.Note(flatBuffer: try fixture("note_v1.bin"))
+        XCTAssertEqual(v1, NoteV1.Note(id: "n1", body: "written by v1", stars: 5, mood: .happy, legacy: 99))
+        for (name, json) in [("note_v1", flatcJSON(v1)), ("note_v2", flatcJSON(v2))] {
+            for (key, value) in try fixtureJSON("\(name).json") {
+                XCTAssertTrue(same(value, json[key] as Any), "\(name).\(key): flatc wrote \(value), Swift read \(json[key] ?? "nothing")")
+            }
+        }
+    }
+
     func testSwiftBytesAreVerifiedAndDecodedByRust() async throws {
         let db = try await Keel.openAsync(path: try tempDir().appendingPathComponent("rust.db").path,
                                           schema: BlogSchema.self, options: fastOptions())
@@ -675,6 +704,15 @@ func flatcJSON(_ p: Post) -> [String: Any] {
     if let v = p.pos { d["pos"] = vec2(v) }
     if let f = p.frame { d["frame"] = ["origin": vec2(f.origin), "size": vec2(f.size), "layer": f.layer] }
     return d
+}
+
+func flatcJSON(_ n: NoteV1.Note) -> [String: Any] {
+    ["id": n.id, "body": n.body as Any, "stars": n.stars, "mood": n.mood.name as Any, "legacy": n.legacy]
+}
+
+func flatcJSON(_ n: NoteV2.Note) -> [String: Any] {
+    ["id": n.id, "body": n.body as Any, "stars": n.stars, "mood": n.mood.name as Any, "views": n.views,
+     "tags": n.tags, "score": n.score as Any]
 }
 
 /// `expected` (parsed JSON) matches `actual`: numbers by value, objects on the keys
