@@ -98,8 +98,14 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
     for (schema, model) in [
         (root.join("examples/blog/schema/blog.fbs"), "BlogModel"),
         (src.join("shop.fbs"), "ShopModel"),
-        (root.join("examples/blog/schema/evolution/post_v1.fbs"), "NoteV1"),
-        (root.join("examples/blog/schema/evolution/post_v2.fbs"), "NoteV2"),
+        (
+            root.join("examples/blog/schema/evolution/post_v1.fbs"),
+            "NoteV1",
+        ),
+        (
+            root.join("examples/blog/schema/evolution/post_v2.fbs"),
+            "NoteV2",
+        ),
     ] {
         let out = gen.join(model);
         util::cargo(&[
