@@ -579,11 +579,12 @@ extension KeelTable {
 }
 
 /// Holds a table value inside a value of its own type (recursive schemas).
-public final class KeelBox<T: Hashable & Sendable>: Hashable, @unchecked Sendable {
+public final class KeelBox<T: Hashable & Sendable>: Hashable, CustomDebugStringConvertible, @unchecked Sendable {
     /// The value (immutable: a box is replaced, never changed).
     public let value: T
     /// Boxes `value`.
     public init(_ value: T) { self.value = value }
     public static func == (a: KeelBox, b: KeelBox) -> Bool { a.value == b.value }
     public func hash(into h: inout Hasher) { value.hash(into: &h) }
+    public var debugDescription: String { String(reflecting: value) }
 }

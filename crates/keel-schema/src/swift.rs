@@ -264,32 +264,33 @@ fn swift_scalar(t: ScalarType) -> &'static str {
     }
 }
 
-/// A Swift literal of type `ty` for `v` (typed, so it can stand alone).
+/// A Swift literal for `v` as a `ty`. Every place the generator puts one has the
+/// type from context (a parameter, an assignment, a generic argument fixed by a
+/// sibling), so the literal is bare: `1`, `1.5`, `true`, `.nan`.
 fn scalar_lit(v: &Value, ty: ScalarType) -> String {
-    let t = swift_scalar(ty);
     match (v, ty) {
         (Value::Bool(b), ScalarType::Bool) => b.to_string(),
         (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
         (_, ScalarType::F32 | ScalarType::F64) => {
             let f = v.as_f64().unwrap_or(0.0);
             if f.is_nan() {
-                format!("{t}.nan")
+                ".nan".into()
             } else if f.is_infinite() {
                 if f > 0.0 {
-                    format!("{t}.infinity")
+                    ".infinity".into()
                 } else {
-                    format!("-{t}.infinity")
+                    "-.infinity".into()
                 }
             } else if ty == ScalarType::F32 {
-                format!("{t}({:?})", f as f32)
+                format!("{:?}", f as f32)
             } else {
-                format!("{t}({f:?})")
+                format!("{f:?}")
             }
         }
-        (Value::Int(i), ScalarType::U64) => format!("{t}({})", *i as u64),
-        (Value::Int(i), _) => format!("{t}({i})"),
-        (Value::Bool(b), _) => format!("{t}({})", u8::from(*b)),
-        _ => format!("{t}(0)"),
+        (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
+        (Value::Int(i), _) => format!("{i}"),
+        (Value::Bool(b), _) => format!("{}", u8::from(*b)),
+        _ => "0".into(),
     }
 }
 
@@ -606,9 +607,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "        case {}: self = .{}",
-                scalar_lit(&Value::Int(v.value), e.underlying)
-                    .trim_start_matches(&format!("{raw}("))
-                    .trim_end_matches(')'),
+                scalar_lit(&Value::Int(v.value), e.underlying),
                 self.enum_case(e, v)
             );
         }
@@ -951,7 +950,7 @@ impl<'a> Gen<'a> {
                 }
             }
             FieldType::Union(u) => format!(
-                "try {}.keelRead(tag: t.scalar(slot: {}, default: UInt8(0)), table: t.table(slot: {slot}))",
+                "try {}.keelRead(tag: t.scalar(slot: {}, default: 0), table: t.table(slot: {slot}))",
                 self.union_name(*u),
                 slot.saturating_sub(1)
             ),
@@ -1291,9 +1290,9 @@ mod tests {
             "    public var delta: Int8\n",
             "    public var flags: [UInt8]\n",
             "id: String,\n",
-            "priority: Int32 = Int32(1),",
+            "priority: Int32 = 1,",
             "color: Color = .green,",
-            "delta: Int8 = Int8(-3),",
+            "delta: Int8 = -3,",
             "published: Bool = true,",
             "public static let keelFileIdentifier: String? = \"BLOG\"",
             "public static let keelCollection = \"blog.Post\"",
@@ -1313,10 +1312,10 @@ mod tests {
             "case unknown(tag: UInt8)",
             "public enum Content: Sendable, Equatable, Hashable {",
             "public struct Rect: Sendable, Equatable, Hashable {",
-            "public init(x: Float = Float(0.0), y: Float = Float(0.0))",
+            "public init(x: Float = 0.0, y: Float = 0.0)",
             // union: type tag in slot id-1, value in id
-            "try Content.keelRead(tag: t.scalar(slot: 5, default: UInt8(0)), table: t.table(slot: 6))",
-            "b.addScalar(slot: 1, priority, default: Int32(1))",
+            "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
+            "b.addScalar(slot: 1, priority, default: 1)",
             "if let v = rating { b.addScalarAlways(slot: 14, v) }",
         ] {
             assert!(code.contains(want), "missing {want:?} in:\n{code}");
