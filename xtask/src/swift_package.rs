@@ -248,7 +248,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
                         .arg(&out),
                 )?;
                 println!(
-                    "swift-package: the Linux variant builds (`swift build` in {}; it links lib/{})",
+                    "swift-package: the Linux variant builds (`swift build` in {}; apps link its lib/{})",
                     out.display(),
                     bindings::cdylib_name()
                 );
