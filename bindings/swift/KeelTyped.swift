@@ -57,6 +57,7 @@ public protocol KeelKey: Hashable, Sendable {
 }
 
 extension KeelKey where Self: KeelFieldValue {
+    /// A one-field key: the value itself.
     public var keelKeyValues: [KeelValue] { [keelValue] }
 }
 
@@ -143,21 +144,27 @@ public struct KeelField<Root, Value>: Sendable {
 }
 
 extension KeelField where Value: KeelFieldValue {
+    /// The field equals `value` (a value of the field's own type only).
     public static func == (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.eq(field: field.keelPath, value: value.keelValue))
     }
+    /// The field differs from (absent fields match neither `==` nor `!=`) `value` (a value of the field's own type only).
     public static func != (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.ne(field: field.keelPath, value: value.keelValue))
     }
+    /// The field is less than `value` (a value of the field's own type only).
     public static func < (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.lt(field: field.keelPath, value: value.keelValue))
     }
+    /// The field is at most `value` (a value of the field's own type only).
     public static func <= (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.le(field: field.keelPath, value: value.keelValue))
     }
+    /// The field is greater than `value` (a value of the field's own type only).
     public static func > (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.gt(field: field.keelPath, value: value.keelValue))
     }
+    /// The field is at least `value` (a value of the field's own type only).
     public static func >= (field: KeelField, value: Value) -> KeelPredicate<Root> {
         KeelPredicate(Expr.ge(field: field.keelPath, value: value.keelValue))
     }
@@ -182,12 +189,15 @@ public struct KeelPredicate<Root>: @unchecked Sendable {
     /// Matches every object.
     public static var all: KeelPredicate { KeelPredicate(Expr.allOf(exprs: [])) }
 
+    /// Both hold.
     public static func && (a: KeelPredicate, b: KeelPredicate) -> KeelPredicate {
         KeelPredicate(Expr.allOf(exprs: [a.expr, b.expr]))
     }
+    /// At least one holds.
     public static func || (a: KeelPredicate, b: KeelPredicate) -> KeelPredicate {
         KeelPredicate(Expr.anyOf(exprs: [a.expr, b.expr]))
     }
+    /// Negation (three-valued, like SQL: the negation of unknown is unknown).
     public static prefix func ! (a: KeelPredicate) -> KeelPredicate {
         KeelPredicate(Expr.negate(expr: a.expr))
     }
@@ -362,6 +372,7 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
         var base: AsyncThrowingStream<Element, Error>.AsyncIterator
         let lease: Lease
 
+        /// The next delivery, or nil once the subscription has ended.
         public mutating func next() async throws -> Element? {
             try await base.next()
         }

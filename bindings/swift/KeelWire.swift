@@ -32,6 +32,7 @@ public enum KeelDecodeError: Error, Equatable, CustomStringConvertible, Sendable
     /// A `(primary)` field is absent.
     case missingField(String)
 
+    /// What is wrong, in words.
     public var description: String {
         switch self {
         case let .outOfBounds(what, offset, len):
@@ -58,12 +59,16 @@ public protocol KeelWireScalar: Equatable, Sendable {
     func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int)
 }
 
+/// Integers are stored as themselves, little-endian.
 extension KeelWireScalar where Self: FixedWidthInteger {
+    /// `MemoryLayout<Self>.size`.
     public static var wireSize: Int { MemoryLayout<Self>.size }
+    /// Reads a little-endian value (unaligned reads are fine).
     @inline(__always)
     public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Self {
         Self(littleEndian: p.loadUnaligned(fromByteOffset: offset, as: Self.self))
     }
+    /// Writes the value little-endian.
     @inline(__always)
     public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
         p.storeBytes(of: littleEndian, toByteOffset: offset, as: Self.self)
@@ -584,7 +589,10 @@ public final class KeelBox<T: Hashable & Sendable>: Hashable, CustomDebugStringC
     public let value: T
     /// Boxes `value`.
     public init(_ value: T) { self.value = value }
+    /// Boxes are equal when their values are.
     public static func == (a: KeelBox, b: KeelBox) -> Bool { a.value == b.value }
+    /// Hashes the value.
     public func hash(into h: inout Hasher) { value.hash(into: &h) }
+    /// The value's debug description (the box is an implementation detail).
     public var debugDescription: String { String(reflecting: value) }
 }

@@ -294,6 +294,19 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
     }
 }
 
+/// A type as the schema spells it (`int`, `[string]`, `Vec2`).
+fn fbs_type(s: &Schema, ty: &FieldType) -> String {
+    match ty {
+        FieldType::Scalar(t) => t.fbs_name().into(),
+        FieldType::Enum(i) => s.enums[*i].name.clone(),
+        FieldType::String => "string".into(),
+        FieldType::Struct(i) => s.structs[*i].name.clone(),
+        FieldType::Table(i) => s.tables[*i].name.clone(),
+        FieldType::Union(i) => s.unions[*i].name.clone(),
+        FieldType::Vector(inner) => format!("[{}]", fbs_type(s, inner)),
+    }
+}
+
 fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
     if lines.is_empty() {
         let _ = writeln!(out, "{indent}/// {fallback}");
@@ -668,7 +681,12 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
         let mut params = Vec::new();
         for f in &sd.fields {
-            doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
+            doc(
+                &mut o,
+                "    ",
+                &f.doc,
+                &format!("`{}: {}`.", f.name, fbs_type(self.s, &f.ty)),
+            );
             let ty = self.base_type(&f.ty);
             let m = esc(&member(&f.name));
             let _ = writeln!(o, "    public var {m}: {ty}");
@@ -694,12 +712,12 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "    }}\n}}\n");
         let _ = writeln!(
             o,
-            "extension {name}: KeelStruct {{\n    public static let keelSize = {}\n    public static let keelAlignment = {}\n",
+            "extension {name}: KeelStruct {{\n    /// Size of the inline layout in bytes.\n    public static let keelSize = {}\n    /// Alignment of the inline layout in bytes.\n    public static let keelAlignment = {}\n",
             sd.size, sd.align
         );
         let _ = writeln!(
             o,
-            "    public init(keelBuffer b: [UInt8], at o: Int) throws {{"
+            "    /// Reads the struct at byte `o` of `b` (bounds-checked).\n    public init(keelBuffer b: [UInt8], at o: Int) throws {{"
         );
         for f in &sd.fields {
             let m = esc(&member(&f.name));
@@ -726,7 +744,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "    }}\n\n    public func keelWrite(into b: inout [UInt8], at o: Int) {{"
+            "    }}\n\n    /// Writes the struct at byte `o` of `b`.\n    public func keelWrite(into b: inout [UInt8], at o: Int) {{"
         );
         for f in &sd.fields {
             let m = esc(&member(&f.name));
@@ -990,6 +1008,41 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// The schema's own words for a field without a doc comment:
+    /// `` `priority: int = 1` (indexed). ``
+    fn field_summary(&self, f: &Field) -> String {
+        let mut decl = format!("{}: {}", f.name, fbs_type(self.s, &f.ty));
+        if f.optional {
+            decl.push_str(" = null");
+        } else {
+            match (&f.ty, &f.default) {
+                (FieldType::Enum(e), Value::Int(raw)) => {
+                    if let Some(n) = self.s.enums[*e].name_of(*raw) {
+                        decl.push_str(&format!(" = {n}"));
+                    }
+                }
+                (FieldType::Scalar(_), v) if *v != Value::Null => {
+                    decl.push_str(&format!(" = {v}"));
+                }
+                _ => {}
+            }
+        }
+        let attrs: Vec<&str> = [
+            (f.primary, "primary key"),
+            (f.indexed, "indexed"),
+            (f.unique, "unique"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, a)| *a)
+        .collect();
+        if attrs.is_empty() {
+            format!("`{decl}`.")
+        } else {
+            format!("`{decl}` ({}).", attrs.join(", "))
+        }
+    }
+
     fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
         let s = self.s;
         let t = &s.tables[ti];
@@ -1011,11 +1064,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
         for f in &live {
-            let fallback = if f.primary {
-                format!("`{}` (primary key).", f.name)
-            } else {
-                format!("`{}`.", f.name)
-            };
+            let fallback = self.field_summary(f);
             doc(&mut o, "    ", &f.doc, &fallback);
             let m = esc(&member(&f.name));
             let ty = self.field_type(f);
@@ -1067,9 +1116,9 @@ impl<'a> Gen<'a> {
         };
         let _ = writeln!(
             o,
-            "extension {name}: KeelTable {{\n    public static let keelFileIdentifier: String? = {file_id}\n"
+            "extension {name}: KeelTable {{\n    /// The schema's `file_identifier` when this is the root type.\n    public static let keelFileIdentifier: String? = {file_id}\n"
         );
-        let _ = writeln!(o, "    public init(keelTable t: KeelWire.Table) throws {{");
+        let _ = writeln!(o, "    /// Reads the table; bad offsets or lengths throw `KeelDecodeError`.\n    public init(keelTable t: KeelWire.Table) throws {{");
         for f in &live {
             let target = if self.boxed(ti, f) {
                 format!("_{}", member(&f.name))
@@ -1081,7 +1130,7 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "    }}\n");
         let _ = writeln!(
             o,
-            "    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
+            "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
         );
         for f in &live {
             let m = esc(&member(&f.name));
@@ -1162,7 +1211,7 @@ impl<'a> Gen<'a> {
                 .collect();
             let _ = writeln!(
                 o,
-                "\nextension {name}: KeelRecord {{\n    public typealias Schema = {}\n    public static let keelCollection = {:?}",
+                "\nextension {name}: KeelRecord {{\n    /// The schema this collection belongs to.\n    public typealias Schema = {}\n    /// The collection's name in the database.\n    public static let keelCollection = {:?}",
                 self.schema_name, c.name
             );
             match key_fields.len() {
@@ -1176,7 +1225,7 @@ impl<'a> Gen<'a> {
                     let f = key_fields[0];
                     let _ = writeln!(
                         o,
-                        "    /// The primary key: `{}`.\n    public typealias Key = {}\n}}\n\nextension {name}: KeelKeyed {{\n    public var primaryKey: Key {{ {} }}\n}}",
+                        "    /// The primary key: `{}`.\n    public typealias Key = {}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ {} }}\n}}",
                         f.name,
                         self.base_type(&f.ty),
                         esc(&member(&f.name))
@@ -1215,7 +1264,7 @@ impl<'a> Gen<'a> {
                         .collect();
                     let _ = writeln!(
                         o,
-                        "        }}\n\n        public var keelKeyValues: [KeelValue] {{ [{}] }}\n    }}\n}}\n\nextension {name}: KeelKeyed {{\n    public var primaryKey: Key {{ Key({}) }}\n}}",
+                        "        }}\n\n        /// The key's parts, in key-field order.\n        public var keelKeyValues: [KeelValue] {{ [{}] }}\n    }}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ Key({}) }}\n}}",
                         vals.join(", "),
                         key_fields
                             .iter()
@@ -1272,6 +1321,9 @@ mod tests {
             "public static let collections: [any KeelRecord.Type] = [Post.self]",
             "public struct Post: Sendable, Equatable, Hashable {",
             "    public var id: String\n",
+            "    /// `priority: int = 1` (indexed).\n    public var priority: Int32\n",
+            "    /// `color: Color = Green`.\n",
+            "    /// `slug: string` (unique).\n",
             "    public var priority: Int32\n",
             "    public var color: Color\n",
             "    public var title: String?\n",
