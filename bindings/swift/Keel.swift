@@ -8,6 +8,10 @@
 //   subscriptions as `AsyncSequence`s; cancelling the consuming task (or breaking
 //   out of the `for await` loop) cancels the subscription.
 //
+// The typed API over models from `keel codegen swift` (`db.write { txn in … }`,
+// `db.fetch(Post.self).where(…)`, typed live queries) is in KeelTyped.swift; the
+// FlatBuffers runtime those models use is KeelWire.swift.
+//
 // keel calls listeners on its own threads; these wrappers only yield into
 // continuations (thread-safe), so your `for await` loop runs wherever you run it —
 // on the main actor in a SwiftUI `.task { }`.
