@@ -19,9 +19,10 @@
 //!
 //! Then `swift test` runs the suite (XCTest's own `Executed N tests, with M
 //! failures` line reaches stdout) and a compile-fail check runs `swiftc -typecheck`
-//! on `bindings/swift/Tests/CompileFail/wrong_type.swift` (`Post.title >= 2`),
-//! which must fail with a type error on the marked line, while its control
-//! `right_type.swift` must type-check.
+//! on each `bindings/swift/Tests/CompileFail/wrong_*.swift` (`Post.title >= 2`, a
+//! predicate on another type, a key of the wrong type), which must fail with the
+//! type error its `expected-error:` comment names on the marked line, while the
+//! control `right_type.swift` must type-check.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -224,8 +225,10 @@ pub fn bench(quick: bool, json: &Path) -> Result<(), String> {
     .map_err(|e| format!("swift benchmark failed: {e}"))
 }
 
-/// `Post.title >= 2` must not compile, for the right reason; its well-typed
-/// control must.
+/// Every `CompileFail/wrong_*.swift` (`Post.title >= 2`, a predicate on another
+/// type, a key of the wrong type) must fail to type-check with the error its
+/// `expected-error:` comment names, on that line; the well-typed control
+/// `right_type.swift` must type-check.
 fn compile_fail(swift: &Path, pkg: &Path, bin: &Path) -> Result<(), String> {
     let dir = util::workspace_root().join("bindings/swift/Tests/CompileFail");
     // Swift modules sit in `Modules/` (newer SwiftPM) or beside the products.
@@ -258,31 +261,51 @@ fn compile_fail(swift: &Path, pkg: &Path, bin: &Path) -> Result<(), String> {
             String::from_utf8_lossy(&control.stderr)
         ));
     }
-    let file = dir.join("wrong_type.swift");
-    let text = std::fs::read_to_string(&file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let line = text
-        .lines()
-        .position(|l| l.contains("expected-error"))
-        .map(|i| i + 1)
-        .ok_or("wrong_type.swift has no `expected-error` line")?;
-    let out = typecheck(&file)?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let at = format!("wrong_type.swift:{line}:");
-    let right_reason = stderr
-        .lines()
-        .any(|l| l.contains(&at) && l.contains("error:") && l.contains("KeelField<Post, String>"));
-    if out.status.success() || !right_reason {
+    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("wrong_") && n.ends_with(".swift"))
+        })
+        .collect();
+    cases.sort();
+    if cases.is_empty() {
         return Err(format!(
-            "swift compile-fail: `Post.title >= 2` must fail to type-check with a type error on `KeelField<Post, String>` on line {line}; swiftc {}:\n{stderr}",
-            if out.status.success() { "accepted it" } else { "failed otherwise" }
+            "swift compile-fail: no wrong_*.swift in {}",
+            dir.display()
         ));
     }
-    let first = stderr
-        .lines()
-        .find(|l| l.contains(&at))
-        .unwrap_or_default()
-        .trim();
-    let first = first.rsplit_once("error:").map_or(first, |(_, m)| m.trim());
-    println!("swift compile-fail: `Post.title >= 2` is rejected as expected (error: {first})");
+    for file in &cases {
+        let name = file.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+        let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+        let (line, want) = text
+            .lines()
+            .enumerate()
+            .find_map(|(i, l)| {
+                l.split_once("expected-error:")
+                    .map(|(_, w)| (i + 1, w.trim().to_string()))
+            })
+            .ok_or_else(|| format!("{name} has no `expected-error:` line"))?;
+        let out = typecheck(file)?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let at = format!("{name}:{line}:");
+        let error = stderr
+            .lines()
+            .find(|l| l.contains(&at) && l.contains("error:") && l.contains(&want));
+        match error {
+            Some(e) if !out.status.success() => {
+                let message = e.rsplit_once("error:").map_or(e, |(_, m)| m.trim());
+                println!("swift compile-fail: {name} is rejected as expected (error: {message})");
+            }
+            _ => {
+                return Err(format!(
+                    "swift compile-fail: {name} must fail to type-check with an error mentioning `{want}` on line {line}; swiftc {}:\n{stderr}",
+                    if out.status.success() { "accepted it" } else { "failed otherwise" }
+                ))
+            }
+        }
+    }
     Ok(())
 }

@@ -1,7 +1,7 @@
 // Must NOT compile: `title` is a string field, compared with an Int.
-// `cargo xtask test` runs `swiftc -typecheck` on this file and expects exactly this
-// error on the marked line.
+// `cargo xtask test` runs `swiftc -typecheck` on every wrong_*.swift here and
+// requires an error on the marked line that mentions the text after the marker.
 import Keel
 import BlogModel
 
-let query = Post.title >= 2 // expected-error: Int is not a String
+let query = Post.title >= 2 // expected-error: KeelField<Post, String>
