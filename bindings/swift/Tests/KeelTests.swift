@@ -543,6 +543,53 @@ final class KeelTests: XCTestCase {
         }
     }
 
+    /// The builder keeps every scalar at a multiple of its size (relative to the
+    /// buffer start, as the `flatbuffers` verifier requires), whatever the string
+    /// lengths before it: 8-byte fields of the root and of nested tables, vectors,
+    /// tables and vtables.
+    func testSwiftBuffersAreAligned() throws {
+        let base = try Post(flatBuffer: try fixture("post_full.bin"))
+        for pad in 0..<9 {
+            var p = base
+            p.title = String(repeating: "x", count: pad)
+            p.author?.name = String(repeating: "y", count: pad * 3)
+            p.flags = Array(repeating: 7, count: pad)
+            let bytes = p.flatBuffer()
+            XCTAssertEqual(bytes.count % 8, 0, "the buffer is padded to its largest alignment")
+            try checkAligned(KeelWire.Table.root(bytes), bytes, pad: pad)
+        }
+    }
+
+    func checkAligned(_ t: KeelWire.Table, _ bytes: [UInt8], pad: Int) throws {
+        func aligned(_ pos: Int?, _ a: Int, _ what: String) {
+            if let pos { XCTAssertEqual(pos % a, 0, "pad \(pad): \(what) at \(pos) is not \(a)-aligned") }
+        }
+        aligned(t.position, 4, "root table")
+        let vtable = t.position - Int(try KeelWire.read(Int32.self, bytes, at: t.position))
+        aligned(vtable, 2, "vtable")
+        // inline fields: (slot, size, alignment)
+        for (slot, size, align) in [(1, 4, 4), (2, 1, 1), (7, 8, 4), (8, 20, 4), (14, 8, 8), (16, 1, 1), (17, 8, 8), (18, 1, 1)] {
+            aligned(try t.structPosition(slot: slot, size: size), align, "field \(slot)")
+        }
+        // offsets, and what they point at (strings and vectors: their length prefix)
+        for slot in [0, 3, 4, 6, 9, 10, 11, 12, 13, 15, 19] {
+            guard let at = try t.structPosition(slot: slot, size: 4) else { continue }
+            aligned(at, 4, "offset field \(slot)")
+            aligned(at + Int(try KeelWire.read(UInt32.self, bytes, at: at)), 4, "target of field \(slot)")
+        }
+        if let author = try t.table(slot: 4) {
+            aligned(author.position, 4, "author")
+            aligned(try author.structPosition(slot: 1, size: 4), 4, "author.age")
+        }
+        if let content = try t.table(slot: 6) { aligned(content.position, 4, "content") }
+        if let attachments = try t.vector(slot: 12, elementSize: 4) {
+            for i in 0..<attachments.count { aligned(try attachments.table(i).position, 4, "attachment \(i)") }
+        }
+        if let points = try t.vector(slot: 11, elementSize: 8) {
+            for i in 0..<points.count { aligned(points.position(i), 4, "point \(i)") }
+        }
+    }
+
     func testSwiftBytesAreVerifiedAndDecodedByRust() async throws {
         let db = try await Keel.openAsync(path: try tempDir().appendingPathComponent("rust.db").path,
                                           schema: BlogSchema.self, options: fastOptions())
