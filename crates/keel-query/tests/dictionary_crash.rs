@@ -79,7 +79,21 @@ fn run_seed(seed: u64) -> (usize, bool) {
                         .values
                         .push(Some(v.clone()));
                     let (k2, v2) = (key.clone(), v);
-                    let _ = db.write(move |t| t.dictionary().set(&k2, v2)).wait();
+                    if db
+                        .write(move |t| t.dictionary().set(&k2, v2))
+                        .wait()
+                        .is_err()
+                    {
+                        // Only the crash fails a write here. Its value may or may not
+                        // be on disk, and no later `sync()` covers it (a sync with
+                        // nothing pending succeeds without touching the disk), so
+                        // nothing after this point may count as acknowledged.
+                        assert!(
+                            disk.crashed(),
+                            "seed {seed}: a write failed before the crash"
+                        );
+                        break 'rounds;
+                    }
                     continue;
                 }
             };
