@@ -26,12 +26,18 @@ final class AppModel: ObservableObject {
         // by a killed run) runs on keel's threads. The generated schema carries the
         // canonical schema text.
         let opening = Keel.open(path: url.path, schema: BlogSchema.self)
-        // Progress events arrive through an AsyncStream; this loop runs on the main actor.
-        for await p in opening.progress {
-            phase = "\(p.phase)"
-            fraction = Double(p.fraction)
+        // Progress events arrive through an AsyncStream (this loop runs on the main
+        // actor). The stream ends with the `durable` milestone, which can come after
+        // the database is already readable and shown.
+        Task {
+            for await p in opening.progress {
+                phase = p.milestone.map { "\($0)" } ?? "\(p.phase)"
+                fraction = Double(p.fraction)
+            }
         }
         do {
+            // Readable: show the list now, even while the open barrier sync of a
+            // killed run's WAL still runs; writes queue until it is done.
             database = try await opening.database.value
         } catch let error as KeelError {
             failure = "\(error)"          // typed: .Corrupt, .InvalidSchema, .Io, …
