@@ -146,9 +146,14 @@ pub struct OpenOptions {
     /// WAL size in bytes that triggers a background checkpoint (default 4 MiB).
     #[uniffi(default = None)]
     pub checkpoint_threshold_bytes: Option<u64>,
-    /// Opt-in: move a corrupt or foreign file aside (never deleted) and start fresh.
+    /// Opt-in: move a corrupt file (or one whose `-wal` belongs to another
+    /// database) aside (never deleted) and start fresh.
     #[uniffi(default = false)]
     pub recover_corrupt: bool,
+    /// Opt-in: take over an SQLite file another application created, instead of
+    /// refusing it with `ForeignFile`.
+    #[uniffi(default = false)]
+    pub adopt_foreign: bool,
 }
 
 impl Default for OpenOptions {
@@ -160,6 +165,7 @@ impl Default for OpenOptions {
             readers: 4,
             checkpoint_threshold_bytes: None,
             recover_corrupt: false,
+            adopt_foreign: false,
         }
     }
 }
@@ -174,7 +180,8 @@ impl OpenOptions {
                 open_barrier: p(&self.open_barrier_sync),
             })
             .readers(usize::try_from(self.readers).unwrap_or(4))
-            .recover_corrupt(self.recover_corrupt);
+            .recover_corrupt(self.recover_corrupt)
+            .adopt_foreign(self.adopt_foreign);
         if let Some(t) = self.checkpoint_threshold_bytes {
             o = o.checkpoint_threshold(t);
         }
@@ -457,6 +464,38 @@ pub enum WriteOp {
         /// The object.
         bytes: Vec<u8>,
     },
+    /// Set some fields of the object with primary key `key`, by value. Only these
+    /// fields are written, on top of the version stored when the batch runs (a
+    /// change built from a stale object cannot revert another write); a `Null`
+    /// value clears the field. Scalars, enums (as their number), strings and
+    /// `[ubyte]` (as `Blob`) can be set this way; set table, struct, union and other
+    /// vector fields with [`WriteOp::ChangeFrom`]. Setting a primary-key field moves
+    /// the object to the new key (a delete and an insert). `NotFound` if no object
+    /// has `key`.
+    Change {
+        /// Collection name.
+        collection: String,
+        /// The object's primary key (values in key-field order).
+        key: Vec<Value>,
+        /// The fields to set.
+        values: Vec<FieldValue>,
+    },
+    /// Set the fields named in `fields` of the object with primary key `key` to
+    /// their values in `bytes` (an object of the collection's table, e.g. the
+    /// app's modified copy encoded by its `flatc` code; a field absent there is
+    /// cleared). Every other field keeps its stored value. What a typed change
+    /// request in Swift or Kotlin sends: its object plus the names of the setters
+    /// called.
+    ChangeFrom {
+        /// Collection name.
+        collection: String,
+        /// The object's primary key before the change.
+        key: Vec<Value>,
+        /// An object holding the new values.
+        bytes: Vec<u8>,
+        /// Names of the fields to take from `bytes`.
+        fields: Vec<String>,
+    },
     /// Delete the object with this primary key (values in key-field order).
     Delete {
         /// Collection name.
@@ -466,10 +505,19 @@ pub enum WriteOp {
     },
 }
 
+/// One field of a [`WriteOp::Change`]: its name and new value.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct FieldValue {
+    /// Field name (a field of the collection's table).
+    pub field: String,
+    /// The new value (`Null` clears the field).
+    pub value: Value,
+}
+
 /// The result of one [`WriteOp`], in batch order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
 pub enum WriteResult {
-    /// Insert, update or upsert: the object's rowid.
+    /// Insert, update, upsert or change: the object's rowid.
     Written {
         /// SQLite rowid of the object.
         rowid: i64,

@@ -12,11 +12,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use keel_schema::{DynamicTable, Expr, FieldPath, PathStep, ResolvedPath, Schema, SortKey, Value};
+use keel_schema::{
+    ArithOp, DynamicTable, Expr, FieldPath, PathStep, ResolvedPath, Schema, SortKey, Term, Value,
+};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlOwned, ValueRef as SqlRef};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::eval::{resolve, SqlValue};
 
 /// Name of the field-extract SQL function.
@@ -81,8 +83,18 @@ pub(crate) fn ident(name: &str) -> String {
 
 /// Register `keel_field` on a connection (deterministic and innocuous, so SQLite
 /// accepts it in index expressions).
-pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusqlite::Result<()> {
-    let cache: Mutex<HashMap<Box<str>, Arc<Resolved>>> = Mutex::new(HashMap::new());
+///
+/// `schema` is read when a path text is first seen on the connection: it is the
+/// opening schema, or the newer schema stored in the file when an older build opens
+/// it (`stored.rs`), so index entries agree across versions.
+pub(crate) fn register(
+    conn: &rusqlite::Connection,
+    schema: crate::stored::FieldSchema,
+) -> rusqlite::Result<()> {
+    // Each path text is resolved once per connection, with the schema current then
+    // (kept beside the resolution: the table index belongs to that schema).
+    type Cached = Option<(Arc<Schema>, usize, ResolvedPath)>;
+    let cache: Mutex<HashMap<Box<str>, Arc<Cached>>> = Mutex::new(HashMap::new());
     conn.create_scalar_function(
         FIELD_FN,
         2,
@@ -90,7 +102,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
             | FunctionFlags::SQLITE_DETERMINISTIC
             | FunctionFlags::SQLITE_INNOCUOUS,
         move |ctx| {
-            let resolved: Arc<Arc<Resolved>> = match ctx.get_aux::<Arc<Resolved>>(1)? {
+            let resolved: Arc<Arc<Cached>> = match ctx.get_aux::<Arc<Cached>>(1)? {
                 Some(r) => r,
                 None => {
                     let text = match ctx.get_raw(1) {
@@ -102,7 +114,12 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
                         match g.get(text) {
                             Some(r) => Arc::clone(r),
                             None => {
-                                let r = Arc::new(parse_path_text(&schema, text));
+                                let current =
+                                    Arc::clone(&schema.read().unwrap_or_else(|p| p.into_inner()));
+                                let r = Arc::new(
+                                    parse_path_text(&current, text)
+                                        .map(|(t, p)| (Arc::clone(&current), t, p)),
+                                );
                                 g.insert(text.into(), Arc::clone(&r));
                                 r
                             }
@@ -111,7 +128,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
                     ctx.set_aux(1, r)?
                 }
             };
-            let Some((table, path)) = &**resolved else {
+            let Some((schema, table, path)) = &**resolved else {
                 return Ok(SqlOwned::Null);
             };
             let bytes = match ctx.get_raw(0) {
@@ -150,6 +167,17 @@ impl ToSql for Param<'_> {
     }
 }
 
+fn cmp_sql(op: keel_schema::CmpOp) -> &'static str {
+    match op {
+        keel_schema::CmpOp::Eq => "=",
+        keel_schema::CmpOp::Ne => "!=",
+        keel_schema::CmpOp::Lt => "<",
+        keel_schema::CmpOp::Le => "<=",
+        keel_schema::CmpOp::Gt => ">",
+        keel_schema::CmpOp::Ge => ">=",
+    }
+}
+
 /// Compiles an `Expr` into a WHERE clause with `?` parameters.
 pub(crate) struct Compiler<'a> {
     pub(crate) table: DynamicTable<'a>,
@@ -185,6 +213,52 @@ impl Compiler<'_> {
         Ok(key_column(self.key, path).unwrap_or_else(|| field_sql(self.collection, path)))
     }
 
+    /// SQL computing `t` (arithmetic only on numbers, as in `eval`).
+    fn term(&mut self, t: &Term, in_arith: bool) -> Result<String> {
+        let not_numeric = |what: String| {
+            Error::TypeMismatch {
+            op: "compile filter",
+            collection: self.collection.to_owned(),
+            message: format!(
+                "{what} is not a number: arithmetic takes integer, float, bool and enum fields and numeric constants"
+            ),
+        }
+        };
+        Ok(match t {
+            Term::Field(path) => {
+                let r = resolve(self.table, self.collection, "compile filter", path)?;
+                if in_arith && !r.is_numeric() {
+                    return Err(not_numeric(path.to_string()));
+                }
+                self.field(path)?
+            }
+            Term::Const(v) => {
+                if in_arith
+                    && !matches!(
+                        v,
+                        Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_)
+                    )
+                {
+                    return Err(not_numeric(v.to_string()));
+                }
+                self.params.push(v.clone());
+                "?".into()
+            }
+            Term::Arith(op, a, b) => {
+                let a = self.term(a, true)?;
+                let b = self.term(b, true)?;
+                let op = match op {
+                    ArithOp::Add => "+",
+                    ArithOp::Sub => "-",
+                    ArithOp::Mul => "*",
+                    ArithOp::Div => "/",
+                    ArithOp::Rem => "%",
+                };
+                format!("({a} {op} {b})")
+            }
+        })
+    }
+
     fn list(&mut self, values: &[Value]) -> String {
         let mut s = String::from("(");
         for (i, v) in values.iter().enumerate() {
@@ -205,15 +279,7 @@ impl Compiler<'_> {
             Expr::Cmp { path, op, value } => {
                 let f = self.field(path)?;
                 self.params.push(value.clone());
-                let op = match op {
-                    keel_schema::CmpOp::Eq => "=",
-                    keel_schema::CmpOp::Ne => "!=",
-                    keel_schema::CmpOp::Lt => "<",
-                    keel_schema::CmpOp::Le => "<=",
-                    keel_schema::CmpOp::Gt => ">",
-                    keel_schema::CmpOp::Ge => ">=",
-                };
-                format!("({f} {op} ?)")
+                format!("({f} {} ?)", cmp_sql(*op))
             }
             Expr::In { path, values } => {
                 let f = self.field(path)?;
@@ -236,19 +302,49 @@ impl Compiler<'_> {
             Expr::UnionIs { path, member, .. } => {
                 let f = self.field(path)?;
                 self.params.push(Value::Int(*member as i64));
-                format!("(IFNULL({f},0) = ?)")
+                if *member == 0 {
+                    format!("(IFNULL({f},0) = ?)")
+                } else {
+                    // Never unknown either (`NULL IS 2` is false), and unlike
+                    // IFNULL it can use an index on the union field.
+                    format!("({f} IS ?)")
+                }
             }
+            Expr::Compare { left, op, right } => {
+                let l = self.term(left, false)?;
+                let r = self.term(right, false)?;
+                format!("({l} {} {r})", cmp_sql(*op))
+            }
+            Expr::TermIsNull(t) => format!("({} IS NULL)", self.term(t, false)?),
+            Expr::TermIsNotNull(t) => format!("({} IS NOT NULL)", self.term(t, false)?),
+            Expr::IsUnknown(e) => format!("({} IS NULL)", self.expr(e)?),
+            Expr::IsKnown(e) => format!("({} IS NOT NULL)", self.expr(e)?),
             Expr::And(a, b) => format!("({} AND {})", self.expr(a)?, self.expr(b)?),
             Expr::Or(a, b) => format!("({} OR {})", self.expr(a)?, self.expr(b)?),
             Expr::Not(a) => format!("(NOT {})", self.expr(a)?),
         })
     }
 
-    /// `ORDER BY …, rowid <dir>` (rowid follows the last key's direction).
-    pub(crate) fn order(&self, keys: &[SortKey]) -> Result<String> {
+    /// `ORDER BY …, rowid <dir>` (rowid follows the last key's direction). A
+    /// list-ordered key is a `CASE` giving each listed value its position (the
+    /// first equal entry) and unlisted ones [`SortKey::list_rank`]'s place.
+    pub(crate) fn order(&mut self, keys: &[SortKey]) -> Result<String> {
         let mut s = String::from(" ORDER BY ");
         for k in keys {
-            s.push_str(&self.field(&k.path)?);
+            let f = self.field(&k.path)?;
+            match &k.list {
+                Some(l) => {
+                    // `WHEN 0` keeps an empty list valid SQL (a bare number
+                    // would name a result column).
+                    s.push_str("CASE WHEN 0 THEN 0");
+                    for (i, v) in l.values.iter().enumerate() {
+                        self.params.push(v.clone());
+                        s.push_str(&format!(" WHEN {f} = ? THEN {i}"));
+                    }
+                    s.push_str(&format!(" ELSE {} END", k.list_rank(None).unwrap_or(0)));
+                }
+                None => s.push_str(&f),
+            }
             s.push_str(if k.descending { " DESC, " } else { " ASC, " });
         }
         let desc = keys.last().is_some_and(|k| k.descending);
@@ -289,7 +385,7 @@ mod tests {
     fn field_function_reads_fields_and_tolerates_garbage() {
         let schema = Arc::new(Schema::parse(FBS, "t.fbs").unwrap());
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        register(&conn, schema.clone()).unwrap();
+        register(&conn, Arc::new(std::sync::RwLock::new(schema.clone()))).unwrap();
         let t = schema.reader("n.T").unwrap();
         let bytes = t
             .encode_json(&serde_json::json!({"id": "a", "p": 7, "u_type": "V", "u": {}}))
