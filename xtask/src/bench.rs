@@ -51,7 +51,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let selected: Vec<String> = if wanted.is_empty() {
-        available.clone()
+        // The binding scenario needs a JDK: part of a full run only where one exists.
+        let java = std::process::Command::new("java")
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        available
+            .iter()
+            .filter(|n| n.as_str() != KOTLIN || java)
+            .cloned()
+            .collect()
     } else {
         for name in &wanted {
             if !available.contains(name) {
@@ -69,11 +78,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let json_path = out_dir.join(format!("{name}.json"));
         // A stale file must not pass for this run's result.
         let _ = fs::remove_file(&json_path);
-        let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
-        if quick {
-            cargo_args.push("--quick");
+        if name == KOTLIN {
+            crate::ffi::kotlin_bench(quick, &json_path)?;
+        } else {
+            let mut cargo_args =
+                vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
+            if quick {
+                cargo_args.push("--quick");
+            }
+            util::cargo(&cargo_args)?;
         }
-        util::cargo(&cargo_args)?;
         let report = read_report(&json_path, name)?;
         if print_json {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
@@ -98,11 +112,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Scenario names: one per `benches/*.rs` file, sorted.
+/// The binding scenario: the Kotlin suite's typed-vs-bytes benchmark
+/// (`bindings/kotlin/KeelTest.kt`, run through `ffi::kotlin_bench`), which writes
+/// `target/keel-bench/kotlin.json` like the Rust scenarios do.
+const KOTLIN: &str = "kotlin";
+
+/// Scenario names: one per `benches/*.rs` file, then the binding scenario.
 fn scenarios() -> Result<Vec<String>, String> {
     let dir = util::workspace_root().join("benches");
     let Ok(entries) = fs::read_dir(&dir) else {
-        return Ok(Vec::new());
+        return Ok(vec![KOTLIN.to_string()]);
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
@@ -111,6 +130,7 @@ fn scenarios() -> Result<Vec<String>, String> {
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .collect();
     names.sort();
+    names.push(KOTLIN.to_string());
     Ok(names)
 }
 
