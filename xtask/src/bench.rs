@@ -81,8 +81,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         if name == KOTLIN {
             crate::ffi::kotlin_bench(quick, &json_path)?;
         } else {
-            let mut cargo_args =
-                vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
+            let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
             if quick {
                 cargo_args.push("--quick");
             }

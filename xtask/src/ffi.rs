@@ -67,7 +67,8 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
 
 /// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
 /// with and tests: the blog example and a schema with composite and rowid keys.
-const KOTLIN_MODEL_SCHEMAS: [&str; 2] = ["examples/blog/schema/blog.fbs", "bindings/kotlin/keys.fbs"];
+const KOTLIN_MODEL_SCHEMAS: [&str; 2] =
+    ["examples/blog/schema/blog.fbs", "bindings/kotlin/keys.fbs"];
 
 /// The snippet that must not compile (`Post.title ge 2`); the line marked
 /// `KEEL-EXPECT-ERROR` must be the one the compiler rejects.
@@ -154,8 +155,8 @@ fn kotlin_compile_fail(tc: &kotlin::Toolchain, out: &Path, classes: &Path) -> Re
         println!("kotlin compile-fail: {KOTLIN_COMPILE_FAIL} already checked against these classes (rejected)");
         return Ok(());
     }
-    let text = std::fs::read_to_string(&snippet)
-        .map_err(|e| format!("{}: {e}", snippet.display()))?;
+    let text =
+        std::fs::read_to_string(&snippet).map_err(|e| format!("{}: {e}", snippet.display()))?;
     let line = text
         .lines()
         .position(|l| l.contains("KEEL-EXPECT-ERROR"))
@@ -191,7 +192,12 @@ fn kotlin_compile_fail(tc: &kotlin::Toolchain, out: &Path, classes: &Path) -> Re
 }
 
 /// Runs the compiled suite with `args` (test names; none = all).
-fn kotlin_run(suite: &KotlinSuite, args: &[&str], bench_out: &Path, bench_n: u32) -> Result<(), String> {
+fn kotlin_run(
+    suite: &KotlinSuite,
+    args: &[&str],
+    bench_out: &Path,
+    bench_n: u32,
+) -> Result<(), String> {
     let root = util::workspace_root();
     run_bounded(
         Command::new("java")
@@ -215,8 +221,7 @@ fn kotlin_run(suite: &KotlinSuite, args: &[&str], bench_out: &Path, bench_n: u32
 fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let suite = kotlin_build(g)?;
     let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
-    kotlin_run(&suite, &[], &bench_out, 10_000)
-        .map_err(|e| format!("kotlin bindings failed: {e}"))
+    kotlin_run(&suite, &[], &bench_out, 10_000).map_err(|e| format!("kotlin bindings failed: {e}"))
 }
 
 /// The name of the suite's benchmark test (also its scenario in BENCHMARKS.md).
@@ -227,8 +232,13 @@ pub const KOTLIN_BENCH_TEST: &str = "typed vs bytes: 10,000 posts";
 pub fn kotlin_bench(quick: bool, json: &Path) -> Result<(), String> {
     let g = bindings::generate(true, &["kotlin".to_string()])?;
     let suite = kotlin_build(&g)?;
-    kotlin_run(&suite, &[KOTLIN_BENCH_TEST], json, if quick { 1_000 } else { 10_000 })
-        .map_err(|e| format!("kotlin benchmark failed: {e}"))
+    kotlin_run(
+        &suite,
+        &[KOTLIN_BENCH_TEST],
+        json,
+        if quick { 1_000 } else { 10_000 },
+    )
+    .map_err(|e| format!("kotlin benchmark failed: {e}"))
 }
 
 /// A test program may not hang CI: it gets this long, then it is killed.
