@@ -929,7 +929,14 @@ impl<'a> Gen<'a> {
         } else {
             ""
         };
-        let _ = writeln!(o, "public data class {n}(");
+        // Kotlin has no data class without properties: a table with no (live) field
+        // is a plain class whose instances are all equal.
+        let class_kw = if live.is_empty() {
+            "class"
+        } else {
+            "data class"
+        };
+        let _ = writeln!(o, "public {class_kw} {n}(");
         for f in &live {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
             let (ty, def) = self.field_decl(f);
@@ -943,6 +950,9 @@ impl<'a> Gen<'a> {
             };
         }
         let _ = writeln!(o, "){iface} {{");
+        if live.is_empty() {
+            let _ = writeln!(o, "    override fun equals(other: Any?): Boolean = other is {n}\n    override fun hashCode(): Int = {}\n    override fun toString(): String = \"{bare}()\"\n", t.name.len());
+        }
         if collection.is_some() {
             let _ = writeln!(o, "    override fun keelModel(): dev.keel.KeelModel<{n}, *> = Companion\n\n    /** FlatBuffers bytes of this object (with the schema's file identifier). */\n    override fun encode(): ByteArray {{");
         } else {
@@ -1379,6 +1389,26 @@ mod tests {
                 Err(CodegenError::Unsupported(_))
             ));
         }
+    }
+
+    #[test]
+    fn empty_tables_and_multiple_namespaces() {
+        let s = Schema::parse(
+            "namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;",
+            "t.fbs",
+        )
+        .unwrap();
+        let files = generate(&s, "t").unwrap();
+        let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);
+        assert!(files[0].1.contains("package a\n"));
+        assert!(files[0].1.contains("import b.*"));
+        assert!(files[0].1.contains("public class Empty("));
+        assert!(files[0]
+            .1
+            .contains("override fun equals(other: Any?): Boolean = other is Empty"));
+        assert!(files[1].1.contains("public val e: Empty? = null,"));
+        assert!(files[1].1.contains("public object TSchema {"));
     }
 
     #[test]
