@@ -195,20 +195,25 @@ fn kotlin_compile_fail(tc: &kotlin::Toolchain, out: &Path, classes: &Path) -> Re
     Ok(())
 }
 
-/// Runs the compiled suite with `args` (test names; none = all).
+/// Runs the compiled suite with `args` (test names; none = all). `full_jit`: let
+/// the JVM use its optimising compiler (benchmark runs), else C1 only.
 fn kotlin_run(
     suite: &KotlinSuite,
     args: &[&str],
     bench_out: &Path,
     bench_n: u32,
+    full_jit: bool,
 ) -> Result<(), String> {
     let root = util::workspace_root();
+    let mut cmd = Command::new("java");
+    cmd.arg("-XX:+UseSerialGC");
+    if !full_jit {
+        // Keep the JVM's own background work (JIT, GC) from stealing the ticker's
+        // time slices on small CI machines.
+        cmd.arg("-XX:TieredStopAtLevel=1");
+    }
     run_bounded(
-        Command::new("java")
-            // Keep the JVM's own background work (JIT, GC) from stealing the
-            // ticker's time slices on small CI machines.
-            .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-cp")
+        cmd.arg("-cp")
             .arg(&suite.classpath)
             .arg(format!("-Djna.library.path={}", suite.lib_dir.display()))
             .arg("KeelTestKt")
@@ -225,7 +230,8 @@ fn kotlin_run(
 fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let suite = kotlin_build(g)?;
     let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
-    kotlin_run(&suite, &[], &bench_out, 10_000).map_err(|e| format!("kotlin bindings failed: {e}"))
+    kotlin_run(&suite, &[], &bench_out, 10_000, false)
+        .map_err(|e| format!("kotlin bindings failed: {e}"))
 }
 
 /// The name of the suite's benchmark test (also its scenario in BENCHMARKS.md).
@@ -242,6 +248,7 @@ pub fn kotlin_bench(quick: bool, json: &Path) -> Result<(), String> {
         &[KOTLIN_BENCH_TEST],
         json,
         if quick { 1_000 } else { 10_000 },
+        true,
     )
     .map_err(|e| format!("kotlin benchmark failed: {e}"))
 }

@@ -228,6 +228,15 @@ class FlatBufferBuilder(initialSize: Int = 256) {
     private var objectStart = -1
     private var vectorElems = 0
 
+    /** Forgets everything written, keeping the buffer (see [pooled]). */
+    fun reset() {
+        space = buf.size
+        minAlign = 1
+        vtableLen = 0
+        objectStart = -1
+        vectorElems = 0
+    }
+
     /** Bytes written so far: offsets returned by this builder are such sizes. */
     fun offset(): Int = buf.size - space
 
@@ -395,8 +404,26 @@ class FlatBufferBuilder(initialSize: Int = 256) {
         return buf.copyOfRange(space, buf.size)
     }
 
-    /** Little-endian writes into a struct's bytes (generated struct writers use these). */
     companion object {
+        private val perThread = ThreadLocal.withInitial { FlatBufferBuilder(1024) }
+
+        /**
+         * This thread's builder, reset: generated `encode()` uses it so encoding many
+         * objects allocates only their finished bytes. (Encoding never suspends or
+         * re-enters itself, so one builder per thread is enough.)
+         */
+        @JvmStatic fun pooled(): FlatBufferBuilder {
+            var b = perThread.get()
+            // Don't keep a huge buffer alive for ever after one huge object.
+            if (b.buf.size > (1 shl 20)) {
+                b = FlatBufferBuilder(1024)
+                perThread.set(b)
+            }
+            b.reset()
+            return b
+        }
+
+        // Little-endian writes into a struct's bytes (generated struct writers use these).
         @JvmStatic fun putI8(a: ByteArray, at: Int, v: Byte) { a[at] = v }
         @JvmStatic fun putI16(a: ByteArray, at: Int, v: Short) { a[at] = v.toByte(); a[at + 1] = (v.toInt() shr 8).toByte() }
         @JvmStatic fun putI32(a: ByteArray, at: Int, v: Int) { a[at] = v.toByte(); a[at + 1] = (v shr 8).toByte(); a[at + 2] = (v shr 16).toByte(); a[at + 3] = (v shr 24).toByte() }

@@ -960,7 +960,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "        val b = FlatBufferBuilder(256)\n        return b.finish(keelWrite(b), {}.FILE_IDENTIFIER)\n    }}\n",
+            "        val b = FlatBufferBuilder.pooled()\n        return b.finish(keelWrite(b), {}.FILE_IDENTIFIER)\n    }}\n",
             self.schema_obj
         );
 
