@@ -1,9 +1,13 @@
 //! `cargo xtask <command>`: the project's own commands.
 //!
-//! * `cargo xtask test` — every test: the Rust workspace, then every extra suite
+//! * `cargo xtask test` — every test: first `cargo xtask lint` (fmt, clippy and
+//!   rustdoc, warnings denied), then the Rust workspace, then every extra suite
 //!   (benchmarks in `--quick` mode so their code paths stay honest). Cargo's own
 //!   output (its `test result:` lines) passes straight through; any failure makes
 //!   the command exit non-zero.
+//! * `cargo xtask lint` — `cargo fmt --check`, `cargo clippy --workspace
+//!   --all-targets -- -D warnings`, `cargo doc` with `-D warnings`; a rustup component
+//!   that is not installed is skipped with a message.
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
@@ -22,6 +26,7 @@ mod bench;
 mod bindings;
 mod ffi;
 mod kotlin;
+mod lint;
 mod stress;
 mod swift_package;
 mod util;
@@ -32,6 +37,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => test(&args[1..]),
+        Some("lint") => lint::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
         Some("bindings") => bindings::run(&args[1..]),
         Some("swift-package") => swift_package::run(&args[1..]),
@@ -55,8 +61,9 @@ fn main() -> ExitCode {
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test                         run every test (Rust workspace, quick benchmarks,
-                               Python and Kotlin bindings)
+  test                         lint, then every test (Rust workspace, quick
+                               benchmarks, Python, Kotlin and Swift bindings)
+  lint                         cargo fmt --check, clippy and rustdoc (-D warnings)
   bench [SCENARIO…] [--quick] [--json]
                                run scenario benchmarks and render BENCHMARKS.md
   bindings [--release] [--test] [python|kotlin|swift…]
@@ -75,6 +82,9 @@ fn test(args: &[String]) -> Result<(), String> {
             "`cargo xtask test` takes no arguments (got `{extra}`)"
         ));
     }
+    // The tools check the code first: a formatting slip fails in seconds, not after
+    // ten minutes of tests.
+    lint::run(&[])?;
     util::cargo(&["test", "--workspace", "--exclude", "xtask"])?;
     // xtask's own unit tests (report rendering, charts) in a separate run, so the
     // workspace run above never unifies features with xtask's build tooling.

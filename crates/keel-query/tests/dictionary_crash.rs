@@ -79,7 +79,21 @@ fn run_seed(seed: u64) -> (usize, bool) {
                         .values
                         .push(Some(v.clone()));
                     let (k2, v2) = (key.clone(), v);
-                    let _ = db.write(move |t| t.dictionary().set(&k2, v2)).wait();
+                    if db
+                        .write(move |t| t.dictionary().set(&k2, v2))
+                        .wait()
+                        .is_err()
+                    {
+                        // Only the crash fails a write here. Its value may or may not
+                        // be on disk, and no later `sync()` covers it (a sync with
+                        // nothing pending succeeds without touching the disk), so
+                        // nothing after this point may count as acknowledged.
+                        assert!(
+                            disk.crashed(),
+                            "seed {seed}: a write failed before the crash"
+                        );
+                        break 'rounds;
+                    }
                     continue;
                 }
             };
@@ -172,9 +186,14 @@ fn a_failed_flush_keeps_its_values_pending_and_sync_retries() {
         go_tx.send(()).unwrap();
         // (The blocker shares the group commit, so it may fail with it.)
         let _ = blocker.wait();
-        assert!(failed.wait().is_err(), "{class:?}: the sync should fail");
-        assert_eq!(disk.fired().len(), 1, "{class:?}");
-        // Still visible, still pending.
+        // The background flush that `set` queued may run in the group that meets the
+        // fault while the sync lands in the next group; then that sync retries the
+        // restored values and succeeds. Either way the fault fired on a flush of
+        // these values, which must stay pending until a later commit persists them.
+        // (The reopen below checks that every value reached the disk in the end.)
+        let _ = failed.wait();
+        assert_eq!(disk.fired().len(), 1, "{class:?}: the fault must fire");
+        // Still visible (pending, or committed by the retry).
         assert_eq!(d.get::<String>("a").unwrap().as_deref(), Some("kept"));
         assert_eq!(d.get::<i32>("before").unwrap(), None);
         d.set("b", 2).unwrap();

@@ -167,12 +167,56 @@ impl CkptSignal {
     }
 }
 
+/// When the next idle checkpoint may run after one that could not finish: the idle
+/// delay, doubled after each unfinished attempt up to [`IdleRetry::MAX_PAUSE`], and
+/// back to none once a checkpoint finishes.
+struct IdleRetry {
+    idle: Duration,
+    pause: Duration,
+    not_before: Option<Instant>,
+}
+
+impl IdleRetry {
+    /// The longest pause between two attempts (a reader may hold frames for long).
+    const MAX_PAUSE: Duration = Duration::from_secs(60);
+
+    fn new(idle: Duration) -> IdleRetry {
+        IdleRetry {
+            idle,
+            pause: Duration::ZERO,
+            not_before: None,
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        self.not_before.map_or(Duration::ZERO, |t| {
+            t.saturating_duration_since(Instant::now())
+        })
+    }
+
+    fn after_attempt(&mut self, complete: bool) {
+        if complete {
+            self.pause = Duration::ZERO;
+            self.not_before = None;
+        } else {
+            // Never less than a millisecond, so an idle delay of zero cannot spin.
+            let floor = self.idle.max(Duration::from_millis(1));
+            self.pause = (self.pause * 2).clamp(floor, Self::MAX_PAUSE.max(floor));
+            self.not_before = Some(Instant::now() + self.pause);
+        }
+    }
+}
+
 pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Checkpoint);
     let threshold_frames = (ctx.threshold_bytes / ctx.page_size.max(512)).max(1);
     let sig = &ctx.signal;
     let mut last_auto: Option<Instant> = None;
+    // An idle checkpoint that could not finish (a reader still holds old frames, or
+    // the disk fails) is retried after a growing pause, not at once: retrying at
+    // once spins a core forever while the reader lives, and never reads `Shutdown`.
+    let mut idle_retry = IdleRetry::new(ctx.idle);
     // Clear `dirty` first so a commit racing with the checkpoint sets it again.
     let checkpoint = |conn: &rusqlite::Connection, mode: CheckpointMode| {
         sig.dirty.store(false, Ordering::Release);
@@ -181,12 +225,14 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         if !complete {
             sig.dirty.store(true, Ordering::Release);
         }
-        r
+        (r, complete)
     };
     let passive = |conn: &rusqlite::Connection| {
-        if let Err(e) = checkpoint(conn, CheckpointMode::Passive) {
+        let (r, complete) = checkpoint(conn, CheckpointMode::Passive);
+        if let Err(e) = r {
             tracing::warn!(error = %e, "background checkpoint failed");
         }
+        complete
     };
     if ctx.initial_wal_bytes > ctx.threshold_bytes {
         // The open pipeline deferred this checkpoint to us: do it now.
@@ -199,7 +245,10 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     }
     loop {
         let msg = if sig.dirty.load(Ordering::Acquire) {
-            let wait = ctx.idle.saturating_sub(sig.since_last_commit());
+            let wait = ctx
+                .idle
+                .saturating_sub(sig.since_last_commit())
+                .max(idle_retry.remaining());
             if wait.is_zero() {
                 None
             } else {
@@ -219,7 +268,8 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             None => {
                 // Idle: nothing committed for `idle`.
                 tracing::debug!("idle checkpoint");
-                passive(&conn.conn);
+                let complete = passive(&conn.conn);
+                idle_retry.after_attempt(complete);
             }
             Some(CkptMsg::Committed) => {
                 let frames = ctx.wal_frames.load(Ordering::Relaxed);
@@ -231,7 +281,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
                 }
             }
             Some(CkptMsg::Run { mode, reply }) => {
-                let _ = reply.send(checkpoint(&conn.conn, mode));
+                let _ = reply.send(checkpoint(&conn.conn, mode).0);
             }
             Some(CkptMsg::Shutdown) => break,
         }
