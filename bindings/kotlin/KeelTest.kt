@@ -679,7 +679,7 @@ fun registerTypedTests() {
         // Best of several alternating runs: the machine may be shared, and the minimum
         // is the run least disturbed. A full-size warm-up first (JIT, native library,
         // statement caches) is not measured.
-        val runs = 5
+        val runs = 8
         var insTyped = Double.MAX_VALUE
         var insBytes = Double.MAX_VALUE
         var fetchTyped = Double.MAX_VALUE
@@ -701,9 +701,9 @@ fun registerTypedTests() {
             var raw: List<StoredObject> = emptyList()
             var tf = 0.0
             var bf = 0.0
-            for (typedFirst in if (r % 2 == 0) listOf(true, false) else listOf(false, true)) {
+            for (doTyped in if (r % 2 == 0) listOf(true, false) else listOf(false, true)) {
                 t = System.nanoTime()
-                if (typedFirst) {
+                if (doTyped) {
                     typed = b.fetch(Post).all()
                     tf = ms(t)
                 } else {
@@ -729,18 +729,22 @@ fun registerTypedTests() {
         System.getenv("KEEL_BENCH_OUT")?.let { out ->
             val f = File(out)
             f.parentFile?.mkdirs()
+            // The machine may be shared: say how busy it was (2 cores here).
+            val load = File("/proc/loadavg").takeIf { it.exists() }?.readText()?.split(" ")?.firstOrNull()?.toDoubleOrNull() ?: -1.0
+            val cores = Runtime.getRuntime().availableProcessors()
             val jvm = "${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}" +
                 (if (java.lang.management.ManagementFactory.getRuntimeMXBean().inputArguments.any { "TieredStopAtLevel=1" in it }) ", C1 only" else ", C1+C2")
             f.writeText(
                 """{"scenario": "kotlin",
                 | "summary": "Kotlin (JVM: $jvm) with generated blog models, $n posts, best of $runs, commit sync off: the typed API (data classes encoded and decoded in Kotlin by the generated code) against the same FFI calls with pre-built FlatBuffers bytes. Each run alternates which fetch goes first, after an unmeasured fetch. Goal: typed at most 1.5x the bytes path. Written by bindings/kotlin/KeelTest.kt.",
                 | "metrics": {"insert_typed_ratio": $insRatio, "fetch_typed_ratio": $fetchRatio,
-                |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n},
+                |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n, "load_average_1m": $load, "cores": $cores},
                 | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes"},
                 | "notes": {"insert_typed_ratio": "time of db.write { insertAll(posts) } / db.write(pre-built WriteOps)",
                 |   "fetch_typed_ratio": "time of db.fetch(Post).all() / db.query(\"blog.Post\").all()",
                 |   "insert_typed_ms": "typed insert of all posts in one transaction (ms)", "insert_bytes_ms": "the same with bytes encoded beforehand (ms)",
-                |   "fetch_typed_ms": "fetch every post as Post (ms)", "fetch_bytes_ms": "fetch every post as bytes (ms)", "posts": "posts per run"}}
+                |   "fetch_typed_ms": "fetch every post as Post (ms)", "fetch_bytes_ms": "fetch every post as bytes (ms)", "posts": "posts per run",
+                |   "load_average_1m": "1-minute load average when the run ended: above `cores` other processes competed for the CPU and the figures are noisy", "cores": "CPU cores"}}
                 |""".trimMargin()
             )
             println("    wrote $out")
