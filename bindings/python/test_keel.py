@@ -2,8 +2,9 @@
 `cargo xtask bindings python && python3 bindings/python/test_keel.py`).
 
 The headline: with a simulated 2 s sync on the open barrier, `await open_async(...)`
-runs while an asyncio ticker fires every 10 ms, and the largest gap between ticks
-stays under 50 ms. Then the same database is written, queried, subscribed to, its
+(readable within milliseconds) and `await db.durable()` (the barrier done) run while
+an asyncio ticker fires every 10 ms, and the largest gap between ticks stays under
+50 ms. Then the same database is written, queried, subscribed to, its
 dictionary used, and closed. Bad input must raise typed exceptions, never crash.
 
 No third-party packages: a tiny runner prints one line per test and a summary
@@ -141,13 +142,15 @@ async def open_async_never_blocks_the_event_loop(tmp):
     opts = OpenOptions(open_barrier_sync=SyncPolicy.SIMULATED_LATENCY(delay_ms=SIMULATED_SYNC_MS))
     t0 = time.perf_counter()
     db = await keel.open_async(path, SCHEMA, opts, progress)
+    readable = time.perf_counter() - t0
+    await db.durable()  # the barrier sync: the loop keeps ticking through it too
     elapsed = time.perf_counter() - t0
     await asyncio.sleep(0.03)
     stop.set()
     await tick
     await asyncio.sleep(0)  # let queued progress hops run
     max_gap_ms = max(gaps) * 1e3
-    print(f"    open_async took {elapsed * 1e3:.0f} ms, {len(gaps)} ticks")
+    print(f"    readable after {readable * 1e3:.0f} ms, durable after {elapsed * 1e3:.0f} ms, {len(gaps)} ticks")
     print(f"max tick gap: {max_gap_ms:.1f} ms")
     assert elapsed >= SIMULATED_SYNC_MS / 1e3 * 0.95, f"the simulated sync did not run ({elapsed:.3f} s)"
     assert max_gap_ms < MAX_GAP_MS, f"event loop blocked: max tick gap {max_gap_ms:.1f} ms"
@@ -162,6 +165,66 @@ async def open_async_never_blocks_the_event_loop(tmp):
     assert report.wal_bytes_at_open > 0 and not report.created
     assert db.count("demo.Post") == 50  # the killed run's commits survived
     await scenario_after_open(db, loop)
+
+
+class Milestones(keel.OpenProgressListener):
+    """Records progress events with the time and whether the database had already
+    been handed to the caller."""
+
+    def __init__(self):
+        self.events = []
+        self.handed_over = False
+        self.lock = threading.Lock()
+
+    def on_progress(self, progress):
+        with self.lock:
+            self.events.append((progress, self.handed_over))
+
+
+@test
+async def readable_before_durable_and_writes_wait_for_the_barrier(tmp):
+    path = os.path.join(tmp, "durable.db")
+    crashed_database(path)
+    listener = Milestones()
+    opts = OpenOptions(open_barrier_sync=SyncPolicy.SIMULATED_LATENCY(delay_ms=SIMULATED_SYNC_MS))
+    t0 = time.perf_counter()
+    db = await keel.open_async(path, SCHEMA, opts, listener)
+    readable = time.perf_counter() - t0
+    with listener.lock:
+        listener.handed_over = True
+    # Readable while the 2 s barrier sync runs: reads and queries answer now.
+    assert readable < SIMULATED_SYNC_MS / 1e3 / 2, f"open_async waited for the barrier ({readable:.3f} s)"
+    assert not db.is_durable()
+    assert db.count("demo.Post") == 50
+    assert ids(db, db.query("demo.Post").order_by("priority", True).limit(1).all()) == ["old49"]
+    # A write now is accepted and queued; it resolves only after the barrier.
+    write = asyncio.ensure_future(db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "early", 7))]))
+    await asyncio.sleep(0.2)
+    assert not write.done(), "a write resolved before the open barrier"
+    assert db.get("demo.Post", [Value.TEXT("early")]) is None
+    await db.durable()
+    durable = time.perf_counter() - t0
+    assert db.is_durable()
+    assert durable >= SIMULATED_SYNC_MS / 1e3 * 0.95, f"durable before the barrier ended ({durable:.3f} s)"
+    await write
+    assert db.get("demo.Post", [Value.TEXT("early")]) is not None
+    await db.durable()  # resolves at once from now on
+    # Progress: both milestones, in order; the last (durable, done) arrived after
+    # the database was handed over.
+    with listener.lock:
+        events = list(listener.events)
+    milestones = [(e.milestone, after) for e, after in events if e.milestone is not None]
+    assert milestones == [(keel.Milestone.READABLE, False), (keel.Milestone.DURABLE, True)], milestones
+    assert events[-1][0].done and events[-1][0].fraction == 1.0
+    report = db.open_report()
+    assert report.readable_ms < report.durable_ms, report.text
+    assert report.durable_ms >= SIMULATED_SYNC_MS * 0.95, report.text
+    await db.close()
+    # A fresh file: both milestones at once.
+    fresh = await keel.open_async(os.path.join(tmp, "fresh.db"), SCHEMA, OpenOptions(), None)
+    assert fresh.is_durable()
+    await fresh.durable()
+    await fresh.close()
 
 
 class QueryUpdates(keel.QueryListener):

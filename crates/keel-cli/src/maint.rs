@@ -471,6 +471,8 @@ pub fn explain_open(
         let v = json!({
             "path": report.path.display().to_string(),
             "total_ms": ms(report.total),
+            "readable_ms": ms(report.readable_after),
+            "durable_ms": report.durable_after.map(ms),
             "wal_bytes_at_open": report.wal_bytes_at_open,
             "frames_recovered": report.frames_recovered,
             "syncs_issued": report.syncs_issued,
@@ -504,6 +506,18 @@ pub fn explain_open(
         return Ok(exit::OK);
     }
     print!("{report}");
+    println!(
+        "milestones: readable after {:.2} ms (an app lists its data, subscriptions start), durable after {} (writes commit{})",
+        ms(report.readable_after),
+        report
+            .durable_after
+            .map_or_else(|| "-".to_string(), |d| format!("{:.2} ms", ms(d))),
+        if report.wal_bytes_at_open > 0 {
+            "; the open barrier ran in parallel with recovery"
+        } else {
+            "; no WAL: both at once"
+        }
+    );
     println!(
         "I/O during open: main db {} reads ({}), WAL {} reads ({}); {} open-barrier sync{}, longest WAL sync {:.2} ms",
         io.main_db.reads,

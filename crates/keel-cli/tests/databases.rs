@@ -497,6 +497,12 @@ fn large_wal_explain_open_suggests_on_background() {
         assert_eq!(v["closed"], false);
         assert_eq!(v["wal_bytes_after"], wal_len);
         assert_eq!(v["io"]["open_barrier_syncs"], 1);
+        // Both milestones: readable (the barrier ran beside recovery), then durable.
+        let (r, d) = (
+            v["readable_ms"].as_f64().unwrap(),
+            v["durable_ms"].as_f64().unwrap(),
+        );
+        assert!(r > 0.0 && r <= d, "{v}");
     }
 
     // The human report: the tree, and the advice.
@@ -513,6 +519,8 @@ fn large_wal_explain_open_suggests_on_background() {
         assert!(out.stdout.contains(phase), "{phase}: {out:?}");
     }
     assert!(out.stdout.contains("frames recovered"), "{out:?}");
+    assert!(out.stdout.contains("milestones: readable after"), "{out:?}");
+    assert!(out.stdout.contains("durable after"), "{out:?}");
     assert!(out.stdout.contains("MiB at open"), "{out:?}");
     assert!(
         out.stdout

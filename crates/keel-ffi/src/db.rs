@@ -61,7 +61,10 @@ fn options(
 /// Returns at once; the whole open — including a slow sync of a WAL left by a
 /// previous run and SQLite's recovery — runs on keel's own threads, so the caller's
 /// thread (iOS main thread, Android main looper, an asyncio loop) stays free.
-/// `progress`, if given, is called **on a keel thread** with each phase.
+/// Resolves when the database is **readable** — while the open barrier may still
+/// run: queries and subscriptions work, writes are queued until `durable()`.
+/// `progress`, if given, is called **on a keel thread** with each phase and both
+/// milestones; the last event (`Durable`, `done`) may come after this returned.
 ///
 /// Errors: `InvalidSchema` (the text does not parse, or is not a compatible
 /// evolution of the stored schema), `Corrupt`, `Locked`, `Io`.
@@ -292,7 +295,7 @@ impl Database {
 
     /// Where the open time went (print `text` for a tree).
     pub fn open_report(&self) -> OpenReport {
-        self.db.store().open_report().into()
+        (&self.db.store().open_report()).into()
     }
 
     /// The database file.
@@ -309,6 +312,23 @@ impl Database {
     /// True after `close`.
     pub fn is_closed(&self) -> bool {
         self.db.is_closed()
+    }
+
+    /// Resolves when the database is **durable**: the open barrier (the sync of a
+    /// WAL a previous run left) is done, so writes commit and checkpoints run.
+    /// `open_async` resolves earlier, at *readable*: list your data at once, and
+    /// `await db.durable()` only where you need to know a write can commit (writes
+    /// issued before are queued, never refused). Resolves at once after
+    /// `open_blocking` and when the WAL was empty. Throws the barrier's typed error
+    /// (`Io`) if the sync failed: the database stays readable, writes fail.
+    /// Swift: `try await db.durable()`; Kotlin: `db.durable()` (suspend).
+    pub async fn durable(&self) -> Result<(), KeelError> {
+        Ok(self.db.durable().await?)
+    }
+
+    /// True once the database is durable (see `durable`).
+    pub fn is_durable(&self) -> bool {
+        self.db.is_durable()
     }
 }
 

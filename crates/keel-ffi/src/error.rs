@@ -150,7 +150,8 @@ impl From<SErr> for KeelError {
             SErr::Unreadable { .. } | SErr::Io { .. } | SErr::SyncFailed { .. } => {
                 KeelError::Io { message }
             }
-            SErr::Closed { .. } => KeelError::Closed { message },
+            // Closed while the open barrier still ran: the write never committed.
+            SErr::Closed { .. } | SErr::BarrierPending { .. } => KeelError::Closed { message },
             SErr::Cancelled { .. } => KeelError::Cancelled { message },
             SErr::Schema { .. } => KeelError::InvalidSchema { message },
             _ => KeelError::Internal { message },

@@ -74,7 +74,7 @@ pub use error::{CallbackError, KeelError};
 pub use expr::Expr;
 pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
 pub use types::{
-    CheckpointResult, FileStats, IoStats, OpenOptions, OpenPhase, OpenProgress,
+    CheckpointResult, FileStats, IoStats, Milestone, OpenOptions, OpenPhase, OpenProgress,
     OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value, WriteOp,
     WriteResult,
 };

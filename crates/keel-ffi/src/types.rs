@@ -212,16 +212,41 @@ impl From<KPhase> for OpenPhase {
     }
 }
 
-/// One progress event of `open_async`: sent when each phase starts, and once more
-/// with `done = true` and `fraction = 1.0` when the database is ready.
+/// The two milestones of an open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
+pub enum Milestone {
+    /// Reads, queries and subscriptions work; writes are accepted and queued.
+    /// `open_async` resolves here.
+    Readable,
+    /// The open barrier (the sync of a WAL a previous run left) is done: writes
+    /// commit, checkpoints run. `Database.durable()` resolves here.
+    Durable,
+}
+
+impl From<keel_storage::Milestone> for Milestone {
+    fn from(m: keel_storage::Milestone) -> Self {
+        match m {
+            keel_storage::Milestone::Readable => Milestone::Readable,
+            keel_storage::Milestone::Durable => Milestone::Durable,
+        }
+    }
+}
+
+/// One progress event of `open_async`: sent when each phase starts
+/// (`milestone = null`), then at each milestone: `Readable` (when `open_async`
+/// resolves) and finally `Durable` with `done = true` and `fraction = 1.0`. The
+/// `Durable` event can come after `open_async` returned the database: keep the
+/// listener until `done`.
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
 pub struct OpenProgress {
-    /// The phase starting (or, with `done`, finished).
+    /// The phase starting (or, with a milestone, the last phase reached).
     pub phase: OpenPhase,
     /// Overall progress, 0.0 ..= 1.0.
     pub fraction: f32,
-    /// True only for the final event.
+    /// True only for the final event (durable).
     pub done: bool,
+    /// Set on the two milestone events.
+    pub milestone: Option<Milestone>,
 }
 
 /// Receives open progress. **Called on a keel thread** (`keel-open`), never on the
@@ -255,6 +280,11 @@ pub struct OpenReport {
     pub path: String,
     /// Total wall time of the open pipeline, in milliseconds.
     pub total_ms: f64,
+    /// When the database became readable, in milliseconds from the start.
+    pub readable_ms: f64,
+    /// When it became durable (writes commit), in milliseconds from the start;
+    /// null while the open barrier runs or if it failed.
+    pub durable_ms: Option<f64>,
     /// Size of the WAL when the open started.
     pub wal_bytes_at_open: u64,
     /// WAL frames SQLite recovered.
@@ -280,6 +310,8 @@ impl From<&keel_storage::OpenReport> for OpenReport {
         OpenReport {
             path: r.path.display().to_string(),
             total_ms: ms(r.total),
+            readable_ms: ms(r.readable_after),
+            durable_ms: r.durable_after.map(ms),
             wal_bytes_at_open: r.wal_bytes_at_open,
             frames_recovered: r.frames_recovered,
             syncs_issued: r.syncs_issued,
@@ -485,6 +517,7 @@ pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::Pro
             phase: p.phase.into(),
             fraction: p.fraction,
             done: p.done,
+            milestone: p.milestone.map(Milestone::from),
         };
         guarded("open progress", || l.on_progress(ev));
     })

@@ -250,3 +250,77 @@ fn bad_input_is_a_typed_error() {
         .is_none());
     block_on(db.close()).unwrap();
 }
+
+/// Readable before durable through the FFI: `open_async` resolves while a slow
+/// barrier sync runs, reads answer, a write waits for it, `durable()` resolves after
+/// it, and the listener gets the `Durable` event after the handover.
+#[test]
+fn open_async_is_readable_before_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.db");
+    let db = open_blocking(
+        src.display().to_string(),
+        FBS.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let ops = (0..5)
+        .map(|i| WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post(&format!("p{i}"), i),
+        })
+        .collect();
+    block_on(db.write(ops)).unwrap();
+    // Copy the files while open: the copy is a run killed with its commits in the WAL.
+    let path = dir.path().join("app.db");
+    for suffix in ["", "-wal"] {
+        std::fs::copy(
+            format!("{}{suffix}", src.display()),
+            format!("{}{suffix}", path.display()),
+        )
+        .unwrap();
+    }
+    block_on(db.close()).unwrap();
+
+    let progress = Arc::new(Mutex::new(Vec::new()));
+    let opts = OpenOptions {
+        open_barrier_sync: Some(SyncPolicy::SimulatedLatency { delay_ms: 1500 }),
+        ..OpenOptions::default()
+    };
+    let db = block_on(open_async(
+        path.display().to_string(),
+        FBS.into(),
+        opts,
+        Some(Box::new(Progress(Arc::clone(&progress)))),
+    ))
+    .unwrap();
+    let handed_over = progress.lock().unwrap().len();
+    assert!(!db.is_durable());
+    assert_eq!(db.count("demo.Post".into()).unwrap(), 5);
+    let write = std::thread::spawn({
+        let db = Arc::clone(&db);
+        move || {
+            block_on(db.write(vec![WriteOp::Insert {
+                collection: "demo.Post".into(),
+                bytes: post("late", 9),
+            }]))
+        }
+    });
+    block_on(db.durable()).unwrap();
+    assert!(db.is_durable());
+    write.join().unwrap().unwrap();
+    assert_eq!(db.count("demo.Post".into()).unwrap(), 6);
+    let ev = progress.lock().unwrap();
+    let ms: Vec<_> = ev.iter().filter_map(|p| p.milestone).collect();
+    assert_eq!(
+        ms,
+        [keel_ffi::Milestone::Readable, keel_ffi::Milestone::Durable]
+    );
+    assert!(ev.len() > handed_over, "no event after the handover");
+    assert!(ev.last().unwrap().done);
+    let r = db.open_report();
+    assert!(r.durable_ms.unwrap() >= 1500.0 && r.readable_ms < r.durable_ms.unwrap());
+    drop(ev);
+    block_on(db.close()).unwrap();
+}

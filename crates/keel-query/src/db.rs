@@ -34,6 +34,8 @@ pub(crate) struct Inner {
     pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
     /// The threads that run the `_async` fetches (`keel-fetch-N`).
     pub(crate) fetch_pool: crate::pool::Pool,
+    /// Collections whose table this open created (see [`Inner::unborn`]).
+    created: Vec<String>,
 }
 
 impl Inner {
@@ -71,6 +73,26 @@ impl Inner {
         &self.path
     }
 
+    /// True if `c` is a collection this open adds whose table `conn` cannot see
+    /// yet: before the store is durable the schema transaction that creates it has
+    /// not committed (it must not commit on top of an unsynced WAL). Such a
+    /// collection is empty — no write can have committed to it — so reads answer
+    /// "nothing" instead of SQLite's "no such table". Costs one lookup, only for a
+    /// collection new to the file, only until durable.
+    pub(crate) fn unborn(&self, conn: &rusqlite::Connection, c: &Coll) -> Result<bool> {
+        if !self.created.contains(&c.name) || self.store.is_durable() {
+            return Ok(false);
+        }
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                [&c.name],
+                |r| r.get(0),
+            )
+            .map_err(|e| Error::sqlite("check collection table", &c.name, e))?;
+        Ok(n == 0)
+    }
+
     pub(crate) fn recording(&self) -> bool {
         self.has_hooks.load(Ordering::Acquire)
     }
@@ -93,6 +115,9 @@ impl Inner {
         verify: bool,
     ) -> Result<Option<StoredObject>> {
         let key = c.check_key(op, key)?;
+        if self.unborn(conn, c)? {
+            return Ok(None);
+        }
         let rows = select(conn, &c.name, op, &c.sql_get, &key)?;
         let Some(r) = rows.into_iter().next() else {
             return Ok(None);
@@ -301,7 +326,13 @@ fn finish(store: Store, p: Prepared) -> Database {
         let bare = p.schema.table(c.table).name.clone();
         by_name.entry(bare).or_insert(i);
     }
-    let pending = std::mem::take(&mut p.outcome.lock().unwrap_or_else(|e| e.into_inner()).pending);
+    let (pending, created) = {
+        let mut o = p.outcome.lock().unwrap_or_else(|e| e.into_inner());
+        (
+            std::mem::take(&mut o.pending),
+            std::mem::take(&mut o.created),
+        )
+    };
     let path = store.path().to_path_buf();
     let mut builds = Vec::new();
     for (name, create) in pending {
@@ -336,11 +367,36 @@ fn finish(store: Store, p: Prepared) -> Database {
             dict: crate::dictionary::Shared::new(weak.clone()),
             hub: std::sync::OnceLock::new(),
             fetch_pool: crate::pool::Pool::new(p.readers),
+            created,
         }),
     }
 }
 
-/// The future returned by [`Database::open_async`]. Dropping it cancels the open.
+/// The future returned by [`Database::durable`]: resolves when the database is
+/// durable (the open barrier is done: writes commit). Runtime-agnostic; block with
+/// [`DurableFuture::wait`].
+#[must_use = "a future does nothing unless awaited or waited on"]
+#[derive(Debug)]
+pub struct DurableFuture {
+    fut: keel_storage::DurableFuture,
+}
+
+impl DurableFuture {
+    /// Block the calling thread until durable.
+    pub fn wait(self) -> Result<()> {
+        self.fut.wait().map_err(Error::from)
+    }
+}
+
+impl Future for DurableFuture {
+    type Output = Result<()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        Pin::new(&mut self.fut).poll(cx).map_err(Error::from)
+    }
+}
+
+/// The future returned by [`Database::open_async`]: resolves when the database is
+/// *readable* (see [`Database::durable`]). Dropping it cancels the open.
 #[must_use = "dropping the future cancels the open"]
 pub struct OpenDbFuture {
     fut: Option<OpenFuture>,
@@ -405,6 +461,15 @@ impl Database {
 
     /// Start opening on a keel-owned thread and return at once (see
     /// `keel_storage::Store::open_async` for progress and cancellation).
+    ///
+    /// The future resolves when the database is **readable**: `fetch`, `get`,
+    /// snapshots and subscriptions work at once, even while the open barrier (the
+    /// sync of a WAL a previous run left — seconds under `F_FULLFSYNC`) still runs
+    /// on a keel thread. Writes are accepted at once too; they commit after the
+    /// barrier, and their futures resolve after their commit. Await
+    /// [`Database::durable`] to know when writes commit. A collection new to the
+    /// file reads as empty until then (its table is created in the schema
+    /// transaction, which commits after the barrier).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -583,7 +648,7 @@ impl Database {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::new(hook));
-        self.inner.has_hooks.store(true, Ordering::Release);
+        self.inner.has_hooks.store(true, Ordering::SeqCst);
     }
 
     /// A dynamic query over `collection` (full or bare name), returning bytes.
@@ -719,6 +784,33 @@ impl Database {
             inner.fetch_pool.close();
             r
         })
+    }
+
+    /// A future that resolves when the database is **durable**: the open barrier
+    /// is done, so writes commit and checkpoints run. At once after the blocking
+    /// [`Database::open`] and for a file whose WAL was empty at open. If the
+    /// barrier failed (e.g. `EIO` from the sync) it resolves with that error; the
+    /// database stays readable and every write fails with the same error.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = futures::executor::block_on(Database::open_async_for::<Post>(dir.path().join("d.db"), StoreOptions::default()))?;
+    /// let posts = db.fetch::<Post>().all()?; // readable: list at once
+    /// futures::executor::block_on(db.durable())?; // writes commit from here on
+    /// assert!(db.is_durable());
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn durable(&self) -> DurableFuture {
+        DurableFuture {
+            fut: self.inner.store.durable(),
+        }
+    }
+
+    /// True once the database is durable (see [`Database::durable`]).
+    pub fn is_durable(&self) -> bool {
+        self.inner.store.is_durable()
     }
 
     /// True after [`Database::close`].

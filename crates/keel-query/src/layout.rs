@@ -235,6 +235,9 @@ impl Coll {
 pub(crate) struct SchemaOutcome {
     /// Indexes new to this database: built by a background write after open.
     pub(crate) pending: Vec<(String, String)>,
+    /// Collections whose table this open creates. While the open barrier runs the
+    /// schema transaction is not committed yet, so readers do not see these tables.
+    pub(crate) created: Vec<String>,
 }
 
 const META_DDL: &str = "CREATE TABLE IF NOT EXISTS keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -305,6 +308,9 @@ pub(crate) fn schema_phase(
     let mut wanted = Vec::new();
     for c in colls {
         let fresh = !exists("table", &c.name).map_err(err("inspect tables"))?;
+        if fresh {
+            out.created.push(c.name.clone());
+        }
         conn.execute_batch(&c.create_table_sql())
             .map_err(err("create collection table"))?;
         // Verify an existing table has keel's layout for this collection.

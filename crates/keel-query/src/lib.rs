@@ -91,7 +91,7 @@ mod sql;
 pub mod subscribe;
 mod txn;
 
-pub use db::{Database, OpenDbFuture, Snapshot, Task};
+pub use db::{Database, DurableFuture, OpenDbFuture, Snapshot, Task};
 pub use dictionary::{
     DictKind, DictStats, DictStream, DictSubscription, DictValue, Dictionary, FromDictValue,
     ToDictValue, TxnDictionary,
@@ -103,7 +103,7 @@ pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, 
 pub use txn::{Change, ChangeOp, Txn};
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
-pub use keel_storage::{Store, StoreOptions, SyncPolicy, WriteFuture};
+pub use keel_storage::{Milestone, Store, StoreOptions, SyncPolicy, WriteFuture};
 
 /// The names most code needs: `use keel_query::prelude::*;`.
 pub mod prelude {

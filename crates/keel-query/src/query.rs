@@ -243,6 +243,9 @@ impl<'a> Query<'a> {
                 }
             }
             let c = self.coll(inner, op)?;
+            if inner.unborn(conn, c)? {
+                return Ok(Vec::new());
+            }
             let rows = select(conn, &c.name, op, &sql, &params)?;
             let t = inner.table(c)?;
             for r in rows.iter().filter(|_| verify) {
@@ -273,6 +276,9 @@ impl<'a> Query<'a> {
         self.src.run("count", |inner, conn| {
             let (sql, params) = self.build(inner, true)?;
             let c = self.coll(inner, "count")?;
+            if inner.unborn(conn, c)? {
+                return Ok(0);
+            }
             let mut st = conn
                 .prepare_cached(&sql)
                 .map_err(|e| Error::sqlite("count", &c.name, e))?;

@@ -132,6 +132,20 @@ pub enum Error {
         /// The panic payload, if it was a string.
         message: String,
     },
+    /// The open barrier (the sync of a WAL left by a previous run) was still running
+    /// when a bounded wait for it ran out: [`Store::close`](crate::Store::close)
+    /// during the barrier waited `StoreOptions::truncate_timeout`, then closed anyway
+    /// and failed the writes still queued with this error (none of them committed).
+    /// Nothing already on disk is affected.
+    #[error("{op}: the open barrier sync of {} was still running after {waited:?}", path.display())]
+    BarrierPending {
+        /// What was waiting.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// How long it waited.
+        waited: std::time::Duration,
+    },
     /// The schema hook (the layer above) rejected the database.
     #[error("schema: {}: {message}", path.display())]
     Schema {
@@ -162,6 +176,7 @@ impl Error {
             | Error::Closed { path, .. }
             | Error::Cancelled { path, .. }
             | Error::Panicked { path, .. }
+            | Error::BarrierPending { path, .. }
             | Error::Schema { path, .. } => path,
         }
     }

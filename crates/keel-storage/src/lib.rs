@@ -4,7 +4,10 @@
 //!
 //! * **Open never blocks the caller.** [`Store::open_async`] returns a future at once;
 //!   the pipeline (prepare → sync_wal → recover → checkpoint → schema → ready) runs on
-//!   a keel-owned thread, reports [`OpenProgress`] and leaves an [`OpenReport`].
+//!   keel-owned threads, reports [`OpenProgress`] and leaves an [`OpenReport`].
+//! * **Usable before durable.** The future resolves when the store is *readable*
+//!   ([`Milestone`]); the open barrier (the sync of a WAL a previous run left) runs
+//!   beside recovery, and writes queue until it is done ([`Store::durable`]).
 //! * **Every sync is a policy.** A VFS shim over SQLite's `unix` VFS routes each
 //!   `xSync` through [`SyncPolicies`] (commit / checkpoint / open barrier) and counts
 //!   I/O per file kind ([`IoStats`]).
@@ -14,8 +17,9 @@
 //!   threshold (default 4 MiB) or when idle; [`Store::on_background`] truncates.
 //!
 //! Platforms: Unix (Linux, Android, macOS, iOS): the shim wraps SQLite's `unix` VFS.
-//! Threads keel owns: `keel-open` (during `open_async` only), `keel-writer`,
-//! `keel-ckpt`; all are joined by [`Store::close`] (or when the last clone drops).
+//! Threads keel owns: `keel-open` (during `open_async` only, until durable),
+//! `keel-barrier` (during an open barrier), `keel-writer`, `keel-ckpt`; all are
+//! joined by [`Store::close`] (or when the last clone drops).
 //!
 //! ## Default durability
 //!
@@ -50,6 +54,7 @@
 
 mod checkpointer;
 mod conn;
+mod durable;
 mod error;
 mod oneshot;
 mod open;
@@ -66,9 +71,11 @@ mod vfs;
 mod writer;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
+pub use durable::DurableFuture;
 pub use error::{Error, Result};
 pub use options::{
-    ConnectionInit, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook, StoreOptions,
+    ConnectionInit, Milestone, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook,
+    StoreOptions,
 };
 pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, SyncReason};
 pub use report::{OpenReport, PhaseReport};

@@ -7,17 +7,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::checkpointer::{checkpointer_main, run_checkpoint, CheckpointMode, CkptCtx, CkptSignal};
+use crate::checkpointer::{run_checkpoint, CheckpointMode, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Role};
+use crate::durable::{start_threads, Gate, Parked};
 use crate::error::{Error, PathScope, Result};
-use crate::options::{OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
+use crate::options::{Milestone, OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
 use crate::policy::{FileKind, ReasonScope, SyncReason};
 use crate::readers::ReaderPool;
 use crate::report::{OpenReport, PhaseReport};
 use crate::stats::Counters;
 use crate::store::{Inner, Store};
 use crate::vfs::{sync_file, VfsRegistration, VfsShared};
-use crate::writer::{writer_main, WriterCtx};
+use crate::writer::WriterCtx;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -33,11 +34,15 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
-/// Run the whole pipeline, with the opt-in move-aside retry.
+/// Run the whole pipeline, with the opt-in move-aside retry. `on_readable` gets the
+/// store as soon as it is readable; the function returns when the store is durable
+/// (or the barrier failed: then the store, readable, says so through
+/// [`Store::durable`]).
 pub(crate) fn open_store(
     path: &Path,
     mut opts: StoreOptions,
     cancelled: &dyn Fn() -> bool,
+    on_readable: &dyn Fn(&Store),
 ) -> Result<Store> {
     let path = if path.is_absolute() {
         path.to_path_buf()
@@ -50,11 +55,11 @@ pub(crate) fn open_store(
     let span = tracing::info_span!("keel.open", path = %path.display());
     let _e = span.enter();
     let mut hook = opts.schema_hook.take();
-    match open_once(&path, &opts, &mut hook, cancelled, None) {
+    match open_once(&path, &opts, &mut hook, cancelled, None, on_readable) {
         Err(e) if e.is_bad_file() && opts.recover_corrupt => {
             tracing::warn!(error = %e, "bad database file; moving it aside (recover_corrupt)");
             let moved = move_aside(&path)?;
-            open_once(&path, &opts, &mut hook, cancelled, Some(moved))
+            open_once(&path, &opts, &mut hook, cancelled, Some(moved), on_readable)
         }
         r => r,
     }
@@ -123,7 +128,8 @@ struct Pipeline<'a> {
 }
 
 impl Pipeline<'_> {
-    fn phase<T>(&mut self, p: OpenPhase, f: impl FnOnce(&mut String) -> Result<T>) -> Result<T> {
+    /// Check for cancellation and announce phase `p`.
+    fn starting(&self, p: OpenPhase) -> Result<()> {
         if (self.cancelled)() {
             return Err(Error::Cancelled {
                 op: "open (future dropped)",
@@ -136,16 +142,24 @@ impl Pipeline<'_> {
                 phase: p,
                 fraction: p.index() as f32 / OpenPhase::ALL.len() as f32,
                 done: false,
+                milestone: None,
             },
         );
+        Ok(())
+    }
+
+    fn phase<T>(&mut self, p: OpenPhase, f: impl FnOnce(&mut String) -> Result<T>) -> Result<T> {
+        self.starting(p)?;
         let span = tracing::info_span!("keel.open.phase", phase = p.name());
         let _e = span.enter();
-        let syncs = self.counters.total_syncs();
+        // The barrier's sync runs on its own thread: not this phase's.
+        let syncs = self.counters.total_syncs() - self.counters.barrier_syncs();
         let start = Instant::now();
         let mut note = String::new();
         let r = f(&mut note);
         let duration = start.elapsed();
-        let syncs = self.counters.total_syncs().saturating_sub(syncs);
+        let syncs =
+            (self.counters.total_syncs() - self.counters.barrier_syncs()).saturating_sub(syncs);
         tracing::info!(ms = duration.as_secs_f64() * 1e3, syncs, note = %note, "phase done");
         self.report.phases.push(PhaseReport {
             phase: p,
@@ -330,6 +344,7 @@ fn open_once(
     hook: &mut Option<SchemaHook>,
     cancelled: &dyn Fn() -> bool,
     moved_aside: Option<PathBuf>,
+    on_readable: &dyn Fn(&Store),
 ) -> Result<Store> {
     let shared = Arc::new(VfsShared {
         db_path: path.to_path_buf(),
@@ -349,7 +364,6 @@ fn open_once(
         opts,
         cancelled,
     };
-    let init = opts.connection_init.as_ref();
     let wal = wal_path(path);
 
     // 1. prepare
@@ -371,20 +385,92 @@ fn open_once(
     })?;
     pl.report.created = check.created;
     pl.report.wal_bytes_at_open = check.wal_bytes;
+    // A WAL left by a previous run must be synced before anything is written on top
+    // of it, but not before it is read: its commits were already visible to the
+    // previous run. So the barrier runs on its own thread while recovery goes on here.
+    let parallel = check.wal_bytes > 0;
 
-    // 2. sync_wal
-    pl.phase(OpenPhase::SyncWal, |note| {
-        if check.wal_bytes == 0 {
-            *note = "no WAL to sync".into();
-            return Ok(());
+    std::thread::scope(|scope| {
+        // 2. sync_wal
+        let barrier = if parallel {
+            pl.starting(OpenPhase::SyncWal)?;
+            let (sh, wal2, policy) = (
+                Arc::clone(&shared),
+                wal.clone(),
+                opts.sync.open_barrier.clone(),
+            );
+            let wal_bytes = check.wal_bytes;
+            let h = std::thread::Builder::new()
+                .name("keel-barrier".into())
+                .spawn_scoped(scope, move || {
+                    run_barrier(&sh, path, &wal2, wal_bytes, &policy)
+                })
+                .map_err(|e| Error::io("spawn the open barrier thread", path, e))?;
+            Some(h)
+        } else {
+            pl.phase(OpenPhase::SyncWal, |note| {
+                *note = "no WAL to sync".into();
+                Ok(())
+            })?;
+            None
+        };
+        let join = |h: std::thread::ScopedJoinHandle<'_, (Result<()>, PhaseReport)>| {
+            h.join().unwrap_or_else(|p| {
+                (
+                    Err(Error::panicked("open barrier", path, p)),
+                    PhaseReport {
+                        phase: OpenPhase::SyncWal,
+                        duration: Default::default(),
+                        syncs: 0,
+                        note: "panicked".into(),
+                    },
+                )
+            })
+        };
+        // 3.–6.: readable.
+        let store = match readable(&mut pl, &shared, &check, vfs, writer, hook, parallel) {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(h) = barrier {
+                    // The sync cannot be interrupted; wait so nothing outlives the open.
+                    let _ = join(h);
+                }
+                return Err(e);
+            }
+        };
+        on_readable(&store);
+        // Durable.
+        if let Some(h) = barrier {
+            let (r, line) = join(h);
+            let _ = store.gate().finish(r, Some(line));
         }
+        Ok(store)
+    })
+}
+
+/// The open barrier: sync the WAL a previous run left, through the open-barrier
+/// policy. Runs on `keel-barrier`, in parallel with recovery.
+fn run_barrier(
+    shared: &VfsShared,
+    path: &Path,
+    wal: &Path,
+    wal_bytes: u64,
+    policy: &crate::SyncPolicy,
+) -> (Result<()>, PhaseReport) {
+    let _scope = PathScope::enter(path);
+    let span = tracing::info_span!("keel.open.phase", phase = OpenPhase::SyncWal.name());
+    let _e = span.enter();
+    let start = Instant::now();
+    let syncs0 = shared.counters.barrier_syncs();
+    let mut note = String::new();
+    let r = (|| {
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
-            .open(&wal)
-            .map_err(|e| Error::io("open WAL for the open barrier", &wal, e))?;
+            .open(wal)
+            .map_err(|e| Error::io("open WAL for the open barrier", wal, e))?;
         let issued =
-            sync_file(&shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
+            sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
                 Error::SyncFailed {
                     kind: FileKind::Wal,
                     reason: SyncReason::OpenBarrier,
@@ -392,14 +478,49 @@ fn open_once(
                     source: Arc::new(e),
                 }
             })?;
-        *note = format!(
-            "{} bytes, policy {:?}{}",
-            check.wal_bytes,
-            opts.sync.open_barrier,
+        note = format!(
+            "{} bytes, policy {:?}{}, in parallel with recovery",
+            wal_bytes,
+            policy,
             if issued { "" } else { " (no sync issued)" }
         );
         Ok(())
-    })?;
+    })();
+    if let Err(e) = &r {
+        note = format!("failed: {e}");
+    }
+    let duration = start.elapsed();
+    let syncs = shared.counters.barrier_syncs().saturating_sub(syncs0);
+    tracing::info!(ms = duration.as_secs_f64() * 1e3, syncs, note = %note, "phase done");
+    (
+        r,
+        PhaseReport {
+            phase: OpenPhase::SyncWal,
+            duration,
+            syncs,
+            note,
+        },
+    )
+}
+
+/// Phases 3–6 (recover, checkpoint, schema, ready): the store is readable at the
+/// end. With `parallel` (the barrier still running) the schema transaction stays
+/// open and the writer and checkpointer stay parked until durable.
+fn readable(
+    pl: &mut Pipeline<'_>,
+    shared: &Arc<VfsShared>,
+    check: &FileCheck,
+    vfs: Arc<VfsRegistration>,
+    writer: KConn,
+    hook: &mut Option<SchemaHook>,
+    parallel: bool,
+) -> Result<Store> {
+    let opts = pl.opts;
+    let path = pl.report.path.clone();
+    let path = path.as_path();
+    let wal = wal_path(path);
+    let init = opts.connection_init.as_ref();
+    let over_threshold = check.wal_bytes > opts.checkpoint_threshold_bytes;
 
     // 3. recover
     let wal_frames = Arc::new(AtomicU64::new(0));
@@ -472,13 +593,19 @@ fn open_once(
     }
 
     // 4. checkpoint
+    let checkpoint_first = parallel && over_threshold && opts.checkpoint_on_open;
     pl.phase(OpenPhase::Checkpoint, |note| {
-        if check.wal_bytes <= opts.checkpoint_threshold_bytes {
+        if !over_threshold {
             *note = "skipped (WAL under threshold)".into();
             return Ok(());
         }
         if !opts.checkpoint_on_open {
             *note = "deferred to the background checkpointer".into();
+            return Ok(());
+        }
+        if checkpoint_first {
+            // A checkpoint writes the database file: not before the barrier.
+            *note = "runs when the open barrier is done".into();
             return Ok(());
         }
         let o = run_checkpoint(
@@ -513,6 +640,17 @@ fn open_once(
             Err(p) => Err(Error::panicked("schema hook", path, p)),
         };
         match r {
+            Ok(()) if parallel => {
+                // Readers see the schema already in the file at once; what the hook
+                // changed commits (and becomes visible) when the store is durable:
+                // a commit must not land on top of WAL frames not yet synced.
+                *note = if c.is_autocommit() {
+                    "schema hook ran".into()
+                } else {
+                    "schema hook ran; its changes commit after the open barrier".into()
+                };
+                Ok(())
+            }
             Ok(()) => {
                 if !c.is_autocommit() {
                     pragma(c, path, "schema: commit", "COMMIT")?;
@@ -530,7 +668,8 @@ fn open_once(
     })?;
 
     // 6. ready
-    let store = pl.phase(OpenPhase::Ready, |note| {
+    let t0 = pl.t0;
+    let (store, n) = pl.phase(OpenPhase::Ready, |note| {
         let n = opts.reader_pool_size.max(1);
         let mut readers: Vec<KConn> = Vec::with_capacity(n);
         for _ in 0..n {
@@ -552,10 +691,8 @@ fn open_once(
         )?;
         let (ck_tx, ck_rx) = mpsc::channel();
         let (w_tx, w_rx) = mpsc::channel();
-        let initial_wal_bytes = if check.wal_bytes > opts.checkpoint_threshold_bytes
-            && opts.checkpoint_on_open
-        {
-            0 // already checkpointed in the checkpoint phase
+        let initial_wal_bytes = if over_threshold && opts.checkpoint_on_open {
+            0 // checkpointed in the open pipeline
         } else {
             check.wal_bytes
         };
@@ -571,10 +708,6 @@ fn open_once(
             initial_wal_bytes,
             signal: Arc::clone(&signal),
         };
-        let ck_handle = std::thread::Builder::new()
-            .name("keel-ckpt".into())
-            .spawn(move || checkpointer_main(ck, ck_rx, ck_ctx))
-            .map_err(|e| Error::io("spawn checkpointer thread", path, e))?;
         let w_ctx = WriterCtx {
             path: path.to_path_buf(),
             ckpt_tx: ck_tx.clone(),
@@ -585,52 +718,83 @@ fn open_once(
             wal_frames: Arc::clone(&wal_frames),
             threshold_frames: (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
         };
-        let w_conn = writer;
-        let w_handle = match std::thread::Builder::new()
-            .name("keel-writer".into())
-            .spawn(move || writer_main(w_conn, w_rx, w_ctx))
-        {
-            Ok(h) => h,
-            Err(e) => {
-                let _ = ck_tx.send(crate::checkpointer::CkptMsg::Shutdown);
-                let _ = ck_handle.join();
-                return Err(Error::io("spawn writer thread", path, e));
-            }
+        let parked = Parked {
+            writer,
+            w_rx,
+            w_ctx,
+            ck,
+            ck_rx,
+            ck_tx: ck_tx.clone(),
+            ck_ctx,
+            checkpoint_first,
         };
-        *note = format!("{n} readers, writer and checkpointer threads started");
-        Ok(Store::from_inner(Inner::new(
-            path.to_path_buf(),
-            Arc::clone(&shared),
-            ReaderPool::new(readers),
-            w_tx,
-            ck_tx,
-            w_handle,
-            ck_handle,
-            Arc::clone(&vfs),
-        )))
+        let (gate_parked, threads) = if parallel {
+            *note = format!("{n} readers; writer and checkpointer start when durable");
+            (Some(parked), None)
+        } else {
+            let t = start_threads(parked, path)?;
+            *note = format!("{n} readers, writer and checkpointer threads started");
+            (None, Some(t))
+        };
+        let gate = Arc::new(Gate::new(
+            path,
+            gate_parked,
+            OpenReport::default(),
+            opts.progress.clone(),
+            t0,
+            opts.truncate_timeout,
+        ));
+        if let Some((w, c)) = threads {
+            let _ = gate.threads.writer_id.set(w.thread().id());
+            *gate.threads.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(w);
+            *gate.threads.ckpt.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
+        }
+        Ok((
+            Store::from_inner(Inner::new(
+                path.to_path_buf(),
+                Arc::clone(shared),
+                ReaderPool::new(readers),
+                w_tx,
+                ck_tx,
+                gate,
+                Arc::clone(&vfs),
+            )),
+            n,
+        ))
     })?;
-    pl.report.total = pl.t0.elapsed();
+    let _ = n;
+    let readable_at = pl.t0.elapsed();
+    pl.report.readable_after = readable_at;
+    pl.report.total = readable_at;
     pl.report.syncs_issued = pl.report.phases.iter().map(|p| p.syncs).sum();
+    if !parallel {
+        pl.report.durable_after = Some(readable_at);
+    }
+    store.set_report(std::mem::take(&mut pl.report));
+    tracing::info!(ms = readable_at.as_secs_f64() * 1e3, "store readable");
     emit(
         opts,
         OpenProgress {
             phase: OpenPhase::Ready,
-            fraction: 1.0,
-            done: true,
+            fraction: if parallel {
+                (OpenPhase::ALL.len() - 1) as f32 / OpenPhase::ALL.len() as f32
+            } else {
+                1.0
+            },
+            done: false,
+            milestone: Some(Milestone::Readable),
         },
     );
-    tracing::info!(ms = pl.report.total.as_secs_f64() * 1e3, "store ready");
-    store.set_report(pl.report);
+    if !parallel {
+        tracing::info!("store durable (no WAL to sync)");
+        store.gate().emit_durable();
+    }
     Ok(store)
 }
 
 /// Call the progress callback; a panic in it is logged, not propagated into open.
 fn emit(opts: &StoreOptions, p: OpenProgress) {
-    if let Some(cb) = &opts.progress {
-        if catch_unwind(AssertUnwindSafe(|| cb(p))).is_err() {
-            tracing::error!(phase = p.phase.name(), "progress callback panicked");
-        }
-    }
+    crate::durable::emit(opts.progress.as_ref(), p);
 }
 
 fn pl_frames(note: &mut String, frames: u64, tables: i64) {

@@ -21,16 +21,21 @@ pub enum OpenPhase {
     /// VFS registration, the writer connection.
     Prepare,
     /// Durability barrier on a non-empty WAL left by a previous run, through
-    /// [`SyncPolicies::open_barrier`].
+    /// [`SyncPolicies::open_barrier`]. Runs on a keel thread (`keel-barrier`) in
+    /// parallel with the phases after it; the store becomes durable when it ends.
     SyncWal,
     /// First read transaction: SQLite rebuilds the wal-index from the WAL; pragmas.
     Recover,
     /// PASSIVE checkpoint if the WAL is over the threshold and
-    /// [`StoreOptions::checkpoint_on_open`] is set; otherwise deferred to the background.
+    /// [`StoreOptions::checkpoint_on_open`] is set (after the barrier: a checkpoint
+    /// writes); otherwise deferred to the background.
     Checkpoint,
-    /// The layer above's [`StoreOptions::schema_hook`], in one transaction.
+    /// The layer above's [`StoreOptions::schema_hook`], in one transaction. While the
+    /// barrier runs, the hook's changes are staged in that transaction and commit
+    /// when the store becomes durable.
     Schema,
-    /// Reader pool and checkpointer connection opened, threads started.
+    /// Reader pool and checkpointer connection opened: the store is readable.
+    /// The writer and checkpointer threads start at durable.
     Ready,
 }
 
@@ -62,22 +67,61 @@ impl OpenPhase {
     }
 }
 
-/// A progress event from the open pipeline: emitted when each phase starts and once
-/// more (phase `Ready`, fraction `1.0`) when the store is ready.
+/// The two milestones of an open.
+///
+/// * **Readable**: the file was checked, SQLite rebuilt its wal-index from the WAL and
+///   the schema was read: reads, snapshots and live-query subscriptions work.
+///   [`Store::open_async`](crate::Store::open_async) resolves here.
+/// * **Durable**: the open barrier (the sync of a WAL left by a previous run) is
+///   done: writes commit and checkpoints run. [`Store::durable`](crate::Store::durable)
+///   resolves here; the blocking [`Store::open`](crate::Store::open) returns here.
+///
+/// With an empty WAL (a fresh file, or a clean close last time) both come at once.
+///
+/// ```
+/// use keel_storage::Milestone;
+/// assert_eq!(Milestone::Readable.name(), "readable");
+/// assert_eq!(Milestone::Durable.name(), "durable");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Milestone {
+    /// Reads and subscriptions work; writes are queued.
+    Readable,
+    /// Writes commit; checkpoints run.
+    Durable,
+}
+
+impl Milestone {
+    /// Short lowercase name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Milestone::Readable => "readable",
+            Milestone::Durable => "durable",
+        }
+    }
+}
+
+/// A progress event from the open pipeline: emitted when each phase starts (with
+/// `milestone: None`), then once at each [`Milestone`]: `Readable` (phase `Ready`)
+/// and finally `Durable` (phase `Ready`, fraction `1.0`, `done`). The `Durable`
+/// event may come after [`Store::open_async`](crate::Store::open_async) resolved:
+/// the callback keeps being called after the store was handed over.
 ///
 /// ```
 /// use keel_storage::{OpenPhase, OpenProgress};
-/// let p = OpenProgress { phase: OpenPhase::Recover, fraction: 0.5, done: false };
+/// let p = OpenProgress { phase: OpenPhase::Recover, fraction: 0.5, done: false, milestone: None };
 /// assert!(p.fraction <= 1.0);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct OpenProgress {
-    /// The phase starting (or, with `done`, finished).
+    /// The phase starting (or, with a milestone, the last phase reached).
     pub phase: OpenPhase,
     /// Overall progress, 0.0 ..= 1.0.
     pub fraction: f32,
-    /// True only for the final event (the store is ready).
+    /// True only for the final event (the store is durable).
     pub done: bool,
+    /// Set on the two milestone events.
+    pub milestone: Option<Milestone>,
 }
 
 /// What the schema hook gets: the writer connection inside the schema transaction.

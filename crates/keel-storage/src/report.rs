@@ -38,6 +38,8 @@ pub struct PhaseReport {
 /// let report = store.open_report();
 /// assert_eq!(report.phases.len(), 6);
 /// assert_eq!(report.phase(OpenPhase::SyncWal).unwrap().syncs, 0); // fresh file: no WAL
+/// // No WAL to sync: readable and durable at the same moment.
+/// assert_eq!(report.durable_after, Some(report.readable_after));
 /// println!("{report}");
 /// # Ok::<(), keel_storage::Error>(())
 /// ```
@@ -45,8 +47,15 @@ pub struct PhaseReport {
 pub struct OpenReport {
     /// The database file.
     pub path: PathBuf,
-    /// Total wall time of the pipeline.
+    /// Total wall time of the pipeline (until durable, or until the barrier failed).
     pub total: Duration,
+    /// When the store became readable (reads, snapshots, subscriptions), from the
+    /// start of the open. See [`Milestone`](crate::Milestone).
+    pub readable_after: Duration,
+    /// When the store became durable (the open barrier done: writes commit), from
+    /// the start of the open. `None` while the barrier runs, or if it failed.
+    /// Equal to `readable_after` when the WAL was empty.
+    pub durable_after: Option<Duration>,
     /// Size of `<db>-wal` when open started.
     pub wal_bytes_at_open: u64,
     /// WAL frames SQLite recovered (frames in the WAL file at open).
@@ -83,9 +92,14 @@ impl fmt::Display for OpenReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "open {}  {:.1} ms  (wal {} B at open, {} frames recovered, {} syncs{}{})",
+            "open {}  {:.1} ms  (readable at {:.1} ms, durable at {}; wal {} B at open, {} frames recovered, {} syncs{}{})",
             self.path.display(),
             ms(self.total),
+            ms(self.readable_after),
+            match self.durable_after {
+                Some(d) => format!("{:.1} ms", ms(d)),
+                None => "-".to_string(),
+            },
             self.wal_bytes_at_open,
             self.frames_recovered,
             self.syncs_issued,

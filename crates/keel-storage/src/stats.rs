@@ -58,6 +58,10 @@ impl Counters {
     pub(crate) fn total_syncs(&self) -> u64 {
         self.kinds.iter().map(|c| c.syncs.load(Relaxed)).sum()
     }
+    /// Syncs issued for the open barrier.
+    pub(crate) fn barrier_syncs(&self) -> u64 {
+        self.by_reason[2].load(Relaxed)
+    }
     pub(crate) fn reset(&self) {
         for c in &self.kinds {
             for a in [

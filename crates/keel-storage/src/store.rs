@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
+use crate::durable::{DurableFuture, Gate, Wait};
 use crate::error::{Error, Result};
 use crate::oneshot;
 use crate::options::StoreOptions;
@@ -19,12 +19,11 @@ use crate::writer::{TypedJob, WriteFuture, WriteTxn, WriterMsg};
 pub(crate) struct Inner {
     path: PathBuf,
     shared: Arc<VfsShared>,
-    report: OnceLock<OpenReport>,
     writer_tx: Mutex<Option<Sender<WriterMsg>>>,
     ckpt_tx: Mutex<Option<Sender<CkptMsg>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
-    ckpt: Mutex<Option<JoinHandle<()>>>,
-    writer_id: ThreadId,
+    /// The durable milestone, the open report and the writer/checkpointer threads
+    /// (which start at durable).
+    gate: Arc<Gate>,
     readers: ReaderPool,
     closed: AtomicBool,
     close_lock: Mutex<()>,
@@ -37,26 +36,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Inner {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         path: PathBuf,
         shared: Arc<VfsShared>,
         readers: ReaderPool,
         writer_tx: Sender<WriterMsg>,
         ckpt_tx: Sender<CkptMsg>,
-        writer: JoinHandle<()>,
-        ckpt: JoinHandle<()>,
+        gate: Arc<Gate>,
         vfs: Arc<VfsRegistration>,
     ) -> Inner {
         Inner {
             path,
             shared,
-            report: OnceLock::new(),
-            writer_id: writer.thread().id(),
             writer_tx: Mutex::new(Some(writer_tx)),
             ckpt_tx: Mutex::new(Some(ckpt_tx)),
-            writer: Mutex::new(Some(writer)),
-            ckpt: Mutex::new(Some(ckpt)),
+            gate,
             readers,
             closed: AtomicBool::new(false),
             close_lock: Mutex::new(()),
@@ -64,18 +58,29 @@ impl Inner {
         }
     }
 
+    fn on_writer(&self) -> bool {
+        self.gate.threads.writer_id.get() == Some(&std::thread::current().id())
+    }
+
     fn close(&self) -> Result<()> {
         let _g = lock(&self.close_lock);
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let on_writer = std::thread::current().id() == self.writer_id;
+        // 0. During the open barrier the writer is parked: wait for it (bounded),
+        //    then fail what is queued rather than hang.
+        let t = std::time::Instant::now();
+        let abandoned = match self.gate.wait(Some(self.gate.truncate_timeout)) {
+            Wait::TimedOut => self.gate.abandon("close", t.elapsed()),
+            Wait::Durable | Wait::Failed(_) => None,
+        };
+        let on_writer = self.on_writer();
         // 1. The writer finishes what is queued, then exits.
         if let Some(tx) = lock(&self.writer_tx).take() {
             let _ = tx.send(WriterMsg::Shutdown);
         }
         if !on_writer {
-            if let Some(h) = lock(&self.writer).take() {
+            if let Some(h) = lock(&self.gate.threads.writer).take() {
                 let _ = h.join();
             }
         }
@@ -85,11 +90,14 @@ impl Inner {
         if let Some(tx) = lock(&self.ckpt_tx).take() {
             let _ = tx.send(CkptMsg::Shutdown);
         }
-        if let Some(h) = lock(&self.ckpt).take() {
+        if let Some(h) = lock(&self.gate.threads.ckpt).take() {
             let _ = h.join();
         }
         tracing::info!(path = %self.path.display(), "store closed");
-        Ok(())
+        match abandoned {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }
 
@@ -194,11 +202,18 @@ impl Store {
     }
 
     pub(crate) fn set_report(&self, r: OpenReport) {
-        let _ = self.inner.report.set(r);
+        *lock(&self.inner.gate.report) = r;
+    }
+
+    pub(crate) fn gate(&self) -> &Gate {
+        &self.inner.gate
     }
 
     /// Open (or create) a store, blocking the calling thread through the whole open
-    /// pipeline (including any slow sync). Prefer [`Store::open_async`] on UI threads.
+    /// pipeline (including any slow sync): it returns when the store is
+    /// [durable](crate::Milestone::Durable). If the open barrier fails the store is
+    /// closed and the barrier's error returned. Prefer [`Store::open_async`] on UI
+    /// threads.
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
@@ -208,11 +223,24 @@ impl Store {
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
-        crate::open::open_store(path.as_ref(), options, &|| false)
+        let store = crate::open::open_store(path.as_ref(), options, &|| false, &|_| {})?;
+        match store.inner.gate.wait(Some(std::time::Duration::ZERO)) {
+            Wait::Failed(e) => {
+                let _ = store.close();
+                Err(e)
+            }
+            Wait::Durable | Wait::TimedOut => Ok(store),
+        }
     }
 
-    /// Start opening a store on a keel-owned thread and return at once. Progress
-    /// events go to [`StoreOptions::progress`]. Works with or without an async runtime.
+    /// Start opening a store on a keel-owned thread and return at once. The future
+    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::Milestone)):
+    /// reads, snapshots and subscriptions work at once, even while the open barrier
+    /// (the sync of a WAL a previous run left, seconds under `F_FULLFSYNC`) still
+    /// runs. Writes submitted meanwhile are queued and commit after it; await
+    /// [`Store::durable`] to know when. Progress events go to
+    /// [`StoreOptions::progress`], the last one (`Durable`) possibly after the
+    /// future resolved. Works with or without an async runtime.
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
@@ -229,15 +257,27 @@ impl Store {
         let spawned = std::thread::Builder::new()
             .name("keel-open".into())
             .spawn(move || {
-                let r = {
-                    let cancelled = || tx.is_cancelled();
-                    crate::open::open_store(&p2, options, &cancelled)
+                let tx = Mutex::new(Some(tx));
+                let cancelled = || lock(&tx).as_ref().is_some_and(|t| t.is_cancelled());
+                // The future resolves at readable; this thread goes on to durable.
+                let deliver = |r: Result<Store>| match lock(&tx).take() {
+                    Some(t) => t.send(r).is_ok(),
+                    None => true,
                 };
-                // If the future is gone, the store comes back here and is closed
-                // (threads joined) before this thread exits.
-                if let Err(Ok(store)) = tx.send(r) {
-                    tracing::info!("open cancelled after completion; closing");
-                    let _ = store.close();
+                let r = crate::open::open_store(&p2, options, &cancelled, &|s: &Store| {
+                    deliver(Ok(s.clone()));
+                });
+                match r {
+                    Err(e) => {
+                        deliver(Err(e));
+                    }
+                    Ok(store) => {
+                        // Delivered at readable already (a no-op then). If the future
+                        // is gone, this is the last handle: dropping it closes the
+                        // store (threads joined) before this thread exits.
+                        deliver(Ok(store.clone()));
+                        drop(store);
+                    }
                 }
             });
         if let Err(e) = spawned {
@@ -306,7 +346,7 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        if std::thread::current().id() == self.inner.writer_id {
+        if self.inner.on_writer() {
             return Err(E::from(Error::Cancelled {
                 op: "write_blocking on the writer thread (would deadlock)",
                 path: self.inner.path.clone(),
@@ -367,6 +407,11 @@ impl Store {
     /// waits at most `StoreOptions::truncate_timeout` for readers and the writer;
     /// if they stay in the way the outcome says `busy`.
     ///
+    /// A checkpoint writes the database file, so it runs only once the store is
+    /// durable: called while the open barrier still runs, it waits for it at most
+    /// `truncate_timeout` too, and then answers `busy` (nothing was copied, the
+    /// WAL is untouched). If the barrier failed it returns the barrier's error.
+    ///
     /// ```
     /// # use keel_storage::{CheckpointMode, Store, StoreOptions};
     /// # let dir = tempfile::tempdir().unwrap();
@@ -376,6 +421,30 @@ impl Store {
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
     pub fn checkpoint(&self, mode: CheckpointMode) -> Result<CheckpointOutcome> {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::closed("checkpoint", &self.inner.path));
+        }
+        let t = std::time::Instant::now();
+        match self.inner.gate.wait(Some(self.inner.gate.truncate_timeout)) {
+            Wait::Durable => {}
+            Wait::Failed(e) => return Err(e),
+            Wait::TimedOut => {
+                tracing::info!(
+                    mode = mode.sql(),
+                    "checkpoint: the open barrier is still running"
+                );
+                return Ok(CheckpointOutcome {
+                    mode,
+                    busy: true,
+                    wal_frames: -1,
+                    checkpointed_frames: -1,
+                    duration: t.elapsed(),
+                    wal_bytes_after: std::fs::metadata(crate::open::wal_path(&self.inner.path))
+                        .map(|m| m.len())
+                        .unwrap_or(0),
+                });
+            }
+        }
         let (tx, rx) = oneshot::channel();
         {
             let g = lock(&self.inner.ckpt_tx);
@@ -393,7 +462,8 @@ impl Store {
     }
 
     /// The app is going to the background: TRUNCATE checkpoint with a bounded wait so
-    /// the WAL is empty (and the next launch has nothing to sync or recover).
+    /// the WAL is empty (and the next launch has nothing to sync or recover). During
+    /// the open barrier it first waits for it (same bound); see [`Store::checkpoint`].
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
@@ -409,6 +479,7 @@ impl Store {
 
     /// Reclaim up to `pages` free pages now (runs on the writer thread). Returns the
     /// number of pages reclaimed. The writer also does this by itself when idle.
+    /// It writes, so before the store is durable it waits for the open barrier.
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
@@ -491,7 +562,9 @@ impl Store {
         self.inner.shared.counters.reset();
     }
 
-    /// What the open pipeline did, phase by phase.
+    /// What the open pipeline did, phase by phase, with the times of both
+    /// milestones (`readable_after`, `durable_after`). A snapshot: taken before
+    /// durable it has no `sync_wal` line and no `durable_after` yet.
     ///
     /// ```
     /// # use keel_storage::{OpenPhase, Store, StoreOptions};
@@ -502,12 +575,62 @@ impl Store {
     /// assert_eq!(r.wal_bytes_at_open, 0);
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
-    pub fn open_report(&self) -> &OpenReport {
-        static EMPTY: OnceLock<OpenReport> = OnceLock::new();
+    pub fn open_report(&self) -> OpenReport {
+        lock(&self.inner.gate.report).clone()
+    }
+
+    /// A future that resolves when the store is **durable**
+    /// ([`Milestone::Durable`](crate::Milestone)): the open barrier is done, queued
+    /// writes commit, checkpoints run. Resolves at once if it already is (always
+    /// after a blocking [`Store::open`], and for a WAL that was empty at open). If
+    /// the barrier failed it resolves with that error; the store stays readable and
+    /// every write fails with the same error.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = futures::executor::block_on(Store::open_async(dir.path().join("a.db"), StoreOptions::default()))?;
+    /// // Reads work now; writes are accepted and commit once durable.
+    /// futures::executor::block_on(store.durable())?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn durable(&self) -> DurableFuture {
+        DurableFuture {
+            gate: Arc::clone(&self.inner.gate),
+        }
+    }
+
+    /// True once keel's writer thread may have started running write closures
+    /// (from durable on; before, writes only queue). Layers that install an
+    /// `on_commit` hook use it to skip a barrier write that could only wait for the
+    /// open barrier.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.writer_started());
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn writer_started(&self) -> bool {
         self.inner
-            .report
-            .get()
-            .unwrap_or_else(|| EMPTY.get_or_init(OpenReport::default))
+            .gate
+            .threads
+            .writer_started
+            .load(Ordering::SeqCst)
+    }
+
+    /// True once the store is durable (see [`Store::durable`]).
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.is_durable()); // the blocking open returns at durable
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn is_durable(&self) -> bool {
+        self.inner.gate.is_durable()
     }
 
     /// The database file (absolute).

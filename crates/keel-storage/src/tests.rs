@@ -454,3 +454,87 @@ fn syncs_per_commit_for_each_builtin_policy() {
         assert_eq!(store.io_stats().wal.syncs, expected, "{policy:?}");
     }
 }
+
+/// A file whose last writer died with `rows` rows of table `t` in the WAL.
+fn leftover_wal(p: &std::path::Path, rows: u32) {
+    let c = rusqlite::Connection::open(p).unwrap();
+    c.execute_batch(&format!(
+        "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(id INTEGER PRIMARY KEY, v);
+         WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < {rows})
+         INSERT INTO t(v) SELECT randomblob(1000) FROM n;"
+    ))
+    .unwrap();
+    c.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    )
+    .unwrap();
+}
+
+/// An open-barrier policy that blocks until the returned sender sends (or drops).
+fn latched() -> (SyncPolicy, std::sync::mpsc::Sender<()>) {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let rx = Mutex::new(rx);
+    let p = SyncPolicy::custom(move |ctx| {
+        let _ = rx.lock().unwrap().recv();
+        ctx.full_sync()
+    });
+    (p, tx)
+}
+
+#[test]
+fn writes_queued_during_the_barrier_commit_after_it_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("q.db");
+    leftover_wal(&p, 20);
+    let (policy, release) = latched();
+    let store = Store::open_async(&p, opts().open_barrier_sync(policy))
+        .wait()
+        .unwrap();
+    assert!(!store.is_durable() && !store.writer_started());
+    assert_eq!(count_rows(&store), 20);
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let futs: Vec<_> = (0..5)
+        .map(|i| {
+            let o = Arc::clone(&order);
+            store.write(move |t| {
+                o.lock().unwrap().push(i);
+                t.execute("INSERT INTO t(v) VALUES ('queued')", [])
+                    .map_err(Error::from)
+            })
+        })
+        .collect();
+    assert!(
+        order.lock().unwrap().is_empty(),
+        "a closure ran before durable"
+    );
+    drop(release);
+    for f in futs {
+        f.wait().unwrap();
+    }
+    store.durable().wait().unwrap();
+    assert_eq!(*order.lock().unwrap(), [0, 1, 2, 3, 4]);
+    assert_eq!(count_rows(&store), 25);
+    let r = store.open_report();
+    assert!(r.durable_after.unwrap() >= r.readable_after, "{r}");
+    assert_eq!(r.phase(OpenPhase::SyncWal).unwrap().syncs, 1, "{r}");
+    assert_eq!(r.phases.len(), 6, "{r}");
+    store.close().unwrap();
+}
+
+#[test]
+fn checkpoint_on_open_runs_after_the_barrier_and_blocking_open_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("c.db");
+    leftover_wal(&p, 300);
+    let mut o = opts().checkpoint_threshold(64 * 1024);
+    o.checkpoint_on_open = true;
+    let store = Store::open(&p, o).unwrap();
+    assert!(store.is_durable());
+    let r = store.open_report();
+    let ck = r.phase(OpenPhase::Checkpoint).unwrap();
+    assert!(ck.note.contains("after the open barrier"), "{r}");
+    assert!(store.io_stats().main_db.writes > 0, "{}", store.io_stats());
+    assert_eq!(r.durable_after, Some(r.total), "{r}");
+    store.close().unwrap();
+}

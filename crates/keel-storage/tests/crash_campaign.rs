@@ -2,7 +2,8 @@
 //! enabled for this crate's tests by its self dev-dependency).
 //!
 //! `campaign_ci` is the CI-size campaign (≥ 1,000 crash points and ≥ 1,000 injected
-//! faults over every honest sync policy). `cargo xtask stress --seeds N` runs the same
+//! faults over every honest sync policy, open-time sessions among them: an open with
+//! a slow barrier, reads during it, writes queued, a crash or fault at its ops). `cargo xtask stress --seeds N` runs the same
 //! test in release mode with `KEEL_STRESS_SEEDS=N` (plus `KEEL_STRESS_SEED=S` to replay
 //! one seed and `KEEL_STRESS_POLICY=P` to pin the policy).
 
@@ -71,6 +72,10 @@ fn campaign_ci() {
             "no crash landed inside the open pipeline"
         );
         assert!(r.power_losses > 0 && r.app_crashes > 0);
+        // Open-time scenarios: opens with a WAL and a held barrier, reads during it,
+        // writes queued, crashes and faults at its operations, some barriers failing.
+        assert!(r.open_sessions >= 10, "{}", r.details());
+        assert!(r.barrier_failures > 0, "{}", r.details());
         assert!(r.acknowledged > 1000);
     }
 }

@@ -258,10 +258,15 @@ fn hub_of(db: &Database) -> Arc<Hub> {
         db.on_commit_changes(move |ch| h2.on_commit(ch));
         // Barrier: a write closure that started before the hook existed did not
         // record its changes; let it finish before anything registers. (On the
-        // writer thread this returns an error instead of deadlocking.)
-        let _ = db
-            .store()
-            .write_blocking(|_| Ok::<(), keel_storage::Error>(()));
+        // writer thread this returns an error instead of deadlocking.) While the
+        // open barrier runs no closure has started — the writer starts at durable —
+        // so there is nothing to wait for, and subscribing must not wait for the
+        // barrier.
+        if db.store().writer_started() {
+            let _ = db
+                .store()
+                .write_blocking(|_| Ok::<(), keel_storage::Error>(()));
+        }
         hub
     }))
 }

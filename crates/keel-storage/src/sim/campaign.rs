@@ -13,6 +13,14 @@
 //! * **fault session**: the N-th read, write, sync or truncate fails once with `EIO` or
 //!   `ENOSPC`; every error must be typed, each transaction all-or-nothing, and the store
 //!   must keep working (or reopen cleanly); it ends with a clean close.
+//! * **open-time session**: an open whose WAL is not empty, with a slow open barrier (a
+//!   latch holds it) and either a crash point (power loss or app crash) or a fault at
+//!   one of the open's operations. While the barrier is held the store is readable:
+//!   the oracle reads the recovered state through it, and writes are queued. Then the
+//!   barrier is released. Besides the oracle below: no write may run (let alone be
+//!   acknowledged) before the barrier's sync returned; a failed barrier fails the
+//!   queued writes with a typed error and leaves the store readable and its data
+//!   intact (checked on the live store, then again after the next open).
 //!
 //! The **oracle**, after every crash, at the next successful open:
 //!
@@ -125,6 +133,16 @@ impl Policy {
         }
     }
 
+    /// The primitive this policy's open barrier runs (what a latch-held barrier hook
+    /// calls once released).
+    fn barrier_sync(self, ctx: &crate::SyncContext<'_>) -> std::io::Result<()> {
+        match self {
+            Policy::Barrier => ctx.barrier_sync(),
+            Policy::Off => Ok(()),
+            _ => ctx.full_sync(),
+        }
+    }
+
     /// Does every acknowledged commit survive a power loss (as the docs promise)?
     fn commit_durable(self) -> bool {
         matches!(
@@ -185,6 +203,11 @@ pub struct CampaignReport {
     pub stayed_usable: u64,
     /// After a fault the store had to be reopened (and the reopen passed the oracle).
     pub reopened: u64,
+    /// Open-time sessions: an open with a WAL, the barrier held while reads ran and
+    /// writes were queued.
+    pub open_sessions: u64,
+    /// Open-time sessions whose barrier failed (crash or fault at its sync).
+    pub barrier_failures: u64,
     /// One line per failure, each with its seed and a repro command.
     pub failures: Vec<String>,
     /// A hash of everything that happened (same seed ⇒ same trace).
@@ -205,6 +228,8 @@ impl CampaignReport {
         self.acknowledged += o.acknowledged;
         self.stayed_usable += o.stayed_usable;
         self.reopened += o.reopened;
+        self.open_sessions += o.open_sessions;
+        self.barrier_failures += o.barrier_failures;
         self.failures.extend(o.failures.iter().cloned());
         self.trace = self.trace.rotate_left(7) ^ o.trace;
     }
@@ -229,14 +254,16 @@ impl CampaignReport {
     /// The detail line printed under the summary.
     pub fn details(&self) -> String {
         format!(
-            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened",
+            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened, open-time sessions: {} ({} failed barriers)",
             self.violations,
             self.recovery_crashes,
             self.power_losses,
             self.app_crashes,
             self.acknowledged,
             self.stayed_usable,
-            self.reopened
+            self.reopened,
+            self.open_sessions,
+            self.barrier_failures
         )
     }
 }
@@ -445,9 +472,15 @@ pub fn run(cfg: &CampaignConfig) -> CampaignReport {
         let fault = want_fault && (!want_crash || c.rng.chance(1, 2));
         if fault {
             fault_sessions += 1;
-            c.fault_session();
-        } else if want_crash {
             if c.rng.chance(1, 5) {
+                c.open_time_session();
+            } else {
+                c.fault_session();
+            }
+        } else if want_crash {
+            if c.rng.chance(1, 4) {
+                c.open_time_session();
+            } else if c.rng.chance(1, 5) {
                 c.recovery_session();
             } else {
                 c.crash_session();
@@ -1080,6 +1113,284 @@ impl Campaign {
         match self.open_and_verify(o) {
             Ok(s) => self.crash_end(Some(s)),
             Err(e) => self.opened_failed(e),
+        }
+    }
+
+    /// Leave commits in the WAL (an app crash after a few groups), so the next open
+    /// has a barrier to run.
+    fn leave_wal(&mut self) -> bool {
+        let wal = std::fs::metadata(crate::open::wal_path(&self.path)).map_or(0, |m| m.len());
+        if wal > 0 {
+            return true;
+        }
+        let store = match self.open_and_verify(self.options()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.opened_failed(e);
+                return false;
+            }
+        };
+        for _ in 0..self.rng.range(1, 4) {
+            let n = 1 + self.rng.below(3) as usize;
+            if !self.group(&store, n) {
+                break;
+            }
+        }
+        // And one change for sure (a group of deletes of absent keys writes nothing).
+        let group = self.next_group;
+        self.next_group += 1;
+        let (k, v) = (self.rng.range(0, 150) as i64, self.value());
+        self.single(&store, vec![Op::Put(k, v)], group);
+        self.disk.crash_now();
+        drop(store);
+        self.disk.app_crash();
+        self.report.app_crashes += 1;
+        self.report.crash_points += 1;
+        self.end = End::AppCrash;
+        true
+    }
+
+    /// An open with a WAL and a slow barrier (held by a latch), a crash point or a
+    /// fault at one of its operations, reads during the barrier and writes queued.
+    fn open_time_session(&mut self) {
+        if !self.leave_wal() {
+            return;
+        }
+        self.report.open_sessions += 1;
+        // What goes wrong: a crash at one of the first mutating ops (the barrier's
+        // sync is the first), or a fault on the barrier sync / a later op.
+        let crash = self.rng.chance(1, 2);
+        let at = self.rng.range(1, 6);
+        // (No read faults here: the oracle reads through this store during the
+        // barrier; fault sessions cover reads.)
+        let (class, errno) = if self.rng.chance(2, 3) {
+            (OpClass::Sync, FaultErrno::Eio)
+        } else {
+            (
+                OpClass::Write,
+                if self.rng.chance(1, 2) {
+                    FaultErrno::Eio
+                } else {
+                    FaultErrno::Enospc
+                },
+            )
+        };
+        let nth = if class == OpClass::Sync {
+            self.rng.range(1, 3)
+        } else {
+            self.rng.range(1, 12)
+        };
+        self.log(|| {
+            if crash {
+                format!("open-time session, crash at op {at}")
+            } else {
+                format!("open-time session, fault {class:?} #{nth} {errno:?}")
+            }
+        });
+        self.trace(
+            3000 + if crash {
+                at
+            } else {
+                100 + nth * 4 + class as u64
+            },
+        );
+        let fired_before = self.disk.fired().len();
+        if crash {
+            self.disk.crash_at(at);
+        } else {
+            self.disk.inject_fault(class, nth, errno);
+        }
+        // The barrier: held until released, then the policy's own primitive.
+        let latch = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let synced = Arc::new(AtomicBool::new(false));
+        let mut opts = self.options();
+        {
+            let (l, s2, policy) = (Arc::clone(&latch), Arc::clone(&synced), self.cfg.policy);
+            opts.sync.open_barrier = SyncPolicy::custom(move |ctx| {
+                let mut open = l.0.lock().unwrap_or_else(|p| p.into_inner());
+                while !*open {
+                    open = l.1.wait(open).unwrap_or_else(|p| p.into_inner());
+                }
+                drop(open);
+                let r = policy.barrier_sync(ctx);
+                if r.is_ok() {
+                    s2.store(true, Ordering::SeqCst);
+                }
+                r
+            });
+        }
+        let release = |latch: &(std::sync::Mutex<bool>, std::sync::Condvar)| {
+            *latch.0.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            latch.1.notify_all();
+        };
+        let store = match Store::open_async(&self.path, opts).wait() {
+            Ok(s) => s,
+            Err(e) => {
+                release(&latch);
+                self.check_typed(&e);
+                if !crash {
+                    self.disk.clear_fault();
+                }
+                if self.disk.crashed() {
+                    self.report.recovery_crashes += 1;
+                    self.crash_end(None);
+                } else if self.disk.fired().len() > fired_before {
+                    self.report.faults += 1;
+                    self.end = End::Clean;
+                } else {
+                    self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+                }
+                return;
+            }
+        };
+        self.log(|| {
+            format!(
+                "open-time session: readable, wal {} bytes at open, durable {}",
+                store.open_report().wal_bytes_at_open,
+                store.is_durable()
+            )
+        });
+        // Readable, the barrier held: the oracle reads the recovered state now. It
+        // becomes the new base only once the barrier synced it (a failed barrier
+        // leaves it as durable as the previous run left it).
+        let required = match self.end {
+            End::PowerLoss => self.must_survive,
+            End::AppCrash | End::Clean => self.acked_len,
+        };
+        let recovered = self.check_state(&store, Some(required));
+        // Writes submitted during the barrier: queued, run only after it.
+        let group = self.next_group;
+        self.next_group += 1;
+        let mut futs = Vec::new();
+        for _ in 0..self.rng.range(1, 4) {
+            let ops = self.random_ops();
+            let body_ok = Arc::new(AtomicBool::new(false));
+            let early = Arc::new(AtomicBool::new(false));
+            let (b2, e2, s2, ops2) = (
+                Arc::clone(&body_ok),
+                Arc::clone(&early),
+                Arc::clone(&synced),
+                ops.clone(),
+            );
+            let fut = store.write(move |t: &mut WriteTxn<'_>| {
+                if !s2.load(Ordering::SeqCst) {
+                    e2.store(true, Ordering::SeqCst);
+                }
+                for op in &ops2 {
+                    exec_op(t, op)?;
+                }
+                b2.store(true, Ordering::SeqCst);
+                Ok::<_, WErr>(())
+            });
+            futs.push((fut, body_ok, early, ops));
+        }
+        release(&latch);
+        let durable = store.durable().wait();
+        let mut barrier_failed = false;
+        match &durable {
+            Ok(()) => {
+                if let Some((k, model)) = recovered.clone() {
+                    self.trace(k as u64);
+                    self.fold(model);
+                }
+            }
+            Err(e) => {
+                self.check_typed(e);
+                barrier_failed = matches!(
+                    e,
+                    Error::SyncFailed {
+                        reason: crate::SyncReason::OpenBarrier,
+                        ..
+                    }
+                );
+                if !barrier_failed {
+                    self.violation(format!("durable failed with an unexpected error: {e}"));
+                }
+            }
+        }
+        for (fut, body_ok, early, ops) in futs {
+            let r = fut.wait();
+            if early.load(Ordering::SeqCst) {
+                self.violation("a write ran before the open barrier's sync returned".into());
+            }
+            match r {
+                Ok(()) if barrier_failed => {
+                    self.violation(
+                        "a write was acknowledged although the open barrier failed".into(),
+                    );
+                }
+                Ok(()) => {
+                    self.acknowledged(ops, group);
+                    self.trace(1);
+                }
+                Err(WErr::Keel(e)) => {
+                    self.check_typed(&e);
+                    if barrier_failed {
+                        if !matches!(e, Error::SyncFailed { .. }) || body_ok.load(Ordering::SeqCst)
+                        {
+                            self.violation(format!(
+                                "after a failed open barrier a queued write ran or failed untyped: {e}"
+                            ));
+                        }
+                    } else if body_ok.load(Ordering::SeqCst)
+                        && (matches!(e, Error::SyncFailed { .. }) || self.disk.crashed())
+                    {
+                        self.history.push(Slot {
+                            ops,
+                            maybe: true,
+                            group,
+                        });
+                    }
+                    self.trace(3);
+                }
+                Err(WErr::Deliberate) => {}
+            }
+        }
+        if barrier_failed {
+            self.report.barrier_failures += 1;
+            // Readable and intact: the live store shows exactly the recovered state.
+            if !crash {
+                self.disk.clear_fault();
+            }
+            let live = store.read(|c| {
+                let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0))?;
+                Ok::<_, Error>((ok, Model::read(c)?))
+            });
+            match (live, &recovered) {
+                (Ok((ok, m)), Some((_, before))) => {
+                    if ok != "ok" || m != *before {
+                        self.fail_corrupt(format!(
+                            "after a failed open barrier the store changed or is damaged (integrity {ok})"
+                        ));
+                    }
+                }
+                (Err(e), _) => {
+                    self.violation(format!("not readable after a failed open barrier: {e}"))
+                }
+                (Ok(_), None) => {}
+            }
+            let w = store
+                .write(|_t: &mut WriteTxn<'_>| Ok::<(), Error>(()))
+                .wait();
+            if !matches!(w, Err(Error::SyncFailed { .. })) {
+                self.violation(format!(
+                    "a write after a failed open barrier did not fail typed: {w:?}"
+                ));
+            }
+        }
+        if crash {
+            self.crash_end(Some(store));
+        } else {
+            self.disk.clear_fault();
+            if self.disk.fired().len() > fired_before {
+                self.report.faults += 1;
+            }
+            if let Err(e) = store.close() {
+                self.check_typed(&e);
+            }
+            // After a failed barrier the close writes nothing (no checkpoint): the
+            // next open finds the recovered state again and syncs it then.
+            self.end = End::Clean;
         }
     }
 
