@@ -579,17 +579,99 @@ fn arb_leaf() -> impl Strategy<Value = Expr> {
     ]
 }
 
+/// Numeric fields (integers incl. `ulong` at `u64::MAX`, bool, enum, optional
+/// double, struct and union members): what arithmetic takes.
+fn numeric_paths() -> Vec<FieldPath> {
+    vec![
+        Post::priority().into_path(),
+        Post::color().into_path(),
+        Post::rating().into_path(),
+        Post::published().into_path(),
+        Post::views().into_path(),
+        Post::delta().into_path(),
+        Post::author().join(Author::age()).into_path(),
+        Post::content_image().join(Image::width()).into_path(),
+        Post::content_video().join(Video::seconds()).into_path(),
+        Post::frame().join(Rect::layer()).into_path(),
+        Post::pos().join(Vec2::y()).into_path(),
+    ]
+}
+
+fn arb_number() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        (-3i64..8).prop_map(Value::Int),
+        prop_oneof![Just(i64::MAX), Just(i64::MIN), Just(-1i64), Just(0i64)].prop_map(Value::Int),
+        prop_oneof![
+            (-12i32..12).prop_map(|x| x as f64 / 4.0),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(0.0),
+            Just(-1.0),
+            Just(9_223_372_036_854_775_808.0),
+            Just(1e300),
+        ]
+        .prop_map(Value::Float),
+    ]
+}
+
+/// Arithmetic over numeric fields and constants: overflow, division and
+/// remainder by zero, `i64::MIN / -1`, floats (infinities, NaN results) and nulls.
+fn arb_term() -> impl Strategy<Value = Term> {
+    let n = numeric_paths().len();
+    let leaf = prop_oneof![
+        2 => (0..n).prop_map(|p| Term::field(numeric_paths()[p].clone())),
+        1 => arb_number().prop_map(Term::Const),
+    ];
+    leaf.prop_recursive(3, 8, 2, |inner| {
+        (inner.clone(), 0..5usize, inner).prop_map(|(a, op, b)| {
+            let op = [
+                ArithOp::Add,
+                ArithOp::Sub,
+                ArithOp::Mul,
+                ArithOp::Div,
+                ArithOp::Rem,
+            ][op];
+            a.arith(op, b)
+        })
+    })
+}
+
+fn arb_arith_leaf() -> impl Strategy<Value = Expr> {
+    let n = paths().len();
+    prop_oneof![
+        3 => (arb_term(), 0..6usize, arb_term()).prop_map(|(a, op, b)| {
+            let op = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge][op];
+            a.cmp(op, b)
+        }),
+        // A term against any constant or any field (text, blobs: class order).
+        1 => (arb_term(), 0..6usize, arb_value()).prop_map(|(a, op, v)| {
+            let op = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge][op];
+            a.cmp(op, Term::Const(v))
+        }),
+        1 => (0..n, 0..6usize, 0..n).prop_map(|(a, op, b)| {
+            let op = [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge][op];
+            Term::field(paths()[a].clone()).cmp(op, Term::field(paths()[b].clone()))
+        }),
+        1 => arb_term().prop_map(Term::is_null),
+        1 => arb_term().prop_map(Term::is_not_null),
+    ]
+}
+
 fn arb_expr() -> impl Strategy<Value = Expr> {
-    arb_leaf().prop_recursive(3, 12, 2, |inner| {
+    prop_oneof![3 => arb_leaf(), 2 => arb_arith_leaf()].prop_recursive(3, 12, 2, |inner| {
         prop_oneof![
             (inner.clone(), inner.clone()).prop_map(|(a, b)| a.and(b)),
             (inner.clone(), inner.clone()).prop_map(|(a, b)| a.or(b)),
-            inner.prop_map(|a| a.not()),
+            inner.clone().prop_map(|a| a.not()),
+            inner.clone().prop_map(|a| a.is_null()),
+            inner.prop_map(|a| a.is_not_null()),
         ]
     })
 }
 
-use keel::schema::CmpOp;
+use keel::schema::{ArithOp, CmpOp, Term, Unlisted};
 
 fn arb_post() -> impl Strategy<Value = Post> {
     (
@@ -655,14 +737,23 @@ fn arb_post() -> impl Strategy<Value = Post> {
 
 fn arb_order() -> impl Strategy<Value = Vec<SortKey>> {
     let n = paths().len();
-    prop::collection::vec((0..n, any::<bool>()), 0..3).prop_map(|v| {
-        v.into_iter()
-            .map(|(p, d)| SortKey {
-                path: paths()[p].clone(),
-                descending: d,
-            })
-            .collect()
-    })
+    let key = prop_oneof![
+        3 => (0..n, any::<bool>()).prop_map(|(p, d)| {
+            if d { SortKey::desc(paths()[p].clone()) } else { SortKey::asc(paths()[p].clone()) }
+        }),
+        // Dflat's orderBy(.index(of: […])): by position in a list (duplicates,
+        // nulls, NaN, values of other types included), unlisted first or last.
+        2 => (0..n, prop::collection::vec(arb_value(), 0..4), any::<bool>(), any::<bool>())
+            .prop_map(|(p, values, last, d)| {
+                let k = SortKey::by_list(
+                    paths()[p].clone(),
+                    values,
+                    if last { Unlisted::Last } else { Unlisted::First },
+                );
+                if d { k.reversed() } else { k }
+            }),
+    ];
+    prop::collection::vec(key, 0..3)
 }
 
 /// Runs `expr` ordered by `order` in SQL (all rows and count) and checks it against
@@ -824,7 +915,7 @@ proptest! {
         let schema = db.schema().clone();
         let paths = keyed_paths(&schema);
         for (expr, order) in exprs {
-            let order: Vec<SortKey> = order.into_iter().map(|(p, d)| SortKey { path: paths[p].clone(), descending: d }).collect();
+            let order: Vec<SortKey> = order.into_iter().map(|(p, d)| if d { SortKey::desc(paths[p].clone()) } else { SortKey::asc(paths[p].clone()) }).collect();
             check_sql_matches_memory(&db, "K", &stored, &expr, &order)?;
         }
     }

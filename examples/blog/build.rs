@@ -5,6 +5,10 @@ fn main() {
         "schema/evolution/post_v1.fbs",
         "schema/evolution/post_v2.fbs",
         "schema/edge.fbs",
+        "schema/monster/monster_v1.fbs",
+        "schema/monster/monster_v2.fbs",
+        "schema/namespaces/ns_v1.fbs",
+        "schema/namespaces/ns_v2.fbs",
     ] {
         // In an app depending on the `keel` facade this is just
         // `keel_schema::compile(schema)`; this example depends on keel-schema directly.

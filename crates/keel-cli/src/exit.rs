@@ -82,6 +82,7 @@ impl Failure {
         match e {
             keel_query::Error::Storage(e) => Failure::storage(e),
             e @ keel_query::Error::Decode { .. } => Failure::new(CORRUPT, e.to_string()),
+            e @ keel_query::Error::Schema { .. } => Failure::new(WRONG_SCHEMA, e.to_string()),
             e => Failure::new(USAGE_OR_IO, e.to_string()),
         }
     }

@@ -194,6 +194,30 @@ impl Database {
                     WriteOp::Upsert { collection, bytes } => WriteResult::Written {
                         rowid: txn.upsert_bytes(&collection, bytes)?,
                     },
+                    WriteOp::Change {
+                        collection,
+                        key,
+                        values,
+                    } => {
+                        let values: Vec<(String, keel_schema::Value)> = values
+                            .into_iter()
+                            .map(|f| (f.field, f.value.into()))
+                            .collect();
+                        WriteResult::Written {
+                            rowid: txn.change_values(&collection, &keys(key), &values)?,
+                        }
+                    }
+                    WriteOp::ChangeFrom {
+                        collection,
+                        key,
+                        bytes,
+                        fields,
+                    } => {
+                        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+                        WriteResult::Written {
+                            rowid: txn.change_bytes(&collection, &keys(key), &bytes, &fields)?,
+                        }
+                    }
                     WriteOp::Delete { collection, key } => WriteResult::Deleted {
                         existed: txn.delete_key(&collection, &keys(key))?,
                     },
@@ -339,9 +363,18 @@ pub struct Query {
     db: keel_query::Database,
     collection: String,
     filter: Vec<Arc<Expr>>,
-    order: Vec<(String, bool)>,
+    order: Vec<Order>,
     limit: Option<u64>,
     offset: u64,
+}
+
+/// One sort key of a [`Query`]: a field, a direction, and optionally a list of
+/// values to order by (with where unlisted values go).
+#[derive(Debug, Clone)]
+struct Order {
+    field: String,
+    descending: bool,
+    list: Option<(Vec<Value>, bool)>,
 }
 
 impl Query {
@@ -359,13 +392,24 @@ impl Query {
         for f in &self.filter {
             q = q.filter(r.expr(f)?);
         }
-        for (field, desc) in &self.order {
-            let p = r.path(field)?;
-            q = q.order_by(if *desc {
-                SortKey::desc(p)
-            } else {
-                SortKey::asc(p)
-            });
+        for o in &self.order {
+            let p = r.path(&o.field)?;
+            let key = match &o.list {
+                None => SortKey::asc(p),
+                Some((values, unlisted_last)) => {
+                    let values = values
+                        .iter()
+                        .map(|v| r.value(&o.field, v))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let unlisted = if *unlisted_last {
+                        keel_schema::Unlisted::Last
+                    } else {
+                        keel_schema::Unlisted::First
+                    };
+                    SortKey::by_list(p, values, unlisted)
+                }
+            };
+            q = q.order_by(if o.descending { key.reversed() } else { key });
         }
         if let Some(n) = self.limit {
             q = q.limit(n);
@@ -387,7 +431,33 @@ impl Query {
     /// Add a sort key (earlier keys take precedence; ties end on rowid). Absent
     /// values sort first ascending, last descending.
     pub fn order_by(&self, field: String, descending: bool) -> Arc<Query> {
-        self.with(|q| q.order.push((field, descending)))
+        self.with(|q| {
+            q.order.push(Order {
+                field,
+                descending,
+                list: None,
+            })
+        })
+    }
+
+    /// Add a sort key by the position of `field`'s value in `values` (Dflat's
+    /// `orderBy(.index(of: […]))`): objects whose value is `values[0]` first, then
+    /// `values[1]`, …; values not in the list (and absent ones) come after them
+    /// when `unlisted_last`, else before. `descending` reverses the listed part.
+    pub fn order_by_list(
+        &self,
+        field: String,
+        values: Vec<Value>,
+        unlisted_last: bool,
+        descending: bool,
+    ) -> Arc<Query> {
+        self.with(|q| {
+            q.order.push(Order {
+                field,
+                descending,
+                list: Some((values, unlisted_last)),
+            })
+        })
     }
 
     /// At most `n` objects.
@@ -406,11 +476,20 @@ impl Query {
         for f in &self.filter {
             s.push_str(&format!(" WHERE {}", f.describe()));
         }
-        for (f, d) in &self.order {
-            s.push_str(&format!(
-                " ORDER BY {f} {}",
-                if *d { "DESC" } else { "ASC" }
-            ));
+        for o in &self.order {
+            s.push_str(&format!(" ORDER BY {}", o.field));
+            if let Some((values, last)) = &o.list {
+                s.push_str(&format!(
+                    " IN ORDER ({}) UNLISTED {}",
+                    values
+                        .iter()
+                        .map(|v| keel_schema::Value::from(v.clone()).to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if *last { "LAST" } else { "FIRST" }
+                ));
+            }
+            s.push_str(if o.descending { " DESC" } else { " ASC" });
         }
         if let Some(n) = self.limit {
             s.push_str(&format!(" LIMIT {n}"));

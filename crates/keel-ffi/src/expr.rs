@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use keel_schema::{CmpOp, FieldPath, FieldType, ScalarType, Schema, Value as KValue};
+use keel_schema::{ArithOp, CmpOp, FieldPath, FieldType, ScalarType, Schema, Value as KValue};
 
 use crate::error::KeelError;
 use crate::types::Value;
@@ -31,6 +31,147 @@ enum Node {
     All(Vec<Arc<Expr>>),
     Any(Vec<Arc<Expr>>),
     Not(Arc<Expr>),
+    Compare {
+        left: Arc<Term>,
+        op: CmpOp,
+        right: Arc<Term>,
+    },
+    TermNull {
+        term: Arc<Term>,
+        negated: bool,
+    },
+    Unknown {
+        expr: Arc<Expr>,
+        negated: bool,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum TermNode {
+    Field(String),
+    Const(Value),
+    Arith(ArithOp, Arc<Term>, Arc<Term>),
+}
+
+/// A value computed from an object, for filters with arithmetic
+/// (`mana + hp > 150`, `x % 7 == 0`): a field, a constant, or arithmetic on two
+/// terms. Arithmetic follows SQLite: integers stay integers unless they overflow,
+/// a float operand makes a float, division or remainder by zero is null, and a null
+/// (absent) operand makes the result null. Only numeric fields (integers, floats,
+/// bools, enums) and numeric constants may take part.
+///
+/// ```
+/// use keel_ffi::{Term, Value};
+/// let e = Term::field("mana".into())
+///     .plus(Term::field("hp".into()))
+///     .gt(Term::constant(Value::Integer { v: 150 }));
+/// assert_eq!(e.describe(), "(mana + hp) > 150");
+/// ```
+#[derive(Debug, Clone, PartialEq, uniffi::Object)]
+pub struct Term {
+    node: TermNode,
+}
+
+fn arith(a: Arc<Term>, op: ArithOp, b: Arc<Term>) -> Arc<Term> {
+    Arc::new(Term {
+        node: TermNode::Arith(op, a, b),
+    })
+}
+
+fn compare(left: Arc<Term>, op: CmpOp, right: Arc<Term>) -> Arc<Expr> {
+    Arc::new(Expr {
+        node: Node::Compare { left, op, right },
+    })
+}
+
+#[uniffi::export]
+impl Term {
+    /// The value of the field at a dotted path.
+    #[uniffi::constructor]
+    pub fn field(field: String) -> Arc<Term> {
+        Arc::new(Term {
+            node: TermNode::Field(field),
+        })
+    }
+    /// A constant.
+    #[uniffi::constructor]
+    pub fn constant(value: Value) -> Arc<Term> {
+        Arc::new(Term {
+            node: TermNode::Const(value),
+        })
+    }
+    /// `self + other`.
+    pub fn plus(self: Arc<Self>, other: Arc<Term>) -> Arc<Term> {
+        arith(self, ArithOp::Add, other)
+    }
+    /// `self - other`.
+    pub fn minus(self: Arc<Self>, other: Arc<Term>) -> Arc<Term> {
+        arith(self, ArithOp::Sub, other)
+    }
+    /// `self * other`.
+    pub fn times(self: Arc<Self>, other: Arc<Term>) -> Arc<Term> {
+        arith(self, ArithOp::Mul, other)
+    }
+    /// `self / other` (integer division truncates; by zero is null).
+    pub fn divided_by(self: Arc<Self>, other: Arc<Term>) -> Arc<Term> {
+        arith(self, ArithOp::Div, other)
+    }
+    /// `self % other` (by zero is null).
+    pub fn modulo(self: Arc<Self>, other: Arc<Term>) -> Arc<Term> {
+        arith(self, ArithOp::Rem, other)
+    }
+    /// `self == other`.
+    pub fn eq(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Eq, other)
+    }
+    /// `self != other`.
+    pub fn ne(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Ne, other)
+    }
+    /// `self < other`.
+    pub fn lt(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Lt, other)
+    }
+    /// `self <= other`.
+    pub fn le(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Le, other)
+    }
+    /// `self > other`.
+    pub fn gt(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Gt, other)
+    }
+    /// `self >= other`.
+    pub fn ge(self: Arc<Self>, other: Arc<Term>) -> Arc<Expr> {
+        compare(self, CmpOp::Ge, other)
+    }
+    /// The term is null (absent field, null operand, division by zero).
+    pub fn is_null(self: Arc<Self>) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::TermNull {
+                term: self,
+                negated: false,
+            },
+        })
+    }
+    /// The term is not null.
+    pub fn is_not_null(self: Arc<Self>) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::TermNull {
+                term: self,
+                negated: true,
+            },
+        })
+    }
+    /// The term as text, e.g. `(mana + hp)`.
+    pub fn describe(&self) -> String {
+        match &self.node {
+            TermNode::Field(f) => f.clone(),
+            TermNode::Const(v) => KValue::from(v.clone()).to_string(),
+            TermNode::Arith(op, a, b) => {
+                format!("({} {} {})", a.describe(), op.symbol(), b.describe())
+            }
+        }
+    }
 }
 
 /// A query filter over one object. Fields are named by dotted paths
@@ -161,6 +302,25 @@ impl Expr {
             node: Node::Not(expr),
         })
     }
+    /// This filter is unknown — neither it nor its negation matches (SQL's
+    /// `(filter) IS NULL`), e.g. a comparison with an absent field.
+    pub fn is_unknown(self: Arc<Self>) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::Unknown {
+                expr: self,
+                negated: false,
+            },
+        })
+    }
+    /// This filter is true or false, not unknown (`(filter) IS NOT NULL`).
+    pub fn is_known(self: Arc<Self>) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::Unknown {
+                expr: self,
+                negated: true,
+            },
+        })
+    }
     /// `self AND other`.
     pub fn and_also(self: Arc<Self>, other: Arc<Expr>) -> Arc<Expr> {
         Expr::all_of(vec![self, other])
@@ -197,6 +357,19 @@ impl Expr {
             Node::All(v) => join(v, " AND "),
             Node::Any(v) => join(v, " OR "),
             Node::Not(e) => format!("NOT ({})", e.describe()),
+            Node::Compare { left, op, right } => {
+                format!("{} {} {}", left.describe(), op.symbol(), right.describe())
+            }
+            Node::TermNull { term, negated } => format!(
+                "{} IS {}NULL",
+                term.describe(),
+                if *negated { "NOT " } else { "" }
+            ),
+            Node::Unknown { expr, negated } => format!(
+                "({}) IS {}NULL",
+                expr.describe(),
+                if *negated { "NOT " } else { "" }
+            ),
         }
     }
 }
@@ -315,7 +488,7 @@ impl<'s> Resolver<'s> {
     }
 
     /// Check (and convert: enum names → numbers, ints → floats) a filter constant.
-    fn value(&self, field: &str, v: &Value) -> Result<KValue, KeelError> {
+    pub(crate) fn value(&self, field: &str, v: &Value) -> Result<KValue, KeelError> {
         let ty = match self.leaf(field)? {
             Leaf::Type(t) => t,
             Leaf::Union(_) => {
@@ -463,6 +636,39 @@ impl<'s> Resolver<'s> {
                 }
             }
             Node::Not(x) => K::Not(Box::new(self.expr(x)?)),
+            Node::Compare { left, op, right } => K::Compare {
+                left: self.term(left)?,
+                op: *op,
+                right: self.term(right)?,
+            },
+            Node::TermNull { term, negated } => {
+                let t = self.term(term)?;
+                if *negated {
+                    K::TermIsNotNull(t)
+                } else {
+                    K::TermIsNull(t)
+                }
+            }
+            Node::Unknown { expr, negated } => {
+                let e = Box::new(self.expr(expr)?);
+                if *negated {
+                    K::IsKnown(e)
+                } else {
+                    K::IsUnknown(e)
+                }
+            }
+        })
+    }
+
+    /// The engine's term for `t` (numeric checks happen when the query compiles).
+    fn term(&self, t: &Term) -> Result<keel_schema::Term, KeelError> {
+        use keel_schema::Term as K;
+        Ok(match &t.node {
+            TermNode::Field(f) => K::Field(self.path(f)?),
+            TermNode::Const(v) => K::Const(KValue::from(v.clone())),
+            TermNode::Arith(op, a, b) => {
+                K::Arith(*op, Box::new(self.term(a)?), Box::new(self.term(b)?))
+            }
         })
     }
 }

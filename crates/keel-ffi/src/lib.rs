@@ -71,10 +71,10 @@ mod types;
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};
 pub use error::{CallbackError, KeelError};
-pub use expr::Expr;
+pub use expr::{Expr, Term};
 pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
 pub use types::{
-    CheckpointResult, FileStats, IoStats, Milestone, OpenOptions, OpenPhase, OpenProgress,
-    OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value, WriteOp,
-    WriteResult,
+    CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
+    OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,
+    WriteOp, WriteResult,
 };

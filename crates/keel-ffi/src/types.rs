@@ -457,6 +457,38 @@ pub enum WriteOp {
         /// The object.
         bytes: Vec<u8>,
     },
+    /// Set some fields of the object with primary key `key`, by value. Only these
+    /// fields are written, on top of the version stored when the batch runs (a
+    /// change built from a stale object cannot revert another write); a `Null`
+    /// value clears the field. Scalars, enums (as their number), strings and
+    /// `[ubyte]` (as `Blob`) can be set this way; set table, struct, union and other
+    /// vector fields with [`WriteOp::ChangeFrom`]. Setting a primary-key field moves
+    /// the object to the new key (a delete and an insert). `NotFound` if no object
+    /// has `key`.
+    Change {
+        /// Collection name.
+        collection: String,
+        /// The object's primary key (values in key-field order).
+        key: Vec<Value>,
+        /// The fields to set.
+        values: Vec<FieldValue>,
+    },
+    /// Set the fields named in `fields` of the object with primary key `key` to
+    /// their values in `bytes` (an object of the collection's table, e.g. the
+    /// app's modified copy encoded by its `flatc` code; a field absent there is
+    /// cleared). Every other field keeps its stored value. What a typed change
+    /// request in Swift or Kotlin sends: its object plus the names of the setters
+    /// called.
+    ChangeFrom {
+        /// Collection name.
+        collection: String,
+        /// The object's primary key before the change.
+        key: Vec<Value>,
+        /// An object holding the new values.
+        bytes: Vec<u8>,
+        /// Names of the fields to take from `bytes`.
+        fields: Vec<String>,
+    },
     /// Delete the object with this primary key (values in key-field order).
     Delete {
         /// Collection name.
@@ -466,10 +498,19 @@ pub enum WriteOp {
     },
 }
 
+/// One field of a [`WriteOp::Change`]: its name and new value.
+#[derive(Debug, Clone, PartialEq, uniffi::Record)]
+pub struct FieldValue {
+    /// Field name (a field of the collection's table).
+    pub field: String,
+    /// The new value (`Null` clears the field).
+    pub value: Value,
+}
+
 /// The result of one [`WriteOp`], in batch order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Enum)]
 pub enum WriteResult {
-    /// Insert, update or upsert: the object's rowid.
+    /// Insert, update, upsert or change: the object's rowid.
     Written {
         /// SQLite rowid of the object.
         rowid: i64,

@@ -251,6 +251,153 @@ fn bad_input_is_a_typed_error() {
     block_on(db.close()).unwrap();
 }
 
+/// `WriteOp::Change` / `ChangeFrom` write only the fields they name, on top of the
+/// stored version: a change built from a stale copy keeps what was committed since.
+#[test]
+fn change_ops_write_only_their_fields() {
+    use keel_ffi::FieldValue;
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("c.db").display().to_string(),
+        FBS.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    block_on(db.write(vec![WriteOp::Insert {
+        collection: "demo.Post".into(),
+        bytes: post("a", 1),
+    }]))
+    .unwrap();
+    // Another writer sets the title.
+    block_on(db.write(vec![WriteOp::Change {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        values: vec![FieldValue {
+            field: "title".into(),
+            value: text("T"),
+        }],
+    }]))
+    .unwrap();
+    // A stale copy (no title) changes only the priority.
+    block_on(db.write(vec![WriteOp::ChangeFrom {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        bytes: post("a", 9),
+        fields: vec!["priority".into()],
+    }]))
+    .unwrap();
+    let schema = keel_schema::Schema::parse(FBS, "demo.fbs").unwrap();
+    let r = schema.reader("demo.Post").unwrap();
+    let bytes = db
+        .get("demo.Post".into(), vec![text("a")])
+        .unwrap()
+        .unwrap();
+    let obj = r.read(&bytes).unwrap();
+    assert_eq!(obj.get(&r.path("title").unwrap()), "T".into());
+    assert_eq!(obj.get(&r.path("priority").unwrap()), 9.into());
+    // Bad input: typed errors, nothing written.
+    let err = block_on(db.write(vec![WriteOp::Change {
+        collection: "demo.Post".into(),
+        key: vec![text("a")],
+        values: vec![FieldValue {
+            field: "priority".into(),
+            value: text("high"),
+        }],
+    }]))
+    .unwrap_err();
+    assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
+    let err = block_on(db.write(vec![WriteOp::ChangeFrom {
+        collection: "demo.Post".into(),
+        key: vec![text("nobody")],
+        bytes: post("nobody", 2),
+        fields: vec!["priority".into()],
+    }]))
+    .unwrap_err();
+    assert!(matches!(err, KeelError::NotFound { .. }), "{err:?}");
+    block_on(db.close()).unwrap();
+}
+
+/// Arithmetic terms, null tests on any expression and order by a list, through the
+/// exported API.
+#[test]
+fn terms_null_tests_and_list_order() {
+    use keel_ffi::Term;
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("t.db").display().to_string(),
+        FBS.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let ops = (1..=9)
+        .map(|i| WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: post(&format!("p{i}"), i),
+        })
+        .collect();
+    block_on(db.write(ops)).unwrap();
+    let int = |v| Term::constant(Value::Integer { v });
+    let q = db
+        .query("demo.Post".into())
+        .filter(Term::field("priority".into()).modulo(int(3)).eq(int(0)));
+    assert_eq!(q.count().unwrap(), 3);
+    let q = db.query("demo.Post".into()).filter(
+        Term::field("priority".into())
+            .times(int(2))
+            .plus(int(1))
+            .gt(int(15)),
+    );
+    assert_eq!(q.count().unwrap(), 2);
+    // `title` is absent everywhere: the comparison is unknown, its null test true.
+    let unknown = Expr::eq("title".into(), text("x")).is_unknown();
+    assert_eq!(
+        db.query("demo.Post".into())
+            .filter(unknown)
+            .count()
+            .unwrap(),
+        9
+    );
+    let by_zero = Term::field("priority".into()).divided_by(int(0)).is_null();
+    assert_eq!(
+        db.query("demo.Post".into())
+            .filter(by_zero)
+            .count()
+            .unwrap(),
+        9
+    );
+    let ordered = db
+        .query("demo.Post".into())
+        .order_by_list(
+            "priority".into(),
+            vec![Value::Integer { v: 5 }, Value::Integer { v: 2 }],
+            false,
+            false,
+        )
+        .order_by("priority".into(), false)
+        .limit(4)
+        .all()
+        .unwrap();
+    let schema = keel_schema::Schema::parse(FBS, "demo.fbs").unwrap();
+    let r = schema.reader("demo.Post").unwrap();
+    let prios: Vec<keel_schema::Value> = ordered
+        .iter()
+        .map(|o| r.read(&o.bytes).unwrap().get(&r.path("priority").unwrap()))
+        .collect();
+    // Unlisted first (1, 3, 4, …), then 5, then 2.
+    assert_eq!(prios, vec![1.into(), 3.into(), 4.into(), 6.into()]);
+    // Arithmetic on a string field is a typed error.
+    let bad = Term::field("title".into()).plus(int(1)).gt(int(0));
+    let err = db
+        .query("demo.Post".into())
+        .filter(bad)
+        .count()
+        .unwrap_err();
+    assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
+    block_on(db.close()).unwrap();
+}
+
 /// Readable before durable through the FFI: `open_async` resolves while a slow
 /// barrier sync runs, reads answer, a write waits for it, `durable()` resolves after
 /// it, and the listener gets the `Durable` event after the handover.

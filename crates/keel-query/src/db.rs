@@ -39,6 +39,23 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
+    /// [`check_open`](Self::check_open) for a read through the database (not a
+    /// `Txn`): inside one of this database's write closures such a read would use a
+    /// pooled connection and miss the writes of this closure and of those queued
+    /// before it in the same group commit, so it fails loudly instead of showing
+    /// an older state.
+    pub(crate) fn check_read(&self, op: &'static str) -> Result<()> {
+        self.check_open(op)?;
+        if in_write_closure(self) {
+            return Err(Error::Unsupported {
+                op,
+                hint: "inside a write closure, read through its Txn (txn.fetch(), txn.get(), txn.query()): it sees this closure's writes and those of the closures committed with it, which a read through the Database cannot",
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
     pub(crate) fn check_open(&self, op: &'static str) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             Err(Error::Closed {
@@ -136,6 +153,40 @@ impl Inner {
     }
 }
 
+thread_local! {
+    /// The databases (their `Inner` addresses) whose write closure is running on
+    /// this thread: a writer thread runs one closure at a time, but closures of one
+    /// database may write to another.
+    static WRITING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn in_write_closure(inner: &Inner) -> bool {
+    let me = inner as *const Inner as usize;
+    WRITING.with(|w| w.borrow().contains(&me))
+}
+
+/// Marks `inner`'s write closure as running on this thread until dropped.
+struct WritingGuard(usize);
+
+impl WritingGuard {
+    fn enter(inner: &Inner) -> WritingGuard {
+        let me = inner as *const Inner as usize;
+        WRITING.with(|w| w.borrow_mut().push(me));
+        WritingGuard(me)
+    }
+}
+
+impl Drop for WritingGuard {
+    fn drop(&mut self) {
+        WRITING.with(|w| {
+            let mut w = w.borrow_mut();
+            if let Some(i) = w.iter().rposition(|x| *x == self.0) {
+                w.remove(i);
+            }
+        });
+    }
+}
+
 /// A future that resolves when a job running on a keel-owned thread finishes
 /// (async fetches, [`Database::close`]). Runtime-agnostic; block with
 /// [`Task::wait`]. Async fetches run on the database's small fetch pool
@@ -189,6 +240,10 @@ impl<T: Send + 'static> Task<T> {
         op: &'static str,
         f: impl FnOnce() -> Result<T> + Send + 'static,
     ) -> Task<T> {
+        // Checked here, on the caller's thread: on the pool it would pass.
+        if let Err(e) = inner.check_read(op) {
+            return Task::ready(Err(e));
+        }
         let (tx, rx) = futures::channel::oneshot::channel();
         let job = Box::new(move || {
             let _ = tx.send(f());
@@ -602,7 +657,10 @@ impl Database {
             let record = inner.recording();
             let (res, changes, aborted, dict) = {
                 let mut txn = Txn::new(w, &inner, record);
-                let r = f(&mut txn);
+                let r = {
+                    let _writing = WritingGuard::enter(&inner);
+                    f(&mut txn)
+                };
                 let dict = txn.dict.take();
                 let (changes, aborted) = txn.finish();
                 (r, changes, aborted, dict)
@@ -675,7 +733,7 @@ impl Database {
     /// ```
     pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {
         let inner = &*self.inner;
-        inner.check_open("get")?;
+        inner.check_read("get")?;
         let c = inner.coll(collection, "get")?;
         inner
             .store
@@ -685,7 +743,7 @@ impl Database {
     /// The `R` with primary key `key`.
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
         let inner = &*self.inner;
-        inner.check_open("get")?;
+        inner.check_read("get")?;
         let c = inner.coll(R::COLLECTION, "get")?;
         let key = R::key_values(key);
         inner
@@ -716,7 +774,7 @@ impl Database {
     /// ```
     pub fn snapshot<T>(&self, f: impl FnOnce(&Snapshot<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
-        inner.check_open("snapshot")?;
+        inner.check_read("snapshot")?;
         inner.store.read(|conn| f(&Snapshot { inner, conn }))
     }
 

@@ -165,10 +165,13 @@ pub enum Error {
 }
 
 impl From<keel_storage::Error> for Error {
-    /// The kernel's `Closed` becomes [`Error::Closed`]; everything else is wrapped.
+    /// The kernel's `Closed` becomes [`Error::Closed`] and its `Schema` (raised by
+    /// this crate's schema hook at open) [`Error::Schema`]; everything else is
+    /// wrapped.
     fn from(e: keel_storage::Error) -> Self {
         match e {
             keel_storage::Error::Closed { op, path } => Error::Closed { op, path },
+            keel_storage::Error::Schema { path, message } => Error::Schema { path, message },
             other => Error::Storage(other),
         }
     }

@@ -42,7 +42,8 @@ use std::sync::Arc;
 
 use keel_schema::dynamic::ValueRef;
 use keel_schema::{
-    CmpOp, DynamicTable, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Value,
+    ArithOp, CmpOp, DynamicTable, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey, Term,
+    Value,
 };
 
 use crate::error::{Error, Result};
@@ -237,6 +238,78 @@ fn or3(a: Option<bool>, b: impl FnOnce() -> Option<bool>) -> Option<bool> {
     }
 }
 
+/// SQLite's `REAL` value of a number (`sqlite3VdbeRealValue`).
+fn real(v: SqlValue<'_>) -> f64 {
+    match v {
+        SqlValue::Int(i) => i as f64,
+        SqlValue::Float(f) => f,
+        _ => 0.0,
+    }
+}
+
+/// SQLite's `INTEGER` value of a number (`sqlite3VdbeIntValue`: reals saturate).
+fn integer(v: SqlValue<'_>) -> i64 {
+    match v {
+        SqlValue::Int(i) => i,
+        SqlValue::Float(f) if f <= i64::MIN as f64 => i64::MIN,
+        SqlValue::Float(f) if f >= i64::MAX as f64 => i64::MAX,
+        SqlValue::Float(f) => f as i64,
+        _ => 0,
+    }
+}
+
+/// `l <op> r` exactly as SQLite's VDBE computes it (`OP_Add` … `OP_Remainder`):
+/// integer math while both are integers and it does not overflow, else floating
+/// point; `/` and `%` by zero, and NaN results, are `NULL`; `%` in floating point
+/// works on the integer values and gives a `REAL`.
+pub fn arith(op: ArithOp, l: SqlValue<'_>, r: SqlValue<'_>) -> SqlValue<'static> {
+    if l == SqlValue::Null || r == SqlValue::Null {
+        return SqlValue::Null;
+    }
+    if let (SqlValue::Int(a), SqlValue::Int(b)) = (l, r) {
+        let exact = match op {
+            ArithOp::Add => a.checked_add(b),
+            ArithOp::Sub => a.checked_sub(b),
+            ArithOp::Mul => a.checked_mul(b),
+            ArithOp::Div if b == 0 => return SqlValue::Null,
+            ArithOp::Div => a.checked_div(b),
+            ArithOp::Rem if b == 0 => return SqlValue::Null,
+            ArithOp::Rem => Some(a % if b == -1 { 1 } else { b }),
+        };
+        if let Some(v) = exact {
+            return SqlValue::Int(v);
+        }
+    }
+    let (x, y) = (real(l), real(r));
+    let v = match op {
+        ArithOp::Add => x + y,
+        ArithOp::Sub => x - y,
+        ArithOp::Mul => x * y,
+        ArithOp::Div if y == 0.0 => return SqlValue::Null,
+        ArithOp::Div => x / y,
+        ArithOp::Rem => {
+            let (a, b) = (integer(l), integer(r));
+            match b {
+                0 => return SqlValue::Null,
+                -1 => 0.0,
+                b => (a % b) as f64,
+            }
+        }
+    };
+    if v.is_nan() {
+        SqlValue::Null
+    } else {
+        SqlValue::Float(v)
+    }
+}
+
+#[derive(Debug, Clone)]
+enum TNode {
+    Path(usize),
+    Const(Value),
+    Arith(ArithOp, Box<TNode>, Box<TNode>),
+}
+
 #[derive(Debug, Clone)]
 enum Node {
     Const(bool),
@@ -246,12 +319,36 @@ enum Node {
     IsNull(usize),
     IsNotNull(usize),
     UnionIs(usize, i64),
+    Compare(TNode, CmpOp, TNode),
+    TermIsNull(TNode, bool),
+    IsUnknown(Box<Node>, bool),
     And(Box<Node>, Box<Node>),
     Or(Box<Node>, Box<Node>),
     Not(Box<Node>),
 }
 
 /// Resolves a path against a collection's table, with a typed error.
+/// Arithmetic takes numbers only: a string, blob or table operand is a
+/// `TypeMismatch` (SQLite would silently convert it).
+fn check_arith_operand(
+    coll: &str,
+    in_arith: bool,
+    numeric: bool,
+    what: impl FnOnce() -> String,
+) -> Result<()> {
+    if in_arith && !numeric {
+        return Err(Error::TypeMismatch {
+            op: "compile filter",
+            collection: coll.to_owned(),
+            message: format!(
+                "{} is not a number: arithmetic takes integer, float, bool and enum fields and numeric constants",
+                what()
+            ),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn resolve(
     table: DynamicTable<'_>,
     collection: &str,
@@ -325,12 +422,80 @@ impl Filter {
         })
     }
 
+    fn build_term(
+        t: DynamicTable<'_>,
+        coll: &str,
+        term: &Term,
+        in_arith: bool,
+        paths: &mut Vec<ResolvedPath>,
+    ) -> Result<TNode> {
+        Ok(match term {
+            Term::Field(path) => {
+                let r = resolve(t, coll, "compile filter", path)?;
+                check_arith_operand(coll, in_arith, r.is_numeric(), || path.to_string())?;
+                if let Some(i) = paths.iter().position(|x| x.path() == path) {
+                    TNode::Path(i)
+                } else {
+                    paths.push(r);
+                    TNode::Path(paths.len() - 1)
+                }
+            }
+            Term::Const(v) => {
+                let numeric = matches!(
+                    v,
+                    Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_)
+                );
+                check_arith_operand(coll, in_arith, numeric, || v.to_string())?;
+                TNode::Const(v.clone())
+            }
+            Term::Arith(op, a, b) => TNode::Arith(
+                *op,
+                Box::new(Self::build_term(t, coll, a, true, paths)?),
+                Box::new(Self::build_term(t, coll, b, true, paths)?),
+            ),
+        })
+    }
+
     fn build(
         t: DynamicTable<'_>,
         coll: &str,
         e: &Expr,
         paths: &mut Vec<ResolvedPath>,
     ) -> Result<Node> {
+        match e {
+            Expr::Compare { left, op, right } => {
+                return Ok(Node::Compare(
+                    Self::build_term(t, coll, left, false, paths)?,
+                    *op,
+                    Self::build_term(t, coll, right, false, paths)?,
+                ))
+            }
+            Expr::TermIsNull(x) => {
+                return Ok(Node::TermIsNull(
+                    Self::build_term(t, coll, x, false, paths)?,
+                    false,
+                ))
+            }
+            Expr::TermIsNotNull(x) => {
+                return Ok(Node::TermIsNull(
+                    Self::build_term(t, coll, x, false, paths)?,
+                    true,
+                ))
+            }
+            Expr::IsUnknown(x) => {
+                return Ok(Node::IsUnknown(
+                    Box::new(Self::build(t, coll, x, paths)?),
+                    false,
+                ))
+            }
+            Expr::IsKnown(x) => {
+                return Ok(Node::IsUnknown(
+                    Box::new(Self::build(t, coll, x, paths)?),
+                    true,
+                ))
+            }
+            _ => {}
+        }
         let mut p = |path: &FieldPath| -> Result<usize> {
             if let Some(i) = paths.iter().position(|r| r.path() == path) {
                 return Ok(i);
@@ -356,7 +521,20 @@ impl Filter {
                 Box::new(Self::build(t, coll, b, paths)?),
             ),
             Expr::Not(a) => Node::Not(Box::new(Self::build(t, coll, a, paths)?)),
+            Expr::Compare { .. }
+            | Expr::TermIsNull(_)
+            | Expr::TermIsNotNull(_)
+            | Expr::IsUnknown(_)
+            | Expr::IsKnown(_) => unreachable!("handled above"),
         })
+    }
+
+    fn eval_term<'x>(&'x self, t: &'x TNode, get: &dyn Fn(usize) -> SqlValue<'x>) -> SqlValue<'x> {
+        match t {
+            TNode::Path(i) => get(*i),
+            TNode::Const(v) => SqlValue::from_value(v),
+            TNode::Arith(op, a, b) => arith(*op, self.eval_term(a, get), self.eval_term(b, get)),
+        }
     }
 
     /// Evaluate on an object's bytes: `Some(true)` matches, `Some(false)` does not,
@@ -402,6 +580,15 @@ impl Filter {
                 SqlValue::Int(t) => t == *m,
                 _ => *m == 0,
             }),
+            Node::Compare(l, op, r) => {
+                let g = |i: usize| -> SqlValue<'_> { get(i) };
+                compare(self.eval_term(l, &g), *op, self.eval_term(r, &g))
+            }
+            Node::TermIsNull(x, negated) => {
+                let g = |i: usize| -> SqlValue<'_> { get(i) };
+                Some((self.eval_term(x, &g) == SqlValue::Null) != *negated)
+            }
+            Node::IsUnknown(e, negated) => Some(self.eval_node(e, get).is_none() != *negated),
             Node::And(a, b) => and3(self.eval_node(a, get), || self.eval_node(b, get)),
             Node::Or(a, b) => or3(self.eval_node(a, get), || self.eval_node(b, get)),
             Node::Not(a) => self.eval_node(a, get).map(|b| !b),
@@ -428,6 +615,8 @@ pub struct Order {
     schema: Arc<Schema>,
     table: usize,
     keys: Vec<(ResolvedPath, bool)>,
+    /// The original keys (for list-ordered ones).
+    sort: Vec<SortKey>,
 }
 
 /// The sort key of one object: its values for each [`SortKey`] and its rowid.
@@ -447,6 +636,7 @@ impl Order {
 
     /// Like [`Order::new`], sharing an existing `Arc<Schema>`.
     pub fn with_schema(schema: Arc<Schema>, collection: &str, keys: &[SortKey]) -> Result<Order> {
+        let keys_in = keys;
         let (name, t) = table_of(&schema, collection, "compile order")?;
         let keys = keys
             .iter()
@@ -457,6 +647,7 @@ impl Order {
             schema,
             table,
             keys,
+            sort: keys_in.to_vec(),
         })
     }
 
@@ -474,11 +665,22 @@ impl Order {
         let values = self
             .keys
             .iter()
-            .map(|(p, _)| match &obj {
-                Some(o) => o
-                    .get_ref(p)
-                    .map_or(Value::Null, |v| SqlValue::from_ref(v).to_value()),
-                None => Value::Null,
+            .zip(&self.sort)
+            .map(|((p, _), k)| {
+                let v = match &obj {
+                    Some(o) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
+                    None => SqlValue::Null,
+                };
+                match &k.list {
+                    // The CASE of the SQL: the first list entry equal to the value.
+                    Some(l) => {
+                        let index = l.values.iter().position(|x| {
+                            compare(v, CmpOp::Eq, SqlValue::from_value(x)) == Some(true)
+                        });
+                        Value::Int(k.list_rank(index).unwrap_or(0))
+                    }
+                    None => v.to_value(),
+                }
             })
             .collect();
         RowKey { values, rowid }
@@ -538,6 +740,65 @@ mod tests {
             in_list(SqlValue::Int(1), &[SqlValue::Float(1.0)]),
             Some(true)
         );
+    }
+
+    /// `arith` against SQLite itself on every pair of awkward numbers.
+    #[test]
+    fn arithmetic_matches_sqlite() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let nums = [
+            Value::Null,
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(-1),
+            Value::Int(7),
+            Value::Int(-7),
+            Value::Int(i64::MAX),
+            Value::Int(i64::MIN),
+            Value::Bool(true),
+            Value::Float(0.0),
+            Value::Float(-0.0),
+            Value::Float(2.5),
+            Value::Float(-2.5),
+            Value::Float(0.4),
+            Value::Float(1e300),
+            Value::Float(f64::INFINITY),
+            Value::Float(f64::NEG_INFINITY),
+            Value::Float(9.3e18),
+            Value::Float(-9.3e18),
+        ];
+        for op in [
+            ArithOp::Add,
+            ArithOp::Sub,
+            ArithOp::Mul,
+            ArithOp::Div,
+            ArithOp::Rem,
+        ] {
+            let sql = format!("SELECT ?1 {} ?2", op.symbol());
+            for a in &nums {
+                for b in &nums {
+                    let got: rusqlite::types::Value = conn
+                        .query_row(&sql, [crate::sql::Param(a), crate::sql::Param(b)], |r| {
+                            r.get(0)
+                        })
+                        .unwrap();
+                    let want = arith(op, SqlValue::from_value(a), SqlValue::from_value(b));
+                    let same = match (&got, want) {
+                        (rusqlite::types::Value::Null, SqlValue::Null) => true,
+                        (rusqlite::types::Value::Integer(x), SqlValue::Int(y)) => *x == y,
+                        (rusqlite::types::Value::Real(x), SqlValue::Float(y)) => {
+                            x.to_bits() == y.to_bits() || x == &y
+                        }
+                        _ => false,
+                    };
+                    assert!(
+                        same,
+                        "{a} {} {b}: SQLite {got:?}, keel {want:?}",
+                        op.symbol()
+                    );
+                }
+            }
+        }
     }
 
     #[test]

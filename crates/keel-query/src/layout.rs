@@ -127,11 +127,17 @@ impl Coll {
             .indexes
             .iter()
             .map(|ix| {
-                let name = format!("{}#{}", c.name, ix.field);
-                let fp = FieldPath::new(vec![PathStep::Field {
-                    id: ix.field,
-                    name: ix.name.clone().into(),
-                }]);
+                let fp = FieldPath::new(ix.path.clone());
+                // `blog.Post#1` for a field of the collection (the name older
+                // files have), `game.Monster#4:3.0` for a deeper path.
+                let name = match &ix.path[..] {
+                    [PathStep::Field { id, .. }] => crate::inspect::index_name(&c.name, *id),
+                    _ => {
+                        let text = crate::sql::path_text(&c.name, &fp);
+                        let (_, steps) = text.rsplit_once('/').unwrap_or(("", &text));
+                        format!("{}#{steps}", c.name)
+                    }
+                };
                 IndexSql {
                     create: format!(
                         "CREATE {}INDEX IF NOT EXISTS {} ON {id}({})",

@@ -40,7 +40,7 @@ impl Source<'_> {
         match self {
             Source::Db(db) => {
                 let inner = db.inner();
-                inner.check_open(op)?;
+                inner.check_read(op)?;
                 inner.store.read(|c| f(inner, c))
             }
             Source::Conn(i, c) => f(i, c),

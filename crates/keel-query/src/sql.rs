@@ -12,11 +12,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use keel_schema::{DynamicTable, Expr, FieldPath, PathStep, ResolvedPath, Schema, SortKey, Value};
+use keel_schema::{
+    ArithOp, DynamicTable, Expr, FieldPath, PathStep, ResolvedPath, Schema, SortKey, Term, Value,
+};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlOwned, ValueRef as SqlRef};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::eval::{resolve, SqlValue};
 
 /// Name of the field-extract SQL function.
@@ -150,6 +152,17 @@ impl ToSql for Param<'_> {
     }
 }
 
+fn cmp_sql(op: keel_schema::CmpOp) -> &'static str {
+    match op {
+        keel_schema::CmpOp::Eq => "=",
+        keel_schema::CmpOp::Ne => "!=",
+        keel_schema::CmpOp::Lt => "<",
+        keel_schema::CmpOp::Le => "<=",
+        keel_schema::CmpOp::Gt => ">",
+        keel_schema::CmpOp::Ge => ">=",
+    }
+}
+
 /// Compiles an `Expr` into a WHERE clause with `?` parameters.
 pub(crate) struct Compiler<'a> {
     pub(crate) table: DynamicTable<'a>,
@@ -185,6 +198,52 @@ impl Compiler<'_> {
         Ok(key_column(self.key, path).unwrap_or_else(|| field_sql(self.collection, path)))
     }
 
+    /// SQL computing `t` (arithmetic only on numbers, as in `eval`).
+    fn term(&mut self, t: &Term, in_arith: bool) -> Result<String> {
+        let not_numeric = |what: String| {
+            Error::TypeMismatch {
+            op: "compile filter",
+            collection: self.collection.to_owned(),
+            message: format!(
+                "{what} is not a number: arithmetic takes integer, float, bool and enum fields and numeric constants"
+            ),
+        }
+        };
+        Ok(match t {
+            Term::Field(path) => {
+                let r = resolve(self.table, self.collection, "compile filter", path)?;
+                if in_arith && !r.is_numeric() {
+                    return Err(not_numeric(path.to_string()));
+                }
+                self.field(path)?
+            }
+            Term::Const(v) => {
+                if in_arith
+                    && !matches!(
+                        v,
+                        Value::Null | Value::Bool(_) | Value::Int(_) | Value::Float(_)
+                    )
+                {
+                    return Err(not_numeric(v.to_string()));
+                }
+                self.params.push(v.clone());
+                "?".into()
+            }
+            Term::Arith(op, a, b) => {
+                let a = self.term(a, true)?;
+                let b = self.term(b, true)?;
+                let op = match op {
+                    ArithOp::Add => "+",
+                    ArithOp::Sub => "-",
+                    ArithOp::Mul => "*",
+                    ArithOp::Div => "/",
+                    ArithOp::Rem => "%",
+                };
+                format!("({a} {op} {b})")
+            }
+        })
+    }
+
     fn list(&mut self, values: &[Value]) -> String {
         let mut s = String::from("(");
         for (i, v) in values.iter().enumerate() {
@@ -205,15 +264,7 @@ impl Compiler<'_> {
             Expr::Cmp { path, op, value } => {
                 let f = self.field(path)?;
                 self.params.push(value.clone());
-                let op = match op {
-                    keel_schema::CmpOp::Eq => "=",
-                    keel_schema::CmpOp::Ne => "!=",
-                    keel_schema::CmpOp::Lt => "<",
-                    keel_schema::CmpOp::Le => "<=",
-                    keel_schema::CmpOp::Gt => ">",
-                    keel_schema::CmpOp::Ge => ">=",
-                };
-                format!("({f} {op} ?)")
+                format!("({f} {} ?)", cmp_sql(*op))
             }
             Expr::In { path, values } => {
                 let f = self.field(path)?;
@@ -236,19 +287,49 @@ impl Compiler<'_> {
             Expr::UnionIs { path, member, .. } => {
                 let f = self.field(path)?;
                 self.params.push(Value::Int(*member as i64));
-                format!("(IFNULL({f},0) = ?)")
+                if *member == 0 {
+                    format!("(IFNULL({f},0) = ?)")
+                } else {
+                    // Never unknown either (`NULL IS 2` is false), and unlike
+                    // IFNULL it can use an index on the union field.
+                    format!("({f} IS ?)")
+                }
             }
+            Expr::Compare { left, op, right } => {
+                let l = self.term(left, false)?;
+                let r = self.term(right, false)?;
+                format!("({l} {} {r})", cmp_sql(*op))
+            }
+            Expr::TermIsNull(t) => format!("({} IS NULL)", self.term(t, false)?),
+            Expr::TermIsNotNull(t) => format!("({} IS NOT NULL)", self.term(t, false)?),
+            Expr::IsUnknown(e) => format!("({} IS NULL)", self.expr(e)?),
+            Expr::IsKnown(e) => format!("({} IS NOT NULL)", self.expr(e)?),
             Expr::And(a, b) => format!("({} AND {})", self.expr(a)?, self.expr(b)?),
             Expr::Or(a, b) => format!("({} OR {})", self.expr(a)?, self.expr(b)?),
             Expr::Not(a) => format!("(NOT {})", self.expr(a)?),
         })
     }
 
-    /// `ORDER BY …, rowid <dir>` (rowid follows the last key's direction).
-    pub(crate) fn order(&self, keys: &[SortKey]) -> Result<String> {
+    /// `ORDER BY …, rowid <dir>` (rowid follows the last key's direction). A
+    /// list-ordered key is a `CASE` giving each listed value its position (the
+    /// first equal entry) and unlisted ones [`SortKey::list_rank`]'s place.
+    pub(crate) fn order(&mut self, keys: &[SortKey]) -> Result<String> {
         let mut s = String::from(" ORDER BY ");
         for k in keys {
-            s.push_str(&self.field(&k.path)?);
+            let f = self.field(&k.path)?;
+            match &k.list {
+                Some(l) => {
+                    // `WHEN 0` keeps an empty list valid SQL (a bare number
+                    // would name a result column).
+                    s.push_str("CASE WHEN 0 THEN 0");
+                    for (i, v) in l.values.iter().enumerate() {
+                        self.params.push(v.clone());
+                        s.push_str(&format!(" WHEN {f} = ? THEN {i}"));
+                    }
+                    s.push_str(&format!(" ELSE {} END", k.list_rank(None).unwrap_or(0)));
+                }
+                None => s.push_str(&f),
+            }
             s.push_str(if k.descending { " DESC, " } else { " ASC, " });
         }
         let desc = keys.last().is_some_and(|k| k.descending);

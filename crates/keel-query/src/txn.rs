@@ -1,6 +1,6 @@
 //! [`Txn`]: what a write closure gets, and [`Change`]: what it changed.
 
-use keel_schema::{ChangeRequest, Record, Value};
+use keel_schema::{ChangeRequest, Expr, Record, Value};
 use keel_storage::WriteTxn;
 use rusqlite::types::ValueRef as SqlRef;
 
@@ -392,6 +392,187 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Apply a change by fields: the object stored under `key` gets the fields named
+    /// in `fields` from `changed` (FlatBuffers bytes of the collection's table: a
+    /// field absent there is cleared, i.e. absent or default in the result); every
+    /// other field keeps the value stored *now*, inside this transaction. So a change
+    /// built from a stale copy never reverts what another write committed meanwhile.
+    /// Returns the object's rowid.
+    ///
+    /// [`Error::NotFound`] if no object has `key`. Setting a primary-key field moves
+    /// the object: the old key is deleted and the new one inserted in this
+    /// transaction (subscribers see a delete and an insert);
+    /// [`Error::AlreadyExists`] if the new key is taken. Unknown field names are
+    /// [`Error::UnknownField`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("c.db"), StoreOptions::default())?;
+    /// db.write(|t| t.insert(&Post::builder().id("a").title("T").priority(1).build())).wait()?;
+    /// let stale = Post::builder().id("a").priority(9).build().encode(); // title unset here
+    /// db.write(move |t| t.change_bytes("blog.Post", &["a".into()], &stale, &["priority"])).wait()?;
+    /// let p = db.get::<Post>(&"a".into())?.unwrap();
+    /// assert_eq!((p.priority, p.title.as_deref()), (9, Some("T")));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn change_bytes(
+        &mut self,
+        collection: &str,
+        key: &[Value],
+        changed: &[u8],
+        fields: &[&str],
+    ) -> Result<i64> {
+        self.check("change")?;
+        let c = self.coll(collection, "change")?;
+        let ids = self.field_ids(c, "change", fields.iter().copied())?;
+        self.change_raw(c, "change", key, changed, &ids)
+    }
+
+    /// [`change_bytes`](Self::change_bytes) with the new field values given as
+    /// [`Value`]s (scalars, enums as their number, strings, `[ubyte]` as `Blob`;
+    /// `Null` clears the field). A value that does not fit its field is
+    /// [`Error::TypeMismatch`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("v.db"), StoreOptions::default())?;
+    /// db.write(|t| t.insert(&Post::builder().id("a").title("T").build())).wait()?;
+    /// db.write(|t| t.change_values("blog.Post", &["a".into()], &[("priority".into(), 5.into())])).wait()?;
+    /// assert_eq!(db.get::<Post>(&"a".into())?.unwrap().priority, 5);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn change_values(
+        &mut self,
+        collection: &str,
+        key: &[Value],
+        values: &[(String, Value)],
+    ) -> Result<i64> {
+        self.check("change")?;
+        let c = self.coll(collection, "change")?;
+        let ids = self.field_ids(c, "change", values.iter().map(|(n, _)| n.as_str()))?;
+        let t = self.inner.table(c)?;
+        let changed = t.encode_values(values).map_err(|e| Error::TypeMismatch {
+            op: "change",
+            collection: c.name.clone(),
+            message: e.to_string(),
+        })?;
+        self.change_raw(c, "change", key, &changed, &ids)
+    }
+
+    fn field_ids<'n>(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        names: impl Iterator<Item = &'n str>,
+    ) -> Result<Vec<u16>> {
+        let t = self.inner.table(c)?;
+        names
+            .map(|n| {
+                t.table()
+                    .field(n)
+                    .map(|f| f.id)
+                    .ok_or_else(|| Error::UnknownField {
+                        op,
+                        collection: c.name.clone(),
+                        message: format!("{} has no field {n:?}", c.name),
+                    })
+            })
+            .collect()
+    }
+
+    /// Apply fields `ids` of `changed` to the stored object with `key` (see
+    /// [`Txn::change_bytes`]).
+    fn change_raw(
+        &mut self,
+        c: &Coll,
+        op: &'static str,
+        key: &[Value],
+        changed: &[u8],
+        ids: &[u16],
+    ) -> Result<i64> {
+        self.no_key(c, op)?;
+        let key = c.check_key(op, key)?;
+        let Some(old) = self.find(c, op, &key)? else {
+            return Err(Error::NotFound {
+                op,
+                collection: c.name.clone(),
+                key,
+            });
+        };
+        let t = self.inner.table(c)?;
+        let merged = t
+            .patch(&old.bytes, changed, ids)
+            .map_err(|source| Error::InvalidObject {
+                op,
+                collection: c.name.clone(),
+                source,
+            })?;
+        let new_key = self.key_of(c, op, &merged)?;
+        if new_key == key {
+            if merged != old.bytes {
+                self.update_body(c, op, old.rowid, &merged)?;
+                let new = self.record.then_some(merged);
+                self.record(c, ChangeOp::Update, key, old.rowid, Some(old.bytes), new);
+            }
+            return Ok(old.rowid);
+        }
+        // A key change: delete + insert, all or nothing.
+        self.conn
+            .execute_batch("SAVEPOINT keel_change_key")
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        let recorded = self.changes.len();
+        let moved = (|| {
+            {
+                let mut st = self
+                    .conn
+                    .prepare_cached(&c.sql_delete)
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                st.execute([old.rowid])
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            }
+            self.record(c, ChangeOp::Delete, key, old.rowid, Some(old.bytes), None);
+            let rowid = self.insert_raw(c, op, new_key, merged)?;
+            if rowid != old.rowid {
+                return Ok(rowid);
+            }
+            // SQLite reuses the rowid of a just-deleted last row. The moved object
+            // must look new to subscribers (they match rows by rowid), so give it
+            // a rowid of its own.
+            let fresh: i64 = self
+                .conn
+                .query_row(
+                    &format!("SELECT max(rowid) + 1 FROM {}", c.ident),
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            self.conn
+                .execute(
+                    &format!("UPDATE {} SET rowid = ?1 WHERE rowid = ?2", c.ident),
+                    [fresh, rowid],
+                )
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            if let Some(ch) = self.changes.last_mut() {
+                ch.rowid = fresh;
+            }
+            Ok(fresh)
+        })();
+        let end = if moved.is_ok() {
+            "RELEASE keel_change_key"
+        } else {
+            self.changes.truncate(recorded);
+            "ROLLBACK TO keel_change_key; RELEASE keel_change_key"
+        };
+        self.conn
+            .execute_batch(end)
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        moved
+    }
+
     /// Delete the object with primary key `key` (`[rowid]` for collections without
     /// one). Returns whether it existed. Key values are type-checked.
     ///
@@ -437,6 +618,43 @@ impl<'a> Txn<'a> {
         }
         self.record(c, ChangeOp::Delete, key, rowid, old, None);
         Ok(true)
+    }
+
+    /// Delete every object of `collection` matching `filter` (as this transaction
+    /// sees it: its own writes included); returns how many were deleted. Each
+    /// delete reaches subscribers like [`Txn::delete_key`]. Core Data's batch
+    /// delete, Dflat's `deleteAll(where:)`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("dw.db"), StoreOptions::default())?;
+    /// let n = db.write(|t| {
+    ///     for i in 0..10 {
+    ///         t.insert(&Post::builder().id(format!("p{i}")).priority(i).build())?;
+    ///     }
+    ///     t.delete_where::<Post>(Post::priority().lt(3))
+    /// }).wait()?;
+    /// assert_eq!((n, db.fetch::<Post>().count()?), (3, 7));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn delete_matching(&mut self, collection: &str, filter: Expr) -> Result<usize> {
+        self.check("delete")?;
+        let c = self.coll(collection, "delete")?;
+        let found = self.query(collection).filter(filter).all()?;
+        let mut n = 0;
+        for o in found {
+            let key = if c.key.is_empty() {
+                vec![Value::Int(o.rowid)]
+            } else {
+                self.key_of(c, "delete", &o.bytes)?
+            };
+            if self.delete_key(collection, &key)? {
+                n += 1;
+            }
+        }
+        Ok(n)
     }
 
     /// The object with primary key `key` as this transaction sees it.
@@ -493,6 +711,8 @@ impl<'a> Txn<'a> {
     }
 
     /// Apply a generated [`ChangeRequest`] (`post.create()`, `post.change()…build()`).
+    /// A `Change` writes only the fields it set, on top of the version stored now
+    /// (see [`Txn::change_bytes`]).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -511,10 +731,54 @@ impl<'a> Txn<'a> {
     pub fn submit<R: Record>(&mut self, req: ChangeRequest<R>) -> Result<()> {
         match req {
             ChangeRequest::Create(o) => self.insert(&o).map(|_| ()),
-            ChangeRequest::Change(o) => self.update(&o).map(|_| ()),
+            ChangeRequest::Change(ch) => {
+                self.check("change")?;
+                let c = self.coll(R::COLLECTION, "change")?;
+                self.change_raw(c, "change", ch.key(), &ch.object().encode(), ch.fields())
+                    .map(|_| ())
+            }
             ChangeRequest::Upsert(o) => self.upsert(&o).map(|_| ()),
             ChangeRequest::Delete(k) => self.delete_key(R::COLLECTION, &k).map(|_| ()),
         }
+    }
+
+    /// Delete every `R` matching `filter`; returns how many (see
+    /// [`Txn::delete_matching`]).
+    pub fn delete_where<R: Record>(&mut self, filter: Expr) -> Result<usize> {
+        self.delete_matching(R::COLLECTION, filter)
+    }
+
+    /// Change every `R` matching `filter` (as this transaction sees it): `f` gets
+    /// each object and returns the request to submit for it, usually
+    /// `obj.change()…build()`. Returns how many objects matched. Core Data's batch
+    /// update.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("uw.db"), StoreOptions::default())?;
+    /// let n = db.write(|t| {
+    ///     for i in 0..4 {
+    ///         t.insert(&Post::builder().id(format!("p{i}")).priority(i).build())?;
+    ///     }
+    ///     t.update_where::<Post>(Post::priority().ge(2), |p| p.change().title("hot").build())
+    /// }).wait()?;
+    /// assert_eq!(n, 2);
+    /// assert_eq!(db.fetch::<Post>().filter(Post::title().eq("hot")).count()?, 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn update_where<R: Record>(
+        &mut self,
+        filter: Expr,
+        mut f: impl FnMut(&R) -> ChangeRequest<R>,
+    ) -> Result<usize> {
+        self.check("update")?;
+        let found = self.fetch::<R>().filter(filter).all()?;
+        for obj in &found {
+            self.submit(f(obj))?;
+        }
+        Ok(found.len())
     }
 
     /// The `R` with primary key `key`, including this transaction's writes.

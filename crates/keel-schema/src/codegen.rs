@@ -21,7 +21,7 @@
 //!   `T::builder()` and `t.to_builder()`; one typed query handle per field
 //!   (`T::priority() -> Field<T, i32>`), union members as `T::content_image()`;
 //! * per collection (root type and `(entity)` tables): `impl Record`, `t.change()`
-//!   (a change-request builder that leaves the key alone), `t.create()`,
+//!   (a change-request builder that records the fields it sets), `t.create()`,
 //!   `t.upsert()`, `T::delete(&key)`;
 //! * `SCHEMA_FBS`: the canonical schema text, passed to the runtime schema at open.
 //!
@@ -214,6 +214,7 @@ const RESERVED_FNS: &[&str] = &[
     "upsert",
     "delete",
     "key",
+    "key_of",
     "fields",
 ];
 
@@ -339,6 +340,30 @@ impl<'a> Gen<'a> {
     fn new(s: &'a Schema, rt: &str) -> Result<Self, CodegenError> {
         let mut names = HashMap::new();
         let mut seen: HashMap<String, String> = HashMap::new();
+        // A type whose name another type (in another namespace) shares gets its
+        // namespace in its Rust name (`game.v2.Monster` → `GameV2Monster`); every
+        // type is also reachable by its own name in a module per namespace
+        // (`game::v2::Monster`, see `gen_namespaces`).
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for n in s
+            .tables
+            .iter()
+            .map(|t| t.name.as_str())
+            .chain(s.structs.iter().map(|t| t.name.as_str()))
+            .chain(s.enums.iter().map(|t| t.name.as_str()))
+            .chain(s.unions.iter().map(|t| t.name.as_str()))
+        {
+            *count.entry(n).or_default() += 1;
+        }
+        let qualified = |ns: &str, name: &str| -> String {
+            if count.get(name).copied().unwrap_or(0) > 1 && !ns.is_empty() {
+                let mut q: String = ns.split('.').map(camel).collect();
+                q.push_str(name);
+                q
+            } else {
+                name.to_owned()
+            }
+        };
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
             let rust = ident(name);
             if let Some(other) = seen.insert(rust.clone(), full.clone()) {
@@ -350,34 +375,35 @@ impl<'a> Gen<'a> {
             Ok(())
         };
         for (i, t) in s.tables.iter().enumerate() {
-            add(0, i, &t.name, t.full_name())?;
+            let q = qualified(&t.namespace, &t.name);
+            add(0, i, &q, t.full_name())?;
             add(
                 4,
                 i,
-                &format!("{}Fields", t.name),
+                &format!("{q}Fields"),
                 format!("{}Fields", t.full_name()),
             )?;
             add(
                 5,
                 i,
-                &format!("{}Builder", t.name),
+                &format!("{q}Builder"),
                 format!("{}Builder", t.full_name()),
             )?;
             add(
                 6,
                 i,
-                &format!("{}Change", t.name),
+                &format!("{q}Change"),
                 format!("{}Change", t.full_name()),
             )?;
         }
         for (i, t) in s.structs.iter().enumerate() {
-            add(1, i, &t.name, t.full_name())?;
+            add(1, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         for (i, t) in s.enums.iter().enumerate() {
-            add(2, i, &t.name, t.full_name())?;
+            add(2, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         for (i, t) in s.unions.iter().enumerate() {
-            add(3, i, &t.name, t.full_name())?;
+            add(3, i, &qualified(&t.namespace, &t.name), t.full_name())?;
         }
         let file_id = match &s.file_identifier {
             Some(id) => format!("Some({id:?})"),
@@ -494,7 +520,92 @@ impl<'a> Gen<'a> {
         for i in 0..self.s.tables.len() {
             self.gen_table(i)?;
         }
+        self.gen_namespaces();
         Ok(self.out)
+    }
+
+    /// One module per namespace (`game::v2`) re-exporting its types under their
+    /// own names, so same-named types of different namespaces are both reachable
+    /// as `a::Item` and `b::Item`.
+    fn gen_namespaces(&mut self) {
+        use std::collections::BTreeMap;
+        // namespace → (own name, Rust name) of its types
+        let mut by_ns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        let mut push = |ns: &str, own: String, rust: &str| {
+            if !ns.is_empty() {
+                by_ns
+                    .entry(ns.to_owned())
+                    .or_default()
+                    .push((ident(&own), rust.to_owned()));
+            }
+        };
+        for (i, t) in self.s.tables.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(0, i)]);
+            push(
+                &t.namespace,
+                format!("{}Fields", t.name),
+                &self.names[&(4, i)],
+            );
+            push(
+                &t.namespace,
+                format!("{}Builder", t.name),
+                &self.names[&(5, i)],
+            );
+            if self.s.collections.iter().any(|c| c.table == i) {
+                push(
+                    &t.namespace,
+                    format!("{}Change", t.name),
+                    &self.names[&(6, i)],
+                );
+            }
+        }
+        for (i, t) in self.s.structs.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(1, i)]);
+        }
+        for (i, t) in self.s.enums.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(2, i)]);
+        }
+        for (i, t) in self.s.unions.iter().enumerate() {
+            push(&t.namespace, t.name.clone(), &self.names[&(3, i)]);
+        }
+        // Nested modules: emit the tree of namespace parts.
+        #[derive(Default)]
+        struct Node {
+            items: Vec<(String, String)>,
+            children: BTreeMap<String, Node>,
+        }
+        let mut root = Node::default();
+        for (ns, items) in by_ns {
+            let mut n = &mut root;
+            for part in ns.split('.') {
+                n = n.children.entry(part.to_owned()).or_default();
+            }
+            n.items = items;
+        }
+        fn emit(out: &mut String, n: &Node, path: &mut Vec<String>) {
+            for (part, child) in &n.children {
+                path.push(part.clone());
+                let indent = "    ".repeat(path.len() - 1);
+                let _ = writeln!(
+                    out,
+                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception)]\n{indent}pub mod {} {{",
+                    path.join("."),
+                    ident(&snake(part))
+                );
+                let up = "super::".repeat(path.len());
+                for (own, rust) in &child.items {
+                    if own == rust {
+                        let _ = writeln!(out, "{indent}    pub use {up}{rust};");
+                    } else {
+                        let _ = writeln!(out, "{indent}    pub use {up}{rust} as {own};");
+                    }
+                }
+                emit(out, child, path);
+                let _ = writeln!(out, "{indent}}}");
+                path.pop();
+            }
+        }
+        emit(&mut self.out, &root, &mut Vec::new());
     }
 
     fn gen_enum(&mut self, i: usize) {
@@ -597,7 +708,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "impl From<{name}> for {rt}::Value {{\n    fn from(v: {name}) -> Self {{\n        {rt}::Value::from(v.to_raw())\n    }}\n}}"
+            "impl From<{name}> for {rt}::Value {{\n    fn from(v: {name}) -> Self {{\n        {rt}::Value::from(v.to_raw())\n    }}\n}}\n\nimpl {rt}::QueryValue<{name}> for {name} {{\n    fn into_value(self) -> {rt}::Value {{\n        {rt}::Value::from(self.to_raw())\n    }}\n}}\n\nimpl {rt}::QueryValue<{name}> for &{name} {{\n    fn into_value(self) -> {rt}::Value {{\n        {rt}::Value::from(self.to_raw())\n    }}\n}}"
         );
         self.out.push_str(&o);
     }
@@ -766,7 +877,26 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "            other => {name}::Unknown(other),\n        }}))\n    }}\n}}"
+            "            other => {name}::Unknown(other),\n        }}))\n    }}\n"
+        );
+        // Element `i` of a vector of unions: the table is only followed for a
+        // known member (NONE reads as `Unknown(0)`), as the verifier does.
+        let _ = writeln!(
+            o,
+            "    #[doc(hidden)]\n    pub fn __read_elem(\n        tag: u8,\n        v: &{rt}::wire::VectorRef<'_>,\n        i: usize,\n    ) -> Result<Self, {rt}::DecodeError> {{\n        Ok(match tag {{"
+        );
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "            {} => {name}::{}({}::__read(v.table(i)?)?),",
+                m.tag,
+                camel(&m.name),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "            other => {name}::Unknown(other),\n        }})\n    }}\n}}"
         );
         for m in &u.members {
             let t = self.table_name(m.table).to_owned();
@@ -821,6 +951,15 @@ impl<'a> Gen<'a> {
                 self.union_name(*u),
                 slot.saturating_sub(1)
             ),
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                format!(
+                    "match t.union_vector({slot})? {{\n                Some((tags, v)) => tags\n                    .iter()\n                    .enumerate()\n                    .map(|(i, tag)| {}::__read_elem(*tag, &v, i))\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}",
+                    self.union_name(u)
+                )
+            }
             FieldType::Vector(inner) => {
                 let (size, elem) = match &**inner {
                     FieldType::Scalar(ScalarType::U8) => {
@@ -1047,6 +1186,10 @@ impl<'a> Gen<'a> {
                                 "{{\n            let bytes: Vec<u8> = self.{fname}.iter().flat_map(|v| v.to_bytes()).collect();\n            b.create_struct_vector(&bytes, {n}::SIZE, {n}::ALIGN)\n        }}"
                             )
                         }
+                        // Tags and tables; `Unknown` members cannot be written.
+                        FieldType::Union(_) => format!(
+                            "{{\n            let mut tags = Vec::new();\n            let mut offs = Vec::new();\n            for v in &self.{fname} {{\n                if let Some(off) = v.__write(b) {{\n                    tags.push(v.tag());\n                    offs.push(off);\n                }}\n            }}\n            (b.create_scalar_vector(&tags), b.create_offset_vector(&offs))\n        }}"
+                        ),
                         _ => "unreachable!()".into(),
                     };
                     // empty vectors are omitted: absent reads as empty
@@ -1109,6 +1252,13 @@ impl<'a> Gen<'a> {
                         slot.saturating_sub(1)
                     );
                 }
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                    let _ = writeln!(
+                        o,
+                        "        if let Some((tags, offs)) = {var} {{\n            b.add_offset({}, tags);\n            b.add_offset({slot}, offs);\n        }}",
+                        slot.saturating_sub(1)
+                    );
+                }
                 FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
                     let _ = writeln!(o, "        if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}");
                 }
@@ -1116,10 +1266,12 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.end_table()\n    }}\n");
 
-        // __read
+        // __read (an empty table reads nothing: its parameter is `_t`, so the
+        // generated code compiles without an unused-variable warning)
+        let t_param = if live.is_empty() { "_t" } else { "t" };
         let _ = writeln!(
             o,
-            "    #[doc(hidden)]\n    pub fn __read(t: {rt}::wire::TableRef<'_>) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name}(::std::sync::Arc::new({fields_name} {{"
+            "    #[doc(hidden)]\n    pub fn __read({t_param}: {rt}::wire::TableRef<'_>) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name}(::std::sync::Arc::new({fields_name} {{"
         );
         for f in &live {
             let _ = writeln!(
@@ -1140,7 +1292,7 @@ impl<'a> Gen<'a> {
                 .collect();
             let _ = writeln!(
                 o,
-                "\n    /// A change request for this object's key: setters, then `build()`.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            fields: (*self.0).clone(),\n        }}\n    }}\n"
+                "\n    /// A change request for this object's key: setters, then `build()`. Only the\n    /// fields you set are written, on top of the version stored at commit time.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            key: <Self as {rt}::Record>::primary_key(self),\n            fields: (*self.0).clone(),\n            set: Vec::new(),\n        }}\n    }}\n"
             );
             let _ = writeln!(
                 o,
@@ -1162,6 +1314,37 @@ impl<'a> Gen<'a> {
                         .join(", ")
                 ),
             };
+            if !key_fields.is_empty() {
+                // `Monster::key_of("orc", Color::Blue)` instead of
+                // `&("orc".to_string(), Color::Blue)`.
+                let params: Vec<String> = key_fields
+                    .iter()
+                    .map(|f| {
+                        let ty = match f.ty {
+                            FieldType::String => "impl Into<String>".to_owned(),
+                            _ => self.base_type(&f.ty),
+                        };
+                        format!("{}: {ty}", ident(&snake(&f.name)))
+                    })
+                    .collect();
+                let args: Vec<String> = key_fields
+                    .iter()
+                    .map(|f| match f.ty {
+                        FieldType::String => format!("{}.into()", ident(&snake(&f.name))),
+                        _ => ident(&snake(&f.name)),
+                    })
+                    .collect();
+                let body = if args.len() == 1 {
+                    args[0].clone()
+                } else {
+                    format!("({})", args.join(", "))
+                };
+                let _ = writeln!(
+                    o,
+                    "    /// The primary key made of its parts (for `get`, `delete`, `subscribe`).\n    pub fn key_of({}) -> {key_ty} {{\n        {body}\n    }}\n",
+                    params.join(", ")
+                );
+            }
             let _ = writeln!(
                 o,
                 "    /// A request to delete the object with this key.\n    pub fn delete(key: &{key_ty}) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::delete(key)\n    }}\n}}\n"
@@ -1222,7 +1405,7 @@ impl<'a> Gen<'a> {
             if is_change {
                 let _ = writeln!(
                     o,
-                    "/// A change request for an existing [`{name}`]: set fields, then `build()` a\n/// [`ChangeRequest::Change`]({rt}::ChangeRequest::Change). The primary key cannot change."
+                    "/// A change request for an existing [`{name}`]: set fields, then `build()` a\n/// [`ChangeRequest::Change`]({rt}::ChangeRequest::Change). Only the fields set here\n/// are written, on top of the version stored at commit time; setting a primary-key\n/// field moves the object to the new key."
                 );
             } else {
                 let _ = writeln!(
@@ -1230,11 +1413,20 @@ impl<'a> Gen<'a> {
                     "/// Builds a [`{name}`]; unset fields keep their schema defaults."
                 );
             }
-            let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
-            for f in &live {
-                if is_change && f.primary {
-                    continue;
+            if is_change {
+                let _ = writeln!(o, "#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\nimpl {bname} {{");
+                if !live.is_empty() {
+                    let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
                 }
+            } else {
+                let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+            }
+            for f in &live {
+                let mark = if is_change {
+                    format!("        self.mark({});\n", f.id)
+                } else {
+                    String::new()
+                };
                 let fname = ident(&snake(&f.name));
                 let setter = if RESERVED_FNS.contains(&snake(&f.name).as_str())
                     || snake(&f.name) == "build"
@@ -1276,7 +1468,7 @@ impl<'a> Gen<'a> {
                         }
                     }
                 };
-                let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
+                let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n{mark}        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
                 let optional_kind = match f.ty {
                     FieldType::Vector(_) => false,
                     FieldType::String => !Self::required(f),
@@ -1284,13 +1476,13 @@ impl<'a> Gen<'a> {
                     _ => true,
                 };
                 if optional_kind {
-                    let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
+                    let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n{mark}        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
                 }
             }
             if is_change {
                 let _ = writeln!(
                     o,
-                    "    /// The change request.\n    pub fn build(self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Change({name}::from(self.fields))\n    }}\n}}"
+                    "    /// The change request.\n    pub fn build(self) -> {rt}::ChangeRequest<{name}> {{\n        {rt}::ChangeRequest::Change({rt}::Changes::new(\n            self.key,\n            {name}::from(self.fields),\n            self.set,\n        ))\n    }}\n}}"
                 );
             } else {
                 let _ = writeln!(o, "    /// The object.\n    pub fn build(self) -> {name} {{\n        {name}::from(self.fields)\n    }}\n}}");
@@ -1299,7 +1491,7 @@ impl<'a> Gen<'a> {
         // flatbuffers verifier description of the table
         let _ = writeln!(
             o,
-            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname};\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        #[allow(unused_imports)]\n        use {rt}::flatbuffers::{{ForwardsUOffset, Vector}};\n        v.visit_table(pos)?"
+            "\n#[doc(hidden)]\n#[allow(dead_code)]\npub struct {vname};\n\nimpl {rt}::flatbuffers::Verifiable for {vname} {{\n    fn run_verifier(\n        v: &mut {rt}::flatbuffers::Verifier<'_, '_>,\n        pos: usize,\n    ) -> Result<(), {rt}::flatbuffers::InvalidFlatbuffer> {{\n        #[allow(unused_imports)]\n        use {rt}::flatbuffers::{{ForwardsUOffset, Vector}};\n        #[allow(unused_imports)]\n        use {rt}::wire::UnionVectorExt;\n        v.visit_table(pos)?"
         );
         for f in &live {
             let voff = f.vtable_offset();
@@ -1313,6 +1505,27 @@ impl<'a> Gen<'a> {
                         f.name
                     );
                     for m in &s.unions[*u].members {
+                        let _ = writeln!(
+                            o,
+                            "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",
+                            m.tag,
+                            self.table_name(m.table).trim_start_matches("r#"),
+                            m.name
+                        );
+                    }
+                    let _ = writeln!(o, "                _ => Ok(()),\n            }})?");
+                }
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                    let FieldType::Union(u) = **inner else {
+                        unreachable!("matched above")
+                    };
+                    let _ = writeln!(
+                        o,
+                        "            .visit_union_vector({:?}, {}, {voff}, |tag, v, pos| match tag {{",
+                        f.name,
+                        voff - 2,
+                    );
+                    for m in &s.unions[u].members {
                         let _ = writeln!(
                             o,
                             "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",

@@ -343,19 +343,27 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
                 }
             }
         }
-        let t = &new.tables[nc.table];
-        let fname = |id: u16| t.field_by_id(id).map_or(id.to_string(), |f| f.name.clone());
+        // Indexes are matched by path ids (names may change, ids may not).
+        let ids = |ix: &crate::model::IndexDef| -> Vec<(u16, u8)> {
+            ix.path
+                .iter()
+                .map(|s| match s {
+                    crate::path::PathStep::Field { id, .. } => (*id, 0),
+                    crate::path::PathStep::UnionMember { id, member, .. } => (*id, *member),
+                })
+                .collect()
+        };
         for i in &nc.indexes {
-            match c.indexes.iter().find(|o| o.field == i.field) {
+            match c.indexes.iter().find(|o| ids(o) == ids(i)) {
                 None => cx.note(
-                    format!("{}.{}", c.name, fname(i.field)),
+                    format!("{}.{}", c.name, i.name),
                     format!(
                         "{} added (built in the background)",
                         if i.unique { "unique index" } else { "index" }
                     ),
                 ),
                 Some(o) if o.unique != i.unique => cx.note(
-                    format!("{}.{}", c.name, fname(i.field)),
+                    format!("{}.{}", c.name, i.name),
                     if i.unique {
                         "index became unique (fails to build if existing objects have duplicates)"
                             .into()
@@ -369,12 +377,9 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
         for o in c
             .indexes
             .iter()
-            .filter(|o| !nc.indexes.iter().any(|i| i.field == o.field))
+            .filter(|o| !nc.indexes.iter().any(|i| ids(i) == ids(o)))
         {
-            cx.note(
-                format!("{}.{}", c.name, fname(o.field)),
-                "index removed".into(),
-            );
+            cx.note(format!("{}.{}", c.name, o.name), "index removed".into());
         }
     }
     for c in new

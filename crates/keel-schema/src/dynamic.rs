@@ -149,6 +149,23 @@ impl ResolvedPath {
     pub fn path(&self) -> &FieldPath {
         &self.path
     }
+
+    /// Whether the path reads a number (an integer, float, bool or enum field, or a
+    /// union's type tag): what arithmetic in queries accepts.
+    pub fn is_numeric(&self) -> bool {
+        matches!(
+            self.steps.last(),
+            Some(
+                RStep::Leaf {
+                    leaf: Leaf::Scalar { .. } | Leaf::UnionTag { .. },
+                    ..
+                } | RStep::StructLeaf {
+                    leaf: Leaf::Scalar { .. },
+                    ..
+                }
+            )
+        )
+    }
 }
 
 impl Schema {
@@ -437,9 +454,16 @@ impl<'s> DynamicTable<'s> {
 
     /// Verifies the whole buffer against the schema (every reachable field of this
     /// table and its children), then returns the object.
+    ///
+    /// Valid means exactly what the generated type's `decode` accepts: the
+    /// `flatbuffers` crate's verifier (as run by flatc-generated code: alignment,
+    /// NUL-terminated UTF-8 strings, consistent unions, depth and size limits) and
+    /// keel's bounds-checked read of every field. So bytes accepted here — by
+    /// `insert_bytes` or the FFI — always decode through the generated type.
     pub fn read<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
+        fb_verify(self.schema, self.table, bytes)?;
         let t = TableRef::root(bytes)?;
-        verify_table(self.schema, self.table, t)?;
+        verify_table(self.schema, self.table, t, true)?;
         Ok(Object {
             schema: self.schema,
             table: self.table,
@@ -467,6 +491,251 @@ impl<'s> DynamicTable<'s> {
     }
 }
 
+impl DynamicTable<'_> {
+    /// A new version of the object `stored`: the fields with ids `fields` come from
+    /// `changed` (present, absent or default there, they are so in the result), every
+    /// other field keeps its value in `stored`. Both buffers are verified first.
+    /// This is how a change request is applied to the version stored at commit time.
+    ///
+    /// Fields are deep-copied by the schema; a union member or field this schema
+    /// does not know (written by a newer version) is not carried over.
+    ///
+    /// ```
+    /// use keel_schema::{Schema, Value};
+    /// let s = Schema::parse("table T { id: int (primary); hp: short; mana: short; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let stored = t.encode_json(&serde_json::json!({"id": 1, "hp": 10, "mana": 50}))?;
+    /// let stale = t.encode_json(&serde_json::json!({"id": 1, "hp": 5, "mana": 7}))?;
+    /// let hp = t.table().field("hp").unwrap().id;
+    /// let merged = t.patch(&stored, &stale, &[hp])?;
+    /// let obj = t.read(&merged)?;
+    /// assert_eq!(obj.get(&t.path("hp")?), Value::Int(5));
+    /// assert_eq!(obj.get(&t.path("mana")?), Value::Int(50)); // kept
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn patch(
+        &self,
+        stored: &[u8],
+        changed: &[u8],
+        fields: &[u16],
+    ) -> Result<Vec<u8>, DecodeError> {
+        let old = self.read(stored)?.t;
+        // `changed` may be partial (from `encode_values`): its key may be absent.
+        fb_verify(self.schema, self.table, changed)?;
+        let new = TableRef::root(changed)?;
+        verify_table(self.schema, self.table, new, false)?;
+        let mut b = Builder::new();
+        let root = copy_table(self.schema, self.table, old, Some((new, fields)), &mut b)?;
+        Ok(b.finish(root, self.schema.file_identifier.as_deref()))
+    }
+
+    /// Bytes of an object that holds only `values` (field name → value; `Null`
+    /// leaves the field absent). Values must fit the field types: scalars, enums
+    /// (their number), strings, and `[ubyte]`/`[byte]` as `Blob`. Used with
+    /// [`patch`](Self::patch) to apply a change given as values (the FFI's
+    /// `WriteOp::Change`).
+    ///
+    /// ```
+    /// use keel_schema::{Schema, Value};
+    /// let s = Schema::parse("table T { id: int (primary); name: string; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let b = t.encode_values(&[("name".into(), Value::from("x"))])?;
+    /// assert_eq!(t.read(&b)?.get(&t.path("name")?), Value::from("x"));
+    /// assert!(t.encode_values(&[("name".into(), Value::Int(1))]).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn encode_values(&self, values: &[(String, Value)]) -> Result<Vec<u8>, EncodeError> {
+        let table = self.table();
+        let mut obj = Map::new();
+        for (name, v) in values {
+            let f = table
+                .field(name)
+                .ok_or_else(|| eerr(name, format!("table {} has no such field", table.name)))?;
+            let j = match (v, &f.ty) {
+                (Value::Null, _) => continue,
+                (_, FieldType::Table(_) | FieldType::Union(_) | FieldType::Struct(_)) => {
+                    return Err(eerr(
+                        name,
+                        "a table, struct or union field cannot be set from a single value; change it with an object",
+                    ))
+                }
+                (Value::Blob(b), FieldType::Vector(inner))
+                    if matches!(
+                        **inner,
+                        FieldType::Scalar(ScalarType::U8) | FieldType::Scalar(ScalarType::I8)
+                    ) =>
+                {
+                    let signed = matches!(**inner, FieldType::Scalar(ScalarType::I8));
+                    Json::Array(
+                        b.iter()
+                            .map(|x| if signed { Json::from(*x as i8) } else { Json::from(*x) })
+                            .collect(),
+                    )
+                }
+                (_, FieldType::Vector(_)) => {
+                    return Err(eerr(
+                        name,
+                        "a vector field can be set from a Blob only when it is [ubyte] or [byte]; change it with an object",
+                    ))
+                }
+                (Value::Bool(b), _) => Json::Bool(*b),
+                (Value::Int(i), FieldType::Scalar(ScalarType::U64)) => Json::from(*i as u64),
+                (Value::Int(i), _) => Json::from(*i),
+                (Value::Float(x), _) => Json::Number(Number::from_f64(*x).ok_or_else(|| {
+                    eerr(name, format!("{x} cannot be stored through a change by value"))
+                })?),
+                (Value::Text(t), _) => Json::String(t.clone()),
+                (Value::Blob(_), _) => return Err(eerr(name, "expected a scalar or string, found a blob")),
+            };
+            if let (FieldType::Scalar(ScalarType::Bool), Json::Number(_)) = (&f.ty, &j) {
+                return Err(eerr(name, "expected a bool"));
+            }
+            obj.insert(name.clone(), j);
+        }
+        self.encode_json(&Json::Object(obj))
+    }
+}
+
+/// An inline value waiting for its table (children are written first).
+enum Inline {
+    Offset(u16, Offset),
+    Raw(u16, Vec<u8>, usize),
+}
+
+/// Deep-copies the table `src` (of table `ti`) into `b`; with `changed`, the listed
+/// fields come from that table instead.
+fn copy_table(
+    s: &Schema,
+    ti: usize,
+    src: TableRef<'_>,
+    changed: Option<(TableRef<'_>, &[u16])>,
+    b: &mut Builder,
+) -> Result<Offset, DecodeError> {
+    let mut pending = Vec::new();
+    for f in &s.tables[ti].fields {
+        let t = match changed {
+            Some((c, ids)) if ids.contains(&f.id) => c,
+            _ => src,
+        };
+        copy_field(s, f, t, b, &mut pending)?;
+    }
+    b.start_table();
+    pending.sort_by_key(|p| {
+        std::cmp::Reverse(match p {
+            Inline::Raw(_, bytes, _) => bytes.len().max(1),
+            Inline::Offset(..) => 4,
+        })
+    });
+    for p in pending {
+        match p {
+            Inline::Offset(slot, o) => b.add_offset(slot, o),
+            Inline::Raw(slot, bytes, align) => b.add_struct(slot, &bytes, align),
+        }
+    }
+    Ok(b.end_table())
+}
+
+fn copy_field(
+    s: &Schema,
+    f: &Field,
+    t: TableRef<'_>,
+    b: &mut Builder,
+    pending: &mut Vec<Inline>,
+) -> Result<(), DecodeError> {
+    let raw = |size: usize| -> Result<Option<Vec<u8>>, DecodeError> {
+        Ok(t.field_pos(f.id, size)?
+            .and_then(|p| t.buf().get(p..p + size))
+            .map(<[u8]>::to_vec))
+    };
+    match &f.ty {
+        FieldType::Scalar(st) => {
+            if let Some(bytes) = raw(st.size())? {
+                pending.push(Inline::Raw(f.id, bytes, st.size()));
+            }
+        }
+        FieldType::Enum(e) => {
+            let size = s.enums[*e].underlying.size();
+            if let Some(bytes) = raw(size)? {
+                pending.push(Inline::Raw(f.id, bytes, size));
+            }
+        }
+        FieldType::Struct(si) => {
+            let sd = &s.structs[*si];
+            if let Some(bytes) = raw(sd.size)? {
+                pending.push(Inline::Raw(f.id, bytes, sd.align));
+            }
+        }
+        FieldType::String => {
+            if let Some(x) = t.str(f.id)? {
+                pending.push(Inline::Offset(f.id, b.create_string(x)));
+            }
+        }
+        FieldType::Table(sub) => {
+            if let Some(st) = t.table(f.id)? {
+                let o = copy_table(s, *sub, st, None, b)?;
+                pending.push(Inline::Offset(f.id, o));
+            }
+        }
+        FieldType::Union(u) => {
+            let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
+            if let (Some(st), Some(m)) = (t.table(f.id)?, s.unions[*u].member(tag)) {
+                let o = copy_table(s, m.table, st, None, b)?;
+                pending.push(Inline::Raw(f.id.saturating_sub(1), vec![tag], 1));
+                pending.push(Inline::Offset(f.id, o));
+            }
+        }
+        FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+            let FieldType::Union(u) = **inner else {
+                unreachable!("matched above")
+            };
+            let Some((tags, values)) = t.union_vector(f.id)? else {
+                return Ok(());
+            };
+            // Elements keel cannot read (NONE, a member unknown to this schema) are
+            // not carried over, as in generated code.
+            let mut kept = Vec::new();
+            let mut offs = Vec::new();
+            for (i, tag) in tags.iter().enumerate() {
+                if let Some(m) = s.unions[u].member(*tag) {
+                    offs.push(copy_table(s, m.table, values.table(i)?, None, b)?);
+                    kept.push(*tag);
+                }
+            }
+            let tv = b.create_scalar_vector(&kept);
+            let ov = b.create_offset_vector(&offs);
+            pending.push(Inline::Offset(f.id.saturating_sub(1), tv));
+            pending.push(Inline::Offset(f.id, ov));
+        }
+        FieldType::Vector(inner) => {
+            let size = elem_size(s, inner);
+            let Some(v) = t.vector(f.id, size)? else {
+                return Ok(());
+            };
+            let o = match &**inner {
+                FieldType::String => {
+                    let offs = (0..v.len())
+                        .map(|i| v.str(i).map(|x| b.create_string(x)))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    b.create_offset_vector(&offs)
+                }
+                FieldType::Table(sub) => {
+                    let mut offs = Vec::with_capacity(v.len());
+                    for i in 0..v.len() {
+                        offs.push(copy_table(s, *sub, v.table(i)?, None, b)?);
+                    }
+                    b.create_offset_vector(&offs)
+                }
+                FieldType::Struct(si) => {
+                    b.create_struct_vector(v.bytes(), size, s.structs[*si].align)
+                }
+                _ => b.create_struct_vector(v.bytes(), size, size),
+            };
+            pending.push(Inline::Offset(f.id, o));
+        }
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy)]
 enum Cur {
     Table(usize),
@@ -474,8 +743,159 @@ enum Cur {
     Leaf,
 }
 
-fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeError> {
-    for f in &s.tables[ti].fields {
+/// Runs the `flatbuffers` crate's verifier over `bytes` with root table `ti`, visiting
+/// the same fields in the same way as the `Verifiable` impls generated code has
+/// (`codegen`: every field that is not deprecated), so both accept the same bytes.
+fn fb_verify(s: &Schema, ti: usize, bytes: &[u8]) -> Result<(), DecodeError> {
+    let opts = flatbuffers::VerifierOptions::default();
+    let mut v = flatbuffers::Verifier::new(&opts, bytes);
+    let res = v
+        .get_uoffset(0)
+        .and_then(|off| fb_table(s, ti, &mut v, (off as usize).saturating_add(0)));
+    res.map_err(wire::verifier_error)
+}
+
+type FbResult = Result<(), flatbuffers::InvalidFlatbuffer>;
+
+/// `ForwardsUOffset<Table>::run_verifier` for a table known at run time.
+fn fb_table_at_offset(
+    s: &Schema,
+    ti: usize,
+    v: &mut flatbuffers::Verifier,
+    pos: usize,
+) -> FbResult {
+    let off = v.get_uoffset(pos)? as usize;
+    fb_table(s, ti, v, off.saturating_add(pos))
+}
+
+fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) -> FbResult {
+    use flatbuffers::{ForwardsUOffset, Vector, Verifiable};
+    let mut tv = v.visit_table(pos)?;
+    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
+        let voff = f.vtable_offset();
+        let name = f.name.clone();
+        tv = match &f.ty {
+            FieldType::Scalar(st) => fb_scalar_field(tv, *st, name, voff)?,
+            FieldType::Enum(e) => fb_scalar_field(tv, s.enums[*e].underlying, name, voff)?,
+            FieldType::String => tv.visit_field::<ForwardsUOffset<&str>>(name, voff, false)?,
+            FieldType::Struct(si) => {
+                // generated structs verify as `in_buffer::<[u8; SIZE]>` (alignment 1)
+                if let Some(p) = tv.deref(voff)? {
+                    tv.verifier().range_in_buffer(p, s.structs[*si].size)?;
+                }
+                tv
+            }
+            FieldType::Table(sub) => {
+                if let Some(p) = tv.deref(voff)? {
+                    fb_table_at_offset(s, *sub, tv.verifier(), p)?;
+                }
+                tv
+            }
+            FieldType::Union(u) => tv.visit_union::<u8, _>(
+                format!("{}_type", f.name),
+                voff - 2,
+                name,
+                voff,
+                false,
+                |tag, v, pos| match s.unions[*u].member(tag) {
+                    Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                    None => Ok(()),
+                },
+            )?,
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                wire::visit_union_vector(tv, &f.name, voff - 2, voff, |tag, v, pos| {
+                    match s.unions[u].member(tag) {
+                        Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                        None => Ok(()),
+                    }
+                })?
+            }
+            FieldType::Vector(inner) => {
+                if let Some(p) = tv.deref(voff)? {
+                    let v = tv.verifier();
+                    let off = v.get_uoffset(p)? as usize;
+                    let at = off.saturating_add(p);
+                    match &**inner {
+                        FieldType::Scalar(st) => fb_scalar_vector(v, *st, at)?,
+                        FieldType::Enum(e) => fb_scalar_vector(v, s.enums[*e].underlying, at)?,
+                        FieldType::String => {
+                            <Vector<'_, ForwardsUOffset<&str>>>::run_verifier(v, at)?
+                        }
+                        FieldType::Struct(si) => {
+                            let len = v.get_uoffset(at)? as usize;
+                            let start = at.saturating_add(4);
+                            v.range_in_buffer(start, len.saturating_mul(s.structs[*si].size))?;
+                        }
+                        FieldType::Table(sub) => {
+                            let len = v.get_uoffset(at)? as usize;
+                            let start = at.saturating_add(4);
+                            v.is_aligned::<u32>(start)?;
+                            v.range_in_buffer(start, len.saturating_mul(4))?;
+                            for i in 0..len {
+                                fb_table_at_offset(s, *sub, v, start + 4 * i)?;
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                tv
+            }
+        };
+    }
+    tv.finish();
+    Ok(())
+}
+
+fn fb_scalar_field<'v, 'o, 'b>(
+    tv: flatbuffers::TableVerifier<'v, 'o, 'b>,
+    st: ScalarType,
+    name: String,
+    voff: u16,
+) -> Result<flatbuffers::TableVerifier<'v, 'o, 'b>, flatbuffers::InvalidFlatbuffer> {
+    match st {
+        ScalarType::Bool => tv.visit_field::<bool>(name, voff, false),
+        ScalarType::I8 => tv.visit_field::<i8>(name, voff, false),
+        ScalarType::U8 => tv.visit_field::<u8>(name, voff, false),
+        ScalarType::I16 => tv.visit_field::<i16>(name, voff, false),
+        ScalarType::U16 => tv.visit_field::<u16>(name, voff, false),
+        ScalarType::I32 => tv.visit_field::<i32>(name, voff, false),
+        ScalarType::U32 => tv.visit_field::<u32>(name, voff, false),
+        ScalarType::I64 => tv.visit_field::<i64>(name, voff, false),
+        ScalarType::U64 => tv.visit_field::<u64>(name, voff, false),
+        ScalarType::F32 => tv.visit_field::<f32>(name, voff, false),
+        ScalarType::F64 => tv.visit_field::<f64>(name, voff, false),
+    }
+}
+
+fn fb_scalar_vector(v: &mut flatbuffers::Verifier, st: ScalarType, at: usize) -> FbResult {
+    use flatbuffers::{Vector, Verifiable};
+    match st {
+        ScalarType::Bool => <Vector<'_, bool>>::run_verifier(v, at),
+        ScalarType::I8 => <Vector<'_, i8>>::run_verifier(v, at),
+        ScalarType::U8 => <Vector<'_, u8>>::run_verifier(v, at),
+        ScalarType::I16 => <Vector<'_, i16>>::run_verifier(v, at),
+        ScalarType::U16 => <Vector<'_, u16>>::run_verifier(v, at),
+        ScalarType::I32 => <Vector<'_, i32>>::run_verifier(v, at),
+        ScalarType::U32 => <Vector<'_, u32>>::run_verifier(v, at),
+        ScalarType::I64 => <Vector<'_, i64>>::run_verifier(v, at),
+        ScalarType::U64 => <Vector<'_, u64>>::run_verifier(v, at),
+        ScalarType::F32 => <Vector<'_, f32>>::run_verifier(v, at),
+        ScalarType::F64 => <Vector<'_, f64>>::run_verifier(v, at),
+    }
+}
+
+/// keel's own bounds-checked walk of every field, as the generated `__read` does it
+/// (deprecated fields are skipped there too; a primary-key string is required).
+fn verify_table(
+    s: &Schema,
+    ti: usize,
+    t: TableRef<'_>,
+    require_key: bool,
+) -> Result<(), DecodeError> {
+    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         match &f.ty {
             FieldType::Scalar(ty) => {
                 t.field_pos(f.id, ty.size())?;
@@ -484,21 +904,38 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
                 t.field_pos(f.id, s.enums[*e].underlying.size())?;
             }
             FieldType::String => {
-                t.str(f.id)?;
+                if t.str(f.id)?.is_none() && f.primary && require_key {
+                    return Err(DecodeError::Field {
+                        field: "primary key",
+                        reason: Cow::Owned(format!("required field {} is missing", f.name)),
+                    });
+                }
             }
             FieldType::Struct(si) => {
                 t.struct_bytes(f.id, s.structs[*si].size)?;
             }
             FieldType::Table(sub) => {
                 if let Some(st) = t.table(f.id)? {
-                    verify_table(s, *sub, st)?;
+                    verify_table(s, *sub, st, require_key)?;
                 }
             }
             FieldType::Union(u) => {
                 let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
                 if let Some(st) = t.table(f.id)? {
                     if let Some(m) = s.unions[*u].member(tag) {
-                        verify_table(s, m.table, st)?;
+                        verify_table(s, m.table, st, require_key)?;
+                    }
+                }
+            }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                if let Some((tags, values)) = t.union_vector(f.id)? {
+                    for (i, tag) in tags.iter().enumerate() {
+                        if let Some(m) = s.unions[u].member(*tag) {
+                            verify_table(s, m.table, values.table(i)?, require_key)?;
+                        }
                     }
                 }
             }
@@ -513,7 +950,7 @@ fn verify_table(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<(), DecodeErro
                         }
                         FieldType::Table(sub) => {
                             for i in 0..v.len() {
-                                verify_table(s, *sub, v.table(i)?)?;
+                                verify_table(s, *sub, v.table(i)?, require_key)?;
                             }
                         }
                         _ => {}
@@ -743,6 +1180,34 @@ fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeErro
                 m.insert(format!("{}_type", f.name), Json::String(m_def.name.clone()));
                 table_json(s, m_def.table, st)?
             }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                let Some((tags, values)) = t.union_vector(f.id)? else {
+                    continue;
+                };
+                let mut types = Vec::with_capacity(tags.len());
+                let mut objs = Vec::with_capacity(tags.len());
+                for (i, tag) in tags.iter().enumerate() {
+                    match s.unions[u].member(*tag) {
+                        Some(md) => {
+                            types.push(Json::String(md.name.clone()));
+                            objs.push(table_json(s, md.table, values.table(i)?)?);
+                        }
+                        None if *tag == 0 => {
+                            types.push(Json::String("NONE".into()));
+                            objs.push(Json::Null);
+                        }
+                        None => {
+                            types.push(Json::from(*tag));
+                            objs.push(Json::Null);
+                        }
+                    }
+                }
+                m.insert(format!("{}_type", f.name), Json::Array(types));
+                Json::Array(objs)
+            }
             FieldType::Vector(inner) => match t.vector(f.id, elem_size(s, inner))? {
                 Some(v) => Json::Array(
                     (0..v.len())
@@ -927,7 +1392,7 @@ fn encode_table(
             || k.strip_suffix("_type").is_some_and(|base| {
                 table
                     .field(base)
-                    .is_some_and(|f| matches!(f.ty, FieldType::Union(_)))
+                    .is_some_and(|f| f.union_type_id().is_some())
             });
         if !known {
             return Err(eerr(
@@ -990,6 +1455,48 @@ fn encode_table(
                     Value::Int(m.tag as i64),
                     None,
                 ));
+                pending.push(Pending::Offset(f.id, o));
+            }
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                let FieldType::Union(u) = **inner else {
+                    unreachable!("matched above")
+                };
+                let un = &s.unions[u];
+                let arr = fj
+                    .as_array()
+                    .ok_or_else(|| eerr(&p, format!("expected an array, found {fj}")))?;
+                let types = obj
+                    .get(&format!("{}_type", f.name))
+                    .and_then(Json::as_array)
+                    .filter(|t| t.len() == arr.len())
+                    .ok_or_else(|| {
+                        eerr(
+                            &p,
+                            format!(
+                                "expected {}_type: an array of member names of {} as long as {}",
+                                f.name, un.name, f.name
+                            ),
+                        )
+                    })?;
+                let mut tags = Vec::with_capacity(arr.len());
+                let mut offs = Vec::with_capacity(arr.len());
+                for (i, (tj, e)) in types.iter().zip(arr).enumerate() {
+                    let ep = format!("{p}[{i}]");
+                    let m = tj
+                        .as_str()
+                        .and_then(|n| un.members.iter().find(|m| m.name == n))
+                        .ok_or_else(|| {
+                            eerr(
+                                &ep,
+                                format!("expected a member of union {}, found {tj}", un.name),
+                            )
+                        })?;
+                    tags.push(m.tag);
+                    offs.push(encode_table(s, m.table, e, b, &ep)?);
+                }
+                let t = b.create_scalar_vector(&tags);
+                let o = b.create_offset_vector(&offs);
+                pending.push(Pending::Offset(f.id.saturating_sub(1), t));
                 pending.push(Pending::Offset(f.id, o));
             }
             FieldType::Vector(inner) => {

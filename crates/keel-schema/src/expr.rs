@@ -54,6 +54,154 @@ impl CmpOp {
     }
 }
 
+/// An arithmetic operator of a [`Term`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ArithOp {
+    /// `+`
+    Add,
+    /// `-`
+    Sub,
+    /// `*`
+    Mul,
+    /// `/` (integer division truncates toward zero; by zero is `Null`)
+    Div,
+    /// `%` (remainder; by zero is `Null`)
+    Rem,
+}
+
+impl ArithOp {
+    /// The operator as written in keel's query text.
+    pub fn symbol(self) -> &'static str {
+        match self {
+            ArithOp::Add => "+",
+            ArithOp::Sub => "-",
+            ArithOp::Mul => "*",
+            ArithOp::Div => "/",
+            ArithOp::Rem => "%",
+        }
+    }
+}
+
+/// A value computed from one object: a field, a constant, or arithmetic on two
+/// terms. Arithmetic follows SQLite exactly (in SQL and in memory): integers stay
+/// integers unless a result overflows (then it is computed in floating point), any
+/// float operand makes the result a float, `%` of floats works on their integer
+/// parts, division or remainder by zero and a NaN result are `Null`, and a `Null`
+/// operand makes the result `Null`. Only numeric fields (integers, floats, bools,
+/// enums) may take part.
+///
+/// ```
+/// use keel_schema::{Expr, FieldPath, Term};
+/// let mana = Term::field(FieldPath::field(1, "mana"));
+/// let hp = Term::field(FieldPath::field(2, "hp"));
+/// let q = (mana + hp).gt(150);
+/// assert_eq!(q.to_string(), "(mana + hp) > 150");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum Term {
+    /// The value of a field.
+    Field(FieldPath),
+    /// A constant.
+    Const(Value),
+    /// `left <op> right`.
+    Arith(ArithOp, Box<Term>, Box<Term>),
+}
+
+impl Term {
+    /// The value of the field at `path`.
+    pub fn field(path: FieldPath) -> Term {
+        Term::Field(path)
+    }
+    /// A constant.
+    pub fn constant(v: impl Into<Value>) -> Term {
+        Term::Const(v.into())
+    }
+    /// `self <op> other`.
+    pub fn arith(self, op: ArithOp, other: impl Into<Term>) -> Term {
+        Term::Arith(op, Box::new(self), Box::new(other.into()))
+    }
+    /// `self <op> other` as a predicate.
+    pub fn cmp(self, op: CmpOp, other: impl Into<Term>) -> Expr {
+        Expr::Compare {
+            left: self,
+            op,
+            right: other.into(),
+        }
+    }
+    /// `self == other`.
+    pub fn eq(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Eq, other)
+    }
+    /// `self != other`.
+    pub fn ne(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Ne, other)
+    }
+    /// `self < other`.
+    pub fn lt(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Lt, other)
+    }
+    /// `self <= other`.
+    pub fn le(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Le, other)
+    }
+    /// `self > other`.
+    pub fn gt(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Gt, other)
+    }
+    /// `self >= other`.
+    pub fn ge(self, other: impl Into<Term>) -> Expr {
+        self.cmp(CmpOp::Ge, other)
+    }
+    /// The term is `Null` (an absent field, a `Null` operand, division by zero).
+    pub fn is_null(self) -> Expr {
+        Expr::TermIsNull(self)
+    }
+    /// The term is not `Null`.
+    pub fn is_not_null(self) -> Expr {
+        Expr::TermIsNotNull(self)
+    }
+
+    /// Calls `f` on every field path this term reads.
+    pub fn visit_paths(&self, f: &mut impl FnMut(&FieldPath)) {
+        match self {
+            Term::Field(p) => f(p),
+            Term::Const(_) => {}
+            Term::Arith(_, a, b) => {
+                a.visit_paths(f);
+                b.visit_paths(f);
+            }
+        }
+    }
+}
+
+impl<V: Into<Value>> From<V> for Term {
+    fn from(v: V) -> Term {
+        Term::Const(v.into())
+    }
+}
+
+macro_rules! term_ops {
+    ($($tr:ident $m:ident $op:ident),*) => {$(
+        impl<T: Into<Term>> ops::$tr<T> for Term {
+            type Output = Term;
+            fn $m(self, rhs: T) -> Term {
+                self.arith(ArithOp::$op, rhs)
+            }
+        }
+    )*};
+}
+term_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Rem);
+
+impl fmt::Display for Term {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Term::Field(p) => write!(f, "{p}"),
+            Term::Const(v) => write!(f, "{v}"),
+            Term::Arith(op, a, b) => write!(f, "({a} {} {b})", op.symbol()),
+        }
+    }
+}
+
 /// A query predicate over one object.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -97,6 +245,25 @@ pub enum Expr {
         /// Member table name, for display.
         member_name: String,
     },
+    /// `left <op> right` over computed [`Term`]s (`mana + hp > 150`, `x % 7 == 0`).
+    /// Unknown (no match) when either side is `Null`.
+    Compare {
+        /// Left side.
+        left: Term,
+        /// Comparison operator.
+        op: CmpOp,
+        /// Right side.
+        right: Term,
+    },
+    /// The term is `Null` (never unknown).
+    TermIsNull(Term),
+    /// The term is not `Null` (never unknown).
+    TermIsNotNull(Term),
+    /// The predicate is unknown (SQL: `(predicate) IS NULL`), e.g. a comparison with
+    /// an absent field. Never unknown itself.
+    IsUnknown(Box<Expr>),
+    /// The predicate is true or false, not unknown (`(predicate) IS NOT NULL`).
+    IsKnown(Box<Expr>),
     /// Both hold.
     And(Box<Expr>, Box<Expr>),
     /// Either holds.
@@ -152,6 +319,15 @@ impl Expr {
     pub fn not(self) -> Expr {
         Expr::Not(Box::new(self))
     }
+    /// This predicate is unknown (`(self) IS NULL`): true exactly where neither
+    /// `self` nor `!self` matches.
+    pub fn is_null(self) -> Expr {
+        Expr::IsUnknown(Box::new(self))
+    }
+    /// This predicate is known, true or false (`(self) IS NOT NULL`).
+    pub fn is_not_null(self) -> Expr {
+        Expr::IsKnown(Box::new(self))
+    }
 
     /// Calls `f` on every field path this expression reads (for index selection).
     pub fn visit_paths(&self, f: &mut impl FnMut(&FieldPath)) {
@@ -163,11 +339,16 @@ impl Expr {
             | Expr::IsNull(path)
             | Expr::IsNotNull(path)
             | Expr::UnionIs { path, .. } => f(path),
+            Expr::Compare { left, right, .. } => {
+                left.visit_paths(f);
+                right.visit_paths(f);
+            }
+            Expr::TermIsNull(t) | Expr::TermIsNotNull(t) => t.visit_paths(f),
             Expr::And(a, b) | Expr::Or(a, b) => {
                 a.visit_paths(f);
                 b.visit_paths(f);
             }
-            Expr::Not(e) => e.visit_paths(f),
+            Expr::Not(e) | Expr::IsUnknown(e) | Expr::IsKnown(e) => e.visit_paths(f),
         }
     }
 }
@@ -221,6 +402,11 @@ impl fmt::Display for Expr {
             Expr::UnionIs {
                 path, member_name, ..
             } => write!(f, "{path} is {member_name}"),
+            Expr::Compare { left, op, right } => write!(f, "{left} {} {right}", op.symbol()),
+            Expr::TermIsNull(t) => write!(f, "{t} IS NULL"),
+            Expr::TermIsNotNull(t) => write!(f, "{t} IS NOT NULL"),
+            Expr::IsUnknown(e) => write!(f, "({e}) IS NULL"),
+            Expr::IsKnown(e) => write!(f, "({e}) IS NOT NULL"),
             Expr::And(a, b) => write!(f, "({a} AND {b})"),
             Expr::Or(a, b) => write!(f, "({a} OR {b})"),
             Expr::Not(e) => write!(f, "NOT ({e})"),
@@ -228,15 +414,47 @@ impl fmt::Display for Expr {
     }
 }
 
-/// One ordering key of a query: a field and a direction.
+/// One ordering key of a query: a field and a direction, optionally by the
+/// position of the field's value in a list (Dflat's `orderBy(.index(of: […]))`).
 ///
-/// `Null` sorts first ascending and last descending (SQLite's rule).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// `Null` sorts first ascending and last descending (SQLite's rule). With a list
+/// ([`SortKey::by_list`]), objects are ordered by where their value appears in the
+/// list (the first occurrence; equality as in filters, so `2 == 2.0`); values not
+/// in the list — and `Null` — come first or last, as [`Unlisted`] says, in either
+/// direction.
+///
+/// ```
+/// use keel_schema::{FieldPath, SortKey, Unlisted, Value};
+/// let color = FieldPath::field(2, "color");
+/// let k = SortKey::by_list(color, [2, 0], Unlisted::Last);
+/// assert_eq!(k.to_string(), "color IN ORDER (2, 0) UNLISTED LAST ASC");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
 pub struct SortKey {
     /// Field to order by.
     pub path: FieldPath,
     /// `true` for descending order.
     pub descending: bool,
+    /// Order by position in this list instead of by value.
+    pub list: Option<SortList>,
+}
+
+/// The list of a [`SortKey::by_list`] key.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortList {
+    /// The values, in the order wanted.
+    pub values: Vec<Value>,
+    /// Where values not in the list go.
+    pub unlisted: Unlisted,
+}
+
+/// Where a list-ordered [`SortKey`] puts values that are not in its list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Unlisted {
+    /// Before every listed value.
+    First,
+    /// After every listed value.
+    Last,
 }
 
 impl SortKey {
@@ -245,6 +463,7 @@ impl SortKey {
         SortKey {
             path,
             descending: false,
+            list: None,
         }
     }
     /// Descending by `path`.
@@ -252,17 +471,58 @@ impl SortKey {
         SortKey {
             path,
             descending: true,
+            list: None,
         }
+    }
+    /// By the position of the value at `path` in `values`; values not in the list
+    /// go where `unlisted` says. [`reversed`](Self::reversed) reverses the listed
+    /// part only.
+    pub fn by_list<V: Into<Value>>(
+        path: FieldPath,
+        values: impl IntoIterator<Item = V>,
+        unlisted: Unlisted,
+    ) -> Self {
+        SortKey {
+            path,
+            descending: false,
+            list: Some(SortList {
+                values: values.into_iter().map(Into::into).collect(),
+                unlisted,
+            }),
+        }
+    }
+    /// The same key in the other direction.
+    pub fn reversed(mut self) -> Self {
+        self.descending = !self.descending;
+        self
+    }
+
+    /// The position an object with `rank` (its value's index in the list, `None`
+    /// when unlisted) takes, as an integer ordered in this key's direction — what
+    /// the SQL `CASE` computes. `None` for keys without a list.
+    pub fn list_rank(&self, index: Option<usize>) -> Option<i64> {
+        let l = self.list.as_ref()?;
+        let n = l.values.len() as i64;
+        Some(match (index, l.unlisted, self.descending) {
+            (Some(i), _, _) => i as i64,
+            // Unlisted first: smallest ascending, largest descending.
+            (None, Unlisted::First, false) | (None, Unlisted::Last, true) => -1,
+            (None, Unlisted::First, true) | (None, Unlisted::Last, false) => n,
+        })
     }
 }
 
 impl fmt::Display for SortKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {}",
-            self.path,
-            if self.descending { "DESC" } else { "ASC" }
-        )
+        write!(f, "{}", self.path)?;
+        if let Some(l) = &self.list {
+            f.write_str(" IN ORDER ")?;
+            write_list(f, &l.values)?;
+            f.write_str(match l.unlisted {
+                Unlisted::First => " UNLISTED FIRST",
+                Unlisted::Last => " UNLISTED LAST",
+            })?;
+        }
+        write!(f, " {}", if self.descending { "DESC" } else { "ASC" })
     }
 }

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::expr::{Expr, SortKey};
+use crate::expr::{ArithOp, Expr, SortKey, Term, Unlisted};
 use crate::path::{FieldPath, PathStep};
 use crate::value::Value;
 
@@ -99,6 +99,24 @@ impl<R, T> Field<R, T> {
         SortKey::desc(self.path.clone())
     }
 
+    /// The field as a [`Term`], for arithmetic and field-to-field comparisons
+    /// (`Post::priority().term().gt(Post::views())`). The arithmetic operators
+    /// work on handles directly: `(Monster::mana() + Monster::hp()).gt(150)`.
+    pub fn term(&self) -> Term {
+        Term::Field(self.path.clone())
+    }
+
+    /// Sort key by the position of the field's value in `values` (Dflat's
+    /// `orderBy(.index(of: […]))`); values not in the list go where `unlisted`
+    /// says. `.reversed()` on the key reverses the listed part.
+    pub fn in_order_of<V: Into<Value>>(
+        &self,
+        values: impl IntoIterator<Item = V>,
+        unlisted: Unlisted,
+    ) -> SortKey {
+        SortKey::by_list(self.path.clone(), values, unlisted)
+    }
+
     /// For a handle on a union member (`Post::content_image()`): the predicate
     /// "the union holds this member" (`content is Image`). For any other handle this
     /// is `is_not_null()`.
@@ -127,43 +145,144 @@ impl<R, T> Field<R, T> {
     }
 }
 
-impl<R, T: Into<Value>> Field<R, T> {
+/// A value a query may compare with a field of Rust type `T`.
+///
+/// Integer fields take any integer (so `Monster::mana().lt(100)` works on a `short`
+/// without `100i16`; a value outside the field's range is compared as the number
+/// it is), float fields any number, string fields `&str`, `String` and optional
+/// strings (`None` compares as `NULL`: unknown), enums their own type (generated
+/// code implements this trait for each enum).
+///
+/// ```
+/// use keel_schema::{Field, FieldPath, PathStep};
+/// struct Monster;
+/// static MANA: &[PathStep] = &[PathStep::field(1, "mana")];
+/// static NAME: &[PathStep] = &[PathStep::field(0, "name")];
+/// let mana: Field<Monster, i16> = Field::new(FieldPath::from_static(MANA));
+/// let name: Field<Monster, String> = Field::new(FieldPath::from_static(NAME));
+/// let stale: Option<String> = Some("Orc".into());
+/// let q = mana.lt(100) & name.eq(&stale);
+/// assert_eq!(q.to_string(), "(mana < 100 AND name == \"Orc\")");
+/// ```
+pub trait QueryValue<T> {
+    /// The value as the engine compares it.
+    fn into_value(self) -> Value;
+}
+
+macro_rules! int_query_values {
+    ($($field:ty),*) => {$(
+        int_query_values!(@each $field; i8, i16, i32, i64, u8, u16, u32, u64);
+    )*};
+    (@each $field:ty; $($src:ty),*) => {$(
+        impl QueryValue<$field> for $src {
+            fn into_value(self) -> Value {
+                Value::from(self)
+            }
+        }
+        impl QueryValue<$field> for &$src {
+            fn into_value(self) -> Value {
+                Value::from(*self)
+            }
+        }
+    )*};
+}
+int_query_values!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+macro_rules! float_query_values {
+    ($($src:ty),*) => {$(
+        impl QueryValue<f32> for $src {
+            /// Rounded to `f32` first, as the stored field is.
+            fn into_value(self) -> Value {
+                Value::Float(self as f32 as f64)
+            }
+        }
+        impl QueryValue<f64> for $src {
+            fn into_value(self) -> Value {
+                Value::Float(self as f64)
+            }
+        }
+    )*};
+}
+float_query_values!(f32, f64, i8, i16, i32, u8, u16, u32);
+
+impl QueryValue<bool> for bool {
+    fn into_value(self) -> Value {
+        Value::Bool(self)
+    }
+}
+
+macro_rules! text_query_values {
+    ($($src:ty),*) => {$(
+        impl QueryValue<String> for $src {
+            fn into_value(self) -> Value {
+                Value::from(self)
+            }
+        }
+    )*};
+}
+text_query_values!(&str, String, &String, Option<&str>, Option<String>);
+
+impl QueryValue<String> for &Option<String> {
+    fn into_value(self) -> Value {
+        Value::from(self.as_deref())
+    }
+}
+
+impl<R, T> Field<R, T> {
     /// `field == value`.
-    pub fn eq(&self, value: impl Into<T>) -> Expr {
-        Expr::eq(self.path.clone(), value.into())
+    pub fn eq(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::eq(self.path.clone(), value.into_value())
     }
     /// `field != value`.
-    pub fn ne(&self, value: impl Into<T>) -> Expr {
-        Expr::ne(self.path.clone(), value.into())
+    pub fn ne(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::ne(self.path.clone(), value.into_value())
     }
     /// `field < value`.
-    pub fn lt(&self, value: impl Into<T>) -> Expr {
-        Expr::lt(self.path.clone(), value.into())
+    pub fn lt(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::lt(self.path.clone(), value.into_value())
     }
     /// `field <= value`.
-    pub fn le(&self, value: impl Into<T>) -> Expr {
-        Expr::le(self.path.clone(), value.into())
+    pub fn le(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::le(self.path.clone(), value.into_value())
     }
     /// `field > value`.
-    pub fn gt(&self, value: impl Into<T>) -> Expr {
-        Expr::gt(self.path.clone(), value.into())
+    pub fn gt(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::gt(self.path.clone(), value.into_value())
     }
     /// `field >= value`.
-    pub fn ge(&self, value: impl Into<T>) -> Expr {
-        Expr::ge(self.path.clone(), value.into())
+    pub fn ge(&self, value: impl QueryValue<T>) -> Expr {
+        Expr::ge(self.path.clone(), value.into_value())
     }
     /// `field IN (values…)`.
-    pub fn in_<V: Into<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
+    pub fn in_<V: QueryValue<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
         Expr::In {
             path: self.path.clone(),
-            values: values.into_iter().map(|v| v.into().into()).collect(),
+            values: values.into_iter().map(QueryValue::into_value).collect(),
         }
     }
     /// `field NOT IN (values…)`.
-    pub fn not_in<V: Into<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
+    pub fn not_in<V: QueryValue<T>>(&self, values: impl IntoIterator<Item = V>) -> Expr {
         Expr::NotIn {
             path: self.path.clone(),
-            values: values.into_iter().map(|v| v.into().into()).collect(),
+            values: values.into_iter().map(QueryValue::into_value).collect(),
         }
     }
 }
+
+impl<R, T> From<Field<R, T>> for Term {
+    fn from(f: Field<R, T>) -> Term {
+        Term::Field(f.path)
+    }
+}
+
+macro_rules! field_ops {
+    ($($tr:ident $m:ident $op:ident),*) => {$(
+        impl<R, T, Rhs: Into<Term>> std::ops::$tr<Rhs> for Field<R, T> {
+            type Output = Term;
+            fn $m(self, rhs: Rhs) -> Term {
+                Term::Field(self.path).arith(ArithOp::$op, rhs)
+            }
+        }
+    )*};
+}
+field_ops!(Add add Add, Sub sub Sub, Mul mul Mul, Div div Div, Rem rem Rem);

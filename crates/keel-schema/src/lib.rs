@@ -67,13 +67,13 @@ pub use flatbuffers;
 
 pub use codegen::{compile, Builder, CodegenError};
 pub use dynamic::{DynamicTable, Object, ResolvedPath, ValueRef};
-pub use expr::{CmpOp, Expr, SortKey};
-pub use field::Field;
+pub use expr::{ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
+pub use field::{Field, QueryValue};
 pub use model::{
     Collection, EnumDef, EnumVal, FieldType, IndexDef, ScalarType, Schema, StructDef, StructField,
     Table, UnionDef, UnionMemberDef,
 };
 pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
-pub use record::{ChangeRequest, DecodeError, Record};
+pub use record::{ChangeRequest, Changes, DecodeError, Record};
 pub use value::Value;

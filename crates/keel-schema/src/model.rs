@@ -142,7 +142,9 @@ pub enum FieldType {
     Table(usize),
     /// A union (index into [`Schema::unions`]); two slots, see the module docs.
     Union(usize),
-    /// A vector of scalars, enums, strings, structs or tables.
+    /// A vector of scalars, enums, strings, structs, tables or unions. A vector of
+    /// unions takes two slots like a union: `id - 1` holds a `[ubyte]` of type tags,
+    /// `id` the vector of member tables (same length).
     Vector(Box<FieldType>),
 }
 
@@ -189,10 +191,12 @@ impl Field {
         4 + 2 * self.id
     }
 
-    /// For a union field, the slot of its `_type` tag (`id - 1`).
+    /// For a union field, the slot of its `_type` tag (`id - 1`); for a vector of
+    /// unions, the slot of its vector of tags.
     pub fn union_type_id(&self) -> Option<u16> {
-        match self.ty {
+        match &self.ty {
             FieldType::Union(_) => self.id.checked_sub(1),
+            FieldType::Vector(e) if matches!(**e, FieldType::Union(_)) => self.id.checked_sub(1),
             _ => None,
         }
     }
@@ -363,16 +367,22 @@ impl UnionDef {
     }
 }
 
-/// A secondary index on one field of a collection.
+/// A secondary index of a collection: on one of its fields, or on the value at a
+/// path into a sub-table or union member (`(indexed)` on a field of a table that
+/// is not a collection, e.g. `equipped.Orb.name`). An index on a union field holds
+/// its type tag.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct IndexDef {
-    /// Indexed field (its id).
+    /// The collection's field the path starts with (its id).
     pub field: u16,
-    /// Field name.
+    /// The path as names, dotted (`priority`, `equipped.Orb.name`).
     pub name: String,
     /// Unique index.
     pub unique: bool,
+    /// The indexed path from the collection's table (one step for a field of its
+    /// own).
+    pub path: Vec<crate::path::PathStep>,
 }
 
 /// A collection: a table stored as its own SQLite table.

@@ -96,10 +96,69 @@ pub trait Record: Send + Sync + Clone + 'static {
     }
 }
 
+/// A change to an existing object: which fields it sets, and to what.
+///
+/// Made by the generated `obj.change()…build()` builder (or [`Changes::new`]). It
+/// carries the key the object had when the change was built, the object with the
+/// setters applied, and the ids of the fields the setters touched. At commit the
+/// object layer reads the row's *current* version inside the transaction and applies
+/// only those fields: fields the request did not set keep whatever is stored then,
+/// so a request built from a stale object cannot revert a value committed in
+/// between (no lost update). Setting a primary-key field moves the object to the new
+/// key (a delete and an insert in the same transaction).
+///
+/// ```
+/// use keel_example_blog::blog::Post;
+/// use keel_schema::ChangeRequest;
+///
+/// let post = Post::builder().id("p1").title("Hi").priority(3).build();
+/// let ChangeRequest::Change(ch) = post.change().title("Hello").build() else { unreachable!() };
+/// assert_eq!(ch.key(), &[keel_schema::Value::from("p1")]);
+/// assert_eq!(ch.object().title.as_deref(), Some("Hello"));
+/// assert_eq!(ch.fields().len(), 1); // `title` only: `priority` is not part of the change
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Changes<R: Record> {
+    key: Vec<Value>,
+    object: R,
+    fields: Vec<u16>,
+}
+
+impl<R: Record> Changes<R> {
+    /// A change of the object stored under `key`: the fields with ids `fields`
+    /// (vtable slots, see [`model::Field::id`](crate::model::Field::id)) take their
+    /// values from `object`; every other field keeps its stored value.
+    pub fn new(key: Vec<Value>, object: R, fields: Vec<u16>) -> Self {
+        Changes {
+            key,
+            object,
+            fields,
+        }
+    }
+
+    /// The primary key of the object to change (as it was when the request was built).
+    pub fn key(&self) -> &[Value] {
+        &self.key
+    }
+
+    /// The object the setters were applied to. Only the fields in
+    /// [`fields`](Self::fields) are written; the others are whatever the object
+    /// the request was built from held.
+    pub fn object(&self) -> &R {
+        &self.object
+    }
+
+    /// Ids (vtable slots) of the fields this request sets, in the order first set.
+    pub fn fields(&self) -> &[u16] {
+        &self.fields
+    }
+}
+
 /// A write to a collection, in Dflat's change-request style.
 ///
-/// Objects are immutable; to modify one, derive a new version with the generated
-/// `obj.change()…build()` builder and submit it as [`ChangeRequest::Change`].
+/// Objects are immutable. To modify one, build a [`Changes`] with the generated
+/// `obj.change()…build()` builder: it records which fields it sets, and only those
+/// are written, on top of the version stored at commit time.
 ///
 /// ```
 /// use keel_example_blog::blog::Post;
@@ -110,15 +169,15 @@ pub trait Record: Send + Sync + Clone + 'static {
 /// let change = post.change().title("Hello").build();
 /// let delete = ChangeRequest::<Post>::delete(&"p1".to_string());
 /// assert!(matches!(create, ChangeRequest::Create(_)));
-/// assert!(matches!(&change, ChangeRequest::Change(p) if p.title.as_deref() == Some("Hello")));
+/// assert!(matches!(&change, ChangeRequest::Change(c) if c.object().title.as_deref() == Some("Hello")));
 /// assert_eq!(delete.key_values(), vec![keel_schema::Value::from("p1")]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub enum ChangeRequest<R: Record> {
     /// Insert; fails if an object with the same key exists.
     Create(R),
-    /// Replace an existing object (matched by key); fails if none exists.
-    Change(R),
+    /// Set some fields of an existing object (matched by key); fails if none exists.
+    Change(Changes<R>),
     /// Insert or replace.
     Upsert(R),
     /// Delete the object with these primary-key values (in key-field order).
@@ -131,22 +190,22 @@ impl<R: Record> ChangeRequest<R> {
         ChangeRequest::Delete(R::key_values(key))
     }
 
-    /// The object carried, if any (not for `Delete`).
+    /// The object carried, if any (not for `Delete`; for `Change`, the object the
+    /// setters were applied to).
     pub fn object(&self) -> Option<&R> {
         match self {
-            ChangeRequest::Create(r) | ChangeRequest::Change(r) | ChangeRequest::Upsert(r) => {
-                Some(r)
-            }
+            ChangeRequest::Create(r) | ChangeRequest::Upsert(r) => Some(r),
+            ChangeRequest::Change(c) => Some(&c.object),
             ChangeRequest::Delete(_) => None,
         }
     }
 
-    /// The primary-key values this request affects.
+    /// The primary-key values this request affects (for `Change`, the key the
+    /// object had when the request was built).
     pub fn key_values(&self) -> Vec<Value> {
         match self {
-            ChangeRequest::Create(r) | ChangeRequest::Change(r) | ChangeRequest::Upsert(r) => {
-                r.primary_key()
-            }
+            ChangeRequest::Create(r) | ChangeRequest::Upsert(r) => r.primary_key(),
+            ChangeRequest::Change(c) => c.key.clone(),
             ChangeRequest::Delete(k) => k.clone(),
         }
     }

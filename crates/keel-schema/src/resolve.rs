@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use crate::model::*;
 use crate::parser::ast::{self, DeclKind, Literal, TypeRef};
 use crate::parser::{parse_file, ParseError, Pos};
+use crate::path::PathStep;
 use crate::value::Value;
 
 /// Attributes keel and FlatBuffers understand without an `attribute` declaration.
@@ -368,23 +369,28 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
                 .filter(|f| f.primary)
                 .map(|f| f.id)
                 .collect(),
-            indexes: t
-                .fields
-                .iter()
-                .filter(|f| f.indexed || f.unique)
-                .map(|f| IndexDef {
-                    field: f.id,
-                    name: f.name.clone(),
-                    unique: f.unique,
-                })
-                .collect(),
+            indexes: {
+                let mut out = Vec::new();
+                let mut on_path = vec![i];
+                collect_indexes(
+                    &tables,
+                    &unions,
+                    &order,
+                    &mut on_path,
+                    &mut Vec::new(),
+                    &mut out,
+                );
+                out
+            },
         });
     }
     for (i, t) in tables.iter_mut().enumerate() {
         if order.contains(&i) {
             continue;
         }
-        if let Some(f) = t.fields.iter().find(|f| f.primary || f.indexed || f.unique) {
+        // (indexed)/(unique) on a table that is not a collection index the value
+        // at that path in every collection reaching it; (primary) has no meaning.
+        if let Some(f) = t.fields.iter().find(|f| f.primary) {
             let d = &r.tables[i];
             let pos = d
                 .decl_fields()
@@ -395,7 +401,7 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
                 d.file,
                 pos,
                 format!(
-                    "field {:?}: primary, indexed and unique only apply to collections; expected table {} to be the root_type or marked (entity)",
+                    "field {:?}: primary only applies to collections; expected table {} to be the root_type or marked (entity)",
                     f.name,
                     t.full_name()
                 ),
@@ -830,11 +836,8 @@ impl<'a> Resolver<'a> {
                     Some((Kind::Struct, i)) => Ok(FieldType::Struct(i)),
                     Some((Kind::Enum, i)) => Ok(FieldType::Enum(i)),
                     Some((Kind::Union, i)) => {
-                        if in_vector {
-                            Err(err(d.file, *pos, format!("expected a scalar, string, struct or table element type, found union {name:?} (vectors of unions are not supported)")))
-                        } else {
-                            Ok(FieldType::Union(i))
-                        }
+                        let _ = (in_vector, pos);
+                        Ok(FieldType::Union(i))
                     }
                     None => Err(err(
                         d.file,
@@ -893,7 +896,10 @@ impl<'a> Resolver<'a> {
             }
             self.check_attrs(d.file, &f.attributes)?;
             let ty = self.field_type(d, &f.ty, false)?;
-            let is_union = matches!(ty, FieldType::Union(_));
+            // A union, and a vector of unions, take two slots: `id - 1` holds the
+            // type tag(s).
+            let is_union = matches!(ty, FieldType::Union(_))
+                || matches!(&ty, FieldType::Vector(e) if matches!(**e, FieldType::Union(_)));
             let id = if let Some(a) = attr(&f.attributes, "id") {
                 let n = match &a.value {
                     Some(Literal::Int(s)) => {
@@ -989,18 +995,25 @@ impl<'a> Resolver<'a> {
                 field.ty,
                 FieldType::Scalar(_) | FieldType::Enum(_) | FieldType::String
             );
-            for (flag, name) in [
-                (field.primary, "primary"),
-                (field.indexed, "indexed"),
-                (field.unique, "unique"),
+            // A union can be indexed: the index holds its type tag.
+            let indexable = keyable || matches!(field.ty, FieldType::Union(_));
+            for (flag, name, ok) in [
+                (field.primary, "primary", keyable),
+                (field.indexed, "indexed", indexable),
+                (field.unique, "unique", indexable),
             ] {
-                if flag && !keyable {
+                if flag && !ok {
                     return Err(err(
                         d.file,
                         f.pos,
                         format!(
-                            "field {:?}: ({name}) expects a scalar, enum or string field",
-                            f.name
+                            "field {:?}: ({name}) expects a scalar, enum or string field{}",
+                            f.name,
+                            if name == "primary" {
+                                ""
+                            } else {
+                                " (or a union: its type tag)"
+                            }
                         ),
                     ));
                 }
@@ -1052,5 +1065,81 @@ impl<'a> Resolver<'a> {
             entity: has_attr(&d.decl.attributes, "entity"),
             doc: d.decl.doc.clone(),
         })
+    }
+}
+
+/// Deepest path an index reaches into sub-tables and union members.
+const MAX_INDEX_DEPTH: usize = 8;
+
+/// The indexes of collection table `ti`: its own `(indexed)`/`(unique)` fields, and
+/// those of non-collection tables reached through table fields and union members
+/// (the index is on the value at that path, e.g. `equipped.Orb.name`).
+fn collect_indexes(
+    tables: &[Table],
+    unions: &[UnionDef],
+    collections: &[usize],
+    stack: &mut Vec<usize>,
+    prefix: &mut Vec<PathStep>,
+    out: &mut Vec<IndexDef>,
+) {
+    let Some(&ti) = stack.last() else { return };
+    for f in &tables[ti].fields {
+        let step = PathStep::Field {
+            id: f.id,
+            name: f.name.clone().into(),
+        };
+        if f.indexed || f.unique {
+            let mut path = prefix.clone();
+            path.push(step.clone());
+            let name = path
+                .iter()
+                .map(|s| match s {
+                    PathStep::Field { name, .. } => name.to_string(),
+                    PathStep::UnionMember {
+                        name, member_name, ..
+                    } => format!("{name}.{member_name}"),
+                })
+                .collect::<Vec<_>>()
+                .join(".");
+            out.push(IndexDef {
+                field: path[0].id(),
+                name,
+                unique: f.unique,
+                path,
+            });
+        }
+        if prefix.len() >= MAX_INDEX_DEPTH {
+            continue;
+        }
+        // Tables already on the path (recursive types) and collections (they
+        // index their own fields) are not entered.
+        let skip = |stack: &[usize], t: usize| stack.contains(&t) || collections.contains(&t);
+        match &f.ty {
+            FieldType::Table(sub) if !skip(stack, *sub) => {
+                prefix.push(step);
+                stack.push(*sub);
+                collect_indexes(tables, unions, collections, stack, prefix, out);
+                stack.pop();
+                prefix.pop();
+            }
+            FieldType::Union(u) => {
+                for m in &unions[*u].members {
+                    if skip(stack, m.table) {
+                        continue;
+                    }
+                    prefix.push(PathStep::UnionMember {
+                        id: f.id,
+                        name: f.name.clone().into(),
+                        member: m.tag,
+                        member_name: m.name.clone().into(),
+                    });
+                    stack.push(m.table);
+                    collect_indexes(tables, unions, collections, stack, prefix, out);
+                    stack.pop();
+                    prefix.pop();
+                }
+            }
+            _ => {}
+        }
     }
 }

@@ -275,6 +275,32 @@ impl<'a> TableRef<'a> {
         }
     }
 
+    /// A vector-of-unions field whose tables are in `slot` (the tags in
+    /// `slot - 1`): the tag bytes and the table vector, `None` when both are absent.
+    /// One absent, or lengths that differ, is an error. Follow element `i`'s table
+    /// (`values.table(i)`) only when its tag names a member: `NONE` and unknown
+    /// tags have nothing keel can read.
+    pub fn union_vector(
+        &self,
+        slot: u16,
+    ) -> Result<Option<(&'a [u8], VectorRef<'a>)>, DecodeError> {
+        let tags = self.vector(slot.saturating_sub(1), 1)?;
+        let values = self.vector(slot, 4)?;
+        match (tags, values) {
+            (None, None) => Ok(None),
+            (Some(tags), Some(values)) if tags.len() == values.len() => {
+                Ok(Some((tags.bytes(), values)))
+            }
+            _ => Err(DecodeError::Invalid {
+                what: "vector of unions",
+                offset: self.pos,
+                reason: Cow::Owned(format!(
+                    "slot {slot}: the type and value vectors do not match"
+                )),
+            }),
+        }
+    }
+
     /// A vector field whose elements are `elem_size` bytes inline (4 for offsets).
     pub fn vector(
         &self,
@@ -372,13 +398,110 @@ impl<'a> VectorRef<'a> {
 pub fn verify<T: flatbuffers::Verifiable>(bytes: &[u8]) -> Result<(), DecodeError> {
     let opts = flatbuffers::VerifierOptions::default();
     let mut v = flatbuffers::Verifier::new(&opts, bytes);
-    <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0).map_err(
-        |e| DecodeError::Invalid {
+    <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0)
+        .map_err(verifier_error)
+}
+
+/// Verifies a vector-of-unions field for the `flatbuffers` verifier (the crate has
+/// no support of its own; this follows flatc's C++ `Verify<Union>Vector`): the tag
+/// vector in `type_voff` and the table vector in `value_voff` are both absent or
+/// both present with the same length; `member` verifies element `i`'s table (at the
+/// position of its offset) when its tag names a member. `NONE` and unknown tags are
+/// not followed. Generated code and the runtime reader both call this, so both
+/// accept the same bytes.
+pub fn visit_union_vector<'v, 'o, 'b>(
+    mut tv: flatbuffers::TableVerifier<'v, 'o, 'b>,
+    field: &str,
+    type_voff: u16,
+    value_voff: u16,
+    mut member: impl FnMut(
+        u8,
+        &mut flatbuffers::Verifier<'o, 'b>,
+        usize,
+    ) -> Result<(), flatbuffers::InvalidFlatbuffer>,
+) -> Result<flatbuffers::TableVerifier<'v, 'o, 'b>, flatbuffers::InvalidFlatbuffer> {
+    use flatbuffers::{ForwardsUOffset, Vector, Verifiable};
+    let types = tv.deref(type_voff)?;
+    let values = tv.deref(value_voff)?;
+    let (tp, vp) = match (types, values) {
+        (None, None) => return Ok(tv),
+        (Some(t), Some(v)) => (t, v),
+        _ => {
+            return flatbuffers::InvalidFlatbuffer::new_inconsistent_union(
+                format!("{field}_type"),
+                field.to_owned(),
+            )
+        }
+    };
+    let v = tv.verifier();
+    <ForwardsUOffset<Vector<'_, u8>>>::run_verifier(v, tp)?;
+    let tags_at = (v.get_uoffset(tp)? as usize).saturating_add(tp);
+    let n = v.get_uoffset(tags_at)? as usize;
+    let at = (v.get_uoffset(vp)? as usize).saturating_add(vp);
+    let len = v.get_uoffset(at)? as usize;
+    let start = at.saturating_add(4);
+    v.is_aligned::<u32>(start)?;
+    v.range_in_buffer(start, len.saturating_mul(4))?;
+    if len != n {
+        return flatbuffers::InvalidFlatbuffer::new_inconsistent_union(
+            format!("{field}_type"),
+            field.to_owned(),
+        );
+    }
+    for i in 0..n {
+        let tag = v.get_u8(tags_at + 4 + i)?;
+        let elem = start + 4 * i;
+        if tag != 0 {
+            member(tag, v, elem)?;
+        }
+    }
+    Ok(tv)
+}
+
+/// [`visit_union_vector`] as a method, so generated verifiers can chain it like
+/// the `flatbuffers` crate's `visit_field` / `visit_union`.
+pub trait UnionVectorExt<'v, 'o, 'b>: Sized {
+    /// See [`visit_union_vector`].
+    fn visit_union_vector(
+        self,
+        field: &str,
+        type_voff: u16,
+        value_voff: u16,
+        member: impl FnMut(
+            u8,
+            &mut flatbuffers::Verifier<'o, 'b>,
+            usize,
+        ) -> Result<(), flatbuffers::InvalidFlatbuffer>,
+    ) -> Result<Self, flatbuffers::InvalidFlatbuffer>;
+}
+
+impl<'v, 'o, 'b> UnionVectorExt<'v, 'o, 'b> for flatbuffers::TableVerifier<'v, 'o, 'b> {
+    fn visit_union_vector(
+        self,
+        field: &str,
+        type_voff: u16,
+        value_voff: u16,
+        member: impl FnMut(
+            u8,
+            &mut flatbuffers::Verifier<'o, 'b>,
+            usize,
+        ) -> Result<(), flatbuffers::InvalidFlatbuffer>,
+    ) -> Result<Self, flatbuffers::InvalidFlatbuffer> {
+        visit_union_vector(self, field, type_voff, value_voff, member)
+    }
+}
+
+/// The [`DecodeError`] for a `flatbuffers` verifier error (nesting too deep keeps
+/// its own variant).
+pub(crate) fn verifier_error(e: flatbuffers::InvalidFlatbuffer) -> DecodeError {
+    match e {
+        flatbuffers::InvalidFlatbuffer::DepthLimitReached => DecodeError::TooDeep(MAX_DEPTH),
+        e => DecodeError::Invalid {
             what: "buffer",
             offset: 0,
             reason: Cow::Owned(e.to_string()),
         },
-    )
+    }
 }
 
 /// An offset to something already written into a [`Builder`].

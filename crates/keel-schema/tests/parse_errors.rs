@@ -107,9 +107,17 @@ fn unknown_attribute_says_how_to_declare_it() {
 fn primary_only_on_collections() {
     assert_eq!(
         err("table A { id: string (primary); }\ntable B { a: A; }\nroot_type B;"),
-        "s.fbs:1:11: field \"id\": primary, indexed and unique only apply to collections; expected table A to be the root_type or marked (entity)"
+        "s.fbs:1:11: field \"id\": primary only applies to collections; expected table A to be the root_type or marked (entity)"
     );
     Schema::parse("table A (entity) { id: string (primary); }", "s.fbs").unwrap();
+    // (indexed) on a table that is not a collection indexes that path in the
+    // collections reaching it.
+    let s = Schema::parse(
+        "table A { n: int (indexed); }\ntable B { id: int (primary); a: A; }\nroot_type B;",
+        "s.fbs",
+    )
+    .unwrap();
+    assert_eq!(s.collection("B").unwrap().indexes[0].name, "a.n");
 }
 
 #[test]

@@ -39,3 +39,26 @@ pub mod evo_v2 {
 pub mod edge {
     include!(concat!(env!("OUT_DIR"), "/edge.rs"));
 }
+
+/// Dflat's Monster schema (`schema/monster/monster_v1.fbs`): composite key, a union
+/// with an indexed tag, indexed fields of a union member table.
+pub mod monster_v1 {
+    include!(concat!(env!("OUT_DIR"), "/monster_v1.rs"));
+}
+
+/// Version 2 of the Monster schema (`schema/monster/monster_v2.fbs`): more indexed
+/// paths.
+pub mod monster_v2 {
+    include!(concat!(env!("OUT_DIR"), "/monster_v2.rs"));
+}
+
+/// Two tables named `Item` in different namespaces (`schema/namespaces/ns_v1.fbs`):
+/// `ns_v1::shop::Item` and `ns_v1::warehouse::Item`.
+pub mod ns_v1 {
+    include!(concat!(env!("OUT_DIR"), "/ns_v1.rs"));
+}
+
+/// Version 2 of `ns_v1` (`schema/namespaces/ns_v2.fbs`).
+pub mod ns_v2 {
+    include!(concat!(env!("OUT_DIR"), "/ns_v2.rs"));
+}

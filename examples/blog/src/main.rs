@@ -48,7 +48,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Change requests, Dflat style.
     let change = post.change().title("Hello again").build();
     if let ChangeRequest::Change(p) = &change {
-        println!("changed title: {:?}", p.title);
+        println!("changed title: {:?}", p.object().title);
     }
     println!(
         "delete: {:?}",

@@ -174,8 +174,14 @@ fn change_requests() {
     let p = Post::builder().id("k").title("a").build();
     match p.change().title("b").clear_author().build() {
         ChangeRequest::Change(q) => {
-            assert_eq!(q.id, "k");
-            assert_eq!(q.title.as_deref(), Some("b"));
+            assert_eq!(q.key(), &[Value::from("k")]);
+            assert_eq!(q.object().title.as_deref(), Some("b"));
+            // exactly the two fields the setters touched, in the order set
+            let ids: Vec<u16> = ["title", "author"]
+                .iter()
+                .map(|n| schema_field_id(n))
+                .collect();
+            assert_eq!(q.fields(), &ids[..]);
         }
         other => panic!("{other:?}"),
     }
@@ -202,4 +208,11 @@ fn typed_queries() {
     assert_eq!(q.to_string(), "content is Video");
     assert_eq!(Post::pos().join(Vec2::x()).path().to_string(), "pos.x");
     assert_eq!(Post::views().desc().to_string(), "views DESC");
+}
+
+fn schema_field_id(name: &str) -> u16 {
+    let s =
+        keel_schema::Schema::parse(<Post as keel_schema::Record>::SCHEMA_FBS, "blog.fbs").unwrap();
+    let t = s.table(s.collection("blog.Post").unwrap().table);
+    t.field(name).unwrap().id
 }

@@ -791,6 +791,34 @@ impl Dictionary {
         }
     }
 
+    /// The object stored under `key`, or `default` when there is none or it is not
+    /// an `R` (like [`get_or`](Self::get_or); a damaged value is logged).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("o.db"), StoreOptions::default())?;
+    /// let d = db.dictionary();
+    /// let draft = Post::builder().id("draft").build();
+    /// assert_eq!(d.get_object_or("current", draft.clone()), draft);
+    /// d.set_object("current", &Post::builder().id("p1").build())?;
+    /// assert_eq!(d.get_object_or("current", draft).id, "p1");
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn get_object_or<R: Record>(&self, key: &str, default: R) -> R {
+        match self.get_object::<R>(key) {
+            Ok(Some(v)) => v,
+            Ok(None) => default,
+            Err(e) => {
+                if !matches!(e, Error::DictionaryTypeMismatch { .. }) {
+                    tracing::warn!(key, error = %e, "dictionary get_object_or: returning the default");
+                }
+                default
+            }
+        }
+    }
+
     /// The serde value stored under `key` (feature `serde`). A value of another
     /// kind, or JSON that does not deserialize as `T`, is an
     /// [`Error::DictionaryTypeMismatch`].

@@ -1,0 +1,330 @@
+//! One definition of valid bytes: the runtime reader (`DynamicTable::read`, what
+//! `insert_bytes` and the FFI verify with) accepts exactly the bytes the generated
+//! type's `decode` accepts (the `flatbuffers` verifier plus keel's read), on valid
+//! objects and on every kind of damage to them: flipped bytes (a string's NUL
+//! terminator, an offset made unaligned), truncation, inserted and removed bytes.
+//! Also: a change applied by the runtime (`DynamicTable::patch`) always decodes
+//! through the generated type and equals the typed merge.
+
+use std::sync::OnceLock;
+
+use keel_example_blog::blog::{Author, Color, Content, Image, Post, Rect, Vec2, Video, SCHEMA_FBS};
+use keel_schema::{Record, Schema};
+use proptest::prelude::*;
+
+fn schema() -> &'static Schema {
+    static S: OnceLock<Schema> = OnceLock::new();
+    S.get_or_init(|| Schema::parse(SCHEMA_FBS, "blog.fbs").unwrap())
+}
+
+#[derive(Debug, Clone)]
+enum Damage {
+    Set(usize, u8),
+    Flip(usize, u8),
+    Truncate(usize),
+    Insert(usize, u8),
+    Remove(usize),
+}
+
+fn damage() -> impl Strategy<Value = Damage> {
+    prop_oneof![
+        4 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Damage::Set(i, b)),
+        4 => (any::<usize>(), 0u8..8).prop_map(|(i, bit)| Damage::Flip(i, 1 << bit)),
+        1 => any::<usize>().prop_map(Damage::Truncate),
+        1 => (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Damage::Insert(i, b)),
+        1 => any::<usize>().prop_map(Damage::Remove),
+    ]
+}
+
+fn apply(bytes: &mut Vec<u8>, d: &Damage) {
+    if bytes.is_empty() {
+        return;
+    }
+    let n = bytes.len();
+    match *d {
+        Damage::Set(i, b) => bytes[i % n] = b,
+        Damage::Flip(i, m) => bytes[i % n] ^= m,
+        Damage::Truncate(i) => bytes.truncate(i % n),
+        Damage::Insert(i, b) => bytes.insert(i % n, b),
+        Damage::Remove(i) => {
+            bytes.remove(i % n);
+        }
+    }
+}
+
+/// Zero one NUL terminator of a string (the dynamic reader once accepted these).
+fn drop_a_nul(bytes: &mut [u8], which: usize) {
+    let nuls: Vec<usize> = (1..bytes.len())
+        .filter(|&i| bytes[i] == 0 && bytes[i - 1] != 0)
+        .collect();
+    if !nuls.is_empty() {
+        bytes[nuls[which % nuls.len()]] = b'x';
+    }
+}
+
+fn agree(bytes: &[u8]) -> Result<(), TestCaseError> {
+    let r = schema().reader(Post::COLLECTION).unwrap();
+    let generated = Post::decode(bytes);
+    let dynamic = r.read(bytes);
+    prop_assert_eq!(
+        generated.is_ok(),
+        dynamic.is_ok(),
+        "generated: {:?}\ndynamic: {:?}\nbytes: {:?}",
+        generated.as_ref().err(),
+        dynamic.as_ref().err(),
+        bytes
+    );
+    Ok(())
+}
+
+fn finite_f32() -> impl Strategy<Value = f32> {
+    -1.0e6f32..1.0e6
+}
+
+fn vec2() -> impl Strategy<Value = Vec2> {
+    (finite_f32(), finite_f32()).prop_map(|(x, y)| Vec2 { x, y })
+}
+
+fn rect() -> impl Strategy<Value = Rect> {
+    (vec2(), vec2(), any::<i16>()).prop_map(|(origin, size, layer)| Rect {
+        origin,
+        size,
+        layer,
+    })
+}
+
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![Just(String::new()), "[a-z]{1,8}", any::<String>()]
+}
+
+fn author() -> impl Strategy<Value = Author> {
+    (proptest::option::of(text()), any::<i32>()).prop_map(|(name, age)| {
+        let b = Author::builder().age(age);
+        match name {
+            Some(n) => b.name(n).build(),
+            None => b.build(),
+        }
+    })
+}
+
+fn image() -> impl Strategy<Value = Image> {
+    (proptest::option::of(text()), any::<i32>(), any::<i32>()).prop_map(|(url, w, h)| {
+        let b = Image::builder().width(w).height(h);
+        match url {
+            Some(u) => b.url(u).build(),
+            None => b.build(),
+        }
+    })
+}
+
+fn content() -> impl Strategy<Value = Content> {
+    prop_oneof![
+        image().prop_map(Content::Image),
+        (text(), finite_f32())
+            .prop_map(|(u, s)| Content::Video(Video::builder().url(u).seconds(s).build())),
+    ]
+}
+
+fn color() -> impl Strategy<Value = Color> {
+    // includes values unknown to the schema: they must survive a round trip
+    any::<i8>().prop_map(Color::from_raw)
+}
+
+prop_compose! {
+    fn post()(
+        (id, priority, color, title, author) in (text(), any::<i32>(), color(), proptest::option::of(text()), proptest::option::of(author())),
+        (content, pos, frame, tags, scores) in (proptest::option::of(content()), proptest::option::of(vec2()), proptest::option::of(rect()), proptest::collection::vec(text(), 0..4), proptest::collection::vec(any::<i32>(), 0..5)),
+        (points, attachments, colors, rating, slug) in (proptest::collection::vec(vec2(), 0..3), proptest::collection::vec(image(), 0..3), proptest::collection::vec(color(), 0..4), proptest::option::of(-1.0e12f64..1.0e12), proptest::option::of(text())),
+        (published, views, delta, flags) in (any::<bool>(), any::<u64>(), any::<i8>(), proptest::collection::vec(any::<u8>(), 0..8)),
+    ) -> Post {
+        let mut b = Post::builder()
+            .id(id).priority(priority).color(color).tags(tags).scores(scores)
+            .points(points).attachments(attachments).colors(colors)
+            .published(published).views(views).delta(delta).flags(flags);
+        if let Some(t) = title { b = b.title(t); }
+        if let Some(a) = author { b = b.author(a); }
+        if let Some(c) = content { b = b.content(c); }
+        if let Some(p) = pos { b = b.pos(p); }
+        if let Some(f) = frame { b = b.frame(f); }
+        if let Some(r) = rating { b = b.rating(r); }
+        if let Some(s) = slug { b = b.slug(s); }
+        b.build()
+    }
+}
+
+proptest! {
+    // Cheap cases (one encode, two verifications): 10,000 in every test run.
+    #![proptest_config(ProptestConfig::with_cases(10_000))]
+
+    #[test]
+    fn runtime_reader_accepts_exactly_what_generated_decode_accepts(
+        p in post(),
+        damages in proptest::collection::vec(damage(), 0..4),
+        nul in proptest::option::of(any::<usize>()),
+    ) {
+        let mut bytes = p.encode();
+        agree(&bytes)?;
+        if let Some(w) = nul {
+            drop_a_nul(&mut bytes, w);
+        }
+        for d in &damages {
+            apply(&mut bytes, d);
+        }
+        agree(&bytes)?;
+    }
+}
+
+fn field_ids() -> Vec<(u16, &'static str)> {
+    let t = schema().table(schema().collection(Post::COLLECTION).unwrap().table);
+    t.fields
+        .iter()
+        .filter(|f| !f.deprecated)
+        .map(|f| {
+            (
+                f.id,
+                Box::leak(f.name.clone().into_boxed_str()) as &'static str,
+            )
+        })
+        .collect()
+}
+
+/// The typed merge: `stored` with the fields `names` taken from `changed`.
+fn typed_merge(stored: &Post, changed: &Post, names: &[&str]) -> Post {
+    let mut b = stored.to_builder();
+    for n in names {
+        b = match *n {
+            "id" => b.id(changed.id.clone()),
+            "priority" => b.priority(changed.priority),
+            "color" => b.color(changed.color),
+            "title" => match &changed.title {
+                Some(t) => b.title(t.clone()),
+                None => b.clear_title(),
+            },
+            "author" => match &changed.author {
+                Some(a) => b.author(a.clone()),
+                None => b.clear_author(),
+            },
+            "content" => match &changed.content {
+                Some(c) => b.content(c.clone()),
+                None => b.clear_content(),
+            },
+            "pos" => match changed.pos {
+                Some(p) => b.pos(p),
+                None => b.clear_pos(),
+            },
+            "frame" => match changed.frame {
+                Some(f) => b.frame(f),
+                None => b.clear_frame(),
+            },
+            "tags" => b.tags(changed.tags.clone()),
+            "scores" => b.scores(changed.scores.clone()),
+            "points" => b.points(changed.points.clone()),
+            "attachments" => b.attachments(changed.attachments.clone()),
+            "colors" => b.colors(changed.colors.clone()),
+            "rating" => match changed.rating {
+                Some(r) => b.rating(r),
+                None => b.clear_rating(),
+            },
+            "slug" => match &changed.slug {
+                Some(s) => b.slug(s.clone()),
+                None => b.clear_slug(),
+            },
+            "published" => b.published(changed.published),
+            "views" => b.views(changed.views),
+            "delta" => b.delta(changed.delta),
+            "flags" => b.flags(changed.flags.clone()),
+            other => panic!("field {other} missing from the test"),
+        };
+    }
+    b.build()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn runtime_patch_equals_the_typed_merge(
+        stored in post(),
+        changed in post(),
+        pick in proptest::collection::vec(any::<bool>(), 19),
+    ) {
+        let fields = field_ids();
+        let chosen: Vec<(u16, &str)> = fields.iter().zip(pick.iter().cycle()).filter(|(_, p)| **p).map(|(f, _)| *f).collect();
+        let ids: Vec<u16> = chosen.iter().map(|(id, _)| *id).collect();
+        let names: Vec<&str> = chosen.iter().map(|(_, n)| *n).collect();
+        let r = schema().reader(Post::COLLECTION).unwrap();
+        let merged = r.patch(&stored.encode(), &changed.encode(), &ids).unwrap();
+        let decoded = Post::decode(&merged).unwrap();
+        prop_assert_eq!(decoded, typed_merge(&stored, &changed, &names));
+    }
+}
+
+mod monster {
+    //! The same differential check on Dflat's Monster schema: a vector of unions,
+    //! a union with an indexed tag, a composite key.
+    use super::{apply, damage, drop_a_nul};
+    use keel_example_blog::monster_v1::{
+        Armor, Color, Equipment, Monster, Orb, Weapon, SCHEMA_FBS,
+    };
+    use keel_schema::{Record, Schema};
+    use proptest::prelude::*;
+    use std::sync::OnceLock;
+
+    fn schema() -> &'static Schema {
+        static S: OnceLock<Schema> = OnceLock::new();
+        S.get_or_init(|| Schema::parse(SCHEMA_FBS, "monster.fbs").unwrap())
+    }
+
+    fn equipment() -> impl Strategy<Value = Equipment> {
+        prop_oneof![
+            ("[a-z]{0,4}", any::<i16>())
+                .prop_map(|(n, d)| Equipment::Weapon(Weapon::builder().name(n).damage(d).build())),
+            ("[a-z]{0,4}", any::<i16>())
+                .prop_map(|(n, d)| Equipment::Armor(Armor::builder().name(n).defense(d).build())),
+            ("[a-z]{0,4}", any::<i8>()).prop_map(|(n, c)| Equipment::Orb(
+                Orb::builder().name(n).color(Color::from_raw(c)).build()
+            )),
+        ]
+    }
+
+    prop_compose! {
+        fn monster()(
+            name in "[a-z]{0,6}",
+            color in any::<i8>(),
+            (mana, hp) in (any::<i16>(), any::<i16>()),
+            equipped in proptest::option::of(equipment()),
+            bag in proptest::collection::vec(equipment(), 0..4),
+            inventory in proptest::collection::vec(any::<u8>(), 0..4),
+        ) -> Monster {
+            let b = Monster::builder().name(name).color(Color::from_raw(color)).mana(mana).hp(hp)
+                .bag(bag).inventory(inventory);
+            match equipped { Some(e) => b.equipped(e).build(), None => b.build() }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(3_000))]
+
+        #[test]
+        fn runtime_reader_agrees_with_generated_decode_on_monsters(
+            m in monster(),
+            damages in proptest::collection::vec(damage(), 0..4),
+            nul in proptest::option::of(any::<usize>()),
+        ) {
+            let r = schema().reader(Monster::COLLECTION).unwrap();
+            let mut bytes = m.encode();
+            prop_assert_eq!(Monster::decode(&bytes).unwrap(), m);
+            prop_assert!(r.read(&bytes).is_ok());
+            if let Some(w) = nul {
+                drop_a_nul(&mut bytes, w);
+            }
+            for d in &damages {
+                apply(&mut bytes, d);
+            }
+            let generated = Monster::decode(&bytes);
+            let dynamic = r.read(&bytes);
+            prop_assert_eq!(generated.is_ok(), dynamic.is_ok(),
+                "generated: {:?}\ndynamic: {:?}", generated.err(), dynamic.err());
+        }
+    }
+}
