@@ -25,8 +25,12 @@ import dev.keel.objectUpdates
 import dev.keel.updates
 import dev.keel.write
 import dev.keel.ffi.*
+import keytest.Attachment
+import keytest.Bundle
 import keytest.Event
 import keytest.KeysSchema
+import keytest.Mark
+import keytest.Note
 import keytest.Level
 import keytest.Score
 import kotlinx.coroutines.*
@@ -541,7 +545,11 @@ fun registerTypedTests() {
 
     test("typed: composite and rowid keys") { dir ->
         val db = openAsync(File(dir, "keys.db").path, KeysSchema.FBS, OpenOptions(commitSync = SyncPolicy.Off), null)
-        check(db.collections() == listOf("keytest.Score", "keytest.Event")) { "${db.collections()}" }
+        check(db.collections() == listOf("keytest.Score", "keytest.Event", "keytest.Bundle")) { "${db.collections()}" }
+        // a vector of unions round-trips through keel's Rust verifier
+        val items = listOf(Attachment.Note(Note(text = "a")), Attachment.Mark(Mark(n = 2)), Attachment.Note(Note(text = "b")))
+        db.write { insert(Bundle(id = 1L, items = items)); insert(Bundle(id = 2L)) }
+        check(db.get(Bundle, 1L)?.items == items && db.get(Bundle, 2L)?.items == emptyList<Attachment>()) { "${db.get(Bundle, 1L)}" }
         db.write {
             insert(Score("ada", 1u, points = 10uL))
             insert(Score("ada", 2u))

@@ -210,6 +210,25 @@ class FbTable internal constructor(
     fun f32s(slot: Int): List<Float> = vectorOf(slot, 4) { r.f32(it) }
     fun f64s(slot: Int): List<Double> = vectorOf(slot, 8) { r.f64(it) }
 
+    /**
+     * A vector of unions in [slot]: its type tags are the `[ubyte]` in `slot - 1`;
+     * [read] gets each tag and member table. Different lengths are malformed.
+     */
+    fun <T> unions(slot: Int, read: (Int, FbTable) -> T): List<T> {
+        val v = vector(slot)
+        val tv = vector(slot - 1)
+        if (v < 0 && tv < 0) return emptyList()
+        if (v < 0 || tv < 0) invalid("FlatBuffers: vector of unions in slot $slot lacks its tags or its values")
+        val n = r.vectorLen(v, 4)
+        if (r.vectorLen(tv, 1) != n) invalid("FlatBuffers: vector of unions in slot $slot has ${r.vectorLen(tv, 1)} tags for $n values")
+        val out = ArrayList<T>(n)
+        for (i in 0 until n) {
+            val p = v + 4 + 4 * i
+            out.add(read(r.u8(tv + 4 + i), r.table(r.deref(p), depth + 1)))
+        }
+        return out
+    }
+
     /** The union member table in [slot] (its `_type` tag sits in `slot - 1`). */
     fun unionTag(slot: Int): Int = u8(slot - 1, 0u).toInt()
 }

@@ -16,8 +16,8 @@
 //!   plus `Unknown(tag)`;
 //! * per table: `data class Post(…)` — scalars as `Int`, `UByte`, `ULong`…, optional
 //!   scalars (`= null`) as `Int?`, strings as `String?` (`String` for `(primary)`),
-//!   tables, structs and unions as nullable values, vectors as `List<…>` (absent reads
-//!   as empty), defaults as the schema says, deprecated fields left out (their slots
+//!   tables, structs and unions as nullable values, vectors (of unions too) as
+//!   `List<…>` (absent reads as empty), defaults as the schema says, deprecated fields left out (their slots
 //!   stay reserved) — with `encode()` and `Post.decode(bytes)`;
 //! * per collection (root type and `(entity)` tables): the companion object
 //!   implements `dev.keel.KeelModel<Post, Key>` (collection name, schema, key type:
@@ -1003,9 +1003,39 @@ impl<'a> Gen<'a> {
                             let sn = self.name(1, *x);
                             format!("b.createStructVector({fname}, {sn}.SIZE, {sn}.ALIGN) {{ v, a, at -> {sn}.write(v, a, at) }}")
                         }
+                        FieldType::Union(u) => {
+                            // Unknown members have no table to write: they are left out.
+                            let un = self.name(3, *u);
+                            let mut arms = String::new();
+                            for m in &s.unions[*u].members {
+                                let _ = write!(
+                                    arms,
+                                    "is {un}.{} -> v.value.keelWrite(b); ",
+                                    self.member_class(*u, m)
+                                );
+                            }
+                            let _ = writeln!(
+                                o,
+                                "        val k{} = {fname}.filter {{ it !is {un}.Unknown }}",
+                                upper_camel(&f.name)
+                            );
+                            let _ = writeln!(
+                                o,
+                                "        val t{} = if (k{}.isEmpty()) 0 else b.createUByteVector(k{}.map {{ it.tag }})",
+                                upper_camel(&f.name),
+                                upper_camel(&f.name),
+                                upper_camel(&f.name)
+                            );
+                            let k = format!("k{}", upper_camel(&f.name));
+                            let _ = writeln!(
+                                o,
+                                "        val {var} = if ({k}.isEmpty()) 0 else b.createOffsetVector(IntArray({k}.size) {{ when (val v = {k}[it]) {{ {arms}else -> 0 }} }})"
+                            );
+                            continue;
+                        }
                         _ => {
                             return Err(CodegenError::Unsupported(format!(
-                                "{}.{}: vectors of unions and vectors of vectors are not supported",
+                                "{}.{}: vectors of vectors are not supported",
                                 t.full_name(),
                                 f.name
                             )))
@@ -1064,6 +1094,11 @@ impl<'a> Gen<'a> {
                     format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
                 }
                 FieldType::String if f.primary => format!("b.addOffset({slot}, {var})"),
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
+                    "if ({var} != 0) {{\n            b.addOffset({}, t{})\n            b.addOffset({slot}, {var})\n        }}",
+                    slot.saturating_sub(1),
+                    upper_camel(&f.name)
+                ),
                 FieldType::Union(_) => format!(
                     "if ({var} != 0) {{\n            b.addByteAlways({}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}",
                     slot.saturating_sub(1)
@@ -1232,6 +1267,26 @@ impl<'a> Gen<'a> {
                     FieldType::Struct(x) => {
                         let sn = self.name(1, *x);
                         format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
+                    }
+                    FieldType::Union(u) => {
+                        let un = self.name(3, *u);
+                        let mut e = format!(
+                            "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n"
+                        );
+                        for m in &s.unions[*u].members {
+                            let _ = writeln!(
+                                e,
+                                "                    {} -> {un}.{}({}.keelRead(m))",
+                                m.tag,
+                                self.member_class(*u, m),
+                                self.name(0, m.table)
+                            );
+                        }
+                        let _ = write!(
+                            e,
+                            "                    else -> {un}.Unknown(tag.toUByte())\n                }}\n            }}"
+                        );
+                        e
                     }
                     _ => "emptyList()".into(),
                 },
@@ -1409,6 +1464,23 @@ mod tests {
             .contains("override fun equals(other: Any?): Boolean = other is Empty"));
         assert!(files[1].1.contains("public val e: Empty? = null,"));
         assert!(files[1].1.contains("public object TSchema {"));
+    }
+
+    #[test]
+    fn vectors_of_unions() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/blog/schema/monster/monster_v2.fbs"
+        );
+        let s = crate::resolve::load(Path::new(path)).unwrap().0;
+        let k = gen(&s);
+        for needle in [
+            "public val bag: List<Equipment> = emptyList(),",
+            "val kBag = bag.filter { it !is Equipment.Unknown }",
+            "t.unions(",
+        ] {
+            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
+        }
     }
 
     #[test]
