@@ -1,6 +1,7 @@
 //! Async fetches run on keel's bounded fetch pool (`keel-fetch-N`), not on a new
-//! thread per call; the pool's threads are joined by `close`. (Its own test binary:
-//! it counts the process's threads.)
+//! thread per call; the pool's threads are joined by `close`. (Its own test binary,
+//! with one test in it: it counts the process's threads, so any other test running
+//! beside it would count too.)
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -114,21 +115,4 @@ fn two_hundred_concurrent_async_fetches_run_on_a_bounded_pool() {
         db.fetch::<Post>().count_async().wait(),
         Err(Error::Closed { .. })
     ));
-}
-
-/// An async fetch on a snapshot's query cannot leave the snapshot's thread: it is an
-/// `Unsupported` error that says what to call instead — not `Closed`, which would
-/// send a reader hunting for a close that never happened.
-#[test]
-fn async_fetch_inside_a_snapshot_is_unsupported_not_closed() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default()).unwrap();
-    let err = db
-        .snapshot(|s| Ok(s.fetch::<Post>().count_async().wait()))
-        .unwrap()
-        .unwrap_err();
-    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
-    assert!(err.to_string().contains("use the blocking call"), "{err}");
-    assert!(!err.is_closed());
-    db.close().wait().unwrap();
 }

@@ -79,3 +79,20 @@ fn incompatible_schema_at_open_is_error_schema() {
         Ok(_) => panic!("an incompatible schema opened"),
     }
 }
+
+/// An async fetch on a snapshot's query cannot leave the snapshot's thread: it is an
+/// `Unsupported` error that says what to call instead — not `Closed`, which would
+/// send a reader hunting for a close that never happened.
+#[test]
+fn async_fetch_inside_a_snapshot_is_unsupported_not_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default()).unwrap();
+    let err = db
+        .snapshot(|s| Ok(s.fetch::<Post>().count_async().wait()))
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert!(err.to_string().contains("use the blocking call"), "{err}");
+    assert!(!err.is_closed());
+    db.close().wait().unwrap();
+}

@@ -470,6 +470,114 @@ async def progress_listener_exceptions_are_contained(tmp):
     await db.close()
 
 
+EVO = os.path.join(HERE, "..", "..", "examples", "blog", "schema", "evolution")
+
+
+def evo_schema(name):
+    with open(os.path.join(EVO, name)) as f:
+        return f.read()
+
+
+class NoteToV3(keel.ObjectMigration):
+    """v1 note -> v3 note: keyed by the serial in its id, stars as text."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def migrate(self, collection, old_json):
+        import json
+        o = json.loads(old_json)
+        self.seen += 1
+        o.pop("legacy", None)
+        o["stars"] = str(o.get("stars", 3))
+        o["serial"] = int(o["id"][1:])
+        return json.dumps(o)
+
+
+class Fails(keel.ObjectMigration):
+    def migrate(self, collection, old_json):
+        raise RuntimeError("cannot convert")
+
+
+class MigrationEvents(keel.MigrationProgressListener):
+    def __init__(self):
+        self.events = []
+
+    def on_progress(self, progress):
+        self.events.append(progress)
+
+
+@test
+async def migrations_move_every_object_once_and_fail_without_changes(tmp):
+    import json
+    path = os.path.join(tmp, "notes.db")
+    v1, v3 = evo_schema("post_v1.fbs"), evo_schema("post_v3.fbs")
+    db = await keel.open_async(path, v1, OpenOptions(), None)
+    ops = [WriteOp.INSERT(collection="evo.Note",
+                          bytes=db.encode_json("evo.Note", json.dumps({"id": f"n{i}", "stars": i % 5})))
+           for i in range(40)]
+    await db.write(ops)
+    await db.close()
+
+    # Incompatible without a migration; a throwing migration fails the open and
+    # changes nothing.
+    await aexpect(KeelError.InvalidSchema, keel.open_async(path, v3, OpenOptions(), None))
+    failing = keel.Migrator()
+    failing.register("v3: key notes by serial", ["evo.Note"], Fails())
+    e = await aexpect(KeelError.MigrationFailed,
+                      keel.open_migrating_async(path, v3, failing, OpenOptions(), None))
+    assert "cannot convert" in str(e), str(e)
+    db = await keel.open_async(path, v1, OpenOptions(), None)
+    assert db.count("evo.Note") == 40
+    await db.close()
+
+    m = keel.Migrator()
+    transform, events = NoteToV3(), MigrationEvents()
+    m.register("v3: key notes by serial", ["evo.Note"], transform)
+    m.on_progress(events)
+    assert m.names() == ["v3: key notes by serial"]
+    db = await keel.open_migrating_async(path, v3, m, OpenOptions(), None)
+    assert transform.seen == 40
+    assert db.count("evo.Note") == 40
+    got = json.loads(db.decode_json("evo.Note", db.get("evo.Note", [Value.INTEGER(7)])))
+    assert got["id"] == "n7" and got["stars"] == "2", got
+    assert events.events[-1].done and events.events[-1].objects == 40
+    await db.close()
+    # Used once: a Migrator cannot open twice.
+    await aexpect(KeelError.InvalidArgument, keel.open_migrating_async(path, v3, m, OpenOptions(), None))
+
+    # Ran once: the same name is not run again.
+    again = keel.Migrator()
+    again.register("v3: key notes by serial", ["evo.Note"], Fails())
+    db = await keel.open_migrating_async(path, v3, again, OpenOptions(), None)
+    assert db.count("evo.Note") == 40
+    await db.close()
+
+
+@test
+async def another_apps_sqlite_file_is_refused_unless_adopted(tmp):
+    import sqlite3
+    path = os.path.join(tmp, "contacts.db")
+    c = sqlite3.connect(path)
+    c.execute("CREATE TABLE contacts(name TEXT)")
+    c.execute("INSERT INTO contacts VALUES ('ada')")
+    c.commit()
+    c.close()
+    with open(path, "rb") as f:
+        before = f.read()
+    e = await aexpect(KeelError.ForeignFile, keel.open_async(path, SCHEMA, OpenOptions(recover_corrupt=True), None))
+    assert "contacts" in str(e), str(e)
+    with open(path, "rb") as f:
+        assert f.read() == before, "a refused file must be untouched"
+    assert not os.path.exists(path + "-wal")
+    db = await keel.open_async(path, SCHEMA, OpenOptions(adopt_foreign=True), None)
+    assert db.count("demo.Post") == 0
+    await db.close()
+    c = sqlite3.connect(path)
+    assert c.execute("SELECT count(*) FROM contacts").fetchone()[0] == 1
+    c.close()
+
+
 async def run_all():
     passed = failed = 0
     for t in TESTS:

@@ -32,7 +32,8 @@ Exit status:
      finishing
 
 What each command may write: `info`, `dump` and `check` open the file read-only
-(SQLite may create the `-shm` index file next to a WAL database). `checkpoint`,
+and leave no `-wal` or `-shm` behind (with a `-wal` present, SQLite may create
+the `-shm` index file next to it). `checkpoint`,
 `vacuum` and `explain-open` open it like an app does: see their --help.";
 
 /// A failed command: the exit status and the message for the user.
@@ -68,7 +69,8 @@ impl Failure {
     pub fn storage(e: keel_storage::Error) -> Failure {
         use keel_storage::Error as E;
         let code = match &e {
-            E::NotADatabase { .. } | E::Corrupt { .. } => CORRUPT,
+            E::NotADatabase { .. } | E::Corrupt { .. } | E::ForeignWal { .. } => CORRUPT,
+            E::ForeignFile { .. } => WRONG_SCHEMA,
             E::Locked { .. } => LOCKED,
             E::Schema { .. } => WRONG_SCHEMA,
             E::Sqlite { source, .. } => sqlite_code(source),

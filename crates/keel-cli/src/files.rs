@@ -106,12 +106,20 @@ pub fn existing_database(path: &Path) -> Result<FileFacts> {
 }
 
 /// A read-only connection. It never checkpoints on close and never writes the
-/// database file; SQLite may create `-shm` next to a WAL database.
+/// database file.
+///
+/// When no `-wal` file exists the main file is the whole database, and it is opened
+/// `immutable`: SQLite then creates no `-wal` or `-shm` beside it (a plain read-only
+/// open of a WAL-mode file leaves two empty ones behind). With a `-wal` present the
+/// WAL must be read, so SQLite may create the `-shm` index beside it. (A process that
+/// starts writing the database while an immutable read runs is not seen by that read.)
 pub fn open_read_only(path: &Path) -> Result<Connection> {
-    let conn = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = if sibling(path, "-wal").exists() {
+        Connection::open_with_flags(path, flags)
+    } else {
+        Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
+    }
     .map_err(|e| Failure::sqlite("open read-only", path, e))?;
     // Read-only connections cannot checkpoint anyway; say so explicitly.
     let _ = conn.set_db_config(
@@ -123,6 +131,21 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
     })
     .map_err(|e| Failure::sqlite("read the schema table", path, e))?;
     Ok(conn)
+}
+
+/// `file:<path>?immutable=1`, with the characters URIs give meaning to escaped.
+fn immutable_uri(path: &Path) -> String {
+    let mut s = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' => s.push_str("%25"),
+            '?' => s.push_str("%3f"),
+            '#' => s.push_str("%23"),
+            c => s.push(c),
+        }
+    }
+    s.push_str("?immutable=1");
+    s
 }
 
 /// Integer pragma.
@@ -219,17 +242,31 @@ pub fn load_schema_file(path: &Path) -> Result<Schema> {
 /// The schema to decode `db`'s objects with: `--schema` if given (it must be the
 /// stored schema, an evolution of it, or an older version of it), else the stored one.
 pub fn decode_schema(conn: &Connection, db: &Path, given: Option<&Path>) -> Result<DecodeSchema> {
-    let stored_text = inspect::stored_schema(conn)
-        .map_err(|e| Failure::sqlite("read the stored schema", db, e))?;
+    // keel writes the stored schema itself (text that parsed), so one that is not
+    // readable text or does not parse is damage: exit 3, as the library's
+    // `recover_corrupt` treats it.
+    let stored_text = inspect::stored_schema(conn).map_err(|e| {
+        if e.sqlite_error_code().is_none() {
+            Failure::new(
+                CORRUPT,
+                format!(
+                    "{}: corrupt: the schema stored in the database is not readable text ({e})",
+                    db.display()
+                ),
+            )
+        } else {
+            Failure::sqlite("read the stored schema", db, e)
+        }
+    })?;
     let stored = match &stored_text {
         Some(text) => match Schema::parse(text, "stored schema") {
             Ok(s) => Some(s),
             Err(e) => {
                 if given.is_none() {
                     return Err(Failure::new(
-                        WRONG_SCHEMA,
+                        CORRUPT,
                         format!(
-                            "{}: the schema stored in the database does not parse ({e}); pass --schema FILE",
+                            "{}: corrupt: the schema stored in the database does not parse ({e}); pass --schema FILE to read the objects anyway",
                             db.display()
                         ),
                     ));

@@ -26,7 +26,13 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
     let page_count = files::pragma_i64(&conn, db, "page_count")?.max(0) as u64;
     let freelist = files::pragma_i64(&conn, db, "freelist_count")?.max(0) as u64;
     let auto_vacuum = files::pragma_i64(&conn, db, "auto_vacuum")?;
-    let journal_mode = files::pragma_text(&conn, db, "journal_mode")?.to_lowercase();
+    // An immutable connection (no -wal present, see open_read_only) reports
+    // `delete` whatever the file says: the header is the truth then.
+    let journal_mode = if facts.header_journal == "wal" {
+        "wal".to_string()
+    } else {
+        files::pragma_text(&conn, db, "journal_mode")?.to_lowercase()
+    };
     let wal_path = files::sibling(db, "-wal");
     let wal_frames = files::wal_frames(&wal_path, facts.wal_bytes, page_size);
 

@@ -178,10 +178,19 @@ fn note_relation(ds: &DecodeSchema) {
 /// 3 SQLite found the file corrupt; 4 wrong schema.
 pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
     let facts = files::existing_database(db)?;
+    let mut sqlite_problems = Vec::new();
+    // A -wal of another database would be read as this one's pages: damage, found
+    // before SQLite reads it (the check keel's open makes).
+    match keel_storage::verify_wal_identity(db) {
+        Ok(()) => {}
+        Err(e @ keel_storage::Error::ForeignWal { .. }) => {
+            return Err(Failure::new(exit::CORRUPT, e.to_string()));
+        }
+        Err(e) => return Err(Failure::storage(e)),
+    }
     let conn = files::open_read_only(db)?;
     // The schema is needed for the integrity check too: expression indexes call
     // keel_field, which must be registered to be evaluated.
-    let mut sqlite_problems = Vec::new();
     let ds = match files::decode_schema(&conn, db, schema_file) {
         Ok(ds) => Some(ds),
         // A plain SQLite file without keel's schema: integrity check only.

@@ -38,7 +38,7 @@ pub(crate) fn off_thread<T: Send + 'static>(
     }
 }
 
-fn parse_schema(schema_fbs: &str) -> Result<Schema, KeelError> {
+pub(crate) fn parse_schema(schema_fbs: &str) -> Result<Schema, KeelError> {
     Schema::parse(schema_fbs, "schema.fbs").map_err(|e| KeelError::InvalidSchema {
         message: format!("schema does not parse: {e}"),
     })

@@ -100,6 +100,20 @@ pub enum KeelError {
         /// What was cancelled.
         message: String,
     },
+    /// The file is an SQLite database of another application: keel refused it and
+    /// wrote nothing. Set `OpenOptions.adopt_foreign` to take it over.
+    #[error("{message}")]
+    ForeignFile {
+        /// Which file, and whose it looks like.
+        message: String,
+    },
+    /// A migration failed (its callback threw, or it produced an object that does not
+    /// fit the new schema): the open failed and the file is unchanged.
+    #[error("{message}")]
+    MigrationFailed {
+        /// Which migration and why.
+        message: String,
+    },
     /// Anything else (an SQLite error of the object layer, a caught panic). Please
     /// report these.
     #[error("{message}")]
@@ -145,7 +159,10 @@ impl From<SErr> for KeelError {
     fn from(e: SErr) -> Self {
         let message = e.to_string();
         match e {
-            SErr::NotADatabase { .. } | SErr::Corrupt { .. } => KeelError::Corrupt { message },
+            SErr::NotADatabase { .. } | SErr::Corrupt { .. } | SErr::ForeignWal { .. } => {
+                KeelError::Corrupt { message }
+            }
+            SErr::ForeignFile { .. } => KeelError::ForeignFile { message },
             SErr::Locked { .. } => KeelError::Locked { message },
             SErr::Unreadable { .. } | SErr::Io { .. } | SErr::SyncFailed { .. } => {
                 KeelError::Io { message }
@@ -176,6 +193,9 @@ impl From<QErr> for KeelError {
             QErr::DictionaryTypeMismatch { .. } => KeelError::TypeMismatch { message },
             QErr::DictionaryEncode { .. } => KeelError::InvalidArgument { message },
             QErr::Unsupported { .. } => KeelError::InvalidArgument { message },
+            QErr::UniqueIndexViolated { .. } => KeelError::AlreadyExists { message },
+            QErr::DictionaryNotPersisted { .. } => KeelError::Io { message },
+            QErr::MigrationFailed { .. } => KeelError::MigrationFailed { message },
             _ => KeelError::Internal { message },
         }
     }

@@ -66,6 +66,7 @@ mod dict;
 mod error;
 mod expr;
 mod live;
+mod migrate;
 mod types;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
@@ -73,6 +74,10 @@ pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription
 pub use error::{CallbackError, KeelError};
 pub use expr::{Expr, Term};
 pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
+pub use migrate::{
+    open_migrating_async, open_migrating_blocking, MigrationProgress, MigrationProgressListener,
+    Migrator, ObjectMigration,
+};
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,

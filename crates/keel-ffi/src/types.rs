@@ -146,9 +146,14 @@ pub struct OpenOptions {
     /// WAL size in bytes that triggers a background checkpoint (default 4 MiB).
     #[uniffi(default = None)]
     pub checkpoint_threshold_bytes: Option<u64>,
-    /// Opt-in: move a corrupt or foreign file aside (never deleted) and start fresh.
+    /// Opt-in: move a corrupt file (or one whose `-wal` belongs to another
+    /// database) aside (never deleted) and start fresh.
     #[uniffi(default = false)]
     pub recover_corrupt: bool,
+    /// Opt-in: take over an SQLite file another application created, instead of
+    /// refusing it with `ForeignFile`.
+    #[uniffi(default = false)]
+    pub adopt_foreign: bool,
 }
 
 impl Default for OpenOptions {
@@ -160,6 +165,7 @@ impl Default for OpenOptions {
             readers: 4,
             checkpoint_threshold_bytes: None,
             recover_corrupt: false,
+            adopt_foreign: false,
         }
     }
 }
@@ -174,7 +180,8 @@ impl OpenOptions {
                 open_barrier: p(&self.open_barrier_sync),
             })
             .readers(usize::try_from(self.readers).unwrap_or(4))
-            .recover_corrupt(self.recover_corrupt);
+            .recover_corrupt(self.recover_corrupt)
+            .adopt_foreign(self.adopt_foreign);
         if let Some(t) = self.checkpoint_threshold_bytes {
             o = o.checkpoint_threshold(t);
         }

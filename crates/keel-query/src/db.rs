@@ -338,15 +338,35 @@ struct Prepared {
     readers: usize,
 }
 
-fn prepare(schema: Schema, mut opts: StoreOptions) -> Result<(Prepared, StoreOptions)> {
+impl Prepared {
+    /// The typed error of a failed schema phase (the kernel only carries its text).
+    fn open_error(&self, e: keel_storage::Error) -> Error {
+        self.outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .failure
+            .take()
+            .unwrap_or_else(|| Error::from(e))
+    }
+}
+
+fn prepare(
+    schema: Schema,
+    mut opts: StoreOptions,
+    migrator: Option<crate::migrate::Migrator>,
+) -> Result<(Prepared, StoreOptions)> {
     let schema = Arc::new(schema);
     let colls = (0..schema.collections.len())
         .map(|i| Coll::new(&schema, i))
         .collect::<Result<Vec<_>>>()?;
+    // The object store checks whose file it opens (identity.rs in keel-storage).
+    opts.keel_identity = true;
     let user_init = opts.connection_init.take();
-    let s2 = Arc::clone(&schema);
+    let field_schema: crate::stored::FieldSchema =
+        Arc::new(std::sync::RwLock::new(Arc::clone(&schema)));
+    let fs2 = Arc::clone(&field_schema);
     opts.connection_init = Some(Arc::new(move |c: &rusqlite::Connection| {
-        crate::sql::register(c, Arc::clone(&s2))?;
+        crate::sql::register(c, Arc::clone(&fs2))?;
         if let Some(u) = &user_init {
             u(c)?;
         }
@@ -355,9 +375,17 @@ fn prepare(schema: Schema, mut opts: StoreOptions) -> Result<(Prepared, StoreOpt
     let outcome = Arc::new(Mutex::new(SchemaOutcome::default()));
     let user_hook = opts.schema_hook.take();
     let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
+    let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
-        let out = schema_phase(ctx, ctx.path(), &s3, &c2)?;
-        *o2.lock().unwrap_or_else(|p| p.into_inner()) = out;
+        let path = ctx.path().to_path_buf();
+        match schema_phase(ctx, &path, &s3, &c2, &field_schema, migrator.as_mut()) {
+            Ok(out) => *o2.lock().unwrap_or_else(|p| p.into_inner()) = out,
+            Err(e) => {
+                let s = crate::stored::to_storage(&e, &path);
+                o2.lock().unwrap_or_else(|p| p.into_inner()).failure = Some(e);
+                return Err(s);
+            }
+        }
         if let Some(h) = user_hook {
             h(ctx)?;
         }
@@ -475,7 +503,10 @@ impl Future for OpenDbFuture {
         };
         match Pin::new(fut).poll(cx) {
             Poll::Pending => Poll::Pending,
-            Poll::Ready(Err(e)) => Poll::Ready(Err(Error::from(e))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(match &this.prepared {
+                Some(Ok(p)) => p.open_error(e),
+                _ => Error::from(e),
+            })),
             Poll::Ready(Ok(store)) => match (this.fut.take(), this.prepared.take()).1 {
                 Some(Ok(p)) => Poll::Ready(Ok(finish(store, p))),
                 _ => Poll::Ready(Err(Error::Closed {
@@ -509,9 +540,56 @@ impl Database {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn open(path: impl AsRef<Path>, schema: Schema, options: StoreOptions) -> Result<Database> {
-        let (p, opts) = prepare(schema, options)?;
-        let store = Store::open(path, opts)?;
+        let (p, opts) = prepare(schema, options, None)?;
+        let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
         Ok(finish(store, p))
+    }
+
+    /// [`Database::open`], running the [`Migrator`](crate::Migrator)'s migrations
+    /// that have not run on this file yet, in the schema phase's transaction, before
+    /// the database is handed over (see [`crate::migrate`]). A failing migration
+    /// fails the open with [`Error::MigrationFailed`] and leaves the file unchanged.
+    ///
+    /// Unlike a plain open it returns only once the database is
+    /// [durable](Database::durable): the migrated layout commits with the schema
+    /// transaction after the open barrier, and until then readers would still see the
+    /// old tables under the new schema.
+    pub fn open_migrating(
+        path: impl AsRef<Path>,
+        schema: Schema,
+        migrator: crate::migrate::Migrator,
+        options: StoreOptions,
+    ) -> Result<Database> {
+        let (p, opts) = prepare(schema, options, Some(migrator))?;
+        let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
+        let db = finish(store, p);
+        db.durable().wait()?;
+        Ok(db)
+    }
+
+    /// [`Database::open_async`] with migrations (see [`Database::open_migrating`]):
+    /// resolves once the migrated database is durable. Dropping it cancels the open.
+    pub fn open_async_migrating(
+        path: impl AsRef<Path>,
+        schema: Schema,
+        migrator: crate::migrate::Migrator,
+        options: StoreOptions,
+    ) -> impl Future<Output = Result<Database>> + Send + 'static {
+        let open = match prepare(schema, options, Some(migrator)) {
+            Ok((p, opts)) => OpenDbFuture {
+                fut: Some(Store::open_async(path, opts)),
+                prepared: Some(Ok(p)),
+            },
+            Err(e) => OpenDbFuture {
+                fut: None,
+                prepared: Some(Err(e)),
+            },
+        };
+        async move {
+            let db = open.await?;
+            db.durable().await?;
+            Ok(db)
+        }
     }
 
     /// Start opening on a keel-owned thread and return at once (see
@@ -539,7 +617,7 @@ impl Database {
         schema: Schema,
         options: StoreOptions,
     ) -> OpenDbFuture {
-        match prepare(schema, options) {
+        match prepare(schema, options, None) {
             Ok((p, opts)) => OpenDbFuture {
                 fut: Some(Store::open_async(path, opts)),
                 prepared: Some(Ok(p)),
@@ -830,11 +908,14 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn close(&self) -> Task<()> {
-        crate::dictionary::before_close(&self.inner.dict);
+        let dict_flush = crate::dictionary::before_close(&self.inner.dict);
         self.inner.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(&self.inner);
         Task::spawn(move || {
+            let dict = crate::dictionary::settle_before_close(&inner.dict, dict_flush, &inner.path);
             let r = inner.store.close().map_err(Error::from);
+            // Lost dictionary values are the error the caller must see first.
+            let r = dict.and(r);
             if let Some(hub) = inner.hub.get() {
                 hub.close();
             }

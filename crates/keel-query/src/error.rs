@@ -153,6 +153,64 @@ pub enum Error {
         /// The type asked for (`u8`, `String`, `blog.Post`, …).
         requested: String,
     },
+    /// A unique index new to the database could not be built because stored
+    /// objects already share a value: the open failed and nothing changed. Remove
+    /// or change one of the objects (e.g. with a migration) or drop `(unique)`.
+    #[error("open {}: unique index {index} of {collection} cannot be built: objects (rowids {} and {}) share the value {value}", path.display(), rowids.0, rowids.1)]
+    UniqueIndexViolated {
+        /// The database file.
+        path: PathBuf,
+        /// The collection.
+        collection: String,
+        /// The index (`collection#field-id`).
+        index: String,
+        /// A value two or more objects share.
+        value: Value,
+        /// Two of the objects holding it.
+        rowids: (i64, i64),
+    },
+    /// [`Database::close`](crate::Database::close) could not persist dictionary
+    /// values set before it (a full disk, an I/O error): they are lost. `keys` names
+    /// them (up to 100; `count` is the total). Everything else closed normally.
+    #[error("close {}: {count} dictionary value(s) could not be persisted and are lost ({}): {source}", path.display(), keys.join(", "))]
+    DictionaryNotPersisted {
+        /// The database file.
+        path: PathBuf,
+        /// Keys whose latest set or remove did not reach the disk (at most 100).
+        keys: Vec<String>,
+        /// How many keys in all (plus one for a pending `remove_all`).
+        count: usize,
+        /// Why the last attempt failed.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A migration failed (its closure returned an error, or a step of it did): the
+    /// open failed and the database is unchanged — every migration of the open runs
+    /// in one transaction with the schema phase.
+    #[error("open {}: migration {migration:?} failed: {source}", path.display())]
+    MigrationFailed {
+        /// The database file.
+        path: PathBuf,
+        /// The migration's name.
+        migration: String,
+        /// What went wrong.
+        #[source]
+        source: Box<Error>,
+    },
+    /// What a migration returns when it fails for its own reasons (an old object
+    /// it cannot convert, an app callback that threw); the open reports it inside
+    /// [`Error::MigrationFailed`].
+    ///
+    /// ```
+    /// use keel_query::Error;
+    /// let e = Error::Migration { message: "note n7 has no id".into() };
+    /// assert_eq!(e.to_string(), "migration: note n7 has no id");
+    /// ```
+    #[error("migration: {message}")]
+    Migration {
+        /// Why.
+        message: String,
+    },
     /// A value could not be encoded for the dictionary (a serde value whose
     /// serialization failed). Nothing was stored.
     #[error("dictionary key {key:?}: cannot encode the value: {message}")]

@@ -76,7 +76,7 @@ pub fn register_functions(
     conn: &rusqlite::Connection,
     schema: Arc<Schema>,
 ) -> rusqlite::Result<()> {
-    crate::sql::register(conn, schema)
+    crate::sql::register(conn, Arc::new(std::sync::RwLock::new(schema)))
 }
 
 #[cfg(test)]

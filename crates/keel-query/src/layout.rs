@@ -241,6 +241,8 @@ impl Coll {
 pub(crate) struct SchemaOutcome {
     /// Indexes new to this database: built by a background write after open.
     pub(crate) pending: Vec<(String, String)>,
+    /// The typed error of a failed schema phase (the kernel carries only its text).
+    pub(crate) failure: Option<Error>,
     /// Collections whose table this open creates. While the open barrier runs the
     /// schema transaction is not committed yet, so readers do not see these tables.
     pub(crate) created: Vec<String>,
@@ -254,54 +256,34 @@ fn sq(
 ) -> impl Fn(&'static str) -> Box<dyn Fn(rusqlite::Error) -> keel_storage::Error> + '_ {
     move |op| {
         let p = path.to_path_buf();
-        Box::new(move |e| keel_storage::Error::Schema {
-            path: p.clone(),
-            message: format!("{op}: {e}"),
-        })
+        Box::new(move |e| crate::stored::classify(op, &p, e))
     }
 }
 
-/// The schema phase: create/verify tables and indexes, record the schema.
+/// The schema phase: run pending migrations, create/verify tables and indexes,
+/// record the schema (see `stored.rs` for what an older schema may change).
 pub(crate) fn schema_phase(
     conn: &rusqlite::Connection,
     path: &Path,
     schema: &Schema,
     colls: &[Coll],
-) -> std::result::Result<SchemaOutcome, keel_storage::Error> {
+    field_schema: &crate::stored::FieldSchema,
+    migrator: Option<&mut crate::migrate::Migrator>,
+) -> Result<SchemaOutcome> {
     let err = sq(path);
     conn.execute_batch(META_DDL)
         .map_err(err("create keel metadata tables"))?;
     conn.execute_batch(crate::dictionary::TABLE_SQL)
         .map_err(err("create the dictionary table"))?;
-    let stored: Option<String> = conn
-        .query_row(
-            "SELECT value FROM keel_meta WHERE key = 'schema'",
-            [],
-            |r| r.get(0),
-        )
-        .map(Some)
-        .or_else(|e| match e {
-            rusqlite::Error::QueryReturnedNoRows => Ok(None),
-            e => Err(e),
-        })
-        .map_err(err("read stored schema"))?;
-    if let Some(text) = stored {
-        let old =
-            Schema::parse(&text, "stored schema").map_err(|e| keel_storage::Error::Schema {
-                path: path.to_path_buf(),
-                message: format!("the schema stored in the file does not parse: {e}"),
-            })?;
-        if let Err(problems) = keel_schema::compat::check(&old, schema) {
-            let list: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
-            return Err(keel_storage::Error::Schema {
-                path: path.to_path_buf(),
-                message: format!(
-                    "the new schema is incompatible with the stored one: {}",
-                    list.join("; ")
-                ),
-            });
-        }
+    let mut stored = crate::stored::read_stored(conn, path)?;
+    if let Some(m) = migrator {
+        stored = m.run(conn, path, stored, schema)?;
     }
+    let relation = crate::stored::relate(path, stored, schema, field_schema)?;
+    let keep: Vec<String> = match &relation {
+        crate::stored::Relation::Older(newer) => crate::stored::declared_indexes(newer)?,
+        crate::stored::Relation::Upgrade => Vec::new(),
+    };
     let exists = |kind: &str, name: &str| -> rusqlite::Result<bool> {
         conn.query_row(
             "SELECT count(*) FROM sqlite_schema WHERE type = ?1 AND name = ?2",
@@ -342,7 +324,8 @@ pub(crate) fn schema_phase(
                     "table {} has columns {cols:?}, expected {want:?} (was its primary key changed?)",
                     c.ident
                 ),
-            });
+            }
+            .into());
         }
         for ix in &c.indexes {
             wanted.push(ix.name.clone());
@@ -352,6 +335,11 @@ pub(crate) fn schema_phase(
                     conn.execute_batch(&ix.create)
                         .map_err(err("create index"))?;
                 }
+                "ready"
+            } else if ix.unique {
+                // Not in the background: a duplicate must fail the open, never
+                // leave uniqueness silently unenforced.
+                crate::stored::build_unique(conn, path, c, ix)?;
                 "ready"
             } else {
                 out.pending.push((ix.name.clone(), ix.create.clone()));
@@ -377,11 +365,18 @@ pub(crate) fn schema_phase(
             .map_err(err("list indexes"))?;
         rows
     };
-    for name in old.iter().filter(|n| !wanted.contains(n)) {
+    for name in old
+        .iter()
+        .filter(|n| !wanted.contains(n) && !keep.contains(n))
+    {
         conn.execute_batch(&format!("DROP INDEX IF EXISTS {}", ident(name)))
             .map_err(err("drop removed index"))?;
         conn.execute("DELETE FROM keel_index WHERE name = ?1", [name])
             .map_err(err("drop removed index"))?;
+    }
+    if matches!(relation, crate::stored::Relation::Older(_)) {
+        // An older build: the newer stored schema stays (see stored.rs).
+        return Ok(out);
     }
     conn.execute(
         // Written only when it differs, so a plain reopen writes nothing.

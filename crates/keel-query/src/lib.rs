@@ -84,10 +84,12 @@ mod error;
 pub mod eval;
 pub mod inspect;
 mod layout;
+pub mod migrate;
 mod pool;
 mod query;
 mod slot;
 mod sql;
+mod stored;
 pub mod subscribe;
 mod txn;
 
@@ -97,6 +99,7 @@ pub use dictionary::{
     ToDictValue, TxnDictionary,
 };
 pub use error::{Error, Result};
+pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;
 pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};

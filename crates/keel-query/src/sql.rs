@@ -83,8 +83,18 @@ pub(crate) fn ident(name: &str) -> String {
 
 /// Register `keel_field` on a connection (deterministic and innocuous, so SQLite
 /// accepts it in index expressions).
-pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusqlite::Result<()> {
-    let cache: Mutex<HashMap<Box<str>, Arc<Resolved>>> = Mutex::new(HashMap::new());
+///
+/// `schema` is read when a path text is first seen on the connection: it is the
+/// opening schema, or the newer schema stored in the file when an older build opens
+/// it (`stored.rs`), so index entries agree across versions.
+pub(crate) fn register(
+    conn: &rusqlite::Connection,
+    schema: crate::stored::FieldSchema,
+) -> rusqlite::Result<()> {
+    // Each path text is resolved once per connection, with the schema current then
+    // (kept beside the resolution: the table index belongs to that schema).
+    type Cached = Option<(Arc<Schema>, usize, ResolvedPath)>;
+    let cache: Mutex<HashMap<Box<str>, Arc<Cached>>> = Mutex::new(HashMap::new());
     conn.create_scalar_function(
         FIELD_FN,
         2,
@@ -92,7 +102,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
             | FunctionFlags::SQLITE_DETERMINISTIC
             | FunctionFlags::SQLITE_INNOCUOUS,
         move |ctx| {
-            let resolved: Arc<Arc<Resolved>> = match ctx.get_aux::<Arc<Resolved>>(1)? {
+            let resolved: Arc<Arc<Cached>> = match ctx.get_aux::<Arc<Cached>>(1)? {
                 Some(r) => r,
                 None => {
                     let text = match ctx.get_raw(1) {
@@ -104,7 +114,12 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
                         match g.get(text) {
                             Some(r) => Arc::clone(r),
                             None => {
-                                let r = Arc::new(parse_path_text(&schema, text));
+                                let current =
+                                    Arc::clone(&schema.read().unwrap_or_else(|p| p.into_inner()));
+                                let r = Arc::new(
+                                    parse_path_text(&current, text)
+                                        .map(|(t, p)| (Arc::clone(&current), t, p)),
+                                );
                                 g.insert(text.into(), Arc::clone(&r));
                                 r
                             }
@@ -113,7 +128,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: Arc<Schema>) -> rusq
                     ctx.set_aux(1, r)?
                 }
             };
-            let Some((table, path)) = &**resolved else {
+            let Some((schema, table, path)) = &**resolved else {
                 return Ok(SqlOwned::Null);
             };
             let bytes = match ctx.get_raw(0) {
@@ -370,7 +385,7 @@ mod tests {
     fn field_function_reads_fields_and_tolerates_garbage() {
         let schema = Arc::new(Schema::parse(FBS, "t.fbs").unwrap());
         let conn = rusqlite::Connection::open_in_memory().unwrap();
-        register(&conn, schema.clone()).unwrap();
+        register(&conn, Arc::new(std::sync::RwLock::new(schema.clone()))).unwrap();
         let t = schema.reader("n.T").unwrap();
         let bytes = t
             .encode_json(&serde_json::json!({"id": "a", "p": 7, "u_type": "V", "u": {}}))

@@ -141,6 +141,12 @@ pub(crate) struct CkptSignal {
     pub(crate) dirty: AtomicBool,
     base: Instant,
     last_commit_ns: AtomicU64,
+    /// keel's identity stamp is on (see identity.rs): the epoch is bumped in the
+    /// first write of every new WAL.
+    identity: AtomicBool,
+    /// The next write may start a new WAL (a complete checkpoint ran, or the store
+    /// opened without one): bump the epoch in it.
+    epoch_bump: AtomicBool,
 }
 
 impl CkptSignal {
@@ -149,7 +155,27 @@ impl CkptSignal {
             dirty: AtomicBool::new(dirty),
             base: Instant::now(),
             last_commit_ns: AtomicU64::new(0),
+            identity: AtomicBool::new(false),
+            epoch_bump: AtomicBool::new(false),
         }
+    }
+
+    /// Turn the identity epoch on; `armed`: the first write starts a new WAL.
+    pub(crate) fn enable_identity(&self, armed: bool) {
+        self.identity.store(true, Ordering::Release);
+        self.epoch_bump.store(armed, Ordering::Release);
+    }
+
+    /// The WAL may restart at the next write (no-op without the identity stamp).
+    pub(crate) fn arm_epoch_bump(&self) {
+        if self.identity.load(Ordering::Acquire) {
+            self.epoch_bump.store(true, Ordering::Release);
+        }
+    }
+
+    /// True (once) if the next write transaction must bump the epoch.
+    pub(crate) fn take_epoch_bump(&self) -> bool {
+        self.epoch_bump.load(Ordering::Acquire) && self.epoch_bump.swap(false, Ordering::AcqRel)
     }
 
     /// Record a commit; returns true if the checkpointer must be woken (it was clean).
@@ -224,6 +250,9 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         let complete = matches!(&r, Ok(o) if !o.busy && o.wal_frames == o.checkpointed_frames);
         if !complete {
             sig.dirty.store(true, Ordering::Release);
+        } else {
+            // Every frame is in the database file: the next write restarts the WAL.
+            sig.arm_epoch_bump();
         }
         (r, complete)
     };

@@ -132,6 +132,29 @@ pub enum Error {
         /// The panic payload, if it was a string.
         message: String,
     },
+    /// The file is an SQLite database of another application (not created by keel,
+    /// no keel tables): keel refused it and wrote nothing. Set
+    /// [`StoreOptions::adopt_foreign`](crate::StoreOptions::adopt_foreign) to take it
+    /// over. Not a bad file: `recover_corrupt` leaves it alone.
+    #[error("{}: not a keel database: {detail}; open it with adopt_foreign to take it over", path.display())]
+    ForeignFile {
+        /// The database file.
+        path: PathBuf,
+        /// Whose it looks like (application id, some table names).
+        detail: String,
+    },
+    /// The `-wal` file beside the database does not belong to it: another database's
+    /// WAL, or one of its own from another time (a backup of the file restored under
+    /// a newer WAL) — its frames carry identity epochs the file cannot be at, see
+    /// `docs/durability.md`. Nothing was applied or written; a bad file:
+    /// `recover_corrupt` moves the database and its `-wal` aside together.
+    #[error("{}: the -wal file beside it does not belong to it: {detail}", path.display())]
+    ForeignWal {
+        /// The database file.
+        path: PathBuf,
+        /// Which identities disagree.
+        detail: String,
+    },
     /// The open barrier (the sync of a WAL left by a previous run) was still running
     /// when a bounded wait for it ran out: [`Store::close`](crate::Store::close)
     /// during the barrier waited `StoreOptions::truncate_timeout`, then closed anyway
@@ -177,19 +200,24 @@ impl Error {
             | Error::Cancelled { path, .. }
             | Error::Panicked { path, .. }
             | Error::BarrierPending { path, .. }
-            | Error::Schema { path, .. } => path,
+            | Error::Schema { path, .. }
+            | Error::ForeignFile { path, .. }
+            | Error::ForeignWal { path, .. } => path,
         }
     }
 
     /// True for the errors the `recover_corrupt` option acts on
-    /// ([`Error::NotADatabase`] and [`Error::Corrupt`]).
+    /// ([`Error::NotADatabase`], [`Error::Corrupt`] and [`Error::ForeignWal`]).
     ///
     /// ```
     /// # use keel_storage::Error;
     /// assert!(Error::NotADatabase { op: "open", path: "x".into() }.is_bad_file());
     /// ```
     pub fn is_bad_file(&self) -> bool {
-        matches!(self, Error::NotADatabase { .. } | Error::Corrupt { .. })
+        matches!(
+            self,
+            Error::NotADatabase { .. } | Error::Corrupt { .. } | Error::ForeignWal { .. }
+        )
     }
 
     /// Classify an SQLite error into the typed variants.
@@ -207,7 +235,10 @@ impl Error {
                     }
                 }
                 C::DatabaseBusy | C::DatabaseLocked => return Error::Locked { op, path },
-                C::CannotOpen | C::PermissionDenied => {
+                // A file SQLite could only open read-only (permissions, a read-only
+                // mount) fails at its first write: that is the file being
+                // unwritable, not a schema or SQL problem.
+                C::CannotOpen | C::PermissionDenied | C::ReadOnly => {
                     return Error::Unreadable {
                         op,
                         path,

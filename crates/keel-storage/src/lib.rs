@@ -56,6 +56,7 @@ mod checkpointer;
 mod conn;
 mod durable;
 mod error;
+mod identity;
 mod oneshot;
 mod open;
 mod options;
@@ -73,6 +74,7 @@ mod writer;
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use durable::DurableFuture;
 pub use error::{Error, Result};
+pub use identity::{verify_wal_identity, KEEL_APPLICATION_ID};
 pub use options::{
     ConnectionInit, Milestone, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook,
     StoreOptions,

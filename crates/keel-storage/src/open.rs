@@ -181,7 +181,7 @@ fn check_file(path: &Path) -> Result<FileCheck> {
     let op = "check database file";
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
-            std::fs::create_dir_all(parent)
+            crate::identity::create_private_dirs(parent)
                 .map_err(|e| Error::io("create database directory", parent, e))?;
         }
     }
@@ -198,6 +198,13 @@ fn check_file(path: &Path) -> Result<FileCheck> {
         #[cfg(unix)]
         std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
         match o.open(path) {
+            // open(2) applies the umask to 0600; set it exactly (a umask can only
+            // clear bits, so this never widens what was asked for).
+            #[cfg(unix)]
+            Ok(f) => f
+                .set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .map_err(|e| Error::io("set database file mode", path, e))?,
+            #[cfg(not(unix))]
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io("create database file", path, e)),
@@ -369,6 +376,9 @@ fn open_once(
     // 1. prepare
     let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
         let check = check_file(path)?;
+        if opts.keel_identity && !check.created {
+            crate::identity::check_at_open(path, &wal, opts.adopt_foreign)?;
+        }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
         let writer = open_conn(path, &vfs, Role::Writer, None)?;
@@ -635,7 +645,13 @@ fn readable(
             path,
             created: check.created,
         };
-        let r = match catch_unwind(AssertUnwindSafe(|| h(&mut ctx))) {
+        let r = match catch_unwind(AssertUnwindSafe(|| {
+            // The identity stamp commits with the schema step (identity.rs).
+            if opts.keel_identity {
+                crate::identity::stamp_if_needed(c, path)?;
+            }
+            h(&mut ctx)
+        })) {
             Ok(r) => r,
             Err(p) => Err(Error::panicked("schema hook", path, p)),
         };
@@ -697,6 +713,10 @@ fn readable(
             check.wal_bytes
         };
         let signal = Arc::new(CkptSignal::new(initial_wal_bytes > 0));
+        if opts.keel_identity {
+            // Without a WAL, the first write starts one (identity.rs: epochs).
+            signal.enable_identity(check.wal_bytes == 0);
+        }
         let ck_ctx = CkptCtx {
             path: path.to_path_buf(),
             wal_path: wal.clone(),

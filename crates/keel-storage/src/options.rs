@@ -225,6 +225,19 @@ pub struct StoreOptions {
     /// A simulated disk behind the VFS shim (crash and fault testing; feature `sim`).
     #[cfg(feature = "sim")]
     pub sim: Option<Arc<crate::sim::SimDisk>>,
+    /// Stamp the databases keel creates with keel's identity and check it at open:
+    /// another application's SQLite file is refused ([`Error::ForeignFile`](crate::Error::ForeignFile)),
+    /// a `-wal` of another database is refused as damage
+    /// ([`Error::ForeignWal`](crate::Error::ForeignWal)). Default `false` for the bare
+    /// storage kernel; the object layer (`keel_query::Database`) turns it on.
+    /// keel then owns the header's `application_id` and `user_version` (the stamp and
+    /// the WAL epoch): do not set them from a `connection_init` hook or a closure.
+    /// See `docs/durability.md`.
+    pub keel_identity: bool,
+    /// With `keel_identity`: take over an SQLite file of another application instead
+    /// of refusing it (keel adds its tables, switches it to WAL and stamps it).
+    /// Default `false`.
+    pub adopt_foreign: bool,
 }
 
 impl Default for StoreOptions {
@@ -245,6 +258,8 @@ impl Default for StoreOptions {
             schema_hook: None,
             #[cfg(feature = "sim")]
             sim: None,
+            keel_identity: false,
+            adopt_foreign: false,
         }
     }
 }
@@ -268,6 +283,8 @@ impl fmt::Debug for StoreOptions {
             .field("progress", &self.progress.is_some())
             .field("connection_init", &self.connection_init.is_some())
             .field("schema_hook", &self.schema_hook.is_some())
+            .field("keel_identity", &self.keel_identity)
+            .field("adopt_foreign", &self.adopt_foreign)
             .finish()
     }
 }
@@ -336,6 +353,22 @@ impl StoreOptions {
     #[cfg(feature = "sim")]
     pub fn sim_disk(mut self, disk: Arc<crate::sim::SimDisk>) -> Self {
         self.sim = Some(disk);
+        self
+    }
+    /// Check and stamp keel's file identity (see [`StoreOptions::keel_identity`]).
+    pub fn keel_identity(mut self, yes: bool) -> Self {
+        self.keel_identity = yes;
+        self
+    }
+    /// Take over another application's SQLite file instead of refusing it.
+    ///
+    /// ```
+    /// use keel_storage::StoreOptions;
+    /// let opts = StoreOptions::default().keel_identity(true).adopt_foreign(true);
+    /// assert!(opts.adopt_foreign);
+    /// ```
+    pub fn adopt_foreign(mut self, yes: bool) -> Self {
+        self.adopt_foreign = yes;
         self
     }
     /// Schema hook.

@@ -288,7 +288,7 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
                         Err(_) => break,
                     }
                 }
-                run_group(&conn.conn, &ctx.path, batch);
+                run_group(&conn.conn, &ctx.path, batch, &ctx.signal);
                 vacuum_checked = false;
                 ctx.committed();
             }
@@ -319,7 +319,12 @@ fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
 
 /// Run one group: BEGIN IMMEDIATE; each job in its own SAVEPOINT; COMMIT; callbacks;
 /// resolve futures.
-fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>) {
+fn run_group(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    batch: Vec<Box<dyn Job>>,
+    signal: &crate::checkpointer::CkptSignal,
+) {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
     let start = Instant::now();
@@ -330,6 +335,7 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
     // Jobs that failed alone (rolled back to their savepoint) or with a lost transaction.
     let mut settled: Vec<(Box<dyn Job>, Result<()>)> = Vec::new();
     let mut in_txn = false;
+    let mut bumped = false;
     for mut job in batch {
         if !in_txn {
             if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -338,6 +344,8 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
                 continue;
             }
             in_txn = true;
+            // identity.rs: the first write of a new WAL records a new epoch.
+            bumped |= signal.take_epoch_bump() && crate::identity::bump_epoch(conn, path);
         }
         if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
             let err = Error::sqlite("savepoint", path, e);
@@ -364,6 +372,9 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             }
             settled.push((job, Err(err)));
             in_txn = false;
+            if std::mem::take(&mut bumped) {
+                signal.arm_epoch_bump(); // rolled back with the rest
+            }
             continue;
         }
         if ok {
@@ -398,6 +409,10 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
     } else {
         Ok(())
     };
+    if bumped && commit.is_err() {
+        // The bump did not commit: the next group tries again.
+        signal.arm_epoch_bump();
+    }
     if commit.is_ok() {
         for (_, cbs) in committed.iter_mut() {
             for cb in cbs.drain(..) {
@@ -408,7 +423,11 @@ fn run_group(conn: &rusqlite::Connection, path: &Path, batch: Vec<Box<dyn Job>>)
             }
         }
     }
-    for (job, _) in committed {
+    for (job, callbacks) in committed {
+        // Callbacks of a failed commit are dropped before the future resolves: what
+        // they restore on drop (the dictionary's pending values) is back in place
+        // when the caller learns of the failure.
+        drop(callbacks);
         job.finish(&commit);
     }
     for (job, r) in settled {

@@ -48,8 +48,10 @@
 //!   never a reinterpretation: integers convert between widths only when the value
 //!   fits, objects only decode as the collection they were stored as.
 //! * **Failures.** If a background commit fails (disk full, I/O error) the values
-//!   stay pending in memory and are retried by the next set, `sync` or close;
-//!   `sync` reports the error.
+//!   stay pending in memory — reads keep seeing them — and are retried by the next
+//!   set, `sync` or close; `sync` reports the error. If the close cannot persist them
+//!   either (it tries twice), it returns [`Error::DictionaryNotPersisted`] naming the
+//!   keys: a value is never lost without the caller being told.
 //!
 //! ## Storage
 //!
@@ -452,14 +454,80 @@ fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool) -> Result
     }
 }
 
-/// Persist what is pending before the store closes (called by `Database::close`).
-pub(crate) fn before_close(shared: &Arc<Shared>) {
-    let has_pending =
-        shared.shards.iter().any(|s| !rd(s).dirty.is_empty()) || lock(&shared.clear_op).is_some();
-    if has_pending {
-        shared.flush_queued.store(false, Ordering::Release);
-        shared.schedule_flush();
+/// Start persisting what is pending before the store closes (called by
+/// `Database::close`, before it marks the database closed): the flush is queued
+/// ahead of the close, and its future tells the close whether it committed.
+pub(crate) fn before_close(shared: &Arc<Shared>) -> Option<WriteFuture<Result<()>>> {
+    if !has_pending(shared) {
+        return None;
     }
+    let inner = shared.db.upgrade()?;
+    let me = Arc::clone(shared);
+    Some(inner.store.write(move |w| flush(&me, w, false)))
+}
+
+fn has_pending(shared: &Shared) -> bool {
+    shared.shards.iter().any(|s| !rd(s).dirty.is_empty()) || lock(&shared.clear_op).is_some()
+}
+
+/// Make sure nothing set before the close is dropped silently: wait for the flush
+/// `before_close` queued; if it failed, its values are pending again (the flush
+/// guard restores them) and one more flush is tried; if that fails too, the close
+/// reports every key it could not persist. Runs on the close's thread, before the
+/// store closes.
+pub(crate) fn settle_before_close(
+    shared: &Arc<Shared>,
+    first: Option<WriteFuture<Result<()>>>,
+    path: &std::path::Path,
+) -> Result<()> {
+    let Some(first) = first else {
+        return Ok(());
+    };
+    let w = first.wait();
+    let mut last = match w {
+        Ok(()) if !has_pending(shared) => return Ok(()),
+        Ok(()) => None,
+        Err(e) => Some(e),
+    };
+    if let Some(inner) = shared.db.upgrade() {
+        let me = Arc::clone(shared);
+        match inner.store.write(move |w| flush(&me, w, false)).wait() {
+            Ok(()) if !has_pending(shared) => return Ok(()),
+            Ok(()) => {}
+            Err(e) => last = Some(e),
+        }
+    }
+    let (keys, count) = pending_keys(shared);
+    if count == 0 {
+        return Ok(());
+    }
+    tracing::error!(count, "close: dictionary values could not be persisted");
+    Err(Error::DictionaryNotPersisted {
+        path: path.to_path_buf(),
+        keys,
+        count,
+        source: Box::new(last.unwrap_or_else(|| Error::Closed {
+            op: "dictionary flush before close",
+            path: path.to_path_buf(),
+        })),
+    })
+}
+
+/// Keys with a change not on disk (at most 100 named), and how many in all (a
+/// pending `remove_all` counts as one, named `*`).
+fn pending_keys(shared: &Shared) -> (Vec<String>, usize) {
+    let mut all: Vec<String> = Vec::new();
+    for s in shared.shards.iter() {
+        all.extend(rd(s).dirty.keys().cloned());
+    }
+    all.sort();
+    let mut count = all.len();
+    if lock(&shared.clear_op).is_some() {
+        count += 1;
+        all.insert(0, "*".into());
+    }
+    all.truncate(100);
+    (all, count)
 }
 
 /// After the database closed: end every key stream and stop every callback.

@@ -189,6 +189,17 @@ fn apply(img: &mut Vec<u8>, op: &Pending) {
     }
 }
 
+/// The file's size in the live image (durable bytes plus the writes and truncates
+/// since).
+fn live_len(f: &SimFile) -> u64 {
+    f.pending
+        .iter()
+        .fold(f.durable.len() as u64, |len, op| match op {
+            Pending::Write { off, data } => len.max(off + data.len() as u64),
+            Pending::Truncate(n) => *n,
+        })
+}
+
 fn write_at(img: &mut Vec<u8>, off: u64, data: &[u8]) {
     let off = usize::try_from(off).unwrap_or(usize::MAX);
     let end = off.saturating_add(data.len());
@@ -211,6 +222,8 @@ struct State {
     fault: Option<(OpClass, u64, FaultErrno)>,
     fault_base: [u64; 4],
     fired: Vec<FiredFault>,
+    /// The disk is full: writes that would grow a file fail with `ENOSPC`.
+    full: bool,
 }
 
 /// A simulated disk behind one store's VFS shim (see the [module docs](self)).
@@ -314,6 +327,27 @@ impl SimDisk {
         let mut s = self.lock();
         s.fault_base = s.counts;
         s.fault = Some((class, nth.max(1), errno));
+    }
+
+    /// Fill the disk (`true`) or free space again (`false`). While full, every write
+    /// and truncate that would make a file longer than it is fails with `ENOSPC`
+    /// (SQLite sees `SQLITE_FULL`), as on a real full file system; writes inside a
+    /// file's current size still succeed. Unlike [`SimDisk::inject_fault`] this lasts
+    /// until cleared.
+    ///
+    /// ```
+    /// use keel_storage::sim::SimDisk;
+    /// let d = SimDisk::new();
+    /// d.set_full(true);
+    /// assert!(d.is_full());
+    /// ```
+    pub fn set_full(&self, yes: bool) {
+        self.lock().full = yes;
+    }
+
+    /// True while [`SimDisk::set_full`] holds the disk full.
+    pub fn is_full(&self) -> bool {
+        self.lock().full
     }
 
     /// Disarm a fault that has not fired.
@@ -572,6 +606,9 @@ impl SimDisk {
             };
             return Err((rc, e.errno()));
         }
+        if s.full && off + data.len() as u64 > live_len(&s.files[id]) {
+            return Err((ffi::SQLITE_FULL, libc::ENOSPC));
+        }
         s.files[id].pending.push(Pending::Write {
             off,
             data: data.to_vec(),
@@ -591,6 +628,9 @@ impl SimDisk {
                 FaultErrno::Enospc => ffi::SQLITE_FULL,
             };
             return Err((rc, e.errno()));
+        }
+        if s.full && size > live_len(&s.files[id]) {
+            return Err((ffi::SQLITE_FULL, libc::ENOSPC));
         }
         s.files[id].pending.push(Pending::Truncate(size));
         Ok(())
