@@ -59,7 +59,18 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Ok(());
     }
     let selected: Vec<String> = if wanted.is_empty() {
-        available.clone()
+        // The binding scenario needs a JDK: part of a full run only where one exists.
+        // Quick runs leave it out: `cargo xtask test` runs it inside the Kotlin suite.
+        let java = !quick
+            && std::process::Command::new("java")
+                .arg("-version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+        available
+            .iter()
+            .filter(|n| n.as_str() != KOTLIN || java)
+            .cloned()
+            .collect()
     } else {
         for name in &wanted {
             if !available.contains(name) {
@@ -79,6 +90,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let _ = fs::remove_file(&json_path);
         if name == "swift" {
             crate::swift::bench(quick, &json_path)?;
+        } else if name == KOTLIN {
+            crate::ffi::kotlin_bench(quick, &json_path)?;
         } else {
             let mut cargo_args = vec!["bench", "--package", "keel", "--bench", name.as_str(), "--"];
             if quick {
@@ -110,11 +123,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Scenario names: one per `benches/*.rs` file, sorted.
+/// The binding scenario: the Kotlin suite's typed-vs-bytes benchmark
+/// (`bindings/kotlin/KeelTest.kt`, run through `ffi::kotlin_bench`), which writes
+/// `target/keel-bench/kotlin.json` like the Rust scenarios do.
+const KOTLIN: &str = "kotlin";
+
+/// Scenario names: one per `benches/*.rs` file, then the binding scenario.
 fn scenarios() -> Result<Vec<String>, String> {
     let dir = util::workspace_root().join("benches");
     let Ok(entries) = fs::read_dir(&dir) else {
-        return Ok(Vec::new());
+        return Ok(vec![KOTLIN.to_string()]);
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
@@ -123,6 +141,7 @@ fn scenarios() -> Result<Vec<String>, String> {
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .collect();
     names.sort();
+    names.push(KOTLIN.to_string());
     Ok(names)
 }
 

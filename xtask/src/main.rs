@@ -11,7 +11,8 @@
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
-//!   files. `--json` also prints the JSON of each scenario to stdout.
+//!   files. `--json` also prints the JSON of each scenario to stdout. Scenario
+//!   `kotlin` is the Kotlin suite's typed-vs-bytes benchmark (needs a JDK).
 //! * `cargo xtask bindings [--release] [--test] [python|kotlin|swift…]` — builds
 //!   `keel-ffi` and generates its UniFFI sources under `target/keel-bindings/`;
 //!   `--test` runs the Python and Kotlin binding tests.
