@@ -8,6 +8,10 @@
 //   subscriptions as `AsyncSequence`s; cancelling the consuming task (or breaking
 //   out of the `for await` loop) cancels the subscription.
 //
+// The typed API over models from `keel codegen swift` (`db.write { txn in … }`,
+// `db.fetch(Post.self).where(…)`, typed live queries) is in KeelTyped.swift; the
+// FlatBuffers runtime those models use is KeelWire.swift.
+//
 // keel calls listeners on its own threads; these wrappers only yield into
 // continuations (thread-safe), so your `for await` loop runs wherever you run it —
 // on the main actor in a SwiftUI `.task { }`.
@@ -28,8 +32,11 @@ public enum Keel {
         try await KeelFFI.openAsync(path: path, schemaFbs: schema, options: options, progress: nil)
     }
 
-    /// Start opening and return at once: `progress` yields each phase (it finishes
-    /// when the open does), `database` completes with the database or the error.
+    /// Start opening and return at once: `database` completes with the database
+    /// as soon as it is readable (or with the error); `progress` yields each phase
+    /// and finishes with the final `done` event — the `durable` milestone, which
+    /// can come after `database` completed while the open barrier sync still runs
+    /// (or at the error).
     ///
     /// ```swift
     /// let opening = Keel.open(path: url.path, schema: schemaText)
@@ -44,9 +51,20 @@ public enum Keel {
         let (stream, continuation) = AsyncStream<OpenProgress>.makeStream(bufferingPolicy: .unbounded)
         let listener = ProgressBridge(continuation)
         let task = Task<Database, Error> {
-            defer { continuation.finish() }
-            return try await KeelFFI.openAsync(
-                path: path, schemaFbs: schema, options: options, progress: listener)
+            do {
+                let db = try await KeelFFI.openAsync(
+                    path: path, schemaFbs: schema, options: options, progress: listener)
+                // The database is handed over when readable; the stream goes on to
+                // the final `done` (durable) event, which the bridge ends it on. A
+                // barrier sync that fails sends no such event: end the stream then.
+                Task {
+                    do { try await db.durable() } catch { continuation.finish() }
+                }
+                return db
+            } catch {
+                continuation.finish()
+                throw error
+            }
         }
         return Opening(progress: stream, database: task)
     }

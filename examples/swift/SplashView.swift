@@ -1,14 +1,14 @@
-// A SwiftUI splash screen that opens keel without blocking the main thread and
-// shows the open's progress — the cure for "14.9 s of white screen on launch".
+// A SwiftUI app over keel's typed Swift API: a splash screen that opens the
+// database without blocking the main thread and shows the open's progress (the
+// cure for "14.9 s of white screen on launch"), then a live, typed list of posts.
 //
-// Package: `cargo xtask swift-package` (see docs/bindings.md), then add
-// target/keel-swift as a local Swift package and `import Keel`.
+// Setup:
+//   cargo xtask swift-package                         # target/keel-swift: add it as a local package
+//   keel codegen swift blog.fbs Sources/Model/        # Blog.swift: Post, Author, BlogSchema, …
+// The models need nothing but `import Keel` — no flatc, no FlatBuffers package.
 
 import SwiftUI
 import Keel
-
-/// The app's schema (the same .fbs your `flatc --swift` code is generated from).
-let schemaText = try! String(contentsOf: Bundle.main.url(forResource: "post", withExtension: "fbs")!)
 
 @MainActor
 final class AppModel: ObservableObject {
@@ -23,14 +23,21 @@ final class AppModel: ObservableObject {
         try? FileManager.default.createDirectory(
             at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
         // Returns at once; every phase (including a slow F_FULLFSYNC of a WAL left
-        // by a killed run) runs on keel's threads.
-        let opening = Keel.open(path: url.path, schema: schemaText)
-        // Progress events arrive through an AsyncStream; this loop runs on the main actor.
-        for await p in opening.progress {
-            phase = "\(p.phase)"
-            fraction = Double(p.fraction)
+        // by a killed run) runs on keel's threads. The generated schema carries the
+        // canonical schema text.
+        let opening = Keel.open(path: url.path, schema: BlogSchema.self)
+        // Progress events arrive through an AsyncStream (this loop runs on the main
+        // actor). The stream ends with the `durable` milestone, which can come after
+        // the database is already readable and shown.
+        Task {
+            for await p in opening.progress {
+                phase = p.milestone.map { "\($0)" } ?? "\(p.phase)"
+                fraction = Double(p.fraction)
+            }
         }
         do {
+            // Readable: show the list now, even while the open barrier sync of a
+            // killed run's WAL still runs; writes queue until it is done.
             database = try await opening.database.value
         } catch let error as KeelError {
             failure = "\(error)"          // typed: .Corrupt, .InvalidSchema, .Io, …
@@ -61,24 +68,35 @@ struct SplashView: View {
     }
 }
 
-/// A live list: the query's results as an AsyncSequence (current result, then
-/// every change with a row-level diff).
+/// A live list of typed `Post`s: the query's current result, then every change
+/// with a row-level diff. Leaving the view cancels the `.task`, which ends the
+/// `for try await` loop and with it the subscription.
 struct PostList: View {
     let db: Database
-    @State private var rows: [StoredObject] = []
+    @State private var posts: [Post] = []
 
     var body: some View {
-        List(rows, id: \.rowid) { row in
-            Text(describe(row))     // decode with your flatc-generated Swift type
+        List(posts, id: \.id) { post in
+            VStack(alignment: .leading) {
+                Text(post.title ?? "Untitled").font(.headline)
+                Text("\(post.author?.name ?? "anonymous") · priority \(post.priority)")
+                    .font(.caption)
+            }
+            .swipeActions {
+                Button("Boost") { Task { try? await boost(post) } }
+                Button("Delete", role: .destructive) { Task { try? await delete(post) } }
+            }
         }
         .task {
-            let query = db.query(collection: "blog.Post")
-                .filter(expr: Expr.ge(field: "priority", value: .integer(v: 1)))
-                .orderBy(field: "priority", descending: true)
-                .limit(n: 100)
+            // Compiler-checked: `Post.priority >= "high"` would not build.
+            let live = db.fetch(Post.self)
+                .where(Post.priority >= 1 && Post.title.isNotNull())
+                .sorted(by: Post.priority.descending)
+                .limit(100)
+                .updates()
             do {
-                for try await update in query.updates() {
-                    rows = update.objects
+                for try await change in live {
+                    posts = change.objects    // change.diff drives row animations in UIKit
                 }
             } catch {
                 print("subscription failed: \(error)")
@@ -86,8 +104,15 @@ struct PostList: View {
         }
     }
 
-    func describe(_ row: StoredObject) -> String {
-        (try? db.decodeJson(collection: "blog.Post", bytes: row.bytes)) ?? "#\(row.rowid)"
+    /// Writes are one atomic batch each; the list updates through the subscription.
+    func boost(_ post: Post) async throws {
+        var boosted = post
+        boosted.priority += 10
+        try await db.write { txn in try txn.update(boosted) }
+    }
+
+    func delete(_ post: Post) async throws {
+        try await db.write { txn in try txn.delete(post) }
     }
 }
 

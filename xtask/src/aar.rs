@@ -3,7 +3,9 @@
 //! ```text
 //! target/keel-aar/
 //!   aar/AndroidManifest.xml
-//!   aar/classes.jar        generated Kotlin (dev.keel.ffi) + the thin layer (dev.keel)
+//!   aar/classes.jar        generated Kotlin (dev.keel.ffi) + the thin layer (dev.keel):
+//!                          Flows, the typed API and the FlatBuffers runtime that models
+//!                          from `keel codegen kotlin` call
 //!   aar/proguard.txt       keep rules for JNA and the bindings
 //!   aar/R.txt
 //!   aar/jni/<abi>/libkeel_ffi.so   only when an Android NDK is available
@@ -141,6 +143,44 @@ fn build_jni(jni: &Path) -> Result<bool, String> {
     Ok(true)
 }
 
+/// Classes of the typed layer that generated models need at run time: an AAR
+/// without them would compile the app's models and fail at their first call.
+const TYPED_RUNTIME: [&str; 6] = [
+    "dev/keel/FlatBufferBuilder.class",
+    "dev/keel/FlatBufferReader.class",
+    "dev/keel/FbTable.class",
+    "dev/keel/KeelModel.class",
+    "dev/keel/TypedQuery.class",
+    "dev/keel/TypedKt.class",
+];
+
+/// Checks that `jar` carries [`TYPED_RUNTIME`].
+fn check_typed_runtime(jar: &Path) -> Result<(), String> {
+    let out = Command::new("jar")
+        .arg("tf")
+        .arg(jar)
+        .output()
+        .map_err(|e| format!("could not run `jar tf`: {e}"))?;
+    let listing = String::from_utf8_lossy(&out.stdout);
+    let missing: Vec<&str> = TYPED_RUNTIME
+        .iter()
+        .copied()
+        .filter(|c| !listing.lines().any(|l| l == *c))
+        .collect();
+    if !out.status.success() || !missing.is_empty() {
+        return Err(format!(
+            "{} lacks the typed Kotlin runtime: {}",
+            jar.display(),
+            missing.join(", ")
+        ));
+    }
+    println!(
+        "aar: classes.jar carries the typed runtime ({})",
+        TYPED_RUNTIME.join(", ")
+    );
+    Ok(())
+}
+
 /// `cargo xtask aar`.
 pub fn run(args: &[String]) -> Result<(), String> {
     if let Some(a) = args.first() {
@@ -160,14 +200,10 @@ pub fn run(args: &[String]) -> Result<(), String> {
 
     let tc = kotlin::toolchain(&target)?;
     let layer = util::workspace_root().join("bindings/kotlin/layer");
-    println!("aar: compiling classes.jar (generated bindings + thin Flow layer)");
-    kotlin::compile(
-        &tc,
-        &[g.kotlin.clone(), layer],
-        &dir.join("classes.jar"),
-        &[],
-        "11",
-    )?;
+    println!("aar: compiling classes.jar (generated bindings + thin layer: Flows, typed API, FlatBuffers runtime)");
+    let jar = dir.join("classes.jar");
+    kotlin::compile(&tc, &[g.kotlin.clone(), layer], &jar, &[], "11")?;
+    check_typed_runtime(&jar)?;
 
     let jni = dir.join("jni");
     let with_jni = build_jni(&jni)?;

@@ -45,13 +45,32 @@ pub fn run(args: &[String]) -> Result<(), String> {
             name => wanted.push(name.to_string()),
         }
     }
-    let available = scenarios()?;
+    let mut available = scenarios()?;
+    // `swift` is the Swift suite's typed-vs-bytes benchmark (xtask/src/swift.rs), not
+    // a file under benches/: a full run includes it when a Swift toolchain exists;
+    // quick runs (inside `cargo xtask test`) leave it to the Swift suite, which
+    // prints the same figures.
+    let swift_here = crate::swift::swift_exe().is_some();
+    if wanted.iter().any(|w| w == "swift") || (swift_here && !quick && wanted.is_empty()) {
+        available.push("swift".to_string());
+    }
     if available.is_empty() {
         println!("xtask bench: no scenarios under benches/ yet");
         return Ok(());
     }
     let selected: Vec<String> = if wanted.is_empty() {
-        available.clone()
+        // The binding scenario needs a JDK: part of a full run only where one exists.
+        // Quick runs leave it out: `cargo xtask test` runs it inside the Kotlin suite.
+        let java = !quick
+            && std::process::Command::new("java")
+                .arg("-version")
+                .output()
+                .is_ok_and(|o| o.status.success());
+        available
+            .iter()
+            .filter(|n| n.as_str() != KOTLIN || java)
+            .cloned()
+            .collect()
     } else {
         for name in &wanted {
             if !available.contains(name) {
@@ -69,18 +88,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let json_path = out_dir.join(format!("{name}.json"));
         // A stale file must not pass for this run's result.
         let _ = fs::remove_file(&json_path);
-        let mut cargo_args = vec![
-            "bench",
-            "--package",
-            "keel-benches",
-            "--bench",
-            name.as_str(),
-            "--",
-        ];
-        if quick {
-            cargo_args.push("--quick");
+        if name == "swift" {
+            crate::swift::bench(quick, &json_path)?;
+        } else if name == KOTLIN {
+            crate::ffi::kotlin_bench(quick, &json_path)?;
+        } else {
+            let mut cargo_args = vec![
+                "bench",
+                "--package",
+                "keel-benches",
+                "--bench",
+                name.as_str(),
+                "--",
+            ];
+            if quick {
+                cargo_args.push("--quick");
+            }
+            util::cargo(&cargo_args)?;
         }
-        util::cargo(&cargo_args)?;
         let report = read_report(&json_path, name)?;
         if print_json {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
@@ -106,11 +131,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// Scenario names: one per `benches/*.rs` file, sorted.
+/// The binding scenario: the Kotlin suite's typed-vs-bytes benchmark
+/// (`bindings/kotlin/KeelTest.kt`, run through `ffi::kotlin_bench`), which writes
+/// `target/keel-bench/kotlin.json` like the Rust scenarios do.
+const KOTLIN: &str = "kotlin";
+
+/// Scenario names: one per `benches/*.rs` file, then the binding scenario.
 fn scenarios() -> Result<Vec<String>, String> {
     let dir = util::workspace_root().join("benches");
     let Ok(entries) = fs::read_dir(&dir) else {
-        return Ok(Vec::new());
+        return Ok(vec![KOTLIN.to_string()]);
     };
     let mut names: Vec<String> = entries
         .filter_map(|e| e.ok())
@@ -119,6 +149,7 @@ fn scenarios() -> Result<Vec<String>, String> {
         .filter_map(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
         .collect();
     names.sort();
+    names.push(KOTLIN.to_string());
     Ok(names)
 }
 

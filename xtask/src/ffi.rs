@@ -1,10 +1,15 @@
 //! The binding tests run by `cargo xtask test`: Python (asyncio) and Kotlin (JVM,
 //! coroutines) programs under `bindings/` drive the generated bindings against the
-//! freshly built `keel-ffi` cdylib. Each prints one line per test, `max tick gap: X
+//! freshly built `keel-ffi` cdylib; the Swift suite (XCTest, see `swift.rs`) runs
+//! too when a Swift toolchain is found. Each prints one line per test, `max tick gap: X
 //! ms` for the open-never-blocks test, and a summary line
 //! (`python bindings: N passed, M failed`); any failure fails the command.
+//!
+//! The Kotlin suite also compiles the models `keel_schema::kotlin` generates for
+//! [`KOTLIN_MODEL_SCHEMAS`], checks that [`KOTLIN_COMPILE_FAIL`] does not compile,
+//! and writes its typed-vs-bytes figures to `target/keel-bench/kotlin.json`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,7 +18,11 @@ use crate::{bindings, kotlin, util};
 /// Run every binding test suite; `Err` if any failed.
 pub fn test() -> Result<(), String> {
     let t0 = Instant::now();
-    let langs = ["python".to_string(), "kotlin".to_string()];
+    let langs = [
+        "python".to_string(),
+        "kotlin".to_string(),
+        "swift".to_string(),
+    ];
     let g = bindings::generate(false, &langs)?;
     let mut failures = Vec::new();
     let t = Instant::now();
@@ -26,6 +35,11 @@ pub fn test() -> Result<(), String> {
         failures.push(e);
     }
     println!("kotlin bindings: took {:.1} s", t.elapsed().as_secs_f64());
+    let t = Instant::now();
+    if let Err(e) = crate::swift::test(&g) {
+        failures.push(e);
+    }
+    println!("swift bindings: took {:.1} s", t.elapsed().as_secs_f64());
     println!(
         "binding tests: {} in {:.1} s",
         if failures.is_empty() { "ok" } else { "FAILED" },
@@ -65,16 +79,45 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
     .map_err(|e| format!("python bindings failed: {e}"))
 }
 
-/// `bindings/kotlin/KeelTest.kt` compiled with the generated Kotlin and run on the JVM.
-fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
+/// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
+/// with and tests: the blog example and a schema with composite and rowid keys.
+const KOTLIN_MODEL_SCHEMAS: [&str; 2] =
+    ["examples/blog/schema/blog.fbs", "bindings/kotlin/keys.fbs"];
+
+/// The snippet that must not compile (`Post.title ge 2`); the line marked
+/// `KEEL-EXPECT-ERROR` must be the one the compiler rejects.
+const KOTLIN_COMPILE_FAIL: &str = "bindings/kotlin/compile_fail/WrongType.kt";
+
+/// A compiled Kotlin suite, ready to run.
+struct KotlinSuite {
+    classpath: String,
+    lib_dir: PathBuf,
+}
+
+/// Generates the models, compiles `bindings/kotlin/KeelTest.kt` with them, the
+/// UniFFI Kotlin and the thin layer (skipped when no source changed), and checks the
+/// compile-fail snippet once per compiled suite.
+fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
     let target = bindings::target_dir()?;
     let tc = kotlin::toolchain(&target)?;
     let out = target.join("keel-kotlin-test");
     let classes = out.join("classes");
     let root = util::workspace_root();
+    let models = target.join("keel-kotlin-models");
+    if models.exists() {
+        std::fs::remove_dir_all(&models).map_err(|e| format!("{}: {e}", models.display()))?;
+    }
+    for schema in KOTLIN_MODEL_SCHEMAS {
+        let written = keel_schema::kotlin::write_sources(&root.join(schema), &models)
+            .map_err(|e| format!("keel codegen kotlin {schema}: {e}"))?;
+        for w in written {
+            println!("kotlin bindings: generated {} from {schema}", w.display());
+        }
+    }
     let sources = [
         g.kotlin.clone(),
         root.join("bindings/kotlin/layer"),
+        models,
         root.join("bindings/kotlin/KeelTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
@@ -98,6 +141,7 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
             t.elapsed().as_secs_f64()
         );
     }
+    kotlin_compile_fail(&tc, &out, &classes)?;
     let lib_dir: PathBuf = g
         .cdylib
         .parent()
@@ -105,17 +149,118 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
         .ok_or("cdylib has no directory")?;
     let mut cp = vec![classes];
     cp.extend(tc.runtime.iter().cloned());
-    run_bounded(
-        Command::new("java")
-            // Keep the JVM's own background work (JIT, GC) from stealing the
-            // ticker's time slices on small CI machines.
-            .args(["-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"])
-            .arg("-cp")
-            .arg(kotlin::classpath(&cp))
-            .arg(format!("-Djna.library.path={}", lib_dir.display()))
-            .arg("KeelTestKt"),
+    Ok(KotlinSuite {
+        classpath: kotlin::classpath(&cp),
+        lib_dir,
+    })
+}
+
+/// Compiles [`KOTLIN_COMPILE_FAIL`] against the suite's classes and checks that
+/// the compiler rejects exactly the marked line, as a type mismatch. The result is
+/// remembered next to the classes (a stamp per snippet version).
+fn kotlin_compile_fail(tc: &kotlin::Toolchain, out: &Path, classes: &Path) -> Result<(), String> {
+    let root = util::workspace_root();
+    let snippet = root.join(KOTLIN_COMPILE_FAIL);
+    let stamp = out.join(format!(
+        ".compile-fail-{:016x}",
+        kotlin::fingerprint(std::slice::from_ref(&snippet))
+    ));
+    if stamp.exists() {
+        println!("kotlin compile-fail: {KOTLIN_COMPILE_FAIL} already checked against these classes (rejected)");
+        return Ok(());
+    }
+    let text =
+        std::fs::read_to_string(&snippet).map_err(|e| format!("{}: {e}", snippet.display()))?;
+    let line = text
+        .lines()
+        .position(|l| l.contains("KEEL-EXPECT-ERROR"))
+        .map(|i| i + 1)
+        .ok_or_else(|| format!("{KOTLIN_COMPILE_FAIL} has no KEEL-EXPECT-ERROR line"))?;
+    let scratch = out.join("compile-fail-classes");
+    let t = Instant::now();
+    let diag = kotlin::compile_expecting_failure(
+        tc,
+        std::slice::from_ref(&snippet),
+        &scratch,
+        &[classes.to_path_buf()],
     )
-    .map_err(|e| format!("kotlin bindings failed: {e}"))
+    .map_err(|e| format!("kotlin compile-fail: {e}"))?;
+    let errors: Vec<&str> = diag.lines().filter(|l| l.contains(": error:")).collect();
+    let at = format!("WrongType.kt:{line}:");
+    let expected = errors.len() == 1
+        && errors[0].contains(&at)
+        && errors[0].contains("String")
+        && errors[0].to_lowercase().contains("mismatch");
+    if !expected {
+        return Err(format!(
+            "kotlin compile-fail: expected one type-mismatch error at {at} (`Post.title ge 2`), the compiler said:\n{diag}"
+        ));
+    }
+    println!(
+        "kotlin compile-fail: `Post.title ge 2` rejected by the compiler in {:.1} s: {}",
+        t.elapsed().as_secs_f64(),
+        errors[0].trim()
+    );
+    std::fs::write(&stamp, b"").map_err(|e| format!("{}: {e}", stamp.display()))?;
+    Ok(())
+}
+
+/// Runs the compiled suite with `args` (test names; none = all). `full_jit`: let
+/// the JVM use its optimising compiler (benchmark runs), else C1 only.
+fn kotlin_run(
+    suite: &KotlinSuite,
+    args: &[&str],
+    bench_out: &Path,
+    bench_n: u32,
+    full_jit: bool,
+) -> Result<(), String> {
+    let root = util::workspace_root();
+    let mut cmd = Command::new("java");
+    cmd.arg("-XX:+UseSerialGC");
+    if !full_jit {
+        // Keep the JVM's own background work (JIT, GC) from stealing the ticker's
+        // time slices on small CI machines.
+        cmd.arg("-XX:TieredStopAtLevel=1");
+    }
+    run_bounded(
+        cmd.arg("-cp")
+            .arg(&suite.classpath)
+            .arg(format!("-Djna.library.path={}", suite.lib_dir.display()))
+            .arg("KeelTestKt")
+            .args(args)
+            .env("KEEL_FIXTURES", root.join("tests/fixtures"))
+            .env("KEEL_BENCH_OUT", bench_out)
+            .env("KEEL_BENCH_N", bench_n.to_string()),
+    )
+}
+
+/// `bindings/kotlin/KeelTest.kt` compiled with the generated Kotlin and run on the
+/// JVM. Its typed-vs-bytes benchmark writes `target/keel-bench/kotlin.json` (the
+/// figures `cargo xtask bench kotlin` puts into BENCHMARKS.md).
+fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
+    let suite = kotlin_build(g)?;
+    let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
+    kotlin_run(&suite, &[], &bench_out, 10_000, false)
+        .map_err(|e| format!("kotlin bindings failed: {e}"))
+}
+
+/// The name of the suite's benchmark test (also its scenario in BENCHMARKS.md).
+pub const KOTLIN_BENCH_TEST: &str = "typed vs bytes: 10,000 posts";
+
+/// `cargo xtask bench kotlin`: only the Kotlin suite's typed-vs-bytes benchmark
+/// (10,000 posts, 1,000 with `quick`), writing `json`.
+pub fn kotlin_bench(quick: bool, json: &Path) -> Result<(), String> {
+    // Published figures come from an optimised keel; quick runs reuse the debug build.
+    let g = bindings::generate(!quick, &["kotlin".to_string()])?;
+    let suite = kotlin_build(&g)?;
+    kotlin_run(
+        &suite,
+        &[KOTLIN_BENCH_TEST],
+        json,
+        if quick { 1_000 } else { 10_000 },
+        true,
+    )
+    .map_err(|e| format!("kotlin benchmark failed: {e}"))
 }
 
 /// A test program may not hang CI: it gets this long, then it is killed.
@@ -123,7 +268,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Like `util::run` (workspace root, inherited stdio), but kills the program after
 /// [`TEST_TIMEOUT`].
-fn run_bounded(cmd: &mut Command) -> Result<(), String> {
+pub(crate) fn run_bounded(cmd: &mut Command) -> Result<(), String> {
     cmd.current_dir(util::workspace_root());
     let shown = format!("{cmd:?}");
     let mut child = cmd

@@ -147,6 +147,43 @@ pub fn compile(
     extra_cp: &[PathBuf],
     jvm_target: &str,
 ) -> Result<(), String> {
+    util::run(&mut compile_command(tc, sources, out, extra_cp, jvm_target))
+}
+
+/// Compile `sources` expecting the compiler to reject them: `Ok(diagnostics)` with
+/// the compiler's output when it failed, `Err` when it compiled (or could not run).
+pub fn compile_expecting_failure(
+    tc: &Toolchain,
+    sources: &[PathBuf],
+    out: &Path,
+    extra_cp: &[PathBuf],
+) -> Result<String, String> {
+    let mut cmd = compile_command(tc, sources, out, extra_cp, "17");
+    cmd.current_dir(util::workspace_root());
+    let o = cmd
+        .output()
+        .map_err(|e| format!("could not run the Kotlin compiler: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if o.status.success() {
+        Err(format!(
+            "the Kotlin compiler accepted code it must reject:\n{text}"
+        ))
+    } else {
+        Ok(text)
+    }
+}
+
+fn compile_command(
+    tc: &Toolchain,
+    sources: &[PathBuf],
+    out: &Path,
+    extra_cp: &[PathBuf],
+    jvm_target: &str,
+) -> Command {
     let mut cp = tc.runtime.clone();
     cp.extend(extra_cp.iter().cloned());
     let mut cmd = Command::new("java");
@@ -167,7 +204,7 @@ pub fn compile(
         .arg("-d")
         .arg(out)
         .args(sources);
-    util::run(&mut cmd)
+    cmd
 }
 
 /// A stable fingerprint (FNV-1a) of the files under `paths`, to skip recompiling

@@ -11,13 +11,16 @@
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
-//!   files. `--json` also prints the JSON of each scenario to stdout.
+//!   files. `--json` also prints the JSON of each scenario to stdout. Scenario
+//!   `kotlin` is the Kotlin suite's typed-vs-bytes benchmark (needs a JDK).
 //! * `cargo xtask bindings [--release] [--test] [python|kotlin|swift…]` — builds
 //!   `keel-ffi` and generates its UniFFI sources under `target/keel-bindings/`;
 //!   `--test` runs the Python and Kotlin binding tests.
 //! * `cargo xtask swift-package` — assembles the SwiftPM package under
 //!   `target/keel-swift/` (runs the xcframework build where Xcode exists, prints
 //!   the steps elsewhere).
+//! * `cargo xtask swift-test` — the Swift suite alone (what `cargo xtask test`
+//!   runs when a Swift toolchain is found).
 //! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
 
 mod aar;
@@ -27,6 +30,7 @@ mod ffi;
 mod kotlin;
 mod lint;
 mod stress;
+mod swift;
 mod swift_package;
 mod util;
 
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&args[1..]),
         Some("bindings") => bindings::run(&args[1..]),
         Some("swift-package") => swift_package::run(&args[1..]),
+        Some("swift-test") => swift::run(&args[1..]),
         Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
@@ -69,6 +74,7 @@ commands:
                                generate the UniFFI sources (target/keel-bindings/);
                                --test runs the Python and Kotlin binding tests
   swift-package                assemble the Swift package (target/keel-swift/)
+  swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
                                crash/power-loss/fault campaign (simulated disk)";

@@ -9,6 +9,10 @@
 //   subscriptions as cold `Flow`s: collecting subscribes, cancelling the collector
 //   cancels the subscription.
 //
+// * Typed.kt — the typed API over models from `keel codegen kotlin` (data classes,
+//   `db.write { insert(post) }`, `db.fetch(Post).where(Post.priority ge 2)`);
+//   FlatBuffers.kt — the FlatBuffers runtime those models call.
+//
 // keel calls listeners on its own threads; these wrappers only hand values to
 // channels, so collectors run in whatever context they are collected in
 // (`lifecycleScope` / `Dispatchers.Main` in an app).

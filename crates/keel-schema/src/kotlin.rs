@@ -1,16 +1,1500 @@
 //! Kotlin code generation from `.fbs` schemas: `keel codegen kotlin SCHEMA.fbs OUT_DIR`.
 //!
-//! (Being written: see issue 12.)
+//! The output is what an Android app compiles beside keel's AAR, in the style of Room
+//! and SQLDelight: immutable data classes, enum classes, compiler-checked query
+//! handles. It calls the FlatBuffers runtime in keel's Kotlin layer (package
+//! `dev.keel`, `bindings/kotlin/layer/`), so an app needs no third-party runtime.
+//!
+//! For a schema `blog.fbs` (namespace `blog`), `blog/Blog.kt` holds, in package `blog`:
+//!
+//! * `object BlogSchema { const val FBS; const val FINGERPRINT }` — the canonical
+//!   schema text (as [`Schema::to_fbs`] prints it) to open the database with;
+//! * per enum: `enum class Color(val raw: Byte) { Red(0), …, Unknown(0) }` —
+//!   `Unknown` stands for a value a newer schema wrote (decoding never fails on one);
+//! * per struct: `data class Vec2(val x: Float = 0f, …)` with `SIZE`/`ALIGN`;
+//! * per union: `sealed interface Content` with one `data class` per member table
+//!   plus `Unknown(tag)`;
+//! * per table: `data class Post(…)` — scalars as `Int`, `UByte`, `ULong`…, optional
+//!   scalars (`= null`) as `Int?`, strings as `String?` (`String` for `(primary)`),
+//!   tables, structs and unions as nullable values, vectors (of unions too) as
+//!   `List<…>` (absent reads as empty), defaults as the schema says, deprecated fields left out (their slots
+//!   stay reserved) — with `encode()` and `Post.decode(bytes)`;
+//! * per collection (root type and `(entity)` tables): the companion object
+//!   implements `dev.keel.KeelModel<Post, Key>` (collection name, schema, key type:
+//!   the key field's type, a nested `data class Key` for composite keys, `Long`
+//!   (rowid) without one) and holds one typed handle per field: `Post.priority`
+//!   (`Field<Post, Int>`), `Post.author.name`, `Post.content.isImage()`,
+//!   `Post.content.image.url`, `Post.pos.x`; vectors can only be tested for absence.
+//!
+//! ```
+//! let schema = keel_schema::Schema::parse(
+//!     "namespace blog; table Post { id: string (primary); priority: int = 1; } root_type Post;",
+//!     "post.fbs",
+//! ).unwrap();
+//! let files = keel_schema::kotlin::generate(&schema, "post").unwrap();
+//! assert_eq!(files[0].0, "blog/Post.kt");
+//! assert!(files[0].1.contains("data class Post("));
+//! assert!(files[0].1.contains("val priority: dev.keel.Field<Post, Int>"));
+//! ```
 
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
+use crate::model::*;
+use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let _ = (schema, out_dir);
-    Err(CodegenError::Unsupported(
-        "Kotlin code generation is not written yet".into(),
-    ))
+    let (s, _files) = crate::resolve::load(schema)?;
+    let stem = schema
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("schema");
+    let mut written = Vec::new();
+    for (rel, text) in generate(&s, stem)? {
+        let path = out_dir.join(rel);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| CodegenError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?;
+        }
+        std::fs::write(&path, text).map_err(|source| CodegenError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// Generates the Kotlin sources for `schema` (`stem` names the schema object:
+/// `blog` → `BlogSchema`). Returns `(relative path, text)` pairs: one file per
+/// namespace, under the namespace's package directory.
+pub fn generate(schema: &Schema, stem: &str) -> Result<Vec<(String, String)>, CodegenError> {
+    Gen::new(schema, stem)?.run()
+}
+
+const KEYWORDS: &[&str] = &[
+    "as",
+    "break",
+    "class",
+    "continue",
+    "do",
+    "else",
+    "false",
+    "for",
+    "fun",
+    "if",
+    "in",
+    "interface",
+    "is",
+    "null",
+    "object",
+    "package",
+    "return",
+    "super",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typealias",
+    "typeof",
+    "val",
+    "var",
+    "when",
+    "while",
+];
+
+/// Names the companion of a collection already uses: field handles avoid them.
+const RESERVED: &[&str] = &[
+    "collectionName",
+    "schemaFbs",
+    "FILE_IDENTIFIER",
+    "COLLECTION",
+];
+
+fn ident(name: &str) -> String {
+    if KEYWORDS.contains(&name) {
+        format!("`{name}`")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// `old_score` → `oldScore`, `URL` → `uRL` (first letter lowered, `_x` → `X`).
+fn lower_camel(name: &str) -> String {
+    let mut out = String::new();
+    let mut upper_next = false;
+    for (i, c) in name.chars().enumerate() {
+        if c == '_' && i > 0 {
+            upper_next = true;
+        } else if out.is_empty() {
+            out.extend(c.to_lowercase());
+        } else if upper_next {
+            out.extend(c.to_uppercase());
+            upper_next = false;
+        } else {
+            out.push(c);
+        }
+    }
+    if out.is_empty() {
+        out.push_str("field");
+    }
+    out
+}
+
+fn upper_camel(name: &str) -> String {
+    let l = lower_camel(name);
+    let mut cs = l.chars();
+    match cs.next() {
+        Some(f) => f.to_uppercase().chain(cs).collect(),
+        None => String::new(),
+    }
+}
+
+/// A Kotlin string literal (escaping `\`, `"`, `$` and control characters).
+fn string_lit(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '$' => out.push_str("\\$"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn kdoc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
+    let lines: Vec<String> = if lines.is_empty() {
+        vec![fallback.to_owned()]
+    } else {
+        lines
+            .iter()
+            .map(|l| l.trim_end().replace("*/", "* /"))
+            .collect()
+    };
+    if lines.len() == 1 {
+        let _ = writeln!(out, "{indent}/** {} */", lines[0].trim());
+    } else {
+        let _ = writeln!(out, "{indent}/**");
+        for l in lines {
+            let _ = writeln!(out, "{indent} * {}", l.trim());
+        }
+        let _ = writeln!(out, "{indent} */");
+    }
+}
+
+/// How a scalar type appears in Kotlin and in the runtime's method names.
+struct Sc {
+    /// Kotlin type.
+    kt: &'static str,
+    /// `FbTable` reader stem: `i32` → `t.i32(slot, d)`, `t.i32OrNull`, `t.i32s`.
+    read: &'static str,
+    /// `FlatBufferReader` absolute reader (for structs) and how to convert its result.
+    abs: (&'static str, &'static str),
+    /// Builder method stem (`addInt`) and the conversion of a Kotlin value to it.
+    add: &'static str,
+    to_wire: &'static str,
+    /// `createIntVector` etc.
+    vec: &'static str,
+    /// Struct writer (`FlatBufferBuilder.putI32`).
+    put: &'static str,
+    /// `dev.keel.Conv` member for filter values.
+    conv: &'static str,
+}
+
+fn sc(t: ScalarType) -> Sc {
+    use ScalarType::*;
+    let (kt, read, abs, add, to_wire, vec, put, conv) = match t {
+        Bool => (
+            "Boolean",
+            "bool",
+            ("bool", ""),
+            "addBool",
+            "",
+            "createBoolVector",
+            "putBool",
+            "bool",
+        ),
+        I8 => (
+            "Byte",
+            "i8",
+            ("i8", ""),
+            "addByte",
+            "",
+            "createByteVector",
+            "putI8",
+            "byte",
+        ),
+        U8 => (
+            "UByte",
+            "u8",
+            ("i8", ".toUByte()"),
+            "addByte",
+            ".toByte()",
+            "createUByteVector",
+            "putI8",
+            "ubyte",
+        ),
+        I16 => (
+            "Short",
+            "i16",
+            ("i16", ""),
+            "addShort",
+            "",
+            "createShortVector",
+            "putI16",
+            "short",
+        ),
+        U16 => (
+            "UShort",
+            "u16",
+            ("i16", ".toUShort()"),
+            "addShort",
+            ".toShort()",
+            "createUShortVector",
+            "putI16",
+            "ushort",
+        ),
+        I32 => (
+            "Int",
+            "i32",
+            ("i32", ""),
+            "addInt",
+            "",
+            "createIntVector",
+            "putI32",
+            "int",
+        ),
+        U32 => (
+            "UInt",
+            "u32",
+            ("i32", ".toUInt()"),
+            "addInt",
+            ".toInt()",
+            "createUIntVector",
+            "putI32",
+            "uint",
+        ),
+        I64 => (
+            "Long",
+            "i64",
+            ("i64", ""),
+            "addLong",
+            "",
+            "createLongVector",
+            "putI64",
+            "long",
+        ),
+        U64 => (
+            "ULong",
+            "u64",
+            ("i64", ".toULong()"),
+            "addLong",
+            ".toLong()",
+            "createULongVector",
+            "putI64",
+            "ulong",
+        ),
+        F32 => (
+            "Float",
+            "f32",
+            ("f32", ""),
+            "addFloat",
+            "",
+            "createFloatVector",
+            "putF32",
+            "float",
+        ),
+        F64 => (
+            "Double",
+            "f64",
+            ("f64", ""),
+            "addDouble",
+            "",
+            "createDoubleVector",
+            "putF64",
+            "double",
+        ),
+    };
+    Sc {
+        kt,
+        read,
+        abs,
+        add,
+        to_wire,
+        vec,
+        put,
+        conv,
+    }
+}
+
+fn float_lit(v: f64, t: ScalarType) -> String {
+    let (k, suffix) = if t == ScalarType::F32 {
+        ("Float", "f")
+    } else {
+        ("Double", "")
+    };
+    if v.is_nan() {
+        format!("{k}.NaN")
+    } else if v.is_infinite() {
+        format!(
+            "{k}.{}_INFINITY",
+            if v > 0.0 { "POSITIVE" } else { "NEGATIVE" }
+        )
+    } else if t == ScalarType::F32 {
+        format!("{:?}{suffix}", v as f32)
+    } else {
+        format!("{v:?}")
+    }
+}
+
+/// A Kotlin literal of type `t` for `v` (a default or an enum value).
+fn lit(v: &Value, t: ScalarType) -> String {
+    use ScalarType::*;
+    let i = match v {
+        Value::Bool(b) => i64::from(*b),
+        Value::Int(i) => *i,
+        Value::Float(f) => {
+            if t.is_float() {
+                return float_lit(*f, t);
+            }
+            *f as i64
+        }
+        _ => 0,
+    };
+    match t {
+        Bool => (i != 0).to_string(),
+        F32 | F64 => float_lit(i as f64, t),
+        I8 => format!("{}", i as i8),
+        I16 => format!("{}", i as i16),
+        I32 if i as i32 == i32::MIN => "Int.MIN_VALUE".into(),
+        I32 => format!("{}", i as i32),
+        I64 if i == i64::MIN => "Long.MIN_VALUE".into(),
+        I64 => format!("{i}L"),
+        U8 => format!("{}u", i as u8),
+        U16 => format!("{}u", i as u16),
+        U32 => format!("{}u", i as u32),
+        U64 => format!("{}uL", i as u64),
+    }
+}
+
+/// The same value as the builder's wire type (`Byte` for `ubyte`, …).
+fn wire_lit(v: &Value, t: ScalarType) -> String {
+    use ScalarType::*;
+    let i = match v {
+        Value::Bool(b) => i64::from(*b),
+        Value::Int(i) => *i,
+        Value::Float(f) if !t.is_float() => *f as i64,
+        _ => 0,
+    };
+    match t {
+        U8 => format!("({}).toByte()", i as u8 as i8),
+        I8 => format!("({}).toByte()", i as i8),
+        U16 => format!("({}).toShort()", i as u16 as i16),
+        I16 => format!("({}).toShort()", i as i16),
+        U32 => lit(&Value::Int(i64::from(i as u32 as i32)), I32),
+        U64 => lit(&Value::Int(i), I64),
+        _ => lit(v, t),
+    }
+}
+
+struct Gen<'a> {
+    s: &'a Schema,
+    stem: String,
+    schema_obj: String,
+    /// Kotlin simple names by (kind, index): 0 table, 1 struct, 2 enum, 3 union.
+    names: HashMap<(u8, usize), String>,
+    /// Package of the schema object.
+    main_ns: String,
+}
+
+impl<'a> Gen<'a> {
+    fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
+        let mut names = HashMap::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        let schema_obj = format!("{}Schema", upper_camel(stem));
+        seen.insert(schema_obj.clone(), "the schema object".into());
+        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
+            for n in [name.to_owned(), format!("{name}Path")] {
+                if let Some(other) = seen.insert(n.clone(), full.clone()) {
+                    return Err(CodegenError::Unsupported(format!(
+                        "{other} and {full} would both declare {n} in Kotlin; rename one"
+                    )));
+                }
+            }
+            names.insert((kind, i), ident(name));
+            Ok(())
+        };
+        for (i, t) in s.tables.iter().enumerate() {
+            add(0, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.structs.iter().enumerate() {
+            add(1, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.enums.iter().enumerate() {
+            add(2, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.unions.iter().enumerate() {
+            add(3, i, &t.name, t.full_name())?;
+        }
+        let main_ns = s
+            .root_table
+            .map(|t| s.tables[t].namespace.clone())
+            .or_else(|| {
+                s.collections
+                    .first()
+                    .map(|c| s.tables[c.table].namespace.clone())
+            })
+            .or_else(|| s.tables.first().map(|t| t.namespace.clone()))
+            .unwrap_or_default();
+        Ok(Gen {
+            s,
+            stem: stem.to_owned(),
+            schema_obj,
+            names,
+            main_ns,
+        })
+    }
+
+    fn name(&self, kind: u8, i: usize) -> &str {
+        &self.names[&(kind, i)]
+    }
+
+    /// Kotlin type of one value of `ty` (no nullability).
+    fn base(&self, ty: &FieldType) -> String {
+        match ty {
+            FieldType::Scalar(t) => sc(*t).kt.into(),
+            FieldType::Enum(i) => self.name(2, *i).into(),
+            FieldType::String => "String".into(),
+            FieldType::Struct(i) => self.name(1, *i).into(),
+            FieldType::Table(i) => self.name(0, *i).into(),
+            FieldType::Union(i) => self.name(3, *i).into(),
+            FieldType::Vector(inner) => format!("List<{}>", self.base(inner)),
+        }
+    }
+
+    /// Kotlin type and default of a table field.
+    fn field_decl(&self, f: &Field) -> (String, Option<String>) {
+        let base = self.base(&f.ty);
+        match &f.ty {
+            FieldType::Scalar(t) if !f.optional => (base, Some(lit(&f.default, *t))),
+            FieldType::Enum(e) if !f.optional => (
+                base,
+                Some(self.enum_const(*e, f.default.as_i64().unwrap_or(0))),
+            ),
+            FieldType::String if f.primary => (base, None),
+            FieldType::Vector(_) => (base, Some("emptyList()".into())),
+            _ => (format!("{base}?"), Some("null".into())),
+        }
+    }
+
+    /// `Color.Green` for raw `v` (`Color.Unknown` when undeclared).
+    fn enum_const(&self, e: usize, v: i64) -> String {
+        let en = &self.s.enums[e];
+        let n = self.name(2, e);
+        match en.values.iter().find(|x| x.value == v) {
+            Some(x) => format!("{n}.{}", ident(&x.name)),
+            None => format!("{n}.{}", self.unknown_name(e)),
+        }
+    }
+
+    fn unknown_name(&self, e: usize) -> &'static str {
+        if self.s.enums[e].values.iter().any(|v| v.name == "Unknown") {
+            "Unknown_"
+        } else {
+            "Unknown"
+        }
+    }
+
+    fn run(self) -> Result<Vec<(String, String)>, CodegenError> {
+        // Group every declaration by namespace: one file (and package) each.
+        let mut by_ns: BTreeMap<String, Vec<(u8, usize)>> = BTreeMap::new();
+        by_ns.entry(self.main_ns.clone()).or_default();
+        for (i, t) in self.s.enums.iter().enumerate() {
+            by_ns.entry(t.namespace.clone()).or_default().push((2, i));
+        }
+        for (i, t) in self.s.structs.iter().enumerate() {
+            by_ns.entry(t.namespace.clone()).or_default().push((1, i));
+        }
+        for (i, t) in self.s.unions.iter().enumerate() {
+            by_ns.entry(t.namespace.clone()).or_default().push((3, i));
+        }
+        for (i, t) in self.s.tables.iter().enumerate() {
+            by_ns.entry(t.namespace.clone()).or_default().push((0, i));
+        }
+        let all_ns: Vec<String> = by_ns.keys().cloned().collect();
+        let mut files = Vec::new();
+        for (ns, items) in &by_ns {
+            let mut o = String::new();
+            let _ = writeln!(
+                o,
+                "// @generated by keel-schema {} (`keel codegen kotlin`) — do not edit.\n\
+                 // Data classes, FlatBuffers encoding and typed query handles for the schema\n\
+                 // in {}.FBS; they need keel's Kotlin layer (package dev.keel) and nothing else.\n\
+                 @file:Suppress(\"unused\", \"RedundantVisibilityModifier\", \"NAME_SHADOWING\", \"UNUSED_ANONYMOUS_PARAMETER\")\n",
+                env!("CARGO_PKG_VERSION"),
+                self.schema_obj
+            );
+            if !ns.is_empty() {
+                let pkg: Vec<String> = ns.split('.').map(ident).collect();
+                let _ = writeln!(o, "package {}\n", pkg.join("."));
+            }
+            for other in &all_ns {
+                if other != ns && !other.is_empty() {
+                    let pkg: Vec<String> = other.split('.').map(ident).collect();
+                    let _ = writeln!(o, "import {}.*", pkg.join("."));
+                }
+            }
+            let _ = writeln!(o, "import dev.keel.FbTable\nimport dev.keel.FlatBufferBuilder\nimport dev.keel.FlatBufferReader\n");
+            if *ns == self.main_ns {
+                self.schema_object(&mut o);
+            }
+            for &(kind, i) in items {
+                match kind {
+                    0 => self.table(&mut o, i, ns)?,
+                    1 => self.strukt(&mut o, i),
+                    2 => self.enumm(&mut o, i),
+                    _ => self.union(&mut o, i, ns),
+                }
+            }
+            let file = upper_camel(&self.stem);
+            let rel = if ns.is_empty() {
+                format!("{file}.kt")
+            } else if *ns == self.main_ns {
+                format!("{}/{file}.kt", ns.replace('.', "/"))
+            } else {
+                format!(
+                    "{}/{file}{}.kt",
+                    ns.replace('.', "/"),
+                    upper_camel(&ns.replace('.', "_"))
+                )
+            };
+            files.push((rel, o));
+        }
+        Ok(files)
+    }
+
+    fn schema_object(&self, o: &mut String) {
+        let text = self.s.to_fbs();
+        let _ = writeln!(
+            o,
+            "/** The schema these types were generated from: open the database with [FBS]. */\npublic object {} {{",
+            self.schema_obj
+        );
+        let _ = writeln!(
+            o,
+            "    /** Canonical text of the schema (pass it to `Keel.openAsync`). */\n    public const val FBS: String ="
+        );
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        for (i, l) in lines.iter().enumerate() {
+            let sep = if i + 1 == lines.len() { "" } else { " +" };
+            let _ = writeln!(o, "        {}{sep}", string_lit(l));
+        }
+        if lines.is_empty() {
+            let _ = writeln!(o, "        \"\"");
+        }
+        let _ = writeln!(
+            o,
+            "\n    /** Fingerprint of [FBS] (`Schema::fingerprint` on keel's Rust side). */\n    public const val FINGERPRINT: Long = {}L\n\n    /** The `file_identifier`, written into every encoded object (null: none). */\n    public val FILE_IDENTIFIER: String? = {}\n}}\n",
+            self.s.fingerprint() as i64,
+            match &self.s.file_identifier {
+                Some(id) => string_lit(id),
+                None => "null".into(),
+            }
+        );
+    }
+
+    fn enumm(&self, o: &mut String, i: usize) {
+        let e = &self.s.enums[i];
+        let n = self.name(2, i).to_owned();
+        let u = sc(e.underlying);
+        let unknown = self.unknown_name(i);
+        kdoc(
+            o,
+            "",
+            &e.doc,
+            &format!(
+                "The `{}` enum (underlying type `{}`).",
+                e.full_name(),
+                e.underlying.fbs_name()
+            ),
+        );
+        let _ = writeln!(o, "public enum class {n}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
+        for v in &e.values {
+            kdoc(o, "    ", &v.doc, &format!("`{}` (= {}).", v.name, v.value));
+            let _ = writeln!(
+                o,
+                "    {}({}),",
+                ident(&v.name),
+                lit(&Value::Int(v.value), e.underlying)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "    /**\n     * A value this version of the schema does not know (written by a newer one).\n     * It is written back as {} and cannot be used in a filter.\n     */\n    {unknown}({});\n",
+            lit(&Value::Int(0), e.underlying),
+            lit(&Value::Int(0), e.underlying)
+        );
+        let wide = matches!(
+            e.underlying,
+            ScalarType::I64 | ScalarType::U64 | ScalarType::U32
+        );
+        let (subject, suffix) = if wide {
+            ("raw.toLong()", "L")
+        } else {
+            ("raw.toInt()", "")
+        };
+        let _ = writeln!(o, "    public companion object {{\n        /** The value for a raw number ([{unknown}] when the schema does not declare it). */\n        @JvmStatic\n        public fun fromRaw(raw: {}): {n} = when ({subject}) {{", u.kt);
+        for v in &e.values {
+            let num = match e.underlying {
+                ScalarType::U64 => format!("{}", v.value),
+                ScalarType::I64 if v.value == i64::MIN => "Long.MIN_VALUE".into(),
+                ScalarType::I32 if v.value == i64::from(i32::MIN) => "Int.MIN_VALUE".into(),
+                _ => format!("{}", v.value),
+            };
+            let num = if num.ends_with("MIN_VALUE") {
+                num
+            } else {
+                format!("{num}{suffix}")
+            };
+            let _ = writeln!(o, "            {num} -> {}", ident(&v.name));
+        }
+        let _ = writeln!(o, "            else -> {unknown}\n        }}\n");
+        let _ = writeln!(
+            o,
+            "        /** Filter values: the raw number (an [{unknown}] value cannot be compared). */\n        @JvmField\n        public val conv: (({n}) -> dev.keel.ffi.Value) = dev.keel.Conv.enum({unknown}) {{ it.raw.toLong() }}\n    }}\n}}\n"
+        );
+    }
+
+    fn strukt(&self, o: &mut String, i: usize) {
+        let sd = &self.s.structs[i];
+        let n = self.name(1, i).to_owned();
+        kdoc(
+            o,
+            "",
+            &sd.doc,
+            &format!(
+                "The `{}` struct ({} bytes, stored inline).",
+                sd.full_name(),
+                sd.size
+            ),
+        );
+        let _ = writeln!(o, "public data class {n}(");
+        for f in &sd.fields {
+            kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
+            let def = match &f.ty {
+                FieldType::Scalar(t) => lit(&t.zero(), *t),
+                FieldType::Enum(e) => self.enum_const(*e, 0),
+                FieldType::Struct(s) => format!("{}()", self.name(1, *s)),
+                _ => "TODO()".into(),
+            };
+            let _ = writeln!(
+                o,
+                "    public val {}: {} = {def},",
+                ident(&lower_camel(&f.name)),
+                self.base(&f.ty)
+            );
+        }
+        let _ = writeln!(o, ") {{\n    public companion object {{\n        /** Size of the inline FlatBuffers layout in bytes. */\n        public const val SIZE: Int = {}\n        /** Alignment of the inline layout in bytes. */\n        public const val ALIGN: Int = {}\n", sd.size, sd.align);
+        // read
+        let _ = writeln!(o, "        /** Reads the struct at [pos] (bounds-checked). */\n        @JvmStatic\n        public fun read(r: FlatBufferReader, pos: Int): {n} {{\n            r.check(pos, SIZE)\n            return {n}(");
+        for f in &sd.fields {
+            let at = format!("pos + {}", f.offset);
+            let expr = match &f.ty {
+                FieldType::Scalar(t) => {
+                    let s = sc(*t);
+                    format!("r.{}({at}){}", s.abs.0, s.abs.1)
+                }
+                FieldType::Enum(e) => {
+                    let s = sc(self.s.enums[*e].underlying);
+                    format!(
+                        "{}.fromRaw(r.{}({at}){})",
+                        self.name(2, *e),
+                        s.abs.0,
+                        s.abs.1
+                    )
+                }
+                FieldType::Struct(x) => format!("{}.read(r, {at})", self.name(1, *x)),
+                _ => "TODO()".into(),
+            };
+            let _ = writeln!(
+                o,
+                "                {} = {expr},",
+                ident(&lower_camel(&f.name))
+            );
+        }
+        let _ = writeln!(o, "            )\n        }}\n");
+        // write
+        let _ = writeln!(o, "        /** Writes [v] into `a[at until at + SIZE]` (zeroed by the caller: padding stays 0). */\n        @JvmStatic\n        public fun write(v: {n}, a: ByteArray, at: Int) {{");
+        for f in &sd.fields {
+            let fname = ident(&lower_camel(&f.name));
+            let at = format!("at + {}", f.offset);
+            let line = match &f.ty {
+                FieldType::Scalar(t) => {
+                    let s = sc(*t);
+                    format!(
+                        "FlatBufferBuilder.{}(a, {at}, v.{fname}{})",
+                        s.put, s.to_wire
+                    )
+                }
+                FieldType::Enum(e) => {
+                    let s = sc(self.s.enums[*e].underlying);
+                    format!(
+                        "FlatBufferBuilder.{}(a, {at}, v.{fname}.raw{})",
+                        s.put, s.to_wire
+                    )
+                }
+                FieldType::Struct(x) => {
+                    format!("{}.write(v.{fname}, a, {at})", self.name(1, *x))
+                }
+                _ => String::new(),
+            };
+            let _ = writeln!(o, "            {line}");
+        }
+        let _ = writeln!(o, "        }}\n    }}\n}}\n");
+        // path class
+        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        for f in &sd.fields {
+            let prop = ident(&lower_camel(&f.name));
+            let (ty, ctor) = self.handle(&f.ty, &format!("\"$keelPath.{}\"", f.name), "O");
+            let _ = writeln!(
+                o,
+                "    /** `{}`. */\n    public val {prop}: {ty} get() = {ctor}",
+                f.name
+            );
+        }
+        let _ = writeln!(o, "}}\n");
+    }
+
+    /// Handle type and constructor for a field of type `ty` at `path` (a Kotlin
+    /// string expression), in objects of `owner`.
+    fn handle(&self, ty: &FieldType, path: &str, owner: &str) -> (String, String) {
+        match ty {
+            FieldType::Scalar(t) => {
+                let s = sc(*t);
+                (
+                    format!("dev.keel.Field<{owner}, {}>", s.kt),
+                    format!("dev.keel.Field({path}, dev.keel.Conv.{})", s.conv),
+                )
+            }
+            FieldType::Enum(e) => {
+                let n = self.name(2, *e);
+                (
+                    format!("dev.keel.Field<{owner}, {n}>"),
+                    format!("dev.keel.Field({path}, {n}.conv)"),
+                )
+            }
+            FieldType::String => (
+                format!("dev.keel.Field<{owner}, String>"),
+                format!("dev.keel.Field({path}, dev.keel.Conv.string)"),
+            ),
+            FieldType::Struct(i) | FieldType::Table(i) | FieldType::Union(i) => {
+                let kind = match ty {
+                    FieldType::Struct(_) => 1,
+                    FieldType::Table(_) => 0,
+                    _ => 3,
+                };
+                let n = format!("{}Path", self.name(kind, *i).trim_matches('`'));
+                (format!("{n}<{owner}>"), format!("{n}({path})"))
+            }
+            FieldType::Vector(_) => (
+                format!("dev.keel.FieldRef<{owner}>"),
+                format!("dev.keel.FieldRef({path})"),
+            ),
+        }
+    }
+
+    /// How a union member's table type is written inside the union's sealed
+    /// interface, where the member's own data class shadows the table's name.
+    fn member_type(&self, table: usize) -> String {
+        let t = &self.s.tables[table];
+        if t.namespace.is_empty() {
+            self.name(0, table).to_owned()
+        } else {
+            let pkg: Vec<String> = t.namespace.split('.').map(ident).collect();
+            format!("{}.{}", pkg.join("."), self.name(0, table))
+        }
+    }
+
+    /// Union member class names: the member name, unless that would shadow the
+    /// member table's own name in a file without a package (Kotlin could not name it).
+    fn member_class(&self, u: usize, m: &UnionMemberDef) -> String {
+        let _ = u;
+        if self.s.tables[m.table].namespace.is_empty() && m.name == self.s.tables[m.table].name {
+            ident(&format!("{}Member", m.name))
+        } else if m.name == "Unknown" {
+            "Unknown_".into()
+        } else {
+            ident(&m.name)
+        }
+    }
+
+    fn union(&self, o: &mut String, i: usize, ns: &str) {
+        let _ = ns;
+        let u = &self.s.unions[i];
+        let n = self.name(3, i).to_owned();
+        kdoc(o, "", &u.doc, &format!("The `{}` union.", u.full_name()));
+        let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
+        for m in &u.members {
+            let c = self.member_class(i, m);
+            let _ = writeln!(
+                o,
+                "    /** Member `{}` (tag {}). */\n    public data class {c}(public val value: {}) : {n} {{\n        override val tag: UByte get() = {}u\n    }}\n",
+                m.name,
+                m.tag,
+                self.member_type(m.table),
+                m.tag
+            );
+        }
+        let _ = writeln!(
+            o,
+            "    /** A member this version of the schema does not know (its tag); never written. */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
+        );
+        let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        for m in &u.members {
+            let tn = self.name(0, m.table).trim_matches('`').to_owned();
+            let _ = writeln!(
+                o,
+                "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}Path<O> get() = {tn}Path(\"$keelPath.{}\")",
+                m.name,
+                upper_camel(&m.name),
+                string_lit(&m.name),
+                m.name,
+                ident(&lower_camel(&m.name)),
+                m.name
+            );
+        }
+        let _ = writeln!(o, "}}\n");
+    }
+
+    /// Size of a field's inline value (sort key of the table layout, like flatc).
+    fn inline_size(&self, f: &Field) -> usize {
+        match &f.ty {
+            FieldType::Scalar(t) => t.size(),
+            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
+            FieldType::Struct(s) => self.s.structs[*s].size,
+            _ => 4,
+        }
+    }
+
+    fn table(&self, o: &mut String, i: usize, ns: &str) -> Result<(), CodegenError> {
+        let _ = ns;
+        let s = self.s;
+        let t = &s.tables[i];
+        let n = self.name(0, i).to_owned();
+        let bare = n.trim_matches('`').to_owned();
+        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let collection = s.collections.iter().find(|c| c.table == i);
+        let key_fields: Vec<&Field> = collection
+            .map(|c| {
+                c.primary_key
+                    .iter()
+                    .filter_map(|id| t.field_by_id(*id))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for k in &key_fields {
+            let ok = match &k.ty {
+                FieldType::Scalar(_) | FieldType::Enum(_) => !k.optional,
+                FieldType::String => true,
+                _ => false,
+            };
+            if !ok {
+                return Err(CodegenError::Unsupported(format!(
+                    "{}.{}: a primary key field must be a string, or a scalar or enum that is not optional",
+                    t.full_name(),
+                    k.name
+                )));
+            }
+        }
+
+        // the data class
+        kdoc(o, "", &t.doc, &format!("The `{}` table.", t.full_name()));
+        let iface = if collection.is_some() {
+            " : dev.keel.KeelObject"
+        } else {
+            ""
+        };
+        // Kotlin has no data class without properties: a table with no (live) field
+        // is a plain class whose instances are all equal.
+        let class_kw = if live.is_empty() {
+            "class"
+        } else {
+            "data class"
+        };
+        let _ = writeln!(o, "public {class_kw} {n}(");
+        for f in &live {
+            kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
+            let (ty, def) = self.field_decl(f);
+            let _ = match def {
+                Some(d) => writeln!(
+                    o,
+                    "    public val {}: {ty} = {d},",
+                    ident(&lower_camel(&f.name))
+                ),
+                None => writeln!(o, "    public val {}: {ty},", ident(&lower_camel(&f.name))),
+            };
+        }
+        let _ = writeln!(o, "){iface} {{");
+        if live.is_empty() {
+            let _ = writeln!(o, "    override fun equals(other: Any?): Boolean = other is {n}\n    override fun hashCode(): Int = {}\n    override fun toString(): String = \"{bare}()\"\n", t.name.len());
+        }
+        if collection.is_some() {
+            let _ = writeln!(o, "    override fun keelModel(): dev.keel.KeelModel<{n}, *> = Companion\n\n    /** FlatBuffers bytes of this object (with the schema's file identifier). */\n    override fun encode(): ByteArray {{");
+        } else {
+            let _ = writeln!(o, "    /** FlatBuffers bytes of this object as a root table (with the schema's file identifier). */\n    public fun encode(): ByteArray {{");
+        }
+        let _ = writeln!(
+            o,
+            "        val b = FlatBufferBuilder.pooled()\n        return b.finish(keelWrite(b), {}.FILE_IDENTIFIER)\n    }}\n",
+            self.schema_obj
+        );
+
+        // keelWrite: children first, then the table
+        let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
+        for f in &live {
+            let fname = ident(&lower_camel(&f.name));
+            let var = format!("o{}", upper_camel(&f.name));
+            let expr = match &f.ty {
+                FieldType::String if f.primary => format!("b.createString({fname})"),
+                FieldType::String => format!("{fname}?.let {{ b.createString(it) }} ?: 0"),
+                FieldType::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
+                FieldType::Union(u) => {
+                    let mut e = format!("when (val v = {fname}) {{\n");
+                    for m in &s.unions[*u].members {
+                        let _ = writeln!(
+                            e,
+                            "            is {}.{} -> v.value.keelWrite(b)",
+                            self.name(3, *u),
+                            self.member_class(*u, m)
+                        );
+                    }
+                    e.push_str("            else -> 0\n        }");
+                    e
+                }
+                FieldType::Vector(inner) => {
+                    let create = match &**inner {
+                        FieldType::Scalar(t) => format!("b.{}({fname})", sc(*t).vec),
+                        FieldType::Enum(e) => {
+                            let s = sc(self.s.enums[*e].underlying);
+                            format!("b.{}({fname}.map {{ it.raw }})", s.vec)
+                        }
+                        FieldType::String => format!(
+                            "b.createOffsetVector(IntArray({fname}.size) {{ b.createString({fname}[it]) }})"
+                        ),
+                        FieldType::Table(_) => format!(
+                            "b.createOffsetVector(IntArray({fname}.size) {{ {fname}[it].keelWrite(b) }})"
+                        ),
+                        FieldType::Struct(x) => {
+                            let sn = self.name(1, *x);
+                            format!("b.createStructVector({fname}, {sn}.SIZE, {sn}.ALIGN) {{ v, a, at -> {sn}.write(v, a, at) }}")
+                        }
+                        FieldType::Union(u) => {
+                            // Unknown members have no table to write: they are left out.
+                            let un = self.name(3, *u);
+                            let mut arms = String::new();
+                            for m in &s.unions[*u].members {
+                                let _ = write!(
+                                    arms,
+                                    "is {un}.{} -> v.value.keelWrite(b); ",
+                                    self.member_class(*u, m)
+                                );
+                            }
+                            let _ = writeln!(
+                                o,
+                                "        val k{} = {fname}.filter {{ it !is {un}.Unknown }}",
+                                upper_camel(&f.name)
+                            );
+                            let _ = writeln!(
+                                o,
+                                "        val t{} = if (k{}.isEmpty()) 0 else b.createUByteVector(k{}.map {{ it.tag }})",
+                                upper_camel(&f.name),
+                                upper_camel(&f.name),
+                                upper_camel(&f.name)
+                            );
+                            let k = format!("k{}", upper_camel(&f.name));
+                            let _ = writeln!(
+                                o,
+                                "        val {var} = if ({k}.isEmpty()) 0 else b.createOffsetVector(IntArray({k}.size) {{ when (val v = {k}[it]) {{ {arms}else -> 0 }} }})"
+                            );
+                            continue;
+                        }
+                        _ => {
+                            return Err(CodegenError::Unsupported(format!(
+                                "{}.{}: vectors of vectors are not supported",
+                                t.full_name(),
+                                f.name
+                            )))
+                        }
+                    };
+                    // empty vectors are left out: absent reads as empty
+                    format!("if ({fname}.isEmpty()) 0 else {create}")
+                }
+                _ => continue,
+            };
+            let _ = writeln!(o, "        val {var} = {expr}");
+        }
+        let _ = writeln!(o, "        b.startTable({})", t.slot_count());
+        let mut order: Vec<&Field> = live.clone();
+        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
+        for f in order {
+            let fname = ident(&lower_camel(&f.name));
+            let var = format!("o{}", upper_camel(&f.name));
+            let slot = f.id;
+            let line = match &f.ty {
+                FieldType::Scalar(t) => {
+                    let s = sc(*t);
+                    if f.optional {
+                        format!(
+                            "{fname}?.let {{ b.{}Always({slot}, it{}) }}",
+                            s.add, s.to_wire
+                        )
+                    } else {
+                        format!(
+                            "b.{}({slot}, {fname}{}, {})",
+                            s.add,
+                            s.to_wire,
+                            wire_lit(&f.default, *t)
+                        )
+                    }
+                }
+                FieldType::Enum(e) => {
+                    let en = &s.enums[*e];
+                    let sv = sc(en.underlying);
+                    if f.optional {
+                        format!(
+                            "{fname}?.let {{ b.{}Always({slot}, it.raw{}) }}",
+                            sv.add, sv.to_wire
+                        )
+                    } else {
+                        format!(
+                            "b.{}({slot}, {fname}.raw{}, {})",
+                            sv.add,
+                            sv.to_wire,
+                            wire_lit(&f.default, en.underlying)
+                        )
+                    }
+                }
+                FieldType::Struct(x) => {
+                    let sn = self.name(1, *x);
+                    format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
+                }
+                FieldType::String if f.primary => format!("b.addOffset({slot}, {var})"),
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
+                    "if ({var} != 0) {{\n            b.addOffset({}, t{})\n            b.addOffset({slot}, {var})\n        }}",
+                    slot.saturating_sub(1),
+                    upper_camel(&f.name)
+                ),
+                FieldType::Union(_) => format!(
+                    "if ({var} != 0) {{\n            b.addByteAlways({}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}",
+                    slot.saturating_sub(1)
+                ),
+                _ => format!("if ({var} != 0) b.addOffset({slot}, {var})"),
+            };
+            let _ = writeln!(o, "        {line}");
+        }
+        let _ = writeln!(o, "        return b.endTable()\n    }}\n");
+
+        // companion: read, decode, model, handles
+        let key_ty = match key_fields.len() {
+            0 => "Long".to_owned(),
+            1 => self.base(&key_fields[0].ty),
+            _ => format!("{n}.Key"),
+        };
+        if key_fields.len() > 1 {
+            let _ = writeln!(
+                o,
+                "    /** The composite primary key of a [{n}]. */\n    public data class Key("
+            );
+            for k in &key_fields {
+                let _ = writeln!(
+                    o,
+                    "        public val {}: {},",
+                    ident(&lower_camel(&k.name)),
+                    self.base(&k.ty)
+                );
+            }
+            let _ = writeln!(o, "    )\n");
+        }
+        if let Some(c) = collection {
+            let _ = writeln!(o, "    /** The `{}` collection: its handles for queries, and `db.get({bare}, key)`. */\n    public companion object : dev.keel.KeelModel<{n}, {key_ty}> {{\n        /** The collection name. */\n        public const val COLLECTION: String = {}\n        override val collectionName: String get() = COLLECTION\n        override val schemaFbs: String get() = {}.FBS\n        override fun encode(value: {n}): ByteArray = value.encode()\n        override fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)", c.name, string_lit(&c.name), self.schema_obj);
+            let conv = |f: &Field, e: &str| -> String {
+                match &f.ty {
+                    FieldType::Scalar(t) => format!("dev.keel.Conv.{}({e})", sc(*t).conv),
+                    FieldType::Enum(x) => format!("{}.conv({e})", self.name(2, *x)),
+                    _ => format!("dev.keel.Conv.string({e})"),
+                }
+            };
+            match key_fields.len() {
+                0 => {
+                    let _ = writeln!(o, "        /** Keyed by rowid: an object does not carry its key. */\n        override fun keyOf(value: {n}): Long? = null\n        override fun keyValues(key: Long): List<dev.keel.ffi.Value> = listOf(dev.keel.ffi.Value.Integer(key))");
+                }
+                1 => {
+                    let k = key_fields[0];
+                    let _ = writeln!(
+                        o,
+                        "        override fun keyOf(value: {n}): {key_ty} = value.{}\n        override fun keyValues(key: {key_ty}): List<dev.keel.ffi.Value> = listOf({})",
+                        ident(&lower_camel(&k.name)),
+                        conv(k, "key")
+                    );
+                }
+                _ => {
+                    let args: Vec<String> = key_fields
+                        .iter()
+                        .map(|k| format!("value.{}", ident(&lower_camel(&k.name))))
+                        .collect();
+                    let vals: Vec<String> = key_fields
+                        .iter()
+                        .map(|k| conv(k, &format!("key.{}", ident(&lower_camel(&k.name)))))
+                        .collect();
+                    let _ = writeln!(
+                        o,
+                        "        override fun keyOf(value: {n}): {key_ty} = Key({})\n        override fun keyValues(key: {key_ty}): List<dev.keel.ffi.Value> = listOf({})",
+                        args.join(", "),
+                        vals.join(", ")
+                    );
+                }
+            }
+            o.push('\n');
+            for f in &live {
+                let mut prop = lower_camel(&f.name);
+                if RESERVED.contains(&prop.as_str()) {
+                    prop.push('_');
+                }
+                let (ty, ctor) = self.handle(&f.ty, &string_lit(&f.name), &n);
+                let _ = writeln!(
+                    o,
+                    "        /** Query handle for `{}`. */\n        @JvmField public val {}: {ty} = {ctor}",
+                    f.name,
+                    ident(&prop)
+                );
+            }
+            o.push('\n');
+        } else {
+            let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());
+        }
+        let _ = writeln!(
+            o,
+            "        private fun decodeFrom(bytes: ByteArray): {n} = try {{\n            keelRead(FlatBufferReader.root(bytes, {}))\n        }} catch (e: dev.keel.ffi.KeelException) {{\n            throw e\n        }} catch (e: RuntimeException) {{\n            // the reader checks every position; this is a last line of defence\n            throw dev.keel.ffi.KeelException.InvalidObject(\"{}: \" + e)\n        }}\n",
+            string_lit(&t.full_name()),
+            t.full_name()
+        );
+        let _ = writeln!(o, "        /** Reads a `{}` table. */\n        @JvmStatic public fun keelRead(t: FbTable): {n} = {n}(", t.name);
+        for f in &live {
+            let slot = f.id;
+            let expr = match &f.ty {
+                FieldType::Scalar(ty) => {
+                    let s = sc(*ty);
+                    if f.optional {
+                        format!("t.{}OrNull({slot})", s.read)
+                    } else {
+                        format!("t.{}({slot}, {})", s.read, lit(&f.default, *ty))
+                    }
+                }
+                FieldType::Enum(e) => {
+                    let en = &s.enums[*e];
+                    let sv = sc(en.underlying);
+                    let en_n = self.name(2, *e);
+                    if f.optional {
+                        format!("t.{}OrNull({slot})?.let {{ {en_n}.fromRaw(it) }}", sv.read)
+                    } else {
+                        format!(
+                            "{en_n}.fromRaw(t.{}({slot}, {}))",
+                            sv.read,
+                            lit(&f.default, en.underlying)
+                        )
+                    }
+                }
+                FieldType::String if f.primary => {
+                    format!("t.requiredString({slot}, {})", string_lit(&f.name))
+                }
+                FieldType::String => format!("t.string({slot})"),
+                FieldType::Struct(x) => {
+                    let sn = self.name(1, *x);
+                    format!("t.struct({slot}, {sn}.SIZE).let {{ if (it < 0) null else {sn}.read(t.r, it) }}")
+                }
+                FieldType::Table(x) => {
+                    format!(
+                        "t.table({slot})?.let {{ {}.keelRead(it) }}",
+                        self.name(0, *x)
+                    )
+                }
+                FieldType::Union(u) => {
+                    let un = self.name(3, *u);
+                    let mut e = format!("t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n");
+                    for m in &s.unions[*u].members {
+                        let _ = writeln!(
+                            e,
+                            "                        {} -> {un}.{}({}.keelRead(m))",
+                            m.tag,
+                            self.member_class(*u, m),
+                            self.name(0, m.table)
+                        );
+                    }
+                    let _ = write!(e, "                        else -> {un}.Unknown(tag.toUByte())\n                    }}\n                }}\n            }}");
+                    e
+                }
+                FieldType::Vector(inner) => match &**inner {
+                    FieldType::Scalar(ty) => format!("t.{}s({slot})", sc(*ty).read),
+                    FieldType::Enum(e) => {
+                        let sv = sc(s.enums[*e].underlying);
+                        format!(
+                            "t.vectorOf({slot}, {}) {{ {}.fromRaw(t.r.{}(it){}) }}",
+                            s.enums[*e].underlying.size(),
+                            self.name(2, *e),
+                            sv.abs.0,
+                            sv.abs.1
+                        )
+                    }
+                    FieldType::String => format!("t.strings({slot})"),
+                    FieldType::Table(x) => {
+                        format!("t.tables({slot}) {{ {}.keelRead(it) }}", self.name(0, *x))
+                    }
+                    FieldType::Struct(x) => {
+                        let sn = self.name(1, *x);
+                        format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
+                    }
+                    FieldType::Union(u) => {
+                        let un = self.name(3, *u);
+                        let mut e = format!(
+                            "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n"
+                        );
+                        for m in &s.unions[*u].members {
+                            let _ = writeln!(
+                                e,
+                                "                    {} -> {un}.{}({}.keelRead(m))",
+                                m.tag,
+                                self.member_class(*u, m),
+                                self.name(0, m.table)
+                            );
+                        }
+                        let _ = write!(
+                            e,
+                            "                    else -> {un}.Unknown(tag.toUByte())\n                }}\n            }}"
+                        );
+                        e
+                    }
+                    _ => "emptyList()".into(),
+                },
+            };
+            let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
+        }
+        let _ = writeln!(o, "        )\n    }}\n}}\n");
+
+        // path class (nested tables and union members)
+        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {bare}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{");
+        for f in &live {
+            let (ty, ctor) = self.handle(&f.ty, &format!("\"$keelPath.{}\"", f.name), "O");
+            let _ = writeln!(
+                o,
+                "    /** `{}`. */\n    public val {}: {ty} get() = {ctor}",
+                f.name,
+                ident(&lower_camel(&f.name))
+            );
+        }
+        let _ = writeln!(o, "}}\n");
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blog() -> Schema {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/blog/schema/blog.fbs"
+        );
+        crate::resolve::load(Path::new(path)).unwrap().0
+    }
+
+    fn gen(s: &Schema) -> String {
+        let files = generate(s, "blog").unwrap();
+        files.into_iter().map(|(_, t)| t).collect()
+    }
+
+    #[test]
+    fn blog_model_covers_every_field_kind() {
+        let s = blog();
+        let files = generate(&s, "blog").unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "blog/Blog.kt");
+        let k = &files[0].1;
+        assert!(k.contains("package blog\n"), "{k}");
+        for needle in [
+            "public data class Post(",
+            "public val id: String,",
+            "public val priority: Int = 1,",
+            "public val color: Color = Color.Green,",
+            "public val title: String? = null,",
+            "public val author: Author? = null,",
+            "public val content: Content? = null,",
+            "public val pos: Vec2? = null,",
+            "public val tags: List<String> = emptyList(),",
+            "public val points: List<Vec2> = emptyList(),",
+            "public val attachments: List<Image> = emptyList(),",
+            "public val colors: List<Color> = emptyList(),",
+            "public val rating: Double? = null,",
+            "public val published: Boolean = true,",
+            "public val views: ULong = 0uL,",
+            "public val delta: Byte = -3,",
+            "public val flags: List<UByte> = emptyList(),",
+            "public enum class Color(",
+            "Unknown(0);",
+            "public sealed interface Content {",
+            "public data class Image(public val value: blog.Image) : Content {",
+            "public data class Rect(",
+            "public val origin: Vec2 = Vec2(),",
+            "public companion object : dev.keel.KeelModel<Post, String> {",
+            "public const val COLLECTION: String = \"blog.Post\"",
+            "@JvmField public val priority: dev.keel.Field<Post, Int> = dev.keel.Field(\"priority\", dev.keel.Conv.int)",
+            "@JvmField public val author: AuthorPath<Post> = AuthorPath(\"author\")",
+            "public val name: dev.keel.Field<O, String> get() = dev.keel.Field(\"$keelPath.name\", dev.keel.Conv.string)",
+            "public fun isImage(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, \"Image\")",
+            "public object BlogSchema {",
+            "public val FILE_IDENTIFIER: String? = \"BLOG\"",
+            "b.startTable(21)",
+        ] {
+            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
+        }
+        // deprecated fields are not generated, their slot stays reserved
+        assert!(!k.contains("oldScore"));
+    }
+
+    #[test]
+    fn schema_text_is_embedded_and_escaped() {
+        let s = blog();
+        let k = gen(&s);
+        let text = s.to_fbs();
+        let first = text.lines().next().unwrap();
+        assert!(k.contains(&string_lit(&format!("{first}\n"))), "{k}");
+        assert_eq!(string_lit("a\"$\\\n"), "\"a\\\"\\$\\\\\\n\"");
+    }
+
+    #[test]
+    fn composite_and_rowid_keys_and_unsigned_defaults() {
+        let s = Schema::parse(
+            r#"namespace t;
+               enum Level : ubyte { Low = 1, High = 200 }
+               table Pair (entity) { a: string (primary); b: uint (primary); lvl: Level = High;
+                                     big: ulong = 18446744073709551615; min: long = -9223372036854775808;
+                                     f: float = 0.5; n: float = nan; opt: short = null; opt_e: Level = null; }
+               table Log (entity) { text: string; }
+               root_type Pair;"#,
+            "t.fbs",
+        )
+        .unwrap();
+        let k = gen(&s);
+        for needle in [
+            "public companion object : dev.keel.KeelModel<Pair, Pair.Key> {",
+            "public data class Key(",
+            "public val b: UInt,",
+            "override fun keyValues(key: Pair.Key): List<dev.keel.ffi.Value> = listOf(dev.keel.Conv.string(key.a), dev.keel.Conv.uint(key.b))",
+            "public companion object : dev.keel.KeelModel<Log, Long> {",
+            "public val lvl: Level = Level.High,",
+            "High(200u),",
+            "b.addByte(2, lvl.raw.toByte(), (-56).toByte())",
+            "public val big: ULong = 18446744073709551615uL,",
+            "public val min: Long = Long.MIN_VALUE,",
+            "public val f: Float = 0.5f,",
+            "public val n: Float = Float.NaN,",
+            "public val opt: Short? = null,",
+            "optE?.let { b.addByteAlways(",
+            "t.i16OrNull(",
+        ] {
+            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
+        }
+    }
+
+    #[test]
+    fn keywords_are_escaped_and_clashes_rejected() {
+        let s = Schema::parse(
+            "table T { val: int; object: string; when_done: bool; } root_type T;",
+            "t.fbs",
+        )
+        .unwrap();
+        let k = gen(&s);
+        assert!(k.contains("public val `val`: Int = 0,"), "{k}");
+        assert!(k.contains("public val `object`: String? = null,"), "{k}");
+        assert!(k.contains("public val whenDone: Boolean = false,"), "{k}");
+        assert!(!k.contains("\npackage "), "{k}");
+
+        let s = Schema::parse(
+            "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
+            "t.fbs",
+        );
+        if let Ok(s) = s {
+            assert!(matches!(
+                generate(&s, "t"),
+                Err(CodegenError::Unsupported(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn empty_tables_and_multiple_namespaces() {
+        let s = Schema::parse(
+            "namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;",
+            "t.fbs",
+        )
+        .unwrap();
+        let files = generate(&s, "t").unwrap();
+        let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);
+        assert!(files[0].1.contains("package a\n"));
+        assert!(files[0].1.contains("import b.*"));
+        assert!(files[0].1.contains("public class Empty("));
+        assert!(files[0]
+            .1
+            .contains("override fun equals(other: Any?): Boolean = other is Empty"));
+        assert!(files[1].1.contains("public val e: Empty? = null,"));
+        assert!(files[1].1.contains("public object TSchema {"));
+    }
+
+    #[test]
+    fn vectors_of_unions() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/blog/schema/monster/monster_v2.fbs"
+        );
+        let s = crate::resolve::load(Path::new(path)).unwrap().0;
+        let k = gen(&s);
+        for needle in [
+            "public val bag: List<Equipment> = emptyList(),",
+            "val kBag = bag.filter { it !is Equipment.Unknown }",
+            "t.unions(",
+        ] {
+            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
+        }
+    }
+
+    #[test]
+    fn write_sources_writes_the_files() {
+        let dir = std::env::temp_dir().join(format!("keel-kotlin-gen-{}", std::process::id()));
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/blog/schema/blog.fbs"
+        );
+        let written = write_sources(Path::new(path), &dir).unwrap();
+        assert_eq!(written, vec![dir.join("blog/Blog.kt")]);
+        assert!(std::fs::read_to_string(&written[0])
+            .unwrap()
+            .contains("data class Post("));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -1,16 +1,1444 @@
 //! Swift code generation from `.fbs` schemas: `keel codegen swift SCHEMA.fbs OUT_DIR`.
 //!
-//! (Being written: see issue 12.)
+//! One file, `<Stem>.swift`, is written for a schema `<stem>.fbs`. It imports the
+//! `Keel` module of keel's Swift package and nothing else (no third-party
+//! FlatBuffers runtime: `Keel` carries a small bounds-checked one, `KeelWire`). It
+//! holds:
+//!
+//! * `<Stem>Schema` — an `enum` conforming to `KeelSchema`: the canonical schema
+//!   text (`fbs`, what the Rust codegen calls `SCHEMA_FBS`), its fingerprint and the
+//!   collections; pass it to `Keel.openAsync(path:schema:)`;
+//! * per enum: a Swift `enum` with one case per value plus `unknown(raw)` for values
+//!   a newer schema wrote, `init(rawValue:)`/`rawValue`, `allCases`;
+//! * per struct: a `struct` with `var` fields and a memberwise `init` (defaults 0);
+//! * per union: an `enum` with one case per member (associated value: the member
+//!   table) plus `unknown(tag:)`;
+//! * per table: a value type `struct T: Sendable, Equatable, Hashable` with one
+//!   property per non-deprecated field and an `init` whose parameters default to the
+//!   schema defaults (key fields have none); `init(flatBuffer:)` / `flatBuffer()`
+//!   (from `KeelTable`) read and write FlatBuffers bytes byte-compatible with
+//!   `flatc`; decoding malformed bytes throws `KeelDecodeError`, never traps;
+//! * per collection (root type and `(entity)` tables): `KeelRecord` conformance —
+//!   the collection name, the `Key` type (the key field's type; a nested
+//!   `struct Key` for composite keys; `Int64` rowids for keyless collections) and
+//!   `primaryKey`;
+//! * typed query handles: `T.field` (a `KeelField<T, V>` — a static property beside
+//!   the instance property of the same name), nested ones through the handle
+//!   (`Post.author.name`, `Post.frame.origin.x`, `Post.content.image.width`,
+//!   `Post.content.isImage`). Comparisons only compile against a value of the
+//!   field's type: `Post.title >= 2` is a compile error.
+//!
+//! Field types: scalars as Swift's fixed-width types (`int` → `Int32`, `ulong` →
+//! `UInt64`, …), optional scalars (`= null`) as optionals; strings as `String?`
+//! (`String` when `(primary)`); tables, structs and unions as optionals; vectors as
+//! arrays (absent reads as empty; `[ubyte]` as `[UInt8]`). A table field that can
+//! contain its own table is boxed, and a union that can contain itself is
+//! `indirect`, so recursive schemas work. Names become lowerCamelCase (`old_score`
+//! → `oldScore`); Swift keywords are escaped with backticks.
+//!
+//! ```
+//! let schema = keel_schema::Schema::parse(
+//!     "namespace blog; table Post { id: string (primary); priority: int = 1; } root_type Post;",
+//!     "blog.fbs",
+//! ).unwrap();
+//! let code = keel_schema::swift::generate(&schema, "blog").unwrap();
+//! assert!(code.contains("public struct Post: Sendable, Equatable, Hashable"));
+//! assert!(code.contains("public static var priority: KeelField<Post, Int32>"));
+//! ```
 
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
+use crate::model::*;
+use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let _ = (schema, out_dir);
-    Err(CodegenError::Unsupported(
-        "Swift code generation is not written yet".into(),
-    ))
+    let (s, _files) = crate::resolve::load(schema)?;
+    let stem = schema
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("schema");
+    let code = generate(&s, stem)?;
+    std::fs::create_dir_all(out_dir).map_err(|source| CodegenError::Io {
+        path: out_dir.to_path_buf(),
+        source,
+    })?;
+    let out = out_dir.join(format!("{}.swift", upper_camel(stem)));
+    std::fs::write(&out, code).map_err(|source| CodegenError::Io {
+        path: out.clone(),
+        source,
+    })?;
+    Ok(vec![out])
+}
+
+/// The Swift source for `schema`; `stem` names the schema enum (`blog` →
+/// `BlogSchema`).
+pub fn generate(schema: &Schema, stem: &str) -> Result<String, CodegenError> {
+    Gen::new(schema, stem)?.run()
+}
+
+const KEYWORDS: &[&str] = &[
+    "associatedtype",
+    "class",
+    "deinit",
+    "enum",
+    "extension",
+    "fileprivate",
+    "func",
+    "import",
+    "init",
+    "inout",
+    "internal",
+    "let",
+    "open",
+    "operator",
+    "private",
+    "protocol",
+    "public",
+    "rethrows",
+    "static",
+    "struct",
+    "subscript",
+    "typealias",
+    "var",
+    "break",
+    "case",
+    "continue",
+    "default",
+    "defer",
+    "do",
+    "else",
+    "fallthrough",
+    "for",
+    "guard",
+    "if",
+    "in",
+    "repeat",
+    "return",
+    "switch",
+    "where",
+    "while",
+    "as",
+    "Any",
+    "catch",
+    "false",
+    "is",
+    "nil",
+    "super",
+    "self",
+    "Self",
+    "throw",
+    "throws",
+    "true",
+    "try",
+    "await",
+    "async",
+    "Type",
+    "Protocol",
+];
+
+/// Names the generated code or the runtime protocols use on a table value or its
+/// query handles; a field with one of these names gets a `_` appended.
+const RESERVED_MEMBERS: &[&str] = &[
+    "primaryKey",
+    "flatBuffer",
+    "keelPath",
+    "ascending",
+    "descending",
+    "isNull",
+    "isNotNull",
+    "isIn",
+    "isNotIn",
+    "hash",
+    "hashValue",
+];
+
+/// Type names the generated code refers to in the `Keel` module (and Swift's own);
+/// a schema type with one of these names cannot be generated.
+const RESERVED_TYPES: &[&str] = &[
+    "KeelWire",
+    "KeelField",
+    "KeelPredicate",
+    "KeelRecord",
+    "KeelKeyed",
+    "KeelTable",
+    "KeelSchema",
+    "KeelKey",
+    "KeelValue",
+    "KeelFieldValue",
+    "KeelBox",
+    "KeelDecodeError",
+    "String",
+    "Bool",
+    "Int8",
+    "UInt8",
+    "Int16",
+    "UInt16",
+    "Int32",
+    "UInt32",
+    "Int64",
+    "UInt64",
+    "Float",
+    "Double",
+    "Array",
+    "Optional",
+    "Key",
+];
+
+fn upper_camel(name: &str) -> String {
+    let all_caps = !name.chars().any(|c| c.is_lowercase());
+    let mut out = String::new();
+    for part in name.split(['_', '-', '.']).filter(|p| !p.is_empty()) {
+        let mut cs = part.chars();
+        if let Some(f) = cs.next() {
+            out.extend(f.to_uppercase());
+            if all_caps {
+                out.extend(cs.flat_map(|c| c.to_lowercase()));
+            } else {
+                out.extend(cs);
+            }
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, 'V');
+    }
+    out
+}
+
+/// `old_score` → `oldScore`, `Red` → `red`, `HTTP_OK` → `httpOk`, `URL` → `url`.
+fn lower_camel(name: &str) -> String {
+    let up = upper_camel(name);
+    let chars: Vec<char> = up.chars().collect();
+    // Lower the leading run of capitals (keeping the last one of a longer run when a
+    // lowercase letter follows: `URLPath` → `urlPath`).
+    let mut n = chars.iter().take_while(|c| c.is_uppercase()).count();
+    if n > 1 && n < chars.len() && chars[n].is_lowercase() {
+        n -= 1;
+    }
+    let mut out = String::new();
+    for (i, c) in chars.iter().enumerate() {
+        if i < n.max(1) {
+            out.extend(c.to_lowercase());
+        } else {
+            out.push(*c);
+        }
+    }
+    out
+}
+
+fn esc(name: &str) -> String {
+    if KEYWORDS.contains(&name) {
+        format!("`{name}`")
+    } else {
+        name.to_owned()
+    }
+}
+
+/// The Swift property name of a table or struct field.
+fn member(name: &str) -> String {
+    let n = lower_camel(name);
+    if RESERVED_MEMBERS.contains(&n.as_str()) {
+        format!("{n}_")
+    } else {
+        n
+    }
+}
+
+fn swift_scalar(t: ScalarType) -> &'static str {
+    match t {
+        ScalarType::Bool => "Bool",
+        ScalarType::I8 => "Int8",
+        ScalarType::U8 => "UInt8",
+        ScalarType::I16 => "Int16",
+        ScalarType::U16 => "UInt16",
+        ScalarType::I32 => "Int32",
+        ScalarType::U32 => "UInt32",
+        ScalarType::I64 => "Int64",
+        ScalarType::U64 => "UInt64",
+        ScalarType::F32 => "Float",
+        ScalarType::F64 => "Double",
+    }
+}
+
+/// A Swift literal for `v` as a `ty`. Every place the generator puts one has the
+/// type from context (a parameter, an assignment, a generic argument fixed by a
+/// sibling), so the literal is bare: `1`, `1.5`, `true`, `.nan`.
+fn scalar_lit(v: &Value, ty: ScalarType) -> String {
+    match (v, ty) {
+        (Value::Bool(b), ScalarType::Bool) => b.to_string(),
+        (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
+        (_, ScalarType::F32 | ScalarType::F64) => {
+            let f = v.as_f64().unwrap_or(0.0);
+            if f.is_nan() {
+                ".nan".into()
+            } else if f.is_infinite() {
+                if f > 0.0 {
+                    ".infinity".into()
+                } else {
+                    "-.infinity".into()
+                }
+            } else if ty == ScalarType::F32 {
+                format!("{:?}", f as f32)
+            } else {
+                format!("{f:?}")
+            }
+        }
+        (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
+        (Value::Int(i), _) => format!("{i}"),
+        (Value::Bool(b), _) => format!("{}", u8::from(*b)),
+        _ => "0".into(),
+    }
+}
+
+/// A type as the schema spells it (`int`, `[string]`, `Vec2`).
+fn fbs_type(s: &Schema, ty: &FieldType) -> String {
+    match ty {
+        FieldType::Scalar(t) => t.fbs_name().into(),
+        FieldType::Enum(i) => s.enums[*i].name.clone(),
+        FieldType::String => "string".into(),
+        FieldType::Struct(i) => s.structs[*i].name.clone(),
+        FieldType::Table(i) => s.tables[*i].name.clone(),
+        FieldType::Union(i) => s.unions[*i].name.clone(),
+        FieldType::Vector(inner) => format!("[{}]", fbs_type(s, inner)),
+    }
+}
+
+fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
+    if lines.is_empty() {
+        let _ = writeln!(out, "{indent}/// {fallback}");
+    } else {
+        for l in lines {
+            let l = l.trim_end();
+            if l.is_empty() {
+                let _ = writeln!(out, "{indent}///");
+            } else {
+                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
+            }
+        }
+    }
+}
+
+struct Gen<'a> {
+    s: &'a Schema,
+    schema_name: String,
+    out: String,
+    /// Swift names of tables (0), structs (1), enums (2), unions (3) by index.
+    names: HashMap<(u8, usize), String>,
+    /// Tables reachable from each table through table and union fields.
+    reach: Vec<BTreeSet<usize>>,
+}
+
+impl<'a> Gen<'a> {
+    fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
+        let schema_name = format!("{}Schema", upper_camel(stem));
+        let mut names = HashMap::new();
+        let mut seen: HashMap<String, String> = HashMap::new();
+        seen.insert(schema_name.clone(), "the schema enum".into());
+        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
+            let swift = upper_camel(name);
+            if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift.as_str()) {
+                return Err(CodegenError::Unsupported(format!(
+                    "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
+                )));
+            }
+            if let Some(other) = seen.insert(swift.clone(), full.clone()) {
+                return Err(CodegenError::Unsupported(format!(
+                    "{other} and {full} would both be named {swift} in Swift; rename one"
+                )));
+            }
+            names.insert((kind, i), swift);
+            Ok(())
+        };
+        for (i, t) in s.tables.iter().enumerate() {
+            add(0, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.structs.iter().enumerate() {
+            add(1, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.enums.iter().enumerate() {
+            add(2, i, &t.name, t.full_name())?;
+        }
+        for (i, t) in s.unions.iter().enumerate() {
+            add(3, i, &t.name, t.full_name())?;
+        }
+        // Direct edges: a table field or a union member stored inline in the value
+        // type (vectors are arrays, already indirect).
+        let edges: Vec<Vec<usize>> = s
+            .tables
+            .iter()
+            .map(|t| {
+                let mut e = Vec::new();
+                for f in t.fields.iter().filter(|f| !f.deprecated) {
+                    match &f.ty {
+                        FieldType::Table(j) => e.push(*j),
+                        FieldType::Union(u) => {
+                            e.extend(s.unions[*u].members.iter().map(|m| m.table))
+                        }
+                        _ => {}
+                    }
+                }
+                e
+            })
+            .collect();
+        let reach = (0..s.tables.len())
+            .map(|start| {
+                let mut seen = BTreeSet::new();
+                let mut stack = edges[start].clone();
+                while let Some(t) = stack.pop() {
+                    if seen.insert(t) {
+                        stack.extend(edges[t].iter().copied());
+                    }
+                }
+                seen
+            })
+            .collect();
+        for t in &s.tables {
+            for f in &t.fields {
+                if let FieldType::Vector(inner) = &f.ty {
+                    if matches!(**inner, FieldType::Union(_) | FieldType::Vector(_)) {
+                        return Err(CodegenError::Unsupported(format!(
+                            "{}.{}: vectors of unions or vectors are not supported in Swift",
+                            t.full_name(),
+                            f.name
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(Gen {
+            s,
+            schema_name,
+            out: String::new(),
+            names,
+            reach,
+        })
+    }
+
+    fn table_name(&self, i: usize) -> &str {
+        &self.names[&(0, i)]
+    }
+    fn struct_name(&self, i: usize) -> &str {
+        &self.names[&(1, i)]
+    }
+    fn enum_name(&self, i: usize) -> &str {
+        &self.names[&(2, i)]
+    }
+    fn union_name(&self, i: usize) -> &str {
+        &self.names[&(3, i)]
+    }
+
+    /// A table field of table `owner` pointing at table `target` is boxed when
+    /// `target` can contain `owner` again (or is `owner`).
+    fn boxed(&self, owner: usize, f: &Field) -> bool {
+        match f.ty {
+            FieldType::Table(t) => t == owner || self.reach[t].contains(&owner),
+            _ => false,
+        }
+    }
+
+    /// A union is `indirect` when one of its members can contain a table holding
+    /// the union.
+    fn union_indirect(&self, u: usize) -> bool {
+        let holders: Vec<usize> = self
+            .s
+            .tables
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.fields
+                    .iter()
+                    .any(|f| matches!(f.ty, FieldType::Union(x) if x == u))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        self.s.unions[u].members.iter().any(|m| {
+            holders
+                .iter()
+                .any(|h| *h == m.table || self.reach[m.table].contains(h))
+        })
+    }
+
+    fn base_type(&self, ty: &FieldType) -> String {
+        match ty {
+            FieldType::Scalar(t) => swift_scalar(*t).into(),
+            FieldType::Enum(i) => self.enum_name(*i).into(),
+            FieldType::String => "String".into(),
+            FieldType::Struct(i) => self.struct_name(*i).into(),
+            FieldType::Table(i) => self.table_name(*i).into(),
+            FieldType::Union(i) => self.union_name(*i).into(),
+            FieldType::Vector(inner) => format!("[{}]", self.base_type(inner)),
+        }
+    }
+
+    fn field_type(&self, f: &Field) -> String {
+        let base = self.base_type(&f.ty);
+        match &f.ty {
+            FieldType::Scalar(_) | FieldType::Enum(_) if !f.optional => base,
+            FieldType::Vector(_) => base,
+            FieldType::String if f.primary => base,
+            _ => format!("{base}?"),
+        }
+    }
+
+    fn enum_case(&self, e: &EnumDef, v: &EnumVal) -> String {
+        let _ = e;
+        let c = lower_camel(&v.name);
+        if c == "unknown" {
+            "unknown_".into()
+        } else {
+            esc(&c)
+        }
+    }
+
+    fn enum_lit(&self, e: usize, raw: i64) -> String {
+        let en = &self.s.enums[e];
+        match en.values.iter().find(|v| v.value == raw) {
+            Some(v) => format!(".{}", self.enum_case(en, v)),
+            None => format!(".unknown({})", scalar_lit(&Value::Int(raw), en.underlying)),
+        }
+    }
+
+    /// Default value expression of a field's `init` parameter; `None` for key fields.
+    fn default_expr(&self, f: &Field) -> Option<String> {
+        if f.primary {
+            return None;
+        }
+        Some(match &f.ty {
+            FieldType::Scalar(t) if !f.optional => scalar_lit(&f.default, *t),
+            FieldType::Enum(e) if !f.optional => self.enum_lit(*e, f.default.as_i64().unwrap_or(0)),
+            FieldType::Vector(_) => "[]".into(),
+            _ => "nil".into(),
+        })
+    }
+
+    fn run(mut self) -> Result<String, CodegenError> {
+        let _ = writeln!(
+            self.out,
+            "// @generated by keel-schema {} (`keel codegen swift`) — do not edit.\n\
+             // Value types, FlatBuffers encoding and typed query handles for the schema\n\
+             // below. Needs only keel's Swift package (`import Keel`).\n\n\
+             import Keel\n",
+            env!("CARGO_PKG_VERSION")
+        );
+        self.gen_schema();
+        for i in 0..self.s.enums.len() {
+            self.gen_enum(i);
+        }
+        for i in 0..self.s.structs.len() {
+            self.gen_struct(i);
+        }
+        for i in 0..self.s.unions.len() {
+            self.gen_union(i);
+        }
+        for i in 0..self.s.tables.len() {
+            self.gen_table(i)?;
+        }
+        Ok(self.out)
+    }
+
+    fn gen_schema(&mut self) {
+        let text = self.s.to_fbs();
+        let mut hashes = String::from("#");
+        while text.contains(&format!("\"\"\"{hashes}")) || text.contains(&format!("\"{hashes}")) {
+            hashes.push('#');
+        }
+        let name = &self.schema_name;
+        let colls: Vec<String> = self
+            .s
+            .collections
+            .iter()
+            .map(|c| format!("{}.self", self.table_name(c.table)))
+            .collect();
+        let _ = writeln!(
+            self.out,
+            "/// The schema these types were generated from. Open a database with it:\n\
+             /// `try await Keel.openAsync(path: path, schema: {name}.self)`.\n\
+             public enum {name}: KeelSchema {{\n\
+             \x20   /// Canonical text of the schema (what the database stores and checks).\n\
+             \x20   public static let fbs: String = {hashes}\"\"\"\n{text}\n\"\"\"{hashes}\n\n\
+             \x20   /// Fingerprint of `fbs` (keel's `Schema::fingerprint`).\n\
+             \x20   public static let fingerprint: UInt64 = {:#018x}\n\n\
+             \x20   /// The collections: the root type first, then `(entity)` tables.\n\
+             \x20   public static let collections: [any KeelRecord.Type] = [{}]\n}}",
+            self.s.fingerprint(),
+            colls.join(", ")
+        );
+    }
+
+    fn gen_enum(&mut self, i: usize) {
+        let e = &self.s.enums[i];
+        let name = self.enum_name(i).to_owned();
+        let raw = swift_scalar(e.underlying);
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &e.doc,
+            &format!(
+                "The `{}` enum (underlying type `{}`).",
+                e.full_name(),
+                e.underlying.fbs_name()
+            ),
+        );
+        let _ = writeln!(
+            o,
+            "public enum {name}: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {{"
+        );
+        for v in &e.values {
+            doc(
+                &mut o,
+                "    ",
+                &v.doc,
+                &format!("`{}` (= {}).", v.name, v.value),
+            );
+            let _ = writeln!(o, "    case {}", self.enum_case(e, v));
+        }
+        let _ = writeln!(
+            o,
+            "    /// A value this version of the schema does not know (written by a newer one).\n    case unknown({raw})\n"
+        );
+        let list: Vec<String> = e
+            .values
+            .iter()
+            .map(|v| format!(".{}", self.enum_case(e, v)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "    /// Every value the schema declares, in declaration order.\n    public static let allCases: [{name}] = [{}]\n",
+            list.join(", ")
+        );
+        let _ = writeln!(
+            o,
+            "    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"
+        );
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "        case {}: self = .{}",
+                scalar_lit(&Value::Int(v.value), e.underlying),
+                self.enum_case(e, v)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "        default: self = .unknown(rawValue)\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"
+        );
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "        case .{}: return {}",
+                self.enum_case(e, v),
+                scalar_lit(&Value::Int(v.value), e.underlying)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "        case .unknown(let raw): return raw\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {{\n        switch self {{"
+        );
+        for v in &e.values {
+            let _ = writeln!(
+                o,
+                "        case .{}: return {:?}",
+                self.enum_case(e, v),
+                v.name
+            );
+        }
+        let _ = writeln!(
+            o,
+            "        case .unknown: return nil\n        }}\n    }}\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue {{ .integer(v: Int64(rawValue)) }}\n}}"
+        );
+        self.out.push_str(&o);
+    }
+
+    fn gen_struct(&mut self, i: usize) {
+        let sd = &self.s.structs[i];
+        let name = self.struct_name(i).to_owned();
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &sd.doc,
+            &format!(
+                "The `{}` struct ({} bytes, stored inline).",
+                sd.full_name(),
+                sd.size
+            ),
+        );
+        let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
+        let mut params = Vec::new();
+        for f in &sd.fields {
+            doc(
+                &mut o,
+                "    ",
+                &f.doc,
+                &format!("`{}: {}`.", f.name, fbs_type(self.s, &f.ty)),
+            );
+            let ty = self.base_type(&f.ty);
+            let m = esc(&member(&f.name));
+            let _ = writeln!(o, "    public var {m}: {ty}");
+            let def = match &f.ty {
+                FieldType::Scalar(t) => scalar_lit(&t.zero(), *t),
+                FieldType::Enum(e) => self.enum_lit(*e, 0),
+                _ => format!("{ty}()"),
+            };
+            params.push((m, ty, def));
+        }
+        let sig: Vec<String> = params
+            .iter()
+            .map(|(m, t, d)| format!("{m}: {t} = {d}"))
+            .collect();
+        let _ = writeln!(
+            o,
+            "\n    /// A struct value; unset fields are zero.\n    public init({}) {{",
+            sig.join(", ")
+        );
+        for (m, _, _) in &params {
+            let _ = writeln!(o, "        self.{m} = {m}");
+        }
+        let _ = writeln!(o, "    }}\n}}\n");
+        let _ = writeln!(
+            o,
+            "extension {name}: KeelStruct {{\n    /// Size of the inline layout in bytes.\n    public static let keelSize = {}\n    /// Alignment of the inline layout in bytes.\n    public static let keelAlignment = {}\n",
+            sd.size, sd.align
+        );
+        let _ = writeln!(
+            o,
+            "    /// Reads the struct at byte `o` of `b` (bounds-checked).\n    public init(keelBuffer b: [UInt8], at o: Int) throws {{"
+        );
+        for f in &sd.fields {
+            let m = esc(&member(&f.name));
+            let expr = match &f.ty {
+                FieldType::Struct(si) => format!(
+                    "try {}(keelBuffer: b, at: o + {})",
+                    self.struct_name(*si),
+                    f.offset
+                ),
+                FieldType::Enum(e) => format!(
+                    "{}(rawValue: try KeelWire.read({}.self, b, at: o + {}))",
+                    self.enum_name(*e),
+                    swift_scalar(self.s.enums[*e].underlying),
+                    f.offset
+                ),
+                FieldType::Scalar(t) => format!(
+                    "try KeelWire.read({}.self, b, at: o + {})",
+                    swift_scalar(*t),
+                    f.offset
+                ),
+                _ => "fatalError()".into(),
+            };
+            let _ = writeln!(o, "        self.{m} = {expr}");
+        }
+        let _ = writeln!(
+            o,
+            "    }}\n\n    /// Writes the struct at byte `o` of `b`.\n    public func keelWrite(into b: inout [UInt8], at o: Int) {{"
+        );
+        for f in &sd.fields {
+            let m = esc(&member(&f.name));
+            let stmt = match &f.ty {
+                FieldType::Struct(_) => format!("{m}.keelWrite(into: &b, at: o + {})", f.offset),
+                FieldType::Enum(_) => format!(
+                    "KeelWire.write({m}.rawValue, into: &b, at: o + {})",
+                    f.offset
+                ),
+                _ => format!("KeelWire.write({m}, into: &b, at: o + {})", f.offset),
+            };
+            let _ = writeln!(o, "        {stmt}");
+        }
+        let _ = writeln!(o, "    }}\n}}");
+        self.handles(&mut o, &name, sd.fields.iter().map(|f| (&f.name, &f.ty)));
+        self.out.push_str(&o);
+    }
+
+    /// `extension KeelField where Value == T` with one handle per field of `T`, so
+    /// `Post.author.name` and `Post.frame.origin.x` type-check.
+    fn handles<'f>(
+        &self,
+        o: &mut String,
+        name: &str,
+        fields: impl Iterator<Item = (&'f String, &'f FieldType)>,
+    ) {
+        let mut body = String::new();
+        for (fname, ty) in fields {
+            self.handle_lines(&mut body, fname, ty, false, name);
+        }
+        if !body.is_empty() {
+            let _ = writeln!(
+                o,
+                "\n/// Query handles for fields of `{name}` reached through a field of that type.\nextension KeelField where Value == {name} {{\n{body}}}"
+            );
+        }
+    }
+
+    /// One handle (two for a union: the member accessors live on the union's own
+    /// extension). `root` handles are `static var` on the table itself.
+    fn handle_lines(&self, o: &mut String, fname: &str, ty: &FieldType, root: bool, owner: &str) {
+        let m = esc(&member(fname));
+        let v = match ty {
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Scalar(ScalarType::U8)) => {
+                "[UInt8]".to_owned()
+            }
+            FieldType::Vector(_) => return,
+            other => self.base_type(other),
+        };
+        if root {
+            let _ = writeln!(
+                o,
+                "    /// Query handle for `{fname}`.\n    public static var {m}: KeelField<{owner}, {v}> {{ KeelField({fname:?}) }}"
+            );
+        } else {
+            let _ = writeln!(
+                o,
+                "    /// Query handle for `{fname}`.\n    public var {m}: KeelField<Root, {v}> {{ child({fname:?}) }}"
+            );
+        }
+    }
+
+    fn gen_union(&mut self, i: usize) {
+        let u = &self.s.unions[i];
+        let name = self.union_name(i).to_owned();
+        let indirect = if self.union_indirect(i) {
+            "indirect "
+        } else {
+            ""
+        };
+        let mut o = String::new();
+        o.push('\n');
+        doc(
+            &mut o,
+            "",
+            &u.doc,
+            &format!("The `{}` union.", u.full_name()),
+        );
+        let _ = writeln!(
+            o,
+            "public {indirect}enum {name}: Sendable, Equatable, Hashable {{"
+        );
+        let case = |m: &UnionMemberDef| {
+            let c = lower_camel(&m.name);
+            if c == "unknown" {
+                "unknown_".to_owned()
+            } else {
+                esc(&c)
+            }
+        };
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "    /// Member `{}` (tag {}).\n    case {}({})",
+                m.name,
+                m.tag,
+                case(m),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "    /// A member this version of the schema does not know (its tag); not written back.\n    case unknown(tag: UInt8)\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// The FlatBuffers type tag of this member.\n    public var keelTag: UInt8 {{\n        switch self {{"
+        );
+        for m in &u.members {
+            let _ = writeln!(o, "        case .{}: return {}", case(m), m.tag);
+        }
+        let _ = writeln!(
+            o,
+            "        case .unknown(let tag): return tag\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// Reads the member with type tag `tag` from `table` (`nil` when absent).\n    public static func keelRead(tag: UInt8, table: KeelWire.Table?) throws -> {name}? {{\n        guard let t = table, tag != 0 else {{ return nil }}\n        switch tag {{"
+        );
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "        case {}: return .{}(try {}(keelTable: t))",
+                m.tag,
+                case(m),
+                self.table_name(m.table)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "        default: return .unknown(tag: tag)\n        }}\n    }}\n"
+        );
+        let _ = writeln!(
+            o,
+            "    /// Writes the member table; `nil` for `unknown` (left out of the object).\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset? {{\n        switch self {{"
+        );
+        for m in &u.members {
+            let _ = writeln!(
+                o,
+                "        case .{}(let v): return v.keelWrite(to: b)",
+                case(m)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "        case .unknown: return nil\n        }}\n    }}\n}}"
+        );
+        // handles: members and membership tests
+        let _ = writeln!(
+            o,
+            "\n/// Query handles for the members of `{name}` (`Post.content.image.width`, `Post.content.isImage`).\nextension KeelField where Value == {name} {{"
+        );
+        for m in &u.members {
+            let c = lower_camel(&m.name);
+            let _ = writeln!(
+                o,
+                "    /// The field when it holds a `{}` (join a field of it).\n    public var {}: KeelField<Root, {}> {{ child({:?}) }}\n    /// True when the field holds a `{}`.\n    public var is{}: KeelPredicate<Root> {{ holds({:?}) }}",
+                m.name,
+                esc(&c),
+                self.table_name(m.table),
+                m.name,
+                m.name,
+                upper_camel(&m.name),
+                m.name
+            );
+        }
+        let _ = writeln!(o, "}}");
+        self.out.push_str(&o);
+    }
+
+    fn inline_size(&self, f: &Field) -> usize {
+        match &f.ty {
+            FieldType::Scalar(t) => t.size(),
+            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
+            FieldType::Struct(s) => self.s.structs[*s].size.max(self.s.structs[*s].align),
+            _ => 4,
+        }
+    }
+
+    fn read_expr(&self, ti: usize, f: &Field) -> String {
+        let slot = f.id;
+        match &f.ty {
+            FieldType::Scalar(t) if f.optional => {
+                format!("try t.optional({}.self, slot: {slot})", swift_scalar(*t))
+            }
+            FieldType::Scalar(t) => {
+                format!("try t.scalar(slot: {slot}, default: {})", scalar_lit(&f.default, *t))
+            }
+            FieldType::Enum(e) => {
+                let en = &self.s.enums[*e];
+                let n = self.enum_name(*e);
+                if f.optional {
+                    format!(
+                        "try t.optional({}.self, slot: {slot}).map({n}.init(rawValue:))",
+                        swift_scalar(en.underlying)
+                    )
+                } else {
+                    format!(
+                        "{n}(rawValue: try t.scalar(slot: {slot}, default: {}))",
+                        scalar_lit(&f.default, en.underlying)
+                    )
+                }
+            }
+            FieldType::String if f.primary => {
+                format!("try t.requiredString(slot: {slot}, field: {:?})", f.name)
+            }
+            FieldType::String => format!("try t.string(slot: {slot})"),
+            FieldType::Struct(s) => {
+                let n = self.struct_name(*s);
+                format!(
+                    "try t.structPosition(slot: {slot}, size: {n}.keelSize).map {{ try {n}(keelBuffer: t.bytes, at: $0) }}"
+                )
+            }
+            FieldType::Table(x) => {
+                let n = self.table_name(*x);
+                let e = format!("try t.table(slot: {slot}).map {{ try {n}(keelTable: $0) }}");
+                if self.boxed(ti, f) {
+                    format!("({e}).map(KeelBox.init)")
+                } else {
+                    e
+                }
+            }
+            FieldType::Union(u) => format!(
+                "try {}.keelRead(tag: t.scalar(slot: {}, default: 0), table: t.table(slot: {slot}))",
+                self.union_name(*u),
+                slot.saturating_sub(1)
+            ),
+            FieldType::Vector(inner) => match &**inner {
+                FieldType::Scalar(ScalarType::U8) => {
+                    format!("try t.vector(slot: {slot}, elementSize: 1)?.byteArray() ?? []")
+                }
+                FieldType::Scalar(s) => format!(
+                    "try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []",
+                    s.size(),
+                    swift_scalar(*s)
+                ),
+                FieldType::Enum(e) => {
+                    let u = self.s.enums[*e].underlying;
+                    format!(
+                        "(try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []).map({}.init(rawValue:))",
+                        u.size(),
+                        swift_scalar(u),
+                        self.enum_name(*e)
+                    )
+                }
+                FieldType::String => {
+                    format!("try t.vector(slot: {slot}, elementSize: 4)?.strings() ?? []")
+                }
+                FieldType::Struct(s) => {
+                    let n = self.struct_name(*s);
+                    format!(
+                        "try t.vector(slot: {slot}, elementSize: {n}.keelSize)?.map {{ v, i in try {n}(keelBuffer: v.bytes, at: v.position(i)) }} ?? []"
+                    )
+                }
+                FieldType::Table(x) => format!(
+                    "try t.vector(slot: {slot}, elementSize: 4)?.map {{ v, i in try {}(keelTable: v.table(i)) }} ?? []",
+                    self.table_name(*x)
+                ),
+                _ => "[]".into(),
+            },
+        }
+    }
+
+    /// The schema's own words for a field without a doc comment:
+    /// `` `priority: int = 1` (indexed). ``
+    fn field_summary(&self, f: &Field) -> String {
+        let mut decl = format!("{}: {}", f.name, fbs_type(self.s, &f.ty));
+        if f.optional {
+            decl.push_str(" = null");
+        } else {
+            match (&f.ty, &f.default) {
+                (FieldType::Enum(e), Value::Int(raw)) => {
+                    if let Some(n) = self.s.enums[*e].name_of(*raw) {
+                        decl.push_str(&format!(" = {n}"));
+                    }
+                }
+                (FieldType::Scalar(_), v) if *v != Value::Null => {
+                    decl.push_str(&format!(" = {v}"));
+                }
+                _ => {}
+            }
+        }
+        let attrs: Vec<&str> = [
+            (f.primary, "primary key"),
+            (f.indexed, "indexed"),
+            (f.unique, "unique"),
+        ]
+        .iter()
+        .filter(|(on, _)| *on)
+        .map(|(_, a)| *a)
+        .collect();
+        if attrs.is_empty() {
+            format!("`{decl}`.")
+        } else {
+            format!("`{decl}` ({}).", attrs.join(", "))
+        }
+    }
+
+    fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
+        let s = self.s;
+        let t = &s.tables[ti];
+        let name = self.table_name(ti).to_owned();
+        let collection = s.collections.iter().find(|c| c.table == ti);
+        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let mut o = String::new();
+
+        // --- the value type
+        o.push('\n');
+        let summary = match collection {
+            Some(c) => format!("An object of collection `{}`.", c.name),
+            None => format!("A `{}` table.", t.full_name()),
+        };
+        doc(&mut o, "", &t.doc, &summary);
+        let _ = writeln!(
+            o,
+            "///\n/// A value type: build one with `init` (unset fields take the schema defaults),\n/// derive a changed copy with `var copy = value; copy.field = …`."
+        );
+        let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
+        for f in &live {
+            let fallback = self.field_summary(f);
+            doc(&mut o, "    ", &f.doc, &fallback);
+            let m = esc(&member(&f.name));
+            let ty = self.field_type(f);
+            if self.boxed(ti, f) {
+                let raw = member(&f.name);
+                let _ = writeln!(
+                    o,
+                    "    public var {m}: {ty} {{\n        get {{ _{raw}?.value }}\n        set {{ _{raw} = newValue.map(KeelBox.init) }}\n    }}\n    private var _{raw}: KeelBox<{}>?",
+                    self.base_type(&f.ty)
+                );
+            } else {
+                let _ = writeln!(o, "    public var {m}: {ty}");
+            }
+        }
+        // init
+        let sig: Vec<String> = live
+            .iter()
+            .map(|f| {
+                let m = esc(&member(&f.name));
+                match self.default_expr(f) {
+                    Some(d) => format!("{m}: {} = {d}", self.field_type(f)),
+                    None => format!("{m}: {}", self.field_type(f)),
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "\n    /// A value; unset fields take the schema defaults.\n    public init(\n        {}\n    ) {{",
+            sig.join(",\n        ")
+        );
+        for f in &live {
+            let m = esc(&member(&f.name));
+            if self.boxed(ti, f) {
+                let _ = writeln!(
+                    o,
+                    "        self._{} = {m}.map(KeelBox.init)",
+                    member(&f.name)
+                );
+            } else {
+                let _ = writeln!(o, "        self.{m} = {m}");
+            }
+        }
+        let _ = writeln!(o, "    }}\n}}\n");
+
+        // --- KeelTable: read and write
+        let file_id = match &s.file_identifier {
+            Some(id) if s.root_table == Some(ti) => format!("{id:?}"),
+            _ => "nil".into(),
+        };
+        let _ = writeln!(
+            o,
+            "extension {name}: KeelTable {{\n    /// The schema's `file_identifier` when this is the root type.\n    public static let keelFileIdentifier: String? = {file_id}\n"
+        );
+        let _ = writeln!(o, "    /// Reads the table; bad offsets or lengths throw `KeelDecodeError`.\n    public init(keelTable t: KeelWire.Table) throws {{");
+        for f in &live {
+            let target = if self.boxed(ti, f) {
+                format!("_{}", member(&f.name))
+            } else {
+                esc(&member(&f.name))
+            };
+            let _ = writeln!(o, "        self.{target} = {}", self.read_expr(ti, f));
+        }
+        let _ = writeln!(o, "    }}\n");
+        let _ = writeln!(
+            o,
+            "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
+        );
+        for f in &live {
+            let m = esc(&member(&f.name));
+            let var = format!("off{}", upper_camel(&f.name));
+            let line = match &f.ty {
+                FieldType::String if f.primary => format!("let {var} = b.createString({m})"),
+                FieldType::String => format!("let {var} = {m}.map {{ b.createString($0) }}"),
+                FieldType::Table(_) => format!("let {var} = {m}?.keelWrite(to: b)"),
+                FieldType::Union(_) => format!(
+                    "let {var} = {m}.flatMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}"
+                ),
+                FieldType::Vector(inner) => {
+                    let e = match &**inner {
+                        FieldType::Scalar(_) => format!("b.createScalarVector({m})"),
+                        FieldType::Enum(_) => format!("b.createScalarVector({m}.map(\\.rawValue))"),
+                        FieldType::String => {
+                            format!("b.createOffsetVector({m}.map {{ b.createString($0) }})")
+                        }
+                        FieldType::Table(_) => {
+                            format!("b.createOffsetVector({m}.map {{ $0.keelWrite(to: b) }})")
+                        }
+                        FieldType::Struct(_) => format!("b.createStructVector({m})"),
+                        _ => "nil".into(),
+                    };
+                    // empty vectors are left out: absent reads as empty
+                    format!("let {var} = {m}.isEmpty ? nil : {e}")
+                }
+                _ => continue,
+            };
+            let _ = writeln!(o, "        {line}");
+        }
+        let _ = writeln!(o, "        b.startTable()");
+        let mut order: Vec<&Field> = live.clone();
+        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
+        for f in order {
+            let m = esc(&member(&f.name));
+            let var = format!("off{}", upper_camel(&f.name));
+            let slot = f.id;
+            let line = match &f.ty {
+                FieldType::Scalar(_) if f.optional => {
+                    format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v) }}")
+                }
+                FieldType::Scalar(t) => format!(
+                    "b.addScalar(slot: {slot}, {m}, default: {})",
+                    scalar_lit(&f.default, *t)
+                ),
+                FieldType::Enum(e) => {
+                    let u = s.enums[*e].underlying;
+                    if f.optional {
+                        format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v.rawValue) }}")
+                    } else {
+                        format!(
+                            "b.addScalar(slot: {slot}, {m}.rawValue, default: {})",
+                            scalar_lit(&f.default, u)
+                        )
+                    }
+                }
+                FieldType::Struct(_) => format!("if let v = {m} {{ b.addStruct(slot: {slot}, v) }}"),
+                FieldType::String if f.primary => format!("b.addOffset(slot: {slot}, {var})"),
+                FieldType::Union(_) => format!(
+                    "if let u = {var} {{\n            b.addScalarAlways(slot: {}, u.0)\n            b.addOffset(slot: {slot}, u.1)\n        }}",
+                    slot.saturating_sub(1)
+                ),
+                FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
+                    format!("if let off = {var} {{ b.addOffset(slot: {slot}, off) }}")
+                }
+            };
+            let _ = writeln!(o, "        {line}");
+        }
+        let _ = writeln!(o, "        return b.endTable()\n    }}\n}}");
+
+        // --- collection
+        if let Some(c) = collection {
+            let key_fields: Vec<&Field> = c
+                .primary_key
+                .iter()
+                .filter_map(|id| t.field_by_id(*id))
+                .collect();
+            let _ = writeln!(
+                o,
+                "\nextension {name}: KeelRecord {{\n    /// The schema this collection belongs to.\n    public typealias Schema = {}\n    /// The collection's name in the database.\n    public static let keelCollection = {:?}",
+                self.schema_name, c.name
+            );
+            match key_fields.len() {
+                0 => {
+                    let _ = writeln!(
+                        o,
+                        "    /// No `(primary)` field: objects are keyed by their SQLite rowid.\n    public typealias Key = Int64\n}}"
+                    );
+                }
+                1 => {
+                    let f = key_fields[0];
+                    let _ = writeln!(
+                        o,
+                        "    /// The primary key: `{}`.\n    public typealias Key = {}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ {} }}\n}}",
+                        f.name,
+                        self.base_type(&f.ty),
+                        esc(&member(&f.name))
+                    );
+                }
+                _ => {
+                    let _ = writeln!(
+                        o,
+                        "\n    /// The composite primary key ({}), in declaration order.\n    public struct Key: KeelKey {{",
+                        key_fields.iter().map(|f| format!("`{}`", f.name)).collect::<Vec<_>>().join(", ")
+                    );
+                    for f in &key_fields {
+                        let _ = writeln!(
+                            o,
+                            "        public var {}: {}",
+                            esc(&member(&f.name)),
+                            self.base_type(&f.ty)
+                        );
+                    }
+                    let params: Vec<String> = key_fields
+                        .iter()
+                        .map(|f| format!("{}: {}", esc(&member(&f.name)), self.base_type(&f.ty)))
+                        .collect();
+                    let _ = writeln!(
+                        o,
+                        "\n        /// A key.\n        public init({}) {{",
+                        params.join(", ")
+                    );
+                    for f in &key_fields {
+                        let m = esc(&member(&f.name));
+                        let _ = writeln!(o, "            self.{m} = {m}");
+                    }
+                    let vals: Vec<String> = key_fields
+                        .iter()
+                        .map(|f| format!("{}.keelValue", esc(&member(&f.name))))
+                        .collect();
+                    let _ = writeln!(
+                        o,
+                        "        }}\n\n        /// The key's parts, in key-field order.\n        public var keelKeyValues: [KeelValue] {{ [{}] }}\n    }}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ Key({}) }}\n}}",
+                        vals.join(", "),
+                        key_fields
+                            .iter()
+                            .map(|f| {
+                                let m = esc(&member(&f.name));
+                                format!("{m}: {m}")
+                            })
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                }
+            }
+        }
+
+        // --- handles
+        let _ = writeln!(o, "\n/// Typed query handles: `{name}.field >= value`, `{name}.field.descending`.\nextension {name} {{");
+        for f in &live {
+            self.handle_lines(&mut o, &f.name, &f.ty, true, &name);
+        }
+        let _ = writeln!(o, "}}");
+        self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
+        self.out.push_str(&o);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blog() -> Schema {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
+        crate::resolve::load(&path).unwrap().0
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(lower_camel("old_score"), "oldScore");
+        assert_eq!(lower_camel("Red"), "red");
+        assert_eq!(lower_camel("HTTP_OK"), "httpOk");
+        assert_eq!(lower_camel("URLPath"), "urlPath");
+        assert_eq!(lower_camel("id"), "id");
+        assert_eq!(upper_camel("blog"), "Blog");
+        assert_eq!(esc("default"), "`default`");
+        assert_eq!(member("primaryKey"), "primaryKey_");
+    }
+
+    #[test]
+    fn blog_post_covers_every_field_kind() {
+        let code = generate(&blog(), "blog").unwrap();
+        for want in [
+            "public enum BlogSchema: KeelSchema {",
+            "public static let collections: [any KeelRecord.Type] = [Post.self]",
+            "public struct Post: Sendable, Equatable, Hashable {",
+            "    public var id: String\n",
+            "    /// `priority: int = 1` (indexed).\n    public var priority: Int32\n",
+            "    /// `color: Color = Green`.\n",
+            "    /// `slug: string` (unique).\n",
+            "    public var priority: Int32\n",
+            "    public var color: Color\n",
+            "    public var title: String?\n",
+            "    public var author: Author?\n",
+            "    public var content: Content?\n",
+            "    public var pos: Vec2?\n",
+            "    public var frame: Rect?\n",
+            "    public var tags: [String]\n",
+            "    public var scores: [Int32]\n",
+            "    public var points: [Vec2]\n",
+            "    public var attachments: [Image]\n",
+            "    public var colors: [Color]\n",
+            "    public var rating: Double?\n",
+            "    public var published: Bool\n",
+            "    public var views: UInt64\n",
+            "    public var delta: Int8\n",
+            "    public var flags: [UInt8]\n",
+            "id: String,\n",
+            "priority: Int32 = 1,",
+            "color: Color = .green,",
+            "delta: Int8 = -3,",
+            "published: Bool = true,",
+            "public static let keelFileIdentifier: String? = \"BLOG\"",
+            "public static let keelCollection = \"blog.Post\"",
+            "public typealias Key = String",
+            "public var primaryKey: Key { id }",
+            "public static var priority: KeelField<Post, Int32> { KeelField(\"priority\") }",
+            "public static var title: KeelField<Post, String> { KeelField(\"title\") }",
+            "public static var flags: KeelField<Post, [UInt8]> { KeelField(\"flags\") }",
+            "extension KeelField where Value == Author {",
+            "public var name: KeelField<Root, String> { child(\"name\") }",
+            "extension KeelField where Value == Rect {",
+            "public var origin: KeelField<Root, Vec2> { child(\"origin\") }",
+            "public var image: KeelField<Root, Image> { child(\"Image\") }",
+            "public var isImage: KeelPredicate<Root> { holds(\"Image\") }",
+            "public enum Color: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {",
+            "case unknown(Int8)",
+            "case unknown(tag: UInt8)",
+            "public enum Content: Sendable, Equatable, Hashable {",
+            "public struct Rect: Sendable, Equatable, Hashable {",
+            "public init(x: Float = 0.0, y: Float = 0.0)",
+            // union: type tag in slot id-1, value in id
+            "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
+            "b.addScalar(slot: 1, priority, default: 1)",
+            "if let v = rating { b.addScalarAlways(slot: 14, v) }",
+        ] {
+            assert!(code.contains(want), "missing {want:?} in:\n{code}");
+        }
+        // deprecated fields are not generated; their slots stay reserved
+        assert!(!code.contains("oldScore"));
+        assert!(!code.contains("indirect"));
+        assert!(!code.contains("KeelBox"));
+        // the schema text is the canonical one, verbatim
+        assert!(code.contains(&blog().to_fbs()));
+    }
+
+    #[test]
+    fn composite_keys_recursion_and_keyless_collections() {
+        let s = Schema::parse(
+            r#"namespace t;
+               table Node { name: string; child: Node; kids: [Node]; hold: Holder; }
+               table Holder { u: Box; }
+               table Inner { back: Holder; }
+               union Box { Inner }
+               table Tagging (entity) { post: string (primary); tag: string (primary); n: long; }
+               table Log (entity) { text: string; default: int; }
+               root_type Node;"#,
+            "t.fbs",
+        )
+        .unwrap();
+        let code = generate(&s, "t").unwrap();
+        for want in [
+            "private var _child: KeelBox<Node>?",
+            "public indirect enum Box",
+            "public struct Key: KeelKey {",
+            "public var keelKeyValues: [KeelValue] { [post.keelValue, tag.keelValue] }",
+            "public var primaryKey: Key { Key(post: post, tag: tag) }",
+            "public typealias Key = Int64",
+            "public var `default`: Int32",
+            "collections: [any KeelRecord.Type] = [Node.self, Tagging.self, Log.self]",
+        ] {
+            assert!(code.contains(want), "missing {want:?} in:\n{code}");
+        }
+        // Log has no key: it is a KeelRecord but not KeelKeyed
+        assert!(!code.contains("extension Log: KeelKeyed"));
+    }
+
+    #[test]
+    fn clashing_names_are_errors() {
+        let s = Schema::parse("table Key { a: int; } root_type Key;", "k.fbs").unwrap();
+        assert!(matches!(
+            generate(&s, "k"),
+            Err(CodegenError::Unsupported(_))
+        ));
+        let s = Schema::parse(
+            "namespace a; table T { x: int; } namespace b; table T { y: int; } root_type T;",
+            "k.fbs",
+        );
+        if let Ok(s) = s {
+            assert!(matches!(
+                generate(&s, "k"),
+                Err(CodegenError::Unsupported(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn write_sources_writes_one_file() {
+        let dir = std::env::temp_dir().join(format!("keel-swift-gen-{}", std::process::id()));
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
+        let written = write_sources(&path, &dir).unwrap();
+        assert_eq!(written, vec![dir.join("Blog.swift")]);
+        let text = std::fs::read_to_string(&written[0]).unwrap();
+        assert!(text.starts_with("// @generated by keel-schema"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -1,0 +1,268 @@
+// keel's typed Kotlin API (package dev.keel): what apps use with the data classes
+// `keel codegen kotlin schema.fbs out/` generates. The untyped API (bytes, string
+// field names, dev.keel.ffi.Expr) stays for tools; this one is checked by the compiler.
+//
+//   val db = Keel.openAsync(path, BlogSchema.FBS)
+//   db.write { insert(post); upsert(p2); delete(Post, "p1") }        // one transaction
+//   val p: Post? = db.get(Post, "p1")
+//   val top = db.fetch(Post).where((Post.priority ge 2) and Post.title.isNotNull())
+//       .orderBy(Post.priority.desc()).limit(20).all()
+//   db.fetch(Post).where(Post.author.name eq "Ada").updates()         // Flow<QueryUpdate<Post>>
+//   db.objectUpdates(Post, "p1")                                      // Flow<Post>, ends on delete
+//
+// Objects are encoded and decoded in Kotlin (FlatBuffers.kt); keel's Rust side
+// verifies every object against the schema before storing it.
+package dev.keel
+
+import dev.keel.ffi.Database
+import dev.keel.ffi.Diff
+import dev.keel.ffi.Expr
+import dev.keel.ffi.KeelException
+import dev.keel.ffi.ObjectEvent
+import dev.keel.ffi.ObjectListener
+import dev.keel.ffi.Query
+import dev.keel.ffi.QueryListener
+import dev.keel.ffi.Value
+import dev.keel.ffi.WriteOp
+import dev.keel.ffi.WriteResult
+import kotlinx.coroutines.channels.Channel
+import kotlinx.coroutines.channels.awaitClose
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.flow.map
+
+/**
+ * A collection's generated companion object (`Post` in `db.get(Post, "p1")`): its
+ * name, the schema it belongs to, its key type [K], and the byte conversions.
+ * Collections without a `(primary)` field are keyed by rowid ([K] is `Long`).
+ */
+interface KeelModel<T : Any, K : Any> {
+    /** Full collection name (`blog.Post`). */
+    val collectionName: String
+    /** Canonical text of the schema the model was generated from (pass it at open). */
+    val schemaFbs: String
+    /** FlatBuffers bytes of [value]. */
+    fun encode(value: T): ByteArray
+    /** The object in [bytes]; malformed bytes throw [KeelException.InvalidObject]. */
+    fun decode(bytes: ByteArray): T
+    /** [value]'s primary key; null for rowid-keyed collections. */
+    fun keyOf(value: T): K?
+    /** The key as the FFI's values, in key-field order. */
+    fun keyValues(key: K): List<Value>
+}
+
+/** Implemented by generated data classes of collections: what `insert(post)` needs. */
+interface KeelObject {
+    /** The companion object of this object's class. */
+    fun keelModel(): KeelModel<*, *>
+    /** FlatBuffers bytes of this object. */
+    fun encode(): ByteArray
+}
+
+/** A filter over objects of [O], built from generated field handles. */
+class Predicate<O> @PublishedApi internal constructor(
+    /** The untyped expression keel's FFI evaluates. */
+    val expr: Expr,
+) {
+    /** Both hold. */
+    infix fun and(other: Predicate<O>): Predicate<O> = Predicate(Expr.allOf(listOf(expr, other.expr)))
+    /** At least one holds. */
+    infix fun or(other: Predicate<O>): Predicate<O> = Predicate(Expr.anyOf(listOf(expr, other.expr)))
+    /** Negation (three-valued: a comparison with an absent field stays unknown). */
+    operator fun not(): Predicate<O> = Predicate(Expr.negate(expr))
+    override fun toString(): String = expr.describe()
+
+    companion object {
+        /** A generated union handle's `isImage()`: the union holds that member. */
+        fun <O> unionIs(path: String, member: String): Predicate<O> = Predicate(Expr.unionIs(path, member))
+    }
+}
+
+/** A sort key: `Post.priority.desc()`. */
+class SortKey<O>(
+    /** Dotted field path. */
+    val path: String,
+    /** Descending order. */
+    val descending: Boolean,
+)
+
+/**
+ * A named place in objects of [O]: a field, or a table, struct or union on the way
+ * to one (`Post.author`). Every such place can be tested for absence.
+ */
+open class FieldRef<O>(
+    /** Dotted path as keel's FFI names it (`author.name`, `content.Image.url`). */
+    val keelPath: String,
+) {
+    /** The field is absent (or null). */
+    fun isNull(): Predicate<O> = Predicate(Expr.isNull(keelPath))
+    /** The field is present (scalars with a default always are). */
+    fun isNotNull(): Predicate<O> = Predicate(Expr.isNotNull(keelPath))
+    override fun toString(): String = keelPath
+}
+
+/**
+ * A comparable field of [O] holding [T]. [T] is fixed by the generated handle, so
+ * `Post.title ge 2` does not compile: `ge` of a `Field<Post, String>` takes a String.
+ */
+class Field<O, T>(path: String, private val conv: (T) -> Value) : FieldRef<O>(path) {
+    infix fun eq(value: T): Predicate<O> = Predicate(Expr.eq(keelPath, conv(value)))
+    infix fun ne(value: T): Predicate<O> = Predicate(Expr.ne(keelPath, conv(value)))
+    infix fun lt(value: T): Predicate<O> = Predicate(Expr.lt(keelPath, conv(value)))
+    infix fun le(value: T): Predicate<O> = Predicate(Expr.le(keelPath, conv(value)))
+    infix fun gt(value: T): Predicate<O> = Predicate(Expr.gt(keelPath, conv(value)))
+    infix fun ge(value: T): Predicate<O> = Predicate(Expr.ge(keelPath, conv(value)))
+    /** `field IN (values)`. */
+    infix fun isIn(values: Collection<T>): Predicate<O> = Predicate(Expr.isIn(keelPath, values.map(conv)))
+    /** `field NOT IN (values)`. */
+    infix fun notIn(values: Collection<T>): Predicate<O> = Predicate(Expr.notIn(keelPath, values.map(conv)))
+    /** Ascending sort (absent values first). */
+    fun asc(): SortKey<O> = SortKey(keelPath, false)
+    /** Descending sort (absent values last). */
+    fun desc(): SortKey<O> = SortKey(keelPath, true)
+}
+
+/** Value conversions generated field handles and keys use. */
+object Conv {
+    @JvmField val bool: (Boolean) -> Value = { Value.Bool(it) }
+    @JvmField val byte: (Byte) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val ubyte: (UByte) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val short: (Short) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val ushort: (UShort) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val int: (Int) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val uint: (UInt) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val long: (Long) -> Value = { Value.Integer(it) }
+    // keel stores ulong as its i64 bit pattern.
+    @JvmField val ulong: (ULong) -> Value = { Value.Integer(it.toLong()) }
+    @JvmField val float: (Float) -> Value = { Value.Real(it.toDouble()) }
+    @JvmField val double: (Double) -> Value = { Value.Real(it) }
+    @JvmField val string: (String) -> Value = { Value.Text(it) }
+
+    /** An enum handle's conversion; `Unknown` names no value and cannot be compared. */
+    fun <E : Enum<E>> enum(unknown: E, raw: (E) -> Long): (E) -> Value = {
+        if (it == unknown) throw KeelException.InvalidArgument("${it.declaringJavaClass.simpleName}.Unknown is no value of the schema; it cannot be compared")
+        Value.Integer(raw(it))
+    }
+}
+
+/** One result of a typed live query: the objects in query order and the row-level diff. */
+data class QueryUpdate<T>(
+    /** The whole result, after `offset`/`limit`. */
+    val objects: List<T>,
+    /** Changes against the previous update (the first lists every object as inserted). */
+    val diff: Diff,
+)
+
+/**
+ * The operations of one `db.write { … }` block. Objects are encoded as they are
+ * added; the batch runs in ONE transaction when the block returns.
+ */
+class WriteBatch internal constructor() {
+    internal val ops = ArrayList<WriteOp>()
+
+    /** Insert; the write throws `KeelException.AlreadyExists` if the key is taken. */
+    fun insert(obj: KeelObject) { ops.add(WriteOp.Insert(obj.keelModel().collectionName, obj.encode())) }
+    /** Replace the object with the same key; `KeelException.NotFound` if there is none. */
+    fun update(obj: KeelObject) { ops.add(WriteOp.Update(obj.keelModel().collectionName, obj.encode())) }
+    /** Insert, or replace the object with the same key. */
+    fun upsert(obj: KeelObject) { ops.add(WriteOp.Upsert(obj.keelModel().collectionName, obj.encode())) }
+    /** Delete the object of [model] with [key] (nothing happens if there is none). */
+    fun <K : Any> delete(model: KeelModel<*, K>, key: K) { ops.add(WriteOp.Delete(model.collectionName, model.keyValues(key))) }
+
+    /** [insert] each of [objs]. */
+    fun insertAll(objs: Iterable<KeelObject>) { for (o in objs) insert(o) }
+    /** [upsert] each of [objs]. */
+    fun upsertAll(objs: Iterable<KeelObject>) { for (o in objs) upsert(o) }
+}
+
+/**
+ * Run [block]'s inserts, updates, upserts and deletes as ONE atomic transaction on
+ * keel's writer thread; suspends until COMMIT. If any operation fails, none is kept
+ * and the typed `KeelException` is thrown. Returns one result per operation.
+ */
+suspend fun Database.write(block: WriteBatch.() -> Unit): List<WriteResult> {
+    val batch = WriteBatch()
+    batch.block()
+    if (batch.ops.isEmpty()) return emptyList()
+    return write(batch.ops)
+}
+
+/** The object of [model] with primary [key], or null (a read on the calling thread). */
+fun <T : Any, K : Any> Database.get(model: KeelModel<T, K>, key: K): T? =
+    get(model.collectionName, model.keyValues(key))?.let(model::decode)
+
+/** [get] on a keel thread. */
+suspend fun <T : Any, K : Any> Database.getAsync(model: KeelModel<T, K>, key: K): T? =
+    getAsync(model.collectionName, model.keyValues(key))?.let(model::decode)
+
+/** A typed query over [model]'s collection: chain `where`, `orderBy`, `limit`, then `all()`. */
+fun <T : Any> Database.fetch(model: KeelModel<T, *>): TypedQuery<T> =
+    TypedQuery(model, query(model.collectionName))
+
+/**
+ * A query whose results are [T]s. Immutable: each step returns a new query.
+ * Field names and value types were checked by the compiler; keel checks them again.
+ */
+class TypedQuery<T : Any> internal constructor(
+    private val model: KeelModel<T, *>,
+    /** The untyped query underneath (for `describe()` and tools). */
+    val query: Query,
+) {
+    /** Keep objects matching [predicate] (AND-ed with earlier filters). */
+    fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr))
+    /** Sort by [keys] (earlier keys first; ties end on insertion order). */
+    fun orderBy(vararg keys: SortKey<T>): TypedQuery<T> {
+        var q = query
+        for (k in keys) q = q.orderBy(k.path, k.descending)
+        return TypedQuery(model, q)
+    }
+    /** At most [n] objects. */
+    fun limit(n: Int): TypedQuery<T> = TypedQuery(model, query.limit(n.toULong()))
+    /** Skip the first [n] objects. */
+    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(n.toULong()))
+
+    /** Every matching object, in order (a read on the calling thread). */
+    fun all(): List<T> = query.all().map { model.decode(it.bytes) }
+    /** [all] on a keel thread. */
+    suspend fun allAsync(): List<T> = query.allAsync().map { model.decode(it.bytes) }
+    /** The first matching object. */
+    fun first(): T? = query.first()?.let { model.decode(it.bytes) }
+    /** The number of matching objects. */
+    fun count(): Long = query.count().toLong()
+    /** [count] on a keel thread. */
+    suspend fun countAsync(): Long = query.countAsync().toLong()
+
+    /**
+     * The result as a live [Flow]: the current result first, then each changed result
+     * with its row-level diff. Collecting subscribes; cancelling the collector cancels
+     * the subscription. No update is dropped (each diff is relative to the previous).
+     * Objects are decoded in the collector's context, not on keel's writer thread.
+     */
+    fun updates(): Flow<QueryUpdate<T>> = callbackFlow {
+        val sub = query.subscribe(object : QueryListener {
+            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
+                trySend(update)
+            }
+        })
+        awaitClose { sub.cancel() }
+    }.buffer(Channel.UNLIMITED).map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+
+    override fun toString(): String = query.describe()
+}
+
+/**
+ * The object of [model] with [key] as a [Flow]: its current version, then each new
+ * one; the flow completes when the object is deleted (at once if it does not exist).
+ */
+fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): Flow<T> = callbackFlow {
+    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
+        override fun onEvent(event: ObjectEvent) {
+            when (event) {
+                is ObjectEvent.Updated -> trySend(event.current.bytes)
+                is ObjectEvent.Deleted -> channel.close()
+            }
+        }
+    })
+    awaitClose { sub.cancel() }
+}.buffer(Channel.UNLIMITED).map(model::decode)
