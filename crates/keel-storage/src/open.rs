@@ -155,18 +155,26 @@ impl Pipeline<'_> {
         Ok(())
     }
 
+    /// Syncs so far that were not the barrier's.
+    fn phase_syncs(&self) -> u64 {
+        self.counters
+            .total_syncs()
+            .saturating_sub(self.counters.barrier_syncs())
+    }
+
     fn phase<T>(&mut self, p: OpenPhase, f: impl FnOnce(&mut String) -> Result<T>) -> Result<T> {
         self.starting(p)?;
         let span = tracing::info_span!("keel.open.phase", phase = p.name());
         let _e = span.enter();
-        // The barrier's sync runs on its own thread: not this phase's.
-        let syncs = self.counters.total_syncs() - self.counters.barrier_syncs();
+        // The barrier's sync runs on its own thread: not this phase's. (The two
+        // counters are read one after the other while that thread may count: never
+        // let a sync landing in between underflow the difference.)
+        let syncs = self.phase_syncs();
         let start = Instant::now();
         let mut note = String::new();
         let r = f(&mut note);
         let duration = start.elapsed();
-        let syncs =
-            (self.counters.total_syncs() - self.counters.barrier_syncs()).saturating_sub(syncs);
+        let syncs = self.phase_syncs().saturating_sub(syncs);
         tracing::info!(ms = duration.as_secs_f64() * 1e3, syncs, note = %note, "phase done");
         self.report.phases.push(PhaseReport {
             phase: p,

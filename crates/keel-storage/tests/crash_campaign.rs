@@ -94,6 +94,7 @@ fn oracle_catches_a_commit_sync_that_lies() {
             crash_points: 30,
             faults: 0,
             dir: dir.join(format!("lying-{seed}")),
+            open_time: true,
         });
         if r.lost > 0 {
             print(&r);
@@ -108,6 +109,7 @@ fn oracle_catches_a_commit_sync_that_lies() {
         crash_points: 30,
         faults: 0,
         dir: dir.join("honest"),
+        open_time: true,
     });
     print(&honest);
     assert!(honest.ok(), "{honest}");
@@ -125,6 +127,8 @@ fn a_seed_reproduces_exactly() {
             crash_points: 25,
             faults: 25,
             dir: dir.join(d),
+            // Single-threaded sessions only: those replay exactly.
+            open_time: false,
         };
         let a = run(&cfg("a"));
         let b = run(&cfg("b"));
@@ -152,6 +156,7 @@ fn oracle_catches_a_checkpoint_sync_that_lies() {
             crash_points: 60,
             faults: 0,
             dir: dir.join(format!("lying-ckpt-{seed}")),
+            open_time: true,
         });
         if r.lost + r.corrupt > 0 {
             print(&r);
