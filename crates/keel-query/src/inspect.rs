@@ -101,7 +101,7 @@ mod tests {
         }
         assert!(ddl.contains(&format!("{BODY_COLUMN} BLOB")), "{ddl}");
         assert!(ddl.contains(&format!("TABLE IF NOT EXISTS \"{}\"", table_name("t.A"))));
-        assert!(crate::dictionary::TABLE_SQL
+        assert!(crate::layout::DICT_TABLE_SQL
             .contains(&format!("CREATE TABLE IF NOT EXISTS {DICTIONARY_TABLE}(")));
     }
 }

@@ -15,6 +15,10 @@ use keel_schema::{FieldPath, FieldType, PathStep, ResolvedPath, ScalarType, Sche
 use crate::error::{Error, Result};
 use crate::sql::{field_sql, ident};
 
+/// The dictionary's table (see [`Dictionary`](crate::Dictionary)), created in the
+/// schema phase with the collections' tables.
+pub(crate) const DICT_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS keel_dict(key TEXT PRIMARY KEY, kind INTEGER NOT NULL, type TEXT, value) WITHOUT ROWID;";
+
 /// One primary-key part.
 #[derive(Debug, Clone)]
 pub(crate) struct KeyPart {
@@ -273,7 +277,7 @@ pub(crate) fn schema_phase(
     let err = sq(path);
     conn.execute_batch(META_DDL)
         .map_err(err("create keel metadata tables"))?;
-    conn.execute_batch(crate::dictionary::TABLE_SQL)
+    conn.execute_batch(DICT_TABLE_SQL)
         .map_err(err("create the dictionary table"))?;
     let mut stored = crate::stored::read_stored(conn, path)?;
     if let Some(m) = migrator {

@@ -78,8 +78,10 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod change;
 mod db;
 pub mod dictionary;
+mod engine;
 mod error;
 pub mod eval;
 pub mod inspect;
@@ -93,17 +95,19 @@ mod stored;
 pub mod subscribe;
 mod txn;
 
-pub use db::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot, Task};
+pub use change::{Change, ChangeOp};
+pub use db::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
 pub use dictionary::{
     DictKind, DictStats, DictStream, DictSubscription, DictValue, Dictionary, FromDictValue,
     ToDictValue, TxnDictionary,
 };
+pub use engine::Task;
 pub use error::{Error, Result};
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;
 pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
-pub use txn::{Change, ChangeOp, Txn};
+pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
 pub use keel_storage::{Milestone, Store, StoreOptions, SyncPolicy, WriteFuture};

@@ -5,7 +5,9 @@ use std::marker::PhantomData;
 
 use keel_schema::{Expr, Record, SortKey, Value};
 
-use crate::db::{Database, Inner, Task};
+use std::sync::Arc;
+
+use crate::engine::{Inner, Task};
 use crate::error::{Error, Result};
 use crate::layout::Coll;
 use crate::sql::{Compiler, Param};
@@ -27,7 +29,8 @@ pub struct StoredObject {
 }
 
 pub(crate) enum Source<'a> {
-    Db(Database),
+    /// Through the database (a pooled connection per read): the facade's state.
+    Db(Arc<Inner>),
     Conn(&'a Inner, &'a rusqlite::Connection),
 }
 
@@ -38,8 +41,7 @@ impl Source<'_> {
         f: impl FnOnce(&Inner, &rusqlite::Connection) -> Result<T>,
     ) -> Result<T> {
         match self {
-            Source::Db(db) => {
-                let inner = db.inner();
+            Source::Db(inner) => {
                 inner.check_read(op)?;
                 inner.store.read(|c| f(inner, c))
             }
@@ -180,7 +182,7 @@ impl<'a> Query<'a> {
     /// ```
     pub fn sql(&self) -> Result<(String, Vec<Value>)> {
         match &self.src {
-            Source::Db(db) => self.build(db.inner(), false),
+            Source::Db(inner) => self.build(inner, false),
             Source::Conn(i, _) => self.build(i, false),
         }
     }
@@ -318,8 +320,8 @@ impl Query<'_> {
         match self.src {
             Source::Db(db) => {
                 let spec = self.spec;
-                let handle = db.clone();
-                Task::on_pool(handle.inner(), "async fetch", move || {
+                let handle = Arc::clone(&db);
+                Task::on_pool(&handle, "async fetch", move || {
                     f(Query {
                         src: Source::Db(db),
                         spec,
@@ -481,5 +483,53 @@ impl<R: Record> Fetch<'_, R> {
     /// [`Fetch::count`] on a keel thread.
     pub fn count_async(self) -> Task<u64> {
         self.q.spawn(|q| q.count())
+    }
+}
+
+/// Point lookups by key, shared by [`Database`](crate::Database), [`Snapshot`](crate::Snapshot),
+/// [`Txn`](crate::Txn) and the subscription hub.
+impl Inner {
+    /// Look an object up by (checked) key on `conn`, verifying its bytes.
+    pub(crate) fn get_in(
+        &self,
+        conn: &rusqlite::Connection,
+        c: &Coll,
+        op: &'static str,
+        key: &[Value],
+        verify: bool,
+    ) -> Result<Option<StoredObject>> {
+        let key = c.check_key(op, key)?;
+        if self.unborn(conn, c)? {
+            return Ok(None);
+        }
+        let rows = select(conn, &c.name, op, &c.sql_get, &key)?;
+        let Some(r) = rows.into_iter().next() else {
+            return Ok(None);
+        };
+        if verify {
+            self.table(c)?
+                .read(&r.bytes)
+                .map_err(|source| Error::Decode {
+                    op,
+                    collection: c.name.clone(),
+                    rowid: r.rowid,
+                    source,
+                })?;
+        }
+        Ok(Some(r))
+    }
+}
+
+pub(crate) fn decode_opt<R: Record>(o: Option<StoredObject>) -> Result<Option<R>> {
+    match o {
+        None => Ok(None),
+        Some(r) => R::decode(&r.bytes)
+            .map(Some)
+            .map_err(|source| Error::Decode {
+                op: "decode",
+                collection: R::COLLECTION.to_owned(),
+                rowid: r.rowid,
+                source,
+            }),
     }
 }

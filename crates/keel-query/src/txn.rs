@@ -1,50 +1,15 @@
-//! [`Txn`]: what a write closure gets, and [`Change`]: what it changed.
+//! [`Txn`]: what a write closure gets.
 
 use keel_schema::{ChangeRequest, Expr, Record, Value};
 use keel_storage::WriteTxn;
 use rusqlite::types::ValueRef as SqlRef;
 
-use crate::db::{decode_opt, Inner};
+use crate::change::{Change, ChangeOp};
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
 use crate::layout::Coll;
-use crate::query::{Fetch, Query, Source, StoredObject};
-
-/// The kind of a [`Change`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ChangeOp {
-    /// A new object.
-    Insert,
-    /// An existing object got new bytes (same primary key and rowid).
-    Update,
-    /// An object was removed.
-    Delete,
-}
-
-/// One committed change to one object, as handed to
-/// [`Database::on_commit_changes`](crate::Database::on_commit_changes).
-///
-/// ```
-/// use keel_query::{Change, ChangeOp};
-/// let c = Change { collection: "blog.Post".into(), op: ChangeOp::Delete, key: vec!["p1".into()],
-///                  rowid: 7, old: Some(vec![]), new: None };
-/// assert!(c.new.is_none());
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub struct Change {
-    /// Collection (full name).
-    pub collection: String,
-    /// What happened.
-    pub op: ChangeOp,
-    /// Primary-key values (`[rowid]` for collections without a primary key).
-    pub key: Vec<Value>,
-    /// The row's rowid.
-    pub rowid: i64,
-    /// Bytes before (updates, deletes).
-    pub old: Option<Vec<u8>>,
-    /// Bytes after (inserts, updates).
-    pub new: Option<Vec<u8>>,
-}
+use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
 
 /// A write transaction, given to the closure of
 /// [`Database::write`](crate::Database::write). The closure runs on keel's writer

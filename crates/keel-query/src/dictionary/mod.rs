@@ -90,7 +90,8 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use keel_schema::Record;
 use keel_storage::{WriteFuture, WriteTxn};
 
-use crate::db::{Database, Inner};
+use crate::db::Database;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use cache::{shard_of, Drained, Shard, Val, SHARDS};
 
@@ -99,8 +100,6 @@ pub use txn::TxnDictionary;
 pub(crate) use txn::TxnState;
 pub use value::{DictKind, DictValue, FromDictValue, ToDictValue};
 
-/// The dictionary table, created in the schema phase.
-pub(crate) const TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS keel_dict(key TEXT PRIMARY KEY, kind INTEGER NOT NULL, type TEXT, value) WITHOUT ROWID;";
 
 const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
 const SQL_PUT: &str =
@@ -650,6 +649,23 @@ pub(crate) fn serde_from<T: serde::de::DeserializeOwned>(key: &str, v: &DictValu
             requested: std::any::type_name::<T>().to_owned(),
         }),
         other => Err(mismatch(key, other, std::any::type_name::<T>())),
+    }
+}
+
+impl Database {
+    /// The key-value [`Dictionary`](Dictionary) stored in this database.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("d.db"), StoreOptions::default())?;
+    /// db.dictionary().set("onboarded", true)?;
+    /// assert_eq!(db.dictionary().get::<bool>("onboarded")?, Some(true));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn dictionary(&self) -> Dictionary {
+        Dictionary::new(self.clone(), Arc::clone(&self.inner().dict))
     }
 }
 

@@ -18,7 +18,7 @@ use super::{
     clear_rows, delete_row, lock, mismatch, object_from, object_value, put_row, rd, read_row,
     typed_from, wr, DictValue, FromDictValue, Shared, ToDictValue,
 };
-use crate::db::Inner;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 
 /// Dictionary changes made by one write closure, settled at commit or rollback.

@@ -25,11 +25,11 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
 use super::{ObjectEvent, QueryUpdate};
-use crate::db::Inner;
+use crate::change::Change;
+use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::{order_cmp, Filter, Order, RowKey, SqlValue};
 use crate::query::{Query, Source, Spec, StoredObject};
-use crate::txn::Change;
 
 pub(crate) type Obj = Arc<StoredObject>;
 

@@ -270,7 +270,7 @@ fn query_core(
     cb: Callback<QueryUpdate>,
 ) -> Result<Subscription> {
     let db = match &q.src {
-        Source::Db(db) => db.clone(),
+        Source::Db(inner) => Database::from_inner(Arc::clone(inner)),
         Source::Conn(i, _) => {
             return Err(Error::Closed {
                 op: "subscribe inside a snapshot or transaction (subscribe on the Database)",

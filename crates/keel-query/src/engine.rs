@@ -1,0 +1,349 @@
+//! The engine state every part of a database shares: [`Inner`] (the store, the
+//! schema's collections, the change hooks, the dictionary's cache, the subscription
+//! hub, the fetch pool), the write-closure marker, and [`Task`].
+//!
+//! It sits below the modules that use it: [`Database`](crate::Database) (`db.rs`)
+//! is only the public facade over an `Arc<Inner>`, and `txn`, `query`, `subscribe`
+//! and `dictionary` reach this module, never `db.rs`, for the shared state.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+
+use keel_schema::DynamicTable;
+use keel_storage::{Store, WriteFuture};
+
+use crate::change::Change;
+use crate::error::{Error, Result};
+use crate::layout::Coll;
+use keel_schema::Schema;
+
+pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
+
+pub(crate) struct Inner {
+    pub(crate) store: Store,
+    pub(crate) schema: Arc<Schema>,
+    pub(crate) colls: Vec<Coll>,
+    pub(crate) by_name: HashMap<String, usize>,
+    pub(crate) hooks: RwLock<Vec<(u64, Arc<HookFn>)>>,
+    /// Registered change hooks (their count: `recording` reads it on every write).
+    pub(crate) hook_count: AtomicUsize,
+    pub(crate) next_hook: AtomicU64,
+    pub(crate) closed: AtomicBool,
+    pub(crate) builds: Mutex<Vec<WriteFuture<Result<()>>>>,
+    pub(crate) path: PathBuf,
+    /// The key-value dictionary's cache and pending writes.
+    pub(crate) dict: Arc<crate::dictionary::Shared>,
+    /// The subscription hub, created by the first subscription.
+    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
+    /// The threads that run the `_async` fetches (`keel-fetch-N`).
+    pub(crate) fetch_pool: crate::pool::Pool,
+    /// Collections whose table this open created (see [`Inner::unborn`]).
+    pub(crate) created: Vec<String>,
+}
+
+impl Inner {
+    /// The shared state of a freshly opened database (`Database::open` builds the
+    /// parts): the dictionary's cache and the hub point back to it weakly.
+    pub(crate) fn new(
+        store: Store,
+        schema: Arc<Schema>,
+        colls: Vec<Coll>,
+        by_name: HashMap<String, usize>,
+        builds: Vec<WriteFuture<Result<()>>>,
+        readers: usize,
+        created: Vec<String>,
+    ) -> Arc<Inner> {
+        let path = store.path().to_path_buf();
+        Arc::new_cyclic(|weak| Inner {
+            store,
+            schema,
+            colls,
+            by_name,
+            hooks: RwLock::new(Vec::new()),
+            hook_count: AtomicUsize::new(0),
+            next_hook: AtomicU64::new(1),
+            closed: AtomicBool::new(false),
+            builds: Mutex::new(builds),
+            path,
+            dict: crate::dictionary::Shared::new(weak.clone()),
+            hub: std::sync::OnceLock::new(),
+            fetch_pool: crate::pool::Pool::new(readers),
+            created,
+        })
+    }
+
+    /// The body of [`Database::close`](crate::Database::close): the dictionary's
+    /// last flush is queued before the database is marked closed.
+    pub(crate) fn close(self: &Arc<Inner>) -> Task<()> {
+        let dict_flush = crate::dictionary::before_close(&self.dict);
+        self.closed.store(true, Ordering::SeqCst);
+        let inner = Arc::clone(self);
+        Task::spawn(move || {
+            let dict = crate::dictionary::settle_before_close(&inner.dict, dict_flush, &inner.path);
+            let r = inner.store.close().map_err(Error::from);
+            // Lost dictionary values are the error the caller must see first.
+            let r = dict.and(r);
+            if let Some(hub) = inner.hub.get() {
+                hub.close();
+            }
+            crate::dictionary::after_close(&inner.dict);
+            inner.fetch_pool.close();
+            r
+        })
+    }
+
+    /// [`check_open`](Self::check_open) for a read through the database (not a
+    /// `Txn`): inside one of this database's write closures such a read would use a
+    /// pooled connection and miss the writes of this closure and of those queued
+    /// before it in the same group commit, so it fails loudly instead of showing
+    /// an older state.
+    pub(crate) fn check_read(&self, op: &'static str) -> Result<()> {
+        self.check_open(op)?;
+        if in_write_closure(self) {
+            return Err(Error::Unsupported {
+                op,
+                hint: "inside a write closure, read through its Txn (txn.fetch(), txn.get(), txn.query()): it sees this closure's writes and those of the closures committed with it, which a read through the Database cannot",
+                path: self.path.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn check_open(&self, op: &'static str) -> Result<()> {
+        if self.closed.load(Ordering::SeqCst) {
+            Err(Error::Closed {
+                op,
+                path: self.path.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(crate) fn coll(&self, name: &str, op: &'static str) -> Result<&Coll> {
+        self.by_name
+            .get(name)
+            .map(|i| &self.colls[*i])
+            .ok_or_else(|| Error::UnknownCollection {
+                op,
+                collection: name.to_owned(),
+            })
+    }
+
+    pub(crate) fn table(&self, c: &Coll) -> Result<DynamicTable<'_>> {
+        self.schema
+            .table_reader(c.table)
+            .ok_or_else(|| Error::UnknownCollection {
+                op: "read table",
+                collection: c.name.clone(),
+            })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// True if `c` is a collection this open adds whose table `conn` cannot see
+    /// yet: before the store is durable the schema transaction that creates it has
+    /// not committed (it must not commit on top of an unsynced WAL). Such a
+    /// collection is empty — no write can have committed to it — so reads answer
+    /// "nothing" instead of SQLite's "no such table". Costs one lookup, only for a
+    /// collection new to the file, only until durable.
+    pub(crate) fn unborn(&self, conn: &rusqlite::Connection, c: &Coll) -> Result<bool> {
+        if !self.created.contains(&c.name) || self.store.is_durable() {
+            return Ok(false);
+        }
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                [&c.name],
+                |r| r.get(0),
+            )
+            .map_err(|e| Error::sqlite("check collection table", &c.name, e))?;
+        Ok(n == 0)
+    }
+
+    /// Whether write closures must record their changes (old and new bytes): only
+    /// while a change hook is registered or a subscription is live (or being made).
+    /// Recording costs a SELECT and two copies per updated object, so it stops with
+    /// the last subscription.
+    pub(crate) fn recording(&self) -> bool {
+        self.hook_count.load(Ordering::Acquire) > 0
+            || self.hub.get().is_some_and(|h| h.interested())
+    }
+
+    /// After COMMIT: the change hooks first (in registration order), then the
+    /// subscription hub.
+    pub(crate) fn deliver(&self, changes: &[Change]) {
+        if self.hook_count.load(Ordering::Acquire) > 0 {
+            let hooks: Vec<Arc<HookFn>> = self
+                .hooks
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .map(|(_, h)| Arc::clone(h))
+                .collect();
+            for h in hooks {
+                h(changes);
+            }
+        }
+        if let Some(hub) = self.hub.get() {
+            hub.on_commit(changes);
+        }
+    }
+
+    /// A write closure ran without recording and has committed. If a subscription
+    /// appeared meanwhile, its first result may have been read before this commit:
+    /// the hub re-reads what its subscriptions show (instead of the first
+    /// subscription waiting for the writer).
+    pub(crate) fn unrecorded_commit(&self) {
+        if let Some(hub) = self.hub.get() {
+            if hub.interested() {
+                hub.resync();
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// The databases (their `Inner` addresses) whose write closure is running on
+    /// this thread: a writer thread runs one closure at a time, but closures of one
+    /// database may write to another.
+    static WRITING: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn in_write_closure(inner: &Inner) -> bool {
+    let me = inner as *const Inner as usize;
+    WRITING.with(|w| w.borrow().contains(&me))
+}
+
+/// Marks `inner`'s write closure as running on this thread until dropped.
+pub(crate) struct WritingGuard(usize);
+
+impl WritingGuard {
+    pub(crate) fn enter(inner: &Inner) -> WritingGuard {
+        let me = inner as *const Inner as usize;
+        WRITING.with(|w| w.borrow_mut().push(me));
+        WritingGuard(me)
+    }
+}
+
+impl Drop for WritingGuard {
+    fn drop(&mut self) {
+        WRITING.with(|w| {
+            let mut w = w.borrow_mut();
+            if let Some(i) = w.iter().rposition(|x| *x == self.0) {
+                w.remove(i);
+            }
+        });
+    }
+}
+
+/// A future that resolves when a job running on a keel-owned thread finishes
+/// (async fetches, [`Database::close`](crate::Database::close)). Runtime-agnostic; block with
+/// [`Task::wait`]. Async fetches run on the database's small fetch pool
+/// (threads `keel-fetch-N`, at most the reader pool size, joined by
+/// [`Database::close`](crate::Database::close)), not on a thread of their own.
+///
+/// ```
+/// # use keel_query::{Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let schema = Schema::parse("table T { id: int (primary); } root_type T;", "t.fbs")?;
+/// let db = Database::open(dir.path().join("t.db"), schema, StoreOptions::default())?;
+/// let n = futures::executor::block_on(async { db.query("T").count() })?;
+/// db.close().wait()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "the job runs anyway; the task tells you its result"]
+pub struct Task<T> {
+    rx: futures::channel::oneshot::Receiver<Result<T>>,
+}
+
+impl<T: Send + 'static> Task<T> {
+    pub(crate) fn spawn(f: impl FnOnce() -> Result<T> + Send + 'static) -> Task<T> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let slot = Arc::new(Mutex::new(Some(tx)));
+        let s2 = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("keel-task".into())
+            .spawn(move || {
+                let r = f();
+                if let Some(tx) = s2.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = tx.send(r);
+                }
+            });
+        if let Err(e) = spawned {
+            if let Some(tx) = slot.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                let _ = tx.send(Err(Error::Storage(keel_storage::Error::Io {
+                    op: "spawn keel task thread",
+                    path: PathBuf::new(),
+                    source: Arc::new(e),
+                })));
+            }
+        }
+        Task { rx }
+    }
+
+    /// Run `f` on `inner`'s fetch pool. After the close it is not run: the task
+    /// resolves with [`Error::Closed`].
+    pub(crate) fn on_pool(
+        inner: &Inner,
+        op: &'static str,
+        f: impl FnOnce() -> Result<T> + Send + 'static,
+    ) -> Task<T> {
+        // Checked here, on the caller's thread: on the pool it would pass.
+        if let Err(e) = inner.check_read(op) {
+            return Task::ready(Err(e));
+        }
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let job = Box::new(move || {
+            let _ = tx.send(f());
+        });
+        match inner.fetch_pool.submit(job) {
+            Ok(()) => Task { rx },
+            Err(crate::pool::Rejected::Closed) => Task::ready(Err(Error::Closed {
+                op,
+                path: inner.path.clone(),
+            })),
+            Err(crate::pool::Rejected::Spawn(e)) => {
+                Task::ready(Err(Error::Storage(keel_storage::Error::Io {
+                    op: "start a keel-fetch thread",
+                    path: inner.path.clone(),
+                    source: Arc::new(e),
+                })))
+            }
+        }
+    }
+
+    /// A task that has already finished with `r`.
+    pub(crate) fn ready(r: Result<T>) -> Task<T> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        let _ = tx.send(r);
+        Task { rx }
+    }
+
+    /// Block the calling thread until the job finishes.
+    pub fn wait(self) -> Result<T> {
+        futures::executor::block_on(self)
+    }
+}
+
+impl<T> Future for Task<T> {
+    type Output = Result<T>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
+        Pin::new(&mut self.rx).poll(cx).map(|r| {
+            r.unwrap_or_else(|_| {
+                Err(Error::Closed {
+                    op: "async task (its thread ended without a result)",
+                    path: PathBuf::new(),
+                })
+            })
+        })
+    }
+}
