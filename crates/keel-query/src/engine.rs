@@ -37,9 +37,9 @@ pub(crate) struct Inner {
     pub(crate) builds: Mutex<Vec<WriteFuture<Result<()>>>>,
     pub(crate) path: PathBuf,
     /// The key-value dictionary's cache and pending writes.
-    pub(crate) dict: Arc<crate::dictionary::Shared>,
+    pub(crate) dict: Arc<crate::dictionary::shared::Shared>,
     /// The subscription hub, created by the first subscription.
-    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::Hub>>,
+    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::hub::Hub>>,
     /// The threads that run the `_async` fetches (`keel-fetch-N`).
     pub(crate) fetch_pool: crate::pool::Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
@@ -70,7 +70,7 @@ impl Inner {
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
             path,
-            dict: crate::dictionary::Shared::new(weak.clone()),
+            dict: crate::dictionary::shared::Shared::new(weak.clone()),
             hub: std::sync::OnceLock::new(),
             fetch_pool: crate::pool::Pool::new(readers),
             created,
@@ -80,18 +80,22 @@ impl Inner {
     /// The body of [`Database::close`](crate::Database::close): the dictionary's
     /// last flush is queued before the database is marked closed.
     pub(crate) fn close(self: &Arc<Inner>) -> Task<()> {
-        let dict_flush = crate::dictionary::before_close(&self.dict);
+        let dict_flush = crate::dictionary::shared::before_close(&self.dict);
         self.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(self);
         Task::spawn(move || {
-            let dict = crate::dictionary::settle_before_close(&inner.dict, dict_flush, &inner.path);
+            let dict = crate::dictionary::shared::settle_before_close(
+                &inner.dict,
+                dict_flush,
+                &inner.path,
+            );
             let r = inner.store.close().map_err(Error::from);
             // Lost dictionary values are the error the caller must see first.
             let r = dict.and(r);
             if let Some(hub) = inner.hub.get() {
                 hub.close();
             }
-            crate::dictionary::after_close(&inner.dict);
+            crate::dictionary::shared::after_close(&inner.dict);
             inner.fetch_pool.close();
             r
         })

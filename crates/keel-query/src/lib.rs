@@ -75,6 +75,27 @@
 //! futures::executor::block_on(db.close())?;
 //! # Ok::<(), keel_query::Error>(())
 //! ```
+//!
+//! ## How the modules depend on each other
+//!
+//! Imports point down, from the facade to the shared state, never back up:
+//!
+//! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]), `sql`,
+//!   [`eval`], `layout` (tables, keys, the schema phase), `stored`, `slot`,
+//!   [`pool`], [`migrate`], and the dictionary's `value` and `cache`.
+//! * **`engine`** holds `Inner`, the state every handle of one database shares
+//!   (store, collections, change hooks, fetch pool), the write-closure marker and
+//!   [`Task`].
+//! * **`query`** ([`Query`], [`Fetch`], lookups by key) and **`txn`** ([`Txn`],
+//!   with the dictionary's `txn` half) build on the engine.
+//! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
+//! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
+//!   to [`Database`], and [`dictionary`]'s [`Dictionary`] wraps one.
+//!
+//! Two edges point back up, both on purpose: `Inner` owns the dictionary's shared
+//! cache (`dictionary::shared`) and the subscription hub (`subscribe::hub`), and
+//! each keeps a `Weak<Inner>` to read and write through the engine. The hub also
+//! runs [`Query`]s and builds the public update types of [`subscribe`].
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 

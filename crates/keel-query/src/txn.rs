@@ -29,7 +29,7 @@ pub struct Txn<'a> {
     record: bool,
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
-    pub(crate) dict: Option<crate::dictionary::TxnState>,
+    pub(crate) dict: Option<crate::dictionary::txn::TxnState>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -778,6 +778,11 @@ impl<'a> Txn<'a> {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn dictionary(&mut self) -> crate::TxnDictionary<'_> {
-        crate::dictionary::TxnDictionary::new(self.conn, self.inner, self.aborted, &mut self.dict)
+        crate::dictionary::txn::TxnDictionary::new(
+            self.conn,
+            self.inner,
+            self.aborted,
+            &mut self.dict,
+        )
     }
 }

@@ -16,8 +16,8 @@ use std::task::{Context, Poll};
 use std::thread::ThreadId;
 
 use super::cache::{shard_of, Val};
+use super::shared::Shared;
 use super::value::DictValue;
-use super::Shared;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

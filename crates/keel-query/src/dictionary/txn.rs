@@ -14,10 +14,11 @@ use std::sync::Arc;
 use keel_schema::Record;
 
 use super::cache::{shard_of, Val, SHARDS};
-use super::{
+use super::shared::{
     clear_rows, delete_row, lock, mismatch, object_from, object_value, put_row, rd, read_row,
-    typed_from, wr, DictValue, FromDictValue, Shared, ToDictValue,
+    typed_from, wr, Shared,
 };
+use super::value::{DictValue, FromDictValue, ToDictValue};
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 
@@ -221,7 +222,7 @@ impl<'t> TxnDictionary<'t> {
     /// Store a serde value (as JSON) under `key` in this transaction (feature `serde`).
     #[cfg(feature = "serde")]
     pub fn set_serde<T: serde::Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<()> {
-        let v = super::serde_to(key, value)?;
+        let v = super::shared::serde_to(key, value)?;
         self.set(key, v)
     }
 
@@ -336,8 +337,8 @@ impl<'t> TxnDictionary<'t> {
     /// The serde value stored under `key` (feature `serde`).
     #[cfg(feature = "serde")]
     pub fn get_serde<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>> {
-        let r = self.lookup(key, |v| v.map(|v| super::serde_from::<T>(key, v)))?;
-        self.with_default(key, r, |v| super::serde_from::<T>(key, v))
+        let r = self.lookup(key, |v| v.map(|v| super::shared::serde_from::<T>(key, v)))?;
+        self.with_default(key, r, |v| super::shared::serde_from::<T>(key, v))
     }
 
     /// True if a value is stored under `key`, as this transaction sees it.

@@ -98,7 +98,7 @@
 
 mod delivery;
 mod diff;
-mod hub;
+pub(crate) mod hub;
 
 use std::collections::HashMap;
 use std::fmt;
