@@ -881,8 +881,6 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "}}\n");
     }
 
-    /// Size of a field's inline value (sort key of the table layout, like flatc).
-
     fn table(&self, o: &mut String, i: usize, ns: &str) -> Result<(), CodegenError> {
         let _ = ns;
         let s = self.s;
