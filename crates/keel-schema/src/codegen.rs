@@ -275,7 +275,9 @@ fn camel(name: &str) -> String {
     out
 }
 
-fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
+/// Writes `///` doc lines (the schema's doc comment, or `fallback`): the same form
+/// in Rust and Swift.
+pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
     if lines.is_empty() {
         let _ = writeln!(out, "{indent}/// {fallback}");
     } else {
@@ -909,15 +911,6 @@ impl<'a> Gen<'a> {
         self.out.push_str(&o);
     }
 
-    fn inline_size(&self, f: &Field) -> usize {
-        match &f.ty {
-            FieldType::Scalar(t) => t.size(),
-            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
-            FieldType::Struct(s) => self.s.structs[*s].size.max(self.s.structs[*s].align),
-            _ => 4,
-        }
-    }
-
     fn read_expr(&self, f: &Field) -> String {
         let rt = &self.rt;
         let slot = f.id;
@@ -1207,9 +1200,7 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "        b.start_table();");
-        let mut order: Vec<&Field> = live.clone();
-        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
-        for f in order {
+        for f in self.s.write_order(live.clone()) {
             let fname = ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             let slot = f.id;

@@ -881,16 +881,6 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "}}\n");
     }
 
-    /// Size of a field's inline value (sort key of the table layout, like flatc).
-    fn inline_size(&self, f: &Field) -> usize {
-        match &f.ty {
-            FieldType::Scalar(t) => t.size(),
-            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
-            FieldType::Struct(s) => self.s.structs[*s].size,
-            _ => 4,
-        }
-    }
-
     fn table(&self, o: &mut String, i: usize, ns: &str) -> Result<(), CodegenError> {
         let _ = ns;
         let s = self.s;
@@ -1049,9 +1039,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(o, "        val {var} = {expr}");
         }
         let _ = writeln!(o, "        b.startTable({})", t.slot_count());
-        let mut order: Vec<&Field> = live.clone();
-        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
-        for f in order {
+        for f in self.s.write_order(live.clone()) {
             let fname = ident(&lower_camel(&f.name));
             let var = format!("o{}", upper_camel(&f.name));
             let slot = f.id;

@@ -434,6 +434,33 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// The order in which a generated encoder (Rust, Swift, Kotlin) writes a table's
+    /// inline fields: the widest first, as flatc's builders do, so the table needs
+    /// the least alignment padding. Offsets (strings, tables, vectors, unions) count
+    /// as 4 bytes; the sort is stable, so equal widths keep schema order.
+    ///
+    /// ```
+    /// let s = keel_schema::Schema::parse("table T { a: byte; b: long; c: string; } root_type T;", "t.fbs").unwrap();
+    /// let t = s.table(s.table_index("T").unwrap());
+    /// let order: Vec<&str> = s.write_order(t.fields.iter().collect()).iter().map(|f| f.name.as_str()).collect();
+    /// assert_eq!(order, ["b", "c", "a"]);
+    /// ```
+    pub fn write_order<'f>(&self, mut fields: Vec<&'f Field>) -> Vec<&'f Field> {
+        fields.sort_by_key(|f| std::cmp::Reverse(self.inline_size(&f.ty)));
+        fields
+    }
+
+    /// Bytes a field of type `ty` takes inside its table: the scalar's or struct's
+    /// size, 4 for an offset.
+    pub fn inline_size(&self, ty: &FieldType) -> usize {
+        match ty {
+            FieldType::Scalar(t) => t.size(),
+            FieldType::Enum(e) => self.enums[*e].underlying.size(),
+            FieldType::Struct(s) => self.structs[*s].size.max(self.structs[*s].align),
+            _ => 4,
+        }
+    }
+
     /// Table at `index` (indices come from this schema's types).
     ///
     /// # Panics

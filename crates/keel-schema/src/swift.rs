@@ -51,7 +51,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
+use crate::codegen::{doc, CodegenError};
 use crate::model::*;
 use crate::value::Value;
 
@@ -305,21 +305,6 @@ fn fbs_type(s: &Schema, ty: &FieldType) -> String {
         FieldType::Table(i) => s.tables[*i].name.clone(),
         FieldType::Union(i) => s.unions[*i].name.clone(),
         FieldType::Vector(inner) => format!("[{}]", fbs_type(s, inner)),
-    }
-}
-
-fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
-    if lines.is_empty() {
-        let _ = writeln!(out, "{indent}/// {fallback}");
-    } else {
-        for l in lines {
-            let l = l.trim_end();
-            if l.is_empty() {
-                let _ = writeln!(out, "{indent}///");
-            } else {
-                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
-            }
-        }
     }
 }
 
@@ -916,15 +901,6 @@ impl<'a> Gen<'a> {
         self.out.push_str(&o);
     }
 
-    fn inline_size(&self, f: &Field) -> usize {
-        match &f.ty {
-            FieldType::Scalar(t) => t.size(),
-            FieldType::Enum(e) => self.s.enums[*e].underlying.size(),
-            FieldType::Struct(s) => self.s.structs[*s].size.max(self.s.structs[*s].align),
-            _ => 4,
-        }
-    }
-
     fn read_expr(&self, ti: usize, f: &Field) -> String {
         let slot = f.id;
         match &f.ty {
@@ -1178,9 +1154,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(o, "        {line}");
         }
         let _ = writeln!(o, "        b.startTable()");
-        let mut order: Vec<&Field> = live.clone();
-        order.sort_by_key(|f| std::cmp::Reverse(self.inline_size(f)));
-        for f in order {
+        for f in self.s.write_order(live.clone()) {
             let m = esc(&member(&f.name));
             let var = format!("off{}", upper_camel(&f.name));
             let slot = f.id;
