@@ -296,6 +296,35 @@ public enum KeelWire {
             return Vector(bytes: bytes, start: start, count: count, elementSize: elementSize,
                           depth: depth, budget: budget)
         }
+
+        /// A vector of unions: the member tables in `slot`, their type tags (a
+        /// `[ubyte]`) in `slot - 1`; `read` gets each tag and member table (`nil`
+        /// for tag 0, whose offset is not followed). Absent reads as empty; one of
+        /// the two vectors without the other, or lengths that differ, throw.
+        public func unions<T>(slot: Int, _ read: (UInt8, Table?) throws -> T) throws -> [T] {
+            guard slot >= 1 else {
+                throw KeelDecodeError.invalid(
+                    what: "vector of unions", offset: position, reason: "slot \(slot) has no tag slot")
+            }
+            let values = try vector(slot: slot, elementSize: 4)
+            let tags = try vector(slot: slot - 1, elementSize: 1)
+            if values == nil && tags == nil { return [] }
+            guard let values, let tags else {
+                throw KeelDecodeError.invalid(
+                    what: "vector of unions", offset: position,
+                    reason: "slot \(slot) lacks its tags or its values")
+            }
+            guard tags.count == values.count else {
+                throw KeelDecodeError.invalid(
+                    what: "vector of unions", offset: position,
+                    reason: "slot \(slot) has \(tags.count) tags for \(values.count) values")
+            }
+            let tagBytes = tags.byteArray()
+            return try values.map { v, i in
+                let tag = tagBytes[i]
+                return try read(tag, tag == 0 ? nil : v.table(i))
+            }
+        }
     }
 
     /// A checked view of a vector (its elements are inside the buffer).
@@ -469,6 +498,14 @@ public enum KeelWire {
             bytes.withUnsafeBytes { pushBytes($0) }
             push(UInt32(items.count))
             return Offset(value: used)
+        }
+
+        /// Writes a vector of unions from (type tag, member table) pairs: the
+        /// `[ubyte]` of tags (for slot `id - 1`) and the table offsets (for `id`).
+        public func createUnionVector(_ items: [(UInt8, Offset)]) -> (tags: Offset, values: Offset) {
+            let tags = createScalarVector(items.map(\.0))
+            let values = createOffsetVector(items.map(\.1))
+            return (tags, values)
         }
 
         /// Starts a table. Write its children *before* this.

@@ -277,6 +277,67 @@ final class KeelTests: XCTestCase {
         try await db.close()
     }
 
+    func testVectorOfUnionsRoundTripsThroughKeel() async throws {
+        let db = try await Keel.openAsync(path: try tempDir().appendingPathComponent("cart.db").path,
+                                          schema: ShopSchema.self, options: fastOptions())
+        let cart = Cart(id: 1, items: [.line(Line(sku: "a", qty: 2)),
+                                       .group(Group(label: "g", inner: .line(Line(sku: "b")))),
+                                       .line(Line(sku: "c"))])
+        // the insert runs keel's Rust verifier over the Swift-built bytes
+        try await db.write { txn in
+            try txn.insert(cart)
+            try txn.insert(Cart(id: 2))
+        }
+        XCTAssertEqual(try db.get(Cart.self, key: 1), cart)
+        XCTAssertEqual(try db.get(Cart.self, key: 2)?.items, [])
+        let json = try db.decodeJson(collection: "shop.Cart", bytes: Data(cart.flatBuffer()))
+        for sku in ["\"a\"", "\"b\"", "\"c\"", "\"g\""] {
+            XCTAssertTrue(json.contains(sku), "Rust reads \(json)")
+        }
+        try await db.close()
+
+        // a tag this schema does not know decodes to .unknown(tag:) and is not written back
+        let b = KeelWire.Builder()
+        let line = Line(sku: "z").keelWrite(to: b)
+        let v = b.createUnionVector([(2, line), (9, line)])
+        b.startTable()
+        b.addScalarAlways(slot: 0, Int64(3))
+        b.addOffset(slot: 1, v.tags)
+        b.addOffset(slot: 2, v.values)
+        let withUnknown = try Cart(flatBuffer: b.finish(b.endTable(), fileIdentifier: nil))
+        XCTAssertEqual(withUnknown.items, [.line(Line(sku: "z")), .unknown(tag: 9)])
+        XCTAssertEqual(try Cart(flatBuffer: withUnknown.flatBuffer()).items, [.line(Line(sku: "z"))])
+
+        // tags and values of different lengths, or one without the other, throw
+        func cartBytes(tags: [UInt8]?, values: Int) -> [UInt8] {
+            let b = KeelWire.Builder()
+            let line = Line(sku: "z").keelWrite(to: b)
+            let t = tags.map { b.createScalarVector($0) }
+            let vs = values > 0 ? b.createOffsetVector(Array(repeating: line, count: values)) : nil
+            b.startTable()
+            if let t { b.addOffset(slot: 1, t) }
+            if let vs { b.addOffset(slot: 2, vs) }
+            return b.finish(b.endTable(), fileIdentifier: nil)
+        }
+        for bad in [cartBytes(tags: [2], values: 2), cartBytes(tags: nil, values: 1), cartBytes(tags: [2], values: 0)] {
+            XCTAssertThrowsError(try Cart(flatBuffer: bad)) { XCTAssertTrue($0 is KeelDecodeError, "\($0)") }
+        }
+
+        // every truncation and byte flip throws KeelDecodeError or decodes; none traps
+        let good = cart.flatBuffer()
+        var samples: [[UInt8]] = (0..<good.count).map { Array(good[0..<$0]) }
+        for i in 0..<good.count {
+            var s = good
+            s[i] ^= 0xFF
+            samples.append(s)
+        }
+        var rejected = 0
+        for s in samples {
+            do { _ = try Cart(flatBuffer: s) } catch is KeelDecodeError { rejected += 1 }
+        }
+        XCTAssertGreaterThanOrEqual(rejected, good.count, "every truncation must be rejected")
+    }
+
     // MARK: live queries
 
     func testLiveQueryDeliversTypedResultsAndDiffs() async throws {

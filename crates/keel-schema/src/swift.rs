@@ -31,7 +31,8 @@
 //! Field types: scalars as Swift's fixed-width types (`int` → `Int32`, `ulong` →
 //! `UInt64`, …), optional scalars (`= null`) as optionals; strings as `String?`
 //! (`String` when `(primary)`); tables, structs and unions as optionals; vectors as
-//! arrays (absent reads as empty; `[ubyte]` as `[UInt8]`). A table field that can
+//! arrays (absent reads as empty; `[ubyte]` as `[UInt8]`; a vector of unions as an
+//! array of the union's enum, without a query handle). A table field that can
 //! contain its own table is boxed, and a union that can contain itself is
 //! `indirect`, so recursive schemas work. Names become lowerCamelCase (`old_score`
 //! → `oldScore`); Swift keywords are escaped with backticks.
@@ -384,9 +385,9 @@ impl<'a> Gen<'a> {
         for t in &s.tables {
             for f in &t.fields {
                 if let FieldType::Vector(inner) = &f.ty {
-                    if matches!(**inner, FieldType::Union(_) | FieldType::Vector(_)) {
+                    if matches!(**inner, FieldType::Vector(_)) {
                         return Err(CodegenError::Unsupported(format!(
-                            "{}.{}: vectors of unions or vectors are not supported in Swift",
+                            "{}.{}: vectors of vectors are not supported in Swift",
                             t.full_name(),
                             f.name
                         )));
@@ -979,7 +980,13 @@ impl<'a> Gen<'a> {
                     "try t.vector(slot: {slot}, elementSize: 4)?.map {{ v, i in try {}(keelTable: v.table(i)) }} ?? []",
                     self.table_name(*x)
                 ),
-                _ => "[]".into(),
+                // tags in slot id-1, member tables in id; a member this schema
+                // does not know stays in the array as `.unknown(tag:)`
+                FieldType::Union(u) => format!(
+                    "try t.unions(slot: {slot}) {{ tag, m in try {0}.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }}",
+                    self.union_name(*u)
+                ),
+                FieldType::Vector(_) => "[]".into(),
             },
         }
     }
@@ -1118,6 +1125,14 @@ impl<'a> Gen<'a> {
                 FieldType::Union(_) => format!(
                     "let {var} = {m}.flatMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}"
                 ),
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
+                    // `.unknown` members have no table to write: left out, as for
+                    // a single union; an array of only those is left out entirely
+                    format!(
+                        "let k{0} = {m}.compactMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}\n        let {var} = k{0}.isEmpty ? nil : b.createUnionVector(k{0})",
+                        upper_camel(&f.name)
+                    )
+                }
                 FieldType::Vector(inner) => {
                     let e = match &**inner {
                         FieldType::Scalar(_) => format!("b.createScalarVector({m})"),
@@ -1166,6 +1181,10 @@ impl<'a> Gen<'a> {
                 FieldType::String if f.primary => format!("b.addOffset(slot: {slot}, {var})"),
                 FieldType::Union(_) => format!(
                     "if let u = {var} {{\n            b.addScalarAlways(slot: {}, u.0)\n            b.addOffset(slot: {slot}, u.1)\n        }}",
+                    slot.saturating_sub(1)
+                ),
+                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
+                    "if let v = {var} {{\n            b.addOffset(slot: {}, v.tags)\n            b.addOffset(slot: {slot}, v.values)\n        }}",
                     slot.saturating_sub(1)
                 ),
                 FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
@@ -1383,6 +1402,27 @@ mod tests {
         }
         // Log has no key: it is a KeelRecord but not KeelKeyed
         assert!(!code.contains("extension Log: KeelKeyed"));
+    }
+
+    #[test]
+    fn vectors_of_unions_are_arrays_of_the_union() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/blog/schema/monster/monster_v2.fbs");
+        let s = crate::resolve::load(&path).unwrap().0;
+        let code = generate(&s, "monster").unwrap();
+        for want in [
+            "    public var bag: [Equipment]\n",
+            "bag: [Equipment] = []",
+            // tags in slot 9 (id-1), member tables in slot 10 (id)
+            "self.bag = try t.unions(slot: 10) { tag, m in try Equipment.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }",
+            "let kBag = bag.compactMap { u in u.keelWrite(to: b).map { (u.keelTag, $0) } }",
+            "let offBag = kBag.isEmpty ? nil : b.createUnionVector(kBag)",
+            "b.addOffset(slot: 9, v.tags)\n            b.addOffset(slot: 10, v.values)",
+        ] {
+            assert!(code.contains(want), "missing {want:?} in:\n{code}");
+        }
+        // keel cannot index into a vector of unions: no query handle for it
+        assert!(!code.contains("public static var bag:"));
     }
 
     #[test]
