@@ -194,6 +194,9 @@ pub fn test(g: &bindings::Generated) -> Result<(), String> {
             .arg("--package-path")
             .arg(&test)
             .arg("--skip-build")
+            // The suite is XCTest; without this, SwiftPM also starts Swift Testing,
+            // whose closing line ("0 tests in 0 suites") would be the run's last word.
+            .arg("--disable-swift-testing")
             .env("KEEL_ROOT", &root)
             .env("KEEL_SWIFT_BIN", &bin),
     )
@@ -213,6 +216,7 @@ pub fn bench(quick: bool, json: &Path) -> Result<(), String> {
             .arg("--package-path")
             .arg(&test)
             .args(["-c", "release"])
+            .arg("--disable-swift-testing")
             .args([
                 "--filter",
                 "KeelTests.KeelTests/testBenchmarkTypedVersusBytes",
