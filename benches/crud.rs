@@ -260,8 +260,7 @@ fn main() {
     let d = docs(0..n, 100);
     let t = Instant::now();
     for x in d {
-        db.write(move |t| t.update_bytes(COLL, x.bytes))
-            .wait()
+        db.write_blocking(move |t| t.update_bytes(COLL, x.bytes))
             .unwrap();
     }
     let k_seq = t.elapsed();
@@ -326,8 +325,7 @@ fn main() {
     let t = Instant::now();
     for i in 0..m {
         let x = doc(i, 300);
-        full.write(move |t| t.update_bytes(COLL, x.bytes))
-            .wait()
+        full.write_blocking(move |t| t.update_bytes(COLL, x.bytes))
             .unwrap();
     }
     let f_seq = t.elapsed();

@@ -18,7 +18,7 @@ use crate::report::{OpenReport, PhaseReport};
 use crate::stats::Counters;
 use crate::store::{Inner, Store};
 use crate::vfs::{sync_file, VfsRegistration, VfsShared};
-use crate::writer::WriterCtx;
+use crate::writer::{WriterCtx, WriterShared};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -759,6 +759,12 @@ fn readable(
             signal: Arc::clone(&signal),
         };
         let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
+        let w_shared = Arc::new(WriterShared::new(
+            path,
+            signal,
+            Arc::clone(&wal_frames),
+            (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
+        ));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),
             #[cfg(feature = "sim")]
@@ -768,9 +774,7 @@ fn readable(
             idle: opts.idle_checkpoint_delay,
             max_group: opts.max_group_size.max(1),
             vacuum_min_free_pages: opts.vacuum_min_free_pages,
-            signal,
-            wal_frames: Arc::clone(&wal_frames),
-            threshold_frames: (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
+            shared: Arc::clone(&w_shared),
         };
         let parked = Parked {
             writer,
@@ -813,6 +817,7 @@ fn readable(
                 gate,
                 Arc::clone(&vfs),
                 gauge,
+                w_shared,
             )),
             n,
         ))

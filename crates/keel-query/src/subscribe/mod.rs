@@ -56,11 +56,14 @@
 //!   stream has its new value.
 //! * **Which thread.** The first result of a query subscription (and a fresh object
 //!   for a stale object subscription) is delivered synchronously on the thread that
-//!   subscribes, before `subscribe` returns. Every later delivery runs on keel's
-//!   writer thread. Keep callbacks short — the next write waits for them — and hand
+//!   subscribes, before `subscribe` returns. Every later delivery runs on the thread
+//!   that committed the write: keel's writer thread, or the caller of
+//!   [`Database::write_blocking`](crate::Database::write_blocking) when it committed
+//!   inline. Keep callbacks short — the next write waits for them — and hand
 //!   heavy work to your own thread or runtime. A callback may read, subscribe,
 //!   unsubscribe and queue writes, but **must not wait for a write future** (the
-//!   writer would wait for itself: a deadlock).
+//!   writer would wait for itself: a deadlock; `write_blocking` there returns an
+//!   error instead).
 //! * **Order.** One subscription's deliveries never overlap and arrive in commit
 //!   order. Each diff is relative to the previous delivery of the same callback or
 //!   stream, so applying the diffs in order reproduces every result.
