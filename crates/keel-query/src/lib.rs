@@ -112,6 +112,7 @@ mod layout;
 pub mod migrate;
 pub mod pool;
 mod query;
+mod scan;
 mod slot;
 mod sql;
 mod stored;

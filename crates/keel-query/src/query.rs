@@ -166,7 +166,11 @@ impl<'a> Query<'a> {
         inner.coll(&self.spec.collection, op)
     }
 
-    /// The SQL and its parameters (for inspection; values are always parameters).
+    /// The SQL and its parameters (for inspection; values are always parameters):
+    /// the whole query in SQL, with `keel_field(body, …)` for fields that have no
+    /// column or index. A query whose filter reads such a field does not run it
+    /// that way: SQLite answers the conjuncts on keys and indexed fields and keel
+    /// evaluates the rest on each row's bytes (see [`Query::explain`]).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -188,6 +192,25 @@ impl<'a> Query<'a> {
     }
 
     fn build(&self, inner: &Inner, count: bool) -> Result<(String, Vec<Value>)> {
+        self.build_with(
+            inner,
+            self.spec.filter.as_ref(),
+            (!count).then_some(&self.spec.order[..]),
+            true,
+            count,
+        )
+    }
+
+    /// The SQL for `filter` in `order` (`None`: no ORDER BY), with the spec's
+    /// LIMIT/OFFSET if `paged`; `count` selects `count(*)` instead of the rows.
+    fn build_with(
+        &self,
+        inner: &Inner,
+        filter: Option<&Expr>,
+        order: Option<&[SortKey]>,
+        paged: bool,
+        count: bool,
+    ) -> Result<(String, Vec<Value>)> {
         let c = self.coll(inner, "query")?;
         let table = inner
             .schema
@@ -202,15 +225,15 @@ impl<'a> Query<'a> {
             key: &c.key_ids,
             params: Vec::new(),
         };
-        let w = match &self.spec.filter {
+        let w = match filter {
             Some(e) => format!(" WHERE {}", comp.expr(e)?),
             None => String::new(),
         };
         let mut tail = String::new();
-        if !count {
-            tail.push_str(&comp.order(&self.spec.order)?);
+        if let Some(keys) = order {
+            tail.push_str(&comp.order(keys)?);
         }
-        if self.spec.limit.is_some() || self.spec.offset > 0 {
+        if paged && (self.spec.limit.is_some() || self.spec.offset > 0) {
             tail.push_str(" LIMIT ? OFFSET ?");
             comp.params.push(Value::Int(
                 self.spec
@@ -248,7 +271,20 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(Vec::new());
             }
-            let rows = select(conn, &c.name, op, &sql, &params)?;
+            let rows = match crate::scan::plan(inner, c, &self.spec)? {
+                // A filter on a field without an index: evaluated on the bytes.
+                Some(plan) => {
+                    let (sql, params) = self.build_with(
+                        inner,
+                        plan.sql_filter.as_ref(),
+                        plan.sql_order.as_deref(),
+                        false,
+                        false,
+                    )?;
+                    plan.rows(conn, c, op, (&sql, &params), &self.spec, first)?
+                }
+                None => select(conn, &c.name, op, &sql, &params)?,
+            };
             let t = inner.table(c)?;
             for r in rows.iter().filter(|_| verify) {
                 t.read(&r.bytes).map_err(|source| Error::Decode {
@@ -281,6 +317,11 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(0);
             }
+            if let Some(plan) = crate::scan::plan(inner, c, &self.spec)? {
+                let (sql, params) =
+                    self.build_with(inner, plan.sql_filter.as_ref(), None, false, false)?;
+                return plan.count(conn, c, (&sql, &params), &self.spec);
+            }
             let mut st = conn
                 .prepare_cached(&sql)
                 .map_err(|e| Error::sqlite("count", &c.name, e))?;
@@ -294,11 +335,24 @@ impl<'a> Query<'a> {
     }
 
     /// SQLite's `EXPLAIN QUERY PLAN` for this query, one line per step (for tests
-    /// and tuning: shows whether an index is used).
+    /// and tuning: shows whether an index is used). When part of the filter runs on
+    /// the rows' bytes (a field without an index), the plan is that of the SQL that
+    /// feeds it, followed by a `keel: …` line naming what keel evaluates (and
+    /// whether it sorts the matches itself).
     pub fn explain(self) -> Result<Vec<String>> {
         self.src.run("explain", |inner, conn| {
-            let (sql, params) = self.build(inner, false)?;
             let c = self.coll(inner, "explain")?;
+            let plan = crate::scan::plan(inner, c, &self.spec)?;
+            let (sql, params) = match &plan {
+                Some(p) => self.build_with(
+                    inner,
+                    p.sql_filter.as_ref(),
+                    p.sql_order.as_deref(),
+                    false,
+                    false,
+                )?,
+                None => self.build(inner, false)?,
+            };
             let mut st = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .map_err(|e| Error::sqlite("explain", &c.name, e))?;
@@ -307,8 +361,13 @@ impl<'a> Query<'a> {
                     r.get::<_, String>(3)
                 })
                 .map_err(|e| Error::sqlite("explain", &c.name, e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| Error::sqlite("explain", &c.name, e))
+            let mut lines = rows
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| Error::sqlite("explain", &c.name, e))?;
+            if let Some(p) = plan {
+                lines.push(p.describe());
+            }
+            Ok(lines)
         })
     }
 }
