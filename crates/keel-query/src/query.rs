@@ -256,7 +256,9 @@ impl<'a> Query<'a> {
         Ok((sql, comp.params))
     }
 
-    fn rows(&self, op: &'static str, first: bool, verify: bool) -> Result<Vec<StoredObject>> {
+    /// The matching rows. `check`: fail on a row whose bytes do not even open (see
+    /// [`check_stored`]); typed fetches skip it, their decode checks every field.
+    fn rows(&self, op: &'static str, first: bool, check: bool) -> Result<Vec<StoredObject>> {
         self.src.run(op, |inner, conn| {
             let (mut sql, mut params) = self.build(inner, false)?;
             if first && self.spec.limit.is_none() && self.spec.offset == 0 {
@@ -285,21 +287,23 @@ impl<'a> Query<'a> {
                 }
                 None => select(conn, &c.name, op, &sql, &params)?,
             };
-            let t = inner.table(c)?;
-            for r in rows.iter().filter(|_| verify) {
-                t.read(&r.bytes).map_err(|source| Error::Decode {
-                    op,
-                    collection: c.name.clone(),
-                    rowid: r.rowid,
-                    source,
-                })?;
+            if check {
+                let t = inner.table(c)?;
+                for r in &rows {
+                    check_stored(t, c, op, r)?;
+                }
             }
             Ok(rows)
         })
     }
 
-    /// Every matching object, in order. Each is verified against the schema: a
-    /// damaged row is an [`Error::Decode`] naming its rowid.
+    /// Every matching object, in order. keel verified each object's bytes against
+    /// the schema when they were written, so reading does not walk them again: it
+    /// checks that each opens (a row damaged since, e.g. by another SQLite tool, is
+    /// an [`Error::Decode`] naming its rowid), and every reader of the bytes
+    /// (generated types, [`keel_schema::Object`], the Swift and Kotlin bindings)
+    /// is bounds-checked, so deeper damage is a decode error there, never a crash.
+    /// `keel check` verifies every row in full.
     pub fn all(self) -> Result<Vec<StoredObject>> {
         self.rows("fetch", false, true)
     }
@@ -497,7 +501,7 @@ impl<'a, R: Record> Fetch<'a, R> {
     fn decode(op: &'static str, rows: Vec<StoredObject>) -> Result<Vec<R>> {
         rows.into_iter()
             .map(|r| {
-                R::decode(&r.bytes).map_err(|source| Error::Decode {
+                R::decode_stored(&r.bytes).map_err(|source| Error::Decode {
                     op,
                     collection: R::COLLECTION.to_owned(),
                     rowid: r.rowid,
@@ -548,14 +552,14 @@ impl<R: Record> Fetch<'_, R> {
 /// Point lookups by key, shared by [`Database`](crate::Database), [`Snapshot`](crate::Snapshot),
 /// [`Txn`](crate::Txn) and the subscription hub.
 impl Inner {
-    /// Look an object up by (checked) key on `conn`, verifying its bytes.
+    /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].
     pub(crate) fn get_in(
         &self,
         conn: &rusqlite::Connection,
         c: &Coll,
         op: &'static str,
         key: &[Value],
-        verify: bool,
+        check: bool,
     ) -> Result<Option<StoredObject>> {
         let key = c.check_key(op, key)?;
         if self.unborn(conn, c)? {
@@ -565,24 +569,41 @@ impl Inner {
         let Some(r) = rows.into_iter().next() else {
             return Ok(None);
         };
-        if verify {
-            self.table(c)?
-                .read(&r.bytes)
-                .map_err(|source| Error::Decode {
-                    op,
-                    collection: c.name.clone(),
-                    rowid: r.rowid,
-                    source,
-                })?;
+        if check {
+            check_stored(self.table(c)?, c, op, &r)?;
         }
         Ok(Some(r))
     }
 }
 
+/// The read-side check of a stored object's bytes: they open as an object of the
+/// collection's table (root offset, vtable and table within the buffer).
+///
+/// Bytes are verified once, on the way in (`insert_bytes` and friends run the
+/// full verifier); a read does not walk every row again. What a row can have gone
+/// through since is a write by another tool: garbage fails here, and damage deeper
+/// in fails the bounds-checked read of the field that meets it (typed decode:
+/// [`Record::decode_stored`]) — a typed [`Error::Decode`], never a panic.
+pub(crate) fn check_stored(
+    t: keel_schema::DynamicTable<'_>,
+    c: &Coll,
+    op: &'static str,
+    r: &StoredObject,
+) -> Result<()> {
+    t.open(&r.bytes)
+        .map(|_| ())
+        .map_err(|source| Error::Decode {
+            op,
+            collection: c.name.clone(),
+            rowid: r.rowid,
+            source,
+        })
+}
+
 pub(crate) fn decode_opt<R: Record>(o: Option<StoredObject>) -> Result<Option<R>> {
     match o {
         None => Ok(None),
-        Some(r) => R::decode(&r.bytes)
+        Some(r) => R::decode_stored(&r.bytes)
             .map(Some)
             .map_err(|source| Error::Decode {
                 op: "decode",

@@ -576,7 +576,7 @@ impl Stream for ObjectStream {
 // ---------------------------------------------------------------- typed API
 
 fn decode<R: Record>(o: &StoredObject) -> Result<R> {
-    R::decode(&o.bytes).map_err(|source| Error::Decode {
+    R::decode_stored(&o.bytes).map_err(|source| Error::Decode {
         op: "subscription",
         collection: R::COLLECTION.to_owned(),
         rowid: o.rowid,
@@ -669,7 +669,12 @@ impl<R: Record> Fetch<'_, R> {
             // Give the caller's objects the rowids of the stored ones with the same key.
             let by_key: HashMap<Vec<hub::HKey>, i64> = fresh
                 .iter()
-                .filter_map(|o| Some((hkeys(&R::decode(&o.bytes).ok()?.primary_key()), o.rowid)))
+                .filter_map(|o| {
+                    Some((
+                        hkeys(&R::decode_stored(&o.bytes).ok()?.primary_key()),
+                        o.rowid,
+                    ))
+                })
                 .collect();
             keys.into_iter()
                 .enumerate()
@@ -783,7 +788,7 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode(&o.bytes) {
+            Box::new(move |o| match R::decode_stored(&o.bytes) {
                 Ok(r) => r.encode() != mine,
                 Err(_) => true,
             }),
@@ -823,7 +828,7 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode(&o.bytes) {
+            Box::new(move |o| match R::decode_stored(&o.bytes) {
                 Ok(r) => r.encode() != mine,
                 Err(_) => true,
             }),
