@@ -115,13 +115,8 @@ fn move_aside(path: &Path) -> Result<PathBuf> {
         }
     }
     std::fs::rename(path, &target).map_err(|e| Error::io("move bad file aside", path, e))?;
-    // The renames live in the directory: without its sync a power loss could bring
-    // the bad file back under the database's name (or lose the moved copy).
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
-    }
+    // The renames live in the directory: `open_once` syncs it (under the open
+    // barrier's policy, counted in `IoStats::dir_syncs`) before anything is created.
     tracing::warn!(from = %path.display(), to = %target.display(), "moved bad database aside");
     Ok(target)
 }
@@ -377,6 +372,14 @@ fn open_once(
         #[cfg(feature = "sim")]
         platform_sync: opts.platform_sync.clone(),
     });
+    if moved_aside.is_some() {
+        // Without this sync a power loss could bring the bad file back under the
+        // database's name, or lose the moved copy.
+        if let Some(dir) = path.parent() {
+            crate::vfs::sync_dir(&shared, SyncReason::OpenBarrier, dir)
+                .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
+        }
+    }
     let mut pl = Pipeline {
         t0: Instant::now(),
         report: OpenReport {
