@@ -118,6 +118,7 @@ use crate::slot::{Producer, Slot};
 use hub::{hkeys, Compiled, Obj};
 
 use crate::db::Database;
+use crate::engine::CommitObserver;
 use crate::error::{Error, Result};
 use crate::query::{Fetch, Query, Source, StoredObject};
 
@@ -255,11 +256,37 @@ impl Drop for Subscription {
 /// subscriptions ([`Hub::resync`]).
 fn hub_of(db: &Database) -> Arc<Hub> {
     let inner = db.inner();
-    Arc::clone(
-        inner
-            .hub
-            .get_or_init(|| Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema)))),
-    )
+    let hub = inner.hub.get_or_init(|| {
+        Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema))) as Arc<dyn CommitObserver>
+    });
+    as_hub(Arc::clone(hub))
+}
+
+/// The engine holds the hub as a [`CommitObserver`] (it sits below this module);
+/// only [`hub_of`] installs one, always a [`Hub`].
+fn as_hub(observer: Arc<dyn CommitObserver>) -> Arc<Hub> {
+    match observer.into_any().downcast::<Hub>() {
+        Ok(hub) => hub,
+        Err(_) => unreachable!("the engine's commit observer is always the subscription hub"),
+    }
+}
+
+impl CommitObserver for Hub {
+    fn interested(&self) -> bool {
+        Hub::interested(self)
+    }
+    fn on_commit(&self, changes: &[crate::Change]) {
+        Hub::on_commit(self, changes)
+    }
+    fn resync(&self) {
+        Hub::resync(self)
+    }
+    fn close(&self) {
+        Hub::close(self)
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
 }
 
 type SeenFn = Box<dyn FnOnce(&[Obj]) -> Vec<Obj> + Send>;
@@ -546,7 +573,10 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn subscription_counts(&self) -> (usize, usize) {
-        self.inner().hub.get().map_or((0, 0), |h| h.counts())
+        self.inner()
+            .hub
+            .get()
+            .map_or((0, 0), |h| as_hub(Arc::clone(h)).counts())
     }
 }
 
