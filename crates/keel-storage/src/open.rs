@@ -22,11 +22,7 @@ use crate::writer::WriterCtx;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-pub(crate) fn wal_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push("-wal");
-    PathBuf::from(s)
-}
+pub(crate) use crate::paths::wal_path;
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
