@@ -61,6 +61,94 @@ pub(crate) fn open_store(
     }
 }
 
+/// The constructors of [`Store`]: they run the pipeline above, which builds the
+/// store, so they live here rather than in `store.rs` (the handle and what it
+/// does), keeping the dependency one way: `open` → `store`.
+impl Store {
+    /// Open (or create) a store, blocking the calling thread through the whole open
+    /// pipeline (including any slow sync): it returns when the store is
+    /// [durable](crate::Milestone::Durable). If the open barrier fails the store is
+    /// closed and the barrier's error returned. Prefer [`Store::open_async`] on UI
+    /// threads.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.open_report().created);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let store = open_store(path.as_ref(), options, &|| false, &|_| {})?;
+        match store.gate().wait(Some(std::time::Duration::ZERO)) {
+            crate::durable::Wait::Failed(e) => {
+                let _ = store.close();
+                Err(e)
+            }
+            crate::durable::Wait::Durable | crate::durable::Wait::TimedOut => Ok(store),
+        }
+    }
+
+    /// Start opening a store on a keel-owned thread and return at once. The future
+    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::Milestone)):
+    /// reads, snapshots and subscriptions work at once, even while the open barrier
+    /// (the sync of a WAL a previous run left, seconds under `F_FULLFSYNC`) still
+    /// runs. Writes submitted meanwhile are queued and commit after it; await
+    /// [`Store::durable`] to know when. Progress events go to
+    /// [`StoreOptions::progress`], the last one (`Durable`) possibly after the
+    /// future resolved. Works with or without an async runtime.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let fut = Store::open_async(dir.path().join("a.db"), StoreOptions::default());
+    /// // … the caller keeps running …
+    /// let store = futures::executor::block_on(fut)?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> crate::store::OpenFuture {
+        let path = path.as_ref().to_path_buf();
+        let (tx, rx) = crate::oneshot::channel::<Result<Store>>();
+        let p2 = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keel-open".into())
+            .spawn(move || {
+                let tx = std::sync::Mutex::new(Some(tx));
+                let cancelled = || lock_sender(&tx).as_ref().is_some_and(|t| t.is_cancelled());
+                // The future resolves at readable; this thread goes on to durable.
+                let deliver = |r: Result<Store>| match lock_sender(&tx).take() {
+                    Some(t) => t.send(r).is_ok(),
+                    None => true,
+                };
+                let r = open_store(&p2, options, &cancelled, &|s: &Store| {
+                    deliver(Ok(s.clone()));
+                });
+                match r {
+                    Err(e) => {
+                        deliver(Err(e));
+                    }
+                    Ok(store) => {
+                        // Delivered at readable already (a no-op then). If the future
+                        // is gone, this is the last handle: dropping it closes the
+                        // store (threads joined) before this thread exits.
+                        deliver(Ok(store.clone()));
+                        drop(store);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let (tx, rx) = crate::oneshot::channel();
+            let _ = tx.send(Err(Error::io("spawn open thread", &path, e)));
+            return crate::store::OpenFuture { rx, path };
+        }
+        crate::store::OpenFuture { rx, path }
+    }
+}
+
+fn lock_sender<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// UTC `YYYYMMDDTHHMMSSZ` without a date crate.
 fn utc_stamp() -> String {
     let secs = SystemTime::now()
