@@ -22,7 +22,7 @@ use crate::writer::WriterCtx;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-pub(crate) use crate::paths::wal_path;
+use crate::paths::wal_path;
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();

@@ -1,4 +1,8 @@
 //! Sync policies: which primitive makes data durable, chosen per reason.
+//!
+//! A leaf of the crate: it also holds what `error` and `sim` need of syncs without
+//! importing the VFS — the [`Primitive`] names and the last sync error of a
+//! thread — and [`SyncContext`] runs primitives through a closure the VFS supplies.
 
 use std::cell::Cell;
 use std::fmt;

@@ -53,6 +53,8 @@ fn sim_refused(rc: c_int, errno: i32, sync: Option<(FileKind, SyncReason)>) -> c
     rc
 }
 
+// Declared in `policy`, below this module, so that `error` and `sim` need not
+// import the VFS.
 pub(crate) use crate::policy::{take_last_sync_error, Primitive};
 
 /// The primitive a built-in policy runs; `apple` selects the Apple column of the
