@@ -162,6 +162,16 @@ impl<'a> Query<'a> {
         self
     }
 
+    /// The query as the scan (`scan.rs`) sees it.
+    fn ask(&self) -> crate::scan::Ask<'_> {
+        crate::scan::Ask {
+            filter: self.spec.filter.as_ref(),
+            order: &self.spec.order,
+            offset: self.spec.offset,
+            limit: self.spec.limit,
+        }
+    }
+
     fn coll<'i>(&self, inner: &'i Inner, op: &'static str) -> Result<&'i Coll> {
         inner.coll(&self.spec.collection, op)
     }
@@ -273,7 +283,7 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(Vec::new());
             }
-            let rows = match crate::scan::plan(inner, c, &self.spec)? {
+            let rows = match crate::scan::plan(&inner.schema, c, &self.ask())? {
                 // A filter on a field without an index: evaluated on the bytes.
                 Some(plan) => {
                     let (sql, params) = self.build_with(
@@ -283,7 +293,10 @@ impl<'a> Query<'a> {
                         false,
                         false,
                     )?;
-                    plan.rows(conn, c, op, (&sql, &params), &self.spec, first)?
+                    plan.rows(conn, c, op, (&sql, &params), &self.ask(), first)?
+                        .into_iter()
+                        .map(|(rowid, bytes)| StoredObject { rowid, bytes })
+                        .collect()
                 }
                 None => select(conn, &c.name, op, &sql, &params)?,
             };
@@ -321,10 +334,10 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(0);
             }
-            if let Some(plan) = crate::scan::plan(inner, c, &self.spec)? {
+            if let Some(plan) = crate::scan::plan(&inner.schema, c, &self.ask())? {
                 let (sql, params) =
                     self.build_with(inner, plan.sql_filter.as_ref(), None, false, false)?;
-                return plan.count(conn, c, (&sql, &params), &self.spec);
+                return plan.count(conn, c, (&sql, &params), &self.ask());
             }
             let mut st = conn
                 .prepare_cached(&sql)
@@ -346,7 +359,7 @@ impl<'a> Query<'a> {
     pub fn explain(self) -> Result<Vec<String>> {
         self.src.run("explain", |inner, conn| {
             let c = self.coll(inner, "explain")?;
-            let plan = crate::scan::plan(inner, c, &self.spec)?;
+            let plan = crate::scan::plan(&inner.schema, c, &self.ask())?;
             let (sql, params) = match &plan {
                 Some(p) => self.build_with(
                     inner,

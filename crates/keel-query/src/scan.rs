@@ -18,12 +18,21 @@ use std::sync::Arc;
 
 use keel_schema::{Expr, FieldPath, Schema, SortKey, Term, Value};
 
-use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::{Filter, Order};
 use crate::layout::Coll;
-use crate::query::{Spec, StoredObject};
 use crate::sql::{key_column, path_text, Param};
+
+/// A matching row: rowid and bytes.
+pub(crate) type Row = (i64, Vec<u8>);
+
+/// What a query asks for, as far as the scan is concerned.
+pub(crate) struct Ask<'a> {
+    pub(crate) filter: Option<&'a Expr>,
+    pub(crate) order: &'a [SortKey],
+    pub(crate) offset: u64,
+    pub(crate) limit: Option<u64>,
+}
 
 /// How a query with a filter on a field without an index runs.
 pub(crate) struct Plan {
@@ -111,30 +120,29 @@ fn and_all(parts: Vec<&Expr>) -> Option<Expr> {
     parts.into_iter().cloned().reduce(|a, b| a.and(b))
 }
 
-/// The scan plan for `spec`, or `None` when SQL answers the whole filter from
-/// columns and indexes (or there is no filter). A row matches the split plan iff
+/// The scan plan for `ask` on `c` (read with `schema`), or `None` when SQL answers
+/// the whole filter from columns and indexes (or there is no filter). A row matches the split plan iff
 /// the SQL part is true and the residual is true — exactly when the AND of both is
 /// true, which is what the all-SQL form keeps.
-pub(crate) fn plan(inner: &Inner, c: &Coll, spec: &Spec) -> Result<Option<Plan>> {
-    let Some(filter) = &spec.filter else {
+pub(crate) fn plan(schema: &Arc<Schema>, c: &Coll, ask: &Ask<'_>) -> Result<Option<Plan>> {
+    let Some(filter) = ask.filter else {
         return Ok(None);
     };
-    let cheap = Cheap::new(&inner.schema, c);
+    let cheap = Cheap::new(schema, c);
     let mut parts = Vec::new();
     conjuncts(filter, &mut parts);
     let (sql, rest): (Vec<&Expr>, Vec<&Expr>) = parts.into_iter().partition(|e| cheap.expr(e));
     let Some(rest) = and_all(rest) else {
         return Ok(None);
     };
-    let schema = Arc::clone(&inner.schema);
-    let residual = Filter::with_schema(Arc::clone(&schema), &c.name, &rest)?;
-    let sorted_by_sql = spec.order.iter().all(|k| cheap.path(&k.path));
+    let residual = Filter::with_schema(Arc::clone(schema), &c.name, &rest)?;
+    let sorted_by_sql = ask.order.iter().all(|k| cheap.path(&k.path));
     let (sql_order, order) = if sorted_by_sql {
-        (Some(spec.order.clone()), None)
+        (Some(ask.order.to_vec()), None)
     } else {
         (
             None,
-            Some(Order::with_schema(schema, &c.name, &spec.order)?),
+            Some(Order::with_schema(Arc::clone(schema), &c.name, ask.order)?),
         )
     };
     Ok(Some(Plan {
@@ -146,10 +154,10 @@ pub(crate) fn plan(inner: &Inner, c: &Coll, spec: &Spec) -> Result<Option<Plan>>
     }))
 }
 
-/// `offset` and `limit` of a spec as counts (`first` caps the limit at one).
-fn paging(spec: &Spec, first: bool) -> (usize, usize) {
-    let offset = usize::try_from(spec.offset).unwrap_or(usize::MAX);
-    let mut limit = spec
+/// `offset` and `limit` of a query as counts (`first` caps the limit at one).
+fn paging(ask: &Ask<'_>, first: bool) -> (usize, usize) {
+    let offset = usize::try_from(ask.offset).unwrap_or(usize::MAX);
+    let mut limit = ask
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
     if first {
@@ -189,17 +197,17 @@ fn for_each_match(
 
 impl Plan {
     /// The matching rows of `sql` (built from this plan's SQL filter and order,
-    /// without paging), after `spec`'s offset and limit.
+    /// without paging), after `ask`'s offset and limit.
     pub(crate) fn rows(
         &self,
         conn: &rusqlite::Connection,
         c: &Coll,
         op: &'static str,
         (sql, params): (&str, &[Value]),
-        spec: &Spec,
+        ask: &Ask<'_>,
         first: bool,
-    ) -> Result<Vec<StoredObject>> {
-        let (offset, limit) = paging(spec, first);
+    ) -> Result<Vec<Row>> {
+        let (offset, limit) = paging(ask, first);
         let mut out = Vec::new();
         if limit == 0 {
             return Ok(out);
@@ -213,10 +221,7 @@ impl Plan {
                         skip -= 1;
                         return true;
                     }
-                    out.push(StoredObject {
-                        rowid,
-                        bytes: b.to_vec(),
-                    });
+                    out.push((rowid, b.to_vec()));
                     out.len() < limit
                 })?;
             }
@@ -232,10 +237,7 @@ impl Plan {
                         .into_iter()
                         .skip(offset)
                         .take(limit)
-                        .map(|(k, bytes)| StoredObject {
-                            rowid: k.rowid,
-                            bytes,
-                        }),
+                        .map(|(k, bytes)| (k.rowid, bytes)),
                 );
             }
         }
@@ -255,16 +257,16 @@ impl Plan {
         )
     }
 
-    /// The number of matching rows after `spec`'s offset and limit (what
+    /// The number of matching rows after `ask`'s offset and limit (what
     /// `SELECT count(*) FROM (… LIMIT ? OFFSET ?)` counts).
     pub(crate) fn count(
         &self,
         conn: &rusqlite::Connection,
         c: &Coll,
         (sql, params): (&str, &[Value]),
-        spec: &Spec,
+        ask: &Ask<'_>,
     ) -> Result<u64> {
-        let (offset, limit) = paging(spec, false);
+        let (offset, limit) = paging(ask, false);
         let mut n = 0usize;
         for_each_match(conn, c, "count", sql, params, &self.residual, |_, _| {
             n += 1;

@@ -62,6 +62,7 @@ mod identity;
 mod oneshot;
 mod open;
 mod options;
+mod paths;
 mod policy;
 mod readers;
 mod report;
