@@ -1,4 +1,5 @@
-//! The writer thread and group commit.
+//! The writer thread and group commit, and the inline commit of an uncontended
+//! blocking write on its caller's thread ([`WriterShared`]).
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
