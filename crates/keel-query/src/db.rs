@@ -117,7 +117,7 @@ fn prepare(
 ) -> Result<(Prepared, StoreOptions)> {
     let schema = Arc::new(schema);
     let colls = (0..schema.collections.len())
-        .map(|i| Coll::new(&schema, i))
+        .map(|i| Coll::build(&schema, i, &schema))
         .collect::<Result<Vec<_>>>()?;
     // The object store checks whose file it opens (identity.rs in keel-storage).
     opts.keel_identity = true;
@@ -138,7 +138,16 @@ fn prepare(
     let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
         let path = ctx.path().to_path_buf();
-        match schema_phase(ctx, &path, &s3, &c2, &field_schema, migrator.as_mut()) {
+        let progress = |f: f32| ctx.progress(f);
+        match schema_phase(
+            ctx,
+            &path,
+            &s3,
+            &c2,
+            &field_schema,
+            migrator.as_mut(),
+            &progress,
+        ) {
             Ok(out) => *o2.lock().unwrap_or_else(|p| p.into_inner()) = out,
             Err(e) => {
                 let s = crate::stored::to_storage(&e, &path);
@@ -163,42 +172,58 @@ fn prepare(
 }
 
 fn finish(store: Store, p: Prepared) -> Database {
-    let mut by_name = HashMap::new();
-    for (i, c) in p.colls.iter().enumerate() {
-        by_name.insert(c.name.clone(), i);
-        let bare = p.schema.table(c.table).name.clone();
-        by_name.entry(bare).or_insert(i);
-    }
-    let (pending, created) = {
+    let (pending, ready, created, colls) = {
         let mut o = p.outcome.lock().unwrap_or_else(|e| e.into_inner());
         (
             std::mem::take(&mut o.pending),
+            std::mem::take(&mut o.ready),
             std::mem::take(&mut o.created),
+            o.colls.take(),
         )
     };
+    let colls = colls.unwrap_or(p.colls);
+    let mut by_name = HashMap::new();
+    for (i, c) in colls.iter().enumerate() {
+        by_name.insert(c.name.clone(), i);
+        let bare = p.schema.table(c.table).name.clone();
+        by_name.entry(bare).or_insert(i);
+        for ix in &c.indexes {
+            if ready.contains(&ix.name) {
+                ix.ready.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
+    }
     let mut builds = Vec::new();
-    for (name, create) in pending {
-        tracing::info!(index = %name, "building new index in the background");
+    for (ci, k) in pending {
+        let c = colls[ci].clone();
+        let name = c.indexes[k].name.clone();
+        tracing::info!(index = %name, "building index column in the background");
         builds.push(store.write(move |t| {
-            let state = match t.execute_batch(&create) {
-                Ok(()) => "ready".to_string(),
+            let ix = &c.indexes[k];
+            match crate::layout::build_index(t, &c, k, &mut |_| {}) {
+                Ok(()) => {
+                    crate::layout::record_ready(t, &c.name, ix)
+                        .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
+                    // Queries read the column once it is committed complete.
+                    let flag = std::sync::Arc::clone(&ix.ready);
+                    t.on_commit(Box::new(move || {
+                        flag.store(true, std::sync::atomic::Ordering::Release)
+                    }));
+                }
                 Err(e) => {
                     tracing::error!(index = %name, error = %e, "background index build failed");
-                    format!("failed: {e}")
+                    t.execute(
+                        "UPDATE keel_index SET state = ?2 WHERE name = ?1",
+                        rusqlite::params![name, format!("failed: {e}")],
+                    )
+                    .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
                 }
-            };
-            t.execute(
-                "UPDATE keel_index SET state = ?2 WHERE name = ?1",
-                rusqlite::params![name, state],
-            )
-            .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
+            }
             Ok::<(), Error>(())
         }));
     }
     Database {
-        inner: Inner::new(
-            store, p.schema, p.colls, by_name, builds, p.readers, created,
-        ),
+        inner: Inner::new(store, p.schema, colls, by_name, builds, p.readers, created),
     }
 }
 

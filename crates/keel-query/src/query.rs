@@ -176,7 +176,7 @@ impl<'a> Query<'a> {
     /// # let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
     /// let n = schema.reader("T").unwrap().path("n").unwrap();
     /// let (sql, params) = db.query("T").filter(Expr::eq(n, 7)).sql()?;
-    /// assert!(sql.contains("keel_field(body,'T/1') = ?"));
+    /// assert!(sql.contains("\"f1\" = ?")); // the indexed field's column
     /// assert_eq!(params, vec![7.into()]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -200,6 +200,7 @@ impl<'a> Query<'a> {
             table,
             collection: &c.name,
             key: &c.key_ids,
+            indexes: &c.indexes,
             params: Vec::new(),
         };
         let w = match &self.spec.filter {

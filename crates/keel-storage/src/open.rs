@@ -674,6 +674,7 @@ fn readable(
             conn: c,
             path,
             created: check.created,
+            progress: opts.progress.as_ref(),
         };
         let r = match catch_unwind(AssertUnwindSafe(|| {
             // The identity stamp commits with the schema step (identity.rs).

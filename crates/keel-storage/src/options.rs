@@ -140,6 +140,7 @@ pub struct SchemaCtx<'a> {
     pub(crate) conn: &'a rusqlite::Connection,
     pub(crate) path: &'a Path,
     pub(crate) created: bool,
+    pub(crate) progress: Option<&'a ProgressFn>,
 }
 
 impl SchemaCtx<'_> {
@@ -151,6 +152,24 @@ impl SchemaCtx<'_> {
     pub fn created(&self) -> bool {
         self.created
     }
+    /// Report how far long-running work of the hook is (`within`: the fraction of
+    /// it done, `0.0 ..= 1.0`) — e.g. a storage-format upgrade rewriting every
+    /// object — as an [`OpenPhase::Schema`] event of
+    /// [`StoreOptions::on_progress`], its `fraction` between this phase's start
+    /// and the next one's.
+    pub fn progress(&self, within: f32) {
+        let n = OpenPhase::ALL.len() as f32;
+        crate::durable::emit(
+            self.progress,
+            OpenProgress {
+                phase: OpenPhase::Schema,
+                fraction: (OpenPhase::Schema.index() as f32 + within.clamp(0.0, 1.0)) / n,
+                done: false,
+                milestone: None,
+            },
+        );
+    }
+
     /// An [`Error::Schema`] for this file.
     pub fn error(&self, message: impl Into<String>) -> Error {
         Error::Schema {
