@@ -148,7 +148,15 @@ fn prepare(
             migrator.as_mut(),
             &progress,
         ) {
-            Ok(out) => *o2.lock().unwrap_or_else(|p| p.into_inner()) = out,
+            Ok(out) => {
+                if let Some((from, n)) = out.upgraded {
+                    ctx.note(format!(
+                        "storage format {from} → {}: index columns of {n} objects filled",
+                        crate::layout::FORMAT
+                    ));
+                }
+                *o2.lock().unwrap_or_else(|p| p.into_inner()) = out
+            }
             Err(e) => {
                 let s = crate::stored::to_storage(&e, &path);
                 o2.lock().unwrap_or_else(|p| p.into_inner()).failure = Some(e);

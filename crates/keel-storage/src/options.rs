@@ -141,6 +141,7 @@ pub struct SchemaCtx<'a> {
     pub(crate) path: &'a Path,
     pub(crate) created: bool,
     pub(crate) progress: Option<&'a ProgressFn>,
+    pub(crate) note: Option<String>,
 }
 
 impl SchemaCtx<'_> {
@@ -168,6 +169,12 @@ impl SchemaCtx<'_> {
                 milestone: None,
             },
         );
+    }
+
+    /// Say what the hook did, for the [`OpenReport`](crate::OpenReport): the text
+    /// becomes the schema phase's note (e.g. "storage format 1 → 2").
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.note = Some(text.into());
     }
 
     /// An [`Error::Schema`] for this file.
