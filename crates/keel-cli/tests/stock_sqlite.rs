@@ -136,7 +136,9 @@ fn stock_sqlite_checks_and_reads_every_index_and_keel_check_repairs_its_writes()
     assert_eq!(ix["fx.Item#1"], json!(n));
     assert_eq!(ix["fx.Item#2"].as_array().unwrap().len(), 30);
     // The enum column holds numbers; absent values read the default (Green = 1).
-    let mut colors: Vec<i64> = (0..30).map(|i| if i % 3 == 0 && i != 5 { 2 } else { 1 }).collect();
+    let mut colors: Vec<i64> = (0..30)
+        .map(|i| if i % 3 == 0 && i != 5 { 2 } else { 1 })
+        .collect();
     colors.sort();
     assert_eq!(ix["fx.Item#3"], json!(colors));
     // The unique index inside a union member holds NULL for the objects without one.
@@ -146,7 +148,11 @@ fn stock_sqlite_checks_and_reads_every_index_and_keel_check_repairs_its_writes()
     assert_eq!(ix["fx.Item#6"].as_array().unwrap().len(), 30);
     assert_eq!(ix["fx.Log#0"], json!([6, 7, 8, 9, 10]));
     // The primary key's own unique index is readable too, and so is every table.
-    assert_eq!(ix["sqlite_autoindex_fx.Item_1"].as_array().unwrap().len(), 30, "{ix}");
+    assert_eq!(
+        ix["sqlite_autoindex_fx.Item_1"].as_array().unwrap().len(),
+        30,
+        "{ix}"
+    );
     assert_eq!(got["rows"]["fx.Item"], json!(30));
     assert_eq!(got["rows"]["fx.Log"], json!(5));
 
@@ -168,7 +174,10 @@ print(json.dumps({"changed": c.total_changes}))
     assert_eq!(edited["changed"], json!(1));
     let (code, out) = keel(&["check", path.to_str().unwrap()]);
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("column f1 holds 99, the object says 2"), "{out}");
+    assert!(
+        out.contains("column f1 holds 99, the object says 2"),
+        "{out}"
+    );
     assert!(out.contains("keel check --repair"), "{out}");
     let (code, out) = keel(&["check", path.to_str().unwrap(), "--json"]);
     let j: Json = serde_json::from_str(&out).unwrap();

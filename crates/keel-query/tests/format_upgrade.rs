@@ -44,9 +44,11 @@ fn copy_fixture(dir: &Path, name: &str) -> PathBuf {
 fn file_state(path: &Path) -> (i64, usize, usize) {
     let c = rusqlite::Connection::open(path).unwrap();
     let format: i64 = c
-        .query_row("SELECT value FROM keel_meta WHERE key = 'format'", [], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT value FROM keel_meta WHERE key = 'format'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     let expr: i64 = c
         .query_row(
@@ -76,16 +78,21 @@ fn assert_contents(db: &Database, schema: &Schema) {
             .all()
             .unwrap()
             .iter()
-            .map(|o| match item.read(&o.bytes).unwrap().get(&item.path("id").unwrap()) {
-                Value::Text(s) => s,
-                v => panic!("id {v:?}"),
-            })
+            .map(
+                |o| match item.read(&o.bytes).unwrap().get(&item.path("id").unwrap()) {
+                    Value::Text(s) => s,
+                    v => panic!("id {v:?}"),
+                },
+            )
             .collect();
         v.sort();
         v
     };
     let want = |f: &dyn Fn(i64) -> bool| -> Vec<String> {
-        (0..40i64).filter(|i| f(*i)).map(|i| format!("i{i:02}")).collect()
+        (0..40i64)
+            .filter(|i| f(*i))
+            .map(|i| format!("i{i:02}"))
+            .collect()
     };
     let n = |i: i64| if i % 5 == 0 { 0 } else { i % 7 };
     assert_eq!(
@@ -158,14 +165,21 @@ fn a_format_1_file_is_upgraded_in_place_in_one_transaction_with_progress() {
     assert_contents(&db, &schema);
     let plan = db
         .query("fx.Item")
-        .filter(Expr::eq(schema.reader("fx.Item").unwrap().path("n").unwrap(), 3))
+        .filter(Expr::eq(
+            schema.reader("fx.Item").unwrap().path("n").unwrap(),
+            3,
+        ))
         .explain()
         .unwrap()
         .join("\n");
     assert!(plan.contains("fx.Item#1"), "{plan}");
     // Progress inside the schema phase, between its start and the next phase's.
     let n = OpenPhase::ALL.len() as f32;
-    let lo = OpenPhase::ALL.iter().position(|p| *p == OpenPhase::Schema).unwrap() as f32 / n;
+    let lo = OpenPhase::ALL
+        .iter()
+        .position(|p| *p == OpenPhase::Schema)
+        .unwrap() as f32
+        / n;
     let inside: Vec<f32> = events
         .lock()
         .unwrap()

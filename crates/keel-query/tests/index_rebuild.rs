@@ -75,7 +75,12 @@ fn id_of(s: &Schema, bytes: &[u8]) -> i64 {
 
 fn check(db: &Database, s: &Schema, count: i64, default: i64, when: &str) {
     let p = s.reader("r.T").unwrap().path("n").unwrap();
-    for (op, v) in [(CmpOp::Eq, default), (CmpOp::Eq, 1), (CmpOp::Lt, 3), (CmpOp::Ge, 5)] {
+    for (op, v) in [
+        (CmpOp::Eq, default),
+        (CmpOp::Eq, 1),
+        (CmpOp::Lt, 3),
+        (CmpOp::Ge, 5),
+    ] {
         let (want, order) = expected(count, default, op, v);
         let got: Vec<i64> = db
             .query("r.T")
@@ -90,7 +95,12 @@ fn check(db: &Database, s: &Schema, count: i64, default: i64, when: &str) {
             .iter()
             .map(|o| id_of(s, &o.bytes))
             .collect();
-        assert!(got == want, "{when}: n {op:?} {v}: {} found, {} expected", got.len(), want.len());
+        assert!(
+            got == want,
+            "{when}: n {op:?} {v}: {} found, {} expected",
+            got.len(),
+            want.len()
+        );
         let sorted: Vec<i64> = db
             .query("r.T")
             .order_by(SortKey::asc(p.clone()))
@@ -141,7 +151,9 @@ fn a_new_default_rebuilds_the_index_column_and_queries_stay_right_throughout() {
     // What the column holds, read with plain SQLite: the new default.
     let c = rusqlite::Connection::open(&path).unwrap();
     let fives: i64 = c
-        .query_row("SELECT count(*) FROM \"r.T\" WHERE f1 = 5", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM \"r.T\" WHERE f1 = 5", [], |r| {
+            r.get(0)
+        })
         .unwrap();
     assert_eq!(fives, expected(count, 5, CmpOp::Eq, 5).0.len() as i64);
 }
