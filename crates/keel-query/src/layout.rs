@@ -111,8 +111,9 @@ pub(crate) struct Coll {
     pub(crate) sql_find: String,
     /// `body = ?1, columns = ?3… WHERE rowid = ?2`.
     pub(crate) sql_update: String,
-    /// One statement: `body` and columns by key, only if the bytes differ,
-    /// `RETURNING rowid` (params: key…, body, columns…).
+    /// One statement: `body` and columns by key, only if the bytes differ (params:
+    /// key…, body, columns…). Not `RETURNING rowid`: SQLite buffers returned rows
+    /// in an ephemeral table, which measured 5× slower per update.
     pub(crate) sql_update_key: String,
     pub(crate) sql_find_rowid: String,
     pub(crate) sql_delete_key: String,
@@ -260,12 +261,9 @@ impl Coll {
             table: c.table,
             sql_insert,
             sql_find: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
-            sql_update: format!(
-                "UPDATE {id} SET body = ?1{} WHERE rowid = ?2",
-                set_cols(3)
-            ),
+            sql_update: format!("UPDATE {id} SET body = ?1{} WHERE rowid = ?2", set_cols(3)),
             sql_update_key: format!(
-                "UPDATE {id} SET body = ?{body_p}{} WHERE {kwhere} AND body IS NOT ?{body_p} RETURNING rowid",
+                "UPDATE {id} SET body = ?{body_p}{} WHERE {kwhere} AND body IS NOT ?{body_p}",
                 set_cols(body_p + 1)
             ),
             sql_find_rowid: format!("SELECT rowid FROM {id} WHERE {kwhere}"),
@@ -834,7 +832,7 @@ mod tests {
         );
         assert_eq!(
             c.sql_update_key,
-            "UPDATE \"n.T\" SET body = ?3, \"f2\" = ?4 WHERE k0 = ?1 AND k1 = ?2 AND body IS NOT ?3 RETURNING rowid"
+            "UPDATE \"n.T\" SET body = ?3, \"f2\" = ?4 WHERE k0 = ?1 AND k1 = ?2 AND body IS NOT ?3"
         );
         assert!(!c.create_table_sql().contains("keel_field"));
         assert!(c.check_key("get", &["x".into(), 1.into()]).is_ok());

@@ -251,27 +251,19 @@ impl<'a> Txn<'a> {
             );
             return Ok(Ok(old.rowid));
         }
-        // One statement: the row with this key gets the new bytes and columns
-        // unless it holds these bytes already, and tells its rowid.
+        // One write statement, as a hand-written update: the row with this key
+        // gets the new bytes and columns unless it holds these bytes already.
         let cols = c.column_values(&bytes);
-        let updated: Option<i64> = {
+        {
             let mut st = self
                 .conn
                 .prepare_cached(&c.sql_update_key)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            with_params(&key, &bytes, &cols, |p| {
-                let mut rows = st.query(p)?;
-                match rows.next()? {
-                    Some(r) => r.get(0).map(Some),
-                    None => Ok(None),
-                }
-            })
-            .map_err(|e| Error::sqlite(op, &c.name, e))?
-        };
-        if let Some(rowid) = updated {
-            return Ok(Ok(rowid));
+            with_params(&key, &bytes, &cols, |p| st.execute(p))
+                .map_err(|e| Error::sqlite(op, &c.name, e))?;
         }
-        // Nothing written: the object is missing, or holds these bytes already.
+        // The rowid the API returns (and whether the object exists at all): one
+        // index probe, a read.
         let mut st = self
             .conn
             .prepare_cached(&c.sql_find_rowid)
