@@ -192,8 +192,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         Err(e) => return Err(Failure::storage(e)),
     }
     let conn = files::open_read_only(db)?;
-    // The schema is needed for the integrity check too: expression indexes call
-    // keel_field, which must be registered to be evaluated.
+    // The schema is needed for the integrity check of a storage-format-1 file too:
+    // its expression indexes call keel_field, which must be registered to be
+    // evaluated (format 2 has plain indexes only).
     let ds = match files::decode_schema(&conn, db, schema_file) {
         Ok(ds) => Some(ds),
         // A plain SQLite file without keel's schema: integrity check only.

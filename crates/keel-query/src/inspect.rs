@@ -180,11 +180,16 @@ impl Derived {
         );
         let mut st = conn.prepare(&sql)?;
         let mut rows = st.query([])?;
+        let reader = self.coll.ext_reader();
         while let Some(r) = rows.next()? {
             let rowid: i64 = r.get(0)?;
-            let want = match r.get_ref(1)? {
-                rusqlite::types::ValueRef::Blob(b) => self.values(b),
-                _ => vec![rusqlite::types::Value::Null; self.cols.len()],
+            // An object that does not verify has no trustworthy columns to derive:
+            // it is reported as a damaged object (`keel check`), not here.
+            let want = match (r.get_ref(1)?, reader) {
+                (rusqlite::types::ValueRef::Blob(b), Some(t)) if t.read(b).is_ok() => {
+                    self.values(b)
+                }
+                _ => continue,
             };
             let got = (0..self.cols.len())
                 .map(|i| r.get::<_, rusqlite::types::Value>(i + 2))
@@ -196,7 +201,8 @@ impl Derived {
 }
 
 /// Every object whose key columns (`k0`, …) or index columns (`f1`, …) disagree
-/// with the values keel derives from its bytes with `schema` — the schema stored
+/// with the values keel derives from its bytes (objects whose bytes do not verify
+/// are left to the object check) with `schema` — the schema stored
 /// in the file ([`stored_schema`]). keel writes those columns from the bytes in
 /// the same statement, so a mismatch means the row was changed by another tool;
 /// queries through the index would then disagree with the objects.
