@@ -197,7 +197,7 @@ fn finish(store: Store, p: Prepared) -> Database {
         by_name.entry(bare).or_insert(i);
         for ix in &c.indexes {
             if ready.contains(&ix.name) {
-                ix.ready.store(true, std::sync::atomic::Ordering::Release);
+                ix.mark_ready_at_open();
             }
         }
     }
@@ -213,10 +213,8 @@ fn finish(store: Store, p: Prepared) -> Database {
                     crate::layout::record_ready(t, &c.name, ix)
                         .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
                     // Queries read the column once it is committed complete.
-                    let flag = std::sync::Arc::clone(&ix.ready);
-                    t.on_commit(Box::new(move || {
-                        flag.store(true, std::sync::atomic::Ordering::Release)
-                    }));
+                    let done = ix.clone();
+                    t.on_commit(Box::new(move || done.mark_built()));
                 }
                 Err(e) => {
                     tracing::error!(index = %name, error = %e, "background index build failed");
@@ -635,7 +633,10 @@ impl Database {
     pub fn snapshot<T>(&self, f: impl FnOnce(&Snapshot<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_read("snapshot")?;
-        inner.store.read(|conn| f(&Snapshot { inner, conn }))
+        // Taken before the view: an index column completed after it may be
+        // missing from the view, so its queries read the bytes instead.
+        let as_of = crate::layout::ready_epoch();
+        inner.store.read(|conn| f(&Snapshot { inner, conn, as_of }))
     }
 
     /// Wait until indexes new to this database (built in the background after open)
@@ -741,16 +742,21 @@ fn parse_record_schema<R: Record>(path: &Path) -> Result<Schema> {
 pub struct Snapshot<'a> {
     inner: &'a Inner,
     conn: &'a rusqlite::Connection,
+    /// The index build epoch before the read transaction began.
+    as_of: u64,
 }
 
 impl Snapshot<'_> {
     /// A dynamic query in this snapshot.
     pub fn query(&self, collection: &str) -> Query<'_> {
-        Query::new(Source::Conn(self.inner, self.conn), collection)
+        Query::new(
+            Source::Conn(self.inner, self.conn, Some(self.as_of)),
+            collection,
+        )
     }
     /// A typed query in this snapshot.
     pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
-        Fetch::new(Source::Conn(self.inner, self.conn))
+        Fetch::new(Source::Conn(self.inner, self.conn, Some(self.as_of)))
     }
     /// Get by primary key in this snapshot.
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {

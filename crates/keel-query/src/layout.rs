@@ -25,7 +25,7 @@
 //! schema transaction.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use keel_schema::{
@@ -79,14 +79,39 @@ pub(crate) struct IndexSql {
     /// What the column is computed with (see the module docs).
     pub(crate) sig: String,
     pub(crate) create: String,
-    /// The column holds every object's value and the index exists: queries may read
-    /// the column. Until then they read the field out of the bytes (a scan).
-    pub(crate) ready: Arc<AtomicBool>,
+    /// Nonzero once the column holds every object's value and the index exists:
+    /// queries may read the column. Until then they read the field out of the bytes
+    /// (a scan). The value is the [`ready_epoch`] at which it became ready.
+    pub(crate) ready: Arc<AtomicU64>,
+}
+
+/// Counts index builds completed in this process: a snapshot that began before a
+/// build committed must not read that build's column (its view may predate it).
+static READY_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// The current build epoch (see [`READY_EPOCH`]); a snapshot takes it before its
+/// read transaction starts.
+pub(crate) fn ready_epoch() -> u64 {
+    READY_EPOCH.load(Ordering::Acquire)
 }
 
 impl IndexSql {
-    pub(crate) fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+    /// Whether queries may read the column: it is complete, and — for a read in a
+    /// snapshot taken at epoch `as_of` — was complete before the snapshot began.
+    pub(crate) fn is_ready(&self, as_of: Option<u64>) -> bool {
+        let at = self.ready.load(Ordering::Acquire);
+        at != 0 && as_of.is_none_or(|e| at <= e)
+    }
+
+    /// The column was complete when the database opened.
+    pub(crate) fn mark_ready_at_open(&self) {
+        self.ready.store(1, Ordering::Release);
+    }
+
+    /// A background build committed (called after COMMIT).
+    pub(crate) fn mark_built(&self) {
+        let e = READY_EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+        self.ready.store(e, Ordering::Release);
     }
 }
 
@@ -218,7 +243,7 @@ impl Coll {
                 path_text,
                 resolved,
                 sig,
-                ready: Arc::new(AtomicBool::new(false)),
+                ready: Arc::new(AtomicU64::new(0)),
             });
         }
         let kcols: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();

@@ -189,6 +189,9 @@ pub(crate) struct Compiler<'a> {
     pub(crate) key: &'a [u16],
     /// The collection's index columns: a path with a ready one reads the column.
     pub(crate) indexes: &'a [crate::layout::IndexSql],
+    /// For a read in a snapshot: the build epoch it was taken at (see
+    /// `layout::ready_epoch`); a column completed later is not read.
+    pub(crate) as_of: Option<u64>,
     pub(crate) params: Vec<Value>,
 }
 
@@ -226,7 +229,7 @@ impl Compiler<'_> {
             if let Some(ix) = self
                 .indexes
                 .iter()
-                .find(|i| i.path_text == text && i.is_ready())
+                .find(|i| i.path_text == text && i.is_ready(self.as_of))
             {
                 return Ok(ix.col_ident.clone());
             }
@@ -433,6 +436,7 @@ mod tests {
             collection: "n.T",
             key: &[],
             indexes: &[],
+            as_of: None,
             params: Vec::new(),
         };
         let e = Expr::eq(t.path("id").unwrap(), "x' OR 1=1 --").or(Expr::In {
@@ -453,6 +457,7 @@ mod tests {
             collection: "n.T",
             key: &[0],
             indexes: &[],
+            as_of: None,
             params: Vec::new(),
         };
         let id = t.path("id").unwrap();

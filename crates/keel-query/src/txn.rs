@@ -649,7 +649,7 @@ impl<'a> Txn<'a> {
 
     /// A dynamic query that sees this transaction's own writes.
     pub fn query(&self, collection: &str) -> Query<'_> {
-        Query::new(Source::Conn(self.inner, self.conn), collection)
+        Query::new(Source::Conn(self.inner, self.conn, None), collection)
     }
 
     // ---- typed API ----
@@ -776,7 +776,7 @@ impl<'a> Txn<'a> {
 
     /// A typed query that sees this transaction's own writes.
     pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
-        Fetch::new(Source::Conn(self.inner, self.conn))
+        Fetch::new(Source::Conn(self.inner, self.conn, None))
     }
 
     /// The key-value dictionary inside this transaction: its changes commit or roll

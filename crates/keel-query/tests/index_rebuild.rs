@@ -157,3 +157,36 @@ fn a_new_default_rebuilds_the_index_column_and_queries_stay_right_throughout() {
         .unwrap();
     assert_eq!(fives, expected(count, 5, CmpOp::Eq, 5).0.len() as i64);
 }
+
+/// A snapshot whose view predates the end of a rebuild keeps reading the field out
+/// of the bytes even after the rebuild commits: in its view the column is stale.
+#[test]
+fn a_snapshot_taken_during_a_rebuild_never_reads_the_stale_column() {
+    let count = 20_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    fill(&path, count);
+    let v2 = schema(5);
+    let db = Database::open(&path, v2.clone(), StoreOptions::default()).unwrap();
+    let p = v2.reader("r.T").unwrap().path("n").unwrap();
+    let want = expected(count, 5, CmpOp::Eq, 5).0.len() as u64;
+    let (before, after) = db
+        .snapshot(|s| {
+            // The view starts with this read, most likely before the build commits.
+            let before = s.query("r.T").filter(Expr::eq(p.clone(), 5)).count()?;
+            db.wait_for_indexes()?;
+            let after = s.query("r.T").filter(Expr::eq(p.clone(), 5)).count()?;
+            Ok((before, after))
+        })
+        .unwrap();
+    assert_eq!((before, after), (want, want));
+    // Outside the snapshot the finished column is used, with the same answer.
+    assert_eq!(
+        db.query("r.T")
+            .filter(Expr::eq(p.clone(), 5))
+            .count()
+            .unwrap(),
+        want
+    );
+    db.close().wait().unwrap();
+}
