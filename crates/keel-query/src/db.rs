@@ -14,8 +14,9 @@ use keel_storage::{OpenFuture, Store, StoreOptions, WriteFuture};
 use crate::change::Change;
 use crate::engine::{Inner, Task, WritingGuard};
 use crate::error::{Error, Result};
-use crate::layout::{schema_phase, Coll, SchemaOutcome};
+use crate::layout::Coll;
 use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
+use crate::schema_phase::{schema_phase, SchemaOutcome};
 use crate::txn::Txn;
 
 /// A hook registered with [`Database::on_commit_changes`]. Dropping this handle
@@ -210,7 +211,7 @@ fn finish(store: Store, p: Prepared) -> Database {
             let ix = &c.indexes[k];
             match crate::layout::build_index(t, &c, k, &mut |_| {}) {
                 Ok(()) => {
-                    crate::layout::record_ready(t, &c.name, ix)
+                    crate::schema_phase::record_ready(t, &c.name, ix)
                         .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
                     // Queries read the column once it is committed complete.
                     let done = ix.clone();

@@ -25,6 +25,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlOwned, ValueRef as SqlRef}
 
 use crate::error::{Error, Result};
 use crate::eval::{resolve, SqlValue};
+pub(crate) use crate::layout::{ident, path_text};
 
 /// Name of the field-extract SQL function.
 pub const FIELD_FN: &str = "keel_field";
@@ -56,34 +57,10 @@ fn parse_path_text(schema: &Schema, text: &str) -> Resolved {
     Some((c.table, r))
 }
 
-/// The path text of `path` for `collection` (`blog.Post/6:1.1`).
-pub(crate) fn path_text(collection: &str, path: &FieldPath) -> String {
-    let mut s = String::with_capacity(collection.len() + 8);
-    s.push_str(collection);
-    s.push('/');
-    for (i, st) in path.steps().iter().enumerate() {
-        if i > 0 {
-            s.push('.');
-        }
-        match st {
-            PathStep::Field { id, .. } => s.push_str(&id.to_string()),
-            PathStep::UnionMember { id, member, .. } => {
-                s.push_str(&format!("{id}:{member}"));
-            }
-        }
-    }
-    s
-}
-
 /// `keel_field(body,'…')`: SQL text for reading `path` (schema structure only).
 pub(crate) fn field_sql(collection: &str, path: &FieldPath) -> String {
     let text = path_text(collection, path).replace('\'', "''");
     format!("{FIELD_FN}(body,'{text}')")
-}
-
-/// A double-quoted SQL identifier.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Register `keel_field` on a connection (deterministic and innocuous, so SQLite

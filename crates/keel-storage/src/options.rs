@@ -159,16 +159,20 @@ impl SchemaCtx<'_> {
     /// [`StoreOptions::on_progress`], its `fraction` between this phase's start
     /// and the next one's.
     pub fn progress(&self, within: f32) {
+        let Some(cb) = self.progress else {
+            return;
+        };
         let n = OpenPhase::ALL.len() as f32;
-        crate::durable::emit(
-            self.progress,
-            OpenProgress {
-                phase: OpenPhase::Schema,
-                fraction: (OpenPhase::Schema.index() as f32 + within.clamp(0.0, 1.0)) / n,
-                done: false,
-                milestone: None,
-            },
-        );
+        let p = OpenProgress {
+            phase: OpenPhase::Schema,
+            fraction: (OpenPhase::Schema.index() as f32 + within.clamp(0.0, 1.0)) / n,
+            done: false,
+            milestone: None,
+        };
+        // As every progress event: a panicking callback does not fail the open.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(p))).is_err() {
+            tracing::error!(phase = p.phase.name(), "progress callback panicked");
+        }
     }
 
     /// Say what the hook did, for the [`OpenReport`](crate::OpenReport): the text
