@@ -287,6 +287,11 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
             .map(std::sync::Arc::new),
         _ => None,
     };
+    let format = if sqlite_problems.is_empty() {
+        inspect::storage_format(&conn).ok().flatten()
+    } else {
+        None
+    };
     const SHOWN: usize = 1000;
     let mut mismatches = Vec::new();
     let mut repaired = None;
@@ -358,6 +363,7 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 "stored": show(&m.stored), "expected": show(&m.expected),
             })).collect::<Vec<_>>(),
             "repaired_objects": repaired,
+            "storage_format": format,
             "repair": (!mismatches.is_empty()).then(|| format!("keel check --repair {}", db.display())),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
@@ -399,6 +405,11 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 println!("  … and {} more (use --json for all)", bad.len() - 100);
             }
         }
+    }
+    if let Some(f) = format.filter(|f| *f < 2) {
+        println!(
+            "storage format: {f} (indexes call keel_field, so stock SQLite tools cannot check it; the next open by keel upgrades it in place)"
+        );
     }
     if stored.is_some() {
         if let Some(n) = repaired {

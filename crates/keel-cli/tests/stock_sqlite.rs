@@ -158,6 +158,7 @@ fn stock_sqlite_checks_and_reads_every_index_and_keel_check_repairs_its_writes()
 
     let (code, out) = keel(&["check", path.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("storage format"), "{out}");
 
     // A stock tool changes an indexed column: the object's bytes still say n = 2.
     let edited = py(
@@ -182,6 +183,7 @@ print(json.dumps({"changed": c.total_changes}))
     let (code, out) = keel(&["check", path.to_str().unwrap(), "--json"]);
     let j: Json = serde_json::from_str(&out).unwrap();
     assert_eq!(code, 1);
+    assert_eq!(j["storage_format"], json!(2));
     assert_eq!(
         j["column_mismatches"],
         json!([{"collection": "fx.Item", "rowid": 3, "column": "f1", "stored": 99, "expected": 2}])
@@ -201,4 +203,20 @@ print(json.dumps({"changed": c.total_changes}))
     db.close().wait().unwrap();
     let got = py(python, &path, INSPECT);
     assert_eq!(got["integrity"], json!(["ok"]));
+}
+
+/// `keel check` on a file an older keel wrote (format 1) says so, and still checks it.
+#[test]
+fn keel_check_names_a_format_1_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.keel");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/format1.keel"),
+        &path,
+    )
+    .unwrap();
+    let (code, out) = keel(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("storage format: 1"), "{out}");
+    assert!(out.contains("upgrades it in place"), "{out}");
 }

@@ -72,6 +72,25 @@ pub fn stored_schema(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Str
     }
 }
 
+/// The storage format the file records (`format` in [`META_TABLE`]): 2 for the
+/// plain-column layout, 1 for files written before it (expression indexes over
+/// `keel_field`; the next open by keel upgrades them in place), `None` for a file
+/// keel's object store never opened.
+pub fn storage_format(conn: &rusqlite::Connection) -> rusqlite::Result<Option<i64>> {
+    if stored_schema(conn)?.is_none() {
+        return Ok(None);
+    }
+    match conn.query_row(
+        &format!("SELECT value FROM {META_TABLE} WHERE key = 'format'"),
+        [],
+        |r| r.get::<_, i64>(0),
+    ) {
+        Ok(f) => Ok(Some(f)),
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(Some(1)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Register keel's SQL functions (`keel_field`) on a connection, reading objects with
 /// `schema`. Needed for anything that evaluates the expression indexes, such as
 /// `PRAGMA integrity_check`.
