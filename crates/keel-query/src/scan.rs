@@ -32,6 +32,8 @@ pub(crate) struct Ask<'a> {
     pub(crate) order: &'a [SortKey],
     pub(crate) offset: u64,
     pub(crate) limit: Option<u64>,
+    /// The snapshot's index build epoch (`layout::ready_epoch`), if any.
+    pub(crate) as_of: Option<u64>,
 }
 
 /// How a query with a filter on a field without an index runs.
@@ -48,35 +50,34 @@ pub(crate) struct Plan {
 }
 
 /// What SQL reads without a `keel_field` call per row: the key columns, and the
-/// paths with a secondary index (which the `layout` turns into columns).
+/// index columns that are ready (for a snapshot: ready when it began) — exactly
+/// the paths `sql::Compiler` turns into columns.
 struct Cheap<'c> {
     key: &'c [u16],
-    /// Path texts (`sql::path_text`, ids only) of the indexed paths.
-    indexed: Vec<String>,
+    /// Path texts (`sql::path_text`, ids only) of the readable index columns.
+    indexed: Vec<&'c str>,
     collection: &'c str,
 }
 
 impl<'c> Cheap<'c> {
-    fn new(schema: &Schema, c: &'c Coll) -> Cheap<'c> {
-        let indexed = schema
-            .collection(&c.name)
-            .map(|d| {
-                d.indexes
-                    .iter()
-                    .map(|ix| path_text(&c.name, &FieldPath::new(ix.path.clone())))
-                    .collect()
-            })
-            .unwrap_or_default();
+    fn new(c: &'c Coll, as_of: Option<u64>) -> Cheap<'c> {
         Cheap {
             key: &c.key_ids,
-            indexed,
+            indexed: c
+                .indexes
+                .iter()
+                .filter(|ix| ix.is_ready(as_of))
+                .map(|ix| ix.path_text.as_str())
+                .collect(),
             collection: &c.name,
         }
     }
 
     fn path(&self, path: &FieldPath) -> bool {
         key_column(self.key, path).is_some()
-            || self.indexed.contains(&path_text(self.collection, path))
+            || self
+                .indexed
+                .contains(&path_text(self.collection, path).as_str())
     }
 
     fn term(&self, t: &Term) -> bool {
@@ -128,7 +129,7 @@ pub(crate) fn plan(schema: &Arc<Schema>, c: &Coll, ask: &Ask<'_>) -> Result<Opti
     let Some(filter) = ask.filter else {
         return Ok(None);
     };
-    let cheap = Cheap::new(schema, c);
+    let cheap = Cheap::new(c, ask.as_of);
     let mut parts = Vec::new();
     conjuncts(filter, &mut parts);
     let (sql, rest): (Vec<&Expr>, Vec<&Expr>) = parts.into_iter().partition(|e| cheap.expr(e));
@@ -287,13 +288,16 @@ mod tests {
     fn coll() -> (Schema, Coll) {
         let s = Schema::parse(FBS, "t.fbs").unwrap();
         let c = Coll::new(&s, 0).unwrap();
+        for ix in &c.indexes {
+            ix.mark_ready_at_open();
+        }
         (s, c)
     }
 
     #[test]
     fn key_and_indexed_fields_stay_in_sql_the_rest_is_residual() {
         let (s, c) = coll();
-        let cheap = Cheap::new(&s, &c);
+        let cheap = Cheap::new(&c, None);
         let t = s.reader("T").unwrap();
         let (id, p, n, w, x) = (
             t.path("id").unwrap(),
@@ -304,6 +308,10 @@ mod tests {
         );
         assert!(cheap.path(&id) && cheap.path(&p) && cheap.path(&w));
         assert!(!cheap.path(&n) && !cheap.path(&x));
+        // An index column still being built is read from the bytes, here.
+        let building = Coll::new(&s, 0).unwrap();
+        let cheap_now = Cheap::new(&building, None);
+        assert!(cheap_now.path(&id) && !cheap_now.path(&p));
         let e = Expr::eq(id.clone(), "a")
             .and(Expr::gt(n.clone(), 1))
             .and(Expr::lt(p.clone(), 5).or(Expr::eq(n.clone(), 3)));
