@@ -12,7 +12,12 @@
 //!
 //! `metrics` holds numbers only; `notes` (optional) explains each metric and is
 //! what the report prints beside it; `labels` (optional) gives a metric a short
-//! human name for the chart and the comparison table (`"case1_ratio": "pk queries"`). A full run replaces that scenario's section of
+//! human name for the chart and the comparison table (`"case1_ratio": "pk queries"`);
+//! `method` (optional, Markdown) says how the scenario is set up; `targets`
+//! (optional) lists the goals the scenario is held to, each as `{"metric", "label",
+//! "median", "min", "max", "target", "better": "lower"|"higher", "unit"}` — xtask
+//! decides `met` from the median and prints which targets are missed (a report, not
+//! a failure: benchmarks are not timed tests). A full run replaces that scenario's section of
 //! `BENCHMARKS.md` (between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`)
 //! and leaves the other sections alone. `--quick` runs each scenario small enough
 //! for CI: it writes the JSON and prints the table, but does not touch
