@@ -546,6 +546,7 @@ impl Target {
             "min": r(v[0]),
             "max": r(v[v.len() - 1]),
             "repetitions": v.len(),
+            "values": self.values.iter().map(|&x| r(x)).collect::<Vec<_>>(),
             "target": self.goal,
             "better": if self.higher_is_better { "higher" } else { "lower" },
             "unit": self.unit,
