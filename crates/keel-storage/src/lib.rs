@@ -68,6 +68,7 @@ mod report;
 pub mod sim;
 mod stats;
 mod store;
+mod suspend;
 #[allow(unsafe_code)]
 mod vfs;
 mod writer;
@@ -84,6 +85,7 @@ pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, Sync
 pub use report::{OpenReport, PhaseReport};
 pub use stats::{FileStats, IoStats};
 pub use store::{OpenFuture, Store};
+pub use suspend::{ResumeReport, SuspendOptions, SuspendReport};
 pub use writer::{WriteFuture, WriteTxn};
 
 /// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).

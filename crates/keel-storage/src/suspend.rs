@@ -1,0 +1,354 @@
+//! Suspension: the store lets go of every file lock and takes them back on resume.
+//!
+//! iOS kills a suspended app that still holds a file lock in a shared (App Group)
+//! container (`0xdead10cc`). In WAL mode every open connection holds locks: the
+//! `-shm` read-lock and "DMS" bytes, the WAL write lock while a transaction runs,
+//! the main file's shared lock. So [`Store::suspend`](crate::Store::suspend) closes
+//! them all — the writer's, every pooled reader's and the checkpointer's — and the
+//! threads that own them stay alive, parked on this module's [`Suspension`] until
+//! [`Store::resume`](crate::Store::resume). Connections come back lazily: the writer
+//! reopens its connection at the first write after resume, the pool at the first
+//! read, the checkpointer at its next checkpoint.
+//!
+//! What resume re-checks: another process may have written while this one was
+//! suspended. A fingerprint of the database file and its `-wal` (sizes, times, the
+//! WAL header) is taken when the last connection closed; if it differs at resume,
+//! (1) the writer syncs that WAL through the open-barrier policy before its first
+//! commit lands on top of it — the same reason the open barrier exists, and skipped
+//! when nothing changed, (2) the next write bumps the identity epoch (the WAL may
+//! have restarted), and (3) [`ResumeReport::external_changes`] tells the layer above
+//! that cached state (subscriptions) may be stale.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use rusqlite::InterruptHandle;
+
+use crate::checkpointer::CheckpointOutcome;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How [`Store::suspend`](crate::Store::suspend) treats work in flight and new work.
+///
+/// ```
+/// use keel_storage::SuspendOptions;
+/// use std::time::Duration;
+/// let o = SuspendOptions::default()
+///     .checkpoint_first(true) // going to the background: empty the WAL first
+///     .fail_fast(true)        // reads and writes while suspended fail with `Suspended`
+///     .interrupt_after(Duration::from_millis(20));
+/// assert!(o.fail_fast);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SuspendOptions {
+    /// Run a TRUNCATE checkpoint (bounded by `StoreOptions::truncate_timeout`)
+    /// before letting go of the connections, so the WAL is empty while the app is
+    /// in the background and the next launch has nothing to sync or recover.
+    /// Default `false`.
+    pub checkpoint_first: bool,
+    /// While suspended, new reads and writes fail at once with
+    /// [`Error::Suspended`](crate::Error::Suspended) instead of waiting for resume.
+    /// Default `false` (they wait).
+    pub fail_fast: bool,
+    /// How long the write group or read already running may go on before it is
+    /// interrupted (it then fails with the retryable
+    /// [`Error::Suspended`](crate::Error::Suspended)). Default 50 ms.
+    pub interrupt_after: Duration,
+    /// The bound on the whole suspend: work that does not stop by then (a closure
+    /// busy in Rust code between two SQL statements cannot be interrupted) makes
+    /// `suspend` return [`Error::SuspendTimeout`](crate::Error::SuspendTimeout).
+    /// Default 1 s.
+    pub timeout: Duration,
+}
+
+impl Default for SuspendOptions {
+    fn default() -> Self {
+        SuspendOptions {
+            checkpoint_first: false,
+            fail_fast: false,
+            interrupt_after: Duration::from_millis(50),
+            timeout: Duration::from_secs(1),
+        }
+    }
+}
+
+impl SuspendOptions {
+    /// Set [`SuspendOptions::checkpoint_first`].
+    pub fn checkpoint_first(mut self, yes: bool) -> Self {
+        self.checkpoint_first = yes;
+        self
+    }
+    /// Set [`SuspendOptions::fail_fast`].
+    pub fn fail_fast(mut self, yes: bool) -> Self {
+        self.fail_fast = yes;
+        self
+    }
+    /// Set [`SuspendOptions::interrupt_after`].
+    pub fn interrupt_after(mut self, d: Duration) -> Self {
+        self.interrupt_after = d;
+        self
+    }
+    /// Set [`SuspendOptions::timeout`].
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = d;
+        self
+    }
+}
+
+/// What [`Store::suspend`](crate::Store::suspend) did.
+///
+/// ```
+/// # use keel_storage::{Store, StoreOptions, SuspendOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("s.db"), StoreOptions::default())?;
+/// let r = store.suspend(SuspendOptions::default())?;
+/// assert!(!r.interrupted);
+/// store.resume()?;
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SuspendReport {
+    /// The TRUNCATE checkpoint's outcome, with [`SuspendOptions::checkpoint_first`]
+    /// (`None` without it, or if it failed: the failure is logged and the suspend
+    /// goes on — letting go of the locks matters more).
+    pub checkpoint: Option<CheckpointOutcome>,
+    /// True if work in flight had to be interrupted (it failed with
+    /// [`Error::Suspended`](crate::Error::Suspended)).
+    pub interrupted: bool,
+    /// False if the store was suspended already (nothing was done).
+    pub newly_suspended: bool,
+    /// From the call to no connection open.
+    pub duration: Duration,
+}
+
+/// What [`Store::resume`](crate::Store::resume) found.
+///
+/// ```
+/// # use keel_storage::{Store, StoreOptions, SuspendOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("r.db"), StoreOptions::default())?;
+/// store.suspend(SuspendOptions::default())?;
+/// let r = store.resume()?;
+/// assert!(r.was_suspended && !r.external_changes);
+/// # Ok::<(), keel_storage::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ResumeReport {
+    /// False if the store was not suspended (nothing was done).
+    pub was_suspended: bool,
+    /// The database file or its `-wal` changed while suspended: another process
+    /// wrote (or checkpointed). What this process cached (live query results) may
+    /// be stale; the object layer refreshes its subscriptions on it.
+    pub external_changes: bool,
+    /// How long the store was suspended.
+    pub suspended_for: Duration,
+}
+
+/// Which of keel's threads parks.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Parker {
+    Writer,
+    Checkpointer,
+}
+
+#[derive(Default)]
+struct St {
+    suspended: bool,
+    fail_fast: bool,
+    /// The writer / checkpointer thread sits in `park` (holding no connection).
+    writer_parked: bool,
+    ckpt_parked: bool,
+    /// Whether those threads hold connections at all (not after a failed barrier).
+    threads: bool,
+    writer_int: Option<InterruptHandle>,
+    ckpt_int: Option<InterruptHandle>,
+    since: Option<Instant>,
+    stamp: Option<FileStamp>,
+}
+
+impl St {
+    fn released(&self) -> bool {
+        !self.threads || (self.writer_parked && self.ckpt_parked)
+    }
+}
+
+/// The suspension state one store's threads, pool and handles share.
+#[derive(Default)]
+pub(crate) struct Suspension {
+    /// Cheap check on the hot paths (every write, the writer's loop).
+    flag: AtomicBool,
+    st: Mutex<St>,
+    cv: Condvar,
+    /// Set by resume when another process changed the files: the writer syncs the
+    /// WAL (open-barrier policy) before its first commit, and bumps the epoch.
+    pub(crate) external: AtomicBool,
+}
+
+impl Suspension {
+    pub(crate) fn is_suspended(&self) -> bool {
+        self.flag.load(Ordering::Acquire)
+    }
+
+    /// Suspended with `fail_fast`: new work fails at once.
+    pub(crate) fn fails_fast(&self) -> bool {
+        self.is_suspended() && lock(&self.st).fail_fast
+    }
+
+    /// A thread (re)opened or closed its connection: what `suspend` interrupts.
+    pub(crate) fn set_interrupt(&self, who: Parker, h: Option<InterruptHandle>) {
+        let mut st = lock(&self.st);
+        match who {
+            Parker::Writer => st.writer_int = h,
+            Parker::Checkpointer => st.ckpt_int = h,
+        }
+    }
+
+    /// Called by a keel thread that let go of its connection: wait until resumed.
+    /// (A close resumes first, so a parked thread always wakes.)
+    pub(crate) fn park(&self, who: Parker) {
+        let mut st = lock(&self.st);
+        match who {
+            Parker::Writer => st.writer_parked = true,
+            Parker::Checkpointer => st.ckpt_parked = true,
+        }
+        self.cv.notify_all();
+        // A resume followed at once by another suspend leaves it parked: the
+        // second suspend finds it let go already.
+        while st.suspended {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        match who {
+            Parker::Writer => st.writer_parked = false,
+            Parker::Checkpointer => st.ckpt_parked = false,
+        }
+    }
+
+    /// Start suspending; false if already suspended. `threads`: whether the writer
+    /// and checkpointer threads hold connections (not after a failed barrier).
+    pub(crate) fn begin(&self, fail_fast: bool, threads: bool) -> bool {
+        let mut st = lock(&self.st);
+        if st.suspended {
+            return false;
+        }
+        st.suspended = true;
+        st.fail_fast = fail_fast;
+        st.threads = threads;
+        st.since = Some(Instant::now());
+        st.stamp = None;
+        self.flag.store(true, Ordering::Release);
+        true
+    }
+
+    /// Wait until both threads let go, at most until `deadline`.
+    pub(crate) fn wait_released(&self, deadline: Instant) -> bool {
+        let mut st = lock(&self.st);
+        loop {
+            if st.released() {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Interrupt what the writer and checkpointer are running (if they still hold
+    /// a connection).
+    pub(crate) fn interrupt_threads(&self) {
+        let st = lock(&self.st);
+        if st.threads && !st.writer_parked {
+            if let Some(h) = &st.writer_int {
+                h.interrupt();
+            }
+        }
+        if st.threads && !st.ckpt_parked {
+            if let Some(h) = &st.ckpt_int {
+                h.interrupt();
+            }
+        }
+    }
+
+    /// Every connection is closed: remember what the files looked like.
+    pub(crate) fn record_stamp(&self, path: &Path) {
+        lock(&self.st).stamp = Some(FileStamp::read(path));
+    }
+
+    /// End the suspension; returns `(was suspended, files changed, suspended for)`.
+    pub(crate) fn end(&self, path: &Path) -> (bool, bool, Duration) {
+        let mut st = lock(&self.st);
+        if !st.suspended {
+            return (false, false, Duration::ZERO);
+        }
+        let changed = match &st.stamp {
+            Some(s) => *s != FileStamp::read(path),
+            // Suspend did not finish letting go: assume the worst.
+            None => true,
+        };
+        if changed {
+            self.external.store(true, Ordering::Release);
+        }
+        st.suspended = false;
+        st.fail_fast = false;
+        let since = st.since.take().map(|t| t.elapsed()).unwrap_or_default();
+        self.flag.store(false, Ordering::Release);
+        drop(st);
+        self.cv.notify_all();
+        (true, changed, since)
+    }
+}
+
+/// What the database file and its `-wal` looked like: any write or checkpoint by
+/// another process changes it (sizes, modification times, the WAL header with its
+/// salts and checkpoint sequence).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileStamp {
+    db: Option<(u64, Option<SystemTime>)>,
+    wal: Option<(u64, Option<SystemTime>, [u8; 32])>,
+}
+
+impl FileStamp {
+    fn read(path: &Path) -> FileStamp {
+        let meta = |p: &Path| {
+            std::fs::metadata(p)
+                .ok()
+                .map(|m| (m.len(), m.modified().ok()))
+        };
+        let wal = crate::open::wal_path(path);
+        let wal_stamp = meta(&wal).map(|(len, t)| {
+            let mut h = [0u8; 32];
+            if let Ok(mut f) = std::fs::File::open(&wal) {
+                let _ = std::io::Read::read(&mut f, &mut h);
+            }
+            (len, t, h)
+        });
+        FileStamp {
+            db: meta(path),
+            wal: wal_stamp,
+        }
+    }
+}
+
+/// Close a connection without SQLite's checkpoint-on-last-close: a suspend must
+/// let go at once (the checkpoint, with its sync, is what
+/// [`SuspendOptions::checkpoint_first`] is for) and must not write after the
+/// store said it was letting go.
+pub(crate) fn release(conn: crate::conn::KConn) {
+    let _ = conn.conn.set_db_config(
+        rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+        true,
+    );
+    drop(conn);
+}
