@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use keel_schema::{Record, Schema, Value};
-use keel_storage::{OpenFuture, Store, StoreOptions, WriteFuture};
+use keel_storage::{
+    OpenFuture, ResumeReport, Store, StoreOptions, SuspendOptions, SuspendReport, WriteFuture,
+};
 
 use crate::change::Change;
 use crate::engine::{Inner, Task, WritingGuard};
@@ -690,6 +692,132 @@ impl Database {
     /// True after [`Database::close`].
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Let go of every file lock on the database, its `-wal` and `-shm` — call it
+    /// when the app goes to the background with its database in a shared (App
+    /// Group) container, or iOS kills it (`0xdead10cc`). Same as
+    /// [`Database::suspend_with`] with [`SuspendOptions::default`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default())?;
+    /// db.suspend()?;  // applicationDidEnterBackground
+    /// db.resume()?;   // applicationWillEnterForeground
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn suspend(&self) -> Result<SuspendReport> {
+        self.suspend_with(SuspendOptions::default())
+    }
+
+    /// Suspend: the guarantees of [`Store::suspend`], on the object layer.
+    ///
+    /// * **Held afterwards:** no SQLite connection, so no lock of any kind. The
+    ///   `Database` (every clone), its subscriptions and its dictionary stay valid;
+    ///   subscriptions deliver again after [`Database::resume`].
+    /// * **Before letting go:** dictionary values still only in memory are
+    ///   flushed (waiting at most [`SuspendOptions::timeout`]; a flush that did not
+    ///   finish stays queued and commits after resume) — an app suspended in the
+    ///   background may be killed without another chance.
+    /// * **Work in flight:** the running write group and reads may finish for
+    ///   [`SuspendOptions::interrupt_after`], then fail with the retryable
+    ///   `Error::Storage(keel_storage::Error::Suspended { .. })` (nothing of an
+    ///   interrupted write commits; [`Error::is_retryable`] is true).
+    /// * **New work:** reads block their calling thread and writes wait in the
+    ///   queue until resume, or fail at once with `Suspended` under
+    ///   [`SuspendOptions::fail_fast`]. The dictionary's own background flush
+    ///   always waits.
+    /// * **Which thread:** blocks the caller for the bounds above (plus the TRUNCATE
+    ///   checkpoint with [`SuspendOptions::checkpoint_first`]); call it from a
+    ///   background task, or through the FFI's async `suspend`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error, SuspendOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("b.db"), StoreOptions::default())?;
+    /// // Going to the background: empty the WAL, then let go; fail fast meanwhile.
+    /// let r = db.suspend_with(SuspendOptions::default().checkpoint_first(true).fail_fast(true))?;
+    /// assert_eq!(r.checkpoint.map(|c| c.wal_bytes_after), Some(0));
+    /// let e = db.fetch::<Post>().count().unwrap_err();
+    /// assert!(e.is_retryable());
+    /// db.resume()?;
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn suspend_with(&self, opts: SuspendOptions) -> Result<SuspendReport> {
+        self.inner.check_open("suspend")?;
+        let deadline = std::time::Instant::now() + opts.timeout;
+        if let Some(flush) = crate::dictionary::shared::before_close(&self.inner.dict) {
+            match wait_until(flush, deadline) {
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "suspend: the dictionary flush failed; its values stay pending")
+                }
+                None => tracing::warn!(
+                    "suspend: the dictionary flush did not finish in time; it commits after resume"
+                ),
+                Some(Ok(())) => {}
+            }
+        }
+        Ok(self.inner.store.suspend(opts)?)
+    }
+
+    /// End a suspend: waiting reads and queued writes go on; connections reopen
+    /// lazily on the threads that use them, so this returns at once.
+    ///
+    /// If another process changed the file meanwhile
+    /// ([`ResumeReport::external_changes`]), every live query and object
+    /// subscription is read again on the writer thread (ordered with commits) and
+    /// delivers what differs: nothing stale is shown silently after a resume.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("r.db"), StoreOptions::default())?;
+    /// db.suspend()?;
+    /// assert!(db.is_suspended());
+    /// let r = db.resume()?;
+    /// assert!(r.was_suspended && !r.external_changes);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn resume(&self) -> Result<ResumeReport> {
+        self.inner.check_open("resume")?;
+        let r = self.inner.store.resume()?;
+        if r.external_changes {
+            self.inner.external_changes();
+        }
+        Ok(r)
+    }
+
+    /// True between [`Database::suspend`] and [`Database::resume`].
+    pub fn is_suspended(&self) -> bool {
+        self.inner.store.is_suspended()
+    }
+}
+
+/// Wait for `fut` until `deadline`, parking the thread (no busy loop).
+fn wait_until<T>(mut fut: WriteFuture<T>, deadline: std::time::Instant) -> Option<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = Pin::new(&mut fut).poll(&mut cx) {
+            return Some(v);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 

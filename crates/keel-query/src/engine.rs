@@ -101,6 +101,22 @@ impl Inner {
         })
     }
 
+    /// Another process may have committed while this one could not see it (found
+    /// by [`Database::resume`](crate::Database::resume)). The hook point for
+    /// cross-process catch-up: for now every live query and object subscription is
+    /// read again and delivers what differs. It runs on the writer thread, from an
+    /// empty write's commit callback, so its deliveries stay ordered with those of
+    /// commits; the write waits for resume like the dictionary's flush.
+    pub(crate) fn external_changes(self: &Arc<Inner>) {
+        let Some(hub) = self.hub.get().cloned() else {
+            return;
+        };
+        drop(self.store.write_waiting(move |w| {
+            w.on_commit(Box::new(move || hub.resync()));
+            Ok::<(), keel_storage::Error>(())
+        }));
+    }
+
     /// [`check_open`](Self::check_open) for a read through the database (not a
     /// `Txn`): inside one of this database's write closures such a read would use a
     /// pooled connection and miss the writes of this closure and of those queued

@@ -131,7 +131,10 @@ pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, 
 pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
-pub use keel_storage::{Milestone, Store, StoreOptions, SyncPolicy, WriteFuture};
+pub use keel_storage::{
+    Milestone, ResumeReport, Store, StoreOptions, SuspendOptions, SuspendReport, SyncPolicy,
+    WriteFuture,
+};
 
 /// The names most code needs: `use keel_query::prelude::*;`.
 pub mod prelude {

@@ -94,7 +94,9 @@ impl Shared {
             Some(inner) => {
                 let me = Arc::clone(self);
                 // The future is dropped: the job runs anyway; errors are logged.
-                drop(inner.store.write(move |w| flush(&me, w, true)));
+                // While suspended it waits for resume even under `fail_fast`: a
+                // refused flush would leave `flush_queued` set for good.
+                drop(inner.store.write_waiting(move |w| flush(&me, w, true)));
             }
             None => self.flush_queued.store(false, Ordering::Release),
         }
@@ -382,7 +384,8 @@ pub(crate) fn before_close(shared: &Arc<Shared>) -> Option<WriteFuture<Result<()
     }
     let inner = shared.db.upgrade()?;
     let me = Arc::clone(shared);
-    Some(inner.store.write(move |w| flush(&me, w, false)))
+    // Waits through a suspend (a close resumes first; a suspend flushes first).
+    Some(inner.store.write_waiting(move |w| flush(&me, w, false)))
 }
 
 pub(super) fn has_pending(shared: &Shared) -> bool {
