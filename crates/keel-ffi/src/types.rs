@@ -443,6 +443,50 @@ impl From<keel_storage::CheckpointOutcome> for CheckpointResult {
     }
 }
 
+/// What `suspend` did.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct SuspendResult {
+    /// True if a write or read in flight had to be interrupted (it failed with
+    /// `Suspended`; nothing of it committed).
+    pub interrupted: bool,
+    /// False if the database was suspended already.
+    pub newly_suspended: bool,
+    /// From the call to no lock held, in milliseconds.
+    pub duration_ms: f64,
+}
+
+impl From<keel_storage::SuspendReport> for SuspendResult {
+    fn from(r: keel_storage::SuspendReport) -> Self {
+        SuspendResult {
+            interrupted: r.interrupted,
+            newly_suspended: r.newly_suspended,
+            duration_ms: ms(r.duration),
+        }
+    }
+}
+
+/// What `resume` found.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct ResumeResult {
+    /// False if the database was not suspended.
+    pub was_suspended: bool,
+    /// Another process changed the file meanwhile; live queries and object
+    /// subscriptions are read again and deliver what differs.
+    pub external_changes: bool,
+    /// How long it was suspended, in milliseconds.
+    pub suspended_ms: f64,
+}
+
+impl From<keel_storage::ResumeReport> for ResumeResult {
+    fn from(r: keel_storage::ResumeReport) -> Self {
+        ResumeResult {
+            was_suspended: r.was_suspended,
+            external_changes: r.external_changes,
+            suspended_ms: ms(r.suspended_for),
+        }
+    }
+}
+
 /// One operation of a [`Database::write`](crate::Database::write) batch. Objects
 /// are FlatBuffers bytes whose root is the collection's table (made by the app's
 /// `flatc` code); they are verified against the schema before anything is written.

@@ -132,8 +132,8 @@ pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
 pub use keel_storage::{
-    Milestone, ResumeReport, Store, StoreOptions, SuspendOptions, SuspendReport, SyncPolicy,
-    WriteFuture,
+    fail_fast_while_suspended, Milestone, ResumeReport, Store, StoreOptions, SuspendOptions,
+    SuspendReport, SyncPolicy, WriteFuture,
 };
 
 /// The names most code needs: `use keel_query::prelude::*;`.

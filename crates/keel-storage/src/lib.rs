@@ -85,7 +85,7 @@ pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, Sync
 pub use report::{OpenReport, PhaseReport};
 pub use stats::{FileStats, IoStats};
 pub use store::{OpenFuture, Store};
-pub use suspend::{ResumeReport, SuspendOptions, SuspendReport};
+pub use suspend::{fail_fast_while_suspended, ResumeReport, SuspendOptions, SuspendReport};
 pub use writer::{WriteFuture, WriteTxn};
 
 /// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).

@@ -75,7 +75,7 @@ impl ReaderPool {
                 return Err(Error::closed("read", path));
             }
             if st.suspended {
-                if st.fail_fast {
+                if st.fail_fast || crate::suspend::no_wait() {
                     return Err(Error::suspended("read", path));
                 }
                 // Waits for resume (or close), however long: that is what a read

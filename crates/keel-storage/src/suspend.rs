@@ -151,6 +151,43 @@ pub struct ResumeReport {
     pub suspended_for: Duration,
 }
 
+thread_local! {
+    /// Set by [`fail_fast_while_suspended`] on this thread.
+    static NO_WAIT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` so that a read it makes while its store is suspended fails at once
+/// with [`Error::Suspended`](crate::Error::Suspended) instead of waiting for
+/// resume, whatever the suspend's `fail_fast`. For synchronous calls from a UI
+/// thread (the FFI's): the resume that would end the wait is called from that
+/// same thread, so waiting there could never end.
+///
+/// ```
+/// # use keel_storage::{Error, Store, StoreOptions, SuspendOptions};
+/// # let dir = tempfile::tempdir().unwrap();
+/// let store = Store::open(dir.path().join("f.db"), StoreOptions::default())?;
+/// store.suspend(SuspendOptions::default())?; // reads would wait...
+/// let r = keel_storage::fail_fast_while_suspended(|| store.read(|_| Ok::<_, Error>(())));
+/// assert!(matches!(r, Err(Error::Suspended { .. }))); // ...but not this one
+/// # store.resume()?;
+/// # Ok::<(), Error>(())
+/// ```
+pub fn fail_fast_while_suspended<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            NO_WAIT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(NO_WAIT.with(|c| c.replace(true)));
+    f()
+}
+
+/// True inside [`fail_fast_while_suspended`] on this thread.
+pub(crate) fn no_wait() -> bool {
+    NO_WAIT.with(|c| c.get())
+}
+
 /// Which of keel's threads parks.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Parker {
