@@ -382,6 +382,59 @@ async def write_query_get_and_close(tmp):
     expect(KeelError.Closed, db.get, "Post", [Value.TEXT("p1")])
 
 
+def locks_held(path):
+    """This process's /proc/locks lines on the database, its -wal and its -shm."""
+    inodes = {os.stat(p).st_ino for p in (path, path + "-wal", path + "-shm") if os.path.exists(p)}
+    held = []
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = [w for w in line.split() if w != "->"]
+            if len(parts) < 6:
+                continue
+            ino = int(parts[5].rsplit(":", 1)[1])
+            if ino in inodes and parts[4] in (str(os.getpid()), "-1"):
+                held.append(line.strip())
+    return held
+
+
+@test
+async def suspend_lets_go_of_every_lock_and_resume_picks_up(tmp):
+    path = os.path.join(tmp, "suspend.db")
+    db = await keel.open_async(path, SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    await db.write([WriteOp.INSERT(collection="Post", bytes=post(db, "a", 1))])
+    loop = asyncio.get_running_loop()
+    listener = QueryUpdates(loop)
+    sub = db.query("Post").subscribe(listener)
+    await settle(lambda: len(listener.updates) == 1)
+    assert locks_held(path), "an open database holds locks"
+    r = await db.suspend(fail_fast=False)
+    assert r.newly_suspended and db.is_suspended()
+    assert locks_held(path) == [], locks_held(path)
+    # A synchronous read never blocks the calling thread while suspended ...
+    expect(KeelError.Suspended, db.count, "Post")
+    # ... an async write waits for resume, without blocking the event loop.
+    pending = asyncio.ensure_future(db.write([WriteOp.INSERT(collection="Post", bytes=post(db, "b", 2))]))
+    await asyncio.sleep(0.1)
+    assert not pending.done()
+    rr = await db.resume()
+    assert rr.was_suspended and not rr.external_changes
+    await pending
+    assert db.count("Post") == 2
+    await settle(lambda: len(listener.updates) == 2)
+    assert len(listener.updates[-1].objects) == 2
+    # With fail_fast, calls fail at once with the retryable Suspended.
+    await db.suspend(fail_fast=True)
+    await aexpect(KeelError.Suspended, db.count_async("Post"))
+    await db.resume()
+    # Going to the background in one call: empty WAL, then no lock.
+    bg = await db.on_background(and_suspend=True)
+    assert bg.wal_bytes_after == 0 and db.is_suspended()
+    assert locks_held(path) == []
+    await db.resume()
+    sub.cancel()
+    await db.close()
+
+
 @test
 async def malformed_schema_is_a_typed_error(tmp):
     for bad in ["table { oops", "table T { id: nosuchtype; } root_type T;", "root_type Nowhere;"]:
