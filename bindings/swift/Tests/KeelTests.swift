@@ -502,7 +502,8 @@ final class KeelTests: XCTestCase {
         try await db.write { txn in try txn.insert(Post(id: "a", priority: 1)) }
         let updates = db.fetch(Post.self).updates()
         var it = updates.makeAsyncIterator()
-        XCTAssertEqual(try await it.next()?.objects.map(\.id), ["a"])
+        let first = try await it.next()
+        XCTAssertEqual(first?.objects.map(\.id), ["a"])
         #if os(Linux)
         XCTAssertFalse(locksHeld(path).isEmpty, "an open database holds locks")
         #endif
@@ -518,7 +519,8 @@ final class KeelTests: XCTestCase {
         let rr = try await db.resume()
         XCTAssertTrue(rr.wasSuspended && !rr.externalChanges)
         try await pending.value
-        XCTAssertEqual(try await it.next()?.objects.map(\.id), ["a", "b"], "delivers after resume")
+        let next = try await it.next()
+        XCTAssertEqual(next?.objects.map(\.id), ["a", "b"], "delivers after resume")
         // Going to the background in one call: empty WAL, then no lock.
         let bg = try await db.onBackground(andSuspend: true)
         XCTAssertEqual(bg.walBytesAfter, 0)

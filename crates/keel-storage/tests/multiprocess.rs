@@ -67,6 +67,7 @@ fn child_process() {
         "suspender" => suspender(&db),
         "writer" => writer(&db, arg.parse().unwrap()),
         "killed" => killed(&db),
+        "holder" => holder(&db),
         other => panic!("unknown role {other}"),
     }
 }
@@ -185,6 +186,30 @@ fn killed(db: &Path) {
             Ok::<(), Error>(())
         })
         .unwrap();
+}
+
+/// Holds the write lock (inside a transaction) until told to commit, then holds a
+/// read transaction (a snapshot) until told to end it.
+fn holder(db: &Path) {
+    let store = Store::open(db, opts()).unwrap();
+    store
+        .write_blocking(|t| {
+            t.execute("INSERT INTO t VALUES (5, 0, NULL)", [])?;
+            say("holding-write");
+            assert_eq!(hear(), "commit");
+            Ok::<(), Error>(())
+        })
+        .unwrap();
+    store
+        .read(|c| {
+            let n: i64 = c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?;
+            say(&format!("holding-read {n}"));
+            assert_eq!(hear(), "end");
+            Ok::<(), Error>(())
+        })
+        .unwrap();
+    say("done");
+    store.close().unwrap();
 }
 
 // ---------------------------------------------------------------- the test side
@@ -422,4 +447,72 @@ fn a_writer_killed_mid_transaction_leaves_the_other_process_data_intact() {
     assert_eq!(count(&again, "SELECT count(*) FROM t WHERE writer = 9"), 1);
     assert_eq!(integrity(&again), "ok");
     again.close().unwrap();
+}
+
+/// Another process holds the write lock: this process's open (its schema step)
+/// and its writes wait for it — the busy timeout applies because every write
+/// transaction takes the lock up front — and succeed once it commits. Then the
+/// other process holds a snapshot: a TRUNCATE checkpoint here cannot finish and
+/// says so (`busy`) after its bounded wait, and the store keeps working.
+#[test]
+fn writes_and_the_open_wait_for_another_process_and_truncate_reports_busy() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("hold.db");
+    {
+        let s = Store::open(&db, opts()).unwrap();
+        create(&s);
+        s.close().unwrap();
+    }
+    let mut other = Proc::spawn("holder", &db, &[]);
+    assert_eq!(other.hear(), "holding-write");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let db2 = db.clone();
+    let opener = std::thread::spawn(move || {
+        let o = opts().schema_hook(|ctx| {
+            ctx.execute_batch("CREATE TABLE IF NOT EXISTS side(x)")?;
+            Ok(())
+        });
+        let s = Store::open(&db2, o).unwrap();
+        s.write_blocking(|t| {
+            t.execute("INSERT INTO t VALUES (6, 0, NULL)", [])
+                .map_err(Error::from)
+        })
+        .unwrap();
+        tx.send(()).unwrap();
+        s
+    });
+    // The open waits for the other process's write lock (not a speed target: a
+    // window in which it must not have finished).
+    assert!(rx.recv_timeout(Duration::from_millis(300)).is_err());
+    other.say("commit");
+    rx.recv().unwrap();
+    let me = opener.join().unwrap();
+    assert_eq!(count(&me, "SELECT count(*) FROM t"), 2);
+
+    let line = other.hear();
+    assert!(line.starts_with("holding-read"), "{line}");
+    // Frames the other process's snapshot still needs: TRUNCATE cannot finish.
+    me.write_blocking(|t| {
+        t.execute("INSERT INTO t VALUES (6, 1, NULL)", [])
+            .map_err(Error::from)
+    })
+    .unwrap();
+    let out = me
+        .checkpoint(keel_storage::CheckpointMode::Truncate)
+        .unwrap();
+    assert!(out.busy, "{out:?}");
+    me.write_blocking(|t| {
+        t.execute("INSERT INTO t VALUES (6, 2, NULL)", [])
+            .map_err(Error::from)
+    })
+    .unwrap();
+    other.say("end");
+    assert_eq!(other.hear(), "done");
+    other.finish();
+    let out = me
+        .checkpoint(keel_storage::CheckpointMode::Truncate)
+        .unwrap();
+    assert!(!out.busy && out.wal_bytes_after == 0, "{out:?}");
+    assert_eq!(count(&me, "SELECT count(*) FROM t"), 4);
+    me.close().unwrap();
 }

@@ -257,3 +257,35 @@ fn suspend_inside_a_write_closure_is_refused() {
     assert!(!s.is_suspended());
     s.close().unwrap();
 }
+
+#[test]
+fn a_closure_busy_outside_sql_makes_suspend_time_out_and_its_write_still_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = open(&dir);
+    let (started_tx, started) = mpsc::channel();
+    let (go_tx, go) = mpsc::channel::<()>();
+    let fut = s.write(move |t| {
+        t.execute("INSERT INTO t VALUES (2)", [])?;
+        started_tx.send(()).unwrap();
+        // Rust work between statements: an SQLite interrupt cannot stop it.
+        go.recv().unwrap();
+        t.execute("INSERT INTO t VALUES (3)", [])
+            .map_err(Error::from)
+    });
+    started.recv().unwrap();
+    let e = s
+        .suspend(
+            SuspendOptions::default()
+                .interrupt_after(Duration::from_millis(5))
+                .timeout(Duration::from_millis(50)),
+        )
+        .unwrap_err();
+    assert!(matches!(e, Error::SuspendTimeout { .. }), "{e:?}");
+    assert!(s.is_suspended(), "the store stays suspended");
+    go_tx.send(()).unwrap();
+    // The closure's later statements ran after the interrupts: its group commits.
+    assert_eq!(fut.wait().unwrap(), 1);
+    s.resume().unwrap();
+    assert_eq!(count(&s).unwrap(), 3);
+    s.close().unwrap();
+}
