@@ -73,7 +73,7 @@ pub(crate) enum CkptMsg {
         reply: oneshot::Sender<Result<CheckpointOutcome>>,
     },
     Shutdown,
-    /// Wakes the checkpointer so it sees a suspend (see suspend.rs).
+    /// Wakes the checkpointer so it sees a suspend (see park.rs).
     Wake,
 }
 
@@ -88,9 +88,9 @@ pub(crate) struct CkptCtx {
     /// Size of the WAL left by a previous run (the open pipeline defers its checkpoint here).
     pub(crate) initial_wal_bytes: u64,
     pub(crate) signal: Arc<CkptSignal>,
-    pub(crate) suspension: Arc<crate::suspend::Suspension>,
+    pub(crate) suspension: Arc<crate::park::Suspension>,
     /// Opens the checkpointer's connection again after a resume.
-    pub(crate) reopen: crate::writer::Reopen,
+    pub(crate) reopen: crate::conn::Reopen,
 }
 
 pub(crate) fn run_checkpoint(
@@ -270,7 +270,7 @@ fn connection<'c>(conn: &'c mut Option<KConn>, ctx: &CkptCtx) -> Result<&'c rusq
     if conn.is_none() {
         let c = (ctx.reopen)()?;
         ctx.suspension.set_interrupt(
-            crate::suspend::Parker::Checkpointer,
+            crate::park::Parker::Checkpointer,
             Some(c.conn.get_interrupt_handle()),
         );
         *conn = Some(c);
@@ -291,7 +291,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     // once spins a core forever while the reader lives, and never reads `Shutdown`.
     let mut idle_retry = IdleRetry::new(ctx.idle);
     ctx.suspension.set_interrupt(
-        crate::suspend::Parker::Checkpointer,
+        crate::park::Parker::Checkpointer,
         Some(conn.conn.get_interrupt_handle()),
     );
     let mut conn = Some(conn);
@@ -329,11 +329,11 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         if ctx.suspension.is_suspended() {
             // Let go of every lock; the connection reopens at the next checkpoint.
             ctx.suspension
-                .set_interrupt(crate::suspend::Parker::Checkpointer, None);
+                .set_interrupt(crate::park::Parker::Checkpointer, None);
             if let Some(c) = conn.take() {
-                crate::suspend::release(c);
+                crate::park::release(c);
             }
-            ctx.suspension.park(crate::suspend::Parker::Checkpointer);
+            ctx.suspension.park(crate::park::Parker::Checkpointer);
             continue;
         }
         let msg = if sig.dirty.load(Ordering::Acquire) {
@@ -380,7 +380,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         }
     }
     ctx.suspension
-        .set_interrupt(crate::suspend::Parker::Checkpointer, None);
+        .set_interrupt(crate::park::Parker::Checkpointer, None);
     let last = connection(&mut conn, &ctx).and_then(|c| {
         run_checkpoint(
             c,

@@ -61,6 +61,8 @@ mod identity;
 mod oneshot;
 mod open;
 mod options;
+mod park;
+mod paths;
 mod policy;
 mod readers;
 mod report;
@@ -81,11 +83,12 @@ pub use options::{
     ConnectionInit, Milestone, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook,
     StoreOptions,
 };
+pub use park::fail_fast_while_suspended;
 pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, SyncReason};
 pub use report::{OpenReport, PhaseReport};
 pub use stats::{FileStats, IoStats};
 pub use store::{OpenFuture, Store};
-pub use suspend::{fail_fast_while_suspended, ResumeReport, SuspendOptions, SuspendReport};
+pub use suspend::{ResumeReport, SuspendOptions, SuspendReport};
 pub use writer::{WriteFuture, WriteTxn};
 
 /// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).

@@ -13,7 +13,7 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::InterruptHandle;
@@ -22,7 +22,7 @@ use crate::conn::KConn;
 use crate::error::{Error, PathScope};
 
 /// Opens one more reader connection (configured like the ones the open made).
-pub(crate) type Opener = Arc<dyn Fn() -> Result<KConn, Error> + Send + Sync>;
+pub(crate) type Opener = crate::conn::Reopen;
 
 struct PoolState {
     idle: Vec<KConn>,
@@ -75,7 +75,7 @@ impl ReaderPool {
                 return Err(Error::closed("read", path));
             }
             if st.suspended {
-                if st.fail_fast || crate::suspend::no_wait() {
+                if st.fail_fast || crate::park::no_wait() {
                     return Err(Error::suspended("read", path));
                 }
                 // Waits for resume (or close), however long: that is what a read
@@ -96,7 +96,7 @@ impl ReaderPool {
                         // Suspended or closed while opening: let go of it again.
                         Ok(c) if st.suspended || st.closed => {
                             st.opened -= 1;
-                            crate::suspend::release(c);
+                            crate::park::release(c);
                             self.cv.notify_all();
                             continue;
                         }
@@ -140,7 +140,7 @@ impl ReaderPool {
             drop(st);
             // Wakes a suspend waiting for the last borrowed connection.
             self.cv.notify_all();
-            crate::suspend::release(c);
+            crate::park::release(c);
             return;
         }
         st.idle.push(c);
@@ -170,7 +170,7 @@ impl ReaderPool {
             std::mem::take(&mut st.idle)
         };
         for c in idle {
-            crate::suspend::release(c);
+            crate::park::release(c);
         }
     }
 

@@ -274,12 +274,9 @@ pub(crate) enum WriterMsg {
         reply: oneshot::Sender<Result<u64>>,
     },
     Shutdown,
-    /// Wakes the writer so it sees a suspend (see suspend.rs).
+    /// Wakes the writer so it sees a suspend (see park.rs).
     Wake,
 }
-
-/// Opens the writer connection again after a resume (configured like the open's).
-pub(crate) type Reopen = std::sync::Arc<dyn Fn() -> Result<KConn> + Send + Sync>;
 
 pub(crate) struct WriterCtx {
     pub(crate) path: PathBuf,
@@ -291,8 +288,8 @@ pub(crate) struct WriterCtx {
     pub(crate) wal_frames: Arc<AtomicU64>,
     pub(crate) threshold_frames: u64,
     pub(crate) gauge: Arc<QueueGauge>,
-    pub(crate) suspension: Arc<crate::suspend::Suspension>,
-    pub(crate) reopen: Reopen,
+    pub(crate) suspension: Arc<crate::park::Suspension>,
+    pub(crate) reopen: crate::conn::Reopen,
     #[cfg(feature = "sim")]
     pub(crate) statement_trace: Option<crate::sim::StatementTrace>,
 }
@@ -406,7 +403,7 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
         }
     }
     ctx.suspension.set_interrupt(
-        crate::suspend::Parker::Writer,
+        crate::park::Parker::Writer,
         Some(conn.conn.get_interrupt_handle()),
     );
 }
@@ -445,11 +442,11 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
             // Let go of every lock: close the connection and wait for resume. Queued
             // writes stay queued; the connection reopens at the next one.
             ctx.suspension
-                .set_interrupt(crate::suspend::Parker::Writer, None);
+                .set_interrupt(crate::park::Parker::Writer, None);
             if let Some(c) = conn.take() {
-                crate::suspend::release(c);
+                crate::park::release(c);
             }
-            ctx.suspension.park(crate::suspend::Parker::Writer);
+            ctx.suspension.park(crate::park::Parker::Writer);
             continue;
         }
         let msg = match pending.take() {
@@ -523,7 +520,7 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
         drop(m);
     }
     ctx.suspension
-        .set_interrupt(crate::suspend::Parker::Writer, None);
+        .set_interrupt(crate::park::Parker::Writer, None);
     drop(conn);
 }
 
@@ -550,7 +547,7 @@ fn run_group(
     batch: Vec<Box<dyn Job>>,
     in_closure: &AtomicBool,
     signal: &crate::checkpointer::CkptSignal,
-    suspension: &crate::suspend::Suspension,
+    suspension: &crate::park::Suspension,
 ) {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
