@@ -20,14 +20,30 @@ const ROLE: &str = "KEEL_MP_ROLE";
 const DB: &str = "KEEL_MP_DB";
 const ARG: &str = "KEEL_MP_ARG";
 
-/// Options both processes use. Commit syncs are off: these tests are about locks,
-/// not about surviving a power loss, and 20 000 fsyncs would take minutes.
+/// Options both processes use. Commit syncs are off by default: these tests are
+/// about locks, not about surviving a power loss, and 20 000 fsyncs would take
+/// minutes. `cargo xtask multiprocess --sync normal|full` (`KEEL_MP_SYNC`) runs
+/// them with a real policy.
 fn opts() -> StoreOptions {
+    let p = match std::env::var("KEEL_MP_SYNC").as_deref() {
+        Ok("full") => SyncPolicy::Full,
+        Ok("normal") => SyncPolicy::Normal,
+        _ => SyncPolicy::Off,
+    };
     StoreOptions::default()
-        .commit_sync(SyncPolicy::Off)
-        .checkpoint_sync(SyncPolicy::Off)
-        .open_barrier_sync(SyncPolicy::Off)
+        .commit_sync(p.clone())
+        .checkpoint_sync(p.clone())
+        .open_barrier_sync(p)
         .readers(2)
+}
+
+/// Transactions per writer process: 10 000 here, more under `cargo xtask
+/// multiprocess --txns N` (`KEEL_MP_TXNS`).
+fn txns() -> i64 {
+    std::env::var("KEEL_MP_TXNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
 }
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS t(writer INTEGER, seq INTEGER, body BLOB, PRIMARY KEY(writer, seq))";
@@ -366,7 +382,7 @@ fn a_suspended_process_holds_no_lock_on_the_three_files() {
 /// Two processes, 10 000 one-row transactions each, at the same time.
 #[test]
 fn two_writer_processes_commit_everything_without_busy() {
-    two_writers(10_000);
+    two_writers(txns());
 }
 
 fn two_writers(n: i64) {
