@@ -69,15 +69,28 @@ fn after_resume_subscriptions_catch_up_with_what_another_handle_committed() {
         .subscribe(move |u| tx.send(u).unwrap())
         .unwrap();
     assert_eq!(ids(&rx.recv().unwrap()), ["a"]);
+    db.dictionary().set("theme", "dark").unwrap();
+    futures::executor::block_on(db.dictionary().sync()).unwrap();
+    assert_eq!(
+        db.dictionary().get::<String>("theme").unwrap().as_deref(),
+        Some("dark")
+    );
     db.suspend().unwrap();
 
     // Another handle on the file — what an app extension's process would be.
     let other = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
     insert(&other, post("z", 5));
+    other.dictionary().set("theme", "light").unwrap();
+    futures::executor::block_on(other.dictionary().sync()).unwrap();
     futures::executor::block_on(other.close()).unwrap();
 
     let r = db.resume().unwrap();
     assert!(r.external_changes);
+    assert_eq!(
+        db.dictionary().get::<String>("theme").unwrap().as_deref(),
+        Some("light"),
+        "the dictionary's cache does not answer with the value the other handle replaced"
+    );
     let u = rx.recv().unwrap();
     assert_eq!(
         ids(&u),

@@ -128,11 +128,14 @@ impl Inner {
 
     /// Another process may have committed while this one could not see it (found
     /// by [`Database::resume`](crate::Database::resume)). The hook point for
-    /// cross-process catch-up: for now every live query and object subscription is
-    /// read again and delivers what differs. It runs on the writer thread, from an
+    /// cross-process catch-up: for now the dictionary's cache forgets its
+    /// committed values, and every live query and object subscription is read
+    /// again and delivers what differs (dictionary subscriptions are not told). It runs on the writer thread, from an
     /// empty write's commit callback, so its deliveries stay ordered with those of
     /// commits; the write waits for resume like the dictionary's flush.
     pub(crate) fn external_changes(self: &Arc<Inner>) {
+        // The dictionary's cache may hold values the other process replaced.
+        self.dict.forget_clean();
         let Some(hub) = self.hub.get().cloned() else {
             return;
         };

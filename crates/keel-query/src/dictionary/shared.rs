@@ -161,6 +161,16 @@ impl Shared {
         self.schedule_flush();
     }
 
+    /// Another process may have changed the file (seen at resume): forget every
+    /// committed value so the next read of a key goes to disk. Values not yet
+    /// flushed stay (they are this process's latest word). Bumping each shard's
+    /// version keeps a read already under way from caching what it read before.
+    pub(crate) fn forget_clean(&self) {
+        for sh in self.all_write().iter_mut() {
+            sh.keep_dirty_only();
+        }
+    }
+
     /// Look `key` up: cache, else disk (and fill the cache if nothing changed
     /// meanwhile). `f` sees the stored value and its sequence number.
     pub(super) fn lookup<R>(
