@@ -146,3 +146,17 @@ fn fail_fast_errors_are_retryable_and_the_dictionary_survives_a_suspend() {
     );
     futures::executor::block_on(again.close()).unwrap();
 }
+
+#[test]
+fn suspend_inside_a_write_closure_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("w.db"), StoreOptions::default()).unwrap();
+    let db2 = db.clone();
+    let r = db
+        .write(move |_| Ok(db2.suspend().map(|_| ())))
+        .wait()
+        .unwrap();
+    assert!(matches!(r, Err(keel::Error::Unsupported { .. })), "{r:?}");
+    assert!(!db.is_suspended());
+    futures::executor::block_on(db.close()).unwrap();
+}

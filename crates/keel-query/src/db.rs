@@ -732,7 +732,9 @@ impl Database {
     ///   always waits.
     /// * **Which thread:** blocks the caller for the bounds above (plus the TRUNCATE
     ///   checkpoint with [`SuspendOptions::checkpoint_first`]); call it from a
-    ///   background task, or through the FFI's async `suspend`.
+    ///   background task, or through the FFI's async `suspend`. Inside a write
+    ///   closure it is [`Error::Unsupported`]; inside a read or snapshot it cannot
+    ///   close that read's connection and ends with `SuspendTimeout`.
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions, Error, SuspendOptions};
@@ -750,6 +752,13 @@ impl Database {
     /// ```
     pub fn suspend_with(&self, opts: SuspendOptions) -> Result<SuspendReport> {
         self.inner.check_open("suspend")?;
+        if crate::engine::in_write_closure(&self.inner) {
+            return Err(Error::Unsupported {
+                op: "suspend",
+                hint: "suspend waits for the running write to finish: call it outside the write closure",
+                path: self.inner.path.clone(),
+            });
+        }
         let deadline = std::time::Instant::now() + opts.timeout;
         if let Some(flush) = crate::dictionary::shared::before_close(&self.inner.dict) {
             match wait_until(flush, deadline) {

@@ -613,7 +613,8 @@ impl Store {
     /// Called during the open barrier it waits for it (at most `truncate_timeout`,
     /// then [`Error::BarrierPending`]). A second call while suspended does nothing.
     /// Called from inside a write closure it returns [`Error::Cancelled`] (it would
-    /// wait for itself).
+    /// wait for itself); from inside a read closure it cannot close that read's
+    /// connection and ends with [`Error::SuspendTimeout`].
     ///
     /// ```
     /// # use keel_storage::{Error, Store, StoreOptions, SuspendOptions};
