@@ -113,9 +113,11 @@ fn suspender(db: &Path) {
         })
         .unwrap();
     say("open");
-    assert_eq!(hear(), "suspend");
+    assert_eq!(hear(), "write");
     // A write that runs for seconds (one long statement): suspend must interrupt it.
-    let long = store.write(|t| {
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let long = store.write(move |t| {
+        started_tx.send(()).unwrap();
         t.execute(
             "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 50000000)
              INSERT INTO t SELECT 2, i, NULL FROM n",
@@ -123,11 +125,10 @@ fn suspender(db: &Path) {
         )
         .map_err(Error::from)
     });
-    // Wait until it is running: the writer holds the WAL write lock from then on.
-    while store.queued_writes() > 0 {
-        std::thread::yield_now();
-    }
-    std::thread::sleep(Duration::from_millis(20));
+    // The group began (BEGIN IMMEDIATE ran): the writer holds the WAL write lock.
+    started.recv().unwrap();
+    say("writing");
+    assert_eq!(hear(), "suspend");
     let r = store.suspend(SuspendOptions::default()).unwrap();
     let long = long.wait();
     say(&format!(
@@ -343,6 +344,14 @@ fn a_suspended_process_holds_no_lock_on_the_three_files() {
         !before.is_empty(),
         "an open store should hold locks; /proc/locks:\n{}",
         std::fs::read_to_string("/proc/locks").unwrap()
+    );
+    p.say("write");
+    assert_eq!(p.hear(), "writing");
+    // A write in flight holds the WAL write lock (a WRITE lock on the -shm).
+    let writing = locks_held(p.pid(), &files);
+    assert!(
+        writing.iter().any(|l| l.contains("WRITE")),
+        "a write in flight holds a write lock: {writing:#?}"
     );
     p.say("suspend");
     let line = p.hear();
