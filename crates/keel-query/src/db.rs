@@ -96,6 +96,8 @@ struct Prepared {
     outcome: Arc<Mutex<SchemaOutcome>>,
     /// Reader pool size: also the bound of the fetch pool.
     readers: usize,
+    /// `StoreOptions::share_changes`: run the cross-process change feed.
+    share: bool,
 }
 
 impl Prepared {
@@ -134,6 +136,7 @@ fn prepare(
     }));
     let outcome = Arc::new(Mutex::new(SchemaOutcome::default()));
     let user_hook = opts.schema_hook.take();
+    let share = opts.share_changes;
     let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
     let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
@@ -146,6 +149,10 @@ fn prepare(
                 return Err(s);
             }
         }
+        if share {
+            ctx.execute_batch(crate::feed::LOG_TABLE_SQL)
+                .map_err(|e| ctx.error(format!("create the change log: {e}")))?;
+        }
         if let Some(h) = user_hook {
             h(ctx)?;
         }
@@ -157,12 +164,13 @@ fn prepare(
             colls,
             outcome,
             readers: opts.reader_pool_size,
+            share,
         },
         opts,
     ))
 }
 
-fn finish(store: Store, p: Prepared) -> Database {
+fn finish(store: Store, p: Prepared) -> Result<Database> {
     let mut by_name = HashMap::new();
     for (i, c) in p.colls.iter().enumerate() {
         by_name.insert(c.name.clone(), i);
@@ -195,11 +203,26 @@ fn finish(store: Store, p: Prepared) -> Database {
             Ok::<(), Error>(())
         }));
     }
-    Database {
-        inner: Inner::new(
-            store, p.schema, p.colls, by_name, builds, p.readers, created,
-        ),
+    // The feed starts after the log's current end: what is committed now, the
+    // first reads see anyway.
+    let feed = match p.share {
+        true => Some(Arc::new(crate::feed::Feed::new(store.path(), &store)?)),
+        false => None,
+    };
+    let inner = Inner::new(
+        store,
+        p.schema,
+        p.colls,
+        by_name,
+        builds,
+        p.readers,
+        created,
+        feed.clone(),
+    );
+    if let Some(f) = feed {
+        f.start(Arc::downgrade(&inner))?;
     }
+    Ok(Database { inner })
 }
 
 /// The future returned by [`Database::durable`]: resolves when the database is
@@ -255,7 +278,7 @@ impl Future for OpenDbFuture {
                 _ => Error::from(e),
             })),
             Poll::Ready(Ok(store)) => match (this.fut.take(), this.prepared.take()).1 {
-                Some(Ok(p)) => Poll::Ready(Ok(finish(store, p))),
+                Some(Ok(p)) => Poll::Ready(finish(store, p)),
                 _ => Poll::Ready(Err(Error::Closed {
                     op: "open (polled after completion)",
                     path: store.path().to_path_buf(),
@@ -289,7 +312,7 @@ impl Database {
     pub fn open(path: impl AsRef<Path>, schema: Schema, options: StoreOptions) -> Result<Database> {
         let (p, opts) = prepare(schema, options, None)?;
         let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
-        Ok(finish(store, p))
+        finish(store, p)
     }
 
     /// [`Database::open`], running the [`Migrator`](crate::Migrator)'s migrations
@@ -309,7 +332,7 @@ impl Database {
     ) -> Result<Database> {
         let (p, opts) = prepare(schema, options, Some(migrator))?;
         let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
-        let db = finish(store, p);
+        let db = finish(store, p)?;
         db.durable().wait()?;
         Ok(db)
     }
@@ -430,6 +453,40 @@ impl Database {
         &self.inner.store
     }
 
+    /// Deliver what other processes committed since this handle last looked: live
+    /// queries, object subscriptions and dictionary subscriptions get their
+    /// updates (row-level diffs), and the dictionary's cache drops the values
+    /// others changed. Returns once delivered.
+    ///
+    /// Needs [`StoreOptions::share_changes`] (without it this does nothing). It
+    /// runs by itself whenever another process commits (on Linux and Android
+    /// through inotify, on Apple platforms through Darwin notifications — a
+    /// sleeping thread, no polling); call it yourself where no wake-up exists
+    /// or after the process was suspended. See `docs/app-groups.md`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("shared.db");
+    /// let opts = || StoreOptions::default().share_changes(true);
+    /// let app = Database::open_for::<Post>(&path, opts())?;
+    /// let widget = Database::open_for::<Post>(&path, opts())?; // as another process would
+    /// widget.write(|t| t.insert(&Post::builder().id("w1").build())).wait()?;
+    /// app.catch_up()?; // usually not needed: the feed thread does it
+    /// assert_eq!(app.fetch::<Post>().count()?, 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn catch_up(&self) -> Result<()> {
+        crate::feed::catch_up(&self.inner)
+    }
+
+    /// What the cross-process change feed has done so far (`None` without
+    /// [`StoreOptions::share_changes`]).
+    pub fn feed_stats(&self) -> Option<crate::FeedStats> {
+        self.inner.feed.as_ref().map(|f| f.stats())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -469,7 +526,8 @@ impl Database {
                     path: inner.path.clone(),
                 });
             }
-            let record = inner.recording();
+            // Sharing needs every change (rowid and collection) for the change log.
+            let record = inner.recording() || inner.feed.is_some();
             let (res, changes, aborted, dict) = {
                 let mut txn = Txn::new(w, &inner, record);
                 let r = {
@@ -486,6 +544,20 @@ impl Database {
                 });
             }
             let v = res?;
+            // Logged in the closure's savepoint: it rolls back with the closure.
+            let logged = match &inner.feed {
+                Some(feed) => {
+                    let (keys, clear) = dict.as_ref().map(|d| d.feed_keys()).unwrap_or_default();
+                    if changes.is_empty() && keys.is_empty() && !clear {
+                        None
+                    } else {
+                        let entered = feed.enter();
+                        feed.log(w, &changes, &keys, clear)?;
+                        Some(entered)
+                    }
+                }
+                None => None,
+            };
             if let Some(d) = dict {
                 // Dropped unrun if the commit fails: the dictionary restores itself.
                 w.on_commit(Box::new(move || d.commit()));
@@ -496,6 +568,10 @@ impl Database {
             } else if !record {
                 let i2 = Arc::clone(&inner);
                 w.on_commit(Box::new(move || i2.unrecorded_commit()));
+            }
+            if let Some(l) = logged {
+                // After this closure's deliveries: post, then leave the gate.
+                w.on_commit(Box::new(move || l.committed()));
             }
             Ok(v)
         })

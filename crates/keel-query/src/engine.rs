@@ -44,11 +44,15 @@ pub(crate) struct Inner {
     pub(crate) fetch_pool: crate::pool::Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
     pub(crate) created: Vec<String>,
+    /// The cross-process change feed (`StoreOptions::share_changes`; see `feed`).
+    pub(crate) feed: Option<Arc<crate::feed::Feed>>,
 }
 
 impl Inner {
     /// The shared state of a freshly opened database (`Database::open` builds the
     /// parts): the dictionary's cache and the hub point back to it weakly.
+    // One argument per part `Database::open` builds; a builder would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         store: Store,
         schema: Arc<Schema>,
@@ -57,6 +61,7 @@ impl Inner {
         builds: Vec<WriteFuture<Result<()>>>,
         readers: usize,
         created: Vec<String>,
+        feed: Option<Arc<crate::feed::Feed>>,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
         Arc::new_cyclic(|weak| Inner {
@@ -74,6 +79,7 @@ impl Inner {
             hub: std::sync::OnceLock::new(),
             fetch_pool: crate::pool::Pool::new(readers),
             created,
+            feed,
         })
     }
 
@@ -84,6 +90,9 @@ impl Inner {
         self.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(self);
         Task::spawn(move || {
+            if let Some(f) = &inner.feed {
+                f.stop();
+            }
             let dict = crate::dictionary::shared::settle_before_close(
                 &inner.dict,
                 dict_flush,

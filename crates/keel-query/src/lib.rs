@@ -105,6 +105,7 @@ pub mod dictionary;
 mod engine;
 mod error;
 pub mod eval;
+pub(crate) mod feed;
 pub mod inspect;
 mod layout;
 pub mod migrate;
@@ -124,6 +125,7 @@ pub use dictionary::{
 };
 pub use engine::Task;
 pub use error::{Error, Result};
+pub use feed::FeedStats;
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;

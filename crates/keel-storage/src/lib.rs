@@ -71,6 +71,7 @@ mod store;
 #[allow(unsafe_code)]
 mod vfs;
 mod writer;
+pub mod xproc;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use durable::DurableFuture;
