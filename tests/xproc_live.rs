@@ -59,6 +59,25 @@ fn writer_process() {
                 let (k, v) = (key.to_string(), value.to_string());
                 db.write(move |t| t.dictionary().set(&k, v.as_str())).wait()
             }
+            ["bulk", prefix, n, prio] => {
+                let (prefix, n, prio) = (
+                    prefix.to_string(),
+                    n.parse::<usize>().unwrap(),
+                    prio.parse::<i32>().unwrap(),
+                );
+                db.write(move |t| {
+                    for i in 0..n {
+                        t.insert(
+                            &Post::builder()
+                                .id(format!("{prefix}{i:05}"))
+                                .priority(prio)
+                                .build(),
+                        )?;
+                    }
+                    Ok(())
+                })
+                .wait()
+            }
             ["noop"] => db.write(|_| Ok(())).wait(),
             ["quit"] => break,
             _ => panic!("unknown command {line:?}"),
@@ -134,8 +153,12 @@ fn ids(objs: &[std::sync::Arc<Post>]) -> Vec<String> {
 /// Block until B's feed has applied `n` commits of other processes (each
 /// delivered before the count moves).
 fn wait_remote(db: &Database, n: u64) {
+    wait_feed(db, |s| s.remote_commits >= n);
+}
+
+fn wait_feed(db: &Database, done: impl Fn(&keel::FeedStats) -> bool) {
     let start = Instant::now();
-    while db.feed_stats().unwrap().remote_commits < n {
+    while !done(&db.feed_stats().unwrap()) {
         assert!(
             start.elapsed() < WAIT,
             "B never caught up: {:?}",
@@ -251,6 +274,31 @@ fn a_live_query_in_b_receives_inserts_updates_and_dictionary_sets_from_a() {
 
     a.quit();
     assert!(drx.try_recv().is_err());
+    b.close().wait().unwrap();
+}
+
+#[test]
+fn a_commit_too_large_to_log_row_by_row_reads_every_subscription_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bulk.db");
+    let b = Database::open_for::<Post>(&path, shared()).unwrap();
+    let (qtx, qrx) = mpsc::channel();
+    let _q = b
+        .fetch::<Post>()
+        .filter(Post::priority().eq(7))
+        .order_by(Post::id().asc())
+        .limit(3)
+        .subscribe(move |u: Update<Post>| qtx.send((ids(&u.objects), u.diff)).unwrap())
+        .unwrap();
+    assert!(qrx.recv().unwrap().0.is_empty());
+    let mut a = Writer::spawn(&path);
+    a.run("bulk x 5000 7"); // more rows than the log takes from one closure
+    wait_feed(&b, |s| s.full_refetches >= 1);
+    let (now, diff) = qrx.try_recv().expect("delivered");
+    assert_eq!(now, ["x00000", "x00001", "x00002"]);
+    assert_eq!(diff.inserted, vec![0, 1, 2]);
+    assert_eq!(b.feed_stats().unwrap().full_refetches, 1);
+    a.quit();
     b.close().wait().unwrap();
 }
 

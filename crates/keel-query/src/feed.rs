@@ -593,12 +593,12 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
     match batch {
         Batch::Nothing => {}
         Batch::Full { end, dict } => {
-            feed.full_refetches.fetch_add(1, Ordering::Relaxed);
             if let Some(hub) = inner.hub.get() {
                 hub.resync();
             }
             inner.dict.apply_remote(dict, true);
             *last = end;
+            feed.full_refetches.fetch_add(1, Ordering::Relaxed);
         }
         Batch::Changes {
             end,
