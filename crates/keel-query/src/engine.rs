@@ -4,8 +4,12 @@
 //!
 //! It sits below the modules that use it: [`Database`](crate::Database) (`db.rs`)
 //! is only the public facade over an `Arc<Inner>`, and `txn`, `query`, `subscribe`
-//! and `dictionary` reach this module, never `db.rs`, for the shared state.
+//! and `dictionary` reach this module, never `db.rs`, for the shared state. It
+//! names none of them: the subscription hub, which runs queries through the engine,
+//! is held as a [`CommitObserver`]; the dictionary's cache (`dictionary::shared`)
+//! sits below the engine and reaches it back through its `DictHost` trait.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -18,11 +22,32 @@ use keel_schema::DynamicTable;
 use keel_storage::{Store, WriteFuture};
 
 use crate::change::Change;
+use crate::dictionary::shared::{DictHost, Shared as DictShared};
 use crate::error::{Error, Result};
 use crate::layout::Coll;
 use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
+
+/// What the engine asks of the subscription hub (`subscribe::hub::Hub`, created by
+/// the first subscription). The hub sits above the engine — it runs [`Query`]s
+/// through it and keeps a `Weak<Inner>` — so the engine holds it through this trait
+/// instead of naming it.
+///
+/// [`Query`]: crate::Query
+pub(crate) trait CommitObserver: Send + Sync {
+    /// Whether write closures must record their changes for it.
+    fn interested(&self) -> bool;
+    /// After COMMIT, with the changes the write closures recorded.
+    fn on_commit(&self, changes: &[Change]);
+    /// A write committed unrecorded while it was interested: re-read what it shows.
+    fn resync(&self);
+    /// The database is closing.
+    fn close(&self);
+    /// The observer as `Any`, for the module that installed it to get its own
+    /// type back.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
 
 pub(crate) struct Inner {
     pub(crate) store: Store,
@@ -37,9 +62,9 @@ pub(crate) struct Inner {
     pub(crate) builds: Mutex<Vec<WriteFuture<Result<()>>>>,
     pub(crate) path: PathBuf,
     /// The key-value dictionary's cache and pending writes.
-    pub(crate) dict: Arc<crate::dictionary::shared::Shared>,
+    pub(crate) dict: Arc<DictShared>,
     /// The subscription hub, created by the first subscription.
-    pub(crate) hub: std::sync::OnceLock<Arc<crate::subscribe::hub::Hub>>,
+    pub(crate) hub: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     /// The threads that run the `_async` fetches (`keel-fetch-N`).
     pub(crate) fetch_pool: crate::pool::Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
@@ -75,7 +100,7 @@ impl Inner {
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
             path,
-            dict: crate::dictionary::shared::Shared::new(weak.clone()),
+            dict: DictShared::new(weak.clone() as std::sync::Weak<dyn DictHost>),
             hub: std::sync::OnceLock::new(),
             fetch_pool: crate::pool::Pool::new(readers),
             created,
@@ -220,6 +245,15 @@ impl Inner {
                 hub.resync();
             }
         }
+    }
+}
+
+impl DictHost for Inner {
+    fn store(&self) -> &Store {
+        &self.store
+    }
+    fn check_open(&self, op: &'static str) -> Result<()> {
+        Inner::check_open(self, op)
     }
 }
 

@@ -78,24 +78,31 @@
 //!
 //! ## How the modules depend on each other
 //!
-//! Imports point down, from the facade to the shared state, never back up:
+//! Imports point down, from the facade to the shared state, never back up or in
+//! a circle (`tests/module_layers.rs` checks it). From the bottom:
 //!
-//! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]), `sql`,
-//!   [`eval`], `layout` (tables, keys, the schema phase), `stored`, `slot`,
-//!   [`pool`], [`migrate`], and the dictionary's `value` and `cache`.
+//! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]),
+//!   [`pool`], `slot`, the dictionary's `value`, and `subscribe`'s `delivery`
+//!   and `fx` (hash maps); then [`eval`] and the dictionary's `cache`.
+//! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
+//!   `dictionary::shared` (the cache and pending writes every handle shares). It
+//!   reaches the database that owns it only through its `DictHost` trait.
+//! * **Storage layout**: `sql`, `stored`, `layout` (tables, keys, the schema
+//!   phase), [`migrate`] and [`inspect`]. These five still import each other
+//!   (`layout.rs` holds both the table model the others use and the schema phase
+//!   that runs them); the one cycle left, to be split in two modules.
 //! * **`engine`** holds `Inner`, the state every handle of one database shares
-//!   (store, collections, change hooks, fetch pool), the write-closure marker and
-//!   [`Task`].
-//! * **`query`** ([`Query`], [`Fetch`], lookups by key) and **`txn`** ([`Txn`],
-//!   with the dictionary's `txn` half) build on the engine.
+//!   (store, collections, change hooks, fetch pool, the dictionary's cache), the
+//!   write-closure marker and [`Task`]. It holds the subscription hub as a
+//!   `CommitObserver` trait object, so it names nothing above it.
+//! * **`query`** ([`Query`], [`Fetch`], lookups by key) and the dictionary's `txn`
+//!   half build on the engine; then **`txn`** ([`Txn`]) and `subscribe`'s `diff`
+//!   and `update` (the delivery types) on `query`; then **`subscribe::hub`**,
+//!   which runs queries through a `Weak<Inner>` and implements `CommitObserver`.
 //! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
 //! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
-//!   to [`Database`], and [`dictionary`]'s [`Dictionary`] wraps one.
-//!
-//! Two edges point back up, both on purpose: `Inner` owns the dictionary's shared
-//! cache (`dictionary::shared`) and the subscription hub (`subscribe::hub`), and
-//! each keeps a `Weak<Inner>` to read and write through the engine. The hub also
-//! runs [`Query`]s and builds the public update types of [`subscribe`].
+//!   to [`Database`] (and installs the hub), and [`dictionary`]'s [`Dictionary`]
+//!   wraps one.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 

@@ -777,7 +777,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(db.dictionary().get::<String>("last_post")?.as_deref(), Some("p1"));
     /// # Ok::<(), keel_query::Error>(())
     /// ```
-    pub fn dictionary(&mut self) -> crate::TxnDictionary<'_> {
+    pub fn dictionary(&mut self) -> crate::dictionary::txn::TxnDictionary<'_> {
         crate::dictionary::txn::TxnDictionary::new(
             self.conn,
             self.inner,

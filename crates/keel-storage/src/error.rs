@@ -277,7 +277,7 @@ impl Error {
                     }
                 }
                 C::SystemIoFailure => {
-                    if let Some((kind, reason, err)) = crate::vfs::take_last_sync_error() {
+                    if let Some((kind, reason, err)) = crate::policy::take_last_sync_error() {
                         return Error::SyncFailed {
                             kind,
                             reason,

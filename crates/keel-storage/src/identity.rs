@@ -351,7 +351,7 @@ pub fn verify_wal_identity(path: &Path) -> Result<()> {
         Err(e) => return Err(Error::io("read database header", path, e)),
     }
     match Stamp::from_header(&header) {
-        Some(stamp) => check_wal(path, &crate::open::wal_path(path), stamp),
+        Some(stamp) => check_wal(path, &crate::paths::wal_path(path), stamp),
         None => Ok(()),
     }
 }
@@ -562,7 +562,7 @@ mod tests {
             true,
         )
         .unwrap();
-        let wal = crate::open::wal_path(&p);
+        let wal = crate::paths::wal_path(&p);
         let stamps = wal_page1_stamps(&wal).unwrap();
         assert!(!stamps.is_empty());
         assert!(stamps.iter().any(|s| s.epoch == 77 && s.is_keel()));

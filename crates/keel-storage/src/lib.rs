@@ -61,6 +61,7 @@ mod identity;
 mod oneshot;
 mod open;
 mod options;
+mod paths;
 mod policy;
 mod readers;
 mod report;

@@ -22,11 +22,7 @@ use crate::writer::WriterCtx;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
-pub(crate) fn wal_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push("-wal");
-    PathBuf::from(s)
-}
+use crate::paths::wal_path;
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -63,6 +59,94 @@ pub(crate) fn open_store(
         }
         r => r,
     }
+}
+
+/// The constructors of [`Store`]: they run the pipeline above, which builds the
+/// store, so they live here rather than in `store.rs` (the handle and what it
+/// does), keeping the dependency one way: `open` → `store`.
+impl Store {
+    /// Open (or create) a store, blocking the calling thread through the whole open
+    /// pipeline (including any slow sync): it returns when the store is
+    /// [durable](crate::Milestone::Durable). If the open barrier fails the store is
+    /// closed and the barrier's error returned. Prefer [`Store::open_async`] on UI
+    /// threads.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(store.open_report().created);
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
+        let store = open_store(path.as_ref(), options, &|| false, &|_| {})?;
+        match store.gate().wait(Some(std::time::Duration::ZERO)) {
+            crate::durable::Wait::Failed(e) => {
+                let _ = store.close();
+                Err(e)
+            }
+            crate::durable::Wait::Durable | crate::durable::Wait::TimedOut => Ok(store),
+        }
+    }
+
+    /// Start opening a store on a keel-owned thread and return at once. The future
+    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::Milestone)):
+    /// reads, snapshots and subscriptions work at once, even while the open barrier
+    /// (the sync of a WAL a previous run left, seconds under `F_FULLFSYNC`) still
+    /// runs. Writes submitted meanwhile are queued and commit after it; await
+    /// [`Store::durable`] to know when. Progress events go to
+    /// [`StoreOptions::progress`], the last one (`Durable`) possibly after the
+    /// future resolved. Works with or without an async runtime.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let fut = Store::open_async(dir.path().join("a.db"), StoreOptions::default());
+    /// // … the caller keeps running …
+    /// let store = futures::executor::block_on(fut)?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> crate::store::OpenFuture {
+        let path = path.as_ref().to_path_buf();
+        let (tx, rx) = crate::oneshot::channel::<Result<Store>>();
+        let p2 = path.clone();
+        let spawned = std::thread::Builder::new()
+            .name("keel-open".into())
+            .spawn(move || {
+                let tx = std::sync::Mutex::new(Some(tx));
+                let cancelled = || lock_sender(&tx).as_ref().is_some_and(|t| t.is_cancelled());
+                // The future resolves at readable; this thread goes on to durable.
+                let deliver = |r: Result<Store>| match lock_sender(&tx).take() {
+                    Some(t) => t.send(r).is_ok(),
+                    None => true,
+                };
+                let r = open_store(&p2, options, &cancelled, &|s: &Store| {
+                    deliver(Ok(s.clone()));
+                });
+                match r {
+                    Err(e) => {
+                        deliver(Err(e));
+                    }
+                    Ok(store) => {
+                        // Delivered at readable already (a no-op then). If the future
+                        // is gone, this is the last handle: dropping it closes the
+                        // store (threads joined) before this thread exits.
+                        deliver(Ok(store.clone()));
+                        drop(store);
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            let (tx, rx) = crate::oneshot::channel();
+            let _ = tx.send(Err(Error::io("spawn open thread", &path, e)));
+            return crate::store::OpenFuture { rx, path };
+        }
+        crate::store::OpenFuture { rx, path }
+    }
+}
+
+fn lock_sender<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// UTC `YYYYMMDDTHHMMSSZ` without a date crate.
@@ -115,13 +199,8 @@ fn move_aside(path: &Path) -> Result<PathBuf> {
         }
     }
     std::fs::rename(path, &target).map_err(|e| Error::io("move bad file aside", path, e))?;
-    // The renames live in the directory: without its sync a power loss could bring
-    // the bad file back under the database's name (or lose the moved copy).
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
-    }
+    // The renames live in the directory: `open_once` syncs it (under the open
+    // barrier's policy, counted in `IoStats::dir_syncs`) before anything is created.
     tracing::warn!(from = %path.display(), to = %target.display(), "moved bad database aside");
     Ok(target)
 }
@@ -377,6 +456,14 @@ fn open_once(
         #[cfg(feature = "sim")]
         platform_sync: opts.platform_sync.clone(),
     });
+    if moved_aside.is_some() {
+        // Without this sync a power loss could bring the bad file back under the
+        // database's name, or lose the moved copy.
+        if let Some(dir) = path.parent() {
+            crate::vfs::sync_dir(&shared, SyncReason::OpenBarrier, dir)
+                .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
+        }
+    }
     let mut pl = Pipeline {
         t0: Instant::now(),
         report: OpenReport {

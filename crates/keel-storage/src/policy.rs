@@ -1,4 +1,8 @@
 //! Sync policies: which primitive makes data durable, chosen per reason.
+//!
+//! A leaf of the crate: it also holds what `error` and `sim` need of syncs without
+//! importing the VFS — the [`Primitive`] names and the last sync error of a
+//! thread — and [`SyncContext`] runs primitives through a closure the VFS supplies.
 
 use std::cell::Cell;
 use std::fmt;
@@ -87,17 +91,14 @@ pub trait SyncHook: Send + Sync + fmt::Debug {
 /// # let _ = p;
 /// ```
 pub struct SyncContext<'a> {
-    pub(crate) shared: &'a crate::vfs::VfsShared,
     pub(crate) kind: FileKind,
     pub(crate) reason: SyncReason,
     pub(crate) db_path: &'a Path,
-    pub(crate) fd: Option<i32>,
     pub(crate) data_only: bool,
-    /// The real VFS's xSync, used when the descriptor is unknown.
-    pub(crate) fallback: Option<&'a dyn Fn() -> std::io::Result<()>>,
-    /// The simulated disk to tell when a sync primitive really ran (tests only).
-    #[cfg(feature = "sim")]
-    pub(crate) sim: crate::vfs::SimRef<'a>,
+    /// Runs a built-in policy's primitive on the file (the only place a sync
+    /// becomes durable). The VFS supplies it: it knows the descriptor, SQLite's own
+    /// xSync for a file without one, and (tests) the simulated disk.
+    pub(crate) primitive: &'a dyn Fn(SyncPolicy) -> std::io::Result<()>,
 }
 
 impl fmt::Debug for SyncContext<'_> {
@@ -139,26 +140,40 @@ impl SyncContext<'_> {
     pub fn normal_sync(&self) -> std::io::Result<()> {
         self.run(SyncPolicy::Normal)
     }
-    /// Run a built-in primitive (the only place a sync becomes durable).
+    /// Run a built-in primitive.
     pub(crate) fn run(&self, p: SyncPolicy) -> std::io::Result<()> {
-        #[cfg(feature = "sim")]
-        if let Some((disk, id)) = self.sim {
-            if disk.real_sync() {
-                self.run_real(p)?;
-            }
-            disk.synced(id);
-            return Ok(());
-        }
-        self.run_real(p)
+        (self.primitive)(p)
     }
+}
 
-    fn run_real(&self, p: SyncPolicy) -> std::io::Result<()> {
-        match (self.fd, self.fallback) {
-            (Some(fd), _) => crate::vfs::sync_fd(self.shared, fd, &p),
-            (None, Some(f)) => f(),
-            (None, None) => Ok(()),
-        }
-    }
+/// A sync primitive, as the policy table in `docs/durability.md` names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Primitive {
+    /// `fcntl(F_FULLFSYNC)`: flush through the drive's cache (Apple).
+    FullFsync,
+    /// `fcntl(F_BARRIERFSYNC)`: an ordering barrier (Apple).
+    BarrierFsync,
+    /// `fsync`.
+    Fsync,
+    /// `fdatasync` (Linux, Android; `fsync` on other Unixes).
+    Fdatasync,
+}
+
+thread_local! {
+    static LAST_SYNC_ERROR: std::cell::RefCell<Option<(FileKind, SyncReason, std::io::Error)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Remember a failed sync on this thread (the VFS's `xSync`), for the error SQLite
+/// reports next to say it was a sync.
+pub(crate) fn record_sync_error(kind: FileKind, reason: SyncReason, e: std::io::Error) {
+    LAST_SYNC_ERROR.with(|c| *c.borrow_mut() = Some((kind, reason, e)));
+}
+
+/// The last sync failure on this thread (set by `xSync`, read when SQLite reports
+/// SQLITE_IOERR so the error can say it was a sync).
+pub(crate) fn take_last_sync_error() -> Option<(FileKind, SyncReason, std::io::Error)> {
+    LAST_SYNC_ERROR.with(|c| c.borrow_mut().take())
 }
 
 /// How a sync is performed. See `docs/durability.md` for the full table.

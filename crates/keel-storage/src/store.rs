@@ -9,7 +9,6 @@ use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
 use crate::durable::{DurableFuture, Gate, Wait};
 use crate::error::{Error, Result};
 use crate::oneshot;
-use crate::options::StoreOptions;
 use crate::readers::ReaderPool;
 use crate::report::OpenReport;
 use crate::stats::IoStats;
@@ -221,8 +220,8 @@ impl std::fmt::Debug for Store {
 /// it opened and exits.
 #[must_use = "dropping the future cancels the open"]
 pub struct OpenFuture {
-    rx: oneshot::Receiver<Result<Store>>,
-    path: PathBuf,
+    pub(crate) rx: oneshot::Receiver<Result<Store>>,
+    pub(crate) path: PathBuf,
 }
 
 impl OpenFuture {
@@ -275,85 +274,6 @@ impl Store {
 
     pub(crate) fn gate(&self) -> &Gate {
         &self.inner.gate
-    }
-
-    /// Open (or create) a store, blocking the calling thread through the whole open
-    /// pipeline (including any slow sync): it returns when the store is
-    /// [durable](crate::Milestone::Durable). If the open barrier fails the store is
-    /// closed and the barrier's error returned. Prefer [`Store::open_async`] on UI
-    /// threads.
-    ///
-    /// ```
-    /// # use keel_storage::{Store, StoreOptions};
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
-    /// assert!(store.open_report().created);
-    /// # Ok::<(), keel_storage::Error>(())
-    /// ```
-    pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
-        let store = crate::open::open_store(path.as_ref(), options, &|| false, &|_| {})?;
-        match store.inner.gate.wait(Some(std::time::Duration::ZERO)) {
-            Wait::Failed(e) => {
-                let _ = store.close();
-                Err(e)
-            }
-            Wait::Durable | Wait::TimedOut => Ok(store),
-        }
-    }
-
-    /// Start opening a store on a keel-owned thread and return at once. The future
-    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::Milestone)):
-    /// reads, snapshots and subscriptions work at once, even while the open barrier
-    /// (the sync of a WAL a previous run left, seconds under `F_FULLFSYNC`) still
-    /// runs. Writes submitted meanwhile are queued and commit after it; await
-    /// [`Store::durable`] to know when. Progress events go to
-    /// [`StoreOptions::progress`], the last one (`Durable`) possibly after the
-    /// future resolved. Works with or without an async runtime.
-    ///
-    /// ```
-    /// # use keel_storage::{Store, StoreOptions};
-    /// # let dir = tempfile::tempdir().unwrap();
-    /// let fut = Store::open_async(dir.path().join("a.db"), StoreOptions::default());
-    /// // … the caller keeps running …
-    /// let store = futures::executor::block_on(fut)?;
-    /// # Ok::<(), keel_storage::Error>(())
-    /// ```
-    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> OpenFuture {
-        let path = path.as_ref().to_path_buf();
-        let (tx, rx) = oneshot::channel::<Result<Store>>();
-        let p2 = path.clone();
-        let spawned = std::thread::Builder::new()
-            .name("keel-open".into())
-            .spawn(move || {
-                let tx = Mutex::new(Some(tx));
-                let cancelled = || lock(&tx).as_ref().is_some_and(|t| t.is_cancelled());
-                // The future resolves at readable; this thread goes on to durable.
-                let deliver = |r: Result<Store>| match lock(&tx).take() {
-                    Some(t) => t.send(r).is_ok(),
-                    None => true,
-                };
-                let r = crate::open::open_store(&p2, options, &cancelled, &|s: &Store| {
-                    deliver(Ok(s.clone()));
-                });
-                match r {
-                    Err(e) => {
-                        deliver(Err(e));
-                    }
-                    Ok(store) => {
-                        // Delivered at readable already (a no-op then). If the future
-                        // is gone, this is the last handle: dropping it closes the
-                        // store (threads joined) before this thread exits.
-                        deliver(Ok(store.clone()));
-                        drop(store);
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            let (tx, rx) = oneshot::channel();
-            let _ = tx.send(Err(Error::io("spawn open thread", &path, e)));
-            return OpenFuture { rx, path };
-        }
-        OpenFuture { rx, path }
     }
 
     /// Queue a write. The closure runs on the writer thread inside its own SAVEPOINT,
@@ -557,7 +477,7 @@ impl Store {
                     wal_frames: -1,
                     checkpointed_frames: -1,
                     duration: t.elapsed(),
-                    wal_bytes_after: std::fs::metadata(crate::open::wal_path(&self.inner.path))
+                    wal_bytes_after: std::fs::metadata(crate::paths::wal_path(&self.inner.path))
                         .map(|m| m.len())
                         .unwrap_or(0),
                 });

@@ -538,3 +538,37 @@ fn checkpoint_on_open_runs_after_the_barrier_and_blocking_open_is_durable() {
     assert_eq!(r.durable_after, Some(r.total), "{r}");
     store.close().unwrap();
 }
+
+/// The renames that move a bad file aside live in its directory: the open syncs
+/// that directory (one more `dir_syncs` than a plain create), so a power loss
+/// cannot bring the bad file back under the database's name. Under an `Off` open
+/// barrier policy it is skipped like every other barrier sync.
+#[test]
+fn moving_a_bad_file_aside_syncs_its_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = vec![0x5a_u8; 8192];
+    let plain = Store::open(dir.path().join("plain.db"), opts()).unwrap();
+    let baseline = plain.io_stats().dir_syncs;
+    plain.close().unwrap();
+
+    let bad = dir.path().join("bad.db");
+    std::fs::write(&bad, &junk).unwrap();
+    let store = Store::open(&bad, opts().recover_corrupt(true)).unwrap();
+    let moved = store.open_report().moved_aside.expect("moved aside");
+    assert_eq!(std::fs::read(&moved).unwrap(), junk);
+    assert_eq!(store.io_stats().dir_syncs, baseline + 1);
+    store.close().unwrap();
+
+    let off = dir.path().join("off.db");
+    std::fs::write(&off, &junk).unwrap();
+    let store = Store::open(
+        &off,
+        opts()
+            .recover_corrupt(true)
+            .open_barrier_sync(SyncPolicy::Off),
+    )
+    .unwrap();
+    assert!(store.open_report().moved_aside.is_some());
+    assert_eq!(store.io_stats().dir_syncs, baseline);
+    store.close().unwrap();
+}

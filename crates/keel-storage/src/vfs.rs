@@ -11,7 +11,6 @@
 //!
 //! This is the only module with `unsafe` code.
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -49,34 +48,14 @@ pub(crate) type SimRef<'a> = Option<(&'a crate::sim::SimDisk, usize)>;
 fn sim_refused(rc: c_int, errno: i32, sync: Option<(FileKind, SyncReason)>) -> c_int {
     if let Some((kind, reason)) = sync {
         let e = std::io::Error::from_raw_os_error(errno);
-        LAST_SYNC_ERROR.with(|c| *c.borrow_mut() = Some((kind, reason, e)));
+        crate::policy::record_sync_error(kind, reason, e);
     }
     rc
 }
 
-thread_local! {
-    static LAST_SYNC_ERROR: RefCell<Option<(FileKind, SyncReason, std::io::Error)>> =
-        const { RefCell::new(None) };
-}
-
-/// The last sync failure on this thread (set by `xSync`, read when SQLite reports
-/// SQLITE_IOERR so the error can say it was a sync).
-pub(crate) fn take_last_sync_error() -> Option<(FileKind, SyncReason, std::io::Error)> {
-    LAST_SYNC_ERROR.with(|c| c.borrow_mut().take())
-}
-
-/// A sync primitive, as the policy table in `docs/durability.md` names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Primitive {
-    /// `fcntl(F_FULLFSYNC)`: flush through the drive's cache (Apple).
-    FullFsync,
-    /// `fcntl(F_BARRIERFSYNC)`: an ordering barrier (Apple).
-    BarrierFsync,
-    /// `fsync`.
-    Fsync,
-    /// `fdatasync` (Linux, Android; `fsync` on other Unixes).
-    Fdatasync,
-}
+// Declared in `policy`, below this module, so that `error` and `sim` need not
+// import the VFS.
+pub(crate) use crate::policy::{take_last_sync_error, Primitive};
 
 /// The primitive a built-in policy runs; `apple` selects the Apple column of the
 /// table. `None`: no sync at all (`Off`). A `Custom` policy picks per call and
@@ -216,16 +195,27 @@ fn policy_sync(
 ) -> std::io::Result<bool> {
     let policy = shared.policies.for_reason(reason);
     let start = Instant::now();
+    let real = |p: &SyncPolicy| match fd {
+        Some(fd) => sync_fd(shared, fd, p),
+        None => fallback(),
+    };
+    let primitive = |p: SyncPolicy| -> std::io::Result<()> {
+        #[cfg(feature = "sim")]
+        if let Some((disk, id)) = sim {
+            if disk.real_sync() {
+                real(&p)?;
+            }
+            disk.synced(id);
+            return Ok(());
+        }
+        real(&p)
+    };
     let ctx = SyncContext {
-        shared,
         kind,
         reason,
         db_path: &shared.db_path,
-        fd,
         data_only,
-        fallback: Some(fallback),
-        #[cfg(feature = "sim")]
-        sim,
+        primitive: &primitive,
     };
     let res = match policy {
         SyncPolicy::Off => return Ok(false),
@@ -249,7 +239,7 @@ pub(crate) fn sync_file(
     let sim = match &shared.sim {
         Some(disk) => {
             let path = match kind {
-                FileKind::Wal => crate::open::wal_path(&shared.db_path),
+                FileKind::Wal => crate::paths::wal_path(&shared.db_path),
                 _ => shared.db_path.clone(),
             };
             let id = disk.file_id(&path, kind);
@@ -810,7 +800,7 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
         }
         Err(e) => {
             tracing::error!(kind = k.kind.name(), ?reason, error = %e, "sync failed");
-            LAST_SYNC_ERROR.with(|c| *c.borrow_mut() = Some((k.kind, reason, e)));
+            crate::policy::record_sync_error(k.kind, reason, e);
             ffi::SQLITE_IOERR_FSYNC
         }
     }

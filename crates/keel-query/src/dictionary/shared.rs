@@ -2,19 +2,20 @@
 //! one database shares ([`Shared`], owned by the engine state), the rows in
 //! `keel_dict`, the flush, the close steps and the value conversions.
 //! [`Dictionary`](super::Dictionary) (`mod.rs`) and [`TxnDictionary`](super::TxnDictionary)
-//! (`txn.rs`) are built on it; it never reaches up to the `Database` facade.
+//! (`txn.rs`) are built on it. It sits below the engine state that owns it and
+//! reaches that only through [`DictHost`] (the store and the open check), never
+//! the engine or the `Database` facade.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
 
 use keel_schema::Record;
-use keel_storage::{WriteFuture, WriteTxn};
+use keel_storage::{Store, WriteFuture, WriteTxn};
 
 use super::cache::{shard_of, Drained, Shard, Val, SHARDS};
 use super::subscribe;
 use super::value::{DictValue, FromDictValue};
-use crate::engine::Inner;
 use crate::error::{Error, Result};
 
 pub(super) const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
@@ -38,6 +39,25 @@ pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+impl subscribe::SubsHost for Shared {
+    fn subs(&self) -> &subscribe::Registry {
+        &self.subs
+    }
+    fn effective(&self, key: &str, v: Val) -> Option<DictValue> {
+        Shared::effective(self, key, v)
+    }
+}
+
+/// What the dictionary's cache needs of the database that owns it (the engine's
+/// `Inner` implements it). The engine sits above this module, so [`Shared`] holds
+/// it as a `Weak<dyn DictHost>`.
+pub(crate) trait DictHost: Send + Sync {
+    /// The store the flushes write to and cache misses read from.
+    fn store(&self) -> &Store;
+    /// `Err(Closed)` once the database is closed.
+    fn check_open(&self, op: &'static str) -> Result<()>;
+}
+
 /// The dictionary's shared state; one per database, owned by it.
 pub(crate) struct Shared {
     pub(super) shards: Box<[RwLock<Shard>]>,
@@ -51,11 +71,11 @@ pub(crate) struct Shared {
     pub(super) flushes: AtomicU64,
     pub(super) defaults: RwLock<HashMap<String, DictValue>>,
     pub(crate) subs: subscribe::Registry,
-    pub(super) db: Weak<Inner>,
+    pub(super) db: Weak<dyn DictHost>,
 }
 
 impl Shared {
-    pub(crate) fn new(db: Weak<Inner>) -> Arc<Shared> {
+    pub(crate) fn new(db: Weak<dyn DictHost>) -> Arc<Shared> {
         Arc::new(Shared {
             shards: (0..SHARDS).map(|_| RwLock::new(Shard::default())).collect(),
             clear_op: Mutex::new(None),
@@ -94,7 +114,7 @@ impl Shared {
             Some(inner) => {
                 let me = Arc::clone(self);
                 // The future is dropped: the job runs anyway; errors are logged.
-                drop(inner.store.write(move |w| flush(&me, w, true)));
+                drop(inner.store().write(move |w| flush(&me, w, true)));
             }
             None => self.flush_queued.store(false, Ordering::Release),
         }
@@ -243,7 +263,7 @@ impl Shared {
         })?;
         inner.check_open("dictionary read")?;
         self.disk_reads.fetch_add(1, Ordering::Relaxed);
-        inner.store.read(|c| read_row(c, key))
+        inner.store().read(|c| read_row(c, key))
     }
 }
 
@@ -449,7 +469,7 @@ pub(crate) fn before_close(shared: &Arc<Shared>) -> Option<WriteFuture<Result<()
     }
     let inner = shared.db.upgrade()?;
     let me = Arc::clone(shared);
-    Some(inner.store.write(move |w| flush(&me, w, false)))
+    Some(inner.store().write(move |w| flush(&me, w, false)))
 }
 
 pub(super) fn has_pending(shared: &Shared) -> bool {
@@ -477,7 +497,7 @@ pub(crate) fn settle_before_close(
     };
     if let Some(inner) = shared.db.upgrade() {
         let me = Arc::clone(shared);
-        match inner.store.write(move |w| flush(&me, w, false)).wait() {
+        match inner.store().write(move |w| flush(&me, w, false)).wait() {
             Ok(()) if !has_pending(shared) => return Ok(()),
             Ok(()) => {}
             Err(e) => last = Some(e),

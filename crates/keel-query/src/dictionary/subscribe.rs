@@ -6,6 +6,9 @@
 //! not delivered yet: a slow consumer skips intermediate values and always ends on
 //! the latest one; offers that arrive out of order (two setters racing) are ignored
 //! when older than what the slot already has.
+//!
+//! This module sits below the dictionary's shared state (`shared.rs`), which owns
+//! the [`Registry`]: it reaches that state only through [`SubsHost`].
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -16,7 +19,6 @@ use std::task::{Context, Poll};
 use std::thread::ThreadId;
 
 use super::cache::{shard_of, Val};
-use super::shared::Shared;
 use super::value::DictValue;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -24,6 +26,16 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 type Callback = Box<dyn FnMut(Option<DictValue>) + Send>;
+
+/// What key subscriptions need of the dictionary's shared state
+/// (`shared::Shared` implements it): the registry of subscriptions it owns, and
+/// the value a subscriber sees for "absent" (the registered default).
+pub(crate) trait SubsHost: Send + Sync {
+    /// The subscriptions of this dictionary.
+    fn subs(&self) -> &Registry;
+    /// `v`, or the default registered for `key` when `v` is absent.
+    fn effective(&self, key: &str, v: Val) -> Option<DictValue>;
+}
 
 /// What a key subscription keeps next to its value, under the slot's lock.
 #[derive(Default)]
@@ -134,7 +146,7 @@ impl Registry {
         }
     }
 
-    fn add(&self, key: &str, callback: Option<Callback>, shared: &Arc<Shared>) -> Arc<Slot> {
+    fn add(&self, key: &str, callback: Option<Callback>, shared: Arc<dyn SubsHost>) -> Arc<Slot> {
         let slot = Arc::new(Slot {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as u64,
             key: key.to_owned(),
@@ -150,7 +162,7 @@ impl Registry {
             return slot;
         }
         if slot.callback.is_some() {
-            self.ensure_notifier(shared);
+            self.ensure_notifier(&shared);
         }
         m.entry(key.to_owned()).or_default().push(Arc::clone(&slot));
         self.count.fetch_add(1, Ordering::AcqRel);
@@ -196,20 +208,20 @@ impl Registry {
         lock(&self.notifier).as_ref().map(|(_, t)| *t)
     }
 
-    fn ensure_notifier(&self, shared: &Arc<Shared>) {
+    fn ensure_notifier(&self, shared: &Arc<dyn SubsHost>) {
         let mut g = lock(&self.notifier);
         if g.is_some() {
             return;
         }
         let (tx, rx) = std::sync::mpsc::channel::<Arc<Slot>>();
-        let weak: Weak<Shared> = Arc::downgrade(shared);
+        let weak: Weak<dyn SubsHost> = Arc::downgrade(shared);
         let spawned = std::thread::Builder::new()
             .name("keel-dict-notify".into())
             .spawn(move || {
                 // Ends when the dictionary (which owns the sender) is dropped.
                 for slot in rx {
                     let Some(shared) = weak.upgrade() else { break };
-                    deliver(&shared, &slot);
+                    deliver(&*shared, &slot);
                 }
             });
         match spawned {
@@ -220,7 +232,7 @@ impl Registry {
 }
 
 /// Run a callback slot's callback with its pending value (notifier thread).
-fn deliver(shared: &Shared, slot: &Slot) {
+fn deliver(shared: &dyn SubsHost, slot: &Slot) {
     let Some(cb) = &slot.callback else { return };
     if slot.cancelled.load(Ordering::Acquire) {
         return;
@@ -243,18 +255,26 @@ fn deliver(shared: &Shared, slot: &Slot) {
     }
 }
 
-pub(crate) fn subscribe_stream(shared: &Arc<Shared>, key: &str) -> Arc<Slot> {
-    shared.subs.add(key, None, shared)
+pub(crate) fn subscribe_stream<H: SubsHost + 'static>(shared: &Arc<H>, key: &str) -> Arc<Slot> {
+    shared
+        .subs()
+        .add(key, None, Arc::clone(shared) as Arc<dyn SubsHost>)
 }
 
-pub(crate) fn subscribe_callback(shared: &Arc<Shared>, key: &str, cb: Callback) -> Arc<Slot> {
-    shared.subs.add(key, Some(cb), shared)
+pub(crate) fn subscribe_callback<H: SubsHost + 'static>(
+    shared: &Arc<H>,
+    key: &str,
+    cb: Callback,
+) -> Arc<Slot> {
+    shared
+        .subs()
+        .add(key, Some(cb), Arc::clone(shared) as Arc<dyn SubsHost>)
 }
 
 /// Offer the initial value and, for callbacks, queue it.
-pub(crate) fn initial(shared: &Shared, slot: &Arc<Slot>, seq: u64, v: &Val) {
+pub(crate) fn initial<H: SubsHost>(shared: &Arc<H>, slot: &Arc<Slot>, seq: u64, v: &Val) {
     if slot.offer(seq, v) {
-        shared.subs.queue(vec![Arc::clone(slot)]);
+        shared.subs().queue(vec![Arc::clone(slot)]);
     }
 }
 
@@ -278,12 +298,12 @@ pub(crate) fn initial(shared: &Shared, slot: &Arc<Slot>, seq: u64, v: &Val) {
 /// ```
 #[must_use = "dropping the stream unsubscribes"]
 pub struct DictStream {
-    shared: Arc<Shared>,
+    shared: Arc<dyn SubsHost>,
     slot: Arc<Slot>,
 }
 
 impl DictStream {
-    pub(crate) fn new(shared: Arc<Shared>, slot: Arc<Slot>) -> DictStream {
+    pub(crate) fn new<H: SubsHost + 'static>(shared: Arc<H>, slot: Arc<Slot>) -> DictStream {
         DictStream { shared, slot }
     }
 
@@ -314,7 +334,7 @@ impl Drop for DictStream {
     fn drop(&mut self) {
         self.slot.cancelled.store(true, Ordering::Release);
         self.slot.value.end();
-        self.shared.subs.remove(&self.slot);
+        self.shared.subs().remove(&self.slot);
     }
 }
 
@@ -349,12 +369,12 @@ impl std::fmt::Debug for DictStream {
 /// ```
 #[must_use = "dropping the subscription stops its callbacks"]
 pub struct DictSubscription {
-    shared: Arc<Shared>,
+    shared: Arc<dyn SubsHost>,
     slot: Arc<Slot>,
 }
 
 impl DictSubscription {
-    pub(crate) fn new(shared: Arc<Shared>, slot: Arc<Slot>) -> DictSubscription {
+    pub(crate) fn new<H: SubsHost + 'static>(shared: Arc<H>, slot: Arc<Slot>) -> DictSubscription {
         DictSubscription { shared, slot }
     }
 
@@ -368,8 +388,8 @@ impl Drop for DictSubscription {
     fn drop(&mut self) {
         self.slot.cancelled.store(true, Ordering::Release);
         self.slot.value.end();
-        self.shared.subs.remove(&self.slot);
-        if self.shared.subs.notifier_thread() != Some(std::thread::current().id()) {
+        self.shared.subs().remove(&self.slot);
+        if self.shared.subs().notifier_thread() != Some(std::thread::current().id()) {
             if let Some(cb) = &self.slot.callback {
                 // Wait for a callback in progress.
                 drop(lock(cb));

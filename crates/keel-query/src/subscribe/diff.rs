@@ -105,7 +105,7 @@ impl Diff {
                 .collect();
             return d;
         }
-        let pos: super::hub::FxMap<K, usize> =
+        let pos: super::fx::FxMap<K, usize> =
             old.iter().enumerate().map(|(i, o)| (id(o), i)).collect();
         let mut kept_old = vec![false; old.len()];
         // (old index, new index) of kept objects, in new order.

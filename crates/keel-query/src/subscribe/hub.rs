@@ -15,8 +15,7 @@
 //! visited only if the object matched it before or matches it now.
 
 use std::cmp::Ordering as Cmp;
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -24,7 +23,8 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
-use super::{ObjectEvent, QueryUpdate};
+use super::fx::{FxMap, FxSet};
+use super::update::{ObjectEvent, QueryUpdate};
 use crate::change::Change;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
@@ -32,35 +32,6 @@ use crate::eval::{order_cmp, Filter, Order, RowKey, SqlValue};
 use crate::query::{Query, Source, Spec, StoredObject};
 
 pub(crate) type Obj = Arc<StoredObject>;
-
-/// A fast non-cryptographic hasher (FxHash) for ids, rowids and short keys.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut b = [0u8; 8];
-            b[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(b));
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_i64(&mut self, i: i64) {
-        self.write_u64(i as u64)
-    }
-    fn write_usize(&mut self, i: usize) {
-        self.write_u64(i as u64)
-    }
-}
-
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
-type FxSet<K> = HashSet<K, BuildHasherDefault<Fx>>;
 
 /// A value as a hash key, normalised so that values SQL's `=` calls equal hash
 /// equal (`2 = 2.0`, `true = 1`). `NULL` has no key (it equals nothing).

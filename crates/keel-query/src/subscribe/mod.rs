@@ -98,7 +98,9 @@
 
 mod delivery;
 mod diff;
+mod fx;
 pub(crate) mod hub;
+mod update;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -111,6 +113,7 @@ use keel_schema::{Record, Value};
 
 pub use diff::Diff;
 pub(crate) use hub::Hub;
+pub use update::{ObjectEvent, ObjectUpdate, QueryUpdate, Update};
 
 use delivery::{Callback, Shared};
 
@@ -118,71 +121,9 @@ use crate::slot::{Producer, Slot};
 use hub::{hkeys, Compiled, Obj};
 
 use crate::db::Database;
+use crate::engine::CommitObserver;
 use crate::error::{Error, Result};
 use crate::query::{Fetch, Query, Source, StoredObject};
-
-/// One delivery of a dynamic query subscription: the whole current result and its
-/// [`Diff`] against the previous delivery (the first delivery's diff inserts
-/// everything).
-///
-/// ```
-/// use keel_query::{Diff, QueryUpdate};
-/// let u = QueryUpdate { objects: vec![], diff: Diff::initial(0) };
-/// assert!(u.diff.is_empty());
-/// ```
-#[derive(Debug, Clone)]
-pub struct QueryUpdate {
-    /// The result, in query order (after `offset`/`limit`). Objects are shared
-    /// between subscriptions, hence the `Arc`.
-    pub objects: Vec<Arc<StoredObject>>,
-    /// Changes against the previous delivery.
-    pub diff: Diff,
-}
-
-/// One delivery of a dynamic object subscription.
-///
-/// ```
-/// use keel_query::ObjectEvent;
-/// assert!(matches!(ObjectEvent::Deleted, ObjectEvent::Deleted));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub enum ObjectEvent {
-    /// The object's new version.
-    Updated(Arc<StoredObject>),
-    /// The object was deleted; the subscription has ended.
-    Deleted,
-}
-
-/// One delivery of a typed query subscription ([`Fetch::subscribe`]).
-///
-/// ```
-/// use keel_query::{Diff, Update};
-/// let u: Update<u8> = Update { objects: vec![], diff: Diff::default() };
-/// assert!(u.objects.is_empty());
-/// ```
-#[derive(Debug, Clone)]
-pub struct Update<R> {
-    /// The result, decoded. Objects unchanged since the previous delivery are the
-    /// same `Arc`s (only inserted and updated ones are decoded).
-    pub objects: Vec<Arc<R>>,
-    /// Changes against the previous delivery.
-    pub diff: Diff,
-}
-
-/// One delivery of a typed object subscription ([`Database::subscribe`]).
-///
-/// ```
-/// use keel_query::ObjectUpdate;
-/// let u: ObjectUpdate<u8> = ObjectUpdate::Updated(1);
-/// assert!(matches!(u, ObjectUpdate::Updated(1)));
-/// ```
-#[derive(Debug, Clone, PartialEq)]
-pub enum ObjectUpdate<R> {
-    /// The object's new version.
-    Updated(R),
-    /// The object was deleted; the subscription has ended.
-    Deleted,
-}
 
 trait Cancel: Send + Sync {
     fn cancel(&self);
@@ -255,11 +196,37 @@ impl Drop for Subscription {
 /// subscriptions ([`Hub::resync`]).
 fn hub_of(db: &Database) -> Arc<Hub> {
     let inner = db.inner();
-    Arc::clone(
-        inner
-            .hub
-            .get_or_init(|| Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema)))),
-    )
+    let hub = inner.hub.get_or_init(|| {
+        Arc::new(Hub::new(db.weak(), Arc::clone(&inner.schema))) as Arc<dyn CommitObserver>
+    });
+    as_hub(Arc::clone(hub))
+}
+
+/// The engine holds the hub as a [`CommitObserver`] (it sits below this module);
+/// only [`hub_of`] installs one, always a [`Hub`].
+fn as_hub(observer: Arc<dyn CommitObserver>) -> Arc<Hub> {
+    match observer.into_any().downcast::<Hub>() {
+        Ok(hub) => hub,
+        Err(_) => unreachable!("the engine's commit observer is always the subscription hub"),
+    }
+}
+
+impl CommitObserver for Hub {
+    fn interested(&self) -> bool {
+        Hub::interested(self)
+    }
+    fn on_commit(&self, changes: &[crate::Change]) {
+        Hub::on_commit(self, changes)
+    }
+    fn resync(&self) {
+        Hub::resync(self)
+    }
+    fn close(&self) {
+        Hub::close(self)
+    }
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
 }
 
 type SeenFn = Box<dyn FnOnce(&[Obj]) -> Vec<Obj> + Send>;
@@ -546,7 +513,10 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn subscription_counts(&self) -> (usize, usize) {
-        self.inner().hub.get().map_or((0, 0), |h| h.counts())
+        self.inner()
+            .hub
+            .get()
+            .map_or((0, 0), |h| as_hub(Arc::clone(h)).counts())
     }
 }
 

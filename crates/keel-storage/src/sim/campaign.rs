@@ -1129,7 +1129,7 @@ impl Campaign {
     /// Leave commits in the WAL (an app crash after a few groups), so the next open
     /// has a barrier to run.
     fn leave_wal(&mut self) -> bool {
-        let wal = std::fs::metadata(crate::open::wal_path(&self.path)).map_or(0, |m| m.len());
+        let wal = std::fs::metadata(crate::paths::wal_path(&self.path)).map_or(0, |m| m.len());
         if wal > 0 {
             return true;
         }

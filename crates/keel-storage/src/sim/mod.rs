@@ -56,10 +56,10 @@ pub enum StrongSync {
     BarrierFsync,
 }
 
-impl From<crate::vfs::Primitive> for StrongSync {
-    fn from(p: crate::vfs::Primitive) -> StrongSync {
+impl From<crate::policy::Primitive> for StrongSync {
+    fn from(p: crate::policy::Primitive) -> StrongSync {
         match p {
-            crate::vfs::Primitive::BarrierFsync => StrongSync::BarrierFsync,
+            crate::policy::Primitive::BarrierFsync => StrongSync::BarrierFsync,
             _ => StrongSync::FullFsync,
         }
     }
