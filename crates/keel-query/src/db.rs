@@ -220,7 +220,7 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
         feed.clone(),
     );
     if let Some(f) = feed {
-        f.start(Arc::downgrade(&inner))?;
+        crate::remote::start(&f, Arc::downgrade(&inner))?;
     }
     Ok(Database { inner })
 }
@@ -478,7 +478,7 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn catch_up(&self) -> Result<()> {
-        crate::feed::catch_up(&self.inner)
+        crate::remote::catch_up(&self.inner)
     }
 
     /// What the cross-process change feed has done so far (`None` without

@@ -42,6 +42,8 @@ pub(crate) trait CommitObserver: Send + Sync {
     fn on_commit(&self, changes: &[Change]);
     /// A write committed unrecorded while it was interested: re-read what it shows.
     fn resync(&self);
+    /// Rows another process committed, as they are now (the change feed).
+    fn on_remote(&self, rows: &[crate::feed::RemoteRow]);
     /// The database is closing.
     fn close(&self);
     /// The observer as `Any`, for the module that installed it to get its own
@@ -254,6 +256,9 @@ impl DictHost for Inner {
     }
     fn check_open(&self, op: &'static str) -> Result<()> {
         Inner::check_open(self, op)
+    }
+    fn feed(&self) -> Option<&Arc<crate::feed::Feed>> {
+        self.feed.as_ref()
     }
 }
 

@@ -18,8 +18,8 @@
 //! ## Reading: the catch-up
 //!
 //! A `keel-feed` thread sleeps in the kernel until a post arrives, then runs
-//! [`catch_up`] (which [`Database::catch_up`](crate::Database::catch_up) — and so
-//! `resume` — also call): in **one read transaction** it reads the log after the
+//! the catch-up (`remote.rs`; [`Database::catch_up`](crate::Database::catch_up) — and so
+//! `resume` — runs it too): in **one read transaction** it reads the log after the
 //! last sequence number this handle saw, skips its own origin (those commits were
 //! delivered locally, before their futures resolved), and fetches the current
 //! bytes of every changed row and the current value of every changed dictionary
@@ -39,8 +39,11 @@
 //! catch-up waits until no local commit is between the two and holds new ones off
 //! (at the end of their closure) while it reads and delivers. The gate exists
 //! only with sharing on.
+//!
+//! This module is the low half (state, gate, log format), below the engine and
+//! the dictionary, which write through it; `remote.rs`, above the engine, reads
+//! the rows and hands them to the hub and the dictionary.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -48,11 +51,7 @@ use keel_schema::Value;
 use keel_storage::xproc::{CommitSignal, CommitWatch};
 
 use crate::change::Change;
-use crate::dictionary::DictValue;
-use crate::engine::Inner;
 use crate::error::{Error, Result};
-use crate::eval::SqlValue;
-use crate::layout::Coll;
 
 /// The change log's table.
 pub(crate) const LOG_TABLE: &str = "keel_changes";
@@ -75,7 +74,7 @@ pub(crate) const MAX_ROWS: usize = 4096;
 /// More bytes of changed dictionary keys than this log a full marker instead.
 const MAX_DICT_BYTES: usize = 64 << 10;
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -105,19 +104,19 @@ struct GateState {
 
 /// The per-database feed state (`Inner::feed`, present with sharing on).
 pub(crate) struct Feed {
-    origin: i64,
+    pub(crate) origin: i64,
     signal: CommitSignal,
     watch: Mutex<Option<CommitWatch>>,
     /// The last log sequence number this handle has applied; its lock also runs
     /// catch-ups one at a time.
-    last: Mutex<i64>,
+    pub(crate) last: Mutex<i64>,
     gate: Mutex<GateState>,
     gate_cv: Condvar,
-    catch_ups: AtomicU64,
-    remote_commits: AtomicU64,
-    remote_rows: AtomicU64,
-    remote_keys: AtomicU64,
-    full_refetches: AtomicU64,
+    pub(crate) catch_ups: AtomicU64,
+    pub(crate) remote_commits: AtomicU64,
+    pub(crate) remote_rows: AtomicU64,
+    pub(crate) remote_keys: AtomicU64,
+    pub(crate) full_refetches: AtomicU64,
 }
 
 /// A local commit inside the gate: leaves it when dropped (after delivery, or
@@ -145,7 +144,7 @@ impl Drop for LocalCommit {
 }
 
 /// A catch-up inside the gate (local commits wait at the end of their closure).
-struct Feeding<'a>(&'a Feed);
+pub(crate) struct Feeding<'a>(&'a Feed);
 
 impl Drop for Feeding<'_> {
     fn drop(&mut self) {
@@ -191,14 +190,10 @@ impl Feed {
         })
     }
 
-    /// Start the `keel-feed` thread: each post from a process runs [`catch_up`].
-    pub(crate) fn start(self: &Arc<Self>, db: std::sync::Weak<Inner>) -> Result<()> {
-        let w = self.signal.watch(move || {
-            let Some(inner) = db.upgrade() else { return };
-            if let Err(e) = catch_up(&inner) {
-                tracing::warn!(error = %e, "cross-process catch-up failed");
-            }
-        })?;
+    /// Start the `keel-feed` thread: `on_post` runs after each post (the caller's
+    /// catch-up).
+    pub(crate) fn start(&self, on_post: impl FnMut() + Send + 'static) -> Result<()> {
+        let w = self.signal.watch(on_post)?;
         *lock(&self.watch) = Some(w);
         Ok(())
     }
@@ -236,7 +231,7 @@ impl Feed {
 
     /// Enter the gate as a catch-up: wait until every local commit inside has
     /// been delivered; new ones wait until the returned guard drops.
-    fn feeding(&self) -> Feeding<'_> {
+    pub(crate) fn feeding(&self) -> Feeding<'_> {
         let mut g = lock(&self.gate);
         while g.feeding {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
@@ -283,7 +278,7 @@ impl Feed {
 }
 
 /// `(log exists, its last sequence number)`: 0 for a log never written.
-fn read_log_end(c: &rusqlite::Connection) -> Result<(bool, i64)> {
+pub(crate) fn read_log_end(c: &rusqlite::Connection) -> Result<(bool, i64)> {
     let err = |e| Error::sqlite("read the change log", LOG_TABLE, e);
     let exists: bool = c
         .query_row(
@@ -400,61 +395,35 @@ pub(crate) struct RemoteRow {
     pub(crate) bytes: Option<Vec<u8>>,
 }
 
-/// What one catch-up read.
-enum Batch {
+/// What the log holds after a sequence number, other origins only.
+pub(crate) enum LogRead {
+    /// Nothing new (or no log yet).
     Nothing,
-    /// Read every subscription again (and drop the dictionary's clean cache).
-    Full {
-        end: i64,
-        dict: Vec<(String, Option<DictValue>)>,
-    },
+    /// Not everything since is in the log (pruned, a full marker, a damaged
+    /// entry): read every subscription again. `end`: the log's last number.
+    Full { end: i64 },
+    /// The entries after it, up to `end`.
     Changes {
         end: i64,
+        /// Entries of other origins.
         commits: u64,
-        rows: Vec<RemoteRow>,
-        dict: Vec<(String, Option<DictValue>)>,
+        /// `(collection, rowid)` in log order, repeats included.
+        rows: Vec<(String, i64)>,
+        /// Dictionary keys in log order, repeats included.
+        keys: Vec<String>,
+        /// Another origin ran `remove_all`.
         dict_clear: bool,
     },
 }
 
-/// The primary key of an object's bytes (as `Txn` computes it on insert).
-fn key_of(inner: &Inner, c: &Coll, rowid: i64, bytes: &[u8]) -> Option<Vec<Value>> {
-    if c.key.is_empty() {
-        return Some(vec![Value::Int(rowid)]);
-    }
-    let t = inner.table(c).ok()?;
-    let obj = t.read(bytes).ok()?;
-    c.key
-        .iter()
-        .map(|k| {
-            obj.get_ref(&k.path)
-                .ok()
-                .map(|v| SqlValue::from_ref(v).to_value())
-        })
-        .collect()
-}
-
-fn read_batch(
-    inner: &Inner,
-    conn: &rusqlite::Connection,
-    origin: i64,
-    last: i64,
-    subscribed: &[String],
-) -> Result<Batch> {
+/// Read the log after `last`, skipping `origin`'s own entries (in the caller's
+/// read transaction).
+pub(crate) fn read_log(conn: &rusqlite::Connection, origin: i64, last: i64) -> Result<LogRead> {
     let (exists, end) = read_log_end(conn)?;
     if !exists || end <= last {
-        return Ok(Batch::Nothing);
+        return Ok(LogRead::Nothing);
     }
-    let read_dict = |keys: &mut dyn Iterator<Item = &String>| -> Result<_> {
-        keys.map(|k| Ok((k.clone(), crate::dictionary::shared::read_row(conn, k)?)))
-            .collect::<Result<Vec<_>>>()
-    };
-    let full = || -> Result<Batch> {
-        Ok(Batch::Full {
-            end,
-            dict: read_dict(&mut subscribed.iter())?,
-        })
-    };
+    let full = Ok(LogRead::Full { end });
     let err = |e| Error::sqlite("read the change log", LOG_TABLE, e);
     let mut st = conn
         .prepare_cached(
@@ -464,30 +433,28 @@ fn read_batch(
     let mut q = st.query([last]).map_err(err)?;
     let mut expect = last + 1;
     let mut commits = 0u64;
-    let mut changed: Vec<(String, i64)> = Vec::new();
+    let mut rows: Vec<(String, i64)> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
     let mut dict_clear = false;
     while let Some(r) = q.next().map_err(err)? {
         let seq: i64 = r.get(0).map_err(err)?;
         if seq != expect {
-            // Pruned past what this handle saw.
-            return full();
+            return full; // pruned past what this handle saw
         }
         expect += 1;
-        let o: i64 = r.get(1).map_err(err)?;
-        if o == origin {
+        if r.get::<_, i64>(1).map_err(err)? == origin {
             continue;
         }
         commits += 1;
         if r.get::<_, bool>(2).map_err(err)? {
-            return full();
+            return full;
         }
-        let rows: Option<Vec<u8>> = r.get(3).map_err(err)?;
-        let dict: Option<Vec<u8>> = r.get(4).map_err(err)?;
-        let ok = rows
+        let rb: Option<Vec<u8>> = r.get(3).map_err(err)?;
+        let kb: Option<Vec<u8>> = r.get(4).map_err(err)?;
+        let ok = rb
             .as_deref()
-            .is_none_or(|b| decode_rows(b, &mut changed).is_some())
-            && dict
+            .is_none_or(|b| decode_rows(b, &mut rows).is_some())
+            && kb
                 .as_deref()
                 .is_none_or(|b| decode_keys(b, &mut keys).is_some());
         if !ok {
@@ -495,135 +462,20 @@ fn read_batch(
                 seq,
                 "damaged change-log entry; reading every subscription again"
             );
-            return full();
+            return full;
         }
-        if r.get::<_, bool>(5).map_err(err)? {
-            // Keys set before the clear are covered by reading every subscribed key.
-            dict_clear = true;
-        }
+        dict_clear |= r.get::<_, bool>(5).map_err(err)?;
     }
     if expect <= end {
-        return full(); // the log ends before `end`: pruned entirely
+        return full; // the log ends before `end`: pruned entirely
     }
-    if commits == 0 {
-        return Ok(Batch::Changes {
-            end,
-            commits,
-            rows: Vec::new(),
-            dict: Vec::new(),
-            dict_clear: false,
-        });
-    }
-    // Each changed row once, in the order of its first change.
-    let mut seen: HashMap<(String, i64), ()> = HashMap::new();
-    let mut rows = Vec::new();
-    for (coll, rowid) in changed {
-        if seen.insert((coll.clone(), rowid), ()).is_some() {
-            continue;
-        }
-        let Ok(c) = inner.coll(&coll, "catch up") else {
-            continue; // a collection this handle's schema does not have
-        };
-        if inner.unborn(conn, c)? {
-            continue;
-        }
-        let bytes: Option<Vec<u8>> = {
-            let sql = format!(
-                "SELECT {} FROM {} WHERE rowid = ?1",
-                crate::inspect::BODY_COLUMN,
-                c.ident
-            );
-            let mut st = conn
-                .prepare_cached(&sql)
-                .map_err(|e| Error::sqlite("catch up", &c.name, e))?;
-            let mut q = st
-                .query([rowid])
-                .map_err(|e| Error::sqlite("catch up", &c.name, e))?;
-            match q
-                .next()
-                .map_err(|e| Error::sqlite("catch up", &c.name, e))?
-            {
-                Some(r) => Some(
-                    r.get(0)
-                        .map_err(|e| Error::sqlite("catch up", &c.name, e))?,
-                ),
-                None => None,
-            }
-        };
-        let key = bytes.as_deref().and_then(|b| key_of(inner, c, rowid, b));
-        rows.push(RemoteRow {
-            collection: c.name.clone(),
-            rowid,
-            key,
-            bytes,
-        });
-    }
-    if dict_clear {
-        keys.extend(subscribed.iter().cloned());
-    }
-    keys.sort();
-    keys.dedup();
-    let dict = read_dict(&mut keys.iter())?;
-    Ok(Batch::Changes {
+    Ok(LogRead::Changes {
         end,
         commits,
         rows,
-        dict,
+        keys,
         dict_clear,
     })
-}
-
-/// Read what other processes committed since this handle last looked, and deliver
-/// it to the subscriptions and the dictionary (see the module docs). Does nothing
-/// without sharing or after the close.
-pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
-    let Some(feed) = inner.feed.as_ref() else {
-        return Ok(());
-    };
-    if inner.check_open("catch up").is_err() {
-        return Ok(());
-    }
-    let mut last = lock(&feed.last);
-    let _feeding = feed.feeding();
-    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
-    let subscribed = inner.dict.subs.keys();
-    let batch = inner
-        .store
-        .read(|c| read_batch(inner, c, feed.origin, *last, &subscribed))?;
-    match batch {
-        Batch::Nothing => {}
-        Batch::Full { end, dict } => {
-            if let Some(hub) = inner.hub.get() {
-                hub.resync();
-            }
-            inner.dict.apply_remote(dict, true);
-            *last = end;
-            feed.full_refetches.fetch_add(1, Ordering::Relaxed);
-        }
-        Batch::Changes {
-            end,
-            commits,
-            rows,
-            dict,
-            dict_clear,
-        } => {
-            let (nrows, nkeys) = (rows.len() as u64, dict.len() as u64);
-            if !rows.is_empty() {
-                if let Some(hub) = inner.hub.get() {
-                    hub.on_remote(&rows);
-                }
-            }
-            if !dict.is_empty() || dict_clear {
-                inner.dict.apply_remote(dict, dict_clear);
-            }
-            *last = end;
-            // Counted once delivered: a test that saw the count sees the deliveries.
-            feed.remote_rows.fetch_add(nrows, Ordering::Relaxed);
-            feed.remote_keys.fetch_add(nkeys, Ordering::Relaxed);
-            feed.remote_commits.fetch_add(commits, Ordering::Relaxed);
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -118,6 +118,7 @@ mod layout;
 pub mod migrate;
 pub mod pool;
 mod query;
+mod remote;
 mod slot;
 mod sql;
 mod stored;

@@ -56,6 +56,8 @@ pub(crate) trait DictHost: Send + Sync {
     fn store(&self) -> &Store;
     /// `Err(Closed)` once the database is closed.
     fn check_open(&self, op: &'static str) -> Result<()>;
+    /// The cross-process change feed, with sharing on: flushes log their keys.
+    fn feed(&self) -> Option<&Arc<crate::feed::Feed>>;
 }
 
 /// The dictionary's shared state; one per database, owned by it.
@@ -430,7 +432,7 @@ pub(super) fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool
     })();
     // Sharing: log the keys in the same transaction (see `crate::feed`).
     let logged = match (&written, shared.db.upgrade()) {
-        (Ok(()), Some(inner)) => match inner.feed.as_ref() {
+        (Ok(()), Some(host)) => match host.feed() {
             Some(feed) => {
                 let b = guard.batch.as_ref().expect("batch present until commit");
                 let keys: Vec<&str> = b.ops.iter().flatten().map(|(k, _, _)| k.as_str()).collect();

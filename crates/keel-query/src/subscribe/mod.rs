@@ -221,6 +221,9 @@ impl CommitObserver for Hub {
     fn resync(&self) {
         Hub::resync(self)
     }
+    fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
+        Hub::on_remote(self, rows)
+    }
     fn close(&self) {
         Hub::close(self)
     }
