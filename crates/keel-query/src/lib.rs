@@ -84,6 +84,9 @@
 //! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]),
 //!   [`pool`], `slot`, the dictionary's `value`, and `subscribe`'s `delivery`
 //!   and `fx` (hash maps); then [`eval`] and the dictionary's `cache`.
+//! * **`feed`**, the low half of the cross-process change feed (its state, the
+//!   gate between local commits and catch-ups, the change log's format): what
+//!   write closures and dictionary flushes write through.
 //! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
 //!   `dictionary::shared` (the cache and pending writes every handle shares). It
 //!   reaches the database that owns it only through its `DictHost` trait.
@@ -99,6 +102,9 @@
 //!   half build on the engine; then **`txn`** ([`Txn`]) and `subscribe`'s `diff`
 //!   and `update` (the delivery types) on `query`; then **`subscribe::hub`**,
 //!   which runs queries through a `Weak<Inner>` and implements `CommitObserver`.
+//! * **`remote`**, the catch-up of the change feed: reads what other processes
+//!   committed and hands it to the hub (`CommitObserver::on_remote`) and the
+//!   dictionary's cache.
 //! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
 //! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
 //!   to [`Database`] (and installs the hub), and [`dictionary`]'s [`Dictionary`]
