@@ -302,6 +302,49 @@ fn a_commit_too_large_to_log_row_by_row_reads_every_subscription_again() {
     b.close().wait().unwrap();
 }
 
+/// Two handles of one file in one process have distinct origins, like two
+/// processes. `catch_up` called where it would wait for itself (a subscription
+/// callback of a local commit, of a catch-up, a write closure) returns at once.
+#[test]
+fn catch_up_inside_callbacks_and_closures_does_not_wait_for_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reentry.db");
+    let a = Database::open_for::<Post>(&path, shared()).unwrap();
+    let b = Database::open_for::<Post>(&path, shared()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    let b2 = b.clone();
+    let _q = b
+        .fetch::<Post>()
+        .subscribe(move |u: Update<Post>| {
+            b2.catch_up().unwrap();
+            tx.send(ids(&u.objects)).unwrap();
+        })
+        .unwrap();
+    assert!(rx.recv().unwrap().is_empty());
+    // A local commit of B: its callback calls catch_up on the writer thread.
+    b.write(|t| {
+        t.insert(&Post::builder().id("b").priority(2).build())
+            .map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(rx.recv_timeout(WAIT).unwrap(), ["b"]);
+    // A commit of A: B's feed delivers it; the callback calls catch_up again.
+    a.write(|t| {
+        t.insert(&Post::builder().id("a").priority(1).build())
+            .map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    let got = rx.recv_timeout(WAIT).unwrap();
+    assert_eq!(got.len(), 2, "{got:?}");
+    // Inside a write closure.
+    let b3 = b.clone();
+    b.write(move |_| b3.catch_up()).wait().unwrap();
+    a.close().wait().unwrap();
+    b.close().wait().unwrap();
+}
+
 #[test]
 fn without_sharing_nothing_is_logged_or_watched() {
     let dir = tempfile::tempdir().unwrap();

@@ -462,7 +462,9 @@ impl Database {
     /// runs by itself whenever another process commits (on Linux and Android
     /// through inotify, on Apple platforms through Darwin notifications — a
     /// sleeping thread, no polling); call it yourself where no wake-up exists
-    /// or after the process was suspended. See `docs/app-groups.md`.
+    /// or after the process was suspended. See `docs/app-groups.md`. Inside a
+    /// write closure or a subscription callback it does nothing (it would wait
+    /// for itself; the feed thread delivers right after).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};

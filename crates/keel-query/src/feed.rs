@@ -119,6 +119,29 @@ pub(crate) struct Feed {
     pub(crate) full_refetches: AtomicU64,
 }
 
+thread_local! {
+    /// The feeds (their addresses) this thread is inside the gate of — as a local
+    /// commit (the writer thread, until its deliveries ran) or as a catch-up. A
+    /// catch-up asked for on such a thread (from a subscription callback, say)
+    /// would wait for itself; it is skipped instead (see [`Feed::inside`]).
+    static INSIDE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn mark(feed: &Feed) {
+    let me = feed as *const Feed as usize;
+    INSIDE.with(|i| i.borrow_mut().push(me));
+}
+
+fn unmark(feed: &Feed) {
+    let me = feed as *const Feed as usize;
+    INSIDE.with(|i| {
+        let mut i = i.borrow_mut();
+        if let Some(p) = i.iter().rposition(|x| *x == me) {
+            i.remove(p);
+        }
+    });
+}
+
 /// A local commit inside the gate: leaves it when dropped (after delivery, or
 /// when the commit failed and the callback holding it is dropped).
 pub(crate) struct LocalCommit {
@@ -135,6 +158,7 @@ impl LocalCommit {
 
 impl Drop for LocalCommit {
     fn drop(&mut self) {
+        unmark(&self.feed);
         let mut g = lock(&self.feed.gate);
         g.pending -= 1;
         if g.pending == 0 {
@@ -148,6 +172,7 @@ pub(crate) struct Feeding<'a>(&'a Feed);
 
 impl Drop for Feeding<'_> {
     fn drop(&mut self) {
+        unmark(self.0);
         lock(&self.0.gate).feeding = false;
         self.0.gate_cv.notify_all();
     }
@@ -224,6 +249,7 @@ impl Feed {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         g.pending += 1;
+        mark(self);
         LocalCommit {
             feed: Arc::clone(self),
         }
@@ -240,7 +266,15 @@ impl Feed {
         while g.pending > 0 {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
+        mark(self);
         Feeding(self)
+    }
+
+    /// True on a thread inside this feed's gate (a local commit not yet delivered,
+    /// or a catch-up): a catch-up started there would wait for itself.
+    pub(crate) fn inside(&self) -> bool {
+        let me = self as *const Feed as usize;
+        INSIDE.with(|i| i.borrow().contains(&me))
     }
 
     /// Append one closure's changes to the log (inside its transaction).

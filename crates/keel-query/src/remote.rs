@@ -155,14 +155,19 @@ fn read_batch(
 
 /// Read what other processes committed since this handle last looked, and deliver
 /// it to the subscriptions and the dictionary (see `feed.rs`). Does nothing
-/// without sharing or after the close. Runs on the `keel-feed` thread after a
+/// without sharing, after the close, and where it would wait for itself: inside
+/// a write closure, or in a subscription callback of a local commit or of a
+/// catch-up (the `keel-feed` thread delivers those commits right after). Runs on the `keel-feed` thread after a
 /// wake-up, and on the caller's thread from
 /// [`Database::catch_up`](crate::Database::catch_up).
 pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
     let Some(feed) = inner.feed.as_ref() else {
         return Ok(());
     };
-    if inner.check_open("catch up").is_err() {
+    if inner.check_open("catch up").is_err()
+        || feed.inside()
+        || crate::engine::in_write_closure(inner)
+    {
         return Ok(());
     }
     let mut last = lock(&feed.last);
