@@ -96,8 +96,10 @@ struct Prepared {
     outcome: Arc<Mutex<SchemaOutcome>>,
     /// Reader pool size: also the bound of the fetch pool.
     readers: usize,
-    /// `StoreOptions::share_changes`: run the cross-process change feed.
-    share: bool,
+    /// With `StoreOptions::share_changes`: the change feed's signal and the log's
+    /// last sequence number, made by the schema phase on the open thread (file
+    /// work the caller of `open_async` must not wait for).
+    feed_seed: Option<Arc<Mutex<Option<crate::feed::Seed>>>>,
 }
 
 impl Prepared {
@@ -136,7 +138,10 @@ fn prepare(
     }));
     let outcome = Arc::new(Mutex::new(SchemaOutcome::default()));
     let user_hook = opts.schema_hook.take();
-    let share = opts.share_changes;
+    let feed_seed = opts
+        .share_changes
+        .then(|| Arc::new(Mutex::new(None::<crate::feed::Seed>)));
+    let seed2 = feed_seed.clone();
     let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
     let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
@@ -149,9 +154,10 @@ fn prepare(
                 return Err(s);
             }
         }
-        if share {
-            ctx.execute_batch(crate::feed::LOG_TABLE_SQL)
-                .map_err(|e| ctx.error(format!("create the change log: {e}")))?;
+        if let Some(seed) = &seed2 {
+            let s = crate::feed::Seed::prepare(ctx, &path)
+                .map_err(|e| crate::stored::to_storage(&e, &path))?;
+            *seed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
         }
         if let Some(h) = user_hook {
             h(ctx)?;
@@ -164,7 +170,7 @@ fn prepare(
             colls,
             outcome,
             readers: opts.reader_pool_size,
-            share,
+            feed_seed,
         },
         opts,
     ))
@@ -203,11 +209,22 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
             Ok::<(), Error>(())
         }));
     }
-    // The feed starts after the log's current end: what is committed now, the
-    // first reads see anyway.
-    let feed = match p.share {
-        true => Some(Arc::new(crate::feed::Feed::new(store.path(), &store)?)),
-        false => None,
+    // The feed starts after the log's end as the schema phase saw it: what was
+    // committed by then, the first reads see anyway (later commits are replayed,
+    // which is harmless).
+    let feed = match &p.feed_seed {
+        Some(seed) => {
+            let seed = seed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| Error::Closed {
+                    op: "start the change feed (the schema phase did not run)",
+                    path: store.path().to_path_buf(),
+                })?;
+            Some(Arc::new(crate::feed::Feed::new(seed)))
+        }
+        None => None,
     };
     let inner = Inner::new(
         store,

@@ -195,12 +195,28 @@ fn random_origin() -> i64 {
     h.finish() as i64
 }
 
+/// What the open's schema phase prepares for the feed (on the open thread).
+pub(crate) struct Seed {
+    signal: CommitSignal,
+    last: i64,
+}
+
+impl Seed {
+    /// Create the change log if missing, read its end and open the signal.
+    pub(crate) fn prepare(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Seed> {
+        conn.execute_batch(LOG_TABLE_SQL)
+            .map_err(|e| Error::sqlite("create the change log", LOG_TABLE, e))?;
+        let last = read_log_end(conn)?.1;
+        let signal = CommitSignal::open(path)?;
+        Ok(Seed { signal, last })
+    }
+}
+
 impl Feed {
-    /// The feed of a database just opened: starts after the log's current end.
-    pub(crate) fn new(inner_path: &std::path::Path, store: &keel_storage::Store) -> Result<Feed> {
-        let signal = CommitSignal::open(inner_path)?;
-        let last = store.read(|c| Ok::<_, Error>(read_log_end(c)?.1))?;
-        Ok(Feed {
+    /// The feed of a database just opened: starts after `seed`'s log end.
+    pub(crate) fn new(seed: Seed) -> Feed {
+        let Seed { signal, last } = seed;
+        Feed {
             origin: random_origin(),
             signal,
             watch: Mutex::new(None),
@@ -212,7 +228,7 @@ impl Feed {
             remote_rows: AtomicU64::new(0),
             remote_keys: AtomicU64::new(0),
             full_refetches: AtomicU64::new(0),
-        })
+        }
     }
 
     /// Start the `keel-feed` thread: `on_post` runs after each post (the caller's
