@@ -78,6 +78,7 @@ fn writer_process() {
                 })
                 .wait()
             }
+            ["dictclear"] => db.write(|t| t.dictionary().remove_all()).wait(),
             ["noop"] => db.write(|_| Ok(())).wait(),
             ["quit"] => break,
             _ => panic!("unknown command {line:?}"),
@@ -244,6 +245,13 @@ fn a_live_query_in_b_receives_inserts_updates_and_dictionary_sets_from_a() {
         Some("light")
     );
 
+    // B follows a1 itself now.
+    let a1 = b.get::<Post>(&"a1".to_string()).unwrap().unwrap();
+    let (a1tx, a1rx) = mpsc::channel();
+    let _a1 = b
+        .subscribe(&a1, move |e: ObjectUpdate<Post>| a1tx.send(e).unwrap())
+        .unwrap();
+
     // B's own write: delivered once, by B's own commit.
     b.write(|t| {
         t.insert(&Post::builder().id("b1").priority(30).build())
@@ -265,6 +273,9 @@ fn a_live_query_in_b_receives_inserts_updates_and_dictionary_sets_from_a() {
     assert_eq!(now, ["p1", "b1"]);
     assert_eq!(diff.removed, vec![1]);
     assert!(diff.inserted.is_empty() && diff.updated.is_empty());
+    // The object subscription of the deleted row ends (found by rowid: the bytes
+    // that held its key are gone).
+    assert!(matches!(a1rx.try_recv(), Ok(ObjectUpdate::Deleted)));
     // Nothing else arrived: not b1 a second time, not z9, not the empty write.
     assert!(qrx.try_recv().is_err());
     assert!(orx.try_recv().is_err());
@@ -272,8 +283,13 @@ fn a_live_query_in_b_receives_inserts_updates_and_dictionary_sets_from_a() {
     assert_eq!(stats.full_refetches, 0, "{stats:?}");
     assert_eq!(stats.remote_commits, 6, "{stats:?}");
 
-    a.quit();
     assert!(drx.try_recv().is_err());
+
+    // A clears the dictionary: B's subscription hears the key is gone.
+    a.run("dictclear");
+    assert_eq!(drx.recv_timeout(WAIT).unwrap(), None);
+    assert_eq!(dict.get::<String>("theme").unwrap(), None);
+    a.quit();
     b.close().wait().unwrap();
 }
 
