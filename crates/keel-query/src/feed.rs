@@ -81,7 +81,8 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// What the feed has done (tests and benchmarks read it).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct FeedStats {
-    /// Catch-ups run (wake-ups, `catch_up` calls).
+    /// Catch-ups that read another process's commits (a wake-up that finds only
+    /// this process's own commits, or nothing, returns before counting).
     pub catch_ups: u64,
     /// Log entries of other processes applied.
     pub remote_commits: u64,
@@ -464,6 +465,28 @@ pub(crate) enum LogRead {
         /// Another origin ran `remove_all`.
         dict_clear: bool,
     },
+}
+
+/// `Some(end)` if everything the log holds after `last` is `origin`'s own (or
+/// nothing is): the caller may move to `end` without reading or delivering
+/// anything — the common wake-up by this process's own post. `None`: another
+/// origin wrote, or entries were pruned.
+pub(crate) fn own_only(conn: &rusqlite::Connection, origin: i64, last: i64) -> Result<Option<i64>> {
+    let (exists, end) = read_log_end(conn)?;
+    if !exists || end <= last {
+        return Ok(Some(last));
+    }
+    let (first, others): (Option<i64>, i64) = conn
+        .prepare_cached(
+            "SELECT min(seq), coalesce(sum(origin != ?2), 0) FROM keel_changes WHERE seq > ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row(rusqlite::params![last, origin], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+        })
+        .map_err(|e| Error::sqlite("read the change log", LOG_TABLE, e))?;
+    Ok((first == Some(last + 1) && others == 0).then_some(end))
 }
 
 /// Read the log after `last`, skipping `origin`'s own entries (in the caller's

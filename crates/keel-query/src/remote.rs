@@ -171,6 +171,16 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
         return Ok(());
     }
     let mut last = lock(&feed.last);
+    // Woken by this process's own commits only: nothing to deliver, and no need
+    // to hold local commits off (they were delivered by the writer).
+    let seen = *last;
+    if let Some(end) = inner
+        .store
+        .read(|c| crate::feed::own_only(c, feed.origin, seen))?
+    {
+        *last = end;
+        return Ok(());
+    }
     let _feeding = feed.feeding();
     feed.catch_ups.fetch_add(1, Ordering::Relaxed);
     let subscribed = inner.dict.subs.keys();
