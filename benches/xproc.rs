@@ -17,8 +17,9 @@
 //!    3 s). Every write error is counted; `SQLITE_BUSY` ("database is locked")
 //!    separately. The baseline is one process with two writing threads on its own
 //!    file for the same time: the ratio is time per commit across processes ÷ time
-//!    per commit in one process. B checks at the end that every acknowledged
-//!    commit is in the file.
+//!    per commit in one process. The same single process without `share_changes`
+//!    gives what sharing costs a writer. B checks at the end that every
+//!    acknowledged commit is in the file.
 //!
 //! Commits use `SyncPolicy::Normal` in every case (a shared build machine's fsync
 //! would otherwise dominate); the comparison is between like runs.
@@ -94,7 +95,8 @@ fn latency_writer() {
 /// Child: `threads` threads insert one post per transaction for `secs` seconds;
 /// print `r <commits> <busy> <other errors>`.
 fn contention_writer() {
-    let db = Database::open_for::<Post>(env("KEEL_XPROC_DB"), opts()).unwrap();
+    let share = env("KEEL_XPROC_SHARE") == "1";
+    let db = Database::open_for::<Post>(env("KEEL_XPROC_DB"), opts().share_changes(share)).unwrap();
     let threads: usize = env("KEEL_XPROC_THREADS").parse().unwrap();
     let secs: f64 = env("KEEL_XPROC_SECS").parse().unwrap();
     let tag = env("KEEL_XPROC_TAG");
@@ -234,7 +236,13 @@ fn top10(
 
 /// Run writers with `threads` threads each, one process per entry of `tags`, for
 /// `secs`; returns (commits, busy, other errors, seconds).
-fn contention(path: &Path, tags: &[&str], threads: usize, secs: f64) -> (u64, u64, u64, f64) {
+fn contention(
+    path: &Path,
+    tags: &[&str],
+    threads: usize,
+    secs: f64,
+    share: bool,
+) -> (u64, u64, u64, f64) {
     let mut procs: Vec<Proc> = tags
         .iter()
         .map(|tag| {
@@ -245,6 +253,10 @@ fn contention(path: &Path, tags: &[&str], threads: usize, secs: f64) -> (u64, u6
                     ("KEEL_XPROC_THREADS", threads.to_string()),
                     ("KEEL_XPROC_SECS", secs.to_string()),
                     ("KEEL_XPROC_TAG", tag.to_string()),
+                    (
+                        "KEEL_XPROC_SHARE",
+                        if share { "1" } else { "0" }.to_string(),
+                    ),
                 ],
             )
         })
@@ -336,27 +348,33 @@ fn main() {
     b.close().wait().unwrap();
 
     // ---- 3. contention ----
+    let plain = root.path().join("plain.db");
+    drop(Database::open_for::<Post>(&plain, opts().share_changes(false)).unwrap());
+    let (c0, busy0, err0, t0) = contention(&plain, &["plain"], 2, secs, false);
     let one = root.path().join("one.db");
     drop(Database::open_for::<Post>(&one, opts()).unwrap());
-    let (c1, busy1, err1, t1) = contention(&one, &["solo"], 2, secs);
+    let (c1, busy1, err1, t1) = contention(&one, &["solo"], 2, secs, true);
     let two = root.path().join("two.db");
     let b = Database::open_for::<Post>(&two, opts()).unwrap();
     let (sub, deliveries, _) = top10(&b);
-    let (c2, busy2, err2, t2) = contention(&two, &["w1", "w2"], 1, secs);
+    let (c2, busy2, err2, t2) = contention(&two, &["w1", "w2"], 1, secs, true);
     b.catch_up().unwrap();
     let stored = b.fetch::<Post>().count().unwrap() as u64;
     assert_eq!(stored, c2, "every acknowledged commit is in the file");
     let feed = b.feed_stats().unwrap();
     drop(sub);
     b.close().wait().unwrap();
+    let rate0 = c0 as f64 / t0;
     let rate1 = c1 as f64 / t1;
     let rate2 = c2 as f64 / t2;
     add("seconds", secs);
+    add("one_process_unshared_commits_per_s", rate0);
     add("one_process_commits_per_s", rate1);
     add("two_processes_commits_per_s", rate2);
+    add("sharing_per_commit_ratio", rate0 / rate1);
     add("xproc_per_commit_ratio", rate1 / rate2);
-    add("busy_errors", (busy1 + busy2) as f64);
-    add("other_write_errors", (err1 + err2) as f64);
+    add("busy_errors", (busy0 + busy1 + busy2) as f64);
+    add("other_write_errors", (err0 + err1 + err2) as f64);
     add(
         "reader_deliveries",
         deliveries.load(Ordering::Relaxed) as f64,
@@ -369,15 +387,16 @@ fn main() {
          (p95 {:.2} ms, goal ≤ 50 ms; {} commits, {} catch-ups); idle, B uses {:.1} ms \
          of CPU per second. Two writer processes and a reading process for {secs:.0} s: \
          {} `SQLITE_BUSY` surfaced, {:.0} commits/s against {:.0} in one process with \
-         two writing threads.",
+         two writing threads ({:.0} in one process without `share_changes`).",
         get(&metrics, "latency_median_ms"),
         get(&metrics, "latency_p95_ms"),
         n,
         stats.catch_ups,
         get(&metrics, "idle_cpu_ms_per_s"),
-        busy1 + busy2,
+        busy0 + busy1 + busy2,
         rate2,
         rate1,
+        rate0,
     );
     support::write_metrics_report("xproc", &metrics, Some(3), note, summary);
 }
@@ -396,9 +415,13 @@ fn note(k: &str) -> &'static str {
             "B's CPU time per second while nobody writes, subscriptions live (10 ms ticks)"
         }
         "seconds" => "length of each contention run",
-        "one_process_commits_per_s" => {
-            "one process, two writing threads, one insert per transaction"
+        "one_process_unshared_commits_per_s" => {
+            "one process, two writing threads, one insert per transaction, share_changes off"
         }
+        "one_process_commits_per_s" => {
+            "the same with share_changes on (the log row, the post, the gate)"
+        }
+        "sharing_per_commit_ratio" => "time per commit with share_changes ÷ without, one process",
         "two_processes_commits_per_s" => {
             "two writer processes (one thread each) and a reader process with a live query"
         }
