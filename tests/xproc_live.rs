@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel::prelude::*;
@@ -78,6 +78,13 @@ fn writer_process() {
                 })
                 .wait()
             }
+            ["spam", id, n] => {
+                let mut r = Ok(());
+                for _ in 0..n.parse::<i32>().unwrap() {
+                    r = r.and(bump(&db, id, "a"));
+                }
+                r
+            }
             ["dictclear"] => db.write(|t| t.dictionary().remove_all()).wait(),
             ["noop"] => db.write(|_| Ok(())).wait(),
             ["quit"] => break,
@@ -90,6 +97,19 @@ fn writer_process() {
         out.flush().unwrap();
     }
     db.close().wait().unwrap();
+}
+
+/// Upsert post `id` with `views` one more than stored, in one transaction: the
+/// writes of both processes serialize on the file, so `views` numbers the
+/// versions in commit order.
+fn bump(db: &Database, id: &str, who: &str) -> keel::Result<()> {
+    let (id, who) = (id.to_string(), who.to_string());
+    db.write(move |t| {
+        let views = t.get::<Post>(&id)?.map_or(0, |p| p.views) + 1;
+        let p = Post::builder().id(&id).views(views).title(who).build();
+        t.upsert(&p).map(|_| ())
+    })
+    .wait()
 }
 
 /// Process A, driven from here.
@@ -315,6 +335,56 @@ fn a_commit_too_large_to_log_row_by_row_reads_every_subscription_again() {
     assert_eq!(diff.inserted, vec![0, 1, 2]);
     assert_eq!(b.feed_stats().unwrap().full_refetches, 1);
     a.quit();
+    b.close().wait().unwrap();
+}
+
+/// Both processes update the same object as fast as they can, each version
+/// numbered in commit order (`views`). B's object subscription must see the
+/// numbers only grow — a catch-up never delivers an older version after a newer
+/// one, and a local commit's late delivery never undoes a newer remote one (the
+/// gate) — and end on what the file holds. B's local deliveries are slowed (a
+/// commit hook that sleeps) to widen the window where that could go wrong.
+#[test]
+fn racing_writers_leave_b_subscriptions_on_the_stored_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("race.db");
+    let b = Database::open_for::<Post>(&path, shared()).unwrap();
+    bump(&b, "p", "b").unwrap();
+    let _slow = b.on_commit_changes(|_| std::thread::sleep(Duration::from_millis(1)));
+    let seen = Arc::new(Mutex::new(Vec::<u64>::new()));
+    let s2 = seen.clone();
+    let p = b.get::<Post>(&"p".to_string()).unwrap().unwrap();
+    let _o = b
+        .subscribe(&p, move |e: ObjectUpdate<Post>| {
+            if let ObjectUpdate::Updated(p) = e {
+                s2.lock().unwrap().push(p.views);
+            }
+        })
+        .unwrap();
+    let last_q = Arc::new(Mutex::new(0u64));
+    let l2 = last_q.clone();
+    let _q = b
+        .fetch::<Post>()
+        .subscribe(move |u: Update<Post>| *l2.lock().unwrap() = u.objects[0].views)
+        .unwrap();
+    let mut a = Writer::spawn(&path);
+    std::thread::scope(|s| {
+        s.spawn(|| a.run("spam p 300"));
+        for _ in 0..300 {
+            bump(&b, "p", "b").unwrap();
+        }
+    });
+    a.quit();
+    b.catch_up().unwrap(); // everything A committed is delivered now
+    let stored = b.get::<Post>(&"p".to_string()).unwrap().unwrap();
+    assert_eq!(stored.views, 601);
+    let seen = seen.lock().unwrap();
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "a version older than one already delivered came back: {seen:?}"
+    );
+    assert_eq!(seen.last(), Some(&601));
+    assert_eq!(*last_q.lock().unwrap(), 601);
     b.close().wait().unwrap();
 }
 
