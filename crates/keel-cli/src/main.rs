@@ -5,8 +5,10 @@
 //! keel info DB [--json]                  collections, rows, pages, freelist, WAL, journal mode
 //! keel dump DB [--schema S.fbs] [--collection C] [--json]
 //!                                        objects as JSON lines, decoded through the schema
-//! keel check DB [--schema S.fbs] [--json]
-//!                                        integrity check, then every object verified
+//! keel check DB [--schema S.fbs] [--repair] [--json]
+//!                                        integrity check, every object verified, key and
+//!                                        index columns compared with the bytes (--repair
+//!                                        rewrites those that disagree)
 //! keel checkpoint DB [--mode passive|truncate] [--json]
 //! keel vacuum DB [--json]                incremental vacuum
 //! keel explain-open DB [--schema S.fbs] [--keep-wal] [--barrier full|barrier|normal|off] [--json]
@@ -118,13 +120,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// SQLite's integrity check, then every FlatBuffers object verified.
+    /// SQLite's integrity check, then every FlatBuffers object verified, then every
+    /// key and index column compared with the object's bytes it is derived from.
     ///
-    /// Exit status: 0 healthy; 1 some objects do not verify (each is listed with its
-    /// collection and rowid) but the file is sound; 3 SQLite found the file corrupt;
-    /// 4 wrong schema.
+    /// Exit status: 0 healthy; 1 some objects do not verify, or some columns
+    /// disagree with their object (each is listed with its collection and rowid)
+    /// but the file is sound; 3 SQLite found the file corrupt; 4 wrong schema.
     ///
-    /// Read-only: never writes the database or its WAL (SQLite may create `-shm`).
+    /// Read-only unless --repair: never writes the database or its WAL (SQLite may
+    /// create `-shm`).
     #[command(after_help = exit::HELP)]
     Check {
         /// The database file.
@@ -132,6 +136,10 @@ enum Command {
         /// The .fbs schema to verify objects with (default: the schema stored in the file).
         #[arg(long, value_name = "S.fbs")]
         schema: Option<PathBuf>,
+        /// Rewrite key and index columns that disagree with their object's bytes
+        /// (what a write by another SQLite tool can leave), in one transaction.
+        #[arg(long)]
+        repair: bool,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -293,7 +301,12 @@ fn main() -> ExitCode {
             json,
             objects::dump(&db, schema.as_deref(), collection.as_deref()),
         ),
-        Command::Check { db, schema, json } => (json, objects::check(&db, schema.as_deref(), json)),
+        Command::Check {
+            db,
+            schema,
+            json,
+            repair,
+        } => (json, objects::check(&db, schema.as_deref(), json, repair)),
         Command::Checkpoint { db, mode, json } => {
             let mode = match mode {
                 Mode::Passive => keel_storage::CheckpointMode::Passive,

@@ -172,11 +172,14 @@ fn note_relation(ds: &DecodeSchema) {
     }
 }
 
-/// `keel check DB [--schema S]`: SQLite's integrity check, then every object verified.
+/// `keel check DB [--schema S] [--repair]`: SQLite's integrity check, every object
+/// verified, then every key and index column compared with its object's bytes
+/// (`--repair` rewrites the ones that disagree, the only write `check` makes).
 ///
-/// Exit status: 0 healthy; 1 objects that do not verify (the file itself is sound);
-/// 3 SQLite found the file corrupt; 4 wrong schema.
-pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
+/// Exit status: 0 healthy; 1 objects that do not verify or columns that disagree
+/// with their bytes (the file itself is sound); 3 SQLite found the file corrupt;
+/// 4 wrong schema.
+pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) -> Result<u8> {
     let facts = files::existing_database(db)?;
     let mut sqlite_problems = Vec::new();
     // A -wal of another database would be read as this one's pages: damage, found
@@ -189,8 +192,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
         Err(e) => return Err(Failure::storage(e)),
     }
     let conn = files::open_read_only(db)?;
-    // The schema is needed for the integrity check too: expression indexes call
-    // keel_field, which must be registered to be evaluated.
+    // The schema is needed for the integrity check of a storage-format-1 file too:
+    // its expression indexes call keel_field, which must be registered to be
+    // evaluated (format 2 has plain indexes only).
     let ds = match files::decode_schema(&conn, db, schema_file) {
         Ok(ds) => Some(ds),
         // A plain SQLite file without keel's schema: integrity check only.
@@ -275,12 +279,61 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
         }
     }
 
+    // 3. Key and index columns against the bytes they are derived from, with the
+    // schema stored in the file (what keel wrote them with).
+    let stored = match inspect::stored_schema(&conn) {
+        Ok(Some(text)) if sqlite_problems.is_empty() => Schema::parse(&text, "stored schema")
+            .ok()
+            .map(std::sync::Arc::new),
+        _ => None,
+    };
+    let format = if sqlite_problems.is_empty() {
+        inspect::storage_format(&conn).ok().flatten()
+    } else {
+        None
+    };
+    const SHOWN: usize = 1000;
+    let mut mismatches = Vec::new();
+    let mut repaired = None;
+    if let Some(stored) = &stored {
+        if repair {
+            let rw = rusqlite::Connection::open(db)
+                .map_err(|e| Failure::sqlite("open for --repair", db, e))?;
+            let _ = rw.busy_timeout(std::time::Duration::from_secs(10));
+            let n = (|| {
+                rw.execute_batch("BEGIN IMMEDIATE")?;
+                let n = inspect::repair_columns(&rw, stored)?;
+                rw.execute_batch("COMMIT")?;
+                Ok::<u64, rusqlite::Error>(n)
+            })()
+            .map_err(|e| {
+                let _ = rw.execute_batch("ROLLBACK");
+                Failure::sqlite("repair columns", db, e)
+            })?;
+            repaired = Some(n);
+            mismatches = inspect::column_mismatches(&rw, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare columns", db, e))?;
+        } else {
+            mismatches = inspect::column_mismatches(&conn, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare columns", db, e))?;
+        }
+    }
+
     let code = if !sqlite_problems.is_empty() {
         exit::CORRUPT
-    } else if !bad.is_empty() {
+    } else if !bad.is_empty() || !mismatches.is_empty() {
         exit::PROBLEMS
     } else {
         exit::OK
+    };
+    let show = |v: &rusqlite::types::Value| -> serde_json::Value {
+        match v {
+            rusqlite::types::Value::Null => serde_json::Value::Null,
+            rusqlite::types::Value::Integer(i) => json!(i),
+            rusqlite::types::Value::Real(f) => json!(f),
+            rusqlite::types::Value::Text(t) => json!(t),
+            rusqlite::types::Value::Blob(b) => json!(format!("<{} bytes>", b.len())),
+        }
     };
     if json {
         let out = json!({
@@ -305,6 +358,13 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
             "bad_objects": bad.iter().map(|b| json!({
                 "collection": b.collection, "rowid": b.rowid, "error": b.error,
             })).collect::<Vec<_>>(),
+            "column_mismatches": mismatches.iter().map(|m| json!({
+                "collection": m.collection, "rowid": m.rowid, "column": m.column,
+                "stored": show(&m.stored), "expected": show(&m.expected),
+            })).collect::<Vec<_>>(),
+            "repaired_objects": repaired,
+            "storage_format": format,
+            "repair": (!mismatches.is_empty()).then(|| format!("keel check --repair {}", db.display())),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(code);
@@ -346,11 +406,45 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool) -> Result<u8> {
             }
         }
     }
+    if let Some(f) = format.filter(|f| *f < 2) {
+        println!(
+            "storage format: {f} (indexes call keel_field, so stock SQLite tools cannot check it; the next open by keel upgrades it in place)"
+        );
+    }
+    if stored.is_some() {
+        if let Some(n) = repaired {
+            println!("columns: repaired {n} object(s) whose columns disagreed with their bytes");
+        }
+        if mismatches.is_empty() {
+            println!("columns: every key and index column matches its object");
+        } else {
+            println!(
+                "columns: {}{} disagree with their object's bytes (written by another tool?)",
+                mismatches.len(),
+                if mismatches.len() == SHOWN { "+" } else { "" }
+            );
+            for m in mismatches.iter().take(20) {
+                println!(
+                    "  {} rowid {}: column {} holds {}, the object says {}",
+                    m.collection,
+                    m.rowid,
+                    m.column,
+                    show(&m.stored),
+                    show(&m.expected)
+                );
+            }
+            println!(
+                "  repair: keel check --repair {} (rebuilds the columns from the bytes)",
+                db.display()
+            );
+        }
+    }
     println!(
         "{}",
         match code {
             exit::OK => "healthy",
-            exit::PROBLEMS => "problems found: objects that do not verify",
+            exit::PROBLEMS if mismatches.is_empty() => "problems found: objects that do not verify",
+            exit::PROBLEMS => "problems found: columns that disagree with their objects",
             _ => "corrupt",
         }
     );

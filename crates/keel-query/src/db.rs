@@ -14,8 +14,9 @@ use keel_storage::{OpenFuture, Store, StoreOptions, WriteFuture};
 use crate::change::Change;
 use crate::engine::{Inner, Task, WritingGuard};
 use crate::error::{Error, Result};
-use crate::layout::{schema_phase, Coll, SchemaOutcome};
+use crate::layout::Coll;
 use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
+use crate::schema_phase::{schema_phase, SchemaOutcome};
 use crate::txn::Txn;
 
 /// A hook registered with [`Database::on_commit_changes`]. Dropping this handle
@@ -121,7 +122,7 @@ fn prepare(
 ) -> Result<(Prepared, StoreOptions)> {
     let schema = Arc::new(schema);
     let colls = (0..schema.collections.len())
-        .map(|i| Coll::new(&schema, i))
+        .map(|i| Coll::build(&schema, i, &schema))
         .collect::<Result<Vec<_>>>()?;
     // The object store checks whose file it opens (identity.rs in keel-storage).
     opts.keel_identity = true;
@@ -146,8 +147,25 @@ fn prepare(
     let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
         let path = ctx.path().to_path_buf();
-        match schema_phase(ctx, &path, &s3, &c2, &field_schema, migrator.as_mut()) {
-            Ok(out) => *o2.lock().unwrap_or_else(|p| p.into_inner()) = out,
+        let progress = |f: f32| ctx.progress(f);
+        match schema_phase(
+            ctx,
+            &path,
+            &s3,
+            &c2,
+            &field_schema,
+            migrator.as_mut(),
+            &progress,
+        ) {
+            Ok(out) => {
+                if let Some((from, n)) = out.upgraded {
+                    ctx.note(format!(
+                        "storage format {from} → {}: index columns of {n} objects filled",
+                        crate::layout::FORMAT
+                    ));
+                }
+                *o2.lock().unwrap_or_else(|p| p.into_inner()) = out
+            }
             Err(e) => {
                 let s = crate::stored::to_storage(&e, &path);
                 o2.lock().unwrap_or_else(|p| p.into_inner()).failure = Some(e);
@@ -177,35 +195,51 @@ fn prepare(
 }
 
 fn finish(store: Store, p: Prepared) -> Result<Database> {
-    let mut by_name = HashMap::new();
-    for (i, c) in p.colls.iter().enumerate() {
-        by_name.insert(c.name.clone(), i);
-        let bare = p.schema.table(c.table).name.clone();
-        by_name.entry(bare).or_insert(i);
-    }
-    let (pending, created) = {
+    let (pending, ready, created, colls) = {
         let mut o = p.outcome.lock().unwrap_or_else(|e| e.into_inner());
         (
             std::mem::take(&mut o.pending),
+            std::mem::take(&mut o.ready),
             std::mem::take(&mut o.created),
+            o.colls.take(),
         )
     };
+    let colls = colls.unwrap_or(p.colls);
+    let mut by_name = HashMap::new();
+    for (i, c) in colls.iter().enumerate() {
+        by_name.insert(c.name.clone(), i);
+        let bare = p.schema.table(c.table).name.clone();
+        by_name.entry(bare).or_insert(i);
+        for ix in &c.indexes {
+            if ready.contains(&ix.name) {
+                ix.mark_ready_at_open();
+            }
+        }
+    }
     let mut builds = Vec::new();
-    for (name, create) in pending {
-        tracing::info!(index = %name, "building new index in the background");
+    for (ci, k) in pending {
+        let c = colls[ci].clone();
+        let name = c.indexes[k].name.clone();
+        tracing::info!(index = %name, "building index column in the background");
         builds.push(store.write(move |t| {
-            let state = match t.execute_batch(&create) {
-                Ok(()) => "ready".to_string(),
+            let ix = &c.indexes[k];
+            match crate::layout::build_index(t, &c, k, &mut |_| {}) {
+                Ok(()) => {
+                    crate::schema_phase::record_ready(t, &c.name, ix)
+                        .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
+                    // Queries read the column once it is committed complete.
+                    let done = ix.clone();
+                    t.on_commit(Box::new(move || done.mark_built()));
+                }
                 Err(e) => {
                     tracing::error!(index = %name, error = %e, "background index build failed");
-                    format!("failed: {e}")
+                    t.execute(
+                        "UPDATE keel_index SET state = ?2 WHERE name = ?1",
+                        rusqlite::params![name, format!("failed: {e}")],
+                    )
+                    .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
                 }
-            };
-            t.execute(
-                "UPDATE keel_index SET state = ?2 WHERE name = ?1",
-                rusqlite::params![name, state],
-            )
-            .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
+            }
             Ok::<(), Error>(())
         }));
     }
@@ -229,7 +263,7 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
     let inner = Inner::new(
         store,
         p.schema,
-        p.colls,
+        colls,
         by_name,
         builds,
         p.readers,
@@ -697,7 +731,10 @@ impl Database {
     pub fn snapshot<T>(&self, f: impl FnOnce(&Snapshot<'_>) -> Result<T>) -> Result<T> {
         let inner = &*self.inner;
         inner.check_read("snapshot")?;
-        inner.store.read(|conn| f(&Snapshot { inner, conn }))
+        // Taken before the view: an index column completed after it may be
+        // missing from the view, so its queries read the bytes instead.
+        let as_of = crate::layout::ready_epoch();
+        inner.store.read(|conn| f(&Snapshot { inner, conn, as_of }))
     }
 
     /// Wait until indexes new to this database (built in the background after open)
@@ -803,16 +840,21 @@ fn parse_record_schema<R: Record>(path: &Path) -> Result<Schema> {
 pub struct Snapshot<'a> {
     inner: &'a Inner,
     conn: &'a rusqlite::Connection,
+    /// The index build epoch before the read transaction began.
+    as_of: u64,
 }
 
 impl Snapshot<'_> {
     /// A dynamic query in this snapshot.
     pub fn query(&self, collection: &str) -> Query<'_> {
-        Query::new(Source::Conn(self.inner, self.conn), collection)
+        Query::new(
+            Source::Conn(self.inner, self.conn, Some(self.as_of)),
+            collection,
+        )
     }
     /// A typed query in this snapshot.
     pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
-        Fetch::new(Source::Conn(self.inner, self.conn))
+        Fetch::new(Source::Conn(self.inner, self.conn, Some(self.as_of)))
     }
     /// Get by primary key in this snapshot.
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {

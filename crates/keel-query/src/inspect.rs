@@ -15,9 +15,12 @@ use std::sync::Arc;
 
 use keel_schema::Schema;
 
+use crate::layout::Coll;
+
 /// keel's metadata table: `key TEXT PRIMARY KEY, value` (`schema`, `fingerprint`, `format`).
 pub const META_TABLE: &str = "keel_meta";
-/// The index table: `name, collection, field, is_unique, state` (`ready`, `building`, `failed: …`).
+/// The index table: `name, collection, field, is_unique, state` (`ready`, `building`,
+/// `failed: …`), `sig` (what the index column was computed with).
 pub const INDEX_TABLE: &str = "keel_index";
 /// The key-value dictionary's table (`key TEXT PRIMARY KEY, kind, type, value`).
 pub const DICTIONARY_TABLE: &str = "keel_dict";
@@ -69,6 +72,25 @@ pub fn stored_schema(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Str
     }
 }
 
+/// The storage format the file records (`format` in [`META_TABLE`]): 2 for the
+/// plain-column layout, 1 for files written before it (expression indexes over
+/// `keel_field`; the next open by keel upgrades them in place), `None` for a file
+/// keel's object store never opened.
+pub fn storage_format(conn: &rusqlite::Connection) -> rusqlite::Result<Option<i64>> {
+    if stored_schema(conn)?.is_none() {
+        return Ok(None);
+    }
+    match conn.query_row(
+        &format!("SELECT value FROM {META_TABLE} WHERE key = 'format'"),
+        [],
+        |r| r.get::<_, i64>(0),
+    ) {
+        Ok(f) => Ok(Some(f)),
+        Err(rusqlite::Error::QueryReturnedNoRows) => Ok(Some(1)),
+        Err(e) => Err(e),
+    }
+}
+
 /// Register keel's SQL functions (`keel_field`) on a connection, reading objects with
 /// `schema`. Needed for anything that evaluates the expression indexes, such as
 /// `PRAGMA integrity_check`.
@@ -79,10 +101,222 @@ pub fn register_functions(
     crate::sql::register(conn, Arc::new(std::sync::RwLock::new(schema)))
 }
 
+/// The column holding the value of the index on `path_text` (`blog.Post/1` →
+/// `f1`, `game.Monster/4:3.0` → `f4:3.0`), unquoted.
+///
+/// ```
+/// assert_eq!(keel_query::inspect::index_column("blog.Post/1"), "f1");
+/// ```
+pub fn index_column(path_text: &str) -> String {
+    let steps = path_text.rsplit_once('/').map_or(path_text, |(_, s)| s);
+    format!("f{steps}")
+}
+
+/// One object whose key or index column disagrees with its bytes — what a write
+/// by a tool other than keel (the `sqlite3` shell, DB Browser, Python's `sqlite3`)
+/// can leave behind. Found by [`column_mismatches`], fixed by [`repair_columns`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ColumnMismatch {
+    /// The collection.
+    pub collection: String,
+    /// The object's rowid.
+    pub rowid: i64,
+    /// The column (`k0`, `f1`, …).
+    pub column: String,
+    /// What the column holds.
+    pub stored: rusqlite::types::Value,
+    /// What keel derives from the object's bytes.
+    pub expected: rusqlite::types::Value,
+}
+
+/// The key and index columns a collection's table has, and how keel derives each.
+struct Derived {
+    coll: Coll,
+    /// `(column name, column ident, Ok(key part) or Err(index position))`.
+    cols: Vec<(String, String, std::result::Result<usize, usize>)>,
+}
+
+fn derived(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusqlite::Result<Vec<Derived>> {
+    let mut out = Vec::new();
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        let have = crate::layout::table_columns(conn, &coll.ident)?;
+        if have.is_empty() {
+            continue; // no table yet
+        }
+        let mut cols = Vec::new();
+        for (i, k) in key_columns(coll.key.len()).into_iter().enumerate() {
+            if have.contains(&k) {
+                cols.push((k.clone(), k, Ok(i)));
+            }
+        }
+        for (i, ix) in coll.indexes.iter().enumerate() {
+            if have.contains(&ix.column) {
+                cols.push((ix.column.clone(), ix.col_ident.clone(), Err(i)));
+            }
+        }
+        out.push(Derived { coll, cols });
+    }
+    Ok(out)
+}
+
+impl Derived {
+    fn values(&self, bytes: &[u8]) -> Vec<rusqlite::types::Value> {
+        let idx = self.coll.column_values(bytes);
+        let obj = self.coll.ext_reader().and_then(|r| r.open(bytes).ok());
+        self.cols
+            .iter()
+            .map(|(_, _, which)| match which {
+                Err(i) => idx[*i].clone(),
+                Ok(k) => match &obj {
+                    Some(o) => crate::layout::to_sql_owned(
+                        o.get_ref(&self.coll.key[*k].path)
+                            .map(crate::eval::SqlValue::from_ref),
+                    ),
+                    None => rusqlite::types::Value::Null,
+                },
+            })
+            .collect()
+    }
+
+    fn for_each(
+        &self,
+        conn: &rusqlite::Connection,
+        f: &mut dyn FnMut(
+            i64,
+            Vec<rusqlite::types::Value>,
+            Vec<rusqlite::types::Value>,
+        ) -> rusqlite::Result<()>,
+    ) -> rusqlite::Result<()> {
+        let list: Vec<&str> = self.cols.iter().map(|(_, id, _)| id.as_str()).collect();
+        let sql = format!(
+            "SELECT rowid, body{}{} FROM {} ORDER BY rowid",
+            if list.is_empty() { "" } else { ", " },
+            list.join(", "),
+            self.coll.ident
+        );
+        let mut st = conn.prepare(&sql)?;
+        let mut rows = st.query([])?;
+        let reader = self.coll.ext_reader();
+        while let Some(r) = rows.next()? {
+            let rowid: i64 = r.get(0)?;
+            // An object that does not verify has no trustworthy columns to derive:
+            // it is reported as a damaged object (`keel check`), not here.
+            let want = match (r.get_ref(1)?, reader) {
+                (rusqlite::types::ValueRef::Blob(b), Some(t)) if t.read(b).is_ok() => {
+                    self.values(b)
+                }
+                _ => continue,
+            };
+            let got = (0..self.cols.len())
+                .map(|i| r.get::<_, rusqlite::types::Value>(i + 2))
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            f(rowid, got, want)?;
+        }
+        Ok(())
+    }
+}
+
+/// Every object whose key columns (`k0`, …) or index columns (`f1`, …) disagree
+/// with the values keel derives from its bytes (objects whose bytes do not verify
+/// are left to the object check) with `schema` — the schema stored
+/// in the file ([`stored_schema`]). keel writes those columns from the bytes in
+/// the same statement, so a mismatch means the row was changed by another tool;
+/// queries through the index would then disagree with the objects.
+/// [`repair_columns`] rewrites them. At most `limit` mismatches are returned.
+///
+/// ```
+/// # use keel_query::{inspect, Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("c.db");
+/// let schema = Schema::parse("table T { id: int (primary); n: int (indexed); } root_type T;", "t.fbs")?;
+/// let db = Database::open(&path, schema.clone(), StoreOptions::default())?;
+/// let obj = schema.reader("T")?.encode_json(&serde_json::json!({"id": 1, "n": 5}))?;
+/// db.write(move |t| t.insert_bytes("T", obj).map(|_| ())).wait()?;
+/// db.close().wait()?;
+/// let conn = rusqlite::Connection::open(&path)?;
+/// conn.execute("UPDATE T SET f1 = 6", [])?; // what a stock tool might do
+/// let schema = std::sync::Arc::new(schema);
+/// let bad = inspect::column_mismatches(&conn, &schema, 10)?;
+/// assert_eq!((bad.len(), bad[0].column.as_str()), (1, "f1"));
+/// assert_eq!(inspect::repair_columns(&conn, &schema)?, 1);
+/// assert!(inspect::column_mismatches(&conn, &schema, 10)?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn column_mismatches(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+) -> rusqlite::Result<Vec<ColumnMismatch>> {
+    let mut out = Vec::new();
+    for d in derived(conn, schema)? {
+        d.for_each(conn, &mut |rowid, got, want| {
+            for (i, (g, w)) in got.into_iter().zip(want).enumerate() {
+                if g != w && out.len() < limit {
+                    out.push(ColumnMismatch {
+                        collection: d.coll.name.clone(),
+                        rowid,
+                        column: d.cols[i].0.clone(),
+                        stored: g,
+                        expected: w,
+                    });
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(out)
+}
+
+/// Rewrite every key and index column that disagrees with its object's bytes
+/// (see [`column_mismatches`]), in the caller's transaction if it has one.
+/// Returns how many objects were rewritten. A rewritten key or unique column that
+/// collides with another object's fails with SQLite's constraint error.
+pub fn repair_columns(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusqlite::Result<u64> {
+    let mut n = 0;
+    for d in derived(conn, schema)? {
+        if d.cols.is_empty() {
+            continue;
+        }
+        let mut fixes: Vec<(i64, Vec<rusqlite::types::Value>)> = Vec::new();
+        d.for_each(conn, &mut |rowid, got, want| {
+            if got != want {
+                fixes.push((rowid, want));
+            }
+            Ok(())
+        })?;
+        let sets: Vec<String> = d
+            .cols
+            .iter()
+            .enumerate()
+            .map(|(i, (_, id, _))| format!("{id} = ?{}", i + 2))
+            .collect();
+        let mut st = conn.prepare(&format!(
+            "UPDATE {} SET {} WHERE rowid = ?1",
+            d.coll.ident,
+            sets.join(", ")
+        ))?;
+        for (rowid, vals) in &fixes {
+            let mut ps: Vec<&dyn rusqlite::ToSql> = vec![rowid];
+            ps.extend(vals.iter().map(|v| v as &dyn rusqlite::ToSql));
+            st.execute(ps.as_slice())?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::layout::Coll;
+
+    fn ddl_has(ddl: &str, col: &str) -> bool {
+        ddl.contains(col)
+    }
 
     /// The facts above must match what the engine really creates.
     #[test]
@@ -95,6 +329,8 @@ mod tests {
         let c = Coll::new(&schema, 0).unwrap();
         assert_eq!(c.ident, table_ident("t.A"));
         assert_eq!(c.indexes[0].name, index_name("t.A", 2));
+        assert_eq!(c.indexes[0].column, index_column(&c.indexes[0].path_text));
+        assert!(ddl_has(&c.create_table_sql(), &c.indexes[0].col_ident));
         let ddl = c.create_table_sql();
         for k in key_columns(2) {
             assert!(ddl.contains(&format!("{k} NOT NULL")), "{ddl}");

@@ -1,19 +1,43 @@
-//! The SQL layout: one table per collection, expression indexes, keel's metadata.
+//! The SQL layout (storage format 2): one table per collection whose indexed fields
+//! are plain columns keel writes from the object, plain indexes on them, keel's
+//! metadata.
 //!
 //! ```sql
-//! CREATE TABLE "blog.Post"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, body BLOB NOT NULL, UNIQUE(k0));
-//! CREATE INDEX "blog.Post#1" ON "blog.Post"(keel_field(body,'blog.Post/1'));
-//! CREATE UNIQUE INDEX "blog.Post#14" ON "blog.Post"(keel_field(body,'blog.Post/14'));
-//! CREATE TABLE keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;  -- schema text, fingerprint
-//! CREATE TABLE keel_index(name TEXT PRIMARY KEY, collection TEXT, field INTEGER, is_unique INTEGER, state TEXT);
+//! CREATE TABLE "blog.Post"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, body BLOB NOT NULL, "f1", "f14", UNIQUE(k0));
+//! CREATE INDEX "blog.Post#1" ON "blog.Post"("f1");
+//! CREATE UNIQUE INDEX "blog.Post#14" ON "blog.Post"("f14");
+//! CREATE TABLE keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;  -- schema text, fingerprint, format
+//! CREATE TABLE keel_index(name TEXT PRIMARY KEY, collection TEXT, field INTEGER, is_unique INTEGER, state TEXT, sig TEXT);
 //! ```
+//!
+//! An index column is named `f` + the indexed path by field ids (`f1`, `f6:1.0` for
+//! a field of a union member): ids, not names, so it survives renames. It holds the
+//! value `keel_field(body, 'coll/…')` would compute (the same extraction, done once
+//! per write in Rust), has no declared type (so SQLite applies no affinity, as to
+//! the function's result), and so every comparison on it means what it meant on the
+//! field. Nothing in the stored schema calls a keel function: stock SQLite tools
+//! check and read every table and index. `keel_index.sig` is what the column was
+//! computed with ([`ResolvedPath::read_signature`]): a schema change that alters it
+//! (a new default) makes the column be rebuilt.
+//!
+//! Format 1 (before) had no index columns and expression indexes over
+//! `keel_field(body, …)`; the schema phase (`schema_phase.rs`) turns such a file
+//! into format 2 in the schema transaction. This module is the table model the
+//! others build on; it depends on none of them.
 
-use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use keel_schema::{FieldPath, FieldType, PathStep, ResolvedPath, ScalarType, Schema, Value};
+use keel_schema::{
+    DynamicTable, FieldPath, FieldType, PathStep, ResolvedPath, ScalarType, Schema, Value,
+};
+use rusqlite::types::Value as SqlOwned;
 
 use crate::error::{Error, Result};
-use crate::sql::{field_sql, ident};
+use crate::eval::SqlValue;
+
+/// The storage format this build writes (recorded in `keel_meta` as `format`).
+pub(crate) const FORMAT: i64 = 2;
 
 /// The dictionary's table (see [`Dictionary`](crate::Dictionary)), created in the
 /// schema phase with the collections' tables.
@@ -36,13 +60,58 @@ pub(crate) enum KeyKind {
     Other,
 }
 
-/// A secondary index of a collection.
+/// A secondary index of a collection and the column it indexes.
 #[derive(Debug, Clone)]
 pub(crate) struct IndexSql {
     pub(crate) name: String,
     pub(crate) field: u16,
     pub(crate) unique: bool,
+    /// The column's name (unquoted), e.g. `f1`.
+    pub(crate) column: String,
+    /// The column as an SQL identifier.
+    pub(crate) col_ident: String,
+    /// The indexed path as `keel_field` path text (`blog.Post/1`): what queries match.
+    pub(crate) path_text: String,
+    /// The path resolved in the collection's extraction schema (`None`: that schema
+    /// does not know it; the column then always holds `NULL`).
+    pub(crate) resolved: Option<ResolvedPath>,
+    /// What the column is computed with (see the module docs).
+    pub(crate) sig: String,
     pub(crate) create: String,
+    /// Nonzero once the column holds every object's value and the index exists:
+    /// queries may read the column. Until then they read the field out of the bytes
+    /// (a scan). The value is the [`ready_epoch`] at which it became ready.
+    pub(crate) ready: Arc<AtomicU64>,
+}
+
+/// Counts index builds completed in this process: a snapshot that began before a
+/// build committed must not read that build's column (its view may predate it).
+static READY_EPOCH: AtomicU64 = AtomicU64::new(1);
+
+/// The current build epoch (see [`READY_EPOCH`]); a snapshot takes it before its
+/// read transaction starts.
+pub(crate) fn ready_epoch() -> u64 {
+    READY_EPOCH.load(Ordering::Acquire)
+}
+
+impl IndexSql {
+    /// Whether queries may read the column: it is complete, and — for a read in a
+    /// snapshot taken at epoch `as_of` — was complete before the snapshot began.
+    pub(crate) fn is_ready(&self, as_of: Option<u64>) -> bool {
+        let at = self.ready.load(Ordering::Acquire);
+        at != 0 && as_of.is_none_or(|e| at <= e)
+    }
+
+    /// The column was complete when the database opened.
+    pub(crate) fn mark_ready_at_open(&self) {
+        self.ready.store(1, Ordering::Release);
+    }
+
+    /// A background build committed (called after COMMIT).
+    pub(crate) fn mark_built(&self) {
+        let e = READY_EPOCH.fetch_add(1, Ordering::AcqRel) + 1;
+        self.ready.store(e, Ordering::Release);
+    }
 }
 
 /// Everything the engine needs about one collection, with its SQL prepared as text.
@@ -55,17 +124,68 @@ pub(crate) struct Coll {
     /// Field ids of the primary key: the field `key_ids[i]` is stored in `k{i}`.
     pub(crate) key_ids: Vec<u16>,
     pub(crate) indexes: Vec<IndexSql>,
+    /// The schema index columns are extracted with: the opening schema, or the newer
+    /// schema stored in the file when an older build opens it (`stored.rs`), so the
+    /// columns agree whichever build wrote the object.
+    pub(crate) ext: Arc<Schema>,
+    /// The collection's table in `ext` (`None`: `ext` lacks it; columns are `NULL`).
+    pub(crate) ext_table: Option<usize>,
+    /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
+    /// `body = ?1, columns = ?3… WHERE rowid = ?2`.
     pub(crate) sql_update: String,
-    pub(crate) sql_find_same: String,
+    /// One statement: `body` and columns by key, only if the bytes differ (params:
+    /// key…, body, columns…). Not `RETURNING rowid`: SQLite buffers returned rows
+    /// in an ephemeral table, which measured 5× slower per update.
+    pub(crate) sql_update_key: String,
+    pub(crate) sql_find_rowid: String,
     pub(crate) sql_delete_key: String,
     pub(crate) sql_delete: String,
     pub(crate) sql_get: String,
 }
 
+/// A double-quoted SQL identifier.
+pub(crate) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The path text of `path` for `collection` (`blog.Post/6:1.1`): what `keel_field`
+/// takes and what names an index and its column.
+pub(crate) fn path_text(collection: &str, path: &FieldPath) -> String {
+    let mut s = String::with_capacity(collection.len() + 8);
+    s.push_str(collection);
+    s.push('/');
+    for (i, st) in path.steps().iter().enumerate() {
+        if i > 0 {
+            s.push('.');
+        }
+        match st {
+            PathStep::Field { id, .. } => s.push_str(&id.to_string()),
+            PathStep::UnionMember { id, member, .. } => {
+                s.push_str(&format!("{id}:{member}"));
+            }
+        }
+    }
+    s
+}
+
+/// The column of the index on `path_text` (`coll/steps`): `f` + the steps.
+fn column_name(path_text: &str) -> String {
+    let steps = path_text.rsplit_once('/').map_or(path_text, |(_, s)| s);
+    format!("f{steps}")
+}
+
 impl Coll {
+    /// The collection `ci` of `schema`, its columns extracted with `schema` too.
     pub(crate) fn new(schema: &Schema, ci: usize) -> Result<Coll> {
+        Coll::build(schema, ci, &Arc::new(schema.clone()))
+    }
+
+    /// The collection `ci` of `schema`; its index columns are those `schema`
+    /// declares plus those `ext` declares for the same collection, extracted with
+    /// `ext` (see [`Coll::ext`]).
+    pub(crate) fn build(schema: &Schema, ci: usize, ext: &Arc<Schema>) -> Result<Coll> {
         let c = &schema.collections[ci];
         let t = schema.table(c.table);
         let reader = schema
@@ -104,6 +224,52 @@ impl Coll {
             });
         }
         let id = ident(&c.name);
+        let ext_coll = ext.collection(&c.name);
+        let ext_table = ext_coll.map(|ec| ec.table);
+        let ext_reader = ext_table.and_then(|t| ext.table_reader(t));
+        let mut indexes: Vec<IndexSql> = Vec::new();
+        let declared = c
+            .indexes
+            .iter()
+            .chain(ext_coll.into_iter().flat_map(|ec| ec.indexes.iter()));
+        for ix in declared {
+            let fp = FieldPath::new(ix.path.clone());
+            let path_text = path_text(&c.name, &fp);
+            // `blog.Post#1` for a field of the collection, `game.Monster#4:3.0` for
+            // a deeper path (the names format 1 used too).
+            let name = match &ix.path[..] {
+                [PathStep::Field { id, .. }] => format!("{}#{id}", c.name),
+                _ => {
+                    let (_, steps) = path_text.rsplit_once('/').unwrap_or(("", &path_text));
+                    format!("{}#{steps}", c.name)
+                }
+            };
+            if indexes.iter().any(|i| i.name == name) {
+                continue;
+            }
+            let column = column_name(&path_text);
+            let col_ident = ident(&column);
+            let resolved = ext_reader.and_then(|r| r.resolve(&fp).ok());
+            let sig = resolved
+                .as_ref()
+                .map_or_else(|| "unknown".to_string(), |r| r.read_signature());
+            indexes.push(IndexSql {
+                create: format!(
+                    "CREATE {}INDEX IF NOT EXISTS {} ON {id}({col_ident})",
+                    if ix.unique { "UNIQUE " } else { "" },
+                    ident(&name),
+                ),
+                name,
+                field: ix.field,
+                unique: ix.unique,
+                column,
+                col_ident,
+                path_text,
+                resolved,
+                sig,
+                ready: Arc::new(AtomicU64::new(0)),
+            });
+        }
         let kcols: Vec<String> = (0..key.len()).map(|i| format!("k{i}")).collect();
         let kwhere = if kcols.is_empty() {
             "rowid = ?1".to_string()
@@ -116,55 +282,40 @@ impl Coll {
                 .join(" AND ")
         };
         let n = key.len();
-        let sql_insert = if n == 0 {
-            format!("INSERT INTO {id}(body) VALUES (?1)")
-        } else {
-            let qs: Vec<String> = (1..=n).map(|i| format!("?{i}")).collect();
+        let icols: Vec<&str> = indexes.iter().map(|i| i.col_ident.as_str()).collect();
+        let sql_insert = {
+            let cols: Vec<&str> = kcols
+                .iter()
+                .map(String::as_str)
+                .chain(std::iter::once("body"))
+                .chain(icols.iter().copied())
+                .collect();
+            let qs: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
             format!(
-                "INSERT INTO {id}({}, body) VALUES ({}, ?{})",
-                kcols.join(", "),
-                qs.join(", "),
-                n + 1
+                "INSERT INTO {id}({}) VALUES ({})",
+                cols.join(", "),
+                qs.join(", ")
             )
         };
-        let indexes = c
-            .indexes
-            .iter()
-            .map(|ix| {
-                let fp = FieldPath::new(ix.path.clone());
-                // `blog.Post#1` for a field of the collection (the name older
-                // files have), `game.Monster#4:3.0` for a deeper path.
-                let name = match &ix.path[..] {
-                    [PathStep::Field { id, .. }] => crate::inspect::index_name(&c.name, *id),
-                    _ => {
-                        let text = crate::sql::path_text(&c.name, &fp);
-                        let (_, steps) = text.rsplit_once('/').unwrap_or(("", &text));
-                        format!("{}#{steps}", c.name)
-                    }
-                };
-                IndexSql {
-                    create: format!(
-                        "CREATE {}INDEX IF NOT EXISTS {} ON {id}({})",
-                        if ix.unique { "UNIQUE " } else { "" },
-                        ident(&name),
-                        field_sql(&c.name, &fp)
-                    ),
-                    name,
-                    field: ix.field,
-                    unique: ix.unique,
-                }
-            })
-            .collect();
+        let set_cols = |first: usize| -> String {
+            icols
+                .iter()
+                .enumerate()
+                .map(|(i, c)| format!(", {c} = ?{}", first + i))
+                .collect()
+        };
+        let body_p = n.max(1) + 1;
         Ok(Coll {
             name: c.name.clone(),
             table: c.table,
             sql_insert,
             sql_find: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
-            sql_update: format!("UPDATE {id} SET body = ?1 WHERE rowid = ?2"),
-            sql_find_same: format!(
-                "SELECT rowid, body IS ?{p} FROM {id} WHERE {kwhere}",
-                p = n.max(1) + 1
+            sql_update: format!("UPDATE {id} SET body = ?1{} WHERE rowid = ?2", set_cols(3)),
+            sql_update_key: format!(
+                "UPDATE {id} SET body = ?{body_p}{} WHERE {kwhere} AND body IS NOT ?{body_p}",
+                set_cols(body_p + 1)
             ),
+            sql_find_rowid: format!("SELECT rowid FROM {id} WHERE {kwhere}"),
             sql_delete_key: format!("DELETE FROM {id} WHERE {kwhere}"),
             sql_delete: format!("DELETE FROM {id} WHERE rowid = ?1"),
             sql_get: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
@@ -172,24 +323,43 @@ impl Coll {
             key,
             key_ids: c.primary_key.clone(),
             indexes,
+            ext: Arc::clone(ext),
+            ext_table,
         })
     }
 
+    /// The table of the extraction schema (see [`Coll::ext`]).
+    pub(crate) fn ext_reader(&self) -> Option<DynamicTable<'_>> {
+        self.ext_table.and_then(|t| self.ext.table_reader(t))
+    }
+
+    /// The value of every index column for the object in `bytes`, in index order:
+    /// what `keel_field(body, …)` returns for its path (unreadable → `NULL`).
+    pub(crate) fn column_values(&self, bytes: &[u8]) -> Vec<SqlOwned> {
+        let obj = self.ext_reader().and_then(|r| r.open(bytes).ok());
+        self.indexes
+            .iter()
+            .map(|ix| match (&obj, &ix.resolved) {
+                (Some(o), Some(p)) => to_sql_owned(o.get_ref(p).map(SqlValue::from_ref)),
+                _ => SqlOwned::Null,
+            })
+            .collect()
+    }
+
     pub(crate) fn create_table_sql(&self) -> String {
-        if self.key.is_empty() {
-            format!(
-                "CREATE TABLE IF NOT EXISTS {}(rowid INTEGER PRIMARY KEY, body BLOB NOT NULL)",
-                self.ident
-            )
-        } else {
-            let cols: Vec<String> = (0..self.key.len()).map(|i| format!("k{i}")).collect();
-            format!(
-                "CREATE TABLE IF NOT EXISTS {}(rowid INTEGER PRIMARY KEY, {}, body BLOB NOT NULL, UNIQUE({}))",
-                self.ident,
-                cols.iter().map(|c| format!("{c} NOT NULL")).collect::<Vec<_>>().join(", "),
-                cols.join(", ")
-            )
+        let mut cols: Vec<String> = vec!["rowid INTEGER PRIMARY KEY".into()];
+        cols.extend((0..self.key.len()).map(|i| format!("k{i} NOT NULL")));
+        cols.push("body BLOB NOT NULL".into());
+        cols.extend(self.indexes.iter().map(|i| i.col_ident.clone()));
+        if !self.key.is_empty() {
+            let k: Vec<String> = (0..self.key.len()).map(|i| format!("k{i}")).collect();
+            cols.push(format!("UNIQUE({})", k.join(", ")));
         }
+        format!(
+            "CREATE TABLE IF NOT EXISTS {}({})",
+            self.ident,
+            cols.join(", ")
+        )
     }
 
     /// Check and normalise key values given by a caller.
@@ -240,156 +410,95 @@ impl Coll {
     }
 }
 
-/// What the schema phase found, for the database to act on after open.
-#[derive(Debug, Default)]
-pub(crate) struct SchemaOutcome {
-    /// Indexes new to this database: built by a background write after open.
-    pub(crate) pending: Vec<(String, String)>,
-    /// The typed error of a failed schema phase (the kernel carries only its text).
-    pub(crate) failure: Option<Error>,
-    /// Collections whose table this open creates. While the open barrier runs the
-    /// schema transaction is not committed yet, so readers do not see these tables.
-    pub(crate) created: Vec<String>,
-}
-
-const META_DDL: &str = "CREATE TABLE IF NOT EXISTS keel_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS keel_index(name TEXT PRIMARY KEY, collection TEXT NOT NULL, field INTEGER NOT NULL, is_unique INTEGER NOT NULL, state TEXT NOT NULL);";
-
-fn sq(
-    path: &Path,
-) -> impl Fn(&'static str) -> Box<dyn Fn(rusqlite::Error) -> keel_storage::Error> + '_ {
-    move |op| {
-        let p = path.to_path_buf();
-        Box::new(move |e| crate::stored::classify(op, &p, e))
+/// An extracted value as SQLite stores it (what `keel_field` returns).
+pub(crate) fn to_sql_owned<E>(v: std::result::Result<SqlValue<'_>, E>) -> SqlOwned {
+    match v {
+        Ok(SqlValue::Int(i)) => SqlOwned::Integer(i),
+        Ok(SqlValue::Float(f)) => SqlOwned::Real(f),
+        Ok(SqlValue::Text(s)) => SqlOwned::Text(s.to_owned()),
+        Ok(SqlValue::Blob(b)) => SqlOwned::Blob(b.to_vec()),
+        Ok(SqlValue::Null) | Err(_) => SqlOwned::Null,
     }
 }
 
-/// The schema phase: run pending migrations, create/verify tables and indexes,
-/// record the schema (see `stored.rs` for what an older schema may change).
-pub(crate) fn schema_phase(
+/// The names of `table`'s columns, in order.
+pub(crate) fn table_columns(
     conn: &rusqlite::Connection,
-    path: &Path,
-    schema: &Schema,
-    colls: &[Coll],
-    field_schema: &crate::stored::FieldSchema,
-    migrator: Option<&mut crate::migrate::Migrator>,
-) -> Result<SchemaOutcome> {
-    let err = sq(path);
-    conn.execute_batch(META_DDL)
-        .map_err(err("create keel metadata tables"))?;
-    conn.execute_batch(DICT_TABLE_SQL)
-        .map_err(err("create the dictionary table"))?;
-    let mut stored = crate::stored::read_stored(conn, path)?;
-    if let Some(m) = migrator {
-        stored = m.run(conn, path, stored, schema)?;
+    table_ident: &str,
+) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare(&format!("PRAGMA table_info({table_ident})"))?;
+    let rows = st
+        .query_map([], |r| r.get::<_, String>(1))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// Fill index columns `which` of every object of `c` from its bytes, in rowid
+/// batches; `tick` gets the number of objects done so far.
+pub(crate) fn backfill(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    which: &[usize],
+    tick: &mut dyn FnMut(u64),
+) -> rusqlite::Result<u64> {
+    if which.is_empty() {
+        return Ok(0);
     }
-    let relation = crate::stored::relate(path, stored, schema, field_schema)?;
-    let keep: Vec<String> = match &relation {
-        crate::stored::Relation::Older(newer) => crate::stored::declared_indexes(newer)?,
-        crate::stored::Relation::Upgrade => Vec::new(),
-    };
-    let exists = |kind: &str, name: &str| -> rusqlite::Result<bool> {
-        conn.query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE type = ?1 AND name = ?2",
-            [kind, name],
-            |r| r.get::<_, i64>(0),
-        )
-        .map(|n| n > 0)
-    };
-    let mut out = SchemaOutcome::default();
-    let mut wanted = Vec::new();
-    for c in colls {
-        let fresh = !exists("table", &c.name).map_err(err("inspect tables"))?;
-        if fresh {
-            out.created.push(c.name.clone());
-        }
-        conn.execute_batch(&c.create_table_sql())
-            .map_err(err("create collection table"))?;
-        // Verify an existing table has keel's layout for this collection.
-        let cols: Vec<String> = {
-            let mut st = conn
-                .prepare(&format!("PRAGMA table_info({})", c.ident))
-                .map_err(err("inspect collection table"))?;
-            let rows = st
-                .query_map([], |r| r.get::<_, String>(1))
-                .map_err(err("inspect collection table"))?
-                .collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(err("inspect collection table"))?;
-            rows
-        };
-        let want: Vec<String> = std::iter::once("rowid".to_string())
-            .chain((0..c.key.len()).map(|i| format!("k{i}")))
-            .chain(std::iter::once("body".to_string()))
-            .collect();
-        if cols != want {
-            return Err(keel_storage::Error::Schema {
-                path: path.to_path_buf(),
-                message: format!(
-                    "table {} has columns {cols:?}, expected {want:?} (was its primary key changed?)",
-                    c.ident
-                ),
-            }
-            .into());
-        }
-        for ix in &c.indexes {
-            wanted.push(ix.name.clone());
-            let built = exists("index", &ix.name).map_err(err("inspect indexes"))?;
-            let state = if built || fresh {
-                if !built {
-                    conn.execute_batch(&ix.create)
-                        .map_err(err("create index"))?;
-                }
-                "ready"
-            } else if ix.unique {
-                // Not in the background: a duplicate must fail the open, never
-                // leave uniqueness silently unenforced.
-                crate::stored::build_unique(conn, path, c, ix)?;
-                "ready"
-            } else {
-                out.pending.push((ix.name.clone(), ix.create.clone()));
-                "building"
-            };
-            conn.execute(
-                "INSERT INTO keel_index(name, collection, field, is_unique, state) VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT(name) DO UPDATE SET state = excluded.state WHERE state IS NOT excluded.state",
-                rusqlite::params![ix.name, c.name, ix.field, ix.unique, state],
-            )
-            .map_err(err("record index state"))?;
-        }
-    }
-    // Indexes the schema no longer declares: drop them (they only cost writes).
-    let old: Vec<String> = {
-        let mut st = conn
-            .prepare("SELECT name FROM keel_index")
-            .map_err(err("list indexes"))?;
-        let rows = st
-            .query_map([], |r| r.get::<_, String>(0))
-            .map_err(err("list indexes"))?
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(err("list indexes"))?;
-        rows
-    };
-    for name in old
+    let sets: Vec<String> = which
         .iter()
-        .filter(|n| !wanted.contains(n) && !keep.contains(n))
-    {
-        conn.execute_batch(&format!("DROP INDEX IF EXISTS {}", ident(name)))
-            .map_err(err("drop removed index"))?;
-        conn.execute("DELETE FROM keel_index WHERE name = ?1", [name])
-            .map_err(err("drop removed index"))?;
+        .enumerate()
+        .map(|(j, k)| format!("{} = ?{}", c.indexes[*k].col_ident, j + 2))
+        .collect();
+    let upd = format!(
+        "UPDATE {} SET {} WHERE rowid = ?1",
+        c.ident,
+        sets.join(", ")
+    );
+    let sel = format!(
+        "SELECT rowid, body FROM {} WHERE rowid > ?1 ORDER BY rowid LIMIT 512",
+        c.ident
+    );
+    let mut last = i64::MIN;
+    let mut done = 0u64;
+    loop {
+        let batch: Vec<(i64, Vec<SqlOwned>)> = {
+            let mut st = conn.prepare_cached(&sel)?;
+            let rows = st.query_map([last], |r| {
+                let rowid: i64 = r.get(0)?;
+                let vals = match r.get_ref(1)? {
+                    rusqlite::types::ValueRef::Blob(b) => c.column_values(b),
+                    _ => vec![SqlOwned::Null; c.indexes.len()],
+                };
+                Ok((rowid, vals))
+            })?;
+            rows.collect::<rusqlite::Result<_>>()?
+        };
+        let Some((l, _)) = batch.last() else {
+            return Ok(done);
+        };
+        last = *l;
+        let mut st = conn.prepare_cached(&upd)?;
+        for (rowid, vals) in &batch {
+            let mut params: Vec<&dyn rusqlite::ToSql> = vec![rowid];
+            params.extend(which.iter().map(|k| &vals[*k] as &dyn rusqlite::ToSql));
+            st.execute(params.as_slice())?;
+        }
+        done += batch.len() as u64;
+        tick(done);
     }
-    if matches!(relation, crate::stored::Relation::Older(_)) {
-        // An older build: the newer stored schema stays (see stored.rs).
-        return Ok(out);
-    }
-    conn.execute(
-        // Written only when it differs, so a plain reopen writes nothing.
-        "INSERT INTO keel_meta(key, value) VALUES ('schema', ?1), ('fingerprint', ?2), ('format', 1)
-         ON CONFLICT(key) DO UPDATE SET value = excluded.value WHERE value IS NOT excluded.value",
-        rusqlite::params![schema.to_fbs(), format!("{:016x}", schema.fingerprint())],
-    )
-    .map_err(err("record schema"))?;
-    Ok(out)
+}
+
+/// Fill index `k`'s column and create the index, in the caller's transaction
+/// (the background build after open; the schema phase for a unique index or a
+/// format upgrade, see [`schema_phase`]).
+pub(crate) fn build_index(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    k: usize,
+    tick: &mut dyn FnMut(u64),
+) -> rusqlite::Result<()> {
+    backfill(conn, c, &[k], tick)?;
+    conn.execute_batch(&c.indexes[k].create)
 }
 
 #[cfg(test)]
@@ -406,12 +515,17 @@ mod tests {
         let c = Coll::new(&schema, 0).unwrap();
         assert_eq!(
             c.create_table_sql(),
-            "CREATE TABLE IF NOT EXISTS \"n.T\"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, k1 NOT NULL, body BLOB NOT NULL, UNIQUE(k0, k1))"
+            "CREATE TABLE IF NOT EXISTS \"n.T\"(rowid INTEGER PRIMARY KEY, k0 NOT NULL, k1 NOT NULL, body BLOB NOT NULL, \"f2\", UNIQUE(k0, k1))"
         );
         assert_eq!(
             c.indexes[0].create,
-            "CREATE UNIQUE INDEX IF NOT EXISTS \"n.T#2\" ON \"n.T\"(keel_field(body,'n.T/2'))"
+            "CREATE UNIQUE INDEX IF NOT EXISTS \"n.T#2\" ON \"n.T\"(\"f2\")"
         );
+        assert_eq!(
+            c.sql_update_key,
+            "UPDATE \"n.T\" SET body = ?3, \"f2\" = ?4 WHERE k0 = ?1 AND k1 = ?2 AND body IS NOT ?3"
+        );
+        assert!(!c.create_table_sql().contains("keel_field"));
         assert!(c.check_key("get", &["x".into(), 1.into()]).is_ok());
         assert!(matches!(
             c.check_key("get", &["x".into()]),

@@ -24,17 +24,18 @@
 //!
 //! ## Storage layout
 //!
-//! One SQLite table per collection: `rowid INTEGER PRIMARY KEY`, the primary-key
-//! column(s) `k0, k1, …` under a `UNIQUE` constraint, and `body`, the bytes.
-//! Secondary indexes are *expression indexes* over the SQL function
-//! `keel_field(body, '<collection>/<field ids>')`, registered on every connection as
-//! deterministic and innocuous. One `INSERT` maintains every index; non-indexed
-//! filters run inside SQLite; adding an index is one `CREATE INDEX`, run by a
-//! background write after open (queries are correct before it exists and use it
-//! after). The function's path names fields by id, which FlatBuffers evolution keeps,
-//! so indexes stay valid across schema versions. A `keel_meta` table keeps the schema
-//! text (a reopen checks the new schema is a compatible evolution) and `keel_index`
-//! the state of each index.
+//! One SQLite table per collection (storage format 2): `rowid INTEGER PRIMARY KEY`,
+//! the primary-key column(s) `k0, k1, …` under a `UNIQUE` constraint, `body`, the
+//! bytes, and one plain column per indexed path (`f1`, `f6:1.0`: field ids, which
+//! FlatBuffers evolution keeps) that keel writes from the object in the same
+//! statement. Secondary indexes are plain SQLite indexes on those columns, so stock
+//! SQLite tools check and read the file. Non-indexed filters run inside SQLite
+//! through the SQL function `keel_field(body, '<collection>/<field ids>')`,
+//! registered on every connection. Adding an index (or a schema change that alters
+//! what its column holds) fills the column and creates the index in a background
+//! write after open (queries read the bytes until it is done). A `keel_meta` table
+//! keeps the schema text (a reopen checks the new schema is a compatible evolution)
+//! and the storage format, and `keel_index` the state of each index.
 //!
 //! ## Guarantees
 //!
@@ -90,10 +91,11 @@
 //! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
 //!   `dictionary::shared` (the cache and pending writes every handle shares). It
 //!   reaches the database that owns it only through its `DictHost` trait.
-//! * **Storage layout**: `sql`, `stored`, `layout` (tables, keys, the schema
-//!   phase), [`migrate`] and [`inspect`]. These five still import each other
-//!   (`layout.rs` holds both the table model the others use and the schema phase
-//!   that runs them); the one cycle left, to be split in two modules.
+//! * **Storage layout**: `layout` (the table model: collections, keys, index
+//!   columns, the SQL text, filling a column), then `sql` (compiling queries,
+//!   `keel_field`), `stored` (the stored schema and how an open relates to it),
+//!   [`migrate`] and [`inspect`], then `schema_phase` (the open's schema
+//!   transaction, which runs them).
 //! * **`engine`** holds `Inner`, the state every handle of one database shares
 //!   (store, collections, change hooks, fetch pool, the dictionary's cache), the
 //!   write-closure marker and [`Task`]. It holds the subscription hub as a
@@ -125,6 +127,7 @@ pub mod migrate;
 pub mod pool;
 mod query;
 mod remote;
+mod schema_phase;
 mod slot;
 mod sql;
 mod stored;

@@ -375,9 +375,13 @@ fn insert_row(
         });
     }
     key.push(Value::Blob(bytes.to_vec()));
-    let params: Vec<Param<'_>> = key.iter().map(Param).collect();
+    let cols = c.column_values(bytes);
+    let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(key.len() + cols.len());
+    let head: Vec<Param<'_>> = key.iter().map(Param).collect();
+    params.extend(head.iter().map(|p| p as &dyn rusqlite::ToSql));
+    params.extend(cols.iter().map(|v| v as &dyn rusqlite::ToSql));
     conn.prepare_cached(&c.sql_insert)
-        .and_then(|mut st| st.execute(rusqlite::params_from_iter(params)))
+        .and_then(|mut st| st.execute(params.as_slice()))
         .map_err(|e| Error::sqlite(op, &c.name, e))?;
     Ok(conn.last_insert_rowid())
 }

@@ -31,7 +31,9 @@ pub struct StoredObject {
 pub(crate) enum Source<'a> {
     /// Through the database (a pooled connection per read): the facade's state.
     Db(Arc<Inner>),
-    Conn(&'a Inner, &'a rusqlite::Connection),
+    /// A snapshot's, transaction's or the hub's connection; for a snapshot, the
+    /// index build epoch it was taken at (`layout::ready_epoch`).
+    Conn(&'a Inner, &'a rusqlite::Connection, Option<u64>),
 }
 
 impl Source<'_> {
@@ -45,7 +47,7 @@ impl Source<'_> {
                 inner.check_read(op)?;
                 inner.store.read(|c| f(inner, c))
             }
-            Source::Conn(i, c) => f(i, c),
+            Source::Conn(i, c, _) => f(i, c),
         }
     }
 }
@@ -176,14 +178,14 @@ impl<'a> Query<'a> {
     /// # let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
     /// let n = schema.reader("T").unwrap().path("n").unwrap();
     /// let (sql, params) = db.query("T").filter(Expr::eq(n, 7)).sql()?;
-    /// assert!(sql.contains("keel_field(body,'T/1') = ?"));
+    /// assert!(sql.contains("\"f1\" = ?")); // the indexed field's column
     /// assert_eq!(params, vec![7.into()]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn sql(&self) -> Result<(String, Vec<Value>)> {
         match &self.src {
             Source::Db(inner) => self.build(inner, false),
-            Source::Conn(i, _) => self.build(i, false),
+            Source::Conn(i, _, _) => self.build(i, false),
         }
     }
 
@@ -200,6 +202,11 @@ impl<'a> Query<'a> {
             table,
             collection: &c.name,
             key: &c.key_ids,
+            indexes: &c.indexes,
+            as_of: match &self.src {
+                Source::Conn(_, _, as_of) => *as_of,
+                Source::Db(_) => None,
+            },
             params: Vec::new(),
         };
         let w = match &self.spec.filter {
@@ -328,7 +335,7 @@ impl Query<'_> {
                     })
                 })
             }
-            Source::Conn(i, _) => Task::ready(Err(Error::Unsupported {
+            Source::Conn(i, _, _) => Task::ready(Err(Error::Unsupported {
                 op: "async fetch inside a snapshot or transaction",
                 hint: "use the blocking call; it reads that snapshot's own view",
                 path: i.path().to_path_buf(),

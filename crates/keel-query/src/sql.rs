@@ -1,6 +1,11 @@
 //! `Expr` → SQL, and the `keel_field` SQL function that reads a field out of the
 //! stored FlatBuffers bytes.
 //!
+//! Indexed paths compile to their index column (see `layout.rs`) and primary-key
+//! fields to their key column; `keel_field` serves the other paths at query time
+//! only — nothing in the stored schema calls it, so stock SQLite reads every
+//! table and index of a keel file.
+//!
 //! `keel_field(body, 'blog.Post/1')` returns the value of the field at path `1`
 //! (vtable slot ids, joined by `.`; a union member step is `slot:tag`) of the object
 //! in `body`, read with the collection's table of the current schema. Ids — not
@@ -20,6 +25,7 @@ use rusqlite::types::{ToSql, ToSqlOutput, Value as SqlOwned, ValueRef as SqlRef}
 
 use crate::error::{Error, Result};
 use crate::eval::{resolve, SqlValue};
+pub(crate) use crate::layout::{ident, path_text};
 
 /// Name of the field-extract SQL function.
 pub const FIELD_FN: &str = "keel_field";
@@ -51,34 +57,10 @@ fn parse_path_text(schema: &Schema, text: &str) -> Resolved {
     Some((c.table, r))
 }
 
-/// The path text of `path` for `collection` (`blog.Post/6:1.1`).
-pub(crate) fn path_text(collection: &str, path: &FieldPath) -> String {
-    let mut s = String::with_capacity(collection.len() + 8);
-    s.push_str(collection);
-    s.push('/');
-    for (i, st) in path.steps().iter().enumerate() {
-        if i > 0 {
-            s.push('.');
-        }
-        match st {
-            PathStep::Field { id, .. } => s.push_str(&id.to_string()),
-            PathStep::UnionMember { id, member, .. } => {
-                s.push_str(&format!("{id}:{member}"));
-            }
-        }
-    }
-    s
-}
-
 /// `keel_field(body,'…')`: SQL text for reading `path` (schema structure only).
 pub(crate) fn field_sql(collection: &str, path: &FieldPath) -> String {
     let text = path_text(collection, path).replace('\'', "''");
     format!("{FIELD_FN}(body,'{text}')")
-}
-
-/// A double-quoted SQL identifier.
-pub(crate) fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// Register `keel_field` on a connection (deterministic and innocuous, so SQLite
@@ -141,13 +123,10 @@ pub(crate) fn register(
             let Ok(obj) = t.open(bytes) else {
                 return Ok(SqlOwned::Null);
             };
-            Ok(match obj.get_ref(path).map(SqlValue::from_ref) {
-                Ok(SqlValue::Int(i)) => SqlOwned::Integer(i),
-                Ok(SqlValue::Float(f)) => SqlOwned::Real(f),
-                Ok(SqlValue::Text(s)) => SqlOwned::Text(s.to_owned()),
-                Ok(SqlValue::Blob(b)) => SqlOwned::Blob(b.to_vec()),
-                Ok(SqlValue::Null) | Err(_) => SqlOwned::Null,
-            })
+            // The same conversion as the index columns' (`layout.rs`).
+            Ok(crate::layout::to_sql_owned(
+                obj.get_ref(path).map(SqlValue::from_ref),
+            ))
         },
     )
 }
@@ -185,6 +164,11 @@ pub(crate) struct Compiler<'a> {
     /// Field ids of the primary key, in key order: the field with id `key[i]` is
     /// also stored in column `k{i}`.
     pub(crate) key: &'a [u16],
+    /// The collection's index columns: a path with a ready one reads the column.
+    pub(crate) indexes: &'a [crate::layout::IndexSql],
+    /// For a read in a snapshot: the build epoch it was taken at (see
+    /// `layout::ready_epoch`); a column completed later is not read.
+    pub(crate) as_of: Option<u64>,
     pub(crate) params: Vec<Value>,
 }
 
@@ -207,10 +191,27 @@ pub(crate) fn key_column(key: &[u16], path: &FieldPath) -> Option<String> {
 
 impl Compiler<'_> {
     /// SQL reading `path`: its key column for a primary-key field (so SQLite can
-    /// use the key's UNIQUE index), `keel_field(body, …)` otherwise.
+    /// use the key's UNIQUE index), its index column for an indexed path whose
+    /// column is complete (so SQLite can use the index; the column holds what
+    /// `keel_field` would return, see `layout.rs`), `keel_field(body, …)`
+    /// otherwise — also while an index column is still being filled, so queries
+    /// stay correct during a build (a scan).
     fn field(&self, path: &FieldPath) -> Result<String> {
         resolve(self.table, self.collection, "compile query", path)?;
-        Ok(key_column(self.key, path).unwrap_or_else(|| field_sql(self.collection, path)))
+        if let Some(k) = key_column(self.key, path) {
+            return Ok(k);
+        }
+        if !self.indexes.is_empty() {
+            let text = path_text(self.collection, path);
+            if let Some(ix) = self
+                .indexes
+                .iter()
+                .find(|i| i.path_text == text && i.is_ready(self.as_of))
+            {
+                return Ok(ix.col_ident.clone());
+            }
+        }
+        Ok(field_sql(self.collection, path))
     }
 
     /// SQL computing `t` (arithmetic only on numbers, as in `eval`).
@@ -411,6 +412,8 @@ mod tests {
             table: t,
             collection: "n.T",
             key: &[],
+            indexes: &[],
+            as_of: None,
             params: Vec::new(),
         };
         let e = Expr::eq(t.path("id").unwrap(), "x' OR 1=1 --").or(Expr::In {
@@ -430,6 +433,8 @@ mod tests {
             table: t,
             collection: "n.T",
             key: &[0],
+            indexes: &[],
+            as_of: None,
             params: Vec::new(),
         };
         let id = t.path("id").unwrap();

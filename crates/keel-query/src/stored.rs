@@ -13,11 +13,11 @@
 //!   an older build — an app extension, a widget, a not-yet-updated process — opens a
 //!   file a newer build already upgraded. It opens and reads and writes with its own
 //!   schema, but it **changes nothing the newer schema recorded**: the stored schema
-//!   stays, indexes the newer schema declares stay, and `keel_field` (the function the
-//!   expression indexes are built on) keeps reading fields with the stored schema,
-//!   so index entries written by the older build agree with the newer build's. (Field
-//!   ids and types never change between compatible versions, so both read the same
-//!   value for every field both know.)
+//!   stays, indexes the newer schema declares stay — the older build keeps writing
+//!   their columns, extracting every index column (and `keel_field`, which scans
+//!   read fields with) with the stored schema, so what the older build writes agrees
+//!   with the newer build's. (Field ids and types never change between compatible
+//!   versions, so both read the same value for every field both know.)
 //! * neither: the open fails with a schema error — unless a migration
 //!   ([`Migrator`](crate::Migrator)) moves the data first.
 //!
@@ -171,18 +171,19 @@ pub(crate) fn relate(
 }
 
 /// Index names the stored (newer) schema declares: an older build must keep them.
-pub(crate) fn declared_indexes(schema: &Schema) -> Result<Vec<String>> {
+pub(crate) fn declared_indexes(schema: &Arc<Schema>) -> Result<Vec<String>> {
     let mut names = Vec::new();
     for ci in 0..schema.collections.len() {
-        let c = Coll::new(schema, ci)?;
+        let c = Coll::build(schema, ci, schema)?;
         names.extend(c.indexes.iter().map(|ix| ix.name.clone()));
     }
     Ok(names)
 }
 
-/// Build a unique index on an existing table now, in the schema phase: if stored
-/// objects already share a value, the open fails naming one, instead of the index
-/// being recorded as failed while uniqueness goes unenforced.
+/// Create a unique index on an existing table whose column is filled, in the
+/// schema phase: if stored objects already share a value, the open fails naming
+/// one, instead of the index being recorded as failed while uniqueness goes
+/// unenforced.
 pub(crate) fn build_unique(
     conn: &rusqlite::Connection,
     path: &Path,
@@ -199,15 +200,9 @@ pub(crate) fn build_unique(
         return Err(classify("create unique index", path, e).into());
     }
     // Find one duplicated value and two objects holding it, to name them.
-    let field_expr = crate::sql::field_sql(
-        &c.name,
-        &keel_schema::FieldPath::new(vec![keel_schema::PathStep::Field {
-            id: ix.field,
-            name: "".into(),
-        }]),
-    );
+    let col = &ix.col_ident;
     let sql = format!(
-        "SELECT {field_expr} AS v, min(rowid), max(rowid) FROM {} WHERE v IS NOT NULL GROUP BY v HAVING count(*) > 1 LIMIT 1",
+        "SELECT {col}, min(rowid), max(rowid) FROM {} WHERE {col} IS NOT NULL GROUP BY {col} HAVING count(*) > 1 LIMIT 1",
         c.ident
     );
     let dup = conn

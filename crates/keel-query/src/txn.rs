@@ -51,12 +51,23 @@ fn sref(v: &Value) -> Arg<'_> {
     })
 }
 
-/// The parameters of `sql_insert` and `sql_find_same`: the key columns, then the
-/// object's bytes.
-fn key_and_body<'v>(key: &'v [Value], bytes: &'v [u8]) -> impl Iterator<Item = Arg<'v>> {
-    key.iter()
+/// Call `f` with the parameters of `sql_insert` and `sql_update_key`: the key
+/// columns, the object's bytes, then its index columns.
+fn with_params<T>(
+    key: &[Value],
+    bytes: &[u8],
+    cols: &[rusqlite::types::Value],
+    f: impl FnOnce(&[&dyn rusqlite::ToSql]) -> T,
+) -> T {
+    let head: Vec<Arg<'_>> = key
+        .iter()
         .map(sref)
         .chain(std::iter::once(Arg(SqlRef::Blob(bytes))))
+        .collect();
+    let mut ps: Vec<&dyn rusqlite::ToSql> =
+        head.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
+    ps.extend(cols.iter().map(|c| c as &dyn rusqlite::ToSql));
+    f(&ps)
 }
 
 impl<'a> Txn<'a> {
@@ -181,11 +192,13 @@ impl<'a> Txn<'a> {
         bytes: Vec<u8>,
     ) -> Result<i64> {
         {
+            // The index columns, extracted once from the bytes (layout.rs).
+            let cols = c.column_values(&bytes);
             let mut st = self
                 .conn
                 .prepare_cached(&c.sql_insert)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            st.execute(rusqlite::params_from_iter(key_and_body(&key, &bytes)))
+            with_params(&key, &bytes, &cols, |p| st.execute(p))
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
         }
         let rowid = self.conn.last_insert_rowid();
@@ -238,40 +251,45 @@ impl<'a> Txn<'a> {
             );
             return Ok(Ok(old.rowid));
         }
-        // One point lookup tells whether the object exists and whether it changed.
-        let found: Option<(i64, bool)> = {
+        // One write statement, as a hand-written update: the row with this key
+        // gets the new bytes and columns unless it holds these bytes already.
+        let cols = c.column_values(&bytes);
+        {
             let mut st = self
                 .conn
-                .prepare_cached(&c.sql_find_same)
+                .prepare_cached(&c.sql_update_key)
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            let mut rows = st
-                .query(rusqlite::params_from_iter(key_and_body(&key, &bytes)))
+            with_params(&key, &bytes, &cols, |p| st.execute(p))
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
-                Some(r) => Some((
-                    r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?,
-                    r.get(1).map_err(|e| Error::sqlite(op, &c.name, e))?,
-                )),
-                None => None,
-            }
-        };
-        match found {
-            None => Ok(Err((key, bytes))),
-            Some((rowid, true)) => Ok(Ok(rowid)), // same bytes: nothing written
-            Some((rowid, false)) => {
-                self.update_body(c, op, rowid, &bytes)?;
-                Ok(Ok(rowid))
+        }
+        // The rowid the API returns (and whether the object exists at all): one
+        // index probe, a read.
+        let mut st = self
+            .conn
+            .prepare_cached(&c.sql_find_rowid)
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(key.iter().map(sref)))
+            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
+            Some(r) => Ok(Ok(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?)),
+            None => {
+                drop(rows);
+                Ok(Err((key, bytes)))
             }
         }
     }
 
-    /// Replace the bytes of the object at `rowid` (`sql_update`).
+    /// Replace the bytes (and index columns) of the object at `rowid` (`sql_update`).
     fn update_body(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+        let cols = c.column_values(bytes);
         let mut st = self
             .conn
             .prepare_cached(&c.sql_update)
             .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        st.execute(rusqlite::params![bytes, rowid])
+        let mut ps: Vec<&dyn rusqlite::ToSql> = vec![&bytes, &rowid];
+        ps.extend(cols.iter().map(|v| v as &dyn rusqlite::ToSql));
+        st.execute(ps.as_slice())
             .map_err(|e| Error::sqlite(op, &c.name, e))?;
         Ok(())
     }
@@ -631,7 +649,7 @@ impl<'a> Txn<'a> {
 
     /// A dynamic query that sees this transaction's own writes.
     pub fn query(&self, collection: &str) -> Query<'_> {
-        Query::new(Source::Conn(self.inner, self.conn), collection)
+        Query::new(Source::Conn(self.inner, self.conn, None), collection)
     }
 
     // ---- typed API ----
@@ -758,7 +776,7 @@ impl<'a> Txn<'a> {
 
     /// A typed query that sees this transaction's own writes.
     pub fn fetch<R: Record>(&self) -> Fetch<'_, R> {
-        Fetch::new(Source::Conn(self.inner, self.conn))
+        Fetch::new(Source::Conn(self.inner, self.conn, None))
     }
 
     /// The key-value dictionary inside this transaction: its changes commit or roll

@@ -239,6 +239,15 @@ fn an_older_schema_opens_a_newer_file_without_destroying_what_the_newer_recorded
             )
             .unwrap();
         assert_eq!(n, 1, "v2's index on stars must survive the v1 open");
+        // The v1 build wrote v2's index column for its object, from the bytes.
+        let bad = keel_query::inspect::column_mismatches(&c, &Arc::new(v2.clone()), 10).unwrap();
+        assert!(bad.is_empty(), "{bad:?}");
+        let stars: i64 = c
+            .query_row("SELECT f2 FROM \"evo.Note\" WHERE k0 = 'n2'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(stars, 4);
     }
     let db = Database::open(&path, v2.clone(), quiet()).unwrap();
     assert_eq!(db.query("evo.Note").count().unwrap(), 1);

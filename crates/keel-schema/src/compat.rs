@@ -12,7 +12,8 @@
 //! * adding or removing `(indexed)`/`(unique)` indexes;
 //! * appending enum values or union members; adding new types and collections;
 //! * changing a default (reported: old objects that omitted the field read the new
-//!   default).
+//!   default; keel rebuilds an index on the field in the background, since its stored
+//!   values change).
 //!
 //! Refused ([`Incompatibility`]s): removing a field (deprecate it instead), changing a
 //! field's type or id (reordering fields without explicit ids does this), turning

@@ -166,6 +166,23 @@ impl ResolvedPath {
             )
         )
     }
+
+    /// A text that is equal for two resolved paths exactly when they read the same
+    /// value out of every buffer: slots, union members, the leaf's type, default and
+    /// optionality — no names. keel stores it beside a materialised index column, so
+    /// a schema change that alters what the column should hold (a new default, a
+    /// widened type) is noticed and the column rebuilt.
+    ///
+    /// ```
+    /// use keel_schema::Schema;
+    /// let a = Schema::parse("table T { n: int = 1; } root_type T;", "a.fbs").unwrap();
+    /// let b = Schema::parse("table T { n: int = 2; } root_type T;", "b.fbs").unwrap();
+    /// let sig = |s: &Schema| { let t = s.reader("T").unwrap(); t.resolve(&t.path("n").unwrap()).unwrap().read_signature() };
+    /// assert_ne!(sig(&a), sig(&b));
+    /// ```
+    pub fn read_signature(&self) -> String {
+        format!("{:?}", self.steps)
+    }
 }
 
 impl Schema {

@@ -761,6 +761,8 @@ fn readable(
             conn: c,
             path,
             created: check.created,
+            progress: opts.progress.as_ref(),
+            note: None,
         };
         let r = match catch_unwind(AssertUnwindSafe(|| {
             // The identity stamp commits with the schema step (identity.rs).
@@ -772,15 +774,19 @@ fn readable(
             Ok(r) => r,
             Err(p) => Err(Error::panicked("schema hook", path, p)),
         };
+        let ran = match ctx.note.take() {
+            Some(n) => format!("schema hook ran: {n}"),
+            None => "schema hook ran".into(),
+        };
         match r {
             Ok(()) if parallel => {
                 // Readers see the schema already in the file at once; what the hook
                 // changed commits (and becomes visible) when the store is durable:
                 // a commit must not land on top of WAL frames not yet synced.
                 *note = if c.is_autocommit() {
-                    "schema hook ran".into()
+                    ran
                 } else {
-                    "schema hook ran; its changes commit after the open barrier".into()
+                    format!("{ran}; its changes commit after the open barrier")
                 };
                 Ok(())
             }
@@ -788,7 +794,7 @@ fn readable(
                 if !c.is_autocommit() {
                     pragma(c, path, "schema: commit", "COMMIT")?;
                 }
-                *note = "schema hook ran".into();
+                *note = ran;
                 Ok(())
             }
             Err(e) => {

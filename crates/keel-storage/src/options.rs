@@ -140,6 +140,8 @@ pub struct SchemaCtx<'a> {
     pub(crate) conn: &'a rusqlite::Connection,
     pub(crate) path: &'a Path,
     pub(crate) created: bool,
+    pub(crate) progress: Option<&'a ProgressFn>,
+    pub(crate) note: Option<String>,
 }
 
 impl SchemaCtx<'_> {
@@ -151,6 +153,34 @@ impl SchemaCtx<'_> {
     pub fn created(&self) -> bool {
         self.created
     }
+    /// Report how far long-running work of the hook is (`within`: the fraction of
+    /// it done, `0.0 ..= 1.0`) — e.g. a storage-format upgrade rewriting every
+    /// object — as an [`OpenPhase::Schema`] event of
+    /// [`StoreOptions::on_progress`], its `fraction` between this phase's start
+    /// and the next one's.
+    pub fn progress(&self, within: f32) {
+        let Some(cb) = self.progress else {
+            return;
+        };
+        let n = OpenPhase::ALL.len() as f32;
+        let p = OpenProgress {
+            phase: OpenPhase::Schema,
+            fraction: (OpenPhase::Schema.index() as f32 + within.clamp(0.0, 1.0)) / n,
+            done: false,
+            milestone: None,
+        };
+        // As every progress event: a panicking callback does not fail the open.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| cb(p))).is_err() {
+            tracing::error!(phase = p.phase.name(), "progress callback panicked");
+        }
+    }
+
+    /// Say what the hook did, for the [`OpenReport`](crate::OpenReport): the text
+    /// becomes the schema phase's note (e.g. "storage format 1 → 2").
+    pub fn note(&mut self, text: impl Into<String>) {
+        self.note = Some(text.into());
+    }
+
     /// An [`Error::Schema`] for this file.
     pub fn error(&self, message: impl Into<String>) -> Error {
         Error::Schema {

@@ -318,7 +318,7 @@ fn read_prefix(
     spec.offset = 0;
     spec.limit = cap.map(|c| c as u64);
     let q = Query {
-        src: Source::Conn(inner, conn),
+        src: Source::Conn(inner, conn, None),
         spec,
     };
     let rows = q.all()?;

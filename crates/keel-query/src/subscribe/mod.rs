@@ -244,7 +244,7 @@ fn query_core(
 ) -> Result<Subscription> {
     let db = match &q.src {
         Source::Db(inner) => Database::from_inner(Arc::clone(inner)),
-        Source::Conn(i, _) => {
+        Source::Conn(i, _, _) => {
             return Err(Error::Closed {
                 op: "subscribe inside a snapshot or transaction (subscribe on the Database)",
                 path: i.path().to_path_buf(),
