@@ -97,6 +97,10 @@ pub struct FeedStats {
 
 #[derive(Default)]
 struct GateState {
+    /// The threads inside the gate (one entry per local commit or catch-up): a
+    /// catch-up asked for on one of them (from a subscription callback, say)
+    /// would wait for itself, so it is skipped (see [`Feed::inside`]).
+    threads: Vec<std::thread::ThreadId>,
     /// Local commits between "logged" and "delivered".
     pending: usize,
     /// A catch-up is reading or delivering.
@@ -120,33 +124,12 @@ pub(crate) struct Feed {
     pub(crate) full_refetches: AtomicU64,
 }
 
-thread_local! {
-    /// The feeds (their addresses) this thread is inside the gate of — as a local
-    /// commit (the writer thread, until its deliveries ran) or as a catch-up. A
-    /// catch-up asked for on such a thread (from a subscription callback, say)
-    /// would wait for itself; it is skipped instead (see [`Feed::inside`]).
-    static INSIDE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn mark(feed: &Feed) {
-    let me = feed as *const Feed as usize;
-    INSIDE.with(|i| i.borrow_mut().push(me));
-}
-
-fn unmark(feed: &Feed) {
-    let me = feed as *const Feed as usize;
-    INSIDE.with(|i| {
-        let mut i = i.borrow_mut();
-        if let Some(p) = i.iter().rposition(|x| *x == me) {
-            i.remove(p);
-        }
-    });
-}
-
 /// A local commit inside the gate: leaves it when dropped (after delivery, or
 /// when the commit failed and the callback holding it is dropped).
 pub(crate) struct LocalCommit {
     feed: Arc<Feed>,
+    /// The thread that entered (the callbacks that drop this may run elsewhere).
+    thread: std::thread::ThreadId,
 }
 
 impl LocalCommit {
@@ -159,8 +142,10 @@ impl LocalCommit {
 
 impl Drop for LocalCommit {
     fn drop(&mut self) {
-        unmark(&self.feed);
         let mut g = lock(&self.feed.gate);
+        if let Some(p) = g.threads.iter().rposition(|t| *t == self.thread) {
+            g.threads.remove(p);
+        }
         g.pending -= 1;
         if g.pending == 0 {
             self.feed.gate_cv.notify_all();
@@ -173,8 +158,13 @@ pub(crate) struct Feeding<'a>(&'a Feed);
 
 impl Drop for Feeding<'_> {
     fn drop(&mut self) {
-        unmark(self.0);
-        lock(&self.0.gate).feeding = false;
+        let mut g = lock(&self.0.gate);
+        let me = std::thread::current().id();
+        if let Some(p) = g.threads.iter().rposition(|t| *t == me) {
+            g.threads.remove(p);
+        }
+        g.feeding = false;
+        drop(g);
         self.0.gate_cv.notify_all();
     }
 }
@@ -266,9 +256,11 @@ impl Feed {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
         g.pending += 1;
-        mark(self);
+        let thread = std::thread::current().id();
+        g.threads.push(thread);
         LocalCommit {
             feed: Arc::clone(self),
+            thread,
         }
     }
 
@@ -283,15 +275,15 @@ impl Feed {
         while g.pending > 0 {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
-        mark(self);
+        g.threads.push(std::thread::current().id());
         Feeding(self)
     }
 
     /// True on a thread inside this feed's gate (a local commit not yet delivered,
     /// or a catch-up): a catch-up started there would wait for itself.
     pub(crate) fn inside(&self) -> bool {
-        let me = self as *const Feed as usize;
-        INSIDE.with(|i| i.borrow().contains(&me))
+        let me = std::thread::current().id();
+        lock(&self.gate).threads.contains(&me)
     }
 
     /// Append one closure's changes to the log (inside its transaction).
