@@ -631,6 +631,49 @@ async def another_apps_sqlite_file_is_refused_unless_adopted(tmp):
     c.close()
 
 
+@test
+async def share_changes_reaches_another_process(tmp):
+    """OpenOptions(share_changes=True): a child process inserts and sets a key; this
+    process's live query gets the insert with its diff, its dictionary subscription
+    the value."""
+    loop = asyncio.get_running_loop()
+    path = os.path.join(tmp, "shared.db")
+    db = await keel.open_async(path, SCHEMA, OpenOptions(share_changes=True), None)
+    updates = QueryUpdates(loop)
+    sub = db.query("demo.Post").order_by("priority", False).subscribe(updates)
+    await settle(lambda: len(updates.updates) == 1)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "mine", 10))])
+    await settle(lambda: len(updates.updates) == 2)
+    changes = DictChanges(loop)
+    dsub = db.dictionary().subscribe("theme", changes)
+    await settle(lambda: len(changes.changes) == 1)
+    code = f"""
+import asyncio, json, os, sys
+sys.path.insert(0, {os.path.dirname(keel.__file__)!r})
+import keel
+async def main():
+    db = await keel.open_async({path!r}, {SCHEMA!r}, keel.OpenOptions(share_changes=True), None)
+    await db.write([keel.WriteOp.INSERT(collection="demo.Post",
+        bytes=db.encode_json("demo.Post", json.dumps({{"id": "theirs", "priority": 5}})))])
+    db.dictionary().set_string("theme", "dark")
+    await db.dictionary().sync()
+    await db.close()
+asyncio.run(main())
+os._exit(0)  # as crashed_database does: no interpreter teardown under keel's threads
+"""
+    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], check=True)
+    await settle(lambda: len(updates.updates) == 3, timeout=30)
+    u = updates.updates[2]
+    assert ids(db, u.objects) == ["theirs", "mine"] and u.diff.inserted == [0], u
+    await settle(lambda: any(v is not None and v.v == "dark" for _, v in changes.changes), timeout=30)
+    assert db.dictionary().get_string("theme") == "dark"
+    await db.catch_up()  # nothing new: nothing delivered
+    assert len(updates.updates) == 3, "this process's own insert was delivered twice"
+    sub.cancel()
+    dsub.cancel()
+    await db.close()
+
+
 async def run_all():
     passed = failed = 0
     for t in TESTS:

@@ -395,6 +395,16 @@ impl Database {
         self.db.is_suspended()
     }
 
+    /// Deliver what other processes committed since this database last looked
+    /// (on a keel thread): live queries, object and dictionary subscriptions get
+    /// their updates. Needs `OpenOptions.share_changes`; keel runs it by itself
+    /// whenever another process commits (Linux, Android, Apple platforms), so call
+    /// it only where that wake-up is missing. See `docs/app-groups.md`.
+    pub async fn catch_up(&self) -> Result<(), KeelError> {
+        let db = self.db.clone();
+        off_thread("catch_up", move || Ok(db.catch_up()?)).await
+    }
+
     /// Physical I/O since open, per file kind.
     pub fn io_stats(&self) -> IoStats {
         self.db.store().io_stats().into()

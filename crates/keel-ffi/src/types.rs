@@ -154,6 +154,13 @@ pub struct OpenOptions {
     /// refusing it with `ForeignFile`.
     #[uniffi(default = false)]
     pub adopt_foreign: bool,
+    /// Opt-in: share changes with other processes that open the same file (an
+    /// app and its extensions through an App Group, Android processes): their
+    /// commits reach this database's live queries, object and dictionary
+    /// subscriptions. Every process opening the file must set it. See
+    /// `docs/app-groups.md`.
+    #[uniffi(default = false)]
+    pub share_changes: bool,
 }
 
 impl Default for OpenOptions {
@@ -166,6 +173,7 @@ impl Default for OpenOptions {
             checkpoint_threshold_bytes: None,
             recover_corrupt: false,
             adopt_foreign: false,
+            share_changes: false,
         }
     }
 }
@@ -181,7 +189,8 @@ impl OpenOptions {
             })
             .readers(usize::try_from(self.readers).unwrap_or(4))
             .recover_corrupt(self.recover_corrupt)
-            .adopt_foreign(self.adopt_foreign);
+            .adopt_foreign(self.adopt_foreign)
+            .share_changes(self.share_changes);
         if let Some(t) = self.checkpoint_threshold_bytes {
             o = o.checkpoint_threshold(t);
         }

@@ -74,6 +74,7 @@ mod suspend;
 #[allow(unsafe_code)]
 mod vfs;
 mod writer;
+pub mod xproc;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use durable::DurableFuture;

@@ -56,6 +56,8 @@ pub(crate) trait DictHost: Send + Sync {
     fn store(&self) -> &Store;
     /// `Err(Closed)` once the database is closed.
     fn check_open(&self, op: &'static str) -> Result<()>;
+    /// The cross-process change feed, with sharing on: flushes log their keys.
+    fn feed(&self) -> Option<&Arc<crate::feed::Feed>>;
 }
 
 /// The dictionary's shared state; one per database, owned by it.
@@ -217,6 +219,55 @@ impl Shared {
         let r = f(v.as_deref(), 0);
         sh.evict(limit);
         r
+    }
+
+    /// Values another process committed, read by the change feed in one
+    /// snapshot (`cleared`: it ran `remove_all`, or the feed fell behind and
+    /// `values` holds every subscribed key). Clean cache entries take the new
+    /// values (or, after a clear, are dropped) and subscribers are told; a value
+    /// this process set and has not committed yet wins (its flush commits later),
+    /// and so does a pending `remove_all` of this process. The shard's version
+    /// moves, so a disk read that overlapped cannot cache an older value.
+    pub(crate) fn apply_remote(&self, values: Vec<(String, Option<DictValue>)>, cleared: bool) {
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        if cleared {
+            for sh in self.shards.iter() {
+                let mut sh = wr(sh);
+                if sh.clear_pending.is_some() {
+                    continue;
+                }
+                let clean: Vec<String> = sh
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| !e.dirty)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in clean {
+                    sh.remove_entry(&k);
+                }
+                sh.version += 1;
+            }
+        }
+        for (k, v) in values {
+            let v: Val = v.map(Arc::new);
+            let seq = {
+                let mut sh = wr(&self.shards[shard_of(&k)]);
+                if sh.clear_pending.is_some() {
+                    continue;
+                }
+                match sh.entries.get(&k) {
+                    Some(e) if e.dirty => continue,
+                    // Unchanged: nothing to tell (a replayed or merged change).
+                    Some(e) if e.value == v => continue,
+                    _ => {}
+                }
+                let seq = sh.next_seq();
+                sh.put(&k, v.clone(), seq, false);
+                sh.evict(limit);
+                seq
+            };
+            self.subs.notify(&k, seq, &v);
+        }
     }
 
     pub(super) fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
@@ -391,10 +442,28 @@ pub(super) fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool
         }
         Ok::<(), Error>(())
     })();
+    // Sharing: log the keys in the same transaction (see `crate::feed`).
+    let logged = match (&written, shared.db.upgrade()) {
+        (Ok(()), Some(host)) => match host.feed() {
+            Some(feed) => {
+                let b = guard.batch.as_ref().expect("batch present until commit");
+                let keys: Vec<&str> = b.ops.iter().flatten().map(|(k, _, _)| k.as_str()).collect();
+                let entered = feed.enter();
+                feed.log(w, &[], &keys, b.clear.is_some())
+                    .map(|()| Some(entered))
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    };
+    let written = written.and(logged.as_ref().map(|_| ()).map_err(Clone::clone));
     match written {
         Ok(()) => {
             tracing::debug!(values = n, "dictionary flush");
             w.on_commit(Box::new(move || guard.committed()));
+            if let Ok(Some(l)) = logged {
+                w.on_commit(Box::new(move || l.committed()));
+            }
             Ok(())
         }
         Err(e) => {
