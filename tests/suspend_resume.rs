@@ -7,7 +7,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use keel::prelude::*;
-use keel::{SuspendOptions, Update};
+use keel::{DictValue, SuspendOptions, Update};
 use keel_example_blog::blog::Post;
 
 fn post(id: &str, priority: i32) -> Post {
@@ -98,6 +98,57 @@ fn after_resume_subscriptions_catch_up_with_what_another_handle_committed() {
         "the other handle's insert is delivered"
     );
     assert_eq!(u.diff.inserted, [1]);
+    futures::executor::block_on(db.close()).unwrap();
+}
+
+/// With the cross-process change feed on, the catch-up after resume reads the
+/// change log: the live query gets the other handle's insert as a diff and the
+/// dictionary subscription hears of the other handle's value.
+#[test]
+fn with_shared_changes_resume_catches_up_through_the_change_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.db");
+    let shared = || StoreOptions {
+        share_changes: true,
+        ..StoreOptions::default()
+    };
+    let db = Database::open_for::<Post>(&path, shared()).unwrap();
+    insert(&db, post("a", 1));
+    let (tx, rx) = mpsc::channel();
+    let _sub = db
+        .fetch::<Post>()
+        .order_by(Post::priority().asc())
+        .subscribe(move |u| tx.send(u).unwrap())
+        .unwrap();
+    assert_eq!(ids(&rx.recv().unwrap()), ["a"]);
+    db.dictionary().set("theme", "dark").unwrap();
+    futures::executor::block_on(db.dictionary().sync()).unwrap();
+    let (dtx, drx) = mpsc::channel();
+    let _dsub = db
+        .dictionary()
+        .subscribe_with("theme", move |v| dtx.send(v).unwrap());
+    assert_eq!(drx.recv().unwrap(), Some(DictValue::String("dark".into())));
+    db.suspend().unwrap();
+
+    let other = Database::open_for::<Post>(&path, shared()).unwrap();
+    insert(&other, post("z", 5));
+    other.dictionary().set("theme", "light").unwrap();
+    futures::executor::block_on(other.dictionary().sync()).unwrap();
+    futures::executor::block_on(other.close()).unwrap();
+
+    assert!(db.resume().unwrap().external_changes);
+    let u = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(
+        ids(&u),
+        ["a", "z"],
+        "the other handle's insert is delivered"
+    );
+    assert_eq!(u.diff.inserted, [1]);
+    assert_eq!(
+        drx.recv_timeout(Duration::from_secs(10)).unwrap(),
+        Some(DictValue::String("light".into())),
+        "the dictionary subscription hears of the other handle's value"
+    );
     futures::executor::block_on(db.close()).unwrap();
 }
 
