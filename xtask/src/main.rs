@@ -11,8 +11,11 @@
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
-//!   files. `--json` also prints the JSON of each scenario to stdout. Scenario
-//!   `kotlin` is the Kotlin suite's typed-vs-bytes benchmark (needs a JDK).
+//!   files. A scenario may declare targets (median, min–max over its repetitions,
+//!   goal): the run prints which are missed, without failing. `--json` prints each
+//!   scenario's JSON, targets judged, as the only output on stdout (the rest goes to
+//!   stderr). Scenario `kotlin` is the Kotlin suite's typed-vs-bytes benchmark
+//!   (needs a JDK).
 //! * `cargo xtask bindings [--release] [--test] [python|kotlin|swift…]` — builds
 //!   `keel-ffi` and generates its UniFFI sources under `target/keel-bindings/`;
 //!   `--test` runs the Python and Kotlin binding tests.
@@ -22,6 +25,8 @@
 //! * `cargo xtask swift-test` — the Swift suite alone (what `cargo xtask test`
 //!   runs when a Swift toolchain is found).
 //! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
+//! * `cargo xtask multiprocess [--txns N] [--sync P]` — the multi-process tests
+//!   (suspend and locks, two writers, SIGKILL) with N transactions per writer.
 
 mod aar;
 mod bench;
@@ -29,6 +34,7 @@ mod bindings;
 mod ffi;
 mod kotlin;
 mod lint;
+mod multiprocess;
 mod stress;
 mod swift;
 mod swift_package;
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
         Some("swift-test") => swift::run(&args[1..]),
         Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
+        Some("multiprocess") => multiprocess::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -69,7 +76,8 @@ commands:
                                benchmarks, Python, Kotlin and Swift bindings)
   lint                         cargo fmt --check, clippy and rustdoc (-D warnings)
   bench [SCENARIO…] [--quick] [--json]
-                               run scenario benchmarks and render BENCHMARKS.md
+                               run scenario benchmarks and render BENCHMARKS.md;
+                               --json: only the JSON results on stdout
   bindings [--release] [--test] [python|kotlin|swift…]
                                generate the UniFFI sources (target/keel-bindings/);
                                --test runs the Python and Kotlin binding tests
@@ -77,7 +85,10 @@ commands:
   swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
-                               crash/power-loss/fault campaign (simulated disk)";
+                               crash/power-loss/fault campaign (simulated disk)
+  multiprocess [--txns N] [--sync off|normal|full]
+                               the multi-process tests, heavier (N transactions
+                               per writer process, default 100000; release build)";
 
 /// Runs every test suite. Each step inherits stdio so cargo's own summary lines
 /// reach the caller unchanged; the first failing step stops the run.

@@ -378,6 +378,7 @@ fn refuse_writes(rx: Receiver<WriterMsg>, e: Error) {
             }
             WriterMsg::Committed => {}
             WriterMsg::Shutdown => break,
+            WriterMsg::Wake => {}
         }
     }
     while let Ok(m) = rx.try_recv() {

@@ -280,6 +280,8 @@ pub(crate) enum WriterMsg {
     /// the idle vacuum check.
     Committed,
     Shutdown,
+    /// Wakes the writer so it sees a suspend (see park.rs).
+    Wake,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -311,6 +313,8 @@ pub(crate) struct WriterShared {
     /// The writer thread sleeps without a deadline; the next inline commit wakes
     /// it once so the idle vacuum check still follows the last commit.
     asleep: AtomicBool,
+    /// Suspended (park.rs): nothing commits inline; writes queue until resume.
+    suspension: Arc<crate::park::Suspension>,
 }
 
 thread_local! {
@@ -356,6 +360,7 @@ impl WriterShared {
         signal: Arc<CkptSignal>,
         wal_frames: Arc<AtomicU64>,
         threshold_frames: u64,
+        suspension: Arc<crate::park::Suspension>,
     ) -> WriterShared {
         WriterShared {
             path: path.to_path_buf(),
@@ -366,6 +371,7 @@ impl WriterShared {
             threshold_frames,
             inline_groups: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
+            suspension,
         }
     }
 
@@ -387,6 +393,9 @@ impl WriterShared {
     /// that no write is queued (the queue keeps its order). Only the blocking
     /// path calls this: an inline group includes the commit's disk sync.
     pub(crate) fn try_inline(&self, job: Box<dyn Job>) -> Inline {
+        if self.suspension.is_suspended() {
+            return Inline::Busy(job);
+        }
         let g = match self.conn.try_lock() {
             Ok(g) => g,
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
@@ -405,6 +414,7 @@ impl WriterShared {
                 vec![job],
                 &self.in_closure,
                 &self.signal,
+                &self.suspension,
             )
         };
         let wake_ckpt = self.committed();
@@ -427,6 +437,8 @@ pub(crate) struct WriterCtx {
     pub(crate) vacuum_min_free_pages: u32,
     pub(crate) shared: Arc<WriterShared>,
     pub(crate) gauge: Arc<QueueGauge>,
+    pub(crate) suspension: Arc<crate::park::Suspension>,
+    pub(crate) reopen: crate::conn::Reopen,
     #[cfg(feature = "sim")]
     pub(crate) statement_trace: Option<crate::sim::StatementTrace>,
 }
@@ -492,12 +504,26 @@ pub(crate) fn incremental_vacuum(
     let before: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))
         .map_err(|e| Error::sqlite("read freelist_count", path, e))?;
-    // Each step of this pragma frees one page: step it to the end.
+    // Each step of this pragma frees one page: step it to the end. In an
+    // IMMEDIATE transaction: the write lock is taken up front, where the busy
+    // timeout applies, not by an upgrade halfway through (another process may write).
     let step = || -> rusqlite::Result<()> {
-        let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
-        let mut rows = stmt.query([])?;
-        while rows.next()?.is_some() {}
-        Ok(())
+        exec(conn, "BEGIN IMMEDIATE")?;
+        let r = (|| {
+            let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        })();
+        match r {
+            Ok(()) => exec(conn, "COMMIT"),
+            Err(e) => {
+                if !conn.is_autocommit() {
+                    let _ = exec(conn, "ROLLBACK");
+                }
+                Err(e)
+            }
+        }
     };
     step().map_err(|e| Error::sqlite("incremental vacuum", path, e))?;
     let after: i64 = conn
@@ -506,12 +532,10 @@ pub(crate) fn incremental_vacuum(
     Ok(u64::try_from(before - after).unwrap_or(0))
 }
 
-/// Hand the writer connection to the store: install the authorizer (and the
-/// statement trace), then put it where the writer thread and inline commits take
-/// it. Called before the writer thread starts, so a blocking write right after
-/// the open already commits inline.
-pub(crate) fn attach_writer(mut conn: KConn, ctx: &WriterCtx) {
-    guard_transaction(&mut conn.conn, Arc::clone(&ctx.shared.in_closure));
+/// What the writer installs on its connection, at start and after each reopen:
+/// the authorizer (and the statement trace), and the interrupt a suspend uses.
+fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
+    guard_transaction(&mut conn.conn, Arc::clone(in_closure));
     #[cfg(feature = "sim")]
     if let Some(f) = ctx.statement_trace.clone() {
         use rusqlite::trace::{TraceEvent, TraceEventCodes};
@@ -527,6 +551,18 @@ pub(crate) fn attach_writer(mut conn: KConn, ctx: &WriterCtx) {
             tracing::error!(error = %e, "could not install the statement trace");
         }
     }
+    ctx.suspension.set_interrupt(
+        crate::park::Parker::Writer,
+        Some(conn.conn.get_interrupt_handle()),
+    );
+}
+
+/// Hand the writer connection to the store: install what the writer needs on
+/// it, then put it where the writer thread and inline commits take it. Called
+/// before the writer thread starts, so a blocking write right after the open
+/// already commits inline.
+pub(crate) fn attach_writer(mut conn: KConn, ctx: &WriterCtx) {
+    install(&mut conn, &ctx.shared.in_closure, ctx);
     *lock(&ctx.shared.conn) = Some(conn);
 }
 
@@ -538,9 +574,25 @@ impl WriterShared {
     }
 }
 
-/// The writer thread: runs queued writes in groups, the idle vacuum check, and
-/// closes the writer connection at shutdown. The connection was attached with
-/// [`attach_writer`].
+/// The writer connection in `slot`, reopened after a resume if needed (only the
+/// writer thread reopens; inline commits use it only while it is there).
+fn connection<'c>(slot: &'c mut Option<KConn>, ctx: &WriterCtx) -> Result<&'c KConn> {
+    if slot.is_none() {
+        let mut c = (ctx.reopen)()?;
+        install(&mut c, &ctx.shared.in_closure, ctx);
+        if ctx.suspension.external.swap(false, Ordering::AcqRel) {
+            // Another process may have started a new WAL meanwhile.
+            ctx.shared.signal.arm_epoch_bump();
+        }
+        *slot = Some(c);
+    }
+    slot.as_ref()
+        .ok_or_else(|| Error::closed("reopen the writer connection", &ctx.path))
+}
+
+/// The writer thread: runs queued writes in groups, the idle vacuum check, lets
+/// go of the connection while suspended, and closes it at shutdown. The
+/// connection was attached with [`attach_writer`].
 pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Commit);
@@ -548,6 +600,19 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
     loop {
+        if ctx.suspension.is_suspended() {
+            // Let go of every lock: close the connection and wait for resume. Queued
+            // writes stay queued; the connection reopens at the next one.
+            ctx.suspension
+                .set_interrupt(crate::park::Parker::Writer, None);
+            // Waits for an inline group still running (the suspend interrupted it).
+            let taken = lock(&shared.conn).take();
+            if let Some(c) = taken {
+                crate::park::release(c);
+            }
+            ctx.suspension.park(crate::park::Parker::Writer);
+            continue;
+        }
         let msg = match pending.take() {
             Some(m) => m,
             // Idle means asleep: the only deadline is the background vacuum check
@@ -586,15 +651,14 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
         shared.asleep.store(false, Ordering::SeqCst);
         match msg {
             WriterMsg::Shutdown => break,
+            WriterMsg::Wake => {}
             WriterMsg::Committed => {
                 shared.inline_groups.store(0, Ordering::SeqCst);
                 vacuum_checked = false;
             }
             WriterMsg::Vacuum { pages, reply } => {
-                let r = match lock(&shared.conn).as_ref() {
-                    Some(c) => incremental_vacuum(&c.conn, &ctx.path, pages),
-                    None => Err(Error::closed("incremental vacuum", &ctx.path)),
-                };
+                let r = connection(&mut lock(&shared.conn), &ctx)
+                    .and_then(|c| incremental_vacuum(&c.conn, &ctx.path, pages));
                 ctx.committed();
                 let _ = reply.send(r);
             }
@@ -602,9 +666,10 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                 // The connection first, then the jobs off the gauge: a blocking
                 // caller that sees an empty gauge and a free connection has no
                 // queued write ahead of it.
-                let g = lock(&shared.conn);
+                let mut g = lock(&shared.conn);
                 let mut batch = vec![j];
-                while batch.len() < ctx.max_group {
+                // A suspend waits for this group only: stop taking more.
+                while batch.len() < ctx.max_group && !ctx.suspension.is_suspended() {
                     match rx.try_recv() {
                         Ok(WriterMsg::Job(j)) => batch.push(j),
                         Ok(other) => {
@@ -615,16 +680,22 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                     }
                 }
                 ctx.gauge.left(batch.len());
-                let done = match g.as_ref() {
-                    Some(c) => Some(run_group(
+                let done = match connection(&mut g, &ctx) {
+                    Ok(c) => Some(run_group(
                         &c.conn,
                         &ctx.path,
                         batch,
                         &shared.in_closure,
                         &shared.signal,
+                        &ctx.suspension,
                     )),
-                    // Unreachable while this thread runs; the futures say `Closed`.
-                    None => None,
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not reopen the writer connection");
+                        for j in batch {
+                            j.finish(&Err(e.clone()));
+                        }
+                        None
+                    }
                 };
                 vacuum_checked = false;
                 ctx.committed();
@@ -640,6 +711,8 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     while let Ok(m) = rx.try_recv() {
         drop(m);
     }
+    ctx.suspension
+        .set_interrupt(crate::park::Parker::Writer, None);
     // Waits for an inline group still running; later blocking writes queue and
     // are told `Closed`.
     let conn = lock(&shared.conn).take();
@@ -670,6 +743,7 @@ fn run_group(
     batch: Vec<Box<dyn Job>>,
     in_closure: &AtomicBool,
     signal: &crate::checkpointer::CkptSignal,
+    suspension: &crate::park::Suspension,
 ) -> Done {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
@@ -717,11 +791,16 @@ fn run_group(
             // SQLite rolled the whole transaction back (a closure cannot end it: see
             // `guard_transaction`): nothing of this group committed, so every closure
             // of it, earlier ones included, is told so — truthfully.
-            let err = Error::sqlite(
-                "group commit (transaction ended inside a write closure)",
-                path,
-                sqlite_abort("the transaction was rolled back or ended by a write closure"),
-            );
+            let err = if suspension.is_suspended() {
+                // A suspend interrupted the group (SQLite rolled it back): retryable.
+                Error::suspended("group commit (interrupted by suspend)", path)
+            } else {
+                Error::sqlite(
+                    "group commit (transaction ended inside a write closure)",
+                    path,
+                    sqlite_abort("the transaction was rolled back or ended by a write closure"),
+                )
+            };
             for (j, _) in committed.drain(..) {
                 settled.push((j, Err(err.clone())));
             }

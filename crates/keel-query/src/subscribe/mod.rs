@@ -59,7 +59,10 @@
 //!   subscribes, before `subscribe` returns. Every later delivery runs on the thread
 //!   that committed the write: keel's writer thread, or the caller of
 //!   [`Database::write_blocking`](crate::Database::write_blocking) when it committed
-//!   inline. Keep callbacks short — the next write waits for them — and hand
+//!   inline — except, with `StoreOptions::share_changes`, what other processes
+//!   committed, which the `keel-feed` thread (or a [`Database::catch_up`] caller)
+//!   delivers, in order with local commits (see `docs/app-groups.md`). Keep
+//!   callbacks short — the next write waits for them — and hand
 //!   heavy work to your own thread or runtime. A callback may read, subscribe,
 //!   unsubscribe and queue writes, but **must not wait for a write future** (the
 //!   writer would wait for itself: a deadlock; `write_blocking` there returns an
@@ -223,6 +226,9 @@ impl CommitObserver for Hub {
     }
     fn resync(&self) {
         Hub::resync(self)
+    }
+    fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
+        Hub::on_remote(self, rows)
     }
     fn close(&self) {
         Hub::close(self)
