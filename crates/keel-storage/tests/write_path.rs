@@ -362,3 +362,31 @@ fn closing_inside_an_inline_closure_does_not_deadlock() {
         .unwrap();
     assert_eq!(n, 1);
 }
+
+#[test]
+fn nothing_commits_inline_while_suspended() {
+    use keel_storage::SuspendOptions;
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir, "suspend.db", opts());
+    store
+        .suspend(SuspendOptions::default().fail_fast(true))
+        .unwrap();
+    // Fail fast: the blocking write neither runs inline nor waits.
+    let r = store.write_blocking(|_| Ok::<_, Error>(here()));
+    assert!(matches!(r, Err(Error::Suspended { .. })), "{r:?}");
+    store.resume().unwrap();
+    // After resume the writer reopens its connection for the next queued write;
+    // from then on an idle writer lets the caller commit inline again.
+    let on = store
+        .write(|t| {
+            t.execute("INSERT INTO t(v) VALUES ('after')", [])?;
+            Ok::<_, Error>(here())
+        })
+        .wait()
+        .unwrap();
+    assert_ne!(on, here());
+    let on = store.write_blocking(|_| Ok::<_, Error>(here())).unwrap();
+    assert_eq!(on, here());
+    assert_eq!(count(&store), 1);
+    store.close().unwrap();
+}
