@@ -100,6 +100,12 @@ impl St {
 pub(crate) struct Suspension {
     /// Cheap check on the hot paths (every write, the writer's loop).
     flag: AtomicBool,
+    /// Set when the grace period ends and cleared by resume: the writer's
+    /// progress handler reads it and stops the SQL it runs within a few VM
+    /// instructions. `sqlite3_interrupt` alone only hits a statement that is
+    /// running at that instant, so a write closure issuing many short statements
+    /// from Rust would mostly slip between the interrupts.
+    stopping: AtomicBool,
     st: Mutex<St>,
     cv: Condvar,
     /// Set by resume when another process changed the files: the writer syncs the
@@ -108,6 +114,12 @@ pub(crate) struct Suspension {
 }
 
 impl Suspension {
+    /// True from the end of a suspend's grace period until resume (see
+    /// `stopping`).
+    pub(crate) fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
+
     pub(crate) fn is_suspended(&self) -> bool {
         self.flag.load(Ordering::Acquire)
     }
@@ -184,6 +196,7 @@ impl Suspension {
     /// Interrupt what the writer and checkpointer are running (if they still hold
     /// a connection).
     pub(crate) fn interrupt_threads(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
         let st = lock(&self.st);
         if st.threads && !st.writer_parked {
             if let Some(h) = &st.writer_int {
@@ -218,6 +231,7 @@ impl Suspension {
         }
         st.suspended = false;
         st.fail_fast = false;
+        self.stopping.store(false, Ordering::Relaxed);
         let since = st.since.take().map(|t| t.elapsed()).unwrap_or_default();
         self.flag.store(false, Ordering::Release);
         drop(st);

@@ -13,7 +13,8 @@
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use rusqlite::InterruptHandle;
@@ -36,8 +37,22 @@ struct PoolState {
     fail_fast: bool,
 }
 
+/// Install the progress handler that stops a connection's SQL once a suspend's
+/// grace period has ended (every 16 VM instructions: a keyed read runs a few
+/// dozen).
+fn arm(c: &mut KConn, stopping: &Arc<AtomicBool>) {
+    let stopping = Arc::clone(stopping);
+    c.conn
+        .progress_handler(16, Some(move || stopping.load(Ordering::Relaxed)));
+}
+
 pub(crate) struct ReaderPool {
     state: Mutex<PoolState>,
+    /// Set when a suspend's grace period ends, cleared by resume: each
+    /// connection's progress handler reads it, so a snapshot running many short
+    /// statements stops at its next one instead of slipping between interrupts
+    /// (`sqlite3_interrupt` only hits a statement running at that instant).
+    stopping: Arc<AtomicBool>,
     cv: Condvar,
     size: usize,
     wait: Duration,
@@ -45,8 +60,13 @@ pub(crate) struct ReaderPool {
 }
 
 impl ReaderPool {
-    pub(crate) fn new(conns: Vec<KConn>, wait: Duration, opener: Opener) -> ReaderPool {
+    pub(crate) fn new(mut conns: Vec<KConn>, wait: Duration, opener: Opener) -> ReaderPool {
+        let stopping = Arc::new(AtomicBool::new(false));
+        for c in &mut conns {
+            arm(c, &stopping);
+        }
         ReaderPool {
+            stopping,
             size: conns.len(),
             wait,
             opener,
@@ -100,7 +120,10 @@ impl ReaderPool {
                             self.cv.notify_all();
                             continue;
                         }
-                        Ok(c) => Some(c),
+                        Ok(mut c) => {
+                            arm(&mut c, &self.stopping);
+                            Some(c)
+                        }
                         Err(e) => {
                             st.opened -= 1;
                             return Err(e);
@@ -176,6 +199,7 @@ impl ReaderPool {
 
     /// Interrupt every borrowed connection's running statement.
     pub(crate) fn interrupt_borrowed(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
         for (_, h) in &self.lock().out {
             h.interrupt();
         }
@@ -207,6 +231,7 @@ impl ReaderPool {
             let mut st = self.lock();
             st.suspended = false;
             st.fail_fast = false;
+            self.stopping.store(false, Ordering::Relaxed);
         }
         self.cv.notify_all();
     }

@@ -551,6 +551,12 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
             tracing::error!(error = %e, "could not install the statement trace");
         }
     }
+    // Every 16 VM instructions (a one-row INSERT runs a few dozen), so the SQL
+    // of a closure that goes on after the grace period fails at once with
+    // `Suspended` instead of outliving repeated interrupts.
+    let suspension = Arc::clone(&ctx.suspension);
+    conn.conn
+        .progress_handler(16, Some(move || suspension.is_stopping()));
     ctx.suspension.set_interrupt(
         crate::park::Parker::Writer,
         Some(conn.conn.get_interrupt_handle()),
