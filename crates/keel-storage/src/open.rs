@@ -562,6 +562,27 @@ fn open_once(
     })
 }
 
+/// Sync `wal` through the open-barrier policy (`op` names the open for errors);
+/// what [`sync_file`] returns.
+fn sync_wal_for_barrier(
+    shared: &VfsShared,
+    path: &Path,
+    wal: &Path,
+    op: &'static str,
+) -> Result<bool> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(wal)
+        .map_err(|e| Error::io(op, wal, e))?;
+    sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| Error::SyncFailed {
+        kind: FileKind::Wal,
+        reason: SyncReason::OpenBarrier,
+        path: path.to_path_buf(),
+        source: Arc::new(e),
+    })
+}
+
 /// The open barrier: sync the WAL a previous run left, through the open-barrier
 /// policy. Runs on `keel-barrier`, in parallel with recovery.
 fn run_barrier(
@@ -578,20 +599,7 @@ fn run_barrier(
     let syncs0 = shared.counters.barrier_syncs();
     let mut note = String::new();
     let r = (|| {
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(wal)
-            .map_err(|e| Error::io("open WAL for the open barrier", wal, e))?;
-        let issued =
-            sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
-                Error::SyncFailed {
-                    kind: FileKind::Wal,
-                    reason: SyncReason::OpenBarrier,
-                    path: path.to_path_buf(),
-                    source: Arc::new(e),
-                }
-            })?;
+        let issued = sync_wal_for_barrier(shared, path, wal, "open WAL for the open barrier")?;
         // The WAL's creator may have died before syncing its directory entry (a
         // WAL is only dir-synced at its first sync): make the entry durable too,
         // or a power loss after recovery could take the whole WAL away.
@@ -1020,19 +1028,7 @@ fn reopen_writer(
         let wal = wal_path(path);
         if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
             let _r = ReasonScope::enter(SyncReason::OpenBarrier);
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&wal)
-                .map_err(|e| Error::io("open WAL for the resume barrier", &wal, e))?;
-            sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
-                Error::SyncFailed {
-                    kind: FileKind::Wal,
-                    reason: SyncReason::OpenBarrier,
-                    path: path.to_path_buf(),
-                    source: Arc::new(e),
-                }
-            })?;
+            sync_wal_for_barrier(shared, path, &wal, "open WAL for the resume barrier")?;
             tracing::debug!(policy = ?conf.barrier, "resume: synced a WAL another process wrote");
         }
     }

@@ -176,21 +176,13 @@ impl Suspension {
 
     /// Wait until both threads let go, at most until `deadline`.
     pub(crate) fn wait_released(&self, deadline: Instant) -> bool {
-        let mut st = lock(&self.st);
-        loop {
-            if st.released() {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            st = self
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let st = lock(&self.st);
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (st, _) = self
+            .cv
+            .wait_timeout_while(st, left, |s| !s.released())
+            .unwrap_or_else(|p| p.into_inner());
+        st.released()
     }
 
     /// Interrupt what the writer and checkpointer are running (if they still hold

@@ -208,21 +208,13 @@ impl ReaderPool {
     /// Wait until no connection is open (the borrowed ones came back), at most
     /// until `deadline`.
     pub(crate) fn wait_released(&self, deadline: Instant) -> bool {
-        let mut st = self.lock();
-        loop {
-            if st.opened == 0 {
-                return true;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return false;
-            }
-            st = self
-                .cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        let st = self.lock();
+        let left = deadline.saturating_duration_since(Instant::now());
+        let (st, _) = self
+            .cv
+            .wait_timeout_while(st, left, |s| s.opened != 0)
+            .unwrap_or_else(|p| p.into_inner());
+        st.opened == 0
     }
 
     /// Resume: waiting reads go on (connections reopen as they are needed).
