@@ -66,6 +66,17 @@ val ID = Regex("\"id\":\"([^\"]*)\"")
 fun ids(db: Database, objs: List<StoredObject>): List<String> =
     objs.map { ID.find(db.decodeJson("demo.Post", it.bytes))!!.groupValues[1] }
 
+/** This process's /proc/locks lines on the database, its -wal and its -shm. */
+fun locksHeld(path: String): List<String> {
+    val inodes = listOf(path, "$path-wal", "$path-shm").map { File(it) }.filter { it.exists() }
+        .map { Files.getAttribute(it.toPath(), "unix:ino").toString() }.toSet()
+    val pid = ProcessHandle.current().pid().toString()
+    return File("/proc/locks").readLines().filter { line ->
+        val f = line.split(Regex("\\s+")).filter { it.isNotEmpty() && it != "->" }
+        f.size >= 6 && f[5].substringAfterLast(':') in inodes && (f[4] == pid || f[4] == "-1")
+    }
+}
+
 fun check(cond: Boolean, msg: () -> String = { "check failed" }) {
     if (!cond) throw AssertionError(msg())
 }
@@ -278,6 +289,42 @@ fun registerTests() {
         check(db.isClosed())
         expect<KeelException.Closed> { db.get("Post", listOf(Value.Text("p1"))) }
         expect<KeelException.Closed> { db.write(listOf(WriteOp.Delete("Post", listOf(Value.Text("p1"))))) }
+    }
+
+    test("suspend lets go of every lock and resume picks up") { dir ->
+        val path = File(dir, "suspend.db").path
+        val db = openAsync(path, SCHEMA, OpenOptions(commitSync = SyncPolicy.Off), null)
+        db.write(listOf(WriteOp.Insert("Post", post(db, "a", 1))))
+        val updates = kotlinx.coroutines.channels.Channel<QueryUpdate>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+        val sub = db.query("Post").subscribe(object : QueryListener {
+            override fun onUpdate(update: QueryUpdate) { updates.trySend(update) }
+        })
+        check(withTimeout(5000) { updates.receive() }.objects.size == 1)
+        check(locksHeld(path).isNotEmpty()) { "an open database holds locks" }
+        val r = db.suspend(failFast = false)
+        check(r.newlySuspended && db.isSuspended())
+        check(locksHeld(path).isEmpty()) { "locks after suspend: ${locksHeld(path)}" }
+        // A synchronous read never blocks the calling thread while suspended ...
+        expect<KeelException.Suspended> { db.count("Post") }
+        // ... an async write waits for resume (the main thread keeps running).
+        val pending = async { db.write(listOf(WriteOp.Insert("Post", post(db, "b", 2)))) }
+        delay(100)
+        check(!pending.isCompleted) { "a write completed while suspended" }
+        val rr = db.resume()
+        check(rr.wasSuspended && !rr.externalChanges)
+        pending.await()
+        check(db.count("Post") == 2uL)
+        check(withTimeout(5000) { updates.receive() }.objects.size == 2) { "delivers after resume" }
+        db.suspend(failFast = true)
+        expect<KeelException.Suspended> { db.countAsync("Post") }
+        db.resume()
+        // Going to the background in one call: empty WAL, then no lock.
+        val bg = db.onBackground(andSuspend = true)
+        check(bg.walBytesAfter == 0uL && db.isSuspended())
+        check(locksHeld(path).isEmpty())
+        db.resume()
+        sub.cancel()
+        db.closeAsync()
     }
 
     test("malformed schema is a typed exception") { dir ->

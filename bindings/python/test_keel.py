@@ -382,6 +382,59 @@ async def write_query_get_and_close(tmp):
     expect(KeelError.Closed, db.get, "Post", [Value.TEXT("p1")])
 
 
+def locks_held(path):
+    """This process's /proc/locks lines on the database, its -wal and its -shm."""
+    inodes = {os.stat(p).st_ino for p in (path, path + "-wal", path + "-shm") if os.path.exists(p)}
+    held = []
+    with open("/proc/locks") as f:
+        for line in f:
+            parts = [w for w in line.split() if w != "->"]
+            if len(parts) < 6:
+                continue
+            ino = int(parts[5].rsplit(":", 1)[1])
+            if ino in inodes and parts[4] in (str(os.getpid()), "-1"):
+                held.append(line.strip())
+    return held
+
+
+@test
+async def suspend_lets_go_of_every_lock_and_resume_picks_up(tmp):
+    path = os.path.join(tmp, "suspend.db")
+    db = await keel.open_async(path, SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    await db.write([WriteOp.INSERT(collection="Post", bytes=post(db, "a", 1))])
+    loop = asyncio.get_running_loop()
+    listener = QueryUpdates(loop)
+    sub = db.query("Post").subscribe(listener)
+    await settle(lambda: len(listener.updates) == 1)
+    assert locks_held(path), "an open database holds locks"
+    r = await db.suspend(fail_fast=False)
+    assert r.newly_suspended and db.is_suspended()
+    assert locks_held(path) == [], locks_held(path)
+    # A synchronous read never blocks the calling thread while suspended ...
+    expect(KeelError.Suspended, db.count, "Post")
+    # ... an async write waits for resume, without blocking the event loop.
+    pending = asyncio.ensure_future(db.write([WriteOp.INSERT(collection="Post", bytes=post(db, "b", 2))]))
+    await asyncio.sleep(0.1)
+    assert not pending.done()
+    rr = await db.resume()
+    assert rr.was_suspended and not rr.external_changes
+    await pending
+    assert db.count("Post") == 2
+    await settle(lambda: len(listener.updates) == 2)
+    assert len(listener.updates[-1].objects) == 2
+    # With fail_fast, calls fail at once with the retryable Suspended.
+    await db.suspend(fail_fast=True)
+    await aexpect(KeelError.Suspended, db.count_async("Post"))
+    await db.resume()
+    # Going to the background in one call: empty WAL, then no lock.
+    bg = await db.on_background(and_suspend=True)
+    assert bg.wal_bytes_after == 0 and db.is_suspended()
+    assert locks_held(path) == []
+    await db.resume()
+    sub.cancel()
+    await db.close()
+
+
 @test
 async def malformed_schema_is_a_typed_error(tmp):
     for bad in ["table { oops", "table T { id: nosuchtype; } root_type T;", "root_type Nowhere;"]:
@@ -576,6 +629,49 @@ async def another_apps_sqlite_file_is_refused_unless_adopted(tmp):
     c = sqlite3.connect(path)
     assert c.execute("SELECT count(*) FROM contacts").fetchone()[0] == 1
     c.close()
+
+
+@test
+async def share_changes_reaches_another_process(tmp):
+    """OpenOptions(share_changes=True): a child process inserts and sets a key; this
+    process's live query gets the insert with its diff, its dictionary subscription
+    the value."""
+    loop = asyncio.get_running_loop()
+    path = os.path.join(tmp, "shared.db")
+    db = await keel.open_async(path, SCHEMA, OpenOptions(share_changes=True), None)
+    updates = QueryUpdates(loop)
+    sub = db.query("demo.Post").order_by("priority", False).subscribe(updates)
+    await settle(lambda: len(updates.updates) == 1)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "mine", 10))])
+    await settle(lambda: len(updates.updates) == 2)
+    changes = DictChanges(loop)
+    dsub = db.dictionary().subscribe("theme", changes)
+    await settle(lambda: len(changes.changes) == 1)
+    code = f"""
+import asyncio, json, os, sys
+sys.path.insert(0, {os.path.dirname(keel.__file__)!r})
+import keel
+async def main():
+    db = await keel.open_async({path!r}, {SCHEMA!r}, keel.OpenOptions(share_changes=True), None)
+    await db.write([keel.WriteOp.INSERT(collection="demo.Post",
+        bytes=db.encode_json("demo.Post", json.dumps({{"id": "theirs", "priority": 5}})))])
+    db.dictionary().set_string("theme", "dark")
+    await db.dictionary().sync()
+    await db.close()
+asyncio.run(main())
+os._exit(0)  # as crashed_database does: no interpreter teardown under keel's threads
+"""
+    await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], check=True)
+    await settle(lambda: len(updates.updates) == 3, timeout=30)
+    u = updates.updates[2]
+    assert ids(db, u.objects) == ["theirs", "mine"] and u.diff.inserted == [0], u
+    await settle(lambda: any(v is not None and v.v == "dark" for _, v in changes.changes), timeout=30)
+    assert db.dictionary().get_string("theme") == "dark"
+    await db.catch_up()  # nothing new: nothing delivered
+    assert len(updates.updates) == 3, "this process's own insert was delivered twice"
+    sub.cancel()
+    dsub.cancel()
+    await db.close()
 
 
 async def run_all():

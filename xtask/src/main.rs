@@ -22,6 +22,8 @@
 //! * `cargo xtask swift-test` — the Swift suite alone (what `cargo xtask test`
 //!   runs when a Swift toolchain is found).
 //! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
+//! * `cargo xtask multiprocess [--txns N] [--sync P]` — the multi-process tests
+//!   (suspend and locks, two writers, SIGKILL) with N transactions per writer.
 
 mod aar;
 mod bench;
@@ -29,6 +31,7 @@ mod bindings;
 mod ffi;
 mod kotlin;
 mod lint;
+mod multiprocess;
 mod stress;
 mod swift;
 mod swift_package;
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Some("swift-test") => swift::run(&args[1..]),
         Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
+        Some("multiprocess") => multiprocess::run(&args[1..]),
         Some("help") | Some("--help") | Some("-h") | None => {
             println!("{}", USAGE);
             Ok(())
@@ -77,7 +81,10 @@ commands:
   swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
-                               crash/power-loss/fault campaign (simulated disk)";
+                               crash/power-loss/fault campaign (simulated disk)
+  multiprocess [--txns N] [--sync off|normal|full]
+                               the multi-process tests, heavier (N transactions
+                               per writer process, default 100000; release build)";
 
 /// Runs every test suite. Each step inherits stdio so cargo's own summary lines
 /// reach the caller unchanged; the first failing step stops the run.

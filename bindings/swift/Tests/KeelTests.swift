@@ -476,6 +476,60 @@ final class KeelTests: XCTestCase {
 
     // MARK: errors arrive as typed Swift errors
 
+    /// This process's /proc/locks lines on the database, its -wal and its -shm
+    /// (Linux; empty elsewhere, where the check is skipped).
+    func locksHeld(_ path: String) -> [String] {
+        #if os(Linux)
+        let inodes = Set([path, path + "-wal", path + "-shm"].compactMap {
+            (try? FileManager.default.attributesOfItem(atPath: $0))?[.systemFileNumber] as? Int
+        }.map(String.init))
+        let pid = String(ProcessInfo.processInfo.processIdentifier)
+        let text = (try? String(contentsOfFile: "/proc/locks", encoding: .utf8)) ?? ""
+        return text.split(separator: "\n").map(String.init).filter { line in
+            let f = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init).filter { $0 != "->" }
+            guard f.count >= 6, let ino = f[5].split(separator: ":").last else { return false }
+            return inodes.contains(String(ino)) && (f[4] == pid || f[4] == "-1")
+        }
+        #else
+        return []
+        #endif
+    }
+
+    func testSuspendLetsGoOfEveryLockAndResumePicksUp() async throws {
+        let path = try tempDir().appendingPathComponent("suspend.db").path
+        let db = try await Keel.openAsync(path: path, schema: BlogSchema.self, options: fastOptions())
+        try await db.write { txn in try txn.insert(Post(id: "a", priority: 1)) }
+        let updates = db.fetch(Post.self).updates()
+        var it = updates.makeAsyncIterator()
+        let first = try await it.next()
+        XCTAssertEqual(first?.objects.map(\.id), ["a"])
+        #if os(Linux)
+        XCTAssertFalse(locksHeld(path).isEmpty, "an open database holds locks")
+        #endif
+        let r = try await db.suspend(failFast: false)
+        XCTAssertTrue(r.newlySuspended && db.isSuspended())
+        XCTAssertEqual(locksHeld(path), [], "no lock after suspend")
+        // A synchronous read never blocks the calling thread while suspended ...
+        let e = expectError(KeelError.self) { _ = try db.count(collection: Post.keelCollection) }
+        guard case .Suspended? = e else { return XCTFail("expected Suspended, got \(String(describing: e))") }
+        // ... an async write waits for resume.
+        let pending = Task { try await db.write { txn in try txn.insert(Post(id: "b", priority: 2)) } }
+        try await Task.sleep(nanoseconds: 100_000_000)
+        let rr = try await db.resume()
+        XCTAssertTrue(rr.wasSuspended && !rr.externalChanges)
+        try await pending.value
+        let next = try await it.next()
+        XCTAssertEqual(next?.objects.map(\.id), ["a", "b"], "delivers after resume")
+        // Going to the background in one call: empty WAL, then no lock.
+        let bg = try await db.onBackground(andSuspend: true)
+        XCTAssertEqual(bg.walBytesAfter, 0)
+        XCTAssertTrue(db.isSuspended())
+        XCTAssertEqual(locksHeld(path), [])
+        _ = try await db.resume()
+        updates.cancel()
+        try await db.close()
+    }
+
     func testErrorsAreTypedSwiftErrors() async throws {
         let dir = try tempDir()
         let db = try await Keel.openAsync(path: dir.appendingPathComponent("err.db").path,

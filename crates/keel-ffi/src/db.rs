@@ -9,7 +9,7 @@ use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
 use crate::types::{
     progress_fn, CheckpointResult, IoStats, OpenOptions, OpenProgressListener, OpenReport,
-    StoredObject, Value, WriteOp, WriteResult,
+    ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
 };
 
 /// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
@@ -48,6 +48,13 @@ pub(crate) fn off_thread<T: Send + 'static>(
         rx.await
             .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
     }
+}
+
+/// Run a synchronous FFI call: while the database is suspended its reads fail
+/// with `Suspended` instead of waiting for a resume that the blocked calling
+/// thread (usually the UI thread) would itself have to make.
+pub(crate) fn sync_call<T>(f: impl FnOnce() -> Result<T, KeelError>) -> Result<T, KeelError> {
+    keel_query::fail_fast_while_suspended(f)
 }
 
 pub(crate) fn parse_schema(schema_fbs: &str) -> Result<Schema, KeelError> {
@@ -244,7 +251,7 @@ impl Database {
     /// order; `[rowid]` for collections without a key), or null. A key of the wrong
     /// type or length is `TypeMismatch`.
     pub fn get(&self, collection: String, key: Vec<Value>) -> Result<Option<Vec<u8>>, KeelError> {
-        Ok(self.db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+        sync_call(|| Ok(self.db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes)))
     }
 
     /// [`Database::get`] on a keel thread.
@@ -319,9 +326,83 @@ impl Database {
     /// The app is going to the background: TRUNCATE checkpoint (bounded wait) so
     /// the WAL is empty and the next launch has nothing to sync or recover. Call it
     /// from `applicationDidEnterBackground` / `onStop`.
-    pub async fn on_background(&self) -> Result<CheckpointResult, KeelError> {
+    ///
+    /// With `and_suspend: true` it then suspends (see `suspend`): one call for an
+    /// app whose database sits in a shared App Group container, which iOS would
+    /// otherwise kill for holding a file lock while suspended (`0xdead10cc`).
+    /// Call `resume` when the app comes back. Runs on a keel thread.
+    #[uniffi::method(default(and_suspend = false))]
+    pub async fn on_background(&self, and_suspend: bool) -> Result<CheckpointResult, KeelError> {
         let db = self.db.clone();
-        off_thread("background", move || Ok(db.store().on_background()?.into())).await
+        off_thread("background", move || {
+            if !and_suspend {
+                return Ok(db.store().on_background()?.into());
+            }
+            let t = std::time::Instant::now();
+            let r =
+                db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
+            Ok(match r.checkpoint {
+                Some(c) => c.into(),
+                // The checkpoint could not run (it is logged); the locks are gone anyway.
+                None => CheckpointResult {
+                    busy: true,
+                    wal_frames: -1,
+                    checkpointed_frames: -1,
+                    duration_ms: t.elapsed().as_secs_f64() * 1e3,
+                    wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
+                        .map(|m| m.len())
+                        .unwrap_or(0),
+                },
+            })
+        })
+        .await
+    }
+
+    /// Let go of every file lock on the database, its `-wal` and its `-shm`
+    /// (runs on a keel thread; the calling thread never waits). Afterwards:
+    ///
+    /// * the database object, its subscriptions and its dictionary stay valid;
+    /// * the write or read that was running is interrupted after a short grace
+    ///   (50 ms) and fails with `Suspended` (nothing of it committed);
+    /// * async writes and reads issued while suspended wait for `resume` — or,
+    ///   with `fail_fast`, fail with `Suspended` at once; synchronous reads
+    ///   (`get`, `count`, `query(...).all()`, subscribing) always fail with
+    ///   `Suspended` rather than block the calling thread;
+    /// * dictionary values not yet written are flushed first.
+    ///
+    /// Swift: `try await db.suspend()`; Kotlin: `db.suspend(failFast = false)`.
+    #[uniffi::method(default(fail_fast = false))]
+    pub async fn suspend(&self, fail_fast: bool) -> Result<SuspendResult, KeelError> {
+        let db = self.db.clone();
+        off_thread("suspend", move || {
+            Ok(db
+                .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
+                .into())
+        })
+        .await
+    }
+
+    /// End a `suspend`: waiting calls go on, connections reopen as they are
+    /// needed. If another process wrote meanwhile (`external_changes`), live
+    /// queries and object subscriptions deliver what changed. Runs on a keel thread.
+    pub async fn resume(&self) -> Result<ResumeResult, KeelError> {
+        let db = self.db.clone();
+        off_thread("resume", move || Ok(db.resume()?.into())).await
+    }
+
+    /// True between `suspend` and `resume`.
+    pub fn is_suspended(&self) -> bool {
+        self.db.is_suspended()
+    }
+
+    /// Deliver what other processes committed since this database last looked
+    /// (on a keel thread): live queries, object and dictionary subscriptions get
+    /// their updates. Needs `OpenOptions.share_changes`; keel runs it by itself
+    /// whenever another process commits (Linux, Android, Apple platforms), so call
+    /// it only where that wake-up is missing. See `docs/app-groups.md`.
+    pub async fn catch_up(&self) -> Result<(), KeelError> {
+        let db = self.db.clone();
+        off_thread("catch_up", move || Ok(db.catch_up()?)).await
     }
 
     /// Physical I/O since open, per file kind.
@@ -514,22 +595,24 @@ impl Query {
 
     /// Every matching object, in order (synchronous, on the calling thread).
     pub fn all(&self) -> Result<Vec<StoredObject>, KeelError> {
-        Ok(self
-            .build_checked()?
-            .all()?
-            .into_iter()
-            .map(Into::into)
-            .collect())
+        sync_call(|| {
+            Ok(self
+                .build_checked()?
+                .all()?
+                .into_iter()
+                .map(Into::into)
+                .collect())
+        })
     }
 
     /// The first matching object.
     pub fn first(&self) -> Result<Option<StoredObject>, KeelError> {
-        Ok(self.build_checked()?.first()?.map(Into::into))
+        sync_call(|| Ok(self.build_checked()?.first()?.map(Into::into)))
     }
 
     /// The number of matching objects (after `limit`/`offset`).
     pub fn count(&self) -> Result<u64, KeelError> {
-        Ok(self.build_checked()?.count()?)
+        sync_call(|| Ok(self.build_checked()?.count()?))
     }
 
     /// [`Query::all`] on a keel thread.

@@ -135,7 +135,7 @@ impl std::fmt::Debug for Dictionary {
 
 impl Dictionary {
     fn typed<T: FromDictValue>(&self, key: &str) -> Result<Option<T>, KeelError> {
-        Ok(self.d.get::<T>(key)?)
+        crate::db::sync_call(|| Ok(self.d.get::<T>(key)?))
     }
 }
 
@@ -154,7 +154,7 @@ impl Database {
 impl Dictionary {
     /// The value of `key`, whatever its type, or null.
     pub fn get(&self, key: String) -> Result<Option<DictValue>, KeelError> {
-        Ok(self.d.get_value(&key)?.map(Into::into))
+        crate::db::sync_call(|| Ok(self.d.get_value(&key)?.map(Into::into)))
     }
 
     /// Set `key` (returns at once; persisted in the background). An `Object` value
@@ -202,12 +202,12 @@ impl Dictionary {
 
     /// True if `key` holds a value.
     pub fn contains(&self, key: String) -> Result<bool, KeelError> {
-        Ok(self.d.contains(&key)?)
+        crate::db::sync_call(|| Ok(self.d.contains(&key)?))
     }
 
     /// Every key, sorted.
     pub fn keys(&self) -> Result<Vec<String>, KeelError> {
-        Ok(self.d.keys()?)
+        crate::db::sync_call(|| Ok(self.d.keys()?))
     }
 
     /// `key` as a bool; `TypeMismatch` if it holds something else.

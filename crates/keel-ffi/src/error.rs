@@ -96,6 +96,16 @@ pub enum KeelError {
         /// Which limit was reached.
         message: String,
     },
+    /// The database is suspended (`suspend`, or `on_background(and_suspend: true)`):
+    /// a synchronous read while suspended (those never wait: the resume would come
+    /// from the same thread), any call under `suspend(fail_fast: true)`, or work that
+    /// was running when the suspend interrupted it. Nothing of it was committed;
+    /// retry after `resume`.
+    #[error("{message}")]
+    Suspended {
+        /// What was attempted.
+        message: String,
+    },
     /// An I/O error: permissions, a full disk, a failed sync.
     #[error("{message}")]
     Io {
@@ -180,6 +190,9 @@ impl From<SErr> for KeelError {
             SErr::Cancelled { .. } => KeelError::Cancelled { message },
             SErr::Schema { .. } => KeelError::InvalidSchema { message },
             SErr::QueueFull { .. } | SErr::ReadersBusy { .. } => KeelError::Busy { message },
+            SErr::Suspended { .. } => KeelError::Suspended { message },
+            // Some work did not stop in time: the locks are not all released yet.
+            SErr::SuspendTimeout { .. } => KeelError::Busy { message },
             _ => KeelError::Internal { message },
         }
     }

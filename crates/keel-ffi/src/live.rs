@@ -152,15 +152,17 @@ impl Query {
         &self,
         listener: Box<dyn QueryListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
-        let q = self.build_checked()?;
-        let sub = q.subscribe(move |u: keel_query::QueryUpdate| {
-            let update = QueryUpdate {
-                objects: u.objects.iter().map(|o| stored(o)).collect(),
-                diff: (&u.diff).into(),
-            };
-            guarded("query subscription", || listener.on_update(update));
-        })?;
-        Ok(Subscription::new(sub))
+        crate::db::sync_call(|| {
+            let q = self.build_checked()?;
+            let sub = q.subscribe(move |u: keel_query::QueryUpdate| {
+                let update = QueryUpdate {
+                    objects: u.objects.iter().map(|o| stored(o)).collect(),
+                    diff: (&u.diff).into(),
+                };
+                guarded("query subscription", || listener.on_update(update));
+            })?;
+            Ok(Subscription::new(sub))
+        })
     }
 }
 
@@ -176,17 +178,19 @@ impl Database {
         listener: Box<dyn ObjectListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
         let key: Vec<keel_schema::Value> = key.into_iter().map(Into::into).collect();
-        let sub = self
-            .db
-            .subscribe_object(&collection, &key, None, move |e| {
-                let event = match e {
-                    keel_query::ObjectEvent::Updated(o) => ObjectEvent::Updated {
-                        current: stored(&o),
-                    },
-                    keel_query::ObjectEvent::Deleted => ObjectEvent::Deleted,
-                };
-                guarded("object subscription", || listener.on_event(event));
-            })?;
-        Ok(Subscription::new(sub))
+        crate::db::sync_call(|| {
+            let sub = self
+                .db
+                .subscribe_object(&collection, &key, None, move |e| {
+                    let event = match e {
+                        keel_query::ObjectEvent::Updated(o) => ObjectEvent::Updated {
+                            current: stored(&o),
+                        },
+                        keel_query::ObjectEvent::Deleted => ObjectEvent::Deleted,
+                    };
+                    guarded("object subscription", || listener.on_event(event));
+                })?;
+            Ok(Subscription::new(sub))
+        })
     }
 }

@@ -154,6 +154,13 @@ pub struct OpenOptions {
     /// refusing it with `ForeignFile`.
     #[uniffi(default = false)]
     pub adopt_foreign: bool,
+    /// Opt-in: share changes with other processes that open the same file (an
+    /// app and its extensions through an App Group, Android processes): their
+    /// commits reach this database's live queries, object and dictionary
+    /// subscriptions. Every process opening the file must set it. See
+    /// `docs/app-groups.md`.
+    #[uniffi(default = false)]
+    pub share_changes: bool,
 }
 
 impl Default for OpenOptions {
@@ -166,6 +173,7 @@ impl Default for OpenOptions {
             checkpoint_threshold_bytes: None,
             recover_corrupt: false,
             adopt_foreign: false,
+            share_changes: false,
         }
     }
 }
@@ -181,7 +189,8 @@ impl OpenOptions {
             })
             .readers(usize::try_from(self.readers).unwrap_or(4))
             .recover_corrupt(self.recover_corrupt)
-            .adopt_foreign(self.adopt_foreign);
+            .adopt_foreign(self.adopt_foreign)
+            .share_changes(self.share_changes);
         if let Some(t) = self.checkpoint_threshold_bytes {
             o = o.checkpoint_threshold(t);
         }
@@ -439,6 +448,50 @@ impl From<keel_storage::CheckpointOutcome> for CheckpointResult {
             checkpointed_frames: o.checkpointed_frames,
             duration_ms: ms(o.duration),
             wal_bytes_after: o.wal_bytes_after,
+        }
+    }
+}
+
+/// What `suspend` did.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct SuspendResult {
+    /// True if a write or read in flight had to be interrupted (it failed with
+    /// `Suspended`; nothing of it committed).
+    pub interrupted: bool,
+    /// False if the database was suspended already.
+    pub newly_suspended: bool,
+    /// From the call to no lock held, in milliseconds.
+    pub duration_ms: f64,
+}
+
+impl From<keel_storage::SuspendReport> for SuspendResult {
+    fn from(r: keel_storage::SuspendReport) -> Self {
+        SuspendResult {
+            interrupted: r.interrupted,
+            newly_suspended: r.newly_suspended,
+            duration_ms: ms(r.duration),
+        }
+    }
+}
+
+/// What `resume` found.
+#[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
+pub struct ResumeResult {
+    /// False if the database was not suspended.
+    pub was_suspended: bool,
+    /// Another process changed the file meanwhile; live queries and object
+    /// subscriptions are read again and deliver what differs.
+    pub external_changes: bool,
+    /// How long it was suspended, in milliseconds.
+    pub suspended_ms: f64,
+}
+
+impl From<keel_storage::ResumeReport> for ResumeResult {
+    fn from(r: keel_storage::ResumeReport) -> Self {
+        ResumeResult {
+            was_suspended: r.was_suspended,
+            external_changes: r.external_changes,
+            suspended_ms: ms(r.suspended_for),
         }
     }
 }

@@ -9,7 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use keel_schema::{Record, Schema, Value};
-use keel_storage::{OpenFuture, Store, StoreOptions, WriteFuture};
+use keel_storage::{
+    OpenFuture, ResumeReport, Store, StoreOptions, SuspendOptions, SuspendReport, WriteFuture,
+};
 
 use crate::change::Change;
 use crate::engine::{Inner, Task, WritingGuard};
@@ -97,6 +99,10 @@ struct Prepared {
     outcome: Arc<Mutex<SchemaOutcome>>,
     /// Reader pool size: also the bound of the fetch pool.
     readers: usize,
+    /// With `StoreOptions::share_changes`: the change feed's signal and the log's
+    /// last sequence number, made by the schema phase on the open thread (file
+    /// work the caller of `open_async` must not wait for).
+    feed_seed: Option<Arc<Mutex<Option<crate::feed::Seed>>>>,
 }
 
 impl Prepared {
@@ -135,6 +141,10 @@ fn prepare(
     }));
     let outcome = Arc::new(Mutex::new(SchemaOutcome::default()));
     let user_hook = opts.schema_hook.take();
+    let feed_seed = opts
+        .share_changes
+        .then(|| Arc::new(Mutex::new(None::<crate::feed::Seed>)));
+    let seed2 = feed_seed.clone();
     let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
     let mut migrator = migrator;
     opts.schema_hook = Some(Box::new(move |ctx| {
@@ -164,6 +174,11 @@ fn prepare(
                 return Err(s);
             }
         }
+        if let Some(seed) = &seed2 {
+            let s = crate::feed::Seed::prepare(ctx, &path)
+                .map_err(|e| crate::stored::to_storage(&e, &path))?;
+            *seed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+        }
         if let Some(h) = user_hook {
             h(ctx)?;
         }
@@ -175,12 +190,13 @@ fn prepare(
             colls,
             outcome,
             readers: opts.reader_pool_size,
+            feed_seed,
         },
         opts,
     ))
 }
 
-fn finish(store: Store, p: Prepared) -> Database {
+fn finish(store: Store, p: Prepared) -> Result<Database> {
     let (pending, ready, created, colls) = {
         let mut o = p.outcome.lock().unwrap_or_else(|e| e.into_inner());
         (
@@ -229,9 +245,37 @@ fn finish(store: Store, p: Prepared) -> Database {
             Ok::<(), Error>(())
         }));
     }
-    Database {
-        inner: Inner::new(store, p.schema, colls, by_name, builds, p.readers, created),
+    // The feed starts after the log's end as the schema phase saw it: what was
+    // committed by then, the first reads see anyway (later commits are replayed,
+    // which is harmless).
+    let feed = match &p.feed_seed {
+        Some(seed) => {
+            let seed = seed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+                .ok_or_else(|| Error::Closed {
+                    op: "start the change feed (the schema phase did not run)",
+                    path: store.path().to_path_buf(),
+                })?;
+            Some(Arc::new(crate::feed::Feed::new(seed)))
+        }
+        None => None,
+    };
+    let inner = Inner::new(
+        store,
+        p.schema,
+        colls,
+        by_name,
+        builds,
+        p.readers,
+        created,
+        feed.clone(),
+    );
+    if let Some(f) = feed {
+        crate::remote::start(&f, Arc::downgrade(&inner))?;
     }
+    Ok(Database { inner })
 }
 
 /// The future returned by [`Database::durable`]: resolves when the database is
@@ -287,7 +331,7 @@ impl Future for OpenDbFuture {
                 _ => Error::from(e),
             })),
             Poll::Ready(Ok(store)) => match (this.fut.take(), this.prepared.take()).1 {
-                Some(Ok(p)) => Poll::Ready(Ok(finish(store, p))),
+                Some(Ok(p)) => Poll::Ready(finish(store, p)),
                 _ => Poll::Ready(Err(Error::Closed {
                     op: "open (polled after completion)",
                     path: store.path().to_path_buf(),
@@ -321,7 +365,7 @@ impl Database {
     pub fn open(path: impl AsRef<Path>, schema: Schema, options: StoreOptions) -> Result<Database> {
         let (p, opts) = prepare(schema, options, None)?;
         let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
-        Ok(finish(store, p))
+        finish(store, p)
     }
 
     /// [`Database::open`], running the [`Migrator`](crate::Migrator)'s migrations
@@ -341,7 +385,7 @@ impl Database {
     ) -> Result<Database> {
         let (p, opts) = prepare(schema, options, Some(migrator))?;
         let store = Store::open(path, opts).map_err(|e| p.open_error(e))?;
-        let db = finish(store, p);
+        let db = finish(store, p)?;
         db.durable().wait()?;
         Ok(db)
     }
@@ -462,6 +506,42 @@ impl Database {
         &self.inner.store
     }
 
+    /// Deliver what other processes committed since this handle last looked: live
+    /// queries, object subscriptions and dictionary subscriptions get their
+    /// updates (row-level diffs), and the dictionary's cache drops the values
+    /// others changed. Returns once delivered.
+    ///
+    /// Needs [`StoreOptions::share_changes`] (without it this does nothing). It
+    /// runs by itself whenever another process commits (on Linux and Android
+    /// through inotify, on Apple platforms through Darwin notifications — a
+    /// sleeping thread, no polling); call it yourself where no wake-up exists
+    /// or after the process was suspended. See `docs/app-groups.md`. Inside a
+    /// write closure or a subscription callback it does nothing (it would wait
+    /// for itself; the feed thread delivers right after).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("shared.db");
+    /// let opts = || StoreOptions::default().share_changes(true);
+    /// let app = Database::open_for::<Post>(&path, opts())?;
+    /// let widget = Database::open_for::<Post>(&path, opts())?; // as another process would
+    /// widget.write(|t| t.insert(&Post::builder().id("w1").build())).wait()?;
+    /// app.catch_up()?; // usually not needed: the feed thread does it
+    /// assert_eq!(app.fetch::<Post>().count()?, 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn catch_up(&self) -> Result<()> {
+        crate::remote::catch_up(&self.inner)
+    }
+
+    /// What the cross-process change feed has done so far (`None` without
+    /// [`StoreOptions::share_changes`]).
+    pub fn feed_stats(&self) -> Option<crate::FeedStats> {
+        self.inner.feed.as_ref().map(|f| f.stats())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
@@ -501,7 +581,8 @@ impl Database {
                     path: inner.path.clone(),
                 });
             }
-            let record = inner.recording();
+            // Sharing needs every change (rowid and collection) for the change log.
+            let record = inner.recording() || inner.feed.is_some();
             let (res, changes, aborted, dict) = {
                 let mut txn = Txn::new(w, &inner, record);
                 let r = {
@@ -518,6 +599,20 @@ impl Database {
                 });
             }
             let v = res?;
+            // Logged in the closure's savepoint: it rolls back with the closure.
+            let logged = match &inner.feed {
+                Some(feed) => {
+                    let (keys, clear) = dict.as_ref().map(|d| d.feed_keys()).unwrap_or_default();
+                    if changes.is_empty() && keys.is_empty() && !clear {
+                        None
+                    } else {
+                        let entered = feed.enter();
+                        feed.log(w, &changes, &keys, clear)?;
+                        Some(entered)
+                    }
+                }
+                None => None,
+            };
             if let Some(d) = dict {
                 // Dropped unrun if the commit fails: the dictionary restores itself.
                 w.on_commit(Box::new(move || d.commit()));
@@ -528,6 +623,10 @@ impl Database {
             } else if !record {
                 let i2 = Arc::clone(&inner);
                 w.on_commit(Box::new(move || i2.unrecorded_commit()));
+            }
+            if let Some(l) = logged {
+                // After this closure's deliveries: post, then leave the gate.
+                w.on_commit(Box::new(move || l.committed()));
             }
             Ok(v)
         })
@@ -725,6 +824,162 @@ impl Database {
     /// True after [`Database::close`].
     pub fn is_closed(&self) -> bool {
         self.inner.closed.load(Ordering::SeqCst)
+    }
+
+    /// Let go of every file lock on the database, its `-wal` and `-shm` — call it
+    /// when the app goes to the background with its database in a shared (App
+    /// Group) container, or iOS kills it (`0xdead10cc`). Same as
+    /// [`Database::suspend_with`] with [`SuspendOptions::default`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("s.db"), StoreOptions::default())?;
+    /// db.suspend()?;  // applicationDidEnterBackground
+    /// db.resume()?;   // applicationWillEnterForeground
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn suspend(&self) -> Result<SuspendReport> {
+        self.suspend_with(SuspendOptions::default())
+    }
+
+    /// Suspend: the guarantees of [`Store::suspend`], on the object layer.
+    ///
+    /// * **Held afterwards:** no SQLite connection, so no lock of any kind. The
+    ///   `Database` (every clone), its subscriptions and its dictionary stay valid;
+    ///   subscriptions deliver again after [`Database::resume`].
+    /// * **Before letting go:** dictionary values still only in memory are
+    ///   flushed (waiting at most [`SuspendOptions::timeout`]; a flush that did not
+    ///   finish stays queued and commits after resume) — an app suspended in the
+    ///   background may be killed without another chance.
+    /// * **Work in flight:** the running write group and reads may finish for
+    ///   [`SuspendOptions::interrupt_after`], then fail with the retryable
+    ///   `Error::Storage(keel_storage::Error::Suspended { .. })` (nothing of an
+    ///   interrupted write commits; [`Error::is_retryable`] is true).
+    /// * **New work:** reads block their calling thread and writes wait in the
+    ///   queue until resume, or fail at once with `Suspended` under
+    ///   [`SuspendOptions::fail_fast`]. The dictionary's own background flush
+    ///   always waits.
+    /// * **Which thread:** blocks the caller for the bounds above (plus the TRUNCATE
+    ///   checkpoint with [`SuspendOptions::checkpoint_first`]); call it from a
+    ///   background task, or through the FFI's async `suspend`. Inside a write
+    ///   closure it is [`Error::Unsupported`]; inside a read or snapshot it cannot
+    ///   close that read's connection and ends with `SuspendTimeout`.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions, Error, SuspendOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("b.db"), StoreOptions::default())?;
+    /// // Going to the background: empty the WAL, then let go; fail fast meanwhile.
+    /// let r = db.suspend_with(SuspendOptions::default().checkpoint_first(true).fail_fast(true))?;
+    /// assert_eq!(r.checkpoint.map(|c| c.wal_bytes_after), Some(0));
+    /// let e = db.fetch::<Post>().count().unwrap_err();
+    /// assert!(e.is_retryable());
+    /// db.resume()?;
+    /// assert_eq!(db.fetch::<Post>().count()?, 0);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn suspend_with(&self, opts: SuspendOptions) -> Result<SuspendReport> {
+        self.inner.check_open("suspend")?;
+        if crate::engine::in_write_closure(&self.inner) {
+            return Err(Error::Unsupported {
+                op: "suspend",
+                hint: "suspend waits for the running write to finish: call it outside the write closure",
+                path: self.inner.path.clone(),
+            });
+        }
+        let deadline = std::time::Instant::now() + opts.timeout;
+        if let Some(flush) = crate::dictionary::shared::before_close(&self.inner.dict) {
+            match wait_until(flush, deadline) {
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "suspend: the dictionary flush failed; its values stay pending")
+                }
+                None => tracing::warn!(
+                    "suspend: the dictionary flush did not finish in time; it commits after resume"
+                ),
+                Some(Ok(())) => {}
+            }
+        }
+        Ok(self.inner.store.suspend(opts)?)
+    }
+
+    /// End a suspend: waiting reads and queued writes go on; connections reopen
+    /// lazily on the threads that use them, so this returns at once.
+    ///
+    /// If another process changed the file meanwhile
+    /// ([`ResumeReport::external_changes`]), subscriptions catch up on a keel
+    /// thread: with [`StoreOptions::share_changes`] the change log says which rows
+    /// and dictionary keys changed ([`Database::catch_up`]); without it every live
+    /// query and object subscription is read again on the writer thread (ordered
+    /// with commits) and delivers what differs. Either way nothing stale is shown
+    /// silently after a resume.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("r.db"), StoreOptions::default())?;
+    /// db.suspend()?;
+    /// assert!(db.is_suspended());
+    /// let r = db.resume()?;
+    /// assert!(r.was_suspended && !r.external_changes);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn resume(&self) -> Result<ResumeReport> {
+        self.inner.check_open("resume")?;
+        let r = self.inner.store.resume()?;
+        if r.external_changes {
+            if self.inner.feed.is_some() {
+                // With the change feed the log says which rows changed, and dictionary
+                // subscriptions hear of it too. It runs on a keel thread so resume
+                // returns at once; if it cannot run, everything is read again instead.
+                let weak = Arc::downgrade(&self.inner);
+                let job = Box::new(move || {
+                    if let Some(inner) = weak.upgrade() {
+                        if let Err(e) = crate::remote::catch_up(&inner) {
+                            tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
+                            inner.external_changes();
+                        }
+                    }
+                });
+                if self.inner.fetch_pool.submit(job).is_err() {
+                    self.inner.external_changes();
+                }
+            } else {
+                self.inner.external_changes();
+            }
+        }
+        Ok(r)
+    }
+
+    /// True between [`Database::suspend`] and [`Database::resume`].
+    pub fn is_suspended(&self) -> bool {
+        self.inner.store.is_suspended()
+    }
+}
+
+/// Wait for `fut` until `deadline`, parking the thread (no busy loop).
+fn wait_until<T>(mut fut: WriteFuture<T>, deadline: std::time::Instant) -> Option<T> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = Pin::new(&mut fut).poll(&mut cx) {
+            return Some(v);
+        }
+        let now = std::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        std::thread::park_timeout(deadline - now);
     }
 }
 

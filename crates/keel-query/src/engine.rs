@@ -42,6 +42,8 @@ pub(crate) trait CommitObserver: Send + Sync {
     fn on_commit(&self, changes: &[Change]);
     /// A write committed unrecorded while it was interested: re-read what it shows.
     fn resync(&self);
+    /// Rows another process committed, as they are now (the change feed).
+    fn on_remote(&self, rows: &[crate::feed::RemoteRow]);
     /// The database is closing.
     fn close(&self);
     /// The observer as `Any`, for the module that installed it to get its own
@@ -69,11 +71,15 @@ pub(crate) struct Inner {
     pub(crate) fetch_pool: crate::pool::Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
     pub(crate) created: Vec<String>,
+    /// The cross-process change feed (`StoreOptions::share_changes`; see `feed`).
+    pub(crate) feed: Option<Arc<crate::feed::Feed>>,
 }
 
 impl Inner {
     /// The shared state of a freshly opened database (`Database::open` builds the
     /// parts): the dictionary's cache and the hub point back to it weakly.
+    // One argument per part `Database::open` builds; a builder would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         store: Store,
         schema: Arc<Schema>,
@@ -82,6 +88,7 @@ impl Inner {
         builds: Vec<WriteFuture<Result<()>>>,
         readers: usize,
         created: Vec<String>,
+        feed: Option<Arc<crate::feed::Feed>>,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
         Arc::new_cyclic(|weak| Inner {
@@ -99,6 +106,7 @@ impl Inner {
             hub: std::sync::OnceLock::new(),
             fetch_pool: crate::pool::Pool::new(readers),
             created,
+            feed,
         })
     }
 
@@ -109,6 +117,9 @@ impl Inner {
         self.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(self);
         Task::spawn(move || {
+            if let Some(f) = &inner.feed {
+                f.stop();
+            }
             let dict = crate::dictionary::shared::settle_before_close(
                 &inner.dict,
                 dict_flush,
@@ -124,6 +135,25 @@ impl Inner {
             inner.fetch_pool.close();
             r
         })
+    }
+
+    /// Another process may have committed while this one could not see it (found
+    /// by [`Database::resume`](crate::Database::resume)). The hook point for
+    /// cross-process catch-up: for now the dictionary's cache forgets its
+    /// committed values, and every live query and object subscription is read
+    /// again and delivers what differs (dictionary subscriptions are not told). It runs on the writer thread, from an
+    /// empty write's commit callback, so its deliveries stay ordered with those of
+    /// commits; the write waits for resume like the dictionary's flush.
+    pub(crate) fn external_changes(self: &Arc<Inner>) {
+        // The dictionary's cache may hold values the other process replaced.
+        self.dict.forget_clean();
+        let Some(hub) = self.hub.get().cloned() else {
+            return;
+        };
+        drop(self.store.write_waiting(move |w| {
+            w.on_commit(Box::new(move || hub.resync()));
+            Ok::<(), keel_storage::Error>(())
+        }));
     }
 
     /// [`check_open`](Self::check_open) for a read through the database (not a
@@ -245,6 +275,9 @@ impl DictHost for Inner {
     }
     fn check_open(&self, op: &'static str) -> Result<()> {
         Inner::check_open(self, op)
+    }
+    fn feed(&self) -> Option<&Arc<crate::feed::Feed>> {
+        self.feed.as_ref()
     }
 }
 

@@ -236,7 +236,27 @@ impl From<keel_storage::Error> for Error {
 }
 
 impl Error {
+    /// True for errors that say "not now": the same call can succeed later and
+    /// nothing of the failed one was committed — the database is suspended
+    /// ([`Database::suspend`](crate::Database::suspend)), the writer queue or the
+    /// reader pool is full, or another process held the write lock past the busy
+    /// timeout. See [`keel_storage::Error::is_retryable`].
+    ///
+    /// ```
+    /// use keel_query::Error;
+    /// let e = Error::from(keel_storage::Error::Suspended { op: "read", path: "a.db".into() });
+    /// assert!(e.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Storage(e) if e.is_retryable())
+    }
+
     pub(crate) fn sqlite(op: &'static str, collection: &str, e: rusqlite::Error) -> Error {
+        if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) {
+            // A suspend interrupted the statement: the kernel's retryable
+            // `Suspended` (it knows the file from the thread it runs on).
+            return Error::Storage(keel_storage::Error::from(e));
+        }
         if let rusqlite::Error::SqliteFailure(f, msg) = &e {
             if f.code == rusqlite::ErrorCode::ConstraintViolation
                 && (f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE

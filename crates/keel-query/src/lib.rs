@@ -85,6 +85,9 @@
 //! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]),
 //!   [`pool`], `slot`, the dictionary's `value`, and `subscribe`'s `delivery`
 //!   and `fx` (hash maps); then [`eval`] and the dictionary's `cache`.
+//! * **`feed`**, the low half of the cross-process change feed (its state, the
+//!   gate between local commits and catch-ups, the change log's format): what
+//!   write closures and dictionary flushes write through.
 //! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
 //!   `dictionary::shared` (the cache and pending writes every handle shares). It
 //!   reaches the database that owns it only through its `DictHost` trait.
@@ -101,6 +104,9 @@
 //!   half build on the engine; then **`txn`** ([`Txn`]) and `subscribe`'s `diff`
 //!   and `update` (the delivery types) on `query`; then **`subscribe::hub`**,
 //!   which runs queries through a `Weak<Inner>` and implements `CommitObserver`.
+//! * **`remote`**, the catch-up of the change feed: reads what other processes
+//!   committed and hands it to the hub (`CommitObserver::on_remote`) and the
+//!   dictionary's cache.
 //! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
 //! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
 //!   to [`Database`] (and installs the hub), and [`dictionary`]'s [`Dictionary`]
@@ -114,11 +120,13 @@ pub mod dictionary;
 mod engine;
 mod error;
 pub mod eval;
+pub(crate) mod feed;
 pub mod inspect;
 mod layout;
 pub mod migrate;
 pub mod pool;
 mod query;
+mod remote;
 mod schema_phase;
 mod slot;
 mod sql;
@@ -134,6 +142,7 @@ pub use dictionary::{
 };
 pub use engine::Task;
 pub use error::{Error, Result};
+pub use feed::FeedStats;
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;
@@ -141,7 +150,10 @@ pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, 
 pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
-pub use keel_storage::{Milestone, Store, StoreOptions, SyncPolicy, WriteFuture};
+pub use keel_storage::{
+    fail_fast_while_suspended, Milestone, ResumeReport, Store, StoreOptions, SuspendOptions,
+    SuspendReport, SyncPolicy, WriteFuture,
+};
 
 /// The names most code needs: `use keel_query::prelude::*;`.
 pub mod prelude {

@@ -73,6 +73,8 @@ pub(crate) enum CkptMsg {
         reply: oneshot::Sender<Result<CheckpointOutcome>>,
     },
     Shutdown,
+    /// Wakes the checkpointer so it sees a suspend (see park.rs).
+    Wake,
 }
 
 pub(crate) struct CkptCtx {
@@ -86,6 +88,9 @@ pub(crate) struct CkptCtx {
     /// Size of the WAL left by a previous run (the open pipeline defers its checkpoint here).
     pub(crate) initial_wal_bytes: u64,
     pub(crate) signal: Arc<CkptSignal>,
+    pub(crate) suspension: Arc<crate::park::Suspension>,
+    /// Opens the checkpointer's connection again after a resume.
+    pub(crate) reopen: crate::conn::Reopen,
 }
 
 pub(crate) fn run_checkpoint(
@@ -260,6 +265,21 @@ impl IdleRetry {
     }
 }
 
+/// The checkpointer's connection, reopened after a resume if needed.
+fn connection<'c>(conn: &'c mut Option<KConn>, ctx: &CkptCtx) -> Result<&'c rusqlite::Connection> {
+    if conn.is_none() {
+        let c = (ctx.reopen)()?;
+        ctx.suspension.set_interrupt(
+            crate::park::Parker::Checkpointer,
+            Some(c.conn.get_interrupt_handle()),
+        );
+        *conn = Some(c);
+    }
+    conn.as_ref()
+        .map(|c| &c.conn)
+        .ok_or_else(|| Error::closed("reopen the checkpointer connection", &ctx.path))
+}
+
 pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Checkpoint);
@@ -270,10 +290,16 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     // the disk fails) is retried after a growing pause, not at once: retrying at
     // once spins a core forever while the reader lives, and never reads `Shutdown`.
     let mut idle_retry = IdleRetry::new(ctx.idle);
+    ctx.suspension.set_interrupt(
+        crate::park::Parker::Checkpointer,
+        Some(conn.conn.get_interrupt_handle()),
+    );
+    let mut conn = Some(conn);
     // Clear `dirty` first so a commit racing with the checkpoint sets it again.
-    let checkpoint = |conn: &rusqlite::Connection, mode: CheckpointMode| {
+    let checkpoint = |conn: &mut Option<KConn>, mode: CheckpointMode| {
         sig.dirty.store(false, Ordering::Release);
-        let r = run_checkpoint(conn, &ctx.path, &ctx.wal_path, mode, ctx.truncate_timeout);
+        let r = connection(conn, &ctx)
+            .and_then(|c| run_checkpoint(c, &ctx.path, &ctx.wal_path, mode, ctx.truncate_timeout));
         let complete = matches!(&r, Ok(o) if !o.busy && o.wal_frames == o.checkpointed_frames);
         if !complete {
             sig.dirty.store(true, Ordering::Release);
@@ -283,7 +309,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         }
         (r, complete)
     };
-    let passive = |conn: &rusqlite::Connection| {
+    let passive = |conn: &mut Option<KConn>| {
         let (r, complete) = checkpoint(conn, CheckpointMode::Passive);
         if let Err(e) = r {
             tracing::warn!(error = %e, "background checkpoint failed");
@@ -297,9 +323,19 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             "deferred open checkpoint"
         );
         last_auto = Some(Instant::now());
-        passive(&conn.conn);
+        passive(&mut conn);
     }
     loop {
+        if ctx.suspension.is_suspended() {
+            // Let go of every lock; the connection reopens at the next checkpoint.
+            ctx.suspension
+                .set_interrupt(crate::park::Parker::Checkpointer, None);
+            if let Some(c) = conn.take() {
+                crate::park::release(c);
+            }
+            ctx.suspension.park(crate::park::Parker::Checkpointer);
+            continue;
+        }
         let msg = if sig.dirty.load(Ordering::Acquire) {
             let wait = ctx
                 .idle
@@ -324,7 +360,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             None => {
                 // Idle: nothing committed for `idle`.
                 tracing::debug!("idle checkpoint");
-                let complete = passive(&conn.conn);
+                let complete = passive(&mut conn);
                 idle_retry.after_attempt(complete);
             }
             Some(CkptMsg::Committed) => {
@@ -333,22 +369,28 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
                 if frames >= threshold_frames && due {
                     tracing::debug!(frames, "WAL over threshold: passive checkpoint");
                     last_auto = Some(Instant::now());
-                    passive(&conn.conn);
+                    passive(&mut conn);
                 }
             }
             Some(CkptMsg::Run { mode, reply }) => {
-                let _ = reply.send(checkpoint(&conn.conn, mode).0);
+                let _ = reply.send(checkpoint(&mut conn, mode).0);
             }
+            Some(CkptMsg::Wake) => {}
             Some(CkptMsg::Shutdown) => break,
         }
     }
-    if let Err(e) = run_checkpoint(
-        &conn.conn,
-        &ctx.path,
-        &ctx.wal_path,
-        CheckpointMode::Truncate,
-        ctx.truncate_timeout,
-    ) {
+    ctx.suspension
+        .set_interrupt(crate::park::Parker::Checkpointer, None);
+    let last = connection(&mut conn, &ctx).and_then(|c| {
+        run_checkpoint(
+            c,
+            &ctx.path,
+            &ctx.wal_path,
+            CheckpointMode::Truncate,
+            ctx.truncate_timeout,
+        )
+    });
+    if let Err(e) = last {
         tracing::warn!(error = %e, "final checkpoint failed");
     }
     // Dropping the last connection lets SQLite checkpoint and remove the WAL; syncs

@@ -56,6 +56,10 @@ impl Drop for KConn {
     }
 }
 
+/// Opens one of keel's connections again after a resume (configured like the
+/// one the open made).
+pub(crate) type Reopen = Arc<dyn Fn() -> Result<KConn> + Send + Sync>;
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Role {
     Writer,

@@ -377,6 +377,7 @@ fn refuse_writes(rx: Receiver<WriterMsg>, e: Error) {
                 let _ = reply.send(Err(e.clone()));
             }
             WriterMsg::Shutdown => break,
+            WriterMsg::Wake => {}
         }
     }
     while let Ok(m) = rx.try_recv() {

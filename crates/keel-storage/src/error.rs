@@ -198,6 +198,33 @@ pub enum Error {
         /// How long it waited.
         waited: std::time::Duration,
     },
+    /// The store is suspended ([`Store::suspend`](crate::Store::suspend)): a read
+    /// or write issued while suspended with
+    /// [`SuspendOptions::fail_fast`](crate::SuspendOptions::fail_fast), or work that
+    /// was in flight when the suspend interrupted it (its transaction rolled back:
+    /// nothing of it committed). Retryable: run it again after
+    /// [`Store::resume`](crate::Store::resume). keel only interrupts SQLite for a
+    /// suspend, so an `SQLITE_INTERRUPT` is reported as this variant.
+    #[error("{op}: store {} is suspended; retry after resume", path.display())]
+    Suspended {
+        /// What was being attempted.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// [`Store::suspend`](crate::Store::suspend) could not let go of every
+    /// connection within [`SuspendOptions::timeout`](crate::SuspendOptions::timeout):
+    /// a write closure or a read kept running outside SQLite (interrupts only stop
+    /// SQL statements). The store stays suspended — new work waits or fails fast —
+    /// and the last connections close as soon as that work returns; call
+    /// [`Store::resume`](crate::Store::resume) as usual.
+    #[error("suspend of {}: work in flight did not stop within {waited:?}", path.display())]
+    SuspendTimeout {
+        /// The database file.
+        path: PathBuf,
+        /// How long the suspend waited.
+        waited: std::time::Duration,
+    },
     /// The schema hook (the layer above) rejected the database.
     #[error("schema: {}: {message}", path.display())]
     Schema {
@@ -232,6 +259,8 @@ impl Error {
             | Error::ReadersBusy { path, .. }
             | Error::BarrierPending { path, .. }
             | Error::Schema { path, .. }
+            | Error::Suspended { path, .. }
+            | Error::SuspendTimeout { path, .. }
             | Error::ForeignFile { path, .. }
             | Error::ForeignWal { path, .. } => path,
         }
@@ -266,6 +295,8 @@ impl Error {
                     }
                 }
                 C::DatabaseBusy | C::DatabaseLocked => return Error::Locked { op, path },
+                // keel interrupts SQLite only to suspend (see `Error::Suspended`).
+                C::OperationInterrupted => return Error::Suspended { op, path },
                 // A file SQLite could only open read-only (permissions, a read-only
                 // mount) fails at its first write: that is the file being
                 // unwritable, not a schema or SQL problem.
@@ -316,6 +347,33 @@ impl Error {
                 source: Arc::new(e),
             }
         }
+    }
+
+    pub(crate) fn suspended(op: &'static str, path: &Path) -> Error {
+        Error::Suspended {
+            op,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// True for errors that say "not now, the same call can succeed later":
+    /// [`Error::Suspended`] (after resume), [`Error::QueueFull`],
+    /// [`Error::ReadersBusy`] and [`Error::Locked`] (another process held the lock
+    /// past the busy timeout). Nothing of the failed call was committed.
+    ///
+    /// ```
+    /// # use keel_storage::Error;
+    /// assert!(Error::Suspended { op: "write", path: "a.db".into() }.is_retryable());
+    /// assert!(!Error::Closed { op: "write", path: "a.db".into() }.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            Error::Suspended { .. }
+                | Error::QueueFull { .. }
+                | Error::ReadersBusy { .. }
+                | Error::Locked { .. }
+        )
     }
 
     pub(crate) fn closed(op: &'static str, path: &Path) -> Error {

@@ -61,6 +61,7 @@ mod identity;
 mod oneshot;
 mod open;
 mod options;
+mod park;
 mod paths;
 mod policy;
 mod readers;
@@ -69,9 +70,11 @@ mod report;
 pub mod sim;
 mod stats;
 mod store;
+mod suspend;
 #[allow(unsafe_code)]
 mod vfs;
 mod writer;
+pub mod xproc;
 
 pub use checkpointer::{CheckpointMode, CheckpointOutcome};
 pub use durable::DurableFuture;
@@ -81,10 +84,12 @@ pub use options::{
     ConnectionInit, Milestone, OpenPhase, OpenProgress, ProgressFn, SchemaCtx, SchemaHook,
     StoreOptions,
 };
+pub use park::fail_fast_while_suspended;
 pub use policy::{FileKind, SyncContext, SyncHook, SyncPolicies, SyncPolicy, SyncReason};
 pub use report::{OpenReport, PhaseReport};
 pub use stats::{FileStats, IoStats};
 pub use store::{OpenFuture, Store};
+pub use suspend::{ResumeReport, SuspendOptions, SuspendReport};
 pub use writer::{WriteFuture, WriteTxn};
 
 /// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).

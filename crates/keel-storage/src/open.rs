@@ -657,7 +657,9 @@ fn readable(
         // The first read transaction: SQLite reads the WAL and rebuilds the wal-index.
         c.execute_batch("BEGIN DEFERRED")
             .map_err(|e| Error::sqlite("recover: begin first read transaction", path, e))?;
-        let r = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get::<_, i64>(0));
+        let r = c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+            r.get::<_, i64>(0)
+        });
         let _ = c.execute_batch("COMMIT");
         let tables = r.map_err(|e| Error::sqlite("recover: first read transaction", path, e))?;
         let page_size: i64 = c
@@ -686,19 +688,7 @@ fn readable(
                 ))),
             });
         }
-        pragma(
-            c,
-            path,
-            "configure writer",
-            &format!(
-                "PRAGMA synchronous={}; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit={}; PRAGMA wal_autocheckpoint=0;",
-                opts.sync.commit.synchronous_pragma(),
-                opts.checkpoint_threshold_bytes
-            ),
-        )?;
-        if let Some(init) = init {
-            init(c).map_err(|e| Error::sqlite("connection_init hook", path, e))?;
-        }
+        configure_writer(c, path, opts)?;
         pl_frames(note, frames, tables);
         Ok((page_size, frames))
     })?;
@@ -706,18 +696,7 @@ fn readable(
     pl.report.page_size = page_size;
     pl.report.frames_recovered = frames;
     let mut writer = writer;
-    {
-        let wf = Arc::clone(&wal_frames);
-        writer
-            .conn
-            .wal_hook(Some(
-                move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
-                    wf.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
-                    Ok(())
-                },
-            ))
-            .map_err(|e| Error::sqlite("install WAL hook", path, e))?;
-    }
+    install_wal_hook(&mut writer.conn, path, &wal_frames)?;
 
     // 4. checkpoint
     let checkpoint_first = parallel && over_threshold && opts.checkpoint_on_open;
@@ -810,24 +789,32 @@ fn readable(
     let t0 = pl.t0;
     let (store, n) = pl.phase(OpenPhase::Ready, |note| {
         let n = opts.reader_pool_size.max(1);
+        let reader_opener = {
+            let (path, vfs, init) = (path.to_path_buf(), Arc::clone(&vfs), init.cloned());
+            let busy = opts.busy_timeout;
+            Arc::new(move || open_reader(&path, &vfs, init.as_ref(), busy))
+        };
         let mut readers: Vec<KConn> = Vec::with_capacity(n);
         for _ in 0..n {
-            let r = open_conn(path, &vfs, Role::Reader, init)?;
-            pragma(&r.conn, path, "configure reader", "PRAGMA query_only=1")?;
-            readers.push(r);
+            readers.push(reader_opener()?);
         }
-        let ck = open_conn(path, &vfs, Role::Checkpointer, init)?;
-        let ck_sync = if matches!(opts.sync.checkpoint, crate::SyncPolicy::Off) {
-            "OFF"
-        } else {
-            "FULL"
+        let ck_reopen: crate::conn::Reopen = {
+            let (path, vfs, init) = (path.to_path_buf(), Arc::clone(&vfs), init.cloned());
+            let (sync, threshold) = (
+                opts.sync.checkpoint.clone(),
+                opts.checkpoint_threshold_bytes,
+            );
+            Arc::new(move || open_checkpointer(&path, &vfs, init.as_ref(), &sync, threshold))
         };
-        pragma(
-            &ck.conn,
-            path,
-            "configure checkpointer",
-            &format!("PRAGMA synchronous={ck_sync}; PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={};", opts.checkpoint_threshold_bytes),
-        )?;
+        let ck = ck_reopen()?;
+        let suspension = Arc::new(crate::park::Suspension::default());
+        let w_reopen: crate::conn::Reopen = {
+            let (path, vfs, shared) = (path.to_path_buf(), Arc::clone(&vfs), Arc::clone(shared));
+            let susp = Arc::clone(&suspension);
+            let wf = Arc::clone(&wal_frames);
+            let o = WriterConf::from(opts);
+            Arc::new(move || reopen_writer(&path, &vfs, &shared, &susp, &wf, &o))
+        };
         let (ck_tx, ck_rx) = mpsc::channel();
         let (w_tx, w_rx) = mpsc::channel();
         let initial_wal_bytes = if over_threshold && opts.checkpoint_on_open {
@@ -850,10 +837,14 @@ fn readable(
             truncate_timeout: opts.truncate_timeout,
             initial_wal_bytes,
             signal: Arc::clone(&signal),
+            suspension: Arc::clone(&suspension),
+            reopen: ck_reopen,
         };
         let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),
+            suspension: Arc::clone(&suspension),
+            reopen: w_reopen,
             #[cfg(feature = "sim")]
             statement_trace: opts.statement_trace.clone(),
             path: path.to_path_buf(),
@@ -893,19 +884,24 @@ fn readable(
         ));
         if let Some((w, c)) = threads {
             let _ = gate.threads.writer_id.set(w.thread().id());
-            *gate.threads.writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(w);
+            *gate
+                .threads
+                .writer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(w);
             *gate.threads.ckpt.lock().unwrap_or_else(|p| p.into_inner()) = Some(c);
         }
         Ok((
             Store::from_inner(Inner::new(
                 path.to_path_buf(),
                 Arc::clone(shared),
-                ReaderPool::new(readers, opts.reader_wait),
+                ReaderPool::new(readers, opts.reader_wait, reader_opener),
                 w_tx,
                 ck_tx,
                 gate,
                 Arc::clone(&vfs),
                 gauge,
+                suspension,
             )),
             n,
         ))
@@ -938,6 +934,148 @@ fn readable(
         store.gate().emit_durable();
     }
     Ok(store)
+}
+
+/// The writer's pragmas and `connection_init` (at open, after recovery, and on each
+/// reopen after a resume).
+fn configure_writer(c: &rusqlite::Connection, path: &Path, opts: &StoreOptions) -> Result<()> {
+    WriterConf::from(opts).apply(c, path)
+}
+
+/// What configuring a writer connection needs from the options (they are not
+/// `Clone`: they hold the one-shot schema hook).
+struct WriterConf {
+    synchronous: &'static str,
+    threshold: u64,
+    busy: std::time::Duration,
+    init: Option<crate::options::ConnectionInit>,
+    barrier: crate::SyncPolicy,
+}
+
+impl WriterConf {
+    fn from(opts: &StoreOptions) -> WriterConf {
+        WriterConf {
+            synchronous: opts.sync.commit.synchronous_pragma(),
+            threshold: opts.checkpoint_threshold_bytes,
+            busy: opts.busy_timeout,
+            init: opts.connection_init.clone(),
+            barrier: opts.sync.open_barrier.clone(),
+        }
+    }
+
+    fn apply(&self, c: &rusqlite::Connection, path: &Path) -> Result<()> {
+        pragma(
+            c,
+            path,
+            "configure writer",
+            &format!(
+                "PRAGMA synchronous={}; PRAGMA secure_delete=FAST; PRAGMA journal_size_limit={}; PRAGMA wal_autocheckpoint=0;",
+                self.synchronous, self.threshold
+            ),
+        )?;
+        if let Some(init) = &self.init {
+            init(c).map_err(|e| Error::sqlite("connection_init hook", path, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The WAL hook keeps the checkpointer's frame count (it decides when to
+/// checkpoint without a query).
+fn install_wal_hook(
+    c: &mut rusqlite::Connection,
+    path: &Path,
+    frames: &Arc<AtomicU64>,
+) -> Result<()> {
+    let wf = Arc::clone(frames);
+    c.wal_hook(Some(
+        move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+            wf.store(u64::try_from(pages).unwrap_or(0), Ordering::Relaxed);
+            Ok(())
+        },
+    ))
+    .map_err(|e| Error::sqlite("install WAL hook", path, e))
+}
+
+/// The writer connection again, after a resume (on the writer thread, at the first
+/// write). If another process changed the files while this one was suspended, its
+/// WAL frames may not be durable yet: sync the WAL through the open-barrier policy
+/// before a commit lands on top of them (the open barrier's reason). Skipped when
+/// nothing changed: this process's own commits were synced by its commit policy.
+fn reopen_writer(
+    path: &Path,
+    vfs: &Arc<VfsRegistration>,
+    shared: &VfsShared,
+    susp: &crate::park::Suspension,
+    frames: &Arc<AtomicU64>,
+    conf: &WriterConf,
+) -> Result<KConn> {
+    if susp.external.load(Ordering::Acquire) {
+        let wal = wal_path(path);
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+            let _r = ReasonScope::enter(SyncReason::OpenBarrier);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&wal)
+                .map_err(|e| Error::io("open WAL for the resume barrier", &wal, e))?;
+            sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| {
+                Error::SyncFailed {
+                    kind: FileKind::Wal,
+                    reason: SyncReason::OpenBarrier,
+                    path: path.to_path_buf(),
+                    source: Arc::new(e),
+                }
+            })?;
+            tracing::debug!(policy = ?conf.barrier, "resume: synced a WAL another process wrote");
+        }
+    }
+    let mut w = open_conn(path, vfs, Role::Writer, None)?;
+    w.conn
+        .busy_timeout(conf.busy)
+        .map_err(|e| Error::sqlite("set busy timeout", path, e))?;
+    conf.apply(&w.conn, path)?;
+    install_wal_hook(&mut w.conn, path, frames)?;
+    Ok(w)
+}
+
+/// One pooled read-only connection. With a busy timeout: a read can meet another
+/// process's WAL recovery or a checkpoint restarting the WAL (`SQLITE_BUSY`).
+fn open_reader(
+    path: &Path,
+    vfs: &Arc<VfsRegistration>,
+    init: Option<&crate::options::ConnectionInit>,
+    busy: std::time::Duration,
+) -> Result<KConn> {
+    let r = open_conn(path, vfs, Role::Reader, init)?;
+    pragma(&r.conn, path, "configure reader", "PRAGMA query_only=1")?;
+    r.conn
+        .busy_timeout(busy)
+        .map_err(|e| Error::sqlite("set busy timeout", path, e))?;
+    Ok(r)
+}
+
+/// The checkpointer's connection.
+fn open_checkpointer(
+    path: &Path,
+    vfs: &Arc<VfsRegistration>,
+    init: Option<&crate::options::ConnectionInit>,
+    policy: &crate::SyncPolicy,
+    threshold: u64,
+) -> Result<KConn> {
+    let ck = open_conn(path, vfs, Role::Checkpointer, init)?;
+    let ck_sync = if matches!(policy, crate::SyncPolicy::Off) {
+        "OFF"
+    } else {
+        "FULL"
+    };
+    pragma(
+        &ck.conn,
+        path,
+        "configure checkpointer",
+        &format!("PRAGMA synchronous={ck_sync}; PRAGMA wal_autocheckpoint=0; PRAGMA journal_size_limit={threshold};"),
+    )?;
+    Ok(ck)
 }
 
 /// Call the progress callback; a panic in it is logged, not propagated into open.

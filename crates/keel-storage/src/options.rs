@@ -285,6 +285,15 @@ pub struct StoreOptions {
     /// of refusing it (keel adds its tables, switches it to WAL and stamps it).
     /// Default `false`.
     pub adopt_foreign: bool,
+    /// Share changes with other processes that open the same file (an app and its
+    /// extensions, Android processes): every commit also records what it changed
+    /// in a change log inside the database and signals other processes, and this
+    /// process's live queries, object and dictionary subscriptions follow what
+    /// others commit. Every process that opens the file must set it. Default
+    /// `false`: a single-process app pays nothing. The storage kernel only
+    /// carries the flag; the object layer (`keel_query::Database`) implements it.
+    /// See `docs/app-groups.md`.
+    pub share_changes: bool,
 }
 
 impl Default for StoreOptions {
@@ -313,6 +322,7 @@ impl Default for StoreOptions {
             statement_trace: None,
             keel_identity: false,
             adopt_foreign: false,
+            share_changes: false,
         }
     }
 }
@@ -340,6 +350,7 @@ impl fmt::Debug for StoreOptions {
             .field("schema_hook", &self.schema_hook.is_some())
             .field("keel_identity", &self.keel_identity)
             .field("adopt_foreign", &self.adopt_foreign)
+            .field("share_changes", &self.share_changes)
             .finish()
     }
 }
@@ -434,6 +445,18 @@ impl StoreOptions {
     /// ```
     pub fn adopt_foreign(mut self, yes: bool) -> Self {
         self.adopt_foreign = yes;
+        self
+    }
+    /// Share changes with other processes opening the same file (see
+    /// [`StoreOptions::share_changes`](StoreOptions#structfield.share_changes)).
+    ///
+    /// ```
+    /// use keel_storage::StoreOptions;
+    /// let opts = StoreOptions::default().share_changes(true);
+    /// assert!(opts.share_changes);
+    /// ```
+    pub fn share_changes(mut self, yes: bool) -> Self {
+        self.share_changes = yes;
         self
     }
     /// Schema hook.

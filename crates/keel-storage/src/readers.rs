@@ -5,18 +5,35 @@
 //! with [`Error::ReadersBusy`]: the pool does not grow, because each extra connection
 //! costs a file descriptor and page cache, and a read nested inside another read on
 //! the same thread would otherwise wait forever.
+//!
+//! While the store is suspended the pool holds no connection: idle ones close at
+//! once, borrowed ones when they come back, and reads wait for resume (or fail with
+//! [`Error::Suspended`] under `fail_fast`). After resume connections reopen one by
+//! one as reads need them.
 
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use rusqlite::InterruptHandle;
+
 use crate::conn::KConn;
 use crate::error::{Error, PathScope};
 
+/// Opens one more reader connection (configured like the ones the open made).
+pub(crate) type Opener = crate::conn::Reopen;
+
 struct PoolState {
     idle: Vec<KConn>,
+    /// Connections that exist (idle or borrowed).
+    opened: usize,
+    /// Borrowed connections, by ticket, so a suspend can interrupt them.
+    out: Vec<(u64, InterruptHandle)>,
+    next_ticket: u64,
     closed: bool,
+    suspended: bool,
+    fail_fast: bool,
 }
 
 pub(crate) struct ReaderPool {
@@ -24,16 +41,23 @@ pub(crate) struct ReaderPool {
     cv: Condvar,
     size: usize,
     wait: Duration,
+    opener: Opener,
 }
 
 impl ReaderPool {
-    pub(crate) fn new(conns: Vec<KConn>, wait: Duration) -> ReaderPool {
+    pub(crate) fn new(conns: Vec<KConn>, wait: Duration, opener: Opener) -> ReaderPool {
         ReaderPool {
             size: conns.len(),
             wait,
+            opener,
             state: Mutex::new(PoolState {
+                opened: conns.len(),
                 idle: conns,
+                out: Vec::new(),
+                next_ticket: 0,
                 closed: false,
+                suspended: false,
+                fail_fast: false,
             }),
             cv: Condvar::new(),
         }
@@ -43,15 +67,53 @@ impl ReaderPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn acquire(&self, path: &Path) -> Result<KConn, Error> {
+    fn acquire(&self, path: &Path) -> Result<(KConn, u64), Error> {
         let start = Instant::now();
         let mut st = self.lock();
         loop {
             if st.closed {
                 return Err(Error::closed("read", path));
             }
-            if let Some(c) = st.idle.pop() {
-                return Ok(c);
+            if st.suspended {
+                if st.fail_fast || crate::park::no_wait() {
+                    return Err(Error::suspended("read", path));
+                }
+                // Waits for resume (or close), however long: that is what a read
+                // issued while suspended does without `fail_fast`.
+                st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            let c = match st.idle.pop() {
+                Some(c) => Some(c),
+                None if st.opened < self.size => {
+                    // Reopen after a resume; the slot is taken before the open so
+                    // two reads cannot overshoot the pool size.
+                    st.opened += 1;
+                    drop(st);
+                    let r = (self.opener)();
+                    st = self.lock();
+                    match r {
+                        // Suspended or closed while opening: let go of it again.
+                        Ok(c) if st.suspended || st.closed => {
+                            st.opened -= 1;
+                            crate::park::release(c);
+                            self.cv.notify_all();
+                            continue;
+                        }
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            st.opened -= 1;
+                            return Err(e);
+                        }
+                    }
+                }
+                None => None,
+            };
+            if let Some(c) = c {
+                let t = st.next_ticket;
+                st.next_ticket += 1;
+                st.out.push((t, c.conn.get_interrupt_handle()));
+                return Ok((c, t));
             }
             let waited = start.elapsed();
             let Some(left) = self.wait.checked_sub(waited).filter(|d| !d.is_zero()) else {
@@ -70,11 +132,15 @@ impl ReaderPool {
         }
     }
 
-    fn release(&self, c: KConn) {
+    fn release(&self, c: KConn, ticket: u64) {
         let mut st = self.lock();
-        if st.closed {
+        st.out.retain(|(t, _)| *t != ticket);
+        if st.closed || st.suspended {
+            st.opened -= 1;
             drop(st);
-            drop(c);
+            // Wakes a suspend waiting for the last borrowed connection.
+            self.cv.notify_all();
+            crate::park::release(c);
             return;
         }
         st.idle.push(c);
@@ -87,10 +153,62 @@ impl ReaderPool {
         let idle = {
             let mut st = self.lock();
             st.closed = true;
+            st.opened -= st.idle.len();
             std::mem::take(&mut st.idle)
         };
         self.cv.notify_all();
         drop(idle);
+    }
+
+    /// Suspend: close the idle connections now; new reads wait (or fail fast).
+    pub(crate) fn suspend(&self, fail_fast: bool) {
+        let idle = {
+            let mut st = self.lock();
+            st.suspended = true;
+            st.fail_fast = fail_fast;
+            st.opened -= st.idle.len();
+            std::mem::take(&mut st.idle)
+        };
+        for c in idle {
+            crate::park::release(c);
+        }
+    }
+
+    /// Interrupt every borrowed connection's running statement.
+    pub(crate) fn interrupt_borrowed(&self) {
+        for (_, h) in &self.lock().out {
+            h.interrupt();
+        }
+    }
+
+    /// Wait until no connection is open (the borrowed ones came back), at most
+    /// until `deadline`.
+    pub(crate) fn wait_released(&self, deadline: Instant) -> bool {
+        let mut st = self.lock();
+        loop {
+            if st.opened == 0 {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Resume: waiting reads go on (connections reopen as they are needed).
+    pub(crate) fn resume(&self) {
+        {
+            let mut st = self.lock();
+            st.suspended = false;
+            st.fail_fast = false;
+        }
+        self.cv.notify_all();
     }
 
     pub(crate) fn read<R, E>(
@@ -101,10 +219,10 @@ impl ReaderPool {
     where
         E: From<Error>,
     {
-        let c = self.acquire(path)?;
+        let (c, ticket) = self.acquire(path)?;
         let _scope = PathScope::enter(path);
         if let Err(e) = c.conn.execute_batch("BEGIN DEFERRED") {
-            self.release(c);
+            self.release(c, ticket);
             return Err(E::from(Error::sqlite("begin read transaction", path, e)));
         }
         let r = catch_unwind(AssertUnwindSafe(|| f(&c.conn)));
@@ -115,7 +233,7 @@ impl ReaderPool {
                 let _ = c.conn.execute_batch("ROLLBACK");
             }
         }
-        self.release(c);
+        self.release(c, ticket);
         match r {
             Ok(r) => r,
             Err(p) => resume_unwind(p),

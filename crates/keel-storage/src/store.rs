@@ -12,6 +12,7 @@ use crate::oneshot;
 use crate::readers::ReaderPool;
 use crate::report::OpenReport;
 use crate::stats::IoStats;
+use crate::suspend::{ResumeReport, SuspendOptions, SuspendReport};
 use crate::vfs::{VfsRegistration, VfsShared};
 use crate::writer::{QueueGauge, TypedJob, WriteFuture, WriteTxn, WriterMsg};
 
@@ -27,6 +28,10 @@ pub(crate) struct Inner {
     gauge: Arc<QueueGauge>,
     closed: AtomicBool,
     close_lock: Mutex<()>,
+    /// Suspend/resume state shared with the writer and checkpointer threads.
+    suspension: Arc<crate::park::Suspension>,
+    /// Serializes suspend and resume.
+    suspend_lock: Mutex<()>,
     // Last: the VFS must outlive every connection (connections also hold an Arc).
     _vfs: Arc<VfsRegistration>,
 }
@@ -46,6 +51,7 @@ impl Inner {
         gate: Arc<Gate>,
         vfs: Arc<VfsRegistration>,
         gauge: Arc<QueueGauge>,
+        suspension: Arc<crate::park::Suspension>,
     ) -> Inner {
         Inner {
             path,
@@ -57,6 +63,8 @@ impl Inner {
             gauge,
             closed: AtomicBool::new(false),
             close_lock: Mutex::new(()),
+            suspension,
+            suspend_lock: Mutex::new(()),
             _vfs: vfs,
         }
     }
@@ -70,6 +78,9 @@ impl Inner {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
+        // A suspended store resumes to close: the queued writes commit and the
+        // final checkpoint runs, as for any close.
+        self.end_suspension();
         // 0. During the open barrier the writer is parked: wait for it (bounded),
         //    then fail what is queued rather than hang.
         let t = std::time::Instant::now();
@@ -104,6 +115,16 @@ impl Inner {
     }
 }
 
+impl Inner {
+    fn end_suspension(&self) -> (bool, bool, std::time::Duration) {
+        let r = self.suspension.end(&self.path);
+        if r.0 {
+            self.readers.resume();
+        }
+        r
+    }
+}
+
 impl Drop for Inner {
     /// The last handle went away without [`Store::close`]: hand the shutdown to a
     /// keel thread and return at once. Dropping usually happens on an app's main
@@ -118,6 +139,8 @@ impl Drop for Inner {
         }
         // Nobody can read any more.
         self.readers.close();
+        // Suspended: the threads wake to shut down (see `close`).
+        self.end_suspension();
         let gate = Arc::clone(&self.gate);
         let writer_tx = lock(&self.writer_tx).take();
         let ckpt_tx = lock(&self.ckpt_tx).take();
@@ -286,6 +309,16 @@ impl Store {
     /// (and after `on_commit` callbacks ran); if COMMIT fails every closure of the
     /// group gets the error.
     ///
+    /// Another process writing the same file: the group's transaction starts with
+    /// `BEGIN IMMEDIATE`, so the write lock is taken up front where the busy timeout
+    /// ([`StoreOptions::busy_timeout`](crate::StoreOptions::busy_timeout)) applies,
+    /// on the writer thread — never on the caller's. Only a lock held past that
+    /// timeout fails the group, with the retryable [`Error::Locked`].
+    ///
+    /// While the store is [suspended](Store::suspend) the write waits in the queue
+    /// until [`Store::resume`], or fails at once with [`Error::Suspended`] if the
+    /// suspend asked for `fail_fast`.
+    ///
     /// ```
     /// # use keel_storage::{Error, Store, StoreOptions};
     /// # let dir = tempfile::tempdir().unwrap();
@@ -304,12 +337,37 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        self.enqueue(f, self.inner.gauge.try_reserve())
+        self.enqueue(f, self.inner.gauge.try_reserve(), true)
+    }
+
+    /// [`Store::write`] for background work that must not be dropped (a cache's
+    /// flush): while suspended it always waits for resume, even when the suspend
+    /// asked for `fail_fast`.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.write_waiting(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from)).wait()?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn write_waiting<F, R, E>(&self, f: F) -> WriteFuture<std::result::Result<R, E>>
+    where
+        F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<Error> + Send + 'static,
+    {
+        self.enqueue(f, self.inner.gauge.try_reserve(), false)
     }
 
     /// Queue `f` if `reserved` (a place in the writer queue was taken for it);
     /// otherwise its future reports [`Error::QueueFull`].
-    fn enqueue<F, R, E>(&self, f: F, reserved: bool) -> WriteFuture<std::result::Result<R, E>>
+    fn enqueue<F, R, E>(
+        &self,
+        f: F,
+        reserved: bool,
+        fail_fast: bool,
+    ) -> WriteFuture<std::result::Result<R, E>>
     where
         F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
         R: Send + 'static,
@@ -326,6 +384,13 @@ impl Store {
             if reserved {
                 self.inner.gauge.release();
             }
+            return fut;
+        }
+        if fail_fast && self.inner.suspension.fails_fast() {
+            if reserved {
+                self.inner.gauge.release();
+            }
+            let _ = tx.send(Err(E::from(Error::suspended("write", &path))));
             return fut;
         }
         if !reserved {
@@ -390,12 +455,14 @@ impl Store {
         let reserved = inner
             .gauge
             .reserve_blocking(|| inner.closed.load(Ordering::SeqCst));
-        self.enqueue(f, reserved).wait()
+        self.enqueue(f, reserved, true).wait()
     }
 
     /// Run `f` synchronously on the calling thread with a pooled read-only connection,
     /// inside one read transaction: every query in `f` sees the same snapshot. Readers
-    /// never wait for the writer. Blocks only if every pooled connection is in use.
+    /// never wait for the writer. Blocks only if every pooled connection is in use,
+    /// or while the store is [suspended](Store::suspend) (until [`Store::resume`];
+    /// with `fail_fast` it returns [`Error::Suspended`] at once instead).
     ///
     /// ```
     /// # use keel_storage::{Error, Store, StoreOptions};
@@ -462,6 +529,9 @@ impl Store {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(Error::closed("checkpoint", &self.inner.path));
         }
+        if self.inner.suspension.is_suspended() {
+            return Err(Error::suspended("checkpoint", &self.inner.path));
+        }
         let t = std::time::Instant::now();
         match self.inner.gate.wait(Some(self.inner.gate.truncate_timeout)) {
             Wait::Durable => {}
@@ -513,6 +583,215 @@ impl Store {
     /// ```
     pub fn on_background(&self) -> Result<CheckpointOutcome> {
         self.checkpoint(CheckpointMode::Truncate)
+    }
+
+    /// Let go of every file lock this process holds on the database, its `-wal`
+    /// and its `-shm`, within a bounded time — what an iOS app must do before it
+    /// is suspended in the background with its database in a shared App Group
+    /// container (or the system kills it with `0xdead10cc`).
+    ///
+    /// * **What is held afterwards:** no SQLite connection is open, so no lock of
+    ///   any kind (main-file, WAL write lock, `-shm` read marks and DMS byte). The
+    ///   keel threads stay alive, parked; every `Store` clone stays valid.
+    /// * **Work in flight:** the write group already running and the reads already
+    ///   running may go on for [`SuspendOptions::interrupt_after`]; then their SQL
+    ///   is interrupted and they fail with the retryable [`Error::Suspended`]
+    ///   (nothing of an interrupted group commits). Writes queued but not started
+    ///   stay queued.
+    /// * **New work:** reads block their calling thread and writes wait in the
+    ///   queue until [`Store::resume`] — or both fail at once with
+    ///   [`Error::Suspended`] under [`SuspendOptions::fail_fast`].
+    ///   [`Store::checkpoint`] fails with [`Error::Suspended`].
+    /// * **Which thread:** this call blocks its caller for at most
+    ///   [`SuspendOptions::timeout`] (plus the TRUNCATE checkpoint with
+    ///   [`SuspendOptions::checkpoint_first`], bounded by `truncate_timeout`); the
+    ///   connections close on the threads that own them. Call it off the main
+    ///   thread (the FFI does) or accept that bound.
+    /// * **Not closing:** no checkpoint runs when the connections close (unless
+    ///   `checkpoint_first`), so nothing is written after the call.
+    ///
+    /// Called during the open barrier it waits for it (at most `truncate_timeout`,
+    /// then [`Error::BarrierPending`]). A second call while suspended does nothing.
+    /// Called from inside a write closure it returns [`Error::Cancelled`] (it would
+    /// wait for itself); from inside a read closure it cannot close that read's
+    /// connection and ends with [`Error::SuspendTimeout`].
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions, SuspendOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let store = Store::open(dir.path().join("app.db"), StoreOptions::default())?;
+    /// store.write_blocking(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from))?;
+    /// // applicationDidEnterBackground:
+    /// let r = store.suspend(SuspendOptions::default().checkpoint_first(true).fail_fast(true))?;
+    /// assert_eq!(r.checkpoint.map(|c| c.wal_bytes_after), Some(0));
+    /// assert!(matches!(store.read(|_| Ok::<_, Error>(())), Err(Error::Suspended { .. })));
+    /// // applicationWillEnterForeground:
+    /// store.resume()?;
+    /// store.read(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).map_err(Error::from))?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn suspend(&self, opts: SuspendOptions) -> Result<SuspendReport> {
+        let inner = &self.inner;
+        let t0 = std::time::Instant::now();
+        if inner.on_writer() {
+            return Err(Error::Cancelled {
+                op: "suspend inside a write closure (it would wait for itself)",
+                path: inner.path.clone(),
+            });
+        }
+        let _g = lock(&inner.suspend_lock);
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::closed("suspend", &inner.path));
+        }
+        if inner.suspension.is_suspended() {
+            return Ok(SuspendReport {
+                checkpoint: None,
+                interrupted: false,
+                newly_suspended: false,
+                duration: t0.elapsed(),
+            });
+        }
+        // The writer and checkpointer hold connections from durable on; after a
+        // failed barrier they hold none.
+        let threads = match inner.gate.wait(Some(inner.gate.truncate_timeout)) {
+            Wait::Durable => true,
+            Wait::Failed(_) => false,
+            Wait::TimedOut => {
+                return Err(Error::BarrierPending {
+                    op: "suspend",
+                    path: inner.path.clone(),
+                    waited: t0.elapsed(),
+                })
+            }
+        };
+        let checkpoint = if opts.checkpoint_first && threads {
+            match self.checkpoint(CheckpointMode::Truncate) {
+                Ok(o) => Some(o),
+                Err(e) => {
+                    tracing::warn!(error = %e, "suspend: the TRUNCATE checkpoint failed; suspending anyway");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let t1 = std::time::Instant::now();
+        inner.suspension.begin(opts.fail_fast, threads);
+        // Wake the threads so they see it (each closes its connection and parks).
+        if let Some(tx) = lock(&inner.writer_tx).as_ref() {
+            let _ = tx.send(WriterMsg::Wake);
+        }
+        if let Some(tx) = lock(&inner.ckpt_tx).as_ref() {
+            let _ = tx.send(CkptMsg::Wake);
+        }
+        inner.readers.suspend(opts.fail_fast);
+        let grace = t1 + opts.interrupt_after;
+        let deadline = t1 + opts.timeout.max(opts.interrupt_after);
+        let mut interrupted = false;
+        let released = loop {
+            let now = std::time::Instant::now();
+            // Before the grace ends: wait for it; after: interrupt, then poll briefly
+            // (an interrupt only stops a statement that is running, so repeat it).
+            let until = if now < grace {
+                grace
+            } else {
+                interrupted |= !self.released_now();
+                inner.suspension.interrupt_threads();
+                inner.readers.interrupt_borrowed();
+                (now + std::time::Duration::from_millis(5)).min(deadline)
+            };
+            let threads_done = inner.suspension.wait_released(until);
+            let pool_done = threads_done && inner.readers.wait_released(until);
+            if threads_done && pool_done {
+                break true;
+            }
+            if std::time::Instant::now() >= deadline {
+                break false;
+            }
+        };
+        if !released {
+            return Err(Error::SuspendTimeout {
+                path: inner.path.clone(),
+                waited: t0.elapsed(),
+            });
+        }
+        inner.suspension.record_stamp(&inner.path);
+        tracing::info!(
+            ms = t0.elapsed().as_secs_f64() * 1e3,
+            interrupted,
+            "store suspended: no connection open"
+        );
+        Ok(SuspendReport {
+            checkpoint,
+            interrupted,
+            newly_suspended: true,
+            duration: t0.elapsed(),
+        })
+    }
+
+    /// True if every connection is closed (used to tell whether an interrupt hit).
+    fn released_now(&self) -> bool {
+        let now = std::time::Instant::now();
+        self.inner.suspension.wait_released(now) && self.inner.readers.wait_released(now)
+    }
+
+    /// End a [`Store::suspend`]: waiting reads and queued writes go on. Returns at
+    /// once, on any thread: connections reopen lazily on the threads that use
+    /// them (the writer's at the next write, a reader's at the next read). Not
+    /// suspended: does nothing.
+    ///
+    /// Another process may have written meanwhile. Resume compares the database
+    /// file and `-wal` with what they were when the last connection closed; if they
+    /// changed, [`ResumeReport::external_changes`] says so (the object layer then
+    /// refreshes what it cached), and before its first commit the writer syncs that
+    /// WAL through the open-barrier policy (frames another process wrote may not be
+    /// durable yet, and a commit must not land on top of frames that are not). When
+    /// nothing changed no sync runs: this process's own commits were synced by its
+    /// commit policy. SQLite itself rebuilds its view of the WAL when each
+    /// connection reopens.
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions, SuspendOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// store.suspend(SuspendOptions::default())?;
+    /// assert!(store.is_suspended());
+    /// assert!(store.resume()?.was_suspended);
+    /// assert!(!store.is_suspended());
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn resume(&self) -> Result<ResumeReport> {
+        let inner = &self.inner;
+        let _g = lock(&inner.suspend_lock);
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::closed("resume", &inner.path));
+        }
+        let (was_suspended, external_changes, suspended_for) = inner.end_suspension();
+        if was_suspended {
+            tracing::info!(
+                external_changes,
+                ms = suspended_for.as_secs_f64() * 1e3,
+                "store resumed"
+            );
+        }
+        Ok(ResumeReport {
+            was_suspended,
+            external_changes,
+            suspended_for,
+        })
+    }
+
+    /// True between [`Store::suspend`] and [`Store::resume`].
+    ///
+    /// ```
+    /// # use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// assert!(!store.is_suspended());
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn is_suspended(&self) -> bool {
+        self.inner.suspension.is_suspended()
     }
 
     /// Reclaim up to `pages` free pages now (runs on the writer thread). Returns the

@@ -274,6 +274,8 @@ pub(crate) enum WriterMsg {
         reply: oneshot::Sender<Result<u64>>,
     },
     Shutdown,
+    /// Wakes the writer so it sees a suspend (see park.rs).
+    Wake,
 }
 
 pub(crate) struct WriterCtx {
@@ -286,6 +288,8 @@ pub(crate) struct WriterCtx {
     pub(crate) wal_frames: Arc<AtomicU64>,
     pub(crate) threshold_frames: u64,
     pub(crate) gauge: Arc<QueueGauge>,
+    pub(crate) suspension: Arc<crate::park::Suspension>,
+    pub(crate) reopen: crate::conn::Reopen,
     #[cfg(feature = "sim")]
     pub(crate) statement_trace: Option<crate::sim::StatementTrace>,
 }
@@ -352,12 +356,26 @@ pub(crate) fn incremental_vacuum(
     let before: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))
         .map_err(|e| Error::sqlite("read freelist_count", path, e))?;
-    // Each step of this pragma frees one page: step it to the end.
+    // Each step of this pragma frees one page: step it to the end. In an
+    // IMMEDIATE transaction: the write lock is taken up front, where the busy
+    // timeout applies, not by an upgrade halfway through (another process may write).
     let step = || -> rusqlite::Result<()> {
-        let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
-        let mut rows = stmt.query([])?;
-        while rows.next()?.is_some() {}
-        Ok(())
+        exec(conn, "BEGIN IMMEDIATE")?;
+        let r = (|| {
+            let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
+            let mut rows = stmt.query([])?;
+            while rows.next()?.is_some() {}
+            Ok(())
+        })();
+        match r {
+            Ok(()) => exec(conn, "COMMIT"),
+            Err(e) => {
+                if !conn.is_autocommit() {
+                    let _ = exec(conn, "ROLLBACK");
+                }
+                Err(e)
+            }
+        }
     };
     step().map_err(|e| Error::sqlite("incremental vacuum", path, e))?;
     let after: i64 = conn
@@ -366,11 +384,9 @@ pub(crate) fn incremental_vacuum(
     Ok(u64::try_from(before - after).unwrap_or(0))
 }
 
-pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) {
-    let _path = PathScope::enter(&ctx.path);
-    let _reason = ReasonScope::enter(SyncReason::Commit);
-    let in_closure = Arc::new(AtomicBool::new(false));
-    guard_transaction(&mut conn.conn, Arc::clone(&in_closure));
+/// What the writer installs on its connection, at start and after each reopen.
+fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
+    guard_transaction(&mut conn.conn, Arc::clone(in_closure));
     #[cfg(feature = "sim")]
     if let Some(f) = ctx.statement_trace.clone() {
         use rusqlite::trace::{TraceEvent, TraceEventCodes};
@@ -386,9 +402,53 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
             tracing::error!(error = %e, "could not install the statement trace");
         }
     }
+    ctx.suspension.set_interrupt(
+        crate::park::Parker::Writer,
+        Some(conn.conn.get_interrupt_handle()),
+    );
+}
+
+/// The writer connection, reopened after a resume if needed.
+fn connection<'c>(
+    conn: &'c mut Option<KConn>,
+    in_closure: &Arc<AtomicBool>,
+    ctx: &WriterCtx,
+) -> Result<&'c KConn> {
+    if conn.is_none() {
+        let mut c = (ctx.reopen)()?;
+        install(&mut c, in_closure, ctx);
+        if ctx.suspension.external.swap(false, Ordering::AcqRel) {
+            // Another process may have started a new WAL meanwhile.
+            ctx.signal.arm_epoch_bump();
+        }
+        *conn = Some(c);
+    }
+    conn.as_ref()
+        .ok_or_else(|| Error::closed("reopen the writer connection", &ctx.path))
+}
+
+pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) {
+    let _path = PathScope::enter(&ctx.path);
+    let _reason = ReasonScope::enter(SyncReason::Commit);
+    let in_closure = Arc::new(AtomicBool::new(false));
+    let mut conn = Some(conn);
+    if let Some(c) = conn.as_mut() {
+        install(c, &in_closure, &ctx);
+    }
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
     loop {
+        if ctx.suspension.is_suspended() {
+            // Let go of every lock: close the connection and wait for resume. Queued
+            // writes stay queued; the connection reopens at the next one.
+            ctx.suspension
+                .set_interrupt(crate::park::Parker::Writer, None);
+            if let Some(c) = conn.take() {
+                crate::park::release(c);
+            }
+            ctx.suspension.park(crate::park::Parker::Writer);
+            continue;
+        }
         let msg = match pending.take() {
             Some(m) => m,
             // Idle means asleep: the only deadline is the background vacuum check
@@ -402,7 +462,9 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
                 Ok(m) => m,
                 Err(RecvTimeoutError::Timeout) => {
                     vacuum_checked = true;
-                    background_vacuum(&conn.conn, &ctx);
+                    if let Some(c) = conn.as_ref() {
+                        background_vacuum(&c.conn, &ctx);
+                    }
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -410,14 +472,17 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
         };
         match msg {
             WriterMsg::Shutdown => break,
+            WriterMsg::Wake => {}
             WriterMsg::Vacuum { pages, reply } => {
-                let r = incremental_vacuum(&conn.conn, &ctx.path, pages);
+                let r = connection(&mut conn, &in_closure, &ctx)
+                    .and_then(|c| incremental_vacuum(&c.conn, &ctx.path, pages));
                 ctx.committed();
                 let _ = reply.send(r);
             }
             WriterMsg::Job(j) => {
                 let mut batch = vec![j];
-                while batch.len() < ctx.max_group {
+                // A suspend waits for this group only: stop taking more.
+                while batch.len() < ctx.max_group && !ctx.suspension.is_suspended() {
                     match rx.try_recv() {
                         Ok(WriterMsg::Job(j)) => batch.push(j),
                         Ok(other) => {
@@ -428,7 +493,22 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
                     }
                 }
                 ctx.gauge.left(batch.len());
-                run_group(&conn.conn, &ctx.path, batch, &in_closure, &ctx.signal);
+                match connection(&mut conn, &in_closure, &ctx) {
+                    Ok(c) => run_group(
+                        &c.conn,
+                        &ctx.path,
+                        batch,
+                        &in_closure,
+                        &ctx.signal,
+                        &ctx.suspension,
+                    ),
+                    Err(e) => {
+                        tracing::error!(error = %e, "could not reopen the writer connection");
+                        for j in batch {
+                            j.finish(&Err(e.clone()));
+                        }
+                    }
+                }
                 vacuum_checked = false;
                 ctx.committed();
             }
@@ -439,6 +519,8 @@ pub(crate) fn writer_main(mut conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterC
     while let Ok(m) = rx.try_recv() {
         drop(m);
     }
+    ctx.suspension
+        .set_interrupt(crate::park::Parker::Writer, None);
     drop(conn);
 }
 
@@ -465,6 +547,7 @@ fn run_group(
     batch: Vec<Box<dyn Job>>,
     in_closure: &AtomicBool,
     signal: &crate::checkpointer::CkptSignal,
+    suspension: &crate::park::Suspension,
 ) {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
@@ -506,11 +589,16 @@ fn run_group(
             // SQLite rolled the whole transaction back (a closure cannot end it: see
             // `guard_transaction`): nothing of this group committed, so every closure
             // of it, earlier ones included, is told so — truthfully.
-            let err = Error::sqlite(
-                "group commit (transaction ended inside a write closure)",
-                path,
-                sqlite_abort("the transaction was rolled back or ended by a write closure"),
-            );
+            let err = if suspension.is_suspended() {
+                // A suspend interrupted the group (SQLite rolled it back): retryable.
+                Error::suspended("group commit (interrupted by suspend)", path)
+            } else {
+                Error::sqlite(
+                    "group commit (transaction ended inside a write closure)",
+                    path,
+                    sqlite_abort("the transaction was rolled back or ended by a write closure"),
+                )
+            };
             for (j, _) in committed.drain(..) {
                 settled.push((j, Err(err.clone())));
             }

@@ -101,6 +101,14 @@ impl Shard {
         self.weight = 0;
     }
 
+    /// Drop every clean entry (the next read of those keys goes to disk); a fill
+    /// already under way sees the version change and does not cache.
+    pub(crate) fn keep_dirty_only(&mut self) {
+        self.version += 1;
+        self.entries.retain(|_, e| e.dirty);
+        self.weight = self.entries.iter().map(|(k, e)| weight(k, &e.value)).sum();
+    }
+
     /// Drop clean entries until the shard is at 3/4 of `limit` (or only dirty
     /// entries are left).
     pub(crate) fn evict(&mut self, limit: usize) {

@@ -56,6 +56,8 @@ pub(crate) trait DictHost: Send + Sync {
     fn store(&self) -> &Store;
     /// `Err(Closed)` once the database is closed.
     fn check_open(&self, op: &'static str) -> Result<()>;
+    /// The cross-process change feed, with sharing on: flushes log their keys.
+    fn feed(&self) -> Option<&Arc<crate::feed::Feed>>;
 }
 
 /// The dictionary's shared state; one per database, owned by it.
@@ -114,7 +116,9 @@ impl Shared {
             Some(inner) => {
                 let me = Arc::clone(self);
                 // The future is dropped: the job runs anyway; errors are logged.
-                drop(inner.store().write(move |w| flush(&me, w, true)));
+                // While suspended it waits for resume even under `fail_fast`: a
+                // refused flush would leave `flush_queued` set for good.
+                drop(inner.store().write_waiting(move |w| flush(&me, w, true)));
             }
             None => self.flush_queued.store(false, Ordering::Release),
         }
@@ -157,6 +161,16 @@ impl Shared {
         };
         self.subs.notify_all_absent(&seqs);
         self.schedule_flush();
+    }
+
+    /// Another process may have changed the file (seen at resume): forget every
+    /// committed value so the next read of a key goes to disk. Values not yet
+    /// flushed stay (they are this process's latest word). Bumping each shard's
+    /// version keeps a read already under way from caching what it read before.
+    pub(crate) fn forget_clean(&self) {
+        for sh in self.all_write().iter_mut() {
+            sh.keep_dirty_only();
+        }
     }
 
     /// Look `key` up: cache, else disk (and fill the cache if nothing changed
@@ -205,6 +219,55 @@ impl Shared {
         let r = f(v.as_deref(), 0);
         sh.evict(limit);
         r
+    }
+
+    /// Values another process committed, read by the change feed in one
+    /// snapshot (`cleared`: it ran `remove_all`, or the feed fell behind and
+    /// `values` holds every subscribed key). Clean cache entries take the new
+    /// values (or, after a clear, are dropped) and subscribers are told; a value
+    /// this process set and has not committed yet wins (its flush commits later),
+    /// and so does a pending `remove_all` of this process. The shard's version
+    /// moves, so a disk read that overlapped cannot cache an older value.
+    pub(crate) fn apply_remote(&self, values: Vec<(String, Option<DictValue>)>, cleared: bool) {
+        let limit = self.shard_limit.load(Ordering::Relaxed);
+        if cleared {
+            for sh in self.shards.iter() {
+                let mut sh = wr(sh);
+                if sh.clear_pending.is_some() {
+                    continue;
+                }
+                let clean: Vec<String> = sh
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| !e.dirty)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                for k in clean {
+                    sh.remove_entry(&k);
+                }
+                sh.version += 1;
+            }
+        }
+        for (k, v) in values {
+            let v: Val = v.map(Arc::new);
+            let seq = {
+                let mut sh = wr(&self.shards[shard_of(&k)]);
+                if sh.clear_pending.is_some() {
+                    continue;
+                }
+                match sh.entries.get(&k) {
+                    Some(e) if e.dirty => continue,
+                    // Unchanged: nothing to tell (a replayed or merged change).
+                    Some(e) if e.value == v => continue,
+                    _ => {}
+                }
+                let seq = sh.next_seq();
+                sh.put(&k, v.clone(), seq, false);
+                sh.evict(limit);
+                seq
+            };
+            self.subs.notify(&k, seq, &v);
+        }
     }
 
     pub(super) fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
@@ -379,10 +442,28 @@ pub(super) fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool
         }
         Ok::<(), Error>(())
     })();
+    // Sharing: log the keys in the same transaction (see `crate::feed`).
+    let logged = match (&written, shared.db.upgrade()) {
+        (Ok(()), Some(host)) => match host.feed() {
+            Some(feed) => {
+                let b = guard.batch.as_ref().expect("batch present until commit");
+                let keys: Vec<&str> = b.ops.iter().flatten().map(|(k, _, _)| k.as_str()).collect();
+                let entered = feed.enter();
+                feed.log(w, &[], &keys, b.clear.is_some())
+                    .map(|()| Some(entered))
+            }
+            None => Ok(None),
+        },
+        _ => Ok(None),
+    };
+    let written = written.and(logged.as_ref().map(|_| ()).map_err(Clone::clone));
     match written {
         Ok(()) => {
             tracing::debug!(values = n, "dictionary flush");
             w.on_commit(Box::new(move || guard.committed()));
+            if let Ok(Some(l)) = logged {
+                w.on_commit(Box::new(move || l.committed()));
+            }
             Ok(())
         }
         Err(e) => {
@@ -402,7 +483,8 @@ pub(crate) fn before_close(shared: &Arc<Shared>) -> Option<WriteFuture<Result<()
     }
     let inner = shared.db.upgrade()?;
     let me = Arc::clone(shared);
-    Some(inner.store().write(move |w| flush(&me, w, false)))
+    // Waits through a suspend (a close resumes first; a suspend flushes first).
+    Some(inner.store().write_waiting(move |w| flush(&me, w, false)))
 }
 
 pub(super) fn has_pending(shared: &Shared) -> bool {

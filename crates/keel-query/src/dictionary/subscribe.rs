@@ -97,6 +97,15 @@ impl Registry {
         self.by_key.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Every key with a subscriber (the change feed reads them after a remote
+    /// `remove_all` or a full refetch).
+    pub(crate) fn keys(&self) -> Vec<String> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Vec::new();
+        }
+        self.read().keys().cloned().collect()
+    }
+
     /// Offer a change of `key` to its subscribers (cheap when there are none).
     pub(crate) fn notify(&self, key: &str, seq: u64, v: &Val) {
         if self.count.load(Ordering::Acquire) == 0 {

@@ -45,6 +45,15 @@ impl TxnState {
         }
     }
 
+    /// The keys this closure wrote and whether it cleared the dictionary (for
+    /// the cross-process change log).
+    pub(crate) fn feed_keys(&self) -> (Vec<&str>, bool) {
+        (
+            self.overlay.keys().map(String::as_str).collect(),
+            self.cleared.is_some(),
+        )
+    }
+
     /// The closure committed: apply to the cache and notify.
     pub(crate) fn commit(mut self) {
         let shared = Arc::clone(&self.shared);

@@ -746,8 +746,73 @@ impl Hub {
             for (name, chs) in by_coll {
                 if let Some(cs) = st.colls.get_mut(name) {
                     self.objects(cs, &chs, &mut out);
-                    self.queries(cs, &chs, &mut out);
+                    self.queries(cs, &chs, None, &mut out);
                 }
+            }
+            self.recount(&st);
+        }
+        deliver_all(out);
+    }
+
+    /// Rows another process committed, as they are now (the change feed's
+    /// catch-up, `crate::feed`): applied like a local commit, so the diffs come out
+    /// the same way. The old bytes are unknown, so a query subscription whose
+    /// stored rows hold a changed rowid is always visited (it may have to drop
+    /// it), and a deleted row's object subscription is found by rowid.
+    pub(crate) fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
+        let mut out = Vec::new();
+        {
+            let mut st = lock(&self.state);
+            self.seq.fetch_add(1, Ordering::AcqRel);
+            let mut by_coll: Vec<(&str, Vec<&crate::feed::RemoteRow>)> = Vec::new();
+            for r in rows {
+                match by_coll.iter_mut().find(|(n, _)| *n == r.collection) {
+                    Some((_, v)) => v.push(r),
+                    None => by_coll.push((&r.collection, vec![r])),
+                }
+            }
+            for (name, rs) in by_coll {
+                let Some(cs) = st.colls.get_mut(name) else {
+                    continue;
+                };
+                let wanted: FxSet<i64> = rs.iter().map(|r| r.rowid).collect();
+                let mut held: FxMap<i64, Vec<u64>> = FxMap::default();
+                for (id, q) in &cs.queries {
+                    for e in &q.rows {
+                        if wanted.contains(&e.key.rowid) {
+                            held.entry(e.key.rowid).or_default().push(*id);
+                        }
+                    }
+                }
+                let changes: Vec<Change> = rs
+                    .iter()
+                    .map(|r| {
+                        let key = match &r.key {
+                            Some(k) => k.clone(),
+                            None => cs
+                                .object_subs
+                                .values()
+                                .find(|s| s.last.as_ref().is_some_and(|l| l.rowid == r.rowid))
+                                .map(|s| s.key_values.clone())
+                                .unwrap_or_default(),
+                        };
+                        Change {
+                            collection: name.to_owned(),
+                            op: if r.bytes.is_some() {
+                                crate::change::ChangeOp::Update
+                            } else {
+                                crate::change::ChangeOp::Delete
+                            },
+                            key,
+                            rowid: r.rowid,
+                            old: None,
+                            new: r.bytes.clone(),
+                        }
+                    })
+                    .collect();
+                let chs: Vec<&Change> = changes.iter().collect();
+                self.objects(cs, &chs, &mut out);
+                self.queries(cs, &chs, Some(&held), &mut out);
             }
             self.recount(&st);
         }
@@ -813,7 +878,15 @@ impl Hub {
         }
     }
 
-    fn queries(&self, cs: &mut CollSubs, chs: &[&Change], out: &mut Vec<Delivery>) {
+    /// `held`: for changes from another process (no old bytes), the query
+    /// subscriptions whose stored rows hold each changed rowid.
+    fn queries(
+        &self,
+        cs: &mut CollSubs,
+        chs: &[&Change],
+        held: Option<&FxMap<i64, Vec<u64>>>,
+        out: &mut Vec<Delivery>,
+    ) {
         if cs.queries.is_empty() {
             return;
         }
@@ -847,10 +920,12 @@ impl Hub {
             const OLD: u8 = 1;
             const NEW: u8 = 2;
             const EVAL: u8 = 4;
+            // The subscription holds the row: it matched before (old bytes unknown).
+            const HELD: u8 = 8;
             let mut cands: Vec<(u64, u8)> = Vec::new();
             let all: Vec<u64> = cs.queries.keys().copied().collect();
             let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
-            for (ti, (_, old, new)) in touches.iter().enumerate() {
+            for (ti, (rowid, old, new)) in touches.iter().enumerate() {
                 let oo = old.map(|b| table.open(b));
                 let no = new.map(|b| table.open(b));
                 let unreadable = matches!(oo, Some(Err(_))) || matches!(no, Some(Err(_)));
@@ -890,6 +965,9 @@ impl Hub {
                     }
                     cands.extend(cs.scan.iter().map(|&i| (i, EVAL)));
                 }
+                if let Some(ids) = held.and_then(|h| h.get(rowid)) {
+                    cands.extend(ids.iter().map(|&i| (i, HELD | EVAL)));
+                }
                 cands.sort_unstable_by_key(|c| c.0);
                 let mut k = 0;
                 while k < cands.len() {
@@ -914,7 +992,7 @@ impl Hub {
                                 None => f.matches(b),
                             },
                         };
-                        (m(&oo, old), m(&no, new))
+                        (m(&oo, old) || flags & HELD != 0, m(&no, new))
                     };
                     if om || nm {
                         per_sub.entry(id).or_default().push((ti, nm));

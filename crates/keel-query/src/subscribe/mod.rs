@@ -57,7 +57,10 @@
 //! * **Which thread.** The first result of a query subscription (and a fresh object
 //!   for a stale object subscription) is delivered synchronously on the thread that
 //!   subscribes, before `subscribe` returns. Every later delivery runs on keel's
-//!   writer thread. Keep callbacks short — the next write waits for them — and hand
+//!   writer thread — except, with `StoreOptions::share_changes`, what other
+//!   processes committed, which the `keel-feed` thread (or a
+//!   [`Database::catch_up`] caller) delivers, in order with local commits (see
+//!   `docs/app-groups.md`). Keep callbacks short — the next write waits for them — and hand
 //!   heavy work to your own thread or runtime. A callback may read, subscribe,
 //!   unsubscribe and queue writes, but **must not wait for a write future** (the
 //!   writer would wait for itself: a deadlock).
@@ -220,6 +223,9 @@ impl CommitObserver for Hub {
     }
     fn resync(&self) {
         Hub::resync(self)
+    }
+    fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
+        Hub::on_remote(self, rows)
     }
     fn close(&self) {
         Hub::close(self)

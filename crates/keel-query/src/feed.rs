@@ -1,0 +1,593 @@
+//! The cross-process change feed ([`StoreOptions::share_changes`]): how a
+//! database open in process B learns what process A committed to the same file,
+//! and hands it to B's subscriptions and dictionary cache.
+//!
+//! ## Writing: the change log
+//!
+//! With sharing on, every write closure that changed something appends one row to
+//! `keel_changes` **inside its own transaction** (it commits or rolls back with
+//! the closure): a sequence number (`AUTOINCREMENT`, so it only grows, even after
+//! pruning), the writing handle's *origin* (random per open), the changed rows as
+//! `(collection, rowid)` pairs and the changed dictionary keys. Object bytes are
+//! not copied: a reader fetches the rows themselves. After COMMIT the writer posts
+//! the [`CommitSignal`] (an `open`/`close` of a sidecar file, watched with inotify
+//! on Linux and Android; a Darwin notification on Apple platforms). The log keeps
+//! the last [`KEEP`] commits; a closure that changed more than [`MAX_ROWS`] rows
+//! logs a *full* marker instead of its rows.
+//!
+//! ## Reading: the catch-up
+//!
+//! A `keel-feed` thread sleeps in the kernel until a post arrives, then runs
+//! the catch-up (`remote.rs`; [`Database::catch_up`](crate::Database::catch_up) — and so
+//! `resume` — runs it too): in **one read transaction** it reads the log after the
+//! last sequence number this handle saw, skips its own origin (those commits were
+//! delivered locally, before their futures resolved), and fetches the current
+//! bytes of every changed row and the current value of every changed dictionary
+//! key. The rows go to the subscription hub like a local commit (in-memory filter
+//! and sort, a row-level diff); the values go to the dictionary's cache and
+//! subscribers. If the log no longer holds everything since the last sequence
+//! seen (this handle fell more than [`KEEP`] commits behind, or a commit logged a
+//! full marker), every subscription is read again instead (`Hub::resync`) and the
+//! dictionary's clean cache entries are dropped.
+//!
+//! ## Ordering with local commits: the gate
+//!
+//! A local commit is delivered by the writer thread after COMMIT. If a catch-up
+//! read a snapshot that already contains a local commit not yet delivered, that
+//! delivery would later overwrite newer rows with older ones. So a write closure
+//! that logs *enters* the gate before COMMIT and leaves after its delivery, and a
+//! catch-up waits until no local commit is between the two and holds new ones off
+//! (at the end of their closure) while it reads and delivers. The gate exists
+//! only with sharing on.
+//!
+//! This module is the low half (state, gate, log format), below the engine and
+//! the dictionary, which write through it; `remote.rs`, above the engine, reads
+//! the rows and hands them to the hub and the dictionary.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use keel_schema::Value;
+use keel_storage::xproc::{CommitSignal, CommitWatch};
+
+use crate::change::Change;
+use crate::error::{Error, Result};
+
+/// The change log's table.
+pub(crate) const LOG_TABLE: &str = "keel_changes";
+
+/// Creates the change log (in the schema phase, with sharing on).
+pub(crate) const LOG_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS keel_changes(\
+     seq INTEGER PRIMARY KEY AUTOINCREMENT, \
+     origin INTEGER NOT NULL, \
+     full INTEGER NOT NULL DEFAULT 0, \
+     rows BLOB, \
+     dict BLOB, \
+     dict_clear INTEGER NOT NULL DEFAULT 0)";
+
+/// Commits the log keeps: a handle further behind reads every subscription again.
+pub(crate) const KEEP: i64 = 512;
+/// The log is pruned every this many commits (one small DELETE).
+const PRUNE_EVERY: i64 = 64;
+/// More changed rows than this in one closure log a full marker instead.
+pub(crate) const MAX_ROWS: usize = 4096;
+/// More bytes of changed dictionary keys than this log a full marker instead.
+const MAX_DICT_BYTES: usize = 64 << 10;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// What the feed has done (tests and benchmarks read it).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct FeedStats {
+    /// Catch-ups that read another process's commits (a wake-up that finds only
+    /// this process's own commits, or nothing, returns before counting).
+    pub catch_ups: u64,
+    /// Log entries of other processes applied.
+    pub remote_commits: u64,
+    /// Changed rows of other processes handed to the subscription hub.
+    pub remote_rows: u64,
+    /// Changed dictionary keys of other processes applied.
+    pub remote_keys: u64,
+    /// Catch-ups that read every subscription again (fell behind the log, or a
+    /// commit too large to log row by row).
+    pub full_refetches: u64,
+}
+
+#[derive(Default)]
+struct GateState {
+    /// The threads inside the gate (one entry per local commit or catch-up): a
+    /// catch-up asked for on one of them (from a subscription callback, say)
+    /// would wait for itself, so it is skipped (see [`Feed::inside`]).
+    threads: Vec<std::thread::ThreadId>,
+    /// Local commits between "logged" and "delivered".
+    pending: usize,
+    /// A catch-up is reading or delivering.
+    feeding: bool,
+}
+
+/// The per-database feed state (`Inner::feed`, present with sharing on).
+pub(crate) struct Feed {
+    pub(crate) origin: i64,
+    signal: CommitSignal,
+    watch: Mutex<Option<CommitWatch>>,
+    /// The last log sequence number this handle has applied; its lock also runs
+    /// catch-ups one at a time.
+    pub(crate) last: Mutex<i64>,
+    gate: Mutex<GateState>,
+    gate_cv: Condvar,
+    pub(crate) catch_ups: AtomicU64,
+    pub(crate) remote_commits: AtomicU64,
+    pub(crate) remote_rows: AtomicU64,
+    pub(crate) remote_keys: AtomicU64,
+    pub(crate) full_refetches: AtomicU64,
+}
+
+/// A local commit inside the gate: leaves it when dropped (after delivery, or
+/// when the commit failed and the callback holding it is dropped).
+pub(crate) struct LocalCommit {
+    feed: Arc<Feed>,
+    /// The thread that entered (the callbacks that drop this may run elsewhere).
+    thread: std::thread::ThreadId,
+}
+
+impl LocalCommit {
+    /// Run after COMMIT and after the commit's own deliveries: tell other
+    /// processes, then leave the gate.
+    pub(crate) fn committed(self) {
+        self.feed.signal.post();
+    }
+}
+
+impl Drop for LocalCommit {
+    fn drop(&mut self) {
+        let mut g = lock(&self.feed.gate);
+        if let Some(p) = g.threads.iter().rposition(|t| *t == self.thread) {
+            g.threads.remove(p);
+        }
+        g.pending -= 1;
+        if g.pending == 0 {
+            self.feed.gate_cv.notify_all();
+        }
+    }
+}
+
+/// A catch-up inside the gate (local commits wait at the end of their closure).
+pub(crate) struct Feeding<'a>(&'a Feed);
+
+impl Drop for Feeding<'_> {
+    fn drop(&mut self) {
+        let mut g = lock(&self.0.gate);
+        let me = std::thread::current().id();
+        if let Some(p) = g.threads.iter().rposition(|t| *t == me) {
+            g.threads.remove(p);
+        }
+        g.feeding = false;
+        drop(g);
+        self.0.gate_cv.notify_all();
+    }
+}
+
+fn random_origin() -> i64 {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // `RandomState` is seeded randomly per process; the pid and a counter keep two
+    // handles of one process apart even if the seeds met.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    h.finish() as i64
+}
+
+/// What the open's schema phase prepares for the feed (on the open thread).
+pub(crate) struct Seed {
+    signal: CommitSignal,
+    last: i64,
+}
+
+impl Seed {
+    /// Create the change log if missing, read its end and open the signal.
+    pub(crate) fn prepare(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Seed> {
+        conn.execute_batch(LOG_TABLE_SQL)
+            .map_err(|e| Error::sqlite("create the change log", LOG_TABLE, e))?;
+        let last = read_log_end(conn)?.1;
+        let signal = CommitSignal::open(path)?;
+        Ok(Seed { signal, last })
+    }
+}
+
+impl Feed {
+    /// The feed of a database just opened: starts after `seed`'s log end.
+    pub(crate) fn new(seed: Seed) -> Feed {
+        let Seed { signal, last } = seed;
+        Feed {
+            origin: random_origin(),
+            signal,
+            watch: Mutex::new(None),
+            last: Mutex::new(last),
+            gate: Mutex::new(GateState::default()),
+            gate_cv: Condvar::new(),
+            catch_ups: AtomicU64::new(0),
+            remote_commits: AtomicU64::new(0),
+            remote_rows: AtomicU64::new(0),
+            remote_keys: AtomicU64::new(0),
+            full_refetches: AtomicU64::new(0),
+        }
+    }
+
+    /// Start the `keel-feed` thread: `on_post` runs after each post (the caller's
+    /// catch-up).
+    pub(crate) fn start(&self, on_post: impl FnMut() + Send + 'static) -> Result<()> {
+        let w = self.signal.watch(on_post)?;
+        *lock(&self.watch) = Some(w);
+        Ok(())
+    }
+
+    /// Stop the `keel-feed` thread (at close).
+    pub(crate) fn stop(&self) {
+        let w = lock(&self.watch).take();
+        if let Some(w) = w {
+            w.stop();
+        }
+    }
+
+    pub(crate) fn stats(&self) -> FeedStats {
+        FeedStats {
+            catch_ups: self.catch_ups.load(Ordering::Relaxed),
+            remote_commits: self.remote_commits.load(Ordering::Relaxed),
+            remote_rows: self.remote_rows.load(Ordering::Relaxed),
+            remote_keys: self.remote_keys.load(Ordering::Relaxed),
+            full_refetches: self.full_refetches.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Enter the gate as a local commit (blocks while a catch-up runs, unless a
+    /// commit of the same group is already inside).
+    pub(crate) fn enter(self: &Arc<Self>) -> LocalCommit {
+        let mut g = lock(&self.gate);
+        while g.feeding && g.pending == 0 {
+            g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.pending += 1;
+        let thread = std::thread::current().id();
+        g.threads.push(thread);
+        LocalCommit {
+            feed: Arc::clone(self),
+            thread,
+        }
+    }
+
+    /// Enter the gate as a catch-up: wait until every local commit inside has
+    /// been delivered; new ones wait until the returned guard drops.
+    pub(crate) fn feeding(&self) -> Feeding<'_> {
+        let mut g = lock(&self.gate);
+        while g.feeding {
+            g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.feeding = true;
+        while g.pending > 0 {
+            g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        g.threads.push(std::thread::current().id());
+        Feeding(self)
+    }
+
+    /// True on a thread inside this feed's gate (a local commit not yet delivered,
+    /// or a catch-up): a catch-up started there would wait for itself.
+    pub(crate) fn inside(&self) -> bool {
+        let me = std::thread::current().id();
+        lock(&self.gate).threads.contains(&me)
+    }
+
+    /// Append one closure's changes to the log (inside its transaction).
+    pub(crate) fn log(
+        &self,
+        conn: &rusqlite::Connection,
+        changes: &[Change],
+        dict_keys: &[&str],
+        dict_clear: bool,
+    ) -> Result<()> {
+        let dict_bytes: usize = dict_keys.iter().map(|k| k.len() + 4).sum();
+        let full = changes.len() > MAX_ROWS || dict_bytes > MAX_DICT_BYTES;
+        let (rows, dict) = if full {
+            (None, None)
+        } else {
+            (
+                (!changes.is_empty()).then(|| encode_rows(changes)),
+                (!dict_keys.is_empty()).then(|| encode_keys(dict_keys)),
+            )
+        };
+        let err = |e| Error::sqlite("append to the change log", LOG_TABLE, e);
+        conn.prepare_cached(
+            "INSERT INTO keel_changes(origin, full, rows, dict, dict_clear) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .and_then(|mut st| st.execute(rusqlite::params![self.origin, full, rows, dict, dict_clear]))
+        .map_err(err)?;
+        let seq = conn.last_insert_rowid();
+        if seq % PRUNE_EVERY == 0 {
+            conn.prepare_cached("DELETE FROM keel_changes WHERE seq <= ?1")
+                .and_then(|mut st| st.execute([seq - KEEP]))
+                .map_err(err)?;
+        }
+        Ok(())
+    }
+}
+
+/// `(log exists, its last sequence number)`: 0 for a log never written.
+pub(crate) fn read_log_end(c: &rusqlite::Connection) -> Result<(bool, i64)> {
+    let err = |e| Error::sqlite("read the change log", LOG_TABLE, e);
+    let exists: bool = c
+        .query_row(
+            "SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'keel_changes'",
+            [],
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    if !exists {
+        return Ok((false, 0));
+    }
+    let end: Option<i64> = c
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'keel_changes'",
+            [],
+            |r| r.get(0),
+        )
+        .map(Some)
+        .or_else(|e| match e {
+            rusqlite::Error::QueryReturnedNoRows => Ok(None),
+            e => Err(e),
+        })
+        .map_err(err)?;
+    Ok((true, end.unwrap_or(0)))
+}
+
+/// `[u16 name length][name][u32 n][n × i64 rowid]`, one group per run of changes
+/// to one collection.
+fn encode_rows(changes: &[Change]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(changes.len() * 9 + 32);
+    let mut i = 0;
+    while i < changes.len() {
+        let name = &changes[i].collection;
+        let n = changes[i..]
+            .iter()
+            .take_while(|c| &c.collection == name)
+            .count();
+        let nb = name.as_bytes();
+        out.extend_from_slice(&(nb.len().min(u16::MAX as usize) as u16).to_le_bytes());
+        out.extend_from_slice(&nb[..nb.len().min(u16::MAX as usize)]);
+        out.extend_from_slice(&(n as u32).to_le_bytes());
+        for c in &changes[i..i + n] {
+            out.extend_from_slice(&c.rowid.to_le_bytes());
+        }
+        i += n;
+    }
+    out
+}
+
+fn encode_keys(keys: &[&str]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for k in keys {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k.as_bytes());
+    }
+    out
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u16(&mut self) -> Option<usize> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?) as usize)
+    }
+    fn u32(&mut self) -> Option<usize> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?) as usize)
+    }
+    fn i64(&mut self) -> Option<i64> {
+        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    fn str(&mut self, n: usize) -> Option<&'a str> {
+        std::str::from_utf8(self.take(n)?).ok()
+    }
+}
+
+/// `None` for a damaged payload (the caller then reads everything again).
+fn decode_rows(b: &[u8], out: &mut Vec<(String, i64)>) -> Option<()> {
+    let mut r = Reader(b);
+    while !r.0.is_empty() {
+        let l = r.u16()?;
+        let name = r.str(l)?.to_owned();
+        let n = r.u32()?;
+        for _ in 0..n {
+            out.push((name.clone(), r.i64()?));
+        }
+    }
+    Some(())
+}
+
+fn decode_keys(b: &[u8], out: &mut Vec<String>) -> Option<()> {
+    let mut r = Reader(b);
+    while !r.0.is_empty() {
+        let l = r.u32()?;
+        out.push(r.str(l)?.to_owned());
+    }
+    Some(())
+}
+
+/// A row another process changed, as it is now (`bytes: None`: deleted).
+pub(crate) struct RemoteRow {
+    pub(crate) collection: String,
+    pub(crate) rowid: i64,
+    /// The primary key read from the bytes (`[rowid]` without a primary key);
+    /// `None` for a deleted row (the hub finds its object subscription by rowid).
+    pub(crate) key: Option<Vec<Value>>,
+    pub(crate) bytes: Option<Vec<u8>>,
+}
+
+/// What the log holds after a sequence number, other origins only.
+pub(crate) enum LogRead {
+    /// Nothing new (or no log yet).
+    Nothing,
+    /// Not everything since is in the log (pruned, a full marker, a damaged
+    /// entry): read every subscription again. `end`: the log's last number.
+    Full { end: i64 },
+    /// The entries after it, up to `end`.
+    Changes {
+        end: i64,
+        /// Entries of other origins.
+        commits: u64,
+        /// `(collection, rowid)` in log order, repeats included.
+        rows: Vec<(String, i64)>,
+        /// Dictionary keys in log order, repeats included.
+        keys: Vec<String>,
+        /// Another origin ran `remove_all`.
+        dict_clear: bool,
+    },
+}
+
+/// `Some(end)` if everything the log holds after `last` is `origin`'s own (or
+/// nothing is): the caller may move to `end` without reading or delivering
+/// anything — the common wake-up by this process's own post. `None`: another
+/// origin wrote, or entries were pruned.
+pub(crate) fn own_only(conn: &rusqlite::Connection, origin: i64, last: i64) -> Result<Option<i64>> {
+    let (exists, end) = read_log_end(conn)?;
+    if !exists || end <= last {
+        return Ok(Some(last));
+    }
+    let (first, others): (Option<i64>, i64) = conn
+        .prepare_cached(
+            "SELECT min(seq), coalesce(sum(origin != ?2), 0) FROM keel_changes WHERE seq > ?1",
+        )
+        .and_then(|mut st| {
+            st.query_row(rusqlite::params![last, origin], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+        })
+        .map_err(|e| Error::sqlite("read the change log", LOG_TABLE, e))?;
+    Ok((first == Some(last + 1) && others == 0).then_some(end))
+}
+
+/// Read the log after `last`, skipping `origin`'s own entries (in the caller's
+/// read transaction).
+pub(crate) fn read_log(conn: &rusqlite::Connection, origin: i64, last: i64) -> Result<LogRead> {
+    let (exists, end) = read_log_end(conn)?;
+    if !exists || end <= last {
+        return Ok(LogRead::Nothing);
+    }
+    let full = Ok(LogRead::Full { end });
+    let err = |e| Error::sqlite("read the change log", LOG_TABLE, e);
+    let mut st = conn
+        .prepare_cached(
+            "SELECT seq, origin, full, rows, dict, dict_clear FROM keel_changes WHERE seq > ?1 ORDER BY seq",
+        )
+        .map_err(err)?;
+    let mut q = st.query([last]).map_err(err)?;
+    let mut expect = last + 1;
+    let mut commits = 0u64;
+    let mut rows: Vec<(String, i64)> = Vec::new();
+    let mut keys: Vec<String> = Vec::new();
+    let mut dict_clear = false;
+    while let Some(r) = q.next().map_err(err)? {
+        let seq: i64 = r.get(0).map_err(err)?;
+        if seq != expect {
+            return full; // pruned past what this handle saw
+        }
+        expect += 1;
+        if r.get::<_, i64>(1).map_err(err)? == origin {
+            continue;
+        }
+        commits += 1;
+        if r.get::<_, bool>(2).map_err(err)? {
+            return full;
+        }
+        let rb: Option<Vec<u8>> = r.get(3).map_err(err)?;
+        let kb: Option<Vec<u8>> = r.get(4).map_err(err)?;
+        let ok = rb
+            .as_deref()
+            .is_none_or(|b| decode_rows(b, &mut rows).is_some())
+            && kb
+                .as_deref()
+                .is_none_or(|b| decode_keys(b, &mut keys).is_some());
+        if !ok {
+            tracing::warn!(
+                seq,
+                "damaged change-log entry; reading every subscription again"
+            );
+            return full;
+        }
+        dict_clear |= r.get::<_, bool>(5).map_err(err)?;
+    }
+    if expect <= end {
+        return full; // the log ends before `end`: pruned entirely
+    }
+    Ok(LogRead::Changes {
+        end,
+        commits,
+        rows,
+        keys,
+        dict_clear,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::change::ChangeOp;
+
+    fn ch(coll: &str, rowid: i64) -> Change {
+        Change {
+            collection: coll.into(),
+            op: ChangeOp::Insert,
+            key: vec![],
+            rowid,
+            old: None,
+            new: None,
+        }
+    }
+
+    #[test]
+    fn payloads_round_trip() {
+        let b = encode_rows(&[ch("a.T", 1), ch("a.T", -2), ch("b.U", 3), ch("a.T", 4)]);
+        let mut out = Vec::new();
+        decode_rows(&b, &mut out).unwrap();
+        assert_eq!(
+            out,
+            vec![
+                ("a.T".into(), 1),
+                ("a.T".into(), -2),
+                ("b.U".into(), 3),
+                ("a.T".into(), 4)
+            ]
+        );
+        let k = encode_keys(&["x", "", "ü"]);
+        let mut keys = Vec::new();
+        decode_keys(&k, &mut keys).unwrap();
+        assert_eq!(keys, vec!["x", "", "ü"]);
+    }
+
+    #[test]
+    fn damaged_payloads_are_refused() {
+        let b = encode_rows(&[ch("a.T", 1)]);
+        for cut in 1..b.len() {
+            assert!(
+                decode_rows(&b[..cut], &mut Vec::new()).is_none(),
+                "cut {cut}"
+            );
+        }
+        assert!(decode_keys(&[9, 0, 0, 0, b'a'], &mut Vec::new()).is_none());
+    }
+}

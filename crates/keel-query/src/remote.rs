@@ -1,0 +1,224 @@
+//! The catch-up: what other processes committed, read and delivered (the upper
+//! half of the cross-process change feed; the log, the gate and the wake-up are
+//! in `feed.rs`, which explains the design).
+//!
+//! One catch-up runs at a time per database, inside the feed's gate: it reads the
+//! log after the last sequence number seen and — in the same read transaction —
+//! the current bytes of every changed row and the current value of every changed
+//! dictionary key, then hands the rows to the subscription hub (like a local
+//! commit: in-memory filter and sort, row-level diffs) and the values to the
+//! dictionary's cache and subscribers.
+
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+
+use keel_schema::Value;
+
+use crate::dictionary::shared::read_row;
+use crate::dictionary::DictValue;
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::eval::SqlValue;
+use crate::feed::{lock, Feed, LogRead, RemoteRow};
+use crate::layout::Coll;
+
+/// Start `feed`'s `keel-feed` thread for the database `db`: every post from a
+/// process runs [`catch_up`].
+pub(crate) fn start(feed: &Feed, db: Weak<Inner>) -> Result<()> {
+    feed.start(move || {
+        let Some(inner) = db.upgrade() else { return };
+        if let Err(e) = catch_up(&inner) {
+            tracing::warn!(error = %e, "cross-process catch-up failed");
+        }
+    })
+}
+
+/// The primary key of an object's bytes (as `Txn` computes it on insert).
+fn key_of(inner: &Inner, c: &Coll, rowid: i64, bytes: &[u8]) -> Option<Vec<Value>> {
+    if c.key.is_empty() {
+        return Some(vec![Value::Int(rowid)]);
+    }
+    let t = inner.table(c).ok()?;
+    let obj = t.read(bytes).ok()?;
+    c.key
+        .iter()
+        .map(|k| {
+            obj.get_ref(&k.path)
+                .ok()
+                .map(|v| SqlValue::from_ref(v).to_value())
+        })
+        .collect()
+}
+
+/// The bytes of `rowid` in `c` now (`None`: deleted). By rowid, the one column
+/// every layout keeps beside the bytes.
+fn row_now(conn: &rusqlite::Connection, c: &Coll, rowid: i64) -> Result<Option<Vec<u8>>> {
+    let err = |e| Error::sqlite("catch up", &c.name, e);
+    let sql = format!(
+        "SELECT {} FROM {} WHERE rowid = ?1",
+        crate::inspect::BODY_COLUMN,
+        c.ident
+    );
+    let mut st = conn.prepare_cached(&sql).map_err(err)?;
+    let mut q = st.query([rowid]).map_err(err)?;
+    match q.next().map_err(err)? {
+        Some(r) => Ok(Some(r.get(0).map_err(err)?)),
+        None => Ok(None),
+    }
+}
+
+type DictValues = Vec<(String, Option<DictValue>)>;
+
+/// What one catch-up read, in one snapshot.
+enum Batch {
+    Nothing,
+    Full {
+        end: i64,
+        dict: DictValues,
+    },
+    Changes {
+        end: i64,
+        commits: u64,
+        rows: Vec<RemoteRow>,
+        dict: DictValues,
+        dict_clear: bool,
+    },
+}
+
+fn read_dict(conn: &rusqlite::Connection, keys: &[String]) -> Result<DictValues> {
+    keys.iter()
+        .map(|k| Ok((k.clone(), read_row(conn, k)?)))
+        .collect()
+}
+
+fn read_batch(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    origin: i64,
+    last: i64,
+    subscribed: &[String],
+) -> Result<Batch> {
+    let (end, commits, changed, mut keys, dict_clear) =
+        match crate::feed::read_log(conn, origin, last)? {
+            LogRead::Nothing => return Ok(Batch::Nothing),
+            LogRead::Full { end } => {
+                return Ok(Batch::Full {
+                    end,
+                    dict: read_dict(conn, subscribed)?,
+                })
+            }
+            LogRead::Changes {
+                end,
+                commits,
+                rows,
+                keys,
+                dict_clear,
+            } => (end, commits, rows, keys, dict_clear),
+        };
+    // Each changed row once, in the order of its first change.
+    let mut seen: HashSet<(String, i64)> = HashSet::new();
+    let mut rows = Vec::new();
+    for (coll, rowid) in changed {
+        if !seen.insert((coll.clone(), rowid)) {
+            continue;
+        }
+        let Ok(c) = inner.coll(&coll, "catch up") else {
+            continue; // a collection this handle's schema does not have
+        };
+        if inner.unborn(conn, c)? {
+            continue;
+        }
+        let bytes = row_now(conn, c, rowid)?;
+        let key = bytes.as_deref().and_then(|b| key_of(inner, c, rowid, b));
+        rows.push(RemoteRow {
+            collection: c.name.clone(),
+            rowid,
+            key,
+            bytes,
+        });
+    }
+    if dict_clear {
+        // Keys set after the clear are in `keys`; every other subscribed key is gone.
+        keys.extend(subscribed.iter().cloned());
+    }
+    keys.sort();
+    keys.dedup();
+    Ok(Batch::Changes {
+        end,
+        commits,
+        rows,
+        dict: read_dict(conn, &keys)?,
+        dict_clear,
+    })
+}
+
+/// Read what other processes committed since this handle last looked, and deliver
+/// it to the subscriptions and the dictionary (see `feed.rs`). Does nothing
+/// without sharing, after the close, and where it would wait for itself: inside
+/// a write closure, or in a subscription callback of a local commit or of a
+/// catch-up (the `keel-feed` thread delivers those commits right after). Runs on the `keel-feed` thread after a
+/// wake-up, and on the caller's thread from
+/// [`Database::catch_up`](crate::Database::catch_up).
+pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
+    let Some(feed) = inner.feed.as_ref() else {
+        return Ok(());
+    };
+    if inner.check_open("catch up").is_err()
+        || feed.inside()
+        || crate::engine::in_write_closure(inner)
+    {
+        return Ok(());
+    }
+    let mut last = lock(&feed.last);
+    // Woken by this process's own commits only: nothing to deliver, and no need
+    // to hold local commits off (they were delivered by the writer).
+    let seen = *last;
+    if let Some(end) = inner
+        .store
+        .read(|c| crate::feed::own_only(c, feed.origin, seen))?
+    {
+        *last = end;
+        return Ok(());
+    }
+    let _feeding = feed.feeding();
+    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
+    let subscribed = inner.dict.subs.keys();
+    let batch = inner
+        .store
+        .read(|c| read_batch(inner, c, feed.origin, *last, &subscribed))?;
+    match batch {
+        Batch::Nothing => {}
+        Batch::Full { end, dict } => {
+            if let Some(hub) = inner.hub.get() {
+                hub.resync();
+            }
+            inner.dict.apply_remote(dict, true);
+            *last = end;
+            feed.full_refetches.fetch_add(1, Ordering::Relaxed);
+        }
+        Batch::Changes {
+            end,
+            commits,
+            rows,
+            dict,
+            dict_clear,
+        } => {
+            let (nrows, nkeys) = (rows.len() as u64, dict.len() as u64);
+            if !rows.is_empty() {
+                if let Some(hub) = inner.hub.get() {
+                    hub.on_remote(&rows);
+                }
+            }
+            if !dict.is_empty() || dict_clear {
+                inner.dict.apply_remote(dict, dict_clear);
+            }
+            *last = end;
+            // Counted once delivered: a test that saw the count sees the deliveries.
+            feed.remote_rows.fetch_add(nrows, Ordering::Relaxed);
+            feed.remote_keys.fetch_add(nkeys, Ordering::Relaxed);
+            feed.remote_commits.fetch_add(commits, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}
