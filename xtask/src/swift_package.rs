@@ -202,11 +202,28 @@ pub fn assemble(g: &bindings::Generated) -> Result<PathBuf, String> {
         &g.swift.join("KeelFFI.swift"),
         &out.join("Sources/KeelFFI/KeelFFI.swift"),
     )?;
+    let layer = out.join("Sources/Keel");
     for f in LAYER_FILES {
-        copy(
-            &root.join("bindings/swift").join(f),
-            &out.join("Sources/Keel").join(f),
-        )?;
+        copy(&root.join("bindings/swift").join(f), &layer.join(f))?;
+    }
+    // A layer file that was renamed or removed must not linger from an earlier run;
+    // rewriting the manifest (a new modification time) makes SwiftPM plan the
+    // build again instead of looking for the file it knew.
+    let mut removed = false;
+    for entry in std::fs::read_dir(&layer).map_err(|e| format!("{}: {e}", layer.display()))? {
+        let p = entry
+            .map_err(|e| format!("{}: {e}", layer.display()))?
+            .path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !LAYER_FILES.contains(&name) {
+            std::fs::remove_file(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+            removed = true;
+        }
+    }
+    if removed {
+        let manifest = out.join("Package.swift");
+        std::fs::write(&manifest, PACKAGE_SWIFT)
+            .map_err(|e| format!("{}: {e}", manifest.display()))?;
     }
     copy(
         &g.swift.join("keel_ffiFFI.h"),
