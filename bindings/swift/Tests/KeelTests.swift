@@ -742,38 +742,6 @@ final class KeelTests: XCTestCase {
 
     // MARK: typed vs bytes cost (printed; BENCHMARKS.md takes it from `cargo xtask bench swift`)
 
-    /// `allObjects()` / `allObjectsAsync()` (one buffer across the FFI) return what
-    /// UniFFI's per-record `all()` returns, and the typed fetch decodes from it.
-    func testPackedFetchMatchesPerRecordCalls() async throws {
-        let dir = try tempDir()
-        defer { try? FileManager.default.removeItem(at: dir) }
-        let db = try await Keel.openAsync(path: dir.appendingPathComponent("packed.db").path,
-                                          schema: BlogSchema.self, options: fastOptions())
-        let empty = db.query(collection: Post.keelCollection)
-        XCTAssertEqual(try empty.allObjects(), [])
-        XCTAssertEqual(try db.fetch(Post.self).all(), [])
-        // Objects of different sizes, one with every field left at its default.
-        let posts = [Post(id: "a", priority: 5, title: String(repeating: "long ", count: 200)),
-                     Post(id: "b", priority: 1), Post(id: "c", priority: 3, tags: ["x", "y"])]
-        try await db.write { txn in for p in posts { try txn.insert(p) } }
-        let q = db.query(collection: Post.keelCollection).orderBy(field: "priority", descending: false)
-        let packed = try q.allObjects()
-        XCTAssertEqual(packed, try q.all())
-        XCTAssertEqual(packed.map { $0.bytes.startIndex }, [0, 0, 0], "each object is its own Data")
-        let packedAsync = try await q.allObjectsAsync()
-        XCTAssertEqual(packedAsync, packed)
-        XCTAssertEqual(try packed.map { try Post(flatBuffer: $0.bytes).id }, ["b", "c", "a"])
-        XCTAssertEqual(try db.fetch(Post.self).sorted(by: Post.priority.ascending).all(), [posts[1], posts[2], posts[0]])
-        let typedAsync = try await db.fetch(Post.self).where(Post.priority >= 3).sorted(by: Post.priority.descending).allAsync()
-        XCTAssertEqual(typedAsync.map(\.id), ["a", "c"])
-        // A filter on an unknown field is the typed error, as with all().
-        XCTAssertThrowsError(try db.query(collection: Post.keelCollection)
-            .filter(expr: Expr.eq(field: "nope", value: .integer(v: 1))).allObjects()) { e in
-            guard case KeelError.UnknownField = e else { return XCTFail("\(e)") }
-        }
-        try await db.close()
-    }
-
     /// The typed API against the same FFI calls with pre-built FlatBuffers bytes.
     /// Measured exactly like the Kotlin suite's "typed vs bytes" test (same posts,
     /// same sync policy, same runs and statistic) so the two bindings compare.
@@ -799,7 +767,6 @@ final class KeelTests: XCTestCase {
             return s.count % 2 == 1 ? s[s.count / 2] : (s[s.count / 2 - 1] + s[s.count / 2]) / 2
         }
         var insTyped: [Double] = [], insBytes: [Double] = [], fetchTyped: [Double] = [], fetchBytes: [Double] = []
-        var fetchRecords: [Double] = []
         var round = 0
         func fresh() async throws -> Database {
             round += 1
@@ -819,7 +786,7 @@ final class KeelTests: XCTestCase {
             let bi = now() - t
             // Both fetches read the same database, after an unmeasured one that loads
             // its pages into the reader's cache; which goes first alternates.
-            _ = try b.query(collection: Post.keelCollection).allObjects()
+            _ = try b.query(collection: Post.keelCollection).all()
             var typed: [Post] = [], raw: [StoredObject] = []
             var tf = 0.0, bf = 0.0
             for doTyped in (r % 2 == 0 ? [true, false] : [false, true]) {
@@ -828,21 +795,16 @@ final class KeelTests: XCTestCase {
                     typed = try b.fetch(Post.self).all()
                     tf = now() - t
                 } else {
-                    raw = try b.query(collection: Post.keelCollection).allObjects()
+                    raw = try b.query(collection: Post.keelCollection).all()
                     bf = now() - t
                 }
             }
-            t = now()
-            let records = try b.query(collection: Post.keelCollection).all()
-            let rf = now() - t
-            XCTAssertEqual(records, raw)
             XCTAssertEqual(typed.count, n)
             XCTAssertEqual(raw.count, n)
             XCTAssertEqual(typed.last, try Post(flatBuffer: raw[n - 1].bytes))
             try await b.close()
             if r < 0 { continue }
             insTyped.append(ti); insBytes.append(bi); fetchTyped.append(tf); fetchBytes.append(bf)
-            fetchRecords.append(rf)
         }
         let m = (median(insTyped), median(insBytes), median(fetchTyped), median(fetchBytes))
         let insertRatio = m.0 / m.1, fetchRatio = m.2 / m.3
@@ -872,7 +834,6 @@ final class KeelTests: XCTestCase {
         print("    swift typed vs bytes: \(config), keel library \(library)")
         print("    insert typed \(f(m.0)) ms vs pre-built bytes \(f(m.1)) ms: ratio \(f(insertRatio, 2)) (goal <= 1.5)")
         print("    fetch all typed \(f(m.2)) ms vs bytes \(f(m.3)) ms: ratio \(f(fetchRatio, 2)) (goal <= 1.5)")
-        print("    UniFFI's per-record all(): \(f(median(fetchRecords))) ms")
         if let out = ProcessInfo.processInfo.environment["KEEL_BENCH_OUT"] {
             let report: [String: Any] = [
                 "scenario": "swift",
@@ -881,7 +842,6 @@ final class KeelTests: XCTestCase {
                     "posts": n, "runs": runs, "cores": cores, "load_average_1m": load,
                     "insert_typed_ms": m.0, "insert_bytes_ms": m.1, "insert_typed_ratio": insertRatio,
                     "fetch_typed_ms": m.2, "fetch_bytes_ms": m.3, "fetch_typed_ratio": fetchRatio,
-                    "fetch_records_ms": median(fetchRecords),
                 ],
                 "notes": [
                     "posts": "posts per run",
@@ -890,10 +850,9 @@ final class KeelTests: XCTestCase {
                     "load_average_1m": "1-minute load average when the run ended: above `cores` other processes competed for the CPU and the figures are noisy",
                     "insert_typed_ms": "`db.write { txn.insert(post) }` for every post, one transaction (encodes in Swift) (ms)",
                     "insert_bytes_ms": "`db.write(ops:)` with FlatBuffers bytes built beforehand (ms)",
-                    "fetch_records_ms": "the same objects through UniFFI's generated `query.all()`, lifted record by record (ms)",
                     "insert_typed_ratio": "typed / bytes time to insert",
                     "fetch_typed_ms": "`db.fetch(Post.self).all()`: decoded `[Post]` (ms)",
-                    "fetch_bytes_ms": "`db.query(collection:).allObjects()`: raw bytes in one buffer (ms)",
+                    "fetch_bytes_ms": "`db.query(collection:).all()`: raw bytes (ms)",
                     "fetch_typed_ratio": "typed / bytes time to fetch all",
                 ],
                 "labels": ["insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes"],
