@@ -97,3 +97,27 @@ pub fn write_report(scenario: &str, report: &serde_json::Value) {
     std::fs::write(&file, serde_json::to_string_pretty(report).unwrap()).unwrap();
     eprintln!("wrote {}", file.display());
 }
+
+/// The sections `headings` of a bench's module doc comment (`//! # Heading` up to the
+/// next `//! # `), as Markdown with `###` headings: the report's `method`, so the
+/// set-up is described once, in the bench's source, and quoted in BENCHMARKS.md.
+pub fn doc_sections(source: &str, headings: &[&str]) -> String {
+    let mut out = String::new();
+    let mut on = false;
+    for line in source.lines().take_while(|l| l.starts_with("//!")) {
+        let text = line.strip_prefix("//!").unwrap_or("");
+        let text = text.strip_prefix(' ').unwrap_or(text);
+        if let Some(h) = text.strip_prefix("# ") {
+            on = headings.iter().any(|w| h.starts_with(w));
+            if on {
+                out.push_str(&format!("### {h}\n"));
+            }
+            continue;
+        }
+        if on {
+            out.push_str(text);
+            out.push('\n');
+        }
+    }
+    out.trim().to_string()
+}

@@ -12,7 +12,12 @@
 //!
 //! `metrics` holds numbers only; `notes` (optional) explains each metric and is
 //! what the report prints beside it; `labels` (optional) gives a metric a short
-//! human name for the chart and the comparison table (`"case1_ratio": "pk queries"`). A full run replaces that scenario's section of
+//! human name for the chart and the comparison table (`"case1_ratio": "pk queries"`);
+//! `method` (optional, Markdown) says how the scenario is set up; `targets`
+//! (optional) lists the goals the scenario is held to, each as `{"metric", "label",
+//! "median", "min", "max", "target", "better": "lower"|"higher", "unit"}` — xtask
+//! decides `met` from the median and prints which targets are missed (a report, not
+//! a failure: benchmarks are not timed tests). A full run replaces that scenario's section of
 //! `BENCHMARKS.md` (between `<!-- bench:NAME:start -->` and `<!-- bench:NAME:end -->`)
 //! and leaves the other sections alone. `--quick` runs each scenario small enough
 //! for CI: it writes the JSON and prints the table, but does not touch
@@ -106,12 +111,27 @@ pub fn run(args: &[String]) -> Result<(), String> {
             }
             util::cargo(&cargo_args)?;
         }
-        let report = read_report(&json_path, name)?;
+        let mut report = read_report(&json_path, name)?;
+        // Whether each target is met is decided here, from the median and the goal,
+        // whatever the bench wrote: one rule for every scenario.
+        let missed = judge_targets(&mut report);
+        // `--json`: stdout carries the JSON alone (one line per scenario), so it can be
+        // piped; everything for humans goes to stderr.
+        let say = |text: &str| {
+            if print_json {
+                eprintln!("{text}");
+            } else {
+                println!("{text}");
+            }
+        };
         if print_json {
             println!("{}", serde_json::to_string(&report).unwrap_or_default());
         }
         let section = render_section(name, &report, quick);
-        println!("{section}");
+        say(&section);
+        if let Some(line) = targets_line(name, &report, &missed) {
+            say(&line);
+        }
         // Quick runs draw their chart under target/ (so CI exercises the code) and
         // leave docs/ and BENCHMARKS.md alone: published figures come from full runs.
         let chart = if quick {
@@ -121,7 +141,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
         };
         let subtitle = format!("{}, {}", machine(), today());
         if charts::render(name, &report, &subtitle, &chart)? {
-            println!("xtask bench: drew {}", chart.display());
+            say(&format!("xtask bench: drew {}", chart.display()));
         }
         if !quick {
             update_benchmarks_md(name, &section)?;
@@ -196,13 +216,18 @@ fn render_section(name: &str, report: &Value, quick: bool) -> String {
         out.push_str(summary);
         out.push_str("\n\n");
     }
+    // How the scenario is set up (the bench's own doc comment, so it is said once).
+    if let Some(method) = report.get("method").and_then(Value::as_str) {
+        out.push_str(method.trim_end());
+        out.push_str("\n\n");
+    }
     if !quick && !charts::panels(report).is_empty() {
         out.push_str(&format!(
             "![{name} benchmark chart]({})\n\n",
             chart_path(name)
         ));
     }
-    out.push_str(&headline_table(report));
+    out.push_str(&comparison_table(report));
     out.push_str("| metric | value | what it is |\n|---|---:|---|\n");
     let notes = report.get("notes").and_then(Value::as_object);
     if let Some(metrics) = report.get("metrics").and_then(Value::as_object) {
@@ -257,6 +282,133 @@ fn headline_table(report: &Value) -> String {
     format!("| comparison | figure | reading |\n|---|---:|---|\n{rows}\n")
 }
 
+/// The comparisons at a glance: the scenario's targets when it declares any (see
+/// [`targets_table`]), else every ratio and speedup ([`headline_table`]).
+fn comparison_table(report: &Value) -> String {
+    targets_table(report).unwrap_or_else(|| headline_table(report))
+}
+
+/// A scenario's `targets`: `[{"metric", "label", "median", "min", "max", "target",
+/// "better": "lower"|"higher", "unit"}]`, each figure the median of the bench's
+/// repetitions with their spread. `None` when the report has none.
+fn targets(report: &Value) -> Option<&Vec<Value>> {
+    report
+        .get("targets")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether target `t` is met: its median on the good side of its goal (`false` when
+/// a figure is missing or not finite).
+fn target_met(t: &Value) -> bool {
+    let (Some(median), Some(goal)) = (
+        t.get("median").and_then(Value::as_f64),
+        t.get("target").and_then(Value::as_f64),
+    ) else {
+        return false;
+    };
+    if !median.is_finite() {
+        return false;
+    }
+    if t.get("better").and_then(Value::as_str) == Some("higher") {
+        median >= goal
+    } else {
+        median <= goal
+    }
+}
+
+/// Sets `met` on every target of `report` and returns the metrics of those missed.
+fn judge_targets(report: &mut Value) -> Vec<String> {
+    let mut missed = Vec::new();
+    if let Some(list) = report.get_mut("targets").and_then(Value::as_array_mut) {
+        for t in list.iter_mut() {
+            let met = target_met(t);
+            if !met {
+                let metric = t.get("metric").and_then(Value::as_str).unwrap_or("?");
+                missed.push(metric.to_string());
+            }
+            if let Some(obj) = t.as_object_mut() {
+                obj.insert("met".into(), Value::Bool(met));
+            }
+        }
+    }
+    missed
+}
+
+/// The plain verdict printed after a scenario with targets: which are missed, or
+/// that all are met. A missed target is reported, not an error: benchmarks are not
+/// timed tests and CI does not fail on them.
+fn targets_line(name: &str, report: &Value, missed: &[String]) -> Option<String> {
+    let all = targets(report)?;
+    Some(if missed.is_empty() {
+        format!("xtask bench: {name}: all {} targets met", all.len())
+    } else {
+        let detail: Vec<String> = all
+            .iter()
+            .filter(|t| !target_met(t))
+            .map(|t| {
+                let metric = t.get("metric").and_then(Value::as_str).unwrap_or("?");
+                format!("{metric} {} (target {})", figure(t, "median"), goal(t))
+            })
+            .collect();
+        format!(
+            "xtask bench: {name}: {} of {} targets MISSED: {}",
+            missed.len(),
+            all.len(),
+            detail.join("; ")
+        )
+    })
+}
+
+/// `t[key]` with `t`'s unit (`2.18×`, `41.2 MB`).
+fn figure(t: &Value, key: &str) -> String {
+    let x = t.get(key).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    match t.get("unit").and_then(Value::as_str).unwrap_or("") {
+        "×" => format!("{x:.2}×"),
+        "" => format!("{x:.2}"),
+        unit => format!("{x:.1} {unit}"),
+    }
+}
+
+/// `≤ 1.5×` / `≥ 3×`.
+fn goal(t: &Value) -> String {
+    let higher = t.get("better").and_then(Value::as_str) == Some("higher");
+    let g = t.get("target").and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let unit = match t.get("unit").and_then(Value::as_str).unwrap_or("") {
+        "×" => "×".to_string(),
+        "" => String::new(),
+        u => format!(" {u}"),
+    };
+    format!("{} {g}{unit}", if higher { "≥" } else { "≤" })
+}
+
+/// The targets as a table: median, spread over the repetitions, goal, verdict.
+fn targets_table(report: &Value) -> Option<String> {
+    let all = targets(report)?;
+    let mut out = String::from(
+        "| target | median | spread (min–max) | goal | met |\n|---|---:|---:|---:|---|\n",
+    );
+    for t in all {
+        let metric = t.get("metric").and_then(Value::as_str).unwrap_or("?");
+        let label = t.get("label").and_then(Value::as_str).unwrap_or(metric);
+        let spread = match t.get("unit").and_then(Value::as_str).unwrap_or("") {
+            "×" | "" => {
+                let f = |k: &str| t.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+                format!("{:.2}–{:.2}", f("min"), f("max"))
+            }
+            _ => format!("{} – {}", figure(t, "min"), figure(t, "max")),
+        };
+        let verdict = if target_met(t) { "yes" } else { "**no**" };
+        out.push_str(&format!(
+            "| {label} (`{metric}`) | {} | {spread} | {} | {verdict} |\n",
+            figure(t, "median"),
+            goal(t)
+        ));
+    }
+    out.push('\n');
+    Some(out)
+}
+
 fn format_number(value: &Value) -> String {
     match value.as_f64() {
         Some(x) if value.is_i64() || value.is_u64() => format!("{}", x as i64),
@@ -280,7 +432,7 @@ fn update_benchmarks_md(name: &str, section: &str) -> Result<(), String> {
         _ => format!("{}\n{}\n", current.trim_end(), section),
     };
     fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    println!("xtask bench: updated {}", path.display());
+    eprintln!("xtask bench: updated {}", path.display());
     Ok(())
 }
 
@@ -302,7 +454,7 @@ fn update_docs(name: &str, report: &Value) -> Result<(), String> {
         };
         if let Some(updated) = replace_figures(&current, name, &figures) {
             fs::write(&path, updated).map_err(|e| format!("writing {}: {e}", path.display()))?;
-            println!("xtask bench: updated {}", path.display());
+            eprintln!("xtask bench: updated {}", path.display());
         }
     }
     Ok(())
@@ -315,7 +467,7 @@ fn docs_figures(name: &str, report: &Value, date: &str, machine: &str) -> String
         out.push_str(summary);
         out.push_str("\n\n");
     }
-    out.push_str(&headline_table(report));
+    out.push_str(&comparison_table(report));
     out
 }
 
@@ -416,6 +568,56 @@ mod tests {
             "{out}"
         );
         assert_eq!(replace_figures("no markers", "x", &figures), None);
+    }
+
+    #[test]
+    fn targets_say_plainly_which_are_missed() {
+        let mut report = json!({"scenario": "x", "metrics": {"a_ratio": 2.0},
+        "method": "### Set-up\nraw is configured so.",
+        "targets": [
+            {"metric": "a_ratio", "label": "insert", "median": 2.0, "min": 1.9, "max": 2.4,
+             "target": 1.5, "better": "lower", "unit": "×", "met": true},
+            {"metric": "s_speedup", "label": "group commit", "median": 3.2, "min": 2.9,
+             "max": 3.5, "target": 3.0, "better": "higher", "unit": "×"},
+            {"metric": "rss_mb", "label": "peak RSS", "median": 41.0, "min": 40.5,
+             "max": 42.0, "target": 64.0, "better": "lower", "unit": "MB"}
+        ]});
+        // The bench's own `met` is overruled by the median and the goal.
+        assert_eq!(judge_targets(&mut report), vec!["a_ratio".to_string()]);
+        assert_eq!(report["targets"][0]["met"], json!(false));
+        assert_eq!(report["targets"][1]["met"], json!(true));
+        let line = targets_line("x", &report, &["a_ratio".into()]).unwrap();
+        assert_eq!(
+            line,
+            "xtask bench: x: 1 of 3 targets MISSED: a_ratio 2.00× (target ≤ 1.5×)"
+        );
+        let section = render_section("x", &report, true);
+        assert!(
+            section.contains("### Set-up\nraw is configured so."),
+            "{section}"
+        );
+        assert!(
+            section.contains("| insert (`a_ratio`) | 2.00× | 1.90–2.40 | ≤ 1.5× | **no** |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| group commit (`s_speedup`) | 3.20× | 2.90–3.50 | ≥ 3× | yes |"),
+            "{section}"
+        );
+        assert!(
+            section
+                .contains("| peak RSS (`rss_mb`) | 41.0 MB | 40.5 MB – 42.0 MB | ≤ 64 MB | yes |"),
+            "{section}"
+        );
+        // With targets, they replace the ratio headline table.
+        assert!(!section.contains("| comparison | figure |"), "{section}");
+        let mut ok = json!({"targets": [{"metric": "a", "median": 1.0, "target": 1.5}]});
+        assert!(judge_targets(&mut ok).is_empty());
+        assert_eq!(
+            targets_line("x", &ok, &[]).unwrap(),
+            "xtask bench: x: all 1 targets met"
+        );
+        assert_eq!(targets_line("x", &json!({"metrics": {}}), &[]), None);
     }
 
     #[test]

@@ -11,8 +11,11 @@
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
-//!   files. `--json` also prints the JSON of each scenario to stdout. Scenario
-//!   `kotlin` is the Kotlin suite's typed-vs-bytes benchmark (needs a JDK).
+//!   files. A scenario may declare targets (median, min–max over its repetitions,
+//!   goal): the run prints which are missed, without failing. `--json` prints each
+//!   scenario's JSON, targets judged, as the only output on stdout (the rest goes to
+//!   stderr). Scenario `kotlin` is the Kotlin suite's typed-vs-bytes benchmark
+//!   (needs a JDK).
 //! * `cargo xtask bindings [--release] [--test] [python|kotlin|swift…]` — builds
 //!   `keel-ffi` and generates its UniFFI sources under `target/keel-bindings/`;
 //!   `--test` runs the Python and Kotlin binding tests.
@@ -73,7 +76,8 @@ commands:
                                benchmarks, Python, Kotlin and Swift bindings)
   lint                         cargo fmt --check, clippy and rustdoc (-D warnings)
   bench [SCENARIO…] [--quick] [--json]
-                               run scenario benchmarks and render BENCHMARKS.md
+                               run scenario benchmarks and render BENCHMARKS.md;
+                               --json: only the JSON results on stdout
   bindings [--release] [--test] [python|kotlin|swift…]
                                generate the UniFFI sources (target/keel-bindings/);
                                --test runs the Python and Kotlin binding tests
