@@ -742,6 +742,31 @@ final class KeelTests: XCTestCase {
 
     // MARK: typed vs bytes cost (printed; BENCHMARKS.md takes it from `cargo xtask bench swift`)
 
+    /// The typed fetch reads `all_packed` (one buffer): it returns exactly what
+    /// decoding UniFFI's per-record `all()` returns, empty results included.
+    func testTypedFetchOverPackedMatchesAll() async throws {
+        let dir = try tempDir()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let db = try await Keel.openAsync(path: dir.appendingPathComponent("packed.db").path,
+                                          schema: BlogSchema.self, options: fastOptions())
+        XCTAssertEqual(try db.fetch(Post.self).all(), [])
+        // Objects of very different sizes, one with every field at its default.
+        let posts = [Post(id: "a", priority: 5, title: String(repeating: "long ", count: 200)),
+                     Post(id: "b", priority: 1), Post(id: "c", priority: 3, tags: ["x", "y"])]
+        try await db.write { txn in for p in posts { try txn.insert(p) } }
+        let q = db.query(collection: Post.keelCollection).orderBy(field: "priority", descending: false)
+        let viaAll = try q.all().map { try Post(flatBuffer: $0.bytes) }
+        XCTAssertEqual(viaAll, [posts[1], posts[2], posts[0]])
+        XCTAssertEqual(try db.fetch(Post.self).sorted(by: Post.priority.ascending).all(), viaAll)
+        let packed = try q.allPacked()
+        XCTAssertEqual(packed.count, 3)
+        XCTAssertEqual(packed.bytes.count, try q.all().map(\.bytes.count).reduce(0, +))
+        let typedAsync = try await db.fetch(Post.self).where(Post.priority >= 3).sorted(by: Post.priority.descending).allAsync()
+        XCTAssertEqual(typedAsync.map(\.id), ["a", "c"])
+        XCTAssertEqual(try db.fetch(Post.self).where(Post.priority > 100).all(), [])
+        try await db.close()
+    }
+
     /// The typed API against the same FFI calls with pre-built FlatBuffers bytes.
     /// Measured exactly like the Kotlin suite's "typed vs bytes" test (same posts,
     /// same sync policy, same runs and statistic) so the two bindings compare.

@@ -18,8 +18,8 @@
 //!   [`io_stats`](Database::io_stats), [`open_report`](Database::open_report),
 //!   [`close`](Database::close).
 //! * [`Query::all_packed`] / `all_packed_async` — [`Query::all`]'s objects in one
-//!   buffer ([`PackedObjects`]), for bindings whose generated code lifts records
-//!   slowly (Swift's layer and typed fetch use it).
+//!   buffer ([`PackedObjects`]): what Swift's typed fetch decodes from, without a
+//!   `Data` per object.
 //! * Subscriptions — [`Query::subscribe`] and [`Database::subscribe_object`] take a
 //!   foreign listener ([`QueryListener`], [`ObjectListener`]) and return a
 //!   [`Subscription`] with `cancel()`; query deliveries carry a row-level [`Diff`].

@@ -1,15 +1,15 @@
 //! A query's objects in one buffer: [`Query::all_packed`].
 //!
-//! [`Query::all`] returns one UniFFI record per object. Kotlin and Python lift
-//! those quickly, but UniFFI's generated Swift reads them field by field through
-//! `Data`, and on Linux every integer it reads is an unspecialised generic
-//! `Data.copyBytes` call. [`PackedObjects`] carries the whole result as two byte
-//! buffers (one copy, whatever the object count); the Swift layer
-//! (`bindings/swift/KeelPacked.swift`) slices them with `withUnsafeBytes`, and its
-//! typed fetch decodes straight from them. Measured with 10,000 blog posts
-//! (BENCHMARKS.md, `swift`): about 12% less time than `all()` for the bytes, and
-//! no `Data` per object on the typed path. Writes keep [`Database::write`]: a
-//! packed write measured no faster in Swift or Kotlin, so there is none.
+//! [`Query::all`] returns one UniFFI record per object. UniFFI's generated Swift
+//! lifts each into a `Data` (a copy out of the RustBuffer, read through
+//! unspecialised generic `Data.copyBytes` calls on Linux), which the typed layer
+//! then copies again into the `[UInt8]` its decoder reads. [`PackedObjects`]
+//! carries the whole result as two byte buffers; the Swift typed fetch
+//! (`bindings/swift/KeelPacked.swift`) decodes straight from them. Measured with
+//! 10,000 blog posts (BENCHMARKS.md, `swift`): the typed fetch took 1.33-1.43x the
+//! bytes fetch this way and 1.67x through `all()`. For raw bytes it is no faster
+//! than `all()`, and a packed write measured no faster in Swift or Kotlin, so
+//! there is neither.
 
 use crate::db::Query;
 use crate::error::KeelError;
