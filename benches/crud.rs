@@ -146,7 +146,9 @@ fn keel_insert(db: &Database, d: Vec<Doc>) {
 /// One transaction per object, one after another.
 fn keel_update_each(db: &Database, d: Vec<Doc>) {
     for x in d {
-        db.write(move |t| t.update(&x)).wait().unwrap();
+        // The blocking path: inline when no other write is queued, group commit
+        // when the other threads' writes are.
+        db.write_blocking(move |t| t.update(&x)).unwrap();
     }
 }
 

@@ -587,7 +587,9 @@ pub enum WriteResult {
     },
 }
 
-/// One stored object: rowid and FlatBuffers bytes (verified against the schema).
+/// One stored object: rowid and FlatBuffers bytes (verified against the schema when
+/// keel stored them; a read checks that they still open, and the bindings' readers
+/// refuse deeper damage done by another tool with a decode error).
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct StoredObject {
     /// SQLite rowid.

@@ -59,6 +59,8 @@ impl ChangeHook {
 ///
 /// * [`Database::write`] queues a transaction for the writer thread and returns a
 ///   future that resolves after COMMIT (group commit: concurrent writes share one).
+///   [`Database::write_blocking`] waits for it, committing on the calling thread
+///   when nothing else is writing.
 /// * [`Database::fetch`], [`Database::get`], [`Database::query`] are synchronous and
 ///   run on the calling thread with a pooled read-only connection; they never wait for
 ///   the writer.
@@ -547,9 +549,12 @@ impl Database {
         &self.inner.path
     }
 
-    /// Queue a transaction. `f` runs on the writer thread inside its own SAVEPOINT;
-    /// the returned future resolves after COMMIT with `f`'s result. If `f` returns
-    /// `Err` or calls [`Txn::abort`], only its own changes roll back.
+    /// Queue a transaction. `f` runs on keel's writer thread inside its own
+    /// SAVEPOINT; the returned future resolves after COMMIT with `f`'s result. If `f`
+    /// returns `Err` or calls [`Txn::abort`], only its own changes roll back.
+    /// Awaiting it never blocks an executor thread for the commit's disk sync; a
+    /// thread that would block on it anyway should call [`Database::write_blocking`],
+    /// which skips the handoff to the writer thread when nothing else is writing.
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -571,10 +576,50 @@ impl Database {
         F: FnOnce(&mut Txn<'_>) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
+        self.inner.store.write(self.write_job(f))
+    }
+
+    /// Run a transaction and wait for its commit: what `write(f).wait()` does,
+    /// minus two thread handoffs when nothing else is writing. If no write is
+    /// queued and the writer connection is free, `f` and the COMMIT run on the
+    /// calling thread, with every promise of [`Database::write`] (`f`'s own
+    /// SAVEPOINT, subscriptions and `on_commit_changes` hooks delivered before this
+    /// returns, writes before durable waiting for the open barrier); otherwise it
+    /// queues and joins the next group commit. For threads that may block (not an
+    /// async executor: the commit's disk sync happens here). Calling it inside a
+    /// write closure of the same database is an error, not a deadlock.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("wb.db"), StoreOptions::default())?;
+    /// db.write_blocking(|txn| txn.insert(&Post::builder().id("a").build()))?;
+    /// assert_eq!(db.fetch::<Post>().count()?, 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn write_blocking<F, T>(&self, f: F) -> Result<T>
+    where
+        F: FnOnce(&mut Txn<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.inner.store.write_blocking(self.write_job(f))
+    }
+
+    /// The storage-level closure of a write: `f` on a [`Txn`], then the commit
+    /// callbacks (dictionary, change delivery).
+    fn write_job<F, T>(
+        &self,
+        f: F,
+    ) -> impl FnOnce(&mut keel_storage::WriteTxn<'_>) -> Result<T> + Send + 'static
+    where
+        F: FnOnce(&mut Txn<'_>) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
         let inner = Arc::clone(&self.inner);
         // Writes issued after `close()` fail; writes queued before it still commit.
         let rejected = self.inner.closed.load(Ordering::SeqCst);
-        self.inner.store.write(move |w| {
+        move |w| {
             if rejected {
                 return Err(Error::Closed {
                     op: "write",
@@ -629,10 +674,11 @@ impl Database {
                 w.on_commit(Box::new(move || l.committed()));
             }
             Ok(v)
-        })
+        }
     }
 
-    /// Call `hook` on the writer thread after every commit with the changes of each
+    /// Call `hook` on the committing thread (the writer thread, or the caller of an
+    /// inline [`Database::write_blocking`]) after every commit with the changes of each
     /// committed write closure (before its future resolves). Rolled-back closures
     /// report nothing. The subscription hub plugs in here.
     ///

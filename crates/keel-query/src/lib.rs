@@ -39,8 +39,10 @@
 //!
 //! ## Guarantees
 //!
-//! * **Threads.** Write closures run on keel's single writer thread, one at a time,
-//!   each in its own SAVEPOINT inside a group transaction (group commit). Fetches run
+//! * **Threads.** Write closures run one at a time, each in its own SAVEPOINT inside a
+//!   group transaction (group commit), on keel's single writer thread — or, for
+//!   [`Database::write_blocking`] when nothing else is writing, on the calling thread
+//!   with the same writer connection (no handoff). Fetches run
 //!   on the calling thread with a pooled read-only connection and never wait for the
 //!   writer; the `_async` variants run the same on a keel thread.
 //! * **What a read sees.** Every fetch sees the last committed state at the moment
@@ -127,6 +129,7 @@ pub mod migrate;
 pub mod pool;
 mod query;
 mod remote;
+mod scan;
 mod schema_phase;
 mod slot;
 mod sql;

@@ -164,11 +164,29 @@ impl<'a> Query<'a> {
         self
     }
 
+    /// The query as the scan (`scan.rs`) sees it.
+    fn ask(&self) -> crate::scan::Ask<'_> {
+        crate::scan::Ask {
+            filter: self.spec.filter.as_ref(),
+            order: &self.spec.order,
+            offset: self.spec.offset,
+            limit: self.spec.limit,
+            as_of: match &self.src {
+                Source::Conn(_, _, as_of) => *as_of,
+                Source::Db(_) => None,
+            },
+        }
+    }
+
     fn coll<'i>(&self, inner: &'i Inner, op: &'static str) -> Result<&'i Coll> {
         inner.coll(&self.spec.collection, op)
     }
 
-    /// The SQL and its parameters (for inspection; values are always parameters).
+    /// The SQL and its parameters (for inspection; values are always parameters):
+    /// the whole query in SQL, with `keel_field(body, …)` for fields that have no
+    /// column or index. A query whose filter reads such a field does not run it
+    /// that way: SQLite answers the conjuncts on keys and indexed fields and keel
+    /// evaluates the rest on each row's bytes (see [`Query::explain`]).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -190,6 +208,25 @@ impl<'a> Query<'a> {
     }
 
     fn build(&self, inner: &Inner, count: bool) -> Result<(String, Vec<Value>)> {
+        self.build_with(
+            inner,
+            self.spec.filter.as_ref(),
+            (!count).then_some(&self.spec.order[..]),
+            true,
+            count,
+        )
+    }
+
+    /// The SQL for `filter` in `order` (`None`: no ORDER BY), with the spec's
+    /// LIMIT/OFFSET if `paged`; `count` selects `count(*)` instead of the rows.
+    fn build_with(
+        &self,
+        inner: &Inner,
+        filter: Option<&Expr>,
+        order: Option<&[SortKey]>,
+        paged: bool,
+        count: bool,
+    ) -> Result<(String, Vec<Value>)> {
         let c = self.coll(inner, "query")?;
         let table = inner
             .schema
@@ -209,15 +246,15 @@ impl<'a> Query<'a> {
             },
             params: Vec::new(),
         };
-        let w = match &self.spec.filter {
+        let w = match filter {
             Some(e) => format!(" WHERE {}", comp.expr(e)?),
             None => String::new(),
         };
         let mut tail = String::new();
-        if !count {
-            tail.push_str(&comp.order(&self.spec.order)?);
+        if let Some(keys) = order {
+            tail.push_str(&comp.order(keys)?);
         }
-        if self.spec.limit.is_some() || self.spec.offset > 0 {
+        if paged && (self.spec.limit.is_some() || self.spec.offset > 0) {
             tail.push_str(" LIMIT ? OFFSET ?");
             comp.params.push(Value::Int(
                 self.spec
@@ -240,7 +277,9 @@ impl<'a> Query<'a> {
         Ok((sql, comp.params))
     }
 
-    fn rows(&self, op: &'static str, first: bool, verify: bool) -> Result<Vec<StoredObject>> {
+    /// The matching rows. `check`: fail on a row whose bytes do not even open (see
+    /// [`check_stored`]); typed fetches skip it, their decode checks every field.
+    fn rows(&self, op: &'static str, first: bool, check: bool) -> Result<Vec<StoredObject>> {
         self.src.run(op, |inner, conn| {
             let (mut sql, mut params) = self.build(inner, false)?;
             if first && self.spec.limit.is_none() && self.spec.offset == 0 {
@@ -255,22 +294,40 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(Vec::new());
             }
-            let rows = select(conn, &c.name, op, &sql, &params)?;
-            let t = inner.table(c)?;
-            for r in rows.iter().filter(|_| verify) {
-                t.read(&r.bytes).map_err(|source| Error::Decode {
-                    op,
-                    collection: c.name.clone(),
-                    rowid: r.rowid,
-                    source,
-                })?;
+            let rows = match crate::scan::plan(&inner.schema, c, &self.ask())? {
+                // A filter on a field without an index: evaluated on the bytes.
+                Some(plan) => {
+                    let (sql, params) = self.build_with(
+                        inner,
+                        plan.sql_filter.as_ref(),
+                        plan.sql_order.as_deref(),
+                        false,
+                        false,
+                    )?;
+                    plan.rows(conn, c, op, (&sql, &params), &self.ask(), first)?
+                        .into_iter()
+                        .map(|(rowid, bytes)| StoredObject { rowid, bytes })
+                        .collect()
+                }
+                None => select(conn, &c.name, op, &sql, &params)?,
+            };
+            if check {
+                let t = inner.table(c)?;
+                for r in &rows {
+                    check_stored(t, c, op, r)?;
+                }
             }
             Ok(rows)
         })
     }
 
-    /// Every matching object, in order. Each is verified against the schema: a
-    /// damaged row is an [`Error::Decode`] naming its rowid.
+    /// Every matching object, in order. keel verified each object's bytes against
+    /// the schema when they were written, so reading does not walk them again: it
+    /// checks that each opens (a row damaged since, e.g. by another SQLite tool, is
+    /// an [`Error::Decode`] naming its rowid), and every reader of the bytes
+    /// (generated types, [`keel_schema::Object`], the Swift and Kotlin bindings)
+    /// is bounds-checked, so deeper damage is a decode error there, never a crash.
+    /// `keel check` verifies every row in full.
     pub fn all(self) -> Result<Vec<StoredObject>> {
         self.rows("fetch", false, true)
     }
@@ -288,6 +345,11 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(0);
             }
+            if let Some(plan) = crate::scan::plan(&inner.schema, c, &self.ask())? {
+                let (sql, params) =
+                    self.build_with(inner, plan.sql_filter.as_ref(), None, false, false)?;
+                return plan.count(conn, c, (&sql, &params), &self.ask());
+            }
             let mut st = conn
                 .prepare_cached(&sql)
                 .map_err(|e| Error::sqlite("count", &c.name, e))?;
@@ -301,11 +363,24 @@ impl<'a> Query<'a> {
     }
 
     /// SQLite's `EXPLAIN QUERY PLAN` for this query, one line per step (for tests
-    /// and tuning: shows whether an index is used).
+    /// and tuning: shows whether an index is used). When part of the filter runs on
+    /// the rows' bytes (a field without an index), the plan is that of the SQL that
+    /// feeds it, followed by a `keel: …` line naming what keel evaluates (and
+    /// whether it sorts the matches itself).
     pub fn explain(self) -> Result<Vec<String>> {
         self.src.run("explain", |inner, conn| {
-            let (sql, params) = self.build(inner, false)?;
             let c = self.coll(inner, "explain")?;
+            let plan = crate::scan::plan(&inner.schema, c, &self.ask())?;
+            let (sql, params) = match &plan {
+                Some(p) => self.build_with(
+                    inner,
+                    p.sql_filter.as_ref(),
+                    p.sql_order.as_deref(),
+                    false,
+                    false,
+                )?,
+                None => self.build(inner, false)?,
+            };
             let mut st = conn
                 .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
                 .map_err(|e| Error::sqlite("explain", &c.name, e))?;
@@ -314,8 +389,13 @@ impl<'a> Query<'a> {
                     r.get::<_, String>(3)
                 })
                 .map_err(|e| Error::sqlite("explain", &c.name, e))?;
-            rows.collect::<rusqlite::Result<Vec<_>>>()
-                .map_err(|e| Error::sqlite("explain", &c.name, e))
+            let mut lines = rows
+                .collect::<rusqlite::Result<Vec<_>>>()
+                .map_err(|e| Error::sqlite("explain", &c.name, e))?;
+            if let Some(p) = plan {
+                lines.push(p.describe());
+            }
+            Ok(lines)
         })
     }
 }
@@ -445,7 +525,7 @@ impl<'a, R: Record> Fetch<'a, R> {
     fn decode(op: &'static str, rows: Vec<StoredObject>) -> Result<Vec<R>> {
         rows.into_iter()
             .map(|r| {
-                R::decode(&r.bytes).map_err(|source| Error::Decode {
+                R::decode_stored(&r.bytes).map_err(|source| Error::Decode {
                     op,
                     collection: R::COLLECTION.to_owned(),
                     rowid: r.rowid,
@@ -496,14 +576,14 @@ impl<R: Record> Fetch<'_, R> {
 /// Point lookups by key, shared by [`Database`](crate::Database), [`Snapshot`](crate::Snapshot),
 /// [`Txn`](crate::Txn) and the subscription hub.
 impl Inner {
-    /// Look an object up by (checked) key on `conn`, verifying its bytes.
+    /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].
     pub(crate) fn get_in(
         &self,
         conn: &rusqlite::Connection,
         c: &Coll,
         op: &'static str,
         key: &[Value],
-        verify: bool,
+        check: bool,
     ) -> Result<Option<StoredObject>> {
         let key = c.check_key(op, key)?;
         if self.unborn(conn, c)? {
@@ -513,24 +593,41 @@ impl Inner {
         let Some(r) = rows.into_iter().next() else {
             return Ok(None);
         };
-        if verify {
-            self.table(c)?
-                .read(&r.bytes)
-                .map_err(|source| Error::Decode {
-                    op,
-                    collection: c.name.clone(),
-                    rowid: r.rowid,
-                    source,
-                })?;
+        if check {
+            check_stored(self.table(c)?, c, op, &r)?;
         }
         Ok(Some(r))
     }
 }
 
+/// The read-side check of a stored object's bytes: they open as an object of the
+/// collection's table (root offset, vtable and table within the buffer).
+///
+/// Bytes are verified once, on the way in (`insert_bytes` and friends run the
+/// full verifier); a read does not walk every row again. What a row can have gone
+/// through since is a write by another tool: garbage fails here, and damage deeper
+/// in fails the bounds-checked read of the field that meets it (typed decode:
+/// [`Record::decode_stored`]) — a typed [`Error::Decode`], never a panic.
+pub(crate) fn check_stored(
+    t: keel_schema::DynamicTable<'_>,
+    c: &Coll,
+    op: &'static str,
+    r: &StoredObject,
+) -> Result<()> {
+    t.open(&r.bytes)
+        .map(|_| ())
+        .map_err(|source| Error::Decode {
+            op,
+            collection: c.name.clone(),
+            rowid: r.rowid,
+            source,
+        })
+}
+
 pub(crate) fn decode_opt<R: Record>(o: Option<StoredObject>) -> Result<Option<R>> {
     match o {
         None => Ok(None),
-        Some(r) => R::decode(&r.bytes)
+        Some(r) => R::decode_stored(&r.bytes)
             .map(Some)
             .map_err(|source| Error::Decode {
                 op: "decode",

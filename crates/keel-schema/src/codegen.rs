@@ -866,7 +866,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            return Ok(None);\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
+            "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            // A member type without its value: the verifier refuses it; the\n            // read without the verifier must not take it for \"no member\".\n            return match tag {{\n                0 => Ok(None),\n                _ => Err({rt}::DecodeError::Field {{\n                    field: {name:?},\n                    reason: std::borrow::Cow::Borrowed(\"a union type without its value\"),\n                }}),\n            }};\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
         );
         for m in &u.members {
             let _ = writeln!(
@@ -1379,7 +1379,7 @@ impl<'a> Gen<'a> {
             let key_param = if key_fields.is_empty() { "_key" } else { "key" };
             let _ = writeln!(
                 o,
-                "impl {rt}::Record for {name} {{\n    type Key = {key_ty};\n    const COLLECTION: &'static str = {:?};\n    const SCHEMA_FBS: &'static str = SCHEMA_FBS;\n    const SCHEMA_FINGERPRINT: u64 = SCHEMA_FINGERPRINT;\n\n    fn encode(&self) -> Vec<u8> {{\n        {name}::encode(self)\n    }}\n\n    fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::decode(bytes)\n    }}\n\n    #[allow(clippy::unused_unit)]\n    fn key(&self) -> {key_ty} {{\n        {key_expr}\n    }}\n\n    fn key_values({key_param}: &{key_ty}) -> Vec<{rt}::Value> {{\n        {key_vals}\n    }}\n}}",
+                "impl {rt}::Record for {name} {{\n    type Key = {key_ty};\n    const COLLECTION: &'static str = {:?};\n    const SCHEMA_FBS: &'static str = SCHEMA_FBS;\n    const SCHEMA_FINGERPRINT: u64 = SCHEMA_FINGERPRINT;\n\n    fn encode(&self) -> Vec<u8> {{\n        {name}::encode(self)\n    }}\n\n    fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::decode(bytes)\n    }}\n\n    fn decode_stored(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n\n    #[allow(clippy::unused_unit)]\n    fn key(&self) -> {key_ty} {{\n        {key_expr}\n    }}\n\n    fn key_values({key_param}: &{key_ty}) -> Vec<{rt}::Value> {{\n        {key_vals}\n    }}\n}}",
                 c.name
             );
         } else {

@@ -84,6 +84,26 @@ pub trait Record: Send + Sync + Clone + 'static {
     /// Decodes and verifies a FlatBuffers buffer whose root is this table.
     fn decode(bytes: &[u8]) -> Result<Self, DecodeError>;
 
+    /// Decodes bytes that were verified when they were stored (what keel's reads
+    /// use): the bounds-checked read of every field, without the `flatbuffers`
+    /// verifier's separate pass over the buffer. Bytes damaged since — a row
+    /// changed by another tool — still give an error (out-of-bounds offsets, bad
+    /// UTF-8, nesting over 64 levels, a union type without its value), never a
+    /// panic; only what a bounds-checked read does not need (alignment) goes
+    /// unchecked. The default implementation is [`Record::decode`].
+    ///
+    /// ```
+    /// use keel_example_blog::blog::Post;
+    /// use keel_schema::Record;
+    /// let bytes = Post::builder().id("p").build().encode();
+    /// assert_eq!(Post::decode_stored(&bytes)?.id, "p");
+    /// assert!(Post::decode_stored(&[0xde, 0xad, 0xbe, 0xef, 1, 0]).is_err());
+    /// # Ok::<(), keel_schema::DecodeError>(())
+    /// ```
+    fn decode_stored(bytes: &[u8]) -> Result<Self, DecodeError> {
+        Self::decode(bytes)
+    }
+
     /// The primary key of this object.
     fn key(&self) -> Self::Key;
 

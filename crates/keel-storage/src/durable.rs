@@ -23,7 +23,7 @@ use crate::error::{Error, PathScope, Result};
 use crate::options::{Milestone, OpenPhase, OpenProgress, ProgressFn};
 use crate::policy::{ReasonScope, SyncReason};
 use crate::report::{OpenReport, PhaseReport};
-use crate::writer::{writer_main, WriterCtx, WriterMsg};
+use crate::writer::{attach_writer, writer_main, WriterCtx, WriterMsg};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -376,6 +376,7 @@ fn refuse_writes(rx: Receiver<WriterMsg>, e: Error) {
             WriterMsg::Vacuum { reply, .. } => {
                 let _ = reply.send(Err(e.clone()));
             }
+            WriterMsg::Committed => {}
             WriterMsg::Shutdown => break,
             WriterMsg::Wake => {}
         }
@@ -406,12 +407,15 @@ pub(crate) fn start_threads(p: Parked, path: &Path) -> Result<(JoinHandle<()>, J
         Ok(h) => h,
         Err(e) => return Err(Error::io("spawn checkpointer thread", path, e)),
     };
+    let w_shared = Arc::clone(&w_ctx.shared);
+    attach_writer(writer, &w_ctx);
     let w_handle = match std::thread::Builder::new()
         .name("keel-writer".into())
-        .spawn(move || writer_main(writer, w_rx, w_ctx))
+        .spawn(move || writer_main(w_rx, w_ctx))
     {
         Ok(h) => h,
         Err(e) => {
+            drop(w_shared.detach());
             let _ = ck_tx.send(CkptMsg::Shutdown);
             let _ = ck_handle.join();
             return Err(Error::io("spawn writer thread", path, e));

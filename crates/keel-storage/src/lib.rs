@@ -12,7 +12,8 @@
 //!   `xSync` through [`SyncPolicies`] (commit / checkpoint / open barrier) and counts
 //!   I/O per file kind ([`IoStats`]).
 //! * **Group commit.** [`Store::write`] closures queue to one writer thread which
-//!   runs many in one transaction, each in its own SAVEPOINT.
+//!   runs many in one transaction, each in its own SAVEPOINT. [`Store::write_blocking`]
+//!   skips the handoff when nothing is queued: the caller commits on its own thread.
 //! * **Small WAL.** A background checkpointer runs PASSIVE checkpoints over a
 //!   threshold (default 4 MiB) or when idle; [`Store::on_background`] truncates.
 //!

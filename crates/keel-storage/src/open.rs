@@ -18,7 +18,7 @@ use crate::report::{OpenReport, PhaseReport};
 use crate::stats::Counters;
 use crate::store::{Inner, Store};
 use crate::vfs::{sync_file, VfsRegistration, VfsShared};
-use crate::writer::WriterCtx;
+use crate::writer::{WriterCtx, WriterShared};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -841,6 +841,13 @@ fn readable(
             reopen: ck_reopen,
         };
         let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
+        let w_shared = Arc::new(WriterShared::new(
+            path,
+            signal,
+            Arc::clone(&wal_frames),
+            (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
+            Arc::clone(&suspension),
+        ));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),
             suspension: Arc::clone(&suspension),
@@ -852,9 +859,7 @@ fn readable(
             idle: opts.idle_checkpoint_delay,
             max_group: opts.max_group_size.max(1),
             vacuum_min_free_pages: opts.vacuum_min_free_pages,
-            signal,
-            wal_frames: Arc::clone(&wal_frames),
-            threshold_frames: (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
+            shared: Arc::clone(&w_shared),
         };
         let parked = Parked {
             writer,
@@ -901,6 +906,7 @@ fn readable(
                 gate,
                 Arc::clone(&vfs),
                 gauge,
+                w_shared,
                 suspension,
             )),
             n,

@@ -14,7 +14,9 @@ use crate::report::OpenReport;
 use crate::stats::IoStats;
 use crate::suspend::{ResumeReport, SuspendOptions, SuspendReport};
 use crate::vfs::{VfsRegistration, VfsShared};
-use crate::writer::{QueueGauge, TypedJob, WriteFuture, WriteTxn, WriterMsg};
+use crate::writer::{
+    Inline, Job, QueueGauge, TypedJob, WriteFuture, WriteTxn, WriterMsg, WriterShared,
+};
 
 pub(crate) struct Inner {
     path: PathBuf,
@@ -26,6 +28,8 @@ pub(crate) struct Inner {
     gate: Arc<Gate>,
     readers: ReaderPool,
     gauge: Arc<QueueGauge>,
+    /// The writer connection (for inline commits of blocking writes).
+    writer: Arc<WriterShared>,
     closed: AtomicBool,
     close_lock: Mutex<()>,
     /// Suspend/resume state shared with the writer and checkpointer threads.
@@ -51,6 +55,7 @@ impl Inner {
         gate: Arc<Gate>,
         vfs: Arc<VfsRegistration>,
         gauge: Arc<QueueGauge>,
+        writer: Arc<WriterShared>,
         suspension: Arc<crate::park::Suspension>,
     ) -> Inner {
         Inner {
@@ -61,6 +66,7 @@ impl Inner {
             gate,
             readers,
             gauge,
+            writer,
             closed: AtomicBool::new(false),
             close_lock: Mutex::new(()),
             suspension,
@@ -69,8 +75,12 @@ impl Inner {
         }
     }
 
+    /// True on a thread that holds the writer connection: keel's writer thread,
+    /// or a caller running an inline group (its closure or `on_commit` callbacks).
+    /// Waiting for the writer there would wait for itself.
     fn on_writer(&self) -> bool {
         self.gate.threads.writer_id.get() == Some(&std::thread::current().id())
+            || self.writer.inline_here()
     }
 
     fn close(&self) -> Result<()> {
@@ -299,15 +309,18 @@ impl Store {
         &self.inner.gate
     }
 
-    /// Queue a write. The closure runs on the writer thread inside its own SAVEPOINT,
-    /// unless the queue already holds
+    /// Queue a write. The closure runs on keel's writer thread inside its own
+    /// SAVEPOINT, grouped with other queued writes into one transaction (group
+    /// commit). If it returns `Err` only its own changes roll back. The future
+    /// resolves after COMMIT (and after `on_commit` callbacks ran); if COMMIT fails
+    /// every closure of the group gets the error. If the queue already holds
     /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)
-    /// writes: then the future resolves at once with [`Error::QueueFull`] and the
-    /// closure never runs (backpressure, see `docs/durability.md`).
-    /// grouped with other queued writes into one transaction (group commit). If it
-    /// returns `Err` only its own changes roll back. The future resolves after COMMIT
-    /// (and after `on_commit` callbacks ran); if COMMIT fails every closure of the
-    /// group gets the error.
+    /// writes the future resolves at once with [`Error::QueueFull`] and the closure
+    /// never runs (backpressure, see `docs/durability.md`).
+    ///
+    /// The closure never runs on the calling thread, so awaiting the future never
+    /// blocks an executor thread for a disk sync. A thread that waits anyway should
+    /// call [`Store::write_blocking`], which skips the handoff when it can.
     ///
     /// Another process writing the same file: the group's transaction starts with
     /// `BEGIN IMMEDIATE`, so the write lock is taken up front where the busy timeout
@@ -337,7 +350,9 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        self.enqueue(f, self.inner.gauge.try_reserve(), true)
+        let (job, fut) = self.job(f);
+        self.enqueue(job, self.inner.gauge.try_reserve(), true);
+        fut
     }
 
     /// [`Store::write`] for background work that must not be dropped (a cache's
@@ -357,17 +372,13 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        self.enqueue(f, self.inner.gauge.try_reserve(), false)
+        let (job, fut) = self.job(f);
+        self.enqueue(job, self.inner.gauge.try_reserve(), false);
+        fut
     }
 
-    /// Queue `f` if `reserved` (a place in the writer queue was taken for it);
-    /// otherwise its future reports [`Error::QueueFull`].
-    fn enqueue<F, R, E>(
-        &self,
-        f: F,
-        reserved: bool,
-        fail_fast: bool,
-    ) -> WriteFuture<std::result::Result<R, E>>
+    /// A write's job and the future it resolves.
+    fn job<F, R, E>(&self, f: F) -> (Box<dyn Job>, WriteFuture<std::result::Result<R, E>>)
     where
         F: FnOnce(&mut WriteTxn<'_>) -> std::result::Result<R, E> + Send + 'static,
         R: Send + 'static,
@@ -380,28 +391,35 @@ impl Store {
             rx,
             Box::new(move || Err(E::from(Error::closed("write", &p2)))),
         );
+        (Box::new(TypedJob::new(f, tx, path)), fut)
+    }
+
+    /// Queue `job` if `reserved` (a place in the writer queue was taken for it);
+    /// otherwise resolve its future with [`Error::QueueFull`] (or, `fail_fast`
+    /// while suspended so, [`Error::Suspended`]). A job dropped unrun resolves its
+    /// future with `Closed`.
+    fn enqueue(&self, job: Box<dyn Job>, reserved: bool, fail_fast: bool) {
         if self.inner.closed.load(Ordering::SeqCst) {
             if reserved {
                 self.inner.gauge.release();
             }
-            return fut;
+            return;
         }
         if fail_fast && self.inner.suspension.fails_fast() {
             if reserved {
                 self.inner.gauge.release();
             }
-            let _ = tx.send(Err(E::from(Error::suspended("write", &path))));
-            return fut;
+            job.finish(&Err(Error::suspended("write", &self.inner.path)));
+            return;
         }
         if !reserved {
-            let _ = tx.send(Err(E::from(Error::QueueFull {
+            job.finish(&Err(Error::QueueFull {
                 op: "write",
-                path,
+                path: self.inner.path.clone(),
                 capacity: self.inner.gauge.capacity(),
-            })));
-            return fut;
+            }));
+            return;
         }
-        let job = Box::new(TypedJob::new(f, tx, path));
         let sent = match lock(&self.inner.writer_tx).as_ref() {
             // On failure the job is dropped: the future reports `Closed`.
             Some(wtx) => wtx.send(WriterMsg::Job(job)).is_ok(),
@@ -410,7 +428,6 @@ impl Store {
         if !sent {
             self.inner.gauge.release();
         }
-        fut
     }
 
     /// Writes waiting in the writer queue now (at most
@@ -427,15 +444,28 @@ impl Store {
         self.inner.gauge.len()
     }
 
-    /// [`Store::write`] and wait for it. Must not be called from inside a write
-    /// closure or an `on_commit` callback (it returns an error there instead of
-    /// deadlocking).
+    /// [`Store::write`] and wait for it, without the handoff when the writer is
+    /// idle: if no write is queued and the writer connection is free, the closure
+    /// and the COMMIT (with its disk sync) run on the calling thread, as a group of
+    /// their own, with every promise of a queued write (its own SAVEPOINT, the
+    /// authorizer, `on_commit` callbacks before this returns). Otherwise the write
+    /// queues behind the others and this waits for its group; a full queue makes it
+    /// wait for room rather than fail. Before the store is durable every write
+    /// queues behind the open barrier.
+    ///
+    /// Must not be called from inside a write closure or an `on_commit` callback
+    /// of the same store (it returns an error there instead of deadlocking).
     ///
     /// ```
     /// # use keel_storage::{Error, Store, StoreOptions};
     /// # let dir = tempfile::tempdir().unwrap();
     /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
-    /// store.write_blocking(|t| t.execute_batch("CREATE TABLE t(x)").map_err(Error::from))?;
+    /// let caller = std::thread::current().id();
+    /// let ran_on = store.write_blocking(|t| {
+    ///     t.execute_batch("CREATE TABLE t(x)")?;
+    ///     Ok::<_, Error>(std::thread::current().id())
+    /// })?;
+    /// assert_eq!(ran_on, caller); // nothing queued: committed inline
     /// # Ok::<(), Error>(())
     /// ```
     pub fn write_blocking<F, R, E>(&self, f: F) -> std::result::Result<R, E>
@@ -444,18 +474,41 @@ impl Store {
         R: Send + 'static,
         E: From<Error> + Send + 'static,
     {
-        if self.inner.on_writer() {
+        let inner = &self.inner;
+        if inner.on_writer() {
             return Err(E::from(Error::Cancelled {
                 op: "write_blocking on the writer thread (would deadlock)",
-                path: self.inner.path.clone(),
+                path: inner.path.clone(),
             }));
         }
+        let (mut job, fut) = self.job(f);
+        if !inner.closed.load(Ordering::SeqCst) && inner.gauge.len() == 0 {
+            match inner.writer.try_inline(job) {
+                Inline::Ran {
+                    wake_ckpt,
+                    wake_writer,
+                } => {
+                    if wake_ckpt {
+                        if let Some(tx) = lock(&inner.ckpt_tx).as_ref() {
+                            let _ = tx.send(CkptMsg::Committed);
+                        }
+                    }
+                    if wake_writer {
+                        if let Some(tx) = lock(&inner.writer_tx).as_ref() {
+                            let _ = tx.send(WriterMsg::Committed);
+                        }
+                    }
+                    return fut.wait();
+                }
+                Inline::Busy(j) => job = j,
+            }
+        }
         // Blocking anyway: wait for room in the queue rather than fail.
-        let inner = &self.inner;
         let reserved = inner
             .gauge
             .reserve_blocking(|| inner.closed.load(Ordering::SeqCst));
-        self.enqueue(f, reserved, true).wait()
+        self.enqueue(job, reserved, true);
+        fut.wait()
     }
 
     /// Run `f` synchronously on the calling thread with a pooled read-only connection,
@@ -807,6 +860,12 @@ impl Store {
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
     pub fn incremental_vacuum(&self, pages: u32) -> Result<u64> {
+        if self.inner.on_writer() {
+            return Err(Error::Cancelled {
+                op: "incremental vacuum inside a write (would deadlock)",
+                path: self.inner.path.clone(),
+            });
+        }
         let (tx, rx) = oneshot::channel();
         {
             let g = lock(&self.inner.writer_tx);

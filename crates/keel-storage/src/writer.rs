@@ -1,11 +1,12 @@
-//! The writer thread and group commit.
+//! The writer thread and group commit, and the inline commit of an uncontended
+//! blocking write on its caller's thread ([`WriterShared`]).
 
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::checkpointer::{CkptMsg, CkptSignal};
@@ -46,9 +47,11 @@ pub struct WriteTxn<'a> {
 }
 
 impl WriteTxn<'_> {
-    /// Run `f` on the writer thread after the group's COMMIT succeeds, before the
-    /// write futures resolve. Callbacks run in commit order; they are dropped if this
-    /// closure fails (rolls back) or the commit fails.
+    /// Run `f` after the group's COMMIT succeeds, before the write futures resolve,
+    /// on the thread that committed: keel's writer thread, or the caller of
+    /// [`Store::write_blocking`](crate::Store::write_blocking) when it committed
+    /// inline. Callbacks run in commit order (the next group waits for them); they
+    /// are dropped if this closure fails (rolls back) or the commit fails.
     pub fn on_commit(&mut self, f: Box<dyn FnOnce() + Send>) {
         self.callbacks.push(f);
     }
@@ -273,9 +276,157 @@ pub(crate) enum WriterMsg {
         pages: u32,
         reply: oneshot::Sender<Result<u64>>,
     },
+    /// A group committed inline while the writer slept without a deadline: arm
+    /// the idle vacuum check.
+    Committed,
     Shutdown,
     /// Wakes the writer so it sees a suspend (see park.rs).
     Wake,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The writer connection and what a commit needs, shared by keel's writer thread
+/// and the callers that commit inline.
+///
+/// Whoever holds `conn` runs groups: the writer thread for queued writes (group
+/// commit), or a [`Store::write_blocking`](crate::Store::write_blocking) caller
+/// that found the queue empty and the connection free, running its one closure
+/// and the COMMIT on its own thread — no handoff to the writer and back. The
+/// writer thread takes the lock before it takes queued jobs off the queue gauge,
+/// so "gauge empty and lock free" means no queued write is ahead of the caller.
+pub(crate) struct WriterShared {
+    path: PathBuf,
+    /// `None` while parked (before durable: writes queue behind the open barrier)
+    /// and after the writer thread shut down.
+    conn: Mutex<Option<crate::conn::KConn>>,
+    /// The authorizer's switch (see `guard_transaction`).
+    in_closure: Arc<AtomicBool>,
+    signal: Arc<CkptSignal>,
+    wal_frames: Arc<AtomicU64>,
+    threshold_frames: u64,
+    /// Groups committed inline since the writer thread last looked (its idle
+    /// vacuum check waits for a quiet period).
+    inline_groups: AtomicU64,
+    /// The writer thread sleeps without a deadline; the next inline commit wakes
+    /// it once so the idle vacuum check still follows the last commit.
+    asleep: AtomicBool,
+    /// Suspended (park.rs): nothing commits inline; writes queue until resume.
+    suspension: Arc<crate::park::Suspension>,
+}
+
+thread_local! {
+    /// The `WriterShared`s (addresses) whose writer connection this thread holds
+    /// for an inline group: a nested blocking write to the same store would wait
+    /// for itself.
+    static INLINE: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct InlineMark(usize);
+
+impl InlineMark {
+    fn enter(w: &WriterShared) -> InlineMark {
+        let me = w as *const WriterShared as usize;
+        INLINE.with(|v| v.borrow_mut().push(me));
+        InlineMark(me)
+    }
+}
+
+impl Drop for InlineMark {
+    fn drop(&mut self) {
+        INLINE.with(|v| {
+            let mut v = v.borrow_mut();
+            if let Some(i) = v.iter().rposition(|x| *x == self.0) {
+                v.remove(i);
+            }
+        });
+    }
+}
+
+/// What [`WriterShared::try_inline`] did.
+pub(crate) enum Inline {
+    /// The group ran and its future is resolved. `wake_ckpt`: tell the
+    /// checkpointer; `wake_writer`: send the writer [`WriterMsg::Committed`].
+    Ran { wake_ckpt: bool, wake_writer: bool },
+    /// The writer connection is busy or not there: queue the job instead.
+    Busy(Box<dyn Job>),
+}
+
+impl WriterShared {
+    pub(crate) fn new(
+        path: &Path,
+        signal: Arc<CkptSignal>,
+        wal_frames: Arc<AtomicU64>,
+        threshold_frames: u64,
+        suspension: Arc<crate::park::Suspension>,
+    ) -> WriterShared {
+        WriterShared {
+            path: path.to_path_buf(),
+            conn: Mutex::new(None),
+            in_closure: Arc::new(AtomicBool::new(false)),
+            signal,
+            wal_frames,
+            threshold_frames,
+            inline_groups: AtomicU64::new(0),
+            asleep: AtomicBool::new(false),
+            suspension,
+        }
+    }
+
+    /// Record a commit; true if the checkpointer must be woken.
+    fn committed(&self) -> bool {
+        let first = self.signal.committed();
+        first || self.wal_frames.load(Ordering::Relaxed) >= self.threshold_frames
+    }
+
+    /// True while this thread runs an inline group of this store (its closure or
+    /// an `on_commit` callback).
+    pub(crate) fn inline_here(&self) -> bool {
+        let me = self as *const WriterShared as usize;
+        INLINE.with(|v| v.borrow().contains(&me))
+    }
+
+    /// Run `job` as a group of its own on the calling thread if the writer
+    /// connection is free right now; give it back if not. Callers check first
+    /// that no write is queued (the queue keeps its order). Only the blocking
+    /// path calls this: an inline group includes the commit's disk sync.
+    pub(crate) fn try_inline(&self, job: Box<dyn Job>) -> Inline {
+        if self.suspension.is_suspended() {
+            return Inline::Busy(job);
+        }
+        let g = match self.conn.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Inline::Busy(job),
+        };
+        let Some(c) = g.as_ref() else {
+            return Inline::Busy(job);
+        };
+        let done = {
+            let _path = PathScope::enter(&self.path);
+            let _reason = ReasonScope::enter(SyncReason::Commit);
+            let _mark = InlineMark::enter(self);
+            run_group(
+                &c.conn,
+                &self.path,
+                vec![job],
+                &self.in_closure,
+                &self.signal,
+                &self.suspension,
+            )
+        };
+        let wake_ckpt = self.committed();
+        self.inline_groups.fetch_add(1, Ordering::SeqCst);
+        let wake_writer = self.asleep.swap(false, Ordering::SeqCst);
+        drop(g);
+        done.resolve();
+        Inline::Ran {
+            wake_ckpt,
+            wake_writer,
+        }
+    }
 }
 
 pub(crate) struct WriterCtx {
@@ -284,9 +435,7 @@ pub(crate) struct WriterCtx {
     pub(crate) idle: Duration,
     pub(crate) max_group: usize,
     pub(crate) vacuum_min_free_pages: u32,
-    pub(crate) signal: Arc<CkptSignal>,
-    pub(crate) wal_frames: Arc<AtomicU64>,
-    pub(crate) threshold_frames: u64,
+    pub(crate) shared: Arc<WriterShared>,
     pub(crate) gauge: Arc<QueueGauge>,
     pub(crate) suspension: Arc<crate::park::Suspension>,
     pub(crate) reopen: crate::conn::Reopen,
@@ -297,8 +446,7 @@ pub(crate) struct WriterCtx {
 impl WriterCtx {
     /// Tell the checkpointer about a commit, waking it only when needed.
     fn committed(&self) {
-        let first = self.signal.committed();
-        if first || self.wal_frames.load(Ordering::Relaxed) >= self.threshold_frames {
+        if self.shared.committed() {
             let _ = self.ckpt_tx.send(CkptMsg::Committed);
         }
     }
@@ -384,7 +532,8 @@ pub(crate) fn incremental_vacuum(
     Ok(u64::try_from(before - after).unwrap_or(0))
 }
 
-/// What the writer installs on its connection, at start and after each reopen.
+/// What the writer installs on its connection, at start and after each reopen:
+/// the authorizer (and the statement trace), and the interrupt a suspend uses.
 fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
     guard_transaction(&mut conn.conn, Arc::clone(in_closure));
     #[cfg(feature = "sim")]
@@ -408,33 +557,46 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
     );
 }
 
-/// The writer connection, reopened after a resume if needed.
-fn connection<'c>(
-    conn: &'c mut Option<KConn>,
-    in_closure: &Arc<AtomicBool>,
-    ctx: &WriterCtx,
-) -> Result<&'c KConn> {
-    if conn.is_none() {
+/// Hand the writer connection to the store: install what the writer needs on
+/// it, then put it where the writer thread and inline commits take it. Called
+/// before the writer thread starts, so a blocking write right after the open
+/// already commits inline.
+pub(crate) fn attach_writer(mut conn: KConn, ctx: &WriterCtx) {
+    install(&mut conn, &ctx.shared.in_closure, ctx);
+    *lock(&ctx.shared.conn) = Some(conn);
+}
+
+impl WriterShared {
+    /// Take the writer connection back (the writer thread could not start): no
+    /// write may commit without it.
+    pub(crate) fn detach(&self) -> Option<KConn> {
+        lock(&self.conn).take()
+    }
+}
+
+/// The writer connection in `slot`, reopened after a resume if needed (only the
+/// writer thread reopens; inline commits use it only while it is there).
+fn connection<'c>(slot: &'c mut Option<KConn>, ctx: &WriterCtx) -> Result<&'c KConn> {
+    if slot.is_none() {
         let mut c = (ctx.reopen)()?;
-        install(&mut c, in_closure, ctx);
+        install(&mut c, &ctx.shared.in_closure, ctx);
         if ctx.suspension.external.swap(false, Ordering::AcqRel) {
             // Another process may have started a new WAL meanwhile.
-            ctx.signal.arm_epoch_bump();
+            ctx.shared.signal.arm_epoch_bump();
         }
-        *conn = Some(c);
+        *slot = Some(c);
     }
-    conn.as_ref()
+    slot.as_ref()
         .ok_or_else(|| Error::closed("reopen the writer connection", &ctx.path))
 }
 
-pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) {
+/// The writer thread: runs queued writes in groups, the idle vacuum check, lets
+/// go of the connection while suspended, and closes it at shutdown. The
+/// connection was attached with [`attach_writer`].
+pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     let _path = PathScope::enter(&ctx.path);
     let _reason = ReasonScope::enter(SyncReason::Commit);
-    let in_closure = Arc::new(AtomicBool::new(false));
-    let mut conn = Some(conn);
-    if let Some(c) = conn.as_mut() {
-        install(c, &in_closure, &ctx);
-    }
+    let shared = Arc::clone(&ctx.shared);
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
     loop {
@@ -443,7 +605,9 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
             // writes stay queued; the connection reopens at the next one.
             ctx.suspension
                 .set_interrupt(crate::park::Parker::Writer, None);
-            if let Some(c) = conn.take() {
+            // Waits for an inline group still running (the suspend interrupted it).
+            let taken = lock(&shared.conn).take();
+            if let Some(c) = taken {
                 crate::park::release(c);
             }
             ctx.suspension.park(crate::park::Parker::Writer);
@@ -454,15 +618,29 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
             // Idle means asleep: the only deadline is the background vacuum check
             // `idle` after the last commit; once it ran, wait for work alone (a
             // phone's battery pays for every wake-up).
-            None if vacuum_checked => match rx.recv() {
-                Ok(m) => m,
-                Err(_) => break,
-            },
+            None if vacuum_checked => {
+                shared.asleep.store(true, Ordering::SeqCst);
+                if shared.inline_groups.load(Ordering::SeqCst) > 0
+                    && shared.asleep.swap(false, Ordering::SeqCst)
+                {
+                    // An inline commit slipped in since the last check.
+                    vacuum_checked = false;
+                    continue;
+                }
+                match rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                }
+            }
             None => match rx.recv_timeout(ctx.idle) {
                 Ok(m) => m,
                 Err(RecvTimeoutError::Timeout) => {
+                    // Inline commits during the wait: not quiet yet, look again.
+                    if shared.inline_groups.swap(0, Ordering::SeqCst) > 0 {
+                        continue;
+                    }
                     vacuum_checked = true;
-                    if let Some(c) = conn.as_ref() {
+                    if let Some(c) = lock(&shared.conn).as_ref() {
                         background_vacuum(&c.conn, &ctx);
                     }
                     continue;
@@ -470,16 +648,25 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
                 Err(RecvTimeoutError::Disconnected) => break,
             },
         };
+        shared.asleep.store(false, Ordering::SeqCst);
         match msg {
             WriterMsg::Shutdown => break,
             WriterMsg::Wake => {}
+            WriterMsg::Committed => {
+                shared.inline_groups.store(0, Ordering::SeqCst);
+                vacuum_checked = false;
+            }
             WriterMsg::Vacuum { pages, reply } => {
-                let r = connection(&mut conn, &in_closure, &ctx)
+                let r = connection(&mut lock(&shared.conn), &ctx)
                     .and_then(|c| incremental_vacuum(&c.conn, &ctx.path, pages));
                 ctx.committed();
                 let _ = reply.send(r);
             }
             WriterMsg::Job(j) => {
+                // The connection first, then the jobs off the gauge: a blocking
+                // caller that sees an empty gauge and a free connection has no
+                // queued write ahead of it.
+                let mut g = lock(&shared.conn);
                 let mut batch = vec![j];
                 // A suspend waits for this group only: stop taking more.
                 while batch.len() < ctx.max_group && !ctx.suspension.is_suspended() {
@@ -493,24 +680,29 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
                     }
                 }
                 ctx.gauge.left(batch.len());
-                match connection(&mut conn, &in_closure, &ctx) {
-                    Ok(c) => run_group(
+                let done = match connection(&mut g, &ctx) {
+                    Ok(c) => Some(run_group(
                         &c.conn,
                         &ctx.path,
                         batch,
-                        &in_closure,
-                        &ctx.signal,
+                        &shared.in_closure,
+                        &shared.signal,
                         &ctx.suspension,
-                    ),
+                    )),
                     Err(e) => {
                         tracing::error!(error = %e, "could not reopen the writer connection");
                         for j in batch {
                             j.finish(&Err(e.clone()));
                         }
+                        None
                     }
-                }
+                };
                 vacuum_checked = false;
                 ctx.committed();
+                drop(g);
+                if let Some(d) = done {
+                    d.resolve();
+                }
             }
         }
     }
@@ -521,6 +713,9 @@ pub(crate) fn writer_main(conn: KConn, rx: Receiver<WriterMsg>, ctx: WriterCtx) 
     }
     ctx.suspension
         .set_interrupt(crate::park::Parker::Writer, None);
+    // Waits for an inline group still running; later blocking writes queue and
+    // are told `Closed`.
+    let conn = lock(&shared.conn).take();
     drop(conn);
 }
 
@@ -539,8 +734,9 @@ fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
     }
 }
 
-/// Run one group: BEGIN IMMEDIATE; each job in its own SAVEPOINT; COMMIT; callbacks;
-/// resolve futures.
+/// Run one group: BEGIN IMMEDIATE; each job in its own SAVEPOINT (a group of one:
+/// no savepoint, a failure rolls the transaction back); COMMIT; callbacks.
+/// The futures resolve when the returned [`Done`] is resolved (or dropped).
 fn run_group(
     conn: &rusqlite::Connection,
     path: &Path,
@@ -548,7 +744,7 @@ fn run_group(
     in_closure: &AtomicBool,
     signal: &crate::checkpointer::CkptSignal,
     suspension: &crate::park::Suspension,
-) {
+) -> Done {
     let span = tracing::debug_span!("keel.commit", group = batch.len());
     let _e = span.enter();
     let start = Instant::now();
@@ -560,6 +756,10 @@ fn run_group(
     let mut settled: Vec<(Box<dyn Job>, Result<()>)> = Vec::new();
     let mut in_txn = false;
     let mut bumped = false;
+    // A group of one needs no savepoint: its closure's failure rolls back the
+    // whole transaction, which holds nothing else. Two statements less per
+    // uncontended write (an inline commit is always a group of one).
+    let solo = batch.len() == 1;
     for mut job in batch {
         if !in_txn {
             if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
@@ -571,10 +771,12 @@ fn run_group(
             // identity.rs: the first write of a new WAL records a new epoch.
             bumped |= signal.take_epoch_bump() && crate::identity::bump_epoch(conn, path);
         }
-        if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
-            let err = Error::sqlite("savepoint", path, e);
-            settled.push((job, Err(err)));
-            continue;
+        if !solo {
+            if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
+                let err = Error::sqlite("savepoint", path, e);
+                settled.push((job, Err(err)));
+                continue;
+            }
         }
         let mut txn = WriteTxn {
             conn,
@@ -609,7 +811,9 @@ fn run_group(
             }
             continue;
         }
-        if ok {
+        if ok && solo {
+            committed.push((job, callbacks));
+        } else if ok {
             if let Err(e) = exec(conn, "RELEASE keel_write") {
                 // The closure reports an error, so its changes must not stay in the
                 // group: roll them back, or (if even that fails) give up the whole
@@ -632,6 +836,14 @@ fn run_group(
                 continue;
             }
             committed.push((job, callbacks));
+        } else if solo {
+            drop(callbacks);
+            let _ = exec(conn, "ROLLBACK");
+            in_txn = false;
+            if std::mem::take(&mut bumped) {
+                signal.arm_epoch_bump(); // rolled back with the closure's changes
+            }
+            settled.push((job, Ok(())));
         } else {
             drop(callbacks);
             let _ = exec(conn, "ROLLBACK TO keel_write");
@@ -668,15 +880,33 @@ fn run_group(
             }
         }
     }
+    let mut done = Done(Vec::with_capacity(committed.len() + settled.len()));
     for (job, callbacks) in committed {
         // Callbacks of a failed commit are dropped before the future resolves: what
         // they restore on drop (the dictionary's pending values) is back in place
         // when the caller learns of the failure.
         drop(callbacks);
-        job.finish(&commit);
+        done.0.push((job, commit.clone()));
     }
-    for (job, r) in settled {
-        job.finish(&r);
-    }
+    done.0.extend(settled);
     tracing::debug!(ms = start.elapsed().as_secs_f64() * 1e3, "group done");
+    done
+}
+
+/// The jobs of a group that ran, with their results: resolved by
+/// [`Done::resolve`] once the writer connection is released (a caller woken by
+/// its future finds it free), or when dropped.
+#[must_use]
+struct Done(Vec<(Box<dyn Job>, Result<()>)>);
+
+impl Done {
+    fn resolve(self) {}
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        for (job, r) in self.0.drain(..) {
+            job.finish(&r);
+        }
+    }
 }

@@ -56,14 +56,17 @@
 //!   stream has its new value.
 //! * **Which thread.** The first result of a query subscription (and a fresh object
 //!   for a stale object subscription) is delivered synchronously on the thread that
-//!   subscribes, before `subscribe` returns. Every later delivery runs on keel's
-//!   writer thread — except, with `StoreOptions::share_changes`, what other
-//!   processes committed, which the `keel-feed` thread (or a
-//!   [`Database::catch_up`] caller) delivers, in order with local commits (see
-//!   `docs/app-groups.md`). Keep callbacks short — the next write waits for them — and hand
+//!   subscribes, before `subscribe` returns. Every later delivery runs on the thread
+//!   that committed the write: keel's writer thread, or the caller of
+//!   [`Database::write_blocking`](crate::Database::write_blocking) when it committed
+//!   inline — except, with `StoreOptions::share_changes`, what other processes
+//!   committed, which the `keel-feed` thread (or a [`Database::catch_up`] caller)
+//!   delivers, in order with local commits (see `docs/app-groups.md`). Keep
+//!   callbacks short — the next write waits for them — and hand
 //!   heavy work to your own thread or runtime. A callback may read, subscribe,
 //!   unsubscribe and queue writes, but **must not wait for a write future** (the
-//!   writer would wait for itself: a deadlock).
+//!   writer would wait for itself: a deadlock; `write_blocking` there returns an
+//!   error instead).
 //! * **Order.** One subscription's deliveries never overlap and arrive in commit
 //!   order. Each diff is relative to the previous delivery of the same callback or
 //!   stream, so applying the diffs in order reproduces every result.
@@ -549,7 +552,7 @@ impl Stream for ObjectStream {
 // ---------------------------------------------------------------- typed API
 
 fn decode<R: Record>(o: &StoredObject) -> Result<R> {
-    R::decode(&o.bytes).map_err(|source| Error::Decode {
+    R::decode_stored(&o.bytes).map_err(|source| Error::Decode {
         op: "subscription",
         collection: R::COLLECTION.to_owned(),
         rowid: o.rowid,
@@ -642,7 +645,12 @@ impl<R: Record> Fetch<'_, R> {
             // Give the caller's objects the rowids of the stored ones with the same key.
             let by_key: HashMap<Vec<hub::HKey>, i64> = fresh
                 .iter()
-                .filter_map(|o| Some((hkeys(&R::decode(&o.bytes).ok()?.primary_key()), o.rowid)))
+                .filter_map(|o| {
+                    Some((
+                        hkeys(&R::decode_stored(&o.bytes).ok()?.primary_key()),
+                        o.rowid,
+                    ))
+                })
                 .collect();
             keys.into_iter()
                 .enumerate()
@@ -756,7 +764,7 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode(&o.bytes) {
+            Box::new(move |o| match R::decode_stored(&o.bytes) {
                 Ok(r) => r.encode() != mine,
                 Err(_) => true,
             }),
@@ -796,7 +804,7 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode(&o.bytes) {
+            Box::new(move |o| match R::decode_stored(&o.bytes) {
                 Ok(r) => r.encode() != mine,
                 Err(_) => true,
             }),

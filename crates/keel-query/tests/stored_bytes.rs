@@ -1,0 +1,161 @@
+//! Bytes are verified once, on the way in (issue 14): reads do not run the verifier
+//! over every row again. A row changed afterwards by a stock SQLite tool is still a
+//! typed `Error::Decode` naming its rowid — or, for the bytes API, bytes that every
+//! keel reader refuses — never a panic and never a silently different object.
+
+use std::time::Duration;
+
+use keel_example_blog::blog::Post;
+use keel_query::{Database, Error, StoreOptions, StoredObject};
+use keel_schema::wire::Builder;
+use keel_schema::Record;
+
+fn quiet() -> StoreOptions {
+    StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
+}
+
+/// What a stock tool does: a plain SQL UPDATE of the row's bytes, on a connection
+/// of its own. A file whose indexes are expressions over `keel_field` (storage
+/// format 1) cannot be written by stock SQLite at all; then the same statement
+/// runs on keel's writer connection, which knows the function.
+fn set_body(db: &Database, path: &std::path::Path, rowid: i64, body: &[u8]) {
+    const SQL: &str = "UPDATE \"blog.Post\" SET body = ?1 WHERE rowid = ?2";
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.busy_timeout(Duration::from_secs(10)).unwrap();
+    let n = match c.execute(SQL, rusqlite::params![body, rowid]) {
+        Ok(n) => n,
+        Err(e) if e.to_string().contains("keel_field") => {
+            let body = body.to_vec();
+            db.store()
+                .write_blocking(move |t| {
+                    t.execute(SQL, rusqlite::params![body, rowid])
+                        .map_err(keel_storage::Error::from)
+                })
+                .unwrap()
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(n, 1);
+}
+
+fn assert_decode_error<T: std::fmt::Debug>(r: Result<T, Error>, rowid: i64, what: &str) {
+    match r {
+        Err(Error::Decode {
+            rowid: r,
+            collection,
+            ..
+        }) => {
+            assert_eq!(r, rowid, "{what}");
+            assert_eq!(collection, "blog.Post", "{what}");
+        }
+        other => panic!("{what}: expected a decode error for row {rowid}, got {other:?}"),
+    }
+}
+
+#[test]
+fn rows_changed_by_a_stock_tool_are_decode_errors_not_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.db");
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    let posts: Vec<Post> = ["good", "garbage", "cut", "utf8", "union"]
+        .iter()
+        .map(|id| {
+            Post::builder()
+                .id(*id)
+                .title(format!("title of {id}"))
+                .tags(["a", "b"])
+                .build()
+        })
+        .collect();
+    let p2 = posts.clone();
+    let rowids: Vec<i64> = db
+        .write_blocking(move |t| p2.iter().map(|p| t.insert(p)).collect())
+        .unwrap();
+    let bytes: Vec<Vec<u8>> = posts.iter().map(Post::encode).collect();
+
+    // Not a FlatBuffer at all.
+    set_body(&db, &path, rowids[1], &[0xde, 0xad, 0xbe, 0xef, 0x01, 0x00]);
+    // Cut short: the root still opens, the strings at the end are gone.
+    let cut = &bytes[2][..bytes[2].len() - 12];
+    set_body(&db, &path, rowids[2], cut);
+    // A title that is no longer UTF-8.
+    let mut utf8 = bytes[3].clone();
+    let at = utf8
+        .windows(8)
+        .position(|w| w == b"title of")
+        .expect("title in the bytes");
+    utf8[at] = 0xff;
+    set_body(&db, &path, rowids[3], &utf8);
+    // A union type without its value (the verifier refuses it; so must the read).
+    let mut b = Builder::new();
+    let id = b.create_string("union");
+    b.start_table();
+    b.add_offset(0, id);
+    b.add_scalar::<u8>(5, 1, 0); // content_type = Image, no content
+    let root = b.end_table();
+    let union = b.finish(root, None);
+    assert!(Post::decode(&union).is_err(), "the verifier accepts it");
+    set_body(&db, &path, rowids[4], &union);
+
+    for (i, key) in ["garbage", "cut", "utf8", "union"].iter().enumerate() {
+        let rowid = rowids[i + 1];
+        let key = key.to_string();
+        assert_decode_error(db.get::<Post>(&key), rowid, "get");
+        assert_decode_error(
+            db.fetch::<Post>().filter(Post::id().eq(key.as_str())).all(),
+            rowid,
+            "fetch",
+        );
+        // The bytes API hands out what the row holds once it opens; each keel
+        // reader of those bytes refuses them.
+        match db.get_bytes("blog.Post", &[key.clone().into()]) {
+            Err(e) => assert_decode_error::<Option<StoredObject>>(Err(e), rowid, "get_bytes"),
+            Ok(Some(o)) => {
+                assert_eq!(o.rowid, rowid);
+                assert!(Post::decode_stored(&o.bytes).is_err(), "{key}");
+                assert!(Post::decode(&o.bytes).is_err(), "{key}");
+            }
+            Ok(None) => panic!("{key} vanished"),
+        }
+    }
+    // Garbage does not even open: the bytes API refuses it too.
+    assert_decode_error(
+        db.get_bytes("blog.Post", &["garbage".into()]),
+        rowids[1],
+        "get_bytes garbage",
+    );
+    assert_decode_error(db.query("blog.Post").all(), rowids[1], "query all");
+    // A typed fetch of everything names the first damaged row.
+    assert_decode_error(db.fetch::<Post>().all(), rowids[1], "fetch all");
+
+    // The untouched row reads as written; counting needs no decoding.
+    assert_eq!(
+        db.get::<Post>(&"good".to_string()).unwrap().unwrap(),
+        posts[0]
+    );
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 5);
+    db.close().wait().unwrap();
+}
+
+#[test]
+fn what_keel_wrote_reads_back_unchanged_through_every_read_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("ok.db"), quiet()).unwrap();
+    let p = Post::builder()
+        .id("p")
+        .title("t")
+        .priority(7)
+        .tags(["x"])
+        .build();
+    let p2 = p.clone();
+    db.write_blocking(move |t| t.insert(&p2)).unwrap();
+    assert_eq!(db.get::<Post>(&"p".to_string()).unwrap().unwrap(), p);
+    assert_eq!(db.fetch::<Post>().all().unwrap(), vec![p.clone()]);
+    let o = db.get_bytes("blog.Post", &["p".into()]).unwrap().unwrap();
+    assert_eq!(o.bytes, p.encode());
+    assert_eq!(Post::decode_stored(&o.bytes).unwrap(), p);
+    let all = db.query("blog.Post").all().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].bytes, p.encode());
+    db.close().wait().unwrap();
+}
