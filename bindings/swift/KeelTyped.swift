@@ -317,12 +317,12 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     /// Every matching object, in order (synchronous, on the calling thread: keel
     /// reads never wait for the writer).
     public func all() throws -> [T] {
-        try query.all().map { try T(flatBuffer: $0.bytes) }
+        try query.allPacked().decode(T.self)
     }
 
     /// `all()` run on a keel thread.
     public func allAsync() async throws -> [T] {
-        try await query.allAsync().map { try T(flatBuffer: $0.bytes) }
+        try await query.allPackedAsync().decode(T.self)
     }
 
     /// The first matching object.

@@ -62,14 +62,14 @@ public protocol KeelWireScalar: Equatable, Sendable {
 /// Integers are stored as themselves, little-endian.
 extension KeelWireScalar where Self: FixedWidthInteger {
     /// `MemoryLayout<Self>.size`.
-    public static var wireSize: Int { MemoryLayout<Self>.size }
+    @inlinable public static var wireSize: Int { MemoryLayout<Self>.size }
     /// Reads a little-endian value (unaligned reads are fine).
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Self {
         Self(littleEndian: p.loadUnaligned(fromByteOffset: offset, as: Self.self))
     }
     /// Writes the value little-endian.
-    @inline(__always)
+    @inlinable @inline(__always)
     public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
         p.storeBytes(of: littleEndian, toByteOffset: offset, as: Self.self)
     }
@@ -85,31 +85,31 @@ extension Int64: KeelWireScalar {}
 extension UInt64: KeelWireScalar {}
 
 extension Bool: KeelWireScalar {
-    public static var wireSize: Int { 1 }
-    public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Bool {
+    @inlinable public static var wireSize: Int { 1 }
+    @inlinable public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Bool {
         p[offset] != 0
     }
-    public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
+    @inlinable public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
         p[offset] = self ? 1 : 0
     }
 }
 
 extension Float: KeelWireScalar {
-    public static var wireSize: Int { 4 }
-    public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Float {
+    @inlinable public static var wireSize: Int { 4 }
+    @inlinable public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Float {
         Float(bitPattern: UInt32.wireLoad(p, offset))
     }
-    public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
+    @inlinable public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
         bitPattern.wireStore(p, offset)
     }
 }
 
 extension Double: KeelWireScalar {
-    public static var wireSize: Int { 8 }
-    public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Double {
+    @inlinable public static var wireSize: Int { 8 }
+    @inlinable public static func wireLoad(_ p: UnsafeRawBufferPointer, _ offset: Int) -> Double {
         Double(bitPattern: UInt64.wireLoad(p, offset))
     }
-    public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
+    @inlinable public func wireStore(_ p: UnsafeMutableRawBufferPointer, _ offset: Int) {
         bitPattern.wireStore(p, offset)
     }
 }
@@ -193,9 +193,11 @@ public enum KeelWire {
         public let bytes: [UInt8]
         /// Byte position of the table.
         public let position: Int
-        let vtable: Int
-        let vtableLength: Int
-        let size: Int
+        // Inlinable into generated models: a scalar read is then specialised for
+        // its type instead of going through the protocol's witness table.
+        @usableFromInline let vtable: Int
+        @usableFromInline let vtableLength: Int
+        @usableFromInline let size: Int
         let depth: Int
         let budget: Budget
 
@@ -234,7 +236,7 @@ public enum KeelWire {
         }
 
         /// Absolute position of the field in `slot` with `size` inline bytes.
-        @inline(__always)
+        @inlinable @inline(__always)
         func fieldPosition(_ slot: Int, _ fieldSize: Int) throws -> Int? {
             let entry = 4 + 2 * slot
             if entry + 2 > vtableLength { return nil }
@@ -249,13 +251,14 @@ public enum KeelWire {
         }
 
         /// A scalar field, or `default` when absent.
-        @inline(__always)
+        @inlinable @inline(__always)
         public func scalar<T: KeelWireScalar>(slot: Int, default value: T) throws -> T {
             guard let p = try fieldPosition(slot, T.wireSize) else { return value }
             return bytes.withUnsafeBytes { T.wireLoad($0, p) }
         }
 
         /// An optional scalar field (`nil` when absent).
+        @inlinable
         public func optional<T: KeelWireScalar>(_ type: T.Type, slot: Int) throws -> T? {
             guard let p = try fieldPosition(slot, T.wireSize) else { return nil }
             return bytes.withUnsafeBytes { T.wireLoad($0, p) }
@@ -380,6 +383,70 @@ public enum KeelWire {
     /// Writes FlatBuffers back to front, like flatc's builders: write children
     /// (strings, vectors, tables) first, then `startTable`, the fields, `endTable`.
     public final class Builder {
+        var core: Core
+
+        /// An empty builder (`capacity` is only a hint).
+        public init(capacity: Int = 1024) { core = Core(capacity: capacity) }
+
+        /// Forgets everything written, keeping the memory (to build the next buffer).
+        public func reset() { core.reset() }
+
+        /// Writes a string.
+        public func createString(_ s: String) -> Offset { core.createString(s) }
+
+        /// Writes a vector of scalars.
+        public func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset { core.createScalarVector(items) }
+
+        /// Writes a vector of offsets (strings or tables written before).
+        public func createOffsetVector(_ items: [Offset]) -> Offset { core.createOffsetVector(items) }
+
+        /// Writes a vector of structs.
+        public func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset { core.createStructVector(items) }
+
+        /// Writes a vector of unions from (type tag, member table) pairs: the
+        /// `[ubyte]` of tags (for slot `id - 1`) and the table offsets (for `id`).
+        public func createUnionVector(_ items: [(UInt8, Offset)]) -> (tags: Offset, values: Offset) {
+            core.createUnionVector(items)
+        }
+
+        /// Starts a table. Write its children *before* this.
+        public func startTable() { core.startTable() }
+
+        /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
+        @inline(__always)
+        public func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
+            if v != d { core.addScalarAlways(slot: slot, v) }
+        }
+
+        /// Adds a scalar field even when it equals the default (optional scalars).
+        public func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) { core.addScalarAlways(slot: slot, v) }
+
+        /// Adds an offset field (string, vector, table).
+        public func addOffset(slot: Int, _ target: Offset) { core.addOffset(slot: slot, target) }
+
+        /// Adds a struct field.
+        public func addStruct<S: KeelStruct>(slot: Int, _ v: S) { core.addStruct(slot: slot, v) }
+
+        /// Ends the table: writes its vtable; returns the table's offset.
+        public func endTable() -> Offset { core.endTable() }
+
+        /// Finishes the buffer with `root` as the root table and returns its bytes.
+        public func finish(_ root: Offset, fileIdentifier: String?) -> [UInt8] {
+            core.finish(root, fileIdentifier: fileIdentifier)
+        }
+
+        /// `finish` as `Data` (what the FFI takes), in one copy.
+        public func finishData(_ root: Offset, fileIdentifier: String?) -> Data {
+            core.finishData(root, fileIdentifier: fileIdentifier)
+        }
+    }
+
+    /// A `Builder`'s state and the code that writes into it. The class keeps it in
+    /// one stored property and runs each call in ONE exclusive access to it: a
+    /// class's stored properties are checked for exclusivity at run time on every
+    /// access, which took about half of the encoding time when the builder's
+    /// methods touched `buf` and `head` directly.
+    struct Core {
         var buf: [UInt8]
         var head: Int
         var minAlign = 1
@@ -388,13 +455,13 @@ public enum KeelWire {
         var tableStart = 0
 
         /// An empty builder (`capacity` is only a hint).
-        public init(capacity: Int = 1024) {
+        init(capacity: Int) {
             buf = [UInt8](repeating: 0, count: max(capacity, 64))
             head = buf.count
         }
 
         /// Forgets everything written, keeping the memory (to build the next buffer).
-        public func reset() {
+        mutating func reset() {
             head = buf.count
             minAlign = 1
             fields.removeAll(keepingCapacity: true)
@@ -404,7 +471,7 @@ public enum KeelWire {
         var used: Int { buf.count - head }
 
         @inline(__always)
-        func ensure(_ n: Int) {
+        mutating func ensure(_ n: Int) {
             if head >= n { return }
             let oldLen = buf.count
             let newLen = max(oldLen * 2, oldLen + n, 64)
@@ -421,7 +488,7 @@ public enum KeelWire {
         }
 
         @inline(__always)
-        func pad(_ n: Int) {
+        mutating func pad(_ n: Int) {
             if n == 0 { return }
             ensure(n)
             for _ in 0..<n {
@@ -432,13 +499,13 @@ public enum KeelWire {
 
         /// Pads so that after writing `len` more bytes the data is `alignment`-aligned.
         @inline(__always)
-        func align(_ len: Int, _ alignment: Int) {
+        mutating func align(_ len: Int, _ alignment: Int) {
             if alignment > minAlign { minAlign = alignment }
             let padding = (alignment - (used + len) % alignment) % alignment
             pad(padding)
         }
 
-        func pushBytes(_ bytes: UnsafeRawBufferPointer) {
+        mutating func pushBytes(_ bytes: UnsafeRawBufferPointer) {
             ensure(bytes.count)
             head -= bytes.count
             if bytes.count > 0 {
@@ -449,7 +516,7 @@ public enum KeelWire {
         }
 
         @inline(__always)
-        func push<T: KeelWireScalar>(_ v: T) {
+        mutating func push<T: KeelWireScalar>(_ v: T) {
             align(T.wireSize, T.wireSize)
             ensure(T.wireSize)
             head -= T.wireSize
@@ -457,13 +524,13 @@ public enum KeelWire {
             buf.withUnsafeMutableBytes { v.wireStore($0, h) }
         }
 
-        func pushOffset(_ target: Offset) {
+        mutating func pushOffset(_ target: Offset) {
             align(4, 4)
             push(UInt32(used + 4 - target.value))
         }
 
         /// Writes a string.
-        public func createString(_ s: String) -> Offset {
+        mutating func createString(_ s: String) -> Offset {
             var s = s
             return s.withUTF8 { utf8 in
                 align(utf8.count + 1, 4)
@@ -475,7 +542,7 @@ public enum KeelWire {
         }
 
         /// Writes a vector of scalars.
-        public func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset {
+        mutating func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset {
             align(items.count * T.wireSize, max(T.wireSize, 4))
             for v in items.reversed() { push(v) }
             push(UInt32(items.count))
@@ -483,7 +550,7 @@ public enum KeelWire {
         }
 
         /// Writes a vector of offsets (strings or tables written before).
-        public func createOffsetVector(_ items: [Offset]) -> Offset {
+        mutating func createOffsetVector(_ items: [Offset]) -> Offset {
             align(items.count * 4, 4)
             for v in items.reversed() { pushOffset(v) }
             push(UInt32(items.count))
@@ -491,7 +558,7 @@ public enum KeelWire {
         }
 
         /// Writes a vector of structs.
-        public func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset {
+        mutating func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset {
             var bytes = [UInt8](repeating: 0, count: items.count * S.keelSize)
             for (i, v) in items.enumerated() { v.keelWrite(into: &bytes, at: i * S.keelSize) }
             align(bytes.count, max(S.keelAlignment, 4))
@@ -502,38 +569,38 @@ public enum KeelWire {
 
         /// Writes a vector of unions from (type tag, member table) pairs: the
         /// `[ubyte]` of tags (for slot `id - 1`) and the table offsets (for `id`).
-        public func createUnionVector(_ items: [(UInt8, Offset)]) -> (tags: Offset, values: Offset) {
+        mutating func createUnionVector(_ items: [(UInt8, Offset)]) -> (tags: Offset, values: Offset) {
             let tags = createScalarVector(items.map(\.0))
             let values = createOffsetVector(items.map(\.1))
             return (tags, values)
         }
 
         /// Starts a table. Write its children *before* this.
-        public func startTable() {
+        mutating func startTable() {
             fields.removeAll(keepingCapacity: true)
             tableStart = used
         }
 
         /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
         @inline(__always)
-        public func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
+        mutating func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
             if v != d { addScalarAlways(slot: slot, v) }
         }
 
         /// Adds a scalar field even when it equals the default (optional scalars).
-        public func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) {
+        mutating func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) {
             push(v)
             fields.append((slot, used))
         }
 
         /// Adds an offset field (string, vector, table).
-        public func addOffset(slot: Int, _ target: Offset) {
+        mutating func addOffset(slot: Int, _ target: Offset) {
             pushOffset(target)
             fields.append((slot, used))
         }
 
         /// Adds a struct field.
-        public func addStruct<S: KeelStruct>(slot: Int, _ v: S) {
+        mutating func addStruct<S: KeelStruct>(slot: Int, _ v: S) {
             var bytes = [UInt8](repeating: 0, count: S.keelSize)
             v.keelWrite(into: &bytes, at: 0)
             align(bytes.count, S.keelAlignment)
@@ -542,7 +609,7 @@ public enum KeelWire {
         }
 
         /// Ends the table: writes its vtable; returns the table's offset.
-        public func endTable() -> Offset {
+        mutating func endTable() -> Offset {
             push(Int32(0))
             let obj = used
             var slots = 0
@@ -566,18 +633,18 @@ public enum KeelWire {
         }
 
         /// Finishes the buffer with `root` as the root table and returns its bytes.
-        public func finish(_ root: Offset, fileIdentifier: String?) -> [UInt8] {
+        mutating func finish(_ root: Offset, fileIdentifier: String?) -> [UInt8] {
             finishWrites(root, fileIdentifier)
             return Array(buf[head...])
         }
 
         /// `finish` as `Data` (what the FFI takes), in one copy.
-        public func finishData(_ root: Offset, fileIdentifier: String?) -> Data {
+        mutating func finishData(_ root: Offset, fileIdentifier: String?) -> Data {
             finishWrites(root, fileIdentifier)
             return buf.withUnsafeBytes { Data(bytes: $0.baseAddress! + head, count: used) }
         }
 
-        func finishWrites(_ root: Offset, _ fileIdentifier: String?) {
+        mutating func finishWrites(_ root: Offset, _ fileIdentifier: String?) {
             let ident = fileIdentifier.map { Array($0.utf8) }.flatMap { $0.count == 4 ? $0 : nil }
             align(4 + (ident == nil ? 0 : 4), max(minAlign, 4))
             if let id = ident { id.withUnsafeBytes { pushBytes($0) } }

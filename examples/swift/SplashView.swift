@@ -106,8 +106,7 @@ struct PostList: View {
 
     /// Writes are one atomic batch each; the list updates through the subscription.
     func boost(_ post: Post) async throws {
-        var boosted = post
-        boosted.priority += 10
+        let boosted = post.with { $0.priority += 10 }  // models are immutable: edit a copy
         try await db.write { txn in try txn.update(boosted) }
     }
 

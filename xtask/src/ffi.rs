@@ -230,7 +230,8 @@ fn kotlin_run(
             .args(args)
             .env("KEEL_FIXTURES", root.join("tests/fixtures"))
             .env("KEEL_BENCH_OUT", bench_out)
-            .env("KEEL_BENCH_N", bench_n.to_string()),
+            .env("KEEL_BENCH_N", bench_n.to_string())
+            .env("KEEL_BENCH_RUNS", bench_runs(bench_n < 10_000).to_string()),
     )
 }
 
@@ -242,6 +243,17 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
     kotlin_run(&suite, &[], &bench_out, 10_000, false)
         .map_err(|e| format!("kotlin bindings failed: {e}"))
+}
+
+/// Measured runs of the typed-vs-bytes benchmarks (Kotlin and Swift alike, each
+/// after one unmeasured warm-up run; the figures are medians): 8, or 1 in quick
+/// mode.
+pub fn bench_runs(quick: bool) -> u32 {
+    if quick {
+        1
+    } else {
+        8
+    }
 }
 
 /// The name of the suite's benchmark test (also its scenario in BENCHMARKS.md).

@@ -19,10 +19,11 @@
 //!
 //! Then `swift test` runs the suite (XCTest's own `Executed N tests, with M
 //! failures` line reaches stdout) and a compile-fail check runs `swiftc -typecheck`
-//! on each `bindings/swift/Tests/CompileFail/wrong_*.swift` (`Post.title >= 2`, a
-//! predicate on another type, a key of the wrong type), which must fail with the
-//! type error its `expected-error:` comment names on the marked line, while the
-//! control `right_type.swift` must type-check.
+//! on each `bindings/swift/Tests/CompileFail/wrong_*.swift` (`Post.title >= 2`, an
+//! assignment to an immutable model's field, a predicate on another type, a key of
+//! the wrong type), which must fail with the type error its `expected-error:`
+//! comment names on the marked line, while the control `right_type.swift` must
+//! type-check.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -130,6 +131,22 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
     Ok((pkg, test))
 }
 
+/// `swift` with the package's `lib/` first on the library path. `cargo xtask` runs
+/// under `cargo run`, which puts `target/debug/deps` on `LD_LIBRARY_PATH`; that
+/// beats the package's runpath, so without this the tests (and the release
+/// benchmark) loaded the *debug* `libkeel_ffi.so` left there by other builds.
+fn swift_command(swift: &Path, pkg: &Path) -> Command {
+    let mut cmd = Command::new(swift);
+    let mut paths = vec![pkg.join("lib")];
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        paths.extend(std::env::split_paths(&old));
+    }
+    if let Ok(joined) = std::env::join_paths(paths) {
+        cmd.env("LD_LIBRARY_PATH", joined);
+    }
+    cmd
+}
+
 /// Where SwiftPM put the build products of `test` (`swift build --show-bin-path`).
 fn bin_path(swift: &Path, test: &Path, release: bool) -> Result<PathBuf, String> {
     let mut cmd = Command::new(swift);
@@ -189,7 +206,7 @@ pub fn test(g: &bindings::Generated) -> Result<(), String> {
     compile_fail(&swift, &pkg, &bin)?;
     let root = util::workspace_root();
     ffi::run_bounded(
-        Command::new(&swift)
+        swift_command(&swift, &pkg)
             .arg("test")
             .arg("--package-path")
             .arg(&test)
@@ -204,14 +221,16 @@ pub fn test(g: &bindings::Generated) -> Result<(), String> {
 }
 
 /// `cargo xtask bench swift`: the benchmark test alone, everything built in release
-/// mode, writing `target/keel-bench/swift.json` for the report renderer.
+/// mode, writing `target/keel-bench/swift.json` for the report renderer. It
+/// measures what `cargo xtask bench kotlin` measures, the same way (same posts,
+/// commit sync off, [`crate::ffi::bench_runs`] runs after a warm-up, medians).
 pub fn bench(quick: bool, json: &Path) -> Result<(), String> {
     let swift = swift_exe().ok_or("the swift benchmark needs a Swift toolchain (`swift`)")?;
     let g = bindings::generate(true, &["swift".to_string()])?;
-    let (_, test) = prepare(&g)?;
+    let (pkg, test) = prepare(&g)?;
     let root = util::workspace_root();
     ffi::run_bounded(
-        Command::new(&swift)
+        swift_command(&swift, &pkg)
             .arg("test")
             .arg("--package-path")
             .arg(&test)
@@ -224,15 +243,15 @@ pub fn bench(quick: bool, json: &Path) -> Result<(), String> {
             .env("KEEL_ROOT", &root)
             .env("KEEL_BENCH_OUT", json)
             .env("KEEL_BENCH_POSTS", if quick { "1000" } else { "10000" })
-            .env("KEEL_BENCH_ROUNDS", if quick { "1" } else { "5" }),
+            .env("KEEL_BENCH_RUNS", crate::ffi::bench_runs(quick).to_string()),
     )
     .map_err(|e| format!("swift benchmark failed: {e}"))
 }
 
-/// Every `CompileFail/wrong_*.swift` (`Post.title >= 2`, a predicate on another
-/// type, a key of the wrong type) must fail to type-check with the error its
-/// `expected-error:` comment names, on that line; the well-typed control
-/// `right_type.swift` must type-check.
+/// Every `CompileFail/wrong_*.swift` (`Post.title >= 2`, a field assignment on an
+/// immutable model, a predicate on another type, a key of the wrong type) must fail
+/// to type-check with the error its `expected-error:` comment names, on that line;
+/// the well-typed control `right_type.swift` must type-check.
 fn compile_fail(swift: &Path, pkg: &Path, bin: &Path) -> Result<(), String> {
     let dir = util::workspace_root().join("bindings/swift/Tests/CompileFail");
     // Swift modules sit in `Modules/` (newer SwiftPM) or beside the products.

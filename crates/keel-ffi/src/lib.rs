@@ -17,6 +17,9 @@
 //!   [`checkpoint`](Database::checkpoint), [`on_background`](Database::on_background),
 //!   [`io_stats`](Database::io_stats), [`open_report`](Database::open_report),
 //!   [`close`](Database::close).
+//! * [`Query::all_packed`] / `all_packed_async` — [`Query::all`]'s objects in one
+//!   buffer ([`PackedObjects`]): what Swift's typed fetch decodes from, without a
+//!   `Data` per object.
 //! * Subscriptions — [`Query::subscribe`] and [`Database::subscribe_object`] take a
 //!   foreign listener ([`QueryListener`], [`ObjectListener`]) and return a
 //!   [`Subscription`] with `cancel()`; query deliveries carry a row-level [`Diff`].
@@ -67,6 +70,7 @@ mod error;
 mod expr;
 mod live;
 mod migrate;
+mod packed;
 mod types;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
@@ -78,6 +82,7 @@ pub use migrate::{
     open_migrating_async, open_migrating_blocking, MigrationProgress, MigrationProgressListener,
     Migrator, ObjectMigration,
 };
+pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,

@@ -1026,6 +1026,44 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// `with(_:)` and its `KeelDraft`: the fields are `let`, so a changed copy is
+    /// made from a mutable draft of every field (Dflat's models are immutable too).
+    fn draft(&self, o: &mut String, name: &str, live: &[&Field]) {
+        let _ = writeln!(
+            o,
+            "\n    /// A copy with the changes `edit` makes to a draft of this value:\n    /// `let renamed = value.with {{ $0.field = … }}`.\n    public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> {name} {{\n        var draft = KeelDraft(self)\n        try edit(&draft)\n        return draft.value\n    }}\n\n    /// Every field of a `{name}`, mutable: what `with(_:)` edits.\n    public struct KeelDraft {{"
+        );
+        for f in live {
+            let m = esc(&member(&f.name));
+            let _ = writeln!(
+                o,
+                "        /// `{}`.\n        public var {m}: {}",
+                f.name,
+                self.field_type(f)
+            );
+        }
+        let inits: Vec<String> = live
+            .iter()
+            .map(|f| {
+                let m = esc(&member(&f.name));
+                format!("            self.{m} = value.{m}")
+            })
+            .collect();
+        let args: Vec<String> = live
+            .iter()
+            .map(|f| {
+                let m = esc(&member(&f.name));
+                format!("{m}: {m}")
+            })
+            .collect();
+        let _ = writeln!(
+            o,
+            "\n        /// A draft holding `value`'s fields.\n        public init(_ value: {name}) {{\n{}\n        }}\n\n        /// The value these fields make.\n        public var value: {name} {{ {name}({}) }}\n    }}",
+            inits.join("\n"),
+            args.join(", ")
+        );
+    }
+
     fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
         let s = self.s;
         let t = &s.tables[ti];
@@ -1043,7 +1081,7 @@ impl<'a> Gen<'a> {
         doc(&mut o, "", &t.doc, &summary);
         let _ = writeln!(
             o,
-            "///\n/// A value type: build one with `init` (unset fields take the schema defaults),\n/// derive a changed copy with `var copy = value; copy.field = …`."
+            "///\n/// An immutable value type (`let` fields, as Dflat's models): build one with `init`\n/// (unset fields take the schema defaults), derive a changed copy with\n/// `value.with {{ $0.field = … }}`."
         );
         let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
         for f in &live {
@@ -1055,11 +1093,11 @@ impl<'a> Gen<'a> {
                 let raw = member(&f.name);
                 let _ = writeln!(
                     o,
-                    "    public var {m}: {ty} {{\n        get {{ _{raw}?.value }}\n        set {{ _{raw} = newValue.map(KeelBox.init) }}\n    }}\n    private var _{raw}: KeelBox<{}>?",
+                    "    public var {m}: {ty} {{ _{raw}?.value }}\n    private let _{raw}: KeelBox<{}>?",
                     self.base_type(&f.ty)
                 );
             } else {
-                let _ = writeln!(o, "    public var {m}: {ty}");
+                let _ = writeln!(o, "    public let {m}: {ty}");
             }
         }
         // init
@@ -1090,7 +1128,9 @@ impl<'a> Gen<'a> {
                 let _ = writeln!(o, "        self.{m} = {m}");
             }
         }
-        let _ = writeln!(o, "    }}\n}}\n");
+        let _ = writeln!(o, "    }}");
+        self.draft(&mut o, &name, &live);
+        let _ = writeln!(o, "}}\n");
 
         // --- KeelTable: read and write
         let file_id = match &s.file_identifier {
@@ -1313,27 +1353,31 @@ mod tests {
             "public enum BlogSchema: KeelSchema {",
             "public static let collections: [any KeelRecord.Type] = [Post.self]",
             "public struct Post: Sendable, Equatable, Hashable {",
-            "    public var id: String\n",
-            "    /// `priority: int = 1` (indexed).\n    public var priority: Int32\n",
+            "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Post {",
+            "public struct KeelDraft {",
+            "        public var title: String?\n",
+            "self.title = value.title",
+            "    public let id: String\n",
+            "    /// `priority: int = 1` (indexed).\n    public let priority: Int32\n",
             "    /// `color: Color = Green`.\n",
             "    /// `slug: string` (unique).\n",
-            "    public var priority: Int32\n",
-            "    public var color: Color\n",
-            "    public var title: String?\n",
-            "    public var author: Author?\n",
-            "    public var content: Content?\n",
-            "    public var pos: Vec2?\n",
-            "    public var frame: Rect?\n",
-            "    public var tags: [String]\n",
-            "    public var scores: [Int32]\n",
-            "    public var points: [Vec2]\n",
-            "    public var attachments: [Image]\n",
-            "    public var colors: [Color]\n",
-            "    public var rating: Double?\n",
-            "    public var published: Bool\n",
-            "    public var views: UInt64\n",
-            "    public var delta: Int8\n",
-            "    public var flags: [UInt8]\n",
+            "    public let priority: Int32\n",
+            "    public let color: Color\n",
+            "    public let title: String?\n",
+            "    public let author: Author?\n",
+            "    public let content: Content?\n",
+            "    public let pos: Vec2?\n",
+            "    public let frame: Rect?\n",
+            "    public let tags: [String]\n",
+            "    public let scores: [Int32]\n",
+            "    public let points: [Vec2]\n",
+            "    public let attachments: [Image]\n",
+            "    public let colors: [Color]\n",
+            "    public let rating: Double?\n",
+            "    public let published: Bool\n",
+            "    public let views: UInt64\n",
+            "    public let delta: Int8\n",
+            "    public let flags: [UInt8]\n",
             "id: String,\n",
             "priority: Int32 = 1,",
             "color: Color = .green,",
@@ -1389,13 +1433,14 @@ mod tests {
         .unwrap();
         let code = generate(&s, "t").unwrap();
         for want in [
-            "private var _child: KeelBox<Node>?",
+            "private let _child: KeelBox<Node>?",
+            "public var child: Node? { _child?.value }",
             "public indirect enum Box",
             "public struct Key: KeelKey {",
             "public var keelKeyValues: [KeelValue] { [post.keelValue, tag.keelValue] }",
             "public var primaryKey: Key { Key(post: post, tag: tag) }",
             "public typealias Key = Int64",
-            "public var `default`: Int32",
+            "public let `default`: Int32",
             "collections: [any KeelRecord.Type] = [Node.self, Tagging.self, Log.self]",
         ] {
             assert!(code.contains(want), "missing {want:?} in:\n{code}");
@@ -1411,7 +1456,7 @@ mod tests {
         let s = crate::resolve::load(&path).unwrap().0;
         let code = generate(&s, "monster").unwrap();
         for want in [
-            "    public var bag: [Equipment]\n",
+            "    public let bag: [Equipment]\n",
             "bag: [Equipment] = []",
             // tags in slot 9 (id-1), member tables in slot 10 (id)
             "self.bag = try t.unions(slot: 10) { tag, m in try Equipment.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }",

@@ -14,3 +14,7 @@ func top(_ db: Database) throws -> [Post] {
 func lookup(_ db: Database) throws -> Post? {
     try db.get(Post.self, key: "p1")
 }
+
+func retitle(_ post: Post) -> Post {
+    post.with { $0.title = "new"; $0.author = $0.author?.with { $0.name = "Ada" } }
+}
