@@ -42,8 +42,13 @@ struct PoolState {
 /// dozen).
 fn arm(c: &mut KConn, stopping: &Arc<AtomicBool>) {
     let stopping = Arc::clone(stopping);
-    c.conn
-        .progress_handler(16, Some(move || stopping.load(Ordering::Relaxed)));
+    if let Err(e) = c
+        .conn
+        .progress_handler(16, Some(move || stopping.load(Ordering::Relaxed)))
+    {
+        // Without it a suspend still interrupts, only less promptly.
+        tracing::error!(error = %e, "could not install the suspend progress handler");
+    }
 }
 
 pub(crate) struct ReaderPool {

@@ -555,8 +555,13 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
     // of a closure that goes on after the grace period fails at once with
     // `Suspended` instead of outliving repeated interrupts.
     let suspension = Arc::clone(&ctx.suspension);
-    conn.conn
-        .progress_handler(16, Some(move || suspension.is_stopping()));
+    if let Err(e) = conn
+        .conn
+        .progress_handler(16, Some(move || suspension.is_stopping()))
+    {
+        // Without it a suspend still interrupts, only less promptly.
+        tracing::error!(error = %e, "could not install the suspend progress handler");
+    }
     ctx.suspension.set_interrupt(
         crate::park::Parker::Writer,
         Some(conn.conn.get_interrupt_handle()),
