@@ -767,7 +767,8 @@ final class KeelTests: XCTestCase {
         try await db.close()
     }
 
-    /// The typed API against the same FFI calls with pre-built FlatBuffers bytes.
+    /// The typed API against the bytes API with pre-built FlatBuffers bytes (the typed
+    /// fetch decodes from one packed buffer, `allPacked()`).
     /// Measured exactly like the Kotlin suite's "typed vs bytes" test (same posts,
     /// same sync policy, same runs and statistic) so the two bindings compare.
     func testBenchmarkTypedVersusBytes() async throws {
@@ -862,7 +863,7 @@ final class KeelTests: XCTestCase {
         if let out = ProcessInfo.processInfo.environment["KEEL_BENCH_OUT"] {
             let report: [String: Any] = [
                 "scenario": "swift",
-                "summary": "Swift package on Linux (\(build)) with models from `keel codegen swift`, \(n) blog posts, median of \(runs) runs after 1 warm-up, commit sync off: the typed API (structs encoded and decoded in Swift by the generated code) against the same FFI calls with pre-built FlatBuffers bytes. Each run alternates which fetch goes first, after an unmeasured fetch; the posts and the method are those of the Kotlin benchmark. Goal: typed at most 1.5x the bytes path. Written by bindings/swift/Tests/KeelTests.swift.",
+                "summary": "Swift package on Linux (\(build)) with models from `keel codegen swift`, \(n) blog posts, median of \(runs) runs after 1 warm-up, commit sync off: the typed API (structs encoded and decoded in Swift by the generated code) against the bytes API with pre-built FlatBuffers bytes (`write(ops:)`, `query(...).all()`); the typed fetch decodes from one packed buffer (`allPacked()`), the typed insert uses the same `write` call. Each run alternates which fetch goes first, after an unmeasured fetch; the posts and the method are those of the Kotlin benchmark. Goal: typed at most 1.5x the bytes path. Written by bindings/swift/Tests/KeelTests.swift.",
                 "metrics": [
                     "posts": n, "runs": runs, "cores": cores, "load_average_1m": load,
                     "insert_typed_ms": m.0, "insert_bytes_ms": m.1, "insert_typed_ratio": insertRatio,
