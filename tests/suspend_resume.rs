@@ -22,6 +22,32 @@ fn ids(u: &Update<Post>) -> Vec<String> {
     u.objects.iter().map(|p| p.id.clone()).collect()
 }
 
+/// Store `a` (priority 1) and the dictionary's `theme` = `dark`, and follow every
+/// post by priority; returns the live query's deliveries (the first, `[a]`, taken).
+fn seed_and_watch(db: &Database) -> (impl Drop, mpsc::Receiver<Update<Post>>) {
+    insert(db, post("a", 1));
+    let (tx, rx) = mpsc::channel();
+    let sub = db
+        .fetch::<Post>()
+        .order_by(Post::priority().asc())
+        .subscribe(move |u| tx.send(u).unwrap())
+        .unwrap();
+    assert_eq!(ids(&rx.recv().unwrap()), ["a"]);
+    db.dictionary().set("theme", "dark").unwrap();
+    futures::executor::block_on(db.dictionary().sync()).unwrap();
+    (sub, rx)
+}
+
+/// What an app extension's process would do while `path`'s other handle is
+/// suspended: open another handle, insert `z` (priority 5), set `theme` = `light`.
+fn other_handle_writes(path: &std::path::Path, options: StoreOptions) {
+    let other = Database::open_for::<Post>(path, options).unwrap();
+    insert(&other, post("z", 5));
+    other.dictionary().set("theme", "light").unwrap();
+    futures::executor::block_on(other.dictionary().sync()).unwrap();
+    futures::executor::block_on(other.close()).unwrap();
+}
+
 /// Long enough for a delivery that should not come to have come.
 const WINDOW: Duration = Duration::from_millis(150);
 
@@ -61,28 +87,13 @@ fn after_resume_subscriptions_catch_up_with_what_another_handle_committed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.db");
     let db = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
-    insert(&db, post("a", 1));
-    let (tx, rx) = mpsc::channel();
-    let _sub = db
-        .fetch::<Post>()
-        .order_by(Post::priority().asc())
-        .subscribe(move |u| tx.send(u).unwrap())
-        .unwrap();
-    assert_eq!(ids(&rx.recv().unwrap()), ["a"]);
-    db.dictionary().set("theme", "dark").unwrap();
-    futures::executor::block_on(db.dictionary().sync()).unwrap();
+    let (_sub, rx) = seed_and_watch(&db);
     assert_eq!(
         db.dictionary().get::<String>("theme").unwrap().as_deref(),
         Some("dark")
     );
     db.suspend().unwrap();
-
-    // Another handle on the file — what an app extension's process would be.
-    let other = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
-    insert(&other, post("z", 5));
-    other.dictionary().set("theme", "light").unwrap();
-    futures::executor::block_on(other.dictionary().sync()).unwrap();
-    futures::executor::block_on(other.close()).unwrap();
+    other_handle_writes(&path, StoreOptions::default());
 
     let r = db.resume().unwrap();
     assert!(r.external_changes);
@@ -113,28 +124,14 @@ fn with_shared_changes_resume_catches_up_through_the_change_log() {
         ..StoreOptions::default()
     };
     let db = Database::open_for::<Post>(&path, shared()).unwrap();
-    insert(&db, post("a", 1));
-    let (tx, rx) = mpsc::channel();
-    let _sub = db
-        .fetch::<Post>()
-        .order_by(Post::priority().asc())
-        .subscribe(move |u| tx.send(u).unwrap())
-        .unwrap();
-    assert_eq!(ids(&rx.recv().unwrap()), ["a"]);
-    db.dictionary().set("theme", "dark").unwrap();
-    futures::executor::block_on(db.dictionary().sync()).unwrap();
+    let (_sub, rx) = seed_and_watch(&db);
     let (dtx, drx) = mpsc::channel();
     let _dsub = db
         .dictionary()
         .subscribe_with("theme", move |v| dtx.send(v).unwrap());
     assert_eq!(drx.recv().unwrap(), Some(DictValue::String("dark".into())));
     db.suspend().unwrap();
-
-    let other = Database::open_for::<Post>(&path, shared()).unwrap();
-    insert(&other, post("z", 5));
-    other.dictionary().set("theme", "light").unwrap();
-    futures::executor::block_on(other.dictionary().sync()).unwrap();
-    futures::executor::block_on(other.close()).unwrap();
+    other_handle_writes(&path, shared());
 
     assert!(db.resume().unwrap().external_changes);
     let u = rx.recv_timeout(Duration::from_secs(10)).unwrap();
