@@ -59,6 +59,11 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// True once the subscription ended (dropped, or the database closed).
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
     /// Offer a change; returns true if a callback slot must be queued.
     pub(crate) fn offer(&self, seq: u64, v: &Val) -> bool {
         let mut queue = false;
