@@ -68,6 +68,11 @@ fn async_calls_wait_for_resume_and_sync_reads_fail_fast() {
         db.get("Post".into(), vec![Value::Text { v: "a".into() }]),
         Err(KeelError::Suspended { .. })
     ));
+    // The packed read behind the Swift and Kotlin typed `fetch(...).all()` too.
+    assert!(matches!(
+        db.query("Post".into()).all_packed(),
+        Err(KeelError::Suspended { .. })
+    ));
     // Async ones wait for resume.
     let (tx, rx) = mpsc::channel();
     let db2 = Arc::clone(&db);
