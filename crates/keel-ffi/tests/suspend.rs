@@ -259,7 +259,10 @@ fn resume_is_not_queued_behind_async_reads_waiting_for_it() {
         t.join().unwrap();
     }
     for _ in 0..8 {
-        assert_eq!(rx.recv().unwrap().unwrap(), true);
+        assert!(
+            rx.recv().unwrap().unwrap(),
+            "the object is there after resume"
+        );
     }
     block_on(db.close()).unwrap();
 }
