@@ -780,6 +780,15 @@ fn fb_verify(s: &Schema, ti: usize, bytes: &[u8]) -> Result<(), DecodeError> {
 
 type FbResult = Result<(), flatbuffers::InvalidFlatbuffer>;
 
+/// A field's name for the verifier's error trace, made only when `named`.
+fn trace_name(named: bool, name: impl FnOnce() -> String) -> Cow<'static, str> {
+    if named {
+        Cow::Owned(name())
+    } else {
+        Cow::Borrowed("")
+    }
+}
+
 /// `ForwardsUOffset<Table>::run_verifier` for a table known at run time.
 fn fb_table_at_offset(
     s: &Schema,
@@ -804,11 +813,7 @@ fn fb_table(
     let mut tv = v.visit_table(pos)?;
     for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         let voff = f.vtable_offset();
-        let name: Cow<'static, str> = if named {
-            Cow::Owned(f.name.clone())
-        } else {
-            Cow::Borrowed("")
-        };
+        let name = trace_name(named, || f.name.clone());
         tv = match &f.ty {
             FieldType::Scalar(st) => fb_scalar_field(tv, *st, name, voff)?,
             FieldType::Enum(e) => fb_scalar_field(tv, s.enums[*e].underlying, name, voff)?,
@@ -827,11 +832,7 @@ fn fb_table(
                 tv
             }
             FieldType::Union(u) => tv.visit_union::<u8, _>(
-                if named {
-                    Cow::Owned(format!("{}_type", f.name))
-                } else {
-                    Cow::Borrowed("")
-                },
+                trace_name(named, || format!("{}_type", f.name)),
                 voff - 2,
                 name,
                 voff,
