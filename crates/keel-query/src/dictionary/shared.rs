@@ -77,8 +77,9 @@ pub(crate) struct Shared {
     pub(super) defaults: RwLock<HashMap<String, DictValue>>,
     pub(crate) subs: subscribe::Registry,
     /// Subscriptions whose first value missed the cache while the database was
-    /// suspended: read again after resume (see [`Shared::offer_initial`]).
-    pending_initial: Mutex<Vec<(String, Arc<subscribe::Slot>)>>,
+    /// suspended: read again after resume (see [`Shared::offer_initial`]). Weak:
+    /// a subscription dropped meanwhile is not kept alive (nor its callback).
+    pending_initial: Mutex<Vec<(String, Weak<subscribe::Slot>)>>,
     pub(super) db: Weak<dyn DictHost>,
 }
 
@@ -252,7 +253,7 @@ impl Shared {
         match r {
             Ok((seq, v)) => subscribe::initial(self, &slot, seq, &v),
             Err(Error::Storage(keel_storage::Error::Suspended { .. })) => {
-                lock(&self.pending_initial).push((key, slot));
+                lock(&self.pending_initial).push((key, Arc::downgrade(&slot)));
                 // A resume that came between the failed read and the push found
                 // nothing to retry: retry here.
                 let suspended = self.db.upgrade().is_some_and(|h| h.store().is_suspended());
@@ -272,7 +273,7 @@ impl Shared {
     fn retry_initial(self: &Arc<Self>) {
         let pending = std::mem::take(&mut *lock(&self.pending_initial));
         for (key, slot) in pending {
-            if !slot.is_cancelled() {
+            if let Some(slot) = slot.upgrade().filter(|s| !s.is_cancelled()) {
                 self.read_initial_later(key, slot);
             }
         }
@@ -643,6 +644,7 @@ pub(crate) fn after_resume(shared: &Arc<Shared>) {
 /// After the database closed: end every key stream and stop every callback.
 pub(crate) fn after_close(shared: &Shared) {
     shared.subs.close();
+    lock(&shared.pending_initial).clear();
 }
 
 pub(super) fn mismatch(key: &str, stored: &DictValue, requested: &str) -> Error {
