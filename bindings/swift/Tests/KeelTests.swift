@@ -177,6 +177,16 @@ final class KeelTests: XCTestCase {
         // (async: a synchronous read would run on the main actor the ticker measures)
         let early = try await db.fetch(Post.self).allAsync()
         XCTAssertEqual(early.count, 50)
+        // A dictionary subscription made on the main actor before the barrier is done
+        // returns at once too; its first value (absent here) comes on a keel thread.
+        let recorder = DictRecorder()
+        let dsub = db.dictionary().subscribe(key: "theme", listener: recorder)
+        var deliveries = recorder.stream.makeAsyncIterator()
+        let firstTheme = await deliveries.next()
+        XCTAssertNotNil(firstTheme)
+        XCTAssertNil(firstTheme?.value ?? nil)
+        XCTAssertEqual(firstTheme?.onMain, false)
+        dsub.cancel()
         try await db.durable()  // the barrier sync: the main actor keeps ticking through it too
         let elapsed = now() - t0
         let events = await progress.value
