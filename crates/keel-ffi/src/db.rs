@@ -50,7 +50,7 @@ pub(crate) fn off_thread<T: Send + 'static>(
     }
 }
 
-/// Run `f` on a thread of its own (named `keel-ffi-{name}`), not on the FFI pool:
+/// Run `f` on a thread of its own (named `keel-{name}`), not on the FFI pool:
 /// for the calls that must never queue behind the pool's jobs. Each call starts a
 /// thread, so it is for rare calls only.
 pub(crate) fn on_own_thread<T: Send + 'static>(
@@ -59,7 +59,7 @@ pub(crate) fn on_own_thread<T: Send + 'static>(
 ) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
     let (tx, rx) = futures::channel::oneshot::channel();
     let spawned = std::thread::Builder::new()
-        .name(format!("keel-ffi-{name}"))
+        .name(format!("keel-{name}"))
         .spawn(move || {
             let r =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
