@@ -38,6 +38,10 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
+use crate::codegen_shared::{
+    declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
+    upper_camel, ENUM, STRUCT, TABLE, UNION,
+};
 use crate::model::*;
 use crate::parser::ParseError;
 use crate::value::Value;
@@ -252,44 +256,14 @@ fn ident(name: &str) -> String {
     }
 }
 
+/// A Rust enum variant name: the shared [`upper_camel`], with `_` after the names
+/// the generated enums already use (`Unknown`) or Rust reserves (`Self`).
 fn camel(name: &str) -> String {
-    let all_caps = !name.chars().any(|c| c.is_lowercase());
-    let mut out = String::new();
-    for part in name.split('_').filter(|p| !p.is_empty()) {
-        let mut cs = part.chars();
-        if let Some(f) = cs.next() {
-            out.extend(f.to_uppercase());
-            if all_caps {
-                out.extend(cs.flat_map(|c| c.to_lowercase()));
-            } else {
-                out.extend(cs);
-            }
-        }
-    }
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, 'V');
-    }
+    let mut out = upper_camel(name);
     if out == "Unknown" || out == "Self" {
         out.push('_');
     }
     out
-}
-
-/// Writes `///` doc lines (the schema's doc comment, or `fallback`): the same form
-/// in Rust and Swift.
-pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
-    if lines.is_empty() {
-        let _ = writeln!(out, "{indent}/// {fallback}");
-    } else {
-        for l in lines {
-            let l = l.trim_end();
-            if l.is_empty() {
-                let _ = writeln!(out, "{indent}///");
-            } else {
-                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
-            }
-        }
-    }
 }
 
 /// `expr` as an owned value of the key field's type: strings are cloned, scalars
@@ -329,6 +303,12 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
     }
 }
 
+/// Name keys of the types generated beside each table, after the four kinds of
+/// [`declared_types`]: its `…Fields` struct, `…Builder` and `…Change` request.
+const COMPANIONS: [(u8, &str); 3] = [(4, "Fields"), (5, "Builder"), (CHANGE, "Change")];
+/// The name key kind of a table's `…Change` type (made for collections only).
+const CHANGE: u8 = 6;
+
 struct Gen<'a> {
     s: &'a Schema,
     rt: String,
@@ -347,15 +327,8 @@ impl<'a> Gen<'a> {
         // type is also reachable by its own name in a module per namespace
         // (`game::v2::Monster`, see `gen_namespaces`).
         let mut count: HashMap<&str, usize> = HashMap::new();
-        for n in s
-            .tables
-            .iter()
-            .map(|t| t.name.as_str())
-            .chain(s.structs.iter().map(|t| t.name.as_str()))
-            .chain(s.enums.iter().map(|t| t.name.as_str()))
-            .chain(s.unions.iter().map(|t| t.name.as_str()))
-        {
-            *count.entry(n).or_default() += 1;
+        for t in declared_types(s) {
+            *count.entry(t.name).or_default() += 1;
         }
         let qualified = |ns: &str, name: &str| -> String {
             if count.get(name).copied().unwrap_or(0) > 1 && !ns.is_empty() {
@@ -376,36 +349,19 @@ impl<'a> Gen<'a> {
             names.insert((kind, i), rust);
             Ok(())
         };
-        for (i, t) in s.tables.iter().enumerate() {
-            let q = qualified(&t.namespace, &t.name);
-            add(0, i, &q, t.full_name())?;
-            add(
-                4,
-                i,
-                &format!("{q}Fields"),
-                format!("{}Fields", t.full_name()),
-            )?;
-            add(
-                5,
-                i,
-                &format!("{q}Builder"),
-                format!("{}Builder", t.full_name()),
-            )?;
-            add(
-                6,
-                i,
-                &format!("{q}Change"),
-                format!("{}Change", t.full_name()),
-            )?;
-        }
-        for (i, t) in s.structs.iter().enumerate() {
-            add(1, i, &qualified(&t.namespace, &t.name), t.full_name())?;
-        }
-        for (i, t) in s.enums.iter().enumerate() {
-            add(2, i, &qualified(&t.namespace, &t.name), t.full_name())?;
-        }
-        for (i, t) in s.unions.iter().enumerate() {
-            add(3, i, &qualified(&t.namespace, &t.name), t.full_name())?;
+        for t in declared_types(s) {
+            let q = qualified(t.namespace, t.name);
+            add(t.kind, t.index, &q, t.full_name())?;
+            if t.kind == TABLE {
+                for (kind, suffix) in COMPANIONS {
+                    add(
+                        kind,
+                        t.index,
+                        &format!("{q}{suffix}"),
+                        format!("{}{suffix}", t.full_name()),
+                    )?;
+                }
+            }
         }
         let file_id = match &s.file_identifier {
             Some(id) => format!("Some({id:?})"),
@@ -421,16 +377,16 @@ impl<'a> Gen<'a> {
     }
 
     fn table_name(&self, i: usize) -> &str {
-        &self.names[&(0, i)]
+        &self.names[&(TABLE, i)]
     }
     fn struct_name(&self, i: usize) -> &str {
-        &self.names[&(1, i)]
+        &self.names[&(STRUCT, i)]
     }
     fn enum_name(&self, i: usize) -> &str {
-        &self.names[&(2, i)]
+        &self.names[&(ENUM, i)]
     }
     fn union_name(&self, i: usize) -> &str {
-        &self.names[&(3, i)]
+        &self.names[&(UNION, i)]
     }
 
     fn variant(&self, e: &EnumDef, v: &EnumVal) -> String {
@@ -458,11 +414,10 @@ impl<'a> Gen<'a> {
     /// Rust type of a table field.
     fn field_type(&self, f: &Field) -> String {
         let base = self.base_type(&f.ty);
-        match &f.ty {
-            FieldType::Scalar(_) | FieldType::Enum(_) if !f.optional => base,
-            FieldType::Vector(_) => base,
-            FieldType::String if Self::required(f) => base,
-            _ => format!("Option<{base}>"),
+        if field_is_optional(f) {
+            format!("Option<{base}>")
+        } else {
+            base
         }
     }
 
@@ -472,7 +427,7 @@ impl<'a> Gen<'a> {
             FieldType::Enum(e) if !f.optional => {
                 let en = &self.s.enums[*e];
                 let raw = f.default.as_i64().unwrap_or(0);
-                match en.values.iter().find(|v| v.value == raw) {
+                match enum_value(en, raw) {
                     Some(v) => format!("{}::{}", self.enum_name(*e), self.variant(en, v)),
                     None => format!(
                         "{}::Unknown({})",
@@ -541,34 +496,25 @@ impl<'a> Gen<'a> {
                     .push((ident(&own), rust.to_owned()));
             }
         };
-        for (i, t) in self.s.tables.iter().enumerate() {
-            push(&t.namespace, t.name.clone(), &self.names[&(0, i)]);
+        for t in declared_types(self.s) {
             push(
-                &t.namespace,
-                format!("{}Fields", t.name),
-                &self.names[&(4, i)],
+                t.namespace,
+                t.name.to_owned(),
+                &self.names[&(t.kind, t.index)],
             );
-            push(
-                &t.namespace,
-                format!("{}Builder", t.name),
-                &self.names[&(5, i)],
-            );
-            if self.s.collections.iter().any(|c| c.table == i) {
-                push(
-                    &t.namespace,
-                    format!("{}Change", t.name),
-                    &self.names[&(6, i)],
-                );
+            if t.kind == TABLE {
+                let collection = self.s.collections.iter().any(|c| c.table == t.index);
+                for (kind, suffix) in COMPANIONS {
+                    // Only a collection's table has a change request type.
+                    if kind != CHANGE || collection {
+                        push(
+                            t.namespace,
+                            format!("{}{suffix}", t.name),
+                            &self.names[&(kind, t.index)],
+                        );
+                    }
+                }
             }
-        }
-        for (i, t) in self.s.structs.iter().enumerate() {
-            push(&t.namespace, t.name.clone(), &self.names[&(1, i)]);
-        }
-        for (i, t) in self.s.enums.iter().enumerate() {
-            push(&t.namespace, t.name.clone(), &self.names[&(2, i)]);
-        }
-        for (i, t) in self.s.unions.iter().enumerate() {
-            push(&t.namespace, t.name.clone(), &self.names[&(3, i)]);
         }
         // Nested modules: emit the tree of namespace parts.
         #[derive(Default)]
@@ -617,27 +563,13 @@ impl<'a> Gen<'a> {
         let raw = e.underlying.rust_name();
         let mut o = String::new();
         o.push('\n');
-        doc(
-            &mut o,
-            "",
-            &e.doc,
-            &format!(
-                "The `{}` enum (underlying type `{}`).",
-                e.full_name(),
-                e.underlying.fbs_name()
-            ),
-        );
+        doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
         let _ = writeln!(
             o,
             "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"
         );
         for v in &e.values {
-            doc(
-                &mut o,
-                "    ",
-                &v.doc,
-                &format!("`{}` (= {}).", v.name, v.value),
-            );
+            doc(&mut o, "    ", &v.doc, &enum_value_doc_fallback(v));
             let _ = writeln!(o, "    {},", self.variant(e, v));
         }
         let _ = writeln!(

@@ -42,6 +42,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
+use crate::codegen_shared::{
+    declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
+};
 use crate::model::*;
 use crate::value::Value;
 
@@ -439,17 +442,8 @@ impl<'a> Gen<'a> {
             names.insert((kind, i), ident(name));
             Ok(())
         };
-        for (i, t) in s.tables.iter().enumerate() {
-            add(0, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.structs.iter().enumerate() {
-            add(1, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.enums.iter().enumerate() {
-            add(2, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.unions.iter().enumerate() {
-            add(3, i, &t.name, t.full_name())?;
+        for t in declared_types(s) {
+            add(t.kind, t.index, t.name, t.full_name())?;
         }
         let main_ns = s
             .root_table
@@ -490,23 +484,24 @@ impl<'a> Gen<'a> {
     /// Kotlin type and default of a table field.
     fn field_decl(&self, f: &Field) -> (String, Option<String>) {
         let base = self.base(&f.ty);
-        match &f.ty {
-            FieldType::Scalar(t) if !f.optional => (base, Some(lit(&f.default, *t))),
-            FieldType::Enum(e) if !f.optional => (
-                base,
-                Some(self.enum_const(*e, f.default.as_i64().unwrap_or(0))),
-            ),
-            FieldType::String if f.primary => (base, None),
-            FieldType::Vector(_) => (base, Some("emptyList()".into())),
-            _ => (format!("{base}?"), Some("null".into())),
+        if field_is_optional(f) {
+            return (format!("{base}?"), Some("null".into()));
         }
+        let default = match &f.ty {
+            FieldType::Scalar(t) => lit(&f.default, *t),
+            FieldType::Enum(e) => self.enum_const(*e, f.default.as_i64().unwrap_or(0)),
+            // The string primary key has no default: the caller always gives it.
+            FieldType::String => return (base, None),
+            _ => "emptyList()".into(), // a vector: absent reads as empty
+        };
+        (base, Some(default))
     }
 
     /// `Color.Green` for raw `v` (`Color.Unknown` when undeclared).
     fn enum_const(&self, e: usize, v: i64) -> String {
         let en = &self.s.enums[e];
         let n = self.name(2, e);
-        match en.values.iter().find(|x| x.value == v) {
+        match enum_value(en, v) {
             Some(x) => format!("{n}.{}", ident(&x.name)),
             None => format!("{n}.{}", self.unknown_name(e)),
         }
@@ -623,19 +618,10 @@ impl<'a> Gen<'a> {
         let n = self.name(2, i).to_owned();
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
-        kdoc(
-            o,
-            "",
-            &e.doc,
-            &format!(
-                "The `{}` enum (underlying type `{}`).",
-                e.full_name(),
-                e.underlying.fbs_name()
-            ),
-        );
+        kdoc(o, "", &e.doc, &enum_doc_fallback(e));
         let _ = writeln!(o, "public enum class {n}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
         for v in &e.values {
-            kdoc(o, "    ", &v.doc, &format!("`{}` (= {}).", v.name, v.value));
+            kdoc(o, "    ", &v.doc, &enum_value_doc_fallback(v));
             let _ = writeln!(
                 o,
                 "    {}({}),",

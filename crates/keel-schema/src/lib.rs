@@ -49,6 +49,7 @@
 
 mod canonical;
 pub mod codegen;
+mod codegen_shared;
 pub mod compat;
 pub mod dynamic;
 pub mod expr;

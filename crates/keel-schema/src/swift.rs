@@ -52,7 +52,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::{doc, CodegenError};
+use crate::codegen::CodegenError;
+use crate::codegen_shared::{
+    declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
+    upper_camel, ENUM, STRUCT, TABLE, UNION,
+};
 use crate::model::*;
 use crate::value::Value;
 
@@ -194,26 +198,6 @@ const RESERVED_TYPES: &[&str] = &[
     "Key",
 ];
 
-fn upper_camel(name: &str) -> String {
-    let all_caps = !name.chars().any(|c| c.is_lowercase());
-    let mut out = String::new();
-    for part in name.split(['_', '-', '.']).filter(|p| !p.is_empty()) {
-        let mut cs = part.chars();
-        if let Some(f) = cs.next() {
-            out.extend(f.to_uppercase());
-            if all_caps {
-                out.extend(cs.flat_map(|c| c.to_lowercase()));
-            } else {
-                out.extend(cs);
-            }
-        }
-    }
-    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
-        out.insert(0, 'V');
-    }
-    out
-}
-
 /// `old_score` → `oldScore`, `Red` → `red`, `HTTP_OK` → `httpOk`, `URL` → `url`.
 fn lower_camel(name: &str) -> String {
     let up = upper_camel(name);
@@ -343,17 +327,8 @@ impl<'a> Gen<'a> {
             names.insert((kind, i), swift);
             Ok(())
         };
-        for (i, t) in s.tables.iter().enumerate() {
-            add(0, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.structs.iter().enumerate() {
-            add(1, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.enums.iter().enumerate() {
-            add(2, i, &t.name, t.full_name())?;
-        }
-        for (i, t) in s.unions.iter().enumerate() {
-            add(3, i, &t.name, t.full_name())?;
+        for t in declared_types(s) {
+            add(t.kind, t.index, t.name, t.full_name())?;
         }
         // Direct edges: a table field or a union member stored inline in the value
         // type (vectors are arrays, already indirect).
@@ -409,16 +384,16 @@ impl<'a> Gen<'a> {
     }
 
     fn table_name(&self, i: usize) -> &str {
-        &self.names[&(0, i)]
+        &self.names[&(TABLE, i)]
     }
     fn struct_name(&self, i: usize) -> &str {
-        &self.names[&(1, i)]
+        &self.names[&(STRUCT, i)]
     }
     fn enum_name(&self, i: usize) -> &str {
-        &self.names[&(2, i)]
+        &self.names[&(ENUM, i)]
     }
     fn union_name(&self, i: usize) -> &str {
-        &self.names[&(3, i)]
+        &self.names[&(UNION, i)]
     }
 
     /// A table field of table `owner` pointing at table `target` is boxed when
@@ -466,11 +441,10 @@ impl<'a> Gen<'a> {
 
     fn field_type(&self, f: &Field) -> String {
         let base = self.base_type(&f.ty);
-        match &f.ty {
-            FieldType::Scalar(_) | FieldType::Enum(_) if !f.optional => base,
-            FieldType::Vector(_) => base,
-            FieldType::String if f.primary => base,
-            _ => format!("{base}?"),
+        if field_is_optional(f) {
+            format!("{base}?")
+        } else {
+            base
         }
     }
 
@@ -486,7 +460,7 @@ impl<'a> Gen<'a> {
 
     fn enum_lit(&self, e: usize, raw: i64) -> String {
         let en = &self.s.enums[e];
-        match en.values.iter().find(|v| v.value == raw) {
+        match enum_value(en, raw) {
             Some(v) => format!(".{}", self.enum_case(en, v)),
             None => format!(".unknown({})", scalar_lit(&Value::Int(raw), en.underlying)),
         }
@@ -565,27 +539,13 @@ impl<'a> Gen<'a> {
         let raw = swift_scalar(e.underlying);
         let mut o = String::new();
         o.push('\n');
-        doc(
-            &mut o,
-            "",
-            &e.doc,
-            &format!(
-                "The `{}` enum (underlying type `{}`).",
-                e.full_name(),
-                e.underlying.fbs_name()
-            ),
-        );
+        doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
         let _ = writeln!(
             o,
             "public enum {name}: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {{"
         );
         for v in &e.values {
-            doc(
-                &mut o,
-                "    ",
-                &v.doc,
-                &format!("`{}` (= {}).", v.name, v.value),
-            );
+            doc(&mut o, "    ", &v.doc, &enum_value_doc_fallback(v));
             let _ = writeln!(o, "    case {}", self.enum_case(e, v));
         }
         let _ = writeln!(

@@ -1,0 +1,182 @@
+//! The decisions keel's three code generators — Rust ([`crate::codegen`]), Swift
+//! ([`crate::swift`]) and Kotlin ([`crate::kotlin`]) — make the same way about a
+//! schema, kept in one place so the three outputs cannot drift apart: which named
+//! types a schema declares (and in which order they are named), how a schema name
+//! becomes an `UpperCamelCase` type or case name, which table fields are optional
+//! in a generated type, and the text of the doc comments every language shows.
+//!
+//! What genuinely differs per language (keywords, literal spelling, the wire
+//! calls, Kotlin's `/** */` comments) stays in each generator.
+
+use std::fmt::Write as _;
+
+use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema};
+
+/// The kind half of a generator's `(kind, index)` type-name key: a table.
+pub(crate) const TABLE: u8 = 0;
+/// The kind of a struct in a `(kind, index)` type-name key.
+pub(crate) const STRUCT: u8 = 1;
+/// The kind of an enum in a `(kind, index)` type-name key.
+pub(crate) const ENUM: u8 = 2;
+/// The kind of a union in a `(kind, index)` type-name key.
+pub(crate) const UNION: u8 = 3;
+
+/// One named type a schema declares, as the generators name it.
+pub(crate) struct DeclaredType<'s> {
+    /// [`TABLE`], [`STRUCT`], [`ENUM`] or [`UNION`].
+    pub kind: u8,
+    /// Index into the schema's list of that kind.
+    pub index: usize,
+    /// The name without namespace.
+    pub name: &'s str,
+    /// The namespace (`""` for none).
+    pub namespace: &'s str,
+}
+
+impl DeclaredType<'_> {
+    /// `namespace.name`, as error messages spell the type.
+    pub fn full_name(&self) -> String {
+        crate::model::qualify(self.namespace, self.name)
+    }
+}
+
+/// Every named type of `s`: tables, then structs, enums and unions, each in
+/// declaration order. The generators name types in this order, so a name clash is
+/// always reported for the same pair of types whatever the language.
+pub(crate) fn declared_types(s: &Schema) -> impl Iterator<Item = DeclaredType<'_>> {
+    fn of_kind<'s>(
+        kind: u8,
+        names: impl Iterator<Item = (&'s String, &'s String)>,
+    ) -> impl Iterator<Item = DeclaredType<'s>> {
+        names
+            .enumerate()
+            .map(move |(index, (name, namespace))| DeclaredType {
+                kind,
+                index,
+                name,
+                namespace,
+            })
+    }
+    let tables = s.tables.iter().map(|t| (&t.name, &t.namespace));
+    let structs = s.structs.iter().map(|t| (&t.name, &t.namespace));
+    let enums = s.enums.iter().map(|t| (&t.name, &t.namespace));
+    let unions = s.unions.iter().map(|t| (&t.name, &t.namespace));
+    of_kind(TABLE, tables)
+        .chain(of_kind(STRUCT, structs))
+        .chain(of_kind(ENUM, enums))
+        .chain(of_kind(UNION, unions))
+}
+
+/// `old_score` → `OldScore`, `HTTP_OK` → `HttpOk`, `blog-v2` → `BlogV2`: the
+/// parts between `_`, `-` and `.` with their first letter raised (an all-capitals
+/// name is lowered first); `V` goes in front of a name that would be empty or start
+/// with a digit, which no language accepts as a type name.
+pub(crate) fn upper_camel(name: &str) -> String {
+    let all_caps = !name.chars().any(|c| c.is_lowercase());
+    let mut out = String::new();
+    for part in name.split(['_', '-', '.']).filter(|p| !p.is_empty()) {
+        let mut cs = part.chars();
+        if let Some(f) = cs.next() {
+            out.extend(f.to_uppercase());
+            if all_caps {
+                out.extend(cs.flat_map(|c| c.to_lowercase()));
+            } else {
+                out.extend(cs);
+            }
+        }
+    }
+    if out.is_empty() || out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, 'V');
+    }
+    out
+}
+
+/// Whether a table field's generated property is optional (`Option<T>`, `T?`):
+/// yes unless a reader always has a value to give — a non-optional scalar or enum
+/// (the schema default stands in for absence), a vector (absent reads as empty) or
+/// the string primary key (always written).
+pub(crate) fn field_is_optional(f: &Field) -> bool {
+    match &f.ty {
+        FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
+        FieldType::Vector(_) => false,
+        FieldType::String => !f.primary,
+        _ => true,
+    }
+}
+
+/// The declared value of enum `e` whose number is `raw`; `None` for a number the
+/// schema does not name (a default the generators spell as the `Unknown` case).
+pub(crate) fn enum_value(e: &EnumDef, raw: i64) -> Option<&EnumVal> {
+    e.values.iter().find(|v| v.value == raw)
+}
+
+/// The doc line of an enum without a doc comment in the schema.
+pub(crate) fn enum_doc_fallback(e: &EnumDef) -> String {
+    format!(
+        "The `{}` enum (underlying type `{}`).",
+        e.full_name(),
+        e.underlying.fbs_name()
+    )
+}
+
+/// The doc line of an enum value without a doc comment in the schema.
+pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
+    format!("`{}` (= {}).", v.name, v.value)
+}
+
+/// Writes `///` doc lines (the schema's doc comment, or `fallback`): the same form
+/// in Rust and Swift. Blank lines stay bare `///` (rustfmt and swift-format keep
+/// them so) and tabs become spaces (rustdoc would read them as code indentation).
+pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
+    if lines.is_empty() {
+        let _ = writeln!(out, "{indent}/// {fallback}");
+    } else {
+        for l in lines {
+            let l = l.trim_end();
+            if l.is_empty() {
+                let _ = writeln!(out, "{indent}///");
+            } else {
+                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upper_camel_joins_parts_and_guards_the_first_character() {
+        assert_eq!(upper_camel("old_score"), "OldScore");
+        assert_eq!(upper_camel("HTTP_OK"), "HttpOk");
+        assert_eq!(upper_camel("blog-v2"), "BlogV2");
+        assert_eq!(upper_camel("game.v2"), "GameV2");
+        assert_eq!(upper_camel("URLPath"), "URLPath");
+        assert_eq!(upper_camel("2d"), "V2d");
+        assert_eq!(upper_camel("_"), "V");
+    }
+
+    #[test]
+    fn declared_types_name_tables_first_then_structs_enums_unions() {
+        let s = Schema::parse(
+            "namespace n; enum E: byte { A } struct S { x: int; } table T { u: U; } \
+             table W { e: E; } union U { T } root_type W;",
+            "d.fbs",
+        )
+        .unwrap();
+        let got: Vec<(u8, usize, String)> = declared_types(&s)
+            .map(|d| (d.kind, d.index, d.full_name()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (TABLE, 0, "n.T".to_owned()),
+                (TABLE, 1, "n.W".to_owned()),
+                (STRUCT, 0, "n.S".to_owned()),
+                (ENUM, 0, "n.E".to_owned()),
+                (UNION, 0, "n.U".to_owned()),
+            ]
+        );
+    }
+}
