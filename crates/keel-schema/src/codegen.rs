@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
     declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    upper_camel, ENUM, STRUCT, TABLE, UNION,
+    upper_camel, TypeNames, TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -313,9 +313,16 @@ struct Gen<'a> {
     s: &'a Schema,
     rt: String,
     out: String,
-    /// Rust names of tables/structs/enums/unions by index.
+    /// Rust names by (kind, index): the four kinds of [`TypeNames`], then
+    /// [`COMPANIONS`].
     names: HashMap<(u8, usize), String>,
     file_id: String,
+}
+
+impl TypeNames for Gen<'_> {
+    fn type_names(&self) -> &HashMap<(u8, usize), String> {
+        &self.names
+    }
 }
 
 impl<'a> Gen<'a> {
@@ -374,19 +381,6 @@ impl<'a> Gen<'a> {
             names,
             file_id,
         })
-    }
-
-    fn table_name(&self, i: usize) -> &str {
-        &self.names[&(TABLE, i)]
-    }
-    fn struct_name(&self, i: usize) -> &str {
-        &self.names[&(STRUCT, i)]
-    }
-    fn enum_name(&self, i: usize) -> &str {
-        &self.names[&(ENUM, i)]
-    }
-    fn union_name(&self, i: usize) -> &str {
-        &self.names[&(UNION, i)]
     }
 
     fn variant(&self, e: &EnumDef, v: &EnumVal) -> String {

@@ -8,6 +8,7 @@
 //! What genuinely differs per language (keywords, literal spelling, the wire
 //! calls, Kotlin's `/** */` comments) stays in each generator.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema};
@@ -20,6 +21,30 @@ pub(crate) const STRUCT: u8 = 1;
 pub(crate) const ENUM: u8 = 2;
 /// The kind of a union in a `(kind, index)` type-name key.
 pub(crate) const UNION: u8 = 3;
+
+/// A generator that has named every declared type (keyed `(kind, index)`), looked
+/// up by kind.
+pub(crate) trait TypeNames {
+    /// The generated names by `(kind, index)`.
+    fn type_names(&self) -> &HashMap<(u8, usize), String>;
+
+    /// The generated name of table `i`.
+    fn table_name(&self, i: usize) -> &str {
+        &self.type_names()[&(TABLE, i)]
+    }
+    /// The generated name of struct `i`.
+    fn struct_name(&self, i: usize) -> &str {
+        &self.type_names()[&(STRUCT, i)]
+    }
+    /// The generated name of enum `i`.
+    fn enum_name(&self, i: usize) -> &str {
+        &self.type_names()[&(ENUM, i)]
+    }
+    /// The generated name of union `i`.
+    fn union_name(&self, i: usize) -> &str {
+        &self.type_names()[&(UNION, i)]
+    }
+}
 
 /// One named type a schema declares, as the generators name it.
 pub(crate) struct DeclaredType<'s> {

@@ -44,6 +44,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
+    TypeNames, ENUM, STRUCT, TABLE, UNION,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -419,10 +420,16 @@ struct Gen<'a> {
     s: &'a Schema,
     stem: String,
     schema_obj: String,
-    /// Kotlin simple names by (kind, index): 0 table, 1 struct, 2 enum, 3 union.
+    /// Kotlin simple names by (kind, index); see [`TypeNames`].
     names: HashMap<(u8, usize), String>,
     /// Package of the schema object.
     main_ns: String,
+}
+
+impl TypeNames for Gen<'_> {
+    fn type_names(&self) -> &HashMap<(u8, usize), String> {
+        &self.names
+    }
 }
 
 impl<'a> Gen<'a> {
@@ -464,19 +471,15 @@ impl<'a> Gen<'a> {
         })
     }
 
-    fn name(&self, kind: u8, i: usize) -> &str {
-        &self.names[&(kind, i)]
-    }
-
     /// Kotlin type of one value of `ty` (no nullability).
     fn base(&self, ty: &FieldType) -> String {
         match ty {
             FieldType::Scalar(t) => sc(*t).kt.into(),
-            FieldType::Enum(i) => self.name(2, *i).into(),
+            FieldType::Enum(i) => self.enum_name(*i).into(),
             FieldType::String => "String".into(),
-            FieldType::Struct(i) => self.name(1, *i).into(),
-            FieldType::Table(i) => self.name(0, *i).into(),
-            FieldType::Union(i) => self.name(3, *i).into(),
+            FieldType::Struct(i) => self.struct_name(*i).into(),
+            FieldType::Table(i) => self.table_name(*i).into(),
+            FieldType::Union(i) => self.union_name(*i).into(),
             FieldType::Vector(inner) => format!("List<{}>", self.base(inner)),
         }
     }
@@ -500,7 +503,7 @@ impl<'a> Gen<'a> {
     /// `Color.Green` for raw `v` (`Color.Unknown` when undeclared).
     fn enum_const(&self, e: usize, v: i64) -> String {
         let en = &self.s.enums[e];
-        let n = self.name(2, e);
+        let n = self.enum_name(e);
         match enum_value(en, v) {
             Some(x) => format!("{n}.{}", ident(&x.name)),
             None => format!("{n}.{}", self.unknown_name(e)),
@@ -520,16 +523,28 @@ impl<'a> Gen<'a> {
         let mut by_ns: BTreeMap<String, Vec<(u8, usize)>> = BTreeMap::new();
         by_ns.entry(self.main_ns.clone()).or_default();
         for (i, t) in self.s.enums.iter().enumerate() {
-            by_ns.entry(t.namespace.clone()).or_default().push((2, i));
+            by_ns
+                .entry(t.namespace.clone())
+                .or_default()
+                .push((ENUM, i));
         }
         for (i, t) in self.s.structs.iter().enumerate() {
-            by_ns.entry(t.namespace.clone()).or_default().push((1, i));
+            by_ns
+                .entry(t.namespace.clone())
+                .or_default()
+                .push((STRUCT, i));
         }
         for (i, t) in self.s.unions.iter().enumerate() {
-            by_ns.entry(t.namespace.clone()).or_default().push((3, i));
+            by_ns
+                .entry(t.namespace.clone())
+                .or_default()
+                .push((UNION, i));
         }
         for (i, t) in self.s.tables.iter().enumerate() {
-            by_ns.entry(t.namespace.clone()).or_default().push((0, i));
+            by_ns
+                .entry(t.namespace.clone())
+                .or_default()
+                .push((TABLE, i));
         }
         let all_ns: Vec<String> = by_ns.keys().cloned().collect();
         let mut files = Vec::new();
@@ -560,9 +575,9 @@ impl<'a> Gen<'a> {
             }
             for &(kind, i) in items {
                 match kind {
-                    0 => self.table(&mut o, i, ns)?,
-                    1 => self.strukt(&mut o, i),
-                    2 => self.enumm(&mut o, i),
+                    TABLE => self.table(&mut o, i, ns)?,
+                    STRUCT => self.strukt(&mut o, i),
+                    ENUM => self.enumm(&mut o, i),
                     _ => self.union(&mut o, i, ns),
                 }
             }
@@ -615,7 +630,7 @@ impl<'a> Gen<'a> {
 
     fn enumm(&self, o: &mut String, i: usize) {
         let e = &self.s.enums[i];
-        let n = self.name(2, i).to_owned();
+        let n = self.enum_name(i).to_owned();
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
         kdoc(o, "", &e.doc, &enum_doc_fallback(e));
@@ -668,7 +683,7 @@ impl<'a> Gen<'a> {
 
     fn strukt(&self, o: &mut String, i: usize) {
         let sd = &self.s.structs[i];
-        let n = self.name(1, i).to_owned();
+        let n = self.struct_name(i).to_owned();
         kdoc(
             o,
             "",
@@ -685,7 +700,7 @@ impl<'a> Gen<'a> {
             let def = match &f.ty {
                 FieldType::Scalar(t) => lit(&t.zero(), *t),
                 FieldType::Enum(e) => self.enum_const(*e, 0),
-                FieldType::Struct(s) => format!("{}()", self.name(1, *s)),
+                FieldType::Struct(s) => format!("{}()", self.struct_name(*s)),
                 _ => "TODO()".into(),
             };
             let _ = writeln!(
@@ -709,12 +724,12 @@ impl<'a> Gen<'a> {
                     let s = sc(self.s.enums[*e].underlying);
                     format!(
                         "{}.fromRaw(r.{}({at}){})",
-                        self.name(2, *e),
+                        self.enum_name(*e),
                         s.abs.0,
                         s.abs.1
                     )
                 }
-                FieldType::Struct(x) => format!("{}.read(r, {at})", self.name(1, *x)),
+                FieldType::Struct(x) => format!("{}.read(r, {at})", self.struct_name(*x)),
                 _ => "TODO()".into(),
             };
             let _ = writeln!(
@@ -745,7 +760,7 @@ impl<'a> Gen<'a> {
                     )
                 }
                 FieldType::Struct(x) => {
-                    format!("{}.write(v.{fname}, a, {at})", self.name(1, *x))
+                    format!("{}.write(v.{fname}, a, {at})", self.struct_name(*x))
                 }
                 _ => String::new(),
             };
@@ -778,7 +793,7 @@ impl<'a> Gen<'a> {
                 )
             }
             FieldType::Enum(e) => {
-                let n = self.name(2, *e);
+                let n = self.enum_name(*e);
                 (
                     format!("dev.keel.Field<{owner}, {n}>"),
                     format!("dev.keel.Field({path}, {n}.conv)"),
@@ -789,12 +804,12 @@ impl<'a> Gen<'a> {
                 format!("dev.keel.Field({path}, dev.keel.Conv.string)"),
             ),
             FieldType::Struct(i) | FieldType::Table(i) | FieldType::Union(i) => {
-                let kind = match ty {
-                    FieldType::Struct(_) => 1,
-                    FieldType::Table(_) => 0,
-                    _ => 3,
+                let name = match ty {
+                    FieldType::Struct(_) => self.struct_name(*i),
+                    FieldType::Table(_) => self.table_name(*i),
+                    _ => self.union_name(*i),
                 };
-                let n = format!("{}Path", self.name(kind, *i).trim_matches('`'));
+                let n = format!("{}Path", name.trim_matches('`'));
                 (format!("{n}<{owner}>"), format!("{n}({path})"))
             }
             FieldType::Vector(_) => (
@@ -809,10 +824,10 @@ impl<'a> Gen<'a> {
     fn member_type(&self, table: usize) -> String {
         let t = &self.s.tables[table];
         if t.namespace.is_empty() {
-            self.name(0, table).to_owned()
+            self.table_name(table).to_owned()
         } else {
             let pkg: Vec<String> = t.namespace.split('.').map(ident).collect();
-            format!("{}.{}", pkg.join("."), self.name(0, table))
+            format!("{}.{}", pkg.join("."), self.table_name(table))
         }
     }
 
@@ -832,7 +847,7 @@ impl<'a> Gen<'a> {
     fn union(&self, o: &mut String, i: usize, ns: &str) {
         let _ = ns;
         let u = &self.s.unions[i];
-        let n = self.name(3, i).to_owned();
+        let n = self.union_name(i).to_owned();
         kdoc(o, "", &u.doc, &format!("The `{}` union.", u.full_name()));
         let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
@@ -852,7 +867,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
         for m in &u.members {
-            let tn = self.name(0, m.table).trim_matches('`').to_owned();
+            let tn = self.table_name(m.table).trim_matches('`').to_owned();
             let _ = writeln!(
                 o,
                 "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}Path<O> get() = {tn}Path(\"$keelPath.{}\")",
@@ -871,7 +886,7 @@ impl<'a> Gen<'a> {
         let _ = ns;
         let s = self.s;
         let t = &s.tables[i];
-        let n = self.name(0, i).to_owned();
+        let n = self.table_name(i).to_owned();
         let bare = n.trim_matches('`').to_owned();
         let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
         let collection = s.collections.iter().find(|c| c.table == i);
@@ -955,7 +970,7 @@ impl<'a> Gen<'a> {
                         let _ = writeln!(
                             e,
                             "            is {}.{} -> v.value.keelWrite(b)",
-                            self.name(3, *u),
+                            self.union_name(*u),
                             self.member_class(*u, m)
                         );
                     }
@@ -976,12 +991,12 @@ impl<'a> Gen<'a> {
                             "b.createOffsetVector(IntArray({fname}.size) {{ {fname}[it].keelWrite(b) }})"
                         ),
                         FieldType::Struct(x) => {
-                            let sn = self.name(1, *x);
+                            let sn = self.struct_name(*x);
                             format!("b.createStructVector({fname}, {sn}.SIZE, {sn}.ALIGN) {{ v, a, at -> {sn}.write(v, a, at) }}")
                         }
                         FieldType::Union(u) => {
                             // Unknown members have no table to write: they are left out.
-                            let un = self.name(3, *u);
+                            let un = self.union_name(*u);
                             let mut arms = String::new();
                             for m in &s.unions[*u].members {
                                 let _ = write!(
@@ -1064,7 +1079,7 @@ impl<'a> Gen<'a> {
                     }
                 }
                 FieldType::Struct(x) => {
-                    let sn = self.name(1, *x);
+                    let sn = self.struct_name(*x);
                     format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
                 }
                 FieldType::String if f.primary => format!("b.addOffset({slot}, {var})"),
@@ -1109,7 +1124,7 @@ impl<'a> Gen<'a> {
             let conv = |f: &Field, e: &str| -> String {
                 match &f.ty {
                     FieldType::Scalar(t) => format!("dev.keel.Conv.{}({e})", sc(*t).conv),
-                    FieldType::Enum(x) => format!("{}.conv({e})", self.name(2, *x)),
+                    FieldType::Enum(x) => format!("{}.conv({e})", self.enum_name(*x)),
                     _ => format!("dev.keel.Conv.string({e})"),
                 }
             };
@@ -1182,7 +1197,7 @@ impl<'a> Gen<'a> {
                 FieldType::Enum(e) => {
                     let en = &s.enums[*e];
                     let sv = sc(en.underlying);
-                    let en_n = self.name(2, *e);
+                    let en_n = self.enum_name(*e);
                     if f.optional {
                         format!("t.{}OrNull({slot})?.let {{ {en_n}.fromRaw(it) }}", sv.read)
                     } else {
@@ -1198,17 +1213,17 @@ impl<'a> Gen<'a> {
                 }
                 FieldType::String => format!("t.string({slot})"),
                 FieldType::Struct(x) => {
-                    let sn = self.name(1, *x);
+                    let sn = self.struct_name(*x);
                     format!("t.struct({slot}, {sn}.SIZE).let {{ if (it < 0) null else {sn}.read(t.r, it) }}")
                 }
                 FieldType::Table(x) => {
                     format!(
                         "t.table({slot})?.let {{ {}.keelRead(it) }}",
-                        self.name(0, *x)
+                        self.table_name(*x)
                     )
                 }
                 FieldType::Union(u) => {
-                    let un = self.name(3, *u);
+                    let un = self.union_name(*u);
                     let mut e = format!("t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n");
                     for m in &s.unions[*u].members {
                         let _ = writeln!(
@@ -1216,7 +1231,7 @@ impl<'a> Gen<'a> {
                             "                        {} -> {un}.{}({}.keelRead(m))",
                             m.tag,
                             self.member_class(*u, m),
-                            self.name(0, m.table)
+                            self.table_name(m.table)
                         );
                     }
                     let _ = write!(e, "                        else -> {un}.Unknown(tag.toUByte())\n                    }}\n                }}\n            }}");
@@ -1229,21 +1244,24 @@ impl<'a> Gen<'a> {
                         format!(
                             "t.vectorOf({slot}, {}) {{ {}.fromRaw(t.r.{}(it){}) }}",
                             s.enums[*e].underlying.size(),
-                            self.name(2, *e),
+                            self.enum_name(*e),
                             sv.abs.0,
                             sv.abs.1
                         )
                     }
                     FieldType::String => format!("t.strings({slot})"),
                     FieldType::Table(x) => {
-                        format!("t.tables({slot}) {{ {}.keelRead(it) }}", self.name(0, *x))
+                        format!(
+                            "t.tables({slot}) {{ {}.keelRead(it) }}",
+                            self.table_name(*x)
+                        )
                     }
                     FieldType::Struct(x) => {
-                        let sn = self.name(1, *x);
+                        let sn = self.struct_name(*x);
                         format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
                     }
                     FieldType::Union(u) => {
-                        let un = self.name(3, *u);
+                        let un = self.union_name(*u);
                         let mut e = format!(
                             "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n"
                         );
@@ -1253,7 +1271,7 @@ impl<'a> Gen<'a> {
                                 "                    {} -> {un}.{}({}.keelRead(m))",
                                 m.tag,
                                 self.member_class(*u, m),
-                                self.name(0, m.table)
+                                self.table_name(m.table)
                             );
                         }
                         let _ = write!(

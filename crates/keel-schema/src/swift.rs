@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    upper_camel, ENUM, STRUCT, TABLE, UNION,
+    upper_camel, TypeNames,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -300,10 +300,16 @@ struct Gen<'a> {
     s: &'a Schema,
     schema_name: String,
     out: String,
-    /// Swift names of tables (0), structs (1), enums (2), unions (3) by index.
+    /// Swift names by (kind, index); see [`TypeNames`].
     names: HashMap<(u8, usize), String>,
     /// Tables reachable from each table through table and union fields.
     reach: Vec<BTreeSet<usize>>,
+}
+
+impl TypeNames for Gen<'_> {
+    fn type_names(&self) -> &HashMap<(u8, usize), String> {
+        &self.names
+    }
 }
 
 impl<'a> Gen<'a> {
@@ -381,19 +387,6 @@ impl<'a> Gen<'a> {
             names,
             reach,
         })
-    }
-
-    fn table_name(&self, i: usize) -> &str {
-        &self.names[&(TABLE, i)]
-    }
-    fn struct_name(&self, i: usize) -> &str {
-        &self.names[&(STRUCT, i)]
-    }
-    fn enum_name(&self, i: usize) -> &str {
-        &self.names[&(ENUM, i)]
-    }
-    fn union_name(&self, i: usize) -> &str {
-        &self.names[&(UNION, i)]
     }
 
     /// A table field of table `owner` pointing at table `target` is boxed when
