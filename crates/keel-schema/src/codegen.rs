@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
     declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    upper_camel, TypeNames, TABLE,
+    upper_camel, write_arms, TypeNames, TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -591,44 +591,27 @@ impl<'a> Gen<'a> {
             }
             o.push_str("    ];\n");
         }
-        let _ = writeln!(o, "\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{");
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "            {} => {name}::{},",
-                scalar_lit(&Value::Int(v.value), e.underlying),
-                self.variant(e, v)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            other => {name}::Unknown(other),\n        }}\n    }}\n"
+        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
+        write_arms(
+            &mut o,
+            &format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
+            &e.values,
+            |v| format!("            {} => {name}::{},", raw_lit(v), self.variant(e, v)),
+            &format!("            other => {name}::Unknown(other),\n        }}\n    }}\n"),
         );
-        let _ = writeln!(o, "    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{");
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "            {name}::{} => {},",
-                self.variant(e, v),
-                scalar_lit(&Value::Int(v.value), e.underlying)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"
+        write_arms(
+            &mut o,
+            &format!("    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{"),
+            &e.values,
+            |v| format!("            {name}::{} => {},", self.variant(e, v), raw_lit(v)),
+            &format!("            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"),
         );
-        let _ = writeln!(o, "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {{\n        match self {{");
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "            {name}::{} => Some({:?}),",
-                self.variant(e, v),
-                v.name
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"
+        write_arms(
+            &mut o,
+            "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {\n        match self {",
+            &e.values,
+            |v| format!("            {name}::{} => Some({:?}),", self.variant(e, v), v.name),
+            &format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"),
         );
         let _ = writeln!(
             o,
@@ -770,61 +753,49 @@ impl<'a> Gen<'a> {
             );
         }
         let _ = writeln!(o, "    /// A member this version of the schema does not know (its tag).\n    Unknown(u8),\n}}\n");
-        let _ = writeln!(o, "impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{");
-        for m in &u.members {
-            let _ = writeln!(o, "            {name}::{}(_) => {},", camel(&m.name), m.tag);
-        }
-        let _ = writeln!(
-            o,
-            "            {name}::Unknown(tag) => *tag,\n        }}\n    }}\n"
+        write_arms(
+            &mut o,
+            &format!("impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
+            &u.members,
+            |m| format!("            {name}::{}(_) => {},", camel(&m.name), m.tag),
+            &format!("            {name}::Unknown(tag) => *tag,\n        }}\n    }}\n"),
         );
-        let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> Option<{rt}::wire::Offset> {{\n        match self {{");
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "            {name}::{}(v) => Some(v.__write(b)),",
-                camel(&m.name)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            {name}::Unknown(_) => None,\n        }}\n    }}\n"
+        write_arms(
+            &mut o,
+            &format!("    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> Option<{rt}::wire::Offset> {{\n        match self {{"),
+            &u.members,
+            |m| format!("            {name}::{}(v) => Some(v.__write(b)),", camel(&m.name)),
+            &format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n"),
         );
-        let _ = writeln!(
-            o,
-            "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            // A member type without its value: the verifier refuses it; the\n            // read without the verifier must not take it for \"no member\".\n            return match tag {{\n                0 => Ok(None),\n                _ => Err({rt}::DecodeError::Field {{\n                    field: {name:?},\n                    reason: std::borrow::Cow::Borrowed(\"a union type without its value\"),\n                }}),\n            }};\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
-        );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "            {} => {name}::{}({}::__read(t)?),",
+        // A known member reads its table from `table` (an expression of the
+        // generated code); the single and the vector element read differ only there.
+        let read_arm = |m: &UnionMemberDef, table: &str| {
+            format!(
+                "            {} => {name}::{}({}::__read({table})?),",
                 m.tag,
                 camel(&m.name),
                 self.table_name(m.table)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            other => {name}::Unknown(other),\n        }}))\n    }}\n"
+            )
+        };
+        write_arms(
+            &mut o,
+            &format!(
+                "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            // A member type without its value: the verifier refuses it; the\n            // read without the verifier must not take it for \"no member\".\n            return match tag {{\n                0 => Ok(None),\n                _ => Err({rt}::DecodeError::Field {{\n                    field: {name:?},\n                    reason: std::borrow::Cow::Borrowed(\"a union type without its value\"),\n                }}),\n            }};\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
+            ),
+            &u.members,
+            |m| read_arm(m, "t"),
+            &format!("            other => {name}::Unknown(other),\n        }}))\n    }}\n"),
         );
         // Element `i` of a vector of unions: the table is only followed for a
         // known member (NONE reads as `Unknown(0)`), as the verifier does.
-        let _ = writeln!(
-            o,
-            "    #[doc(hidden)]\n    pub fn __read_elem(\n        tag: u8,\n        v: &{rt}::wire::VectorRef<'_>,\n        i: usize,\n    ) -> Result<Self, {rt}::DecodeError> {{\n        Ok(match tag {{"
-        );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "            {} => {name}::{}({}::__read(v.table(i)?)?),",
-                m.tag,
-                camel(&m.name),
-                self.table_name(m.table)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "            other => {name}::Unknown(other),\n        }})\n    }}\n}}"
+        write_arms(
+            &mut o,
+            &format!(
+                "    #[doc(hidden)]\n    pub fn __read_elem(\n        tag: u8,\n        v: &{rt}::wire::VectorRef<'_>,\n        i: usize,\n    ) -> Result<Self, {rt}::DecodeError> {{\n        Ok(match tag {{"
+            ),
+            &u.members,
+            |m| read_arm(m, "v.table(i)?"),
+            &format!("            other => {name}::Unknown(other),\n        }})\n    }}\n}}"),
         );
         for m in &u.members {
             let t = self.table_name(m.table).to_owned();

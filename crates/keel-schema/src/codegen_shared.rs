@@ -149,6 +149,24 @@ pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
     format!("`{}` (= {}).", v.name, v.value)
 }
 
+/// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
+/// it, `arm(item)` gives each item's line in declaration order, `tail` is the
+/// catch-all arm (values a newer schema adds) and the closing lines. Every
+/// generated enum and union converts from and to its raw tag through one of these.
+pub(crate) fn write_arms<T>(
+    out: &mut String,
+    head: &str,
+    items: &[T],
+    arm: impl Fn(&T) -> String,
+    tail: &str,
+) {
+    let _ = writeln!(out, "{head}");
+    for item in items {
+        let _ = writeln!(out, "{}", arm(item));
+    }
+    let _ = writeln!(out, "{tail}");
+}
+
 /// Writes `///` doc lines (the schema's doc comment, or `fallback`): the same form
 /// in Rust and Swift. Blank lines stay bare `///` (rustfmt and swift-format keep
 /// them so) and tabs become spaces (rustdoc would read them as code indentation).
