@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    upper_camel, TypeNames,
+    upper_camel, write_arms, TypeNames,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -555,53 +555,27 @@ impl<'a> Gen<'a> {
             "    /// Every value the schema declares, in declaration order.\n    public static let allCases: [{name}] = [{}]\n",
             list.join(", ")
         );
-        let _ = writeln!(
-            o,
-            "    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"
+        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
+        write_arms(
+            &mut o,
+            &format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
+            &e.values,
+            |v| format!("        case {}: self = .{}", raw_lit(v), self.enum_case(e, v)),
+            "        default: self = .unknown(rawValue)\n        }\n    }\n",
         );
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "        case {}: self = .{}",
-                scalar_lit(&Value::Int(v.value), e.underlying),
-                self.enum_case(e, v)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "        default: self = .unknown(rawValue)\n        }}\n    }}\n"
+        write_arms(
+            &mut o,
+            &format!("    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"),
+            &e.values,
+            |v| format!("        case .{}: return {}", self.enum_case(e, v), raw_lit(v)),
+            "        case .unknown(let raw): return raw\n        }\n    }\n",
         );
-        let _ = writeln!(
-            o,
-            "    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"
-        );
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "        case .{}: return {}",
-                self.enum_case(e, v),
-                scalar_lit(&Value::Int(v.value), e.underlying)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "        case .unknown(let raw): return raw\n        }}\n    }}\n"
-        );
-        let _ = writeln!(
-            o,
-            "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {{\n        switch self {{"
-        );
-        for v in &e.values {
-            let _ = writeln!(
-                o,
-                "        case .{}: return {:?}",
-                self.enum_case(e, v),
-                v.name
-            );
-        }
-        let _ = writeln!(
-            o,
-            "        case .unknown: return nil\n        }}\n    }}\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue {{ .integer(v: Int64(rawValue)) }}\n}}"
+        write_arms(
+            &mut o,
+            "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {\n        switch self {",
+            &e.values,
+            |v| format!("        case .{}: return {:?}", self.enum_case(e, v), v.name),
+            "        case .unknown: return nil\n        }\n    }\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue { .integer(v: Int64(rawValue)) }\n}",
         );
         self.out.push_str(&o);
     }
@@ -800,48 +774,26 @@ impl<'a> Gen<'a> {
             o,
             "    /// A member this version of the schema does not know (its tag); not written back.\n    case unknown(tag: UInt8)\n"
         );
-        let _ = writeln!(
-            o,
-            "    /// The FlatBuffers type tag of this member.\n    public var keelTag: UInt8 {{\n        switch self {{"
+        write_arms(
+            &mut o,
+            "    /// The FlatBuffers type tag of this member.\n    public var keelTag: UInt8 {\n        switch self {",
+            &u.members,
+            |m| format!("        case .{}: return {}", case(m), m.tag),
+            "        case .unknown(let tag): return tag\n        }\n    }\n",
         );
-        for m in &u.members {
-            let _ = writeln!(o, "        case .{}: return {}", case(m), m.tag);
-        }
-        let _ = writeln!(
-            o,
-            "        case .unknown(let tag): return tag\n        }}\n    }}\n"
+        write_arms(
+            &mut o,
+            &format!("    /// Reads the member with type tag `tag` from `table` (`nil` when absent).\n    public static func keelRead(tag: UInt8, table: KeelWire.Table?) throws -> {name}? {{\n        guard let t = table, tag != 0 else {{ return nil }}\n        switch tag {{"),
+            &u.members,
+            |m| format!("        case {}: return .{}(try {}(keelTable: t))", m.tag, case(m), self.table_name(m.table)),
+            "        default: return .unknown(tag: tag)\n        }\n    }\n",
         );
-        let _ = writeln!(
-            o,
-            "    /// Reads the member with type tag `tag` from `table` (`nil` when absent).\n    public static func keelRead(tag: UInt8, table: KeelWire.Table?) throws -> {name}? {{\n        guard let t = table, tag != 0 else {{ return nil }}\n        switch tag {{"
-        );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "        case {}: return .{}(try {}(keelTable: t))",
-                m.tag,
-                case(m),
-                self.table_name(m.table)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "        default: return .unknown(tag: tag)\n        }}\n    }}\n"
-        );
-        let _ = writeln!(
-            o,
-            "    /// Writes the member table; `nil` for `unknown` (left out of the object).\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset? {{\n        switch self {{"
-        );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "        case .{}(let v): return v.keelWrite(to: b)",
-                case(m)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "        case .unknown: return nil\n        }}\n    }}\n}}"
+        write_arms(
+            &mut o,
+            "    /// Writes the member table; `nil` for `unknown` (left out of the object).\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset? {\n        switch self {",
+            &u.members,
+            |m| format!("        case .{}(let v): return v.keelWrite(to: b)", case(m)),
+            "        case .unknown: return nil\n        }\n    }\n}",
         );
         // handles: members and membership tests
         let _ = writeln!(
