@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    TypeNames, ENUM, STRUCT, TABLE, UNION,
+    write_arms, TypeNames, ENUM, STRUCT, TABLE, UNION,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -659,8 +659,7 @@ impl<'a> Gen<'a> {
         } else {
             ("raw.toInt()", "")
         };
-        let _ = writeln!(o, "    public companion object {{\n        /** The value for a raw number ([{unknown}] when the schema does not declare it). */\n        @JvmStatic\n        public fun fromRaw(raw: {}): {n} = when ({subject}) {{", u.kt);
-        for v in &e.values {
+        let from_raw_arm = |v: &EnumVal| {
             let num = match e.underlying {
                 ScalarType::U64 => format!("{}", v.value),
                 ScalarType::I64 if v.value == i64::MIN => "Long.MIN_VALUE".into(),
@@ -672,9 +671,15 @@ impl<'a> Gen<'a> {
             } else {
                 format!("{num}{suffix}")
             };
-            let _ = writeln!(o, "            {num} -> {}", ident(&v.name));
-        }
-        let _ = writeln!(o, "            else -> {unknown}\n        }}\n");
+            format!("            {num} -> {}", ident(&v.name))
+        };
+        write_arms(
+            o,
+            &format!("    public companion object {{\n        /** The value for a raw number ([{unknown}] when the schema does not declare it). */\n        @JvmStatic\n        public fun fromRaw(raw: {}): {n} = when ({subject}) {{", u.kt),
+            &e.values,
+            from_raw_arm,
+            &format!("            else -> {unknown}\n        }}\n"),
+        );
         let _ = writeln!(
             o,
             "        /** Filter values: the raw number (an [{unknown}] value cannot be compared). */\n        @JvmField\n        public val conv: (({n}) -> dev.keel.ffi.Value) = dev.keel.Conv.enum({unknown}) {{ it.raw.toLong() }}\n    }}\n}}\n"
