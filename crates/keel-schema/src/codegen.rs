@@ -40,7 +40,7 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
     declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    upper_camel, write_arms, TypeNames, TABLE,
+    types_in_emit_order, upper_camel, write_arms, TypeNames, ENUM, STRUCT, TABLE, UNION,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -459,17 +459,13 @@ impl<'a> Gen<'a> {
             self.s.fingerprint()
         );
         let _ = rt;
-        for i in 0..self.s.enums.len() {
-            self.gen_enum(i);
-        }
-        for i in 0..self.s.structs.len() {
-            self.gen_struct(i);
-        }
-        for i in 0..self.s.unions.len() {
-            self.gen_union(i);
-        }
-        for i in 0..self.s.tables.len() {
-            self.gen_table(i)?;
+        for t in types_in_emit_order(self.s) {
+            match t.kind {
+                ENUM => self.gen_enum(t.index),
+                STRUCT => self.gen_struct(t.index),
+                UNION => self.gen_union(t.index),
+                _ => self.gen_table(t.index)?,
+            }
         }
         self.gen_namespaces();
         Ok(self.out)

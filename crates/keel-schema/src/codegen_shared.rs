@@ -92,6 +92,21 @@ pub(crate) fn declared_types(s: &Schema) -> impl Iterator<Item = DeclaredType<'_
         .chain(of_kind(UNION, unions))
 }
 
+/// Every named type of `s` in the order a generated source declares them: enums,
+/// structs, unions, then tables, each in declaration order — a reader of the
+/// generated file meets a type before the tables that hold it.
+pub(crate) fn types_in_emit_order(s: &Schema) -> Vec<DeclaredType<'_>> {
+    let mut all: Vec<DeclaredType<'_>> = declared_types(s).collect();
+    // A stable sort: declaration order stays within a kind.
+    all.sort_by_key(|t| match t.kind {
+        ENUM => 0,
+        STRUCT => 1,
+        UNION => 2,
+        _ => 3,
+    });
+    all
+}
+
 /// `old_score` → `OldScore`, `HTTP_OK` → `HttpOk`, `blog-v2` → `BlogV2`: the
 /// parts between `_`, `-` and `.` with their first letter raised (an all-capitals
 /// name is lowered first); `V` goes in front of a name that would be empty or start
@@ -220,6 +235,14 @@ mod tests {
                 (ENUM, 0, "n.E".to_owned()),
                 (UNION, 0, "n.U".to_owned()),
             ]
+        );
+        let emitted: Vec<(u8, usize)> = types_in_emit_order(&s)
+            .iter()
+            .map(|d| (d.kind, d.index))
+            .collect();
+        assert_eq!(
+            emitted,
+            [(ENUM, 0), (STRUCT, 0), (UNION, 0), (TABLE, 0), (TABLE, 1)]
         );
     }
 }

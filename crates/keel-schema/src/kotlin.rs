@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    write_arms, TypeNames, ENUM, STRUCT, TABLE, UNION,
+    types_in_emit_order, write_arms, TypeNames, ENUM, STRUCT, TABLE,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -522,29 +522,11 @@ impl<'a> Gen<'a> {
         // Group every declaration by namespace: one file (and package) each.
         let mut by_ns: BTreeMap<String, Vec<(u8, usize)>> = BTreeMap::new();
         by_ns.entry(self.main_ns.clone()).or_default();
-        for (i, t) in self.s.enums.iter().enumerate() {
+        for t in types_in_emit_order(self.s) {
             by_ns
-                .entry(t.namespace.clone())
+                .entry(t.namespace.to_owned())
                 .or_default()
-                .push((ENUM, i));
-        }
-        for (i, t) in self.s.structs.iter().enumerate() {
-            by_ns
-                .entry(t.namespace.clone())
-                .or_default()
-                .push((STRUCT, i));
-        }
-        for (i, t) in self.s.unions.iter().enumerate() {
-            by_ns
-                .entry(t.namespace.clone())
-                .or_default()
-                .push((UNION, i));
-        }
-        for (i, t) in self.s.tables.iter().enumerate() {
-            by_ns
-                .entry(t.namespace.clone())
-                .or_default()
-                .push((TABLE, i));
+                .push((t.kind, t.index));
         }
         let all_ns: Vec<String> = by_ns.keys().cloned().collect();
         let mut files = Vec::new();
