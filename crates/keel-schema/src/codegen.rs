@@ -39,8 +39,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    types_in_emit_order, upper_camel, write_arms, TypeNames, ENUM, STRUCT, TABLE, UNION,
+    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, types_in_emit_order,
+    upper_camel, write_arms, write_enum_cases, TypeNames, ENUM, STRUCT, TABLE, UNION,
+    UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -558,14 +559,8 @@ impl<'a> Gen<'a> {
             o,
             "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"
         );
-        for v in &e.values {
-            doc(&mut o, "    ", &v.doc, &enum_value_doc_fallback(v));
-            let _ = writeln!(o, "    {},", self.variant(e, v));
-        }
-        let _ = writeln!(
-            o,
-            "    /// A value this version of the schema does not know (written by a newer one).\n    Unknown({raw}),\n}}\n"
-        );
+        write_enum_cases(&mut o, e, |v| format!("    {},", self.variant(e, v)));
+        let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    Unknown({raw}),\n}}\n");
         let _ = writeln!(o, "impl {name} {{");
         let _ = writeln!(
             o,

@@ -164,6 +164,20 @@ pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
     format!("`{}` (= {}).", v.name, v.value)
 }
 
+/// The doc line of every generated enum's catch-all case.
+pub(crate) const UNKNOWN_VALUE_DOC: &str =
+    "A value this version of the schema does not know (written by a newer one).";
+
+/// Writes the declared values of enum `e` as cases, each under its `///` doc
+/// comment (or the fallback naming the value and its number), indented one level:
+/// the body of a Rust or Swift enum. `case` spells one value's case line.
+pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&EnumVal) -> String) {
+    for v in &e.values {
+        doc(out, "    ", &v.doc, &enum_value_doc_fallback(v));
+        let _ = writeln!(out, "{}", case(v));
+    }
+}
+
 /// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
 /// it, `arm(item)` gives each item's line in declaration order, `tail` is the
 /// catch-all arm (values a newer schema adds) and the closing lines. Every

@@ -44,7 +44,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    types_in_emit_order, write_arms, TypeNames, ENUM, STRUCT, TABLE,
+    types_in_emit_order, write_arms, TypeNames, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -628,7 +628,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "    /**\n     * A value this version of the schema does not know (written by a newer one).\n     * It is written back as {} and cannot be used in a filter.\n     */\n    {unknown}({});\n",
+            "    /**\n     * {UNKNOWN_VALUE_DOC}\n     * It is written back as {} and cannot be used in a filter.\n     */\n    {unknown}({});\n",
             lit(&Value::Int(0), e.underlying),
             lit(&Value::Int(0), e.underlying)
         );

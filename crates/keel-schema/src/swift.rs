@@ -54,8 +54,8 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    types_in_emit_order, upper_camel, write_arms, TypeNames, ENUM, STRUCT, UNION,
+    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, types_in_emit_order,
+    upper_camel, write_arms, write_enum_cases, TypeNames, ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -533,14 +533,8 @@ impl<'a> Gen<'a> {
             o,
             "public enum {name}: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {{"
         );
-        for v in &e.values {
-            doc(&mut o, "    ", &v.doc, &enum_value_doc_fallback(v));
-            let _ = writeln!(o, "    case {}", self.enum_case(e, v));
-        }
-        let _ = writeln!(
-            o,
-            "    /// A value this version of the schema does not know (written by a newer one).\n    case unknown({raw})\n"
-        );
+        write_enum_cases(&mut o, e, |v| format!("    case {}", self.enum_case(e, v)));
+        let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    case unknown({raw})\n");
         let list: Vec<String> = e
             .values
             .iter()
