@@ -39,9 +39,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, types_in_emit_order,
-    upper_camel, write_arms, write_enum_cases, TypeNames, ENUM, STRUCT, TABLE, UNION,
-    UNKNOWN_VALUE_DOC,
+    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, struct_doc_fallback,
+    types_in_emit_order, union_doc_fallback, upper_camel, write_arms, write_enum_cases, TypeNames,
+    ENUM, STRUCT, TABLE, UNION, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -621,16 +621,7 @@ impl<'a> Gen<'a> {
         let name = self.struct_name(i).to_owned();
         let mut o = String::new();
         o.push('\n');
-        doc(
-            &mut o,
-            "",
-            &sd.doc,
-            &format!(
-                "The `{}` struct ({} bytes, stored inline).",
-                sd.full_name(),
-                sd.size
-            ),
-        );
+        doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
         let _ = writeln!(
             o,
             "#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"
@@ -726,12 +717,7 @@ impl<'a> Gen<'a> {
         let name = self.union_name(i).to_owned();
         let mut o = String::new();
         o.push('\n');
-        doc(
-            &mut o,
-            "",
-            &u.doc,
-            &format!("The `{}` union.", u.full_name()),
-        );
+        doc(&mut o, "", &u.doc, &union_doc_fallback(u));
         let _ = writeln!(o, "#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{");
         for m in &u.members {
             let _ = writeln!(

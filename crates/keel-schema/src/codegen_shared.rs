@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
-use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema};
+use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema, StructDef, UnionDef};
 
 /// The kind half of a generator's `(kind, index)` type-name key: a table.
 pub(crate) const TABLE: u8 = 0;
@@ -157,6 +157,20 @@ pub(crate) fn enum_doc_fallback(e: &EnumDef) -> String {
         e.full_name(),
         e.underlying.fbs_name()
     )
+}
+
+/// The doc line of a struct without a doc comment in the schema.
+pub(crate) fn struct_doc_fallback(sd: &StructDef) -> String {
+    format!(
+        "The `{}` struct ({} bytes, stored inline).",
+        sd.full_name(),
+        sd.size
+    )
+}
+
+/// The doc line of a union without a doc comment in the schema.
+pub(crate) fn union_doc_fallback(u: &UnionDef) -> String {
+    format!("The `{}` union.", u.full_name())
 }
 
 /// The doc line of an enum value without a doc comment in the schema.

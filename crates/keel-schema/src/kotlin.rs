@@ -44,7 +44,8 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    types_in_emit_order, write_arms, TypeNames, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms, TypeNames, ENUM,
+    STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -671,16 +672,7 @@ impl<'a> Gen<'a> {
     fn strukt(&self, o: &mut String, i: usize) {
         let sd = &self.s.structs[i];
         let n = self.struct_name(i).to_owned();
-        kdoc(
-            o,
-            "",
-            &sd.doc,
-            &format!(
-                "The `{}` struct ({} bytes, stored inline).",
-                sd.full_name(),
-                sd.size
-            ),
-        );
+        kdoc(o, "", &sd.doc, &struct_doc_fallback(sd));
         let _ = writeln!(o, "public data class {n}(");
         for f in &sd.fields {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
@@ -835,7 +827,7 @@ impl<'a> Gen<'a> {
         let _ = ns;
         let u = &self.s.unions[i];
         let n = self.union_name(i).to_owned();
-        kdoc(o, "", &u.doc, &format!("The `{}` union.", u.full_name()));
+        kdoc(o, "", &u.doc, &union_doc_fallback(u));
         let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
             let c = self.member_class(i, m);
