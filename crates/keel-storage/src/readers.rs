@@ -233,9 +233,12 @@ impl ReaderPool {
         self.cv.notify_all();
     }
 
+    /// Run `f` on a pooled connection: inside one read transaction if `txn`, else
+    /// in autocommit (each statement of `f` is its own read transaction).
     pub(crate) fn read<R, E>(
         &self,
         path: &Path,
+        txn: bool,
         f: impl FnOnce(&rusqlite::Connection) -> Result<R, E>,
     ) -> Result<R, E>
     where
@@ -243,15 +246,19 @@ impl ReaderPool {
     {
         let (c, ticket) = self.acquire(path)?;
         let _scope = PathScope::enter(path);
-        if let Err(e) = c.conn.execute_batch("BEGIN DEFERRED") {
-            self.release(c, ticket);
-            return Err(E::from(Error::sqlite("begin read transaction", path, e)));
+        // Cached: parsing `BEGIN` and `COMMIT` again on every read cost more than
+        // the keyed lookup the read is for.
+        if txn {
+            if let Err(e) = run_cached(&c.conn, "BEGIN DEFERRED") {
+                self.release(c, ticket);
+                return Err(E::from(Error::sqlite("begin read transaction", path, e)));
+            }
         }
         let r = catch_unwind(AssertUnwindSafe(|| f(&c.conn)));
         if !c.conn.is_autocommit() {
-            // A read-only transaction: COMMIT just ends it. If it fails, try ROLLBACK
-            // so the connection goes back to the pool clean.
-            if c.conn.execute_batch("COMMIT").is_err() {
+            // A read-only transaction (ours, or one `f` began): COMMIT just ends it.
+            // If it fails, try ROLLBACK so the connection goes back to the pool clean.
+            if run_cached(&c.conn, "COMMIT").is_err() {
                 let _ = c.conn.execute_batch("ROLLBACK");
             }
         }
@@ -261,4 +268,9 @@ impl ReaderPool {
             Err(p) => resume_unwind(p),
         }
     }
+}
+
+/// Run a transaction-control statement through the connection's statement cache.
+fn run_cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }
