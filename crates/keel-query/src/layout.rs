@@ -25,6 +25,7 @@
 //! into format 2 in the schema transaction. This module is the table model the
 //! others build on; it depends on none of them.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -364,6 +365,16 @@ impl Coll {
 
     /// Check and normalise key values given by a caller.
     pub(crate) fn check_key(&self, op: &'static str, key: &[Value]) -> Result<Vec<Value>> {
+        self.check_key_ref(op, key).map(Cow::into_owned)
+    }
+
+    /// [`Coll::check_key`] without copying a key that needs no normalising (the
+    /// usual case: a lookup by key binds the caller's values as they are).
+    pub(crate) fn check_key_ref<'k>(
+        &self,
+        op: &'static str,
+        key: &'k [Value],
+    ) -> Result<Cow<'k, [Value]>> {
         let mismatch = |message: String| Error::TypeMismatch {
             op,
             collection: self.name.clone(),
@@ -371,7 +382,7 @@ impl Coll {
         };
         if self.key.is_empty() {
             return match key {
-                [Value::Int(r)] => Ok(vec![Value::Int(*r)]),
+                [Value::Int(_)] => Ok(Cow::Borrowed(key)),
                 _ => Err(mismatch(format!(
                     "{} has no primary key; address objects by rowid (one int), got {key:?}",
                     self.name
@@ -385,28 +396,30 @@ impl Coll {
                 key.len()
             )));
         }
-        key.iter()
-            .zip(&self.key)
-            .map(|(v, k)| {
-                Ok(match (k.kind, v) {
-                    (KeyKind::Text, Value::Text(_)) => v.clone(),
-                    (KeyKind::Int, Value::Int(_)) => v.clone(),
-                    (KeyKind::Bool, Value::Bool(b)) => Value::Int(*b as i64),
-                    (KeyKind::Bool, Value::Int(i)) if *i == 0 || *i == 1 => v.clone(),
-                    (KeyKind::Float, Value::Float(f)) if !f.is_nan() => v.clone(),
-                    (KeyKind::Float, Value::Int(i)) => Value::Float(*i as f64),
-                    (KeyKind::Other, _) => v.clone(),
-                    _ => {
-                        return Err(mismatch(format!(
-                            "key field {:?} expects {:?}, got {} ({v})",
-                            k.name,
-                            k.kind,
-                            v.kind()
-                        )))
-                    }
-                })
-            })
-            .collect()
+        let mut normalised: Option<Vec<Value>> = None;
+        for (i, (v, k)) in key.iter().zip(&self.key).enumerate() {
+            let to = match (k.kind, v) {
+                (KeyKind::Text, Value::Text(_))
+                | (KeyKind::Int, Value::Int(_))
+                | (KeyKind::Other, _) => None,
+                (KeyKind::Bool, Value::Bool(b)) => Some(Value::Int(*b as i64)),
+                (KeyKind::Bool, Value::Int(i)) if *i == 0 || *i == 1 => None,
+                (KeyKind::Float, Value::Float(f)) if !f.is_nan() => None,
+                (KeyKind::Float, Value::Int(i)) => Some(Value::Float(*i as f64)),
+                _ => {
+                    return Err(mismatch(format!(
+                        "key field {:?} expects {:?}, got {} ({v})",
+                        k.name,
+                        k.kind,
+                        v.kind()
+                    )))
+                }
+            };
+            if let Some(to) = to {
+                normalised.get_or_insert_with(|| key.to_vec())[i] = to;
+            }
+        }
+        Ok(normalised.map_or(Cow::Borrowed(key), Cow::Owned))
     }
 }
 
