@@ -175,15 +175,20 @@ pub fn compare(a: SqlValue<'_>, op: CmpOp, b: SqlValue<'_>) -> Option<bool> {
     if a == SqlValue::Null || b == SqlValue::Null {
         return None;
     }
-    let o = order_cmp(a, b);
-    Some(match op {
+    Some(holds(op, order_cmp(a, b)))
+}
+
+/// Whether `op` holds between two values that compare as `o`.
+#[inline]
+fn holds(op: CmpOp, o: Ordering) -> bool {
+    match op {
         CmpOp::Eq => o == Ordering::Equal,
         CmpOp::Ne => o != Ordering::Equal,
         CmpOp::Lt => o == Ordering::Less,
         CmpOp::Le => o != Ordering::Greater,
         CmpOp::Gt => o == Ordering::Greater,
         CmpOp::Ge => o != Ordering::Less,
-    })
+    }
 }
 
 /// `x IN (list)` in SQLite's three-valued logic.
@@ -392,7 +397,17 @@ pub struct Filter {
     /// `paths` compiled for a direct read, when every one is a scalar field of
     /// the root table (the usual filter of a scan).
     fast: Option<Vec<RootScalar>>,
+    /// The filter when it is `field <op> constant` on such a field.
+    quick: Option<Quick>,
     root: Node,
+}
+
+/// `field <op> value`, the field a scalar of the root table.
+#[derive(Debug, Clone)]
+struct Quick {
+    field: RootScalar,
+    op: CmpOp,
+    value: Value,
 }
 
 impl Filter {
@@ -417,12 +432,21 @@ impl Filter {
         let mut paths: Vec<ResolvedPath> = Vec::new();
         let root = Self::build(table, &name, expr, &mut paths)?;
         let ti = schema.collection(&name).map(|c| c.table).unwrap_or(0);
-        let fast = paths.iter().map(ResolvedPath::root_scalar).collect();
+        let fast: Option<Vec<RootScalar>> = paths.iter().map(ResolvedPath::root_scalar).collect();
+        let quick = match (&fast, &root) {
+            (Some(f), Node::Cmp(i, op, value)) => Some(Quick {
+                field: f[*i].clone(),
+                op: *op,
+                value: value.clone(),
+            }),
+            _ => None,
+        };
         Ok(Filter {
             schema,
             table: ti,
             paths,
             fast,
+            quick,
             root,
         })
     }
@@ -567,11 +591,18 @@ impl Filter {
     /// `eval_bytes(bytes) == Some(true)`.
     #[inline]
     pub fn matches(&self, bytes: &[u8]) -> bool {
-        // The usual filter of a scan, `field <op> constant` on a scalar of the
-        // root table, without the evaluator's indirections.
-        if let (Some([f]), Node::Cmp(0, op, v)) = (self.fast.as_deref(), &self.root) {
-            let x = f.read(bytes).map_or(SqlValue::Null, SqlValue::from_ref);
-            return compare(x, *op, SqlValue::from_value(v)) == Some(true);
+        // The usual filter of a scan, without the evaluator's indirections: the
+        // same answer as `eval_bytes` (a field that cannot be read is NULL, and a
+        // comparison with NULL is unknown: no match).
+        if let Some(q) = &self.quick {
+            let Ok(x) = q.field.read(bytes) else {
+                return false;
+            };
+            let (x, c) = (SqlValue::from_ref(x), SqlValue::from_value(&q.value));
+            return match (x, c) {
+                (SqlValue::Int(a), SqlValue::Int(b)) => holds(q.op, a.cmp(&b)),
+                _ => compare(x, q.op, c) == Some(true),
+            };
         }
         self.eval_bytes(bytes) == Some(true)
     }
