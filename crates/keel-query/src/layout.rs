@@ -368,6 +368,15 @@ impl Coll {
         self.check_key_ref(op, key).map(Cow::into_owned)
     }
 
+    /// [`Coll::check_key`] for a key the caller owns: normalised in place, no copy.
+    pub(crate) fn check_key_owned(&self, op: &'static str, key: Vec<Value>) -> Result<Vec<Value>> {
+        let normalised = match self.check_key_ref(op, &key)? {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(n) => Some(n),
+        };
+        Ok(normalised.unwrap_or(key))
+    }
+
     /// [`Coll::check_key`] without copying a key that needs no normalising (the
     /// usual case: a lookup by key binds the caller's values as they are).
     pub(crate) fn check_key_ref<'k>(

@@ -30,6 +30,9 @@ pub struct Txn<'a> {
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
     pub(crate) dict: Option<crate::dictionary::txn::TxnState>,
+    /// Write statements taken from the connection's cache for the rest of this
+    /// closure (see [`Txn::with_kept_stmt`]); they go back to it when the `Txn` drops.
+    kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -42,13 +45,45 @@ impl rusqlite::ToSql for Arg<'_> {
 }
 
 fn sref(v: &Value) -> Arg<'_> {
-    Arg(match SqlValue::from_value(v) {
+    arg(SqlValue::from_value(v))
+}
+
+fn arg(v: SqlValue<'_>) -> Arg<'_> {
+    Arg(match v {
         SqlValue::Null => SqlRef::Null,
         SqlValue::Int(i) => SqlRef::Integer(i),
         SqlValue::Float(f) => SqlRef::Real(f),
         SqlValue::Text(s) => SqlRef::Text(s.as_bytes()),
         SqlValue::Blob(b) => SqlRef::Blob(b),
     })
+}
+
+/// Binds the parameters of `sql_insert` (and `sql_update_key`) to `st`: the key
+/// columns, the object's bytes, then its index columns, each borrowed — from the key,
+/// the bytes, and the object read in place — rather than collected into new vectors.
+fn bind_row(
+    st: &mut rusqlite::Statement<'_>,
+    c: &Coll,
+    key: &[Value],
+    bytes: &[u8],
+) -> rusqlite::Result<()> {
+    let mut at = 1;
+    for k in key {
+        st.raw_bind_parameter(at, sref(k))?;
+        at += 1;
+    }
+    st.raw_bind_parameter(at, Arg(SqlRef::Blob(bytes)))?;
+    let obj = c.ext_reader().and_then(|r| r.open(bytes).ok());
+    for ix in &c.indexes {
+        at += 1;
+        // What `Coll::column_values` gives: unreadable → NULL.
+        let v = match (&obj, &ix.resolved) {
+            (Some(o), Some(p)) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
+            _ => SqlValue::Null,
+        };
+        st.raw_bind_parameter(at, arg(v))?;
+    }
+    Ok(())
 }
 
 /// Call `f` with the parameters of `sql_insert` and `sql_update_key`: the key
@@ -79,6 +114,7 @@ impl<'a> Txn<'a> {
             record,
             aborted: false,
             dict: None,
+            kept: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -184,6 +220,32 @@ impl<'a> Txn<'a> {
         )
     }
 
+    /// Runs `f` on the prepared statement for `sql`, which stays out of the
+    /// connection's statement cache until this `Txn` drops: a batch of 10,000 inserts
+    /// looks it up once instead of taking it from and returning it to the cache per
+    /// row. `f` must finish with the statement (execute, not iterate rows).
+    fn with_kept_stmt<T>(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        sql: &str,
+        f: impl FnOnce(&mut rusqlite::Statement<'a>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let mut kept = self.kept.borrow_mut();
+        let i = match kept.iter().position(|(s, _)| s == sql) {
+            Some(i) => i,
+            None => {
+                let st = self
+                    .conn
+                    .prepare_cached(sql)
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                kept.push((sql.to_owned(), st));
+                kept.len() - 1
+            }
+        };
+        f(&mut kept[i].1).map_err(|e| Error::sqlite(op, &c.name, e))
+    }
+
     fn insert_raw(
         &mut self,
         c: &Coll,
@@ -191,16 +253,11 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
-        {
-            // The index columns, extracted once from the bytes (layout.rs).
-            let cols = c.column_values(&bytes);
-            let mut st = self
-                .conn
-                .prepare_cached(&c.sql_insert)
-                .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            with_params(&key, &bytes, &cols, |p| st.execute(p))
-                .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        }
+        // The index columns are extracted once from the bytes, as they are bound.
+        self.with_kept_stmt(c, op, &c.sql_insert, |st| {
+            bind_row(st, c, &key, &bytes)?;
+            st.raw_execute()
+        })?;
         let rowid = self.conn.last_insert_rowid();
         let new = self.record.then_some(bytes);
         self.record(c, ChangeOp::Insert, key, rowid, None, new);
@@ -658,7 +715,7 @@ impl<'a> Txn<'a> {
         if c.key.is_empty() {
             Ok(Vec::new())
         } else {
-            c.check_key(op, &obj.primary_key())
+            c.check_key_owned(op, obj.primary_key())
         }
     }
 
