@@ -9,7 +9,7 @@ use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
 use crate::layout::Coll;
-use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
+use crate::query::{Fetch, Query, Source, StoredObject};
 
 /// A write transaction, given to the closure of
 /// [`Database::write`](crate::Database::write). The closure runs on keel's writer
@@ -825,10 +825,8 @@ impl<'a> Txn<'a> {
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
         self.check("get")?;
         let c = self.coll(R::COLLECTION, "get")?;
-        decode_opt::<R>(
-            self.inner
-                .get_in(self.conn, c, "get", &R::key_values(key), false)?,
-        )
+        self.inner
+            .get_typed::<R>(self.conn, c, "get", &R::key_values(key))
     }
 
     /// A typed query that sees this transaction's own writes.
