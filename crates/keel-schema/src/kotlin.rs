@@ -823,6 +823,25 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// The `when (tag)` arms that read union `u`'s member from the table `m`, each
+    /// line indented by `indent`: one per member, then `else` for a tag this schema
+    /// does not declare. A union field and a vector of unions read through the same arms.
+    fn union_read_arms(&self, u: usize, indent: &str) -> String {
+        let un = self.union_name(u);
+        let mut arms = String::new();
+        for m in &self.s.unions[u].members {
+            let _ = writeln!(
+                arms,
+                "{indent}{} -> {un}.{}({}.keelRead(m))",
+                m.tag,
+                self.member_class(u, m),
+                self.table_name(m.table)
+            );
+        }
+        let _ = write!(arms, "{indent}else -> {un}.Unknown(tag.toUByte())");
+        arms
+    }
+
     fn union(&self, o: &mut String, i: usize, ns: &str) {
         let _ = ns;
         let u = &self.s.unions[i];
@@ -1201,21 +1220,10 @@ impl<'a> Gen<'a> {
                         self.table_name(*x)
                     )
                 }
-                FieldType::Union(u) => {
-                    let un = self.union_name(*u);
-                    let mut e = format!("t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n");
-                    for m in &s.unions[*u].members {
-                        let _ = writeln!(
-                            e,
-                            "                        {} -> {un}.{}({}.keelRead(m))",
-                            m.tag,
-                            self.member_class(*u, m),
-                            self.table_name(m.table)
-                        );
-                    }
-                    let _ = write!(e, "                        else -> {un}.Unknown(tag.toUByte())\n                    }}\n                }}\n            }}");
-                    e
-                }
+                FieldType::Union(u) => format!(
+                    "t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n{}\n                    }}\n                }}\n            }}",
+                    self.union_read_arms(*u, "                        ")
+                ),
                 FieldType::Vector(inner) => match &**inner {
                     FieldType::Scalar(ty) => format!("t.{}s({slot})", sc(*ty).read),
                     FieldType::Enum(e) => {
@@ -1239,26 +1247,10 @@ impl<'a> Gen<'a> {
                         let sn = self.struct_name(*x);
                         format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
                     }
-                    FieldType::Union(u) => {
-                        let un = self.union_name(*u);
-                        let mut e = format!(
-                            "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n"
-                        );
-                        for m in &s.unions[*u].members {
-                            let _ = writeln!(
-                                e,
-                                "                    {} -> {un}.{}({}.keelRead(m))",
-                                m.tag,
-                                self.member_class(*u, m),
-                                self.table_name(m.table)
-                            );
-                        }
-                        let _ = write!(
-                            e,
-                            "                    else -> {un}.Unknown(tag.toUByte())\n                }}\n            }}"
-                        );
-                        e
-                    }
+                    FieldType::Union(u) => format!(
+                        "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n{}\n                }}\n            }}",
+                        self.union_read_arms(*u, "                    ")
+                    ),
                     _ => "emptyList()".into(),
                 },
             };
