@@ -134,8 +134,12 @@ public enum KeelWire {
     /// offsets share subtrees to blow up the decoded size).
     public static let maxTables = 1_000_000
 
+    // The reader's and builder's hot paths are `@inlinable`: the generated models
+    // live in another module, and without their bodies every call there went
+    // through an unspecialised generic (witness tables, metadata look-ups).
+
     /// Reads a `T` at byte `at` of `bytes`, bounds-checked.
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func read<T: KeelWireScalar>(_ type: T.Type, _ bytes: [UInt8], at: Int, what: String = "scalar") throws -> T {
         guard at >= 0, at <= bytes.count - T.wireSize else {
             throw KeelDecodeError.outOfBounds(what: what, offset: at, bufferLength: bytes.count)
@@ -144,13 +148,13 @@ public enum KeelWire {
     }
 
     /// Writes `value` at byte `at` of `bytes` (struct encoding; the caller sized it).
-    @inline(__always)
+    @inlinable @inline(__always)
     public static func write<T: KeelWireScalar>(_ value: T, into bytes: inout [UInt8], at: Int) {
         bytes.withUnsafeMutableBytes { value.wireStore($0, at) }
     }
 
     /// Follows the `u32` offset stored at `at`.
-    @inline(__always)
+    @inlinable @inline(__always)
     static func deref(_ bytes: [UInt8], _ at: Int, _ what: String) throws -> Int {
         let off = Int(try read(UInt32.self, bytes, at: at, what: what))
         let p = at + off
@@ -161,6 +165,7 @@ public enum KeelWire {
     }
 
     /// The `len * elementSize` element bytes of the vector at `p`: (start, count).
+    @inlinable
     static func blob(_ bytes: [UInt8], _ p: Int, _ elementSize: Int, _ what: String) throws -> (Int, Int) {
         let count = Int(try read(UInt32.self, bytes, at: p, what: what))
         let start = p + 4
@@ -171,10 +176,11 @@ public enum KeelWire {
         return (start, count)
     }
 
+    @inlinable
     static func string(_ bytes: [UInt8], _ p: Int) throws -> String {
         let (start, count) = try blob(bytes, p, 1, "string")
         let s: String? = bytes.withUnsafeBufferPointer { b in
-            String(validating: UnsafeBufferPointer(rebasing: b[start..<start + count]), as: UTF8.self)
+            utf8String(UnsafeBufferPointer(rebasing: b[start..<start + count]))
         }
         guard let s else {
             throw KeelDecodeError.invalid(what: "string", offset: p, reason: "not UTF-8")
@@ -182,9 +188,46 @@ public enum KeelWire {
         return s
     }
 
+    /// The text of `utf8`, or `nil` when it is not valid UTF-8.
+    ///
+    /// `String(validating:as:)` would say the same, but on Linux it runs the
+    /// stdlib's unspecialised generic validator (metadata look-ups on every call):
+    /// it took 40% of decoding a blog post. `String(decoding:as:)` takes the
+    /// stdlib's fast UTF-8 path but repairs bad bytes to U+FFFD instead of failing,
+    /// so the result is checked: the text is the input exactly when its UTF-8 is
+    /// the input's bytes, which for ASCII (no repair possible) needs no compare.
+    @inlinable
+    static func utf8String(_ utf8: UnsafeBufferPointer<UInt8>) -> String? {
+        var s = String(decoding: utf8, as: UTF8.self)
+        if isASCII(utf8) { return s }
+        let same = s.withUTF8 { out in
+            out.count == utf8.count && out.elementsEqual(utf8)
+        }
+        return same ? s : nil
+    }
+
+    /// Whether every byte is below 0x80 (eight at a time).
+    @inlinable
+    static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let raw = UnsafeRawBufferPointer(bytes)
+        let n = raw.count
+        var i = 0
+        while i + 8 <= n {
+            if raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+            i += 8
+        }
+        while i < n {
+            if raw[i] & 0x80 != 0 { return false }
+            i += 1
+        }
+        return true
+    }
+
     /// Counts table visits across one decode.
+    @usableFromInline
     final class Budget: @unchecked Sendable {
-        var tables = 0
+        @usableFromInline var tables = 0
+        @usableFromInline init() {}
     }
 
     /// A checked view of one table inside a buffer.
@@ -198,15 +241,17 @@ public enum KeelWire {
         @usableFromInline let vtable: Int
         @usableFromInline let vtableLength: Int
         @usableFromInline let size: Int
-        let depth: Int
-        let budget: Budget
+        @usableFromInline let depth: Int
+        @usableFromInline let budget: Budget
 
         /// The root table of a finished buffer.
+        @inlinable
         public static func root(_ bytes: [UInt8]) throws -> Table {
             let pos = try deref(bytes, 0, "root offset")
             return try Table(bytes, pos, depth: 0, budget: Budget())
         }
 
+        @inlinable
         init(_ bytes: [UInt8], _ pos: Int, depth: Int, budget: Budget) throws {
             guard depth <= KeelWire.maxDepth else { throw KeelDecodeError.tooDeep(limit: KeelWire.maxDepth) }
             budget.tables += 1
@@ -264,35 +309,41 @@ public enum KeelWire {
             return bytes.withUnsafeBytes { T.wireLoad($0, p) }
         }
 
+        @inlinable
         func target(_ slot: Int) throws -> Int? {
             guard let p = try fieldPosition(slot, 4) else { return nil }
             return try deref(bytes, p, "offset")
         }
 
         /// A string field.
+        @inlinable
         public func string(slot: Int) throws -> String? {
             guard let p = try target(slot) else { return nil }
             return try KeelWire.string(bytes, p)
         }
 
         /// A string field that must be present (`(primary)` keys).
+        @inlinable
         public func requiredString(slot: Int, field: String) throws -> String {
             guard let s = try string(slot: slot) else { throw KeelDecodeError.missingField(field) }
             return s
         }
 
         /// A sub-table field.
+        @inlinable
         public func table(slot: Int) throws -> Table? {
             guard let p = try target(slot) else { return nil }
             return try Table(bytes, p, depth: depth + 1, budget: budget)
         }
 
         /// Where a struct field's inline bytes start (checked to fit the table).
+        @inlinable
         public func structPosition(slot: Int, size: Int) throws -> Int? {
             try fieldPosition(slot, size)
         }
 
         /// A vector field whose elements take `elementSize` bytes inline (4 for offsets).
+        @inlinable
         public func vector(slot: Int, elementSize: Int) throws -> Vector? {
             guard let p = try target(slot) else { return nil }
             let (start, count) = try blob(bytes, p, elementSize, "vector")
@@ -334,39 +385,61 @@ public enum KeelWire {
     public struct Vector {
         /// The whole buffer.
         public let bytes: [UInt8]
-        let start: Int
+        @usableFromInline let start: Int
         /// Number of elements.
         public let count: Int
-        let elementSize: Int
-        let depth: Int
-        let budget: Budget
+        @usableFromInline let elementSize: Int
+        @usableFromInline let depth: Int
+        @usableFromInline let budget: Budget
+
+        @inlinable
+        init(bytes: [UInt8], start: Int, count: Int, elementSize: Int, depth: Int, budget: Budget) {
+            self.bytes = bytes
+            self.start = start
+            self.count = count
+            self.elementSize = elementSize
+            self.depth = depth
+            self.budget = budget
+        }
 
         /// Byte position of element `i`.
+        @inlinable
         public func position(_ i: Int) -> Int { start + i * elementSize }
 
         /// The elements as scalars.
+        @inlinable
         public func scalars<T: KeelWireScalar>(_ type: T.Type) -> [T] {
             bytes.withUnsafeBytes { p in
-                (0..<count).map { T.wireLoad(p, start + $0 * T.wireSize) }
+                [T](unsafeUninitializedCapacity: count) { out, initialized in
+                    for i in 0..<count { out.initializeElement(at: i, to: T.wireLoad(p, start + i * T.wireSize)) }
+                    initialized = count
+                }
             }
         }
 
         /// The raw element bytes (`[ubyte]`).
+        @inlinable
         public func byteArray() -> [UInt8] {
             Array(bytes[start..<start + count * elementSize])
         }
 
         /// The elements as strings.
+        @inlinable
         public func strings() throws -> [String] {
-            try (0..<count).map { try KeelWire.string(bytes, deref(bytes, position($0), "vector element")) }
+            var out: [String] = []
+            out.reserveCapacity(count)
+            for i in 0..<count { out.append(try KeelWire.string(bytes, deref(bytes, position(i), "vector element"))) }
+            return out
         }
 
         /// Table element `i`.
+        @inlinable
         public func table(_ i: Int) throws -> Table {
             try Table(bytes, deref(bytes, position(i), "vector element"), depth: depth + 1, budget: budget)
         }
 
         /// The elements mapped through `transform(self, index)`.
+        @inlinable
         public func map<T>(_ transform: (Vector, Int) throws -> T) rethrows -> [T] {
             var out: [T] = []
             out.reserveCapacity(count)
@@ -377,90 +450,112 @@ public enum KeelWire {
 
     /// Something already written into a `Builder` (its distance from the buffer's end).
     public struct Offset: Sendable, Equatable {
-        let value: Int
+        @usableFromInline let value: Int
+        @inlinable init(value: Int) { self.value = value }
     }
 
     /// Writes FlatBuffers back to front, like flatc's builders: write children
     /// (strings, vectors, tables) first, then `startTable`, the fields, `endTable`.
     public final class Builder {
-        var core: Core
+        /// The builder's state, behind a pointer the builder owns. A class's stored
+        /// `var` is checked for exclusivity at run time on every access (12% of
+        /// encoding a blog post, even with one access per call); a `let` pointer is
+        /// not, and nothing else can reach the state: the builder is not `Sendable`
+        /// and never hands the pointer out.
+        @usableFromInline let core: UnsafeMutablePointer<Core>
 
         /// An empty builder (`capacity` is only a hint).
-        public init(capacity: Int = 1024) { core = Core(capacity: capacity) }
+        public init(capacity: Int = 1024) {
+            core = .allocate(capacity: 1)
+            core.initialize(to: Core(capacity: capacity))
+        }
+
+        deinit {
+            core.deinitialize(count: 1)
+            core.deallocate()
+        }
 
         /// Forgets everything written, keeping the memory (to build the next buffer).
-        public func reset() { core.reset() }
+        @inlinable
+        public func reset() { core.pointee.reset() }
 
         /// Writes a string.
-        public func createString(_ s: String) -> Offset { core.createString(s) }
+        @inlinable
+        public func createString(_ s: String) -> Offset { core.pointee.createString(s) }
 
         /// Writes a vector of scalars.
-        public func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset { core.createScalarVector(items) }
+        @inlinable
+        public func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset { core.pointee.createScalarVector(items) }
 
         /// Writes a vector of offsets (strings or tables written before).
-        public func createOffsetVector(_ items: [Offset]) -> Offset { core.createOffsetVector(items) }
+        @inlinable
+        public func createOffsetVector(_ items: [Offset]) -> Offset { core.pointee.createOffsetVector(items) }
 
         /// Writes a vector of structs.
-        public func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset { core.createStructVector(items) }
+        @inlinable
+        public func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset { core.pointee.createStructVector(items) }
 
         /// Writes a vector of unions from (type tag, member table) pairs: the
         /// `[ubyte]` of tags (for slot `id - 1`) and the table offsets (for `id`).
         public func createUnionVector(_ items: [(UInt8, Offset)]) -> (tags: Offset, values: Offset) {
-            core.createUnionVector(items)
+            core.pointee.createUnionVector(items)
         }
 
         /// Starts a table. Write its children *before* this.
-        public func startTable() { core.startTable() }
+        @inlinable
+        public func startTable() { core.pointee.startTable() }
 
         /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
-        @inline(__always)
+        @inlinable @inline(__always)
         public func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
-            if v != d { core.addScalarAlways(slot: slot, v) }
+            if v != d { core.pointee.addScalarAlways(slot: slot, v) }
         }
 
         /// Adds a scalar field even when it equals the default (optional scalars).
-        public func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) { core.addScalarAlways(slot: slot, v) }
+        @inlinable
+        public func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) { core.pointee.addScalarAlways(slot: slot, v) }
 
         /// Adds an offset field (string, vector, table).
-        public func addOffset(slot: Int, _ target: Offset) { core.addOffset(slot: slot, target) }
+        @inlinable
+        public func addOffset(slot: Int, _ target: Offset) { core.pointee.addOffset(slot: slot, target) }
 
         /// Adds a struct field.
-        public func addStruct<S: KeelStruct>(slot: Int, _ v: S) { core.addStruct(slot: slot, v) }
+        @inlinable
+        public func addStruct<S: KeelStruct>(slot: Int, _ v: S) { core.pointee.addStruct(slot: slot, v) }
 
         /// Ends the table: writes its vtable; returns the table's offset.
-        public func endTable() -> Offset { core.endTable() }
+        @inlinable
+        public func endTable() -> Offset { core.pointee.endTable() }
 
         /// Finishes the buffer with `root` as the root table and returns its bytes.
         public func finish(_ root: Offset, fileIdentifier: String?) -> [UInt8] {
-            core.finish(root, fileIdentifier: fileIdentifier)
+            core.pointee.finish(root, fileIdentifier: fileIdentifier)
         }
 
         /// `finish` as `Data` (what the FFI takes), in one copy.
         public func finishData(_ root: Offset, fileIdentifier: String?) -> Data {
-            core.finishData(root, fileIdentifier: fileIdentifier)
+            core.pointee.finishData(root, fileIdentifier: fileIdentifier)
         }
     }
 
-    /// A `Builder`'s state and the code that writes into it. The class keeps it in
-    /// one stored property and runs each call in ONE exclusive access to it: a
-    /// class's stored properties are checked for exclusivity at run time on every
-    /// access, which took about half of the encoding time when the builder's
-    /// methods touched `buf` and `head` directly.
+    /// A `Builder`'s state and the code that writes into it.
+    @usableFromInline
     struct Core {
-        var buf: [UInt8]
-        var head: Int
-        var minAlign = 1
-        var fields: [(slot: Int, at: Int)] = []
-        var vtableScratch: [UInt16] = []
-        var tableStart = 0
+        @usableFromInline var buf: [UInt8]
+        @usableFromInline var head: Int
+        @usableFromInline var minAlign = 1
+        @usableFromInline var fields: [(slot: Int, at: Int)] = []
+        @usableFromInline var tableStart = 0
 
         /// An empty builder (`capacity` is only a hint).
         init(capacity: Int) {
             buf = [UInt8](repeating: 0, count: max(capacity, 64))
             head = buf.count
+            fields.reserveCapacity(16)
         }
 
         /// Forgets everything written, keeping the memory (to build the next buffer).
+        @inlinable
         mutating func reset() {
             head = buf.count
             minAlign = 1
@@ -468,11 +563,17 @@ public enum KeelWire {
             tableStart = 0
         }
 
+        @inlinable
         var used: Int { buf.count - head }
 
-        @inline(__always)
+        /// Makes room for `n` more bytes in front of `head`.
+        @inlinable @inline(__always)
         mutating func ensure(_ n: Int) {
-            if head >= n { return }
+            if head < n { grow(n) }
+        }
+
+        @usableFromInline
+        mutating func grow(_ n: Int) {
             let oldLen = buf.count
             let newLen = max(oldLen * 2, oldLen + n, 64)
             var nb = [UInt8](repeating: 0, count: newLen)
@@ -487,35 +588,39 @@ public enum KeelWire {
             buf = nb
         }
 
-        @inline(__always)
+        /// Writes `n` zero bytes (the memory is reused, so padding is not zero yet).
+        @inlinable @inline(__always)
         mutating func pad(_ n: Int) {
             if n == 0 { return }
             ensure(n)
-            for _ in 0..<n {
-                head -= 1
-                buf[head] = 0
+            head -= n
+            let h = head
+            buf.withUnsafeMutableBytes { p in
+                _ = (p.baseAddress! + h).initializeMemory(as: UInt8.self, repeating: 0, count: n)
             }
         }
 
         /// Pads so that after writing `len` more bytes the data is `alignment`-aligned.
-        @inline(__always)
+        @inlinable @inline(__always)
         mutating func align(_ len: Int, _ alignment: Int) {
             if alignment > minAlign { minAlign = alignment }
             let padding = (alignment - (used + len) % alignment) % alignment
             pad(padding)
         }
 
+        @inlinable
         mutating func pushBytes(_ bytes: UnsafeRawBufferPointer) {
             ensure(bytes.count)
             head -= bytes.count
             if bytes.count > 0 {
+                let h = head
                 buf.withUnsafeMutableBytes { dst in
-                    dst.baseAddress!.advanced(by: head).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
+                    dst.baseAddress!.advanced(by: h).copyMemory(from: bytes.baseAddress!, byteCount: bytes.count)
                 }
             }
         }
 
-        @inline(__always)
+        @inlinable @inline(__always)
         mutating func push<T: KeelWireScalar>(_ v: T) {
             align(T.wireSize, T.wireSize)
             ensure(T.wireSize)
@@ -524,12 +629,14 @@ public enum KeelWire {
             buf.withUnsafeMutableBytes { v.wireStore($0, h) }
         }
 
+        @inlinable
         mutating func pushOffset(_ target: Offset) {
             align(4, 4)
             push(UInt32(used + 4 - target.value))
         }
 
         /// Writes a string.
+        @inlinable
         mutating func createString(_ s: String) -> Offset {
             var s = s
             return s.withUTF8 { utf8 in
@@ -541,15 +648,23 @@ public enum KeelWire {
             }
         }
 
-        /// Writes a vector of scalars.
+        /// Writes a vector of scalars: the elements in one pass, front to back.
+        @inlinable
         mutating func createScalarVector<T: KeelWireScalar>(_ items: [T]) -> Offset {
-            align(items.count * T.wireSize, max(T.wireSize, 4))
-            for v in items.reversed() { push(v) }
+            let n = items.count * T.wireSize
+            align(n, max(T.wireSize, 4))
+            ensure(n)
+            head -= n
+            let h = head
+            buf.withUnsafeMutableBytes { p in
+                for (i, v) in items.enumerated() { v.wireStore(p, h + i * T.wireSize) }
+            }
             push(UInt32(items.count))
             return Offset(value: used)
         }
 
         /// Writes a vector of offsets (strings or tables written before).
+        @inlinable
         mutating func createOffsetVector(_ items: [Offset]) -> Offset {
             align(items.count * 4, 4)
             for v in items.reversed() { pushOffset(v) }
@@ -557,12 +672,14 @@ public enum KeelWire {
             return Offset(value: used)
         }
 
-        /// Writes a vector of structs.
+        /// Writes a vector of structs, each straight into the buffer.
+        @inlinable
         mutating func createStructVector<S: KeelStruct>(_ items: [S]) -> Offset {
-            var bytes = [UInt8](repeating: 0, count: items.count * S.keelSize)
-            for (i, v) in items.enumerated() { v.keelWrite(into: &bytes, at: i * S.keelSize) }
-            align(bytes.count, max(S.keelAlignment, 4))
-            bytes.withUnsafeBytes { pushBytes($0) }
+            let n = items.count * S.keelSize
+            align(n, max(S.keelAlignment, 4))
+            pad(n)  // struct padding bytes must be zero
+            let h = head
+            for (i, v) in items.enumerated() { v.keelWrite(into: &buf, at: h + i * S.keelSize) }
             push(UInt32(items.count))
             return Offset(value: used)
         }
@@ -576,58 +693,57 @@ public enum KeelWire {
         }
 
         /// Starts a table. Write its children *before* this.
+        @inlinable
         mutating func startTable() {
             fields.removeAll(keepingCapacity: true)
             tableStart = used
         }
 
-        /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
-        @inline(__always)
-        mutating func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
-            if v != d { addScalarAlways(slot: slot, v) }
-        }
-
         /// Adds a scalar field even when it equals the default (optional scalars).
+        @inlinable
         mutating func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) {
             push(v)
             fields.append((slot, used))
         }
 
         /// Adds an offset field (string, vector, table).
+        @inlinable
         mutating func addOffset(slot: Int, _ target: Offset) {
             pushOffset(target)
             fields.append((slot, used))
         }
 
-        /// Adds a struct field.
+        /// Adds a struct field, written straight into the buffer.
+        @inlinable
         mutating func addStruct<S: KeelStruct>(slot: Int, _ v: S) {
-            var bytes = [UInt8](repeating: 0, count: S.keelSize)
-            v.keelWrite(into: &bytes, at: 0)
-            align(bytes.count, S.keelAlignment)
-            bytes.withUnsafeBytes { pushBytes($0) }
+            align(S.keelSize, S.keelAlignment)
+            pad(S.keelSize)  // struct padding bytes must be zero
+            v.keelWrite(into: &buf, at: head)
             fields.append((slot, used))
         }
 
         /// Ends the table: writes its vtable; returns the table's offset.
+        @usableFromInline
         mutating func endTable() -> Offset {
             push(Int32(0))
             let obj = used
             var slots = 0
             for f in fields where f.slot + 1 > slots { slots = f.slot + 1 }
-            // The vtable, back to front: entries (last slot first), table size, vtable size.
-            if vtableScratch.count < slots { vtableScratch = [UInt16](repeating: 0, count: slots) }
-            for i in 0..<slots { vtableScratch[i] = 0 }
-            for f in fields { vtableScratch[f.slot] = UInt16(obj - f.at) }
-            var i = slots
-            while i > 0 {
-                i -= 1
-                push(vtableScratch[i])
-            }
-            push(UInt16(obj - tableStart))
-            push(UInt16(4 + 2 * slots))
+            // The vtable in one piece: vtable size, table size, then one entry per
+            // slot (0 for absent fields). `push(Int32)` left `head` 4-aligned, and
+            // the vtable's size is even, so its `u16`s are aligned.
+            let vtSize = 4 + 2 * slots
+            pad(vtSize)
+            let h = head
+            let tableSize = obj - tableStart
             let soff = Int32(used - obj)
             let at = buf.count - obj
-            buf.withUnsafeMutableBytes { soff.wireStore($0, at) }
+            buf.withUnsafeMutableBytes { p in
+                UInt16(vtSize).wireStore(p, h)
+                UInt16(tableSize).wireStore(p, h + 2)
+                for f in fields { UInt16(obj - f.at).wireStore(p, h + 4 + 2 * f.slot) }
+                soff.wireStore(p, at)
+            }
             fields.removeAll(keepingCapacity: true)
             return Offset(value: obj)
         }

@@ -687,6 +687,33 @@ final class KeelTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(rejected, good.count, "every truncation must be rejected")
     }
 
+    /// Strings decode through `String(decoding:)` with a check (KeelWire's
+    /// `utf8String`): non-ASCII text reads back exactly, and bytes that are not
+    /// UTF-8 throw — including a cut-off sequence that the repair would turn into
+    /// a U+FFFD of the same length.
+    func testStringsAreValidatedNotRepaired() throws {
+        for title in ["café", "日本語のタイトル", "emoji 😀 and more text after it", "\u{FFFD}", "a\u{0}b"] {
+            XCTAssertEqual(try Post(flatBuffer: Post(id: "s", title: title).flatBuffer()).title, title)
+        }
+        let marker = Array("QQQQ".utf8)
+        let good = Post(id: "s", title: "ab" + "QQQQ" + "cdefghijkl").flatBuffer()
+        let at = try XCTUnwrap((0...(good.count - 4)).first { Array(good[$0..<$0 + 4]) == marker })
+        for bad: [UInt8] in [[0xF0, 0x90, 0x80, 0x41], [0xC0, 0xAF, 0x41, 0x41], [0xED, 0xA0, 0x80, 0x41],
+                             [0xF4, 0x90, 0x80, 0x80], [0x41, 0x41, 0x41, 0xFF], [0xE2, 0x82, 0x41, 0x41]] {
+            var b = good
+            b.replaceSubrange(at..<at + 4, with: bad)
+            XCTAssertThrowsError(try Post(flatBuffer: b), "\(bad) is not UTF-8") { error in
+                guard case .invalid(what: "string", _, _)? = error as? KeelDecodeError else {
+                    return XCTFail("\(bad): \(error)")
+                }
+            }
+        }
+        // the same bytes, valid: a 4-byte sequence in full
+        var b = good
+        b.replaceSubrange(at..<at + 4, with: [0xF0, 0x9F, 0x98, 0x80])
+        XCTAssertEqual(try Post(flatBuffer: b).title, "ab😀cdefghijkl")
+    }
+
     // MARK: byte compatibility with flatc and keel's Rust side
 
     func fixture(_ name: String) throws -> [UInt8] {
