@@ -544,7 +544,11 @@ public enum KeelWire {
         @usableFromInline var buf: [UInt8]
         @usableFromInline var head: Int
         @usableFromInline var minAlign = 1
+        /// The open table's fields: the first `fieldCount` entries (the array is
+        /// reused, not emptied: `removeAll(keepingCapacity:)` cost more than the
+        /// field writes).
         @usableFromInline var fields: [(slot: Int, at: Int)] = []
+        @usableFromInline var fieldCount = 0
         @usableFromInline var tableStart = 0
 
         /// An empty builder (`capacity` is only a hint).
@@ -559,7 +563,7 @@ public enum KeelWire {
         mutating func reset() {
             head = buf.count
             minAlign = 1
-            fields.removeAll(keepingCapacity: true)
+            fieldCount = 0
             tableStart = 0
         }
 
@@ -635,15 +639,24 @@ public enum KeelWire {
             push(UInt32(used + 4 - target.value))
         }
 
-        /// Writes a string.
+        /// Writes a string: its `u32` length, the bytes, the NUL terminator and
+        /// the padding that keeps the length 4-aligned, in one write.
         @inlinable
         mutating func createString(_ s: String) -> Offset {
             var s = s
             return s.withUTF8 { utf8 in
-                align(utf8.count + 1, 4)
-                pad(1)  // the NUL terminator
-                pushBytes(UnsafeRawBufferPointer(utf8))
-                push(UInt32(utf8.count))
+                let n = utf8.count
+                if minAlign < 4 { minAlign = 4 }
+                let padding = (4 - (used + n + 1) % 4) % 4
+                let total = 4 + n + 1 + padding
+                ensure(total)
+                head -= total
+                let h = head
+                buf.withUnsafeMutableBytes { p in
+                    UInt32(n).wireStore(p, h)
+                    if n > 0 { (p.baseAddress! + h + 4).copyMemory(from: utf8.baseAddress!, byteCount: n) }
+                    _ = (p.baseAddress! + h + 4 + n).initializeMemory(as: UInt8.self, repeating: 0, count: 1 + padding)
+                }
                 return Offset(value: used)
             }
         }
@@ -695,22 +708,33 @@ public enum KeelWire {
         /// Starts a table. Write its children *before* this.
         @inlinable
         mutating func startTable() {
-            fields.removeAll(keepingCapacity: true)
+            fieldCount = 0
             tableStart = used
+        }
+
+        /// Records that the field in `slot` was just written (at `used`).
+        @inlinable @inline(__always)
+        mutating func track(_ slot: Int) {
+            if fieldCount < fields.count {
+                fields[fieldCount] = (slot, used)
+            } else {
+                fields.append((slot, used))
+            }
+            fieldCount += 1
         }
 
         /// Adds a scalar field even when it equals the default (optional scalars).
         @inlinable
         mutating func addScalarAlways<T: KeelWireScalar>(slot: Int, _ v: T) {
             push(v)
-            fields.append((slot, used))
+            track(slot)
         }
 
         /// Adds an offset field (string, vector, table).
         @inlinable
         mutating func addOffset(slot: Int, _ target: Offset) {
             pushOffset(target)
-            fields.append((slot, used))
+            track(slot)
         }
 
         /// Adds a struct field, written straight into the buffer.
@@ -719,7 +743,7 @@ public enum KeelWire {
             align(S.keelSize, S.keelAlignment)
             pad(S.keelSize)  // struct padding bytes must be zero
             v.keelWrite(into: &buf, at: head)
-            fields.append((slot, used))
+            track(slot)
         }
 
         /// Ends the table: writes its vtable; returns the table's offset.
@@ -728,7 +752,7 @@ public enum KeelWire {
             push(Int32(0))
             let obj = used
             var slots = 0
-            for f in fields where f.slot + 1 > slots { slots = f.slot + 1 }
+            for f in fields[0..<fieldCount] where f.slot + 1 > slots { slots = f.slot + 1 }
             // The vtable in one piece: vtable size, table size, then one entry per
             // slot (0 for absent fields). `push(Int32)` left `head` 4-aligned, and
             // the vtable's size is even, so its `u16`s are aligned.
@@ -741,10 +765,10 @@ public enum KeelWire {
             buf.withUnsafeMutableBytes { p in
                 UInt16(vtSize).wireStore(p, h)
                 UInt16(tableSize).wireStore(p, h + 2)
-                for f in fields { UInt16(obj - f.at).wireStore(p, h + 4 + 2 * f.slot) }
+                for f in fields[0..<fieldCount] { UInt16(obj - f.at).wireStore(p, h + 4 + 2 * f.slot) }
                 soff.wireStore(p, at)
             }
-            fields.removeAll(keepingCapacity: true)
+            fieldCount = 0
             return Offset(value: obj)
         }
 
@@ -761,9 +785,16 @@ public enum KeelWire {
         }
 
         mutating func finishWrites(_ root: Offset, _ fileIdentifier: String?) {
-            let ident = fileIdentifier.map { Array($0.utf8) }.flatMap { $0.count == 4 ? $0 : nil }
-            align(4 + (ident == nil ? 0 : 4), max(minAlign, 4))
-            if let id = ident { id.withUnsafeBytes { pushBytes($0) } }
+            // The identifier's 4 bytes as one little-endian `u32` (no array per buffer);
+            // an identifier of another length is left out.
+            var ident: UInt32 = 0
+            var length = 0
+            for c in fileIdentifier?.utf8 ?? "".utf8 {
+                if length < 4 { ident |= UInt32(c) << (8 * length) }
+                length += 1
+            }
+            align(4 + (length == 4 ? 4 : 0), max(minAlign, 4))
+            if length == 4 { push(ident) }
             pushOffset(root)
         }
     }
