@@ -7,9 +7,10 @@
 //! carries the whole result as two byte buffers; the Swift typed fetch
 //! (`bindings/swift/KeelPacked.swift`) decodes straight from them. Measured with
 //! 10,000 blog posts (BENCHMARKS.md, `swift`): the typed fetch took 1.33-1.43x the
-//! bytes fetch this way and 1.67x through `all()`. For raw bytes it is no faster
-//! than `all()`, and a packed write measured no faster in Swift or Kotlin, so
-//! there is neither.
+//! bytes fetch this way and 1.67x through `all()` (since KeelWire's reader became
+//! inlinable and its strings skip the generic validator, 0.9-1.05x this way). For
+//! raw bytes it is no faster than `all()`, and a packed write measured no faster
+//! in Swift or Kotlin, so there is neither.
 
 use crate::db::Query;
 use crate::error::KeelError;
