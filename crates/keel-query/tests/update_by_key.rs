@@ -176,7 +176,7 @@ fn deletes_by_key_in_one_transaction_report_what_existed() {
             .write_blocking(|t| {
                 let mut v = Vec::new();
                 for i in (0..12).chain(0..2) {
-                    v.push(t.delete::<Post>(&format!("p{i}").into())?);
+                    v.push(t.delete::<Post>(&format!("p{i}"))?);
                 }
                 Ok(v)
             })
