@@ -482,7 +482,10 @@ impl Store {
             }));
         }
         let (mut job, fut) = self.job(f);
-        if !inner.closed.load(Ordering::SeqCst) && inner.gauge.len() == 0 {
+        let (_counted, others) = inner.writer.enter_blocking();
+        // Other blocking writers in flight: queue, so that the writer commits
+        // them together (see `enter_blocking`), rather than commit alone.
+        if !others && !inner.closed.load(Ordering::SeqCst) && inner.gauge.len() == 0 {
             match inner.writer.try_inline(job) {
                 Inline::Ran {
                     wake_ckpt,
