@@ -8,7 +8,7 @@ use crate::change::{Change, ChangeOp};
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
-use crate::layout::Coll;
+use crate::layout::{Coll, KeyKind};
 use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
 
 /// A write transaction, given to the closure of
@@ -57,6 +57,19 @@ fn sref(v: &Value) -> Arg<'_> {
         SqlValue::Text(s) => SqlRef::Text(s.as_bytes()),
         SqlValue::Blob(b) => SqlRef::Blob(b),
     })
+}
+
+/// True if `key` is what `Coll::check_key` would return for it unchanged: one
+/// value per key part, each already of the part's stored type (no conversion).
+fn plain_key(c: &Coll, key: &[Value]) -> bool {
+    !c.key.is_empty()
+        && key.len() == c.key.len()
+        && key.iter().zip(&c.key).all(|(v, k)| {
+            matches!(
+                (k.kind, v),
+                (KeyKind::Text, Value::Text(_)) | (KeyKind::Int, Value::Int(_))
+            )
+        })
 }
 
 /// Bind the parameters of `sql_update_key` (and `sql_insert`): the key columns,
@@ -635,6 +648,14 @@ impl<'a> Txn<'a> {
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
+        if !self.record && plain_key(c, key) {
+            // Nothing to convert (a typed key's values always): bound as given.
+            let st = self.held(c, "delete", &c.sql_delete_key)?;
+            let n = st
+                .execute(rusqlite::params_from_iter(key.iter().map(sref)))
+                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            return Ok(n > 0);
+        }
         let key = c.check_key("delete", key)?;
         if !self.record {
             let st = self.held(c, "delete", &c.sql_delete_key)?;
