@@ -364,14 +364,23 @@ impl Coll {
 
     /// Check and normalise key values given by a caller.
     pub(crate) fn check_key(&self, op: &'static str, key: &[Value]) -> Result<Vec<Value>> {
+        self.check_key_owned(op, key.to_vec())
+    }
+
+    /// [`Coll::check_key`] for a key the caller owns: normalised in place, no copy.
+    pub(crate) fn check_key_owned(
+        &self,
+        op: &'static str,
+        mut key: Vec<Value>,
+    ) -> Result<Vec<Value>> {
         let mismatch = |message: String| Error::TypeMismatch {
             op,
             collection: self.name.clone(),
             message,
         };
         if self.key.is_empty() {
-            return match key {
-                [Value::Int(r)] => Ok(vec![Value::Int(*r)]),
+            return match key.as_slice() {
+                [Value::Int(_)] => Ok(key),
                 _ => Err(mismatch(format!(
                     "{} has no primary key; address objects by rowid (one int), got {key:?}",
                     self.name
@@ -385,28 +394,29 @@ impl Coll {
                 key.len()
             )));
         }
-        key.iter()
-            .zip(&self.key)
-            .map(|(v, k)| {
-                Ok(match (k.kind, v) {
-                    (KeyKind::Text, Value::Text(_)) => v.clone(),
-                    (KeyKind::Int, Value::Int(_)) => v.clone(),
-                    (KeyKind::Bool, Value::Bool(b)) => Value::Int(*b as i64),
-                    (KeyKind::Bool, Value::Int(i)) if *i == 0 || *i == 1 => v.clone(),
-                    (KeyKind::Float, Value::Float(f)) if !f.is_nan() => v.clone(),
-                    (KeyKind::Float, Value::Int(i)) => Value::Float(*i as f64),
-                    (KeyKind::Other, _) => v.clone(),
-                    _ => {
-                        return Err(mismatch(format!(
-                            "key field {:?} expects {:?}, got {} ({v})",
-                            k.name,
-                            k.kind,
-                            v.kind()
-                        )))
-                    }
-                })
-            })
-            .collect()
+        for (v, k) in key.iter_mut().zip(&self.key) {
+            let normal = match (k.kind, &*v) {
+                (KeyKind::Text, Value::Text(_))
+                | (KeyKind::Int, Value::Int(_))
+                | (KeyKind::Other, _) => None,
+                (KeyKind::Bool, Value::Bool(b)) => Some(Value::Int(*b as i64)),
+                (KeyKind::Bool, Value::Int(i)) if *i == 0 || *i == 1 => None,
+                (KeyKind::Float, Value::Float(f)) if !f.is_nan() => None,
+                (KeyKind::Float, Value::Int(i)) => Some(Value::Float(*i as f64)),
+                _ => {
+                    return Err(mismatch(format!(
+                        "key field {:?} expects {:?}, got {} ({v})",
+                        k.name,
+                        k.kind,
+                        v.kind()
+                    )))
+                }
+            };
+            if let Some(n) = normal {
+                *v = n;
+            }
+        }
+        Ok(key)
     }
 }
 

@@ -32,12 +32,9 @@ pub struct Txn<'a> {
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
     pub(crate) dict: Option<crate::dictionary::txn::TxnState>,
-    /// The per-object statements (update and delete by key) this closure ran,
-    /// by their SQL: taken from the connection's statement cache once per closure
-    /// instead of once per object (a lookup hashes the SQL text, putting it back
-    /// hashes it again: ~1,400 instructions a row). Back in the cache when the
-    /// `Txn` drops.
-    held: Vec<(&'a str, rusqlite::CachedStatement<'a>)>,
+    /// Write statements taken from the connection's cache for the rest of this
+    /// closure (see [`Txn::with_kept_stmt`]); they go back to it when the `Txn` drops.
+    kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -50,7 +47,11 @@ impl rusqlite::ToSql for Arg<'_> {
 }
 
 fn sref(v: &Value) -> Arg<'_> {
-    Arg(match SqlValue::from_value(v) {
+    arg(SqlValue::from_value(v))
+}
+
+fn arg(v: SqlValue<'_>) -> Arg<'_> {
+    Arg(match v {
         SqlValue::Null => SqlRef::Null,
         SqlValue::Int(i) => SqlRef::Integer(i),
         SqlValue::Float(f) => SqlRef::Real(f),
@@ -72,45 +73,32 @@ fn plain_key(c: &Coll, key: &[Value]) -> bool {
         })
 }
 
-/// Bind the parameters of `sql_update_key` (and `sql_insert`): the key columns,
-/// the object's bytes, then its index columns. Straight into the statement: no
-/// parameter list to allocate per row.
-fn bind_key_body_cols(
+/// Binds the parameters of `sql_insert` (and `sql_update_key`) to `st`: the key
+/// columns, the object's bytes, then its index columns, each borrowed — from the key,
+/// the bytes, and the object read in place — rather than collected into new vectors.
+fn bind_row(
     st: &mut rusqlite::Statement<'_>,
+    c: &Coll,
     key: &[Value],
     bytes: &[u8],
-    cols: &[rusqlite::types::Value],
 ) -> rusqlite::Result<()> {
-    let mut i = 1;
+    let mut at = 1;
     for k in key {
-        st.raw_bind_parameter(i, sref(k))?;
-        i += 1;
+        st.raw_bind_parameter(at, sref(k))?;
+        at += 1;
     }
-    st.raw_bind_parameter(i, Arg(SqlRef::Blob(bytes)))?;
-    for c in cols {
-        i += 1;
-        st.raw_bind_parameter(i, c)?;
+    st.raw_bind_parameter(at, Arg(SqlRef::Blob(bytes)))?;
+    let obj = c.ext_reader().and_then(|r| r.open(bytes).ok());
+    for ix in &c.indexes {
+        at += 1;
+        // What `Coll::column_values` gives: unreadable → NULL.
+        let v = match (&obj, &ix.resolved) {
+            (Some(o), Some(p)) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
+            _ => SqlValue::Null,
+        };
+        st.raw_bind_parameter(at, arg(v))?;
     }
     Ok(())
-}
-
-/// Call `f` with the parameters of `sql_insert` and `sql_update_key`: the key
-/// columns, the object's bytes, then its index columns.
-fn with_params<T>(
-    key: &[Value],
-    bytes: &[u8],
-    cols: &[rusqlite::types::Value],
-    f: impl FnOnce(&[&dyn rusqlite::ToSql]) -> T,
-) -> T {
-    let head: Vec<Arg<'_>> = key
-        .iter()
-        .map(sref)
-        .chain(std::iter::once(Arg(SqlRef::Blob(bytes))))
-        .collect();
-    let mut ps: Vec<&dyn rusqlite::ToSql> =
-        head.iter().map(|a| a as &dyn rusqlite::ToSql).collect();
-    ps.extend(cols.iter().map(|c| c as &dyn rusqlite::ToSql));
-    f(&ps)
 }
 
 impl<'a> Txn<'a> {
@@ -123,7 +111,7 @@ impl<'a> Txn<'a> {
             record,
             aborted: false,
             dict: None,
-            held: Vec::new(),
+            kept: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -162,28 +150,6 @@ impl<'a> Txn<'a> {
 
     fn coll(&self, name: &str, op: &'static str) -> Result<&'a Coll> {
         self.inner.coll(name, op)
-    }
-
-    /// The prepared statement for `sql`, held for the rest of this closure (see
-    /// `held`). A handful of SQL texts per closure: a linear scan by address.
-    fn held(
-        &mut self,
-        c: &Coll,
-        op: &'static str,
-        sql: &'a str,
-    ) -> Result<&mut rusqlite::CachedStatement<'a>> {
-        let i = match self.held.iter().position(|(s, _)| std::ptr::eq(*s, sql)) {
-            Some(i) => i,
-            None => {
-                let st = self
-                    .conn
-                    .prepare_cached(sql)
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
-                self.held.push((sql, st));
-                self.held.len() - 1
-            }
-        };
-        Ok(&mut self.held[i].1)
     }
 
     /// Verify `bytes` against the collection's table and read its primary key.
@@ -251,6 +217,32 @@ impl<'a> Txn<'a> {
         )
     }
 
+    /// Runs `f` on the prepared statement for `sql`, which stays out of the
+    /// connection's statement cache until this `Txn` drops: a batch of 10,000 inserts
+    /// looks it up once instead of taking it from and returning it to the cache per
+    /// row. `f` must finish with the statement (execute, not iterate rows).
+    fn with_kept_stmt<T>(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        sql: &str,
+        f: impl FnOnce(&mut rusqlite::Statement<'a>) -> rusqlite::Result<T>,
+    ) -> Result<T> {
+        let mut kept = self.kept.borrow_mut();
+        let i = match kept.iter().position(|(s, _)| s == sql) {
+            Some(i) => i,
+            None => {
+                let st = self
+                    .conn
+                    .prepare_cached(sql)
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                kept.push((sql.to_owned(), st));
+                kept.len() - 1
+            }
+        };
+        f(&mut kept[i].1).map_err(|e| Error::sqlite(op, &c.name, e))
+    }
+
     fn insert_raw(
         &mut self,
         c: &Coll,
@@ -258,16 +250,11 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
-        {
-            // The index columns, extracted once from the bytes (layout.rs).
-            let cols = c.column_values(&bytes);
-            let mut st = self
-                .conn
-                .prepare_cached(&c.sql_insert)
-                .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            with_params(&key, &bytes, &cols, |p| st.execute(p))
-                .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        }
+        // The index columns are extracted once from the bytes, as they are bound.
+        self.with_kept_stmt(c, op, &c.sql_insert, |st| {
+            bind_row(st, c, &key, &bytes)?;
+            st.raw_execute()
+        })?;
         let rowid = self.conn.last_insert_rowid();
         let new = self.record.then_some(bytes);
         self.record(c, ChangeOp::Insert, key, rowid, None, new);
@@ -276,7 +263,7 @@ impl<'a> Txn<'a> {
 
     fn update_raw(
         &mut self,
-        c: &'a Coll,
+        c: &Coll,
         op: &'static str,
         key: Vec<Value>,
         bytes: Vec<u8>,
@@ -295,7 +282,7 @@ impl<'a> Txn<'a> {
     #[allow(clippy::type_complexity)]
     fn try_update(
         &mut self,
-        c: &'a Coll,
+        c: &Coll,
         op: &'static str,
         key: Vec<Value>,
         bytes: Vec<u8>,
@@ -322,12 +309,11 @@ impl<'a> Txn<'a> {
         // new bytes and columns unless it holds these bytes already. The rowid the
         // API returns comes from SQLite's update hook (`row_changes`), not from a
         // second statement (`RETURNING rowid` buffers its rows: 7× slower).
-        let cols = c.column_values(&bytes);
         let before = self.wt.row_changes().count;
-        let st = self.held(c, op, &c.sql_update_key)?;
-        let n = bind_key_body_cols(st, &key, &bytes, &cols)
-            .and_then(|()| st.raw_execute())
-            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        let n = self.with_kept_stmt(c, op, &c.sql_update_key, |st| {
+            bind_row(st, c, &key, &bytes)?;
+            st.raw_execute()
+        })?;
         if n == 1 {
             let after = self.wt.row_changes();
             if after.count == before + 1 {
@@ -437,7 +423,7 @@ impl<'a> Txn<'a> {
         Ok((c, key))
     }
 
-    fn upsert_raw(&mut self, c: &'a Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
+    fn upsert_raw(&mut self, c: &Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
         if c.key.is_empty() {
             return self.insert_raw(c, "upsert", key, bytes);
         }
@@ -650,18 +636,16 @@ impl<'a> Txn<'a> {
         let c = self.coll(collection, "delete")?;
         if !self.record && plain_key(c, key) {
             // Nothing to convert (a typed key's values always): bound as given.
-            let st = self.held(c, "delete", &c.sql_delete_key)?;
-            let n = st
-                .execute(rusqlite::params_from_iter(key.iter().map(sref)))
-                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            let n = self.with_kept_stmt(c, "delete", &c.sql_delete_key, |st| {
+                st.execute(rusqlite::params_from_iter(key.iter().map(sref)))
+            })?;
             return Ok(n > 0);
         }
         let key = c.check_key("delete", key)?;
         if !self.record {
-            let st = self.held(c, "delete", &c.sql_delete_key)?;
-            let n = st
-                .execute(rusqlite::params_from_iter(key.iter().map(sref)))
-                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
+            let n = self.with_kept_stmt(c, "delete", &c.sql_delete_key, |st| {
+                st.execute(rusqlite::params_from_iter(key.iter().map(sref)))
+            })?;
             return Ok(n > 0);
         }
         let (rowid, old) = match self.find(c, "delete", &key)? {
@@ -735,7 +719,7 @@ impl<'a> Txn<'a> {
         if c.key.is_empty() {
             Ok(Vec::new())
         } else {
-            c.check_key(op, &obj.primary_key())
+            c.check_key_owned(op, obj.primary_key())
         }
     }
 

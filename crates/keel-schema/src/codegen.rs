@@ -1096,7 +1096,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "    /// Encodes as a finished FlatBuffers buffer with this table as root.\n    pub fn encode(&self) -> Vec<u8> {{\n        let mut b = {rt}::wire::Builder::new();\n        let root = self.__write(&mut b);\n        b.finish(root, {})\n    }}\n",
+            "    /// Encodes as a finished FlatBuffers buffer with this table as root.\n    pub fn encode(&self) -> Vec<u8> {{\n        {rt}::wire::encode({}, |b| self.__write(b))\n    }}\n",
             self.file_id
         );
         let _ = writeln!(
@@ -1376,10 +1376,23 @@ impl<'a> Gen<'a> {
                         .join(",\n            ")
                 ),
             };
+            // The key as values straight from the fields: one copy of each, where the
+            // default `key_values(&self.key())` would copy a text key twice.
+            let pk_vals = format!(
+                "vec![{}]",
+                key_fields
+                    .iter()
+                    .map(|f| format!(
+                        "{rt}::Value::from({})",
+                        own(&format!("self.{}", ident(&snake(&f.name))), f)
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
             let key_param = if key_fields.is_empty() { "_key" } else { "key" };
             let _ = writeln!(
                 o,
-                "impl {rt}::Record for {name} {{\n    type Key = {key_ty};\n    const COLLECTION: &'static str = {:?};\n    const SCHEMA_FBS: &'static str = SCHEMA_FBS;\n    const SCHEMA_FINGERPRINT: u64 = SCHEMA_FINGERPRINT;\n\n    fn encode(&self) -> Vec<u8> {{\n        {name}::encode(self)\n    }}\n\n    fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::decode(bytes)\n    }}\n\n    fn decode_stored(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n\n    #[allow(clippy::unused_unit)]\n    fn key(&self) -> {key_ty} {{\n        {key_expr}\n    }}\n\n    fn key_values({key_param}: &{key_ty}) -> Vec<{rt}::Value> {{\n        {key_vals}\n    }}\n}}",
+                "impl {rt}::Record for {name} {{\n    type Key = {key_ty};\n    const COLLECTION: &'static str = {:?};\n    const SCHEMA_FBS: &'static str = SCHEMA_FBS;\n    const SCHEMA_FINGERPRINT: u64 = SCHEMA_FINGERPRINT;\n\n    fn encode(&self) -> Vec<u8> {{\n        {name}::encode(self)\n    }}\n\n    fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::decode(bytes)\n    }}\n\n    fn decode_stored(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {name}::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n\n    #[allow(clippy::unused_unit)]\n    fn key(&self) -> {key_ty} {{\n        {key_expr}\n    }}\n\n    fn key_values({key_param}: &{key_ty}) -> Vec<{rt}::Value> {{\n        {key_vals}\n    }}\n\n    fn primary_key(&self) -> Vec<{rt}::Value> {{\n        {pk_vals}\n    }}\n}}",
                 c.name
             );
         } else {

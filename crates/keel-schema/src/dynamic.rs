@@ -764,15 +764,30 @@ enum Cur {
 /// the same fields in the same way as the `Verifiable` impls generated code has
 /// (`codegen`: every field that is not deprecated), so both accept the same bytes.
 fn fb_verify(s: &Schema, ti: usize, bytes: &[u8]) -> Result<(), DecodeError> {
-    let opts = flatbuffers::VerifierOptions::default();
-    let mut v = flatbuffers::Verifier::new(&opts, bytes);
-    let res = v
-        .get_uoffset(0)
-        .and_then(|off| fb_table(s, ti, &mut v, (off as usize).saturating_add(0)));
-    res.map_err(wire::verifier_error)
+    let run = |named: bool| {
+        let opts = flatbuffers::VerifierOptions::default();
+        let mut v = flatbuffers::Verifier::new(&opts, bytes);
+        v.get_uoffset(0)
+            .and_then(|off| fb_table(s, ti, &mut v, (off as usize).saturating_add(0), named))
+    };
+    // Field names only matter in the error's trace: the first pass goes without
+    // them (no string copied per field of every object written), and only bytes it
+    // rejects are verified again, with names, for the message.
+    run(false)
+        .or_else(|_| run(true))
+        .map_err(wire::verifier_error)
 }
 
 type FbResult = Result<(), flatbuffers::InvalidFlatbuffer>;
+
+/// A field's name for the verifier's error trace, made only when `named`.
+fn trace_name(named: bool, name: impl FnOnce() -> String) -> Cow<'static, str> {
+    if named {
+        Cow::Owned(name())
+    } else {
+        Cow::Borrowed("")
+    }
+}
 
 /// `ForwardsUOffset<Table>::run_verifier` for a table known at run time.
 fn fb_table_at_offset(
@@ -780,17 +795,25 @@ fn fb_table_at_offset(
     ti: usize,
     v: &mut flatbuffers::Verifier,
     pos: usize,
+    named: bool,
 ) -> FbResult {
     let off = v.get_uoffset(pos)? as usize;
-    fb_table(s, ti, v, off.saturating_add(pos))
+    fb_table(s, ti, v, off.saturating_add(pos), named)
 }
 
-fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) -> FbResult {
+/// `named`: put field names into the verifier's error trace (see [`fb_verify`]).
+fn fb_table(
+    s: &Schema,
+    ti: usize,
+    v: &mut flatbuffers::Verifier,
+    pos: usize,
+    named: bool,
+) -> FbResult {
     use flatbuffers::{ForwardsUOffset, Vector, Verifiable};
     let mut tv = v.visit_table(pos)?;
     for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         let voff = f.vtable_offset();
-        let name = f.name.clone();
+        let name = trace_name(named, || f.name.clone());
         tv = match &f.ty {
             FieldType::Scalar(st) => fb_scalar_field(tv, *st, name, voff)?,
             FieldType::Enum(e) => fb_scalar_field(tv, s.enums[*e].underlying, name, voff)?,
@@ -804,18 +827,18 @@ fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) ->
             }
             FieldType::Table(sub) => {
                 if let Some(p) = tv.deref(voff)? {
-                    fb_table_at_offset(s, *sub, tv.verifier(), p)?;
+                    fb_table_at_offset(s, *sub, tv.verifier(), p, named)?;
                 }
                 tv
             }
             FieldType::Union(u) => tv.visit_union::<u8, _>(
-                format!("{}_type", f.name),
+                trace_name(named, || format!("{}_type", f.name)),
                 voff - 2,
                 name,
                 voff,
                 false,
                 |tag, v, pos| match s.unions[*u].member(tag) {
-                    Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                    Some(m) => fb_table_at_offset(s, m.table, v, pos, named),
                     None => Ok(()),
                 },
             )?,
@@ -825,7 +848,7 @@ fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) ->
                 };
                 wire::visit_union_vector(tv, &f.name, voff - 2, voff, |tag, v, pos| {
                     match s.unions[u].member(tag) {
-                        Some(m) => fb_table_at_offset(s, m.table, v, pos),
+                        Some(m) => fb_table_at_offset(s, m.table, v, pos, named),
                         None => Ok(()),
                     }
                 })?
@@ -852,7 +875,7 @@ fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) ->
                             v.is_aligned::<u32>(start)?;
                             v.range_in_buffer(start, len.saturating_mul(4))?;
                             for i in 0..len {
-                                fb_table_at_offset(s, *sub, v, start + 4 * i)?;
+                                fb_table_at_offset(s, *sub, v, start + 4 * i, named)?;
                             }
                         }
                         _ => {}
@@ -869,7 +892,7 @@ fn fb_table(s: &Schema, ti: usize, v: &mut flatbuffers::Verifier, pos: usize) ->
 fn fb_scalar_field<'v, 'o, 'b>(
     tv: flatbuffers::TableVerifier<'v, 'o, 'b>,
     st: ScalarType,
-    name: String,
+    name: Cow<'static, str>,
     voff: u16,
 ) -> Result<flatbuffers::TableVerifier<'v, 'o, 'b>, flatbuffers::InvalidFlatbuffer> {
     match st {

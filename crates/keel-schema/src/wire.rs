@@ -545,16 +545,30 @@ impl Builder {
         }
     }
 
+    /// Empties the builder for the next buffer, keeping its allocations.
+    fn reset(&mut self) {
+        self.head = self.buf.len();
+        self.min_align = 1;
+        self.fields.clear();
+        self.table_start = 0;
+    }
+
     fn used(&self) -> usize {
         self.buf.len() - self.head
     }
 
+    #[inline]
     fn ensure(&mut self, n: usize) {
-        if self.head >= n {
-            return;
+        if self.head < n {
+            self.grow(n);
         }
+    }
+
+    /// Doubles the buffer (at least `n` more bytes), keeping what is written at its end.
+    #[cold]
+    fn grow(&mut self, n: usize) {
         let old_len = self.buf.len();
-        let new_len = (old_len * 2).max(old_len + n).max(64);
+        let new_len = (old_len * 2).max(old_len + n).max(256);
         let mut nb = vec![0u8; new_len];
         nb[new_len - self.used()..].copy_from_slice(&self.buf[self.head..]);
         self.head += new_len - old_len;
@@ -562,14 +576,16 @@ impl Builder {
     }
 
     fn pad(&mut self, n: usize) {
-        self.ensure(n);
-        for _ in 0..n {
-            self.head -= 1;
-            self.buf[self.head] = 0;
+        if n == 0 {
+            return;
         }
+        self.ensure(n);
+        self.head -= n;
+        self.buf[self.head..self.head + n].fill(0);
     }
 
     /// Pads so that after writing `len` more bytes, the data is `align`-aligned.
+    #[inline]
     fn align(&mut self, len: usize, align: usize) {
         self.min_align = self.min_align.max(align);
         let pad = (align - (self.used() + len) % align) % align;
@@ -582,6 +598,7 @@ impl Builder {
         self.buf[self.head..self.head + bytes.len()].copy_from_slice(bytes);
     }
 
+    #[inline]
     fn push_scalar<T: WireScalar>(&mut self, v: T) {
         self.align(T::SIZE, T::SIZE);
         self.ensure(T::SIZE);
@@ -675,14 +692,19 @@ impl Builder {
             .map(|(s, _)| *s as usize + 1)
             .max()
             .unwrap_or(0);
-        let mut vt = vec![0u16; 2 + slots];
-        vt[0] = (4 + 2 * slots) as u16;
-        vt[1] = (obj - self.table_start) as u16;
+        // The vtable is 2 + `slots` u16s, written in place below the table: its size,
+        // the table's size, then each slot's offset from the table start (0 = absent).
+        let vt_len = 2 * (2 + slots);
+        self.align(vt_len, 2);
+        self.ensure(vt_len);
+        self.head -= vt_len;
+        let vt = &mut self.buf[self.head..self.head + vt_len];
+        vt.fill(0);
+        WireScalar::to_le((4 + 2 * slots) as u16, &mut vt[0..2]);
+        WireScalar::to_le((obj - self.table_start) as u16, &mut vt[2..4]);
         for (slot, at) in &self.fields {
-            vt[2 + *slot as usize] = (obj - at) as u16;
-        }
-        for v in vt.iter().rev() {
-            self.push_scalar::<u16>(*v);
+            let i = 4 + 2 * *slot as usize;
+            WireScalar::to_le((obj - at) as u16, &mut vt[i..i + 2]);
         }
         let vt_used = self.used();
         let soff = (vt_used - obj) as i32;
@@ -692,8 +714,8 @@ impl Builder {
         Offset(obj)
     }
 
-    /// Finishes the buffer with `root` as root table and returns the bytes.
-    pub fn finish(mut self, root: Offset, file_identifier: Option<&str>) -> Vec<u8> {
+    /// Writes the root offset (and file identifier): the buffer is `buf[head..]`.
+    fn finish_in_place(&mut self, root: Offset, file_identifier: Option<&str>) {
         let ident = file_identifier.map(str::as_bytes).filter(|b| b.len() == 4);
         let extra = if ident.is_some() { 4 } else { 0 };
         let align = self.min_align.max(4);
@@ -702,6 +724,102 @@ impl Builder {
             self.push_bytes(id);
         }
         self.push_offset(root);
-        self.buf.split_off(self.head)
+    }
+
+    /// Finishes the buffer with `root` as root table and returns the bytes.
+    pub fn finish(mut self, root: Offset, file_identifier: Option<&str>) -> Vec<u8> {
+        self.finish_in_place(root, file_identifier);
+        // Move the bytes to the front in place rather than copying them out.
+        self.buf.drain(..self.head);
+        self.buf
+    }
+}
+
+thread_local! {
+    /// The builder [`encode`] reuses on this thread, so that encoding an object costs
+    /// one allocation (the result) instead of a buffer grown from empty each time.
+    static SCRATCH: std::cell::RefCell<Builder> = std::cell::RefCell::new(Builder::new());
+}
+
+/// Encodes one buffer: `write` writes the root table into a builder and returns its
+/// offset; the result is the finished bytes, exactly sized. This is what generated
+/// `encode` methods call: the builder's memory is kept per thread between calls.
+///
+/// ```
+/// use keel_schema::wire::{encode, TableRef};
+/// let bytes = encode(None, |b| {
+///     let name = b.create_string("Ada");
+///     b.start_table();
+///     b.add_offset(0, name);
+///     b.end_table()
+/// });
+/// assert_eq!(TableRef::root(&bytes).unwrap().str(0).unwrap(), Some("Ada"));
+/// ```
+pub fn encode(
+    file_identifier: Option<&str>,
+    write: impl FnOnce(&mut Builder) -> Offset,
+) -> Vec<u8> {
+    // The scratch builder, unless this thread is tearing down or already inside an
+    // `encode` (a `write` that encodes another object): then a fresh one.
+    let scratch = SCRATCH
+        .try_with(|cell| {
+            cell.try_borrow_mut()
+                .ok()
+                .map(|mut b| std::mem::take(&mut *b))
+        })
+        .ok()
+        .flatten();
+    let reused = scratch.is_some();
+    let mut b = scratch.unwrap_or_default();
+    b.reset();
+    let root = write(&mut b);
+    b.finish_in_place(root, file_identifier);
+    let out = b.buf[b.head..].to_vec();
+    // Give the buffer back for the next call, unless it grew huge.
+    if reused && b.buf.len() <= 1 << 20 {
+        let _ = SCRATCH.try_with(|cell| {
+            if let Ok(mut slot) = cell.try_borrow_mut() {
+                *slot = b;
+            }
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn person(b: &mut Builder, name: &str, age: i32) -> Offset {
+        let n = b.create_string(name);
+        b.start_table();
+        b.add_offset(0, n);
+        b.add_scalar::<i32>(1, age, 0);
+        b.add_scalar::<f64>(2, 1.5, 0.0);
+        b.end_table()
+    }
+
+    #[test]
+    fn encode_reuses_its_builder_and_matches_a_fresh_one() {
+        for (name, age) in [("Ada", 36), ("", 0), (&*"x".repeat(5000), -1), ("Bo", 7)] {
+            let mut fresh = Builder::new();
+            let root = person(&mut fresh, name, age);
+            let want = fresh.finish(root, Some("KEEL"));
+            assert_eq!(encode(Some("KEEL"), |b| person(b, name, age)), want);
+        }
+    }
+
+    #[test]
+    fn encode_inside_encode_gives_both_buffers_whole() {
+        let mut inner = Vec::new();
+        let outer = encode(None, |b| {
+            inner = encode(None, |b2| person(b2, "inner", 1));
+            person(b, "outer", 2)
+        });
+        for (bytes, name, age) in [(&inner, "inner", 1), (&outer, "outer", 2)] {
+            let t = TableRef::root(bytes).unwrap();
+            assert_eq!(t.str(0).unwrap(), Some(name));
+            assert_eq!(t.get::<i32>(1, 0).unwrap(), age);
+        }
     }
 }

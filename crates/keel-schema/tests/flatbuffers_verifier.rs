@@ -137,3 +137,24 @@ fn empty_object_passes_the_verifier() {
         .unwrap();
     verify(&bytes);
 }
+
+/// The runtime reader verifies without field names (no copies per object), but bytes
+/// it rejects are reported with the field's name in the trace, as before.
+#[test]
+fn a_rejected_buffer_names_the_bad_field() {
+    let s = Schema::parse(SCHEMA, "t.fbs").unwrap();
+    let r = s.reader("Root").unwrap();
+    let mut bytes = r.encode_json(&json!({"s": "hello", "b": 7})).unwrap();
+    // Point the string's offset far past the end of the buffer.
+    let t = keel_schema::wire::TableRef::root(&bytes).unwrap();
+    let p = t.offset_target(2).unwrap().expect("s is present");
+    let slot = (0..bytes.len() - 4)
+        .find(|&i| {
+            let off = u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) as usize;
+            i + off == p && i > t.pos()
+        })
+        .expect("the offset to s");
+    bytes[slot..slot + 4].copy_from_slice(&0x7fff_0000u32.to_le_bytes());
+    let err = r.read(&bytes).map(|_| ()).unwrap_err().to_string();
+    assert!(err.contains("field `s`"), "no field name in: {err:?}");
+}
