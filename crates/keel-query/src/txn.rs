@@ -88,9 +88,19 @@ fn bind_row(
         at += 1;
     }
     st.raw_bind_parameter(at, Arg(SqlRef::Blob(bytes)))?;
+    bind_columns(st, c, bytes, at + 1)
+}
+
+/// Binds the index columns of the object in `bytes` to `st`, from parameter `first`
+/// on, each read in place.
+fn bind_columns(
+    st: &mut rusqlite::Statement<'_>,
+    c: &Coll,
+    bytes: &[u8],
+    first: usize,
+) -> rusqlite::Result<()> {
     let obj = c.ext_reader().and_then(|r| r.open(bytes).ok());
-    for ix in &c.indexes {
-        at += 1;
+    for (at, ix) in (first..).zip(&c.indexes) {
         // What `Coll::column_values` gives: unreadable → NULL.
         let v = match (&obj, &ix.resolved) {
             (Some(o), Some(p)) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
@@ -209,12 +219,21 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// The stored row with `key` (the key is unique: at most one). On a kept
+    /// statement: recording writes run it once per object (the old bytes).
     fn find(&self, c: &Coll, op: &'static str, key: &[Value]) -> Result<Option<StoredObject>> {
-        Ok(
-            crate::query::select(self.conn, &c.name, op, &c.sql_find, key)?
-                .into_iter()
-                .next(),
-        )
+        use rusqlite::OptionalExtension;
+        self.with_kept_stmt(c, op, &c.sql_find, |st| {
+            st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
+                let rowid: i64 = r.get(0)?;
+                let bytes = match r.get_ref(1)? {
+                    SqlRef::Blob(b) => b.to_vec(),
+                    _ => Vec::new(),
+                };
+                Ok(StoredObject { rowid, bytes })
+            })
+            .optional()
+        })
     }
 
     /// Runs `f` on the prepared statement for `sql`, which stays out of the
@@ -340,15 +359,12 @@ impl<'a> Txn<'a> {
 
     /// Replace the bytes (and index columns) of the object at `rowid` (`sql_update`).
     fn update_body(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
-        let cols = c.column_values(bytes);
-        let mut st = self
-            .conn
-            .prepare_cached(&c.sql_update)
-            .map_err(|e| Error::sqlite(op, &c.name, e))?;
-        let mut ps: Vec<&dyn rusqlite::ToSql> = vec![&bytes, &rowid];
-        ps.extend(cols.iter().map(|v| v as &dyn rusqlite::ToSql));
-        st.execute(ps.as_slice())
-            .map_err(|e| Error::sqlite(op, &c.name, e))?;
+        self.with_kept_stmt(c, op, &c.sql_update, |st| {
+            st.raw_bind_parameter(1, Arg(SqlRef::Blob(bytes)))?;
+            st.raw_bind_parameter(2, rowid)?;
+            bind_columns(st, c, bytes, 3)?;
+            st.raw_execute()
+        })?;
         Ok(())
     }
 
@@ -652,14 +668,7 @@ impl<'a> Txn<'a> {
             Some(o) => (o.rowid, Some(o.bytes)),
             None => return Ok(false),
         };
-        {
-            let mut st = self
-                .conn
-                .prepare_cached(&c.sql_delete)
-                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
-            st.execute([rowid])
-                .map_err(|e| Error::sqlite("delete", &c.name, e))?;
-        }
+        self.with_kept_stmt(c, "delete", &c.sql_delete, |st| st.execute([rowid]))?;
         self.record(c, ChangeOp::Delete, key, rowid, old, None);
         Ok(true)
     }
