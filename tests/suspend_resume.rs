@@ -208,3 +208,36 @@ fn suspend_inside_a_write_closure_is_a_typed_error() {
     assert!(!db.is_suspended());
     futures::executor::block_on(db.close()).unwrap();
 }
+
+#[test]
+fn dictionary_subscriptions_made_while_suspended_start_from_the_stored_value() {
+    use futures::StreamExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("d.db");
+    let db = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
+    db.dictionary().set("theme", "dark").unwrap();
+    db.dictionary().set("lang", "fr").unwrap();
+    futures::executor::block_on(db.close()).unwrap();
+    let text = |s: &str| Some(DictValue::String(s.into()));
+    for fail_fast in [false, true] {
+        // Reopened: both values are on disk only.
+        let db = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
+        let dict = db.dictionary();
+        db.suspend_with(SuspendOptions::default().fail_fast(fail_fast))
+            .unwrap();
+        // Both return without waiting for resume (this thread makes it below).
+        let (tx, rx) = mpsc::channel();
+        let _theme = dict.subscribe_with("theme", move |v| tx.send(v).unwrap());
+        let mut lang = dict.subscribe("lang");
+        // A change made meanwhile is newer than the stored value the late read finds.
+        dict.set("lang", "de").unwrap();
+        assert_eq!(lang.try_next(), Some(text("de")));
+        db.resume().unwrap();
+        assert_eq!(rx.recv().unwrap(), text("dark"), "fail_fast {fail_fast}");
+        dict.set("lang", "it").unwrap();
+        // Nothing older than "de" (the stored value) came in between.
+        assert_eq!(futures::executor::block_on(lang.next()), Some(text("it")));
+        drop(lang);
+        futures::executor::block_on(db.close()).unwrap();
+    }
+}

@@ -327,6 +327,39 @@ fun registerTests() {
         db.closeAsync()
     }
 
+    test("dictionary subscribe while suspended returns at once") { dir ->
+        val path = File(dir, "dsub.db").path
+        val opts = OpenOptions(commitSync = SyncPolicy.Off)
+        openAsync(path, SCHEMA, opts, null).apply { dictionary().setString("theme", "dark"); closeAsync() }
+        for (failFast in listOf(false, true)) {
+            // Reopened: the value is on disk only, so subscribing must read the file.
+            val db = openAsync(path, SCHEMA, opts, null)
+            db.suspend(failFast = failFast)
+            // Should subscribe wait for resume, resume from another thread so that
+            // the suite fails instead of hanging.
+            val fired = java.util.concurrent.atomic.AtomicBoolean(false)
+            val dog = java.util.Timer(true)
+            dog.schedule(object : java.util.TimerTask() {
+                override fun run() { fired.set(true); runBlocking { db.resume() } }
+            }, 60_000)
+            val values = kotlinx.coroutines.channels.Channel<Pair<DictValue?, Thread>>(kotlinx.coroutines.channels.Channel.UNLIMITED)
+            // On this thread: the one that calls resume below.
+            val sub = db.dictionary().subscribe("theme", object : DictionaryListener {
+                override fun onChange(key: String, value: DictValue?) { values.trySend(value to Thread.currentThread()) }
+            })
+            dog.cancel()
+            check(!fired.get()) { "subscribe waited for resume (failFast=$failFast)" }
+            check(db.isSuspended())
+            db.resume()
+            // The stored value first (not a false "absent"), on a keel thread.
+            val (first, thread) = withTimeout(5000) { values.receive() }
+            check((first as? DictValue.Text)?.v == "dark") { "first delivery: $first" }
+            check(thread != Thread.currentThread()) { "delivered on the subscribing thread" }
+            sub.cancel()
+            db.closeAsync()
+        }
+    }
+
     test("malformed schema is a typed exception") { dir ->
         for (bad in listOf("table { oops", "table T { id: nosuchtype; } root_type T;", "root_type Nowhere;")) {
             val e = expect<KeelException.InvalidSchema> { openAsync(File(dir, "bad.db").path, bad, OpenOptions(), null) }

@@ -435,6 +435,49 @@ async def suspend_lets_go_of_every_lock_and_resume_picks_up(tmp):
     await db.close()
 
 
+class DictOnThreads(keel.DictionaryListener):
+    """Dictionary listener: each value, and the threads the calls ran on."""
+
+    def __init__(self, loop):
+        self.loop, self.values, self.threads = loop, [], set()
+
+    def on_change(self, key, value):
+        self.threads.add(threading.get_ident())
+        self.loop.call_soon_threadsafe(self.values.append, value)
+
+
+@test
+async def dictionary_subscribe_while_suspended_returns_at_once(tmp):
+    path = os.path.join(tmp, "dsub.db")
+    opts = OpenOptions(commit_sync=SyncPolicy.OFF())
+    db = await keel.open_async(path, SCHEMA, opts, None)
+    db.dictionary().set_string("theme", "dark")
+    await db.close()
+    loop = asyncio.get_running_loop()
+    for fail_fast in (False, True):
+        # Reopened: the value is on disk only, so subscribing must read the file.
+        db = await keel.open_async(path, SCHEMA, opts, None)
+        await db.suspend(fail_fast=fail_fast)
+        # Should subscribe wait for resume, resume from another thread so that the
+        # suite fails instead of hanging.
+        fired = []
+        dog = threading.Timer(60, lambda: (fired.append(1), asyncio.run(db.resume())))
+        dog.start()
+        listener = DictOnThreads(loop)
+        # On the loop's thread: the one that calls resume below.
+        sub = db.dictionary().subscribe("theme", listener)
+        dog.cancel()
+        assert not fired, f"subscribe waited for resume (fail_fast={fail_fast})"
+        assert db.is_suspended()
+        await db.resume()
+        await settle(lambda: listener.values)
+        # The stored value first (not a false "absent"), on a keel thread.
+        assert listener.values[0] == keel.DictValue.TEXT(v="dark"), listener.values
+        assert threading.get_ident() not in listener.threads
+        sub.cancel()
+        await db.close()
+
+
 @test
 async def malformed_schema_is_a_typed_error(tmp):
     for bad in ["table { oops", "table T { id: nosuchtype; } root_type T;", "root_type Nowhere;"]:

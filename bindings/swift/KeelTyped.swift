@@ -341,7 +341,10 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     public func updates() -> KeelUpdates<KeelQueryChange<T>> {
         let q = query
         return KeelUpdates(bufferingPolicy: .unbounded) { continuation, state in
-            try q.subscribe(listener: TypedQueryBridge<T>(continuation, state))
+            try q.subscribe(listener: TypedBridge<QueryUpdate, KeelQueryChange<T>>(continuation, state) { u in
+                let objects = try u.objects.map { try T(flatBuffer: $0.bytes) }
+                return (KeelQueryChange(objects: objects, diff: u.diff), last: false)
+            })
         }
     }
 }
@@ -468,45 +471,42 @@ final class KeelSubscriptionState: @unchecked Sendable {
     }
 }
 
-final class TypedQueryBridge<T: KeelRecord>: QueryListener, @unchecked Sendable {
-    let continuation: AsyncThrowingStream<KeelQueryChange<T>, Error>.Continuation
+/// The listener behind a typed `KeelUpdates`, for query and object subscriptions
+/// alike (it conforms to the listener protocol of its `Event`): counts each
+/// delivery, turns it into the stream's element with `decode`, and yields it —
+/// then ends the stream if `decode` says it was the last one. Bytes that do not
+/// decode end the stream with the decode error.
+final class TypedBridge<Event, Element: Sendable>: @unchecked Sendable {
+    typealias Decode = @Sendable (Event) throws -> (element: Element, last: Bool)
+    let continuation: AsyncThrowingStream<Element, Error>.Continuation
     let state: KeelSubscriptionState
-    init(_ c: AsyncThrowingStream<KeelQueryChange<T>, Error>.Continuation, _ s: KeelSubscriptionState) {
+    let decode: Decode
+
+    init(_ c: AsyncThrowingStream<Element, Error>.Continuation, _ s: KeelSubscriptionState,
+         decode: @escaping Decode) {
         continuation = c
         state = s
+        self.decode = decode
     }
-    func onUpdate(update: QueryUpdate) throws {
+
+    func deliver(_ event: Event) {
         state.delivered()
         do {
-            let objects = try update.objects.map { try T(flatBuffer: $0.bytes) }
-            continuation.yield(KeelQueryChange(objects: objects, diff: update.diff))
+            let (element, last) = try decode(event)
+            continuation.yield(element)
+            if last { continuation.finish() }
         } catch {
             continuation.finish(throwing: error)
         }
     }
 }
 
-final class TypedObjectBridge<T: KeelRecord>: ObjectListener, @unchecked Sendable {
-    let continuation: AsyncThrowingStream<KeelObjectChange<T>, Error>.Continuation
-    let state: KeelSubscriptionState
-    init(_ c: AsyncThrowingStream<KeelObjectChange<T>, Error>.Continuation, _ s: KeelSubscriptionState) {
-        continuation = c
-        state = s
-    }
-    func onEvent(event: ObjectEvent) throws {
-        state.delivered()
-        switch event {
-        case .updated(let current):
-            do {
-                continuation.yield(.updated(try T(flatBuffer: current.bytes)))
-            } catch {
-                continuation.finish(throwing: error)
-            }
-        case .deleted:
-            continuation.yield(.deleted)
-            continuation.finish()
-        }
-    }
+extension TypedBridge: QueryListener where Event == QueryUpdate {
+    func onUpdate(update: QueryUpdate) throws { deliver(update) }
+}
+
+extension TypedBridge: ObjectListener where Event == ObjectEvent {
+    func onEvent(event: ObjectEvent) throws { deliver(event) }
 }
 
 extension Database {
@@ -553,7 +553,12 @@ extension Database {
         KeelUpdates(bufferingPolicy: .unbounded) { continuation, state in
             try self.subscribeObject(
                 collection: T.keelCollection, key: key.keelKeyValues,
-                listener: TypedObjectBridge<T>(continuation, state))
+                listener: TypedBridge<ObjectEvent, KeelObjectChange<T>>(continuation, state) { e in
+                    switch e {
+                    case .updated(let current): return (.updated(try T(flatBuffer: current.bytes)), last: false)
+                    case .deleted: return (.deleted, last: true)
+                    }
+                })
         }
     }
 

@@ -113,6 +113,40 @@ final class Counter: @unchecked Sendable {
     var value: Int { lock.lock(); defer { lock.unlock() }; return n }
 }
 
+/// Records dictionary deliveries and whether each ran on the main thread.
+final class DictRecorder: DictionaryListener, @unchecked Sendable {
+    let stream: AsyncStream<(value: DictValue?, onMain: Bool)>
+    private let continuation: AsyncStream<(value: DictValue?, onMain: Bool)>.Continuation
+    init() { (stream, continuation) = AsyncStream.makeStream() }
+    func onChange(key: String, value: DictValue?) throws { continuation.yield((value, Thread.isMainThread)) }
+}
+
+/// Resumes `db` from another thread unless disarmed within a minute, so that a call
+/// waiting for resume fails its test instead of hanging the suite.
+final class Watchdog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var disarmed = false
+    private var fired = false
+
+    init(_ db: Database) {
+        DispatchQueue.global().asyncAfter(deadline: .now() + 60) { [self] in
+            lock.lock()
+            let fire = !disarmed
+            fired = fire
+            lock.unlock()
+            if fire { Task { _ = try? await db.resume() } }
+        }
+    }
+
+    /// Stops the watchdog; true if it had to resume the database.
+    func disarm() -> Bool {
+        lock.lock()
+        defer { lock.unlock() }
+        disarmed = true
+        return fired
+    }
+}
+
 final class KeelTests: XCTestCase {
 
     // MARK: open never blocks the main actor
@@ -143,6 +177,16 @@ final class KeelTests: XCTestCase {
         // (async: a synchronous read would run on the main actor the ticker measures)
         let early = try await db.fetch(Post.self).allAsync()
         XCTAssertEqual(early.count, 50)
+        // A dictionary subscription made on the main actor before the barrier is done
+        // returns at once too; its first value (absent here) comes on a keel thread.
+        let recorder = DictRecorder()
+        let dsub = db.dictionary().subscribe(key: "theme", listener: recorder)
+        var deliveries = recorder.stream.makeAsyncIterator()
+        let firstTheme = await deliveries.next()
+        XCTAssertNotNil(firstTheme)
+        XCTAssertNil(firstTheme?.value ?? nil)
+        XCTAssertEqual(firstTheme?.onMain, false)
+        dsub.cancel()
         try await db.durable()  // the barrier sync: the main actor keeps ticking through it too
         let elapsed = now() - t0
         let events = await progress.value
@@ -226,6 +270,11 @@ final class KeelTests: XCTestCase {
         // Models are immutable (`let` fields): a changed copy comes from `with`.
         let edited = p4.with { $0.title = "edited"; $0.priority = 100 }
         XCTAssertEqual(p4.title, "post 4", "the original is unchanged")
+        // Structs too: a moved frame is a new value, the post's stays as it was.
+        let frame = Rect(origin: Vec2(x: 1, y: 2), size: Vec2(x: 3, y: 4), layer: 1)
+        let moved = frame.with { $0.origin = $0.origin.with { $0.x += 10 }; $0.layer = 2 }
+        XCTAssertEqual(moved, Rect(origin: Vec2(x: 11, y: 2), size: Vec2(x: 3, y: 4), layer: 2))
+        XCTAssertEqual(frame.origin.x, 1)
         try await db.write { txn in
             try txn.update(edited)
             try txn.upsert(Post(id: "new", priority: 7))
@@ -249,7 +298,8 @@ final class KeelTests: XCTestCase {
         XCTAssertTrue(tree.ratio.isNaN)
         XCTAssertEqual(tree.limit, .infinity)
         try await db.write { txn in
-            try txn.insert(Order(id: 7, customer: "ada", total: 9.5, lines: [Line(sku: "x"), Line(sku: "y", qty: 3)]))
+            try txn.insert(Order(id: 7, customer: "ada", total: 9.5, lines: [Line(sku: "x"), Line(sku: "y", qty: 3)],
+                                 price: Money(value_: 950, with_: 1)))
             try txn.insert(Tagging(post: "p1", tag: "swift", weight: 2))
             try txn.insert(Tagging(post: "p1", tag: "rust", weight: 5))
             try txn.insert(Tagging(post: "p2", tag: "swift", weight: 1))
@@ -258,6 +308,9 @@ final class KeelTests: XCTestCase {
         }
         let order = try XCTUnwrap(try db.get(Order.self, key: 7))
         XCTAssertEqual(order.lines.map(\.qty), [1, 3])
+        // Struct fields named like `with(_:)` and the draft's `value` get a `_`.
+        XCTAssertEqual(order.price, Money(value_: 950, with_: 1))
+        XCTAssertEqual(order.price?.with { $0.value_ += 50 }, Money(value_: 1000, with_: 1))
         let key = Tagging.Key(post: "p1", tag: "rust")
         XCTAssertEqual(try db.get(Tagging.self, key: key)?.weight, 5)
         XCTAssertEqual(try db.fetch(Tagging.self).where(Tagging.tag == "swift").count(), 2)
@@ -528,6 +581,36 @@ final class KeelTests: XCTestCase {
         _ = try await db.resume()
         updates.cancel()
         try await db.close()
+    }
+
+    @MainActor
+    func testDictionarySubscribeWhileSuspendedReturnsAtOnce() async throws {
+        let path = try tempDir().appendingPathComponent("dsub.db").path
+        var db = try await Keel.openAsync(path: path, schema: BlogSchema.self, options: fastOptions())
+        try db.dictionary().setString(key: "theme", value: "dark")
+        try await db.close()
+        for failFast in [false, true] {
+            // Reopened: the value is on disk only, so subscribing must read the file.
+            db = try await Keel.openAsync(path: path, schema: BlogSchema.self, options: fastOptions())
+            _ = try await db.suspend(failFast: failFast)
+            let watchdog = Watchdog(db)
+            let recorder = DictRecorder()
+            // On the main actor: the thread that calls resume below.
+            let sub = db.dictionary().subscribe(key: "theme", listener: recorder)
+            XCTAssertFalse(watchdog.disarm(), "subscribe waited for resume (failFast: \(failFast))")
+            XCTAssertTrue(db.isSuspended())
+            _ = try await db.resume()
+            // The stored value first (not a false "absent"), on a keel thread.
+            var deliveries = recorder.stream.makeAsyncIterator()
+            let first = await deliveries.next()
+            guard case .text(let theme)?? = first.map(\.value) else {
+                return XCTFail("first delivery: \(String(describing: first))")
+            }
+            XCTAssertEqual(theme, "dark")
+            XCTAssertEqual(first?.onMain, false)
+            sub.cancel()
+            try await db.close()
+        }
     }
 
     func testErrorsAreTypedSwiftErrors() async throws {

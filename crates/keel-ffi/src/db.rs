@@ -50,6 +50,37 @@ pub(crate) fn off_thread<T: Send + 'static>(
     }
 }
 
+/// Run `f` on a thread of its own (named `keel-{name}`), not on the FFI pool:
+/// for the calls that must never queue behind the pool's jobs. Each call starts a
+/// thread, so it is for rare calls only.
+pub(crate) fn on_own_thread<T: Send + 'static>(
+    name: &'static str,
+    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
+) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("keel-{name}"))
+        .spawn(move || {
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
+                    Err(KeelError::internal(format!(
+                        "the keel task `{name}` panicked"
+                    )))
+                });
+            let _ = tx.send(r);
+        });
+    let rejected = spawned.err().map(|e| KeelError::Io {
+        message: format!("could not start a thread for the keel task `{name}`: {e}"),
+    });
+    async move {
+        if let Some(e) = rejected {
+            return Err(e);
+        }
+        rx.await
+            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
+    }
+}
+
 /// Run a synchronous FFI call: while the database is suspended its reads fail
 /// with `Suspended` instead of waiting for a resume that the blocked calling
 /// thread (usually the UI thread) would itself have to make.
@@ -366,8 +397,10 @@ impl Database {
     ///   (50 ms) and fails with `Suspended` (nothing of it committed);
     /// * async writes and reads issued while suspended wait for `resume` — or,
     ///   with `fail_fast`, fail with `Suspended` at once; synchronous reads
-    ///   (`get`, `count`, `query(...).all()`, subscribing) always fail with
-    ///   `Suspended` rather than block the calling thread;
+    ///   (`get`, `count`, `query(...).all()`, subscribing to a query or an object)
+    ///   always fail with `Suspended` rather than block the calling thread; a
+    ///   dictionary `subscribe` returns at once and delivers the stored value
+    ///   after `resume`;
     /// * dictionary values not yet written are flushed first.
     ///
     /// Swift: `try await db.suspend()`; Kotlin: `db.suspend(failFast = false)`.
@@ -384,10 +417,13 @@ impl Database {
 
     /// End a `suspend`: waiting calls go on, connections reopen as they are
     /// needed. If another process wrote meanwhile (`external_changes`), live
-    /// queries and object subscriptions deliver what changed. Runs on a keel thread.
+    /// queries and object subscriptions deliver what changed; dictionary
+    /// subscriptions made while suspended get their first value. Runs on a keel
+    /// thread of its own: the shared threads of the async calls may all be
+    /// taken by reads waiting for this very resume.
     pub async fn resume(&self) -> Result<ResumeResult, KeelError> {
         let db = self.db.clone();
-        off_thread("resume", move || Ok(db.resume()?.into())).await
+        on_own_thread("resume", move || Ok(db.resume()?.into())).await
     }
 
     /// True between `suspend` and `resume`.

@@ -87,8 +87,10 @@ impl From<DictValue> for KDict {
 }
 
 /// Receives a dictionary key's value: the current one first, then each update
-/// (`null` when removed). Called **on the dictionary's notifier thread** (a keel
-/// thread); hop to your own thread or event loop. Exceptions are caught and ignored.
+/// (`null` when removed). Every call, the first included, runs **on the
+/// dictionary's notifier thread** (`keel-dict-notify`, a keel thread), one at a time
+/// per subscription, never on the thread that subscribed or set; hop to your own
+/// thread or event loop. Exceptions are caught and ignored.
 #[uniffi::export(callback_interface)]
 pub trait DictionaryListener: Send + Sync {
     /// The key's value changed (or was removed: `value` is null).
@@ -258,7 +260,13 @@ impl Dictionary {
         Ok(self.d.sync().await?)
     }
 
-    /// Follow `key`: `listener` gets the current value, then each change.
+    /// Follow `key`: `listener` gets the current value, then each change (all on
+    /// the notifier thread, see [`DictionaryListener`]).
+    ///
+    /// Returns at once whatever the database is doing: the current value is read
+    /// from memory or, on a cache miss, on a keel thread. While the database is
+    /// suspended that read waits for `resume` (holding no thread), so the first
+    /// callback carries the stored value after resume — never a false `null`.
     pub fn subscribe(
         &self,
         key: String,

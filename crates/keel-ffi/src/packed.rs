@@ -66,9 +66,10 @@ impl PackedObjects {
 #[uniffi::export]
 impl Query {
     /// [`Query::all`] as one buffer (see [`PackedObjects`]): the same objects in
-    /// the same order (synchronous, on the calling thread).
+    /// the same order (synchronous, on the calling thread; `Suspended` while the
+    /// database is suspended, like every synchronous read).
     pub fn all_packed(&self) -> Result<PackedObjects, KeelError> {
-        PackedObjects::pack(self.build_checked()?.all()?)
+        crate::db::sync_call(|| PackedObjects::pack(self.build_checked()?.all()?))
     }
 
     /// [`Query::all_packed`] on a keel thread.

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use keel_ffi::{
-    encode_json, open_blocking, CallbackError, KeelError, OpenOptions, QueryListener, QueryUpdate,
-    SyncPolicy, Value, WriteOp,
+    encode_json, open_blocking, CallbackError, DictValue, DictionaryListener, KeelError,
+    OpenOptions, QueryListener, QueryUpdate, SyncPolicy, Value, WriteOp,
 };
 
 const FBS: &str = "namespace demo;
@@ -68,6 +68,11 @@ fn async_calls_wait_for_resume_and_sync_reads_fail_fast() {
         db.get("Post".into(), vec![Value::Text { v: "a".into() }]),
         Err(KeelError::Suspended { .. })
     ));
+    // The packed read behind the Swift and Kotlin typed `fetch(...).all()` too.
+    assert!(matches!(
+        db.query("Post".into()).all_packed(),
+        Err(KeelError::Suspended { .. })
+    ));
     // Async ones wait for resume.
     let (tx, rx) = mpsc::channel();
     let db2 = Arc::clone(&db);
@@ -118,5 +123,146 @@ fn fail_fast_and_on_background_with_suspend() {
     // Without it, on_background only checkpoints.
     block_on(db.on_background(false)).unwrap();
     assert!(!db.is_suspended());
+    block_on(db.close()).unwrap();
+}
+
+/// Records each dictionary delivery with the name of the thread it ran on.
+struct DictEvents(mpsc::Sender<(Option<DictValue>, String)>);
+impl DictionaryListener for DictEvents {
+    fn on_change(&self, _key: String, value: Option<DictValue>) -> Result<(), CallbackError> {
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        let _ = self.0.send((value, thread));
+        Ok(())
+    }
+}
+
+/// Resumes `db` if not disarmed within a minute, so that a call that blocks until
+/// resume fails its test (`fired`) instead of hanging it.
+struct Watchdog {
+    disarm: mpsc::Sender<()>,
+    fired: std::thread::JoinHandle<bool>,
+}
+
+impl Watchdog {
+    fn arm(db: &Arc<keel_ffi::Database>) -> Watchdog {
+        let (disarm, rx) = mpsc::channel::<()>();
+        let db = Arc::clone(db);
+        let fired = std::thread::spawn(move || {
+            if rx.recv_timeout(Duration::from_secs(60)).is_ok() {
+                return false;
+            }
+            // The engine's resume, on this thread: the one under test may be stuck.
+            db.inner().resume().unwrap();
+            true
+        });
+        Watchdog { disarm, fired }
+    }
+
+    /// True if the watchdog had to resume the database.
+    fn fired(self) -> bool {
+        let _ = self.disarm.send(());
+        self.fired.join().unwrap()
+    }
+}
+
+/// A database holding `theme = "dark"` on disk, reopened so that its dictionary
+/// cache is cold (the first read of the key goes to the file).
+fn reopened_with_theme(dir: &tempfile::TempDir) -> Arc<keel_ffi::Database> {
+    let db = open(dir);
+    db.dictionary()
+        .set_string("theme".into(), "dark".into())
+        .unwrap();
+    block_on(db.close()).unwrap();
+    open(dir)
+}
+
+#[test]
+fn dictionary_subscribe_while_suspended_returns_at_once_and_delivers_after_resume() {
+    for fail_fast in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = reopened_with_theme(&dir);
+        block_on(db.suspend(fail_fast)).unwrap();
+        let (tx, rx) = mpsc::channel();
+        let dog = Watchdog::arm(&db);
+        // On the thread that would call resume: must not wait for it.
+        let sub = db
+            .dictionary()
+            .subscribe("theme".into(), Box::new(DictEvents(tx)));
+        assert!(
+            !dog.fired(),
+            "subscribe waited for resume (fail_fast {fail_fast})"
+        );
+        assert!(db.is_suspended());
+        block_on(db.resume()).unwrap();
+        // The first delivery is the stored value, not a false "absent".
+        let (v, thread) = rx.recv().unwrap();
+        assert_eq!(v, Some(DictValue::Text { v: "dark".into() }));
+        assert_eq!(thread, "keel-dict-notify");
+        db.dictionary()
+            .set_string("theme".into(), "light".into())
+            .unwrap();
+        let (v, _) = rx.recv().unwrap();
+        assert_eq!(v, Some(DictValue::Text { v: "light".into() }));
+        sub.cancel();
+        block_on(db.close()).unwrap();
+    }
+}
+
+#[test]
+fn dictionary_subscribe_delivers_the_stored_value_first_on_a_keel_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = reopened_with_theme(&dir);
+    let d = db.dictionary();
+    let (tx, rx) = mpsc::channel();
+    let sub = d.subscribe("theme".into(), Box::new(DictEvents(tx.clone())));
+    let (v, thread) = rx.recv().unwrap();
+    assert_eq!(v, Some(DictValue::Text { v: "dark".into() }));
+    assert_eq!(thread, "keel-dict-notify");
+    // A key that exists nowhere: "absent" first.
+    let none = d.subscribe("missing".into(), Box::new(DictEvents(tx)));
+    assert_eq!(rx.recv().unwrap().0, None);
+    d.remove("theme".into()).unwrap();
+    assert_eq!(rx.recv().unwrap().0, None);
+    sub.cancel();
+    none.cancel();
+    block_on(db.close()).unwrap();
+}
+
+#[test]
+fn resume_is_not_queued_behind_async_reads_waiting_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    block_on(db.write(insert("a"))).unwrap();
+    block_on(db.suspend(false)).unwrap();
+    // More waiting async reads than the FFI has threads for its async calls.
+    let (tx, rx) = mpsc::channel();
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let (db, tx) = (Arc::clone(&db), tx.clone());
+            std::thread::spawn(move || {
+                let key = vec![Value::Text { v: "a".into() }];
+                tx.send(block_on(db.get_async("Post".into(), key)).map(|o| o.is_some()))
+                    .unwrap();
+            })
+        })
+        .collect();
+    // Let them reach the threads (none can finish before resume).
+    assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+    let dog = Watchdog::arm(&db);
+    let r = block_on(db.resume()).unwrap();
+    assert!(
+        !dog.fired(),
+        "resume waited behind the reads waiting for it"
+    );
+    assert!(r.was_suspended);
+    for t in readers {
+        t.join().unwrap();
+    }
+    for _ in 0..8 {
+        assert!(
+            rx.recv().unwrap().unwrap(),
+            "the object is there after resume"
+        );
+    }
     block_on(db.close()).unwrap();
 }

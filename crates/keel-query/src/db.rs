@@ -977,6 +977,7 @@ impl Database {
     pub fn resume(&self) -> Result<ResumeReport> {
         self.inner.check_open("resume")?;
         let r = self.inner.store.resume()?;
+        crate::dictionary::shared::after_resume(&self.inner.dict);
         if r.external_changes {
             if self.inner.feed.is_some() {
                 // With the change feed the log says which rows changed, and dictionary

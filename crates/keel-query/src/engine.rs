@@ -279,6 +279,9 @@ impl DictHost for Inner {
     fn feed(&self) -> Option<&Arc<crate::feed::Feed>> {
         self.feed.as_ref()
     }
+    fn spawn_read(&self, job: Box<dyn FnOnce() + Send>) -> bool {
+        self.fetch_pool.submit(job).is_ok()
+    }
 }
 
 thread_local! {

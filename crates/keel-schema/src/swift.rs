@@ -10,7 +10,8 @@
 //!   collections; pass it to `Keel.openAsync(path:schema:)`;
 //! * per enum: a Swift `enum` with one case per value plus `unknown(raw)` for values
 //!   a newer schema wrote, `init(rawValue:)`/`rawValue`, `allCases`;
-//! * per struct: a `struct` with `var` fields and a memberwise `init` (defaults 0);
+//! * per struct: a `struct` with `let` fields, a memberwise `init` (defaults 0) and,
+//!   like tables, `with(_:)` for a changed copy (`pos.with { $0.x = 1 }`);
 //! * per union: an `enum` with one case per member (associated value: the member
 //!   table) plus `unknown(tag:)`;
 //! * per table: a value type `struct T: Sendable, Equatable, Hashable` with one
@@ -143,8 +144,11 @@ const KEYWORDS: &[&str] = &[
 ];
 
 /// Names the generated code or the runtime protocols use on a table value or its
-/// query handles; a field with one of these names gets a `_` appended.
+/// query handles; a field with one of these names gets a `_` appended. `with` and
+/// `value` are `with(_:)` and the draft's `value`.
 const RESERVED_MEMBERS: &[&str] = &[
+    "with",
+    "value",
     "primaryKey",
     "flatBuffer",
     "keelPath",
@@ -675,7 +679,7 @@ impl<'a> Gen<'a> {
             );
             let ty = self.base_type(&f.ty);
             let m = esc(&member(&f.name));
-            let _ = writeln!(o, "    public var {m}: {ty}");
+            let _ = writeln!(o, "    public let {m}: {ty}");
             let def = match &f.ty {
                 FieldType::Scalar(t) => scalar_lit(&t.zero(), *t),
                 FieldType::Enum(e) => self.enum_lit(*e, 0),
@@ -695,7 +699,15 @@ impl<'a> Gen<'a> {
         for (m, _, _) in &params {
             let _ = writeln!(o, "        self.{m} = {m}");
         }
-        let _ = writeln!(o, "    }}\n}}\n");
+        let _ = writeln!(o, "    }}");
+        let fields: Vec<(String, String, String)> = sd
+            .fields
+            .iter()
+            .zip(&params)
+            .map(|(f, (m, ty, _))| (m.clone(), f.name.clone(), ty.clone()))
+            .collect();
+        self.draft(&mut o, &name, &fields);
+        let _ = writeln!(o, "}}\n");
         let _ = writeln!(
             o,
             "extension {name}: KeelStruct {{\n    /// Size of the inline layout in bytes.\n    public static let keelSize = {}\n    /// Alignment of the inline layout in bytes.\n    public static let keelAlignment = {}\n",
@@ -1028,34 +1040,21 @@ impl<'a> Gen<'a> {
 
     /// `with(_:)` and its `KeelDraft`: the fields are `let`, so a changed copy is
     /// made from a mutable draft of every field (Dflat's models are immutable too).
-    fn draft(&self, o: &mut String, name: &str, live: &[&Field]) {
+    /// `fields`: each field's Swift member name, schema name and Swift type, in the
+    /// order of the value type's memberwise `init`.
+    fn draft(&self, o: &mut String, name: &str, fields: &[(String, String, String)]) {
         let _ = writeln!(
             o,
             "\n    /// A copy with the changes `edit` makes to a draft of this value:\n    /// `let renamed = value.with {{ $0.field = … }}`.\n    public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> {name} {{\n        var draft = KeelDraft(self)\n        try edit(&draft)\n        return draft.value\n    }}\n\n    /// Every field of a `{name}`, mutable: what `with(_:)` edits.\n    public struct KeelDraft {{"
         );
-        for f in live {
-            let m = esc(&member(&f.name));
-            let _ = writeln!(
-                o,
-                "        /// `{}`.\n        public var {m}: {}",
-                f.name,
-                self.field_type(f)
-            );
+        for (m, fbs, ty) in fields {
+            let _ = writeln!(o, "        /// `{fbs}`.\n        public var {m}: {ty}");
         }
-        let inits: Vec<String> = live
+        let inits: Vec<String> = fields
             .iter()
-            .map(|f| {
-                let m = esc(&member(&f.name));
-                format!("            self.{m} = value.{m}")
-            })
+            .map(|(m, _, _)| format!("            self.{m} = value.{m}"))
             .collect();
-        let args: Vec<String> = live
-            .iter()
-            .map(|f| {
-                let m = esc(&member(&f.name));
-                format!("{m}: {m}")
-            })
-            .collect();
+        let args: Vec<String> = fields.iter().map(|(m, _, _)| format!("{m}: {m}")).collect();
         let _ = writeln!(
             o,
             "\n        /// A draft holding `value`'s fields.\n        public init(_ value: {name}) {{\n{}\n        }}\n\n        /// The value these fields make.\n        public var value: {name} {{ {name}({}) }}\n    }}",
@@ -1129,7 +1128,11 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "    }}");
-        self.draft(&mut o, &name, &live);
+        let fields: Vec<(String, String, String)> = live
+            .iter()
+            .map(|f| (esc(&member(&f.name)), f.name.clone(), self.field_type(f)))
+            .collect();
+        self.draft(&mut o, &name, &fields);
         let _ = writeln!(o, "}}\n");
 
         // --- KeelTable: read and write
@@ -1402,6 +1405,12 @@ mod tests {
             "public enum Content: Sendable, Equatable, Hashable {",
             "public struct Rect: Sendable, Equatable, Hashable {",
             "public init(x: Float = 0.0, y: Float = 0.0)",
+            // structs are immutable like tables: `let` fields, changed through `with`
+            "    /// `x: float`.\n    public let x: Float\n",
+            "    public let origin: Vec2\n",
+            "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Vec2 {",
+            "        /// `layer`.\n        public var layer: Int16\n",
+            "public var value: Rect { Rect(origin: origin, size: size, layer: layer) }",
             // union: type tag in slot id-1, value in id
             "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
             "b.addScalar(slot: 1, priority, default: 1)",
@@ -1409,6 +1418,13 @@ mod tests {
         ] {
             assert!(code.contains(want), "missing {want:?} in:\n{code}");
         }
+        // no generated model has a settable stored field (drafts are nested)
+        assert!(
+            !code
+                .lines()
+                .any(|l| l.starts_with("    public var ") && l.contains(": ") && !l.contains('{')),
+            "a `var` field outside a draft in:\n{code}"
+        );
         // deprecated fields are not generated; their slots stay reserved
         assert!(!code.contains("oldScore"));
         assert!(!code.contains("indirect"));
@@ -1468,6 +1484,26 @@ mod tests {
         }
         // keel cannot index into a vector of unions: no query handle for it
         assert!(!code.contains("public static var bag:"));
+    }
+
+    #[test]
+    fn fields_named_like_the_draft_api_get_a_suffix() {
+        let s = Schema::parse(
+            "struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;",
+            "m.fbs",
+        )
+        .unwrap();
+        let code = generate(&s, "m").unwrap();
+        for want in [
+            "    public let value_: Int64\n",
+            "    public let with_: Int32\n",
+            "public var value: Money { Money(value_: value_, with_: with_) }",
+            "    public let value_: Int32\n",
+            "    public let with_: Money?\n",
+            "public var value: T { T(value_: value_, with_: with_) }",
+        ] {
+            assert!(code.contains(want), "missing {want:?} in:\n{code}");
+        }
     }
 
     #[test]

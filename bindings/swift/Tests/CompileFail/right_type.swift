@@ -18,3 +18,7 @@ func lookup(_ db: Database) throws -> Post? {
 func retitle(_ post: Post) -> Post {
     post.with { $0.title = "new"; $0.author = $0.author?.with { $0.name = "Ada" } }
 }
+
+func moved(_ frame: Rect) -> Rect {
+    frame.with { $0.origin = $0.origin.with { $0.x += 1 }; $0.layer = 2 }
+}

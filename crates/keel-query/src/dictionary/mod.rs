@@ -554,7 +554,10 @@ impl Dictionary {
 
     /// Follow `key`: a [`DictStream`] that yields the current value first, then
     /// each update and removal (absent: `None`, or the registered default). A slow
-    /// consumer gets the latest value, not a backlog.
+    /// consumer gets the latest value, not a backlog. Like
+    /// [`subscribe_with`](Self::subscribe_with) it never reads the disk on the
+    /// calling thread: a value not in the cache arrives once a read thread has it
+    /// (after resume, while the database is suspended).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions, DictValue};
@@ -580,6 +583,11 @@ impl Dictionary {
     /// Follow `key` with a callback, run on the dictionary's notifier thread with
     /// the current value first, then each update and removal (see
     /// [`DictSubscription`]). Keep the returned handle; dropping it unsubscribes.
+    ///
+    /// Returns at once in every state: a value not in the cache is read on a keel
+    /// read thread, and while the database is suspended that read waits for
+    /// [`Database::resume`](crate::Database::resume) without holding any thread —
+    /// the first callback then carries the stored value, never a false "absent".
     pub fn subscribe_with(
         &self,
         key: &str,
@@ -591,16 +599,7 @@ impl Dictionary {
     }
 
     fn offer_initial(&self, key: &str, slot: &Arc<subscribe::Slot>) {
-        let initial = self
-            .shared
-            .lookup(key, |v, seq| (seq, v.cloned().map(Arc::new)));
-        match initial {
-            Ok((seq, v)) => subscribe::initial(&self.shared, slot, seq, &v),
-            Err(e) => {
-                tracing::warn!(key, error = %e, "dictionary subscribe: initial value unreadable; reporting absent");
-                subscribe::initial(&self.shared, slot, 0, &None);
-            }
-        }
+        self.shared.offer_initial(key, slot);
     }
 
     /// Load every stored value into the cache with one scan (up to the cache

@@ -58,6 +58,9 @@ pub(crate) trait DictHost: Send + Sync {
     fn check_open(&self, op: &'static str) -> Result<()>;
     /// The cross-process change feed, with sharing on: flushes log their keys.
     fn feed(&self) -> Option<&Arc<crate::feed::Feed>>;
+    /// Run `job` on one of the database's read threads; false if it cannot run
+    /// (the database closed, or no thread could start).
+    fn spawn_read(&self, job: Box<dyn FnOnce() + Send>) -> bool;
 }
 
 /// The dictionary's shared state; one per database, owned by it.
@@ -73,6 +76,10 @@ pub(crate) struct Shared {
     pub(super) flushes: AtomicU64,
     pub(super) defaults: RwLock<HashMap<String, DictValue>>,
     pub(crate) subs: subscribe::Registry,
+    /// Subscriptions whose first value missed the cache while the database was
+    /// suspended: read again after resume (see [`Shared::offer_initial`]). Weak:
+    /// a subscription dropped meanwhile is not kept alive (nor its callback).
+    pending_initial: Mutex<Vec<(String, Weak<subscribe::Slot>)>>,
     pub(super) db: Weak<dyn DictHost>,
 }
 
@@ -88,6 +95,7 @@ impl Shared {
             flushes: AtomicU64::new(0),
             defaults: RwLock::new(HashMap::new()),
             subs: subscribe::Registry::default(),
+            pending_initial: Mutex::new(Vec::new()),
             db,
         })
     }
@@ -193,6 +201,82 @@ impl Shared {
         };
         let disk = self.read_disk(key)?;
         Ok(self.fill(key, version, disk, f))
+    }
+
+    /// The cached value of `key` and its sequence number, from memory only;
+    /// `None` on a miss (the value is on disk, or nowhere).
+    fn cached(&self, key: &str) -> Option<(u64, Val)> {
+        let sh = rd(&self.shards[shard_of(key)]);
+        if let Some(e) = sh.entries.get(key) {
+            return Some((e.seq, e.value.clone()));
+        }
+        sh.clear_pending.is_some().then_some((0, None))
+    }
+
+    /// Give a new subscription its first value without making the subscribing
+    /// thread wait: from the cache at once, else read on one of the database's
+    /// read threads. That read never waits for a suspended database either: it
+    /// fails fast, and the subscription is read again after resume — a suspended
+    /// database must not report a stored key as absent, nor hold the thread that
+    /// would call resume (usually the subscriber's). Either way the value goes
+    /// through the slot, so a change offered meanwhile (newer sequence number) wins.
+    pub(super) fn offer_initial(self: &Arc<Self>, key: &str, slot: &Arc<subscribe::Slot>) {
+        match self.cached(key) {
+            Some((seq, v)) => subscribe::initial(self, slot, seq, &v),
+            None => self.read_initial_later(key.to_owned(), Arc::clone(slot)),
+        }
+    }
+
+    fn read_initial_later(self: &Arc<Self>, key: String, slot: Arc<subscribe::Slot>) {
+        let Some(host) = self.db.upgrade() else {
+            return; // closed: `after_close` ended the subscription
+        };
+        let me = Arc::clone(self);
+        let (k, s) = (key.clone(), Arc::clone(&slot));
+        if !host.spawn_read(Box::new(move || me.read_initial(k, s))) && !slot.is_cancelled() {
+            tracing::warn!(
+                key,
+                "dictionary subscribe: no thread to read the initial value; reporting absent"
+            );
+            subscribe::initial(self, &slot, 0, &None);
+        }
+    }
+
+    /// The read of [`Shared::offer_initial`], on a read thread.
+    fn read_initial(self: &Arc<Self>, key: String, slot: Arc<subscribe::Slot>) {
+        if slot.is_cancelled() {
+            return;
+        }
+        let r = keel_storage::fail_fast_while_suspended(|| {
+            self.lookup(&key, |v, seq| (seq, v.cloned().map(Arc::new)))
+        });
+        match r {
+            Ok((seq, v)) => subscribe::initial(self, &slot, seq, &v),
+            Err(Error::Storage(keel_storage::Error::Suspended { .. })) => {
+                lock(&self.pending_initial).push((key, Arc::downgrade(&slot)));
+                // A resume that came between the failed read and the push found
+                // nothing to retry: retry here.
+                let suspended = self.db.upgrade().is_some_and(|h| h.store().is_suspended());
+                if !suspended {
+                    self.retry_initial();
+                }
+            }
+            Err(Error::Closed { .. }) => {}
+            Err(e) => {
+                tracing::warn!(key, error = %e, "dictionary subscribe: initial value unreadable; reporting absent");
+                subscribe::initial(self, &slot, 0, &None);
+            }
+        }
+    }
+
+    /// Read again the first values a suspension held back (after resume).
+    fn retry_initial(self: &Arc<Self>) {
+        let pending = std::mem::take(&mut *lock(&self.pending_initial));
+        for (key, slot) in pending {
+            if let Some(slot) = slot.upgrade().filter(|s| !s.is_cancelled()) {
+                self.read_initial_later(key, slot);
+            }
+        }
     }
 
     /// Second half of a miss: `disk` was read after the shard was at `version`.
@@ -551,9 +635,16 @@ pub(super) fn pending_keys(shared: &Shared) -> (Vec<String>, usize) {
     (all, count)
 }
 
+/// After a resume: subscriptions whose first value the suspension held back read
+/// it now (on a read thread).
+pub(crate) fn after_resume(shared: &Arc<Shared>) {
+    shared.retry_initial();
+}
+
 /// After the database closed: end every key stream and stop every callback.
 pub(crate) fn after_close(shared: &Shared) {
     shared.subs.close();
+    lock(&shared.pending_initial).clear();
 }
 
 pub(super) fn mismatch(key: &str, stored: &DictValue, requested: &str) -> Error {

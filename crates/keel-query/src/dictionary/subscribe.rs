@@ -59,6 +59,11 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// True once the subscription ended (dropped, or the database closed).
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
     /// Offer a change; returns true if a callback slot must be queued.
     pub(crate) fn offer(&self, seq: u64, v: &Val) -> bool {
         let mut queue = false;
@@ -312,7 +317,9 @@ impl DictStream {
         &self.slot.key
     }
 
-    /// The newest undelivered value, without waiting (`None` if nothing new).
+    /// The newest undelivered value, without waiting (`None` if nothing new —
+    /// right after subscribing too, while the first value of a key that was not
+    /// in the cache is still being read).
     pub fn try_next(&mut self) -> Option<Option<DictValue>> {
         let v = self.slot.value.try_take()?;
         Some(self.shared.effective(&self.slot.key, v))
