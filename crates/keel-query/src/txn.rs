@@ -650,20 +650,22 @@ impl<'a> Txn<'a> {
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
-        if !self.record && plain_key(c, key) {
-            // Nothing to convert (a typed key's values always): bound as given.
+        if !self.record {
+            // A key with nothing to convert (a typed key's values always) is bound
+            // as given, not copied.
+            let checked;
+            let key = if plain_key(c, key) {
+                key
+            } else {
+                checked = c.check_key("delete", key)?;
+                &checked[..]
+            };
             let n = self.with_kept_stmt(c, "delete", &c.sql_delete_key, |st| {
                 st.execute(rusqlite::params_from_iter(key.iter().map(sref)))
             })?;
             return Ok(n > 0);
         }
         let key = c.check_key("delete", key)?;
-        if !self.record {
-            let n = self.with_kept_stmt(c, "delete", &c.sql_delete_key, |st| {
-                st.execute(rusqlite::params_from_iter(key.iter().map(sref)))
-            })?;
-            return Ok(n > 0);
-        }
         let (rowid, old) = match self.find(c, "delete", &key)? {
             Some(o) => (o.rowid, Some(o.bytes)),
             None => return Ok(false),
