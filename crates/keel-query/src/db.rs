@@ -17,7 +17,7 @@ use crate::change::Change;
 use crate::engine::{Inner, Task, WritingGuard};
 use crate::error::{Error, Result};
 use crate::layout::Coll;
-use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
+use crate::query::{Fetch, Query, Source, StoredObject};
 use crate::schema_phase::{schema_phase, SchemaOutcome};
 use crate::txn::Txn;
 
@@ -739,9 +739,11 @@ impl Database {
         let inner = &*self.inner;
         inner.check_read("get")?;
         let c = inner.coll(collection, "get")?;
+        // One statement: autocommit gives it a consistent view without a
+        // BEGIN and COMMIT around it.
         inner
             .store
-            .read(|conn| inner.get_in(conn, c, "get", key, true))
+            .read_autocommit(|conn| inner.get_in(conn, c, "get", key, true))
     }
 
     /// The `R` with primary key `key`.
@@ -752,7 +754,7 @@ impl Database {
         let key = R::key_values(key);
         inner
             .store
-            .read(|conn| decode_opt::<R>(inner.get_in(conn, c, "get", &key, false)?))
+            .read_autocommit(|conn| inner.get_typed::<R>(conn, c, "get", &key))
     }
 
     /// [`Database::get`] on a keel thread (the fetch pool).
@@ -1064,10 +1066,8 @@ impl Snapshot<'_> {
     /// Get by primary key in this snapshot.
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
         let c = self.inner.coll(R::COLLECTION, "get")?;
-        decode_opt::<R>(
-            self.inner
-                .get_in(self.conn, c, "get", &R::key_values(key), false)?,
-        )
+        self.inner
+            .get_typed::<R>(self.conn, c, "get", &R::key_values(key))
     }
     /// Get bytes by primary key in this snapshot.
     pub fn get_bytes(&self, collection: &str, key: &[Value]) -> Result<Option<StoredObject>> {

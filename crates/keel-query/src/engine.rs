@@ -185,6 +185,11 @@ impl Inner {
     }
 
     pub(crate) fn coll(&self, name: &str, op: &'static str) -> Result<&Coll> {
+        // Typed reads name the collection in full: a few string compares cost
+        // less than hashing the name (the map also knows bare names).
+        if let Some(c) = self.colls.iter().find(|c| c.name == name) {
+            return Ok(c);
+        }
         self.by_name
             .get(name)
             .map(|i| &self.colls[*i])

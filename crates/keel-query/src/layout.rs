@@ -25,6 +25,7 @@
 //! into format 2 in the schema transaction. This module is the table model the
 //! others build on; it depends on none of them.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -365,23 +366,33 @@ impl Coll {
 
     /// Check and normalise key values given by a caller.
     pub(crate) fn check_key(&self, op: &'static str, key: &[Value]) -> Result<Vec<Value>> {
-        self.check_key_owned(op, key.to_vec())
+        self.check_key_ref(op, key).map(Cow::into_owned)
     }
 
     /// [`Coll::check_key`] for a key the caller owns: normalised in place, no copy.
-    pub(crate) fn check_key_owned(
+    pub(crate) fn check_key_owned(&self, op: &'static str, key: Vec<Value>) -> Result<Vec<Value>> {
+        let normalised = match self.check_key_ref(op, &key)? {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(n) => Some(n),
+        };
+        Ok(normalised.unwrap_or(key))
+    }
+
+    /// [`Coll::check_key`] without copying a key that needs no normalising (the
+    /// usual case: a lookup by key binds the caller's values as they are).
+    pub(crate) fn check_key_ref<'k>(
         &self,
         op: &'static str,
-        mut key: Vec<Value>,
-    ) -> Result<Vec<Value>> {
+        key: &'k [Value],
+    ) -> Result<Cow<'k, [Value]>> {
         let mismatch = |message: String| Error::TypeMismatch {
             op,
             collection: self.name.clone(),
             message,
         };
         if self.key.is_empty() {
-            return match key.as_slice() {
-                [Value::Int(_)] => Ok(key),
+            return match key {
+                [Value::Int(_)] => Ok(Cow::Borrowed(key)),
                 _ => Err(mismatch(format!(
                     "{} has no primary key; address objects by rowid (one int), got {key:?}",
                     self.name
@@ -395,8 +406,9 @@ impl Coll {
                 key.len()
             )));
         }
-        for (v, k) in key.iter_mut().zip(&self.key) {
-            let normal = match (k.kind, &*v) {
+        let mut normalised: Option<Vec<Value>> = None;
+        for (i, (v, k)) in key.iter().zip(&self.key).enumerate() {
+            let to = match (k.kind, v) {
                 (KeyKind::Text, Value::Text(_))
                 | (KeyKind::Int, Value::Int(_))
                 | (KeyKind::Other, _) => None,
@@ -413,11 +425,11 @@ impl Coll {
                     )))
                 }
             };
-            if let Some(n) = normal {
-                *v = n;
+            if let Some(to) = to {
+                normalised.get_or_insert_with(|| key.to_vec())[i] = to;
             }
         }
-        Ok(key)
+        Ok(normalised.map_or(Cow::Borrowed(key), Cow::Owned))
     }
 }
 

@@ -37,6 +37,17 @@ pub(crate) enum Source<'a> {
 }
 
 impl Source<'_> {
+    fn inner(&self) -> &Inner {
+        match self {
+            Source::Db(inner) => inner,
+            Source::Conn(inner, _, _) => inner,
+        }
+    }
+
+    /// Run `f` on this source's connection. Through the database, without a read
+    /// transaction around it: each query runs one statement (after, for a
+    /// collection this open creates, a look at `sqlite_schema` whose answer a later
+    /// commit cannot take back), which autocommit gives a consistent view.
     fn run<T>(
         &self,
         op: &'static str,
@@ -45,7 +56,7 @@ impl Source<'_> {
         match self {
             Source::Db(inner) => {
                 inner.check_read(op)?;
-                inner.store.read(|c| f(inner, c))
+                inner.store.read_autocommit(|c| f(inner, c))
             }
             Source::Conn(i, c, _) => f(i, c),
         }
@@ -277,10 +288,31 @@ impl<'a> Query<'a> {
         Ok((sql, comp.params))
     }
 
-    /// The matching rows. `check`: fail on a row whose bytes do not even open (see
-    /// [`check_stored`]); typed fetches skip it, their decode checks every field.
-    fn rows(&self, op: &'static str, first: bool, check: bool) -> Result<Vec<StoredObject>> {
+    /// Hand each matching row, in order, to `sink` — its rowid and its bytes,
+    /// borrowed from SQLite while it steps (copied only where keel sorts the
+    /// matches itself) — until `sink` returns `Ok(false)` or an error.
+    fn each(
+        &self,
+        op: &'static str,
+        first: bool,
+        sink: &mut dyn FnMut(i64, &[u8]) -> Result<bool>,
+    ) -> Result<()> {
         self.src.run(op, |inner, conn| {
+            let c = self.coll(inner, op)?;
+            if inner.unborn(conn, c)? {
+                return Ok(());
+            }
+            if let Some(plan) = crate::scan::plan(&inner.schema, c, &self.ask())? {
+                // A filter on a field without a column: evaluated on the bytes.
+                let (sql, params) = self.build_with(
+                    inner,
+                    plan.sql_filter.as_ref(),
+                    plan.sql_order.as_deref(),
+                    false,
+                    false,
+                )?;
+                return plan.each(conn, c, op, (&sql, &params), &self.ask(), first, sink);
+            }
             let (mut sql, mut params) = self.build(inner, false)?;
             if first && self.spec.limit.is_none() && self.spec.offset == 0 {
                 sql.push_str(" LIMIT 1");
@@ -290,35 +322,27 @@ impl<'a> Query<'a> {
                     *l = if *l < 0 { 1 } else { (*l).min(1) };
                 }
             }
-            let c = self.coll(inner, op)?;
-            if inner.unborn(conn, c)? {
-                return Ok(Vec::new());
-            }
-            let rows = match crate::scan::plan(&inner.schema, c, &self.ask())? {
-                // A filter on a field without an index: evaluated on the bytes.
-                Some(plan) => {
-                    let (sql, params) = self.build_with(
-                        inner,
-                        plan.sql_filter.as_ref(),
-                        plan.sql_order.as_deref(),
-                        false,
-                        false,
-                    )?;
-                    plan.rows(conn, c, op, (&sql, &params), &self.ask(), first)?
-                        .into_iter()
-                        .map(|(rowid, bytes)| StoredObject { rowid, bytes })
-                        .collect()
-                }
-                None => select(conn, &c.name, op, &sql, &params)?,
-            };
-            if check {
-                let t = inner.table(c)?;
-                for r in &rows {
-                    check_stored(t, c, op, r)?;
-                }
-            }
-            Ok(rows)
+            select_each(conn, &c.name, op, &sql, &params, sink)
         })
+    }
+
+    /// The matching rows, each checked to open (see [`check_stored`]).
+    fn rows(&self, op: &'static str, first: bool) -> Result<Vec<StoredObject>> {
+        let mut out = Vec::new();
+        self.each(op, first, &mut |rowid, bytes| {
+            out.push(StoredObject {
+                rowid,
+                bytes: bytes.to_vec(),
+            });
+            Ok(true)
+        })?;
+        let inner = self.src.inner();
+        let c = self.coll(inner, op)?;
+        let t = inner.table(c)?;
+        for r in &out {
+            check_stored(t, c, op, r)?;
+        }
+        Ok(out)
     }
 
     /// Every matching object, in order. keel verified each object's bytes against
@@ -329,12 +353,12 @@ impl<'a> Query<'a> {
     /// is bounds-checked, so deeper damage is a decode error there, never a crash.
     /// `keel check` verifies every row in full.
     pub fn all(self) -> Result<Vec<StoredObject>> {
-        self.rows("fetch", false, true)
+        self.rows("fetch", false)
     }
 
     /// The first matching object, if any.
     pub fn first(self) -> Result<Option<StoredObject>> {
-        Ok(self.rows("fetch first", true, true)?.into_iter().next())
+        Ok(self.rows("fetch first", true)?.into_iter().next())
     }
 
     /// The number of matching objects (after `limit`/`offset`, if set).
@@ -434,29 +458,32 @@ impl Query<'_> {
     }
 }
 
-pub(crate) fn select(
+/// Run `sql` (selecting `rowid, body`) and hand each row to `sink` with its bytes
+/// borrowed from SQLite, until `sink` returns `Ok(false)`.
+fn select_each(
     conn: &rusqlite::Connection,
     collection: &str,
     op: &'static str,
     sql: &str,
     params: &[Value],
-) -> Result<Vec<StoredObject>> {
-    let mut st = conn
-        .prepare_cached(sql)
-        .map_err(|e| Error::sqlite(op, collection, e))?;
+    sink: &mut dyn FnMut(i64, &[u8]) -> Result<bool>,
+) -> Result<()> {
+    let err = |e| Error::sqlite(op, collection, e);
+    let mut st = conn.prepare_cached(sql).map_err(err)?;
     let mut rows = st
         .query(rusqlite::params_from_iter(params.iter().map(Param)))
-        .map_err(|e| Error::sqlite(op, collection, e))?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next().map_err(|e| Error::sqlite(op, collection, e))? {
-        let rowid: i64 = r.get(0).map_err(|e| Error::sqlite(op, collection, e))?;
-        let bytes = match r.get_ref(1).map_err(|e| Error::sqlite(op, collection, e))? {
-            rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
-            _ => Vec::new(),
+        .map_err(err)?;
+    while let Some(r) = rows.next().map_err(err)? {
+        let rowid: i64 = r.get(0).map_err(err)?;
+        let bytes = match r.get_ref(1).map_err(err)? {
+            rusqlite::types::ValueRef::Blob(b) => b,
+            _ => &[],
         };
-        out.push(StoredObject { rowid, bytes });
+        if !sink(rowid, bytes)? {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A typed query for generated type `R`: `db.fetch::<Post>().filter(..).all()`.
@@ -522,31 +549,25 @@ impl<'a, R: Record> Fetch<'a, R> {
         self.q
     }
 
-    fn decode(op: &'static str, rows: Vec<StoredObject>) -> Result<Vec<R>> {
-        rows.into_iter()
-            .map(|r| {
-                R::decode_stored(&r.bytes).map_err(|source| Error::Decode {
-                    op,
-                    collection: R::COLLECTION.to_owned(),
-                    rowid: r.rowid,
-                    source,
-                })
-            })
-            .collect()
+    /// The matching objects, each decoded from the bytes SQLite holds while it
+    /// steps (see [`decode_row`]), without a copy.
+    fn decoded(&self, op: &'static str, first: bool) -> Result<Vec<R>> {
+        let mut out = Vec::new();
+        self.q.each(op, first, &mut |rowid, bytes| {
+            out.push(decode_row::<R>(op, rowid, bytes)?);
+            Ok(true)
+        })?;
+        Ok(out)
     }
 
     /// Every matching object, decoded.
     pub fn all(self) -> Result<Vec<R>> {
-        Self::decode("fetch", self.q.rows("fetch", false, false)?)
+        self.decoded("fetch", false)
     }
 
     /// The first matching object.
     pub fn first(self) -> Result<Option<R>> {
-        Ok(
-            Self::decode("fetch first", self.q.rows("fetch first", true, false)?)?
-                .into_iter()
-                .next(),
-        )
+        Ok(self.decoded("fetch first", true)?.into_iter().next())
     }
 
     /// Number of matching objects.
@@ -576,6 +597,36 @@ impl<R: Record> Fetch<'_, R> {
 /// Point lookups by key, shared by [`Database`](crate::Database), [`Snapshot`](crate::Snapshot),
 /// [`Txn`](crate::Txn) and the subscription hub.
 impl Inner {
+    /// Look an object up by (checked) key on `conn`, handing its rowid and bytes
+    /// — borrowed from SQLite, not copied — to `f`.
+    fn get_with<T>(
+        &self,
+        conn: &rusqlite::Connection,
+        c: &Coll,
+        op: &'static str,
+        key: &[Value],
+        f: impl FnOnce(i64, &[u8]) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let key = c.check_key_ref(op, key)?;
+        if self.unborn(conn, c)? {
+            return Ok(None);
+        }
+        let err = |e| Error::sqlite(op, &c.name, e);
+        let mut st = conn.prepare_cached(&c.sql_get).map_err(err)?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(key.iter().map(Param)))
+            .map_err(err)?;
+        let Some(r) = rows.next().map_err(err)? else {
+            return Ok(None);
+        };
+        let rowid: i64 = r.get(0).map_err(err)?;
+        let bytes = match r.get_ref(1).map_err(err)? {
+            rusqlite::types::ValueRef::Blob(b) => b,
+            _ => &[],
+        };
+        f(rowid, bytes).map(Some)
+    }
+
     /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].
     pub(crate) fn get_in(
         &self,
@@ -585,18 +636,30 @@ impl Inner {
         key: &[Value],
         check: bool,
     ) -> Result<Option<StoredObject>> {
-        let key = c.check_key(op, key)?;
-        if self.unborn(conn, c)? {
-            return Ok(None);
-        }
-        let rows = select(conn, &c.name, op, &c.sql_get, &key)?;
-        let Some(r) = rows.into_iter().next() else {
-            return Ok(None);
-        };
-        if check {
-            check_stored(self.table(c)?, c, op, &r)?;
-        }
-        Ok(Some(r))
+        self.get_with(conn, c, op, key, |rowid, bytes| {
+            let r = StoredObject {
+                rowid,
+                bytes: bytes.to_vec(),
+            };
+            if check {
+                check_stored(self.table(c)?, c, op, &r)?;
+            }
+            Ok(r)
+        })
+    }
+
+    /// Look up the `R` with (checked) key `key` on `conn`, decoded straight from
+    /// the bytes SQLite holds (see [`decode_row`]).
+    pub(crate) fn get_typed<R: Record>(
+        &self,
+        conn: &rusqlite::Connection,
+        c: &Coll,
+        op: &'static str,
+        key: &[Value],
+    ) -> Result<Option<R>> {
+        self.get_with(conn, c, op, key, |rowid, bytes| {
+            decode_row::<R>("decode", rowid, bytes)
+        })
     }
 }
 
@@ -624,16 +687,14 @@ pub(crate) fn check_stored(
         })
 }
 
-pub(crate) fn decode_opt<R: Record>(o: Option<StoredObject>) -> Result<Option<R>> {
-    match o {
-        None => Ok(None),
-        Some(r) => R::decode_stored(&r.bytes)
-            .map(Some)
-            .map_err(|source| Error::Decode {
-                op: "decode",
-                collection: R::COLLECTION.to_owned(),
-                rowid: r.rowid,
-                source,
-            }),
-    }
+/// Decode row `rowid`'s stored bytes as an `R` ([`Record::decode_stored`]: keel
+/// verified them when it wrote them; damage since is an [`Error::Decode`] naming
+/// the row, never a panic).
+pub(crate) fn decode_row<R: Record>(op: &'static str, rowid: i64, bytes: &[u8]) -> Result<R> {
+    R::decode_stored(bytes).map_err(|source| Error::Decode {
+        op,
+        collection: R::COLLECTION.to_owned(),
+        rowid,
+        source,
+    })
 }

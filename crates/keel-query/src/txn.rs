@@ -8,8 +8,8 @@ use crate::change::{Change, ChangeOp};
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
-use crate::layout::{Coll, KeyKind};
-use crate::query::{decode_opt, Fetch, Query, Source, StoredObject};
+use crate::layout::Coll;
+use crate::query::{Fetch, Query, Source, StoredObject};
 
 /// A write transaction, given to the closure of
 /// [`Database::write`](crate::Database::write). The closure runs on keel's writer
@@ -58,19 +58,6 @@ fn arg(v: SqlValue<'_>) -> Arg<'_> {
         SqlValue::Text(s) => SqlRef::Text(s.as_bytes()),
         SqlValue::Blob(b) => SqlRef::Blob(b),
     })
-}
-
-/// True if `key` is what `Coll::check_key` would return for it unchanged: one
-/// value per key part, each already of the part's stored type (no conversion).
-fn plain_key(c: &Coll, key: &[Value]) -> bool {
-    !c.key.is_empty()
-        && key.len() == c.key.len()
-        && key.iter().zip(&c.key).all(|(v, k)| {
-            matches!(
-                (k.kind, v),
-                (KeyKind::Text, Value::Text(_)) | (KeyKind::Int, Value::Int(_))
-            )
-        })
 }
 
 /// Binds the parameters of `sql_insert` (and `sql_update_key`) to `st`: the key
@@ -653,13 +640,7 @@ impl<'a> Txn<'a> {
         if !self.record {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
-            let checked;
-            let key = if plain_key(c, key) {
-                key
-            } else {
-                checked = c.check_key("delete", key)?;
-                &checked[..]
-            };
+            let key = c.check_key_ref("delete", key)?;
             let n = self.with_kept_stmt(c, "delete", &c.sql_delete_key, |st| {
                 st.execute(rusqlite::params_from_iter(key.iter().map(sref)))
             })?;
@@ -840,10 +821,8 @@ impl<'a> Txn<'a> {
     pub fn get<R: Record>(&self, key: &R::Key) -> Result<Option<R>> {
         self.check("get")?;
         let c = self.coll(R::COLLECTION, "get")?;
-        decode_opt::<R>(
-            self.inner
-                .get_in(self.conn, c, "get", &R::key_values(key), false)?,
-        )
+        self.inner
+            .get_typed::<R>(self.conn, c, "get", &R::key_values(key))
     }
 
     /// A typed query that sees this transaction's own writes.

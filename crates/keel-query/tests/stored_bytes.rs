@@ -159,3 +159,136 @@ fn what_keel_wrote_reads_back_unchanged_through_every_read_path() {
     assert_eq!(all[0].bytes, p.encode());
     db.close().wait().unwrap();
 }
+
+/// A filter on a field without an index runs in Rust over the bytes SQLite hands
+/// over, decoding only the rows it keeps, straight from SQLite's buffer. Damage is
+/// handled as by the all-SQL form (`keel_field` reads a row that does not open as
+/// all-`NULL`, so it does not match) and as by every other read: a kept row that
+/// does not decode is an `Error::Decode` naming it, never a panic.
+#[test]
+fn a_filter_on_a_field_without_an_index_over_damaged_rows() {
+    use keel_example_blog::blog::Color;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f.db");
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    let ids = ["good", "utf8", "cut", "garbage", "red"];
+    let posts: Vec<Post> = ids
+        .iter()
+        .map(|id| {
+            Post::builder()
+                .id(*id)
+                .title(format!("title of {id}"))
+                .color(if *id == "red" {
+                    Color::Red
+                } else {
+                    Color::Blue
+                })
+                .tags(["a", "b"])
+                .build()
+        })
+        .collect();
+    let p2 = posts.clone();
+    let rowids: Vec<i64> = db
+        .write_blocking(move |t| p2.iter().map(|p| t.insert(p)).collect())
+        .unwrap();
+    let bytes: Vec<Vec<u8>> = posts.iter().map(Post::encode).collect();
+    let mut utf8 = bytes[1].clone();
+    let at = utf8
+        .windows(8)
+        .position(|w| w == b"title of")
+        .expect("title in the bytes");
+    utf8[at] = 0xff;
+    set_body(&db, &path, rowids[1], &utf8);
+    let cut = &bytes[2][..bytes[2].len() - 12];
+    set_body(&db, &path, rowids[2], cut);
+    set_body(&db, &path, rowids[3], &[0xde, 0xad, 0xbe, 0xef, 0x01, 0x00]);
+
+    let blue = || Post::color().eq(Color::Blue);
+    // The plan: SQLite narrows by key, keel evaluates `color` on the bytes.
+    let plan = db
+        .fetch::<Post>()
+        .filter(Post::id().eq("utf8"))
+        .filter(blue())
+        .into_query()
+        .explain()
+        .unwrap();
+    assert!(plan.last().unwrap().starts_with("keel: filter"), "{plan:?}");
+
+    // A kept row that does not decode is an error naming it.
+    for (i, key) in [(1, "utf8"), (2, "cut")] {
+        let q = || db.fetch::<Post>().filter(Post::id().eq(key)).filter(blue());
+        assert_decode_error(q().all(), rowids[i], key);
+        assert_decode_error(q().first(), rowids[i], key);
+        assert_eq!(q().count().unwrap(), 1, "{key}");
+    }
+    // A row that does not open reads as all-NULL: `NULL = Blue` is not true.
+    let garbage = || {
+        db.fetch::<Post>()
+            .filter(Post::id().eq("garbage"))
+            .filter(blue())
+    };
+    assert_eq!(garbage().all().unwrap(), Vec::<Post>::new());
+    assert_eq!(garbage().count().unwrap(), 0);
+    assert!(db
+        .query("blog.Post")
+        .filter(Post::id().eq("garbage"))
+        .filter(blue())
+        .all()
+        .unwrap()
+        .is_empty());
+    // The all-SQL form of the same query agrees row for row.
+    let (sql, params) = db
+        .query("blog.Post")
+        .filter(blue())
+        .order_by(Post::id().asc())
+        .sql()
+        .unwrap();
+    assert!(sql.contains("keel_field"), "{sql}");
+    let via_sql: Vec<i64> = db
+        .store()
+        .read(|c| {
+            let mut st = c.prepare(&sql)?;
+            let p: Vec<i64> = params
+                .iter()
+                .map(|v| match v {
+                    keel_schema::Value::Int(i) => *i,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            let rows = st.query_map(rusqlite::params_from_iter(p), |r| r.get(0))?;
+            rows.collect::<Result<Vec<i64>, _>>()
+                .map_err(keel_storage::Error::from)
+        })
+        .unwrap();
+    let scanned: Vec<i64> = db
+        .query("blog.Post")
+        .filter(blue())
+        .order_by(Post::id().asc())
+        .all()
+        .unwrap()
+        .iter()
+        .map(|o| o.rowid)
+        .collect();
+    // `cut`, `good`, `utf8` by id; `garbage` and `red` are not blue.
+    assert_eq!(scanned, [rowids[2], rowids[0], rowids[1]]);
+    assert_eq!(via_sql, scanned);
+    // A typed fetch of them all names the first damaged row in the order asked.
+    assert_decode_error(
+        db.fetch::<Post>()
+            .filter(blue())
+            .order_by(Post::id().asc())
+            .all(),
+        rowids[2],
+        "fetch all blue",
+    );
+    // The intact row reads back as written through the scan.
+    assert_eq!(
+        db.fetch::<Post>()
+            .filter(Post::id().eq("good"))
+            .filter(blue())
+            .all()
+            .unwrap(),
+        vec![posts[0].clone()]
+    );
+    db.close().wait().unwrap();
+}

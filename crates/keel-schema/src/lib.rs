@@ -66,7 +66,7 @@ pub mod wire;
 pub use flatbuffers;
 
 pub use codegen::{compile, Builder, CodegenError};
-pub use dynamic::{DynamicTable, Object, ResolvedPath, ValueRef};
+pub use dynamic::{DynamicTable, Object, ResolvedPath, RootScalar, ValueRef};
 pub use expr::{ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
 pub use field::{Field, QueryValue};
 pub use model::{

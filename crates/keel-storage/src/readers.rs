@@ -32,6 +32,8 @@ struct PoolState {
     /// Borrowed connections, by ticket, so a suspend can interrupt them.
     out: Vec<(u64, InterruptHandle)>,
     next_ticket: u64,
+    /// Reads waiting for a connection to come back (see `release`).
+    waiting: usize,
     closed: bool,
     suspended: bool,
     fail_fast: bool,
@@ -80,6 +82,7 @@ impl ReaderPool {
                 idle: conns,
                 out: Vec::new(),
                 next_ticket: 0,
+                waiting: 0,
                 closed: false,
                 suspended: false,
                 fail_fast: false,
@@ -152,11 +155,13 @@ impl ReaderPool {
                     waited,
                 });
             };
+            st.waiting += 1;
             st = self
                 .cv
                 .wait_timeout(st, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+            st.waiting -= 1;
         }
     }
 
@@ -172,8 +177,14 @@ impl ReaderPool {
             return;
         }
         st.idle.push(c);
+        // Only when a read waits: the futex condvar makes a system call for every
+        // notify, waiter or not — one per read, measured, where a lookup by key
+        // takes a few microseconds.
+        let wake = st.waiting > 0;
         drop(st);
-        self.cv.notify_one();
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     /// Close the pool: idle connections now, borrowed ones when they come back.
@@ -233,9 +244,12 @@ impl ReaderPool {
         self.cv.notify_all();
     }
 
+    /// Run `f` on a pooled connection: inside one read transaction if `txn`, else
+    /// in autocommit (each statement of `f` is its own read transaction).
     pub(crate) fn read<R, E>(
         &self,
         path: &Path,
+        txn: bool,
         f: impl FnOnce(&rusqlite::Connection) -> Result<R, E>,
     ) -> Result<R, E>
     where
@@ -243,15 +257,19 @@ impl ReaderPool {
     {
         let (c, ticket) = self.acquire(path)?;
         let _scope = PathScope::enter(path);
-        if let Err(e) = c.conn.execute_batch("BEGIN DEFERRED") {
-            self.release(c, ticket);
-            return Err(E::from(Error::sqlite("begin read transaction", path, e)));
+        // Cached: parsing `BEGIN` and `COMMIT` again on every read cost more than
+        // the keyed lookup the read is for.
+        if txn {
+            if let Err(e) = run_cached(&c.conn, "BEGIN DEFERRED") {
+                self.release(c, ticket);
+                return Err(E::from(Error::sqlite("begin read transaction", path, e)));
+            }
         }
         let r = catch_unwind(AssertUnwindSafe(|| f(&c.conn)));
         if !c.conn.is_autocommit() {
-            // A read-only transaction: COMMIT just ends it. If it fails, try ROLLBACK
-            // so the connection goes back to the pool clean.
-            if c.conn.execute_batch("COMMIT").is_err() {
+            // A read-only transaction (ours, or one `f` began): COMMIT just ends it.
+            // If it fails, try ROLLBACK so the connection goes back to the pool clean.
+            if run_cached(&c.conn, "COMMIT").is_err() {
                 let _ = c.conn.execute_batch("ROLLBACK");
             }
         }
@@ -261,4 +279,9 @@ impl ReaderPool {
             Err(p) => resume_unwind(p),
         }
     }
+}
+
+/// Run a transaction-control statement through the connection's statement cache.
+fn run_cached(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
 }

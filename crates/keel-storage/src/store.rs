@@ -545,7 +545,38 @@ impl Store {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(E::from(Error::closed("read", &self.inner.path)));
         }
-        self.inner.readers.read(&self.inner.path, f)
+        self.inner.readers.read(&self.inner.path, true, f)
+    }
+
+    /// [`Store::read`] without the read transaction around `f`: each statement `f`
+    /// runs is a read transaction of its own (SQLite's autocommit), seeing what was
+    /// committed when it started. For `f` that runs one statement the view is the
+    /// same as with [`Store::read`], without the cost of `BEGIN` and `COMMIT` — what
+    /// a lookup by key is dominated by. Several statements may see different
+    /// commits: use [`Store::read`] when they must agree.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("a.db"), StoreOptions::default())?;
+    /// let n: i64 = store.read_autocommit(|c| {
+    ///     assert!(c.is_autocommit());
+    ///     c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0)).map_err(Error::from)
+    /// })?;
+    /// assert!(n >= 0);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn read_autocommit<R, E>(
+        &self,
+        f: impl FnOnce(&rusqlite::Connection) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E>
+    where
+        E: From<Error>,
+    {
+        if self.inner.closed.load(Ordering::SeqCst) {
+            return Err(E::from(Error::closed("read", &self.inner.path)));
+        }
+        self.inner.readers.read(&self.inner.path, false, f)
     }
 
     /// Alias of [`Store::read`]: several reads in one consistent snapshot.
