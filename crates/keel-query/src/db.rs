@@ -581,8 +581,8 @@ impl Database {
 
     /// Run a transaction and wait for its commit: what `write(f).wait()` does,
     /// minus two thread handoffs when nothing else is writing. If no write is
-    /// queued and the writer connection is free, `f` and the COMMIT run on the
-    /// calling thread, with every promise of [`Database::write`] (`f`'s own
+    /// queued, no other blocking write is in progress and the writer connection is
+    /// free, `f` and the COMMIT run on the calling thread, with every promise of [`Database::write`] (`f`'s own
     /// SAVEPOINT, subscriptions and `on_commit_changes` hooks delivered before this
     /// returns, writes before durable waiting for the open barrier); otherwise it
     /// queues and joins the next group commit. For threads that may block (not an

@@ -137,8 +137,9 @@ pub(crate) struct Coll {
     /// `body = ?1, columns = ?3… WHERE rowid = ?2`.
     pub(crate) sql_update: String,
     /// One statement: `body` and columns by key, only if the bytes differ (params:
-    /// key…, body, columns…). Not `RETURNING rowid`: SQLite buffers returned rows
-    /// in an ephemeral table, which measured 5× slower per update.
+    /// key…, body, columns…). The rowid comes from the writer's update hook
+    /// (`WriteTxn::row_changes`), not `RETURNING rowid`: SQLite codes that as a
+    /// trigger writing an ephemeral table, 7× slower per update.
     pub(crate) sql_update_key: String,
     pub(crate) sql_find_rowid: String,
     pub(crate) sql_delete_key: String,

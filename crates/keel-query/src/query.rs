@@ -486,31 +486,6 @@ fn select_each(
     Ok(())
 }
 
-pub(crate) fn select(
-    conn: &rusqlite::Connection,
-    collection: &str,
-    op: &'static str,
-    sql: &str,
-    params: &[Value],
-) -> Result<Vec<StoredObject>> {
-    let mut st = conn
-        .prepare_cached(sql)
-        .map_err(|e| Error::sqlite(op, collection, e))?;
-    let mut rows = st
-        .query(rusqlite::params_from_iter(params.iter().map(Param)))
-        .map_err(|e| Error::sqlite(op, collection, e))?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next().map_err(|e| Error::sqlite(op, collection, e))? {
-        let rowid: i64 = r.get(0).map_err(|e| Error::sqlite(op, collection, e))?;
-        let bytes = match r.get_ref(1).map_err(|e| Error::sqlite(op, collection, e))? {
-            rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
-            _ => Vec::new(),
-        };
-        out.push(StoredObject { rowid, bytes });
-    }
-    Ok(out)
-}
-
 /// A typed query for generated type `R`: `db.fetch::<Post>().filter(..).all()`.
 ///
 /// ```

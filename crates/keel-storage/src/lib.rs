@@ -91,7 +91,7 @@ pub use report::{OpenReport, PhaseReport};
 pub use stats::{FileStats, IoStats};
 pub use store::{OpenFuture, Store};
 pub use suspend::{ResumeReport, SuspendOptions, SuspendReport};
-pub use writer::{WriteFuture, WriteTxn};
+pub use writer::{RowChanges, WriteFuture, WriteTxn};
 
 /// Re-export of the `rusqlite` this crate is built on (closures get its `Connection`).
 pub use rusqlite;

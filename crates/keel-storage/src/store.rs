@@ -445,13 +445,16 @@ impl Store {
     }
 
     /// [`Store::write`] and wait for it, without the handoff when the writer is
-    /// idle: if no write is queued and the writer connection is free, the closure
-    /// and the COMMIT (with its disk sync) run on the calling thread, as a group of
-    /// their own, with every promise of a queued write (its own SAVEPOINT, the
-    /// authorizer, `on_commit` callbacks before this returns). Otherwise the write
-    /// queues behind the others and this waits for its group; a full queue makes it
-    /// wait for room rather than fail. Before the store is durable every write
-    /// queues behind the open barrier.
+    /// idle: if no write is queued, no other `write_blocking` call is in progress
+    /// and the writer connection is free, the closure and the COMMIT (with its disk
+    /// sync) run on the calling thread, as a group of their own, with every promise
+    /// of a queued write (its own SAVEPOINT, the authorizer, `on_commit` callbacks
+    /// before this returns). Otherwise the write queues behind the others and this
+    /// waits for its group; a full queue makes it wait for room rather than fail.
+    /// Blocking writers from several threads thus share group commits: the writer
+    /// waits briefly (at most as long as a commit takes) for those in progress to
+    /// join a group rather than commit them one by one. Before the store is
+    /// durable every write queues behind the open barrier.
     ///
     /// Must not be called from inside a write closure or an `on_commit` callback
     /// of the same store (it returns an error there instead of deadlocking).
@@ -482,7 +485,10 @@ impl Store {
             }));
         }
         let (mut job, fut) = self.job(f);
-        if !inner.closed.load(Ordering::SeqCst) && inner.gauge.len() == 0 {
+        let (_counted, others) = inner.writer.enter_blocking();
+        // Other blocking writers in flight: queue, so that the writer commits
+        // them together (see `enter_blocking`), rather than commit alone.
+        if !others && !inner.closed.load(Ordering::SeqCst) && inner.gauge.len() == 0 {
             match inner.writer.try_inline(job) {
                 Inline::Ran {
                     wake_ckpt,
