@@ -5,12 +5,11 @@
 //! unspecialised generic `Data.copyBytes` calls on Linux), which the typed layer
 //! then copies again into the `[UInt8]` its decoder reads. [`PackedObjects`]
 //! carries the whole result as two byte buffers; the Swift typed fetch
-//! (`bindings/swift/KeelPacked.swift`) decodes straight from them. Measured with
-//! 10,000 blog posts (BENCHMARKS.md, `swift`): the typed fetch took 1.33-1.43x the
-//! bytes fetch this way and 1.67x through `all()` (since KeelWire's reader became
-//! inlinable and its strings skip the generic validator, 0.9-1.05x this way). For
-//! raw bytes it is no faster than `all()`, and a packed write measured no faster
-//! in Swift or Kotlin, so there is neither.
+//! (`bindings/swift/KeelPacked.swift`) decodes straight from them. When this was
+//! chosen (10,000 blog posts, the `swift` benchmark), the typed fetch took 1.33-1.43x
+//! the bytes fetch this way against 1.67x through `all()`; BENCHMARKS.md `swift`
+//! has today's figure. For raw bytes it is no faster than `all()`, and a packed
+//! write measured no faster in Swift or Kotlin, so there is neither.
 
 use crate::db::Query;
 use crate::error::KeelError;
