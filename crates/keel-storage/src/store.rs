@@ -542,10 +542,7 @@ impl Store {
     where
         E: From<Error>,
     {
-        if self.inner.closed.load(Ordering::SeqCst) {
-            return Err(E::from(Error::closed("read", &self.inner.path)));
-        }
-        self.inner.readers.read(&self.inner.path, true, f)
+        self.read_on_pool(true, f)
     }
 
     /// [`Store::read`] without the read transaction around `f`: each statement `f`
@@ -573,10 +570,22 @@ impl Store {
     where
         E: From<Error>,
     {
+        self.read_on_pool(false, f)
+    }
+
+    /// [`Store::read`] (`in_txn`) or [`Store::read_autocommit`].
+    fn read_on_pool<R, E>(
+        &self,
+        in_txn: bool,
+        f: impl FnOnce(&rusqlite::Connection) -> std::result::Result<R, E>,
+    ) -> std::result::Result<R, E>
+    where
+        E: From<Error>,
+    {
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(E::from(Error::closed("read", &self.inner.path)));
         }
-        self.inner.readers.read(&self.inner.path, false, f)
+        self.inner.readers.read(&self.inner.path, in_txn, f)
     }
 
     /// Alias of [`Store::read`]: several reads in one consistent snapshot.
