@@ -335,16 +335,26 @@ impl Coll {
         self.ext_table.and_then(|t| self.ext.table_reader(t))
     }
 
-    /// The value of every index column for the object in `bytes`, in index order:
-    /// what `keel_field(body, …)` returns for its path (unreadable → `NULL`).
-    pub(crate) fn column_values(&self, bytes: &[u8]) -> Vec<SqlOwned> {
+    /// The value of every index column for the object in `bytes`, in index order,
+    /// borrowed from the bytes: what `keel_field(body, …)` returns for its path
+    /// (unreadable → `NULL`). Writes bind these directly (`txn.rs` `bind_row`).
+    pub(crate) fn column_refs<'b>(
+        &'b self,
+        bytes: &'b [u8],
+    ) -> impl Iterator<Item = SqlValue<'b>> + 'b {
         let obj = self.ext_reader().and_then(|r| r.open(bytes).ok());
         self.indexes
             .iter()
-            .map(|ix| match (&obj, &ix.resolved) {
-                (Some(o), Some(p)) => to_sql_owned(o.get_ref(p).map(SqlValue::from_ref)),
-                _ => SqlOwned::Null,
+            .map(move |ix| match (&obj, &ix.resolved) {
+                (Some(o), Some(p)) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
+                _ => SqlValue::Null,
             })
+    }
+
+    /// [`Coll::column_refs`], owned.
+    pub(crate) fn column_values(&self, bytes: &[u8]) -> Vec<SqlOwned> {
+        self.column_refs(bytes)
+            .map(|v| to_sql_owned::<()>(Ok(v)))
             .collect()
     }
 

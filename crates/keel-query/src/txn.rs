@@ -86,13 +86,7 @@ fn bind_columns(
     bytes: &[u8],
     first: usize,
 ) -> rusqlite::Result<()> {
-    let obj = c.ext_reader().and_then(|r| r.open(bytes).ok());
-    for (at, ix) in (first..).zip(&c.indexes) {
-        // What `Coll::column_values` gives: unreadable → NULL.
-        let v = match (&obj, &ix.resolved) {
-            (Some(o), Some(p)) => o.get_ref(p).map_or(SqlValue::Null, SqlValue::from_ref),
-            _ => SqlValue::Null,
-        };
+    for (at, v) in (first..).zip(c.column_refs(bytes)) {
         st.raw_bind_parameter(at, arg(v))?;
     }
     Ok(())
