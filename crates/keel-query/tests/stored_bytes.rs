@@ -52,6 +52,16 @@ fn assert_decode_error<T: std::fmt::Debug>(r: Result<T, Error>, rowid: i64, what
     }
 }
 
+/// `posts` inserted into `db`: their rowids and their encoded bytes, in order.
+fn seed(db: &Database, posts: &[Post]) -> (Vec<i64>, Vec<Vec<u8>>) {
+    let bytes: Vec<Vec<u8>> = posts.iter().map(Post::encode).collect();
+    let posts = posts.to_vec();
+    let rowids: Vec<i64> = db
+        .write_blocking(move |t| posts.iter().map(|p| t.insert(p)).collect())
+        .unwrap();
+    (rowids, bytes)
+}
+
 #[test]
 fn rows_changed_by_a_stock_tool_are_decode_errors_not_panics() {
     let dir = tempfile::tempdir().unwrap();
@@ -67,11 +77,7 @@ fn rows_changed_by_a_stock_tool_are_decode_errors_not_panics() {
                 .build()
         })
         .collect();
-    let p2 = posts.clone();
-    let rowids: Vec<i64> = db
-        .write_blocking(move |t| p2.iter().map(|p| t.insert(p)).collect())
-        .unwrap();
-    let bytes: Vec<Vec<u8>> = posts.iter().map(Post::encode).collect();
+    let (rowids, bytes) = seed(&db, &posts);
 
     // Not a FlatBuffer at all.
     set_body(&db, &path, rowids[1], &[0xde, 0xad, 0xbe, 0xef, 0x01, 0x00]);
@@ -187,11 +193,7 @@ fn a_filter_on_a_field_without_an_index_over_damaged_rows() {
                 .build()
         })
         .collect();
-    let p2 = posts.clone();
-    let rowids: Vec<i64> = db
-        .write_blocking(move |t| p2.iter().map(|p| t.insert(p)).collect())
-        .unwrap();
-    let bytes: Vec<Vec<u8>> = posts.iter().map(Post::encode).collect();
+    let (rowids, bytes) = seed(&db, &posts);
     let mut utf8 = bytes[1].clone();
     let at = utf8
         .windows(8)
