@@ -220,7 +220,8 @@ impl<'a> Txn<'a> {
     /// Runs `f` on the prepared statement for `sql`, which stays out of the
     /// connection's statement cache until this `Txn` drops: a batch of 10,000 inserts
     /// looks it up once instead of taking it from and returning it to the cache per
-    /// row. `f` must finish with the statement (execute, not iterate rows).
+    /// row. `f` must be done with the statement when it returns (`execute`,
+    /// `query_row`): no row iterator may outlive it.
     fn with_kept_stmt<T>(
         &self,
         c: &Coll,
