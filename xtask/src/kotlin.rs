@@ -2,6 +2,8 @@
 //! AAR's `classes.jar`. Nothing has to be installed by hand beyond a JDK (17+) and
 //! Maven: the compiler, the Kotlin standard library, kotlinx-coroutines and JNA are
 //! resolved by `mvn dependency:copy-dependencies` into `target/kotlin-deps/`, once.
+//! Where Maven Central cannot be reached, the same versions are taken from
+//! `../shared/offline/kotlin` when that folder exists (machines without registries).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -64,40 +66,91 @@ pub fn toolchain(target: &Path) -> Result<Toolchain, String> {
     let pom = pom();
     let stamp = jars.join(format!(".complete-kotlin-{KOTLIN}-{COROUTINES}-{JNA}"));
     if !stamp.exists() {
-        if !have("mvn", "-v") {
-            return Err(
-                "the Kotlin steps fetch the compiler from Maven Central with Maven: `mvn` was not found"
-                    .into(),
-            );
-        }
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let pom_path = dir.join("pom.xml");
-        std::fs::write(&pom_path, pom).map_err(|e| format!("{}: {e}", pom_path.display()))?;
-        if jars.exists() {
-            let _ = std::fs::remove_dir_all(&jars);
-        }
-        println!("kotlin: fetching kotlin-compiler-embeddable {KOTLIN}, kotlinx-coroutines {COROUTINES}, jna {JNA} from Maven Central");
-        // Quiet Maven still prints colour resets; show its output only on failure.
-        let out = Command::new("mvn")
-            .args(["-B", "-q", "-Dstyle.color=never", "-f"])
-            .arg(&pom_path)
-            .arg("dependency:copy-dependencies")
-            .arg(format!("-DoutputDirectory={}", jars.display()))
-            .arg("-Dkotlin.compiler.daemon=false")
-            .current_dir(&dir)
-            .output()
-            .map_err(|e| format!("could not run mvn: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "mvn dependency:copy-dependencies failed ({}):\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ));
+        if let Err(maven) = fetch_with_maven(&dir, &jars, &pom) {
+            // A machine that reaches crates.io may still not reach Maven Central
+            // (`.ci/run` only tests the former): use the offline copy beside the
+            // checkout when it carries exactly these versions.
+            copy_offline_jars(&jars).map_err(|offline| format!("{maven}\n{offline}"))?;
         }
         std::fs::write(&stamp, b"").map_err(|e| format!("{}: {e}", stamp.display()))?;
     }
-    let mut all: Vec<PathBuf> = std::fs::read_dir(&jars)
+    list_toolchain(&jars)
+}
+
+/// The jars of `../shared/offline/kotlin` (see its README), copied into `jars`; an
+/// error unless the folder holds the compiler, stdlib, coroutines and JNA versions
+/// this file asks Maven for.
+fn copy_offline_jars(jars: &Path) -> Result<(), String> {
+    let offline = crate::util::workspace_root().join("../shared/offline/kotlin");
+    let wanted = [
+        format!("kotlin-compiler-embeddable-{KOTLIN}.jar"),
+        format!("kotlin-stdlib-{KOTLIN}.jar"),
+        format!("kotlinx-coroutines-core-jvm-{COROUTINES}.jar"),
+        format!("jna-{JNA}.jar"),
+    ];
+    if let Some(missing) = wanted.iter().find(|j| !offline.join(j).is_file()) {
+        return Err(format!(
+            "no offline Kotlin toolchain either: {} has no {missing}",
+            offline.display()
+        ));
+    }
+    std::fs::create_dir_all(jars).map_err(|e| format!("{}: {e}", jars.display()))?;
+    for entry in std::fs::read_dir(&offline).map_err(|e| format!("{}: {e}", offline.display()))? {
+        let from = entry
+            .map_err(|e| format!("{}: {e}", offline.display()))?
+            .path();
+        if from.extension().is_some_and(|x| x == "jar") {
+            let to = jars.join(from.file_name().unwrap_or_default());
+            std::fs::copy(&from, &to)
+                .map_err(|e| format!("{} -> {}: {e}", from.display(), to.display()))?;
+        }
+    }
+    println!(
+        "kotlin: Maven Central not reachable; using the jars of {}",
+        offline.display()
+    );
+    Ok(())
+}
+
+/// Resolves the toolchain into `jars` with `mvn dependency:copy-dependencies`.
+fn fetch_with_maven(dir: &Path, jars: &Path, pom: &str) -> Result<(), String> {
+    if !have("mvn", "-v") {
+        return Err(
+            "the Kotlin steps fetch the compiler from Maven Central with Maven: `mvn` was not found"
+                .into(),
+        );
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let pom_path = dir.join("pom.xml");
+    std::fs::write(&pom_path, pom).map_err(|e| format!("{}: {e}", pom_path.display()))?;
+    if jars.exists() {
+        let _ = std::fs::remove_dir_all(jars);
+    }
+    println!("kotlin: fetching kotlin-compiler-embeddable {KOTLIN}, kotlinx-coroutines {COROUTINES}, jna {JNA} from Maven Central");
+    // Quiet Maven still prints colour resets; show its output only on failure.
+    let out = Command::new("mvn")
+        .args(["-B", "-q", "-Dstyle.color=never", "-f"])
+        .arg(&pom_path)
+        .arg("dependency:copy-dependencies")
+        .arg(format!("-DoutputDirectory={}", jars.display()))
+        .arg("-Dkotlin.compiler.daemon=false")
+        .current_dir(dir)
+        .output()
+        .map_err(|e| format!("could not run mvn: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "mvn dependency:copy-dependencies failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// The toolchain in `jars`, split into the compiler classpath and the runtime.
+fn list_toolchain(jars: &Path) -> Result<Toolchain, String> {
+    let mut all: Vec<PathBuf> = std::fs::read_dir(jars)
         .map_err(|e| format!("{}: {e}", jars.display()))?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| p.extension().is_some_and(|x| x == "jar"))
