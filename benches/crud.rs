@@ -27,8 +27,9 @@
 //!   running `wal_checkpoint(PASSIVE)` once the WAL holds 4 MiB of frames or after 2 s
 //!   without commits, `TRUNCATE` at close. keel also sets `auto_vacuum=INCREMENTAL`
 //!   and `secure_delete=FAST` (its own choices, part of what is measured), verifies
-//!   and encodes FlatBuffers, maintains its indexes and runs every write on its
-//!   writer thread.
+//!   and encodes FlatBuffers, stores each body without the key string its key column
+//!   holds (and puts it back on every read), maintains its indexes and runs every
+//!   write on its writer thread.
 //! * **raw rusqlite**: one connection, `CREATE TABLE doc(id TEXT PRIMARY KEY NOT NULL,
 //!   title TEXT, priority INTEGER NOT NULL, color INTEGER NOT NULL, score REAL NOT
 //!   NULL, body TEXT)` and `CREATE INDEX doc_priority ON doc(priority)` (keel's key and

@@ -39,18 +39,22 @@ fn walk(
     let reader = schema
         .reader(collection)
         .map_err(|e| WalkError::Schema(e.to_string()))?;
+    // The body and, where bodies leave the key string out, the key column that
+    // puts it back: what is decoded is the buffer that was written.
+    let body = inspect::BodyColumns::of(schema, collection);
     let sql = format!(
         "SELECT rowid, {} FROM {} ORDER BY rowid",
-        inspect::BODY_COLUMN,
+        body.select(),
         inspect::table_ident(collection)
     );
     let mut st = conn.prepare(&sql).map_err(WalkError::Sqlite)?;
     let mut rows = st.query([]).map_err(WalkError::Sqlite)?;
+    let mut scratch = Vec::new();
     while let Some(row) = rows.next().map_err(WalkError::Sqlite)? {
         let rowid: i64 = row.get(0).map_err(WalkError::Sqlite)?;
         let decoded = match row.get_ref(1).map_err(WalkError::Sqlite)? {
-            rusqlite::types::ValueRef::Blob(bytes) => reader
-                .read(bytes)
+            rusqlite::types::ValueRef::Blob(_) => reader
+                .read(body.read(row, 1, &mut scratch).map_err(WalkError::Sqlite)?)
                 .and_then(|o| o.to_json())
                 .map_err(|e| e.to_string()),
             other => Err(format!(

@@ -27,6 +27,8 @@ pub const DICTIONARY_TABLE: &str = "keel_dict";
 /// The column holding an object's FlatBuffers bytes in every collection table.
 pub const BODY_COLUMN: &str = "body";
 
+pub use crate::body::BodyColumns;
+
 /// The SQLite table of a collection, as a quoted SQL identifier (the table is named
 /// after the collection's fully qualified name).
 pub fn table_ident(collection: &str) -> String {
@@ -192,26 +194,29 @@ impl Derived {
     ) -> rusqlite::Result<()> {
         let list: Vec<&str> = self.cols.iter().map(|(_, id, _)| id.as_str()).collect();
         let sql = format!(
-            "SELECT rowid, body{}{} FROM {} ORDER BY rowid",
+            "SELECT rowid, {}{}{} FROM {} ORDER BY rowid",
+            self.coll.body.select(),
             if list.is_empty() { "" } else { ", " },
             list.join(", "),
             self.coll.ident
         );
+        // The columns checked follow `rowid` and the body's (body, and the key
+        // column a body without its key string is restored from).
+        let first = 1 + self.coll.body.width();
         let mut st = conn.prepare(&sql)?;
         let mut rows = st.query([])?;
         let reader = self.coll.ext_reader();
+        let mut scratch = Vec::new();
         while let Some(r) = rows.next()? {
             let rowid: i64 = r.get(0)?;
             // An object that does not verify has no trustworthy columns to derive:
             // it is reported as a damaged object (`keel check`), not here.
-            let want = match (r.get_ref(1)?, reader) {
-                (rusqlite::types::ValueRef::Blob(b), Some(t)) if t.read(b).is_ok() => {
-                    self.values(b)
-                }
+            let want = match (self.coll.body_of(r, 1, &mut scratch)?, reader) {
+                (b, Some(t)) if !b.is_empty() && t.read(b).is_ok() => self.values(b),
                 _ => continue,
             };
             let got = (0..self.cols.len())
-                .map(|i| r.get::<_, rusqlite::types::Value>(i + 2))
+                .map(|i| r.get::<_, rusqlite::types::Value>(i + first))
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             f(rowid, got, want)?;
         }

@@ -34,6 +34,8 @@ use keel_schema::{
 };
 use rusqlite::types::Value as SqlOwned;
 
+use crate::body::BodyColumns;
+
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
 
@@ -131,6 +133,10 @@ pub(crate) struct Coll {
     pub(crate) ext: Arc<Schema>,
     /// The collection's table in `ext` (`None`: `ext` lacks it; columns are `NULL`).
     pub(crate) ext_table: Option<usize>,
+    /// How the body column holds the objects (`body.rs`): what a read selects after
+    /// `rowid` (`body`, then the key column a body without its key string is
+    /// restored from), and how writes store them.
+    pub(crate) body: BodyColumns,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -307,10 +313,12 @@ impl Coll {
                 .collect()
         };
         let body_p = n.max(1) + 1;
+        let body = BodyColumns::of(schema, &c.name);
         Ok(Coll {
             name: c.name.clone(),
             table: c.table,
             sql_insert,
+            // By key: the key columns hold the key looked up, so `body` alone.
             sql_find: format!("SELECT rowid, body FROM {id} WHERE {kwhere}"),
             sql_update: format!("UPDATE {id} SET body = ?1{} WHERE rowid = ?2", set_cols(3)),
             sql_update_key: format!(
@@ -327,6 +335,40 @@ impl Coll {
             indexes,
             ext: Arc::clone(ext),
             ext_table,
+            body,
+        })
+    }
+
+    /// What the body column stores for the object in `bytes` with key `key`: the
+    /// bytes, less the key string where `body.rs` can put it back.
+    pub(crate) fn stored_body<'b>(&self, bytes: &'b [u8], key: &[Value]) -> &'b [u8] {
+        self.body.strip(bytes, key)
+    }
+
+    /// The whole buffer of the object in row `r`, whose body columns
+    /// (`self.body.select()`) start at column `at` ([`BodyColumns::read`]). A
+    /// lookup by key (`sql_get`, `sql_find`) selects `body` alone and uses
+    /// [`Coll::found_body`].
+    pub(crate) fn body_of<'s>(
+        &self,
+        r: &'s rusqlite::Row<'_>,
+        at: usize,
+        scratch: &'s mut Vec<u8>,
+    ) -> rusqlite::Result<&'s [u8]> {
+        self.body.read(r, at, scratch)
+    }
+
+    /// The whole buffer of the object in row `r` of a lookup by `key` (`sql_get`,
+    /// `sql_find`: `rowid, body`) ([`BodyColumns::restore_found`]).
+    pub(crate) fn found_body<'s>(
+        &self,
+        r: &'s rusqlite::Row<'_>,
+        key: &[Value],
+        scratch: &'s mut Vec<u8>,
+    ) -> rusqlite::Result<&'s [u8]> {
+        Ok(match r.get_ref(1)? {
+            rusqlite::types::ValueRef::Blob(b) => self.body.restore_found(b, key, scratch),
+            _ => &[],
         })
     }
 
@@ -488,7 +530,8 @@ pub(crate) fn backfill(
         sets.join(", ")
     );
     let sel = format!(
-        "SELECT rowid, body FROM {} WHERE rowid > ?1 ORDER BY rowid LIMIT 512",
+        "SELECT rowid, {} FROM {} WHERE rowid > ?1 ORDER BY rowid LIMIT 512",
+        c.body.select(),
         c.ident
     );
     let mut last = i64::MIN;
@@ -496,11 +539,12 @@ pub(crate) fn backfill(
     loop {
         let batch: Vec<(i64, Vec<SqlOwned>)> = {
             let mut st = conn.prepare_cached(&sel)?;
+            let mut scratch = Vec::new();
             let rows = st.query_map([last], |r| {
                 let rowid: i64 = r.get(0)?;
-                let vals = match r.get_ref(1)? {
-                    rusqlite::types::ValueRef::Blob(b) => c.column_values(b),
-                    _ => vec![SqlOwned::Null; c.indexes.len()],
+                let vals = match c.body_of(r, 1, &mut scratch)? {
+                    [] => vec![SqlOwned::Null; c.indexes.len()],
+                    b => c.column_values(b),
                 };
                 Ok((rowid, vals))
             })?;

@@ -116,6 +116,7 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+mod body;
 mod change;
 mod db;
 pub mod dictionary;

@@ -312,32 +312,32 @@ fn unknown(op: &'static str, collection: &str) -> Error {
     }
 }
 
-/// Every row of `table_ident`, decoded with `reader`, in rowid order.
+/// Every row of `table_ident` (a table of collection `c`), decoded with `reader`,
+/// in rowid order.
 fn scan_rows(
     conn: &rusqlite::Connection,
     path: &Path,
     table_ident: &str,
-    coll_name: &str,
+    c: &Coll,
     reader: DynamicTable<'_>,
     f: &mut dyn FnMut(Object<'_, '_>) -> Result<()>,
 ) -> Result<u64> {
     let op = "migration: read old objects";
     let mut st = conn
         .prepare(&format!(
-            "SELECT rowid, body FROM {table_ident} ORDER BY rowid"
+            "SELECT rowid, {} FROM {table_ident} ORDER BY rowid",
+            c.body.select()
         ))
         .map_err(sql_err(path, op))?;
     let mut rows = st.query([]).map_err(sql_err(path, op))?;
     let mut n = 0;
+    let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(sql_err(path, op))? {
         let rowid: i64 = r.get(0).map_err(sql_err(path, op))?;
-        let bytes = match r.get_ref(1).map_err(sql_err(path, op))? {
-            rusqlite::types::ValueRef::Blob(b) => b,
-            _ => &[][..],
-        };
+        let bytes = c.body_of(r, 1, &mut scratch).map_err(sql_err(path, op))?;
         let obj = reader.read(bytes).map_err(|source| Error::Decode {
             op,
-            collection: coll_name.to_owned(),
+            collection: c.name.clone(),
             rowid,
             source,
         })?;
@@ -374,7 +374,7 @@ fn insert_row(
             v => v,
         });
     }
-    key.push(Value::Blob(bytes.to_vec()));
+    key.push(Value::Blob(c.stored_body(bytes, &key).to_vec()));
     let cols = c.column_values(bytes);
     let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(key.len() + cols.len());
     let head: Vec<Param<'_>> = key.iter().map(Param).collect();
@@ -426,7 +426,7 @@ impl<'a> Migration<'a> {
             .old
             .table_reader(c.table)
             .ok_or_else(|| unknown(op, collection))?;
-        scan_rows(self.conn, self.path, &c.ident, &c.name, reader, &mut f)
+        scan_rows(self.conn, self.path, &c.ident, &c, reader, &mut f)
     }
 
     /// Replace collection `collection` (its name in both schemas) with objects laid
@@ -463,7 +463,7 @@ impl<'a> Migration<'a> {
         .map_err(sql_err(path, "migration: move the old table aside"))?;
         let ticker = &mut self.ticker;
         let mut written = 0u64;
-        scan_rows(conn, path, &moving, &oc.name, reader, &mut |obj| {
+        scan_rows(conn, path, &moving, &oc, reader, &mut |obj| {
             if let Some(b) = f(obj, new_reader)? {
                 insert_row(conn, &nc, new_reader, &b)?;
                 ticker.tick();

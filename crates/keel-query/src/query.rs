@@ -283,7 +283,11 @@ impl<'a> Query<'a> {
                 format!("SELECT count(*) FROM (SELECT 1 FROM {}{w}{tail})", c.ident)
             }
         } else {
-            format!("SELECT rowid, body FROM {}{w}{tail}", c.ident)
+            format!(
+                "SELECT rowid, {} FROM {}{w}{tail}",
+                c.body.select(),
+                c.ident
+            )
         };
         Ok((sql, comp.params))
     }
@@ -322,7 +326,7 @@ impl<'a> Query<'a> {
                     *l = if *l < 0 { 1 } else { (*l).min(1) };
                 }
             }
-            select_each(conn, &c.name, op, &sql, &params, sink)
+            select_each(conn, c, op, &sql, &params, sink)
         })
     }
 
@@ -458,27 +462,26 @@ impl Query<'_> {
     }
 }
 
-/// Run `sql` (selecting `rowid, body`) and hand each row to `sink` with its bytes
-/// borrowed from SQLite, until `sink` returns `Ok(false)`.
+/// Run `sql` (selecting `rowid` and `c.body`'s columns) and hand each row to `sink` with its
+/// bytes borrowed from SQLite (restored, where the body left its key out: see
+/// [`Coll::body_of`]), until `sink` returns `Ok(false)`.
 fn select_each(
     conn: &rusqlite::Connection,
-    collection: &str,
+    c: &Coll,
     op: &'static str,
     sql: &str,
     params: &[Value],
     sink: &mut dyn FnMut(i64, &[u8]) -> Result<bool>,
 ) -> Result<()> {
-    let err = |e| Error::sqlite(op, collection, e);
+    let err = |e| Error::sqlite(op, &c.name, e);
     let mut st = conn.prepare_cached(sql).map_err(err)?;
     let mut rows = st
         .query(rusqlite::params_from_iter(params.iter().map(Param)))
         .map_err(err)?;
+    let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(err)? {
         let rowid: i64 = r.get(0).map_err(err)?;
-        let bytes = match r.get_ref(1).map_err(err)? {
-            rusqlite::types::ValueRef::Blob(b) => b,
-            _ => &[],
-        };
+        let bytes = c.body_of(r, 1, &mut scratch).map_err(err)?;
         if !sink(rowid, bytes)? {
             break;
         }
@@ -620,11 +623,8 @@ impl Inner {
             return Ok(None);
         };
         let rowid: i64 = r.get(0).map_err(err)?;
-        let bytes = match r.get_ref(1).map_err(err)? {
-            rusqlite::types::ValueRef::Blob(b) => b,
-            _ => &[],
-        };
-        f(rowid, bytes).map(Some)
+        crate::body::with_scratch(|scratch| f(rowid, c.found_body(r, &key, scratch).map_err(err)?))
+            .map(Some)
     }
 
     /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].

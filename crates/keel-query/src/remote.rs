@@ -57,13 +57,16 @@ fn row_now(conn: &rusqlite::Connection, c: &Coll, rowid: i64) -> Result<Option<V
     let err = |e| Error::sqlite("catch up", &c.name, e);
     let sql = format!(
         "SELECT {} FROM {} WHERE rowid = ?1",
-        crate::inspect::BODY_COLUMN,
+        c.body.select(),
         c.ident
     );
     let mut st = conn.prepare_cached(&sql).map_err(err)?;
     let mut q = st.query([rowid]).map_err(err)?;
     match q.next().map_err(err)? {
-        Some(r) => Ok(Some(r.get(0).map_err(err)?)),
+        Some(r) => {
+            let mut scratch = Vec::new();
+            Ok(Some(c.body_of(r, 0, &mut scratch).map_err(err)?.to_vec()))
+        }
         None => Ok(None),
     }
 }

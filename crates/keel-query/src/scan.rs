@@ -46,6 +46,10 @@ pub(crate) struct Plan {
     /// The other conjuncts, evaluated on each row's bytes.
     residual: Filter,
     residual_expr: Expr,
+    /// The residual reads a primary-key field: it needs each row's whole buffer
+    /// (`body.rs`). Otherwise it reads the stored body as it is, and only the
+    /// matches are restored.
+    residual_reads_key: bool,
     /// The sort, when a key has no index: applied to the matches.
     order: Option<Order>,
 }
@@ -138,6 +142,8 @@ pub(crate) fn plan(schema: &Arc<Schema>, c: &Coll, ask: &Ask<'_>) -> Result<Opti
         return Ok(None);
     };
     let residual = Filter::with_schema(Arc::clone(schema), &c.name, &rest)?;
+    let mut residual_reads_key = false;
+    rest.visit_paths(&mut |p| residual_reads_key |= key_column(&c.key_ids, p).is_some());
     let sorted_by_sql = ask.order.iter().all(|k| cheap.path(&k.path));
     let (sql_order, order) = if sorted_by_sql {
         (Some(ask.order.to_vec()), None)
@@ -152,6 +158,7 @@ pub(crate) fn plan(schema: &Arc<Schema>, c: &Coll, ask: &Ask<'_>) -> Result<Opti
         sql_order,
         residual,
         residual_expr: rest,
+        residual_reads_key,
         order,
     }))
 }
@@ -168,16 +175,17 @@ fn paging(ask: &Ask<'_>, first: bool) -> (usize, usize) {
     (offset, limit)
 }
 
-/// Step through `sql`'s `rowid, body` rows, calling `each` with the rowid and
-/// the bytes (borrowed from SQLite, not copied) of every row the residual filter
-/// keeps; `each` returns `Ok(false)` to stop.
+/// Step through `sql`'s rows (`rowid` and `Coll::body`'s columns), calling `each`
+/// with the rowid and the bytes (borrowed from SQLite, not copied) of every row the
+/// residual filter keeps; `each` returns `Ok(false)` to stop. `whole`: `each` reads
+/// the bytes, so a body stored without its key string is restored (`body.rs`);
+/// otherwise it gets them as stored.
 fn for_each_match(
     conn: &rusqlite::Connection,
     c: &Coll,
     op: &'static str,
-    sql: &str,
-    params: &[Value],
-    residual: &Filter,
+    (sql, params): (&str, &[Value]),
+    (plan, whole): (&Plan, bool),
     mut each: impl FnMut(i64, &[u8]) -> Result<bool>,
 ) -> Result<()> {
     let err = |e| Error::sqlite(op, &c.name, e);
@@ -185,12 +193,23 @@ fn for_each_match(
     let mut rows = st
         .query(rusqlite::params_from_iter(params.iter().map(Param)))
         .map_err(err)?;
+    let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(err)? {
-        let bytes = match r.get_ref(1).map_err(err)? {
+        // Most rows of a scan do not match: unless the residual reads the key, it
+        // runs on the body as stored, and only a match is restored.
+        let stored = match r.get_ref(1).map_err(err)? {
             rusqlite::types::ValueRef::Blob(b) => b,
             _ => &[],
         };
-        if !residual.matches(bytes) {
+        if !plan.residual_reads_key && !plan.residual.matches(stored) {
+            continue;
+        }
+        let bytes = if whole || plan.residual_reads_key {
+            c.body.restore(stored, r, 1, &mut scratch).map_err(err)?
+        } else {
+            stored
+        };
+        if plan.residual_reads_key && !plan.residual.matches(bytes) {
             continue;
         }
         // The rowid only for a match: most rows of a scan are not.
@@ -225,7 +244,7 @@ impl Plan {
             None => {
                 // SQL gives the order: stop once the page is full.
                 let (mut skip, mut taken) = (offset, 0usize);
-                for_each_match(conn, c, op, sql, params, &self.residual, |rowid, b| {
+                for_each_match(conn, c, op, (sql, params), (self, true), |rowid, b| {
                     if skip > 0 {
                         skip -= 1;
                         return Ok(true);
@@ -236,7 +255,7 @@ impl Plan {
             }
             Some(order) => {
                 let mut keyed = Vec::new();
-                for_each_match(conn, c, op, sql, params, &self.residual, |rowid, b| {
+                for_each_match(conn, c, op, (sql, params), (self, true), |rowid, b| {
                     keyed.push((order.key(b, rowid), b.to_vec()));
                     Ok(true)
                 })?;
@@ -275,7 +294,7 @@ impl Plan {
     ) -> Result<u64> {
         let (offset, limit) = paging(ask, false);
         let mut n = 0usize;
-        for_each_match(conn, c, "count", sql, params, &self.residual, |_, _| {
+        for_each_match(conn, c, "count", (sql, params), (self, false), |_, _| {
             n += 1;
             Ok(n < offset.saturating_add(limit))
         })?;

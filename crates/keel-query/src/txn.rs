@@ -61,8 +61,9 @@ fn arg(v: SqlValue<'_>) -> Arg<'_> {
 }
 
 /// Binds the parameters of `sql_insert` (and `sql_update_key`) to `st`: the key
-/// columns, the object's bytes, then its index columns, each borrowed — from the key,
-/// the bytes, and the object read in place — rather than collected into new vectors.
+/// columns, the object's bytes as the body stores them ([`Coll::stored_body`]), then
+/// its index columns, each borrowed — from the key, the bytes, and the object read
+/// in place — rather than collected into new vectors.
 fn bind_row(
     st: &mut rusqlite::Statement<'_>,
     c: &Coll,
@@ -74,7 +75,7 @@ fn bind_row(
         st.raw_bind_parameter(at, sref(k))?;
         at += 1;
     }
-    st.raw_bind_parameter(at, Arg(SqlRef::Blob(bytes)))?;
+    st.raw_bind_parameter(at, Arg(SqlRef::Blob(c.stored_body(bytes, key))))?;
     bind_columns(st, c, bytes, at + 1)
 }
 
@@ -207,10 +208,8 @@ impl<'a> Txn<'a> {
         self.with_kept_stmt(c, op, &c.sql_find, |st| {
             st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
                 let rowid: i64 = r.get(0)?;
-                let bytes = match r.get_ref(1)? {
-                    SqlRef::Blob(b) => b.to_vec(),
-                    _ => Vec::new(),
-                };
+                let mut scratch = Vec::new();
+                let bytes = c.found_body(r, key, &mut scratch)?.to_vec();
                 Ok(StoredObject { rowid, bytes })
             })
             .optional()
@@ -295,7 +294,7 @@ impl<'a> Txn<'a> {
             if old.bytes == bytes {
                 return Ok(Ok(old.rowid));
             }
-            self.update_body(c, op, old.rowid, &bytes)?;
+            self.update_body(c, op, old.rowid, &key, &bytes)?;
             self.record(
                 c,
                 ChangeOp::Update,
@@ -339,10 +338,18 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// Replace the bytes (and index columns) of the object at `rowid` (`sql_update`).
-    fn update_body(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+    /// Replace the bytes (and index columns) of the object with `key` at `rowid`
+    /// (`sql_update`).
+    fn update_body(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        rowid: i64,
+        key: &[Value],
+        bytes: &[u8],
+    ) -> Result<()> {
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
-            st.raw_bind_parameter(1, Arg(SqlRef::Blob(bytes)))?;
+            st.raw_bind_parameter(1, Arg(SqlRef::Blob(c.stored_body(bytes, key))))?;
             st.raw_bind_parameter(2, rowid)?;
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()
@@ -553,7 +560,7 @@ impl<'a> Txn<'a> {
         let new_key = self.key_of(c, op, &merged)?;
         if new_key == key {
             if merged != old.bytes {
-                self.update_body(c, op, old.rowid, &merged)?;
+                self.update_body(c, op, old.rowid, &key, &merged)?;
                 let new = self.record.then_some(merged);
                 self.record(c, ChangeOp::Update, key, old.rowid, Some(old.bytes), new);
             }

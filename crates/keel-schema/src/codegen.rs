@@ -39,9 +39,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, struct_doc_fallback,
-    types_in_emit_order, union_doc_fallback, upper_camel, write_arms, write_enum_cases, TypeNames,
-    ENUM, STRUCT, TABLE, UNION, UNKNOWN_VALUE_DOC,
+    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, key_strings_first,
+    struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel, write_arms,
+    write_enum_cases, TypeNames, ENUM, STRUCT, TABLE, UNION, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -1010,7 +1010,7 @@ impl<'a> Gen<'a> {
 
         // __write
         let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
-        for f in &live {
+        for f in key_strings_first(&live) {
             let fname = ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             match &f.ty {

@@ -135,6 +135,20 @@ pub(crate) fn upper_camel(name: &str) -> String {
 /// yes unless a reader always has a value to give — a non-optional scalar or enum
 /// (the schema default stands in for absence), a vector (absent reads as empty) or
 /// the string primary key (always written).
+/// The order in which a generated encoder writes a table's children: the string
+/// fields of the primary key first (in declaration order, which is key order), the
+/// rest in declaration order. A builder writes back to front, so the first key
+/// string ends the finished buffer, and keel stores the buffer without it beside the
+/// key column that holds the same text (`keel-query`'s `body.rs`). Any order of
+/// children is valid FlatBuffers: `flatc` code reads the result unchanged.
+pub(crate) fn key_strings_first<'f>(fields: &[&'f Field]) -> Vec<&'f Field> {
+    let is_key_string = |f: &&Field| f.primary && matches!(f.ty, FieldType::String);
+    let (mut first, rest): (Vec<&Field>, Vec<&Field>) =
+        fields.iter().copied().partition(is_key_string);
+    first.extend(rest);
+    first
+}
+
 pub(crate) fn field_is_optional(f: &Field) -> bool {
     match &f.ty {
         FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
@@ -272,5 +286,22 @@ mod tests {
             emitted,
             [(ENUM, 0), (STRUCT, 0), (UNION, 0), (TABLE, 0), (TABLE, 1)]
         );
+    }
+
+    #[test]
+    fn key_strings_come_first_in_key_order() {
+        let s = Schema::parse(
+            "namespace n; table T (entity) { title: string; n: int; lang: string (primary); \
+             tags: [string]; slug: string (primary); } root_type T;",
+            "k.fbs",
+        )
+        .unwrap();
+        let t = s.table(0);
+        let fields: Vec<&Field> = t.fields.iter().collect();
+        let order: Vec<&str> = key_strings_first(&fields)
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(order, ["lang", "slug", "title", "n", "tags"]);
     }
 }

@@ -54,9 +54,9 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, struct_doc_fallback,
-    types_in_emit_order, union_doc_fallback, upper_camel, write_arms, write_enum_cases, TypeNames,
-    ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
+    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, key_strings_first,
+    struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel, write_arms,
+    write_enum_cases, TypeNames, ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -1040,7 +1040,7 @@ impl<'a> Gen<'a> {
             o,
             "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
         );
-        for f in &live {
+        for f in key_strings_first(&live) {
             let m = esc(&member(&f.name));
             let var = format!("off{}", upper_camel(&f.name));
             let line = match &f.ty {
