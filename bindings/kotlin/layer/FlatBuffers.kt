@@ -11,11 +11,47 @@
 package dev.keel
 
 import dev.keel.ffi.KeelException
-import java.nio.charset.CharacterCodingException
-import java.nio.charset.CodingErrorAction
 
 /** The exception every malformed-bytes path throws (the same type keel's FFI uses). */
 internal fun invalid(what: String): Nothing = throw KeelException.InvalidObject(what)
+
+/**
+ * Whether `bytes[from until to]` is well-formed UTF-8 as Unicode defines it (its
+ * table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), which is
+ * what Rust's `str` and a reporting JDK decoder accept.
+ */
+internal fun isValidUtf8(bytes: ByteArray, from: Int, to: Int): Boolean {
+    var i = from
+    while (i < to) {
+        val c = bytes[i].toInt() and 0xff
+        if (c < 0x80) {
+            i++
+            continue
+        }
+        // Length of the sequence and the range of its second byte.
+        var lo = 0x80
+        var hi = 0xbf
+        val len = when {
+            c < 0xc2 -> return false // a continuation byte, or an overlong 2-byte lead
+            c < 0xe0 -> 2
+            c == 0xe0 -> { lo = 0xa0; 3 }
+            c == 0xed -> { hi = 0x9f; 3 } // U+D800..U+DFFF are surrogates
+            c < 0xf0 -> 3
+            c == 0xf0 -> { lo = 0x90; 4 }
+            c < 0xf4 -> 4
+            c == 0xf4 -> { hi = 0x8f; 4 } // nothing above U+10FFFF
+            else -> return false
+        }
+        if (len > to - i) return false
+        val c1 = bytes[i + 1].toInt() and 0xff
+        if (c1 < lo || c1 > hi) return false
+        for (k in 2 until len) {
+            if (bytes[i + k].toInt() and 0xc0 != 0x80) return false
+        }
+        i += len
+    }
+    return true
+}
 
 /**
  * A bounds-checked little-endian view of FlatBuffers bytes. Generated code reads
@@ -92,18 +128,18 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
         val start = pos + 4
         check(start, n + 1)
         if (buf[start + n].toInt() != 0) invalid("FlatBuffers: string at $pos is not NUL-terminated")
-        // OR of every byte: negative iff one is non-ASCII (a loop the JIT vectorises).
-        var acc = 0
-        for (i in start until start + n) acc = acc or buf[i].toInt()
-        if (acc >= 0) return String(buf, start, n, Charsets.ISO_8859_1)
-        return try {
-            Charsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT)
-                .decode(java.nio.ByteBuffer.wrap(buf, start, n)).toString()
-        } catch (e: CharacterCodingException) {
-            invalid("FlatBuffers: string at $pos is not valid UTF-8")
-        }
+        // The JDK's UTF-8 constructor finds ASCII with an intrinsic scan and copies it
+        // straight into a Latin-1 string, but it replaces malformed input with U+FFFD.
+        // Every non-ASCII byte sequence, valid or not, gives fewer chars than bytes
+        // unless it is a single malformed byte, which gives U+FFFD: so a result as long
+        // as the input without U+FFFD (a constant-time answer for a Latin-1 string)
+        // came from ASCII only.
+        val s = String(buf, start, n, Charsets.UTF_8)
+        if (s.length == n && s.indexOf('\uFFFD') < 0) return s
+        // Other strings are validated exactly; for valid input the replacing decoder
+        // returned the same text a strict one would.
+        if (!isValidUtf8(buf, start, start + n)) invalid("FlatBuffers: string at $pos is not valid UTF-8")
+        return s
     }
 
     companion object {
