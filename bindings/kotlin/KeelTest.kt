@@ -708,6 +708,26 @@ fun registerTypedTests() {
         db.closeAsync()
     }
 
+    test("typed: an encoded object ends with its key string") { _ ->
+        // What keel's storage relies on: the key string's length word, bytes and NUL
+        // are the last thing in the buffer but for at most 3 bytes of zero padding.
+        fun endsWithString(b: ByteArray, key: String): Boolean {
+            val k = key.toByteArray(Charsets.UTF_8)
+            return (0..3).any { pad ->
+                val at = b.size - pad - 1 - k.size - 4
+                at >= 0 && (0 until pad).all { b[b.size - 1 - it] == 0.toByte() } && b[b.size - pad - 1] == 0.toByte() &&
+                    java.nio.ByteBuffer.wrap(b, at, 4).order(java.nio.ByteOrder.LITTLE_ENDIAN).int == k.size &&
+                    k.indices.all { b[at + 4 + it] == k[it] }
+            }
+        }
+        for (i in 0 until 50) {
+            val p = fullPost("key-$i-é".repeat(1 + i % 3), i)
+            check(endsWithString(p.encode(), p.id)) { "${p.id} does not end its bytes" }
+        }
+        val s = Score(player = "ada", round = 3u, bonus = 2)
+        check(endsWithString(s.encode(), "ada"))
+    }
+
     test("typed: strings decode exactly: ASCII fast path, strict UTF-8 otherwise") { _ ->
         // An 8-byte title whose bytes are swapped for each case below, in place.
         val good = Post(id = "s", title = "@@@@@@@@").encode()
