@@ -708,6 +708,95 @@ fun registerTypedTests() {
         db.closeAsync()
     }
 
+    test("typed: an encoded object ends with its key string") { _ ->
+        // What keel's storage relies on: the key string's length word, bytes and NUL
+        // are the last thing in the buffer but for at most 3 bytes of zero padding.
+        fun endsWithString(b: ByteArray, key: String): Boolean {
+            val k = key.toByteArray(Charsets.UTF_8)
+            return (0..3).any { pad ->
+                val at = b.size - pad - 1 - k.size - 4
+                at >= 0 && (0 until pad).all { b[b.size - 1 - it] == 0.toByte() } && b[b.size - pad - 1] == 0.toByte() &&
+                    java.nio.ByteBuffer.wrap(b, at, 4).order(java.nio.ByteOrder.LITTLE_ENDIAN).int == k.size &&
+                    k.indices.all { b[at + 4 + it] == k[it] }
+            }
+        }
+        for (i in 0 until 50) {
+            val p = fullPost("key-$i-é".repeat(1 + i % 3), i)
+            check(endsWithString(p.encode(), p.id)) { "${p.id} does not end its bytes" }
+        }
+        val s = Score(player = "ada", round = 3u, bonus = 2)
+        check(endsWithString(s.encode(), "ada"))
+    }
+
+    test("typed: strings decode exactly: ASCII fast path, strict UTF-8 otherwise") { _ ->
+        // An 8-byte title whose bytes are swapped for each case below, in place.
+        val good = Post(id = "s", title = "@@@@@@@@").encode()
+        val at = (0..good.size - 8).first { i -> (0 until 8).all { good[i + it] == '@'.code.toByte() } }
+        val strict = Charsets.UTF_8.newDecoder()
+            .onMalformedInput(java.nio.charset.CodingErrorAction.REPORT)
+            .onUnmappableCharacter(java.nio.charset.CodingErrorAction.REPORT)
+        // What the title must decode to: the strict decoder's text, or null when it rejects the bytes.
+        fun expected(b: ByteArray): String? = try {
+            strict.decode(java.nio.ByteBuffer.wrap(b)).toString()
+        } catch (e: java.nio.charset.CharacterCodingException) {
+            null
+        }
+        fun decodeWith(title: ByteArray): String? {
+            val b = good.copyOf()
+            title.copyInto(b, at)
+            return try { Post.decode(b).title } catch (e: KeelException.InvalidObject) { null }
+        }
+        fun hex(vararg v: Int) = v.map { it.toByte() }.toByteArray()
+        fun pad(b: ByteArray) = b + ByteArray(8 - b.size) { 'a'.code.toByte() }
+        val cases = listOf(
+            pad(hex()), // ASCII
+            pad(hex(0x80)), // a lone continuation byte: as many chars as bytes once replaced
+            ByteArray(8) { 0x80.toByte() }, ByteArray(8) { 0xff.toByte() },
+            pad(hex(0xc3, 0xa9)), pad(hex(0xef, 0xbf, 0xbd)), // é, and a real U+FFFD
+            pad(hex(0xf0, 0x9f, 0x98, 0x80)), pad(hex(0xf4, 0x8f, 0xbf, 0xbf)), // U+1F600, U+10FFFF
+            pad(hex(0xc0, 0x80)), pad(hex(0xc1, 0xbf)), pad(hex(0xe0, 0x80, 0x80)), pad(hex(0xf0, 0x80, 0x80, 0x80)), // overlong
+            pad(hex(0xed, 0xa0, 0x80)), pad(hex(0xed, 0xbf, 0xbf)), // surrogates
+            pad(hex(0xf4, 0x90, 0x80, 0x80)), pad(hex(0xf5, 0x80, 0x80, 0x80)), // above U+10FFFF
+            hex(0x61, 0x61, 0x61, 0x61, 0x61, 0x61, 0xe2, 0x82), hex(0x61, 0x61, 0x61, 0x61, 0x61, 0x61, 0x61, 0xc3), // cut short at the end
+            pad(hex(0xe2, 0x28, 0xa1)), pad(hex(0xc3, 0x28)), // bad continuation
+        )
+        for (c in cases) {
+            val want = expected(c)
+            check(decodeWith(c) == want) { "title bytes ${c.joinToString(" ") { "%02x".format(it) }}: decoded ${decodeWith(c)}, expected $want" }
+        }
+        check(decodeWith(pad(hex(0xc3, 0xa9))) == "éaaaaaa")
+        check(decodeWith(pad(hex(0x80))) == null && decodeWith(pad(hex(0xed, 0xa0, 0x80))) == null)
+        // Random titles: ASCII, encoded code points of every length and stray bytes
+        // from UTF-8's edge cases, cut to 8 bytes (which also cuts sequences short).
+        val rng = java.util.Random(7)
+        val stray = hex(0x80, 0x8f, 0x90, 0x9f, 0xa0, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xed, 0xef, 0xf0, 0xf4, 0xf5, 0xff)
+        val limits = intArrayOf(0x80, 0x800, 0x10000, 0x110000)
+        var valid = 0
+        repeat(20_000) {
+            val out = java.io.ByteArrayOutputStream()
+            while (out.size() < 8) {
+                when (rng.nextInt(5)) {
+                    0, 1 -> out.write(rng.nextInt(0x80))
+                    2, 3 -> {
+                        val cp = rng.nextInt(limits[rng.nextInt(4)])
+                        if (cp !in 0xd800..0xdfff) out.write(String(Character.toChars(cp)).toByteArray(Charsets.UTF_8))
+                    }
+                    else -> out.write(stray[rng.nextInt(stray.size)].toInt())
+                }
+            }
+            val c = out.toByteArray().copyOf(8)
+            val want = expected(c)
+            if (want != null) valid++
+            check(decodeWith(c) == want) { "title bytes ${c.joinToString(" ") { "%02x".format(it) }}: decoded ${decodeWith(c)}, expected $want" }
+        }
+        check(valid in 2_000..18_000) { "$valid of 20000 random titles were valid UTF-8: the sample says little about accepting or rejecting" }
+        // The terminator after the string's bytes is checked too.
+        check(decodeWith(pad(hex())) != null)
+        val unterminated = good.copyOf().also { it[at + 8] = 'x'.code.toByte() }
+        expect<KeelException.InvalidObject> { Post.decode(unterminated) }
+        println("    ${cases.size} edge cases and 20000 random titles ($valid valid) decode as a strict UTF-8 decoder says")
+    }
+
     test("typed: malformed bytes and misuse are typed exceptions") { dir ->
         val good = fullPost("m", 1).encode()
         val rng = java.util.Random(11)

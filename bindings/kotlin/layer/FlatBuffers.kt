@@ -11,11 +11,47 @@
 package dev.keel
 
 import dev.keel.ffi.KeelException
-import java.nio.charset.CharacterCodingException
-import java.nio.charset.CodingErrorAction
 
 /** The exception every malformed-bytes path throws (the same type keel's FFI uses). */
 internal fun invalid(what: String): Nothing = throw KeelException.InvalidObject(what)
+
+/**
+ * Whether `bytes[from until to]` is well-formed UTF-8 as Unicode defines it (its
+ * table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF), which is
+ * what Rust's `str` and a reporting JDK decoder accept.
+ */
+internal fun isValidUtf8(bytes: ByteArray, from: Int, to: Int): Boolean {
+    var i = from
+    while (i < to) {
+        val c = bytes[i].toInt() and 0xff
+        if (c < 0x80) {
+            i++
+            continue
+        }
+        // Length of the sequence and the range of its second byte.
+        var lo = 0x80
+        var hi = 0xbf
+        val len = when {
+            c < 0xc2 -> return false // a continuation byte, or an overlong 2-byte lead
+            c < 0xe0 -> 2
+            c == 0xe0 -> { lo = 0xa0; 3 }
+            c == 0xed -> { hi = 0x9f; 3 } // U+D800..U+DFFF are surrogates
+            c < 0xf0 -> 3
+            c == 0xf0 -> { lo = 0x90; 4 }
+            c < 0xf4 -> 4
+            c == 0xf4 -> { hi = 0x8f; 4 } // nothing above U+10FFFF
+            else -> return false
+        }
+        if (len > to - i) return false
+        val c1 = bytes[i + 1].toInt() and 0xff
+        if (c1 < lo || c1 > hi) return false
+        for (k in 2 until len) {
+            if (bytes[i + k].toInt() and 0xc0 != 0x80) return false
+        }
+        i += len
+    }
+    return true
+}
 
 /**
  * A bounds-checked little-endian view of FlatBuffers bytes. Generated code reads
@@ -34,29 +70,31 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
 
     fun u8(pos: Int): Int { check(pos, 1); return buf[pos].toInt() and 0xff }
     fun i8(pos: Int): Byte { check(pos, 1); return buf[pos] }
-    fun i16(pos: Int): Short {
-        check(pos, 2)
-        return ((buf[pos].toInt() and 0xff) or (buf[pos + 1].toInt() shl 8)).toShort()
-    }
-    fun i32(pos: Int): Int {
-        check(pos, 4)
-        return (buf[pos].toInt() and 0xff) or
-            ((buf[pos + 1].toInt() and 0xff) shl 8) or
-            ((buf[pos + 2].toInt() and 0xff) shl 16) or
-            (buf[pos + 3].toInt() shl 24)
-    }
-    fun i64(pos: Int): Long {
-        check(pos, 8)
-        return (i32(pos).toLong() and 0xffffffffL) or (i32(pos + 4).toLong() shl 32)
-    }
+    fun i16(pos: Int): Short { check(pos, 2); return u16At(pos).toShort() }
+    fun i32(pos: Int): Int { check(pos, 4); return i32At(pos) }
+    fun i64(pos: Int): Long { check(pos, 8); return i64At(pos) }
     fun f32(pos: Int): Float = java.lang.Float.intBitsToFloat(i32(pos))
     fun f64(pos: Int): Double = java.lang.Double.longBitsToDouble(i64(pos))
     fun bool(pos: Int): Boolean = u8(pos) != 0
 
+    // Reads without the range check, for positions a check already covered: a field
+    // inside its table's checked extent, an element inside its checked vector, an
+    // entry inside its checked vtable. The JVM's array bounds check is still beneath
+    // them, and decoding turns what it throws into InvalidObject.
+    internal fun u16At(p: Int): Int = (buf[p].toInt() and 0xff) or ((buf[p + 1].toInt() and 0xff) shl 8)
+    internal fun i32At(p: Int): Int =
+        (buf[p].toInt() and 0xff) or
+            ((buf[p + 1].toInt() and 0xff) shl 8) or
+            ((buf[p + 2].toInt() and 0xff) shl 16) or
+            (buf[p + 3].toInt() shl 24)
+    internal fun i64At(p: Int): Long = (i32At(p).toLong() and 0xffffffffL) or (i32At(p + 4).toLong() shl 32)
+
     /** The position a uoffset stored at [pos] points to. */
-    fun deref(pos: Int): Int {
-        val off = i32(pos).toLong() and 0xffffffffL
-        val target = pos + off
+    fun deref(pos: Int): Int { check(pos, 4); return derefAt(pos) }
+
+    /** [deref] of a uoffset whose 4 bytes are known to be inside the buffer. */
+    internal fun derefAt(pos: Int): Int {
+        val target = pos + (i32At(pos).toLong() and 0xffffffffL)
         if (target >= buf.size) invalid("FlatBuffers: offset at $pos points past the end of the buffer")
         return target.toInt()
     }
@@ -66,12 +104,12 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
         if (depth > maxDepth) invalid("FlatBuffers: tables nested deeper than $maxDepth")
         check(pos, 4)
         if (pos and 3 != 0) invalid("FlatBuffers: table at $pos is not 4-byte aligned")
-        val vt = pos.toLong() - i32(pos)
+        val vt = pos.toLong() - i32At(pos)
         if (vt < 0 || vt > buf.size - 4L) invalid("FlatBuffers: vtable of the table at $pos is outside the buffer")
         val vtPos = vt.toInt()
         if (vtPos and 1 != 0) invalid("FlatBuffers: vtable at $vtPos is not 2-byte aligned")
-        val vtSize = i16(vtPos).toInt() and 0xffff
-        val objSize = i16(vtPos + 2).toInt() and 0xffff
+        val vtSize = u16At(vtPos)
+        val objSize = u16At(vtPos + 2)
         if (vtSize < 4 || vtSize and 1 != 0) invalid("FlatBuffers: vtable at $vtPos has bad size $vtSize")
         check(vtPos, vtSize)
         check(pos, objSize)
@@ -81,29 +119,30 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
     /** Length of the vector/string at [pos] after checking `len * elemSize` bytes follow it. */
     fun vectorLen(pos: Int, elemSize: Int): Int {
         if (pos and 3 != 0) invalid("FlatBuffers: vector at $pos is not 4-byte aligned")
-        val n = i32(pos).toLong() and 0xffffffffL
+        check(pos, 4)
+        val n = i32At(pos).toLong() and 0xffffffffL
         if (pos + 4L + n * elemSize > buf.size) invalid("FlatBuffers: vector at $pos ($n elements) runs past the buffer")
         return n.toInt()
     }
 
     /** The UTF-8 string at [pos] (checked: invalid UTF-8 is an error, not U+FFFD). */
     fun string(pos: Int): String {
+        // vectorLen checked the n bytes; the NUL after them is one more.
         val n = vectorLen(pos, 1)
         val start = pos + 4
-        check(start, n + 1)
-        if (buf[start + n].toInt() != 0) invalid("FlatBuffers: string at $pos is not NUL-terminated")
-        // OR of every byte: negative iff one is non-ASCII (a loop the JIT vectorises).
-        var acc = 0
-        for (i in start until start + n) acc = acc or buf[i].toInt()
-        if (acc >= 0) return String(buf, start, n, Charsets.ISO_8859_1)
-        return try {
-            Charsets.UTF_8.newDecoder()
-                .onMalformedInput(CodingErrorAction.REPORT)
-                .onUnmappableCharacter(CodingErrorAction.REPORT)
-                .decode(java.nio.ByteBuffer.wrap(buf, start, n)).toString()
-        } catch (e: CharacterCodingException) {
-            invalid("FlatBuffers: string at $pos is not valid UTF-8")
-        }
+        if (start + n >= buf.size || buf[start + n].toInt() != 0) invalid("FlatBuffers: string at $pos is not NUL-terminated")
+        // The JDK's UTF-8 constructor finds ASCII with an intrinsic scan and copies it
+        // straight into a Latin-1 string, but it replaces malformed input with U+FFFD.
+        // Every non-ASCII byte sequence, valid or not, gives fewer chars than bytes
+        // unless it is a single malformed byte, which gives U+FFFD: so a result as long
+        // as the input without U+FFFD (a constant-time answer for a Latin-1 string)
+        // came from ASCII only.
+        val s = String(buf, start, n, Charsets.UTF_8)
+        if (s.length == n && s.indexOf('\uFFFD') < 0) return s
+        // Other strings are validated exactly; for valid input the replacing decoder
+        // returned the same text a strict one would.
+        if (!isValidUtf8(buf, start, start + n)) invalid("FlatBuffers: string at $pos is not valid UTF-8")
+        return s
     }
 
     companion object {
@@ -136,50 +175,52 @@ class FbTable internal constructor(
     fun field(slot: Int, size: Int): Int {
         val e = 4 + 2 * slot
         if (e + 2 > vtSize) return -1
-        val off = r.i16(vt + e).toInt() and 0xffff
+        val off = r.u16At(vt + e) // inside the vtable, which table() checked
         if (off == 0) return -1
         if (off + size > objSize) invalid("FlatBuffers: field in slot $slot runs past its table at $pos")
         return pos + off
     }
 
-    fun bool(slot: Int, d: Boolean): Boolean { val p = field(slot, 1); return if (p < 0) d else r.bool(p) }
-    fun i8(slot: Int, d: Byte): Byte { val p = field(slot, 1); return if (p < 0) d else r.i8(p) }
-    fun u8(slot: Int, d: UByte): UByte { val p = field(slot, 1); return if (p < 0) d else r.i8(p).toUByte() }
-    fun i16(slot: Int, d: Short): Short { val p = field(slot, 2); return if (p < 0) d else r.i16(p) }
-    fun u16(slot: Int, d: UShort): UShort { val p = field(slot, 2); return if (p < 0) d else r.i16(p).toUShort() }
-    fun i32(slot: Int, d: Int): Int { val p = field(slot, 4); return if (p < 0) d else r.i32(p) }
-    fun u32(slot: Int, d: UInt): UInt { val p = field(slot, 4); return if (p < 0) d else r.i32(p).toUInt() }
-    fun i64(slot: Int, d: Long): Long { val p = field(slot, 8); return if (p < 0) d else r.i64(p) }
-    fun u64(slot: Int, d: ULong): ULong { val p = field(slot, 8); return if (p < 0) d else r.i64(p).toULong() }
-    fun f32(slot: Int, d: Float): Float { val p = field(slot, 4); return if (p < 0) d else r.f32(p) }
-    fun f64(slot: Int, d: Double): Double { val p = field(slot, 8); return if (p < 0) d else r.f64(p) }
+    // A present field lies inside the table's extent, which table() checked: its
+    // bytes are read without a second check.
+    fun bool(slot: Int, d: Boolean): Boolean { val p = field(slot, 1); return if (p < 0) d else r.buf[p].toInt() != 0 }
+    fun i8(slot: Int, d: Byte): Byte { val p = field(slot, 1); return if (p < 0) d else r.buf[p] }
+    fun u8(slot: Int, d: UByte): UByte { val p = field(slot, 1); return if (p < 0) d else r.buf[p].toUByte() }
+    fun i16(slot: Int, d: Short): Short { val p = field(slot, 2); return if (p < 0) d else r.u16At(p).toShort() }
+    fun u16(slot: Int, d: UShort): UShort { val p = field(slot, 2); return if (p < 0) d else r.u16At(p).toUShort() }
+    fun i32(slot: Int, d: Int): Int { val p = field(slot, 4); return if (p < 0) d else r.i32At(p) }
+    fun u32(slot: Int, d: UInt): UInt { val p = field(slot, 4); return if (p < 0) d else r.i32At(p).toUInt() }
+    fun i64(slot: Int, d: Long): Long { val p = field(slot, 8); return if (p < 0) d else r.i64At(p) }
+    fun u64(slot: Int, d: ULong): ULong { val p = field(slot, 8); return if (p < 0) d else r.i64At(p).toULong() }
+    fun f32(slot: Int, d: Float): Float { val p = field(slot, 4); return if (p < 0) d else java.lang.Float.intBitsToFloat(r.i32At(p)) }
+    fun f64(slot: Int, d: Double): Double { val p = field(slot, 8); return if (p < 0) d else java.lang.Double.longBitsToDouble(r.i64At(p)) }
 
     /** Optional scalars (`= null` in the schema): null when absent. */
-    fun boolOrNull(slot: Int): Boolean? { val p = field(slot, 1); return if (p < 0) null else r.bool(p) }
-    fun i8OrNull(slot: Int): Byte? { val p = field(slot, 1); return if (p < 0) null else r.i8(p) }
-    fun u8OrNull(slot: Int): UByte? { val p = field(slot, 1); return if (p < 0) null else r.i8(p).toUByte() }
-    fun i16OrNull(slot: Int): Short? { val p = field(slot, 2); return if (p < 0) null else r.i16(p) }
-    fun u16OrNull(slot: Int): UShort? { val p = field(slot, 2); return if (p < 0) null else r.i16(p).toUShort() }
-    fun i32OrNull(slot: Int): Int? { val p = field(slot, 4); return if (p < 0) null else r.i32(p) }
-    fun u32OrNull(slot: Int): UInt? { val p = field(slot, 4); return if (p < 0) null else r.i32(p).toUInt() }
-    fun i64OrNull(slot: Int): Long? { val p = field(slot, 8); return if (p < 0) null else r.i64(p) }
-    fun u64OrNull(slot: Int): ULong? { val p = field(slot, 8); return if (p < 0) null else r.i64(p).toULong() }
-    fun f32OrNull(slot: Int): Float? { val p = field(slot, 4); return if (p < 0) null else r.f32(p) }
-    fun f64OrNull(slot: Int): Double? { val p = field(slot, 8); return if (p < 0) null else r.f64(p) }
+    fun boolOrNull(slot: Int): Boolean? { val p = field(slot, 1); return if (p < 0) null else r.buf[p].toInt() != 0 }
+    fun i8OrNull(slot: Int): Byte? { val p = field(slot, 1); return if (p < 0) null else r.buf[p] }
+    fun u8OrNull(slot: Int): UByte? { val p = field(slot, 1); return if (p < 0) null else r.buf[p].toUByte() }
+    fun i16OrNull(slot: Int): Short? { val p = field(slot, 2); return if (p < 0) null else r.u16At(p).toShort() }
+    fun u16OrNull(slot: Int): UShort? { val p = field(slot, 2); return if (p < 0) null else r.u16At(p).toUShort() }
+    fun i32OrNull(slot: Int): Int? { val p = field(slot, 4); return if (p < 0) null else r.i32At(p) }
+    fun u32OrNull(slot: Int): UInt? { val p = field(slot, 4); return if (p < 0) null else r.i32At(p).toUInt() }
+    fun i64OrNull(slot: Int): Long? { val p = field(slot, 8); return if (p < 0) null else r.i64At(p) }
+    fun u64OrNull(slot: Int): ULong? { val p = field(slot, 8); return if (p < 0) null else r.i64At(p).toULong() }
+    fun f32OrNull(slot: Int): Float? { val p = field(slot, 4); return if (p < 0) null else java.lang.Float.intBitsToFloat(r.i32At(p)) }
+    fun f64OrNull(slot: Int): Double? { val p = field(slot, 8); return if (p < 0) null else java.lang.Double.longBitsToDouble(r.i64At(p)) }
 
     /** Position of the inline struct of [size] bytes in [slot], or -1. */
     fun struct(slot: Int, size: Int): Int = field(slot, size)
 
-    fun string(slot: Int): String? { val p = field(slot, 4); return if (p < 0) null else r.string(r.deref(p)) }
+    fun string(slot: Int): String? { val p = field(slot, 4); return if (p < 0) null else r.string(r.derefAt(p)) }
 
     /** A required string (a primary key): absent is an error, not "". */
     fun requiredString(slot: Int, name: String): String =
         string(slot) ?: invalid("FlatBuffers: required field $name is missing")
 
-    fun table(slot: Int): FbTable? { val p = field(slot, 4); return if (p < 0) null else r.table(r.deref(p), depth + 1) }
+    fun table(slot: Int): FbTable? { val p = field(slot, 4); return if (p < 0) null else r.table(r.derefAt(p), depth + 1) }
 
     /** Start of the vector in [slot] (its length word), or -1 when absent. */
-    fun vector(slot: Int): Int { val p = field(slot, 4); return if (p < 0) -1 else r.deref(p) }
+    fun vector(slot: Int): Int { val p = field(slot, 4); return if (p < 0) -1 else r.derefAt(p) }
 
     /** Reads every element of the vector in [slot] with [read] (given each element's position). */
     inline fun <T> vectorOf(slot: Int, elemSize: Int, read: (Int) -> T): List<T> {
@@ -196,19 +237,20 @@ class FbTable internal constructor(
         return out
     }
 
-    fun strings(slot: Int): List<String> = vectorOf(slot, 4) { r.string(r.deref(it)) }
-    fun <T> tables(slot: Int, read: (FbTable) -> T): List<T> = vectorOf(slot, 4) { read(r.table(r.deref(it), depth + 1)) }
-    fun bools(slot: Int): List<Boolean> = vectorOf(slot, 1) { r.bool(it) }
-    fun i8s(slot: Int): List<Byte> = vectorOf(slot, 1) { r.i8(it) }
-    fun u8s(slot: Int): List<UByte> = vectorOf(slot, 1) { r.i8(it).toUByte() }
-    fun i16s(slot: Int): List<Short> = vectorOf(slot, 2) { r.i16(it) }
-    fun u16s(slot: Int): List<UShort> = vectorOf(slot, 2) { r.i16(it).toUShort() }
-    fun i32s(slot: Int): List<Int> = vectorOf(slot, 4) { r.i32(it) }
-    fun u32s(slot: Int): List<UInt> = vectorOf(slot, 4) { r.i32(it).toUInt() }
-    fun i64s(slot: Int): List<Long> = vectorOf(slot, 8) { r.i64(it) }
-    fun u64s(slot: Int): List<ULong> = vectorOf(slot, 8) { r.i64(it).toULong() }
-    fun f32s(slot: Int): List<Float> = vectorOf(slot, 4) { r.f32(it) }
-    fun f64s(slot: Int): List<Double> = vectorOf(slot, 8) { r.f64(it) }
+    // Elements lie inside their vector, which vectorLen checked.
+    fun strings(slot: Int): List<String> = vectorOf(slot, 4) { r.string(r.derefAt(it)) }
+    fun <T> tables(slot: Int, read: (FbTable) -> T): List<T> = vectorOf(slot, 4) { read(r.table(r.derefAt(it), depth + 1)) }
+    fun bools(slot: Int): List<Boolean> = vectorOf(slot, 1) { r.buf[it].toInt() != 0 }
+    fun i8s(slot: Int): List<Byte> = vectorOf(slot, 1) { r.buf[it] }
+    fun u8s(slot: Int): List<UByte> = vectorOf(slot, 1) { r.buf[it].toUByte() }
+    fun i16s(slot: Int): List<Short> = vectorOf(slot, 2) { r.u16At(it).toShort() }
+    fun u16s(slot: Int): List<UShort> = vectorOf(slot, 2) { r.u16At(it).toUShort() }
+    fun i32s(slot: Int): List<Int> = vectorOf(slot, 4) { r.i32At(it) }
+    fun u32s(slot: Int): List<UInt> = vectorOf(slot, 4) { r.i32At(it).toUInt() }
+    fun i64s(slot: Int): List<Long> = vectorOf(slot, 8) { r.i64At(it) }
+    fun u64s(slot: Int): List<ULong> = vectorOf(slot, 8) { r.i64At(it).toULong() }
+    fun f32s(slot: Int): List<Float> = vectorOf(slot, 4) { java.lang.Float.intBitsToFloat(r.i32At(it)) }
+    fun f64s(slot: Int): List<Double> = vectorOf(slot, 8) { java.lang.Double.longBitsToDouble(r.i64At(it)) }
 
     /**
      * A vector of unions in [slot]: its type tags are the `[ubyte]` in `slot - 1`;
@@ -224,7 +266,7 @@ class FbTable internal constructor(
         val out = ArrayList<T>(n)
         for (i in 0 until n) {
             val p = v + 4 + 4 * i
-            out.add(read(r.u8(tv + 4 + i), r.table(r.deref(p), depth + 1)))
+            out.add(read(r.buf[tv + 4 + i].toInt() and 0xff, r.table(r.derefAt(p), depth + 1)))
         }
         return out
     }

@@ -953,9 +953,19 @@ impl<'a> Gen<'a> {
             self.schema_obj
         );
 
-        // keelWrite: children first, then the table
+        // keelWrite: children first, then the table. Key strings come before the other
+        // children: the builder fills back to front, so what it writes first ends the
+        // finished buffer (followed only by alignment padding), where keel's storage can
+        // read the key without keeping a second copy. FlatBuffers leaves the order of
+        // children free, so the bytes stay what flatc reads.
+        let is_key_string = |f: &Field| f.primary && matches!(f.ty, FieldType::String);
+        let children = key_fields
+            .iter()
+            .copied()
+            .filter(|f| is_key_string(f))
+            .chain(live.iter().copied().filter(|f| !is_key_string(f)));
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
-        for f in &live {
+        for f in children {
             let fname = ident(&lower_camel(&f.name));
             let var = format!("o{}", upper_camel(&f.name));
             let expr = match &f.ty {
@@ -1381,6 +1391,32 @@ mod tests {
             "t.i16OrNull(",
         ] {
             assert!(k.contains(needle), "missing {needle:?} in\n{k}");
+        }
+    }
+
+    #[test]
+    fn key_strings_are_written_first() {
+        // The key is neither the first field nor alone: both key strings must be
+        // created before any other child, in key order.
+        let s = Schema::parse(
+            r#"namespace t;
+               table Inner { s: string; }
+               table Doc (entity) { title: string; inner: Inner; tags: [string];
+                                    lang: string (primary); n: int; slug: string (primary); }
+               root_type Doc;"#,
+            "t.fbs",
+        )
+        .unwrap();
+        let k = gen(&s);
+        let at = |needle: &str| {
+            k.find(needle)
+                .unwrap_or_else(|| panic!("missing {needle:?} in\n{k}"))
+        };
+        let lang = at("val oLang = b.createString(lang)");
+        let slug = at("val oSlug = b.createString(slug)");
+        assert!(lang < slug, "{k}");
+        for other in ["val oTitle = ", "val oInner = ", "val oTags = "] {
+            assert!(slug < at(other), "{other} before the key strings in\n{k}");
         }
     }
 
