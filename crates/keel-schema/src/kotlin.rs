@@ -44,8 +44,8 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms, TypeNames, ENUM,
-    STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    key_strings_first, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
+    TypeNames, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::value::Value;
@@ -953,17 +953,9 @@ impl<'a> Gen<'a> {
             self.schema_obj
         );
 
-        // keelWrite: children first, then the table. Key strings come before the other
-        // children: the builder fills back to front, so what it writes first ends the
-        // finished buffer (followed only by alignment padding), where keel's storage can
-        // read the key without keeping a second copy. FlatBuffers leaves the order of
-        // children free, so the bytes stay what flatc reads.
-        let is_key_string = |f: &Field| f.primary && matches!(f.ty, FieldType::String);
-        let children = key_fields
-            .iter()
-            .copied()
-            .filter(|f| is_key_string(f))
-            .chain(live.iter().copied().filter(|f| !is_key_string(f)));
+        // keelWrite: children first (key strings first: see `key_strings_first`), then
+        // the table.
+        let children = key_strings_first(&live);
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
         for f in children {
             let fname = ident(&lower_camel(&f.name));
