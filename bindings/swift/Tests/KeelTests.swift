@@ -850,6 +850,34 @@ final class KeelTests: XCTestCase {
         try await db.close()
     }
 
+    /// The generated encoder writes the key string first, so it ends the buffer
+    /// (`[u32 length][bytes][0][zero padding to 4]`), which keel stores once, in the
+    /// key column; every read through the FFI gives back the bytes Swift built.
+    func testKeyStringEndsTheBufferAndComesBackByteForByte() async throws {
+        let dir = try tempDir()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let db = try await Keel.openAsync(path: dir.appendingPathComponent("key.db").path,
+                                          schema: BlogSchema.self, options: fastOptions())
+        let ids = ["", "a", "ab", "abc", "abcd", "ключ", UUID().uuidString]
+        let posts = ids.enumerated().map { i, id in Post(id: id, priority: Int32(i), title: "t\(i)", tags: ["x"]) }
+        for p in posts {
+            let bytes = try p.flatBuffer()
+            let key = Array(p.id.utf8)
+            let tail = (key.count + 5 + 3) / 4 * 4
+            let end = Array(bytes.suffix(tail))
+            XCTAssertEqual(Array(end[0..<4]), withUnsafeBytes(of: UInt32(key.count).littleEndian, Array.init), p.id)
+            XCTAssertEqual(Array(end[4..<(4 + key.count)]), key, p.id)
+            XCTAssertTrue(end[(4 + key.count)...].allSatisfy { $0 == 0 }, p.id)
+        }
+        try await db.write { txn in for p in posts { try txn.insert(p) } }
+        let q = db.query(collection: Post.keelCollection).orderBy(field: "priority", descending: false)
+        XCTAssertEqual(try q.all().map { Array($0.bytes) }, try posts.map { Array(try $0.flatBuffer()) })
+        XCTAssertEqual(try q.allPacked().bytes.count, try posts.map { try $0.flatBuffer().count }.reduce(0, +))
+        XCTAssertEqual(try db.fetch(Post.self).sorted(by: Post.priority.ascending).all(), posts)
+        XCTAssertEqual(try db.get(Post.self, key: ids[6]), posts[6])
+        try await db.close()
+    }
+
     // MARK: typed vs bytes cost (printed; BENCHMARKS.md takes it from `cargo xtask bench swift`)
 
     /// The typed fetch reads `all_packed` (one buffer): it returns exactly what
