@@ -861,7 +861,7 @@ final class KeelTests: XCTestCase {
         let ids = ["", "a", "ab", "abc", "abcd", "ключ", UUID().uuidString]
         let posts = ids.enumerated().map { i, id in Post(id: id, priority: Int32(i), title: "t\(i)", tags: ["x"]) }
         for p in posts {
-            let bytes = try p.flatBuffer()
+            let bytes = p.flatBuffer()
             let key = Array(p.id.utf8)
             let tail = (key.count + 5 + 3) / 4 * 4
             let end = Array(bytes.suffix(tail))
@@ -871,8 +871,8 @@ final class KeelTests: XCTestCase {
         }
         try await db.write { txn in for p in posts { try txn.insert(p) } }
         let q = db.query(collection: Post.keelCollection).orderBy(field: "priority", descending: false)
-        XCTAssertEqual(try q.all().map { Array($0.bytes) }, try posts.map { Array(try $0.flatBuffer()) })
-        XCTAssertEqual(try q.allPacked().bytes.count, try posts.map { try $0.flatBuffer().count }.reduce(0, +))
+        XCTAssertEqual(try q.all().map { Array($0.bytes) }, posts.map { Array($0.flatBuffer()) })
+        XCTAssertEqual(try q.allPacked().bytes.count, posts.map { $0.flatBuffer().count }.reduce(0, +))
         XCTAssertEqual(try db.fetch(Post.self).sorted(by: Post.priority.ascending).all(), posts)
         XCTAssertEqual(try db.get(Post.self, key: ids[6]), posts[6])
         try await db.close()
