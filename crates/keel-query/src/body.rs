@@ -344,6 +344,58 @@ mod tests {
         assert_eq!(read(&tk, stored, SqlRef::Integer(1)), stored);
     }
 
+    proptest::proptest! {
+        /// Whatever the key and the other fields, reading back what `strip` stores
+        /// gives the buffer byte for byte; it is shorter exactly when the key string
+        /// was created first.
+        #[test]
+        fn what_is_stored_reads_back_exactly(
+            id in "\\PC{0,40}",
+            title in proptest::option::of("\\PC{0,20}"),
+            n in proptest::prelude::any::<i32>(),
+            key_first in proptest::prelude::any::<bool>(),
+        ) {
+            let tk = TailKey::of(&schema(), "n.T").unwrap();
+            let bytes = encode(None, |b: &mut Builder| {
+                let t = if key_first { None } else { title.as_deref().map(|t| b.create_string(t)) };
+                let i = b.create_string(&id);
+                let t = t.or_else(|| title.as_deref().map(|t| b.create_string(t)));
+                b.start_table();
+                b.add_offset(0, i);
+                if let Some(t) = t {
+                    b.add_offset(1, t);
+                }
+                b.add_scalar::<i32>(2, n, 0);
+                b.end_table()
+            });
+            let stored = tk.strip(&bytes, &[Value::Text(id.clone())]);
+            let key_last = key_first || title.is_none();
+            let expect = if key_last { bytes.len() - tail_len(id.len()) } else { bytes.len() };
+            proptest::prop_assert_eq!(stored.len(), expect);
+            proptest::prop_assert_eq!(read(&tk, stored, SqlRef::Text(id.as_bytes())), bytes);
+        }
+
+        /// A stored body damaged afterwards (a stock tool's write) never panics the
+        /// read; whatever comes back is for the decoders to judge.
+        #[test]
+        fn a_damaged_body_never_panics(
+            cut in 0usize..64,
+            flips in proptest::collection::vec((0usize..64, proptest::prelude::any::<u8>()), 0..4),
+            key in "\\PC{0,8}",
+        ) {
+            let tk = TailKey::of(&schema(), "n.T").unwrap();
+            let bytes = obj(true, "some-key", "title");
+            let mut stored = tk.strip(&bytes, &[Value::Text("some-key".into())]).to_vec();
+            for (at, v) in flips {
+                if let Some(b) = stored.get_mut(at) {
+                    *b = v;
+                }
+            }
+            stored.truncate(stored.len().saturating_sub(cut));
+            let _ = read(&tk, &stored, SqlRef::Text(key.as_bytes()));
+        }
+    }
+
     #[test]
     fn number_keys_and_rowid_keys_store_the_whole_buffer() {
         let s = Schema::parse(
