@@ -111,11 +111,25 @@ impl BodyColumns {
         }
     }
 
+    /// The whole buffer of the object in row `r` of a lookup by `key`, which
+    /// selects `rowid, body` ([`BodyColumns::restore_found`]).
+    pub(crate) fn read_found<'s>(
+        &self,
+        r: &'s rusqlite::Row<'_>,
+        key: &[Value],
+        scratch: &'s mut Vec<u8>,
+    ) -> rusqlite::Result<&'s [u8]> {
+        Ok(match r.get_ref(1)? {
+            SqlRef::Blob(b) => self.restore_found(b, key, scratch),
+            _ => &[],
+        })
+    }
+
     /// The whole buffer of `stored`, the body of the row a lookup by `key` found
     /// (`WHERE k0 = ?…`): the row's key column holds exactly that key (SQLite's
     /// `=` on text is byte equality, and text never equals a blob or a number), so
     /// the lookup selects `body` alone and the tail comes from `key`.
-    pub(crate) fn restore_found<'s>(
+    fn restore_found<'s>(
         &self,
         stored: &'s [u8],
         key: &[Value],

@@ -211,7 +211,7 @@ impl Derived {
             let rowid: i64 = r.get(0)?;
             // An object that does not verify has no trustworthy columns to derive:
             // it is reported as a damaged object (`keel check`), not here.
-            let want = match (self.coll.body_of(r, 1, &mut scratch)?, reader) {
+            let want = match (self.coll.body.read(r, 1, &mut scratch)?, reader) {
                 (b, Some(t)) if !b.is_empty() && t.read(b).is_ok() => self.values(b),
                 _ => continue,
             };

@@ -23,7 +23,8 @@
 //! Format 1 (before) had no index columns and expression indexes over
 //! `keel_field(body, …)`; the schema phase (`schema_phase.rs`) turns such a file
 //! into format 2 in the schema transaction. This module is the table model the
-//! others build on; it depends on none of them.
+//! others build on; it depends on none of them but `body` (how the body column
+//! holds an object's bytes).
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -339,39 +340,6 @@ impl Coll {
         })
     }
 
-    /// What the body column stores for the object in `bytes` with key `key`: the
-    /// bytes, less the key string where `body.rs` can put it back.
-    pub(crate) fn stored_body<'b>(&self, bytes: &'b [u8], key: &[Value]) -> &'b [u8] {
-        self.body.strip(bytes, key)
-    }
-
-    /// The whole buffer of the object in row `r`, whose body columns
-    /// (`self.body.select()`) start at column `at` ([`BodyColumns::read`]). A
-    /// lookup by key (`sql_get`, `sql_find`) selects `body` alone and uses
-    /// [`Coll::found_body`].
-    pub(crate) fn body_of<'s>(
-        &self,
-        r: &'s rusqlite::Row<'_>,
-        at: usize,
-        scratch: &'s mut Vec<u8>,
-    ) -> rusqlite::Result<&'s [u8]> {
-        self.body.read(r, at, scratch)
-    }
-
-    /// The whole buffer of the object in row `r` of a lookup by `key` (`sql_get`,
-    /// `sql_find`: `rowid, body`) ([`BodyColumns::restore_found`]).
-    pub(crate) fn found_body<'s>(
-        &self,
-        r: &'s rusqlite::Row<'_>,
-        key: &[Value],
-        scratch: &'s mut Vec<u8>,
-    ) -> rusqlite::Result<&'s [u8]> {
-        Ok(match r.get_ref(1)? {
-            rusqlite::types::ValueRef::Blob(b) => self.body.restore_found(b, key, scratch),
-            _ => &[],
-        })
-    }
-
     /// The table of the extraction schema (see [`Coll::ext`]).
     pub(crate) fn ext_reader(&self) -> Option<DynamicTable<'_>> {
         self.ext_table.and_then(|t| self.ext.table_reader(t))
@@ -542,7 +510,7 @@ pub(crate) fn backfill(
             let mut scratch = Vec::new();
             let rows = st.query_map([last], |r| {
                 let rowid: i64 = r.get(0)?;
-                let vals = match c.body_of(r, 1, &mut scratch)? {
+                let vals = match c.body.read(r, 1, &mut scratch)? {
                     [] => vec![SqlOwned::Null; c.indexes.len()],
                     b => c.column_values(b),
                 };

@@ -93,7 +93,8 @@
 //! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
 //!   `dictionary::shared` (the cache and pending writes every handle shares). It
 //!   reaches the database that owns it only through its `DictHost` trait.
-//! * **Storage layout**: `layout` (the table model: collections, keys, index
+//! * **Storage layout**: `body` (how the body column holds an object's bytes:
+//!   the key string once), then `layout` (the table model: collections, keys, index
 //!   columns, the SQL text, filling a column), then `sql` (compiling queries,
 //!   `keel_field`), `stored` (the stored schema and how an open relates to it),
 //!   [`migrate`] and [`inspect`], then `schema_phase` (the open's schema

@@ -334,7 +334,7 @@ fn scan_rows(
     let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(sql_err(path, op))? {
         let rowid: i64 = r.get(0).map_err(sql_err(path, op))?;
-        let bytes = c.body_of(r, 1, &mut scratch).map_err(sql_err(path, op))?;
+        let bytes = c.body.read(r, 1, &mut scratch).map_err(sql_err(path, op))?;
         let obj = reader.read(bytes).map_err(|source| Error::Decode {
             op,
             collection: c.name.clone(),
@@ -374,7 +374,7 @@ fn insert_row(
             v => v,
         });
     }
-    key.push(Value::Blob(c.stored_body(bytes, &key).to_vec()));
+    key.push(Value::Blob(c.body.strip(bytes, &key).to_vec()));
     let cols = c.column_values(bytes);
     let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(key.len() + cols.len());
     let head: Vec<Param<'_>> = key.iter().map(Param).collect();

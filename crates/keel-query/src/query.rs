@@ -464,7 +464,7 @@ impl Query<'_> {
 
 /// Run `sql` (selecting `rowid` and `c.body`'s columns) and hand each row to `sink` with its
 /// bytes borrowed from SQLite (restored, where the body left its key out: see
-/// [`Coll::body_of`]), until `sink` returns `Ok(false)`.
+/// `BodyColumns::read`), until `sink` returns `Ok(false)`.
 fn select_each(
     conn: &rusqlite::Connection,
     c: &Coll,
@@ -481,7 +481,7 @@ fn select_each(
     let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(err)? {
         let rowid: i64 = r.get(0).map_err(err)?;
-        let bytes = c.body_of(r, 1, &mut scratch).map_err(err)?;
+        let bytes = c.body.read(r, 1, &mut scratch).map_err(err)?;
         if !sink(rowid, bytes)? {
             break;
         }
@@ -623,8 +623,10 @@ impl Inner {
             return Ok(None);
         };
         let rowid: i64 = r.get(0).map_err(err)?;
-        crate::body::with_scratch(|scratch| f(rowid, c.found_body(r, &key, scratch).map_err(err)?))
-            .map(Some)
+        crate::body::with_scratch(|scratch| {
+            f(rowid, c.body.read_found(r, &key, scratch).map_err(err)?)
+        })
+        .map(Some)
     }
 
     /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].

@@ -65,7 +65,7 @@ fn row_now(conn: &rusqlite::Connection, c: &Coll, rowid: i64) -> Result<Option<V
     match q.next().map_err(err)? {
         Some(r) => {
             let mut scratch = Vec::new();
-            Ok(Some(c.body_of(r, 0, &mut scratch).map_err(err)?.to_vec()))
+            Ok(Some(c.body.read(r, 0, &mut scratch).map_err(err)?.to_vec()))
         }
         None => Ok(None),
     }

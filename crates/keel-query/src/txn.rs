@@ -61,7 +61,7 @@ fn arg(v: SqlValue<'_>) -> Arg<'_> {
 }
 
 /// Binds the parameters of `sql_insert` (and `sql_update_key`) to `st`: the key
-/// columns, the object's bytes as the body stores them ([`Coll::stored_body`]), then
+/// columns, the object's bytes as the body stores them (`BodyColumns::strip`), then
 /// its index columns, each borrowed — from the key, the bytes, and the object read
 /// in place — rather than collected into new vectors.
 fn bind_row(
@@ -75,7 +75,7 @@ fn bind_row(
         st.raw_bind_parameter(at, sref(k))?;
         at += 1;
     }
-    st.raw_bind_parameter(at, Arg(SqlRef::Blob(c.stored_body(bytes, key))))?;
+    st.raw_bind_parameter(at, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
     bind_columns(st, c, bytes, at + 1)
 }
 
@@ -209,7 +209,7 @@ impl<'a> Txn<'a> {
             st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
                 let rowid: i64 = r.get(0)?;
                 let mut scratch = Vec::new();
-                let bytes = c.found_body(r, key, &mut scratch)?.to_vec();
+                let bytes = c.body.read_found(r, key, &mut scratch)?.to_vec();
                 Ok(StoredObject { rowid, bytes })
             })
             .optional()
@@ -349,7 +349,7 @@ impl<'a> Txn<'a> {
         bytes: &[u8],
     ) -> Result<()> {
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
-            st.raw_bind_parameter(1, Arg(SqlRef::Blob(c.stored_body(bytes, key))))?;
+            st.raw_bind_parameter(1, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
             st.raw_bind_parameter(2, rowid)?;
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()
