@@ -64,8 +64,8 @@ fn row_now(conn: &rusqlite::Connection, c: &Coll, rowid: i64) -> Result<Option<V
     let mut q = st.query([rowid]).map_err(err)?;
     match q.next().map_err(err)? {
         Some(r) => {
-            let mut scratch = Vec::new();
-            Ok(Some(c.body.read(r, 0, &mut scratch).map_err(err)?.to_vec()))
+            let bytes = crate::body::with_scratch(|s| c.body.read(r, 0, s).map(<[u8]>::to_vec));
+            Ok(Some(bytes.map_err(err)?))
         }
         None => Ok(None),
     }

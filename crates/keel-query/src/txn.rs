@@ -208,8 +208,9 @@ impl<'a> Txn<'a> {
         self.with_kept_stmt(c, op, &c.sql_find, |st| {
             st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
                 let rowid: i64 = r.get(0)?;
-                let mut scratch = Vec::new();
-                let bytes = c.body.read_found(r, key, &mut scratch)?.to_vec();
+                let bytes = crate::body::with_scratch(|s| {
+                    c.body.read_found(r, key, s).map(<[u8]>::to_vec)
+                })?;
                 Ok(StoredObject { rowid, bytes })
             })
             .optional()
