@@ -35,6 +35,14 @@
 //!    (`e > last`) — is [`Error::ForeignWal`], nothing written. It is a bad file, so
 //!    `recover_corrupt` moves the database and its `-wal`/`-shm` aside together.
 //!
+//!    Only the page-1 images that follow the stamp are judged. Stamping a file (a
+//!    keel file from before the stamp, an adopted one) commits into the WAL already
+//!    beside it, behind page-1 images without keel's `application_id`; once a
+//!    checkpoint copied every frame, the stamped file sits beside a WAL that still
+//!    holds them until the next write restarts it (issue 26, item 1). A keel file is
+//!    never unstamped, so unstamped images *before* a stamped one are the file's own
+//!    past; a WAL whose *latest* page 1 is not keel's is another database's.
+//!
 //! Limits, said plainly: a WAL none of whose valid frames is page 1 carries no epoch
 //! and cannot be checked (keel's epoch bump writes page 1 at the start of every WAL it
 //! starts); a WAL whose first transaction was not keel's bump (another process's
@@ -222,21 +230,30 @@ pub(crate) fn check_wal(path: &Path, wal: &Path, db: Stamp) -> Result<()> {
 }
 
 fn judge_wal(path: &Path, db: Stamp, stamps: &[Stamp]) -> Result<()> {
-    let (Some(first), Some(last)) = (stamps.first(), stamps.last()) else {
-        return Ok(());
-    };
     let refuse = |detail: String| {
         Err(Error::ForeignWal {
             path: path.to_path_buf(),
             detail,
         })
     };
-    if let Some(other) = stamps.iter().find(|s| !s.is_keel()) {
+    // Only what follows the stamp is judged. Stamping (a keel file from before the
+    // stamp, an adopted file) commits into the WAL already there, behind page-1
+    // images without keel's id; a keel file is never unstamped again. So unstamped
+    // images followed by stamped ones are that file's own past, while a WAL whose
+    // latest page 1 is not keel's was written for another database.
+    if let Some(other) = stamps.last().filter(|s| !s.is_keel()) {
         return refuse(format!(
             "its -wal holds page 1 of a database with application_id {:#x} (not keel)",
             other.application_id
         ));
     }
+    let since_stamp = stamps
+        .iter()
+        .rposition(|s| !s.is_keel())
+        .map_or(stamps, |i| &stamps[i + 1..]);
+    let (Some(first), Some(last)) = (since_stamp.first(), since_stamp.last()) else {
+        return Ok(());
+    };
     let lo = first.epoch.wrapping_sub(1);
     let span = last.epoch.wrapping_sub(lo);
     if db.epoch.wrapping_sub(lo) <= span {
@@ -524,6 +541,22 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(plain.contains("not keel"), "{plain}");
+        // Stamped into a WAL that held unstamped page-1 images (an upgrade from a
+        // keel before the stamp, an adoption): only what follows the stamp counts.
+        let unstamped = Stamp {
+            application_id: 0,
+            epoch: 0,
+        };
+        assert!(judge_wal(Path::new("x.db"), k(e), &[unstamped, k(e)]).is_ok());
+        assert!(judge_wal(Path::new("x.db"), k(e + 1), &[unstamped, k(e), k(e + 1)]).is_ok());
+        let stale = judge_wal(Path::new("x.db"), k(e + 5), &[unstamped, k(e)])
+            .unwrap_err()
+            .to_string();
+        assert!(stale.contains("newer"), "{stale}");
+        let after = judge_wal(Path::new("x.db"), k(e), &[k(e), unstamped])
+            .unwrap_err()
+            .to_string();
+        assert!(after.contains("not keel"), "{after}");
     }
 
     #[test]
