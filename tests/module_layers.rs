@@ -1,5 +1,6 @@
 //! Inside each crate the modules are layered: a module's imports point down, never
-//! in a circle (see `docs/architecture.md`). This test reads every crate's source,
+//! in a circle (see `docs/architecture.md`). This test reads every crate's source
+//! (`crates/*`, the root crate and `xtask`, whose commands call each other too),
 //! collects which module each file reaches (`crate::…`, `super::…`, `self::…`, a
 //! child module named in a `use`, and `crate::Name` through the root's `pub use`),
 //! and fails on any dependency cycle, naming its edges and the paths that make them.
@@ -28,6 +29,9 @@ fn module_imports_form_no_cycle() {
         .filter(|p| p.join("lib.rs").exists() || p.join("main.rs").exists())
         .collect();
     crates.push(root.join("src"));
+    // xtask is a crate like the others (issue 26 item 9: it was left out, and its
+    // bindings, ffi, swift and swift_package modules called each other in a circle).
+    crates.push(root.join("xtask/src"));
     crates.sort();
     for src in &crates {
         let name = src
@@ -599,7 +603,8 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
         (
             "a.rs",
             "use crate::b::B; // crate::d::D only in a comment\n\
-             const S: &str = \"crate::d::D\";\npub struct A(B);\n",
+             const S: &str = \"crate::d::D\";\npub struct A(B);\n\
+             fn go() {\n    crate::d::start(&S, 1)\n        .unwrap();\n}\n",
         ),
         (
             "b.rs",
@@ -609,7 +614,7 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
             "c.rs",
             "pub struct Thing;\n#[cfg(test)]\nmod tests {\n    use crate::a::A;\n}\n",
         ),
-        ("d.rs", "pub struct D;\n"),
+        ("d.rs", "pub struct D;\npub fn start(_: &str, _: i32) {}\n"),
         ("t.rs", "use crate::d::D;\n"),
     ];
     for (name, text) in files {
@@ -620,10 +625,34 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
         .iter()
         .flat_map(|(from, to)| to.keys().map(move |t| (from.clone(), t.clone())))
         .collect();
-    let want: Vec<(String, String)> = [("", "c"), ("a", "b"), ("b", "a"), ("b", "c")]
+    // `a -> d` comes from a path written inline in an expression, not a `use`.
+    let want: Vec<(String, String)> = [("", "c"), ("a", "b"), ("a", "d"), ("b", "a"), ("b", "c")]
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
     assert_eq!(edges, want);
     assert_eq!(cycles(&g), vec![vec!["a".to_string(), "b".to_string()]]);
+}
+
+/// Issue 26, item 9: the checker reads xtask too, and sees its paths written inline
+/// (`crate::ffi::test()` in an expression): before, xtask was never read and its
+/// `bindings -> ffi -> swift -> swift_package -> swift` calls formed a cycle.
+#[test]
+fn item9_xtask_is_checked_and_its_modules_form_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("xtask/src");
+    let g = module_graph(&src);
+    assert!(
+        g.contains_key("swift_package") && g.contains_key("ffi"),
+        "{g:?}"
+    );
+    // An inline path in an expression is an edge (swift.rs calls
+    // `crate::swift_package::assemble(…)` without a `use`).
+    assert!(
+        g["swift"]
+            .get("swift_package")
+            .is_some_and(|why| why.iter().any(|p| p == "crate::swift_package::assemble")),
+        "{:?}",
+        g["swift"]
+    );
+    assert_eq!(cycles(&g), Vec::<Vec<String>>::new());
 }

@@ -55,7 +55,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     // a file under benches/: a full run includes it when a Swift toolchain exists;
     // quick runs (inside `cargo xtask test`) leave it to the Swift suite, which
     // prints the same figures.
-    let swift_here = crate::swift::swift_exe().is_some();
+    let swift_here = crate::util::swift_exe().is_some();
     if wanted.iter().any(|w| w == "swift") || (swift_here && !quick && wanted.is_empty()) {
         available.push("swift".to_string());
     }

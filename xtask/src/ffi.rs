@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::{bindings, kotlin, util};
 
@@ -69,7 +69,7 @@ fn python_exe() -> Option<&'static str> {
 fn python(g: &bindings::Generated) -> Result<(), String> {
     let py = python_exe().ok_or("the Python binding tests need Python 3.8+ (`python3`)")?;
     let script = util::workspace_root().join("bindings/python/test_keel.py");
-    run_bounded(
+    util::run_bounded(
         Command::new(py)
             .arg("-u")
             .arg(&script)
@@ -222,7 +222,7 @@ fn kotlin_run(
         // time slices on small CI machines.
         cmd.arg("-XX:TieredStopAtLevel=1");
     }
-    run_bounded(
+    util::run_bounded(
         cmd.arg("-cp")
             .arg(&suite.classpath)
             .arg(format!("-Djna.library.path={}", suite.lib_dir.display()))
@@ -231,7 +231,10 @@ fn kotlin_run(
             .env("KEEL_FIXTURES", root.join("tests/fixtures"))
             .env("KEEL_BENCH_OUT", bench_out)
             .env("KEEL_BENCH_N", bench_n.to_string())
-            .env("KEEL_BENCH_RUNS", bench_runs(bench_n < 10_000).to_string()),
+            .env(
+                "KEEL_BENCH_RUNS",
+                util::bench_runs(bench_n < 10_000).to_string(),
+            ),
     )
 }
 
@@ -243,17 +246,6 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
     kotlin_run(&suite, &[], &bench_out, 10_000, false)
         .map_err(|e| format!("kotlin bindings failed: {e}"))
-}
-
-/// Measured runs of the typed-vs-bytes benchmarks (Kotlin and Swift alike, each
-/// after one unmeasured warm-up run; the figures are medians): 8, or 1 in quick
-/// mode.
-pub fn bench_runs(quick: bool) -> u32 {
-    if quick {
-        1
-    } else {
-        8
-    }
 }
 
 /// The name of the suite's benchmark test (also its scenario in BENCHMARKS.md).
@@ -273,34 +265,4 @@ pub fn kotlin_bench(quick: bool, json: &Path) -> Result<(), String> {
         true,
     )
     .map_err(|e| format!("kotlin benchmark failed: {e}"))
-}
-
-/// A test program may not hang CI: it gets this long, then it is killed.
-const TEST_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// Like `util::run` (workspace root, inherited stdio), but kills the program after
-/// [`TEST_TIMEOUT`].
-pub(crate) fn run_bounded(cmd: &mut Command) -> Result<(), String> {
-    cmd.current_dir(util::workspace_root());
-    let shown = format!("{cmd:?}");
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("could not start {shown}: {e}"))?;
-    let t0 = Instant::now();
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) if status.success() => return Ok(()),
-            Ok(Some(status)) => return Err(format!("{shown} failed with {status}")),
-            Ok(None) if t0.elapsed() > TEST_TIMEOUT => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!(
-                    "{shown} did not finish in {} s and was killed",
-                    TEST_TIMEOUT.as_secs()
-                ));
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(e) => return Err(format!("waiting for {shown}: {e}")),
-        }
-    }
 }

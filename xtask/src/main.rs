@@ -48,6 +48,8 @@ fn main() -> ExitCode {
         Some("test") => test(&args[1..]),
         Some("lint") => lint::run(&args[1..]),
         Some("bench") => bench::run(&args[1..]),
+        // The binding tests build on the generator, so `main` picks them out.
+        Some("bindings") if args[1..].iter().any(|a| a == "--test") => ffi::test(),
         Some("bindings") => bindings::run(&args[1..]),
         Some("swift-package") => swift_package::run(&args[1..]),
         Some("swift-test") => swift::run(&args[1..]),

@@ -262,7 +262,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
     println!("swift-package: package sources in {}", out.display());
     // The Linux variant builds wherever a Swift toolchain is: prove it does.
     if !cfg!(target_os = "macos") {
-        match crate::swift::swift_exe() {
+        match util::swift_exe() {
             Some(swift) => {
                 util::run(
                     Command::new(&swift)

@@ -1,7 +1,9 @@
-//! Small helpers shared by the xtask commands.
+//! Small helpers shared by the xtask commands (the lowest layer: it imports no
+//! other xtask module, so the commands above it can share it without a cycle).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The workspace root (xtask lives one level below it).
 pub fn workspace_root() -> PathBuf {
@@ -36,4 +38,62 @@ pub fn capture(program: &str, args: &[&str]) -> Option<String> {
     out.status
         .success()
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The Swift toolchain's `swift`, if there is one.
+pub fn swift_exe() -> Option<PathBuf> {
+    let works = |p: &Path| {
+        Command::new(p)
+            .arg("--version")
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    };
+    let on_path = PathBuf::from("swift");
+    if works(&on_path) {
+        return Some(on_path);
+    }
+    let opt = PathBuf::from("/opt/swift/usr/bin/swift");
+    works(&opt).then_some(opt)
+}
+
+/// Measured runs of the typed-vs-bytes benchmarks (Kotlin and Swift alike, each
+/// after one unmeasured warm-up run; the figures are medians): 8, or 1 in quick
+/// mode.
+pub fn bench_runs(quick: bool) -> u32 {
+    if quick {
+        1
+    } else {
+        8
+    }
+}
+
+/// A test program may not hang CI: it gets this long, then it is killed.
+const TEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Like [`run`] (workspace root, inherited stdio), but kills the program after
+/// [`TEST_TIMEOUT`].
+pub fn run_bounded(cmd: &mut Command) -> Result<(), String> {
+    cmd.current_dir(workspace_root());
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {shown}: {e}"))?;
+    let t0 = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(()),
+            Ok(Some(status)) => return Err(format!("{shown} failed with {status}")),
+            Ok(None) if t0.elapsed() > TEST_TIMEOUT => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "{shown} did not finish in {} s and was killed",
+                    TEST_TIMEOUT.as_secs()
+                ));
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(e) => return Err(format!("waiting for {shown}: {e}")),
+        }
+    }
 }
