@@ -744,6 +744,11 @@ fn readable(
         };
         let c = &writer.conn;
         pragma(c, path, "schema: begin", "BEGIN IMMEDIATE")?;
+        let before = if parallel {
+            Some(txn_fingerprint(c).map_err(|e| Error::sqlite("schema: inspect", path, e))?)
+        } else {
+            None
+        };
         let mut ctx = SchemaCtx {
             conn: c,
             path,
@@ -769,9 +774,20 @@ fn readable(
             Ok(()) if parallel => {
                 // Readers see the schema already in the file at once; what the hook
                 // changed commits (and becomes visible) when the store is durable:
-                // a commit must not land on top of WAL frames not yet synced.
+                // a commit must not land on top of WAL frames not yet synced. When
+                // it changed nothing (a plain reopen), the transaction ends now: a
+                // commit without a change writes no frame, and holding the WAL
+                // write lock through the barrier would stall every other process's
+                // writes (an app and its extension) for the barrier's sync.
+                if !c.is_autocommit() {
+                    let after = txn_fingerprint(c)
+                        .map_err(|e| Error::sqlite("schema: inspect", path, e))?;
+                    if before == Some(after) {
+                        pragma(c, path, "schema: end unchanged", "COMMIT")?;
+                    }
+                }
                 *note = if c.is_autocommit() {
-                    ran
+                    format!("{ran}; nothing changed, write lock released at once")
                 } else {
                     format!("{ran}; its changes commit after the open barrier")
                 };
@@ -948,6 +964,27 @@ fn readable(
         store.gate().emit_durable();
     }
     Ok(store)
+}
+
+/// What a write transaction can have changed, read inside it: rows changed
+/// (`total_changes`, every INSERT/UPDATE/DELETE, triggers included), the schema
+/// cookie (any DDL), the header fields keel and apps set (`user_version`,
+/// `application_id`) and the page and free-page counts. Equal before and after the
+/// schema hook: the hook wrote nothing, and its transaction can end at once
+/// (issue 26, item 6). Limit, said plainly: a change that moves none of these
+/// (`REINDEX`, or `ANALYZE` refreshing existing statistics rows; keel's own hook
+/// makes none) would commit at once rather than after durable — on top of the
+/// unsynced WAL, exactly as a write of another process may.
+fn txn_fingerprint(c: &rusqlite::Connection) -> rusqlite::Result<[i64; 6]> {
+    let q = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0));
+    Ok([
+        i64::try_from(c.total_changes()).unwrap_or(i64::MAX),
+        q("PRAGMA schema_version")?,
+        q("PRAGMA user_version")?,
+        q("PRAGMA application_id")?,
+        q("PRAGMA page_count")?,
+        q("PRAGMA freelist_count")?,
+    ])
 }
 
 /// The writer's pragmas and `connection_init` (at open, after recovery, and on each
