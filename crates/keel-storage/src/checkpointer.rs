@@ -179,6 +179,12 @@ pub(crate) struct CkptSignal {
     /// The next write may start a new WAL (a complete checkpoint ran, or the store
     /// opened without one): bump the epoch in it.
     epoch_bump: AtomicBool,
+    /// Writes queued during the open barrier go first: no automatic checkpoint
+    /// (idle, over the threshold, or the open's deferred one) starts until the
+    /// writer's first group after durable is done, so its commit's sync is the
+    /// first I/O after the barrier, not queued behind a checkpoint's two syncs
+    /// (issue 26, item 8). Explicit checkpoints are not held.
+    writes_first: AtomicBool,
 }
 
 impl CkptSignal {
@@ -189,7 +195,27 @@ impl CkptSignal {
             last_commit_ns: AtomicU64::new(0),
             identity: AtomicBool::new(false),
             epoch_bump: AtomicBool::new(false),
+            writes_first: AtomicBool::new(false),
         }
+    }
+
+    /// At durable: count the idle delay from now (nothing could commit during the
+    /// barrier: it was not idle time), and with writes `queued`, hold automatic
+    /// checkpoints until the writer ran them ([`CkptSignal::release_writes_first`]).
+    pub(crate) fn at_durable(&self, queued: bool) {
+        self.writes_first.store(queued, Ordering::Release);
+        let ns = u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.last_commit_ns.store(ns, Ordering::Relaxed);
+    }
+
+    /// The writer's first group after durable is done (or there was none): true
+    /// if a hold was lifted, and the checkpointer must be woken to see it.
+    pub(crate) fn release_writes_first(&self) -> bool {
+        self.writes_first.load(Ordering::Acquire) && self.writes_first.swap(false, Ordering::AcqRel)
+    }
+
+    fn writes_first(&self) -> bool {
+        self.writes_first.load(Ordering::Acquire)
     }
 
     /// Turn the identity epoch on; `armed`: the first write starts a new WAL.
@@ -316,16 +342,19 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         }
         complete
     };
-    if ctx.initial_wal_bytes > ctx.threshold_bytes {
-        // The open pipeline deferred this checkpoint to us: do it now.
-        tracing::debug!(
-            wal_bytes = ctx.initial_wal_bytes,
-            "deferred open checkpoint"
-        );
-        last_auto = Some(Instant::now());
-        passive(&mut conn);
-    }
+    // The open pipeline deferred this checkpoint to us: do it now, or once the
+    // writes queued during the barrier committed.
+    let mut deferred = ctx.initial_wal_bytes > ctx.threshold_bytes;
     loop {
+        if deferred && !sig.writes_first() {
+            deferred = false;
+            tracing::debug!(
+                wal_bytes = ctx.initial_wal_bytes,
+                "deferred open checkpoint"
+            );
+            last_auto = Some(Instant::now());
+            passive(&mut conn);
+        }
         if ctx.suspension.is_suspended() {
             // Let go of every lock; the connection reopens at the next checkpoint.
             ctx.suspension
@@ -336,7 +365,13 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             ctx.suspension.park(crate::park::Parker::Checkpointer);
             continue;
         }
-        let msg = if sig.dirty.load(Ordering::Acquire) {
+        let msg = if sig.writes_first() {
+            // Writes queued during the open barrier go first: wait for the writer.
+            match rx.recv() {
+                Ok(m) => Some(m),
+                Err(_) => break,
+            }
+        } else if sig.dirty.load(Ordering::Acquire) {
             let wait = ctx
                 .idle
                 .saturating_sub(sig.since_last_commit())
@@ -366,7 +401,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             Some(CkptMsg::Committed) => {
                 let frames = ctx.wal_frames.load(Ordering::Relaxed);
                 let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
-                if frames >= threshold_frames && due {
+                if frames >= threshold_frames && due && !sig.writes_first() {
                     tracing::debug!(frames, "WAL over threshold: passive checkpoint");
                     last_auto = Some(Instant::now());
                     passive(&mut conn);

@@ -285,7 +285,22 @@ impl Gate {
                 return Err((e, Some(p)));
             }
         }
-        if p.checkpoint_first {
+        // The writes queued during the barrier go first: no automatic checkpoint
+        // before their group (issue 26, item 8).
+        let mut p = p;
+        let queued = p.w_ctx.gauge.len() > 0;
+        p.ck_ctx.signal.at_durable(queued);
+        if p.checkpoint_first && queued {
+            // The open's checkpoint goes to the checkpointer, which runs it once
+            // the queued writes committed.
+            p.ck_ctx.initial_wal_bytes = p.ck_ctx.threshold_bytes.saturating_add(1);
+            *ckpt_line = Some((
+                Duration::ZERO,
+                0,
+                "after the open barrier and the writes queued during it (background checkpointer)"
+                    .into(),
+            ));
+        } else if p.checkpoint_first {
             let t = Instant::now();
             // Under the checkpoint policy, not the writer's commit policy.
             let o = crate::checkpointer::checkpoint_on_writer(

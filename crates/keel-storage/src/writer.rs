@@ -528,6 +528,14 @@ impl WriterCtx {
             let _ = self.ckpt_tx.send(CkptMsg::Committed);
         }
     }
+
+    /// The writes queued during the open barrier are done (their group ran, or the
+    /// writer found none): let the checkpointer's automatic checkpoints run again.
+    fn writes_first_done(&self) {
+        if self.shared.signal.release_writes_first() {
+            let _ = self.ckpt_tx.send(CkptMsg::Wake);
+        }
+    }
 }
 
 /// Run one of the writer's own transaction-control statements. Never through the
@@ -717,8 +725,13 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
             ctx.suspension.park(crate::park::Parker::Writer);
             continue;
         }
+        if pending.is_none() && ctx.gauge.len() == 0 {
+            // Nothing queued (any more): never hold the checkpointer while waiting.
+            ctx.writes_first_done();
+        }
         let msg = match pending.take() {
             Some(m) => m,
+
             // Idle means asleep: the only deadline is the background vacuum check
             // `idle` after the last commit; once it ran, wait for work alone (a
             // phone's battery pays for every wake-up).
@@ -832,6 +845,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                 if let Some(d) = done {
                     d.resolve();
                 }
+                ctx.writes_first_done();
             }
         }
     }

@@ -198,3 +198,72 @@ fn item6_parallel_open_with_unchanged_schema_does_not_hold_the_write_lock() {
     assert_eq!(count(&store), 2);
     store.close().unwrap();
 }
+
+/// Issue 26, item 8: a write queued during the open barrier is the first thing
+/// after it. Every sync goes through one slow "device" that runs one sync at a time
+/// (as a phone's flash does) and records why it ran; the idle checkpoint delay is
+/// shorter than the barrier, as in the tour (2 s idle, a 2 s barrier sync and the
+/// time to open). Before the fix, the idle PASSIVE checkpoint started right at
+/// durable and the queued write's commit sync queued behind the checkpoint's.
+#[test]
+fn item8_first_queued_write_is_the_first_thing_after_the_barrier() {
+    use keel_storage::{SyncPolicies, SyncReason};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("tour.db");
+    file_with_wal(&db);
+    let idle = Duration::from_millis(20);
+    let release = Arc::new(AtomicBool::new(false));
+    let log: Arc<Mutex<Vec<SyncReason>>> = Arc::default();
+    let device = Arc::new(Mutex::new(()));
+    let (r2, l2) = (Arc::clone(&release), Arc::clone(&log));
+    let slow = SyncPolicy::custom(move |ctx| {
+        if ctx.reason() == SyncReason::OpenBarrier {
+            while !r2.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        let _one_at_a_time = device.lock().unwrap();
+        l2.lock().unwrap().push(ctx.reason());
+        // A sync that takes a while, so a checkpoint started first holds the device.
+        std::thread::sleep(Duration::from_millis(30));
+        ctx.full_sync()
+    });
+    let opened = Instant::now();
+    let store = futures::executor::block_on(Store::open_async(
+        &db,
+        opts()
+            .sync(SyncPolicies::all(slow))
+            .idle_checkpoint_after(idle),
+    ))
+    .unwrap();
+    let write = store.write(|t| {
+        t.execute("INSERT INTO t VALUES (2)", [])
+            .map_err(Error::from)
+    });
+    // The barrier outlasts the idle delay (as a 2 s F_FULLFSYNC outlasts 2 s idle).
+    while opened.elapsed() < idle * 3 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    release.store(true, Ordering::Release);
+    write.wait().unwrap();
+    let before_ack = log.lock().unwrap().clone();
+    let after_barrier: Vec<SyncReason> = before_ack
+        .iter()
+        .copied()
+        .skip_while(|r| *r == SyncReason::OpenBarrier)
+        .collect();
+    assert_eq!(
+        after_barrier.first(),
+        Some(&SyncReason::Commit),
+        "the queued write's commit must be the first sync after the barrier: {before_ack:?}"
+    );
+    assert!(
+        !after_barrier.contains(&SyncReason::Checkpoint),
+        "no checkpoint sync before the queued write was acknowledged: {before_ack:?}"
+    );
+    assert_eq!(count(&store), 2);
+    store.close().unwrap();
+}
