@@ -183,7 +183,10 @@ print(json.dumps({"changed": c.total_changes}))
     let (code, out) = keel(&["check", path.to_str().unwrap(), "--json"]);
     let j: Json = serde_json::from_str(&out).unwrap();
     assert_eq!(code, 1);
-    assert_eq!(j["storage_format"], json!(2));
+    assert_eq!(
+        j["storage_format"],
+        json!(keel_query::inspect::STORAGE_FORMAT)
+    );
     assert_eq!(
         j["column_mismatches"],
         json!([{"collection": "fx.Item", "rowid": 3, "column": "f1", "stored": 99, "expected": 2}])

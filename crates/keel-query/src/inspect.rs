@@ -74,10 +74,20 @@ pub fn stored_schema(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Str
     }
 }
 
-/// The storage format the file records (`format` in [`META_TABLE`]): 2 for the
-/// plain-column layout, 1 for files written before it (expression indexes over
-/// `keel_field`; the next open by keel upgrades them in place), `None` for a file
-/// keel's object store never opened.
+/// The storage format this build writes (see [`storage_format`]); a file of a
+/// higher format was written by a newer keel and is refused.
+///
+/// ```
+/// assert!(keel_query::inspect::STORAGE_FORMAT >= 3);
+/// ```
+pub const STORAGE_FORMAT: i64 = crate::layout::FORMAT;
+
+/// The storage format the file records (`format` in [`META_TABLE`]):
+/// [`STORAGE_FORMAT`] (3) for files this build wrote, whose bodies may lack their
+/// key string; 2 for the plain-column layout with whole bodies; 1 for files written
+/// before it (expression indexes over `keel_field`). The next open by keel brings
+/// an older file to [`STORAGE_FORMAT`] in place. `None` for a file keel's object
+/// store never opened.
 pub fn storage_format(conn: &rusqlite::Connection) -> rusqlite::Result<Option<i64>> {
     if stored_schema(conn)?.is_none() {
         return Ok(None);

@@ -40,8 +40,20 @@ use crate::body::BodyColumns;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;
 
-/// The storage format this build writes (recorded in `keel_meta` as `format`).
-pub(crate) const FORMAT: i64 = 2;
+/// The storage format this build writes (recorded in `keel_meta` as `format`):
+///
+/// * 1: no index columns, expression indexes over `keel_field(body, …)`;
+/// * 2: index columns with plain indexes ([`INDEX_COLUMNS_FORMAT`]);
+/// * 3: a `body` may be stored without its key string (`body.rs`). A build that
+///   reads format 2 would hand out such a body as it is stored, without its key,
+///   so it must refuse the file ("written by a newer keel"); this build reads
+///   both kinds of body side by side, so a format-2 file needs no rewrite: its
+///   next open records 3.
+pub(crate) const FORMAT: i64 = 3;
+
+/// The first format with index columns: an older file is upgraded in the schema
+/// transaction (index columns filled, expression indexes dropped).
+pub(crate) const INDEX_COLUMNS_FORMAT: i64 = 2;
 
 /// The dictionary's table (see [`Dictionary`](crate::Dictionary)), created in the
 /// schema phase with the collections' tables.

@@ -1,5 +1,5 @@
 //! The schema phase of an open: run pending migrations, upgrade an older storage
-//! format (1 → 2, see `layout.rs`), create or verify each collection's table, index
+//! format (1 → 2, see `layout.rs`; 2 → 3 only records the number), create or verify each collection's table, index
 //! columns and indexes, decide which index columns are complete and which must be
 //! filled (now, or by a background write after open), drop what the schema no
 //! longer declares, and record the schema and the format — all in the open's
@@ -10,7 +10,9 @@ use std::path::Path;
 use keel_schema::Schema;
 
 use crate::error::{Error, Result};
-use crate::layout::{backfill, ident, table_columns, Coll, IndexSql, DICT_TABLE_SQL, FORMAT};
+use crate::layout::{
+    backfill, ident, table_columns, Coll, IndexSql, DICT_TABLE_SQL, FORMAT, INDEX_COLUMNS_FORMAT,
+};
 
 /// What the schema phase found, for the database to act on after open.
 #[derive(Debug, Default)]
@@ -151,7 +153,9 @@ pub(crate) fn schema_phase(
         }
         .into());
     }
-    let upgrading = format.is_some_and(|f| f < FORMAT);
+    // Only a file without index columns (format 1) is rewritten; from format 2 on
+    // the layout reads as it is, and the format recorded below moves up.
+    let upgrading = format.is_some_and(|f| f < INDEX_COLUMNS_FORMAT);
     if upgrading {
         tracing::info!(from = ?format, to = FORMAT, "upgrading the storage format in the schema transaction");
         upgrade_format(conn, path)?;

@@ -1,4 +1,5 @@
-//! Storage format 1 → 2 (issue 14, item 2): a file written by keel before the
+//! Storage format 1 → 2 (issue 14, item 2; the file then records the current
+//! format, [`inspect::STORAGE_FORMAT`]): a file written by keel before the
 //! plain-column layout (`tests/fixtures/format1.keel`, see `format1.md` beside it)
 //! opens and is upgraded in place, in the schema transaction, with progress events;
 //! and — on keel-storage's simulated disk — a crash at any operation of the
@@ -198,10 +199,13 @@ fn a_format_1_file_is_upgraded_in_place_in_one_transaction_with_progress() {
         .find(|p| p.phase == OpenPhase::Schema)
         .unwrap()
         .note;
-    assert!(note.contains("storage format 1 → 2"), "{note}");
+    assert!(
+        note.contains(&format!("storage format 1 → {}", inspect::STORAGE_FORMAT)),
+        "{note}"
+    );
     db.close().wait().unwrap();
 
-    assert_eq!(file_state(&path), (2, 0, 5));
+    assert_eq!(file_state(&path), (inspect::STORAGE_FORMAT, 0, 5));
     assert_plain_sqlite(&path, &schema);
     // A second open finds nothing to upgrade.
     let db = Database::open(&path, schema.clone(), quiet()).unwrap();
@@ -244,14 +248,18 @@ fn a_crash_at_any_operation_of_the_upgrading_open_leaves_the_old_format_or_the_n
 
         match file_state(&path) {
             (1, 5, 0) => old_states += 1,
-            (2, 0, 5) => new_states += 1,
+            (inspect::STORAGE_FORMAT, 0, 5) => new_states += 1,
             other => panic!("crash at op {k}: a mix of formats: {other:?}"),
         }
         let db = Database::open(&path, schema.clone(), quiet())
             .unwrap_or_else(|e| panic!("crash at op {k}: reopen failed: {e}"));
         assert_contents(&db, &schema);
         db.close().wait().unwrap();
-        assert_eq!(file_state(&path), (2, 0, 5), "crash at op {k}");
+        assert_eq!(
+            file_state(&path),
+            (inspect::STORAGE_FORMAT, 0, 5),
+            "crash at op {k}"
+        );
         assert_plain_sqlite(&path, &schema);
     }
     println!("{ops} crash points: {old_states} left format 1, {new_states} format 2");
