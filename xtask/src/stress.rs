@@ -7,7 +7,7 @@
 //! normal, custom, off) unless `--policy` pins one; each seed simulates `--points`
 //! crash points and injects as many faults (default 100). `--seed S` replays one seed
 //! exactly (the repro line printed with every failure). The last lines are the
-//! summary: `crash points: N, faults: M, lost: 0, corrupt: 0`.
+//! summary: `crash points: N, faults: M, lost: 0, corrupt: 0, refused: 0`.
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut envs: Vec<(&str, String)> = Vec::new();

@@ -21,6 +21,13 @@
 //!   acknowledged) before the barrier's sync returned; a failed barrier fails the
 //!   queued writes with a typed error and leaves the store readable and its data
 //!   intact (checked on the live store, then again after the next open).
+//! * **upgrade session** (once per campaign): the file is still unstamped, as a keel
+//!   from before the identity stamp (or another app's file) leaves it, with a WAL
+//!   holding unstamped page-1 images left by a killed process. It is opened with the
+//!   identity check on (adopting it), stamped in the schema step, a PASSIVE checkpoint
+//!   copies every frame, and the process is killed before any write. Every later
+//!   session opens with the identity check: a good file refused as foreign counts as
+//!   `refused` (issue 26, item 1).
 //!
 //! The **oracle**, after every crash, at the next successful open:
 //!
@@ -214,6 +221,11 @@ pub struct CampaignReport {
     pub open_sessions: u64,
     /// Open-time sessions whose barrier failed (crash or fault at its sync).
     pub barrier_failures: u64,
+    /// Upgrade sessions: an unstamped file with unstamped page-1 images in its WAL,
+    /// stamped, checkpointed, killed before any write.
+    pub upgrade_sessions: u64,
+    /// Good files the identity check refused as foreign (`ForeignWal`/`ForeignFile`).
+    pub refused: u64,
     /// One line per failure, each with its seed and a repro command.
     pub failures: Vec<String>,
     /// A hash of everything that happened (same seed ⇒ same trace).
@@ -236,13 +248,15 @@ impl CampaignReport {
         self.reopened += o.reopened;
         self.open_sessions += o.open_sessions;
         self.barrier_failures += o.barrier_failures;
+        self.upgrade_sessions += o.upgrade_sessions;
+        self.refused += o.refused;
         self.failures.extend(o.failures.iter().cloned());
         self.trace = self.trace.rotate_left(7) ^ o.trace;
     }
 
-    /// No lost data, no corruption, no violation.
+    /// No lost data, no corruption, no violation, no good file refused.
     pub fn ok(&self) -> bool {
-        self.lost == 0 && self.corrupt == 0 && self.violations == 0
+        self.lost == 0 && self.corrupt == 0 && self.violations == 0 && self.refused == 0
     }
 }
 
@@ -250,8 +264,8 @@ impl fmt::Display for CampaignReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "crash points: {}, faults: {}, lost: {}, corrupt: {}",
-            self.crash_points, self.faults, self.lost, self.corrupt
+            "crash points: {}, faults: {}, lost: {}, corrupt: {}, refused: {}",
+            self.crash_points, self.faults, self.lost, self.corrupt, self.refused
         )
     }
 }
@@ -260,7 +274,7 @@ impl CampaignReport {
     /// The detail line printed under the summary.
     pub fn details(&self) -> String {
         format!(
-            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened, open-time sessions: {} ({} failed barriers)",
+            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened, open-time sessions: {} ({} failed barriers), upgrade sessions: {}",
             self.violations,
             self.recovery_crashes,
             self.power_losses,
@@ -269,7 +283,8 @@ impl CampaignReport {
             self.stayed_usable,
             self.reopened,
             self.open_sessions,
-            self.barrier_failures
+            self.barrier_failures,
+            self.upgrade_sessions
         )
     }
 }
@@ -449,6 +464,8 @@ struct Campaign {
     est_class: [u64; 4],
     /// `KEEL_SIM_TRACE` set: print every event to stderr.
     verbose: bool,
+    /// The upgrade session stamped the file: every open checks its identity.
+    stamped: bool,
 }
 
 fn hash_mix(h: u64, v: u64) -> u64 {
@@ -484,7 +501,9 @@ pub fn run(cfg: &CampaignConfig) -> CampaignReport {
                 c.fault_session();
             }
         } else if want_crash {
-            if c.rng.chance(1, 4) && cfg.open_time {
+            if !c.stamped && c.session > 1 && c.rng.chance(1, 3) {
+                c.upgrade_session();
+            } else if c.rng.chance(1, 4) && cfg.open_time {
                 c.open_time_session();
             } else if c.rng.chance(1, 5) {
                 c.recovery_session();
@@ -521,6 +540,7 @@ impl Campaign {
             est_ops: 40,
             est_class: [40, 30, 6, 1],
             verbose: std::env::var_os("KEEL_SIM_TRACE").is_some(),
+            stamped: false,
             cfg,
         }
     }
@@ -615,7 +635,28 @@ impl Campaign {
         // No background vacuum: the workload runs it explicitly.
         o.vacuum_min_free_pages = 0;
         o.truncate_timeout = Duration::from_millis(200);
+        if self.stamped {
+            // As the object store opens it: identity checked, a schema step (which
+            // changes nothing here) in every open. The app that adopted the file
+            // keeps asking for adoption: a power loss that took the unsynced stamp
+            // back (`Normal`) leaves it unstamped again, as before the upgrade.
+            o = o
+                .keel_identity(true)
+                .adopt_foreign(true)
+                .schema_hook(|_| Ok(()));
+        }
         o
+    }
+
+    /// An open that failed with no crash or fault to explain it: a good file
+    /// refused by the identity check, or something worse.
+    fn unexplained_open_failure(&mut self, what: &str, e: &Error) {
+        if matches!(e, Error::ForeignWal { .. } | Error::ForeignFile { .. }) {
+            self.report.refused += 1;
+            self.failure(format!("REFUSED: {what}: {e}"));
+        } else {
+            self.fail_corrupt(format!("{what}: {e}"));
+        }
     }
 
     // ------------------------------------------------------------ oracle
@@ -1098,9 +1139,10 @@ impl Campaign {
             self.trace(9);
             self.crash_end(None);
         } else {
-            self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+            self.unexplained_open_failure("open failed without a crash or fault", &e);
             // Keep going on a fresh database so the campaign still ends.
             self.disk = Arc::new(SimDisk::new());
+            self.stamped = false;
             let _ = self.create_base();
             self.base = Model::default();
             self.history.clear();
@@ -1124,6 +1166,67 @@ impl Campaign {
             Ok(s) => self.crash_end(Some(s)),
             Err(e) => self.opened_failed(e),
         }
+    }
+
+    /// Issue 26, item 1: the file is unstamped (keel before the identity stamp, or
+    /// an adopted file) and a killed process left unstamped page-1 images in its WAL.
+    /// This open stamps it in its schema step, a PASSIVE checkpoint copies every
+    /// frame, and the process is killed before any write: the stamped file now sits
+    /// beside a WAL that still holds the unstamped images. From here on every open
+    /// checks the identity (see `options`), and must not refuse the file.
+    fn upgrade_session(&mut self) {
+        self.log(|| "upgrade session".into());
+        self.trace(2000);
+        let store = match self.open_and_verify(self.options()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.opened_failed(e);
+                return;
+            }
+        };
+        // Values over a page: the file grows, so page 1 (its page count) is
+        // rewritten, unstamped, in the WAL.
+        let group = self.next_group;
+        self.next_group += 1;
+        let ops: Vec<Op> = (0..3)
+            .map(|i| {
+                let k = self.rng.range(0, 150) as i64;
+                (k, vec![i as u8 ^ self.rng.next_u64() as u8; 1500])
+            })
+            .map(|(k, v)| Op::Put(k, v))
+            .collect();
+        self.single(&store, ops, group);
+        self.disk.crash_now();
+        let _ = store.close();
+        self.disk.app_crash();
+        self.report.app_crashes += 1;
+        self.report.crash_points += 1;
+        self.end = End::AppCrash;
+
+        // The new build: identity on, the unstamped file adopted and stamped.
+        self.stamped = true;
+        self.report.upgrade_sessions += 1;
+        let store = match self.open_and_verify(self.options()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.opened_failed(e);
+                return;
+            }
+        };
+        match store.checkpoint(CheckpointMode::Passive) {
+            Ok(o) if !o.busy && o.checkpointed_frames == o.wal_frames => {}
+            Ok(o) => {
+                self.log(|| format!("upgrade: the checkpoint did not copy every frame: {o:?}"))
+            }
+            Err(e) => self.violation(format!("upgrade: checkpoint failed without a fault: {e}")),
+        }
+        // Killed before any write.
+        self.disk.crash_now();
+        let _ = store.close();
+        self.disk.app_crash();
+        self.report.app_crashes += 1;
+        self.report.crash_points += 1;
+        self.end = End::AppCrash;
     }
 
     /// Leave commits in the WAL (an app crash after a few groups), so the next open
@@ -1250,7 +1353,7 @@ impl Campaign {
                     self.report.faults += 1;
                     self.end = End::Clean;
                 } else {
-                    self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+                    self.unexplained_open_failure("open failed without a crash or fault", &e);
                 }
                 return;
             }
@@ -1444,7 +1547,7 @@ impl Campaign {
                 self.disk.clear_fault();
                 self.check_typed(&e);
                 if self.disk.fired().len() == fired_before {
-                    self.fail_corrupt(format!("open failed without a crash or fault: {e}"));
+                    self.unexplained_open_failure("open failed without a crash or fault", &e);
                     return;
                 }
                 // The fault hit the open: a typed error; the next open must work.
@@ -1543,7 +1646,7 @@ impl Campaign {
                 self.verify_after_open(&s, barrier_ran);
                 let _ = s.close();
             }
-            Err(e) => self.fail_corrupt(format!("final open failed: {e}")),
+            Err(e) => self.unexplained_open_failure("final open failed", &e),
         }
     }
 }
