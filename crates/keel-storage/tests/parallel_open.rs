@@ -207,6 +207,20 @@ fn item6_parallel_open_with_unchanged_schema_does_not_hold_the_write_lock() {
 /// durable and the queued write's commit sync queued behind the checkpoint's.
 #[test]
 fn item8_first_queued_write_is_the_first_thing_after_the_barrier() {
+    first_write_after_the_barrier(|o| o);
+}
+
+/// The same with a WAL over the checkpoint threshold and `checkpoint_on_open`: the
+/// open's own checkpoint, due right after the barrier, waits for the queued write.
+#[test]
+fn item8_the_open_checkpoint_waits_for_the_queued_write_too() {
+    first_write_after_the_barrier(|mut o| {
+        o.checkpoint_on_open = true;
+        o.checkpoint_threshold(1)
+    });
+}
+
+fn first_write_after_the_barrier(shape: impl FnOnce(StoreOptions) -> StoreOptions) {
     use keel_storage::{SyncPolicies, SyncReason};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::{Arc, Mutex};
@@ -234,9 +248,11 @@ fn item8_first_queued_write_is_the_first_thing_after_the_barrier() {
     let opened = Instant::now();
     let store = futures::executor::block_on(Store::open_async(
         &db,
-        opts()
-            .sync(SyncPolicies::all(slow))
-            .idle_checkpoint_after(idle),
+        shape(
+            opts()
+                .sync(SyncPolicies::all(slow))
+                .idle_checkpoint_after(idle),
+        ),
     ))
     .unwrap();
     let write = store.write(|t| {
