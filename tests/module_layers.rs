@@ -1,9 +1,13 @@
 //! Inside each crate the modules are layered: a module's imports point down, never
 //! in a circle (see `docs/architecture.md`). This test reads every crate's source
 //! (`crates/*`, the root crate and `xtask`, whose commands call each other too),
-//! collects which module each file reaches (`crate::…`, `super::…`, `self::…`, a
-//! child module named in a `use`, and `crate::Name` through the root's `pub use`),
-//! and fails on any dependency cycle, naming its edges and the paths that make them.
+//! collects which module each file reaches (`crate::…`, `super::…`, `self::…`, in
+//! `use` items and written inline in code, a child module named in a `use`, and
+//! `crate::Name` through the root's `pub use`), and fails on any dependency cycle,
+//! naming its edges and the paths that make them. A path through another module's
+//! `pub use` (`crate::dictionary::DictValue`) reaches both that module and the one
+//! defining the item: the re-export is that module's code (the crate root's facade
+//! excepted, and a module's own parent, whose re-exports of siblings it may use).
 //!
 //! Only production code counts: `#[cfg(test)]` modules may reach anything.
 //! A module's own submodules count as separate modules, so a parent that imports a
@@ -113,7 +117,14 @@ fn module_graph(src: &Path) -> Graph {
             let Some(abs) = absolute(&segs, m) else {
                 continue;
             };
+            // A path through a module's `pub use` (not the crate root's facade)
+            // depends on that module too: its code is what the path names.
+            let via = longest_module(&abs, &modules);
             let target = defining_module(abs, &modules, &reexports);
+            if !via.is_empty() && via != *m && via != target && !m.starts_with(&format!("{via}::"))
+            {
+                deps.entry(via).or_default().insert(path.clone());
+            }
             if target.is_empty() || target == *m {
                 continue;
             }
@@ -598,13 +609,14 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
     let files = [
         (
             "lib.rs",
-            "mod a;\nmod b;\nmod c;\nmod d;\n#[cfg(test)]\nmod t;\npub use c::Thing;\n",
+            "mod a;\nmod b;\nmod c;\nmod d;\nmod f;\n#[cfg(test)]\nmod t;\npub use c::Thing;\n",
         ),
         (
             "a.rs",
             "use crate::b::B; // crate::d::D only in a comment\n\
              const S: &str = \"crate::d::D\";\npub struct A(B);\n\
-             fn go() {\n    crate::d::start(&S, 1)\n        .unwrap();\n}\n",
+             fn go() {\n    crate::d::start(&S, 1)\n        .unwrap();\n}\n\
+             fn via(_: crate::f::D) {}\n",
         ),
         (
             "b.rs",
@@ -616,6 +628,7 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
         ),
         ("d.rs", "pub struct D;\npub fn start(_: &str, _: i32) {}\n"),
         ("t.rs", "use crate::d::D;\n"),
+        ("f.rs", "pub use crate::d::D;\n"),
     ];
     for (name, text) in files {
         std::fs::write(src.join(name), text).unwrap();
@@ -625,11 +638,20 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
         .iter()
         .flat_map(|(from, to)| to.keys().map(move |t| (from.clone(), t.clone())))
         .collect();
-    // `a -> d` comes from a path written inline in an expression, not a `use`.
-    let want: Vec<(String, String)> = [("", "c"), ("a", "b"), ("a", "d"), ("b", "a"), ("b", "c")]
-        .iter()
-        .map(|(a, b)| (a.to_string(), b.to_string()))
-        .collect();
+    // `a -> d` comes from a path written inline in an expression, not a `use`;
+    // `a -> f` from a path through `f`'s re-export of `d::D` (which also reaches d).
+    let want: Vec<(String, String)> = [
+        ("", "c"),
+        ("a", "b"),
+        ("a", "d"),
+        ("a", "f"),
+        ("b", "a"),
+        ("b", "c"),
+        ("f", "d"),
+    ]
+    .iter()
+    .map(|(a, b)| (a.to_string(), b.to_string()))
+    .collect();
     assert_eq!(edges, want);
     assert_eq!(cycles(&g), vec![vec!["a".to_string(), "b".to_string()]]);
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Weak};
 use keel_schema::Value;
 
 use crate::dictionary::shared::read_row;
-use crate::dictionary::DictValue;
+use crate::dictionary::value::DictValue;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::SqlValue;

@@ -82,7 +82,7 @@ mod cache;
 pub(crate) mod shared;
 mod subscribe;
 pub(crate) mod txn;
-mod value;
+pub(crate) mod value;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
