@@ -9,7 +9,7 @@
 //! commit: in-memory filter and sort, row-level diffs) and the values to the
 //! dictionary's cache and subscribers.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -48,6 +48,13 @@ fn key_of(inner: &Inner, c: &Coll, rowid: i64, bytes: &[u8]) -> Option<Vec<Value
                 .ok()
                 .map(|v| SqlValue::from_ref(v).to_value())
         })
+        .collect()
+}
+
+/// A key as the hub compares it (a logged `Bool` and a read `Int` are one key).
+fn normalized(k: &[Value]) -> Vec<Value> {
+    k.iter()
+        .map(|v| SqlValue::from_value(v).to_value())
         .collect()
 }
 
@@ -119,13 +126,30 @@ fn read_batch(
                 dict_clear,
             } => (end, commits, rows, keys, dict_clear),
         };
-    // Each changed row once, in the order of its first change.
-    let mut seen: HashSet<(String, i64)> = HashSet::new();
-    let mut rows = Vec::new();
-    for (coll, rowid) in changed {
-        if !seen.insert((coll.clone(), rowid)) {
-            continue;
+    // Each changed row once, in the order of its first change, with every key
+    // logged at it (SQLite reuses the rowid of a deleted last row).
+    let mut at: HashMap<(String, i64), usize> = HashMap::new();
+    let mut touched: Vec<(String, i64, Vec<Vec<Value>>, bool)> = Vec::new();
+    for (coll, rowid, key) in changed {
+        let i = *at.entry((coll.clone(), rowid)).or_insert_with(|| {
+            touched.push((coll, rowid, Vec::new(), false));
+            touched.len() - 1
+        });
+        match key {
+            Some(k) => {
+                if !touched[i].2.contains(&k) {
+                    touched[i].2.push(k);
+                }
+            }
+            None => touched[i].3 = true, // an entry without keys
         }
+    }
+    // The deletes of objects whose rowid now holds another key (or nothing) come
+    // first: an object deleted at one rowid and inserted again at another ends
+    // up present, whatever the order of the rowids.
+    let mut gone = Vec::new();
+    let mut rows = Vec::new();
+    for (coll, rowid, logged, unkeyed) in touched {
         let Ok(c) = inner.coll(&coll, "catch up") else {
             continue; // a collection this handle's schema does not have
         };
@@ -134,13 +158,29 @@ fn read_batch(
         }
         let bytes = row_now(conn, c, rowid)?;
         let key = bytes.as_deref().and_then(|b| key_of(inner, c, rowid, b));
-        rows.push(RemoteRow {
-            collection: c.name.clone(),
-            rowid,
-            key,
-            bytes,
-        });
+        let now = key.as_deref().map(normalized);
+        for k in logged {
+            if now.as_ref() != Some(&normalized(&k)) {
+                gone.push(RemoteRow {
+                    collection: c.name.clone(),
+                    rowid,
+                    key: Some(k),
+                    bytes: None,
+                });
+            }
+        }
+        // A delete whose key no entry logged is found by rowid, as before.
+        if bytes.is_some() || unkeyed {
+            rows.push(RemoteRow {
+                collection: c.name.clone(),
+                rowid,
+                key,
+                bytes,
+            });
+        }
     }
+    gone.append(&mut rows);
+    let rows = gone;
     if dict_clear {
         // Keys set after the clear are in `keys`; every other subscribed key is gone.
         keys.extend(subscribed.iter().cloned());

@@ -1,0 +1,281 @@
+//! Where the cross-process feed meets other features (issue 26, items 2, 4 and 7),
+//! with real processes: process B (this test) holds subscriptions, process A (this
+//! test binary run again, as `promise_writer`) commits.
+//!
+//! * Item 2: SQLite reuses the rowid of a deleted row; B must still see the delete
+//!   of the old object, and attribute a later delete of that rowid to the new one.
+//! * Item 4: a catch-up that failed is retried, and a resume always catches up.
+//! * Item 7: without `share_changes` another process's commits still reach B's
+//!   live queries (found by a cheap check at B's next read or commit, and at resume).
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use keel::prelude::*;
+use keel::{ObjectEvent, Update};
+use keel_example_blog::blog::Post;
+
+const ROLE: &str = "KEEL_XPROC_PROMISE_DB";
+const SHARE: &str = "KEEL_XPROC_PROMISE_SHARE";
+const REPLY: &str = "KEEL> ";
+const WAIT: Duration = Duration::from_secs(30);
+
+fn shared() -> StoreOptions {
+    StoreOptions::default().share_changes(true)
+}
+
+fn post(id: &str, priority: i32) -> Post {
+    Post::builder().id(id).priority(priority).build()
+}
+
+/// Process A: opens the database named by `KEEL_XPROC_PROMISE_DB` and runs one
+/// command per stdin line. Without the variable (a normal test run) it does nothing.
+#[test]
+fn promise_writer() {
+    let Ok(path) = std::env::var(ROLE) else {
+        return;
+    };
+    let share = std::env::var(SHARE).is_ok_and(|v| v == "1");
+    let db =
+        Database::open_for::<Post>(&path, StoreOptions::default().share_changes(share)).unwrap();
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout();
+    for line in stdin.lock().lines() {
+        let line = line.unwrap();
+        let w: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        let r: keel::Result<()> = match w.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            ["insert", id, prio] => {
+                let p = post(id, prio.parse().unwrap());
+                db.write(move |t| t.insert(&p).map(|_| ())).wait()
+            }
+            ["delete", id] => {
+                let id = id.to_string();
+                db.write(move |t| t.delete::<Post>(&id).map(|_| ())).wait()
+            }
+            // One write: delete `old`, insert `new` (SQLite gives `new` the rowid
+            // `old` had when it was the last row).
+            ["delins", old, new] => {
+                let (old, new) = (old.to_string(), post(new, 1));
+                db.write(move |t| {
+                    t.delete::<Post>(&old)?;
+                    t.insert(&new).map(|_| ())
+                })
+                .wait()
+            }
+            // "Replace everything from the server": delete_where, then inserts.
+            ["replace", prefix, n] => {
+                let (prefix, n) = (prefix.to_string(), n.parse::<i32>().unwrap());
+                db.write(move |t| {
+                    t.delete_where::<Post>(Post::priority().ge(i32::MIN))?;
+                    for i in 0..n {
+                        t.insert(&post(&format!("{prefix}{i}"), i))?;
+                    }
+                    Ok(())
+                })
+                .wait()
+            }
+            ["quit"] => break,
+            _ => panic!("unknown command {line:?}"),
+        };
+        match r {
+            Ok(()) => writeln!(out, "{REPLY}ok").unwrap(),
+            Err(e) => writeln!(out, "{REPLY}err {e}").unwrap(),
+        }
+        out.flush().unwrap();
+    }
+    db.close().wait().unwrap();
+}
+
+/// Process A, driven from here.
+struct Writer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Writer {
+    fn spawn(db: &Path, share: bool) -> Writer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "promise_writer",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, db)
+            .env(SHARE, if share { "1" } else { "0" })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Writer {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    /// Run one command in process A and wait for its commit.
+    fn run(&mut self, cmd: &str) {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "process A ended"
+            );
+            if let Some(r) = line.trim_end().split(REPLY).nth(1) {
+                assert_eq!(r, "ok", "process A: {cmd}");
+                return;
+            }
+        }
+    }
+
+    fn quit(mut self) {
+        writeln!(self.stdin, "quit").unwrap();
+        drop(self.stdin);
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Block until B's feed has applied `n` commits of other processes (each
+/// delivered before the count moves).
+fn wait_remote(db: &Database, n: u64) {
+    let start = Instant::now();
+    while db.feed_stats().unwrap().remote_commits < n {
+        assert!(
+            start.elapsed() < WAIT,
+            "B never caught up: {:?}",
+            db.feed_stats()
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Subscribe to post `id` in B; the first event (the stored object) is taken.
+fn follow(db: &Database, id: &str) -> (impl Drop, mpsc::Receiver<ObjectEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let sub = db
+        .subscribe_object("blog.Post", &[id.into()], None, move |e| {
+            let _ = tx.send(e);
+        })
+        .unwrap();
+    assert!(
+        matches!(rx.recv_timeout(WAIT).unwrap(), ObjectEvent::Updated(_)),
+        "{id} exists"
+    );
+    (sub, rx)
+}
+
+fn ids(u: &Update<Post>) -> Vec<String> {
+    u.objects.iter().map(|p| p.id.clone()).collect()
+}
+
+/// A live query over every post, by priority then id; the first delivery taken.
+fn watch_all(db: &Database) -> (impl Drop, mpsc::Receiver<Vec<String>>) {
+    let (tx, rx) = mpsc::channel();
+    let sub = db
+        .fetch::<Post>()
+        .order_by(Post::priority().asc())
+        .order_by(Post::id().asc())
+        .subscribe(move |u: Update<Post>| {
+            let _ = tx.send(ids(&u));
+        })
+        .unwrap();
+    rx.recv_timeout(WAIT).unwrap();
+    (sub, rx)
+}
+
+/// The last result a live query delivered so far (waits for at least one).
+fn latest(rx: &mpsc::Receiver<Vec<String>>) -> Vec<String> {
+    let mut last = rx.recv_timeout(WAIT).unwrap();
+    while let Ok(v) = rx.try_recv() {
+        last = v;
+    }
+    last
+}
+
+#[test]
+fn item2_a_delete_whose_rowid_sqlite_reuses_still_reaches_b() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("reuse.db");
+    let b = Database::open_for::<Post>(&path, shared()).unwrap();
+    b.write(|t| t.insert(&post("x", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    let (_sx, ox) = follow(&b, "x");
+    let (_q, q) = watch_all(&b);
+    let mut a = Writer::spawn(&path, true);
+
+    // One write of A deletes x and inserts y, which takes x's rowid.
+    a.run("delins x y");
+    wait_remote(&b, 1);
+    assert!(
+        matches!(ox.try_recv(), Ok(ObjectEvent::Deleted)),
+        "B's subscription on x never heard x was deleted"
+    );
+    assert_eq!(latest(&q), ["y"]);
+
+    // A later delete of that rowid is y's, not x's.
+    let (_sy, oy) = follow(&b, "y");
+    a.run("delete y");
+    wait_remote(&b, 2);
+    assert!(
+        matches!(oy.try_recv(), Ok(ObjectEvent::Deleted)),
+        "the delete of y's rowid was not attributed to y"
+    );
+    assert_eq!(latest(&q), Vec::<String>::new());
+
+    // Two commits that B catches up together (B was suspended meanwhile): the
+    // delete of z, then w taking z's rowid.
+    b.write(|t| t.insert(&post("z", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    let (_sz, oz) = follow(&b, "z");
+    assert_eq!(latest(&q), ["z"]);
+    b.suspend().unwrap();
+    a.run("delete z");
+    a.run("insert w 1");
+    b.resume().unwrap();
+    wait_remote(&b, 4);
+    assert!(
+        matches!(oz.try_recv(), Ok(ObjectEvent::Deleted)),
+        "z's delete, caught up with w's insert, never reached B"
+    );
+    assert_eq!(latest(&q), ["w"]);
+
+    // "Replace everything from the server": delete_where, then inserts that take
+    // the freed rowids.
+    b.write(|t| {
+        t.insert(&post("k1", 5))?;
+        t.insert(&post("k2", 6)).map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    let subs: Vec<_> = ["w", "k1", "k2"].iter().map(|id| follow(&b, id)).collect();
+    latest(&q);
+    a.run("replace n 3");
+    wait_remote(&b, 5);
+    for (i, (_, rx)) in subs.iter().enumerate() {
+        assert!(
+            matches!(rx.try_recv(), Ok(ObjectEvent::Deleted)),
+            "replaced object {i} never got Deleted"
+        );
+    }
+    assert_eq!(latest(&q), ["n0", "n1", "n2"]);
+    // The new objects are followed as themselves.
+    let (_sn, on) = follow(&b, "n1");
+    a.run("delete n1");
+    wait_remote(&b, 6);
+    assert!(matches!(on.try_recv(), Ok(ObjectEvent::Deleted)));
+    assert_eq!(latest(&q), ["n0", "n2"]);
+
+    a.quit();
+    b.close().wait().unwrap();
+}
