@@ -15,7 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use keel::prelude::*;
-use keel::{ObjectEvent, Update};
+use keel::{ObjectEvent, SuspendOptions, Update};
 use keel_example_blog::blog::Post;
 
 const ROLE: &str = "KEEL_XPROC_PROMISE_DB";
@@ -276,6 +276,134 @@ fn item2_a_delete_whose_rowid_sqlite_reuses_still_reaches_b() {
     assert!(matches!(on.try_recv(), Ok(ObjectEvent::Deleted)));
     assert_eq!(latest(&q), ["n0", "n2"]);
 
+    a.quit();
+    b.close().wait().unwrap();
+}
+
+/// Hold one of `db`'s pooled read connections on another thread until the
+/// returned sender is used (or dropped).
+fn hold_a_reader(db: &Database) -> (mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+    let (held_tx, held_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let db = db.clone();
+    let h = std::thread::spawn(move || {
+        db.store()
+            .read(|_| {
+                held_tx.send(()).unwrap();
+                let _ = release_rx.recv();
+                Ok::<_, keel::storage::Error>(())
+            })
+            .unwrap();
+    });
+    held_rx.recv_timeout(WAIT).unwrap();
+    (release_tx, h)
+}
+
+/// A query's deliveries until one equals `want` (fails after `within`).
+fn wait_for(rx: &mpsc::Receiver<Vec<String>>, want: &[&str], within: Duration) {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < within {
+        match rx.recv_timeout(Duration::from_millis(50)) {
+            Ok(v) if v == want => return,
+            Ok(v) => last = Some(v),
+            Err(_) => {}
+        }
+    }
+    panic!("the live query never showed {want:?}; last delivery {last:?}");
+}
+
+#[test]
+fn item4_a_failed_catch_up_is_retried_and_a_commit_racing_a_suspend_is_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("retry.db");
+    // One reader that waits briefly: the feed's catch-up fails while it is held.
+    let b = Database::open_for::<Post>(
+        &path,
+        shared().readers(1).reader_wait(Duration::from_millis(100)),
+    )
+    .unwrap();
+    let (_q, q) = watch_all(&b);
+    let mut a = Writer::spawn(&path, true);
+
+    // The catch-up of a1 fails (no reader); nothing else commits afterwards.
+    let (release, h) = hold_a_reader(&b);
+    a.run("insert a1 1");
+    std::thread::sleep(Duration::from_millis(600));
+    drop(release);
+    h.join().unwrap();
+    wait_for(&q, &["a1"], Duration::from_secs(10));
+
+    // Again, and B suspends before the retry: the file is unchanged between the
+    // suspend and the resume, and the resume still catches up.
+    let (release, h) = hold_a_reader(&b);
+    a.run("insert a2 2");
+    std::thread::sleep(Duration::from_millis(600));
+    drop(release);
+    h.join().unwrap();
+    b.suspend_with(SuspendOptions::default().fail_fast(true))
+        .unwrap();
+    b.resume().unwrap();
+    wait_for(&q, &["a1", "a2"], Duration::from_secs(10));
+
+    a.quit();
+    b.close().wait().unwrap();
+}
+
+#[test]
+fn item4_the_feed_holds_no_lock_while_it_waits_for_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gate.db");
+    let b = Database::open_for::<Post>(&path, shared().readers(1)).unwrap();
+    let (_q, q) = watch_all(&b);
+    // A subscription whose callback holds B's first local commit in the gate
+    // (between its COMMIT and the end of its delivery) until told.
+    let (hold_tx, hold_rx) = mpsc::channel::<()>();
+    let (entered_tx, entered_rx) = mpsc::channel::<()>();
+    let mut hold = Some((hold_rx, entered_tx));
+    let _blocker = b
+        .fetch::<Post>()
+        .subscribe(move |u: Update<Post>| {
+            if ids(&u).iter().any(|i| i == "w1") {
+                if let Some((rx, tx)) = hold.take() {
+                    tx.send(()).unwrap();
+                    let _ = rx.recv();
+                }
+            }
+        })
+        .unwrap();
+    let mut a = Writer::spawn(&path, true);
+
+    let w1 = b.write(|t| t.insert(&post("w1", 1)).map(|_| ()));
+    entered_rx.recv_timeout(WAIT).unwrap();
+    // A commits: B's feed waits for w1's delivery to leave the gate.
+    a.run("insert a1 2");
+    std::thread::sleep(Duration::from_millis(300));
+    // Every reader of B is taken; then w1's delivery ends.
+    let (release, h) = hold_a_reader(&b);
+    drop(hold_tx);
+    w1.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    // A write of B: its closure must not wait for the feed while it holds the
+    // write lock.
+    let w2 = b.write(|t| t.insert(&post("w2", 3)).map(|_| ()));
+    std::thread::sleep(Duration::from_millis(100));
+    let b2 = b.clone();
+    let suspending = std::thread::spawn(move || {
+        b2.suspend_with(SuspendOptions::default().timeout(Duration::from_secs(3)))
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    drop(release);
+    h.join().unwrap();
+    suspending
+        .join()
+        .unwrap()
+        .expect("suspend gave up: a keel thread still held a connection");
+    w2.wait().unwrap();
+    // B is suspended and holds no lock: A writes at once.
+    a.run("insert a2 4");
+    b.resume().unwrap();
+    wait_for(&q, &["w1", "a1", "w2", "a2"], Duration::from_secs(10));
     a.quit();
     b.close().wait().unwrap();
 }

@@ -957,10 +957,12 @@ impl Database {
     /// End a suspend: waiting reads and queued writes go on; connections reopen
     /// lazily on the threads that use them, so this returns at once.
     ///
-    /// If another process changed the file meanwhile
-    /// ([`ResumeReport::external_changes`]), subscriptions catch up on a keel
-    /// thread: with [`StoreOptions::share_changes`] the change log says which rows
-    /// and dictionary keys changed ([`Database::catch_up`]); without it every live
+    /// With [`StoreOptions::share_changes`], subscriptions always catch up on a
+    /// keel thread ([`Database::catch_up`]): the change log says which rows and
+    /// dictionary keys other processes changed, including commits whose catch-up a
+    /// suspend interrupted before the files were stamped. Without sharing, if
+    /// another process changed the file meanwhile
+    /// ([`ResumeReport::external_changes`]), every live
     /// query and object subscription is read again on the writer thread (ordered
     /// with commits) and delivers what differs. Either way nothing stale is shown
     /// silently after a resume.
@@ -980,26 +982,27 @@ impl Database {
         self.inner.check_open("resume")?;
         let r = self.inner.store.resume()?;
         crate::dictionary::shared::after_resume(&self.inner.dict);
-        if r.external_changes {
-            if self.inner.feed.is_some() {
-                // With the change feed the log says which rows changed, and dictionary
-                // subscriptions hear of it too. It runs on a keel thread so resume
-                // returns at once; if it cannot run, everything is read again instead.
-                let weak = Arc::downgrade(&self.inner);
-                let job = Box::new(move || {
-                    if let Some(inner) = weak.upgrade() {
-                        if let Err(e) = crate::remote::catch_up(&inner) {
-                            tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
-                            inner.external_changes();
-                        }
+        if self.inner.feed.is_some() {
+            // With the change feed: always, whether or not the files changed since
+            // the suspend — a catch-up the suspend interrupted (or any that failed)
+            // left its commits unread, and the file stamp was taken after them. The
+            // log says which rows changed (nothing to do costs one read), and
+            // dictionary subscriptions hear of it too. It runs on a keel thread so
+            // resume returns at once; if it cannot run, everything is read again.
+            let weak = Arc::downgrade(&self.inner);
+            let job = Box::new(move || {
+                if let Some(inner) = weak.upgrade() {
+                    if let Err(e) = crate::remote::catch_up(&inner) {
+                        tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
+                        inner.external_changes();
                     }
-                });
-                if self.inner.fetch_pool.submit(job).is_err() {
-                    self.inner.external_changes();
                 }
-            } else {
+            });
+            if self.inner.fetch_pool.submit(job).is_err() {
                 self.inner.external_changes();
             }
+        } else if r.external_changes {
+            self.inner.external_changes();
         }
         Ok(r)
     }

@@ -36,9 +36,21 @@
 //! read a snapshot that already contains a local commit not yet delivered, that
 //! delivery would later overwrite newer rows with older ones. So a write closure
 //! that logs *enters* the gate before COMMIT and leaves after its delivery, and a
-//! catch-up waits until no local commit is between the two and holds new ones off
-//! (at the end of their closure) while it reads and delivers. The gate exists
-//! only with sharing on.
+//! catch-up enters only when no local commit is between the two and holds new
+//! ones off (at the end of their closure, in the write transaction) while it
+//! reads and delivers. The gate exists only with sharing on.
+//!
+//! **No lock is held across a wait for a reader.** A local commit waiting at the
+//! gate holds the WAL write lock, so a catch-up inside the gate must never wait
+//! for a pooled read connection (the pool may be busy for `reader_wait`, or
+//! suspended until resume: `suspend()` would then time out with the write lock
+//! held). The catch-up therefore takes its read connection first, holding
+//! nothing, and only then tries the gate ([`Feed::try_feeding`], which never
+//! waits); if a local commit is inside, it gives the connection back and waits
+//! for the gate to empty ([`Feed::wait_idle`]) holding nothing, then tries again.
+//! The `keel-feed` thread also runs its catch-ups failing fast while suspended
+//! (a refill read of a delivery included), and a catch-up that failed is
+//! retried: by the feed thread with a short backoff, and always by `resume`.
 //!
 //! This module is the low half (state, gate, log format), below the engine and
 //! the dictionary, which write through it; `remote.rs`, above the engine, reads
@@ -278,19 +290,27 @@ impl Feed {
         }
     }
 
-    /// Enter the gate as a catch-up: wait until every local commit inside has
-    /// been delivered; new ones wait until the returned guard drops.
-    pub(crate) fn feeding(&self) -> Feeding<'_> {
+    /// Enter the gate as a catch-up if no local commit is inside (and no other
+    /// catch-up): new local commits then wait until the returned guard drops.
+    /// Never waits: the caller holds a pooled read connection, and a local
+    /// commit's delivery may need one (see [`Feed::wait_idle`]).
+    pub(crate) fn try_feeding(&self) -> Option<Feeding<'_>> {
         let mut g = lock(&self.gate);
-        while g.feeding {
-            g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        if g.feeding || g.pending > 0 {
+            return None;
         }
         g.feeding = true;
-        while g.pending > 0 {
+        g.threads.push(std::thread::current().id());
+        Some(Feeding(self))
+    }
+
+    /// Wait until no local commit and no catch-up is inside the gate (a catch-up
+    /// that found it taken waits here holding nothing, then tries again).
+    pub(crate) fn wait_idle(&self) {
+        let mut g = lock(&self.gate);
+        while g.feeding || g.pending > 0 {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
-        g.threads.push(std::thread::current().id());
-        Feeding(self)
     }
 
     /// True on a thread inside this feed's gate (a local commit not yet delivered,

@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use keel_schema::Value;
 
@@ -23,13 +24,43 @@ use crate::eval::SqlValue;
 use crate::feed::{lock, Feed, LogRead, RemoteRow};
 use crate::layout::Coll;
 
+/// Attempts of the `keel-feed` thread per wake-up before it leaves a failing
+/// catch-up to the next post, [`Database::catch_up`](crate::Database::catch_up)
+/// or resume (its log position has not moved, so nothing is skipped).
+const ATTEMPTS: u32 = 8;
+
 /// Start `feed`'s `keel-feed` thread for the database `db`: every post from a
-/// process runs [`catch_up`].
+/// process runs [`catch_up`], again after a failure (a reader pool busy past
+/// `reader_wait`, say), with a backoff of 20 ms doubling to 1.3 s. While the
+/// store is suspended its reads fail at once instead of waiting for resume
+/// (which catches up by itself), so the thread never holds the gate across a
+/// suspension.
 pub(crate) fn start(feed: &Feed, db: Weak<Inner>) -> Result<()> {
     feed.start(move || {
         let Some(inner) = db.upgrade() else { return };
-        if let Err(e) = catch_up(&inner) {
-            tracing::warn!(error = %e, "cross-process catch-up failed");
+        let mut delay = Duration::from_millis(20);
+        for attempt in 1..=ATTEMPTS {
+            let Err(e) = keel_storage::fail_fast_while_suspended(|| catch_up(&inner)) else {
+                return;
+            };
+            if inner.store.is_suspended() || inner.check_open("catch up").is_err() {
+                // Resume catches up (and close ends it all).
+                tracing::debug!(error = %e, "cross-process catch-up stopped by a suspend");
+                return;
+            }
+            tracing::warn!(error = %e, attempt, "cross-process catch-up failed; trying again");
+            if attempt == ATTEMPTS {
+                return;
+            }
+            // In short steps: a close waits for this thread.
+            let until = Instant::now() + delay;
+            while Instant::now() < until {
+                if inner.check_open("catch up").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10).min(delay));
+            }
+            delay *= 2;
         }
     })
 }
@@ -224,12 +255,21 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
         *last = end;
         return Ok(());
     }
-    let _feeding = feed.feeding();
-    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
+    // The read connection first, holding nothing; then the gate, without waiting
+    // (see "No lock is held across a wait for a reader" in `feed.rs`). The
+    // snapshot starts at the first statement, after the gate was entered.
     let subscribed = inner.dict.subs.keys();
-    let batch = inner
-        .store
-        .read(|c| read_batch(inner, c, feed.origin, *last, &subscribed))?;
+    let (_feeding, batch) = loop {
+        let got = inner.store.read(|c| match feed.try_feeding() {
+            Some(g) => read_batch(inner, c, feed.origin, *last, &subscribed).map(|b| Some((g, b))),
+            None => Ok(None),
+        })?;
+        match got {
+            Some(x) => break x,
+            None => feed.wait_idle(),
+        }
+    };
+    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
     match batch {
         Batch::Nothing => {}
         Batch::Full { end, dict } => {
