@@ -407,3 +407,49 @@ fn item4_the_feed_holds_no_lock_while_it_waits_for_a_reader() {
     a.quit();
     b.close().wait().unwrap();
 }
+
+#[test]
+fn item7_without_sharing_another_process_commits_still_reach_live_queries() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("solo.db");
+    let b = Database::open_for::<Post>(&path, StoreOptions::default()).unwrap();
+    b.write(|t| t.insert(&post("b0", 0)).map(|_| ()))
+        .wait()
+        .unwrap();
+    let (_q, q) = watch_all(&b);
+    let mut a = Writer::spawn(&path, false);
+
+    // A commits 5 objects; B's next read notices.
+    for i in 1..=5 {
+        a.run(&format!("insert a{i} {i}"));
+    }
+    assert_eq!(b.fetch::<Post>().count().unwrap(), 6);
+    wait_for(
+        &q,
+        &["b0", "a1", "a2", "a3", "a4", "a5"],
+        Duration::from_secs(10),
+    );
+
+    // A commits; B's next commit notices.
+    a.run("insert a6 6");
+    b.write(|t| t.insert(&post("b7", 7)).map(|_| ()))
+        .wait()
+        .unwrap();
+    wait_for(
+        &q,
+        &["b0", "a1", "a2", "a3", "a4", "a5", "a6", "b7"],
+        Duration::from_secs(10),
+    );
+
+    // A commits right before B suspends; the resume notices.
+    a.run("delete a1");
+    b.suspend().unwrap();
+    b.resume().unwrap();
+    wait_for(
+        &q,
+        &["b0", "a2", "a3", "a4", "a5", "a6", "b7"],
+        Duration::from_secs(10),
+    );
+    a.quit();
+    b.close().wait().unwrap();
+}

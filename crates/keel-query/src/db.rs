@@ -644,6 +644,9 @@ impl Database {
                 });
             }
             let v = res?;
+            // Another process committed before this transaction (the writer
+            // checked at BEGIN): read every subscription again after this commit.
+            inner.notice_foreign(false);
             // Logged in the closure's savepoint: it rolls back with the closure.
             let logged = match &inner.feed {
                 Some(feed) => {
@@ -1002,7 +1005,13 @@ impl Database {
                 self.inner.external_changes();
             }
         } else if r.external_changes {
+            let n = self.inner.store.foreign_commits(false);
+            self.inner.foreign_seen.store(n, Ordering::Release);
             self.inner.external_changes();
+        } else {
+            // A commit of another process that the file stamp taken at suspend
+            // already included, found by the writer before it let go.
+            self.inner.notice_foreign(false);
         }
         Ok(r)
     }
