@@ -15,6 +15,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use keel::prelude::*;
+use keel::storage::rusqlite;
 use keel::{ObjectEvent, SuspendOptions, Update};
 use keel_example_blog::blog::Post;
 
@@ -451,5 +452,46 @@ fn item7_without_sharing_another_process_commits_still_reach_live_queries() {
         Duration::from_secs(10),
     );
     a.quit();
+    b.close().wait().unwrap();
+}
+
+#[test]
+fn item2_a_change_log_an_older_keel_created_gains_the_key_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old-log.db");
+    let db = Database::open_for::<Post>(&path, shared()).unwrap();
+    db.close().wait().unwrap();
+    let has_ids = |c: &rusqlite::Connection| -> bool {
+        c.query_row(
+            "SELECT count(*) > 0 FROM pragma_table_info('keel_changes') WHERE name = 'ids'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    {
+        // The log as a keel before issue 26 created it: no key column.
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch("ALTER TABLE keel_changes DROP COLUMN ids")
+            .unwrap();
+        assert!(!has_ids(&c));
+    }
+    let b = Database::open_for::<Post>(&path, shared()).unwrap();
+    let a = Database::open_for::<Post>(&path, shared()).unwrap();
+    assert!(has_ids(&rusqlite::Connection::open(&path).unwrap()));
+    a.write(|t| t.insert(&post("x", 1)).map(|_| ()))
+        .wait()
+        .unwrap();
+    b.catch_up().unwrap();
+    let (_sx, ox) = follow(&b, "x");
+    a.write(|t| {
+        t.delete::<Post>(&"x".to_string())?;
+        t.insert(&post("y", 1)).map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    b.catch_up().unwrap();
+    assert!(matches!(ox.try_recv(), Ok(ObjectEvent::Deleted)));
+    a.close().wait().unwrap();
     b.close().wait().unwrap();
 }
