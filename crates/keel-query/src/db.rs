@@ -513,7 +513,12 @@ impl Database {
     /// updates (row-level diffs), and the dictionary's cache drops the values
     /// others changed. Returns once delivered.
     ///
-    /// Needs [`StoreOptions::share_changes`] (without it this does nothing). It
+    /// Row by row with [`StoreOptions::share_changes`]. Without it, if another
+    /// process committed since this handle last looked (`PRAGMA data_version`,
+    /// see [`Store::foreign_commits`]), every live query and object subscription
+    /// is read again and delivers what differs (on the writer thread, after this
+    /// returns); reads, commits and `resume` check the same by themselves. With
+    /// sharing it
     /// runs by itself whenever another process commits (on Linux and Android
     /// through inotify, on Apple platforms through Darwin notifications — a
     /// sleeping thread, no polling); call it yourself where no wake-up exists

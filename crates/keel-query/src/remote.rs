@@ -236,6 +236,11 @@ fn read_batch(
 /// [`Database::catch_up`](crate::Database::catch_up).
 pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
     let Some(feed) = inner.feed.as_ref() else {
+        // Without the feed: another process's commits are found by the writer
+        // connection's data_version, and every subscription is read again.
+        if inner.check_open("catch up").is_ok() && !crate::engine::in_write_closure(inner) {
+            inner.notice_foreign(true);
+        }
         return Ok(());
     };
     if inner.check_open("catch up").is_err()
