@@ -166,7 +166,8 @@ impl Inner {
     /// ([`Store::foreign_commits`]; `probe`: check now, if the writer connection
     /// is free), read every live subscription again and forget the dictionary's
     /// clean cache ([`Inner::external_changes`]). Called at each read through the
-    /// database, after each local commit and at resume, so a live query never
+    /// database while a subscription is live, after each local commit, at resume
+    /// and by `Database::catch_up`, so a live query never
     /// stays silently stale: it follows another process's commits at this
     /// process's next read, commit or resume. With the feed its catch-up does this
     /// row by row.
@@ -196,7 +197,12 @@ impl Inner {
                 path: self.path.clone(),
             });
         }
-        self.notice_foreign(true);
+        // Only while a subscription is live: there is nothing else a read could
+        // find stale (the read itself sees every commit), and the check costs a
+        // pragma on every read (see the `xproc` bench).
+        if self.hub.get().is_some_and(|h| h.interested()) {
+            self.notice_foreign(true);
+        }
         Ok(())
     }
 
