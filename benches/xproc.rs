@@ -27,6 +27,14 @@
 //!    no lock of this process on the database, its `-wal` or its `-shm`. 10 rounds
 //!    (quick: 3), goal ≤ 100 ms.
 //!
+//! 5. **Foreign-commit check** (issue 26 item 7): without `share_changes`, each
+//!    read through the database checks `PRAGMA data_version` on the writer
+//!    connection, so another process's commits still reach live queries. Keyed
+//!    `get`s on a handle without sharing (checked) against the same `get`s on a
+//!    handle with sharing (whose reads do not check: its change feed follows other
+//!    processes), each with a live query, same file shape, alternating blocks of
+//!    20,000 (quick: 5,000) gets, 7 rounds; the ratio of the median block times.
+//!
 //! Commits use `SyncPolicy::Normal` in every case (a shared build machine's fsync
 //! would otherwise dominate); the comparison is between like runs.
 
@@ -402,6 +410,47 @@ fn main() {
     add("suspend_median_ms", support::median(took.clone()));
     add("suspend_max_ms", percentile(took, 1.0));
 
+    // ---- 5. the foreign-commit check on reads (without sharing) ----
+    let block = if quick { 5_000 } else { 20_000 };
+    let handles: Vec<Database> = [false, true]
+        .iter()
+        .map(|&share| {
+            let p = root.path().join(format!("check-{share}.db"));
+            let db = Database::open_for::<Post>(&p, opts().share_changes(share)).unwrap();
+            db.write(|t| {
+                for i in 0..1_000 {
+                    t.insert(&Post::builder().id(format!("p{i:04}")).priority(i).build())?;
+                }
+                Ok(())
+            })
+            .wait()
+            .unwrap();
+            db
+        })
+        .collect();
+    let subs: Vec<_> = handles.iter().map(|db| top10(db).0).collect();
+    let keys: Vec<String> = (0..1_000).map(|i| format!("p{i:04}")).collect();
+    let mut times = [Vec::new(), Vec::new()];
+    for _round in 0..7 {
+        for (h, db) in handles.iter().enumerate() {
+            let t = Instant::now();
+            for i in 0..block {
+                let p = db.get::<Post>(&keys[i % keys.len()]).unwrap();
+                std::hint::black_box(p);
+            }
+            times[h].push(t.elapsed().as_secs_f64() * 1e9 / block as f64);
+        }
+    }
+    let checked = support::median(times[0].clone());
+    let unchecked = support::median(times[1].clone());
+    add("get_checked_ns", checked);
+    add("get_unchecked_ns", unchecked);
+    add("foreign_check_per_read_ratio", checked / unchecked);
+    drop(subs);
+    for db in handles {
+        db.close().wait().unwrap();
+    }
+
     let summary = format!(
         "Process B's live query receives process A's commit in a median of {:.2} ms \
          (p95 {:.2} ms, goal ≤ 50 ms; {} commits, {} catch-ups); idle, B uses {:.1} ms \
@@ -536,6 +585,11 @@ fn note(k: &str) -> &'static str {
             "`suspend()` call → returned with no lock held (checked in /proc/locks), median (goal ≤ 100 ms)"
         }
         "suspend_max_ms" => "the same, slowest round",
+        "get_checked_ns" => {
+            "keyed get without share_changes: checks PRAGMA data_version for other processes' commits (median block)"
+        }
+        "get_unchecked_ns" => "the same get with share_changes (the feed follows other processes; no check)",
+        "foreign_check_per_read_ratio" => "time per keyed get with the foreign-commit check ÷ without",
         _ => "",
     }
 }

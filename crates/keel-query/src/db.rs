@@ -513,7 +513,12 @@ impl Database {
     /// updates (row-level diffs), and the dictionary's cache drops the values
     /// others changed. Returns once delivered.
     ///
-    /// Needs [`StoreOptions::share_changes`] (without it this does nothing). It
+    /// Row by row with [`StoreOptions::share_changes`]. Without it, if another
+    /// process committed since this handle last looked (`PRAGMA data_version`,
+    /// see [`Store::foreign_commits`]), every live query and object subscription
+    /// is read again and delivers what differs (on the writer thread, after this
+    /// returns); reads, commits and `resume` check the same by themselves. With
+    /// sharing it
     /// runs by itself whenever another process commits (on Linux and Android
     /// through inotify, on Apple platforms through Darwin notifications — a
     /// sleeping thread, no polling); call it yourself where no wake-up exists
@@ -644,6 +649,9 @@ impl Database {
                 });
             }
             let v = res?;
+            // Another process committed before this transaction (the writer
+            // checked at BEGIN): read every subscription again after this commit.
+            inner.notice_foreign(false);
             // Logged in the closure's savepoint: it rolls back with the closure.
             let logged = match &inner.feed {
                 Some(feed) => {
@@ -957,10 +965,12 @@ impl Database {
     /// End a suspend: waiting reads and queued writes go on; connections reopen
     /// lazily on the threads that use them, so this returns at once.
     ///
-    /// If another process changed the file meanwhile
-    /// ([`ResumeReport::external_changes`]), subscriptions catch up on a keel
-    /// thread: with [`StoreOptions::share_changes`] the change log says which rows
-    /// and dictionary keys changed ([`Database::catch_up`]); without it every live
+    /// With [`StoreOptions::share_changes`], subscriptions always catch up on a
+    /// keel thread ([`Database::catch_up`]): the change log says which rows and
+    /// dictionary keys other processes changed, including commits whose catch-up a
+    /// suspend interrupted before the files were stamped. Without sharing, if
+    /// another process changed the file meanwhile
+    /// ([`ResumeReport::external_changes`]), every live
     /// query and object subscription is read again on the writer thread (ordered
     /// with commits) and delivers what differs. Either way nothing stale is shown
     /// silently after a resume.
@@ -980,26 +990,33 @@ impl Database {
         self.inner.check_open("resume")?;
         let r = self.inner.store.resume()?;
         crate::dictionary::shared::after_resume(&self.inner.dict);
-        if r.external_changes {
-            if self.inner.feed.is_some() {
-                // With the change feed the log says which rows changed, and dictionary
-                // subscriptions hear of it too. It runs on a keel thread so resume
-                // returns at once; if it cannot run, everything is read again instead.
-                let weak = Arc::downgrade(&self.inner);
-                let job = Box::new(move || {
-                    if let Some(inner) = weak.upgrade() {
-                        if let Err(e) = crate::remote::catch_up(&inner) {
-                            tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
-                            inner.external_changes();
-                        }
+        if self.inner.feed.is_some() {
+            // With the change feed: always, whether or not the files changed since
+            // the suspend — a catch-up the suspend interrupted (or any that failed)
+            // left its commits unread, and the file stamp was taken after them. The
+            // log says which rows changed (nothing to do costs one read), and
+            // dictionary subscriptions hear of it too. It runs on a keel thread so
+            // resume returns at once; if it cannot run, everything is read again.
+            let weak = Arc::downgrade(&self.inner);
+            let job = Box::new(move || {
+                if let Some(inner) = weak.upgrade() {
+                    if let Err(e) = crate::remote::catch_up(&inner) {
+                        tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
+                        inner.external_changes();
                     }
-                });
-                if self.inner.fetch_pool.submit(job).is_err() {
-                    self.inner.external_changes();
                 }
-            } else {
+            });
+            if self.inner.fetch_pool.submit(job).is_err() {
                 self.inner.external_changes();
             }
+        } else if r.external_changes {
+            let n = self.inner.store.foreign_commits(false);
+            self.inner.foreign_seen.store(n, Ordering::Release);
+            self.inner.external_changes();
+        } else {
+            // A commit of another process that the file stamp taken at suspend
+            // already included, found by the writer before it let go.
+            self.inner.notice_foreign(false);
         }
         Ok(r)
     }

@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     pub(crate) created: Vec<String>,
     /// The cross-process change feed (`StoreOptions::share_changes`; see `feed`).
     pub(crate) feed: Option<Arc<crate::feed::Feed>>,
+    /// The count of other connections' commits ([`Store::foreign_commits`]) this
+    /// handle last acted on (see [`Inner::notice_foreign`]).
+    pub(crate) foreign_seen: AtomicU64,
 }
 
 impl Inner {
@@ -91,6 +94,7 @@ impl Inner {
         feed: Option<Arc<crate::feed::Feed>>,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
+        let foreign_seen = AtomicU64::new(store.foreign_commits(false));
         Arc::new_cyclic(|weak| Inner {
             store,
             schema,
@@ -107,6 +111,7 @@ impl Inner {
             fetch_pool: crate::pool::Pool::new(readers),
             created,
             feed,
+            foreign_seen,
         })
     }
 
@@ -144,7 +149,7 @@ impl Inner {
     /// again and delivers what differs (dictionary subscriptions are not told). It runs on the writer thread, from an
     /// empty write's commit callback, so its deliveries stay ordered with those of
     /// commits; the write waits for resume like the dictionary's flush.
-    pub(crate) fn external_changes(self: &Arc<Inner>) {
+    pub(crate) fn external_changes(&self) {
         // The dictionary's cache may hold values the other process replaced.
         self.dict.forget_clean();
         let Some(hub) = self.hub.get().cloned() else {
@@ -154,6 +159,28 @@ impl Inner {
             w.on_commit(Box::new(move || hub.resync()));
             Ok::<(), keel_storage::Error>(())
         }));
+    }
+
+    /// Without the change feed: if another connection (another process, or another
+    /// handle on the file) committed since this handle last looked
+    /// ([`Store::foreign_commits`]; `probe`: check now, if the writer connection
+    /// is free), read every live subscription again and forget the dictionary's
+    /// clean cache ([`Inner::external_changes`]). Called at each read through the
+    /// database while a subscription is live, after each local commit, at resume
+    /// and by `Database::catch_up`, so a live query never
+    /// stays silently stale: it follows another process's commits at this
+    /// process's next read, commit or resume. With the feed its catch-up does this
+    /// row by row.
+    pub(crate) fn notice_foreign(&self, probe: bool) {
+        if self.feed.is_some() {
+            return;
+        }
+        let n = self.store.foreign_commits(probe);
+        if self.foreign_seen.load(Ordering::Acquire) != n
+            && self.foreign_seen.swap(n, Ordering::AcqRel) != n
+        {
+            self.external_changes();
+        }
     }
 
     /// [`check_open`](Self::check_open) for a read through the database (not a
@@ -169,6 +196,12 @@ impl Inner {
                 hint: "inside a write closure, read through its Txn (txn.fetch(), txn.get(), txn.query()): it sees this closure's writes and those of the closures committed with it, which a read through the Database cannot",
                 path: self.path.clone(),
             });
+        }
+        // Only while a subscription is live: there is nothing else a read could
+        // find stale (the read itself sees every commit), and the check costs a
+        // pragma on every read (see the `xproc` bench).
+        if self.hub.get().is_some_and(|h| h.interested()) {
+            self.notice_foreign(true);
         }
         Ok(())
     }

@@ -36,9 +36,21 @@
 //! read a snapshot that already contains a local commit not yet delivered, that
 //! delivery would later overwrite newer rows with older ones. So a write closure
 //! that logs *enters* the gate before COMMIT and leaves after its delivery, and a
-//! catch-up waits until no local commit is between the two and holds new ones off
-//! (at the end of their closure) while it reads and delivers. The gate exists
-//! only with sharing on.
+//! catch-up enters only when no local commit is between the two and holds new
+//! ones off (at the end of their closure, in the write transaction) while it
+//! reads and delivers. The gate exists only with sharing on.
+//!
+//! **No lock is held across a wait for a reader.** A local commit waiting at the
+//! gate holds the WAL write lock, so a catch-up inside the gate must never wait
+//! for a pooled read connection (the pool may be busy for `reader_wait`, or
+//! suspended until resume: `suspend()` would then time out with the write lock
+//! held). The catch-up therefore takes its read connection first, holding
+//! nothing, and only then tries the gate ([`Feed::try_feeding`], which never
+//! waits); if a local commit is inside, it gives the connection back and waits
+//! for the gate to empty ([`Feed::wait_idle`]) holding nothing, then tries again.
+//! The `keel-feed` thread also runs its catch-ups failing fast while suspended
+//! (a refill read of a delivery included), and a catch-up that failed is
+//! retried: by the feed thread with a short backoff, and always by `resume`.
 //!
 //! This module is the low half (state, gate, log format), below the engine and
 //! the dictionary, which write through it; `remote.rs`, above the engine, reads
@@ -63,7 +75,11 @@ pub(crate) const LOG_TABLE_SQL: &str = "CREATE TABLE IF NOT EXISTS keel_changes(
      full INTEGER NOT NULL DEFAULT 0, \
      rows BLOB, \
      dict BLOB, \
-     dict_clear INTEGER NOT NULL DEFAULT 0)";
+     dict_clear INTEGER NOT NULL DEFAULT 0, \
+     ids BLOB)";
+
+/// Adds the identity column to a log an older keel created (see [`encode_ids`]).
+const LOG_IDS_SQL: &str = "ALTER TABLE keel_changes ADD COLUMN ids BLOB";
 
 /// Commits the log keeps: a handle further behind reads every subscription again.
 pub(crate) const KEEP: i64 = 512;
@@ -195,8 +211,18 @@ pub(crate) struct Seed {
 impl Seed {
     /// Create the change log if missing, read its end and open the signal.
     pub(crate) fn prepare(conn: &rusqlite::Connection, path: &std::path::Path) -> Result<Seed> {
-        conn.execute_batch(LOG_TABLE_SQL)
-            .map_err(|e| Error::sqlite("create the change log", LOG_TABLE, e))?;
+        let err = |e| Error::sqlite("create the change log", LOG_TABLE, e);
+        conn.execute_batch(LOG_TABLE_SQL).map_err(err)?;
+        let has_ids: bool = conn
+            .query_row(
+                "SELECT count(*) > 0 FROM pragma_table_info('keel_changes') WHERE name = 'ids'",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(err)?;
+        if !has_ids {
+            conn.execute_batch(LOG_IDS_SQL).map_err(err)?;
+        }
         let last = read_log_end(conn)?.1;
         let signal = CommitSignal::open(path)?;
         Ok(Seed { signal, last })
@@ -264,19 +290,27 @@ impl Feed {
         }
     }
 
-    /// Enter the gate as a catch-up: wait until every local commit inside has
-    /// been delivered; new ones wait until the returned guard drops.
-    pub(crate) fn feeding(&self) -> Feeding<'_> {
+    /// Enter the gate as a catch-up if no local commit is inside (and no other
+    /// catch-up): new local commits then wait until the returned guard drops.
+    /// Never waits: the caller holds a pooled read connection, and a local
+    /// commit's delivery may need one (see [`Feed::wait_idle`]).
+    pub(crate) fn try_feeding(&self) -> Option<Feeding<'_>> {
         let mut g = lock(&self.gate);
-        while g.feeding {
-            g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        if g.feeding || g.pending > 0 {
+            return None;
         }
         g.feeding = true;
-        while g.pending > 0 {
+        g.threads.push(std::thread::current().id());
+        Some(Feeding(self))
+    }
+
+    /// Wait until no local commit and no catch-up is inside the gate (a catch-up
+    /// that found it taken waits here holding nothing, then tries again).
+    pub(crate) fn wait_idle(&self) {
+        let mut g = lock(&self.gate);
+        while g.feeding || g.pending > 0 {
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
-        g.threads.push(std::thread::current().id());
-        Feeding(self)
     }
 
     /// True on a thread inside this feed's gate (a local commit not yet delivered,
@@ -296,19 +330,22 @@ impl Feed {
     ) -> Result<()> {
         let dict_bytes: usize = dict_keys.iter().map(|k| k.len() + 4).sum();
         let full = changes.len() > MAX_ROWS || dict_bytes > MAX_DICT_BYTES;
-        let (rows, dict) = if full {
-            (None, None)
+        let (rows, ids, dict) = if full {
+            (None, None, None)
         } else {
             (
                 (!changes.is_empty()).then(|| encode_rows(changes)),
+                (!changes.is_empty()).then(|| encode_ids(changes)),
                 (!dict_keys.is_empty()).then(|| encode_keys(dict_keys)),
             )
         };
         let err = |e| Error::sqlite("append to the change log", LOG_TABLE, e);
         conn.prepare_cached(
-            "INSERT INTO keel_changes(origin, full, rows, dict, dict_clear) VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO keel_changes(origin, full, rows, dict, dict_clear, ids) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
         )
-        .and_then(|mut st| st.execute(rusqlite::params![self.origin, full, rows, dict, dict_clear]))
+        .and_then(|mut st| {
+            st.execute(rusqlite::params![self.origin, full, rows, dict, dict_clear, ids])
+        })
         .map_err(err)?;
         let seq = conn.last_insert_rowid();
         if seq % PRUNE_EVERY == 0 {
@@ -371,6 +408,49 @@ fn encode_rows(changes: &[Change]) -> Vec<u8> {
     out
 }
 
+/// The identity of each change, in the order of [`encode_rows`]: its primary key
+/// (`[rowid]` without one), as `[u8 n]` then per value a tag and its payload
+/// (`0` null, `1` bool `[u8]`, `2` int `[i64]`, `3` float `[f64 bits]`, `4` text
+/// and `5` blob `[u32 len][bytes]`).
+///
+/// Why: SQLite gives a new row the rowid of a deleted last row, so a rowid alone
+/// cannot tell a reader that the object it follows was deleted and another took
+/// its place (`delete x; insert y` in one write, or two commits caught up together,
+/// as `delete_where` then inserts does). With the key logged beside the rowid, the
+/// catch-up sees that the key stored at a rowid is no longer the one logged there
+/// and delivers that object's delete (see `remote.rs`).
+fn encode_ids(changes: &[Change]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(changes.len() * 16);
+    for c in changes {
+        out.push(c.key.len().min(u8::MAX as usize) as u8);
+        for v in c.key.iter().take(u8::MAX as usize) {
+            match v {
+                Value::Null => out.push(0),
+                Value::Bool(b) => out.extend_from_slice(&[1, u8::from(*b)]),
+                Value::Int(i) => {
+                    out.push(2);
+                    out.extend_from_slice(&i.to_le_bytes());
+                }
+                Value::Float(f) => {
+                    out.push(3);
+                    out.extend_from_slice(&f.to_bits().to_le_bytes());
+                }
+                Value::Text(t) => {
+                    out.push(4);
+                    out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+                    out.extend_from_slice(t.as_bytes());
+                }
+                Value::Blob(b) => {
+                    out.push(5);
+                    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                    out.extend_from_slice(b);
+                }
+            }
+        }
+    }
+    out
+}
+
 fn encode_keys(keys: &[&str]) -> Vec<u8> {
     let mut out = Vec::new();
     for k in keys {
@@ -403,6 +483,34 @@ impl<'a> Reader<'a> {
     fn str(&mut self, n: usize) -> Option<&'a str> {
         std::str::from_utf8(self.take(n)?).ok()
     }
+    fn value(&mut self) -> Option<Value> {
+        Some(match self.take(1)?[0] {
+            0 => Value::Null,
+            1 => Value::Bool(self.take(1)?[0] != 0),
+            2 => Value::Int(self.i64()?),
+            3 => Value::Float(f64::from_bits(self.i64()? as u64)),
+            4 => {
+                let n = self.u32()?;
+                Value::Text(self.str(n)?.to_owned())
+            }
+            5 => {
+                let n = self.u32()?;
+                Value::Blob(self.take(n)?.to_vec())
+            }
+            _ => return None,
+        })
+    }
+}
+
+/// `None` for a damaged payload, or one that does not hold `n` keys.
+fn decode_ids(b: &[u8], n: usize) -> Option<Vec<Vec<Value>>> {
+    let mut r = Reader(b);
+    let mut out = Vec::with_capacity(n);
+    while !r.0.is_empty() {
+        let k = r.take(1)?[0] as usize;
+        out.push((0..k).map(|_| r.value()).collect::<Option<Vec<_>>>()?);
+    }
+    (out.len() == n).then_some(out)
 }
 
 /// `None` for a damaged payload (the caller then reads everything again).
@@ -432,11 +540,16 @@ fn decode_keys(b: &[u8], out: &mut Vec<String>) -> Option<()> {
 pub(crate) struct RemoteRow {
     pub(crate) collection: String,
     pub(crate) rowid: i64,
-    /// The primary key read from the bytes (`[rowid]` without a primary key);
-    /// `None` for a deleted row (the hub finds its object subscription by rowid).
+    /// The primary key read from the bytes (`[rowid]` without a primary key); for
+    /// a deleted row the key logged with the change, or `None` for an entry of a
+    /// keel that logged no keys (the hub then finds its object subscription by
+    /// rowid).
     pub(crate) key: Option<Vec<Value>>,
     pub(crate) bytes: Option<Vec<u8>>,
 }
+
+/// One change read from the log: collection, rowid and the key it had then.
+pub(crate) type LoggedRow = (String, i64, Option<Vec<Value>>);
 
 /// What the log holds after a sequence number, other origins only.
 pub(crate) enum LogRead {
@@ -450,8 +563,9 @@ pub(crate) enum LogRead {
         end: i64,
         /// Entries of other origins.
         commits: u64,
-        /// `(collection, rowid)` in log order, repeats included.
-        rows: Vec<(String, i64)>,
+        /// `(collection, rowid, key logged with it)` in log order, repeats
+        /// included; the key is `None` in entries of a keel that logged none.
+        rows: Vec<LoggedRow>,
         /// Dictionary keys in log order, repeats included.
         keys: Vec<String>,
         /// Another origin ran `remove_all`.
@@ -492,13 +606,14 @@ pub(crate) fn read_log(conn: &rusqlite::Connection, origin: i64, last: i64) -> R
     let err = |e| Error::sqlite("read the change log", LOG_TABLE, e);
     let mut st = conn
         .prepare_cached(
-            "SELECT seq, origin, full, rows, dict, dict_clear FROM keel_changes WHERE seq > ?1 ORDER BY seq",
+            "SELECT seq, origin, full, rows, dict, dict_clear, ids FROM keel_changes WHERE seq > ?1 ORDER BY seq",
         )
         .map_err(err)?;
     let mut q = st.query([last]).map_err(err)?;
     let mut expect = last + 1;
     let mut commits = 0u64;
-    let mut rows: Vec<(String, i64)> = Vec::new();
+    let mut rows: Vec<LoggedRow> = Vec::new();
+    let mut these: Vec<(String, i64)> = Vec::new();
     let mut keys: Vec<String> = Vec::new();
     let mut dict_clear = false;
     while let Some(r) = q.next().map_err(err)? {
@@ -516,9 +631,25 @@ pub(crate) fn read_log(conn: &rusqlite::Connection, origin: i64, last: i64) -> R
         }
         let rb: Option<Vec<u8>> = r.get(3).map_err(err)?;
         let kb: Option<Vec<u8>> = r.get(4).map_err(err)?;
+        let ib: Option<Vec<u8>> = r.get(6).map_err(err)?;
+        these.clear();
         let ok = rb
             .as_deref()
-            .is_none_or(|b| decode_rows(b, &mut rows).is_some())
+            .is_none_or(|b| decode_rows(b, &mut these).is_some())
+            && match ib.as_deref() {
+                // Logged by a keel that logged no keys: rowids only.
+                None => {
+                    rows.extend(these.drain(..).map(|(c, r)| (c, r, None)));
+                    true
+                }
+                Some(b) => match decode_ids(b, these.len()) {
+                    Some(ks) => {
+                        rows.extend(these.drain(..).zip(ks).map(|((c, r), k)| (c, r, Some(k))));
+                        true
+                    }
+                    None => false,
+                },
+            }
             && kb
                 .as_deref()
                 .is_none_or(|b| decode_keys(b, &mut keys).is_some());
@@ -573,6 +704,21 @@ mod tests {
                 ("a.T".into(), 4)
             ]
         );
+        let mut changes = vec![ch("a.T", 1), ch("a.T", 2), ch("b.U", 3)];
+        changes[0].key = vec![Value::Text("ü".into()), Value::Int(-7)];
+        changes[1].key = vec![
+            Value::Null,
+            Value::Bool(true),
+            Value::Float(1.5),
+            Value::Blob(vec![0, 1]),
+        ];
+        let ids = encode_ids(&changes);
+        let keys: Vec<Vec<Value>> = changes.iter().map(|c| c.key.clone()).collect();
+        assert_eq!(decode_ids(&ids, 3), Some(keys));
+        assert_eq!(decode_ids(&ids, 2), None);
+        for cut in 1..ids.len() {
+            assert!(decode_ids(&ids[..cut], 3).is_none(), "cut {cut}");
+        }
         let k = encode_keys(&["x", "", "ü"]);
         let mut keys = Vec::new();
         decode_keys(&k, &mut keys).unwrap();

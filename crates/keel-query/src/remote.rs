@@ -9,9 +9,10 @@
 //! commit: in-memory filter and sort, row-level diffs) and the values to the
 //! dictionary's cache and subscribers.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
 
 use keel_schema::Value;
 
@@ -23,13 +24,43 @@ use crate::eval::SqlValue;
 use crate::feed::{lock, Feed, LogRead, RemoteRow};
 use crate::layout::Coll;
 
+/// Attempts of the `keel-feed` thread per wake-up before it leaves a failing
+/// catch-up to the next post, [`Database::catch_up`](crate::Database::catch_up)
+/// or resume (its log position has not moved, so nothing is skipped).
+const ATTEMPTS: u32 = 8;
+
 /// Start `feed`'s `keel-feed` thread for the database `db`: every post from a
-/// process runs [`catch_up`].
+/// process runs [`catch_up`], again after a failure (a reader pool busy past
+/// `reader_wait`, say), with a backoff of 20 ms doubling to 1.3 s. While the
+/// store is suspended its reads fail at once instead of waiting for resume
+/// (which catches up by itself), so the thread never holds the gate across a
+/// suspension.
 pub(crate) fn start(feed: &Feed, db: Weak<Inner>) -> Result<()> {
     feed.start(move || {
         let Some(inner) = db.upgrade() else { return };
-        if let Err(e) = catch_up(&inner) {
-            tracing::warn!(error = %e, "cross-process catch-up failed");
+        let mut delay = Duration::from_millis(20);
+        for attempt in 1..=ATTEMPTS {
+            let Err(e) = keel_storage::fail_fast_while_suspended(|| catch_up(&inner)) else {
+                return;
+            };
+            if inner.store.is_suspended() || inner.check_open("catch up").is_err() {
+                // Resume catches up (and close ends it all).
+                tracing::debug!(error = %e, "cross-process catch-up stopped by a suspend");
+                return;
+            }
+            tracing::warn!(error = %e, attempt, "cross-process catch-up failed; trying again");
+            if attempt == ATTEMPTS {
+                return;
+            }
+            // In short steps: a close waits for this thread.
+            let until = Instant::now() + delay;
+            while Instant::now() < until {
+                if inner.check_open("catch up").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10).min(delay));
+            }
+            delay *= 2;
         }
     })
 }
@@ -48,6 +79,13 @@ fn key_of(inner: &Inner, c: &Coll, rowid: i64, bytes: &[u8]) -> Option<Vec<Value
                 .ok()
                 .map(|v| SqlValue::from_ref(v).to_value())
         })
+        .collect()
+}
+
+/// A key as the hub compares it (a logged `Bool` and a read `Int` are one key).
+fn normalized(k: &[Value]) -> Vec<Value> {
+    k.iter()
+        .map(|v| SqlValue::from_value(v).to_value())
         .collect()
 }
 
@@ -119,13 +157,30 @@ fn read_batch(
                 dict_clear,
             } => (end, commits, rows, keys, dict_clear),
         };
-    // Each changed row once, in the order of its first change.
-    let mut seen: HashSet<(String, i64)> = HashSet::new();
-    let mut rows = Vec::new();
-    for (coll, rowid) in changed {
-        if !seen.insert((coll.clone(), rowid)) {
-            continue;
+    // Each changed row once, in the order of its first change, with every key
+    // logged at it (SQLite reuses the rowid of a deleted last row).
+    let mut at: HashMap<(String, i64), usize> = HashMap::new();
+    let mut touched: Vec<(String, i64, Vec<Vec<Value>>, bool)> = Vec::new();
+    for (coll, rowid, key) in changed {
+        let i = *at.entry((coll.clone(), rowid)).or_insert_with(|| {
+            touched.push((coll, rowid, Vec::new(), false));
+            touched.len() - 1
+        });
+        match key {
+            Some(k) => {
+                if !touched[i].2.contains(&k) {
+                    touched[i].2.push(k);
+                }
+            }
+            None => touched[i].3 = true, // an entry without keys
         }
+    }
+    // The deletes of objects whose rowid now holds another key (or nothing) come
+    // first: an object deleted at one rowid and inserted again at another ends
+    // up present, whatever the order of the rowids.
+    let mut gone = Vec::new();
+    let mut rows = Vec::new();
+    for (coll, rowid, logged, unkeyed) in touched {
         let Ok(c) = inner.coll(&coll, "catch up") else {
             continue; // a collection this handle's schema does not have
         };
@@ -134,13 +189,29 @@ fn read_batch(
         }
         let bytes = row_now(conn, c, rowid)?;
         let key = bytes.as_deref().and_then(|b| key_of(inner, c, rowid, b));
-        rows.push(RemoteRow {
-            collection: c.name.clone(),
-            rowid,
-            key,
-            bytes,
-        });
+        let now = key.as_deref().map(normalized);
+        for k in logged {
+            if now.as_ref() != Some(&normalized(&k)) {
+                gone.push(RemoteRow {
+                    collection: c.name.clone(),
+                    rowid,
+                    key: Some(k),
+                    bytes: None,
+                });
+            }
+        }
+        // A delete whose key no entry logged is found by rowid, as before.
+        if bytes.is_some() || unkeyed {
+            rows.push(RemoteRow {
+                collection: c.name.clone(),
+                rowid,
+                key,
+                bytes,
+            });
+        }
     }
+    gone.append(&mut rows);
+    let rows = gone;
     if dict_clear {
         // Keys set after the clear are in `keys`; every other subscribed key is gone.
         keys.extend(subscribed.iter().cloned());
@@ -165,6 +236,11 @@ fn read_batch(
 /// [`Database::catch_up`](crate::Database::catch_up).
 pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
     let Some(feed) = inner.feed.as_ref() else {
+        // Without the feed: another process's commits are found by the writer
+        // connection's data_version, and every subscription is read again.
+        if inner.check_open("catch up").is_ok() && !crate::engine::in_write_closure(inner) {
+            inner.notice_foreign(true);
+        }
         return Ok(());
     };
     if inner.check_open("catch up").is_err()
@@ -184,12 +260,21 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
         *last = end;
         return Ok(());
     }
-    let _feeding = feed.feeding();
-    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
+    // The read connection first, holding nothing; then the gate, without waiting
+    // (see "No lock is held across a wait for a reader" in `feed.rs`). The
+    // snapshot starts at the first statement, after the gate was entered.
     let subscribed = inner.dict.subs.keys();
-    let batch = inner
-        .store
-        .read(|c| read_batch(inner, c, feed.origin, *last, &subscribed))?;
+    let (_feeding, batch) = loop {
+        let got = inner.store.read(|c| match feed.try_feeding() {
+            Some(g) => read_batch(inner, c, feed.origin, *last, &subscribed).map(|b| Some((g, b))),
+            None => Ok(None),
+        })?;
+        match got {
+            Some(x) => break x,
+            None => feed.wait_idle(),
+        }
+    };
+    feed.catch_ups.fetch_add(1, Ordering::Relaxed);
     match batch {
         Batch::Nothing => {}
         Batch::Full { end, dict } => {

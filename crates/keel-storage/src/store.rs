@@ -893,6 +893,36 @@ impl Store {
         self.inner.suspension.is_suspended()
     }
 
+    /// How many times this store found that another connection — another process,
+    /// or another `Store` on the same file — committed since it last looked
+    /// (`PRAGMA data_version` on the writer connection, which only another
+    /// connection's commit changes). Checked at the start of each write
+    /// transaction and before a suspend closes the connection; with `probe`, also
+    /// now, if the writer connection is free (it never waits for a running write,
+    /// which checks by itself). A check costs one cached pragma (about a
+    /// microsecond, no I/O). A TRUNCATE or RESTART checkpoint, which resets the
+    /// WAL, may count once too: callers re-read, they never miss a commit.
+    ///
+    /// A caller that caches what it read (keel's live queries) compares the
+    /// number with the one it last acted on.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let path = dir.path().join("two.db");
+    /// let a = Store::open(&path, StoreOptions::default())?;
+    /// let b = Store::open(&path, StoreOptions::default())?; // as another process would
+    /// let seen = a.foreign_commits(true);
+    /// a.write_blocking(|t| t.execute_batch("CREATE TABLE mine(x)").map_err(Error::from))?;
+    /// assert_eq!(a.foreign_commits(true), seen); // its own commit does not count
+    /// b.write_blocking(|t| t.execute_batch("CREATE TABLE theirs(x)").map_err(Error::from))?;
+    /// assert!(a.foreign_commits(true) > seen);
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn foreign_commits(&self, probe: bool) -> u64 {
+        self.inner.writer.foreign_commits(probe)
+    }
+
     /// Reclaim up to `pages` free pages now (runs on the writer thread). Returns the
     /// number of pages reclaimed. The writer also does this by itself when idle.
     /// It writes, so before the store is durable it waits for the open barrier.

@@ -375,7 +375,16 @@ pub(crate) struct WriterShared {
     /// How long the last COMMIT took (ns): what the writer may spend waiting for
     /// a blocking caller about to join a group.
     commit_ns: AtomicU64,
+    /// The writer connection's last `PRAGMA data_version` ([`NO_VERSION`]: none
+    /// read since the connection opened).
+    data_version: AtomicI64,
+    /// Times a check found that another connection committed (see
+    /// [`WriterShared::check_data_version`]).
+    foreign: AtomicU64,
 }
+
+/// No `data_version` read yet on the current writer connection.
+const NO_VERSION: i64 = i64::MIN;
 
 /// A caller inside [`Store::write_blocking`](crate::Store::write_blocking), counted
 /// until it returns.
@@ -445,7 +454,46 @@ impl WriterShared {
             rows: Arc::new(RowHook::default()),
             blocking: AtomicUsize::new(0),
             commit_ns: AtomicU64::new(0),
+            data_version: AtomicI64::new(NO_VERSION),
+            foreign: AtomicU64::new(0),
         }
+    }
+
+    /// Read the writer connection's `PRAGMA data_version` and count a change as
+    /// foreign commits. Exact on this connection: SQLite changes a connection's
+    /// `data_version` only when *another* connection committed, and every commit
+    /// of this store goes through this connection — so a change means another
+    /// process (or another handle on the file) committed. (A TRUNCATE or RESTART
+    /// checkpoint that resets the WAL also changes it: a spurious count, which
+    /// costs a re-read, never a missed commit.) One cached statement, no I/O
+    /// beyond the shared-memory header SQLite reads anyway.
+    fn check_data_version(&self, conn: &rusqlite::Connection) {
+        let v = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)));
+        match v {
+            Ok(v) => {
+                let prev = self.data_version.swap(v, Ordering::AcqRel);
+                if prev != NO_VERSION && prev != v {
+                    self.foreign.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "PRAGMA data_version failed"),
+        }
+    }
+
+    /// Foreign commits found so far (see [`WriterShared::check_data_version`]);
+    /// with `probe`, check now first if the writer connection is free (never
+    /// waits: a busy writer checks at its next transaction).
+    pub(crate) fn foreign_commits(&self, probe: bool) -> u64 {
+        if probe {
+            if let Ok(g) = self.conn.try_lock() {
+                if let Some(c) = g.as_ref() {
+                    self.check_data_version(&c.conn);
+                }
+            }
+        }
+        self.foreign.load(Ordering::Acquire)
     }
 
     /// Count the calling thread as a blocking writer until the guard drops. Group
@@ -625,6 +673,10 @@ pub(crate) fn incremental_vacuum(
 /// What the writer installs on its connection, at start and after each reopen:
 /// the authorizer (and the statement trace), and the interrupt a suspend uses.
 fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
+    // A new connection: its data_version starts a new baseline (what changed
+    // while there was none, resume's file stamp finds).
+    ctx.shared.data_version.store(NO_VERSION, Ordering::Release);
+    ctx.shared.check_data_version(&conn.conn);
     guard_transaction(&mut conn.conn, Arc::clone(in_closure));
     let rows = Arc::clone(&ctx.shared.rows);
     let r = conn.conn.update_hook(Some(
@@ -720,6 +772,9 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
             // Waits for an inline group still running (the suspend interrupted it).
             let taken = lock(&shared.conn).take();
             if let Some(c) = taken {
+                // The last look before the connection goes: a commit of another
+                // process until now is counted, not lost with the baseline.
+                shared.check_data_version(&c.conn);
                 crate::park::release(c);
             }
             ctx.suspension.park(crate::park::Parker::Writer);
@@ -913,6 +968,9 @@ fn run_group(
                 continue;
             }
             in_txn = true;
+            // Another process's commits, seen at each local one (in this
+            // transaction's snapshot: everything committed before it).
+            shared.check_data_version(conn);
             // identity.rs: the first write of a new WAL records a new epoch.
             bumped |= signal.take_epoch_bump() && crate::identity::bump_epoch(conn, path);
         }

@@ -196,3 +196,31 @@ fn item1_upgrade_then_kill_sessions_refuse_nothing() {
     assert_eq!(total.refused, 0, "{:?}", total.failures);
     assert!(total.ok(), "{total}\n{:?}", total.failures);
 }
+
+/// Issue 26: an app and its extension on one file, the app suspending while the
+/// extension writes, checkpoints and vacuums, then resuming and writing on top;
+/// crashes land anywhere in that. Nothing acknowledged is lost, nothing is
+/// corrupt, no open refuses the file.
+#[test]
+fn app_and_extension_sessions_with_suspend_and_resume_lose_nothing() {
+    let (_t, dir) = work_dir("appext");
+    let mut total = CampaignReport::default();
+    for (i, policy) in [Policy::Full, Policy::Normal, Policy::Barrier]
+        .into_iter()
+        .enumerate()
+    {
+        let r = run(&CampaignConfig {
+            seed: 2600 + i as u64,
+            policy,
+            crash_points: 60,
+            faults: 0,
+            dir: dir.join(format!("appext-{i}")),
+            open_time: false,
+        });
+        print(&r);
+        total.merge(&r);
+    }
+    assert!(total.ok(), "{total}\n{}", total.details());
+    assert_eq!((total.lost, total.corrupt), (0, 0), "{total}");
+    assert!(total.app_extension_sessions >= 5, "{}", total.details());
+}

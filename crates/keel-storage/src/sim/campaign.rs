@@ -29,6 +29,15 @@
 //!   session opens with the identity check: a good file refused as foreign counts as
 //!   `refused` (issue 26, item 1).
 //!
+//! * **app + extension session**: two stores on the same file, as an iOS app and its
+//!   extension (or two Android processes) hold it, with a crash point armed before
+//!   either opens. They take turns running the workload; between turns the app
+//!   suspends (every connection closed, its threads parked), the extension writes,
+//!   checkpoints or vacuums, and the app resumes and writes on top (after the
+//!   barrier sync of what the extension left in the WAL). The crash ends both; the
+//!   oracle checks the one history their acknowledged commits form, in the order
+//!   they were acknowledged. No open may refuse the file.
+//!
 //! The **oracle**, after every crash, at the next successful open:
 //!
 //! 1. `PRAGMA integrity_check` is `ok`;
@@ -226,6 +235,8 @@ pub struct CampaignReport {
     pub upgrade_sessions: u64,
     /// Good files the identity check refused as foreign (`ForeignWal`/`ForeignFile`).
     pub refused: u64,
+    /// App + extension sessions (two stores on one file, suspend and resume).
+    pub app_extension_sessions: u64,
     /// One line per failure, each with its seed and a repro command.
     pub failures: Vec<String>,
     /// A hash of everything that happened (same seed ⇒ same trace).
@@ -250,6 +261,7 @@ impl CampaignReport {
         self.barrier_failures += o.barrier_failures;
         self.upgrade_sessions += o.upgrade_sessions;
         self.refused += o.refused;
+        self.app_extension_sessions += o.app_extension_sessions;
         self.failures.extend(o.failures.iter().cloned());
         self.trace = self.trace.rotate_left(7) ^ o.trace;
     }
@@ -274,7 +286,7 @@ impl CampaignReport {
     /// The detail line printed under the summary.
     pub fn details(&self) -> String {
         format!(
-            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened, open-time sessions: {} ({} failed barriers), upgrade sessions: {}",
+            "violations: {}, crashes in recovery: {}, power losses: {}, app crashes: {}, acknowledged: {}, after a fault: {} kept working, {} reopened, open-time sessions: {} ({} failed barriers), upgrade sessions: {}, app + extension sessions: {}",
             self.violations,
             self.recovery_crashes,
             self.power_losses,
@@ -284,7 +296,8 @@ impl CampaignReport {
             self.reopened,
             self.open_sessions,
             self.barrier_failures,
-            self.upgrade_sessions
+            self.upgrade_sessions,
+            self.app_extension_sessions
         )
     }
 }
@@ -507,6 +520,8 @@ pub fn run(cfg: &CampaignConfig) -> CampaignReport {
                 c.open_time_session();
             } else if c.rng.chance(1, 5) {
                 c.recovery_session();
+            } else if c.rng.chance(1, 5) {
+                c.app_extension_session();
             } else {
                 c.crash_session();
             }
@@ -1129,6 +1144,90 @@ impl Campaign {
             self.violation("an operation failed before the crash point".into());
         }
         self.crash_end(Some(store));
+    }
+
+    /// Two stores on the file (an app and its extension), a crash point armed
+    /// before either opens, the app suspending while the extension works.
+    fn app_extension_session(&mut self) {
+        let hi = (self.est_ops * 2 + self.est_ops / 2).max(4);
+        let at = self.rng.range(1, hi);
+        self.log(|| format!("app + extension session, crash at op {at}"));
+        self.trace(3000 + at);
+        self.report.app_extension_sessions += 1;
+        self.disk.crash_at(at);
+        let app = match self.open_and_verify(self.options()) {
+            Ok(s) => s,
+            Err(e) => {
+                self.opened_failed(e);
+                return;
+            }
+        };
+        // The extension's open syncs what the app left in the WAL, on its own
+        // thread: wait for it, so every disk operation keeps one order.
+        let ext = Store::open(&self.path, self.options()).and_then(|s| {
+            s.durable().wait()?;
+            Ok(s)
+        });
+        let ext = match ext {
+            Ok(s) => s,
+            Err(e) => {
+                self.check_typed(&e);
+                if !self.disk.crashed() {
+                    self.fail_corrupt(format!("the extension's open failed: {e}"));
+                }
+                self.crash_end(Some(app));
+                return;
+            }
+        };
+        let turns = self.rng.range(2, 6);
+        let mut ok = true;
+        for _ in 0..turns {
+            ok = if self.rng.chance(1, 2) {
+                // The app goes to the background: it suspends, the extension works,
+                // the app resumes and writes on top.
+                let opts = crate::SuspendOptions::default().checkpoint_first(self.rng.chance(1, 3));
+                match app.suspend(opts) {
+                    Ok(_) => {
+                        self.log(|| format!("app suspended, clock {}", self.disk.clock()));
+                        self.trace(7);
+                        let mut worked = true;
+                        for _ in 0..self.rng.range(1, 4) {
+                            worked = worked && self.step(&ext);
+                        }
+                        match app.resume() {
+                            Ok(r) => {
+                                self.log(|| format!("app resumed: {r:?}"));
+                                self.trace(8 + u64::from(r.external_changes));
+                                let n = 1 + self.rng.below(3) as usize;
+                                worked && self.group(&app, n)
+                            }
+                            Err(e) => {
+                                self.check_typed(&e);
+                                false
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        self.check_typed(&e);
+                        false
+                    }
+                }
+            } else if self.rng.chance(1, 2) {
+                self.step(&app)
+            } else {
+                self.step(&ext)
+            };
+            if !ok {
+                break;
+            }
+        }
+        if !ok && !self.disk.crashed() {
+            self.violation("an operation failed before the crash point".into());
+        }
+        // Both processes die together.
+        self.disk.crash_now();
+        let _ = ext.close();
+        self.crash_end(Some(app));
     }
 
     fn opened_failed(&mut self, e: Error) {
