@@ -75,7 +75,10 @@ fn bind_row(
         st.raw_bind_parameter(at, sref(k))?;
         at += 1;
     }
-    st.raw_bind_parameter(at, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
+    st.raw_bind_parameter(
+        at,
+        Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+    )?;
     bind_columns(st, c, bytes, at + 1)
 }
 
@@ -350,7 +353,10 @@ impl<'a> Txn<'a> {
         bytes: &[u8],
     ) -> Result<()> {
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
-            st.raw_bind_parameter(1, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
+            st.raw_bind_parameter(
+                1,
+                Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+            )?;
             st.raw_bind_parameter(2, rowid)?;
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()
