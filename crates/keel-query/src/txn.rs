@@ -35,6 +35,8 @@ pub struct Txn<'a> {
     /// Write statements taken from the connection's cache for the rest of this
     /// closure (see [`Txn::with_kept_stmt`]); they go back to it when the `Txn` drops.
     kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
+    /// The file's layout was checked in this closure ([`Txn::coll`]).
+    layout_checked: std::cell::Cell<bool>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -107,6 +109,7 @@ impl<'a> Txn<'a> {
             aborted: false,
             dict: None,
             kept: std::cell::RefCell::new(Vec::new()),
+            layout_checked: std::cell::Cell::new(false),
         }
     }
 
@@ -143,8 +146,16 @@ impl<'a> Txn<'a> {
         self.changes.clear();
     }
 
+    /// The collection `name`, once this closure has found the file laid out as
+    /// this database writes it ([`Inner::check_layout`]: another process may
+    /// have changed it).
     fn coll(&self, name: &str, op: &'static str) -> Result<&'a Coll> {
-        self.inner.coll(name, op)
+        let c = self.inner.coll(name, op)?;
+        if !self.layout_checked.get() {
+            self.inner.check_layout(self.conn, op)?;
+            self.layout_checked.set(true);
+        }
+        Ok(c)
     }
 
     /// Verify `bytes` against the collection's table and read its primary key.
