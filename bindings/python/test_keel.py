@@ -100,7 +100,7 @@ ops = [keel.WriteOp.INSERT(collection="demo.Post",
         bytes=db.encode_json("demo.Post", json.dumps({{"id": "old%d" % i, "priority": i}})))
        for i in range(50)]
 asyncio.run(db.write(ops))
-os._exit(0)  # the app was killed: no close, no checkpoint
+os._exit(0)  # the app was killed (a kill, not a clean exit): no close, no checkpoint
 """
     subprocess.run([sys.executable, "-c", code], check=True)
     wal = path + "-wal"
@@ -702,7 +702,6 @@ async def main():
     await db.dictionary().sync()
     await db.close()
 asyncio.run(main())
-os._exit(0)  # as crashed_database does: no interpreter teardown under keel's threads
 """
     await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], check=True)
     await settle(lambda: len(updates.updates) == 3, timeout=30)
@@ -715,6 +714,64 @@ os._exit(0)  # as crashed_database does: no interpreter teardown under keel's th
     sub.cancel()
     dsub.cancel()
     await db.close()
+
+
+EXIT_CHILD = """
+import asyncio, json, os, sys
+sys.path.insert(0, sys.argv[1])
+import keel
+
+class Live(keel.QueryListener):
+    def __init__(self, loop):
+        self.loop = loop
+    def on_update(self, update):
+        self.loop.call_soon_threadsafe(lambda: None)
+
+class Theme(keel.DictionaryListener):
+    def __init__(self, loop):
+        self.loop = loop
+    def on_change(self, key, value):
+        self.loop.call_soon_threadsafe(lambda: None)
+
+async def main():
+    loop = asyncio.get_running_loop()
+    # No commit syncs: what is tested is the exit, and 50 processes of 20 synced
+    # commits each would make the test slow.
+    opts = keel.OpenOptions(share_changes=True, commit_sync=keel.SyncPolicy.OFF())
+    db = await keel.open_async(sys.argv[2], sys.argv[3], opts, None)
+    live = db.query("demo.Post").order_by("priority", False).subscribe(Live(loop))
+    theme = db.dictionary().subscribe("theme", Theme(loop))
+    for i in range(20):
+        await db.write([keel.WriteOp.INSERT(collection="demo.Post",
+            bytes=db.encode_json("demo.Post", json.dumps({"id": "p%d" % i, "priority": i})))])
+    db.dictionary().set_string("theme", "dark")
+    # No cancel, no close: the script just ends, as scripts and crashed notebooks do.
+
+asyncio.run(main())
+"""
+
+
+@test
+async def a_python_process_that_used_keel_exits_normally(tmp):
+    """Issue 26, item 11: 50 child interpreters open with share_changes, keep a live
+    query and a dictionary subscription, write, and return from asyncio.run without
+    cancelling or closing. Every one must exit with status 0: no keel thread may call
+    into an interpreter that is finalizing (it would be ended with pthread_exit, and
+    the forced unwind through keel's frames aborts: "FATAL: exception not
+    rethrown"). Run in parallel batches to stay fast."""
+    bindings = os.path.dirname(keel.__file__)
+
+    def run(i):
+        path = os.path.join(tmp, "exit%d.db" % i)
+        r = subprocess.run([sys.executable, "-c", EXIT_CHILD, bindings, path, SCHEMA],
+                           capture_output=True, text=True, timeout=120)
+        return r.returncode, r.stderr[-300:]
+
+    results = []
+    for batch in range(0, 50, 10):
+        results += await asyncio.gather(*(asyncio.to_thread(run, i) for i in range(batch, batch + 10)))
+    bad = [(i, rc, err) for i, (rc, err) in enumerate(results) if rc != 0]
+    assert not bad, "%d of 50 children did not exit with 0: %r" % (len(bad), bad[:3])
 
 
 async def run_all():

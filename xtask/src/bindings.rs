@@ -30,6 +30,17 @@ pub struct Generated {
     pub swift: PathBuf,
 }
 
+/// Appended to the generated `keel.py`: stop keel's deliveries to Python callbacks
+/// when the interpreter exits (`keel-ffi` `stop_callbacks`).
+const PYTHON_AT_EXIT: &str = "
+
+# keel: no keel thread may call into this interpreter once it starts to exit
+# (issue 26, item 11). atexit runs before finalization; the wait (at most 2 s)
+# lets callbacks already running return.
+import atexit as _keel_atexit
+_keel_atexit.register(stop_callbacks, 2000)
+";
+
 /// The languages `cargo xtask bindings` generates.
 pub const LANGUAGES: [&str; 3] = ["python", "kotlin", "swift"];
 
@@ -159,6 +170,16 @@ pub fn generate(release: bool, langs: &[String]) -> Result<Generated, String> {
         .map_err(|e| format!("uniffi-bindgen ({lang}) failed: {e:#}"))?;
     }
     if langs.iter().any(|l| l == "python") {
+        // Once the interpreter starts exiting, keel's threads must not call into
+        // it (a thread that takes the GIL during finalization is ended with
+        // `pthread_exit`, and its forced unwind through keel's frames aborts the
+        // process): `atexit` runs before finalization, with the threads alive.
+        let module = g.python.join("keel.py");
+        let mut py = std::fs::read_to_string(&module)
+            .map_err(|e| format!("cannot read {}: {e}", module.display()))?;
+        py.push_str(PYTHON_AT_EXIT);
+        std::fs::write(&module, py)
+            .map_err(|e| format!("cannot write {}: {e}", module.display()))?;
         // keel.py loads the library from its own directory.
         let dest = g.python.join(cdylib_name());
         std::fs::copy(&cdylib, &dest)

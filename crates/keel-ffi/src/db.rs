@@ -125,11 +125,14 @@ pub async fn open_async(
     options: OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
-    // Parsing is quick, but it is work: keep it off the caller's thread too.
-    let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
-    let opts = self::options(&options, progress);
-    let db = keel_query::Database::open_async(&path, schema, opts).await?;
-    Ok(Arc::new(Database { db }))
+    crate::types::gated(async move {
+        // Parsing is quick, but it is work: keep it off the caller's thread too.
+        let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
+        let opts = self::options(&options, progress);
+        let db = keel_query::Database::open_async(&path, schema, opts).await?;
+        Ok(Arc::new(Database { db }))
+    })
+    .await
 }
 
 /// [`open_async`], blocking the calling thread through the whole open. For
@@ -231,51 +234,59 @@ impl Database {
     /// operation fails (bad bytes, unknown collection, duplicate key, missing
     /// object), none of it is kept and the error is thrown.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteResult>, KeelError> {
-        let fut = self.db.write(move |txn| {
-            let mut out = Vec::with_capacity(ops.len());
-            for op in ops {
-                out.push(match op {
-                    WriteOp::Insert { collection, bytes } => WriteResult::Written {
-                        rowid: txn.insert_bytes(&collection, bytes)?,
-                    },
-                    WriteOp::Update { collection, bytes } => WriteResult::Written {
-                        rowid: txn.update_bytes(&collection, bytes)?,
-                    },
-                    WriteOp::Upsert { collection, bytes } => WriteResult::Written {
-                        rowid: txn.upsert_bytes(&collection, bytes)?,
-                    },
-                    WriteOp::Change {
-                        collection,
-                        key,
-                        values,
-                    } => {
-                        let values: Vec<(String, keel_schema::Value)> = values
-                            .into_iter()
-                            .map(|f| (f.field, f.value.into()))
-                            .collect();
-                        WriteResult::Written {
-                            rowid: txn.change_values(&collection, &keys(key), &values)?,
+        crate::types::gated(async move {
+            let fut = self.db.write(move |txn| {
+                let mut out = Vec::with_capacity(ops.len());
+                for op in ops {
+                    out.push(match op {
+                        WriteOp::Insert { collection, bytes } => WriteResult::Written {
+                            rowid: txn.insert_bytes(&collection, bytes)?,
+                        },
+                        WriteOp::Update { collection, bytes } => WriteResult::Written {
+                            rowid: txn.update_bytes(&collection, bytes)?,
+                        },
+                        WriteOp::Upsert { collection, bytes } => WriteResult::Written {
+                            rowid: txn.upsert_bytes(&collection, bytes)?,
+                        },
+                        WriteOp::Change {
+                            collection,
+                            key,
+                            values,
+                        } => {
+                            let values: Vec<(String, keel_schema::Value)> = values
+                                .into_iter()
+                                .map(|f| (f.field, f.value.into()))
+                                .collect();
+                            WriteResult::Written {
+                                rowid: txn.change_values(&collection, &keys(key), &values)?,
+                            }
                         }
-                    }
-                    WriteOp::ChangeFrom {
-                        collection,
-                        key,
-                        bytes,
-                        fields,
-                    } => {
-                        let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-                        WriteResult::Written {
-                            rowid: txn.change_bytes(&collection, &keys(key), &bytes, &fields)?,
+                        WriteOp::ChangeFrom {
+                            collection,
+                            key,
+                            bytes,
+                            fields,
+                        } => {
+                            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+                            WriteResult::Written {
+                                rowid: txn.change_bytes(
+                                    &collection,
+                                    &keys(key),
+                                    &bytes,
+                                    &fields,
+                                )?,
+                            }
                         }
-                    }
-                    WriteOp::Delete { collection, key } => WriteResult::Deleted {
-                        existed: txn.delete_key(&collection, &keys(key))?,
-                    },
-                });
-            }
-            Ok(out)
-        });
-        Ok(fut.await?)
+                        WriteOp::Delete { collection, key } => WriteResult::Deleted {
+                            existed: txn.delete_key(&collection, &keys(key))?,
+                        },
+                    });
+                }
+                Ok(out)
+            });
+            Ok(fut.await?)
+        })
+        .await
     }
 
     /// The object of `collection` with primary key `key` (values in key-field
@@ -291,9 +302,12 @@ impl Database {
         collection: String,
         key: Vec<Value>,
     ) -> Result<Option<Vec<u8>>, KeelError> {
-        let db = self.db.clone();
-        off_thread("get", move || {
-            Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            off_thread("get", move || {
+                Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+            })
+            .await
         })
         .await
     }
@@ -318,7 +332,7 @@ impl Database {
 
     /// [`Database::count`] on a keel thread.
     pub async fn count_async(&self, collection: String) -> Result<u64, KeelError> {
-        self.query(collection).count_async().await
+        crate::types::gated(async move { self.query(collection).count_async().await }).await
     }
 
     /// FlatBuffers bytes for `collection` from JSON, with this database's schema.
@@ -344,12 +358,15 @@ impl Database {
     /// Run a PASSIVE checkpoint now (on a keel thread): copy what can be copied
     /// from the WAL without waiting for anyone.
     pub async fn checkpoint(&self) -> Result<CheckpointResult, KeelError> {
-        let db = self.db.clone();
-        off_thread("checkpoint", move || {
-            Ok(db
-                .store()
-                .checkpoint(keel_storage::CheckpointMode::Passive)?
-                .into())
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            off_thread("checkpoint", move || {
+                Ok(db
+                    .store()
+                    .checkpoint(keel_storage::CheckpointMode::Passive)?
+                    .into())
+            })
+            .await
         })
         .await
     }
@@ -364,27 +381,30 @@ impl Database {
     /// Call `resume` when the app comes back. Runs on a keel thread.
     #[uniffi::method(default(and_suspend = false))]
     pub async fn on_background(&self, and_suspend: bool) -> Result<CheckpointResult, KeelError> {
-        let db = self.db.clone();
-        off_thread("background", move || {
-            if !and_suspend {
-                return Ok(db.store().on_background()?.into());
-            }
-            let t = std::time::Instant::now();
-            let r =
-                db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
-            Ok(match r.checkpoint {
-                Some(c) => c.into(),
-                // The checkpoint could not run (it is logged); the locks are gone anyway.
-                None => CheckpointResult {
-                    busy: true,
-                    wal_frames: -1,
-                    checkpointed_frames: -1,
-                    duration_ms: t.elapsed().as_secs_f64() * 1e3,
-                    wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
-                        .map(|m| m.len())
-                        .unwrap_or(0),
-                },
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            off_thread("background", move || {
+                if !and_suspend {
+                    return Ok(db.store().on_background()?.into());
+                }
+                let t = std::time::Instant::now();
+                let r =
+                    db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
+                Ok(match r.checkpoint {
+                    Some(c) => c.into(),
+                    // The checkpoint could not run (it is logged); the locks are gone anyway.
+                    None => CheckpointResult {
+                        busy: true,
+                        wal_frames: -1,
+                        checkpointed_frames: -1,
+                        duration_ms: t.elapsed().as_secs_f64() * 1e3,
+                        wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
+                            .map(|m| m.len())
+                            .unwrap_or(0),
+                    },
+                })
             })
+            .await
         })
         .await
     }
@@ -406,11 +426,14 @@ impl Database {
     /// Swift: `try await db.suspend()`; Kotlin: `db.suspend(failFast = false)`.
     #[uniffi::method(default(fail_fast = false))]
     pub async fn suspend(&self, fail_fast: bool) -> Result<SuspendResult, KeelError> {
-        let db = self.db.clone();
-        off_thread("suspend", move || {
-            Ok(db
-                .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
-                .into())
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            off_thread("suspend", move || {
+                Ok(db
+                    .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
+                    .into())
+            })
+            .await
         })
         .await
     }
@@ -422,8 +445,11 @@ impl Database {
     /// thread of its own: the shared threads of the async calls may all be
     /// taken by reads waiting for this very resume.
     pub async fn resume(&self) -> Result<ResumeResult, KeelError> {
-        let db = self.db.clone();
-        on_own_thread("resume", move || Ok(db.resume()?.into())).await
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            on_own_thread("resume", move || Ok(db.resume()?.into())).await
+        })
+        .await
     }
 
     /// True between `suspend` and `resume`.
@@ -437,8 +463,11 @@ impl Database {
     /// whenever another process commits (Linux, Android, Apple platforms), so call
     /// it only where that wake-up is missing. See `docs/app-groups.md`.
     pub async fn catch_up(&self) -> Result<(), KeelError> {
-        let db = self.db.clone();
-        off_thread("catch_up", move || Ok(db.catch_up()?)).await
+        crate::types::gated(async move {
+            let db = self.db.clone();
+            off_thread("catch_up", move || Ok(db.catch_up()?)).await
+        })
+        .await
     }
 
     /// Physical I/O since open, per file kind.
@@ -459,7 +488,7 @@ impl Database {
     /// Finish queued writes, checkpoint and close (on a keel thread). Later calls
     /// on this database throw `Closed`.
     pub async fn close(&self) -> Result<(), KeelError> {
-        Ok(self.db.close().await?)
+        crate::types::gated(async move { Ok(self.db.close().await?) }).await
     }
 
     /// True after `close`.
@@ -476,7 +505,7 @@ impl Database {
     /// (`Io`) if the sync failed: the database stays readable, writes fail.
     /// Swift: `try await db.durable()`; Kotlin: `db.durable()` (suspend).
     pub async fn durable(&self) -> Result<(), KeelError> {
-        Ok(self.db.durable().await?)
+        crate::types::gated(async move { Ok(self.db.durable().await?) }).await
     }
 
     /// True once the database is durable (see `durable`).
@@ -653,14 +682,20 @@ impl Query {
 
     /// [`Query::all`] on a keel thread.
     pub async fn all_async(&self) -> Result<Vec<StoredObject>, KeelError> {
-        let q = self.build_checked()?;
-        Ok(q.all_async().await?.into_iter().map(Into::into).collect())
+        crate::types::gated(async move {
+            let q = self.build_checked()?;
+            Ok(q.all_async().await?.into_iter().map(Into::into).collect())
+        })
+        .await
     }
 
     /// [`Query::count`] on a keel thread.
     pub async fn count_async(&self) -> Result<u64, KeelError> {
-        let q = self.build_checked()?;
-        Ok(q.count_async().await?)
+        crate::types::gated(async move {
+            let q = self.build_checked()?;
+            Ok(q.count_async().await?)
+        })
+        .await
     }
 }
 

@@ -257,7 +257,7 @@ impl Dictionary {
     /// Resolves once everything set before the call is committed (durable under the
     /// commit sync policy).
     pub async fn sync(&self) -> Result<(), KeelError> {
-        Ok(self.d.sync().await?)
+        crate::types::gated(async move { Ok(self.d.sync().await?) }).await
     }
 
     /// Follow `key`: `listener` gets the current value, then each change (all on
@@ -273,6 +273,7 @@ impl Dictionary {
         listener: Box<dyn DictionaryListener>,
     ) -> Arc<DictionarySubscription> {
         let k2 = key.clone();
+        let listener = crate::types::Foreign::new(listener);
         let sub = self.d.subscribe_with(&key, move |v| {
             let v = v.map(DictValue::from);
             guarded("dictionary subscription", || {

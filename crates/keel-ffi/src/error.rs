@@ -211,7 +211,9 @@ impl From<QErr> for KeelError {
             QErr::UnknownCollection { .. } => KeelError::UnknownCollection { message },
             QErr::UnknownField { .. } => KeelError::UnknownField { message },
             QErr::TypeMismatch { .. } => KeelError::TypeMismatch { message },
-            QErr::Schema { .. } => KeelError::InvalidSchema { message },
+            QErr::Schema { .. } | QErr::SchemaChanged { .. } => {
+                KeelError::InvalidSchema { message }
+            }
             QErr::DictionaryTypeMismatch { .. } => KeelError::TypeMismatch { message },
             QErr::DictionaryEncode { .. } => KeelError::InvalidArgument { message },
             QErr::Unsupported { .. } => KeelError::InvalidArgument { message },

@@ -152,6 +152,7 @@ impl Query {
         &self,
         listener: Box<dyn QueryListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
+        let listener = crate::types::Foreign::new(listener);
         crate::db::sync_call(|| {
             let q = self.build_checked()?;
             let sub = q.subscribe(move |u: keel_query::QueryUpdate| {
@@ -178,6 +179,7 @@ impl Database {
         listener: Box<dyn ObjectListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
         let key: Vec<keel_schema::Value> = key.into_iter().map(Into::into).collect();
+        let listener = crate::types::Foreign::new(listener);
         crate::db::sync_call(|| {
             let sub = self
                 .db

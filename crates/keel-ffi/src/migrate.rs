@@ -112,7 +112,7 @@ impl Migrator {
         collections: Vec<String>,
         transform: Box<dyn ObjectMigration>,
     ) -> Result<(), KeelError> {
-        let transform: Arc<dyn ObjectMigration> = Arc::from(transform);
+        let transform = Arc::new(crate::types::Foreign::new(transform));
         self.with(move |m| {
             let m = m.register(name, move |mig| {
                 for coll in &collections {
@@ -153,9 +153,12 @@ impl Migrator {
         &self,
         listener: Box<dyn MigrationProgressListener>,
     ) -> Result<(), KeelError> {
-        let l: Arc<dyn MigrationProgressListener> = Arc::from(listener);
+        let l = Arc::new(crate::types::Foreign::new(listener));
         self.with(move |m| {
             let m = m.on_progress(move |p| {
+                let Some(_call) = crate::types::ForeignCall::enter() else {
+                    return;
+                };
                 let _ = l.on_progress(MigrationProgress {
                     migration: p.migration,
                     index: u32::try_from(p.index).unwrap_or(u32::MAX),
@@ -191,14 +194,17 @@ pub async fn open_migrating_async(
     options: OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
-    let m = migrator.take()?;
-    let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
-    let mut opts = options.to_store_options();
-    if let Some(l) = progress {
-        opts.progress = Some(progress_fn(l));
-    }
-    let db = keel_query::Database::open_async_migrating(&path, schema, m, opts).await?;
-    Ok(Arc::new(Database { db }))
+    crate::types::gated(async move {
+        let m = migrator.take()?;
+        let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
+        let mut opts = options.to_store_options();
+        if let Some(l) = progress {
+            opts.progress = Some(progress_fn(l));
+        }
+        let db = keel_query::Database::open_async_migrating(&path, schema, m, opts).await?;
+        Ok(Arc::new(Database { db }))
+    })
+    .await
 }
 
 /// [`open_migrating_async`], blocking the calling thread (scripts, tests).

@@ -74,8 +74,11 @@ impl Query {
 
     /// [`Query::all_packed`] on a keel thread.
     pub async fn all_packed_async(&self) -> Result<PackedObjects, KeelError> {
-        let q = self.build_checked()?;
-        PackedObjects::pack(q.all_async().await?)
+        crate::types::gated(async move {
+            let q = self.build_checked()?;
+            PackedObjects::pack(q.all_async().await?)
+        })
+        .await
     }
 }
 

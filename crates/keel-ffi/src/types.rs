@@ -607,9 +607,174 @@ impl From<keel_query::StoredObject> for StoredObject {
     }
 }
 
+/// Whether keel still calls foreign callbacks, and how many calls are running:
+/// see [`stop_callbacks`].
+struct Callbacks {
+    stopped: std::sync::atomic::AtomicBool,
+    running: std::sync::Mutex<usize>,
+    idle: std::sync::Condvar,
+}
+
+static CALLBACKS: Callbacks = Callbacks {
+    stopped: std::sync::atomic::AtomicBool::new(false),
+    running: std::sync::Mutex::new(0),
+    idle: std::sync::Condvar::new(),
+};
+
+/// One call into foreign code, counted while it runs ([`stop_callbacks`] waits for
+/// it); `None` once callbacks are stopped.
+pub(crate) struct ForeignCall(());
+
+impl ForeignCall {
+    pub(crate) fn enter() -> Option<ForeignCall> {
+        use std::sync::atomic::Ordering;
+        let mut n = CALLBACKS.running.lock().unwrap_or_else(|e| e.into_inner());
+        // Checked under the lock `stop_callbacks` sets it under: a call either
+        // sees the stop, or is counted before the stop starts waiting.
+        if CALLBACKS.stopped.load(Ordering::SeqCst) {
+            return None;
+        }
+        *n += 1;
+        Some(ForeignCall(()))
+    }
+}
+
+impl Drop for ForeignCall {
+    fn drop(&mut self) {
+        let mut n = CALLBACKS.running.lock().unwrap_or_else(|e| e.into_inner());
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            CALLBACKS.idle.notify_all();
+        }
+    }
+}
+
+/// Stop calling foreign callbacks (listeners of subscriptions, progress and
+/// migrations) for the rest of the process, and wait up to `timeout_ms` for the
+/// calls already running to return. Returns whether none is left running.
+///
+/// For a host that is shutting down its runtime under keel's threads: the
+/// generated Python module registers it with `atexit`, so no keel thread enters
+/// an interpreter that is finalizing (CPython ends such a thread with
+/// `pthread_exit`, whose forced unwind through keel's frames aborts the process:
+/// issue 26, item 11). Calls into keel still work afterwards; only deliveries to
+/// foreign code are dropped. The wait holds no lock foreign code needs: Python's
+/// `ctypes` releases the GIL for the call, so a callback waiting for it finishes.
+#[uniffi::export]
+pub fn stop_callbacks(timeout_ms: u32) -> bool {
+    use std::sync::atomic::Ordering;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(timeout_ms.into());
+    let mut n = CALLBACKS.running.lock().unwrap_or_else(|e| e.into_inner());
+    CALLBACKS.stopped.store(true, Ordering::SeqCst);
+    while *n > 0 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        n = CALLBACKS
+            .idle
+            .wait_timeout(n, left)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+    true
+}
+
+/// A foreign object keel holds (a listener): dropping it calls into foreign code
+/// (the binding's free), so once [`stop_callbacks`] ran it is leaked instead —
+/// the process is exiting, and a keel thread must not enter its runtime.
+pub(crate) struct Foreign<T: ?Sized>(Option<Box<T>>);
+
+impl<T: ?Sized> Foreign<T> {
+    pub(crate) fn new(b: Box<T>) -> Foreign<T> {
+        Foreign(Some(b))
+    }
+}
+
+impl<T: ?Sized> std::ops::Deref for Foreign<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        match &self.0 {
+            Some(b) => b,
+            None => unreachable!("taken only by drop"),
+        }
+    }
+}
+
+impl<T: ?Sized> Drop for Foreign<T> {
+    fn drop(&mut self) {
+        if let Some(b) = self.0.take() {
+            match ForeignCall::enter() {
+                Some(_call) => drop(b),
+                None => std::mem::forget(b),
+            }
+        }
+    }
+}
+
+/// Runs `fut` (the body of an exported `async fn`) so that its wakes reach the
+/// foreign runtime only while callbacks are allowed ([`stop_callbacks`]): a wake
+/// is a call into foreign code on whichever keel thread completes the work (for
+/// Python, the future's continuation takes the GIL). After the stop a wake is
+/// dropped — the host is exiting and nothing will poll the future again.
+pub(crate) async fn gated<F: std::future::Future>(fut: F) -> F::Output {
+    Gated {
+        fut: Box::pin(fut),
+        waker: None,
+    }
+    .await
+}
+
+struct Gated<F> {
+    fut: std::pin::Pin<Box<F>>,
+    /// The host's waker and the gated one made for it, reused while the host
+    /// polls with the same waker.
+    waker: Option<(std::task::Waker, std::task::Waker)>,
+}
+
+impl<F: std::future::Future> std::future::Future for Gated<F> {
+    type Output = F::Output;
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = &mut *self;
+        let gated = match &this.waker {
+            Some((host, gated)) if host.will_wake(cx.waker()) => gated.clone(),
+            _ => {
+                let host = cx.waker().clone();
+                let gated = std::task::Waker::from(Arc::new(GateWaker(host.clone())));
+                this.waker = Some((host, gated.clone()));
+                gated
+            }
+        };
+        this.fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&gated))
+    }
+}
+
+/// A host waker, woken only while callbacks are allowed (see [`gated`]).
+struct GateWaker(std::task::Waker);
+
+impl std::task::Wake for GateWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(_call) = ForeignCall::enter() {
+            self.0.wake_by_ref();
+        }
+    }
+}
+
 /// Call a foreign callback: an exception it throws is logged and ignored, and a
-/// panic (should the FFI contract be broken) is contained.
+/// panic (should the FFI contract be broken) is contained. Nothing is called once
+/// [`stop_callbacks`] ran.
 pub(crate) fn guarded(what: &str, f: impl FnOnce() -> Result<(), CallbackError>) {
+    let Some(_call) = ForeignCall::enter() else {
+        return;
+    };
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("{what}: {e}; ignored"),
@@ -619,7 +784,7 @@ pub(crate) fn guarded(what: &str, f: impl FnOnce() -> Result<(), CallbackError>)
 
 /// The progress callback for [`StoreOptions`].
 pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::ProgressFn {
-    let l: Arc<dyn OpenProgressListener> = Arc::from(l);
+    let l = Arc::new(Foreign::new(l));
     Arc::new(move |p: keel_storage::OpenProgress| {
         let ev = OpenProgress {
             phase: p.phase.into(),

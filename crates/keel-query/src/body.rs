@@ -17,15 +17,17 @@
 //!
 //! A body is stripped only when the strip is exact: the tail is the canonical
 //! string of the key the row is stored under, and the key field, the table and
-//! its vtable can still be found in what remains, so reading puts back precisely
-//! the bytes that were verified on the way in. Keys that are numbers, and
+//! its vtable can still be found in what remains, and no other field the schema
+//! knows points into the tail (a field sharing the key's string, as
+//! `create_shared_string` makes, would otherwise point past the stored bytes and
+//! read as absent to a filter evaluated on them: such a buffer is stored whole),
+//! so reading puts back precisely the bytes that were verified on the way in. Keys that are numbers, and
 //! collections keyed by rowid, store the whole buffer.
 //!
 //! Stock SQLite tools see the stripped body: `sqlite3 app.db "SELECT body …"`
 //! gives a buffer whose key is in the `k{i}` column beside it.
 
-use keel_schema::wire::TableRef;
-use keel_schema::{FieldType, Schema, Value};
+use keel_schema::{DynamicTable, FieldType, Schema, Value};
 use rusqlite::types::ValueRef as SqlRef;
 
 /// How to read a collection's objects out of its table: which columns to select
@@ -71,10 +73,18 @@ impl BodyColumns {
 
     /// What the body column stores for `bytes`, whose key is `key` (one value per
     /// key part): the bytes, less the key string where it can be put back exactly.
-    pub(crate) fn strip<'b>(&self, bytes: &'b [u8], key: &[Value]) -> &'b [u8] {
-        match &self.tail {
-            Some(t) => t.strip(bytes, key),
-            None => bytes,
+    /// `fields` reads the object's table: the tail is left on when any field it
+    /// knows, other than the key, would point into it (or when there is no
+    /// `fields` to ask).
+    pub(crate) fn strip<'b>(
+        &self,
+        bytes: &'b [u8],
+        key: &[Value],
+        fields: Option<DynamicTable<'_>>,
+    ) -> &'b [u8] {
+        match (&self.tail, fields) {
+            (Some(t), Some(f)) => t.strip(bytes, key, &f),
+            _ => bytes,
         }
     }
 
@@ -196,7 +206,7 @@ impl TailKey {
 
     /// What the body column stores for `bytes`, whose key is `key` (one value per
     /// key part): `bytes` less its tail when the strip is exact, else `bytes`.
-    fn strip<'b>(&self, bytes: &'b [u8], key: &[Value]) -> &'b [u8] {
+    fn strip<'b>(&self, bytes: &'b [u8], key: &[Value], fields: &DynamicTable<'_>) -> &'b [u8] {
         let Some(Value::Text(k)) = key.get(self.part) else {
             return bytes;
         };
@@ -207,7 +217,7 @@ impl TailKey {
         let (prefix, tail) = bytes.split_at(cut);
         if tail_matches(tail, k.as_bytes())
             && self.key_ends(prefix)
-            && TableRef::root(prefix).is_ok()
+            && fields.within(prefix, self.slot)
         {
             prefix
         } else {
@@ -233,7 +243,7 @@ impl TailKey {
     /// The key field's offset points exactly at the end of `bytes`. Every read of a
     /// row asks this, so it follows only what it needs — root offset, the table's
     /// vtable, the key's entry in it — each read bounds-checked, rather than
-    /// validating the whole table as [`TableRef::root`] does (`strip` checks that
+    /// walking every field as [`DynamicTable::within`] does (`strip` checks that
     /// too). A body damaged since it was written may pass and be given its tail;
     /// the bounds-checked reads that follow report the damage.
     fn key_ends(&self, bytes: &[u8]) -> bool {
@@ -329,11 +339,13 @@ mod tests {
 
     #[test]
     fn a_key_written_first_is_stored_once_and_put_back_exactly() {
-        let tk = TailKey::of(&schema(), "n.T").unwrap();
+        let s = schema();
+        let tk = TailKey::of(&s, "n.T").unwrap();
+        let f = s.reader("n.T").unwrap();
         for id in ["", "a", "ab", "abc", "abcd", "doc-00012344", "ключ"] {
             let bytes = obj(true, id, "title");
             let key = [Value::Text(id.into())];
-            let stored = tk.strip(&bytes, &key);
+            let stored = tk.strip(&bytes, &key, &f);
             assert_eq!(stored.len(), bytes.len() - tail_len(id.len()), "{id:?}");
             assert_eq!(
                 read(&tk, stored, SqlRef::Text(id.as_bytes())),
@@ -345,17 +357,37 @@ mod tests {
 
     #[test]
     fn other_buffers_are_stored_whole_and_read_as_they_are() {
-        let tk = TailKey::of(&schema(), "n.T").unwrap();
+        let s = schema();
+        let tk = TailKey::of(&s, "n.T").unwrap();
+        let f = s.reader("n.T").unwrap();
         let late = obj(false, "k", "title");
         let key = [Value::Text("k".into())];
-        assert_eq!(tk.strip(&late, &key), &late[..]);
+        assert_eq!(tk.strip(&late, &key, &f), &late[..]);
         assert_eq!(read(&tk, &late, SqlRef::Text(b"k")), late);
         // The tail is another key's: not stripped.
         let first = obj(true, "k", "title");
-        assert_eq!(tk.strip(&first, &[Value::Text("j".into())]), &first[..]);
+        assert_eq!(tk.strip(&first, &[Value::Text("j".into())], &f), &first[..]);
         // A key column a stock tool made a number: the body as stored.
-        let stored = tk.strip(&first, &key);
+        let stored = tk.strip(&first, &key, &f);
         assert_eq!(read(&tk, stored, SqlRef::Integer(1)), stored);
+    }
+
+    #[test]
+    fn a_key_string_another_field_shares_is_stored_whole() {
+        let s = schema();
+        let tk = TailKey::of(&s, "n.T").unwrap();
+        let f = s.reader("n.T").unwrap();
+        let shared = encode(None, |b: &mut Builder| {
+            let k = b.create_string("k");
+            b.start_table();
+            b.add_offset(0, k);
+            b.add_offset(1, k);
+            b.end_table()
+        });
+        assert_eq!(
+            tk.strip(&shared, &[Value::Text("k".into())], &f),
+            &shared[..]
+        );
     }
 
     proptest::proptest! {
@@ -369,7 +401,9 @@ mod tests {
             n in proptest::prelude::any::<i32>(),
             key_first in proptest::prelude::any::<bool>(),
         ) {
-            let tk = TailKey::of(&schema(), "n.T").unwrap();
+            let s = schema();
+        let tk = TailKey::of(&s, "n.T").unwrap();
+        let f = s.reader("n.T").unwrap();
             let bytes = encode(None, |b: &mut Builder| {
                 let t = if key_first { None } else { title.as_deref().map(|t| b.create_string(t)) };
                 let i = b.create_string(&id);
@@ -382,7 +416,7 @@ mod tests {
                 b.add_scalar::<i32>(2, n, 0);
                 b.end_table()
             });
-            let stored = tk.strip(&bytes, &[Value::Text(id.clone())]);
+            let stored = tk.strip(&bytes, &[Value::Text(id.clone())], &f);
             let key_last = key_first || title.is_none();
             let expect = if key_last { bytes.len() - tail_len(id.len()) } else { bytes.len() };
             proptest::prop_assert_eq!(stored.len(), expect);
@@ -397,9 +431,11 @@ mod tests {
             flips in proptest::collection::vec((0usize..64, proptest::prelude::any::<u8>()), 0..4),
             key in "\\PC{0,8}",
         ) {
-            let tk = TailKey::of(&schema(), "n.T").unwrap();
+            let s = schema();
+        let tk = TailKey::of(&s, "n.T").unwrap();
+        let f = s.reader("n.T").unwrap();
             let bytes = obj(true, "some-key", "title");
-            let mut stored = tk.strip(&bytes, &[Value::Text("some-key".into())]).to_vec();
+            let mut stored = tk.strip(&bytes, &[Value::Text("some-key".into())], &f).to_vec();
             for (at, v) in flips {
                 if let Some(b) = stored.get_mut(at) {
                     *b = v;

@@ -199,28 +199,48 @@ fn prepare(
 }
 
 fn finish(store: Store, p: Prepared) -> Result<Database> {
-    let (pending, ready, created, colls) = {
+    let (pending, ready, staged, created, colls) = {
         let mut o = p.outcome.lock().unwrap_or_else(|e| e.into_inner());
         (
             std::mem::take(&mut o.pending),
             std::mem::take(&mut o.ready),
+            std::mem::take(&mut o.staged),
             std::mem::take(&mut o.created),
             o.colls.take(),
         )
     };
     let colls = colls.unwrap_or(p.colls);
     let mut by_name = HashMap::new();
+    // Indexes the schema transaction completes, and it has not committed yet.
+    let mut on_durable = Vec::new();
+    // Durable means the schema transaction has committed (`keel-storage`
+    // `durable.rs` commits it before it opens the gate).
+    let durable = store.is_durable();
     for (i, c) in colls.iter().enumerate() {
         by_name.insert(c.name.clone(), i);
         let bare = p.schema.table(c.table).name.clone();
         by_name.entry(bare).or_insert(i);
         for ix in &c.indexes {
-            if ready.contains(&ix.name) {
+            if ready.contains(&ix.name) || (durable && staged.contains(&ix.name)) {
                 ix.mark_ready_at_open();
+            } else if staged.contains(&ix.name) {
+                on_durable.push(ix.clone());
             }
         }
     }
     let mut builds = Vec::new();
+    if !on_durable.is_empty() {
+        // A write runs only after the barrier, when the schema transaction has
+        // committed: from then on readers see the columns complete. A snapshot
+        // that began earlier keeps scanning (`IndexSql::mark_built`'s epoch). If
+        // the barrier fails, the write is refused and queries keep scanning.
+        builds.push(store.write(move |_t| {
+            for ix in &on_durable {
+                ix.mark_built();
+            }
+            Ok::<(), Error>(())
+        }));
+    }
     for (ci, k) in pending {
         let c = colls[ci].clone();
         let name = c.indexes[k].name.clone();

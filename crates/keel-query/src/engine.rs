@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
@@ -76,6 +76,10 @@ pub(crate) struct Inner {
     /// The count of other connections' commits ([`Store::foreign_commits`]) this
     /// handle last acted on (see [`Inner::notice_foreign`]).
     pub(crate) foreign_seen: AtomicU64,
+    /// The file's schema cookie (`PRAGMA schema_version`) when its layout was last
+    /// found to be the one this handle writes (`-1`: not checked yet); see
+    /// [`Inner::check_layout`].
+    layout_cookie: AtomicI64,
 }
 
 impl Inner {
@@ -112,7 +116,78 @@ impl Inner {
             created,
             feed,
             foreign_seen,
+            layout_cookie: AtomicI64::new(-1),
         })
+    }
+
+    /// Refuses a write when the tables on `conn` (the writer, inside the write
+    /// transaction, so nothing can change them under it) are not laid out as this
+    /// handle writes them: another process — a newer build of the app, say —
+    /// added, dropped or redefined an index column since this one opened the
+    /// file. Writing on would leave that column wrong (a NULL where the newer
+    /// build's index expects the field), so the write fails with
+    /// [`Error::SchemaChanged`] until the database is opened again. SQLite bumps
+    /// the schema cookie on every change of the schema, so while it stays the same
+    /// this costs one `PRAGMA schema_version` per write closure; only a changed
+    /// cookie (another process's DDL, or this process's own index builds) makes
+    /// it compare the columns and the index signatures again.
+    pub(crate) fn check_layout(&self, conn: &rusqlite::Connection, op: &'static str) -> Result<()> {
+        let err = |e| Error::sqlite("check the file's layout", "sqlite_schema", e);
+        let cookie: i64 = conn
+            .prepare_cached("PRAGMA schema_version")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .map_err(err)?;
+        if cookie == self.layout_cookie.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let sigs: HashMap<String, Option<String>> = {
+            let mut st = conn
+                .prepare("SELECT name, sig FROM keel_index")
+                .map_err(err)?;
+            let rows = st
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .map_err(err)?
+                .collect::<rusqlite::Result<_>>()
+                .map_err(err)?;
+            rows
+        };
+        let changed = |c: &Coll, message: String| Error::SchemaChanged {
+            op,
+            collection: c.name.clone(),
+            path: self.path.clone(),
+            message,
+        };
+        for c in &self.colls {
+            let mut has = crate::layout::table_columns(conn, &c.ident).map_err(err)?;
+            let mut writes: Vec<String> = std::iter::once("rowid".to_string())
+                .chain((0..c.key.len()).map(|i| format!("k{i}")))
+                .chain(std::iter::once("body".to_string()))
+                .chain(c.indexes.iter().map(|ix| ix.column.clone()))
+                .collect();
+            has.sort();
+            writes.sort();
+            if has != writes {
+                return Err(changed(
+                    c,
+                    format!("its table has columns {has:?}, this database writes {writes:?}"),
+                ));
+            }
+            for ix in &c.indexes {
+                if let Some(Some(sig)) = sigs.get(&ix.name) {
+                    if *sig != ix.sig {
+                        return Err(changed(
+                            c,
+                            format!(
+                                "index {} holds {sig}, this database writes {}",
+                                ix.name, ix.sig
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        self.layout_cookie.store(cookie, Ordering::Release);
+        Ok(())
     }
 
     /// The body of [`Database::close`](crate::Database::close): the dictionary's

@@ -130,6 +130,22 @@ pub enum Error {
         /// What is incompatible.
         message: String,
     },
+    /// Another process changed the file's layout since this database opened it
+    /// (a newer build of the app added or dropped an index column, or changed what
+    /// one holds): this handle's writes would leave a column wrong, so the write is
+    /// refused and nothing of it is committed. Open the database again — an older
+    /// schema then writes the columns the newer one declared (see `docs/schema.md`).
+    #[error("{op} in {collection} on {}: the file's layout was changed by another process since this database opened it ({message}); open it again", path.display())]
+    SchemaChanged {
+        /// What was being done.
+        op: &'static str,
+        /// The collection whose table changed.
+        collection: String,
+        /// The database file.
+        path: PathBuf,
+        /// What changed.
+        message: String,
+    },
     /// An SQLite statement of the object layer failed.
     #[error("{op} in {collection}: SQLite error: {source}")]
     Sqlite {

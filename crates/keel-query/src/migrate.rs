@@ -374,7 +374,9 @@ fn insert_row(
             v => v,
         });
     }
-    key.push(Value::Blob(c.body.strip(bytes, &key).to_vec()));
+    key.push(Value::Blob(
+        c.body.strip(bytes, &key, c.ext_reader()).to_vec(),
+    ));
     let cols = c.column_values(bytes);
     let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(key.len() + cols.len());
     let head: Vec<Param<'_>> = key.iter().map(Param).collect();

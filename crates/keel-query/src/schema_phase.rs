@@ -20,8 +20,13 @@ pub(crate) struct SchemaOutcome {
     /// Index columns to fill and index in a background write after open:
     /// `(collection, index)` positions in [`SchemaOutcome::colls`].
     pub(crate) pending: Vec<(usize, usize)>,
-    /// Indexes queries may use at once.
+    /// Indexes queries may use at once: complete in what readers see already.
     pub(crate) ready: Vec<String>,
+    /// Indexes this transaction makes complete (built now, or on a table it
+    /// creates). Before durable the transaction has not committed and readers see
+    /// the file without them, so queries may use them only once it has (the first
+    /// write after the barrier says so); until then they scan the bodies.
+    pub(crate) staged: Vec<String>,
     /// The typed error of a failed schema phase (the kernel carries only its text).
     pub(crate) failure: Option<Error>,
     /// Collections whose table this open creates. While the open barrier runs the
@@ -264,7 +269,11 @@ pub(crate) fn schema_phase(
                 "building"
             };
             if state == "ready" {
-                out.ready.push(ix.name.clone());
+                if complete {
+                    out.ready.push(ix.name.clone());
+                } else {
+                    out.staged.push(ix.name.clone());
+                }
             }
             record_index(conn, &c.name, ix, state).map_err(err("record index state"))?;
         }

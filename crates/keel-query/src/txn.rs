@@ -35,6 +35,8 @@ pub struct Txn<'a> {
     /// Write statements taken from the connection's cache for the rest of this
     /// closure (see [`Txn::with_kept_stmt`]); they go back to it when the `Txn` drops.
     kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
+    /// The file's layout was checked in this closure ([`Txn::coll`]).
+    layout_checked: std::cell::Cell<bool>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -75,7 +77,10 @@ fn bind_row(
         st.raw_bind_parameter(at, sref(k))?;
         at += 1;
     }
-    st.raw_bind_parameter(at, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
+    st.raw_bind_parameter(
+        at,
+        Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+    )?;
     bind_columns(st, c, bytes, at + 1)
 }
 
@@ -104,6 +109,7 @@ impl<'a> Txn<'a> {
             aborted: false,
             dict: None,
             kept: std::cell::RefCell::new(Vec::new()),
+            layout_checked: std::cell::Cell::new(false),
         }
     }
 
@@ -140,8 +146,16 @@ impl<'a> Txn<'a> {
         self.changes.clear();
     }
 
+    /// The collection `name`, once this closure has found the file laid out as
+    /// this database writes it ([`Inner::check_layout`]: another process may
+    /// have changed it).
     fn coll(&self, name: &str, op: &'static str) -> Result<&'a Coll> {
-        self.inner.coll(name, op)
+        let c = self.inner.coll(name, op)?;
+        if !self.layout_checked.get() {
+            self.inner.check_layout(self.conn, op)?;
+            self.layout_checked.set(true);
+        }
+        Ok(c)
     }
 
     /// Verify `bytes` against the collection's table and read its primary key.
@@ -350,7 +364,10 @@ impl<'a> Txn<'a> {
         bytes: &[u8],
     ) -> Result<()> {
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
-            st.raw_bind_parameter(1, Arg(SqlRef::Blob(c.body.strip(bytes, key))))?;
+            st.raw_bind_parameter(
+                1,
+                Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+            )?;
             st.raw_bind_parameter(2, rowid)?;
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()

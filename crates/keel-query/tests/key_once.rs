@@ -212,3 +212,55 @@ fn whole_and_stripped_bodies_live_side_by_side() {
     assert_eq!(db.get::<Post>(&"a".to_string()).unwrap(), Some(a3));
     db.close().wait().unwrap();
 }
+
+/// Issue 26 item 5, "a shared key string breaks filters": a buffer built with a
+/// shared string, where another string field points at the key's bytes, must
+/// keep its tail — stripping it leaves that field pointing past the stored
+/// bytes, so a filter on it (evaluated on the body as stored) reads NULL while a
+/// live query, which sees the whole buffer, reads the string.
+#[test]
+fn a_shared_key_string_does_not_break_filters() {
+    use keel_query::{Expr, FieldPath, Schema};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let schema = Schema::parse(
+        "namespace n; table Note { id: string (primary); alias: string; } root_type Note;",
+        "n.fbs",
+    )
+    .unwrap();
+    let db = Database::open(&path, schema, quiet()).unwrap();
+    let alias = || FieldPath::field(1, "alias");
+
+    // One string "k", both fields pointing at it: the key string is last.
+    let bytes = keel_schema::wire::encode(None, |b: &mut Builder| {
+        let k = b.create_string("k");
+        b.start_table();
+        b.add_offset(0, k);
+        b.add_offset(1, k);
+        b.end_table()
+    });
+    assert_eq!(bytes.len(), 32);
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let _live = db
+        .query("n.Note")
+        .filter(Expr::eq(alias(), "k"))
+        .subscribe(move |u| {
+            let _ = tx.send(u.objects.len());
+        })
+        .unwrap();
+    assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), 0);
+    let b2 = bytes.clone();
+    db.write_blocking(move |t| t.insert_bytes("n.Note", b2).map(drop))
+        .unwrap();
+    let live = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+
+    let eq_k = db.query("n.Note").filter(Expr::eq(alias(), "k")).count();
+    let null = db.query("n.Note").filter(Expr::IsNull(alias())).count();
+    assert_eq!(eq_k.unwrap(), 1, "alias == \"k\"");
+    assert_eq!(null.unwrap(), 0, "alias IS NULL");
+    assert_eq!(live, 1, "the live query agrees with fetch");
+    let all = db.query("n.Note").all().unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].bytes, bytes, "read back byte for byte");
+}

@@ -615,6 +615,17 @@ impl<'s> DynamicTable<'s> {
         })
     }
 
+    /// Every field of the object in `bytes` that this schema knows, all the way
+    /// down, lies within `bytes` — the root table's field `except` aside, which is
+    /// not followed. keel's store asks this of an object's buffer less its trailing
+    /// key string (`keel-query`'s `body.rs`): if another field still points into
+    /// the cut-off bytes (a string shared with the key), the buffer is stored whole.
+    pub fn within(&self, bytes: &[u8], except: u16) -> bool {
+        TableRef::root(bytes)
+            .and_then(|t| verify_fields(self.schema, self.table, t, false, Some(except)))
+            .is_ok()
+    }
+
     /// Checks only the root table header; fields are checked as they are read (still
     /// safe on any input; reads of damaged fields give `Null` / an error). Use this
     /// when reading a few fields per object, e.g. in an SQL function.
@@ -1062,7 +1073,19 @@ fn verify_table(
     t: TableRef<'_>,
     require_key: bool,
 ) -> Result<(), DecodeError> {
-    for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
+    verify_fields(s, ti, t, require_key, None)
+}
+
+/// [`verify_table`], not following the field with id `except` of this table.
+fn verify_fields(
+    s: &Schema,
+    ti: usize,
+    t: TableRef<'_>,
+    require_key: bool,
+    except: Option<u16>,
+) -> Result<(), DecodeError> {
+    let fields = s.tables[ti].fields.iter();
+    for f in fields.filter(|f| !f.deprecated && Some(f.id) != except) {
         match &f.ty {
             FieldType::Scalar(ty) => {
                 t.field_pos(f.id, ty.size())?;
