@@ -22,28 +22,99 @@ pub(crate) const ENUM: u8 = 2;
 /// The kind of a union in a `(kind, index)` type-name key.
 pub(crate) const UNION: u8 = 3;
 
-/// A generator that has named every declared type (keyed `(kind, index)`), looked
-/// up by kind.
-pub(crate) trait TypeNames {
-    /// The generated names by `(kind, index)`.
-    fn type_names(&self) -> &HashMap<(u8, usize), String>;
+/// The names a generator gives the declared types, keyed `(kind, index)`, and the
+/// check that no two types (or a type and a name the generated code uses itself)
+/// end up with one name.
+#[derive(Default)]
+pub(crate) struct Names {
+    by_key: HashMap<(u8, usize), String>,
+    /// Each name taken so far and what took it (for the clash error).
+    taken: HashMap<String, String>,
+}
+
+impl Names {
+    /// Marks `name` as taken by `what` (a name the generated code declares itself).
+    pub fn reserve(&mut self, name: &str, what: &str) {
+        self.taken.insert(name.to_owned(), what.to_owned());
+    }
+
+    /// Takes `name` for the type `full`; `Err` holds what took it before.
+    pub fn claim(&mut self, name: &str, full: &str) -> Result<(), String> {
+        match self.taken.insert(name.to_owned(), full.to_owned()) {
+            Some(other) => Err(other),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `name` as the generated name of `(kind, index)`.
+    pub fn set(&mut self, kind: u8, index: usize, name: String) {
+        self.by_key.insert((kind, index), name);
+    }
+
+    /// The generated name of `(kind, index)`.
+    pub fn get(&self, kind: u8, index: usize) -> &str {
+        &self.by_key[&(kind, index)]
+    }
 
     /// The generated name of table `i`.
-    fn table_name(&self, i: usize) -> &str {
-        &self.type_names()[&(TABLE, i)]
+    pub fn table_name(&self, i: usize) -> &str {
+        self.get(TABLE, i)
     }
     /// The generated name of struct `i`.
-    fn struct_name(&self, i: usize) -> &str {
-        &self.type_names()[&(STRUCT, i)]
+    pub fn struct_name(&self, i: usize) -> &str {
+        self.get(STRUCT, i)
     }
     /// The generated name of enum `i`.
-    fn enum_name(&self, i: usize) -> &str {
-        &self.type_names()[&(ENUM, i)]
+    pub fn enum_name(&self, i: usize) -> &str {
+        self.get(ENUM, i)
     }
     /// The generated name of union `i`.
-    fn union_name(&self, i: usize) -> &str {
-        &self.type_names()[&(UNION, i)]
+    pub fn union_name(&self, i: usize) -> &str {
+        self.get(UNION, i)
     }
+
+    /// The name of a value of `ty` in a language: `scalar` spells scalars,
+    /// `vector` wraps an element type, named types are looked up here.
+    pub fn type_of(
+        &self,
+        ty: &FieldType,
+        scalar: fn(crate::model::ScalarType) -> &'static str,
+        vector: fn(String) -> String,
+    ) -> String {
+        match ty {
+            FieldType::Scalar(t) => scalar(*t).into(),
+            FieldType::Enum(i) => self.enum_name(*i).into(),
+            FieldType::String => "String".into(),
+            FieldType::Struct(i) => self.struct_name(*i).into(),
+            FieldType::Table(i) => self.table_name(*i).into(),
+            FieldType::Union(i) => self.union_name(*i).into(),
+            FieldType::Vector(inner) => vector(self.type_of(inner, scalar, vector)),
+        }
+    }
+}
+
+/// The `#`s around a raw string literal holding `text` (Rust's `r#"…"#`, Swift's
+/// `#"""…"""#`): the fewest that no `"#…` in `text` matches.
+pub(crate) fn raw_string_hashes(text: &str) -> String {
+    let mut hashes = String::from("#");
+    while text.contains(&format!("\"{hashes}")) {
+        hashes.push('#');
+    }
+    hashes
+}
+
+/// `name`, or `escape(name)` when it is one of the language's `keywords`.
+pub(crate) fn escaped(name: &str, keywords: &[&str], escape: fn(&str) -> String) -> String {
+    if keywords.contains(&name) {
+        escape(name)
+    } else {
+        name.to_owned()
+    }
+}
+
+/// Swift's and Kotlin's escape of a keyword used as a name: `` `name` ``.
+pub(crate) fn backticks(name: &str) -> String {
+    format!("`{name}`")
 }
 
 /// One named type a schema declares, as the generators name it.
@@ -242,9 +313,45 @@ pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &s
     }
 }
 
+/// The schema `examples/blog/schema/<rel>`, with its includes.
+#[cfg(test)]
+pub(crate) fn example(rel: &str) -> Schema {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/blog/schema")
+        .join(rel);
+    crate::resolve::load(&path).unwrap().0
+}
+
+/// Where a generated file goes in a test: a directory of its own under the
+/// system's temporary one.
+#[cfg(test)]
+pub(crate) fn scratch_dir(lang: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("keel-{lang}-gen-{}", std::process::id()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::CodegenError;
+
+    /// Swift and Kotlin name a type by its own name, whatever its namespace: two
+    /// same-named types are refused (Rust qualifies one of them instead).
+    #[test]
+    fn same_named_types_of_two_namespaces_are_refused_where_names_are_flat() {
+        let s = Schema::parse(
+            "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
+            "t.fbs",
+        )
+        .unwrap();
+        let unsupported =
+            |r: Result<(), CodegenError>| matches!(r, Err(CodegenError::Unsupported(_)));
+        assert!(unsupported(crate::swift::generate(&s, "t").map(drop)));
+        assert!(unsupported(crate::kotlin::generate(&s, "t").map(drop)));
+        assert!(crate::codegen::Builder::new()
+            .format(false)
+            .generate(&s)
+            .is_ok());
+    }
 
     #[test]
     fn upper_camel_joins_parts_and_guards_the_first_character() {

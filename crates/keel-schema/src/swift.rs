@@ -48,17 +48,18 @@
 //! assert!(code.contains("public static var priority: KeelField<Post, Int32>"));
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, key_strings_first,
-    struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel, write_arms,
-    write_enum_cases, TypeNames, ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
+    backticks, declared_types, doc, enum_doc_fallback, enum_value, escaped, field_is_optional,
+    raw_string_hashes, struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel,
+    write_arms, write_enum_cases, Names, ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
+use crate::plan::{FieldPlan, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
@@ -209,23 +210,14 @@ fn lower_camel(name: &str) -> String {
     if n > 1 && n < chars.len() && chars[n].is_lowercase() {
         n -= 1;
     }
-    let mut out = String::new();
-    for (i, c) in chars.iter().enumerate() {
-        if i < n.max(1) {
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(*c);
-        }
-    }
-    out
+    // `upper_camel` never returns "": there is a first character to lower.
+    let (head, tail) = chars.split_at(n.max(1));
+    let head: String = head.iter().collect();
+    head.to_lowercase() + &tail.iter().collect::<String>()
 }
 
 fn esc(name: &str) -> String {
-    if KEYWORDS.contains(&name) {
-        format!("`{name}`")
-    } else {
-        name.to_owned()
-    }
+    escaped(name, KEYWORDS, backticks)
 }
 
 /// The Swift property name of a table or struct field.
@@ -301,41 +293,30 @@ struct Gen<'a> {
     s: &'a Schema,
     schema_name: String,
     out: String,
-    /// Swift names by (kind, index); see [`TypeNames`].
-    names: HashMap<(u8, usize), String>,
+    /// Swift names by (kind, index).
+    names: Names,
     /// Tables reachable from each table through table and union fields.
     reach: Vec<BTreeSet<usize>>,
-}
-
-impl TypeNames for Gen<'_> {
-    fn type_names(&self) -> &HashMap<(u8, usize), String> {
-        &self.names
-    }
 }
 
 impl<'a> Gen<'a> {
     fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
         let schema_name = format!("{}Schema", upper_camel(stem));
-        let mut names = HashMap::new();
-        let mut seen: HashMap<String, String> = HashMap::new();
-        seen.insert(schema_name.clone(), "the schema enum".into());
-        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
-            let swift = upper_camel(name);
+        let mut names = Names::default();
+        names.reserve(&schema_name, "the schema enum");
+        for t in declared_types(s) {
+            let (swift, full) = (upper_camel(t.name), t.full_name());
             if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift.as_str()) {
                 return Err(CodegenError::Unsupported(format!(
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
                 )));
             }
-            if let Some(other) = seen.insert(swift.clone(), full.clone()) {
-                return Err(CodegenError::Unsupported(format!(
+            names.claim(&swift, &full).map_err(|other| {
+                CodegenError::Unsupported(format!(
                     "{other} and {full} would both be named {swift} in Swift; rename one"
-                )));
-            }
-            names.insert((kind, i), swift);
-            Ok(())
-        };
-        for t in declared_types(s) {
-            add(t.kind, t.index, t.name, t.full_name())?;
+                ))
+            })?;
+            names.set(t.kind, t.index, swift);
         }
         // Direct edges: a table field or a union member stored inline in the value
         // type (vectors are arrays, already indirect).
@@ -422,15 +403,7 @@ impl<'a> Gen<'a> {
     }
 
     fn base_type(&self, ty: &FieldType) -> String {
-        match ty {
-            FieldType::Scalar(t) => swift_scalar(*t).into(),
-            FieldType::Enum(i) => self.enum_name(*i).into(),
-            FieldType::String => "String".into(),
-            FieldType::Struct(i) => self.struct_name(*i).into(),
-            FieldType::Table(i) => self.table_name(*i).into(),
-            FieldType::Union(i) => self.union_name(*i).into(),
-            FieldType::Vector(inner) => format!("[{}]", self.base_type(inner)),
-        }
+        self.names.type_of(ty, swift_scalar, |e| format!("[{e}]"))
     }
 
     fn field_type(&self, f: &Field) -> String {
@@ -461,15 +434,15 @@ impl<'a> Gen<'a> {
     }
 
     /// Default value expression of a field's `init` parameter; `None` for key fields.
-    fn default_expr(&self, f: &Field) -> Option<String> {
-        if f.primary {
+    fn default_expr(&self, f: &FieldPlan<'_>) -> Option<String> {
+        if f.key_position.is_some() {
             return None;
         }
-        Some(match &f.ty {
-            FieldType::Scalar(t) if !f.optional => scalar_lit(&f.default, *t),
-            FieldType::Enum(e) if !f.optional => self.enum_lit(*e, f.default.as_i64().unwrap_or(0)),
-            FieldType::Vector(_) => "[]".into(),
-            _ => "nil".into(),
+        Some(match &f.default {
+            Unset::Scalar(v, t) => scalar_lit(v, *t),
+            Unset::Enum(e, raw, _) => self.enum_lit(*e, *raw),
+            Unset::Empty => "[]".into(),
+            Unset::Absent | Unset::Required => "nil".into(),
         })
     }
 
@@ -496,16 +469,13 @@ impl<'a> Gen<'a> {
 
     fn gen_schema(&mut self) {
         let text = self.s.to_fbs();
-        let mut hashes = String::from("#");
-        while text.contains(&format!("\"\"\"{hashes}")) || text.contains(&format!("\"{hashes}")) {
-            hashes.push('#');
-        }
+        let hashes = raw_string_hashes(&text);
         let name = &self.schema_name;
         let colls: Vec<String> = self
             .s
             .collections
             .iter()
-            .map(|c| format!("{}.self", self.table_name(c.table)))
+            .map(|c| format!("{}.self", self.names.table_name(c.table)))
             .collect();
         let _ = writeln!(
             self.out,
@@ -525,7 +495,7 @@ impl<'a> Gen<'a> {
 
     fn gen_enum(&mut self, i: usize) {
         let e = &self.s.enums[i];
-        let name = self.enum_name(i).to_owned();
+        let name = self.names.enum_name(i).to_owned();
         let raw = swift_scalar(e.underlying);
         let mut o = String::new();
         o.push('\n');
@@ -573,7 +543,7 @@ impl<'a> Gen<'a> {
 
     fn gen_struct(&mut self, i: usize) {
         let sd = &self.s.structs[i];
-        let name = self.struct_name(i).to_owned();
+        let name = self.names.struct_name(i).to_owned();
         let mut o = String::new();
         o.push('\n');
         doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
@@ -631,12 +601,12 @@ impl<'a> Gen<'a> {
             let expr = match &f.ty {
                 FieldType::Struct(si) => format!(
                     "try {}(keelBuffer: b, at: o + {})",
-                    self.struct_name(*si),
+                    self.names.struct_name(*si),
                     f.offset
                 ),
                 FieldType::Enum(e) => format!(
                     "{}(rawValue: try KeelWire.read({}.self, b, at: o + {}))",
-                    self.enum_name(*e),
+                    self.names.enum_name(*e),
                     swift_scalar(self.s.enums[*e].underlying),
                     f.offset
                 ),
@@ -716,7 +686,7 @@ impl<'a> Gen<'a> {
 
     fn gen_union(&mut self, i: usize) {
         let u = &self.s.unions[i];
-        let name = self.union_name(i).to_owned();
+        let name = self.names.union_name(i).to_owned();
         let indirect = if self.union_indirect(i) {
             "indirect "
         } else {
@@ -744,7 +714,7 @@ impl<'a> Gen<'a> {
                 m.name,
                 m.tag,
                 case(m),
-                self.table_name(m.table)
+                self.names.table_name(m.table)
             );
         }
         let _ = writeln!(
@@ -762,7 +732,7 @@ impl<'a> Gen<'a> {
             &mut o,
             &format!("    /// Reads the member with type tag `tag` from `table` (`nil` when absent).\n    public static func keelRead(tag: UInt8, table: KeelWire.Table?) throws -> {name}? {{\n        guard let t = table, tag != 0 else {{ return nil }}\n        switch tag {{"),
             &u.members,
-            |m| format!("        case {}: return .{}(try {}(keelTable: t))", m.tag, case(m), self.table_name(m.table)),
+            |m| format!("        case {}: return .{}(try {}(keelTable: t))", m.tag, case(m), self.names.table_name(m.table)),
             "        default: return .unknown(tag: tag)\n        }\n    }\n",
         );
         write_arms(
@@ -784,7 +754,7 @@ impl<'a> Gen<'a> {
                 "    /// The field when it holds a `{}` (join a field of it).\n    public var {}: KeelField<Root, {}> {{ child({:?}) }}\n    /// True when the field holds a `{}`.\n    public var is{}: KeelPredicate<Root> {{ holds({:?}) }}",
                 m.name,
                 esc(&c),
-                self.table_name(m.table),
+                self.names.table_name(m.table),
                 m.name,
                 m.name,
                 upper_camel(&m.name),
@@ -806,7 +776,7 @@ impl<'a> Gen<'a> {
             }
             FieldType::Enum(e) => {
                 let en = &self.s.enums[*e];
-                let n = self.enum_name(*e);
+                let n = self.names.enum_name(*e);
                 if f.optional {
                     format!(
                         "try t.optional({}.self, slot: {slot}).map({n}.init(rawValue:))",
@@ -824,13 +794,13 @@ impl<'a> Gen<'a> {
             }
             FieldType::String => format!("try t.string(slot: {slot})"),
             FieldType::Struct(s) => {
-                let n = self.struct_name(*s);
+                let n = self.names.struct_name(*s);
                 format!(
                     "try t.structPosition(slot: {slot}, size: {n}.keelSize).map {{ try {n}(keelBuffer: t.bytes, at: $0) }}"
                 )
             }
             FieldType::Table(x) => {
-                let n = self.table_name(*x);
+                let n = self.names.table_name(*x);
                 let e = format!("try t.table(slot: {slot}).map {{ try {n}(keelTable: $0) }}");
                 if self.boxed(ti, f) {
                     format!("({e}).map(KeelBox.init)")
@@ -840,7 +810,7 @@ impl<'a> Gen<'a> {
             }
             FieldType::Union(u) => format!(
                 "try {}.keelRead(tag: t.scalar(slot: {}, default: 0), table: t.table(slot: {slot}))",
-                self.union_name(*u),
+                self.names.union_name(*u),
                 slot.saturating_sub(1)
             ),
             FieldType::Vector(inner) => match &**inner {
@@ -858,27 +828,27 @@ impl<'a> Gen<'a> {
                         "(try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []).map({}.init(rawValue:))",
                         u.size(),
                         swift_scalar(u),
-                        self.enum_name(*e)
+                        self.names.enum_name(*e)
                     )
                 }
                 FieldType::String => {
                     format!("try t.vector(slot: {slot}, elementSize: 4)?.strings() ?? []")
                 }
                 FieldType::Struct(s) => {
-                    let n = self.struct_name(*s);
+                    let n = self.names.struct_name(*s);
                     format!(
                         "try t.vector(slot: {slot}, elementSize: {n}.keelSize)?.map {{ v, i in try {n}(keelBuffer: v.bytes, at: v.position(i)) }} ?? []"
                     )
                 }
                 FieldType::Table(x) => format!(
                     "try t.vector(slot: {slot}, elementSize: 4)?.map {{ v, i in try {}(keelTable: v.table(i)) }} ?? []",
-                    self.table_name(*x)
+                    self.names.table_name(*x)
                 ),
                 // tags in slot id-1, member tables in id; a member this schema
                 // does not know stays in the array as `.unknown(tag:)`
                 FieldType::Union(u) => format!(
                     "try t.unions(slot: {slot}) {{ tag, m in try {0}.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }}",
-                    self.union_name(*u)
+                    self.names.union_name(*u)
                 ),
                 FieldType::Vector(_) => "[]".into(),
             },
@@ -948,9 +918,10 @@ impl<'a> Gen<'a> {
     fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
         let s = self.s;
         let t = &s.tables[ti];
-        let name = self.table_name(ti).to_owned();
-        let collection = s.collections.iter().find(|c| c.table == ti);
-        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let name = self.names.table_name(ti).to_owned();
+        let plan = TablePlan::new(s, ti);
+        let collection = plan.ops.collection;
+        let live = plan.live();
         let mut o = String::new();
 
         // --- the value type
@@ -986,7 +957,7 @@ impl<'a> Gen<'a> {
             .iter()
             .map(|f| {
                 let m = esc(&member(&f.name));
-                match self.default_expr(f) {
+                match self.default_expr(plan.of(f)) {
                     Some(d) => format!("{m}: {} = {d}", self.field_type(f)),
                     None => format!("{m}: {}", self.field_type(f)),
                 }
@@ -1040,7 +1011,7 @@ impl<'a> Gen<'a> {
             o,
             "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
         );
-        for f in key_strings_first(&live) {
+        for f in plan.children() {
             let m = esc(&member(&f.name));
             let var = format!("off{}", upper_camel(&f.name));
             let line = match &f.ty {
@@ -1079,7 +1050,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(o, "        {line}");
         }
         let _ = writeln!(o, "        b.startTable()");
-        for f in self.s.write_order(live.clone()) {
+        for f in plan.vtable_order() {
             let m = esc(&member(&f.name));
             let var = format!("off{}", upper_camel(&f.name));
             let slot = f.id;
@@ -1122,11 +1093,7 @@ impl<'a> Gen<'a> {
 
         // --- collection
         if let Some(c) = collection {
-            let key_fields: Vec<&Field> = c
-                .primary_key
-                .iter()
-                .filter_map(|id| t.field_by_id(*id))
-                .collect();
+            let key_fields = plan.key_fields();
             let _ = writeln!(
                 o,
                 "\nextension {name}: KeelRecord {{\n    /// The schema this collection belongs to.\n    public typealias Schema = {}\n    /// The collection's name in the database.\n    public static let keelCollection = {:?}",
@@ -1214,9 +1181,7 @@ mod tests {
     use super::*;
 
     fn blog() -> Schema {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
-        crate::resolve::load(&path).unwrap().0
+        crate::codegen_shared::example("blog.fbs")
     }
 
     #[test]
@@ -1349,9 +1314,7 @@ mod tests {
 
     #[test]
     fn vectors_of_unions_are_arrays_of_the_union() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/blog/schema/monster/monster_v2.fbs");
-        let s = crate::resolve::load(&path).unwrap().0;
+        let s = crate::codegen_shared::example("monster/monster_v2.fbs");
         let code = generate(&s, "monster").unwrap();
         for want in [
             "    public let bag: [Equipment]\n",
@@ -1395,21 +1358,11 @@ mod tests {
             generate(&s, "k"),
             Err(CodegenError::Unsupported(_))
         ));
-        let s = Schema::parse(
-            "namespace a; table T { x: int; } namespace b; table T { y: int; } root_type T;",
-            "k.fbs",
-        );
-        if let Ok(s) = s {
-            assert!(matches!(
-                generate(&s, "k"),
-                Err(CodegenError::Unsupported(_))
-            ));
-        }
     }
 
     #[test]
     fn write_sources_writes_one_file() {
-        let dir = std::env::temp_dir().join(format!("keel-swift-gen-{}", std::process::id()));
+        let dir = crate::codegen_shared::scratch_dir("swift");
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
         let written = write_sources(&path, &dir).unwrap();
