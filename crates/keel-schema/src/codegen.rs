@@ -39,13 +39,12 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, escaped, field_is_optional,
-    raw_string_hashes, struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel,
-    write_arms, write_enum_cases, Names, ENUM, STRUCT, TABLE, UNION, UNKNOWN_VALUE_DOC,
+    declared_types, doc, enum_value, escaped, open_enum, property_type, raw_string_hashes,
+    struct_doc_fallback, union_doc_fallback, upper_camel, write_arms, Names, TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
-use crate::plan::{FieldPlan, TablePlan, Unset};
+use crate::plan::{FieldPlan, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Why code generation failed.
@@ -201,13 +200,12 @@ pub fn compile(path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
     Builder::new().compile(path)
 }
 
-const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
-    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
-    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
-    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
-    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
-];
+/// Rust keywords, strict and reserved, separated by spaces.
+const KEYWORDS: &str =
+    "as break const continue crate else enum extern false fn for if impl in let loop match \
+    mod move mut pub ref return self Self static struct super trait true type unsafe use \
+    where while async await dyn abstract become box do final macro override priv typeof \
+    unsized virtual yield try gen";
 
 /// Associated functions every generated table has; field handles avoid these names.
 const RESERVED_FNS: &[&str] = &[
@@ -395,12 +393,7 @@ impl<'a> Gen<'a> {
 
     /// Rust type of a table field.
     fn field_type(&self, f: &Field) -> String {
-        let base = self.base_type(&f.ty);
-        if field_is_optional(f) {
-            format!("Option<{base}>")
-        } else {
-            base
-        }
+        property_type(f, self.base_type(&f.ty), |b| format!("Option<{b}>"))
     }
 
     /// The Rust value a field starts from in `…Fields::default()`.
@@ -444,14 +437,14 @@ impl<'a> Gen<'a> {
             self.s.fingerprint()
         );
         let _ = rt;
-        for t in types_in_emit_order(self.s) {
-            match t.kind {
-                ENUM => self.gen_enum(t.index),
-                STRUCT => self.gen_struct(t.index),
-                UNION => self.gen_union(t.index),
-                _ => self.gen_table(t.index)?,
-            }
-        }
+        let renderers = Renderers {
+            enums: Self::gen_enum,
+            structs: Self::gen_struct,
+            unions: Self::gen_union,
+            tables: Self::gen_table,
+        };
+        let schema = self.s;
+        renderers.render_all(&mut self, schema)?;
         self.gen_namespaces();
         Ok(self.out)
     }
@@ -536,15 +529,12 @@ impl<'a> Gen<'a> {
         let e = &self.s.enums[i];
         let name = self.names.enum_name(i).to_owned();
         let raw = e.underlying.rust_name();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
-        let _ = writeln!(
-            o,
-            "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"
+        let mut o = open_enum(
+            e,
+            &format!("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
+            |v| format!("    {},", self.variant(e, v)),
+            &format!("Unknown({raw}),\n}}\n"),
         );
-        write_enum_cases(&mut o, e, |v| format!("    {},", self.variant(e, v)));
-        let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    Unknown({raw}),\n}}\n");
         let _ = writeln!(o, "impl {name} {{");
         let _ = writeln!(
             o,

@@ -103,12 +103,23 @@ pub(crate) fn raw_string_hashes(text: &str) -> String {
     hashes
 }
 
-/// `name`, or `escape(name)` when it is one of the language's `keywords`.
-pub(crate) fn escaped(name: &str, keywords: &[&str], escape: fn(&str) -> String) -> String {
-    if keywords.contains(&name) {
+/// `name`, or `escape(name)` when it is one of the language's `keywords`
+/// (separated by white space).
+pub(crate) fn escaped(name: &str, keywords: &str, escape: fn(&str) -> String) -> String {
+    if keywords.split_whitespace().any(|k| k == name) {
         escape(name)
     } else {
         name.to_owned()
+    }
+}
+
+/// The type of a table field's property: `base`, made optional by `optional`
+/// where [`field_is_optional`] says so.
+pub(crate) fn property_type(f: &Field, base: String, optional: fn(String) -> String) -> String {
+    if field_is_optional(f) {
+        optional(base)
+    } else {
+        base
     }
 }
 
@@ -277,6 +288,23 @@ pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&Enu
     }
 }
 
+/// Opens a generated enum (Rust, Swift): a blank line, its doc comment, `head`
+/// (the declaration line), one case per declared value, then the catch-all case
+/// `unknown_case` under its doc line.
+pub(crate) fn open_enum(
+    e: &EnumDef,
+    head: &str,
+    case: impl Fn(&EnumVal) -> String,
+    unknown_case: &str,
+) -> String {
+    let mut o = String::from("\n");
+    doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
+    let _ = writeln!(o, "{head}");
+    write_enum_cases(&mut o, e, case);
+    let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    {unknown_case}");
+    o
+}
+
 /// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
 /// it, `arm(item)` gives each item's line in declaration order, `tail` is the
 /// catch-all arm (values a newer schema adds) and the closing lines. Every
@@ -310,6 +338,14 @@ pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &s
                 let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
             }
         }
+    }
+}
+
+/// Fails with the whole of `code` unless it contains each of `wants`.
+#[cfg(test)]
+pub(crate) fn assert_contains_all(code: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(code.contains(want), "missing {want:?} in:\n{code}");
     }
 }
 

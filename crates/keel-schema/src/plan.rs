@@ -88,8 +88,6 @@ pub(crate) struct FieldPlan<'s> {
     pub slot: u16,
     /// The slot of a union's type tag (or a vector of unions' tag vector).
     pub tag_slot: Option<u16>,
-    /// Whether the generated property is optional (`Option`, `?`).
-    pub optional: bool,
     /// What a reader gives when the field is absent.
     pub default: Unset,
     /// Its position in the collection's primary key.
@@ -216,12 +214,50 @@ impl<'s> TablePlan<'s> {
         self.vtable_order.iter().map(|i| self.fields[*i].field)
     }
 
+    /// The plans of the fields written as children, in writing order.
+    pub fn child_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
+        self.children.iter().map(|i| &self.fields[*i])
+    }
+
+    /// The plans of the fields in the order the encoder adds them to the table.
+    pub fn vtable_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
+        self.vtable_order.iter().map(|i| &self.fields[*i])
+    }
+
     /// The plan of `f`, a live field of this table.
     pub fn of(&self, f: &Field) -> &FieldPlan<'s> {
         self.fields
             .iter()
             .find(|p| p.slot == f.id)
             .unwrap_or(&self.fields[0])
+    }
+}
+
+/// The render functions of a back end for the four kinds of declared type.
+pub(crate) struct Renderers<G> {
+    /// Renders enum `i`.
+    pub enums: fn(&mut G, usize),
+    /// Renders struct `i`.
+    pub structs: fn(&mut G, usize),
+    /// Renders union `i`.
+    pub unions: fn(&mut G, usize),
+    /// Renders table `i`.
+    pub tables: fn(&mut G, usize) -> Result<(), crate::codegen::CodegenError>,
+}
+
+impl<G> Renderers<G> {
+    /// Renders every type of `s` in [`types_in_emit_order`](crate::codegen_shared::types_in_emit_order).
+    pub fn render_all(&self, g: &mut G, s: &Schema) -> Result<(), crate::codegen::CodegenError> {
+        use crate::codegen_shared::{ENUM, STRUCT, UNION};
+        for t in crate::codegen_shared::types_in_emit_order(s) {
+            match t.kind {
+                ENUM => (self.enums)(g, t.index),
+                STRUCT => (self.structs)(g, t.index),
+                UNION => (self.unions)(g, t.index),
+                _ => (self.tables)(g, t.index)?,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -250,9 +286,8 @@ pub(crate) fn kind(s: &Schema, ty: &FieldType) -> Kind {
 
 fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> FieldPlan<'s> {
     let kind = kind(s, &f.ty);
-    let optional = crate::codegen_shared::field_is_optional(f);
     let default = match kind {
-        _ if optional => Unset::Absent,
+        _ if crate::codegen_shared::field_is_optional(f) => Unset::Absent,
         Kind::Scalar(t) => Unset::Scalar(f.default.clone(), t),
         Kind::Enum(e, u) => Unset::Enum(e, f.default.as_i64().unwrap_or(0), u),
         Kind::Vector(_) => Unset::Empty,
@@ -264,7 +299,6 @@ fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> Fiel
         kind,
         slot: f.id,
         tag_slot: f.union_type_id(),
-        optional,
         default,
         key_position,
         child,
@@ -301,7 +335,10 @@ mod tests {
             assert_eq!(fp.slot, f.id);
             assert_eq!(fp.kind, kind(&s, &f.ty), "{}", f.name);
             assert_eq!(fp.tag_slot, f.union_type_id(), "{}", f.name);
-            assert_eq!(fp.optional, crate::codegen_shared::field_is_optional(f));
+            assert_eq!(
+                fp.default == Unset::Absent,
+                crate::codegen_shared::field_is_optional(f)
+            );
             assert_eq!(fp.key_position.is_some(), f.primary, "{}", f.name);
             assert_eq!(fp.child, !f.ty.is_inline(), "{}", f.name);
         }
