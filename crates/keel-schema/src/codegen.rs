@@ -40,11 +40,12 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
     declared_types, doc, enum_value, escaped, open_enum, property_type, raw_string_hashes,
-    struct_doc_fallback, union_doc_fallback, upper_camel, write_arms, Names, TABLE,
+    struct_doc_fallback, union_doc_fallback, upper_camel, write_arms, write_conversions, Names,
+    TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
-use crate::plan::{FieldPlan, Renderers, TablePlan, Unset};
+use crate::plan::{render_types, FieldPlan, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Why code generation failed.
@@ -437,14 +438,7 @@ impl<'a> Gen<'a> {
             self.s.fingerprint()
         );
         let _ = rt;
-        let renderers = Renderers {
-            enums: Self::gen_enum,
-            structs: Self::gen_struct,
-            unions: Self::gen_union,
-            tables: Self::gen_table,
-        };
-        let schema = self.s;
-        renderers.render_all(&mut self, schema)?;
+        render_types!(self)?;
         self.gen_namespaces();
         Ok(self.out)
     }
@@ -556,27 +550,28 @@ impl<'a> Gen<'a> {
             }
             o.push_str("    ];\n");
         }
-        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
-        write_arms(
+        write_conversions(
             &mut o,
-            &format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
-            &e.values,
-            |v| format!("            {} => {name}::{},", raw_lit(v), self.variant(e, v)),
-            &format!("            other => {name}::Unknown(other),\n        }}\n    }}\n"),
-        );
-        write_arms(
-            &mut o,
-            &format!("    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{"),
-            &e.values,
-            |v| format!("            {name}::{} => {},", self.variant(e, v), raw_lit(v)),
-            &format!("            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"),
-        );
-        write_arms(
-            &mut o,
-            "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {\n        match self {",
-            &e.values,
-            |v| format!("            {name}::{} => Some({:?}),", self.variant(e, v), v.name),
-            &format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"),
+            e,
+            |v| self.variant(e, v),
+            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            &[
+                (
+                    format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
+                    format!("            $raw => {name}::$case,"),
+                    format!("            other => {name}::Unknown(other),\n        }}\n    }}\n"),
+                ),
+                (
+                    format!("    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{"),
+                    format!("            {name}::$case => $raw,"),
+                    format!("            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"),
+                ),
+                (
+                    "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {\n        match self {".into(),
+                    format!("            {name}::$case => Some($name),"),
+                    format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"),
+                ),
+            ],
         );
         let _ = writeln!(
             o,

@@ -10,6 +10,9 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::codegen::CodegenError;
 
 use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema, StructDef, UnionDef};
 
@@ -126,6 +129,38 @@ pub(crate) fn property_type(f: &Field, base: String, optional: fn(String) -> Str
 /// Swift's and Kotlin's escape of a keyword used as a name: `` `name` ``.
 pub(crate) fn backticks(name: &str) -> String {
     format!("`{name}`")
+}
+
+/// Loads the schema file `path` (with its includes) and its stem (`blog` for
+/// `blog.fbs`), which names the generated schema type and file.
+pub(crate) fn load_with_stem(path: &Path) -> Result<(Schema, String), CodegenError> {
+    let (s, _files) = crate::resolve::load(path)?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("schema");
+    Ok((s, stem.to_owned()))
+}
+
+/// Writes each `(relative path, text)` of `files` under `out_dir`, creating
+/// directories as needed; returns the paths written.
+pub(crate) fn write_files(
+    out_dir: &Path,
+    files: Vec<(String, String)>,
+) -> Result<Vec<PathBuf>, CodegenError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CodegenError::Io { path, source }
+    };
+    let mut written = Vec::new();
+    for (rel, text) in files {
+        let path = out_dir.join(rel);
+        let dir = path.parent().unwrap_or(out_dir);
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        std::fs::write(&path, text).map_err(io(&path))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// One named type a schema declares, as the generators name it.
@@ -305,6 +340,28 @@ pub(crate) fn open_enum(
     o
 }
 
+/// Writes the conversions of a generated enum (from and to the raw number, the
+/// declared name): one `match` per `(head, arm, tail)` of `convs`, through
+/// [`write_arms`]. In `arm`, `$case` stands for a value's case name (`case`),
+/// `$raw` for its number as a literal (`raw`) and `$name` for its declared name
+/// as a string literal.
+pub(crate) fn write_conversions(
+    out: &mut String,
+    e: &EnumDef,
+    case: impl Fn(&EnumVal) -> String,
+    raw: impl Fn(&EnumVal) -> String,
+    convs: &[(String, String, String)],
+) {
+    for (head, arm, tail) in convs {
+        let line = |v: &EnumVal| {
+            arm.replace("$case", &case(v))
+                .replace("$raw", &raw(v))
+                .replace("$name", &format!("{:?}", v.name))
+        };
+        write_arms(out, head, &e.values, line, tail);
+    }
+}
+
 /// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
 /// it, `arm(item)` gives each item's line in declaration order, `tail` is the
 /// catch-all arm (values a newer schema adds) and the closing lines. Every
@@ -349,6 +406,12 @@ pub(crate) fn assert_contains_all(code: &str, wants: &[&str]) {
     }
 }
 
+/// The schema `text` (one file, no includes).
+#[cfg(test)]
+pub(crate) fn test_schema(text: &str) -> Schema {
+    Schema::parse(text, "test.fbs").unwrap()
+}
+
 /// The schema `examples/blog/schema/<rel>`, with its includes.
 #[cfg(test)]
 pub(crate) fn example(rel: &str) -> Schema {
@@ -368,17 +431,14 @@ pub(crate) fn scratch_dir(lang: &str) -> std::path::PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::CodegenError;
 
     /// Swift and Kotlin name a type by its own name, whatever its namespace: two
     /// same-named types are refused (Rust qualifies one of them instead).
     #[test]
     fn same_named_types_of_two_namespaces_are_refused_where_names_are_flat() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let unsupported =
             |r: Result<(), CodegenError>| matches!(r, Err(CodegenError::Unsupported(_)));
         assert!(unsupported(crate::swift::generate(&s, "t").map(drop)));

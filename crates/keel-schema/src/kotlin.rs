@@ -44,37 +44,25 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
-    struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms, Names, ENUM, STRUCT,
-    TABLE, UNKNOWN_VALUE_DOC,
+    load_with_stem, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
+    write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
-use crate::plan::{FieldPlan, TablePlan, Unset};
+use crate::plan::{Elem, FieldPlan, Kind, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let (s, _files) = crate::resolve::load(schema)?;
-    let stem = schema
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("schema");
-    let mut written = Vec::new();
-    for (rel, text) in generate(&s, stem)? {
-        let path = out_dir.join(rel);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| CodegenError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        std::fs::write(&path, text).map_err(|source| CodegenError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        written.push(path);
-    }
-    Ok(written)
+    write_files(out_dir, sources(schema)?)
+}
+
+/// Parses `schema` (and its includes) and returns the Kotlin sources
+/// [`write_sources`] would write, as `(path relative to the output directory,
+/// text)` pairs, without writing them (for `keel codegen --check`).
+pub fn sources(schema: &Path) -> Result<Vec<(String, String)>, CodegenError> {
+    let (s, stem) = load_with_stem(schema)?;
+    generate(&s, &stem)
 }
 
 /// Generates the Kotlin sources for `schema` (`stem` names the schema object:
@@ -389,13 +377,14 @@ fn wire_lit(v: &Value, t: ScalarType) -> String {
 }
 
 struct Gen<'a> {
-    s: &'a Schema,
-    stem: String,
-    schema_obj: String,
     /// Kotlin simple names by (kind, index).
     names: Names,
+    /// The name of the schema object (`BlogSchema`).
+    schema_obj: String,
     /// Package of the schema object.
     main_ns: String,
+    stem: String,
+    s: &'a Schema,
 }
 
 impl<'a> Gen<'a> {
@@ -891,80 +880,62 @@ impl<'a> Gen<'a> {
         // keelWrite: children first (key strings first: see `key_strings_first`), then
         // the table.
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
-        for f in plan.children() {
-            let fname = ident(&lower_camel(&f.name));
-            let var = format!("o{}", upper_camel(&f.name));
-            let expr = match &f.ty {
-                FieldType::String if f.primary => format!("b.createString({fname})"),
-                FieldType::String => format!("{fname}?.let {{ b.createString(it) }} ?: 0"),
-                FieldType::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
-                FieldType::Union(u) => {
+        for fp in plan.child_plans() {
+            let fname = ident(&lower_camel(fp.name()));
+            let var = format!("o{}", upper_camel(fp.name()));
+            let expr = match fp.kind {
+                Kind::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
+                Kind::String if fp.key_string() => format!("b.createString({fname})"),
+                Kind::String => format!("{fname}?.let {{ b.createString(it) }} ?: 0"),
+                Kind::Union(u) => {
                     let mut e = format!("when (val v = {fname}) {{\n");
-                    for m in &s.unions[*u].members {
+                    for m in &s.unions[u].members {
                         let _ = writeln!(
                             e,
                             "            is {}.{} -> v.value.keelWrite(b)",
-                            self.names.union_name(*u),
-                            self.member_class(*u, m)
+                            self.names.union_name(u),
+                            self.member_class(u, m)
                         );
                     }
                     e.push_str("            else -> 0\n        }");
                     e
                 }
-                FieldType::Vector(inner) => {
-                    let create = match &**inner {
-                        FieldType::Scalar(t) => format!("b.{}({fname})", sc(*t).vec),
-                        FieldType::Enum(e) => {
-                            let s = sc(self.s.enums[*e].underlying);
-                            format!("b.{}({fname}.map {{ it.raw }})", s.vec)
-                        }
-                        FieldType::String => format!(
+                Kind::Vector(Elem::Union(u)) => {
+                    // Unknown members have no table to write: they are left out.
+                    let un = self.names.union_name(u);
+                    let arms: String = s.unions[u]
+                        .members
+                        .iter()
+                        .map(|m| {
+                            format!(
+                                "is {un}.{} -> v.value.keelWrite(b); ",
+                                self.member_class(u, m)
+                            )
+                        })
+                        .collect();
+                    let c = upper_camel(fp.name());
+                    let _ = writeln!(
+                        o,
+                        "        val k{c} = {fname}.filter {{ it !is {un}.Unknown }}\n        val t{c} = if (k{c}.isEmpty()) 0 else b.createUByteVector(k{c}.map {{ it.tag }})\n        val {var} = if (k{c}.isEmpty()) 0 else b.createOffsetVector(IntArray(k{c}.size) {{ when (val v = k{c}[it]) {{ {arms}else -> 0 }} }})"
+                    );
+                    continue;
+                }
+                Kind::Vector(elem) => {
+                    let create = match elem {
+                        Elem::Bytes => format!("b.{}({fname})", sc(ScalarType::U8).vec),
+                        Elem::Scalar(t) => format!("b.{}({fname})", sc(t).vec),
+                        Elem::Enum(_, u) => format!("b.{}({fname}.map {{ it.raw }})", sc(u).vec),
+                        Elem::String => format!(
                             "b.createOffsetVector(IntArray({fname}.size) {{ b.createString({fname}[it]) }})"
                         ),
-                        FieldType::Table(_) => format!(
+                        Elem::Table(_) => format!(
                             "b.createOffsetVector(IntArray({fname}.size) {{ {fname}[it].keelWrite(b) }})"
                         ),
-                        FieldType::Struct(x) => {
-                            let sn = self.names.struct_name(*x);
+                        Elem::Struct(x) => {
+                            let sn = self.names.struct_name(x);
                             format!("b.createStructVector({fname}, {sn}.SIZE, {sn}.ALIGN) {{ v, a, at -> {sn}.write(v, a, at) }}")
                         }
-                        FieldType::Union(u) => {
-                            // Unknown members have no table to write: they are left out.
-                            let un = self.names.union_name(*u);
-                            let mut arms = String::new();
-                            for m in &s.unions[*u].members {
-                                let _ = write!(
-                                    arms,
-                                    "is {un}.{} -> v.value.keelWrite(b); ",
-                                    self.member_class(*u, m)
-                                );
-                            }
-                            let _ = writeln!(
-                                o,
-                                "        val k{} = {fname}.filter {{ it !is {un}.Unknown }}",
-                                upper_camel(&f.name)
-                            );
-                            let _ = writeln!(
-                                o,
-                                "        val t{} = if (k{}.isEmpty()) 0 else b.createUByteVector(k{}.map {{ it.tag }})",
-                                upper_camel(&f.name),
-                                upper_camel(&f.name),
-                                upper_camel(&f.name)
-                            );
-                            let k = format!("k{}", upper_camel(&f.name));
-                            let _ = writeln!(
-                                o,
-                                "        val {var} = if ({k}.isEmpty()) 0 else b.createOffsetVector(IntArray({k}.size) {{ when (val v = {k}[it]) {{ {arms}else -> 0 }} }})"
-                            );
-                            continue;
-                        }
-                        _ => {
-                            return Err(CodegenError::Unsupported(format!(
-                                "{}.{}: vectors of vectors are not supported",
-                                t.full_name(),
-                                f.name
-                            )))
-                        }
+                        Elem::Union(_) => unreachable!("matched above"),
                     };
                     // empty vectors are left out: absent reads as empty
                     format!("if ({fname}.isEmpty()) 0 else {create}")
@@ -1039,19 +1010,17 @@ impl<'a> Gen<'a> {
             _ => format!("{n}.Key"),
         };
         if key_fields.len() > 1 {
+            let params: String = key_fields
+                .iter()
+                .map(|k| {
+                    let (name, ty) = (ident(&lower_camel(&k.name)), self.base(&k.ty));
+                    format!("        public val {name}: {ty},\n")
+                })
+                .collect();
             let _ = writeln!(
                 o,
-                "    /** The composite primary key of a [{n}]. */\n    public data class Key("
+                "    /** The composite primary key of a [{n}]. */\n    public data class Key(\n{params}    )\n"
             );
-            for k in &key_fields {
-                let _ = writeln!(
-                    o,
-                    "        public val {}: {},",
-                    ident(&lower_camel(&k.name)),
-                    self.base(&k.ty)
-                );
-            }
-            let _ = writeln!(o, "    )\n");
         }
         if let Some(c) = collection {
             let _ = writeln!(o, "    /** The `{}` collection: its handles for queries, and `db.get({bare}, key)`. */\n    public companion object : dev.keel.KeelModel<{n}, {key_ty}> {{\n        /** The collection name. */\n        public const val COLLECTION: String = {}\n        override val collectionName: String get() = COLLECTION\n        override val schemaFbs: String get() = {}.FBS\n        override fun encode(value: {n}): ByteArray = value.encode()\n        override fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)", c.name, string_lit(&c.name), self.schema_obj);
@@ -1284,7 +1253,7 @@ mod tests {
 
     #[test]
     fn composite_and_rowid_keys_and_unsigned_defaults() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                enum Level : ubyte { Low = 1, High = 200 }
                table Pair (entity) { a: string (primary); b: uint (primary); lvl: Level = High;
@@ -1292,9 +1261,7 @@ mod tests {
                                      f: float = 0.5; n: float = nan; opt: short = null; opt_e: Level = null; }
                table Log (entity) { text: string; }
                root_type Pair;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
         crate::codegen_shared::assert_contains_all(
             &k,
@@ -1322,15 +1289,13 @@ mod tests {
     fn key_strings_are_written_first() {
         // The key is neither the first field nor alone: both key strings must be
         // created before any other child, in key order.
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                table Inner { s: string; }
                table Doc (entity) { title: string; inner: Inner; tags: [string];
                                     lang: string (primary); n: int; slug: string (primary); }
                root_type Doc;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
         let at = |needle: &str| {
             k.find(needle)
@@ -1346,11 +1311,9 @@ mod tests {
 
     #[test]
     fn keywords_are_escaped() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             "table T { val: int; object: string; when_done: bool; } root_type T;",
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
         assert!(k.contains("public val `val`: Int = 0,"), "{k}");
         assert!(k.contains("public val `object`: String? = null,"), "{k}");
@@ -1360,11 +1323,7 @@ mod tests {
 
     #[test]
     fn empty_tables_and_multiple_namespaces() {
-        let s = Schema::parse(
-            "namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;",
-            "t.fbs",
-        )
-        .unwrap();
+        let s = crate::codegen_shared::test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
         let files = generate(&s, "t").unwrap();
         let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);

@@ -233,17 +233,14 @@ impl<'s> TablePlan<'s> {
     }
 }
 
-/// The render functions of a back end for the four kinds of declared type.
-pub(crate) struct Renderers<G> {
-    /// Renders enum `i`.
-    pub enums: fn(&mut G, usize),
-    /// Renders struct `i`.
-    pub structs: fn(&mut G, usize),
-    /// Renders union `i`.
-    pub unions: fn(&mut G, usize),
-    /// Renders table `i`.
-    pub tables: fn(&mut G, usize) -> Result<(), crate::codegen::CodegenError>,
-}
+/// The render functions of a back end for the four kinds of declared type: enums,
+/// structs, unions (each by index), then tables (which can fail).
+pub(crate) struct Renderers<G>(
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize) -> Result<(), crate::codegen::CodegenError>,
+);
 
 impl<G> Renderers<G> {
     /// Renders every type of `s` in [`types_in_emit_order`](crate::codegen_shared::types_in_emit_order).
@@ -251,15 +248,31 @@ impl<G> Renderers<G> {
         use crate::codegen_shared::{ENUM, STRUCT, UNION};
         for t in crate::codegen_shared::types_in_emit_order(s) {
             match t.kind {
-                ENUM => (self.enums)(g, t.index),
-                STRUCT => (self.structs)(g, t.index),
-                UNION => (self.unions)(g, t.index),
-                _ => (self.tables)(g, t.index)?,
+                ENUM => (self.0)(g, t.index),
+                STRUCT => (self.1)(g, t.index),
+                UNION => (self.2)(g, t.index),
+                _ => (self.3)(g, t.index)?,
             }
         }
         Ok(())
     }
 }
+
+/// Renders every type of the schema `$g.s` through the generator `$g`'s
+/// `gen_enum`, `gen_struct`, `gen_union` and `gen_table` (see [`Renderers`]).
+macro_rules! render_types {
+    ($g:ident) => {{
+        let schema = $g.s;
+        Renderers(
+            Gen::gen_enum,
+            Gen::gen_struct,
+            Gen::gen_union,
+            Gen::gen_table,
+        )
+        .render_all(&mut $g, schema)
+    }};
+}
+pub(crate) use render_types;
 
 /// The kind of a value of `ty`.
 pub(crate) fn kind(s: &Schema, ty: &FieldType) -> Kind {

@@ -54,32 +54,29 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    backticks, declared_types, doc, enum_value, escaped, open_enum, property_type,
-    raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel, write_arms, Names,
+    backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, property_type,
+    raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel, write_arms,
+    write_conversions, write_files, Names,
 };
 use crate::model::*;
-use crate::plan::{Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let (s, _files) = crate::resolve::load(schema)?;
-    let stem = schema
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("schema");
-    let code = generate(&s, stem)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| CodegenError::Io {
-        path: out_dir.to_path_buf(),
-        source,
-    })?;
-    let out = out_dir.join(format!("{}.swift", upper_camel(stem)));
-    std::fs::write(&out, code).map_err(|source| CodegenError::Io {
-        path: out.clone(),
-        source,
-    })?;
-    Ok(vec![out])
+    write_files(out_dir, sources(schema)?)
+}
+
+/// Parses `schema` (and its includes) and returns the Swift sources
+/// [`write_sources`] would write, as `(path relative to the output directory,
+/// text)` pairs, without writing them (for `keel codegen --check`).
+pub fn sources(schema: &Path) -> Result<Vec<(String, String)>, CodegenError> {
+    let (s, stem) = load_with_stem(schema)?;
+    Ok(vec![(
+        format!("{}.swift", upper_camel(&stem)),
+        generate(&s, &stem)?,
+    )])
 }
 
 /// The Swift source for `schema`; `stem` names the schema enum (`blog` →
@@ -400,14 +397,7 @@ impl<'a> Gen<'a> {
             env!("CARGO_PKG_VERSION")
         );
         self.gen_schema();
-        let renderers = Renderers {
-            enums: Self::gen_enum,
-            structs: Self::gen_struct,
-            unions: Self::gen_union,
-            tables: Self::gen_table,
-        };
-        let schema = self.s;
-        renderers.render_all(&mut self, schema)?;
+        render_types!(self)?;
         Ok(self.out)
     }
 
@@ -459,27 +449,28 @@ impl<'a> Gen<'a> {
             "    /// Every value the schema declares, in declaration order.\n    public static let allCases: [{name}] = [{}]\n",
             list.join(", ")
         );
-        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
-        write_arms(
+        write_conversions(
             &mut o,
-            &format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
-            &e.values,
-            |v| format!("        case {}: self = .{}", raw_lit(v), self.enum_case(e, v)),
-            "        default: self = .unknown(rawValue)\n        }\n    }\n",
-        );
-        write_arms(
-            &mut o,
-            &format!("    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"),
-            &e.values,
-            |v| format!("        case .{}: return {}", self.enum_case(e, v), raw_lit(v)),
-            "        case .unknown(let raw): return raw\n        }\n    }\n",
-        );
-        write_arms(
-            &mut o,
-            "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {\n        switch self {",
-            &e.values,
-            |v| format!("        case .{}: return {:?}", self.enum_case(e, v), v.name),
-            "        case .unknown: return nil\n        }\n    }\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue { .integer(v: Int64(rawValue)) }\n}",
+            e,
+            |v| self.enum_case(e, v),
+            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            &[
+                (
+                    format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
+                    "        case $raw: self = .$case".into(),
+                    "        default: self = .unknown(rawValue)\n        }\n    }\n".into(),
+                ),
+                (
+                    format!("    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"),
+                    "        case .$case: return $raw".into(),
+                    "        case .unknown(let raw): return raw\n        }\n    }\n".into(),
+                ),
+                (
+                    "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {\n        switch self {".into(),
+                    "        case .$case: return $name".into(),
+                    "        case .unknown: return nil\n        }\n    }\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue { .integer(v: Int64(rawValue)) }\n}".into(),
+                ),
+            ],
         );
         self.out.push_str(&o);
     }
@@ -1222,7 +1213,7 @@ mod tests {
 
     #[test]
     fn composite_keys_recursion_and_keyless_collections() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                table Node { name: string; child: Node; kids: [Node]; hold: Holder; }
                table Holder { u: Box; }
@@ -1231,9 +1222,7 @@ mod tests {
                table Tagging (entity) { post: string (primary); tag: string (primary); n: long; }
                table Log (entity) { text: string; default: int; }
                root_type Node;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let code = generate(&s, "t").unwrap();
         crate::codegen_shared::assert_contains_all(
             &code,
@@ -1275,11 +1264,7 @@ mod tests {
 
     #[test]
     fn fields_named_like_the_draft_api_get_a_suffix() {
-        let s = Schema::parse(
-            "struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;",
-            "m.fbs",
-        )
-        .unwrap();
+        let s = crate::codegen_shared::test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
         let code = generate(&s, "m").unwrap();
         crate::codegen_shared::assert_contains_all(
             &code,
