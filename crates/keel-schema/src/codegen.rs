@@ -39,9 +39,9 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_value, escaped, open_enum, property_type, raw_string_hashes,
-    struct_doc_fallback, union_doc_fallback, upper_camel, write_arms, write_conversions, Names,
-    TABLE,
+    declared_types, doc, enum_value, escaped, open_enum, open_type, property_type,
+    raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel, write_arms,
+    write_conversions, Names, TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
@@ -588,12 +588,10 @@ impl<'a> Gen<'a> {
         let rt = self.rt.clone();
         let sd = &self.s.structs[i];
         let name = self.names.struct_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(
-            o,
-            "#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"
+        let mut o = open_type(
+            &sd.doc,
+            &struct_doc_fallback(sd),
+            &format!("#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
         );
         for f in &sd.fields {
             doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
@@ -684,10 +682,11 @@ impl<'a> Gen<'a> {
         let rt = self.rt.clone();
         let u = &self.s.unions[i];
         let name = self.names.union_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(o, "#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{");
+        let mut o = open_type(
+            &u.doc,
+            &union_doc_fallback(u),
+            &format!("#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+        );
         for m in &u.members {
             let _ = writeln!(
                 o,

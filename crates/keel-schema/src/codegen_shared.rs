@@ -323,18 +323,24 @@ pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&Enu
     }
 }
 
-/// Opens a generated enum (Rust, Swift): a blank line, its doc comment, `head`
-/// (the declaration line), one case per declared value, then the catch-all case
-/// `unknown_case` under its doc line.
+/// Opens a generated type (Rust, Swift): a blank line, its `///` doc comment
+/// (the schema's `lines`, or `fallback`), then `head` (the declaration line).
+pub(crate) fn open_type(lines: &[String], fallback: &str, head: &str) -> String {
+    let mut o = String::from("\n");
+    doc(&mut o, "", lines, fallback);
+    let _ = writeln!(o, "{head}");
+    o
+}
+
+/// Opens a generated enum (Rust, Swift): [`open_type`] with `head`, one case per
+/// declared value, then the catch-all case `unknown_case` under its doc line.
 pub(crate) fn open_enum(
     e: &EnumDef,
     head: &str,
     case: impl Fn(&EnumVal) -> String,
     unknown_case: &str,
 ) -> String {
-    let mut o = String::from("\n");
-    doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
-    let _ = writeln!(o, "{head}");
+    let mut o = open_type(&e.doc, &enum_doc_fallback(e), head);
     write_enum_cases(&mut o, e, case);
     let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    {unknown_case}");
     o

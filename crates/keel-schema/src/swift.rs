@@ -54,9 +54,9 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, property_type,
-    raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel, write_arms,
-    write_conversions, write_files, Names,
+    backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, open_type,
+    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
+    write_arms, write_conversions, write_files, Names,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
@@ -478,10 +478,8 @@ impl<'a> Gen<'a> {
     fn gen_struct(&mut self, i: usize) {
         let sd = &self.s.structs[i];
         let name = self.names.struct_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
+        let head = format!("public struct {name}: Sendable, Equatable, Hashable {{");
+        let mut o = open_type(&sd.doc, &struct_doc_fallback(sd), &head);
         let mut params = Vec::new();
         for f in &sd.fields {
             doc(
@@ -626,13 +624,8 @@ impl<'a> Gen<'a> {
         } else {
             ""
         };
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(
-            o,
-            "public {indirect}enum {name}: Sendable, Equatable, Hashable {{"
-        );
+        let head = format!("public {indirect}enum {name}: Sendable, Equatable, Hashable {{");
+        let mut o = open_type(&u.doc, &union_doc_fallback(u), &head);
         let case = |m: &UnionMemberDef| {
             let c = lower_camel(&m.name);
             if c == "unknown" {
