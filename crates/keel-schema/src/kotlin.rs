@@ -54,25 +54,56 @@ use crate::value::Value;
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    write_files(out_dir, sources(schema)?)
+    write_files(out_dir, sources(schema, None)?)
 }
 
 /// Parses `schema` (and its includes) and returns the Kotlin sources
 /// [`write_sources`] would write, as `(path relative to the output directory,
-/// text)` pairs, without writing them (for `keel codegen --check`).
-pub fn sources(schema: &Path) -> Result<Vec<(String, String)>, CodegenError> {
+/// text)` pairs, without writing them (for `keel codegen --check`). `package`
+/// replaces the package of the schema's main namespace (see
+/// [`generate_in_package`]).
+pub fn sources(
+    schema: &Path,
+    package: Option<&str>,
+) -> Result<Vec<(String, String)>, CodegenError> {
     let (s, stem) = load_with_stem(schema)?;
-    generate(&s, &stem)
+    generate_in_package(&s, &stem, package)
 }
 
 /// Generates the Kotlin sources for `schema` (`stem` names the schema object:
 /// `blog` → `BlogSchema`). Returns `(relative path, text)` pairs: one file per
 /// namespace, under the namespace's package directory.
 pub fn generate(schema: &Schema, stem: &str) -> Result<Vec<(String, String)>, CodegenError> {
-    Gen::new(schema, stem)?.run()
+    generate_in_package(schema, stem, None)
 }
 
-/// Kotlin hard keywords (escaped with backticks as names), separated by spaces.
+/// [`generate`], with the generated code in the Kotlin package `package` instead
+/// of the schema's namespace (`com.example.blog` for namespace `blog`): the main
+/// namespace (the root type's) becomes `package`, any other namespace `ns`
+/// becomes `package.ns`. The stored collection names do not change (they are the
+/// schema's, `blog.Post`), so apps that share one database file keep agreeing on
+/// them whatever package each generates into. `None` keeps the namespaces.
+pub fn generate_in_package(
+    schema: &Schema,
+    stem: &str,
+    package: Option<&str>,
+) -> Result<Vec<(String, String)>, CodegenError> {
+    let mut g = Gen::new(schema, stem)?;
+    if let Some(p) = package {
+        let ok = |part: &str| {
+            part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !p.split('.').all(ok) {
+            return Err(CodegenError::Unsupported(format!(
+                "{p:?} is no Kotlin package name (dot-separated identifiers)"
+            )));
+        }
+        g.package = Some(p.to_owned());
+    }
+    g.run()
+}
+
 const KEYWORDS: &str =
     "as break class continue do else false for fun if in interface is null object package \
     return super this throw true try typealias typeof val var when while";
@@ -87,6 +118,11 @@ const RESERVED: &[&str] = &[
 
 fn ident(name: &str) -> String {
     escaped(name, KEYWORDS, backticks)
+}
+
+/// A package name as Kotlin source spells it: keywords among its parts escaped.
+fn escape_package(p: &str) -> String {
+    p.split('.').map(ident).collect::<Vec<_>>().join(".")
 }
 
 /// `old_score` → `oldScore`, `URL` → `uRL` (first letter lowered, `_x` → `X`).
@@ -381,8 +417,10 @@ struct Gen<'a> {
     names: Names,
     /// The name of the schema object (`BlogSchema`).
     schema_obj: String,
-    /// Package of the schema object.
+    /// Namespace of the schema object.
     main_ns: String,
+    /// The package that replaces the main namespace's (`--package`).
+    package: Option<String>,
     stem: String,
     s: &'a Schema,
 }
@@ -420,6 +458,7 @@ impl<'a> Gen<'a> {
             schema_obj,
             names,
             main_ns,
+            package: None,
         })
     }
 
@@ -484,14 +523,14 @@ impl<'a> Gen<'a> {
                 env!("CARGO_PKG_VERSION"),
                 self.schema_obj
             );
-            if !ns.is_empty() {
-                let pkg: Vec<String> = ns.split('.').map(ident).collect();
-                let _ = writeln!(o, "package {}\n", pkg.join("."));
+            let pkg = self.package_of(ns);
+            if !pkg.is_empty() {
+                let _ = writeln!(o, "package {}\n", escape_package(&pkg));
             }
             for other in &all_ns {
-                if other != ns && !other.is_empty() {
-                    let pkg: Vec<String> = other.split('.').map(ident).collect();
-                    let _ = writeln!(o, "import {}.*", pkg.join("."));
+                let other = self.package_of(other);
+                if other != pkg && !other.is_empty() {
+                    let _ = writeln!(o, "import {}.*", escape_package(&other));
                 }
             }
             let _ = writeln!(o, "import dev.keel.FbTable\nimport dev.keel.FlatBufferBuilder\nimport dev.keel.FlatBufferReader\n");
@@ -507,16 +546,17 @@ impl<'a> Gen<'a> {
                 }
             }
             let file = upper_camel(&self.stem);
-            let rel = if ns.is_empty() {
-                format!("{file}.kt")
-            } else if *ns == self.main_ns {
-                format!("{}/{file}.kt", ns.replace('.', "/"))
+            // The main namespace's file is named after the schema; another
+            // namespace's adds its own name, so no two files collide.
+            let dir = pkg.replace('.', "/");
+            let suffix = if ns.is_empty() || *ns == self.main_ns {
+                String::new()
             } else {
-                format!(
-                    "{}/{file}{}.kt",
-                    ns.replace('.', "/"),
-                    upper_camel(&ns.replace('.', "_"))
-                )
+                upper_camel(&ns.replace('.', "_"))
+            };
+            let rel = match dir.is_empty() {
+                true => format!("{file}{suffix}.kt"),
+                false => format!("{dir}/{file}{suffix}.kt"),
             };
             files.push((rel, o));
         }
@@ -743,12 +783,21 @@ impl<'a> Gen<'a> {
     /// How a union member's table type is written inside the union's sealed
     /// interface, where the member's own data class shadows the table's name.
     fn member_type(&self, table: usize) -> String {
-        let t = &self.s.tables[table];
-        if t.namespace.is_empty() {
+        let pkg = self.package_of(&self.s.tables[table].namespace);
+        if pkg.is_empty() {
             self.names.table_name(table).to_owned()
         } else {
-            let pkg: Vec<String> = t.namespace.split('.').map(ident).collect();
-            format!("{}.{}", pkg.join("."), self.names.table_name(table))
+            format!("{}.{}", escape_package(&pkg), self.names.table_name(table))
+        }
+    }
+
+    /// The package (dotted, unescaped; `""` for none) of the declarations of
+    /// namespace `ns`: see [`generate_in_package`].
+    fn package_of(&self, ns: &str) -> String {
+        match &self.package {
+            None => ns.to_owned(),
+            Some(p) if ns.is_empty() || ns == self.main_ns => p.clone(),
+            Some(p) => format!("{p}.{ns}"),
         }
     }
 
@@ -1201,7 +1250,7 @@ mod tests {
         let k = &files[0].1;
         assert!(k.contains("package blog\n"), "{k}");
         crate::codegen_shared::assert_contains_all(
-            &k,
+            k,
             &[
             "public data class Post(",
             "public val id: String,",
@@ -1348,6 +1397,37 @@ mod tests {
                 "t.unions(",
             ],
         );
+    }
+
+    /// The package is the app's choice; the collection names stay the schema's, so
+    /// two apps generating into different packages share one database file.
+    #[test]
+    fn the_package_is_separate_from_the_collection_name() {
+        let files = generate_in_package(&blog(), "blog", Some("com.example.feed")).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "com/example/feed/Blog.kt");
+        let k = &files[0].1;
+        crate::codegen_shared::assert_contains_all(
+            k,
+            &[
+                "package com.example.feed\n",
+                "public const val COLLECTION: String = \"blog.Post\"",
+                "public data class Image(public val value: com.example.feed.Image) : Content {",
+            ],
+        );
+        // other namespaces go under the package, and import each other
+        let s = crate::codegen_shared::example("edge.fbs");
+        let files = generate_in_package(&s, "edge", Some("app.`in`.x")).err();
+        assert!(matches!(files, Some(CodegenError::Unsupported(_))));
+        let files = generate_in_package(&s, "edge", Some("app.gen")).unwrap();
+        let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(paths.contains(&"app/gen/Edge.kt"), "{paths:?}");
+        assert!(
+            paths.contains(&"app/gen/edge/common/EdgeEdgeCommon.kt"),
+            "{paths:?}"
+        );
+        assert!(files[0].1.contains("import app.gen"), "{}", files[0].1);
+        assert!(files.iter().all(|(_, t)| t.contains("package app.gen")));
     }
 
     #[test]
