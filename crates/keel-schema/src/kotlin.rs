@@ -5,12 +5,16 @@
 //! handles. It calls the FlatBuffers runtime in keel's Kotlin layer (package
 //! `dev.keel`, `bindings/kotlin/layer/`), so an app needs no third-party runtime.
 //!
-//! For a schema `blog.fbs` (namespace `blog`), `blog/Blog.kt` holds, in package `blog`:
+//! For a schema `blog.fbs` (namespace `blog`), `blog/Blog.kt` holds, in package `blog`
+//! (or the package given to [`generate_in_package`], `keel codegen kotlin --package`):
 //!
 //! * `object BlogSchema { const val FBS; const val FINGERPRINT }` — the canonical
 //!   schema text (as [`Schema::to_fbs`] prints it) to open the database with;
 //! * per enum: `enum class Color(val raw: Byte) { Red(0), …, Unknown(0) }` —
 //!   `Unknown` stands for a value a newer schema wrote (decoding never fails on one);
+//!   a decoded object keeps that value's number in its last constructor property,
+//!   `keelRetained` (`BlogSchema.Retained`: carried by `copy()`, ignored by
+//!   equality), and writes it back unchanged;
 //! * per struct: `data class Vec2(val x: Float = 0f, …)` with `SIZE`/`ALIGN`;
 //! * per union: `sealed interface Content` with one `data class` per member table
 //!   plus `Unknown(tag)`;
@@ -118,6 +122,51 @@ const RESERVED: &[&str] = &[
 
 fn ident(name: &str) -> String {
     escaped(name, KEYWORDS, backticks)
+}
+
+/// The class inside the schema object that keeps what a decoded object's typed
+/// fields cannot hold, so that writing the object back loses nothing: the number
+/// of an enum value this schema does not declare (the field itself reads
+/// `Unknown`). Every table with an enum field has a last constructor parameter
+/// `keelRetained` of this type; `copy()` carries it along, equality ignores it.
+const RETAINED: &str = "
+    /**
+     * What a decoded object keeps of its bytes that its typed fields cannot hold:
+     * the number of each enum field whose value this schema does not declare (the
+     * field reads `Unknown`), by vtable slot. Writing the object back writes that
+     * number again, so an older app does not overwrite a newer app's value with 0.
+     * `copy()` keeps it; equality and hashing ignore it.
+     */
+    public class Retained private constructor(private val enums: kotlin.collections.Map<Int, Long>) {
+        /** The number to write for the enum in [slot]: the kept one while the field is still [unknown]. */
+        public fun raw(slot: Int, known: Long, unknown: Boolean): Long =
+            if (unknown) enums[slot] ?: known else known
+
+        override fun equals(other: Any?): Boolean = other is Retained
+        override fun hashCode(): Int = 0
+        override fun toString(): String = if (enums.isEmpty()) \"none\" else \"unknown enums $enums\"
+
+        public companion object {
+            /** Nothing kept: what an object made in code holds. */
+            @JvmField public val NONE: Retained = Retained(emptyMap())
+
+            /** The kept `(slot, number)` pairs of a read (null: nothing to keep there). */
+            @JvmStatic public fun read(vararg unknown: kotlin.Pair<Int, Long>?): Retained {
+                val m = unknown.filterNotNull().toMap()
+                return if (m.isEmpty()) NONE else Retained(m)
+            }
+        }
+    }
+";
+
+/// The conversion of a `Long` to what the builder's `add…` method of a scalar takes.
+fn long_to_wire(add: &str) -> &'static str {
+    match add {
+        "addByte" => ".toByte()",
+        "addShort" => ".toShort()",
+        "addInt" => ".toInt()",
+        _ => "",
+    }
 }
 
 /// A package name as Kotlin source spells it: keywords among its parts escaped.
@@ -591,6 +640,22 @@ impl<'a> Gen<'a> {
                 None => "null".into(),
             }
         );
+        if (0..self.s.tables.len())
+            .any(|i| !self.enum_fields(&TablePlan::new(self.s, i)).is_empty())
+        {
+            // Drop the object's closing brace: the class goes inside it.
+            o.truncate(o.trim_end().len() - 1);
+            let _ = writeln!(o, "{RETAINED}}}\n");
+        }
+    }
+
+    /// The enum fields (not vectors) of a table: their unknown values are kept
+    /// in `keelRetained`.
+    fn enum_fields<'p>(&self, plan: &'p TablePlan<'_>) -> Vec<&'p FieldPlan<'p>> {
+        plan.fields
+            .iter()
+            .filter(|f| matches!(f.kind, Kind::Enum(..)))
+            .collect()
     }
 
     fn enumm(&self, o: &mut String, i: usize) {
@@ -611,8 +676,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "    /**\n     * {UNKNOWN_VALUE_DOC}\n     * It is written back as {} and cannot be used in a filter.\n     */\n    {unknown}({});\n",
-            lit(&Value::Int(0), e.underlying),
+            "    /**\n     * {UNKNOWN_VALUE_DOC}\n     * A decoded object keeps its number and writes it back unchanged; it cannot be\n     * used in a filter.\n     */\n    {unknown}({});\n",
             lit(&Value::Int(0), e.underlying)
         );
         let wide = matches!(
@@ -911,6 +975,11 @@ impl<'a> Gen<'a> {
                 None => writeln!(o, "    public val {}: {ty},", ident(&lower_camel(&f.name))),
             };
         }
+        let enum_fields = self.enum_fields(&plan);
+        if !enum_fields.is_empty() {
+            let so = &self.schema_obj;
+            let _ = writeln!(o, "    /** Unknown enum values read from the bytes, written back unchanged ([{so}.Retained]). */\n    public val keelRetained: {so}.Retained = {so}.Retained.NONE,");
+        }
         let _ = writeln!(o, "){iface} {{");
         if live.is_empty() {
             let _ = writeln!(o, "    override fun equals(other: Any?): Boolean = other is {n}\n    override fun hashCode(): Int = {}\n    override fun toString(): String = \"{bare}()\"\n", t.name.len());
@@ -1018,16 +1087,21 @@ impl<'a> Gen<'a> {
                 FieldType::Enum(e) => {
                     let en = &s.enums[*e];
                     let sv = sc(en.underlying);
-                    if f.optional {
+                    // An `Unknown` value writes the number it was read with.
+                    let unknown = format!("{}.{}", self.names.enum_name(*e), self.unknown_name(*e));
+                    let raw = |v: &str| {
                         format!(
-                            "{fname}?.let {{ b.{}Always({slot}, it.raw{}) }}",
-                            sv.add, sv.to_wire
+                            "keelRetained.raw({slot}, {v}.raw.toLong(), {v} == {unknown}){}",
+                            long_to_wire(sv.add)
                         )
+                    };
+                    if f.optional {
+                        format!("{fname}?.let {{ b.{}Always({slot}, {}) }}", sv.add, raw("it"))
                     } else {
                         format!(
-                            "b.{}({slot}, {fname}.raw{}, {})",
+                            "b.{}({slot}, {}, {})",
                             sv.add,
-                            sv.to_wire,
+                            raw(&fname),
                             wire_lit(&f.default, en.underlying)
                         )
                     }
@@ -1210,6 +1284,29 @@ impl<'a> Gen<'a> {
             };
             let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
         }
+        if !enum_fields.is_empty() {
+            let kept: Vec<String> = enum_fields
+                .iter()
+                .map(|fp| {
+                    let Kind::Enum(e, u) = fp.kind else {
+                        unreachable!("enum_fields holds enums")
+                    };
+                    let en = self.names.enum_name(e);
+                    format!(
+                        "t.{}OrNull({1})?.takeIf {{ {en}.fromRaw(it) == {en}.{2} }}?.let {{ {1} to it.toLong() }}",
+                        sc(u).read,
+                        fp.slot,
+                        self.unknown_name(e)
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                o,
+                "            keelRetained = {}.Retained.read(\n                {},\n            ),",
+                self.schema_obj,
+                kept.join(",\n                ")
+            );
+        }
         let _ = writeln!(o, "        )\n    }}\n}}\n");
 
         // path class (nested tables and union members)
@@ -1322,7 +1419,11 @@ mod tests {
             "public companion object : dev.keel.KeelModel<Log, Long> {",
             "public val lvl: Level = Level.High,",
             "High(200u),",
-            "b.addByte(2, lvl.raw.toByte(), (-56).toByte())",
+            // an unknown value writes back the number it was read with
+            "b.addByte(2, keelRetained.raw(2, lvl.raw.toLong(), lvl == Level.Unknown).toByte(), (-56).toByte())",
+            "optE?.let { b.addByteAlways(8, keelRetained.raw(8, it.raw.toLong(), it == Level.Unknown).toByte()) }",
+            "public val keelRetained: BlogSchema.Retained = BlogSchema.Retained.NONE,",
+            "t.u8OrNull(2)?.takeIf { Level.fromRaw(it) == Level.Unknown }?.let { 2 to it.toLong() }",
             "public val big: ULong = 18446744073709551615uL,",
             "public val min: Long = Long.MIN_VALUE,",
             "public val f: Float = 0.5f,",

@@ -986,6 +986,13 @@ impl<'a> Gen<'a> {
                 (Kind::Enum(..), Unset::Absent) => {
                     format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v.rawValue) }}")
                 }
+                // A float is left out only when its bits are the default's: `==`
+                // would take `-0.0` for a `0.0` default (and never match a NaN one).
+                (Kind::Scalar(t @ (ScalarType::F32 | ScalarType::F64)), _) => format!(
+                    "if {m}.bitPattern != ({} as {}).bitPattern {{ b.addScalarAlways(slot: {slot}, {m}) }}",
+                    scalar_lit(&fp.field.default, t),
+                    swift_scalar(t)
+                ),
                 (Kind::Scalar(t), _) => format!(
                     "b.addScalar(slot: {slot}, {m}, default: {})",
                     scalar_lit(&fp.field.default, t)
