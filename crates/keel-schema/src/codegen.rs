@@ -39,13 +39,13 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_value, escaped, open_enum, open_type, property_type,
-    raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel, write_arms,
-    write_conversions, Names, TABLE,
+    declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
+    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
+    write_arms, write_conversions, Names, TABLE,
 };
 use crate::model::*;
 use crate::parser::ParseError;
-use crate::plan::{render_types, FieldPlan, Renderers, TablePlan, Unset};
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Why code generation failed.
@@ -386,10 +386,6 @@ impl<'a> Gen<'a> {
     fn base_type(&self, ty: &FieldType) -> String {
         self.names
             .type_of(ty, ScalarType::rust_name, |e| format!("Vec<{e}>"))
-    }
-
-    fn required(f: &Field) -> bool {
-        f.primary
     }
 
     /// Rust type of a table field.
@@ -769,7 +765,7 @@ impl<'a> Gen<'a> {
                     format!("{n}::from_raw(t.get::<{}>({slot}, {})?)", en.underlying.rust_name(), scalar_lit(&f.default, en.underlying))
                 }
             }
-            FieldType::String if Self::required(f) => format!(
+            FieldType::String if f.primary => format!(
                 "t.str({slot})?\n                .ok_or({rt}::DecodeError::Field {{\n                    field: {fname:?},\n                    reason: ::std::borrow::Cow::Borrowed(\"required field is missing\"),\n                }})?\n                .to_owned()"
             ),
             FieldType::String => format!("t.str({slot})?.map(str::to_owned)"),
@@ -983,7 +979,7 @@ impl<'a> Gen<'a> {
             let fname = ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             match &f.ty {
-                FieldType::String if Self::required(f) => {
+                FieldType::String if f.primary => {
                     let _ = writeln!(o, "        let {var} = b.create_string(&self.{fname});");
                 }
                 FieldType::String => {
@@ -1043,60 +1039,44 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "        b.start_table();");
-        for f in plan.vtable_order() {
-            let fname = ident(&snake(&f.name));
-            let var = format!("off_{}", snake(&f.name));
-            let slot = f.id;
-            match &f.ty {
-                FieldType::Scalar(t) if f.optional => {
-                    let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v);\n        }}", t.rust_name());
-                }
-                FieldType::Scalar(t) => {
-                    let _ = writeln!(
-                        o,
-                        "        b.add_scalar::<{}>({slot}, self.{fname}, {});",
-                        t.rust_name(),
-                        scalar_lit(&f.default, *t)
-                    );
-                }
-                FieldType::Enum(e) => {
-                    let u = s.enums[*e].underlying;
-                    if f.optional {
-                        let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v.to_raw());\n        }}", u.rust_name());
-                    } else {
-                        let _ = writeln!(
-                            o,
-                            "        b.add_scalar::<{}>({slot}, self.{fname}.to_raw(), {});",
-                            u.rust_name(),
-                            scalar_lit(&f.default, u)
-                        );
-                    }
-                }
-                FieldType::Struct(si) => {
-                    let n = self.names.struct_name(*si);
-                    let _ = writeln!(o, "        if let Some(v) = &self.{fname} {{\n            b.add_struct({slot}, &v.to_bytes(), {n}::ALIGN);\n        }}");
-                }
-                FieldType::String if Self::required(f) => {
-                    let _ = writeln!(o, "        b.add_offset({slot}, {var});");
-                }
-                FieldType::Union(_) => {
-                    let _ = writeln!(
-                        o,
-                        "        if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({}, tag);\n            b.add_offset({slot}, off);\n        }}",
-                        slot.saturating_sub(1)
-                    );
-                }
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
-                    let _ = writeln!(
-                        o,
-                        "        if let Some((tags, offs)) = {var} {{\n            b.add_offset({}, tags);\n            b.add_offset({slot}, offs);\n        }}",
-                        slot.saturating_sub(1)
-                    );
-                }
-                FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
-                    let _ = writeln!(o, "        if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}");
-                }
-            }
+        for fp in plan.vtable_plans() {
+            let fname = ident(&snake(fp.name()));
+            let var = format!("off_{}", snake(fp.name()));
+            let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
+            // scalars and enums: the wire type and the value's expression
+            let scalar = match fp.kind {
+                Kind::Scalar(t) => Some((t, "v", String::new())),
+                Kind::Enum(_, u) => Some((u, "v.to_raw()", ".to_raw()".to_owned())),
+                _ => None,
+            };
+            let line = match (scalar, &fp.default) {
+                (Some((t, v, _)), Unset::Absent) => format!(
+                    "if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, {v});\n        }}",
+                    t.rust_name()
+                ),
+                (Some((t, _, raw)), _) => format!(
+                    "b.add_scalar::<{}>({slot}, self.{fname}{raw}, {});",
+                    t.rust_name(),
+                    scalar_lit(&fp.field.default, t)
+                ),
+                (None, _) => match fp.kind {
+                    Kind::Struct(si) => format!(
+                        "if let Some(v) = &self.{fname} {{\n            b.add_struct({slot}, &v.to_bytes(), {}::ALIGN);\n        }}",
+                        self.names.struct_name(si)
+                    ),
+                    Kind::String if fp.key_string() => format!("b.add_offset({slot}, {var});"),
+                    Kind::Union(_) => format!(
+                        "if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({tag}, tag);\n            b.add_offset({slot}, off);\n        }}"
+                    ),
+                    Kind::Vector(Elem::Union(_)) => format!(
+                        "if let Some((tags, offs)) = {var} {{\n            b.add_offset({tag}, tags);\n            b.add_offset({slot}, offs);\n        }}"
+                    ),
+                    _ => format!(
+                        "if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}"
+                    ),
+                },
+            };
+            let _ = writeln!(o, "        {line}");
         }
         let _ = writeln!(o, "        b.end_table()\n    }}\n");
 
@@ -1280,7 +1260,7 @@ impl<'a> Gen<'a> {
                 };
                 let base = self.base_type(&f.ty);
                 let (param, assign) = match &f.ty {
-                    FieldType::String if Self::required(f) => {
+                    FieldType::String if f.primary => {
                         ("impl Into<String>".to_owned(), "v.into()".to_owned())
                     }
                     FieldType::String => {
@@ -1312,13 +1292,7 @@ impl<'a> Gen<'a> {
                     }
                 };
                 let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n{mark}        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
-                let optional_kind = match f.ty {
-                    FieldType::Vector(_) => false,
-                    FieldType::String => !Self::required(f),
-                    FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
-                    _ => true,
-                };
-                if optional_kind {
+                if field_is_optional(f) {
                     let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n{mark}        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
                 }
             }

@@ -1063,64 +1063,50 @@ impl<'a> Gen<'a> {
             let _ = writeln!(o, "        val {var} = {expr}");
         }
         let _ = writeln!(o, "        b.startTable({})", plan.table.slot_count());
-        for f in plan.vtable_order() {
-            let fname = ident(&lower_camel(&f.name));
-            let var = format!("o{}", upper_camel(&f.name));
-            let slot = f.id;
-            let line = match &f.ty {
-                FieldType::Scalar(t) => {
-                    let s = sc(*t);
-                    if f.optional {
-                        format!(
-                            "{fname}?.let {{ b.{}Always({slot}, it{}) }}",
-                            s.add, s.to_wire
-                        )
-                    } else {
-                        format!(
-                            "b.{}({slot}, {fname}{}, {})",
-                            s.add,
-                            s.to_wire,
-                            wire_lit(&f.default, *t)
-                        )
-                    }
+        for fp in plan.vtable_plans() {
+            let fname = ident(&lower_camel(fp.name()));
+            let var = format!("o{}", upper_camel(fp.name()));
+            let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
+            // scalars and enums: the builder's wire type, and the value as it (`v`
+            // standing for the property or `it`); an `Unknown` enum value writes
+            // the number it was read with
+            let scalar = match fp.kind {
+                Kind::Scalar(t) => {
+                    let w = sc(t);
+                    Some((t, w.add, format!("$v{}", w.to_wire)))
                 }
-                FieldType::Enum(e) => {
-                    let en = &s.enums[*e];
-                    let sv = sc(en.underlying);
-                    // An `Unknown` value writes the number it was read with.
-                    let unknown = format!("{}.{}", self.names.enum_name(*e), self.unknown_name(*e));
-                    let raw = |v: &str| {
-                        format!(
-                            "keelRetained.raw({slot}, {v}.raw.toLong(), {v} == {unknown}){}",
-                            long_to_wire(sv.add)
-                        )
-                    };
-                    if f.optional {
-                        format!("{fname}?.let {{ b.{}Always({slot}, {}) }}", sv.add, raw("it"))
-                    } else {
-                        format!(
-                            "b.{}({slot}, {}, {})",
-                            sv.add,
-                            raw(&fname),
-                            wire_lit(&f.default, en.underlying)
-                        )
-                    }
+                Kind::Enum(e, u) => {
+                    let (w, en, unknown) = (sc(u), self.names.enum_name(e), self.unknown_name(e));
+                    let raw =
+                        format!("keelRetained.raw({slot}, $v.raw.toLong(), $v == {en}.{unknown})");
+                    Some((u, w.add, raw + long_to_wire(w.add)))
                 }
-                FieldType::Struct(x) => {
-                    let sn = self.names.struct_name(*x);
-                    format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
+                _ => None,
+            };
+            let line = match (scalar, &fp.default) {
+                (Some((_, add, v)), Unset::Absent) => {
+                    format!("{fname}?.let {{ b.{add}Always({slot}, {}) }}", v.replace("$v", "it"))
                 }
-                FieldType::String if f.primary => format!("b.addOffset({slot}, {var})"),
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
-                    "if ({var} != 0) {{\n            b.addOffset({}, t{})\n            b.addOffset({slot}, {var})\n        }}",
-                    slot.saturating_sub(1),
-                    upper_camel(&f.name)
+                (Some((t, add, v)), _) => format!(
+                    "b.{add}({slot}, {}, {})",
+                    v.replace("$v", &fname),
+                    wire_lit(&fp.field.default, t)
                 ),
-                FieldType::Union(_) => format!(
-                    "if ({var} != 0) {{\n            b.addByteAlways({}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}",
-                    slot.saturating_sub(1)
-                ),
-                _ => format!("if ({var} != 0) b.addOffset({slot}, {var})"),
+                (None, _) => match fp.kind {
+                    Kind::Struct(x) => {
+                        let sn = self.names.struct_name(x);
+                        format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
+                    }
+                    Kind::String if fp.key_string() => format!("b.addOffset({slot}, {var})"),
+                    Kind::Vector(Elem::Union(_)) => format!(
+                        "if ({var} != 0) {{\n            b.addOffset({tag}, t{})\n            b.addOffset({slot}, {var})\n        }}",
+                        upper_camel(fp.name())
+                    ),
+                    Kind::Union(_) => format!(
+                        "if ({var} != 0) {{\n            b.addByteAlways({tag}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}"
+                    ),
+                    _ => format!("if ({var} != 0) b.addOffset({slot}, {var})"),
+                },
             };
             let _ = writeln!(o, "        {line}");
         }

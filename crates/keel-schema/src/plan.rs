@@ -209,11 +209,6 @@ impl<'s> TablePlan<'s> {
         self.children.iter().map(|i| self.fields[*i].field)
     }
 
-    /// The fields in the order the encoder adds them to the table.
-    pub fn vtable_order(&self) -> impl Iterator<Item = &'s Field> + '_ {
-        self.vtable_order.iter().map(|i| self.fields[*i].field)
-    }
-
     /// The plans of the fields written as children, in writing order.
     pub fn child_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
         self.children.iter().map(|i| &self.fields[*i])
@@ -391,7 +386,7 @@ mod tests {
             .collect();
         assert_eq!(children[1..], offsets[..]);
         // the vtable order is the model's write order
-        let order: Vec<&str> = p.vtable_order().map(|f| f.name.as_str()).collect();
+        let order: Vec<&str> = p.vtable_plans().map(|f| f.name()).collect();
         let want: Vec<&str> = s
             .write_order(live.clone())
             .iter()

@@ -295,19 +295,6 @@ impl<'a> Gen<'a> {
                 seen
             })
             .collect();
-        for t in &s.tables {
-            for f in &t.fields {
-                if let FieldType::Vector(inner) = &f.ty {
-                    if matches!(**inner, FieldType::Vector(_)) {
-                        return Err(CodegenError::Unsupported(format!(
-                            "{}.{}: vectors of vectors are not supported in Swift",
-                            t.full_name(),
-                            f.name
-                        )));
-                    }
-                }
-            }
-        }
         Ok(Gen {
             s,
             schema_name,
