@@ -44,33 +44,10 @@ use crate::codegen_shared::{
     write_arms, write_conversions, Names, TABLE,
 };
 use crate::model::*;
-use crate::parser::ParseError;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
-/// Why code generation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CodegenError {
-    /// The schema did not parse or resolve.
-    #[error("{0}")]
-    Parse(#[from] ParseError),
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
-    /// different namespaces).
-    #[error("{0}")]
-    Unsupported(String),
-    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
-    /// [`Builder::out_dir`] was not called.
-    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
-    NoOutDir,
-}
+pub use crate::codegen_shared::CodegenError;
 
 /// Configures code generation (see the [module docs](self)).
 ///

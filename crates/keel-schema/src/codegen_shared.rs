@@ -12,9 +12,33 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
+use crate::parser::ParseError;
 
 use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema, StructDef, UnionDef};
+
+/// Why code generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    /// The schema did not parse or resolve.
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
+    /// different namespaces).
+    #[error("{0}")]
+    Unsupported(String),
+    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
+    /// [`Builder::out_dir`](crate::codegen::Builder::out_dir) was not called.
+    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
+    NoOutDir,
+}
 
 /// The kind half of a generator's `(kind, index)` type-name key: a table.
 pub(crate) const TABLE: u8 = 0;

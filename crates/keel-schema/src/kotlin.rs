@@ -146,15 +146,13 @@ const RETAINED: &str = "
         override fun hashCode(): Int = 0
         override fun toString(): String = if (enums.isEmpty()) \"none\" else \"unknown enums $enums\"
 
-        public companion object {
-            /** Nothing kept: what an object made in code holds. */
-            @JvmField public val NONE: Retained = Retained(emptyMap())
+        /** This, plus the number [raw] of the enum in [slot] when there is one to keep. */
+        public fun keep(slot: Int, raw: Long?): Retained =
+            if (raw == null) this else Retained(enums + (slot to raw))
 
-            /** The kept `(slot, number)` pairs of a read (null: nothing to keep there). */
-            @JvmStatic public fun read(vararg unknown: kotlin.Pair<Int, Long>?): Retained {
-                val m = unknown.filterNotNull().toMap()
-                return if (m.isEmpty()) NONE else Retained(m)
-            }
+        public companion object {
+            /** Nothing kept: what an object made in code (or with known values) holds. */
+            @JvmField public val NONE: Retained = Retained(emptyMap())
         }
     }
 ";
@@ -1279,18 +1277,19 @@ impl<'a> Gen<'a> {
                     };
                     let en = self.names.enum_name(e);
                     format!(
-                        "t.{}OrNull({1})?.takeIf {{ {en}.fromRaw(it) == {en}.{2} }}?.let {{ {1} to it.toLong() }}",
+                        "\n                .keep({1}, t.{0}OrNull({1})?.takeIf {{ {en}.fromRaw(it) == {en}.{2} }}?.toLong())",
                         sc(u).read,
                         fp.slot,
                         self.unknown_name(e)
                     )
                 })
                 .collect();
+            // Allocates only for an unknown value: a read of known ones keeps `NONE`.
             let _ = writeln!(
                 o,
-                "            keelRetained = {}.Retained.read(\n                {},\n            ),",
+                "            keelRetained = {}.Retained.NONE{},",
                 self.schema_obj,
-                kept.join(",\n                ")
+                kept.concat()
             );
         }
         let _ = writeln!(o, "        )\n    }}\n}}\n");
@@ -1409,7 +1408,7 @@ mod tests {
             "b.addByte(2, keelRetained.raw(2, lvl.raw.toLong(), lvl == Level.Unknown).toByte(), (-56).toByte())",
             "optE?.let { b.addByteAlways(8, keelRetained.raw(8, it.raw.toLong(), it == Level.Unknown).toByte()) }",
             "public val keelRetained: BlogSchema.Retained = BlogSchema.Retained.NONE,",
-            "t.u8OrNull(2)?.takeIf { Level.fromRaw(it) == Level.Unknown }?.let { 2 to it.toLong() }",
+            ".keep(2, t.u8OrNull(2)?.takeIf { Level.fromRaw(it) == Level.Unknown }?.toLong())",
             "public val big: ULong = 18446744073709551615uL,",
             "public val min: Long = Long.MIN_VALUE,",
             "public val f: Float = 0.5f,",

@@ -234,12 +234,16 @@ pub(crate) struct Renderers<G>(
     pub fn(&mut G, usize),
     pub fn(&mut G, usize),
     pub fn(&mut G, usize),
-    pub fn(&mut G, usize) -> Result<(), crate::codegen::CodegenError>,
+    pub fn(&mut G, usize) -> Result<(), crate::codegen_shared::CodegenError>,
 );
 
 impl<G> Renderers<G> {
     /// Renders every type of `s` in [`types_in_emit_order`](crate::codegen_shared::types_in_emit_order).
-    pub fn render_all(&self, g: &mut G, s: &Schema) -> Result<(), crate::codegen::CodegenError> {
+    pub fn render_all(
+        &self,
+        g: &mut G,
+        s: &Schema,
+    ) -> Result<(), crate::codegen_shared::CodegenError> {
         use crate::codegen_shared::{ENUM, STRUCT, UNION};
         for t in crate::codegen_shared::types_in_emit_order(s) {
             match t.kind {
