@@ -16,6 +16,7 @@
 
 import blog.*
 import dev.keel.FlatBufferBuilder
+import dev.keel.FlatBufferReader
 import dev.keel.Keel
 import dev.keel.changes
 import dev.keel.fetch
@@ -662,6 +663,15 @@ fun registerTypedTests() {
         b.addByteAlways(3, 7)
         val newer = Score.decode(b.finish(b.endTable(), null))
         check(newer == Score("zed", 3u, level = Level.Unknown)) { "$newer" }
+        // ...and writes the number back unchanged, through copy() and the database too
+        // (issue #24: Kotlin wrote an unknown value back as 0; Swift and Rust keep it)
+        val again = newer.copy(bonus = 9).encode()
+        check(FlatBufferReader.root(again, "keytest.Score").u8(3, 200u) == 7.toUByte())
+        db.write { insert(newer.copy(round = 9u)) }
+        val stored = db.get(Score, Score.Key("zed", 9u))!!
+        check(stored.level == Level.Unknown && stored.keelRetained.raw(3, 0L, true) == 7L) { "$stored" }
+        check(FlatBufferReader.root(stored.encode(), "keytest.Score").u8(3, 200u) == 7.toUByte())
+        db.write { delete(Score, Score.Key("zed", 9u)) }
         val e = expect<KeelException.InvalidArgument> { db.fetch(Score).where(Score.level eq Level.Unknown).all() }
         check("Unknown" in e.message!!)
         db.closeAsync()
@@ -688,6 +698,36 @@ fun registerTypedTests() {
             check(Post.decode(again) == got)
         }
         db.closeAsync()
+    }
+
+    // The behaviour table of docs/schema.md, on the vectors Rust and Swift check too
+    // (tests/fixtures/behaviour, built by examples/blog/tests/behaviour.rs).
+    test("typed: behaviour table (shared vectors)") { _ ->
+        val fx = File(File(System.getenv("KEEL_FIXTURES") ?: "tests/fixtures"), "behaviour")
+        fun vec(name: String) = File(fx, name).readBytes()
+        fun root(b: ByteArray) = FlatBufferReader.root(b, "blog.Post")
+        // unknown enum value: reads Unknown, written back unchanged (slot 2)
+        val e = Post.decode(vec("unknown_enum.bin"))
+        check(e.color == Color.Unknown) { "$e" }
+        check(root(e.copy(title = "edited").encode()).i8(2, 1) == 7.toByte())
+        // unknown union member: reads Unknown(tag), left out when written (slots 5, 6)
+        val u = Post.decode(vec("unknown_union.bin"))
+        check(u.content == Content.Unknown(9u)) { "$u" }
+        check(root(u.encode()).field(6, 4) < 0 && root(u.encode()).field(5, 1) < 0)
+        // empty and absent vectors read alike (empty), and are written as absent (slot 9)
+        val empty = Post.decode(vec("empty_vector.bin"))
+        val absent = Post.decode(vec("absent_vector.bin"))
+        check(empty.tags.isEmpty() && absent.tags.isEmpty())
+        check(root(vec("empty_vector.bin")).field(9, 4) >= 0 && root(vec("absent_vector.bin")).field(9, 4) < 0)
+        check(root(empty.encode()).field(9, 4) < 0)
+        // -0.0 keeps its sign (slot 14)
+        val z = Post.decode(vec("negative_zero.bin"))
+        check(z.rating!!.toRawBits() == (-0.0).toRawBits()) { "$z" }
+        check(root(z.encode()).f64OrNull(14)!!.toRawBits() == (-0.0).toRawBits())
+        // a newer schema's field (slot 30) is read past and not written back
+        val n = Post.decode(vec("newer_field.bin"))
+        check(n.id == "newer" && root(vec("newer_field.bin")).i32(30, 0) == 5)
+        check(root(n.encode()).field(30, 4) < 0)
     }
 
     test("typed: Kotlin-built bytes pass keel's Rust verifier") { dir ->

@@ -750,6 +750,45 @@ final class KeelTests: XCTestCase {
         }
     }
 
+    /// The behaviour table of docs/schema.md, on the vectors Rust and Kotlin check too
+    /// (tests/fixtures/behaviour, built by examples/blog/tests/behaviour.rs).
+    func testBehaviourTable() throws {
+        func vec(_ name: String) throws -> [UInt8] { try fixture("behaviour/\(name)") }
+        func root(_ b: [UInt8]) throws -> KeelWire.Table { try KeelWire.Table.root(b) }
+        // an unknown enum value reads as .unknown(raw) and is written back (slot 2)
+        let e = try Post(flatBuffer: try vec("unknown_enum.bin"))
+        XCTAssertEqual(e.color, .unknown(7))
+        let edited = e.with { $0.title = "edited" }.flatBuffer()
+        XCTAssertEqual(try root(edited).scalar(slot: 2, default: Int8(1)), 7)
+        // an unknown union member reads as .unknown(tag:) and is left out (slots 5, 6)
+        let u = try Post(flatBuffer: try vec("unknown_union.bin"))
+        XCTAssertEqual(u.content, .unknown(tag: 9))
+        let uAgain = try root(u.flatBuffer())
+        XCTAssertNil(try uAgain.optional(UInt8.self, slot: 5))
+        XCTAssertNil(try uAgain.table(slot: 6))
+        // empty and absent vectors read alike (empty) and are written as absent (slot 9)
+        let empty = try Post(flatBuffer: try vec("empty_vector.bin"))
+        XCTAssertEqual(empty.tags, [])
+        XCTAssertEqual(try Post(flatBuffer: try vec("absent_vector.bin")).tags, [])
+        XCTAssertNotNil(try root(try vec("empty_vector.bin")).vector(slot: 9, elementSize: 4))
+        XCTAssertNil(try root(empty.flatBuffer()).vector(slot: 9, elementSize: 4))
+        // -0.0 keeps its sign (slot 14)
+        let z = try Post(flatBuffer: try vec("negative_zero.bin"))
+        XCTAssertEqual(z.rating?.bitPattern, (-0.0 as Double).bitPattern)
+        let zAgain = try root(z.flatBuffer()).optional(Double.self, slot: 14)
+        XCTAssertEqual(zAgain?.bitPattern, (-0.0 as Double).bitPattern)
+        // float defaults compare by bits: -0.0 on a 0.0 default is written, not taken
+        // for the default (which would read back as +0.0); a NaN default stays NaN
+        let order = try Order(flatBuffer: Order(id: 1, total: -0.0).flatBuffer())
+        XCTAssertEqual(order.total.bitPattern, (-0.0 as Double).bitPattern)
+        XCTAssertTrue(try Node(flatBuffer: Node(name: "n").flatBuffer()).ratio.isNaN)
+        // a newer schema's field (slot 30) is read past and not written back
+        let n = try Post(flatBuffer: try vec("newer_field.bin"))
+        XCTAssertEqual(n.id, "newer")
+        XCTAssertEqual(try root(try vec("newer_field.bin")).optional(Int32.self, slot: 30), 5)
+        XCTAssertNil(try root(n.flatBuffer()).optional(Int32.self, slot: 30))
+    }
+
     func testEvolutionFixturesReadAcrossSchemaVersions() throws {
         // v1 bytes through v2 types: the fields v2 added read their defaults
         let old = try NoteV2.Note(flatBuffer: try fixture("note_v1.bin"))

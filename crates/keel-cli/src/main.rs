@@ -15,8 +15,9 @@
 //!                                        the open pipeline, phase by phase, with suggestions
 //! keel schema check OLD.fbs NEW.fbs [--json]
 //!                                        is the schema change compatible?
-//! keel codegen swift|kotlin S.fbs OUT_DIR
+//! keel codegen swift|kotlin S.fbs OUT_DIR [--check] [--package P]
 //!                                        typed Swift / Kotlin models for an app
+//!                                        (--check: exit 1 when OUT_DIR's are stale)
 //! ```
 //!
 //! ## What each command may write
@@ -210,9 +211,13 @@ enum Command {
     /// decoding, typed query fields) from a `.fbs` schema, for an app using keel's
     /// Swift package or Android library.
     ///
-    /// Writes one source file per schema into OUT_DIR and prints each path.
-    /// Exit status: 0 written, 2 unreadable schema or unwritable directory, 4 the
-    /// schema does not parse or cannot be expressed in the language.
+    /// Writes the source files for the schema into OUT_DIR (one for Swift, one per
+    /// namespace for Kotlin) and prints each path. With --check, writes nothing:
+    /// compares the files in OUT_DIR with what the generator makes and lists each
+    /// one that differs or is missing (for CI: checked-in models cannot go stale).
+    /// Exit status: 0 written (or up to date), 1 --check found a stale or missing
+    /// file, 2 unreadable schema or unwritable directory, 4 the schema does not
+    /// parse or cannot be expressed in the language.
     #[command(after_help = exit::HELP)]
     Codegen {
         /// The language to generate.
@@ -222,6 +227,13 @@ enum Command {
         schema: PathBuf,
         /// Where to write the sources (created if missing).
         out_dir: PathBuf,
+        /// Write nothing; exit 1 when a file in OUT_DIR differs from the generator's.
+        #[arg(long)]
+        check: bool,
+        /// Kotlin only: the package of the generated code (e.g. `com.example.blog`),
+        /// instead of the schema's namespace. Collection names stay the schema's.
+        #[arg(long)]
+        package: Option<String>,
     },
     /// Work with `.fbs` schemas.
     Schema {
@@ -284,12 +296,18 @@ fn main() -> ExitCode {
             language,
             schema,
             out_dir,
+            check,
+            package,
         } => {
-            let generate = match language {
-                Language::Swift => keel_schema::swift::write_sources,
-                Language::Kotlin => keel_schema::kotlin::write_sources,
+            let sources = match (language, package.as_deref()) {
+                (Language::Swift, None) => keel_schema::swift::sources(&schema),
+                (Language::Swift, Some(_)) => {
+                    eprintln!("error: --package applies to Kotlin only");
+                    return ExitCode::from(exit::USAGE_OR_IO);
+                }
+                (Language::Kotlin, p) => keel_schema::kotlin::sources(&schema, p),
             };
-            (false, schema_cmd::codegen(generate, &schema, &out_dir))
+            (false, schema_cmd::codegen(sources, &out_dir, check))
         }
         Command::Info { db, json } => (json, info::run(&db, json)),
         Command::Dump {

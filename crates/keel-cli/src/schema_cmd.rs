@@ -94,20 +94,51 @@ pub fn schema_check(old: &std::path::Path, new: &std::path::Path, json: bool) ->
     }
 }
 
-/// `keel codegen swift|kotlin S.fbs OUT_DIR`: writes the sources and prints each path.
+/// `keel codegen swift|kotlin S.fbs OUT_DIR`: writes the generated `sources`
+/// (paths relative to `out_dir`, texts) and prints each path; with `check`, writes
+/// nothing and prints each file of `out_dir` that differs from its source (or is
+/// missing), exiting 1 when there is one.
 pub fn codegen(
-    generate: fn(&Path, &Path) -> Result<Vec<PathBuf>, CodegenError>,
-    schema: &Path,
+    sources: Result<Vec<(String, String)>, CodegenError>,
     out_dir: &Path,
+    check: bool,
 ) -> Result<u8, Failure> {
-    match generate(schema, out_dir) {
-        Ok(paths) => {
-            for p in paths {
-                println!("{}", p.display());
+    let sources = match sources {
+        Ok(s) => s,
+        Err(e @ CodegenError::Io { .. }) => return Err(Failure::new(EXIT_ERROR, e.to_string())),
+        Err(e) => return Err(Failure::new(crate::exit::WRONG_SCHEMA, e.to_string())),
+    };
+    let io =
+        |p: &Path, e: std::io::Error| Failure::new(EXIT_ERROR, format!("{}: {e}", p.display()));
+    let mut stale = 0;
+    for (rel, text) in sources {
+        let path: PathBuf = out_dir.join(rel);
+        if check {
+            match std::fs::read(&path) {
+                Ok(old) if old == text.as_bytes() => {}
+                Ok(_) => {
+                    stale += 1;
+                    println!("stale: {}", path.display());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    stale += 1;
+                    println!("missing: {}", path.display());
+                }
+                Err(e) => return Err(io(&path, e)),
             }
-            Ok(crate::exit::OK)
+            continue;
         }
-        Err(e @ CodegenError::Io { .. }) => Err(Failure::new(EXIT_ERROR, e.to_string())),
-        Err(e) => Err(Failure::new(crate::exit::WRONG_SCHEMA, e.to_string())),
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        }
+        std::fs::write(&path, text).map_err(|e| io(&path, e))?;
+        println!("{}", path.display());
     }
+    if stale > 0 {
+        eprintln!(
+            "{stale} generated file(s) differ from the schema; run `keel codegen` without --check"
+        );
+        return Ok(crate::exit::PROBLEMS);
+    }
+    Ok(crate::exit::OK)
 }

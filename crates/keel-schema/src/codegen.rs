@@ -39,37 +39,15 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, key_strings_first,
-    struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel, write_arms,
-    write_enum_cases, TypeNames, ENUM, STRUCT, TABLE, UNION, UNKNOWN_VALUE_DOC,
+    declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
+    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
+    write_arms, write_conversions, Names, TABLE,
 };
 use crate::model::*;
-use crate::parser::ParseError;
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
-/// Why code generation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CodegenError {
-    /// The schema did not parse or resolve.
-    #[error("{0}")]
-    Parse(#[from] ParseError),
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
-    /// different namespaces).
-    #[error("{0}")]
-    Unsupported(String),
-    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
-    /// [`Builder::out_dir`] was not called.
-    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
-    NoOutDir,
-}
+pub use crate::codegen_shared::CodegenError;
 
 /// Configures code generation (see the [module docs](self)).
 ///
@@ -200,13 +178,12 @@ pub fn compile(path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
     Builder::new().compile(path)
 }
 
-const KEYWORDS: &[&str] = &[
-    "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for",
-    "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return",
-    "self", "Self", "static", "struct", "super", "trait", "true", "type", "unsafe", "use", "where",
-    "while", "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro",
-    "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
-];
+/// Rust keywords, strict and reserved, separated by spaces.
+const KEYWORDS: &str =
+    "as break const continue crate else enum extern false fn for if impl in let loop match \
+    mod move mut pub ref return self Self static struct super trait true type unsafe use \
+    where while async await dyn abstract become box do final macro override priv typeof \
+    unsized virtual yield try gen";
 
 /// Associated functions every generated table has; field handles avoid these names.
 const RESERVED_FNS: &[&str] = &[
@@ -245,16 +222,16 @@ fn snake(name: &str) -> String {
     out
 }
 
+/// A Rust identifier for `name`: a raw identifier for a keyword, `_` after the
+/// four keywords that cannot be raw.
 fn ident(name: &str) -> String {
-    if KEYWORDS.contains(&name) {
-        if matches!(name, "self" | "Self" | "super" | "crate") {
-            format!("{name}_")
+    escaped(name, KEYWORDS, |k| {
+        if matches!(k, "self" | "Self" | "super" | "crate") {
+            format!("{k}_")
         } else {
-            format!("r#{name}")
+            format!("r#{k}")
         }
-    } else {
-        name.to_owned()
-    }
+    })
 }
 
 /// A Rust enum variant name: the shared [`upper_camel`], with `_` after the names
@@ -314,22 +291,15 @@ struct Gen<'a> {
     s: &'a Schema,
     rt: String,
     out: String,
-    /// Rust names by (kind, index): the four kinds of [`TypeNames`], then
+    /// Rust names by (kind, index): the four kinds of [`declared_types`], then
     /// [`COMPANIONS`].
-    names: HashMap<(u8, usize), String>,
+    names: Names,
     file_id: String,
-}
-
-impl TypeNames for Gen<'_> {
-    fn type_names(&self) -> &HashMap<(u8, usize), String> {
-        &self.names
-    }
 }
 
 impl<'a> Gen<'a> {
     fn new(s: &'a Schema, rt: &str) -> Result<Self, CodegenError> {
-        let mut names = HashMap::new();
-        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut names = Names::default();
         // A type whose name another type (in another namespace) shares gets its
         // namespace in its Rust name (`game.v2.Monster` → `GameV2Monster`); every
         // type is also reachable by its own name in a module per namespace
@@ -349,12 +319,12 @@ impl<'a> Gen<'a> {
         };
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
             let rust = ident(name);
-            if let Some(other) = seen.insert(rust.clone(), full.clone()) {
-                return Err(CodegenError::Unsupported(format!(
+            names.claim(&rust, &full).map_err(|other| {
+                CodegenError::Unsupported(format!(
                     "types {other} and {full} would both be named {rust} in Rust; rename one"
-                )));
-            }
-            names.insert((kind, i), rust);
+                ))
+            })?;
+            names.set(kind, i, rust);
             Ok(())
         };
         for t in declared_types(s) {
@@ -391,49 +361,33 @@ impl<'a> Gen<'a> {
 
     /// Rust type of a value of `ty` (no Option).
     fn base_type(&self, ty: &FieldType) -> String {
-        match ty {
-            FieldType::Scalar(t) => t.rust_name().into(),
-            FieldType::Enum(i) => self.enum_name(*i).into(),
-            FieldType::String => "String".into(),
-            FieldType::Struct(i) => self.struct_name(*i).into(),
-            FieldType::Table(i) => self.table_name(*i).into(),
-            FieldType::Union(i) => self.union_name(*i).into(),
-            FieldType::Vector(inner) => format!("Vec<{}>", self.base_type(inner)),
-        }
-    }
-
-    fn required(f: &Field) -> bool {
-        f.primary
+        self.names
+            .type_of(ty, ScalarType::rust_name, |e| format!("Vec<{e}>"))
     }
 
     /// Rust type of a table field.
     fn field_type(&self, f: &Field) -> String {
-        let base = self.base_type(&f.ty);
-        if field_is_optional(f) {
-            format!("Option<{base}>")
-        } else {
-            base
-        }
+        property_type(f, self.base_type(&f.ty), |b| format!("Option<{b}>"))
     }
 
-    fn default_expr(&self, f: &Field) -> String {
-        match &f.ty {
-            FieldType::Scalar(t) if !f.optional => scalar_lit(&f.default, *t),
-            FieldType::Enum(e) if !f.optional => {
+    /// The Rust value a field starts from in `…Fields::default()`.
+    fn default_expr(&self, f: &FieldPlan<'_>) -> String {
+        match &f.default {
+            Unset::Scalar(v, t) => scalar_lit(v, *t),
+            Unset::Enum(e, raw, u) => {
                 let en = &self.s.enums[*e];
-                let raw = f.default.as_i64().unwrap_or(0);
-                match enum_value(en, raw) {
-                    Some(v) => format!("{}::{}", self.enum_name(*e), self.variant(en, v)),
+                match enum_value(en, *raw) {
+                    Some(v) => format!("{}::{}", self.names.enum_name(*e), self.variant(en, v)),
                     None => format!(
                         "{}::Unknown({})",
-                        self.enum_name(*e),
-                        scalar_lit(&f.default, en.underlying)
+                        self.names.enum_name(*e),
+                        scalar_lit(&Value::Int(*raw), *u)
                     ),
                 }
             }
-            FieldType::String if Self::required(f) => "String::new()".into(),
-            FieldType::Vector(_) => "Vec::new()".into(),
-            _ => "None".into(),
+            Unset::Required => "String::new()".into(),
+            Unset::Empty => "Vec::new()".into(),
+            Unset::Absent => "None".into(),
         }
     }
 
@@ -446,10 +400,7 @@ impl<'a> Gen<'a> {
             env!("CARGO_PKG_VERSION")
         );
         let text = self.s.to_fbs();
-        let mut hashes = String::from("#");
-        while text.contains(&format!("\"{hashes}")) {
-            hashes.push('#');
-        }
+        let hashes = raw_string_hashes(&text);
         let _ = writeln!(
             self.out,
             "/// Canonical text of the schema these types were generated from; pass it to\n\
@@ -460,14 +411,7 @@ impl<'a> Gen<'a> {
             self.s.fingerprint()
         );
         let _ = rt;
-        for t in types_in_emit_order(self.s) {
-            match t.kind {
-                ENUM => self.gen_enum(t.index),
-                STRUCT => self.gen_struct(t.index),
-                UNION => self.gen_union(t.index),
-                _ => self.gen_table(t.index)?,
-            }
-        }
+        render_types!(self)?;
         self.gen_namespaces();
         Ok(self.out)
     }
@@ -491,7 +435,7 @@ impl<'a> Gen<'a> {
             push(
                 t.namespace,
                 t.name.to_owned(),
-                &self.names[&(t.kind, t.index)],
+                self.names.get(t.kind, t.index),
             );
             if t.kind == TABLE {
                 let collection = self.s.collections.iter().any(|c| c.table == t.index);
@@ -501,7 +445,7 @@ impl<'a> Gen<'a> {
                         push(
                             t.namespace,
                             format!("{}{suffix}", t.name),
-                            &self.names[&(kind, t.index)],
+                            self.names.get(kind, t.index),
                         );
                     }
                 }
@@ -550,17 +494,14 @@ impl<'a> Gen<'a> {
     fn gen_enum(&mut self, i: usize) {
         let rt = &self.rt;
         let e = &self.s.enums[i];
-        let name = self.enum_name(i).to_owned();
+        let name = self.names.enum_name(i).to_owned();
         let raw = e.underlying.rust_name();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
-        let _ = writeln!(
-            o,
-            "#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"
+        let mut o = open_enum(
+            e,
+            &format!("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
+            |v| format!("    {},", self.variant(e, v)),
+            &format!("Unknown({raw}),\n}}\n"),
         );
-        write_enum_cases(&mut o, e, |v| format!("    {},", self.variant(e, v)));
-        let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    Unknown({raw}),\n}}\n");
         let _ = writeln!(o, "impl {name} {{");
         let _ = writeln!(
             o,
@@ -582,27 +523,28 @@ impl<'a> Gen<'a> {
             }
             o.push_str("    ];\n");
         }
-        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
-        write_arms(
+        write_conversions(
             &mut o,
-            &format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
-            &e.values,
-            |v| format!("            {} => {name}::{},", raw_lit(v), self.variant(e, v)),
-            &format!("            other => {name}::Unknown(other),\n        }}\n    }}\n"),
-        );
-        write_arms(
-            &mut o,
-            &format!("    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{"),
-            &e.values,
-            |v| format!("            {name}::{} => {},", self.variant(e, v), raw_lit(v)),
-            &format!("            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"),
-        );
-        write_arms(
-            &mut o,
-            "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {\n        match self {",
-            &e.values,
-            |v| format!("            {name}::{} => Some({:?}),", self.variant(e, v), v.name),
-            &format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"),
+            e,
+            |v| self.variant(e, v),
+            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            &[
+                (
+                    format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
+                    format!("            $raw => {name}::$case,"),
+                    format!("            other => {name}::Unknown(other),\n        }}\n    }}\n"),
+                ),
+                (
+                    format!("    /// The raw number stored in FlatBuffers.\n    pub const fn to_raw(self) -> {raw} {{\n        match self {{"),
+                    format!("            {name}::$case => $raw,"),
+                    format!("            {name}::Unknown(raw) => raw,\n        }}\n    }}\n"),
+                ),
+                (
+                    "    /// The name declared in the schema (`None` for `Unknown`).\n    pub const fn name(self) -> Option<&'static str> {\n        match self {".into(),
+                    format!("            {name}::$case => Some($name),"),
+                    format!("            {name}::Unknown(_) => None,\n        }}\n    }}\n}}\n"),
+                ),
+            ],
         );
         let _ = writeln!(
             o,
@@ -618,13 +560,11 @@ impl<'a> Gen<'a> {
     fn gen_struct(&mut self, i: usize) {
         let rt = self.rt.clone();
         let sd = &self.s.structs[i];
-        let name = self.struct_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(
-            o,
-            "#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"
+        let name = self.names.struct_name(i).to_owned();
+        let mut o = open_type(
+            &sd.doc,
+            &struct_doc_fallback(sd),
+            &format!("#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
         );
         for f in &sd.fields {
             doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
@@ -680,7 +620,7 @@ impl<'a> Gen<'a> {
                     let _ = writeln!(
                         o,
                         "            {fname}: {}::from_bytes(b.get({}..).unwrap_or_default())?,",
-                        self.struct_name(*si),
+                        self.names.struct_name(*si),
                         f.offset
                     );
                 }
@@ -688,7 +628,7 @@ impl<'a> Gen<'a> {
                     let _ = writeln!(
                         o,
                         "            {fname}: {}::from_raw({rt}::wire::read_struct_field(b, {})?),",
-                        self.enum_name(*e),
+                        self.names.enum_name(*e),
                         f.offset
                     );
                 }
@@ -714,11 +654,12 @@ impl<'a> Gen<'a> {
     fn gen_union(&mut self, i: usize) {
         let rt = self.rt.clone();
         let u = &self.s.unions[i];
-        let name = self.union_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(o, "#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{");
+        let name = self.names.union_name(i).to_owned();
+        let mut o = open_type(
+            &u.doc,
+            &union_doc_fallback(u),
+            &format!("#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+        );
         for m in &u.members {
             let _ = writeln!(
                 o,
@@ -726,7 +667,7 @@ impl<'a> Gen<'a> {
                 m.name,
                 m.tag,
                 camel(&m.name),
-                self.table_name(m.table)
+                self.names.table_name(m.table)
             );
         }
         let _ = writeln!(o, "    /// A member this version of the schema does not know (its tag).\n    Unknown(u8),\n}}\n");
@@ -751,7 +692,7 @@ impl<'a> Gen<'a> {
                 "            {} => {name}::{}({}::__read({table})?),",
                 m.tag,
                 camel(&m.name),
-                self.table_name(m.table)
+                self.names.table_name(m.table)
             )
         };
         write_arms(
@@ -775,7 +716,7 @@ impl<'a> Gen<'a> {
             &format!("            other => {name}::Unknown(other),\n        }})\n    }}\n}}"),
         );
         for m in &u.members {
-            let t = self.table_name(m.table).to_owned();
+            let t = self.names.table_name(m.table).to_owned();
             let _ = writeln!(
                 o,
                 "\nimpl From<{t}> for {name} {{\n    fn from(v: {t}) -> Self {{\n        {name}::{}(v)\n    }}\n}}",
@@ -794,28 +735,28 @@ impl<'a> Gen<'a> {
             FieldType::Scalar(t) => format!("t.get::<{}>({slot}, {})?", t.rust_name(), scalar_lit(&f.default, *t)),
             FieldType::Enum(e) => {
                 let en = &self.s.enums[*e];
-                let n = self.enum_name(*e);
+                let n = self.names.enum_name(*e);
                 if f.optional {
                     format!("t.get_opt::<{}>({slot})?.map({n}::from_raw)", en.underlying.rust_name())
                 } else {
                     format!("{n}::from_raw(t.get::<{}>({slot}, {})?)", en.underlying.rust_name(), scalar_lit(&f.default, en.underlying))
                 }
             }
-            FieldType::String if Self::required(f) => format!(
+            FieldType::String if f.primary => format!(
                 "t.str({slot})?\n                .ok_or({rt}::DecodeError::Field {{\n                    field: {fname:?},\n                    reason: ::std::borrow::Cow::Borrowed(\"required field is missing\"),\n                }})?\n                .to_owned()"
             ),
             FieldType::String => format!("t.str({slot})?.map(str::to_owned)"),
             FieldType::Struct(s) => format!(
                 "t.struct_bytes({slot}, {n}::SIZE)?\n                .map({n}::from_bytes)\n                .transpose()?",
-                n = self.struct_name(*s)
+                n = self.names.struct_name(*s)
             ),
             FieldType::Table(ti) => format!(
                 "t.table({slot})?.map({}::__read).transpose()?",
-                self.table_name(*ti)
+                self.names.table_name(*ti)
             ),
             FieldType::Union(u) => format!(
                 "{}::__read(t.get::<u8>({}, 0)?, t.table({slot})?)?",
-                self.union_name(*u),
+                self.names.union_name(*u),
                 slot.saturating_sub(1)
             ),
             FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
@@ -824,7 +765,7 @@ impl<'a> Gen<'a> {
                 };
                 format!(
                     "match t.union_vector({slot})? {{\n                Some((tags, v)) => tags\n                    .iter()\n                    .enumerate()\n                    .map(|(i, tag)| {}::__read_elem(*tag, &v, i))\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}",
-                    self.union_name(u)
+                    self.names.union_name(u)
                 )
             }
             FieldType::Vector(inner) => {
@@ -835,14 +776,14 @@ impl<'a> Gen<'a> {
                     FieldType::Scalar(s) => (s.size().to_string(), format!("v.scalar::<{}>(i)", s.rust_name())),
                     FieldType::Enum(e) => {
                         let u = self.s.enums[*e].underlying;
-                        (u.size().to_string(), format!("v.scalar::<{}>(i).map({}::from_raw)", u.rust_name(), self.enum_name(*e)))
+                        (u.size().to_string(), format!("v.scalar::<{}>(i).map({}::from_raw)", u.rust_name(), self.names.enum_name(*e)))
                     }
                     FieldType::String => ("4".into(), "v.str(i).map(str::to_owned)".into()),
                     FieldType::Struct(s) => {
-                        let n = self.struct_name(*s);
+                        let n = self.names.struct_name(*s);
                         (format!("{n}::SIZE"), format!("v.struct_bytes(i).and_then({n}::from_bytes)"))
                     }
-                    FieldType::Table(ti) => ("4".into(), format!("v.table(i).and_then({}::__read)", self.table_name(*ti))),
+                    FieldType::Table(ti) => ("4".into(), format!("v.table(i).and_then({}::__read)", self.names.table_name(*ti))),
                     _ => ("4".into(), "unreachable!()".into()),
                 };
                 format!(
@@ -861,11 +802,11 @@ impl<'a> Gen<'a> {
             FieldType::String => "ForwardsUOffset<&str>".to_owned(),
             FieldType::Struct(i) => format!(
                 "__KeelVerify{}",
-                self.struct_name(*i).trim_start_matches("r#")
+                self.names.struct_name(*i).trim_start_matches("r#")
             ),
             FieldType::Table(i) => format!(
                 "ForwardsUOffset<__KeelVerify{}>",
-                self.table_name(*i).trim_start_matches("r#")
+                self.names.table_name(*i).trim_start_matches("r#")
             ),
             FieldType::Vector(inner) => {
                 format!("ForwardsUOffset<Vector<'_, {}>>", self.verify_type(inner))
@@ -887,12 +828,13 @@ impl<'a> Gen<'a> {
         let rt = self.rt.clone();
         let s = self.s;
         let t = &s.tables[ti];
-        let name = self.table_name(ti).to_owned();
-        let fields_name = self.names[&(4, ti)].clone();
-        let builder_name = self.names[&(5, ti)].clone();
-        let change_name = self.names[&(6, ti)].clone();
-        let collection = s.collections.iter().find(|c| c.table == ti);
-        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let name = self.names.table_name(ti).to_owned();
+        let fields_name = self.names.get(4, ti).to_owned();
+        let builder_name = self.names.get(5, ti).to_owned();
+        let change_name = self.names.get(6, ti).to_owned();
+        let plan = TablePlan::new(s, ti);
+        let collection = plan.ops.collection;
+        let live = plan.live();
         let vname = format!("__KeelVerify{}", name.trim_start_matches("r#"));
         let mut o = String::new();
 
@@ -930,7 +872,7 @@ impl<'a> Gen<'a> {
                 o,
                 "            {}: {},",
                 ident(&snake(&f.name)),
-                self.default_expr(f)
+                self.default_expr(plan.of(f))
             );
         }
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
@@ -990,7 +932,7 @@ impl<'a> Gen<'a> {
                 | FieldType::Struct(_) => self.base_type(&f.ty),
                 FieldType::Union(u) => {
                     for m in &s.unions[*u].members {
-                        let mt = self.table_name(m.table).to_owned();
+                        let mt = self.names.table_name(m.table).to_owned();
                         let _ = writeln!(
                             o,
                             "    /// Query handle: `{}` when it holds a `{}` (`.is_member()`, or `.join(…)` a field of it).\n    pub const fn {hn}_{}() -> {rt}::Field<{name}, {mt}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::union_member({}, {path_name}, {}, {:?})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
@@ -1010,11 +952,11 @@ impl<'a> Gen<'a> {
 
         // __write
         let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
-        for f in key_strings_first(&live) {
+        for f in plan.children() {
             let fname = ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             match &f.ty {
-                FieldType::String if Self::required(f) => {
+                FieldType::String if f.primary => {
                     let _ = writeln!(o, "        let {var} = b.create_string(&self.{fname});");
                 }
                 FieldType::String => {
@@ -1048,7 +990,7 @@ impl<'a> Gen<'a> {
                             "{{\n            let offs: Vec<_> = self.{fname}.iter().map(|v| v.__write(b)).collect();\n            b.create_offset_vector(&offs)\n        }}"
                         ),
                         FieldType::Struct(si) => {
-                            let n = self.struct_name(*si);
+                            let n = self.names.struct_name(*si);
                             format!(
                                 "{{\n            let bytes: Vec<u8> = self.{fname}.iter().flat_map(|v| v.to_bytes()).collect();\n            b.create_struct_vector(&bytes, {n}::SIZE, {n}::ALIGN)\n        }}"
                             )
@@ -1074,60 +1016,44 @@ impl<'a> Gen<'a> {
             }
         }
         let _ = writeln!(o, "        b.start_table();");
-        for f in self.s.write_order(live.clone()) {
-            let fname = ident(&snake(&f.name));
-            let var = format!("off_{}", snake(&f.name));
-            let slot = f.id;
-            match &f.ty {
-                FieldType::Scalar(t) if f.optional => {
-                    let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v);\n        }}", t.rust_name());
-                }
-                FieldType::Scalar(t) => {
-                    let _ = writeln!(
-                        o,
-                        "        b.add_scalar::<{}>({slot}, self.{fname}, {});",
-                        t.rust_name(),
-                        scalar_lit(&f.default, *t)
-                    );
-                }
-                FieldType::Enum(e) => {
-                    let u = s.enums[*e].underlying;
-                    if f.optional {
-                        let _ = writeln!(o, "        if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, v.to_raw());\n        }}", u.rust_name());
-                    } else {
-                        let _ = writeln!(
-                            o,
-                            "        b.add_scalar::<{}>({slot}, self.{fname}.to_raw(), {});",
-                            u.rust_name(),
-                            scalar_lit(&f.default, u)
-                        );
-                    }
-                }
-                FieldType::Struct(si) => {
-                    let n = self.struct_name(*si);
-                    let _ = writeln!(o, "        if let Some(v) = &self.{fname} {{\n            b.add_struct({slot}, &v.to_bytes(), {n}::ALIGN);\n        }}");
-                }
-                FieldType::String if Self::required(f) => {
-                    let _ = writeln!(o, "        b.add_offset({slot}, {var});");
-                }
-                FieldType::Union(_) => {
-                    let _ = writeln!(
-                        o,
-                        "        if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({}, tag);\n            b.add_offset({slot}, off);\n        }}",
-                        slot.saturating_sub(1)
-                    );
-                }
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
-                    let _ = writeln!(
-                        o,
-                        "        if let Some((tags, offs)) = {var} {{\n            b.add_offset({}, tags);\n            b.add_offset({slot}, offs);\n        }}",
-                        slot.saturating_sub(1)
-                    );
-                }
-                FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
-                    let _ = writeln!(o, "        if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}");
-                }
-            }
+        for fp in plan.vtable_plans() {
+            let fname = ident(&snake(fp.name()));
+            let var = format!("off_{}", snake(fp.name()));
+            let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
+            // scalars and enums: the wire type and the value's expression
+            let scalar = match fp.kind {
+                Kind::Scalar(t) => Some((t, "v", String::new())),
+                Kind::Enum(_, u) => Some((u, "v.to_raw()", ".to_raw()".to_owned())),
+                _ => None,
+            };
+            let line = match (scalar, &fp.default) {
+                (Some((t, v, _)), Unset::Absent) => format!(
+                    "if let Some(v) = self.{fname} {{\n            b.add_scalar_always::<{}>({slot}, {v});\n        }}",
+                    t.rust_name()
+                ),
+                (Some((t, _, raw)), _) => format!(
+                    "b.add_scalar::<{}>({slot}, self.{fname}{raw}, {});",
+                    t.rust_name(),
+                    scalar_lit(&fp.field.default, t)
+                ),
+                (None, _) => match fp.kind {
+                    Kind::Struct(si) => format!(
+                        "if let Some(v) = &self.{fname} {{\n            b.add_struct({slot}, &v.to_bytes(), {}::ALIGN);\n        }}",
+                        self.names.struct_name(si)
+                    ),
+                    Kind::String if fp.key_string() => format!("b.add_offset({slot}, {var});"),
+                    Kind::Union(_) => format!(
+                        "if let Some((tag, off)) = {var} {{\n            b.add_scalar_always::<u8>({tag}, tag);\n            b.add_offset({slot}, off);\n        }}"
+                    ),
+                    Kind::Vector(Elem::Union(_)) => format!(
+                        "if let Some((tags, offs)) = {var} {{\n            b.add_offset({tag}, tags);\n            b.add_offset({slot}, offs);\n        }}"
+                    ),
+                    _ => format!(
+                        "if let Some(off) = {var} {{\n            b.add_offset({slot}, off);\n        }}"
+                    ),
+                },
+            };
+            let _ = writeln!(o, "        {line}");
         }
         let _ = writeln!(o, "        b.end_table()\n    }}\n");
 
@@ -1150,11 +1076,7 @@ impl<'a> Gen<'a> {
 
         // collection API
         if let Some(c) = collection {
-            let key_fields: Vec<&Field> = c
-                .primary_key
-                .iter()
-                .filter_map(|id| t.field_by_id(*id))
-                .collect();
+            let key_fields = plan.key_fields();
             let _ = writeln!(
                 o,
                 "\n    /// A change request for this object's key: setters, then `build()`. Only the\n    /// fields you set are written, on top of the version stored at commit time.\n    pub fn change(&self) -> {change_name} {{\n        {change_name} {{\n            key: <Self as {rt}::Record>::primary_key(self),\n            fields: (*self.0).clone(),\n            set: Vec::new(),\n        }}\n    }}\n"
@@ -1315,7 +1237,7 @@ impl<'a> Gen<'a> {
                 };
                 let base = self.base_type(&f.ty);
                 let (param, assign) = match &f.ty {
-                    FieldType::String if Self::required(f) => {
+                    FieldType::String if f.primary => {
                         ("impl Into<String>".to_owned(), "v.into()".to_owned())
                     }
                     FieldType::String => {
@@ -1347,13 +1269,7 @@ impl<'a> Gen<'a> {
                     }
                 };
                 let _ = writeln!(o, "    /// Sets `{}`.\n    pub fn {setter}(mut self, v: {param}) -> Self {{\n{mark}        self.fields.{fname} = {assign};\n        self\n    }}\n", f.name);
-                let optional_kind = match f.ty {
-                    FieldType::Vector(_) => false,
-                    FieldType::String => !Self::required(f),
-                    FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
-                    _ => true,
-                };
-                if optional_kind {
+                if field_is_optional(f) {
                     let _ = writeln!(o, "    /// Clears `{}` (absent in the encoded object).\n    pub fn clear_{}(mut self) -> Self {{\n{mark}        self.fields.{fname} = None;\n        self\n    }}\n", f.name, snake(&f.name));
                 }
             }
@@ -1387,7 +1303,7 @@ impl<'a> Gen<'a> {
                             o,
                             "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",
                             m.tag,
-                            self.table_name(m.table).trim_start_matches("r#"),
+                            self.names.table_name(m.table).trim_start_matches("r#"),
                             m.name
                         );
                     }
@@ -1408,7 +1324,7 @@ impl<'a> Gen<'a> {
                             o,
                             "                {} => v.verify_union_variant::<ForwardsUOffset<__KeelVerify{}>>({:?}, pos),",
                             m.tag,
-                            self.table_name(m.table).trim_start_matches("r#"),
+                            self.names.table_name(m.table).trim_start_matches("r#"),
                             m.name
                         );
                     }

@@ -10,8 +10,35 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use crate::parser::ParseError;
 
 use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema, StructDef, UnionDef};
+
+/// Why code generation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CodegenError {
+    /// The schema did not parse or resolve.
+    #[error("{0}")]
+    Parse(#[from] ParseError),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
+    /// different namespaces).
+    #[error("{0}")]
+    Unsupported(String),
+    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
+    /// [`Builder::out_dir`](crate::codegen::Builder::out_dir) was not called.
+    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
+    NoOutDir,
+}
 
 /// The kind half of a generator's `(kind, index)` type-name key: a table.
 pub(crate) const TABLE: u8 = 0;
@@ -22,28 +49,142 @@ pub(crate) const ENUM: u8 = 2;
 /// The kind of a union in a `(kind, index)` type-name key.
 pub(crate) const UNION: u8 = 3;
 
-/// A generator that has named every declared type (keyed `(kind, index)`), looked
-/// up by kind.
-pub(crate) trait TypeNames {
-    /// The generated names by `(kind, index)`.
-    fn type_names(&self) -> &HashMap<(u8, usize), String>;
+/// The names a generator gives the declared types, keyed `(kind, index)`, and the
+/// check that no two types (or a type and a name the generated code uses itself)
+/// end up with one name.
+#[derive(Default)]
+pub(crate) struct Names {
+    by_key: HashMap<(u8, usize), String>,
+    /// Each name taken so far and what took it (for the clash error).
+    taken: HashMap<String, String>,
+}
+
+impl Names {
+    /// Marks `name` as taken by `what` (a name the generated code declares itself).
+    pub fn reserve(&mut self, name: &str, what: &str) {
+        self.taken.insert(name.to_owned(), what.to_owned());
+    }
+
+    /// Takes `name` for the type `full`; `Err` holds what took it before.
+    pub fn claim(&mut self, name: &str, full: &str) -> Result<(), String> {
+        match self.taken.insert(name.to_owned(), full.to_owned()) {
+            Some(other) => Err(other),
+            None => Ok(()),
+        }
+    }
+
+    /// Records `name` as the generated name of `(kind, index)`.
+    pub fn set(&mut self, kind: u8, index: usize, name: String) {
+        self.by_key.insert((kind, index), name);
+    }
+
+    /// The generated name of `(kind, index)`.
+    pub fn get(&self, kind: u8, index: usize) -> &str {
+        &self.by_key[&(kind, index)]
+    }
 
     /// The generated name of table `i`.
-    fn table_name(&self, i: usize) -> &str {
-        &self.type_names()[&(TABLE, i)]
+    pub fn table_name(&self, i: usize) -> &str {
+        self.get(TABLE, i)
     }
     /// The generated name of struct `i`.
-    fn struct_name(&self, i: usize) -> &str {
-        &self.type_names()[&(STRUCT, i)]
+    pub fn struct_name(&self, i: usize) -> &str {
+        self.get(STRUCT, i)
     }
     /// The generated name of enum `i`.
-    fn enum_name(&self, i: usize) -> &str {
-        &self.type_names()[&(ENUM, i)]
+    pub fn enum_name(&self, i: usize) -> &str {
+        self.get(ENUM, i)
     }
     /// The generated name of union `i`.
-    fn union_name(&self, i: usize) -> &str {
-        &self.type_names()[&(UNION, i)]
+    pub fn union_name(&self, i: usize) -> &str {
+        self.get(UNION, i)
     }
+
+    /// The name of a value of `ty` in a language: `scalar` spells scalars,
+    /// `vector` wraps an element type, named types are looked up here.
+    pub fn type_of(
+        &self,
+        ty: &FieldType,
+        scalar: fn(crate::model::ScalarType) -> &'static str,
+        vector: fn(String) -> String,
+    ) -> String {
+        match ty {
+            FieldType::Scalar(t) => scalar(*t).into(),
+            FieldType::Enum(i) => self.enum_name(*i).into(),
+            FieldType::String => "String".into(),
+            FieldType::Struct(i) => self.struct_name(*i).into(),
+            FieldType::Table(i) => self.table_name(*i).into(),
+            FieldType::Union(i) => self.union_name(*i).into(),
+            FieldType::Vector(inner) => vector(self.type_of(inner, scalar, vector)),
+        }
+    }
+}
+
+/// The `#`s around a raw string literal holding `text` (Rust's `r#"…"#`, Swift's
+/// `#"""…"""#`): the fewest that no `"#…` in `text` matches.
+pub(crate) fn raw_string_hashes(text: &str) -> String {
+    let mut hashes = String::from("#");
+    while text.contains(&format!("\"{hashes}")) {
+        hashes.push('#');
+    }
+    hashes
+}
+
+/// `name`, or `escape(name)` when it is one of the language's `keywords`
+/// (separated by white space).
+pub(crate) fn escaped(name: &str, keywords: &str, escape: fn(&str) -> String) -> String {
+    if keywords.split_whitespace().any(|k| k == name) {
+        escape(name)
+    } else {
+        name.to_owned()
+    }
+}
+
+/// The type of a table field's property: `base`, made optional by `optional`
+/// where [`field_is_optional`] says so.
+pub(crate) fn property_type(f: &Field, base: String, optional: fn(String) -> String) -> String {
+    if field_is_optional(f) {
+        optional(base)
+    } else {
+        base
+    }
+}
+
+/// Swift's and Kotlin's escape of a keyword used as a name: `` `name` ``.
+pub(crate) fn backticks(name: &str) -> String {
+    format!("`{name}`")
+}
+
+/// Loads the schema file `path` (with its includes) and its stem (`blog` for
+/// `blog.fbs`), which names the generated schema type and file.
+pub(crate) fn load_with_stem(path: &Path) -> Result<(Schema, String), CodegenError> {
+    let (s, _files) = crate::resolve::load(path)?;
+    let stem = path
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("schema");
+    Ok((s, stem.to_owned()))
+}
+
+/// Writes each `(relative path, text)` of `files` under `out_dir`, creating
+/// directories as needed; returns the paths written.
+pub(crate) fn write_files(
+    out_dir: &Path,
+    files: Vec<(String, String)>,
+) -> Result<Vec<PathBuf>, CodegenError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| CodegenError::Io { path, source }
+    };
+    let mut written = Vec::new();
+    for (rel, text) in files {
+        let path = out_dir.join(rel);
+        let dir = path.parent().unwrap_or(out_dir);
+        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        std::fs::write(&path, text).map_err(io(&path))?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// One named type a schema declares, as the generators name it.
@@ -206,6 +347,51 @@ pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&Enu
     }
 }
 
+/// Opens a generated type (Rust, Swift): a blank line, its `///` doc comment
+/// (the schema's `lines`, or `fallback`), then `head` (the declaration line).
+pub(crate) fn open_type(lines: &[String], fallback: &str, head: &str) -> String {
+    let mut o = String::from("\n");
+    doc(&mut o, "", lines, fallback);
+    let _ = writeln!(o, "{head}");
+    o
+}
+
+/// Opens a generated enum (Rust, Swift): [`open_type`] with `head`, one case per
+/// declared value, then the catch-all case `unknown_case` under its doc line.
+pub(crate) fn open_enum(
+    e: &EnumDef,
+    head: &str,
+    case: impl Fn(&EnumVal) -> String,
+    unknown_case: &str,
+) -> String {
+    let mut o = open_type(&e.doc, &enum_doc_fallback(e), head);
+    write_enum_cases(&mut o, e, case);
+    let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    {unknown_case}");
+    o
+}
+
+/// Writes the conversions of a generated enum (from and to the raw number, the
+/// declared name): one `match` per `(head, arm, tail)` of `convs`, through
+/// [`write_arms`]. In `arm`, `$case` stands for a value's case name (`case`),
+/// `$raw` for its number as a literal (`raw`) and `$name` for its declared name
+/// as a string literal.
+pub(crate) fn write_conversions(
+    out: &mut String,
+    e: &EnumDef,
+    case: impl Fn(&EnumVal) -> String,
+    raw: impl Fn(&EnumVal) -> String,
+    convs: &[(String, String, String)],
+) {
+    for (head, arm, tail) in convs {
+        let line = |v: &EnumVal| {
+            arm.replace("$case", &case(v))
+                .replace("$raw", &raw(v))
+                .replace("$name", &format!("{:?}", v.name))
+        };
+        write_arms(out, head, &e.values, line, tail);
+    }
+}
+
 /// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
 /// it, `arm(item)` gives each item's line in declaration order, `tail` is the
 /// catch-all arm (values a newer schema adds) and the closing lines. Every
@@ -242,9 +428,56 @@ pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &s
     }
 }
 
+/// Fails with the whole of `code` unless it contains each of `wants`.
+#[cfg(test)]
+pub(crate) fn assert_contains_all(code: &str, wants: &[&str]) {
+    for want in wants {
+        assert!(code.contains(want), "missing {want:?} in:\n{code}");
+    }
+}
+
+/// The schema `text` (one file, no includes).
+#[cfg(test)]
+pub(crate) fn test_schema(text: &str) -> Schema {
+    Schema::parse(text, "test.fbs").unwrap()
+}
+
+/// The schema `examples/blog/schema/<rel>`, with its includes.
+#[cfg(test)]
+pub(crate) fn example(rel: &str) -> Schema {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/blog/schema")
+        .join(rel);
+    crate::resolve::load(&path).unwrap().0
+}
+
+/// Where a generated file goes in a test: a directory of its own under the
+/// system's temporary one.
+#[cfg(test)]
+pub(crate) fn scratch_dir(lang: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("keel-{lang}-gen-{}", std::process::id()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Swift and Kotlin name a type by its own name, whatever its namespace: two
+    /// same-named types are refused (Rust qualifies one of them instead).
+    #[test]
+    fn same_named_types_of_two_namespaces_are_refused_where_names_are_flat() {
+        let s = crate::codegen_shared::test_schema(
+            "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
+        );
+        let unsupported =
+            |r: Result<(), CodegenError>| matches!(r, Err(CodegenError::Unsupported(_)));
+        assert!(unsupported(crate::swift::generate(&s, "t").map(drop)));
+        assert!(unsupported(crate::kotlin::generate(&s, "t").map(drop)));
+        assert!(crate::codegen::Builder::new()
+            .format(false)
+            .generate(&s)
+            .is_ok());
+    }
 
     #[test]
     fn upper_camel_joins_parts_and_guards_the_first_character() {

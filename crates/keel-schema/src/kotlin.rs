@@ -5,12 +5,16 @@
 //! handles. It calls the FlatBuffers runtime in keel's Kotlin layer (package
 //! `dev.keel`, `bindings/kotlin/layer/`), so an app needs no third-party runtime.
 //!
-//! For a schema `blog.fbs` (namespace `blog`), `blog/Blog.kt` holds, in package `blog`:
+//! For a schema `blog.fbs` (namespace `blog`), `blog/Blog.kt` holds, in package `blog`
+//! (or the package given to [`generate_in_package`], `keel codegen kotlin --package`):
 //!
 //! * `object BlogSchema { const val FBS; const val FINGERPRINT }` — the canonical
 //!   schema text (as [`Schema::to_fbs`] prints it) to open the database with;
 //! * per enum: `enum class Color(val raw: Byte) { Red(0), …, Unknown(0) }` —
 //!   `Unknown` stands for a value a newer schema wrote (decoding never fails on one);
+//!   a decoded object keeps that value's number in its last constructor property,
+//!   `keelRetained` (`BlogSchema.Retained`: carried by `copy()`, ignored by
+//!   equality), and writes it back unchanged;
 //! * per struct: `data class Vec2(val x: Float = 0f, …)` with `SIZE`/`ALIGN`;
 //! * per union: `sealed interface Content` with one `data class` per member table
 //!   plus `Unknown(tag)`;
@@ -37,82 +41,76 @@
 //! assert!(files[0].1.contains("val priority: dev.keel.Field<Post, Int>"));
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, field_is_optional,
-    key_strings_first, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
-    TypeNames, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
+    load_with_stem, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
+    write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
+use crate::plan::{Elem, FieldPlan, Kind, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let (s, _files) = crate::resolve::load(schema)?;
-    let stem = schema
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("schema");
-    let mut written = Vec::new();
-    for (rel, text) in generate(&s, stem)? {
-        let path = out_dir.join(rel);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| CodegenError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
-        std::fs::write(&path, text).map_err(|source| CodegenError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        written.push(path);
-    }
-    Ok(written)
+    write_files(out_dir, sources(schema, None)?)
+}
+
+/// Parses `schema` (and its includes) and returns the Kotlin sources
+/// [`write_sources`] would write, as `(path relative to the output directory,
+/// text)` pairs, without writing them (for `keel codegen --check`). `package`
+/// replaces the package of the schema's main namespace (see
+/// [`generate_in_package`]).
+pub fn sources(
+    schema: &Path,
+    package: Option<&str>,
+) -> Result<Vec<(String, String)>, CodegenError> {
+    let (s, stem) = load_with_stem(schema)?;
+    generate_in_package(&s, &stem, package)
 }
 
 /// Generates the Kotlin sources for `schema` (`stem` names the schema object:
 /// `blog` → `BlogSchema`). Returns `(relative path, text)` pairs: one file per
 /// namespace, under the namespace's package directory.
 pub fn generate(schema: &Schema, stem: &str) -> Result<Vec<(String, String)>, CodegenError> {
-    Gen::new(schema, stem)?.run()
+    generate_in_package(schema, stem, None)
 }
 
-const KEYWORDS: &[&str] = &[
-    "as",
-    "break",
-    "class",
-    "continue",
-    "do",
-    "else",
-    "false",
-    "for",
-    "fun",
-    "if",
-    "in",
-    "interface",
-    "is",
-    "null",
-    "object",
-    "package",
-    "return",
-    "super",
-    "this",
-    "throw",
-    "true",
-    "try",
-    "typealias",
-    "typeof",
-    "val",
-    "var",
-    "when",
-    "while",
-];
+/// [`generate`], with the generated code in the Kotlin package `package` instead
+/// of the schema's namespace (`com.example.blog` for namespace `blog`): the main
+/// namespace (the root type's) becomes `package`, any other namespace `ns`
+/// becomes `package.ns`. The stored collection names do not change (they are the
+/// schema's, `blog.Post`), so apps that share one database file keep agreeing on
+/// them whatever package each generates into. `None` keeps the namespaces.
+pub fn generate_in_package(
+    schema: &Schema,
+    stem: &str,
+    package: Option<&str>,
+) -> Result<Vec<(String, String)>, CodegenError> {
+    let mut g = Gen::new(schema, stem)?;
+    if let Some(p) = package {
+        let ok = |part: &str| {
+            part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        if !p.split('.').all(ok) {
+            return Err(CodegenError::Unsupported(format!(
+                "{p:?} is no Kotlin package name (dot-separated identifiers)"
+            )));
+        }
+        g.package = Some(p.to_owned());
+    }
+    g.run()
+}
+
+const KEYWORDS: &str =
+    "as break class continue do else false for fun if in interface is null object package \
+    return super this throw true try typealias typeof val var when while";
 
 /// Names the companion of a collection already uses: field handles avoid them.
 const RESERVED: &[&str] = &[
@@ -123,11 +121,55 @@ const RESERVED: &[&str] = &[
 ];
 
 fn ident(name: &str) -> String {
-    if KEYWORDS.contains(&name) {
-        format!("`{name}`")
-    } else {
-        name.to_owned()
+    escaped(name, KEYWORDS, backticks)
+}
+
+/// The class inside the schema object that keeps what a decoded object's typed
+/// fields cannot hold, so that writing the object back loses nothing: the number
+/// of an enum value this schema does not declare (the field itself reads
+/// `Unknown`). Every table with an enum field has a last constructor parameter
+/// `keelRetained` of this type; `copy()` carries it along, equality ignores it.
+const RETAINED: &str = "
+    /**
+     * What a decoded object keeps of its bytes that its typed fields cannot hold:
+     * the number of each enum field whose value this schema does not declare (the
+     * field reads `Unknown`), by vtable slot. Writing the object back writes that
+     * number again, so an older app does not overwrite a newer app's value with 0.
+     * `copy()` keeps it; equality and hashing ignore it.
+     */
+    public class Retained private constructor(private val enums: kotlin.collections.Map<Int, Long>) {
+        /** The number to write for the enum in [slot]: the kept one while the field is still [unknown]. */
+        public fun raw(slot: Int, known: Long, unknown: Boolean): Long =
+            if (unknown) enums[slot] ?: known else known
+
+        override fun equals(other: Any?): Boolean = other is Retained
+        override fun hashCode(): Int = 0
+        override fun toString(): String = if (enums.isEmpty()) \"none\" else \"unknown enums $enums\"
+
+        /** This, plus the number [raw] of the enum in [slot] when there is one to keep. */
+        public fun keep(slot: Int, raw: Long?): Retained =
+            if (raw == null) this else Retained(enums + (slot to raw))
+
+        public companion object {
+            /** Nothing kept: what an object made in code (or with known values) holds. */
+            @JvmField public val NONE: Retained = Retained(emptyMap())
+        }
     }
+";
+
+/// The conversion of a `Long` to what the builder's `add…` method of a scalar takes.
+fn long_to_wire(add: &str) -> &'static str {
+    match add {
+        "addByte" => ".toByte()",
+        "addShort" => ".toShort()",
+        "addInt" => ".toInt()",
+        _ => "",
+    }
+}
+
+/// A package name as Kotlin source spells it: keywords among its parts escaped.
+fn escape_package(p: &str) -> String {
+    p.split('.').map(ident).collect::<Vec<_>>().join(".")
 }
 
 /// `old_score` → `oldScore`, `URL` → `uRL` (first letter lowered, `_x` → `X`).
@@ -418,40 +460,34 @@ fn wire_lit(v: &Value, t: ScalarType) -> String {
 }
 
 struct Gen<'a> {
-    s: &'a Schema,
-    stem: String,
+    /// Kotlin simple names by (kind, index).
+    names: Names,
+    /// The name of the schema object (`BlogSchema`).
     schema_obj: String,
-    /// Kotlin simple names by (kind, index); see [`TypeNames`].
-    names: HashMap<(u8, usize), String>,
-    /// Package of the schema object.
+    /// Namespace of the schema object.
     main_ns: String,
-}
-
-impl TypeNames for Gen<'_> {
-    fn type_names(&self) -> &HashMap<(u8, usize), String> {
-        &self.names
-    }
+    /// The package that replaces the main namespace's (`--package`).
+    package: Option<String>,
+    stem: String,
+    s: &'a Schema,
 }
 
 impl<'a> Gen<'a> {
     fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
-        let mut names = HashMap::new();
-        let mut seen: HashMap<String, String> = HashMap::new();
+        let mut names = Names::default();
         let schema_obj = format!("{}Schema", upper_camel(stem));
-        seen.insert(schema_obj.clone(), "the schema object".into());
-        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
-            for n in [name.to_owned(), format!("{name}Path")] {
-                if let Some(other) = seen.insert(n.clone(), full.clone()) {
-                    return Err(CodegenError::Unsupported(format!(
-                        "{other} and {full} would both declare {n} in Kotlin; rename one"
-                    )));
-                }
-            }
-            names.insert((kind, i), ident(name));
-            Ok(())
-        };
+        names.reserve(&schema_obj, "the schema object");
         for t in declared_types(s) {
-            add(t.kind, t.index, t.name, t.full_name())?;
+            let full = t.full_name();
+            // A type declares its own name and its query-handle class `…Path`.
+            for n in [t.name.to_owned(), format!("{}Path", t.name)] {
+                names.claim(&n, &full).map_err(|other| {
+                    CodegenError::Unsupported(format!(
+                        "{other} and {full} would both declare {n} in Kotlin; rename one"
+                    ))
+                })?;
+            }
+            names.set(t.kind, t.index, ident(t.name));
         }
         let main_ns = s
             .root_table
@@ -469,34 +505,26 @@ impl<'a> Gen<'a> {
             schema_obj,
             names,
             main_ns,
+            package: None,
         })
     }
 
     /// Kotlin type of one value of `ty` (no nullability).
     fn base(&self, ty: &FieldType) -> String {
-        match ty {
-            FieldType::Scalar(t) => sc(*t).kt.into(),
-            FieldType::Enum(i) => self.enum_name(*i).into(),
-            FieldType::String => "String".into(),
-            FieldType::Struct(i) => self.struct_name(*i).into(),
-            FieldType::Table(i) => self.table_name(*i).into(),
-            FieldType::Union(i) => self.union_name(*i).into(),
-            FieldType::Vector(inner) => format!("List<{}>", self.base(inner)),
-        }
+        self.names
+            .type_of(ty, |t| sc(t).kt, |e| format!("List<{e}>"))
     }
 
     /// Kotlin type and default of a table field.
-    fn field_decl(&self, f: &Field) -> (String, Option<String>) {
-        let base = self.base(&f.ty);
-        if field_is_optional(f) {
-            return (format!("{base}?"), Some("null".into()));
-        }
-        let default = match &f.ty {
-            FieldType::Scalar(t) => lit(&f.default, *t),
-            FieldType::Enum(e) => self.enum_const(*e, f.default.as_i64().unwrap_or(0)),
+    fn field_decl(&self, f: &FieldPlan<'_>) -> (String, Option<String>) {
+        let base = self.base(&f.field.ty);
+        let default = match &f.default {
+            Unset::Absent => return (format!("{base}?"), Some("null".into())),
+            Unset::Scalar(v, t) => lit(v, *t),
+            Unset::Enum(e, raw, _) => self.enum_const(*e, *raw),
             // The string primary key has no default: the caller always gives it.
-            FieldType::String => return (base, None),
-            _ => "emptyList()".into(), // a vector: absent reads as empty
+            Unset::Required => return (base, None),
+            Unset::Empty => "emptyList()".into(),
         };
         (base, Some(default))
     }
@@ -504,7 +532,7 @@ impl<'a> Gen<'a> {
     /// `Color.Green` for raw `v` (`Color.Unknown` when undeclared).
     fn enum_const(&self, e: usize, v: i64) -> String {
         let en = &self.s.enums[e];
-        let n = self.enum_name(e);
+        let n = self.names.enum_name(e);
         match enum_value(en, v) {
             Some(x) => format!("{n}.{}", ident(&x.name)),
             None => format!("{n}.{}", self.unknown_name(e)),
@@ -542,14 +570,14 @@ impl<'a> Gen<'a> {
                 env!("CARGO_PKG_VERSION"),
                 self.schema_obj
             );
-            if !ns.is_empty() {
-                let pkg: Vec<String> = ns.split('.').map(ident).collect();
-                let _ = writeln!(o, "package {}\n", pkg.join("."));
+            let pkg = self.package_of(ns);
+            if !pkg.is_empty() {
+                let _ = writeln!(o, "package {}\n", escape_package(&pkg));
             }
             for other in &all_ns {
-                if other != ns && !other.is_empty() {
-                    let pkg: Vec<String> = other.split('.').map(ident).collect();
-                    let _ = writeln!(o, "import {}.*", pkg.join("."));
+                let other = self.package_of(other);
+                if other != pkg && !other.is_empty() {
+                    let _ = writeln!(o, "import {}.*", escape_package(&other));
                 }
             }
             let _ = writeln!(o, "import dev.keel.FbTable\nimport dev.keel.FlatBufferBuilder\nimport dev.keel.FlatBufferReader\n");
@@ -565,16 +593,17 @@ impl<'a> Gen<'a> {
                 }
             }
             let file = upper_camel(&self.stem);
-            let rel = if ns.is_empty() {
-                format!("{file}.kt")
-            } else if *ns == self.main_ns {
-                format!("{}/{file}.kt", ns.replace('.', "/"))
+            // The main namespace's file is named after the schema; another
+            // namespace's adds its own name, so no two files collide.
+            let dir = pkg.replace('.', "/");
+            let suffix = if ns.is_empty() || *ns == self.main_ns {
+                String::new()
             } else {
-                format!(
-                    "{}/{file}{}.kt",
-                    ns.replace('.', "/"),
-                    upper_camel(&ns.replace('.', "_"))
-                )
+                upper_camel(&ns.replace('.', "_"))
+            };
+            let rel = match dir.is_empty() {
+                true => format!("{file}{suffix}.kt"),
+                false => format!("{dir}/{file}{suffix}.kt"),
             };
             files.push((rel, o));
         }
@@ -609,11 +638,27 @@ impl<'a> Gen<'a> {
                 None => "null".into(),
             }
         );
+        if (0..self.s.tables.len())
+            .any(|i| !self.enum_fields(&TablePlan::new(self.s, i)).is_empty())
+        {
+            // Drop the object's closing brace: the class goes inside it.
+            o.truncate(o.trim_end().len() - 1);
+            let _ = writeln!(o, "{RETAINED}}}\n");
+        }
+    }
+
+    /// The enum fields (not vectors) of a table: their unknown values are kept
+    /// in `keelRetained`.
+    fn enum_fields<'p>(&self, plan: &'p TablePlan<'_>) -> Vec<&'p FieldPlan<'p>> {
+        plan.fields
+            .iter()
+            .filter(|f| matches!(f.kind, Kind::Enum(..)))
+            .collect()
     }
 
     fn enumm(&self, o: &mut String, i: usize) {
         let e = &self.s.enums[i];
-        let n = self.enum_name(i).to_owned();
+        let n = self.names.enum_name(i).to_owned();
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
         kdoc(o, "", &e.doc, &enum_doc_fallback(e));
@@ -629,8 +674,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(
             o,
-            "    /**\n     * {UNKNOWN_VALUE_DOC}\n     * It is written back as {} and cannot be used in a filter.\n     */\n    {unknown}({});\n",
-            lit(&Value::Int(0), e.underlying),
+            "    /**\n     * {UNKNOWN_VALUE_DOC}\n     * A decoded object keeps its number and writes it back unchanged; it cannot be\n     * used in a filter.\n     */\n    {unknown}({});\n",
             lit(&Value::Int(0), e.underlying)
         );
         let wide = matches!(
@@ -671,7 +715,7 @@ impl<'a> Gen<'a> {
 
     fn strukt(&self, o: &mut String, i: usize) {
         let sd = &self.s.structs[i];
-        let n = self.struct_name(i).to_owned();
+        let n = self.names.struct_name(i).to_owned();
         kdoc(o, "", &sd.doc, &struct_doc_fallback(sd));
         let _ = writeln!(o, "public data class {n}(");
         for f in &sd.fields {
@@ -679,7 +723,7 @@ impl<'a> Gen<'a> {
             let def = match &f.ty {
                 FieldType::Scalar(t) => lit(&t.zero(), *t),
                 FieldType::Enum(e) => self.enum_const(*e, 0),
-                FieldType::Struct(s) => format!("{}()", self.struct_name(*s)),
+                FieldType::Struct(s) => format!("{}()", self.names.struct_name(*s)),
                 _ => "TODO()".into(),
             };
             let _ = writeln!(
@@ -703,12 +747,12 @@ impl<'a> Gen<'a> {
                     let s = sc(self.s.enums[*e].underlying);
                     format!(
                         "{}.fromRaw(r.{}({at}){})",
-                        self.enum_name(*e),
+                        self.names.enum_name(*e),
                         s.abs.0,
                         s.abs.1
                     )
                 }
-                FieldType::Struct(x) => format!("{}.read(r, {at})", self.struct_name(*x)),
+                FieldType::Struct(x) => format!("{}.read(r, {at})", self.names.struct_name(*x)),
                 _ => "TODO()".into(),
             };
             let _ = writeln!(
@@ -739,7 +783,7 @@ impl<'a> Gen<'a> {
                     )
                 }
                 FieldType::Struct(x) => {
-                    format!("{}.write(v.{fname}, a, {at})", self.struct_name(*x))
+                    format!("{}.write(v.{fname}, a, {at})", self.names.struct_name(*x))
                 }
                 _ => String::new(),
             };
@@ -772,7 +816,7 @@ impl<'a> Gen<'a> {
                 )
             }
             FieldType::Enum(e) => {
-                let n = self.enum_name(*e);
+                let n = self.names.enum_name(*e);
                 (
                     format!("dev.keel.Field<{owner}, {n}>"),
                     format!("dev.keel.Field({path}, {n}.conv)"),
@@ -784,9 +828,9 @@ impl<'a> Gen<'a> {
             ),
             FieldType::Struct(i) | FieldType::Table(i) | FieldType::Union(i) => {
                 let name = match ty {
-                    FieldType::Struct(_) => self.struct_name(*i),
-                    FieldType::Table(_) => self.table_name(*i),
-                    _ => self.union_name(*i),
+                    FieldType::Struct(_) => self.names.struct_name(*i),
+                    FieldType::Table(_) => self.names.table_name(*i),
+                    _ => self.names.union_name(*i),
                 };
                 let n = format!("{}Path", name.trim_matches('`'));
                 (format!("{n}<{owner}>"), format!("{n}({path})"))
@@ -801,12 +845,21 @@ impl<'a> Gen<'a> {
     /// How a union member's table type is written inside the union's sealed
     /// interface, where the member's own data class shadows the table's name.
     fn member_type(&self, table: usize) -> String {
-        let t = &self.s.tables[table];
-        if t.namespace.is_empty() {
-            self.table_name(table).to_owned()
+        let pkg = self.package_of(&self.s.tables[table].namespace);
+        if pkg.is_empty() {
+            self.names.table_name(table).to_owned()
         } else {
-            let pkg: Vec<String> = t.namespace.split('.').map(ident).collect();
-            format!("{}.{}", pkg.join("."), self.table_name(table))
+            format!("{}.{}", escape_package(&pkg), self.names.table_name(table))
+        }
+    }
+
+    /// The package (dotted, unescaped; `""` for none) of the declarations of
+    /// namespace `ns`: see [`generate_in_package`].
+    fn package_of(&self, ns: &str) -> String {
+        match &self.package {
+            None => ns.to_owned(),
+            Some(p) if ns.is_empty() || ns == self.main_ns => p.clone(),
+            Some(p) => format!("{p}.{ns}"),
         }
     }
 
@@ -827,7 +880,7 @@ impl<'a> Gen<'a> {
     /// line indented by `indent`: one per member, then `else` for a tag this schema
     /// does not declare. A union field and a vector of unions read through the same arms.
     fn union_read_arms(&self, u: usize, indent: &str) -> String {
-        let un = self.union_name(u);
+        let un = self.names.union_name(u);
         let mut arms = String::new();
         for m in &self.s.unions[u].members {
             let _ = writeln!(
@@ -835,7 +888,7 @@ impl<'a> Gen<'a> {
                 "{indent}{} -> {un}.{}({}.keelRead(m))",
                 m.tag,
                 self.member_class(u, m),
-                self.table_name(m.table)
+                self.names.table_name(m.table)
             );
         }
         let _ = write!(arms, "{indent}else -> {un}.Unknown(tag.toUByte())");
@@ -845,7 +898,7 @@ impl<'a> Gen<'a> {
     fn union(&self, o: &mut String, i: usize, ns: &str) {
         let _ = ns;
         let u = &self.s.unions[i];
-        let n = self.union_name(i).to_owned();
+        let n = self.names.union_name(i).to_owned();
         kdoc(o, "", &u.doc, &union_doc_fallback(u));
         let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
@@ -865,7 +918,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
         for m in &u.members {
-            let tn = self.table_name(m.table).trim_matches('`').to_owned();
+            let tn = self.names.table_name(m.table).trim_matches('`').to_owned();
             let _ = writeln!(
                 o,
                 "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}Path<O> get() = {tn}Path(\"$keelPath.{}\")",
@@ -884,32 +937,14 @@ impl<'a> Gen<'a> {
         let _ = ns;
         let s = self.s;
         let t = &s.tables[i];
-        let n = self.table_name(i).to_owned();
+        let n = self.names.table_name(i).to_owned();
         let bare = n.trim_matches('`').to_owned();
-        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
-        let collection = s.collections.iter().find(|c| c.table == i);
-        let key_fields: Vec<&Field> = collection
-            .map(|c| {
-                c.primary_key
-                    .iter()
-                    .filter_map(|id| t.field_by_id(*id))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for k in &key_fields {
-            let ok = match &k.ty {
-                FieldType::Scalar(_) | FieldType::Enum(_) => !k.optional,
-                FieldType::String => true,
-                _ => false,
-            };
-            if !ok {
-                return Err(CodegenError::Unsupported(format!(
-                    "{}.{}: a primary key field must be a string, or a scalar or enum that is not optional",
-                    t.full_name(),
-                    k.name
-                )));
-            }
-        }
+        // (The resolver has checked the key: strings, or scalars and enums that are
+        // not optional.)
+        let plan = TablePlan::new(s, i);
+        let live = plan.live();
+        let collection = plan.ops.collection;
+        let key_fields = plan.key_fields();
 
         // the data class
         kdoc(o, "", &t.doc, &format!("The `{}` table.", t.full_name()));
@@ -928,7 +963,7 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "public {class_kw} {n}(");
         for f in &live {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
-            let (ty, def) = self.field_decl(f);
+            let (ty, def) = self.field_decl(plan.of(f));
             let _ = match def {
                 Some(d) => writeln!(
                     o,
@@ -937,6 +972,11 @@ impl<'a> Gen<'a> {
                 ),
                 None => writeln!(o, "    public val {}: {ty},", ident(&lower_camel(&f.name))),
             };
+        }
+        let enum_fields = self.enum_fields(&plan);
+        if !enum_fields.is_empty() {
+            let so = &self.schema_obj;
+            let _ = writeln!(o, "    /** Unknown enum values read from the bytes, written back unchanged ([{so}.Retained]). */\n    public val keelRetained: {so}.Retained = {so}.Retained.NONE,");
         }
         let _ = writeln!(o, "){iface} {{");
         if live.is_empty() {
@@ -955,82 +995,63 @@ impl<'a> Gen<'a> {
 
         // keelWrite: children first (key strings first: see `key_strings_first`), then
         // the table.
-        let children = key_strings_first(&live);
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
-        for f in children {
-            let fname = ident(&lower_camel(&f.name));
-            let var = format!("o{}", upper_camel(&f.name));
-            let expr = match &f.ty {
-                FieldType::String if f.primary => format!("b.createString({fname})"),
-                FieldType::String => format!("{fname}?.let {{ b.createString(it) }} ?: 0"),
-                FieldType::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
-                FieldType::Union(u) => {
+        for fp in plan.child_plans() {
+            let fname = ident(&lower_camel(fp.name()));
+            let var = format!("o{}", upper_camel(fp.name()));
+            let expr = match fp.kind {
+                Kind::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
+                Kind::String if fp.key_string() => format!("b.createString({fname})"),
+                Kind::String => format!("{fname}?.let {{ b.createString(it) }} ?: 0"),
+                Kind::Union(u) => {
                     let mut e = format!("when (val v = {fname}) {{\n");
-                    for m in &s.unions[*u].members {
+                    for m in &s.unions[u].members {
                         let _ = writeln!(
                             e,
                             "            is {}.{} -> v.value.keelWrite(b)",
-                            self.union_name(*u),
-                            self.member_class(*u, m)
+                            self.names.union_name(u),
+                            self.member_class(u, m)
                         );
                     }
                     e.push_str("            else -> 0\n        }");
                     e
                 }
-                FieldType::Vector(inner) => {
-                    let create = match &**inner {
-                        FieldType::Scalar(t) => format!("b.{}({fname})", sc(*t).vec),
-                        FieldType::Enum(e) => {
-                            let s = sc(self.s.enums[*e].underlying);
-                            format!("b.{}({fname}.map {{ it.raw }})", s.vec)
-                        }
-                        FieldType::String => format!(
+                Kind::Vector(Elem::Union(u)) => {
+                    // Unknown members have no table to write: they are left out.
+                    let un = self.names.union_name(u);
+                    let arms: String = s.unions[u]
+                        .members
+                        .iter()
+                        .map(|m| {
+                            format!(
+                                "is {un}.{} -> v.value.keelWrite(b); ",
+                                self.member_class(u, m)
+                            )
+                        })
+                        .collect();
+                    let c = upper_camel(fp.name());
+                    let _ = writeln!(
+                        o,
+                        "        val k{c} = {fname}.filter {{ it !is {un}.Unknown }}\n        val t{c} = if (k{c}.isEmpty()) 0 else b.createUByteVector(k{c}.map {{ it.tag }})\n        val {var} = if (k{c}.isEmpty()) 0 else b.createOffsetVector(IntArray(k{c}.size) {{ when (val v = k{c}[it]) {{ {arms}else -> 0 }} }})"
+                    );
+                    continue;
+                }
+                Kind::Vector(elem) => {
+                    let create = match elem {
+                        Elem::Bytes => format!("b.{}({fname})", sc(ScalarType::U8).vec),
+                        Elem::Scalar(t) => format!("b.{}({fname})", sc(t).vec),
+                        Elem::Enum(_, u) => format!("b.{}({fname}.map {{ it.raw }})", sc(u).vec),
+                        Elem::String => format!(
                             "b.createOffsetVector(IntArray({fname}.size) {{ b.createString({fname}[it]) }})"
                         ),
-                        FieldType::Table(_) => format!(
+                        Elem::Table(_) => format!(
                             "b.createOffsetVector(IntArray({fname}.size) {{ {fname}[it].keelWrite(b) }})"
                         ),
-                        FieldType::Struct(x) => {
-                            let sn = self.struct_name(*x);
+                        Elem::Struct(x) => {
+                            let sn = self.names.struct_name(x);
                             format!("b.createStructVector({fname}, {sn}.SIZE, {sn}.ALIGN) {{ v, a, at -> {sn}.write(v, a, at) }}")
                         }
-                        FieldType::Union(u) => {
-                            // Unknown members have no table to write: they are left out.
-                            let un = self.union_name(*u);
-                            let mut arms = String::new();
-                            for m in &s.unions[*u].members {
-                                let _ = write!(
-                                    arms,
-                                    "is {un}.{} -> v.value.keelWrite(b); ",
-                                    self.member_class(*u, m)
-                                );
-                            }
-                            let _ = writeln!(
-                                o,
-                                "        val k{} = {fname}.filter {{ it !is {un}.Unknown }}",
-                                upper_camel(&f.name)
-                            );
-                            let _ = writeln!(
-                                o,
-                                "        val t{} = if (k{}.isEmpty()) 0 else b.createUByteVector(k{}.map {{ it.tag }})",
-                                upper_camel(&f.name),
-                                upper_camel(&f.name),
-                                upper_camel(&f.name)
-                            );
-                            let k = format!("k{}", upper_camel(&f.name));
-                            let _ = writeln!(
-                                o,
-                                "        val {var} = if ({k}.isEmpty()) 0 else b.createOffsetVector(IntArray({k}.size) {{ when (val v = {k}[it]) {{ {arms}else -> 0 }} }})"
-                            );
-                            continue;
-                        }
-                        _ => {
-                            return Err(CodegenError::Unsupported(format!(
-                                "{}.{}: vectors of vectors are not supported",
-                                t.full_name(),
-                                f.name
-                            )))
-                        }
+                        Elem::Union(_) => unreachable!("matched above"),
                     };
                     // empty vectors are left out: absent reads as empty
                     format!("if ({fname}.isEmpty()) 0 else {create}")
@@ -1039,60 +1060,51 @@ impl<'a> Gen<'a> {
             };
             let _ = writeln!(o, "        val {var} = {expr}");
         }
-        let _ = writeln!(o, "        b.startTable({})", t.slot_count());
-        for f in self.s.write_order(live.clone()) {
-            let fname = ident(&lower_camel(&f.name));
-            let var = format!("o{}", upper_camel(&f.name));
-            let slot = f.id;
-            let line = match &f.ty {
-                FieldType::Scalar(t) => {
-                    let s = sc(*t);
-                    if f.optional {
-                        format!(
-                            "{fname}?.let {{ b.{}Always({slot}, it{}) }}",
-                            s.add, s.to_wire
-                        )
-                    } else {
-                        format!(
-                            "b.{}({slot}, {fname}{}, {})",
-                            s.add,
-                            s.to_wire,
-                            wire_lit(&f.default, *t)
-                        )
-                    }
+        let _ = writeln!(o, "        b.startTable({})", plan.table.slot_count());
+        for fp in plan.vtable_plans() {
+            let fname = ident(&lower_camel(fp.name()));
+            let var = format!("o{}", upper_camel(fp.name()));
+            let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
+            // scalars and enums: the builder's wire type, and the value as it (`v`
+            // standing for the property or `it`); an `Unknown` enum value writes
+            // the number it was read with
+            let scalar = match fp.kind {
+                Kind::Scalar(t) => {
+                    let w = sc(t);
+                    Some((t, w.add, format!("$v{}", w.to_wire)))
                 }
-                FieldType::Enum(e) => {
-                    let en = &s.enums[*e];
-                    let sv = sc(en.underlying);
-                    if f.optional {
-                        format!(
-                            "{fname}?.let {{ b.{}Always({slot}, it.raw{}) }}",
-                            sv.add, sv.to_wire
-                        )
-                    } else {
-                        format!(
-                            "b.{}({slot}, {fname}.raw{}, {})",
-                            sv.add,
-                            sv.to_wire,
-                            wire_lit(&f.default, en.underlying)
-                        )
-                    }
+                Kind::Enum(e, u) => {
+                    let (w, en, unknown) = (sc(u), self.names.enum_name(e), self.unknown_name(e));
+                    let raw =
+                        format!("keelRetained.raw({slot}, $v.raw.toLong(), $v == {en}.{unknown})");
+                    Some((u, w.add, raw + long_to_wire(w.add)))
                 }
-                FieldType::Struct(x) => {
-                    let sn = self.struct_name(*x);
-                    format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
+                _ => None,
+            };
+            let line = match (scalar, &fp.default) {
+                (Some((_, add, v)), Unset::Absent) => {
+                    format!("{fname}?.let {{ b.{add}Always({slot}, {}) }}", v.replace("$v", "it"))
                 }
-                FieldType::String if f.primary => format!("b.addOffset({slot}, {var})"),
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
-                    "if ({var} != 0) {{\n            b.addOffset({}, t{})\n            b.addOffset({slot}, {var})\n        }}",
-                    slot.saturating_sub(1),
-                    upper_camel(&f.name)
+                (Some((t, add, v)), _) => format!(
+                    "b.{add}({slot}, {}, {})",
+                    v.replace("$v", &fname),
+                    wire_lit(&fp.field.default, t)
                 ),
-                FieldType::Union(_) => format!(
-                    "if ({var} != 0) {{\n            b.addByteAlways({}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}",
-                    slot.saturating_sub(1)
-                ),
-                _ => format!("if ({var} != 0) b.addOffset({slot}, {var})"),
+                (None, _) => match fp.kind {
+                    Kind::Struct(x) => {
+                        let sn = self.names.struct_name(x);
+                        format!("{fname}?.let {{ v -> b.addStruct({slot}, {sn}.SIZE, {sn}.ALIGN) {{ a, at -> {sn}.write(v, a, at) }} }}")
+                    }
+                    Kind::String if fp.key_string() => format!("b.addOffset({slot}, {var})"),
+                    Kind::Vector(Elem::Union(_)) => format!(
+                        "if ({var} != 0) {{\n            b.addOffset({tag}, t{})\n            b.addOffset({slot}, {var})\n        }}",
+                        upper_camel(fp.name())
+                    ),
+                    Kind::Union(_) => format!(
+                        "if ({var} != 0) {{\n            b.addByteAlways({tag}, {fname}!!.tag.toByte())\n            b.addOffset({slot}, {var})\n        }}"
+                    ),
+                    _ => format!("if ({var} != 0) b.addOffset({slot}, {var})"),
+                },
             };
             let _ = writeln!(o, "        {line}");
         }
@@ -1105,26 +1117,24 @@ impl<'a> Gen<'a> {
             _ => format!("{n}.Key"),
         };
         if key_fields.len() > 1 {
+            let params: String = key_fields
+                .iter()
+                .map(|k| {
+                    let (name, ty) = (ident(&lower_camel(&k.name)), self.base(&k.ty));
+                    format!("        public val {name}: {ty},\n")
+                })
+                .collect();
             let _ = writeln!(
                 o,
-                "    /** The composite primary key of a [{n}]. */\n    public data class Key("
+                "    /** The composite primary key of a [{n}]. */\n    public data class Key(\n{params}    )\n"
             );
-            for k in &key_fields {
-                let _ = writeln!(
-                    o,
-                    "        public val {}: {},",
-                    ident(&lower_camel(&k.name)),
-                    self.base(&k.ty)
-                );
-            }
-            let _ = writeln!(o, "    )\n");
         }
         if let Some(c) = collection {
             let _ = writeln!(o, "    /** The `{}` collection: its handles for queries, and `db.get({bare}, key)`. */\n    public companion object : dev.keel.KeelModel<{n}, {key_ty}> {{\n        /** The collection name. */\n        public const val COLLECTION: String = {}\n        override val collectionName: String get() = COLLECTION\n        override val schemaFbs: String get() = {}.FBS\n        override fun encode(value: {n}): ByteArray = value.encode()\n        override fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)", c.name, string_lit(&c.name), self.schema_obj);
             let conv = |f: &Field, e: &str| -> String {
                 match &f.ty {
                     FieldType::Scalar(t) => format!("dev.keel.Conv.{}({e})", sc(*t).conv),
-                    FieldType::Enum(x) => format!("{}.conv({e})", self.enum_name(*x)),
+                    FieldType::Enum(x) => format!("{}.conv({e})", self.names.enum_name(*x)),
                     _ => format!("dev.keel.Conv.string({e})"),
                 }
             };
@@ -1197,7 +1207,7 @@ impl<'a> Gen<'a> {
                 FieldType::Enum(e) => {
                     let en = &s.enums[*e];
                     let sv = sc(en.underlying);
-                    let en_n = self.enum_name(*e);
+                    let en_n = self.names.enum_name(*e);
                     if f.optional {
                         format!("t.{}OrNull({slot})?.let {{ {en_n}.fromRaw(it) }}", sv.read)
                     } else {
@@ -1213,13 +1223,13 @@ impl<'a> Gen<'a> {
                 }
                 FieldType::String => format!("t.string({slot})"),
                 FieldType::Struct(x) => {
-                    let sn = self.struct_name(*x);
+                    let sn = self.names.struct_name(*x);
                     format!("t.struct({slot}, {sn}.SIZE).let {{ if (it < 0) null else {sn}.read(t.r, it) }}")
                 }
                 FieldType::Table(x) => {
                     format!(
                         "t.table({slot})?.let {{ {}.keelRead(it) }}",
-                        self.table_name(*x)
+                        self.names.table_name(*x)
                     )
                 }
                 FieldType::Union(u) => format!(
@@ -1233,7 +1243,7 @@ impl<'a> Gen<'a> {
                         format!(
                             "t.vectorOf({slot}, {}) {{ {}.fromRaw(t.r.{}(it){}) }}",
                             s.enums[*e].underlying.size(),
-                            self.enum_name(*e),
+                            self.names.enum_name(*e),
                             sv.abs.0,
                             sv.abs.1
                         )
@@ -1242,11 +1252,11 @@ impl<'a> Gen<'a> {
                     FieldType::Table(x) => {
                         format!(
                             "t.tables({slot}) {{ {}.keelRead(it) }}",
-                            self.table_name(*x)
+                            self.names.table_name(*x)
                         )
                     }
                     FieldType::Struct(x) => {
-                        let sn = self.struct_name(*x);
+                        let sn = self.names.struct_name(*x);
                         format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
                     }
                     FieldType::Union(u) => format!(
@@ -1257,6 +1267,30 @@ impl<'a> Gen<'a> {
                 },
             };
             let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
+        }
+        if !enum_fields.is_empty() {
+            let kept: Vec<String> = enum_fields
+                .iter()
+                .map(|fp| {
+                    let Kind::Enum(e, u) = fp.kind else {
+                        unreachable!("enum_fields holds enums")
+                    };
+                    let en = self.names.enum_name(e);
+                    format!(
+                        "\n                .keep({1}, t.{0}OrNull({1})?.takeIf {{ {en}.fromRaw(it) == {en}.{2} }}?.toLong())",
+                        sc(u).read,
+                        fp.slot,
+                        self.unknown_name(e)
+                    )
+                })
+                .collect();
+            // Allocates only for an unknown value: a read of known ones keeps `NONE`.
+            let _ = writeln!(
+                o,
+                "            keelRetained = {}.Retained.NONE{},",
+                self.schema_obj,
+                kept.concat()
+            );
         }
         let _ = writeln!(o, "        )\n    }}\n}}\n");
 
@@ -1281,11 +1315,7 @@ mod tests {
     use super::*;
 
     fn blog() -> Schema {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/blog/schema/blog.fbs"
-        );
-        crate::resolve::load(Path::new(path)).unwrap().0
+        crate::codegen_shared::example("blog.fbs")
     }
 
     fn gen(s: &Schema) -> String {
@@ -1301,7 +1331,9 @@ mod tests {
         assert_eq!(files[0].0, "blog/Blog.kt");
         let k = &files[0].1;
         assert!(k.contains("package blog\n"), "{k}");
-        for needle in [
+        crate::codegen_shared::assert_contains_all(
+            k,
+            &[
             "public data class Post(",
             "public val id: String,",
             "public val priority: Int = 1,",
@@ -1334,9 +1366,8 @@ mod tests {
             "public object BlogSchema {",
             "public val FILE_IDENTIFIER: String? = \"BLOG\"",
             "b.startTable(21)",
-        ] {
-            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
-        }
+            ],
+        );
         // deprecated fields are not generated, their slot stays reserved
         assert!(!k.contains("oldScore"));
     }
@@ -1353,7 +1384,7 @@ mod tests {
 
     #[test]
     fn composite_and_rowid_keys_and_unsigned_defaults() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                enum Level : ubyte { Low = 1, High = 200 }
                table Pair (entity) { a: string (primary); b: uint (primary); lvl: Level = High;
@@ -1361,11 +1392,11 @@ mod tests {
                                      f: float = 0.5; n: float = nan; opt: short = null; opt_e: Level = null; }
                table Log (entity) { text: string; }
                root_type Pair;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
-        for needle in [
+        crate::codegen_shared::assert_contains_all(
+            &k,
+            &[
             "public companion object : dev.keel.KeelModel<Pair, Pair.Key> {",
             "public data class Key(",
             "public val b: UInt,",
@@ -1373,7 +1404,11 @@ mod tests {
             "public companion object : dev.keel.KeelModel<Log, Long> {",
             "public val lvl: Level = Level.High,",
             "High(200u),",
-            "b.addByte(2, lvl.raw.toByte(), (-56).toByte())",
+            // an unknown value writes back the number it was read with
+            "b.addByte(2, keelRetained.raw(2, lvl.raw.toLong(), lvl == Level.Unknown).toByte(), (-56).toByte())",
+            "optE?.let { b.addByteAlways(8, keelRetained.raw(8, it.raw.toLong(), it == Level.Unknown).toByte()) }",
+            "public val keelRetained: BlogSchema.Retained = BlogSchema.Retained.NONE,",
+            ".keep(2, t.u8OrNull(2)?.takeIf { Level.fromRaw(it) == Level.Unknown }?.toLong())",
             "public val big: ULong = 18446744073709551615uL,",
             "public val min: Long = Long.MIN_VALUE,",
             "public val f: Float = 0.5f,",
@@ -1381,24 +1416,21 @@ mod tests {
             "public val opt: Short? = null,",
             "optE?.let { b.addByteAlways(",
             "t.i16OrNull(",
-        ] {
-            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
-        }
+            ],
+        );
     }
 
     #[test]
     fn key_strings_are_written_first() {
         // The key is neither the first field nor alone: both key strings must be
         // created before any other child, in key order.
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                table Inner { s: string; }
                table Doc (entity) { title: string; inner: Inner; tags: [string];
                                     lang: string (primary); n: int; slug: string (primary); }
                root_type Doc;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
         let at = |needle: &str| {
             k.find(needle)
@@ -1413,37 +1445,20 @@ mod tests {
     }
 
     #[test]
-    fn keywords_are_escaped_and_clashes_rejected() {
-        let s = Schema::parse(
+    fn keywords_are_escaped() {
+        let s = crate::codegen_shared::test_schema(
             "table T { val: int; object: string; when_done: bool; } root_type T;",
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let k = gen(&s);
         assert!(k.contains("public val `val`: Int = 0,"), "{k}");
         assert!(k.contains("public val `object`: String? = null,"), "{k}");
         assert!(k.contains("public val whenDone: Boolean = false,"), "{k}");
         assert!(!k.contains("\npackage "), "{k}");
-
-        let s = Schema::parse(
-            "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
-            "t.fbs",
-        );
-        if let Ok(s) = s {
-            assert!(matches!(
-                generate(&s, "t"),
-                Err(CodegenError::Unsupported(_))
-            ));
-        }
     }
 
     #[test]
     fn empty_tables_and_multiple_namespaces() {
-        let s = Schema::parse(
-            "namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;",
-            "t.fbs",
-        )
-        .unwrap();
+        let s = crate::codegen_shared::test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
         let files = generate(&s, "t").unwrap();
         let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);
@@ -1459,24 +1474,51 @@ mod tests {
 
     #[test]
     fn vectors_of_unions() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../examples/blog/schema/monster/monster_v2.fbs"
+        let k = gen(&crate::codegen_shared::example("monster/monster_v2.fbs"));
+        crate::codegen_shared::assert_contains_all(
+            &k,
+            &[
+                "public val bag: List<Equipment> = emptyList(),",
+                "val kBag = bag.filter { it !is Equipment.Unknown }",
+                "t.unions(",
+            ],
         );
-        let s = crate::resolve::load(Path::new(path)).unwrap().0;
-        let k = gen(&s);
-        for needle in [
-            "public val bag: List<Equipment> = emptyList(),",
-            "val kBag = bag.filter { it !is Equipment.Unknown }",
-            "t.unions(",
-        ] {
-            assert!(k.contains(needle), "missing {needle:?} in\n{k}");
-        }
+    }
+
+    /// The package is the app's choice; the collection names stay the schema's, so
+    /// two apps generating into different packages share one database file.
+    #[test]
+    fn the_package_is_separate_from_the_collection_name() {
+        let files = generate_in_package(&blog(), "blog", Some("com.example.feed")).unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].0, "com/example/feed/Blog.kt");
+        let k = &files[0].1;
+        crate::codegen_shared::assert_contains_all(
+            k,
+            &[
+                "package com.example.feed\n",
+                "public const val COLLECTION: String = \"blog.Post\"",
+                "public data class Image(public val value: com.example.feed.Image) : Content {",
+            ],
+        );
+        // other namespaces go under the package, and import each other
+        let s = crate::codegen_shared::example("edge.fbs");
+        let files = generate_in_package(&s, "edge", Some("app.`in`.x")).err();
+        assert!(matches!(files, Some(CodegenError::Unsupported(_))));
+        let files = generate_in_package(&s, "edge", Some("app.gen")).unwrap();
+        let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+        assert!(paths.contains(&"app/gen/Edge.kt"), "{paths:?}");
+        assert!(
+            paths.contains(&"app/gen/edge/common/EdgeEdgeCommon.kt"),
+            "{paths:?}"
+        );
+        assert!(files[0].1.contains("import app.gen"), "{}", files[0].1);
+        assert!(files.iter().all(|(_, t)| t.contains("package app.gen")));
     }
 
     #[test]
     fn write_sources_writes_the_files() {
-        let dir = std::env::temp_dir().join(format!("keel-kotlin-gen-{}", std::process::id()));
+        let dir = crate::codegen_shared::scratch_dir("kotlin");
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../examples/blog/schema/blog.fbs"

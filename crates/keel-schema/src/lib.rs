@@ -58,6 +58,7 @@ pub mod kotlin;
 pub mod model;
 pub mod parser;
 pub mod path;
+mod plan;
 pub mod record;
 mod resolve;
 pub mod swift;

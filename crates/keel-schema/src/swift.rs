@@ -48,38 +48,35 @@
 //! assert!(code.contains("public static var priority: KeelField<Post, Int32>"));
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    declared_types, doc, enum_doc_fallback, enum_value, field_is_optional, key_strings_first,
-    struct_doc_fallback, types_in_emit_order, union_doc_fallback, upper_camel, write_arms,
-    write_enum_cases, TypeNames, ENUM, STRUCT, UNION, UNKNOWN_VALUE_DOC,
+    backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, open_type,
+    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
+    write_arms, write_conversions, write_files, Names,
 };
 use crate::model::*;
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
 /// `out_dir` (created if missing); returns the paths written.
 pub fn write_sources(schema: &Path, out_dir: &Path) -> Result<Vec<PathBuf>, CodegenError> {
-    let (s, _files) = crate::resolve::load(schema)?;
-    let stem = schema
-        .file_stem()
-        .and_then(|s| s.to_str())
-        .unwrap_or("schema");
-    let code = generate(&s, stem)?;
-    std::fs::create_dir_all(out_dir).map_err(|source| CodegenError::Io {
-        path: out_dir.to_path_buf(),
-        source,
-    })?;
-    let out = out_dir.join(format!("{}.swift", upper_camel(stem)));
-    std::fs::write(&out, code).map_err(|source| CodegenError::Io {
-        path: out.clone(),
-        source,
-    })?;
-    Ok(vec![out])
+    write_files(out_dir, sources(schema)?)
+}
+
+/// Parses `schema` (and its includes) and returns the Swift sources
+/// [`write_sources`] would write, as `(path relative to the output directory,
+/// text)` pairs, without writing them (for `keel codegen --check`).
+pub fn sources(schema: &Path) -> Result<Vec<(String, String)>, CodegenError> {
+    let (s, stem) = load_with_stem(schema)?;
+    Ok(vec![(
+        format!("{}.swift", upper_camel(&stem)),
+        generate(&s, &stem)?,
+    )])
 }
 
 /// The Swift source for `schema`; `stem` names the schema enum (`blog` →
@@ -88,65 +85,13 @@ pub fn generate(schema: &Schema, stem: &str) -> Result<String, CodegenError> {
     Gen::new(schema, stem)?.run()
 }
 
-const KEYWORDS: &[&str] = &[
-    "associatedtype",
-    "class",
-    "deinit",
-    "enum",
-    "extension",
-    "fileprivate",
-    "func",
-    "import",
-    "init",
-    "inout",
-    "internal",
-    "let",
-    "open",
-    "operator",
-    "private",
-    "protocol",
-    "public",
-    "rethrows",
-    "static",
-    "struct",
-    "subscript",
-    "typealias",
-    "var",
-    "break",
-    "case",
-    "continue",
-    "default",
-    "defer",
-    "do",
-    "else",
-    "fallthrough",
-    "for",
-    "guard",
-    "if",
-    "in",
-    "repeat",
-    "return",
-    "switch",
-    "where",
-    "while",
-    "as",
-    "Any",
-    "catch",
-    "false",
-    "is",
-    "nil",
-    "super",
-    "self",
-    "Self",
-    "throw",
-    "throws",
-    "true",
-    "try",
-    "await",
-    "async",
-    "Type",
-    "Protocol",
-];
+/// Swift keywords (escaped with backticks as names), separated by spaces.
+const KEYWORDS: &str =
+    "associatedtype class deinit enum extension fileprivate func import init inout internal \
+    let open operator private protocol public rethrows static struct subscript typealias var \
+    break case continue default defer do else fallthrough for guard if in repeat return \
+    switch where while as Any catch false is nil super self Self throw throws true try await \
+    async Type Protocol";
 
 /// Names the generated code or the runtime protocols use on a table value or its
 /// query handles; a field with one of these names gets a `_` appended. `with` and
@@ -209,23 +154,14 @@ fn lower_camel(name: &str) -> String {
     if n > 1 && n < chars.len() && chars[n].is_lowercase() {
         n -= 1;
     }
-    let mut out = String::new();
-    for (i, c) in chars.iter().enumerate() {
-        if i < n.max(1) {
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(*c);
-        }
-    }
-    out
+    // `upper_camel` never returns "": there is a first character to lower.
+    let (head, tail) = chars.split_at(n.max(1));
+    let head: String = head.iter().collect();
+    head.to_lowercase() + &tail.iter().collect::<String>()
 }
 
 fn esc(name: &str) -> String {
-    if KEYWORDS.contains(&name) {
-        format!("`{name}`")
-    } else {
-        name.to_owned()
-    }
+    escaped(name, KEYWORDS, backticks)
 }
 
 /// The Swift property name of a table or struct field.
@@ -301,41 +237,32 @@ struct Gen<'a> {
     s: &'a Schema,
     schema_name: String,
     out: String,
-    /// Swift names by (kind, index); see [`TypeNames`].
-    names: HashMap<(u8, usize), String>,
+    /// Swift names by (kind, index).
+    names: Names,
     /// Tables reachable from each table through table and union fields.
     reach: Vec<BTreeSet<usize>>,
-}
-
-impl TypeNames for Gen<'_> {
-    fn type_names(&self) -> &HashMap<(u8, usize), String> {
-        &self.names
-    }
 }
 
 impl<'a> Gen<'a> {
     fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
         let schema_name = format!("{}Schema", upper_camel(stem));
-        let mut names = HashMap::new();
-        let mut seen: HashMap<String, String> = HashMap::new();
-        seen.insert(schema_name.clone(), "the schema enum".into());
-        let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
-            let swift = upper_camel(name);
-            if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift.as_str()) {
+        let mut names = Names::default();
+        names.reserve(&schema_name, "the schema enum");
+        for t in declared_types(s) {
+            let (swift, full) = (upper_camel(t.name), t.full_name());
+            if RESERVED_TYPES.contains(&swift.as_str())
+                || KEYWORDS.split_whitespace().any(|k| k == swift)
+            {
                 return Err(CodegenError::Unsupported(format!(
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
                 )));
             }
-            if let Some(other) = seen.insert(swift.clone(), full.clone()) {
-                return Err(CodegenError::Unsupported(format!(
+            names.claim(&swift, &full).map_err(|other| {
+                CodegenError::Unsupported(format!(
                     "{other} and {full} would both be named {swift} in Swift; rename one"
-                )));
-            }
-            names.insert((kind, i), swift);
-            Ok(())
-        };
-        for t in declared_types(s) {
-            add(t.kind, t.index, t.name, t.full_name())?;
+                ))
+            })?;
+            names.set(t.kind, t.index, swift);
         }
         // Direct edges: a table field or a union member stored inline in the value
         // type (vectors are arrays, already indirect).
@@ -368,19 +295,6 @@ impl<'a> Gen<'a> {
                 seen
             })
             .collect();
-        for t in &s.tables {
-            for f in &t.fields {
-                if let FieldType::Vector(inner) = &f.ty {
-                    if matches!(**inner, FieldType::Vector(_)) {
-                        return Err(CodegenError::Unsupported(format!(
-                            "{}.{}: vectors of vectors are not supported in Swift",
-                            t.full_name(),
-                            f.name
-                        )));
-                    }
-                }
-            }
-        }
         Ok(Gen {
             s,
             schema_name,
@@ -422,24 +336,11 @@ impl<'a> Gen<'a> {
     }
 
     fn base_type(&self, ty: &FieldType) -> String {
-        match ty {
-            FieldType::Scalar(t) => swift_scalar(*t).into(),
-            FieldType::Enum(i) => self.enum_name(*i).into(),
-            FieldType::String => "String".into(),
-            FieldType::Struct(i) => self.struct_name(*i).into(),
-            FieldType::Table(i) => self.table_name(*i).into(),
-            FieldType::Union(i) => self.union_name(*i).into(),
-            FieldType::Vector(inner) => format!("[{}]", self.base_type(inner)),
-        }
+        self.names.type_of(ty, swift_scalar, |e| format!("[{e}]"))
     }
 
     fn field_type(&self, f: &Field) -> String {
-        let base = self.base_type(&f.ty);
-        if field_is_optional(f) {
-            format!("{base}?")
-        } else {
-            base
-        }
+        property_type(f, self.base_type(&f.ty), |b| b + "?")
     }
 
     fn enum_case(&self, e: &EnumDef, v: &EnumVal) -> String {
@@ -461,15 +362,15 @@ impl<'a> Gen<'a> {
     }
 
     /// Default value expression of a field's `init` parameter; `None` for key fields.
-    fn default_expr(&self, f: &Field) -> Option<String> {
-        if f.primary {
+    fn default_expr(&self, f: &FieldPlan<'_>) -> Option<String> {
+        if f.key_position.is_some() {
             return None;
         }
-        Some(match &f.ty {
-            FieldType::Scalar(t) if !f.optional => scalar_lit(&f.default, *t),
-            FieldType::Enum(e) if !f.optional => self.enum_lit(*e, f.default.as_i64().unwrap_or(0)),
-            FieldType::Vector(_) => "[]".into(),
-            _ => "nil".into(),
+        Some(match &f.default {
+            Unset::Scalar(v, t) => scalar_lit(v, *t),
+            Unset::Enum(e, raw, _) => self.enum_lit(*e, *raw),
+            Unset::Empty => "[]".into(),
+            Unset::Absent | Unset::Required => "nil".into(),
         })
     }
 
@@ -483,29 +384,19 @@ impl<'a> Gen<'a> {
             env!("CARGO_PKG_VERSION")
         );
         self.gen_schema();
-        for t in types_in_emit_order(self.s) {
-            match t.kind {
-                ENUM => self.gen_enum(t.index),
-                STRUCT => self.gen_struct(t.index),
-                UNION => self.gen_union(t.index),
-                _ => self.gen_table(t.index)?,
-            }
-        }
+        render_types!(self)?;
         Ok(self.out)
     }
 
     fn gen_schema(&mut self) {
         let text = self.s.to_fbs();
-        let mut hashes = String::from("#");
-        while text.contains(&format!("\"\"\"{hashes}")) || text.contains(&format!("\"{hashes}")) {
-            hashes.push('#');
-        }
+        let hashes = raw_string_hashes(&text);
         let name = &self.schema_name;
         let colls: Vec<String> = self
             .s
             .collections
             .iter()
-            .map(|c| format!("{}.self", self.table_name(c.table)))
+            .map(|c| format!("{}.self", self.names.table_name(c.table)))
             .collect();
         let _ = writeln!(
             self.out,
@@ -525,17 +416,16 @@ impl<'a> Gen<'a> {
 
     fn gen_enum(&mut self, i: usize) {
         let e = &self.s.enums[i];
-        let name = self.enum_name(i).to_owned();
+        let name = self.names.enum_name(i).to_owned();
         let raw = swift_scalar(e.underlying);
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &e.doc, &enum_doc_fallback(e));
-        let _ = writeln!(
-            o,
-            "public enum {name}: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {{"
+        let mut o = open_enum(
+            e,
+            &format!(
+                "public enum {name}: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {{"
+            ),
+            |v| format!("    case {}", self.enum_case(e, v)),
+            &format!("case unknown({raw})\n"),
         );
-        write_enum_cases(&mut o, e, |v| format!("    case {}", self.enum_case(e, v)));
-        let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    case unknown({raw})\n");
         let list: Vec<String> = e
             .values
             .iter()
@@ -546,38 +436,37 @@ impl<'a> Gen<'a> {
             "    /// Every value the schema declares, in declaration order.\n    public static let allCases: [{name}] = [{}]\n",
             list.join(", ")
         );
-        let raw_lit = |v: &EnumVal| scalar_lit(&Value::Int(v.value), e.underlying);
-        write_arms(
+        write_conversions(
             &mut o,
-            &format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
-            &e.values,
-            |v| format!("        case {}: self = .{}", raw_lit(v), self.enum_case(e, v)),
-            "        default: self = .unknown(rawValue)\n        }\n    }\n",
-        );
-        write_arms(
-            &mut o,
-            &format!("    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"),
-            &e.values,
-            |v| format!("        case .{}: return {}", self.enum_case(e, v), raw_lit(v)),
-            "        case .unknown(let raw): return raw\n        }\n    }\n",
-        );
-        write_arms(
-            &mut o,
-            "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {\n        switch self {",
-            &e.values,
-            |v| format!("        case .{}: return {:?}", self.enum_case(e, v), v.name),
-            "        case .unknown: return nil\n        }\n    }\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue { .integer(v: Int64(rawValue)) }\n}",
+            e,
+            |v| self.enum_case(e, v),
+            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            &[
+                (
+                    format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
+                    "        case $raw: self = .$case".into(),
+                    "        default: self = .unknown(rawValue)\n        }\n    }\n".into(),
+                ),
+                (
+                    format!("    /// The raw number stored in FlatBuffers.\n    public var rawValue: {raw} {{\n        switch self {{"),
+                    "        case .$case: return $raw".into(),
+                    "        case .unknown(let raw): return raw\n        }\n    }\n".into(),
+                ),
+                (
+                    "    /// The name declared in the schema (`nil` for `unknown`).\n    public var name: String? {\n        switch self {".into(),
+                    "        case .$case: return $name".into(),
+                    "        case .unknown: return nil\n        }\n    }\n\n    /// The value as a query constant (its raw number).\n    public var keelValue: KeelValue { .integer(v: Int64(rawValue)) }\n}".into(),
+                ),
+            ],
         );
         self.out.push_str(&o);
     }
 
     fn gen_struct(&mut self, i: usize) {
         let sd = &self.s.structs[i];
-        let name = self.struct_name(i).to_owned();
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(o, "public struct {name}: Sendable, Equatable, Hashable {{");
+        let name = self.names.struct_name(i).to_owned();
+        let head = format!("public struct {name}: Sendable, Equatable, Hashable {{");
+        let mut o = open_type(&sd.doc, &struct_doc_fallback(sd), &head);
         let mut params = Vec::new();
         for f in &sd.fields {
             doc(
@@ -631,12 +520,12 @@ impl<'a> Gen<'a> {
             let expr = match &f.ty {
                 FieldType::Struct(si) => format!(
                     "try {}(keelBuffer: b, at: o + {})",
-                    self.struct_name(*si),
+                    self.names.struct_name(*si),
                     f.offset
                 ),
                 FieldType::Enum(e) => format!(
                     "{}(rawValue: try KeelWire.read({}.self, b, at: o + {}))",
-                    self.enum_name(*e),
+                    self.names.enum_name(*e),
                     swift_scalar(self.s.enums[*e].underlying),
                     f.offset
                 ),
@@ -716,19 +605,14 @@ impl<'a> Gen<'a> {
 
     fn gen_union(&mut self, i: usize) {
         let u = &self.s.unions[i];
-        let name = self.union_name(i).to_owned();
+        let name = self.names.union_name(i).to_owned();
         let indirect = if self.union_indirect(i) {
             "indirect "
         } else {
             ""
         };
-        let mut o = String::new();
-        o.push('\n');
-        doc(&mut o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(
-            o,
-            "public {indirect}enum {name}: Sendable, Equatable, Hashable {{"
-        );
+        let head = format!("public {indirect}enum {name}: Sendable, Equatable, Hashable {{");
+        let mut o = open_type(&u.doc, &union_doc_fallback(u), &head);
         let case = |m: &UnionMemberDef| {
             let c = lower_camel(&m.name);
             if c == "unknown" {
@@ -744,7 +628,7 @@ impl<'a> Gen<'a> {
                 m.name,
                 m.tag,
                 case(m),
-                self.table_name(m.table)
+                self.names.table_name(m.table)
             );
         }
         let _ = writeln!(
@@ -762,7 +646,7 @@ impl<'a> Gen<'a> {
             &mut o,
             &format!("    /// Reads the member with type tag `tag` from `table` (`nil` when absent).\n    public static func keelRead(tag: UInt8, table: KeelWire.Table?) throws -> {name}? {{\n        guard let t = table, tag != 0 else {{ return nil }}\n        switch tag {{"),
             &u.members,
-            |m| format!("        case {}: return .{}(try {}(keelTable: t))", m.tag, case(m), self.table_name(m.table)),
+            |m| format!("        case {}: return .{}(try {}(keelTable: t))", m.tag, case(m), self.names.table_name(m.table)),
             "        default: return .unknown(tag: tag)\n        }\n    }\n",
         );
         write_arms(
@@ -784,7 +668,7 @@ impl<'a> Gen<'a> {
                 "    /// The field when it holds a `{}` (join a field of it).\n    public var {}: KeelField<Root, {}> {{ child({:?}) }}\n    /// True when the field holds a `{}`.\n    public var is{}: KeelPredicate<Root> {{ holds({:?}) }}",
                 m.name,
                 esc(&c),
-                self.table_name(m.table),
+                self.names.table_name(m.table),
                 m.name,
                 m.name,
                 upper_camel(&m.name),
@@ -806,7 +690,7 @@ impl<'a> Gen<'a> {
             }
             FieldType::Enum(e) => {
                 let en = &self.s.enums[*e];
-                let n = self.enum_name(*e);
+                let n = self.names.enum_name(*e);
                 if f.optional {
                     format!(
                         "try t.optional({}.self, slot: {slot}).map({n}.init(rawValue:))",
@@ -824,13 +708,13 @@ impl<'a> Gen<'a> {
             }
             FieldType::String => format!("try t.string(slot: {slot})"),
             FieldType::Struct(s) => {
-                let n = self.struct_name(*s);
+                let n = self.names.struct_name(*s);
                 format!(
                     "try t.structPosition(slot: {slot}, size: {n}.keelSize).map {{ try {n}(keelBuffer: t.bytes, at: $0) }}"
                 )
             }
             FieldType::Table(x) => {
-                let n = self.table_name(*x);
+                let n = self.names.table_name(*x);
                 let e = format!("try t.table(slot: {slot}).map {{ try {n}(keelTable: $0) }}");
                 if self.boxed(ti, f) {
                     format!("({e}).map(KeelBox.init)")
@@ -840,7 +724,7 @@ impl<'a> Gen<'a> {
             }
             FieldType::Union(u) => format!(
                 "try {}.keelRead(tag: t.scalar(slot: {}, default: 0), table: t.table(slot: {slot}))",
-                self.union_name(*u),
+                self.names.union_name(*u),
                 slot.saturating_sub(1)
             ),
             FieldType::Vector(inner) => match &**inner {
@@ -858,27 +742,27 @@ impl<'a> Gen<'a> {
                         "(try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []).map({}.init(rawValue:))",
                         u.size(),
                         swift_scalar(u),
-                        self.enum_name(*e)
+                        self.names.enum_name(*e)
                     )
                 }
                 FieldType::String => {
                     format!("try t.vector(slot: {slot}, elementSize: 4)?.strings() ?? []")
                 }
                 FieldType::Struct(s) => {
-                    let n = self.struct_name(*s);
+                    let n = self.names.struct_name(*s);
                     format!(
                         "try t.vector(slot: {slot}, elementSize: {n}.keelSize)?.map {{ v, i in try {n}(keelBuffer: v.bytes, at: v.position(i)) }} ?? []"
                     )
                 }
                 FieldType::Table(x) => format!(
                     "try t.vector(slot: {slot}, elementSize: 4)?.map {{ v, i in try {}(keelTable: v.table(i)) }} ?? []",
-                    self.table_name(*x)
+                    self.names.table_name(*x)
                 ),
                 // tags in slot id-1, member tables in id; a member this schema
                 // does not know stays in the array as `.unknown(tag:)`
                 FieldType::Union(u) => format!(
                     "try t.unions(slot: {slot}) {{ tag, m in try {0}.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }}",
-                    self.union_name(*u)
+                    self.names.union_name(*u)
                 ),
                 FieldType::Vector(_) => "[]".into(),
             },
@@ -948,9 +832,10 @@ impl<'a> Gen<'a> {
     fn gen_table(&mut self, ti: usize) -> Result<(), CodegenError> {
         let s = self.s;
         let t = &s.tables[ti];
-        let name = self.table_name(ti).to_owned();
-        let collection = s.collections.iter().find(|c| c.table == ti);
-        let live: Vec<&Field> = t.fields.iter().filter(|f| !f.deprecated).collect();
+        let name = self.names.table_name(ti).to_owned();
+        let plan = TablePlan::new(s, ti);
+        let collection = plan.ops.collection;
+        let live = plan.live();
         let mut o = String::new();
 
         // --- the value type
@@ -986,7 +871,7 @@ impl<'a> Gen<'a> {
             .iter()
             .map(|f| {
                 let m = esc(&member(&f.name));
-                match self.default_expr(f) {
+                match self.default_expr(plan.of(f)) {
                     Some(d) => format!("{m}: {} = {d}", self.field_type(f)),
                     None => format!("{m}: {}", self.field_type(f)),
                 }
@@ -1040,79 +925,82 @@ impl<'a> Gen<'a> {
             o,
             "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
         );
-        for f in key_strings_first(&live) {
-            let m = esc(&member(&f.name));
-            let var = format!("off{}", upper_camel(&f.name));
-            let line = match &f.ty {
-                FieldType::String if f.primary => format!("let {var} = b.createString({m})"),
-                FieldType::String => format!("let {var} = {m}.map {{ b.createString($0) }}"),
-                FieldType::Table(_) => format!("let {var} = {m}?.keelWrite(to: b)"),
-                FieldType::Union(_) => format!(
+        for fp in plan.child_plans() {
+            let m = esc(&member(fp.name()));
+            let var = format!("off{}", upper_camel(fp.name()));
+            let line = match fp.kind {
+                Kind::String if fp.key_string() => format!("let {var} = b.createString({m})"),
+                Kind::String => format!("let {var} = {m}.map {{ b.createString($0) }}"),
+                Kind::Table(_) => format!("let {var} = {m}?.keelWrite(to: b)"),
+                Kind::Union(_) => format!(
                     "let {var} = {m}.flatMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}"
                 ),
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
-                    // `.unknown` members have no table to write: left out, as for
-                    // a single union; an array of only those is left out entirely
-                    format!(
-                        "let k{0} = {m}.compactMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}\n        let {var} = k{0}.isEmpty ? nil : b.createUnionVector(k{0})",
-                        upper_camel(&f.name)
-                    )
-                }
-                FieldType::Vector(inner) => {
-                    let e = match &**inner {
-                        FieldType::Scalar(_) => format!("b.createScalarVector({m})"),
-                        FieldType::Enum(_) => format!("b.createScalarVector({m}.map(\\.rawValue))"),
-                        FieldType::String => {
+                // `.unknown` members have no table to write: left out, as for a
+                // single union; an array of only those is left out entirely
+                Kind::Vector(Elem::Union(_)) => format!(
+                    "let k{0} = {m}.compactMap {{ u in u.keelWrite(to: b).map {{ (u.keelTag, $0) }} }}\n        let {var} = k{0}.isEmpty ? nil : b.createUnionVector(k{0})",
+                    upper_camel(fp.name())
+                ),
+                Kind::Vector(elem) => {
+                    let e = match elem {
+                        Elem::Bytes | Elem::Scalar(_) => format!("b.createScalarVector({m})"),
+                        Elem::Enum(..) => format!("b.createScalarVector({m}.map(\\.rawValue))"),
+                        Elem::String => {
                             format!("b.createOffsetVector({m}.map {{ b.createString($0) }})")
                         }
-                        FieldType::Table(_) => {
+                        Elem::Table(_) => {
                             format!("b.createOffsetVector({m}.map {{ $0.keelWrite(to: b) }})")
                         }
-                        FieldType::Struct(_) => format!("b.createStructVector({m})"),
-                        _ => "nil".into(),
+                        Elem::Struct(_) => format!("b.createStructVector({m})"),
+                        Elem::Union(_) => unreachable!("matched above"),
                     };
                     // empty vectors are left out: absent reads as empty
                     format!("let {var} = {m}.isEmpty ? nil : {e}")
                 }
-                _ => continue,
+                Kind::Scalar(_) | Kind::Enum(..) | Kind::Struct(_) => continue,
             };
             let _ = writeln!(o, "        {line}");
         }
         let _ = writeln!(o, "        b.startTable()");
-        for f in self.s.write_order(live.clone()) {
-            let m = esc(&member(&f.name));
-            let var = format!("off{}", upper_camel(&f.name));
-            let slot = f.id;
-            let line = match &f.ty {
-                FieldType::Scalar(_) if f.optional => {
+        for fp in plan.vtable_plans() {
+            let m = esc(&member(fp.name()));
+            let var = format!("off{}", upper_camel(fp.name()));
+            let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
+            let line = match (fp.kind, &fp.default) {
+                (Kind::Scalar(_), Unset::Absent) => {
                     format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v) }}")
                 }
-                FieldType::Scalar(t) => format!(
-                    "b.addScalar(slot: {slot}, {m}, default: {})",
-                    scalar_lit(&f.default, *t)
-                ),
-                FieldType::Enum(e) => {
-                    let u = s.enums[*e].underlying;
-                    if f.optional {
-                        format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v.rawValue) }}")
-                    } else {
-                        format!(
-                            "b.addScalar(slot: {slot}, {m}.rawValue, default: {})",
-                            scalar_lit(&f.default, u)
-                        )
-                    }
+                (Kind::Enum(..), Unset::Absent) => {
+                    format!("if let v = {m} {{ b.addScalarAlways(slot: {slot}, v.rawValue) }}")
                 }
-                FieldType::Struct(_) => format!("if let v = {m} {{ b.addStruct(slot: {slot}, v) }}"),
-                FieldType::String if f.primary => format!("b.addOffset(slot: {slot}, {var})"),
-                FieldType::Union(_) => format!(
-                    "if let u = {var} {{\n            b.addScalarAlways(slot: {}, u.0)\n            b.addOffset(slot: {slot}, u.1)\n        }}",
-                    slot.saturating_sub(1)
+                // A float is left out only when its bits are the default's: `==`
+                // would take `-0.0` for a `0.0` default (and never match a NaN one).
+                (Kind::Scalar(t @ (ScalarType::F32 | ScalarType::F64)), _) => format!(
+                    "if {m}.bitPattern != ({} as {}).bitPattern {{ b.addScalarAlways(slot: {slot}, {m}) }}",
+                    scalar_lit(&fp.field.default, t),
+                    swift_scalar(t)
                 ),
-                FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => format!(
-                    "if let v = {var} {{\n            b.addOffset(slot: {}, v.tags)\n            b.addOffset(slot: {slot}, v.values)\n        }}",
-                    slot.saturating_sub(1)
+                (Kind::Scalar(t), _) => format!(
+                    "b.addScalar(slot: {slot}, {m}, default: {})",
+                    scalar_lit(&fp.field.default, t)
                 ),
-                FieldType::String | FieldType::Table(_) | FieldType::Vector(_) => {
+                (Kind::Enum(_, u), _) => format!(
+                    "b.addScalar(slot: {slot}, {m}.rawValue, default: {})",
+                    scalar_lit(&fp.field.default, u)
+                ),
+                (Kind::Struct(_), _) => {
+                    format!("if let v = {m} {{ b.addStruct(slot: {slot}, v) }}")
+                }
+                (Kind::String, _) if fp.key_string() => {
+                    format!("b.addOffset(slot: {slot}, {var})")
+                }
+                (Kind::Union(_), _) => format!(
+                    "if let u = {var} {{\n            b.addScalarAlways(slot: {tag}, u.0)\n            b.addOffset(slot: {slot}, u.1)\n        }}"
+                ),
+                (Kind::Vector(Elem::Union(_)), _) => format!(
+                    "if let v = {var} {{\n            b.addOffset(slot: {tag}, v.tags)\n            b.addOffset(slot: {slot}, v.values)\n        }}"
+                ),
+                (Kind::String | Kind::Table(_) | Kind::Vector(_), _) => {
                     format!("if let off = {var} {{ b.addOffset(slot: {slot}, off) }}")
                 }
             };
@@ -1122,11 +1010,7 @@ impl<'a> Gen<'a> {
 
         // --- collection
         if let Some(c) = collection {
-            let key_fields: Vec<&Field> = c
-                .primary_key
-                .iter()
-                .filter_map(|id| t.field_by_id(*id))
-                .collect();
+            let key_fields = plan.key_fields();
             let _ = writeln!(
                 o,
                 "\nextension {name}: KeelRecord {{\n    /// The schema this collection belongs to.\n    public typealias Schema = {}\n    /// The collection's name in the database.\n    public static let keelCollection = {:?}",
@@ -1214,9 +1098,7 @@ mod tests {
     use super::*;
 
     fn blog() -> Schema {
-        let path =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
-        crate::resolve::load(&path).unwrap().0
+        crate::codegen_shared::example("blog.fbs")
     }
 
     #[test]
@@ -1234,72 +1116,73 @@ mod tests {
     #[test]
     fn blog_post_covers_every_field_kind() {
         let code = generate(&blog(), "blog").unwrap();
-        for want in [
-            "public enum BlogSchema: KeelSchema {",
-            "public static let collections: [any KeelRecord.Type] = [Post.self]",
-            "public struct Post: Sendable, Equatable, Hashable {",
-            "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Post {",
-            "public struct KeelDraft {",
-            "        public var title: String?\n",
-            "self.title = value.title",
-            "    public let id: String\n",
-            "    /// `priority: int = 1` (indexed).\n    public let priority: Int32\n",
-            "    /// `color: Color = Green`.\n",
-            "    /// `slug: string` (unique).\n",
-            "    public let priority: Int32\n",
-            "    public let color: Color\n",
-            "    public let title: String?\n",
-            "    public let author: Author?\n",
-            "    public let content: Content?\n",
-            "    public let pos: Vec2?\n",
-            "    public let frame: Rect?\n",
-            "    public let tags: [String]\n",
-            "    public let scores: [Int32]\n",
-            "    public let points: [Vec2]\n",
-            "    public let attachments: [Image]\n",
-            "    public let colors: [Color]\n",
-            "    public let rating: Double?\n",
-            "    public let published: Bool\n",
-            "    public let views: UInt64\n",
-            "    public let delta: Int8\n",
-            "    public let flags: [UInt8]\n",
-            "id: String,\n",
-            "priority: Int32 = 1,",
-            "color: Color = .green,",
-            "delta: Int8 = -3,",
-            "published: Bool = true,",
-            "public static let keelFileIdentifier: String? = \"BLOG\"",
-            "public static let keelCollection = \"blog.Post\"",
-            "public typealias Key = String",
-            "public var primaryKey: Key { id }",
-            "public static var priority: KeelField<Post, Int32> { KeelField(\"priority\") }",
-            "public static var title: KeelField<Post, String> { KeelField(\"title\") }",
-            "public static var flags: KeelField<Post, [UInt8]> { KeelField(\"flags\") }",
-            "extension KeelField where Value == Author {",
-            "public var name: KeelField<Root, String> { child(\"name\") }",
-            "extension KeelField where Value == Rect {",
-            "public var origin: KeelField<Root, Vec2> { child(\"origin\") }",
-            "public var image: KeelField<Root, Image> { child(\"Image\") }",
-            "public var isImage: KeelPredicate<Root> { holds(\"Image\") }",
-            "public enum Color: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {",
-            "case unknown(Int8)",
-            "case unknown(tag: UInt8)",
-            "public enum Content: Sendable, Equatable, Hashable {",
-            "public struct Rect: Sendable, Equatable, Hashable {",
-            "public init(x: Float = 0.0, y: Float = 0.0)",
-            // structs are immutable like tables: `let` fields, changed through `with`
-            "    /// `x: float`.\n    public let x: Float\n",
-            "    public let origin: Vec2\n",
-            "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Vec2 {",
-            "        /// `layer`.\n        public var layer: Int16\n",
-            "public var value: Rect { Rect(origin: origin, size: size, layer: layer) }",
-            // union: type tag in slot id-1, value in id
-            "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
-            "b.addScalar(slot: 1, priority, default: 1)",
-            "if let v = rating { b.addScalarAlways(slot: 14, v) }",
-        ] {
-            assert!(code.contains(want), "missing {want:?} in:\n{code}");
-        }
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
+                "public enum BlogSchema: KeelSchema {",
+                "public static let collections: [any KeelRecord.Type] = [Post.self]",
+                "public struct Post: Sendable, Equatable, Hashable {",
+                "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Post {",
+                "public struct KeelDraft {",
+                "        public var title: String?\n",
+                "self.title = value.title",
+                "    public let id: String\n",
+                "    /// `priority: int = 1` (indexed).\n    public let priority: Int32\n",
+                "    /// `color: Color = Green`.\n",
+                "    /// `slug: string` (unique).\n",
+                "    public let priority: Int32\n",
+                "    public let color: Color\n",
+                "    public let title: String?\n",
+                "    public let author: Author?\n",
+                "    public let content: Content?\n",
+                "    public let pos: Vec2?\n",
+                "    public let frame: Rect?\n",
+                "    public let tags: [String]\n",
+                "    public let scores: [Int32]\n",
+                "    public let points: [Vec2]\n",
+                "    public let attachments: [Image]\n",
+                "    public let colors: [Color]\n",
+                "    public let rating: Double?\n",
+                "    public let published: Bool\n",
+                "    public let views: UInt64\n",
+                "    public let delta: Int8\n",
+                "    public let flags: [UInt8]\n",
+                "id: String,\n",
+                "priority: Int32 = 1,",
+                "color: Color = .green,",
+                "delta: Int8 = -3,",
+                "published: Bool = true,",
+                "public static let keelFileIdentifier: String? = \"BLOG\"",
+                "public static let keelCollection = \"blog.Post\"",
+                "public typealias Key = String",
+                "public var primaryKey: Key { id }",
+                "public static var priority: KeelField<Post, Int32> { KeelField(\"priority\") }",
+                "public static var title: KeelField<Post, String> { KeelField(\"title\") }",
+                "public static var flags: KeelField<Post, [UInt8]> { KeelField(\"flags\") }",
+                "extension KeelField where Value == Author {",
+                "public var name: KeelField<Root, String> { child(\"name\") }",
+                "extension KeelField where Value == Rect {",
+                "public var origin: KeelField<Root, Vec2> { child(\"origin\") }",
+                "public var image: KeelField<Root, Image> { child(\"Image\") }",
+                "public var isImage: KeelPredicate<Root> { holds(\"Image\") }",
+                "public enum Color: Sendable, Hashable, CaseIterable, KeelFieldValue, KeelKey {",
+                "case unknown(Int8)",
+                "case unknown(tag: UInt8)",
+                "public enum Content: Sendable, Equatable, Hashable {",
+                "public struct Rect: Sendable, Equatable, Hashable {",
+                "public init(x: Float = 0.0, y: Float = 0.0)",
+                // structs are immutable like tables: `let` fields, changed through `with`
+                "    /// `x: float`.\n    public let x: Float\n",
+                "    public let origin: Vec2\n",
+                "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Vec2 {",
+                "        /// `layer`.\n        public var layer: Int16\n",
+                "public var value: Rect { Rect(origin: origin, size: size, layer: layer) }",
+                // union: type tag in slot id-1, value in id
+                "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
+                "b.addScalar(slot: 1, priority, default: 1)",
+                "if let v = rating { b.addScalarAlways(slot: 14, v) }",
+            ],
+        );
         // no generated model has a settable stored field (drafts are nested)
         assert!(
             !code
@@ -1317,7 +1200,7 @@ mod tests {
 
     #[test]
     fn composite_keys_recursion_and_keyless_collections() {
-        let s = Schema::parse(
+        let s = crate::codegen_shared::test_schema(
             r#"namespace t;
                table Node { name: string; child: Node; kids: [Node]; hold: Holder; }
                table Holder { u: Box; }
@@ -1326,34 +1209,33 @@ mod tests {
                table Tagging (entity) { post: string (primary); tag: string (primary); n: long; }
                table Log (entity) { text: string; default: int; }
                root_type Node;"#,
-            "t.fbs",
-        )
-        .unwrap();
+        );
         let code = generate(&s, "t").unwrap();
-        for want in [
-            "private let _child: KeelBox<Node>?",
-            "public var child: Node? { _child?.value }",
-            "public indirect enum Box",
-            "public struct Key: KeelKey {",
-            "public var keelKeyValues: [KeelValue] { [post.keelValue, tag.keelValue] }",
-            "public var primaryKey: Key { Key(post: post, tag: tag) }",
-            "public typealias Key = Int64",
-            "public let `default`: Int32",
-            "collections: [any KeelRecord.Type] = [Node.self, Tagging.self, Log.self]",
-        ] {
-            assert!(code.contains(want), "missing {want:?} in:\n{code}");
-        }
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
+                "private let _child: KeelBox<Node>?",
+                "public var child: Node? { _child?.value }",
+                "public indirect enum Box",
+                "public struct Key: KeelKey {",
+                "public var keelKeyValues: [KeelValue] { [post.keelValue, tag.keelValue] }",
+                "public var primaryKey: Key { Key(post: post, tag: tag) }",
+                "public typealias Key = Int64",
+                "public let `default`: Int32",
+                "collections: [any KeelRecord.Type] = [Node.self, Tagging.self, Log.self]",
+            ],
+        );
         // Log has no key: it is a KeelRecord but not KeelKeyed
         assert!(!code.contains("extension Log: KeelKeyed"));
     }
 
     #[test]
     fn vectors_of_unions_are_arrays_of_the_union() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/blog/schema/monster/monster_v2.fbs");
-        let s = crate::resolve::load(&path).unwrap().0;
+        let s = crate::codegen_shared::example("monster/monster_v2.fbs");
         let code = generate(&s, "monster").unwrap();
-        for want in [
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
             "    public let bag: [Equipment]\n",
             "bag: [Equipment] = []",
             // tags in slot 9 (id-1), member tables in slot 10 (id)
@@ -1361,31 +1243,27 @@ mod tests {
             "let kBag = bag.compactMap { u in u.keelWrite(to: b).map { (u.keelTag, $0) } }",
             "let offBag = kBag.isEmpty ? nil : b.createUnionVector(kBag)",
             "b.addOffset(slot: 9, v.tags)\n            b.addOffset(slot: 10, v.values)",
-        ] {
-            assert!(code.contains(want), "missing {want:?} in:\n{code}");
-        }
+            ],
+        );
         // keel cannot index into a vector of unions: no query handle for it
         assert!(!code.contains("public static var bag:"));
     }
 
     #[test]
     fn fields_named_like_the_draft_api_get_a_suffix() {
-        let s = Schema::parse(
-            "struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;",
-            "m.fbs",
-        )
-        .unwrap();
+        let s = crate::codegen_shared::test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
         let code = generate(&s, "m").unwrap();
-        for want in [
-            "    public let value_: Int64\n",
-            "    public let with_: Int32\n",
-            "public var value: Money { Money(value_: value_, with_: with_) }",
-            "    public let value_: Int32\n",
-            "    public let with_: Money?\n",
-            "public var value: T { T(value_: value_, with_: with_) }",
-        ] {
-            assert!(code.contains(want), "missing {want:?} in:\n{code}");
-        }
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
+                "    public let value_: Int64\n",
+                "    public let with_: Int32\n",
+                "public var value: Money { Money(value_: value_, with_: with_) }",
+                "    public let value_: Int32\n",
+                "    public let with_: Money?\n",
+                "public var value: T { T(value_: value_, with_: with_) }",
+            ],
+        );
     }
 
     #[test]
@@ -1395,21 +1273,11 @@ mod tests {
             generate(&s, "k"),
             Err(CodegenError::Unsupported(_))
         ));
-        let s = Schema::parse(
-            "namespace a; table T { x: int; } namespace b; table T { y: int; } root_type T;",
-            "k.fbs",
-        );
-        if let Ok(s) = s {
-            assert!(matches!(
-                generate(&s, "k"),
-                Err(CodegenError::Unsupported(_))
-            ));
-        }
     }
 
     #[test]
     fn write_sources_writes_one_file() {
-        let dir = std::env::temp_dir().join(format!("keel-swift-gen-{}", std::process::id()));
+        let dir = crate::codegen_shared::scratch_dir("swift");
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
         let written = write_sources(&path, &dir).unwrap();

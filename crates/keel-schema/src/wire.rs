@@ -658,7 +658,14 @@ impl Builder {
 
     /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
     pub fn add_scalar<T: WireScalar>(&mut self, slot: u16, v: T, default: T) {
-        if v != default {
+        // Compared as stored bytes, not with `==`: `-0.0 == 0.0` would leave out a
+        // `-0.0` (it would read back as the `0.0` default), and a NaN default
+        // would be written every time.
+        let mut a = [0u8; 8];
+        let mut b = [0u8; 8];
+        v.to_le(&mut a);
+        default.to_le(&mut b);
+        if a != b {
             self.add_scalar_always(slot, v);
         }
     }

@@ -1,0 +1,422 @@
+//! The target-neutral plan of every table: what keel's three code generators —
+//! Rust ([`crate::codegen`]), Swift ([`crate::swift`]) and Kotlin
+//! ([`crate::kotlin`]) — need to know about a table, decided once from the schema
+//! model and rendered three times.
+//!
+//! # Adding a field kind or an operation
+//!
+//! 1. Decide it here, once: a [`Kind`] (and its [`Elem`] for vectors), what a
+//!    reader sees when the field is absent ([`Unset`]), whether the encoder
+//!    writes it as a child before the table ([`FieldPlan::child`]), and which
+//!    [`Ops`] it takes part in. Test the decision in this module's tests, against
+//!    the schema model.
+//! 2. Add one render function per language: the `match` on [`Kind`] in each
+//!    generator's type, read, write and handle functions. The compiler lists every
+//!    place: the matches have no catch-all arm.
+//!
+//! A back end never walks the schema model itself for a table: the field order, the
+//! order children are written (key strings first), the vtable order, the key and
+//! the defaults all come from [`TablePlan`], so the three outputs cannot drift apart.
+
+use crate::model::{Collection, Field, FieldType, ScalarType, Schema, Table};
+use crate::value::Value;
+
+/// What a table field holds, as every back end distinguishes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// A scalar.
+    Scalar(ScalarType),
+    /// An enum (index into `Schema::enums`) stored as its underlying scalar.
+    Enum(usize, ScalarType),
+    /// A string.
+    String,
+    /// A struct stored inline (index into `Schema::structs`).
+    Struct(usize),
+    /// A table (index into `Schema::tables`).
+    Table(usize),
+    /// A union (index into `Schema::unions`): a tag in [`FieldPlan::tag_slot`], the
+    /// member table in [`FieldPlan::slot`].
+    Union(usize),
+    /// A vector.
+    Vector(Elem),
+}
+
+/// The element of a vector field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Elem {
+    /// `[ubyte]`: raw bytes (each language has a byte-array type for them).
+    Bytes,
+    /// Any other scalar.
+    Scalar(ScalarType),
+    /// An enum and its underlying scalar.
+    Enum(usize, ScalarType),
+    /// Strings.
+    String,
+    /// Structs, stored inline.
+    Struct(usize),
+    /// Tables.
+    Table(usize),
+    /// Unions: a vector of tags in [`FieldPlan::tag_slot`], of member tables in
+    /// [`FieldPlan::slot`].
+    Union(usize),
+}
+
+/// What a generated property holds when the encoded object has no value for it,
+/// and what a builder starts from.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Unset {
+    /// The schema default of a scalar (never `Null`).
+    Scalar(Value, ScalarType),
+    /// The schema default of an enum: its raw number (a name the schema declares,
+    /// or an unknown value).
+    Enum(usize, i64, ScalarType),
+    /// An empty vector.
+    Empty,
+    /// No value (`None`, `nil`, `null`): optional fields.
+    Absent,
+    /// None: the string primary key, which every object carries.
+    Required,
+}
+
+/// One live (not deprecated) table field, as the generators render it.
+pub(crate) struct FieldPlan<'s> {
+    /// The field in the schema model (its name and doc comment).
+    pub field: &'s Field,
+    /// Its kind.
+    pub kind: Kind,
+    /// The vtable slot of its value.
+    pub slot: u16,
+    /// The slot of a union's type tag (or a vector of unions' tag vector).
+    pub tag_slot: Option<u16>,
+    /// What a reader gives when the field is absent.
+    pub default: Unset,
+    /// Its position in the collection's primary key.
+    pub key_position: Option<usize>,
+    /// Whether the encoder writes it before the table, as a child it refers to by
+    /// offset (strings, tables, unions, vectors).
+    pub child: bool,
+}
+
+impl FieldPlan<'_> {
+    /// The schema name of the field.
+    pub fn name(&self) -> &str {
+        &self.field.name
+    }
+
+    /// Whether this is a string part of the primary key: always written, never
+    /// optional.
+    pub fn key_string(&self) -> bool {
+        self.key_position.is_some() && self.kind == Kind::String
+    }
+}
+
+/// How objects of a collection are keyed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum KeyShape {
+    /// No `(primary)` field: SQLite's rowid.
+    Rowid,
+    /// One key field (index into [`TablePlan::fields`]).
+    Single(usize),
+    /// Several key fields, in key order (indexes into [`TablePlan::fields`]).
+    Composite(Vec<usize>),
+}
+
+/// The operations a generated table type offers.
+pub(crate) struct Ops<'s> {
+    /// The collection this table is the object type of: it has a key, a change
+    /// request and record conformance (`None` for a table only nested in others).
+    pub collection: Option<&'s Collection>,
+    /// The key of the collection (`Rowid` for a plain table).
+    pub key: KeyShape,
+}
+
+/// Everything the generators render for one table.
+pub(crate) struct TablePlan<'s> {
+    /// The table in the schema model.
+    pub table: &'s Table,
+    /// Its live fields, in declaration order (properties, parameters, reads).
+    pub fields: Vec<FieldPlan<'s>>,
+    /// The fields written as children before the table, in writing order: the
+    /// primary key's strings first in key order, then declaration order (see
+    /// [`crate::codegen_shared::key_strings_first`]). Indexes into `fields`.
+    pub children: Vec<usize>,
+    /// Every field in the order the encoder adds it to the table (largest inline
+    /// size first: [`Schema::write_order`]). Indexes into `fields`.
+    pub vtable_order: Vec<usize>,
+    /// The operations it offers.
+    pub ops: Ops<'s>,
+}
+
+impl<'s> TablePlan<'s> {
+    /// The plan of table `ti` of `s`.
+    pub fn new(s: &'s Schema, ti: usize) -> Self {
+        let table = &s.tables[ti];
+        let collection = s.collections.iter().find(|c| c.table == ti);
+        let key: Vec<u16> = collection
+            .map(|c| c.primary_key.clone())
+            .unwrap_or_default();
+        let live: Vec<&Field> = table.fields.iter().filter(|f| !f.deprecated).collect();
+        let fields: Vec<FieldPlan<'s>> = live
+            .iter()
+            .map(|f| field_plan(s, f, key.iter().position(|id| *id == f.id)))
+            .collect();
+        let index_of = |f: &Field| live.iter().position(|l| l.id == f.id).unwrap_or(0);
+        let children = crate::codegen_shared::key_strings_first(&live)
+            .into_iter()
+            .map(index_of)
+            .filter(|i| fields[*i].child)
+            .collect();
+        let vtable_order = s
+            .write_order(live.clone())
+            .into_iter()
+            .map(index_of)
+            .collect();
+        let mut key_fields: Vec<usize> = (0..fields.len())
+            .filter(|i| fields[*i].key_position.is_some())
+            .collect();
+        key_fields.sort_by_key(|i| fields[*i].key_position);
+        let key = match key_fields.len() {
+            0 => KeyShape::Rowid,
+            1 => KeyShape::Single(key_fields[0]),
+            _ => KeyShape::Composite(key_fields),
+        };
+        TablePlan {
+            table,
+            fields,
+            children,
+            vtable_order,
+            ops: Ops { collection, key },
+        }
+    }
+
+    /// The live fields of the schema model, in declaration order.
+    pub fn live(&self) -> Vec<&'s Field> {
+        self.fields.iter().map(|f| f.field).collect()
+    }
+
+    /// The key fields in key order (none for a rowid key).
+    pub fn key_fields(&self) -> Vec<&'s Field> {
+        let at = |i: &usize| self.fields[*i].field;
+        match &self.ops.key {
+            KeyShape::Rowid => Vec::new(),
+            KeyShape::Single(i) => vec![at(i)],
+            KeyShape::Composite(is) => is.iter().map(at).collect(),
+        }
+    }
+
+    /// The fields written as children, in writing order.
+    pub fn children(&self) -> impl Iterator<Item = &'s Field> + '_ {
+        self.children.iter().map(|i| self.fields[*i].field)
+    }
+
+    /// The plans of the fields written as children, in writing order.
+    pub fn child_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
+        self.children.iter().map(|i| &self.fields[*i])
+    }
+
+    /// The plans of the fields in the order the encoder adds them to the table.
+    pub fn vtable_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
+        self.vtable_order.iter().map(|i| &self.fields[*i])
+    }
+
+    /// The plan of `f`, a live field of this table.
+    pub fn of(&self, f: &Field) -> &FieldPlan<'s> {
+        self.fields
+            .iter()
+            .find(|p| p.slot == f.id)
+            .unwrap_or(&self.fields[0])
+    }
+}
+
+/// The render functions of a back end for the four kinds of declared type: enums,
+/// structs, unions (each by index), then tables (which can fail).
+pub(crate) struct Renderers<G>(
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize),
+    pub fn(&mut G, usize) -> Result<(), crate::codegen_shared::CodegenError>,
+);
+
+impl<G> Renderers<G> {
+    /// Renders every type of `s` in [`types_in_emit_order`](crate::codegen_shared::types_in_emit_order).
+    pub fn render_all(
+        &self,
+        g: &mut G,
+        s: &Schema,
+    ) -> Result<(), crate::codegen_shared::CodegenError> {
+        use crate::codegen_shared::{ENUM, STRUCT, UNION};
+        for t in crate::codegen_shared::types_in_emit_order(s) {
+            match t.kind {
+                ENUM => (self.0)(g, t.index),
+                STRUCT => (self.1)(g, t.index),
+                UNION => (self.2)(g, t.index),
+                _ => (self.3)(g, t.index)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Renders every type of the schema `$g.s` through the generator `$g`'s
+/// `gen_enum`, `gen_struct`, `gen_union` and `gen_table` (see [`Renderers`]).
+macro_rules! render_types {
+    ($g:ident) => {{
+        let schema = $g.s;
+        Renderers(
+            Gen::gen_enum,
+            Gen::gen_struct,
+            Gen::gen_union,
+            Gen::gen_table,
+        )
+        .render_all(&mut $g, schema)
+    }};
+}
+pub(crate) use render_types;
+
+/// The kind of a value of `ty`.
+pub(crate) fn kind(s: &Schema, ty: &FieldType) -> Kind {
+    match ty {
+        FieldType::Scalar(t) => Kind::Scalar(*t),
+        FieldType::Enum(e) => Kind::Enum(*e, s.enums[*e].underlying),
+        FieldType::String => Kind::String,
+        FieldType::Struct(i) => Kind::Struct(*i),
+        FieldType::Table(i) => Kind::Table(*i),
+        FieldType::Union(u) => Kind::Union(*u),
+        FieldType::Vector(inner) => Kind::Vector(match &**inner {
+            FieldType::Scalar(ScalarType::U8) => Elem::Bytes,
+            FieldType::Scalar(t) => Elem::Scalar(*t),
+            FieldType::Enum(e) => Elem::Enum(*e, s.enums[*e].underlying),
+            FieldType::String => Elem::String,
+            FieldType::Struct(i) => Elem::Struct(*i),
+            FieldType::Table(i) => Elem::Table(*i),
+            FieldType::Union(u) => Elem::Union(*u),
+            // The resolver refuses nested vectors (`resolve.rs`); no model holds one.
+            FieldType::Vector(_) => unreachable!("the resolver refuses vectors of vectors"),
+        }),
+    }
+}
+
+fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> FieldPlan<'s> {
+    let kind = kind(s, &f.ty);
+    let default = match kind {
+        _ if crate::codegen_shared::field_is_optional(f) => Unset::Absent,
+        Kind::Scalar(t) => Unset::Scalar(f.default.clone(), t),
+        Kind::Enum(e, u) => Unset::Enum(e, f.default.as_i64().unwrap_or(0), u),
+        Kind::Vector(_) => Unset::Empty,
+        _ => Unset::Required,
+    };
+    let child = !matches!(kind, Kind::Scalar(_) | Kind::Enum(..) | Kind::Struct(_));
+    FieldPlan {
+        field: f,
+        kind,
+        slot: f.id,
+        tag_slot: f.union_type_id(),
+        default,
+        key_position,
+        child,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blog() -> Schema {
+        crate::codegen_shared::example("blog.fbs")
+    }
+
+    /// The plan of `blog.Post` against the schema model it comes from: one entry per
+    /// live field in declaration order, the slots, defaults, key and write orders.
+    #[test]
+    fn the_plan_of_post_follows_the_schema_model() {
+        let s = blog();
+        let ti = s.tables.iter().position(|t| t.name == "Post").unwrap();
+        let p = TablePlan::new(&s, ti);
+        let live: Vec<&Field> = s.tables[ti]
+            .fields
+            .iter()
+            .filter(|f| !f.deprecated)
+            .collect();
+        assert!(
+            live.len() < s.tables[ti].fields.len(),
+            "blog.fbs has a deprecated field"
+        );
+        assert_eq!(p.fields.len(), live.len());
+        for (fp, f) in p.fields.iter().zip(&live) {
+            assert_eq!(fp.name(), f.name);
+            assert_eq!(fp.slot, f.id);
+            assert_eq!(fp.kind, kind(&s, &f.ty), "{}", f.name);
+            assert_eq!(fp.tag_slot, f.union_type_id(), "{}", f.name);
+            assert_eq!(
+                fp.default == Unset::Absent,
+                crate::codegen_shared::field_is_optional(f)
+            );
+            assert_eq!(fp.key_position.is_some(), f.primary, "{}", f.name);
+            assert_eq!(fp.child, !f.ty.is_inline(), "{}", f.name);
+        }
+        let by = |n: &str| p.fields.iter().find(|f| f.name() == n).unwrap();
+        assert_eq!(by("id").default, Unset::Required);
+        assert!(by("id").key_string());
+        assert_eq!(
+            by("priority").default,
+            Unset::Scalar(Value::Int(1), ScalarType::I32)
+        );
+        assert!(matches!(
+            by("color").default,
+            Unset::Enum(_, 1, ScalarType::I8)
+        ));
+        assert_eq!(by("title").default, Unset::Absent);
+        assert_eq!(by("rating").default, Unset::Absent);
+        assert_eq!(by("tags").default, Unset::Empty);
+        assert_eq!(by("flags").kind, Kind::Vector(Elem::Bytes));
+        assert!(matches!(by("content").kind, Kind::Union(_)));
+
+        // the key: the collection's primary key, in key order
+        assert_eq!(p.ops.collection.map(|c| c.name.as_str()), Some("blog.Post"));
+        assert_eq!(
+            p.key_fields()
+                .iter()
+                .map(|f| f.name.as_str())
+                .collect::<Vec<_>>(),
+            ["id"]
+        );
+        // children: the key string first, then every offset field in declaration order
+        let children: Vec<&str> = p.children().map(|f| f.name.as_str()).collect();
+        assert_eq!(children[0], "id");
+        let offsets: Vec<&str> = live
+            .iter()
+            .filter(|f| !f.ty.is_inline() && !f.primary)
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(children[1..], offsets[..]);
+        // the vtable order is the model's write order
+        let order: Vec<&str> = p.vtable_plans().map(|f| f.name()).collect();
+        let want: Vec<&str> = s
+            .write_order(live.clone())
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(order, want);
+    }
+
+    #[test]
+    fn composite_keys_come_in_key_order_and_plain_tables_have_none() {
+        let s = Schema::parse(
+            "namespace n; table Inner { s: string; } \
+             table T (entity) { title: string; slug: string (primary); n: int (primary); in: Inner; } \
+             root_type T;",
+            "k.fbs",
+        )
+        .unwrap();
+        let t = TablePlan::new(&s, 1);
+        assert!(matches!(t.ops.key, KeyShape::Composite(_)));
+        let names: Vec<&str> = t.key_fields().iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["slug", "n"]);
+        let children: Vec<&str> = t.children().map(|f| f.name.as_str()).collect();
+        assert_eq!(children, ["slug", "title", "in"]);
+        let inner = TablePlan::new(&s, 0);
+        assert!(inner.ops.collection.is_none());
+        assert_eq!(inner.ops.key, KeyShape::Rowid);
+        assert_eq!(inner.fields[0].default, Unset::Absent);
+    }
+}
