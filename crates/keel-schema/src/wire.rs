@@ -42,6 +42,84 @@ pub const MAX_TABLES: usize = 1_000_000;
 /// budget".
 pub const MAX_EXPANSION: usize = 64;
 
+thread_local! {
+    /// Decoded bytes left in the innermost [`with_budget`] on this thread (`None`
+    /// outside one: reads then go unbudgeted).
+    static BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `read` (a decode through [`TableRef`] and [`VectorRef`] of a buffer of
+/// `len` bytes) under the decode budget: the tables, strings and vectors it reaches
+/// may add up to at most [`MAX_EXPANSION`] × `len` bytes, or the read fails with
+/// [`DecodeError::OverBudget`]. This is what bounds reads that skip the verifier
+/// ([`Record::decode_stored`](crate::Record::decode_stored) of a stored row, which
+/// another tool may have rewritten into an amplification bomb); see
+/// [`decode_stored`].
+///
+/// ```
+/// use keel_schema::wire::{with_budget, Builder, TableRef};
+/// let mut b = Builder::new();
+/// let s = b.create_string(&"x".repeat(1000));
+/// let v = b.create_offset_vector(&[s; 100]); // 100 offsets to one string
+/// b.start_table();
+/// b.add_offset(0, v);
+/// let root = b.end_table();
+/// let bytes = b.finish(root, None);
+/// let read_all = || {
+///     let t = TableRef::root(&bytes)?;
+///     let v = t.vector(0, 4)?.unwrap();
+///     (0..v.len()).map(|i| v.str(i).map(str::len)).sum::<Result<usize, _>>()
+/// };
+/// assert_eq!(read_all().unwrap(), 100_000); // no budget outside `with_budget`
+/// assert!(with_budget(bytes.len(), read_all).is_err()); // ~70 × its 1.4 KB
+/// ```
+pub fn with_budget<T>(
+    len: usize,
+    read: impl FnOnce() -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    /// Puts the enclosing budget back, also when `read` panics.
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = BUDGET.try_with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BUDGET.replace(Some(len.saturating_mul(MAX_EXPANSION))));
+    read()
+}
+
+/// [`Record::decode_stored`](crate::Record::decode_stored) under the decode budget ([`with_budget`]):
+/// what keel's typed reads of stored rows call. The bytes were verified (budget
+/// included) when keel wrote them; a row rewritten since by another tool into an
+/// amplification bomb is then a [`DecodeError::OverBudget`], not gigabytes of
+/// strings.
+///
+/// ```
+/// use keel_example_blog::blog::Post;
+/// let bytes = Post::builder().id("p").tags(["a", "b"]).build().encode();
+/// assert_eq!(keel_schema::wire::decode_stored::<Post>(&bytes)?.tags, ["a", "b"]);
+/// # Ok::<(), keel_schema::DecodeError>(())
+/// ```
+pub fn decode_stored<R: crate::Record>(bytes: &[u8]) -> Result<R, DecodeError> {
+    with_budget(bytes.len(), || R::decode_stored(bytes))
+}
+
+/// Counts `n` decoded bytes against the active [`with_budget`], if any.
+#[inline]
+fn spend(n: usize) -> Result<(), DecodeError> {
+    BUDGET.with(|b| match b.get() {
+        None => Ok(()),
+        Some(left) if n <= left => {
+            b.set(Some(left - n));
+            Ok(())
+        }
+        Some(_) => Err(DecodeError::OverBudget {
+            what: "decoded size",
+            limit: MAX_EXPANSION,
+        }),
+    })
+}
+
 /// The `flatbuffers` verifier's options for a buffer of `len` bytes: keel's depth
 /// and table limits, and an apparent size of at most [`MAX_EXPANSION`] × `len`.
 pub fn verifier_options(len: usize) -> flatbuffers::VerifierOptions {
@@ -129,6 +207,7 @@ fn deref(buf: &[u8], at: usize, what: &'static str) -> Result<usize, DecodeError
 
 fn read_str(buf: &[u8], p: usize) -> Result<&str, DecodeError> {
     let bytes = read_blob(buf, p, 1, "string")?;
+    spend(bytes.len() + 5)?;
     std::str::from_utf8(bytes).map_err(|e| DecodeError::Invalid {
         what: "string",
         offset: p,
@@ -205,6 +284,7 @@ impl<'a> TableRef<'a> {
                 reason: Cow::Owned(format!("bad table size {size}")),
             });
         }
+        spend(vt_len + size)?;
         Ok(TableRef {
             buf,
             pos,
@@ -337,6 +417,7 @@ impl<'a> TableRef<'a> {
         match self.offset_target(slot)? {
             Some(p) => {
                 let data = read_blob(self.buf, p, elem_size, "vector")?;
+                spend(data.len() + 4)?;
                 Ok(Some(VectorRef {
                     buf: self.buf,
                     start: p + 4,
