@@ -3,9 +3,12 @@
 //
 // * `KeelWire.Table` / `KeelWire.Vector` — a bounds-checked reader over `[UInt8]`:
 //   every offset and length is checked before it is followed, so truncated or
-//   hostile bytes throw `KeelDecodeError`, never trap. Nesting is limited to
-//   `KeelWire.maxDepth` tables and a buffer to `KeelWire.maxTables` table visits
-//   (the same limits as the `flatbuffers` verifier keel's Rust side runs).
+//   hostile bytes throw `KeelDecodeError`, never trap. It accepts exactly what
+//   keel's Rust side accepts (the shared corpus in `tests/bytes/` checks it):
+//   alignment, NUL-terminated UTF-8 strings, consistent unions, and the decode
+//   budget: nesting up to `KeelWire.maxDepth` tables, at most
+//   `KeelWire.maxTables` table visits, and a decoded size of at most
+//   `KeelWire.maxExpansion` times the buffer (docs/schema.md, "Decode budget").
 // * `KeelWire.Builder` — writes back to front like flatc's builders (children
 //   first, same alignment rules), so its buffers pass the `flatbuffers` verifier
 //   and read with flatc-generated code in any language.
@@ -29,6 +32,9 @@ public enum KeelDecodeError: Error, Equatable, CustomStringConvertible, Sendable
     case tooDeep(limit: Int)
     /// The buffer makes the reader visit more than `KeelWire.maxTables` tables.
     case tooManyTables(limit: Int)
+    /// The buffer decodes to more than `KeelWire.maxExpansion` times its own size
+    /// (offsets that share one string or table many times: an amplification bomb).
+    case overBudget(limit: Int)
     /// A `(primary)` field is absent.
     case missingField(String)
 
@@ -43,6 +49,8 @@ public enum KeelDecodeError: Error, Equatable, CustomStringConvertible, Sendable
             return "tables nest deeper than \(limit)"
         case let .tooManyTables(limit):
             return "more than \(limit) tables in one buffer"
+        case let .overBudget(limit):
+            return "the buffer exceeds the decode budget (more than \(limit) times its size decoded)"
         case let .missingField(name):
             return "required field \(name) is missing"
         }
@@ -128,11 +136,14 @@ public protocol KeelStruct: Sendable {
 
 /// keel's FlatBuffers reader and builder (see the file comment).
 public enum KeelWire {
-    /// Deepest table nesting the reader follows.
+    /// Deepest table nesting the reader follows (the root is level 1).
     public static let maxDepth = 64
     /// Most tables the reader visits in one buffer (guards against buffers whose
     /// offsets share subtrees to blow up the decoded size).
     public static let maxTables = 1_000_000
+    /// The decode budget: a buffer decodes to at most this many times its length
+    /// (tables, strings and vectors counted each time they are reached).
+    public static let maxExpansion = 64
 
     // The reader's and builder's hot paths are `@inlinable`: the generated models
     // live in another module, and without their bodies every call there went
@@ -156,6 +167,9 @@ public enum KeelWire {
     /// Follows the `u32` offset stored at `at`.
     @inlinable @inline(__always)
     static func deref(_ bytes: [UInt8], _ at: Int, _ what: String) throws -> Int {
+        guard at & 3 == 0 else {
+            throw KeelDecodeError.invalid(what: what, offset: at, reason: "offset not 4-byte aligned")
+        }
         let off = Int(try read(UInt32.self, bytes, at: at, what: what))
         let p = at + off
         guard p < bytes.count else {
@@ -167,6 +181,9 @@ public enum KeelWire {
     /// The `len * elementSize` element bytes of the vector at `p`: (start, count).
     @inlinable
     static func blob(_ bytes: [UInt8], _ p: Int, _ elementSize: Int, _ what: String) throws -> (Int, Int) {
+        guard p & 3 == 0 else {
+            throw KeelDecodeError.invalid(what: what, offset: p, reason: "length not 4-byte aligned")
+        }
         let count = Int(try read(UInt32.self, bytes, at: p, what: what))
         let start = p + 4
         let (n, overflow) = count.multipliedReportingOverflow(by: elementSize)
@@ -177,8 +194,12 @@ public enum KeelWire {
     }
 
     @inlinable
-    static func string(_ bytes: [UInt8], _ p: Int) throws -> String {
+    static func string(_ bytes: [UInt8], _ p: Int, _ budget: Budget) throws -> String {
         let (start, count) = try blob(bytes, p, 1, "string")
+        guard start + count < bytes.count, bytes[start + count] == 0 else {
+            throw KeelDecodeError.invalid(what: "string", offset: p, reason: "no NUL terminator")
+        }
+        try budget.spend(4 + count + 1)
         let s: String? = bytes.withUnsafeBufferPointer { b in
             utf8String(UnsafeBufferPointer(rebasing: b[start..<start + count]))
         }
@@ -223,11 +244,22 @@ public enum KeelWire {
         return true
     }
 
-    /// Counts table visits across one decode.
+    /// Counts table visits and decoded bytes across one decode.
     @usableFromInline
     final class Budget: @unchecked Sendable {
         @usableFromInline var tables = 0
-        @usableFromInline init() {}
+        @usableFromInline var decoded = 0
+        @usableFromInline let limit: Int
+        @usableFromInline init(bufferLength: Int) {
+            limit = bufferLength.multipliedReportingOverflow(by: KeelWire.maxExpansion).partialValue
+        }
+
+        /// Counts `n` more decoded bytes; throws when over the budget.
+        @inlinable
+        func spend(_ n: Int) throws {
+            decoded += n
+            guard decoded <= limit else { throw KeelDecodeError.overBudget(limit: KeelWire.maxExpansion) }
+        }
     }
 
     /// A checked view of one table inside a buffer.
@@ -248,19 +280,22 @@ public enum KeelWire {
         @inlinable
         public static func root(_ bytes: [UInt8]) throws -> Table {
             let pos = try deref(bytes, 0, "root offset")
-            return try Table(bytes, pos, depth: 0, budget: Budget())
+            return try Table(bytes, pos, depth: 0, budget: Budget(bufferLength: bytes.count))
         }
 
         @inlinable
         init(_ bytes: [UInt8], _ pos: Int, depth: Int, budget: Budget) throws {
-            guard depth <= KeelWire.maxDepth else { throw KeelDecodeError.tooDeep(limit: KeelWire.maxDepth) }
+            guard depth < KeelWire.maxDepth else { throw KeelDecodeError.tooDeep(limit: KeelWire.maxDepth) }
             budget.tables += 1
             guard budget.tables <= KeelWire.maxTables else {
                 throw KeelDecodeError.tooManyTables(limit: KeelWire.maxTables)
             }
+            guard pos & 3 == 0 else {
+                throw KeelDecodeError.invalid(what: "table", offset: pos, reason: "not 4-byte aligned")
+            }
             let soff = Int(try read(Int32.self, bytes, at: pos, what: "table"))
             let vt = pos - soff
-            guard vt >= 0, vt < bytes.count else {
+            guard vt >= 0, vt < bytes.count, vt & 1 == 0 else {
                 throw KeelDecodeError.outOfBounds(what: "vtable", offset: pos, bufferLength: bytes.count)
             }
             let vtLen = Int(try read(UInt16.self, bytes, at: vt, what: "vtable"))
@@ -271,6 +306,7 @@ public enum KeelWire {
             guard size >= 4, pos + size <= bytes.count else {
                 throw KeelDecodeError.invalid(what: "table", offset: pos, reason: "bad table size \(size)")
             }
+            try budget.spend(vtLen + size)
             self.bytes = bytes
             self.position = pos
             self.vtable = vt
@@ -295,23 +331,49 @@ public enum KeelWire {
             return position + off
         }
 
+        /// `fieldPosition` of a scalar or offset, which must be aligned to its size.
+        @inlinable @inline(__always)
+        func alignedPosition(_ slot: Int, _ fieldSize: Int) throws -> Int? {
+            guard let p = try fieldPosition(slot, fieldSize) else { return nil }
+            guard p & (fieldSize - 1) == 0 else {
+                throw KeelDecodeError.invalid(
+                    what: "field", offset: p, reason: "slot \(slot) is not \(fieldSize)-byte aligned")
+            }
+            return p
+        }
+
         /// A scalar field, or `default` when absent.
         @inlinable @inline(__always)
         public func scalar<T: KeelWireScalar>(slot: Int, default value: T) throws -> T {
-            guard let p = try fieldPosition(slot, T.wireSize) else { return value }
+            guard let p = try alignedPosition(slot, T.wireSize) else { return value }
             return bytes.withUnsafeBytes { T.wireLoad($0, p) }
         }
 
         /// An optional scalar field (`nil` when absent).
         @inlinable
         public func optional<T: KeelWireScalar>(_ type: T.Type, slot: Int) throws -> T? {
-            guard let p = try fieldPosition(slot, T.wireSize) else { return nil }
+            guard let p = try alignedPosition(slot, T.wireSize) else { return nil }
             return bytes.withUnsafeBytes { T.wireLoad($0, p) }
+        }
+
+        /// The type tag of the union whose value is in `slot` (its tag in
+        /// `slot - 1`): 0 when both are absent; one without the other throws.
+        @inlinable
+        public func unionTag(slot: Int) throws -> UInt8 {
+            let tag = try alignedPosition(slot - 1, 1)
+            let value = try fieldPosition(slot, 4)
+            guard (tag == nil) == (value == nil) else {
+                throw KeelDecodeError.invalid(
+                    what: "union", offset: position,
+                    reason: "slot \(slot): a union type without its value, or a value without its type")
+            }
+            guard let tag else { return 0 }
+            return bytes[tag]
         }
 
         @inlinable
         func target(_ slot: Int) throws -> Int? {
-            guard let p = try fieldPosition(slot, 4) else { return nil }
+            guard let p = try alignedPosition(slot, 4) else { return nil }
             return try deref(bytes, p, "offset")
         }
 
@@ -319,7 +381,7 @@ public enum KeelWire {
         @inlinable
         public func string(slot: Int) throws -> String? {
             guard let p = try target(slot) else { return nil }
-            return try KeelWire.string(bytes, p)
+            return try KeelWire.string(bytes, p, budget)
         }
 
         /// A string field that must be present (`(primary)` keys).
@@ -347,6 +409,7 @@ public enum KeelWire {
         public func vector(slot: Int, elementSize: Int) throws -> Vector? {
             guard let p = try target(slot) else { return nil }
             let (start, count) = try blob(bytes, p, elementSize, "vector")
+            try budget.spend(4 + count * elementSize)
             return Vector(bytes: bytes, start: start, count: count, elementSize: elementSize,
                           depth: depth, budget: budget)
         }
@@ -406,10 +469,14 @@ public enum KeelWire {
         @inlinable
         public func position(_ i: Int) -> Int { start + i * elementSize }
 
-        /// The elements as scalars.
+        /// The elements as scalars (which must be aligned to their size).
         @inlinable
-        public func scalars<T: KeelWireScalar>(_ type: T.Type) -> [T] {
-            bytes.withUnsafeBytes { p in
+        public func scalars<T: KeelWireScalar>(_ type: T.Type) throws -> [T] {
+            guard start % T.wireSize == 0 else {
+                throw KeelDecodeError.invalid(
+                    what: "vector", offset: start, reason: "elements not \(T.wireSize)-byte aligned")
+            }
+            return bytes.withUnsafeBytes { p in
                 [T](unsafeUninitializedCapacity: count) { out, initialized in
                     for i in 0..<count { out.initializeElement(at: i, to: T.wireLoad(p, start + i * T.wireSize)) }
                     initialized = count
@@ -428,7 +495,7 @@ public enum KeelWire {
         public func strings() throws -> [String] {
             var out: [String] = []
             out.reserveCapacity(count)
-            for i in 0..<count { out.append(try KeelWire.string(bytes, deref(bytes, position(i), "vector element"))) }
+            for i in 0..<count { out.append(try KeelWire.string(bytes, deref(bytes, position(i), "vector element"), budget)) }
             return out
         }
 
@@ -509,6 +576,20 @@ public enum KeelWire {
         @inlinable @inline(__always)
         public func addScalar<T: KeelWireScalar>(slot: Int, _ v: T, default d: T) {
             if v != d { core.pointee.addScalarAlways(slot: slot, v) }
+        }
+
+        /// `addScalar` for a `Float`: equal means the same bits, so `-0.0` is
+        /// written where the default is `0.0` (`==` calls them equal, and the
+        /// field left out would read back as `+0.0`).
+        @inlinable @inline(__always)
+        public func addScalar(slot: Int, _ v: Float, default d: Float) {
+            if v.bitPattern != d.bitPattern { core.pointee.addScalarAlways(slot: slot, v) }
+        }
+
+        /// `addScalar` for a `Double` (same bits, as for `Float`).
+        @inlinable @inline(__always)
+        public func addScalar(slot: Int, _ v: Double, default d: Double) {
+            if v.bitPattern != d.bitPattern { core.pointee.addScalarAlways(slot: slot, v) }
         }
 
         /// Adds a scalar field even when it equals the default (optional scalars).

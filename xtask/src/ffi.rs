@@ -80,9 +80,13 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
 }
 
 /// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
-/// with and tests: the blog example and a schema with composite and rowid keys.
-const KOTLIN_MODEL_SCHEMAS: [&str; 2] =
-    ["examples/blog/schema/blog.fbs", "bindings/kotlin/keys.fbs"];
+/// with and tests: the blog example, a schema with composite and rowid keys, and
+/// the shared hostile-bytes corpus's (`tests/bytes/`).
+const KOTLIN_MODEL_SCHEMAS: [&str; 3] = [
+    "examples/blog/schema/blog.fbs",
+    "bindings/kotlin/keys.fbs",
+    "tests/bytes/corpus.fbs",
+];
 
 /// The snippet that must not compile (`Post.title ge 2`); the line marked
 /// `KEEL-EXPECT-ERROR` must be the one the compiler rejects.
@@ -119,6 +123,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/layer"),
         models,
         root.join("bindings/kotlin/KeelTest.kt"),
+        root.join("bindings/kotlin/BytesCorpus.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));
@@ -229,6 +234,7 @@ fn kotlin_run(
             .arg("KeelTestKt")
             .args(args)
             .env("KEEL_FIXTURES", root.join("tests/fixtures"))
+            .env("KEEL_BYTES_CORPUS", root.join("tests/bytes/corpus.txt"))
             .env("KEEL_BENCH_OUT", bench_out)
             .env("KEEL_BENCH_N", bench_n.to_string())
             .env(
@@ -245,6 +251,17 @@ fn kotlin_jvm(g: &bindings::Generated) -> Result<(), String> {
     let suite = kotlin_build(g)?;
     let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
     kotlin_run(&suite, &[], &bench_out, 10_000, false)
+        .map_err(|e| format!("kotlin bindings failed: {e}"))
+}
+
+/// `cargo xtask kotlin-test [TEST…]`: the Kotlin/JVM suite alone, or only the
+/// tests named (as `KeelTest.kt` registers them).
+pub fn kotlin_test(args: &[String]) -> Result<(), String> {
+    let g = bindings::generate(false, &["kotlin".to_string()])?;
+    let suite = kotlin_build(&g)?;
+    let bench_out = util::workspace_root().join("target/keel-bench/kotlin.json");
+    let names: Vec<&str> = args.iter().map(String::as_str).collect();
+    kotlin_run(&suite, &names, &bench_out, 10_000, false)
         .map_err(|e| format!("kotlin bindings failed: {e}"))
 }
 

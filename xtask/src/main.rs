@@ -24,6 +24,8 @@
 //!   the steps elsewhere).
 //! * `cargo xtask swift-test` — the Swift suite alone (what `cargo xtask test`
 //!   runs when a Swift toolchain is found).
+//! * `cargo xtask kotlin-test [TEST…]` — the Kotlin/JVM suite alone (named tests
+//!   only, when given).
 //! * `cargo xtask aar` — assembles the Android AAR under `target/keel-aar/`.
 //! * `cargo xtask multiprocess [--txns N] [--sync P]` — the multi-process tests
 //!   (suspend and locks, two writers, SIGKILL) with N transactions per writer.
@@ -53,6 +55,7 @@ fn main() -> ExitCode {
         Some("bindings") => bindings::run(&args[1..]),
         Some("swift-package") => swift_package::run(&args[1..]),
         Some("swift-test") => swift::run(&args[1..]),
+        Some("kotlin-test") => ffi::kotlin_test(&args[1..]),
         Some("aar") => aar::run(&args[1..]),
         Some("stress") => stress::run(&args[1..]),
         Some("multiprocess") => multiprocess::run(&args[1..]),
@@ -85,6 +88,7 @@ commands:
                                --test runs the Python and Kotlin binding tests
   swift-package                assemble the Swift package (target/keel-swift/)
   swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
+  kotlin-test [TEST…]          run the Kotlin/JVM suite alone (or the named tests)
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
                                crash/power-loss/fault campaign (simulated disk)

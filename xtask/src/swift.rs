@@ -12,8 +12,10 @@
 //!   Sources/BlogModel/Blog.swift     keel codegen swift examples/blog/schema/blog.fbs
 //!   Sources/ShopModel/Shop.swift     keel codegen swift bindings/swift/Tests/shop.fbs
 //!   Sources/NoteV1/, NoteV2/         … and the two versions of examples/blog/schema/evolution
+//!   Sources/CorpusModel/Corpus.swift keel codegen swift tests/bytes/corpus.fbs
 //!   Sources/keel-crash-child/        a keel app that is killed (bindings/swift/Tests/CrashChild)
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
+//!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
 //!   .build/                          SwiftPM's cache: only changed files rebuild
 //! ```
 //!
@@ -51,11 +53,14 @@ let package = Package(
                 path: "Sources/NoteV1"),
         .target(name: "NoteV2", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/NoteV2"),
+        // The shared hostile-bytes corpus's schema (tests/bytes/corpus.fbs).
+        .target(name: "CorpusModel", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/CorpusModel"),
         .executableTarget(name: "keel-crash-child",
                           dependencies: ["BlogModel", .product(name: "Keel", package: "Keel")],
                           path: "Sources/keel-crash-child"),
         .testTarget(name: "KeelTests",
-                    dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2",
+                    dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
     ]
@@ -76,6 +81,10 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         &test.join("Tests/KeelTests/KeelTests.swift"),
     )?;
     copy(
+        &src.join("BytesCorpusTests.swift"),
+        &test.join("Tests/KeelTests/BytesCorpusTests.swift"),
+    )?;
+    copy(
         &src.join("CrashChild/main.swift"),
         &test.join("Sources/keel-crash-child/main.swift"),
     )?;
@@ -92,6 +101,7 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
             root.join("examples/blog/schema/evolution/post_v2.fbs"),
             "NoteV2",
         ),
+        (root.join("tests/bytes/corpus.fbs"), "CorpusModel"),
     ] {
         let out = gen.join(model);
         util::cargo(&[

@@ -4,7 +4,9 @@
 //
 // * FlatBufferReader / FbTable — a little-endian reader over a ByteArray where every
 //   read is bounds-checked: bytes that are not a valid object throw
-//   KeelException.InvalidObject, never an IndexOutOfBoundsException.
+//   KeelException.InvalidObject, never an IndexOutOfBoundsException. It accepts
+//   exactly what keel's Rust side accepts (the shared corpus in tests/bytes/
+//   checks it), within the same decode budget (docs/schema.md, "Decode budget").
 // * FlatBufferBuilder — builds back to front like flatc's builders, aligning every
 //   scalar, offset, vector, string, struct and table to its size, so its output
 //   passes the `flatbuffers` verifier and reads with flatc-generated code.
@@ -58,8 +60,18 @@ internal fun isValidUtf8(bytes: ByteArray, from: Int, to: Int): Boolean {
  * through [FbTable]s it hands out; every position is checked against the buffer.
  */
 class FlatBufferReader(@JvmField val buf: ByteArray) {
-    /** Nesting bound for tables inside tables (what the flatbuffers verifier uses). */
-    private val maxDepth = 64
+    /** Table visits so far (a table reached twice counts twice). */
+    private var tables = 0
+    /** Bytes decoded so far: tables, strings and vectors, each time they are reached. */
+    private var decoded = 0L
+    /** The decode budget of this buffer: [MAX_EXPANSION] times its length. */
+    private val budget = buf.size.toLong() * MAX_EXPANSION
+
+    /** Counts [n] more decoded bytes; over the budget is an error. */
+    internal fun spend(n: Long) {
+        decoded += n
+        if (decoded > budget) invalid("FlatBuffers: the buffer exceeds the decode budget (more than $MAX_EXPANSION times its ${buf.size} bytes decoded)")
+    }
 
     /** Throws unless `[pos, pos + len)` lies inside the buffer. */
     fun check(pos: Int, len: Int) {
@@ -101,7 +113,8 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
 
     /** The table at [pos]: its vtable is located and checked. */
     fun table(pos: Int, depth: Int): FbTable {
-        if (depth > maxDepth) invalid("FlatBuffers: tables nested deeper than $maxDepth")
+        if (depth >= MAX_DEPTH) invalid("FlatBuffers: tables nested deeper than $MAX_DEPTH")
+        if (++tables > MAX_TABLES) invalid("FlatBuffers: the buffer exceeds the decode budget (more than $MAX_TABLES table visits)")
         check(pos, 4)
         if (pos and 3 != 0) invalid("FlatBuffers: table at $pos is not 4-byte aligned")
         val vt = pos.toLong() - i32At(pos)
@@ -111,8 +124,10 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
         val vtSize = u16At(vtPos)
         val objSize = u16At(vtPos + 2)
         if (vtSize < 4 || vtSize and 1 != 0) invalid("FlatBuffers: vtable at $vtPos has bad size $vtSize")
+        if (objSize < 4) invalid("FlatBuffers: table at $pos has bad size $objSize")
         check(vtPos, vtSize)
         check(pos, objSize)
+        spend(vtSize.toLong() + objSize)
         return FbTable(this, pos, vtPos, vtSize, objSize, depth)
     }
 
@@ -122,6 +137,7 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
         check(pos, 4)
         val n = i32At(pos).toLong() and 0xffffffffL
         if (pos + 4L + n * elemSize > buf.size) invalid("FlatBuffers: vector at $pos ($n elements) runs past the buffer")
+        spend(4 + n * elemSize)
         return n.toInt()
     }
 
@@ -146,6 +162,17 @@ class FlatBufferReader(@JvmField val buf: ByteArray) {
     }
 
     companion object {
+        /** Deepest table nesting (the root is level 1), as in Rust's `wire::MAX_DEPTH`. */
+        const val MAX_DEPTH = 64
+        /** Most table visits in one decode, as in Rust's `wire::MAX_TABLES`. */
+        const val MAX_TABLES = 1_000_000
+        /**
+         * The decode budget: a buffer decodes to at most this many times its length,
+         * as in Rust's `wire::MAX_EXPANSION` (offsets sharing one string or subtree
+         * cannot blow a small buffer up).
+         */
+        const val MAX_EXPANSION = 64
+
         /**
          * The root table of [bytes]. The file identifier is not checked: flatc writes it
          * only when asked to, and keel's Rust side accepts buffers without it.
@@ -171,13 +198,23 @@ class FbTable internal constructor(
     private val objSize: Int,
     private val depth: Int,
 ) {
-    /** Absolute position of the field in [slot] (checked to hold [size] bytes), or -1 when absent. */
+    /**
+     * Absolute position of the scalar or offset field in [slot] (checked to hold
+     * [size] bytes and to be aligned to them), or -1 when absent.
+     */
     fun field(slot: Int, size: Int): Int {
+        val p = inlineField(slot, size)
+        if (p >= 0 && p and (size - 1) != 0) invalid("FlatBuffers: field in slot $slot of the table at $pos is not $size-byte aligned")
+        return p
+    }
+
+    /** [field] without the alignment check (structs have none, as in flatc's verifiers). */
+    private fun inlineField(slot: Int, size: Int): Int {
         val e = 4 + 2 * slot
         if (e + 2 > vtSize) return -1
         val off = r.u16At(vt + e) // inside the vtable, which table() checked
         if (off == 0) return -1
-        if (off + size > objSize) invalid("FlatBuffers: field in slot $slot runs past its table at $pos")
+        if (off < 4 || off + size > objSize) invalid("FlatBuffers: field in slot $slot runs past its table at $pos")
         return pos + off
     }
 
@@ -209,7 +246,7 @@ class FbTable internal constructor(
     fun f64OrNull(slot: Int): Double? { val p = field(slot, 8); return if (p < 0) null else java.lang.Double.longBitsToDouble(r.i64At(p)) }
 
     /** Position of the inline struct of [size] bytes in [slot], or -1. */
-    fun struct(slot: Int, size: Int): Int = field(slot, size)
+    fun struct(slot: Int, size: Int): Int = inlineField(slot, size)
 
     fun string(slot: Int): String? { val p = field(slot, 4); return if (p < 0) null else r.string(r.derefAt(p)) }
 
@@ -237,24 +274,34 @@ class FbTable internal constructor(
         return out
     }
 
+    /** [vectorOf] for scalars, whose elements must be aligned to their size. */
+    private inline fun <T> scalarsOf(slot: Int, size: Int, read: (Int) -> T): List<T> {
+        val v = vector(slot)
+        if (v >= 0 && (v + 4) and (size - 1) != 0) invalid("FlatBuffers: vector in slot $slot has elements that are not $size-byte aligned")
+        return vectorOf(slot, size, read)
+    }
+
     // Elements lie inside their vector, which vectorLen checked.
     fun strings(slot: Int): List<String> = vectorOf(slot, 4) { r.string(r.derefAt(it)) }
     fun <T> tables(slot: Int, read: (FbTable) -> T): List<T> = vectorOf(slot, 4) { read(r.table(r.derefAt(it), depth + 1)) }
     fun bools(slot: Int): List<Boolean> = vectorOf(slot, 1) { r.buf[it].toInt() != 0 }
     fun i8s(slot: Int): List<Byte> = vectorOf(slot, 1) { r.buf[it] }
     fun u8s(slot: Int): List<UByte> = vectorOf(slot, 1) { r.buf[it].toUByte() }
-    fun i16s(slot: Int): List<Short> = vectorOf(slot, 2) { r.u16At(it).toShort() }
-    fun u16s(slot: Int): List<UShort> = vectorOf(slot, 2) { r.u16At(it).toUShort() }
-    fun i32s(slot: Int): List<Int> = vectorOf(slot, 4) { r.i32At(it) }
-    fun u32s(slot: Int): List<UInt> = vectorOf(slot, 4) { r.i32At(it).toUInt() }
-    fun i64s(slot: Int): List<Long> = vectorOf(slot, 8) { r.i64At(it) }
-    fun u64s(slot: Int): List<ULong> = vectorOf(slot, 8) { r.i64At(it).toULong() }
-    fun f32s(slot: Int): List<Float> = vectorOf(slot, 4) { java.lang.Float.intBitsToFloat(r.i32At(it)) }
-    fun f64s(slot: Int): List<Double> = vectorOf(slot, 8) { java.lang.Double.longBitsToDouble(r.i64At(it)) }
+    fun i16s(slot: Int): List<Short> = scalarsOf(slot, 2) { r.u16At(it).toShort() }
+    fun u16s(slot: Int): List<UShort> = scalarsOf(slot, 2) { r.u16At(it).toUShort() }
+    fun i32s(slot: Int): List<Int> = scalarsOf(slot, 4) { r.i32At(it) }
+    fun u32s(slot: Int): List<UInt> = scalarsOf(slot, 4) { r.i32At(it).toUInt() }
+    fun i64s(slot: Int): List<Long> = scalarsOf(slot, 8) { r.i64At(it) }
+    fun u64s(slot: Int): List<ULong> = scalarsOf(slot, 8) { r.i64At(it).toULong() }
+    fun f32s(slot: Int): List<Float> = scalarsOf(slot, 4) { java.lang.Float.intBitsToFloat(r.i32At(it)) }
+    fun f64s(slot: Int): List<Double> = scalarsOf(slot, 8) { java.lang.Double.longBitsToDouble(r.i64At(it)) }
 
     /**
      * A vector of unions in [slot]: its type tags are the `[ubyte]` in `slot - 1`;
-     * [read] gets each tag and member table. Different lengths are malformed.
+     * [read] gets each tag and member table. Different lengths are malformed. A
+     * `NONE` (tag 0) element is not followed, as in Rust and Swift: [read] gets
+     * this table in its place, and reads tag 0 as an unknown member without
+     * looking at it. Any other tag's element must be a table.
      */
     fun <T> unions(slot: Int, read: (Int, FbTable) -> T): List<T> {
         val v = vector(slot)
@@ -266,13 +313,26 @@ class FbTable internal constructor(
         val out = ArrayList<T>(n)
         for (i in 0 until n) {
             val p = v + 4 + 4 * i
-            out.add(read(r.buf[tv + 4 + i].toInt() and 0xff, r.table(r.derefAt(p), depth + 1)))
+            val tag = r.buf[tv + 4 + i].toInt() and 0xff
+            out.add(read(tag, if (tag == 0) this else r.table(r.derefAt(p), depth + 1)))
         }
         return out
     }
 
-    /** The union member table in [slot] (its `_type` tag sits in `slot - 1`). */
-    fun unionTag(slot: Int): Int = u8(slot - 1, 0u).toInt()
+    /**
+     * The type tag of the union whose value is in [slot] (the tag sits in
+     * `slot - 1`): 0 when both are absent. As in Rust and Swift, a type without its
+     * value or a value without its type is malformed, and a present value must be
+     * a table whatever its tag (it is checked here even for `NONE`).
+     */
+    fun unionTag(slot: Int): Int {
+        val tag = field(slot - 1, 1)
+        val value = field(slot, 4)
+        if ((tag < 0) != (value < 0)) invalid("FlatBuffers: union in slot $slot of the table at $pos has a type without its value, or a value without its type")
+        if (value < 0) return 0
+        r.table(r.derefAt(value), depth + 1)
+        return r.buf[tag].toInt() and 0xff
+    }
 }
 
 /**

@@ -471,3 +471,42 @@ fn open_async_is_readable_before_durable() {
     drop(ev);
     block_on(db.close()).unwrap();
 }
+
+#[test]
+fn the_write_path_refuses_an_amplification_bomb() {
+    // A ~1 MB buffer whose `[string]` holds 250,000 offsets to one 8 KB string:
+    // ~2 GB decoded, in every language that reads the row, if it were stored.
+    const TAGGED: &str = "namespace demo;
+table Post { id: string (primary); tags: [string]; }
+root_type Post;";
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bomb.db").display().to_string();
+    let db = open_blocking(path, TAGGED.into(), OpenOptions::default(), None).unwrap();
+    let mut b = keel_schema::wire::Builder::new();
+    let s = b.create_string(&"x".repeat(8192));
+    let tags = b.create_offset_vector(&vec![s; 250_000]);
+    let id = b.create_string("bomb");
+    b.start_table();
+    b.add_offset(0, id);
+    b.add_offset(1, tags);
+    let root = b.end_table();
+    let bomb = b.finish(root, None);
+    for op in [
+        WriteOp::Insert {
+            collection: "demo.Post".into(),
+            bytes: bomb.clone(),
+        },
+        WriteOp::Upsert {
+            collection: "demo.Post".into(),
+            bytes: bomb,
+        },
+    ] {
+        match block_on(db.write(vec![op])) {
+            Err(KeelError::InvalidObject { message }) => {
+                assert!(message.contains("decode budget"), "{message}")
+            }
+            other => panic!("not refused as an invalid object: {other:?}"),
+        }
+    }
+    block_on(db.close()).unwrap();
+}

@@ -693,7 +693,9 @@ pub(crate) fn check_stored(
 /// verified them when it wrote them; damage since is an [`Error::Decode`] naming
 /// the row, never a panic).
 pub(crate) fn decode_row<R: Record>(op: &'static str, rowid: i64, bytes: &[u8]) -> Result<R> {
-    R::decode_stored(bytes).map_err(|source| Error::Decode {
+    // Under the decode budget: a row another tool rewrote into an amplification
+    // bomb is an error, not gigabytes.
+    keel_schema::wire::decode_stored::<R>(bytes).map_err(|source| Error::Decode {
         op,
         collection: R::COLLECTION.to_owned(),
         rowid,

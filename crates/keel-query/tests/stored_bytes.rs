@@ -294,3 +294,44 @@ fn a_filter_on_a_field_without_an_index_over_damaged_rows() {
     );
     db.close().wait().unwrap();
 }
+
+/// A row rewritten by a stock tool into an amplification bomb (2,500 offsets to
+/// one 8 KB string: 18 KB stored, 20 MB decoded) is an `Error::Decode` with the
+/// decode budget's error in every typed read, as in Swift and Kotlin — reads skip
+/// the verifier, but not the budget.
+#[test]
+fn a_bomb_written_by_a_stock_tool_is_over_the_decode_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("b.db");
+    let db = Database::open_for::<Post>(&path, quiet()).unwrap();
+    let (rowids, _) = seed(&db, &[Post::builder().id("bomb").build()]);
+    let mut b = Builder::new();
+    let s = b.create_string(&"x".repeat(8192));
+    let tags = b.create_offset_vector(&vec![s; 2500]);
+    let id = b.create_string("bomb");
+    b.start_table();
+    b.add_offset(0, id);
+    b.add_offset(9, tags); // blog.Post's `tags`
+    let root = b.end_table();
+    let bomb = b.finish(root, None);
+    assert_eq!(
+        Post::decode_stored(&bomb).unwrap().tags.len(),
+        2500,
+        "unbudgeted"
+    );
+    set_body(&db, &path, rowids[0], &bomb);
+    let over = |r: Result<Vec<Post>, Error>, what: &str| match r {
+        Err(Error::Decode {
+            source: keel_schema::DecodeError::OverBudget { .. },
+            rowid,
+            ..
+        }) => assert_eq!(rowid, rowids[0], "{what}"),
+        other => panic!("{what}: {other:?}"),
+    };
+    over(
+        db.get::<Post>(&"bomb".to_string())
+            .map(|p| p.into_iter().collect()),
+        "get",
+    );
+    over(db.fetch::<Post>().all(), "fetch");
+}

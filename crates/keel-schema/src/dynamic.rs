@@ -903,7 +903,7 @@ enum Cur {
 /// (`codegen`: every field that is not deprecated), so both accept the same bytes.
 fn fb_verify(s: &Schema, ti: usize, bytes: &[u8]) -> Result<(), DecodeError> {
     let run = |named: bool| {
-        let opts = flatbuffers::VerifierOptions::default();
+        let opts = wire::verifier_options(bytes.len());
         let mut v = flatbuffers::Verifier::new(&opts, bytes);
         v.get_uoffset(0)
             .and_then(|off| fb_table(s, ti, &mut v, (off as usize).saturating_add(0), named))
@@ -1122,9 +1122,12 @@ fn verify_fields(
                     unreachable!("matched above")
                 };
                 if let Some((tags, values)) = t.union_vector(f.id)? {
-                    for (i, tag) in tags.iter().enumerate() {
+                    // `NONE` elements are not followed; any other tag's element
+                    // must be a table (see `wire::visit_union_vector`).
+                    for (i, tag) in tags.iter().enumerate().filter(|(_, t)| **t != 0) {
+                        let st = values.table(i)?;
                         if let Some(m) = s.unions[u].member(*tag) {
-                            verify_table(s, m.table, values.table(i)?, require_key)?;
+                            verify_table(s, m.table, st, require_key)?;
                         }
                     }
                 }

@@ -40,6 +40,18 @@ pub enum DecodeError {
     /// Tables nest deeper than the decoder allows (64 levels).
     #[error("tables nest deeper than {0} levels")]
     TooDeep(usize),
+    /// Decoding the buffer would exceed the decode budget: more than
+    /// [`MAX_TABLES`](crate::wire::MAX_TABLES) table visits (`limit` is that
+    /// count), or a decoded size over [`MAX_EXPANSION`](crate::wire::MAX_EXPANSION)
+    /// times the buffer's length (`limit` is that factor). Offsets that share one
+    /// string or subtree many times make such buffers (an amplification bomb).
+    #[error("the buffer exceeds the decode budget ({what}, limit {limit})")]
+    OverBudget {
+        /// `"table visits"` or `"decoded size"`.
+        what: &'static str,
+        /// The limit that was exceeded.
+        limit: usize,
+    },
     /// A value does not fit the type generated code expects.
     #[error("field {field}: {reason}")]
     Field {

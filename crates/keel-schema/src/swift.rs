@@ -722,10 +722,11 @@ impl<'a> Gen<'a> {
                     e
                 }
             }
+            // `unionTag` refuses a type without its value and a value without
+            // its type, as the Rust verifier does
             FieldType::Union(u) => format!(
-                "try {}.keelRead(tag: t.scalar(slot: {}, default: 0), table: t.table(slot: {slot}))",
-                self.names.union_name(*u),
-                slot.saturating_sub(1)
+                "try {}.keelRead(tag: t.unionTag(slot: {slot}), table: t.table(slot: {slot}))",
+                self.names.union_name(*u)
             ),
             FieldType::Vector(inner) => match &**inner {
                 FieldType::Scalar(ScalarType::U8) => {
@@ -1178,7 +1179,7 @@ mod tests {
                 "        /// `layer`.\n        public var layer: Int16\n",
                 "public var value: Rect { Rect(origin: origin, size: size, layer: layer) }",
                 // union: type tag in slot id-1, value in id
-                "try Content.keelRead(tag: t.scalar(slot: 5, default: 0), table: t.table(slot: 6))",
+                "try Content.keelRead(tag: t.unionTag(slot: 6), table: t.table(slot: 6))",
                 "b.addScalar(slot: 1, priority, default: 1)",
                 "if let v = rating { b.addScalarAlways(slot: 14, v) }",
             ],

@@ -24,8 +24,112 @@ use std::borrow::Cow;
 
 use crate::record::DecodeError;
 
-/// Deepest table nesting the reader follows (guards the stack on hostile input).
+/// Deepest table nesting the reader follows (guards the stack on hostile input):
+/// the root table counts as level 1, so a buffer may hold 64 levels of tables.
+/// Swift's `KeelWire.maxDepth` and Kotlin's `FlatBufferReader.MAX_DEPTH` are the same.
 pub const MAX_DEPTH: usize = 64;
+
+/// Most table visits one decode makes (a table reached twice through shared
+/// offsets counts twice). Swift's `KeelWire.maxTables` and Kotlin's
+/// `FlatBufferReader.MAX_TABLES` are the same.
+pub const MAX_TABLES: usize = 1_000_000;
+
+/// The decode budget: a buffer may decode to at most this many times its own
+/// length (tables, strings and vectors counted each time they are reached, so
+/// offsets that share one string or subtree cannot blow a small buffer up into
+/// gigabytes). Swift's `KeelWire.maxExpansion` and Kotlin's
+/// `FlatBufferReader.MAX_EXPANSION` are the same; see `docs/schema.md`, "Decode
+/// budget".
+pub const MAX_EXPANSION: usize = 64;
+
+thread_local! {
+    /// Decoded bytes left in the innermost [`with_budget`] on this thread (`None`
+    /// outside one: reads then go unbudgeted).
+    static BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `read` (a decode through [`TableRef`] and [`VectorRef`] of a buffer of
+/// `len` bytes) under the decode budget: the tables, strings and vectors it reaches
+/// may add up to at most [`MAX_EXPANSION`] × `len` bytes, or the read fails with
+/// [`DecodeError::OverBudget`]. This is what bounds reads that skip the verifier
+/// ([`Record::decode_stored`](crate::Record::decode_stored) of a stored row, which
+/// another tool may have rewritten into an amplification bomb); see
+/// [`decode_stored`].
+///
+/// ```
+/// use keel_schema::wire::{with_budget, Builder, TableRef};
+/// let mut b = Builder::new();
+/// let s = b.create_string(&"x".repeat(1000));
+/// let v = b.create_offset_vector(&[s; 100]); // 100 offsets to one string
+/// b.start_table();
+/// b.add_offset(0, v);
+/// let root = b.end_table();
+/// let bytes = b.finish(root, None);
+/// let read_all = || {
+///     let t = TableRef::root(&bytes)?;
+///     let v = t.vector(0, 4)?.unwrap();
+///     (0..v.len()).map(|i| v.str(i).map(str::len)).sum::<Result<usize, _>>()
+/// };
+/// assert_eq!(read_all().unwrap(), 100_000); // no budget outside `with_budget`
+/// assert!(with_budget(bytes.len(), read_all).is_err()); // ~70 × its 1.4 KB
+/// ```
+pub fn with_budget<T>(
+    len: usize,
+    read: impl FnOnce() -> Result<T, DecodeError>,
+) -> Result<T, DecodeError> {
+    /// Puts the enclosing budget back, also when `read` panics.
+    struct Restore(Option<usize>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let _ = BUDGET.try_with(|b| b.set(self.0));
+        }
+    }
+    let _restore = Restore(BUDGET.replace(Some(len.saturating_mul(MAX_EXPANSION))));
+    read()
+}
+
+/// [`Record::decode_stored`](crate::Record::decode_stored) under the decode budget ([`with_budget`]):
+/// what keel's typed reads of stored rows call. The bytes were verified (budget
+/// included) when keel wrote them; a row rewritten since by another tool into an
+/// amplification bomb is then a [`DecodeError::OverBudget`], not gigabytes of
+/// strings.
+///
+/// ```
+/// use keel_example_blog::blog::Post;
+/// let bytes = Post::builder().id("p").tags(["a", "b"]).build().encode();
+/// assert_eq!(keel_schema::wire::decode_stored::<Post>(&bytes)?.tags, ["a", "b"]);
+/// # Ok::<(), keel_schema::DecodeError>(())
+/// ```
+pub fn decode_stored<R: crate::Record>(bytes: &[u8]) -> Result<R, DecodeError> {
+    with_budget(bytes.len(), || R::decode_stored(bytes))
+}
+
+/// Counts `n` decoded bytes against the active [`with_budget`], if any.
+#[inline]
+fn spend(n: usize) -> Result<(), DecodeError> {
+    BUDGET.with(|b| match b.get() {
+        None => Ok(()),
+        Some(left) if n <= left => {
+            b.set(Some(left - n));
+            Ok(())
+        }
+        Some(_) => Err(DecodeError::OverBudget {
+            what: "decoded size",
+            limit: MAX_EXPANSION,
+        }),
+    })
+}
+
+/// The `flatbuffers` verifier's options for a buffer of `len` bytes: keel's depth
+/// and table limits, and an apparent size of at most [`MAX_EXPANSION`] × `len`.
+pub fn verifier_options(len: usize) -> flatbuffers::VerifierOptions {
+    flatbuffers::VerifierOptions {
+        max_depth: MAX_DEPTH,
+        max_tables: MAX_TABLES,
+        max_apparent_size: len.saturating_mul(MAX_EXPANSION),
+        ..Default::default()
+    }
+}
 
 /// A scalar that can be read from and written to little-endian bytes.
 pub trait WireScalar: Copy + PartialEq + 'static {
@@ -103,6 +207,7 @@ fn deref(buf: &[u8], at: usize, what: &'static str) -> Result<usize, DecodeError
 
 fn read_str(buf: &[u8], p: usize) -> Result<&str, DecodeError> {
     let bytes = read_blob(buf, p, 1, "string")?;
+    spend(bytes.len() + 5)?;
     std::str::from_utf8(bytes).map_err(|e| DecodeError::Invalid {
         what: "string",
         offset: p,
@@ -147,9 +252,10 @@ impl<'a> TableRef<'a> {
         Self::at(buf, pos, 0)
     }
 
-    /// The table at byte `pos`, checking its vtable and inline size.
+    /// The table at byte `pos`, checking its vtable and inline size. `depth` is 0
+    /// for the root; [`MAX_DEPTH`] levels in all are allowed.
     pub fn at(buf: &'a [u8], pos: usize, depth: usize) -> Result<Self, DecodeError> {
-        if depth > MAX_DEPTH {
+        if depth >= MAX_DEPTH {
             return Err(DecodeError::TooDeep(MAX_DEPTH));
         }
         let soff = read::<i32>(buf, pos, "table")? as i64;
@@ -178,6 +284,7 @@ impl<'a> TableRef<'a> {
                 reason: Cow::Owned(format!("bad table size {size}")),
             });
         }
+        spend(vt_len + size)?;
         Ok(TableRef {
             buf,
             pos,
@@ -310,6 +417,7 @@ impl<'a> TableRef<'a> {
         match self.offset_target(slot)? {
             Some(p) => {
                 let data = read_blob(self.buf, p, elem_size, "vector")?;
+                spend(data.len() + 4)?;
                 Ok(Some(VectorRef {
                     buf: self.buf,
                     start: p + 4,
@@ -394,9 +502,10 @@ impl<'a> VectorRef<'a> {
 
 /// Runs the `flatbuffers` crate's verifier over `bytes` with root table type `T`
 /// (generated code implements [`flatbuffers::Verifiable`] for a marker type per
-/// table). Default limits: depth 64, one million tables.
+/// table), with keel's limits ([`verifier_options`]: depth, table visits and the
+/// decode budget).
 pub fn verify<T: flatbuffers::Verifiable>(bytes: &[u8]) -> Result<(), DecodeError> {
-    let opts = flatbuffers::VerifierOptions::default();
+    let opts = verifier_options(bytes.len());
     let mut v = flatbuffers::Verifier::new(&opts, bytes);
     <flatbuffers::ForwardsUOffset<T> as flatbuffers::Verifiable>::run_verifier(&mut v, 0)
         .map_err(verifier_error)
@@ -406,9 +515,11 @@ pub fn verify<T: flatbuffers::Verifiable>(bytes: &[u8]) -> Result<(), DecodeErro
 /// no support of its own; this follows flatc's C++ `Verify<Union>Vector`): the tag
 /// vector in `type_voff` and the table vector in `value_voff` are both absent or
 /// both present with the same length; `member` verifies element `i`'s table (at the
-/// position of its offset) when its tag names a member. `NONE` and unknown tags are
-/// not followed. Generated code and the runtime reader both call this, so both
-/// accept the same bytes.
+/// position of its offset) when its tag names a member. An element whose tag is
+/// not `NONE` (0) must point at a table, known member or not (its header is
+/// checked here); `NONE` elements are not followed. Generated code and the runtime
+/// reader both call this, so both accept the same bytes (Swift's and Kotlin's
+/// runtimes apply the same rule).
 pub fn visit_union_vector<'v, 'o, 'b>(
     mut tv: flatbuffers::TableVerifier<'v, 'o, 'b>,
     field: &str,
@@ -452,6 +563,10 @@ pub fn visit_union_vector<'v, 'o, 'b>(
         let tag = v.get_u8(tags_at + 4 + i)?;
         let elem = start + 4 * i;
         if tag != 0 {
+            // The header of whatever the element points at (`member` skips tags it
+            // does not know, whose value must still be a table).
+            let at = (v.get_uoffset(elem)? as usize).saturating_add(elem);
+            v.visit_table(at)?.finish();
             member(tag, v, elem)?;
         }
     }
@@ -496,12 +611,30 @@ impl<'v, 'o, 'b> UnionVectorExt<'v, 'o, 'b> for flatbuffers::TableVerifier<'v, '
 pub(crate) fn verifier_error(e: flatbuffers::InvalidFlatbuffer) -> DecodeError {
     match e {
         flatbuffers::InvalidFlatbuffer::DepthLimitReached => DecodeError::TooDeep(MAX_DEPTH),
+        flatbuffers::InvalidFlatbuffer::TooManyTables => DecodeError::OverBudget {
+            what: "table visits",
+            limit: MAX_TABLES,
+        },
+        flatbuffers::InvalidFlatbuffer::ApparentSizeTooLarge => DecodeError::OverBudget {
+            what: "decoded size",
+            limit: MAX_EXPANSION,
+        },
         e => DecodeError::Invalid {
             what: "buffer",
             offset: 0,
             reason: Cow::Owned(e.to_string()),
         },
     }
+}
+
+/// Whether two scalars have the same wire bytes (unlike `==` for floats: `-0.0`
+/// and `0.0` differ, a NaN equals itself).
+#[inline]
+fn same_bytes<T: WireScalar>(a: T, b: T) -> bool {
+    let (mut x, mut y) = ([0u8; 8], [0u8; 8]);
+    a.to_le(&mut x);
+    b.to_le(&mut y);
+    x[..T::SIZE] == y[..T::SIZE]
 }
 
 /// An offset to something already written into a [`Builder`].
@@ -657,15 +790,10 @@ impl Builder {
     }
 
     /// Adds a scalar field unless it equals `default` (FlatBuffers omits defaults).
+    /// Equal means the same bytes: `-0.0` is written where the default is `0.0`
+    /// (`==` calls them equal, and leaving the field out would read back `+0.0`).
     pub fn add_scalar<T: WireScalar>(&mut self, slot: u16, v: T, default: T) {
-        // Compared as stored bytes, not with `==`: `-0.0 == 0.0` would leave out a
-        // `-0.0` (it would read back as the `0.0` default), and a NaN default
-        // would be written every time.
-        let mut a = [0u8; 8];
-        let mut b = [0u8; 8];
-        v.to_le(&mut a);
-        default.to_le(&mut b);
-        if a != b {
+        if !same_bytes(v, default) {
             self.add_scalar_always(slot, v);
         }
     }

@@ -552,7 +552,7 @@ impl Stream for ObjectStream {
 // ---------------------------------------------------------------- typed API
 
 fn decode<R: Record>(o: &StoredObject) -> Result<R> {
-    R::decode_stored(&o.bytes).map_err(|source| Error::Decode {
+    keel_schema::wire::decode_stored::<R>(&o.bytes).map_err(|source| Error::Decode {
         op: "subscription",
         collection: R::COLLECTION.to_owned(),
         rowid: o.rowid,
@@ -647,7 +647,11 @@ impl<R: Record> Fetch<'_, R> {
                 .iter()
                 .filter_map(|o| {
                     Some((
-                        hkeys(&R::decode_stored(&o.bytes).ok()?.primary_key()),
+                        hkeys(
+                            &keel_schema::wire::decode_stored::<R>(&o.bytes)
+                                .ok()?
+                                .primary_key(),
+                        ),
                         o.rowid,
                     ))
                 })
@@ -764,10 +768,12 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode_stored(&o.bytes) {
-                Ok(r) => r.encode() != mine,
-                Err(_) => true,
-            }),
+            Box::new(
+                move |o| match keel_schema::wire::decode_stored::<R>(&o.bytes) {
+                    Ok(r) => r.encode() != mine,
+                    Err(_) => true,
+                },
+            ),
             Box::new(move |e| match e {
                 ObjectEvent::Deleted => f(ObjectUpdate::Deleted),
                 ObjectEvent::Updated(o) => match decode::<R>(&o) {
@@ -804,10 +810,12 @@ impl Database {
             self,
             R::COLLECTION,
             &obj.primary_key(),
-            Box::new(move |o| match R::decode_stored(&o.bytes) {
-                Ok(r) => r.encode() != mine,
-                Err(_) => true,
-            }),
+            Box::new(
+                move |o| match keel_schema::wire::decode_stored::<R>(&o.bytes) {
+                    Ok(r) => r.encode() != mine,
+                    Err(_) => true,
+                },
+            ),
             Box::new(move |e| {
                 let end = e == ObjectEvent::Deleted;
                 s2.put(e, end)
