@@ -435,6 +435,13 @@ impl Database {
         on_own_thread("resume", move || Ok(db.resume()?.into())).await
     }
 
+    /// How many subscriptions (object and query) keel holds for this database
+    /// right now: keel's own count, to check that none outlives its stream.
+    pub fn live_subscriptions(&self) -> u64 {
+        let (objects, queries) = self.db.subscription_counts();
+        (objects + queries) as u64
+    }
+
     /// True between `suspend` and `resume`.
     pub fn is_suspended(&self) -> bool {
         self.db.is_suspended()

@@ -204,6 +204,26 @@ final class AppTests: XCTestCase {
         try await db.close()
     }
 
+    func testDroppingNeverIteratedUpdatesLeavesNoLiveSubscription() async throws {
+        let dir = try appTempDir()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let db = try await Keel.openAsync(path: dir.appendingPathComponent("subs.db").path,
+                                          schema: BlogSchema.self, options: appOptions())
+        try await db.write { txn in try txn.insert(Post(id: "a")) }
+        do {
+            var streams: [KeelUpdates<KeelQueryChange<Post>>] = []
+            for _ in 0..<1000 { streams.append(db.fetch(Post.self).updates()) }
+            XCTAssertEqual(db.liveSubscriptions(), 1000, "each KeelUpdates holds one subscription")
+        }
+        // keel's own count, not an inference from timings.
+        let deadline = Date().addingTimeInterval(10)
+        while db.liveSubscriptions() > 0 && Date() < deadline {
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        XCTAssertEqual(db.liveSubscriptions(), 0)
+        try await db.close()
+    }
+
     func testChangeThroughOlderTypesKeepsWhatOnlyTheNewerSchemaKnows() async throws {
         let dir = try appTempDir()
         defer { try? FileManager.default.removeItem(at: dir) }
