@@ -11,6 +11,7 @@ import dev.keel.get
 import dev.keel.write
 import dev.keel.ffi.*
 import kotlinx.coroutines.*
+import kotlinx.coroutines.flow.toList
 import java.io.File
 
 class AppSaidNo : Exception("the app said no")
@@ -88,6 +89,19 @@ fun registerTxnTests() {
             }
         }
         check(caught)
+        db.closeAsync()
+    }
+
+    test("open flow: delivers Durable after the database was handed over at Readable") { dir ->
+        val path = File(dir, "durable.db").path
+        crashedDatabase(path)
+        val opts = OpenOptions(commitSync = SyncPolicy.Off, openBarrierSync = SyncPolicy.SimulatedLatency(500uL))
+        val opening = dev.keel.Keel.open(path, SCHEMA, opts, this)
+        val events = async { opening.progress.toList() }
+        val db = opening.database.await()
+        check(!db.isDurable()) { "the barrier was already done at readable; the test proves nothing" }
+        val all = withTimeout(10_000) { events.await() }
+        check(all.any { it.milestone == Milestone.READABLE } && all.last().milestone == Milestone.DURABLE && all.last().done) { "$all" }
         db.closeAsync()
     }
 
