@@ -11,6 +11,7 @@ import dev.keel.get
 import dev.keel.write
 import dev.keel.ffi.*
 import kotlinx.coroutines.*
+import kotlinx.coroutines.flow.first
 import kotlinx.coroutines.flow.toList
 import java.io.File
 
@@ -102,6 +103,25 @@ fun registerTxnTests() {
         check(!db.isDurable()) { "the barrier was already done at readable; the test proves nothing" }
         val all = withTimeout(10_000) { events.await() }
         check(all.any { it.milestone == Milestone.READABLE } && all.last().milestone == Milestone.DURABLE && all.last().done) { "$all" }
+        db.closeAsync()
+    }
+
+    test("typed updates: subscribe and decode on Dispatchers.IO, not on the collector's thread") { dir ->
+        val db = blogDb(dir, "io.db")
+        db.write { insert(Post(id = "a", priority = 1)) }
+        val decodedOn = java.util.concurrent.ConcurrentHashMap.newKeySet<String>()
+        val spy = object : dev.keel.KeelModel<Post, String> by Post {
+            override fun decode(bytes: ByteArray): Post {
+                decodedOn.add(Thread.currentThread().name)
+                return Post.decode(bytes)
+            }
+        }
+        val collector = Thread.currentThread().name
+        val first = db.fetch(spy).updates().first()
+        check(first.objects.map { it.id } == listOf("a")) { "$first" }
+        check(decodedOn.isNotEmpty() && collector !in decodedOn && decodedOn.all { it.startsWith("DefaultDispatcher") }) {
+            "decoded on $decodedOn, collected on $collector"
+        }
         db.closeAsync()
     }
 

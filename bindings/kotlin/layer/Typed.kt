@@ -30,11 +30,13 @@ import dev.keel.ffi.Value
 import dev.keel.ffi.WriteBody
 import dev.keel.ffi.WriteOp
 import dev.keel.ffi.WriteResult
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 
 /**
@@ -326,7 +328,9 @@ class TypedQuery<T : Any> internal constructor(
      * The result as a live [Flow]: the current result first, then each changed result
      * with its row-level diff. Collecting subscribes; cancelling the collector cancels
      * the subscription. No update is dropped (each diff is relative to the previous).
-     * Objects are decoded in the collector's context, not on keel's writer thread.
+     * Subscribing (which reads the first result) and decoding run on
+     * [Dispatchers.IO], never on keel's writer thread nor on the collector's
+     * dispatcher (`Dispatchers.Main` in an app); the collector gets decoded objects.
      */
     fun updates(): Flow<QueryUpdate<T>> = callbackFlow {
         val sub = query.subscribe(object : QueryListener {
@@ -335,7 +339,9 @@ class TypedQuery<T : Any> internal constructor(
             }
         })
         awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED).map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+    }.buffer(Channel.UNLIMITED)
+        .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+        .flowOn(Dispatchers.IO)
 
     override fun toString(): String = query.describe()
 }
@@ -343,6 +349,7 @@ class TypedQuery<T : Any> internal constructor(
 /**
  * The object of [model] with [key] as a [Flow]: its current version, then each new
  * one; the flow completes when the object is deleted (at once if it does not exist).
+ * Subscribing and decoding run on [Dispatchers.IO], not on the collector's dispatcher.
  */
 fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): Flow<T> = callbackFlow {
     val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
@@ -354,4 +361,4 @@ fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): F
         }
     })
     awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED).map(model::decode)
+}.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO)
