@@ -587,7 +587,7 @@ fun registerTypedTests() {
             upsert(Post(id = "new", priority = 100))
             delete(Post, "p0")
         }
-        check(r[2] == WriteResult.Deleted(true))
+        check(r == WriteResult.Deleted(true)) // the body's result: its last expression
         check(db.get(Post, "p3")?.title == "edited" && db.get(Post, "p0") == null && db.fetch(Post).count() == 10L)
         check(db.fetch(Post).orderBy(Post.priority.desc()).first()?.id == "new")
         db.closeAsync()
@@ -650,7 +650,7 @@ fun registerTypedTests() {
         db.write { delete(Score, Score.Key("ada", 1u)) }
         check(db.fetch(Score).count() == 2L)
         // rowid-keyed collection: the key is the rowid the write returned
-        val rowid = (db.write { insert(Event(text = "two", at = 5L)) }[0] as WriteResult.Written).rowid
+        val rowid = (db.write { insert(Event(text = "two", at = 5L)) } as WriteResult.Written).rowid
         check(db.get(Event, rowid) == Event(text = "two", at = 5L) && Event.keyOf(Event(text = "x")) == null)
         db.write { delete(Event, rowid) }
         check(db.get(Event, rowid) == null)
@@ -989,6 +989,7 @@ fun main(args: Array<String>) {
     registerTests()
     registerTypedTests()
     registerCorpusTests() // BytesCorpus.kt
+    registerTxnTests()
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

@@ -93,6 +93,11 @@ public protocol KeelRecord: KeelTable, Hashable {
     associatedtype Schema: KeelSchema
     /// The collection's name (`blog.Post`).
     static var keelCollection: String { get }
+    /// Every field of the type, mutable (generated as a nested `KeelDraft`): what
+    /// `with(_:)` and a transaction's `change` edit.
+    associatedtype KeelDraft
+    /// A copy with the changes `edit` makes to a draft of this value (generated).
+    func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Self
 }
 
 /// A record whose primary key is part of the value.
@@ -222,45 +227,134 @@ public enum KeelTypedError: Error, Equatable, Sendable {
     case transactionEnded
 }
 
-/// The writes of one `db.write { txn in … }` block. Nothing is sent while the
-/// block runs; when it returns, every operation goes to keel in ONE batch that
-/// commits atomically (all or nothing).
+/// The transaction a `db.write { txn in … }` body runs in. The body runs inside
+/// the write transaction on keel's writer thread, so reads through `txn` (`get`,
+/// `fetch`, `count`) see every write made before them in the transaction, and each
+/// write is applied (and checked) at once: a failing insert or update throws its
+/// `KeelError` right there, and the body may catch it and go on. When the body
+/// throws, what it wrote is rolled back (and nothing else: other writes of the
+/// same group commit stay). `txn` is valid only inside its body.
 public final class KeelWriteTransaction: @unchecked Sendable {
-    var ops: [WriteOp] = []
+    let txn: Transaction
+    let db: Database
     var ended = false
     /// One builder for every object of the transaction (its memory is reused).
     let builder = KeelWire.Builder()
 
-    init() {}
+    init(_ txn: Transaction, _ db: Database) {
+        self.txn = txn
+        self.db = db
+    }
 
-    private func add(_ op: WriteOp) throws {
+    @discardableResult
+    private func run(_ op: WriteOp) throws -> WriteResult {
         if ended { throw KeelTypedError.transactionEnded }
-        ops.append(op)
+        return try txn.write(op: op)
     }
 
-    /// Insert `object`; the batch fails with `KeelError.AlreadyExists` if its key exists.
+    /// Insert `object`; throws `KeelError.AlreadyExists` if its key (or a unique value) is taken.
     public func insert<T: KeelRecord>(_ object: T) throws {
-        try add(.insert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
+        try run(.insert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
-    /// Replace the stored object with the same key; `KeelError.NotFound` if none.
+    /// Replace the stored object with the same key (every field: fields this
+    /// version of the schema does not know are dropped; use `change` to keep them);
+    /// `KeelError.NotFound` if none.
     public func update<T: KeelRecord>(_ object: T) throws {
-        try add(.update(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
+        try run(.update(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
-    /// Insert `object`, or replace the one with the same key.
+    /// Insert `object`, or replace the one with the same key (as `update`).
     public func upsert<T: KeelRecord>(_ object: T) throws {
-        try add(.upsert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
+        try run(.upsert(collection: T.keelCollection, bytes: object.flatBufferData(using: builder)))
     }
 
     /// Delete the object of `type` with `key` (no error when there is none).
     public func delete<T: KeelRecord>(_ type: T.Type, key: T.Key) throws {
-        try add(.delete(collection: T.keelCollection, key: key.keelKeyValues))
+        try run(.delete(collection: T.keelCollection, key: key.keelKeyValues))
     }
 
     /// Delete the stored version of `object` (by its key).
     public func delete<T: KeelKeyed>(_ object: T) throws {
         try delete(T.self, key: object.primaryKey)
+    }
+
+    /// The object of `type` with `key` as this transaction sees it, or nil.
+    public func get<T: KeelRecord>(_ type: T.Type, key: T.Key) throws -> T? {
+        if ended { throw KeelTypedError.transactionEnded }
+        return try txn.get(collection: T.keelCollection, key: key.keelKeyValues).map { try T(flatBuffer: $0) }
+    }
+
+    /// A typed query that runs inside this transaction (`all()`, `first()`,
+    /// `count()` see its writes so far).
+    public func fetch<T: KeelRecord>(_ type: T.Type) -> KeelFetch<T> {
+        KeelFetch(db: db, txn: self)
+    }
+
+    /// The number of objects of `type`, as this transaction sees them.
+    public func count<T: KeelRecord>(_ type: T.Type) throws -> Int {
+        try fetch(type).count()
+    }
+
+    /// Change some fields of the object of `type` with `key`, field by field:
+    /// `try txn.change(Post.self, key: "p1") { $0.priority += 10 }`. `edit` gets a
+    /// draft of the object as stored now (inside the transaction, so nothing can
+    /// change it before the write); the fields whose values `edit` changed are
+    /// written (a `ChangeFrom`) and every other field keeps its stored bytes —
+    /// including fields, enum values and union members that a newer version of the
+    /// schema wrote and this one does not know. Returns the changed object;
+    /// `KeelError.NotFound` if there is none.
+    @discardableResult
+    public func change<T: KeelRecord>(
+        _ type: T.Type, key: T.Key, _ edit: (inout T.KeelDraft) throws -> Void
+    ) throws -> T {
+        guard let before = try get(type, key: key) else {
+            throw KeelError.NotFound(message: "change in \(T.keelCollection): no object with key \(key)")
+        }
+        let after = try before.with(edit)
+        let old = before.flatBufferData(using: builder)
+        let new = after.flatBufferData(using: builder)
+        _ = try txn.changeDiff(collection: T.keelCollection, key: key.keelKeyValues, before: old, after: new)
+        return after
+    }
+
+    /// `change(_:key:_:)` of the stored version of `object` (by its key).
+    @discardableResult
+    public func change<T: KeelKeyed>(_ object: T, _ edit: (inout T.KeelDraft) throws -> Void) throws -> T {
+        try change(T.self, key: object.primaryKey, edit)
+    }
+}
+
+/// The `WriteBody` keel calls on its writer thread: runs the Swift body, keeps its
+/// result or the error it threw (handed back as is by `write`).
+final class KeelBodyRunner<R: Sendable>: WriteBody, @unchecked Sendable {
+    let body: @Sendable (KeelWriteTransaction) throws -> R
+    let db: Database
+    private let lock = NSLock()
+    private var result: R?
+    private var thrown: Error?
+
+    init(_ db: Database, _ body: @escaping @Sendable (KeelWriteTransaction) throws -> R) {
+        self.db = db
+        self.body = body
+    }
+
+    func run(txn: Transaction) throws {
+        let t = KeelWriteTransaction(txn, db)
+        defer { t.ended = true }
+        do {
+            let r = try body(t)
+            lock.lock(); result = r; lock.unlock()
+        } catch {
+            lock.lock(); thrown = error; lock.unlock()
+            throw CallbackError.Failed(reason: "\(error)")
+        }
+    }
+
+    var outcome: (R?, Error?) {
+        lock.lock()
+        defer { lock.unlock() }
+        return (result, thrown)
     }
 }
 
@@ -271,6 +365,8 @@ public final class KeelWriteTransaction: @unchecked Sendable {
 /// `count()` or subscribe with `updates()`.
 public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     let db: Database
+    /// Set for `txn.fetch(...)`: the query runs inside that write transaction.
+    var txn: KeelWriteTransaction? = nil
     var filters: [Expr] = []
     var order: [KeelSort<T>] = []
     var limitCount: UInt64?
@@ -317,7 +413,11 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     /// Every matching object, in order (synchronous, on the calling thread: keel
     /// reads never wait for the writer).
     public func all() throws -> [T] {
-        try query.allPacked().decode(T.self)
+        if let t = txn {
+            if t.ended { throw KeelTypedError.transactionEnded }
+            return try t.txn.allPacked(query: query).decode(T.self)
+        }
+        return try query.allPacked().decode(T.self)
     }
 
     /// `all()` run on a keel thread.
@@ -327,12 +427,20 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
 
     /// The first matching object.
     public func first() throws -> T? {
-        try query.first().map { try T(flatBuffer: $0.bytes) }
+        if let t = txn {
+            if t.ended { throw KeelTypedError.transactionEnded }
+            return try t.txn.first(query: query).map { try T(flatBuffer: $0.bytes) }
+        }
+        return try query.first().map { try T(flatBuffer: $0.bytes) }
     }
 
     /// The number of matching objects.
     public func count() throws -> Int {
-        Int(try query.count())
+        if let t = txn {
+            if t.ended { throw KeelTypedError.transactionEnded }
+            return Int(try t.txn.count(query: query))
+        }
+        return Int(try query.count())
     }
 
     /// The query's results as an `AsyncSequence`: the current result first, then
@@ -510,25 +618,49 @@ extension TypedBridge: ObjectListener where Event == ObjectEvent {
 }
 
 extension Database {
-    /// Run `body` to describe writes, then commit them as ONE atomic batch on
-    /// keel's writer thread; resolves after COMMIT with `body`'s result. If any
-    /// operation fails (duplicate key, missing object) nothing is kept and the
-    /// typed `KeelError` is thrown.
+    /// Run `body` inside a write transaction on keel's writer thread and resolve
+    /// after COMMIT with `body`'s result. Reads in the body see the transaction's
+    /// writes, so read-modify-write is safe against concurrent writers:
+    ///
+    /// ```swift
+    /// try await db.write { txn in
+    ///     let c = try txn.get(Counter.self, key: "visits") ?? Counter(id: "visits")
+    ///     try txn.upsert(c.with { $0.n += 1 })
+    /// }
+    /// ```
+    ///
+    /// If `body` throws, what it wrote is rolled back and its error is rethrown
+    /// as is. `body` is `@Sendable` (it runs on keel's thread, never on the
+    /// caller's), so `write` is callable from any actor, `@MainActor` included;
+    /// it must not block on other work of the database. Concurrent writes share one
+    /// commit.
     @discardableResult
-    public func write<R>(_ body: (KeelWriteTransaction) throws -> R) async throws -> R {
-        let txn = KeelWriteTransaction()
-        let result: R
+    public func write<R: Sendable>(
+        _ body: @escaping @Sendable (KeelWriteTransaction) throws -> R
+    ) async throws -> R {
+        let runner = KeelBodyRunner(self, body)
         do {
-            result = try body(txn)
-            txn.ended = true
+            try await writeTxn(body: runner)
         } catch {
-            txn.ended = true
+            if let thrown = runner.outcome.1 { throw thrown }
             throw error
         }
-        if !txn.ops.isEmpty {
-            _ = try await write(ops: txn.ops)
+        let (result, thrown) = runner.outcome
+        if let thrown { throw thrown }
+        guard let result else {
+            throw KeelError.Internal(message: "write: the body returned no result")
         }
         return result
+    }
+
+    /// `write { txn in try txn.change(type, key: key, edit) }`: change some
+    /// fields of one object in a transaction of its own (see
+    /// `KeelWriteTransaction.change`).
+    @discardableResult
+    public func change<T: KeelRecord>(
+        _ type: T.Type, key: T.Key, _ edit: @escaping @Sendable (inout T.KeelDraft) throws -> Void
+    ) async throws -> T {
+        try await write { txn in try txn.change(type, key: key, edit) }
     }
 
     /// The object of `type` with primary key `key`, or nil (synchronous read).

@@ -92,6 +92,80 @@ const KOTLIN_MODEL_SCHEMAS: [&str; 3] = [
 /// `KEEL-EXPECT-ERROR` must be the one the compiler rejects.
 const KOTLIN_COMPILE_FAIL: &str = "bindings/kotlin/compile_fail/WrongType.kt";
 
+/// Two versions of one evolving schema (an enum value, a union member and fields
+/// added), for the test that changes a newer object through older types. Both
+/// generate package `media`; the older one is moved to package `mediav1`, as if
+/// compiled into an older build of the app (its collection name stays `media.Item`).
+const KOTLIN_EVOLVING: [(&str, Option<&str>); 2] = [
+    ("bindings/swift/Tests/media_v2.fbs", None),
+    ("bindings/swift/Tests/media_v1.fbs", Some("mediav1")),
+];
+
+/// Generates [`KOTLIN_EVOLVING`] into `models`, renaming the older version's package.
+fn old_build_models(root: &Path, models: &Path) -> Result<(), String> {
+    for (schema, package) in KOTLIN_EVOLVING {
+        let Some(package) = package else {
+            keel_schema::kotlin::write_sources(&root.join(schema), models)
+                .map_err(|e| format!("keel codegen kotlin {schema}: {e}"))?;
+            continue;
+        };
+        let scratch = models.with_file_name("keel-kotlin-old-build");
+        if scratch.exists() {
+            std::fs::remove_dir_all(&scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+        }
+        for w in keel_schema::kotlin::write_sources(&root.join(schema), &scratch)
+            .map_err(|e| format!("keel codegen kotlin {schema}: {e}"))?
+        {
+            let text = std::fs::read_to_string(&w).map_err(|e| format!("{}: {e}", w.display()))?;
+            let out = models.join(package).join(
+                w.file_name()
+                    .ok_or_else(|| format!("{}: no file name", w.display()))?,
+            );
+            std::fs::create_dir_all(out.parent().unwrap_or(models))
+                .map_err(|e| format!("{}: {e}", out.display()))?;
+            std::fs::write(&out, rename_package(&text, "media", package))
+                .map_err(|e| format!("{}: {e}", out.display()))?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` with package `from` renamed `to`: the `package` line and every qualified
+/// type name `from.X` in code, but nothing inside string literals (`"media.Item"`
+/// names the collection; the schema text in `FBS` keeps its namespace).
+fn rename_package(text: &str, from: &str, to: &str) -> String {
+    let pat = format!("{from}.");
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut prev: Option<char> = None;
+    let mut i = 0;
+    while let Some(c) = text[i..].chars().next() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+        } else if text[i..].starts_with(&pat)
+            && !prev.is_some_and(|p| p.is_alphanumeric() || p == '_' || p == '.')
+        {
+            out.push_str(to);
+            out.push('.');
+            i += pat.len();
+            prev = Some('.');
+            continue;
+        }
+        out.push(c);
+        prev = Some(c);
+        i += c.len_utf8();
+    }
+    out.replace(&format!("package {from}\n"), &format!("package {to}\n"))
+}
+
 /// A compiled Kotlin suite, ready to run.
 struct KotlinSuite {
     classpath: String,
@@ -118,12 +192,14 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
             println!("kotlin bindings: generated {} from {schema}", w.display());
         }
     }
+    old_build_models(&root, &models)?;
     let sources = [
         g.kotlin.clone(),
         root.join("bindings/kotlin/layer"),
         models,
         root.join("bindings/kotlin/KeelTest.kt"),
         root.join("bindings/kotlin/BytesCorpus.kt"),
+        root.join("bindings/kotlin/TxnTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));
@@ -282,4 +358,16 @@ pub fn kotlin_bench(quick: bool, json: &Path) -> Result<(), String> {
         true,
     )
     .map_err(|e| format!("kotlin benchmark failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rename_package_renames_code_not_string_literals() {
+        let src =
+            "package media\nval x: media.Img = f(\"media.Item\", \"a \\\" media.X\") + amedia.Y\n";
+        let want =
+            "package mediav1\nval x: mediav1.Img = f(\"media.Item\", \"a \\\" media.X\") + amedia.Y\n";
+        assert_eq!(super::rename_package(src, "media", "mediav1"), want);
+    }
 }

@@ -34,6 +34,7 @@ import dev.keel.ffi.Value
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Deferred
 import kotlinx.coroutines.async
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
@@ -54,22 +55,37 @@ object Keel {
 
     /**
      * Start opening in [scope] and return at once: [Opening.progress] emits each
-     * phase and completes with the open; [Opening.database] completes with the
-     * database (or throws the typed KeelException).
+     * phase and both milestones, and completes after the final `Durable` event
+     * (`done`), which can come after [Opening.database] completed, while the open
+     * barrier still runs (or at the error); [Opening.database] completes with the
+     * database when it is readable (or throws the typed KeelException).
      */
     fun open(path: String, schema: String, options: OpenOptions = OpenOptions(), scope: CoroutineScope): Opening {
         val channel = Channel<OpenProgress>(Channel.UNLIMITED)
         val listener = object : OpenProgressListener {
             override fun onProgress(progress: OpenProgress) {
                 channel.trySend(progress)
+                // The last event is `Durable` (`done`), which can come after the
+                // database was handed over at `Readable`.
+                if (progress.done) channel.close()
             }
         }
         val db = scope.async {
-            try {
+            val opened = try {
                 dev.keel.ffi.openAsync(path, schema, options, listener)
-            } finally {
+            } catch (e: Throwable) {
                 channel.close()
+                throw e
             }
+            // A barrier sync that fails sends no `done` event: end the flow then.
+            scope.launch {
+                try {
+                    opened.durable()
+                } catch (e: Throwable) {
+                    channel.close()
+                }
+            }
+            opened
         }
         return Opening(channel.consumeAsFlow(), db)
     }

@@ -3,7 +3,9 @@
 // field names, dev.keel.ffi.Expr) stays for tools; this one is checked by the compiler.
 //
 //   val db = Keel.openAsync(path, BlogSchema.FBS)
-//   db.write { insert(post); upsert(p2); delete(Post, "p1") }        // one transaction
+//   db.write { insert(post); upsert(p2); delete(Post, "p1") }        // one transaction, run inside it
+//   db.write { val c = get(Post, "p1")!!; update(c.copy(priority = c.priority + 1)) }
+//   db.change(Post, "p1") { it.copy(priority = it.priority + 1) }     // field-wise, keeps the rest
 //   val p: Post? = db.get(Post, "p1")
 //   val top = db.fetch(Post).where((Post.priority ge 2) and Post.title.isNotNull())
 //       .orderBy(Post.priority.desc()).limit(20).all()
@@ -14,6 +16,7 @@
 // verifies every object against the schema before storing it.
 package dev.keel
 
+import dev.keel.ffi.CallbackException
 import dev.keel.ffi.Database
 import dev.keel.ffi.Diff
 import dev.keel.ffi.Expr
@@ -22,14 +25,18 @@ import dev.keel.ffi.ObjectEvent
 import dev.keel.ffi.ObjectListener
 import dev.keel.ffi.Query
 import dev.keel.ffi.QueryListener
+import dev.keel.ffi.Transaction
 import dev.keel.ffi.Value
+import dev.keel.ffi.WriteBody
 import dev.keel.ffi.WriteOp
 import dev.keel.ffi.WriteResult
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 
 /**
@@ -155,38 +162,120 @@ data class QueryUpdate<T>(
 )
 
 /**
- * The operations of one `db.write { … }` block. Objects are encoded as they are
- * added; the batch runs in ONE transaction when the block returns.
+ * The transaction a `db.write { … }` body runs in, on keel's writer thread. Reads
+ * ([get], [fetch], [count]) see every write made before them in the transaction;
+ * each write is applied and checked at once (a failing one throws its typed
+ * `KeelException` right there, and the body may catch it and go on). When the body
+ * throws, what it wrote is rolled back, and nothing else. Valid only inside its body.
  */
-class WriteBatch internal constructor() {
-    internal val ops = ArrayList<WriteOp>()
+class WriteTxn internal constructor(
+    private val txn: Transaction,
+    private val db: Database,
+) {
+    @Volatile internal var ended = false
 
-    /** Insert; the write throws `KeelException.AlreadyExists` if the key is taken. */
-    fun insert(obj: KeelObject) { ops.add(WriteOp.Insert(obj.keelModel().collectionName, obj.encode())) }
-    /** Replace the object with the same key; `KeelException.NotFound` if there is none. */
-    fun update(obj: KeelObject) { ops.add(WriteOp.Update(obj.keelModel().collectionName, obj.encode())) }
-    /** Insert, or replace the object with the same key. */
-    fun upsert(obj: KeelObject) { ops.add(WriteOp.Upsert(obj.keelModel().collectionName, obj.encode())) }
+    private fun run(op: WriteOp): WriteResult {
+        if (ended) throw KeelException.InvalidArgument("the transaction ended when its write body returned")
+        return txn.write(op)
+    }
+
+    internal fun live(): Transaction {
+        if (ended) throw KeelException.InvalidArgument("the transaction ended when its write body returned")
+        return txn
+    }
+
+    /** Insert; throws `KeelException.AlreadyExists` if the key (or a unique value) is taken. */
+    fun insert(obj: KeelObject): WriteResult = run(WriteOp.Insert(obj.keelModel().collectionName, obj.encode()))
+    /**
+     * Replace the object with the same key, every field: fields this version of the
+     * schema does not know are dropped (use [change] to keep them); `KeelException.NotFound`
+     * if there is none.
+     */
+    fun update(obj: KeelObject): WriteResult = run(WriteOp.Update(obj.keelModel().collectionName, obj.encode()))
+    /** Insert, or replace the object with the same key (as [update]). */
+    fun upsert(obj: KeelObject): WriteResult = run(WriteOp.Upsert(obj.keelModel().collectionName, obj.encode()))
     /** Delete the object of [model] with [key] (nothing happens if there is none). */
-    fun <K : Any> delete(model: KeelModel<*, K>, key: K) { ops.add(WriteOp.Delete(model.collectionName, model.keyValues(key))) }
+    fun <K : Any> delete(model: KeelModel<*, K>, key: K): WriteResult =
+        run(WriteOp.Delete(model.collectionName, model.keyValues(key)))
 
     /** [insert] each of [objs]. */
-    fun insertAll(objs: Iterable<KeelObject>) { for (o in objs) insert(o) }
+    fun insertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { insert(it) }
     /** [upsert] each of [objs]. */
-    fun upsertAll(objs: Iterable<KeelObject>) { for (o in objs) upsert(o) }
+    fun upsertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { upsert(it) }
+
+    /** The object of [model] with [key] as this transaction sees it, or null. */
+    fun <T : Any, K : Any> get(model: KeelModel<T, K>, key: K): T? =
+        live().get(model.collectionName, model.keyValues(key))?.let(model::decode)
+
+    /** A typed query that runs inside this transaction (`all()`, `first()`, `count()`). */
+    fun <T : Any> fetch(model: KeelModel<T, *>): TypedQuery<T> =
+        TypedQuery(model, db.query(model.collectionName), this)
+
+    /** The number of objects of [model], as this transaction sees them. */
+    fun count(model: KeelModel<*, *>): Long = live().count(db.query(model.collectionName)).toLong()
+
+    /**
+     * Change some fields of the object of [model] with [key], field by field:
+     * `change(Post, "p1") { it.copy(priority = it.priority + 10) }`. [edit] gets the
+     * object as stored now (inside the transaction, so nothing changes it before the
+     * write) and returns the edited copy; the fields whose values differ are written
+     * (a `ChangeFrom`) and every other field keeps its stored bytes — including
+     * fields, enum values and union members that a newer version of the schema wrote
+     * and this one does not know. Returns the edited object; `KeelException.NotFound`
+     * if there is none.
+     */
+    fun <T : Any, K : Any> change(model: KeelModel<T, K>, key: K, edit: (T) -> T): T {
+        val stored = live().get(model.collectionName, model.keyValues(key))
+            ?: throw KeelException.NotFound("change in ${model.collectionName}: no object with key $key")
+        val before = model.decode(stored)
+        val after = edit(before)
+        txn.changeDiff(model.collectionName, model.keyValues(key), model.encode(before), model.encode(after))
+        return after
+    }
 }
 
 /**
- * Run [block]'s inserts, updates, upserts and deletes as ONE atomic transaction on
- * keel's writer thread; suspends until COMMIT. If any operation fails, none is kept
- * and the typed `KeelException` is thrown. Returns one result per operation.
+ * Run [body] inside a write transaction on keel's writer thread; suspends until
+ * COMMIT and returns [body]'s result. Reads in [body] see the transaction's writes,
+ * so read-modify-write is safe against concurrent writers:
+ *
+ *     db.write { val c = get(Counter, "visits")!!; update(c.copy(n = c.n + 1)) }
+ *
+ * If [body] throws, what it wrote is rolled back and its exception is rethrown as
+ * is. [body] runs on a keel thread, never on the caller's: it must not block on
+ * other work of the database. Concurrent writes share one commit.
  */
-suspend fun Database.write(block: WriteBatch.() -> Unit): List<WriteResult> {
-    val batch = WriteBatch()
-    batch.block()
-    if (batch.ops.isEmpty()) return emptyList()
-    return write(batch.ops)
+suspend fun <R> Database.write(body: WriteTxn.() -> R): R {
+    val db = this
+    val runner = object : WriteBody {
+        @Volatile var result: Any? = null
+        @Volatile var thrown: Throwable? = null
+        override fun run(txn: Transaction) {
+            val t = WriteTxn(txn, db)
+            try {
+                result = t.body()
+            } catch (e: Throwable) {
+                thrown = e
+                throw CallbackException.Failed(e.toString())
+            } finally {
+                t.ended = true
+            }
+        }
+    }
+    try {
+        writeTxn(runner)
+    } catch (e: KeelException) {
+        runner.thrown?.let { throw it }
+        throw e
+    }
+    runner.thrown?.let { throw it }
+    @Suppress("UNCHECKED_CAST")
+    return runner.result as R
 }
+
+/** `write { change(model, key, edit) }`: change some fields of one object in a transaction of its own. */
+suspend fun <T : Any, K : Any> Database.change(model: KeelModel<T, K>, key: K, edit: (T) -> T): T =
+    write { change(model, key, edit) }
 
 /** The object of [model] with primary [key], or null (a read on the calling thread). */
 fun <T : Any, K : Any> Database.get(model: KeelModel<T, K>, key: K): T? =
@@ -208,28 +297,30 @@ class TypedQuery<T : Any> internal constructor(
     private val model: KeelModel<T, *>,
     /** The untyped query underneath (for `describe()` and tools). */
     val query: Query,
+    /** Set for `txn.fetch(...)`: the query runs inside that write transaction. */
+    private val txn: WriteTxn? = null,
 ) {
     /** Keep objects matching [predicate] (AND-ed with earlier filters). */
-    fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr))
+    fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr), txn)
     /** Sort by [keys] (earlier keys first; ties end on insertion order). */
     fun orderBy(vararg keys: SortKey<T>): TypedQuery<T> {
         var q = query
         for (k in keys) q = q.orderBy(k.path, k.descending)
-        return TypedQuery(model, q)
+        return TypedQuery(model, q, txn)
     }
     /** At most [n] objects. */
-    fun limit(n: Int): TypedQuery<T> = TypedQuery(model, query.limit(n.toULong()))
+    fun limit(n: Int): TypedQuery<T> = TypedQuery(model, query.limit(n.toULong()), txn)
     /** Skip the first [n] objects. */
-    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(n.toULong()))
+    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(n.toULong()), txn)
 
-    /** Every matching object, in order (a read on the calling thread). */
-    fun all(): List<T> = query.all().map { model.decode(it.bytes) }
+    /** Every matching object, in order (a read on the calling thread, or inside the transaction). */
+    fun all(): List<T> = (txn?.live()?.all(query) ?: query.all()).map { model.decode(it.bytes) }
     /** [all] on a keel thread. */
     suspend fun allAsync(): List<T> = query.allAsync().map { model.decode(it.bytes) }
     /** The first matching object. */
-    fun first(): T? = query.first()?.let { model.decode(it.bytes) }
+    fun first(): T? = (if (txn != null) txn.live().first(query) else query.first())?.let { model.decode(it.bytes) }
     /** The number of matching objects. */
-    fun count(): Long = query.count().toLong()
+    fun count(): Long = (txn?.live()?.count(query) ?: query.count()).toLong()
     /** [count] on a keel thread. */
     suspend fun countAsync(): Long = query.countAsync().toLong()
 
@@ -237,7 +328,9 @@ class TypedQuery<T : Any> internal constructor(
      * The result as a live [Flow]: the current result first, then each changed result
      * with its row-level diff. Collecting subscribes; cancelling the collector cancels
      * the subscription. No update is dropped (each diff is relative to the previous).
-     * Objects are decoded in the collector's context, not on keel's writer thread.
+     * Subscribing (which reads the first result) and decoding run on
+     * [Dispatchers.IO], never on keel's writer thread nor on the collector's
+     * dispatcher (`Dispatchers.Main` in an app); the collector gets decoded objects.
      */
     fun updates(): Flow<QueryUpdate<T>> = callbackFlow {
         val sub = query.subscribe(object : QueryListener {
@@ -246,7 +339,9 @@ class TypedQuery<T : Any> internal constructor(
             }
         })
         awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED).map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+    }.buffer(Channel.UNLIMITED)
+        .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+        .flowOn(Dispatchers.IO)
 
     override fun toString(): String = query.describe()
 }
@@ -254,6 +349,7 @@ class TypedQuery<T : Any> internal constructor(
 /**
  * The object of [model] with [key] as a [Flow]: its current version, then each new
  * one; the flow completes when the object is deleted (at once if it does not exist).
+ * Subscribing and decoding run on [Dispatchers.IO], not on the collector's dispatcher.
  */
 fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): Flow<T> = callbackFlow {
     val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
@@ -265,4 +361,4 @@ fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): F
         }
     })
     awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED).map(model::decode)
+}.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO)

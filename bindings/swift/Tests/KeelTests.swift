@@ -632,9 +632,10 @@ final class KeelTests: XCTestCase {
         }
         guard case .NotFound? = missing else { return XCTFail("expected NotFound") }
         // a transaction used after its block is a typed error, not a silent no-op
-        var leaked: KeelWriteTransaction?
-        try await db.write { txn in leaked = txn }
-        XCTAssertThrowsError(try leaked?.insert(Post(id: "late"))) { e in
+        final class Leak: @unchecked Sendable { var txn: KeelWriteTransaction? }
+        let leaked = Leak()
+        try await db.write { txn in leaked.txn = txn }
+        XCTAssertThrowsError(try leaked.txn?.insert(Post(id: "late"))) { e in
             XCTAssertEqual(e as? KeelTypedError, .transactionEnded)
         }
         // malformed bytes: a typed decode error, never a trap

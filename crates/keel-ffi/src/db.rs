@@ -197,8 +197,54 @@ fn decode_with(s: &Schema, collection: &str, bytes: &[u8]) -> Result<String, Kee
     Ok(obj.to_json().map_err(invalid)?.to_string())
 }
 
-fn keys(key: Vec<Value>) -> Vec<KValue> {
+pub(crate) fn keys(key: Vec<Value>) -> Vec<KValue> {
     key.into_iter().map(KValue::from).collect()
+}
+
+/// Run one [`WriteOp`] in `txn`: what a batch of [`Database::write`] does per
+/// operation, and what a write body's `Transaction::write` does.
+pub(crate) fn apply_op(
+    txn: &mut keel_query::Txn<'_>,
+    op: WriteOp,
+) -> Result<WriteResult, keel_query::Error> {
+    Ok(match op {
+        WriteOp::Insert { collection, bytes } => WriteResult::Written {
+            rowid: txn.insert_bytes(&collection, bytes)?,
+        },
+        WriteOp::Update { collection, bytes } => WriteResult::Written {
+            rowid: txn.update_bytes(&collection, bytes)?,
+        },
+        WriteOp::Upsert { collection, bytes } => WriteResult::Written {
+            rowid: txn.upsert_bytes(&collection, bytes)?,
+        },
+        WriteOp::Change {
+            collection,
+            key,
+            values,
+        } => {
+            let values: Vec<(String, keel_schema::Value)> = values
+                .into_iter()
+                .map(|fv| (fv.field, fv.value.into()))
+                .collect();
+            WriteResult::Written {
+                rowid: txn.change_values(&collection, &keys(key), &values)?,
+            }
+        }
+        WriteOp::ChangeFrom {
+            collection,
+            key,
+            bytes,
+            fields,
+        } => {
+            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
+            WriteResult::Written {
+                rowid: txn.change_bytes(&collection, &keys(key), &bytes, &fields)?,
+            }
+        }
+        WriteOp::Delete { collection, key } => WriteResult::Deleted {
+            existed: txn.delete_key(&collection, &keys(key))?,
+        },
+    })
 }
 
 /// An open keel database. Thread-safe: share one instance across the app.
@@ -238,49 +284,7 @@ impl Database {
             let fut = self.db.write(move |txn| {
                 let mut out = Vec::with_capacity(ops.len());
                 for op in ops {
-                    out.push(match op {
-                        WriteOp::Insert { collection, bytes } => WriteResult::Written {
-                            rowid: txn.insert_bytes(&collection, bytes)?,
-                        },
-                        WriteOp::Update { collection, bytes } => WriteResult::Written {
-                            rowid: txn.update_bytes(&collection, bytes)?,
-                        },
-                        WriteOp::Upsert { collection, bytes } => WriteResult::Written {
-                            rowid: txn.upsert_bytes(&collection, bytes)?,
-                        },
-                        WriteOp::Change {
-                            collection,
-                            key,
-                            values,
-                        } => {
-                            let values: Vec<(String, keel_schema::Value)> = values
-                                .into_iter()
-                                .map(|f| (f.field, f.value.into()))
-                                .collect();
-                            WriteResult::Written {
-                                rowid: txn.change_values(&collection, &keys(key), &values)?,
-                            }
-                        }
-                        WriteOp::ChangeFrom {
-                            collection,
-                            key,
-                            bytes,
-                            fields,
-                        } => {
-                            let fields: Vec<&str> = fields.iter().map(String::as_str).collect();
-                            WriteResult::Written {
-                                rowid: txn.change_bytes(
-                                    &collection,
-                                    &keys(key),
-                                    &bytes,
-                                    &fields,
-                                )?,
-                            }
-                        }
-                        WriteOp::Delete { collection, key } => WriteResult::Deleted {
-                            existed: txn.delete_key(&collection, &keys(key))?,
-                        },
-                    });
+                    out.push(apply_op(txn, op)?);
                 }
                 Ok(out)
             });
@@ -452,6 +456,13 @@ impl Database {
         .await
     }
 
+    /// How many subscriptions (object and query) keel holds for this database
+    /// right now: keel's own count, to check that none outlives its stream.
+    pub fn live_subscriptions(&self) -> u64 {
+        let (objects, queries) = self.db.subscription_counts();
+        (objects + queries) as u64
+    }
+
     /// True between `suspend` and `resume`.
     pub fn is_suspended(&self) -> bool {
         self.db.is_suspended()
@@ -518,8 +529,8 @@ impl Database {
 /// query (queries are immutable and can be shared across threads).
 #[derive(Debug, Clone, uniffi::Object)]
 pub struct Query {
-    db: keel_query::Database,
-    collection: String,
+    pub(crate) db: keel_query::Database,
+    pub(crate) collection: String,
     filter: Vec<Arc<Expr>>,
     order: Vec<Order>,
     limit: Option<u64>,
@@ -544,9 +555,18 @@ impl Query {
 
     /// The engine query, with every name and value type checked.
     pub(crate) fn build_checked(&self) -> Result<keel_query::Query<'static>, KeelError> {
+        self.apply_to(self.db.query(&self.collection))
+    }
+
+    /// This query's filters, order, limit and offset applied to `q` (a query over
+    /// the same collection: the database's, or a write transaction's), with every
+    /// name and value type checked.
+    pub(crate) fn apply_to<'q>(
+        &self,
+        mut q: keel_query::Query<'q>,
+    ) -> Result<keel_query::Query<'q>, KeelError> {
         let schema = Arc::clone(self.db.schema());
         let r = Resolver::new(&schema, &self.collection, "query")?;
-        let mut q = self.db.query(&self.collection);
         for f in &self.filter {
             q = q.filter(r.expr(f)?);
         }

@@ -17,6 +17,11 @@
 //!   [`checkpoint`](Database::checkpoint), [`on_background`](Database::on_background),
 //!   [`io_stats`](Database::io_stats), [`open_report`](Database::open_report),
 //!   [`close`](Database::close).
+//! * [`Database::write_txn`] — a write transaction whose body is foreign code (a
+//!   [`WriteBody`]) run inside the transaction on keel's writer thread: its
+//!   [`Transaction`] reads what the transaction wrote so far (`get`, `all`,
+//!   `first`, `count`), writes at once (`write`), and changes an object field-wise
+//!   from two encodings (`change_diff`); a throw rolls back that body only.
 //! * [`Query::all_packed`] / `all_packed_async` — [`Query::all`]'s objects in one
 //!   buffer ([`PackedObjects`]): what Swift's typed fetch decodes from, without a
 //!   `Data` per object.
@@ -71,6 +76,7 @@ mod expr;
 mod live;
 mod migrate;
 mod packed;
+mod txn;
 mod types;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
@@ -83,6 +89,7 @@ pub use migrate::{
     Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
+pub use txn::{Transaction, WriteBody};
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,

@@ -567,7 +567,14 @@ impl<'a> Txn<'a> {
                 key,
             });
         };
-        let t = self.inner.table(c)?;
+        // Patch with the newest schema the file knows: an older build (opening an
+        // older schema than the one stored) must carry over the fields, enum values
+        // and union members only the newer schema knows, not drop them. Field ids
+        // are stable across compatible evolutions, so `ids` name the same fields.
+        let t = match c.ext_table.and_then(|i| c.ext.table_reader(i)) {
+            Some(t) => t,
+            None => self.inner.table(c)?,
+        };
         let merged = t
             .patch(&old.bytes, changed, ids)
             .map_err(|source| Error::InvalidObject {
