@@ -40,6 +40,7 @@ mod multiprocess;
 mod stress;
 mod swift;
 mod swift_package;
+mod swift_plugin;
 mod util;
 
 use std::process::ExitCode;

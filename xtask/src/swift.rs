@@ -27,7 +27,8 @@
 //! assignment to an immutable model's field, a predicate on another type, a key of
 //! the wrong type), which must fail with the type error its `expected-error:`
 //! comment names on the marked line, while the control `right_type.swift` must
-//! type-check.
+//! type-check. Last, `swift_plugin.rs` builds an app whose models the package's
+//! KeelCodegen build-tool plugin generates, before and after a schema change.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -231,7 +232,9 @@ pub fn test(g: &bindings::Generated) -> Result<(), String> {
             .env("KEEL_ROOT", &root)
             .env("KEEL_SWIFT_BIN", &bin),
     )
-    .map_err(|e| format!("swift bindings failed: {e}"))
+    .map_err(|e| format!("swift bindings failed: {e}"))?;
+    // An app whose models the KeelCodegen build-tool plugin makes at build time.
+    crate::swift_plugin::test(&swift, &pkg)
 }
 
 /// `cargo xtask bench swift`: the benchmark test alone, everything built in release

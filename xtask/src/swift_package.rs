@@ -12,6 +12,10 @@
 //!   KeelFFI.xcframework               built by the steps below (Apple toolchain)
 //!   Sources/keel_ffiFFI/              Linux: header + module map linking keel_ffi
 //!   lib/libkeel_ffi.so                Linux: the Rust library
+//!   Plugins/KeelCodegen/plugin.swift  the build-tool plugin: a target's `.fbs`
+//!                                     files become its models at build time
+//!   keel.artifactbundle/              the `keel` command it runs, for the host
+//!                                     (info.json + the keel-cli binary)
 //! ```
 //!
 //! On Linux the package builds with plain `swift build` (this command runs it when
@@ -62,6 +66,8 @@ let package = Package(
     platforms: [.iOS(.v15), .macOS(.v12)],
     products: [
         .library(name: "Keel", targets: ["Keel"]),
+        // Generates a target's models from its `.fbs` files at build time.
+        .plugin(name: "KeelCodegen", targets: ["KeelCodegen"]),
     ],
     targets: [
         ffiTarget,
@@ -73,6 +79,11 @@ let package = Package(
         // subscriptions as AsyncSequence, the typed API over `keel codegen swift`
         // models and their FlatBuffers runtime (KeelWire). Re-exports KeelFFI.
         .target(name: "Keel", dependencies: ["KeelFFI"], path: "Sources/Keel"),
+        // The `keel` command (keel-cli) for the host, as an artifact bundle, and the
+        // build-tool plugin that runs its `codegen swift` on a target's schemas.
+        .binaryTarget(name: "keel", path: "keel.artifactbundle"),
+        .plugin(name: "KeelCodegen", capability: .buildTool(), dependencies: ["keel"],
+                path: "Plugins/KeelCodegen"),
     ],
     // Swift 6 language mode, complete strict concurrency: apps in Swift 6 mode
     // get Sendable models, queries and a `write` callable from any actor.
@@ -249,7 +260,56 @@ pub fn assemble(g: &bindings::Generated) -> Result<PathBuf, String> {
     if !cfg!(target_os = "macos") {
         copy(&g.cdylib, &out.join("lib").join(bindings::cdylib_name()))?;
     }
+    copy(
+        &root.join("bindings/swift/Plugins/KeelCodegen/plugin.swift"),
+        &out.join("Plugins/KeelCodegen/plugin.swift"),
+    )?;
+    keel_artifact_bundle(&target, &out.join("keel.artifactbundle"))?;
     Ok(out)
+}
+
+/// The triple SwiftPM matches an artifact bundle's variant against on this host.
+fn host_triple() -> &'static str {
+    match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("macos", "aarch64") => "arm64-apple-macosx",
+        ("macos", _) => "x86_64-apple-macosx",
+        (_, "aarch64") => "aarch64-unknown-linux-gnu",
+        _ => "x86_64-unknown-linux-gnu",
+    }
+}
+
+/// Builds the `keel` command (keel-cli) and lays it out as an executable artifact
+/// bundle for the host, which the KeelCodegen plugin runs. An app's build machine is
+/// the host, never the device, so one host variant is what a build needs.
+fn keel_artifact_bundle(target: &Path, bundle: &Path) -> Result<(), String> {
+    util::cargo(&["build", "--quiet", "-p", "keel-cli"])?;
+    let exe = format!("keel{}", std::env::consts::EXE_SUFFIX);
+    let built = target.join("debug").join(&exe);
+    let variant = format!("keel-{}/bin/{exe}", host_triple());
+    let dest = bundle.join(&variant);
+    copy(&built, &dest)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dest, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", dest.display()))?;
+    }
+    let info = format!(
+        r#"{{
+    "schemaVersion": "1.0",
+    "artifacts": {{
+        "keel": {{
+            "type": "executable",
+            "version": "{}",
+            "variants": [{{ "path": "{variant}", "supportedTriples": ["{}"] }}]
+        }}
+    }}
+}}
+"#,
+        env!("CARGO_PKG_VERSION"),
+        host_triple()
+    );
+    write(&bundle.join("info.json"), info)
 }
 
 /// `cargo xtask swift-package`.
