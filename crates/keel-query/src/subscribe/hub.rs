@@ -923,7 +923,6 @@ impl Hub {
             // The subscription holds the row: it matched before (old bytes unknown).
             const HELD: u8 = 8;
             let mut cands: Vec<(u64, u8)> = Vec::new();
-            let all: Vec<u64> = cs.queries.keys().copied().collect();
             let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
             for (ti, (rowid, old, new)) in touches.iter().enumerate() {
                 let oo = old.map(|b| table.open(b));
@@ -933,7 +932,8 @@ impl Hub {
                 let no = no.and_then(|r| r.ok());
                 cands.clear();
                 if unreadable {
-                    cands.extend(all.iter().map(|&i| (i, EVAL)));
+                    // Rare (a damaged body): every subscription is a candidate.
+                    cands.extend(cs.queries.keys().map(|&i| (i, EVAL)));
                 } else {
                     for ix in &cs.eq {
                         for o in [&oo, &no].into_iter().flatten() {
@@ -1010,6 +1010,13 @@ impl Hub {
             let inner = self.db.upgrade();
             let mut ids: Vec<u64> = per_sub.keys().copied().collect();
             ids.sort_unstable(); // deliver in subscription order
+                                 // The touches some subscription may add: only they need a sort key.
+            let mut wanted = vec![false; touches.len()];
+            for mine in per_sub.values() {
+                for &(ti, nm) in mine {
+                    wanted[ti] |= nm;
+                }
+            }
             let mut updates: Vec<(u64, Vec<Entry>, bool)> = Vec::with_capacity(ids.len());
             for id in &ids {
                 let mine = &per_sub[id];
@@ -1020,7 +1027,11 @@ impl Hub {
                 if keys[q.order].is_empty() {
                     let kc: Vec<Option<Arc<RowKey>>> = touches
                         .iter()
-                        .map(|(rowid, _, new)| new.map(|b| Arc::new(order.key(b, *rowid))))
+                        .zip(&wanted)
+                        .map(|((rowid, _, new), w)| match (new, w) {
+                            (Some(b), true) => Some(Arc::new(order.key(b, *rowid))),
+                            _ => None,
+                        })
                         .collect();
                     let mut idx: Vec<usize> =
                         (0..touches.len()).filter(|i| kc[*i].is_some()).collect();
@@ -1036,7 +1047,6 @@ impl Hub {
                     ranks[q.order] = rk;
                 }
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
-                let touched: FxSet<i64> = mine.iter().map(|(ti, _)| touches[*ti].0).collect();
                 let boundary = if q.complete { None } else { q.rows.last() };
                 let mut add: Vec<(u32, Entry)> = Vec::new();
                 for (ti, nm) in mine {
@@ -1071,7 +1081,10 @@ impl Hub {
                 let mut rows = Vec::with_capacity(q.rows.len() + add.len());
                 let mut add = add.into_iter().peekable();
                 for e in &q.rows {
-                    if touched.contains(&e.key.rowid) {
+                    // A stored row that changed in this commit matched before, so
+                    // it is one of `mine`: dropped here, added back if it still
+                    // matches. (One shared map, not a set per subscription.)
+                    if at.contains_key(&e.key.rowid) {
                         continue;
                     }
                     while let Some(a) = add.peek() {
