@@ -115,7 +115,11 @@ impl Diff {
         let (om, nm) = (&old[p..old.len() - s], &new[p..new.len() - s]);
         d.updated
             .extend((0..p).filter(|&j| !same(&old[j], &new[j])));
-        if !om.is_empty() || !nm.is_empty() {
+        let p0 = d.updated.len();
+        if !(om.is_empty() && nm.is_empty()) && !Self::few_edits(&mut d, p, om, nm, &id, &same) {
+            d.inserted.clear();
+            d.removed.clear();
+            d.updated.truncate(p0);
             let mut pos: super::fx::FxMap<K, usize> = super::fx::FxMap::default();
             pos.reserve(om.len());
             pos.extend(om.iter().enumerate().map(|(i, o)| (id(o), i)));
@@ -155,6 +159,51 @@ impl Diff {
                 .map(|k| nb + k),
         );
         d
+    }
+
+    /// The middle of a diff when it is a few insertions and removals and no move
+    /// (the common case of a window after a small commit): one pass, and each
+    /// unmatched object is looked up by a linear scan of the other side, with no
+    /// map. Gives up (false) after `MAX_EDITS` unmatched objects or at a moved one;
+    /// the caller then clears what was added and takes the general path. When it
+    /// succeeds the kept objects are in order, so nothing moved, exactly what the
+    /// general path finds.
+    fn few_edits<T, K: Eq>(
+        d: &mut Diff,
+        p: usize,
+        om: &[T],
+        nm: &[T],
+        id: &impl Fn(&T) -> K,
+        same: &impl Fn(&T, &T) -> bool,
+    ) -> bool {
+        const MAX_EDITS: usize = 8;
+        let (mut i, mut j, mut edits) = (0, 0, 0);
+        while i < om.len() || j < nm.len() {
+            if i < om.len() && j < nm.len() && id(&om[i]) == id(&nm[j]) {
+                if !same(&om[i], &nm[j]) {
+                    d.updated.push(p + j);
+                }
+                i += 1;
+                j += 1;
+                continue;
+            }
+            edits += 1;
+            if edits > MAX_EDITS {
+                return false;
+            }
+            // Objects before i / j are matched or known to be on one side only, so
+            // an object absent from the rest of the other side is absent from it.
+            if i < om.len() && !nm[j..].iter().any(|o| id(o) == id(&om[i])) {
+                d.removed.push(p + i);
+                i += 1;
+            } else if j < nm.len() && !om[i..].iter().any(|o| id(o) == id(&nm[j])) {
+                d.inserted.push(p + j);
+                j += 1;
+            } else {
+                return false; // a moved object
+            }
+        }
+        true
     }
 
     /// Rebuild the new result from `old`: objects at `inserted` and `updated`

@@ -71,6 +71,9 @@ pub(crate) fn hkeys(vs: &[Value]) -> Vec<HKey> {
 /// subscriptions that order the same way.
 #[derive(Clone)]
 struct Entry {
+    /// The object's rowid (also in `key`), kept inline so that matching a stored
+    /// row against a commit's changes and diffing windows read no shared memory.
+    rowid: i64,
     key: Arc<RowKey>,
     obj: Obj,
 }
@@ -326,6 +329,7 @@ fn read_prefix(
     let rows = rows
         .into_iter()
         .map(|o| Entry {
+            rowid: o.rowid,
             key: Arc::new(order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
@@ -350,6 +354,7 @@ fn read_by_key(
     let rows = o
         .filter(|o| q.filter.as_ref().none_or(|f| f.matches(&o.bytes)))
         .map(|o| Entry {
+            rowid: o.rowid,
             key: Arc::new(q.order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
@@ -912,7 +917,7 @@ impl Hub {
         for r in &mut cs.ranges {
             r.build();
         }
-        let updates = {
+        let updates: Vec<(u64, Vec<Entry>)> = {
             let cs = &*cs;
             let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
@@ -1007,7 +1012,6 @@ impl Hub {
             // them, computed once and shared by the subscriptions ordering that way.
             let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
             let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
-            let inner = self.db.upgrade();
             let mut ids: Vec<u64> = per_sub.keys().copied().collect();
             ids.sort_unstable(); // deliver in subscription order
                                  // The touches some subscription may add: only they need a sort key.
@@ -1017,7 +1021,7 @@ impl Hub {
                     wanted[ti] |= nm;
                 }
             }
-            let mut updates: Vec<(u64, Vec<Entry>, bool)> = Vec::with_capacity(ids.len());
+            let mut updates: Vec<(u64, Vec<Entry>)> = Vec::with_capacity(ids.len());
             for id in &ids {
                 let mine = &per_sub[id];
                 let Some(q) = cs.queries.get(id) else {
@@ -1071,6 +1075,7 @@ impl Hub {
                     add.push((
                         rank[*ti],
                         Entry {
+                            rowid,
                             key: Arc::clone(key),
                             obj,
                         },
@@ -1078,52 +1083,23 @@ impl Hub {
                 }
                 add.sort_unstable_by_key(|a| a.0);
                 let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
-                let mut rows = Vec::with_capacity(q.rows.len() + add.len());
-                let mut add = add.into_iter().peekable();
-                for e in &q.rows {
-                    // A stored row that changed in this commit matched before, so
-                    // it is one of `mine`: dropped here, added back if it still
-                    // matches. (One shared map, not a set per subscription.)
-                    if at.contains_key(&e.key.rowid) {
-                        continue;
-                    }
-                    while let Some(a) = add.peek() {
-                        if order.compare(&a.key, &e.key) == Cmp::Less {
-                            rows.extend(add.next());
-                        } else {
-                            break;
-                        }
-                    }
-                    rows.push(e.clone());
-                }
-                rows.extend(add);
-                let mut complete = q.complete;
-                if let Some(cap) = q.cap {
-                    if rows.len() > cap {
-                        rows.truncate(cap);
-                        complete = false;
-                    }
-                }
-                if !complete && rows.len() < needed(&q.spec) {
-                    // The window ran short: refill the prefix from disk.
-                    if let Some(inner) = &inner {
-                        match inner
-                            .store
-                            .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
-                        {
-                            Ok((r, c)) => {
-                                rows = r;
-                                complete = c;
-                            }
-                            Err(e) => tracing::error!(error = %e, "subscription refill failed"),
-                        }
-                    }
-                }
-                updates.push((*id, rows, complete));
+                updates.push((*id, add));
             }
             updates
         };
-        self.finish_queries(cs, updates, out);
+        let inner = self.db.upgrade();
+        let CollSubs {
+            queries, orders, ..
+        } = cs;
+        for (id, add) in updates {
+            let Some(q) = queries.get_mut(&id) else {
+                continue;
+            };
+            let order = &orders[q.order].1;
+            if let Some(d) = apply_edit(q, order, add, &at, inner.as_deref()) {
+                out.push(d);
+            }
+        }
     }
 
     fn finish_queries(
@@ -1156,6 +1132,113 @@ impl Hub {
             }
         }
     }
+}
+
+/// Apply one commit to a query subscription's stored rows and compute its
+/// delivery: the stored rows changed in this commit (`at`) leave, the sorted `add`
+/// entries merge in, the prefix is cut to its cap (or refilled from disk when it ran
+/// short), and the window is diffed.
+///
+/// Entries are moved, not cloned, and the diff runs on (rowid, object address)
+/// pairs: an unchanged row costs no reference-count traffic, so the work follows the
+/// changes and the delivered window.
+fn apply_edit(
+    q: &mut QuerySub,
+    order: &Order,
+    add: Vec<Entry>,
+    at: &FxMap<i64, usize>,
+    inner: Option<&Inner>,
+) -> Option<Delivery> {
+    // (rowid, object address, index in the window)
+    let snap = |rows: &[Entry]| -> Vec<(i64, usize, usize)> {
+        window(&q.spec, rows)
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i))
+            .collect()
+    };
+    let before = snap(&q.rows);
+    let old = std::mem::take(&mut q.rows);
+    let mut rows = Vec::with_capacity(old.len() + add.len());
+    // The stored rows this commit replaced or removed: kept until the diff is made
+    // (an object whose address changed is compared by bytes with its old version).
+    let mut gone: Vec<Entry> = Vec::new();
+    let mut add = add.into_iter().peekable();
+    for e in old {
+        if at.contains_key(&e.rowid) {
+            gone.push(e);
+            continue;
+        }
+        while let Some(a) = add.peek() {
+            if order.compare(&a.key, &e.key) == Cmp::Less {
+                rows.extend(add.next());
+            } else {
+                break;
+            }
+        }
+        rows.push(e);
+    }
+    rows.extend(add);
+    let mut complete = q.complete;
+    if let Some(cap) = q.cap {
+        if rows.len() > cap {
+            gone.extend(rows.drain(cap..));
+            complete = false;
+        }
+    }
+    if !complete && rows.len() < needed(&q.spec) {
+        // The window ran short: refill the prefix from disk.
+        if let Some(inner) = inner {
+            match inner
+                .store
+                .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
+            {
+                Ok((r, c)) => {
+                    gone.append(&mut rows);
+                    rows = r;
+                    complete = c;
+                }
+                Err(e) => tracing::error!(error = %e, "subscription refill failed"),
+            }
+        }
+    }
+    q.rows = rows;
+    q.complete = complete;
+    let after = snap(&q.rows);
+    let nw = window(&q.spec, &q.rows);
+    // Old versions by rowid, for objects whose address changed (few, except when a
+    // transaction rewrote most of the window).
+    // The first entry of a rowid is its old version: a re-added row that the cap
+    // or a refill pushed out comes later.
+    let by_rowid: Option<FxMap<i64, usize>> = (gone.len() > 16).then(|| {
+        let mut m = FxMap::default();
+        for (i, e) in gone.iter().enumerate() {
+            m.entry(e.rowid).or_insert(i);
+        }
+        m
+    });
+    let old_bytes = |rowid: i64| -> Option<&[u8]> {
+        let i = match &by_rowid {
+            Some(m) => *m.get(&rowid)?,
+            None => gone.iter().position(|e| e.rowid == rowid)?,
+        };
+        Some(&gone[i].obj.bytes)
+    };
+    let diff = Diff::by(
+        &before,
+        &after,
+        |x| x.0,
+        |a, b| a.1 == b.1 || old_bytes(a.0).is_some_and(|o| nw[b.2].obj.bytes == o),
+    );
+    (!diff.is_empty()).then(|| {
+        Delivery::Query(
+            Arc::clone(&q.sink),
+            QueryUpdate {
+                objects: objects(nw),
+                diff,
+            },
+        )
+    })
 }
 
 /// Make deliveries computed under the hub's lock, without it (callbacks may
