@@ -6,7 +6,8 @@
 //! `{"scenario":"subscriptions","metrics":{...},"notes":{...}}`. `--quick` shrinks
 //! the sizes (2,000 objects, 200 subscriptions, windows of 200) and reports the sizes
 //! used as the `objects`, `subscriptions` and `window` metrics. `--app-only` runs case
-//! 4 alone, once, and writes no report (for profiling: `valgrind --tool=callgrind`).
+//! 4 alone, once, and writes no report (for profiling: `valgrind --tool=callgrind`);
+//! `--case1-only` likewise runs one case-1 transaction.
 //!
 //! Every case uses 10,000 `blog.Post` objects (`priority` = 0‥9,999) and one
 //! transaction that updates all of them; latency runs from the COMMIT (a commit hook
@@ -190,6 +191,22 @@ fn main() {
     }
     let b = Bench::open(&root.path().join("subs.db"), n);
     let keys: Vec<usize> = (0..s).map(|k| k * n / s).collect();
+    if support::flag("--case1-only") {
+        // For profiling case 1's hub side alone.
+        let subs: Vec<Subscription> = keys
+            .iter()
+            .map(|&i| {
+                let c = b.clock.clone();
+                b.db.query(COLL)
+                    .filter(Post::id().eq(format!("p{i:05}")))
+                    .subscribe(move |_| c.stamp())
+                    .unwrap()
+            })
+            .collect();
+        eprintln!("case 1: {:.3} ms", b.update_all(false));
+        drop(subs);
+        return;
+    }
 
     // ---- case 1: query subscriptions by primary key ----
     let t = Instant::now();

@@ -43,22 +43,64 @@ pub(crate) enum HKey {
     Blob(Vec<u8>),
 }
 
-pub(crate) fn hkey(v: SqlValue<'_>) -> Option<HKey> {
+/// [`HKey`] borrowed: what a changed row's value is looked up with before
+/// anything is copied.
+#[derive(Hash)]
+enum HKeyRef<'a> {
+    Int(i64),
+    Float(u64),
+    Text(&'a str),
+    Blob(&'a [u8]),
+}
+
+fn hkey_ref(v: SqlValue<'_>) -> Option<HKeyRef<'_>> {
     Some(match v {
         SqlValue::Null => return None,
-        SqlValue::Int(i) => HKey::Int(i),
+        SqlValue::Int(i) => HKeyRef::Int(i),
         SqlValue::Float(f) => {
             if f.fract() == 0.0
                 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f)
             {
-                HKey::Int(f as i64)
+                HKeyRef::Int(f as i64)
             } else {
-                HKey::Float(f.to_bits())
+                HKeyRef::Float(f.to_bits())
             }
         }
-        SqlValue::Text(s) => HKey::Text(s.to_owned()),
-        SqlValue::Blob(b) => HKey::Blob(b.to_vec()),
+        SqlValue::Text(s) => HKeyRef::Text(s),
+        SqlValue::Blob(b) => HKeyRef::Blob(b),
     })
+}
+
+impl HKeyRef<'_> {
+    fn owned(&self) -> HKey {
+        match *self {
+            HKeyRef::Int(i) => HKey::Int(i),
+            HKeyRef::Float(f) => HKey::Float(f),
+            HKeyRef::Text(s) => HKey::Text(s.to_owned()),
+            HKeyRef::Blob(b) => HKey::Blob(b.to_vec()),
+        }
+    }
+
+    /// A hash of the value, equal for a key and its owned form.
+    fn prehash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        std::hash::BuildHasherDefault::<super::fx::Fx>::default().hash_one(self)
+    }
+}
+
+impl HKey {
+    fn as_ref(&self) -> HKeyRef<'_> {
+        match self {
+            HKey::Int(i) => HKeyRef::Int(*i),
+            HKey::Float(f) => HKeyRef::Float(*f),
+            HKey::Text(s) => HKeyRef::Text(s),
+            HKey::Blob(b) => HKeyRef::Blob(b),
+        }
+    }
+}
+
+pub(crate) fn hkey(v: SqlValue<'_>) -> Option<HKey> {
+    hkey_ref(v).map(|k| k.owned())
 }
 
 pub(crate) fn hkeys(vs: &[Value]) -> Vec<HKey> {
@@ -124,6 +166,45 @@ struct EqIndex {
     path: FieldPath,
     resolved: ResolvedPath,
     map: HashMap<HKey, Vec<u64>>,
+    /// The field is the collection's (single-field) primary key.
+    pk: bool,
+    /// How many keys of `map` have each [`HKeyRef::prehash`]: a changed row's
+    /// value that no subscription asks for is dismissed without copying it.
+    pre: FxMap<u64, usize>,
+}
+
+impl EqIndex {
+    fn insert(&mut self, k: &HKey, id: u64) {
+        let ids = self.map.entry(k.clone()).or_default();
+        if ids.is_empty() {
+            *self.pre.entry(k.as_ref().prehash()).or_default() += 1;
+        }
+        ids.push(id);
+    }
+
+    fn remove(&mut self, k: &HKey, id: u64) {
+        if let Some(v) = self.map.get_mut(k) {
+            v.retain(|x| *x != id);
+            if v.is_empty() {
+                self.map.remove(k);
+                let h = k.as_ref().prehash();
+                if let Some(n) = self.pre.get_mut(&h) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.pre.remove(&h);
+                    }
+                }
+            }
+        }
+    }
+
+    fn get(&self, v: SqlValue<'_>) -> Option<&Vec<u64>> {
+        let k = hkey_ref(v)?;
+        if !self.pre.contains_key(&k.prehash()) {
+            return None;
+        }
+        self.map.get(&k.owned())
+    }
 }
 
 /// Interval stabbing over one field.
@@ -609,7 +690,7 @@ impl Hub {
         match &placement {
             Placement::Eq(p, keys) => {
                 for k in keys {
-                    cs.eq[*p].map.entry(k.clone()).or_default().push(id);
+                    cs.eq[*p].insert(k, id);
                 }
             }
             Placement::Range(_) => {}
@@ -686,12 +767,7 @@ impl Hub {
             match q.placement {
                 Placement::Eq(p, keys) => {
                     for k in keys {
-                        if let Some(v) = cs.eq[p].map.get_mut(&k) {
-                            v.retain(|x| *x != id);
-                            if v.is_empty() {
-                                cs.eq[p].map.remove(&k);
-                            }
-                        }
+                        cs.eq[p].remove(&k, id);
                     }
                 }
                 Placement::Range(r) => {
@@ -905,12 +981,19 @@ impl Hub {
         // Collapse to (rowid, first old, last new).
         let mut at: FxMap<i64, usize> = FxMap::default();
         let mut touches: Vec<Touch<'_>> = Vec::new();
+        // Each touch's primary key before and after (a rowid freed by a delete can
+        // come back under another key within one commit).
+        let mut tkeys: Vec<(&[Value], &[Value])> = Vec::new();
         for c in chs {
             match at.get(&c.rowid) {
-                Some(&i) => touches[i].2 = c.new.as_deref(),
+                Some(&i) => {
+                    touches[i].2 = c.new.as_deref();
+                    tkeys[i].1 = &c.key;
+                }
                 None => {
                     at.insert(c.rowid, touches.len());
                     touches.push((c.rowid, c.old.as_deref(), c.new.as_deref()));
+                    tkeys.push((&c.key, &c.key));
                 }
             }
         }
@@ -941,11 +1024,25 @@ impl Hub {
                     cands.extend(cs.queries.keys().map(|&i| (i, EVAL)));
                 } else {
                     for ix in &cs.eq {
+                        if ix.pk {
+                            // The change carries the key: no field read.
+                            let (k0, k1) = tkeys[ti];
+                            if let ([k0], [k1]) = (k0, k1) {
+                                for (here, k) in [(oo.is_some(), k0), (no.is_some(), k1)] {
+                                    if let Some(ids) =
+                                        here.then(|| ix.get(SqlValue::from_value(k))).flatten()
+                                    {
+                                        cands.extend(ids.iter().map(|&i| (i, EVAL)));
+                                    }
+                                }
+                                continue;
+                            }
+                        }
                         for o in [&oo, &no].into_iter().flatten() {
                             let v = o
                                 .get_ref(&ix.resolved)
                                 .map_or(SqlValue::Null, SqlValue::from_ref);
-                            if let Some(ids) = hkey(v).and_then(|k| ix.map.get(&k)) {
+                            if let Some(ids) = ix.get(v) {
                                 cands.extend(ids.iter().map(|&i| (i, EVAL)));
                             }
                         }
@@ -1306,6 +1403,8 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
                 path: path.clone(),
                 resolved,
                 map: HashMap::new(),
+                pk: q.pk.len() == 1 && q.pk[0] == *path,
+                pre: FxMap::default(),
             });
             return Placement::Eq(cs.eq.len() - 1, keys);
         }
