@@ -185,3 +185,61 @@ fn moves_then_everything_then_deletes() {
     }
     run(txns);
 }
+
+/// Identical queries share one stored result: dropping the first opened (whose
+/// result the others share) leaves the others delivering, and counts follow.
+#[test]
+fn dropping_the_first_of_identical_queries_keeps_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default()).unwrap();
+    db.write(|t| {
+        for i in 0..10u8 {
+            t.insert(&post(i, i32::from(i), 0))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let q = || {
+        db.fetch::<Post>()
+            .filter(Post::priority().ge(2) & Post::priority().lt(8))
+            .order_by(Post::priority().asc())
+            .limit(3)
+            .into_query()
+    };
+    let logs: Vec<Log> = (0..3).map(|_| Log::default()).collect();
+    let mut subs: Vec<_> = logs
+        .iter()
+        .map(|l| {
+            let l2 = l.clone();
+            Some(q().subscribe(move |u| l2.lock().unwrap().push(u)).unwrap())
+        })
+        .collect();
+    assert_eq!(db.subscription_counts(), (0, 3));
+    subs[0] = None;
+    assert_eq!(db.subscription_counts(), (0, 2));
+    db.write(|t| t.update(&post(2, 9, 1))).wait().unwrap();
+    subs[1] = None;
+    db.write(|t| t.update(&post(3, 9, 1))).wait().unwrap();
+    let fresh = q().all().unwrap();
+    let first = logs[0].lock().unwrap();
+    assert_eq!(first.len(), 1, "no delivery after drop");
+    assert_eq!(logs[1].lock().unwrap().len(), 2);
+    let last = logs[2].lock().unwrap();
+    assert_eq!(last.len(), 3);
+    let got: Vec<StoredObject> = last[2].objects.iter().map(|o| (**o).clone()).collect();
+    assert_eq!(got, fresh);
+    // A query opened after a commit shares the current result.
+    let late = q().all().unwrap();
+    let l2 = Log::default();
+    let l3 = l2.clone();
+    let _s = q().subscribe(move |u| l3.lock().unwrap().push(u)).unwrap();
+    let got: Vec<StoredObject> = l2.lock().unwrap()[0]
+        .objects
+        .iter()
+        .map(|o| (**o).clone())
+        .collect();
+    assert_eq!(got, late);
+    drop(subs);
+    assert_eq!(db.subscription_counts(), (0, 1));
+}

@@ -141,7 +141,10 @@ enum Placement {
 }
 
 struct QuerySub {
-    sink: Arc<Shared<QueryUpdate>>,
+    /// Every subscription to this query, by id: identical queries (the same
+    /// query opened from several views) share one stored result, one update per
+    /// commit and one diff; each gets its own delivery.
+    sinks: Vec<(u64, Arc<Shared<QueryUpdate>>)>,
     spec: Spec,
     filter: Option<Filter>,
     order: usize,
@@ -319,11 +322,19 @@ struct CollSubs {
     objects: HashMap<Vec<HKey>, Vec<u64>>,
     object_subs: FxMap<u64, ObjSub>,
     queries: FxMap<u64, QuerySub>,
+    /// A subscription id → the key in `queries` of the query it shares.
+    alias: FxMap<u64, u64>,
     eq: Vec<EqIndex>,
     ranges: Vec<RangeIndex>,
     scan: Vec<u64>,
     /// Distinct orders of the subscriptions (sort keys are computed once per order).
     orders: Vec<(Vec<SortKey>, Order)>,
+}
+
+impl CollSubs {
+    fn query_count(&self) -> usize {
+        self.queries.values().map(|q| q.sinks.len()).sum()
+    }
 }
 
 #[derive(Default)]
@@ -534,7 +545,7 @@ impl Hub {
         let n = st
             .colls
             .values()
-            .map(|c| c.object_subs.len() + c.queries.len())
+            .map(|c| c.object_subs.len() + c.query_count())
             .sum();
         self.registered.store(n, Ordering::Release);
     }
@@ -668,6 +679,23 @@ impl Hub {
     ) -> Result<(u64, Vec<Obj>)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
+        {
+            // The same query is already live: share its result. Its stored rows
+            // are current for every commit the hub has seen, which is what a
+            // consistent first read gives; later commits reach both alike.
+            let mut st = lock(&self.state);
+            let id = st.next_id;
+            if let Some(cs) = st.colls.get_mut(&q.coll) {
+                if let Some((&key, twin)) = cs.queries.iter_mut().find(|(_, x)| x.spec == q.spec) {
+                    twin.sinks.push((id, sink));
+                    let first = objects(window(&twin.spec, &twin.rows));
+                    cs.alias.insert(id, key);
+                    st.next_id += 1;
+                    self.recount(&st);
+                    return Ok((id, first));
+                }
+            }
+        }
         // Writes record their changes from now on (before the first read).
         let _adding = Adding::new(&self.adding);
         let read = |conn: &rusqlite::Connection| match &q.pk_eq {
@@ -699,7 +727,7 @@ impl Hub {
         cs.queries.insert(
             id,
             QuerySub {
-                sink,
+                sinks: vec![(id, sink)],
                 spec: q.spec,
                 filter: q.filter,
                 order,
@@ -763,7 +791,13 @@ impl Hub {
                 }
             }
         }
-        if let Some(q) = cs.queries.remove(&id) {
+        let key = cs.alias.remove(&id).unwrap_or(id);
+        let last = cs.queries.get_mut(&key).is_some_and(|q| {
+            q.sinks.retain(|(i, _)| *i != id);
+            q.sinks.is_empty()
+        });
+        let id = key;
+        if let Some(q) = last.then(|| cs.queries.remove(&id)).flatten() {
             match q.placement {
                 Placement::Eq(p, keys) => {
                     for k in keys {
@@ -784,7 +818,7 @@ impl Hub {
     pub(crate) fn counts(&self) -> (usize, usize) {
         let st = lock(&self.state);
         st.colls.values().fold((0, 0), |(o, q), c| {
-            (o + c.object_subs.len(), q + c.queries.len())
+            (o + c.object_subs.len(), q + c.query_count())
         })
     }
 
@@ -801,7 +835,9 @@ impl Hub {
         };
         for cs in colls.into_values() {
             for s in cs.queries.into_values() {
-                s.sink.cancel();
+                for (_, sink) in s.sinks {
+                    sink.cancel();
+                }
             }
             for s in cs.object_subs.into_values() {
                 s.sink.cancel();
@@ -1193,9 +1229,7 @@ impl Hub {
                 continue;
             };
             let order = &orders[q.order].1;
-            if let Some(d) = apply_edit(q, order, add, &at, inner.as_deref()) {
-                out.push(d);
-            }
+            apply_edit(q, order, add, &at, inner.as_deref(), out);
         }
     }
 
@@ -1219,13 +1253,14 @@ impl Hub {
                 |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
             );
             if !diff.is_empty() {
-                out.push(Delivery::Query(
-                    Arc::clone(&q.sink),
+                deliveries(
+                    &q.sinks,
                     QueryUpdate {
                         objects: objects(nw),
                         diff,
                     },
-                ));
+                    out,
+                );
             }
         }
     }
@@ -1245,7 +1280,8 @@ fn apply_edit(
     add: Vec<Entry>,
     at: &FxMap<i64, usize>,
     inner: Option<&Inner>,
-) -> Option<Delivery> {
+    out: &mut Vec<Delivery>,
+) {
     // (rowid, object address, index in the window)
     let snap = |rows: &[Entry]| -> Vec<(i64, usize, usize)> {
         window(&q.spec, rows)
@@ -1327,15 +1363,26 @@ fn apply_edit(
         |x| x.0,
         |a, b| a.1 == b.1 || old_bytes(a.0).is_some_and(|o| nw[b.2].obj.bytes == o),
     );
-    (!diff.is_empty()).then(|| {
-        Delivery::Query(
-            Arc::clone(&q.sink),
+    if !diff.is_empty() {
+        deliveries(
+            &q.sinks,
             QueryUpdate {
                 objects: objects(nw),
                 diff,
             },
-        )
-    })
+            out,
+        );
+    }
+}
+
+/// One delivery of `u` per subscription sharing the query.
+fn deliveries(sinks: &[(u64, Arc<Shared<QueryUpdate>>)], u: QueryUpdate, out: &mut Vec<Delivery>) {
+    if let [rest @ .., (_, last)] = sinks {
+        for (_, s) in rest {
+            out.push(Delivery::Query(Arc::clone(s), u.clone()));
+        }
+        out.push(Delivery::Query(Arc::clone(last), u));
+    }
 }
 
 /// Make deliveries computed under the hub's lock, without it (callbacks may
