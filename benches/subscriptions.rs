@@ -189,6 +189,7 @@ fn main() {
         );
         return;
     }
+    let load_start = loadavg();
     let b = Bench::open(&root.path().join("subs.db"), n);
     let keys: Vec<usize> = (0..s).map(|k| k * n / s).collect();
     if support::flag("--case1-only") {
@@ -427,6 +428,8 @@ fn main() {
             0.5,
         ),
     ];
+    add("loadavg_start", load_start, &mut metrics);
+    add("loadavg_end", loadavg(), &mut metrics);
     add("objects", n as f64, &mut metrics);
     add("subscriptions", s as f64, &mut metrics);
     add("window", w as f64, &mut metrics);
@@ -440,7 +443,8 @@ fn main() {
          subscriptions of {w} objects each, every window rotated: {:.1} ms (refetch {:.1} ms). \
          App-shaped, one object moved per transaction: {:.3} ms per write with no live query, \
          {:.3} ms with {} and {:.3} ms with {s} open range windows of 50 (refetching those \
-         {s} queries instead: {:.1} ms per write).",
+         {s} queries instead: {:.1} ms per write). Wall-clock times on a shared machine: load \
+         average {:.1} at the start and {:.1} at the end on {} cores.",
         get("case1_ms"),
         get("case1_refetch_ms"),
         get("case2_ms"),
@@ -452,6 +456,9 @@ fn main() {
         s / 10,
         get("app_all_ms"),
         get("app_refetch_ms"),
+        get("loadavg_start"),
+        get("loadavg_end"),
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
     );
     // Chart labels: the report's `caseN_ratio` bars say what each case is.
     let labels = serde_json::json!({
@@ -467,6 +474,14 @@ fn main() {
             "summary": summary, "labels": labels, "targets": targets,
         }),
     );
+}
+
+/// The 1-minute load average (NaN where unavailable).
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
 }
 
 /// One goal of the scenario, judged on the median of the repetitions' `values`
@@ -517,6 +532,8 @@ fn note(k: &str) -> &'static str {
         "objects" => "objects in the collection (10,000 in a full run)",
         "subscriptions" => "subscriptions per case (1,000 in a full run)",
         "window" => "objects per range subscription in case 3 (1,000 in a full run)",
+        "loadavg_start" => "1-minute load average when the run started (other builds may share the machine)",
+        "loadavg_end" => "1-minute load average when the run ended",
         "app_none_ms" => "case 4: ms per single-object write (write call to future resolved), no live query open (nothing recorded)",
         "app_some_ms" => "case 4: the same with a tenth of the range queries open (100 in a full run)",
         "app_all_ms" => "case 4: the same with every range query open (1,000 in a full run; ordered windows of 50, each value in about five)",
