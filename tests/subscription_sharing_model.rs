@@ -35,7 +35,7 @@ fn arb_op() -> impl Strategy<Value = Op> {
 fn post(i: u8, priority: i32, views: u64) -> Post {
     Post::builder()
         .id(format!("k{i:02}"))
-        .title(if i % 3 == 0 { "a" } else { "b" })
+        .title(if i.is_multiple_of(3) { "a" } else { "b" })
         .priority(priority)
         .views(views)
         .build()

@@ -116,7 +116,9 @@ impl Diff {
         d.updated
             .extend((0..p).filter(|&j| !same(&old[j], &new[j])));
         let p0 = d.updated.len();
-        if !(om.is_empty() && nm.is_empty()) && !Self::few_edits(&mut d, p, om, nm, &id, &same) {
+        let done =
+            (om.is_empty() && nm.is_empty()) || Self::few_edits(&mut d, p, om, nm, &id, &same);
+        if !done {
             d.inserted.clear();
             d.removed.clear();
             d.updated.truncate(p0);
