@@ -5,7 +5,9 @@
 //! `target/keel-bench/subscriptions.json`:
 //! `{"scenario":"subscriptions","metrics":{...},"notes":{...}}`. `--quick` shrinks
 //! the sizes (2,000 objects, 200 subscriptions, windows of 200) and reports the sizes
-//! used as the `objects`, `subscriptions` and `window` metrics.
+//! used as the `objects`, `subscriptions` and `window` metrics. `--app-only` runs case
+//! 4 alone, once, and writes no report (for profiling: `valgrind --tool=callgrind`);
+//! `--case1-only` likewise runs one case-1 transaction.
 //!
 //! Every case uses 10,000 `blog.Post` objects (`priority` = 0‥9,999) and one
 //! transaction that updates all of them; latency runs from the COMMIT (a commit hook
@@ -20,6 +22,16 @@
 //!    pre-check); the transaction rotates every window: `priority = (priority + 1) %
 //!    10,000`, so each window loses its first object, gains a new last one, and every
 //!    object in it is updated.
+//!
+//! 4. The app-shaped case: one object changes per transaction. 10,000 objects, 0, 100
+//!    or 1,000 open live range queries `priority >= lo AND priority < lo + 50` ordered
+//!    by `priority` with `limit(50)` (`lo` = 0, 10, 20, …: each value lies in about five
+//!    windows), and N single-object transactions that each move one object to a
+//!    priority half the collection away (another window). Measured on the writer's
+//!    side: the time from `write` to its future resolving (all deliveries made), per
+//!    commit. With no query open nothing is recorded at all (no change hook either),
+//!    so `app_1000_vs_none_ratio` is everything open subscriptions add to a write.
+//!    The refetch baseline re-runs every open query in a commit hook.
 //!
 //! The refetch baseline (`*_refetch_ms`) is what Room or SQLDelight do: after the
 //! same kind of commit, a commit hook re-runs every subscribed query through the
@@ -168,8 +180,34 @@ fn main() {
         eprintln!("{k:>28} {v:>12.3}");
         ms.push((k, v));
     };
+    if support::flag("--app-only") {
+        let c = if quick { 100 } else { 1_000 };
+        let a = app_case(&root.path().join("app.db"), n, s, c, 0);
+        eprintln!(
+            "none {:.4} ms, some {:.4} ms, all {:.4} ms, refetch {:.3} ms",
+            a.none, a.some, a.all, a.refetch
+        );
+        return;
+    }
+    let load_start = loadavg();
     let b = Bench::open(&root.path().join("subs.db"), n);
     let keys: Vec<usize> = (0..s).map(|k| k * n / s).collect();
+    if support::flag("--case1-only") {
+        // For profiling case 1's hub side alone.
+        let subs: Vec<Subscription> = keys
+            .iter()
+            .map(|&i| {
+                let c = b.clock.clone();
+                b.db.query(COLL)
+                    .filter(Post::id().eq(format!("p{i:05}")))
+                    .subscribe(move |_| c.stamp())
+                    .unwrap()
+            })
+            .collect();
+        eprintln!("case 1: {:.3} ms", b.update_all(false));
+        drop(subs);
+        return;
+    }
 
     // ---- case 1: query subscriptions by primary key ----
     let t = Instant::now();
@@ -210,6 +248,7 @@ fn main() {
         base.push(b.update_all(false));
     }
     *refetch.lock().unwrap() = None;
+    let c1 = (hub.clone(), base.clone());
     add("case1_ms", median(hub.clone()), &mut metrics);
     add("case1_refetch_ms", median(base.clone()), &mut metrics);
     add("case1_ratio", median(hub) / median(base), &mut metrics);
@@ -252,6 +291,7 @@ fn main() {
         base.push(b.update_all(false));
     }
     *refetch.lock().unwrap() = None;
+    let c2 = (hub.clone(), base.clone());
     add("case2_ms", median(hub.clone()), &mut metrics);
     add("case2_refetch_ms", median(base.clone()), &mut metrics);
     add("case2_ratio", median(hub) / median(base), &mut metrics);
@@ -308,6 +348,7 @@ fn main() {
         base.push(b.update_all(true));
     }
     *refetch.lock().unwrap() = None;
+    let c3 = (hub.clone(), base.clone());
     add("case3_ms", median(hub.clone()), &mut metrics);
     add("case3_refetch_ms", median(base.clone()), &mut metrics);
     add("case3_ratio", median(hub) / median(base), &mut metrics);
@@ -316,6 +357,79 @@ fn main() {
         subscribe3.as_secs_f64() * 1e3,
         &mut metrics,
     );
+    // ---- case 4: the app-shaped case, single-object commits ----
+    let (commits, refetch_commits) = if quick { (60, 6) } else { (600, 20) };
+    let mut app = Vec::new();
+    for r in 0..reps {
+        let a = app_case(
+            &root.path().join(format!("app{r}.db")),
+            n,
+            s,
+            commits,
+            refetch_commits,
+        );
+        eprintln!(
+            "case 4 rep {r}: none {:.4} ms, {} open {:.4} ms, {s} open {:.4} ms, refetch {:.3} ms",
+            a.none,
+            s / 10,
+            a.some,
+            a.all,
+            a.refetch
+        );
+        app.push(a);
+    }
+    let med = |f: &dyn Fn(&AppRun) -> f64| median(app.iter().map(f).collect());
+    add("app_none_ms", med(&|a| a.none), &mut metrics);
+    add("app_some_ms", med(&|a| a.some), &mut metrics);
+    add("app_all_ms", med(&|a| a.all), &mut metrics);
+    add("app_refetch_ms", med(&|a| a.refetch), &mut metrics);
+    let vs_none: Vec<f64> = app.iter().map(|a| a.all / a.none).collect();
+    let vs_refetch: Vec<f64> = app.iter().map(|a| a.all / a.refetch).collect();
+    add(
+        "app_1000_vs_none_ratio",
+        median(vs_none.clone()),
+        &mut metrics,
+    );
+    add(
+        "app_vs_refetch_ratio",
+        median(vs_refetch.clone()),
+        &mut metrics,
+    );
+    let pair = |k: &[f64], b: &[f64]| -> Vec<f64> { k.iter().zip(b).map(|(k, b)| k / b).collect() };
+    let targets = vec![
+        target(
+            "app_1000_vs_none_ratio",
+            "app: write with 1k live queries ÷ with none",
+            &vs_none,
+            1.3,
+        ),
+        target(
+            "app_vs_refetch_ratio",
+            "app: keel ÷ refetching 1k queries (≥ 50× ahead)",
+            &vs_refetch,
+            0.02,
+        ),
+        target(
+            "case1_ratio",
+            "Dflat 1: 1k pk queries, keel ÷ refetch",
+            &pair(&c1.0, &c1.1),
+            0.5,
+        ),
+        target(
+            "case2_ratio",
+            "Dflat 2: 1k object subs, keel ÷ refetch",
+            &pair(&c2.0, &c2.1),
+            1.0,
+        ),
+        target(
+            "case3_ratio",
+            "Dflat 3: 1k range windows, keel ÷ refetch",
+            &pair(&c3.0, &c3.1),
+            0.5,
+        ),
+    ];
+    add("loadavg_start", load_start, &mut metrics);
+    add("loadavg_end", loadavg(), &mut metrics);
     add("objects", n as f64, &mut metrics);
     add("subscriptions", s as f64, &mut metrics);
     add("window", w as f64, &mut metrics);
@@ -326,13 +440,25 @@ fn main() {
         "{n} objects, {s} subscriptions, one transaction updating every object; latency from \
          COMMIT to the last delivery. Primary-key query subscriptions: {:.1} ms (refetching \
          every query: {:.1} ms). Object subscriptions: {:.1} ms (refetch {:.1} ms). Range \
-         subscriptions of {w} objects each, every window rotated: {:.1} ms (refetch {:.1} ms).",
+         subscriptions of {w} objects each, every window rotated: {:.1} ms (refetch {:.1} ms). \
+         App-shaped, one object moved per transaction: {:.3} ms per write with no live query, \
+         {:.3} ms with {} and {:.3} ms with {s} open range windows of 50 (refetching those \
+         {s} queries instead: {:.1} ms per write). Wall-clock times on a shared machine: load \
+         average {:.1} at the start and {:.1} at the end on {} cores.",
         get("case1_ms"),
         get("case1_refetch_ms"),
         get("case2_ms"),
         get("case2_refetch_ms"),
         get("case3_ms"),
         get("case3_refetch_ms"),
+        get("app_none_ms"),
+        get("app_some_ms"),
+        s / 10,
+        get("app_all_ms"),
+        get("app_refetch_ms"),
+        get("loadavg_start"),
+        get("loadavg_end"),
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
     );
     // Chart labels: the report's `caseN_ratio` bars say what each case is.
     let labels = serde_json::json!({
@@ -345,9 +471,39 @@ fn main() {
         "subscriptions",
         &serde_json::json!({
             "scenario": "subscriptions", "metrics": m, "notes": notes,
-            "summary": summary, "labels": labels,
+            "summary": summary, "labels": labels, "targets": targets,
         }),
     );
+}
+
+/// The 1-minute load average (NaN where unavailable).
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// One goal of the scenario, judged on the median of the repetitions' `values`
+/// (lower is better).
+fn target(metric: &str, label: &str, values: &[f64], goal: f64) -> serde_json::Value {
+    let r = |x: f64| (x * 1000.0).round() / 1000.0;
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let m = median(v.clone());
+    serde_json::json!({
+        "metric": metric,
+        "label": label,
+        "median": r(m),
+        "min": r(v[0]),
+        "max": r(v[v.len() - 1]),
+        "repetitions": v.len(),
+        "values": values.iter().map(|&x| r(x)).collect::<Vec<_>>(),
+        "target": goal,
+        "better": "lower",
+        "unit": "×",
+        "met": m <= goal,
+    })
 }
 
 /// Install `f` as the refetch strategy: a commit hook that runs it after COMMIT.
@@ -376,6 +532,138 @@ fn note(k: &str) -> &'static str {
         "objects" => "objects in the collection (10,000 in a full run)",
         "subscriptions" => "subscriptions per case (1,000 in a full run)",
         "window" => "objects per range subscription in case 3 (1,000 in a full run)",
+        "loadavg_start" => "1-minute load average when the run started (other builds may share the machine)",
+        "loadavg_end" => "1-minute load average when the run ended",
+        "app_none_ms" => "case 4: ms per single-object write (write call to future resolved), no live query open (nothing recorded)",
+        "app_some_ms" => "case 4: the same with a tenth of the range queries open (100 in a full run)",
+        "app_all_ms" => "case 4: the same with every range query open (1,000 in a full run; ordered windows of 50, each value in about five)",
+        "app_refetch_ms" => "case 4: ms per write when a commit hook re-runs every one of those queries instead (Room / SQLDelight)",
+        "app_1000_vs_none_ratio" => "app_all_ms / app_none_ms, median over repetitions (goal ≤ 1.3)",
+        "app_vs_refetch_ratio" => "app_all_ms / app_refetch_ms, median over repetitions (goal ≤ 0.02: 50× ahead)",
         _ => "",
+    }
+}
+
+/// Width and limit of case 4's windows, and the distance between their starts.
+const APP_WINDOW: i32 = 50;
+const APP_STEP: usize = 10;
+
+/// Case 4's figures of one repetition: ms per commit with 0, 100 and all queries
+/// open, and with the refetch strategy for all of them.
+struct AppRun {
+    none: f64,
+    some: f64,
+    all: f64,
+    refetch: f64,
+}
+
+/// Case 4 (see the module docs): `n` objects, `s` open range queries at most,
+/// `commits` single-object transactions per measurement.
+fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: usize) -> AppRun {
+    let db = Database::open_for::<Post>(
+        path,
+        StoreOptions::default().sync(SyncPolicies::all(SyncPolicy::Normal)),
+    )
+    .unwrap();
+    db.write(move |t| {
+        for i in 0..n {
+            t.insert(&post(i, i as i32, 0))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let prio: Arc<Mutex<Vec<i32>>> = Arc::new(Mutex::new((0..n as i32).collect()));
+    let step = AtomicU64::new(0);
+    // `k` commits, each moving one object half the collection away; ms per commit.
+    // (The median, not the mean: the machine is shared and a descheduled writer
+    // thread would otherwise dominate a sub-millisecond figure.)
+    let run = |k: usize| -> f64 {
+        let mut times = Vec::with_capacity(k);
+        for _ in 0..k {
+            let t = Instant::now();
+            let c = step.fetch_add(1, Ordering::Relaxed) as usize;
+            let j = (c * 7_919 + 13) % n;
+            let p = {
+                let mut pr = prio.lock().unwrap();
+                pr[j] = (pr[j] + (n / 2) as i32 + 7) % n as i32;
+                pr[j]
+            };
+            let o = post(j, p, c as u64);
+            db.write(move |t| t.update(&o)).wait().unwrap();
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        median(times)
+    };
+    let range = |lo: i32| {
+        db.query(COLL)
+            .filter(Post::priority().ge(lo) & Post::priority().lt(lo + APP_WINDOW))
+            .order_by(Post::priority().asc())
+            .limit(APP_WINDOW as u64)
+    };
+    let los: Vec<i32> = (0..s).map(|k| (k * APP_STEP) as i32).collect();
+    let deliveries = Arc::new(AtomicUsize::new(0));
+    // Each subscription keeps the rowids of its last delivery, as a list view would.
+    type Shown = Arc<Mutex<Vec<i64>>>;
+    let open = |los: &[i32]| -> Vec<(Subscription, Shown)> {
+        los.iter()
+            .map(|&lo| {
+                let (d, shown) = (deliveries.clone(), Shown::default());
+                let sh = shown.clone();
+                let sub = range(lo)
+                    .subscribe(move |u| {
+                        d.fetch_add(1, Ordering::Relaxed);
+                        *sh.lock().unwrap() = u.objects.iter().map(|o| o.rowid).collect();
+                    })
+                    .unwrap();
+                (sub, shown)
+            })
+            .collect()
+    };
+    run(commits / 4); // warm up
+    let none = run(commits);
+    let tenth: Vec<i32> = los.iter().step_by(10).copied().collect();
+    let subs = open(&tenth);
+    let some = run(commits);
+    drop(subs);
+    let subs = open(&los);
+    let before = deliveries.load(Ordering::Relaxed);
+    let all = run(commits);
+    let per_commit = (deliveries.load(Ordering::Relaxed) - before) as f64 / commits as f64;
+    assert!(per_commit > 1.0, "moves reach the windows ({per_commit})");
+    for ((_, shown), &lo) in subs.iter().zip(&los).step_by(97) {
+        let fresh: Vec<i64> = range(lo).all().unwrap().iter().map(|o| o.rowid).collect();
+        assert_eq!(
+            *shown.lock().unwrap(),
+            fresh,
+            "window at {lo} equals a fresh fetch"
+        );
+    }
+    drop(subs);
+    let db2 = db.clone();
+    let hook = db.on_commit_changes(move |_| {
+        for &lo in &los {
+            let r = db2
+                .query(COLL)
+                .filter(Post::priority().ge(lo) & Post::priority().lt(lo + APP_WINDOW))
+                .order_by(Post::priority().asc())
+                .limit(APP_WINDOW as u64)
+                .all()
+                .unwrap();
+            assert!(r.len() <= APP_WINDOW as usize);
+        }
+    });
+    let refetch = if refetch_commits > 0 {
+        run(refetch_commits)
+    } else {
+        f64::NAN
+    };
+    drop(hook);
+    db.close().wait().unwrap();
+    AppRun {
+        none,
+        some,
+        all,
+        refetch,
     }
 }

@@ -85,7 +85,7 @@ pub struct Query<'a> {
 }
 
 /// The data of a query (no connection): can move to another thread.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Spec {
     pub(crate) collection: String,
     pub(crate) filter: Option<Expr>,

@@ -98,42 +98,114 @@ impl Diff {
         same: impl Fn(&T, &T) -> bool,
     ) -> Diff {
         let mut d = Diff::default();
-        // Fast path: identical identities in identical order.
-        if old.len() == new.len() && old.iter().zip(new).all(|(a, b)| id(a) == id(b)) {
-            d.updated = (0..new.len())
-                .filter(|&j| !same(&old[j], &new[j]))
-                .collect();
-            return d;
+        // The common prefix and suffix (same identities at the same places from
+        // either end) are kept and never moved: a longest increasing subsequence of
+        // the whole can always include them. Only the middle needs the index map,
+        // so a window that gained or lost one object near an end costs O(n)
+        // comparisons and no hashing.
+        let n = old.len().min(new.len());
+        let mut p = 0;
+        while p < n && id(&old[p]) == id(&new[p]) {
+            p += 1;
         }
-        let pos: super::fx::FxMap<K, usize> =
-            old.iter().enumerate().map(|(i, o)| (id(o), i)).collect();
-        let mut kept_old = vec![false; old.len()];
-        // (old index, new index) of kept objects, in new order.
-        let mut kept: Vec<(usize, usize)> = Vec::with_capacity(new.len().min(old.len()));
-        for (j, o) in new.iter().enumerate() {
-            match pos.get(&id(o)) {
-                Some(&i) if !kept_old[i] => {
-                    kept_old[i] = true;
-                    kept.push((i, j));
-                    if !same(&old[i], o) {
-                        d.updated.push(j);
+        let mut s = 0;
+        while s < n - p && id(&old[old.len() - 1 - s]) == id(&new[new.len() - 1 - s]) {
+            s += 1;
+        }
+        let (om, nm) = (&old[p..old.len() - s], &new[p..new.len() - s]);
+        d.updated
+            .extend((0..p).filter(|&j| !same(&old[j], &new[j])));
+        let p0 = d.updated.len();
+        let done =
+            (om.is_empty() && nm.is_empty()) || Self::few_edits(&mut d, p, om, nm, &id, &same);
+        if !done {
+            d.inserted.clear();
+            d.removed.clear();
+            d.updated.truncate(p0);
+            let mut pos: super::fx::FxMap<K, usize> = super::fx::FxMap::default();
+            pos.reserve(om.len());
+            pos.extend(om.iter().enumerate().map(|(i, o)| (id(o), i)));
+            let mut kept_old = vec![false; om.len()];
+            // (old index, new index) of kept objects, in new order.
+            let mut kept: Vec<(usize, usize)> = Vec::with_capacity(nm.len().min(om.len()));
+            for (j, o) in nm.iter().enumerate() {
+                match pos.get(&id(o)) {
+                    Some(&i) if !kept_old[i] => {
+                        kept_old[i] = true;
+                        kept.push((p + i, p + j));
+                        if !same(&om[i], o) {
+                            d.updated.push(p + j);
+                        }
                     }
+                    _ => d.inserted.push(p + j),
                 }
-                _ => d.inserted.push(j),
+            }
+            d.removed = (0..om.len())
+                .filter(|&i| !kept_old[i])
+                .map(|i| p + i)
+                .collect();
+            if !kept.windows(2).all(|w| w[0].0 < w[1].0) {
+                let stable = lis(&kept);
+                d.moved = kept
+                    .iter()
+                    .zip(stable)
+                    .filter(|(_, s)| !s)
+                    .map(|(p, _)| *p)
+                    .collect();
             }
         }
-        d.removed = (0..old.len()).filter(|&i| !kept_old[i]).collect();
-        if kept.windows(2).all(|w| w[0].0 < w[1].0) {
-            return d; // kept objects in the same relative order: nothing moved
-        }
-        let stable = lis(&kept);
-        d.moved = kept
-            .iter()
-            .zip(stable)
-            .filter(|(_, s)| !s)
-            .map(|(p, _)| *p)
-            .collect();
+        let (ob, nb) = (old.len() - s, new.len() - s);
+        d.updated.extend(
+            (0..s)
+                .filter(|&k| !same(&old[ob + k], &new[nb + k]))
+                .map(|k| nb + k),
+        );
         d
+    }
+
+    /// The middle of a diff when it is a few insertions and removals and no move
+    /// (the common case of a window after a small commit): one pass, and each
+    /// unmatched object is looked up by a linear scan of the other side, with no
+    /// map. Gives up (false) after `MAX_EDITS` unmatched objects or at a moved one;
+    /// the caller then clears what was added and takes the general path. When it
+    /// succeeds the kept objects are in order, so nothing moved, exactly what the
+    /// general path finds.
+    fn few_edits<T, K: Eq>(
+        d: &mut Diff,
+        p: usize,
+        om: &[T],
+        nm: &[T],
+        id: &impl Fn(&T) -> K,
+        same: &impl Fn(&T, &T) -> bool,
+    ) -> bool {
+        const MAX_EDITS: usize = 8;
+        let (mut i, mut j, mut edits) = (0, 0, 0);
+        while i < om.len() || j < nm.len() {
+            if i < om.len() && j < nm.len() && id(&om[i]) == id(&nm[j]) {
+                if !same(&om[i], &nm[j]) {
+                    d.updated.push(p + j);
+                }
+                i += 1;
+                j += 1;
+                continue;
+            }
+            edits += 1;
+            if edits > MAX_EDITS {
+                return false;
+            }
+            // Objects before i / j are matched or known to be on one side only, so
+            // an object absent from the rest of the other side is absent from it.
+            if i < om.len() && !nm[j..].iter().any(|o| id(o) == id(&om[i])) {
+                d.removed.push(p + i);
+                i += 1;
+            } else if j < nm.len() && !om[i..].iter().any(|o| id(o) == id(&nm[j])) {
+                d.inserted.push(p + j);
+                j += 1;
+            } else {
+                return false; // a moved object
+            }
+        }
+        true
     }
 
     /// Rebuild the new result from `old`: objects at `inserted` and `updated`

@@ -43,22 +43,64 @@ pub(crate) enum HKey {
     Blob(Vec<u8>),
 }
 
-pub(crate) fn hkey(v: SqlValue<'_>) -> Option<HKey> {
+/// [`HKey`] borrowed: what a changed row's value is looked up with before
+/// anything is copied.
+#[derive(Hash)]
+enum HKeyRef<'a> {
+    Int(i64),
+    Float(u64),
+    Text(&'a str),
+    Blob(&'a [u8]),
+}
+
+fn hkey_ref(v: SqlValue<'_>) -> Option<HKeyRef<'_>> {
     Some(match v {
         SqlValue::Null => return None,
-        SqlValue::Int(i) => HKey::Int(i),
+        SqlValue::Int(i) => HKeyRef::Int(i),
         SqlValue::Float(f) => {
             if f.fract() == 0.0
                 && (-9.223_372_036_854_776e18..9.223_372_036_854_776e18).contains(&f)
             {
-                HKey::Int(f as i64)
+                HKeyRef::Int(f as i64)
             } else {
-                HKey::Float(f.to_bits())
+                HKeyRef::Float(f.to_bits())
             }
         }
-        SqlValue::Text(s) => HKey::Text(s.to_owned()),
-        SqlValue::Blob(b) => HKey::Blob(b.to_vec()),
+        SqlValue::Text(s) => HKeyRef::Text(s),
+        SqlValue::Blob(b) => HKeyRef::Blob(b),
     })
+}
+
+impl HKeyRef<'_> {
+    fn owned(&self) -> HKey {
+        match *self {
+            HKeyRef::Int(i) => HKey::Int(i),
+            HKeyRef::Float(f) => HKey::Float(f),
+            HKeyRef::Text(s) => HKey::Text(s.to_owned()),
+            HKeyRef::Blob(b) => HKey::Blob(b.to_vec()),
+        }
+    }
+
+    /// A hash of the value, equal for a key and its owned form.
+    fn prehash(&self) -> u64 {
+        use std::hash::BuildHasher;
+        std::hash::BuildHasherDefault::<super::fx::Fx>::default().hash_one(self)
+    }
+}
+
+impl HKey {
+    fn as_ref(&self) -> HKeyRef<'_> {
+        match self {
+            HKey::Int(i) => HKeyRef::Int(*i),
+            HKey::Float(f) => HKeyRef::Float(*f),
+            HKey::Text(s) => HKeyRef::Text(s),
+            HKey::Blob(b) => HKeyRef::Blob(b),
+        }
+    }
+}
+
+pub(crate) fn hkey(v: SqlValue<'_>) -> Option<HKey> {
+    hkey_ref(v).map(|k| k.owned())
 }
 
 pub(crate) fn hkeys(vs: &[Value]) -> Vec<HKey> {
@@ -71,6 +113,9 @@ pub(crate) fn hkeys(vs: &[Value]) -> Vec<HKey> {
 /// subscriptions that order the same way.
 #[derive(Clone)]
 struct Entry {
+    /// The object's rowid (also in `key`), kept inline so that matching a stored
+    /// row against a commit's changes and diffing windows read no shared memory.
+    rowid: i64,
     key: Arc<RowKey>,
     obj: Obj,
 }
@@ -96,7 +141,10 @@ enum Placement {
 }
 
 struct QuerySub {
-    sink: Arc<Shared<QueryUpdate>>,
+    /// Every subscription to this query, by id: identical queries (the same
+    /// query opened from several views) share one stored result, one update per
+    /// commit and one diff; each gets its own delivery.
+    sinks: Vec<(u64, Arc<Shared<QueryUpdate>>)>,
     spec: Spec,
     filter: Option<Filter>,
     order: usize,
@@ -121,6 +169,45 @@ struct EqIndex {
     path: FieldPath,
     resolved: ResolvedPath,
     map: HashMap<HKey, Vec<u64>>,
+    /// The field is the collection's (single-field) primary key.
+    pk: bool,
+    /// How many keys of `map` have each [`HKeyRef::prehash`]: a changed row's
+    /// value that no subscription asks for is dismissed without copying it.
+    pre: FxMap<u64, usize>,
+}
+
+impl EqIndex {
+    fn insert(&mut self, k: &HKey, id: u64) {
+        let ids = self.map.entry(k.clone()).or_default();
+        if ids.is_empty() {
+            *self.pre.entry(k.as_ref().prehash()).or_default() += 1;
+        }
+        ids.push(id);
+    }
+
+    fn remove(&mut self, k: &HKey, id: u64) {
+        if let Some(v) = self.map.get_mut(k) {
+            v.retain(|x| *x != id);
+            if v.is_empty() {
+                self.map.remove(k);
+                let h = k.as_ref().prehash();
+                if let Some(n) = self.pre.get_mut(&h) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.pre.remove(&h);
+                    }
+                }
+            }
+        }
+    }
+
+    fn get(&self, v: SqlValue<'_>) -> Option<&Vec<u64>> {
+        let k = hkey_ref(v)?;
+        if !self.pre.contains_key(&k.prehash()) {
+            return None;
+        }
+        self.map.get(&k.owned())
+    }
 }
 
 /// Interval stabbing over one field.
@@ -235,11 +322,19 @@ struct CollSubs {
     objects: HashMap<Vec<HKey>, Vec<u64>>,
     object_subs: FxMap<u64, ObjSub>,
     queries: FxMap<u64, QuerySub>,
+    /// A subscription id → the key in `queries` of the query it shares.
+    alias: FxMap<u64, u64>,
     eq: Vec<EqIndex>,
     ranges: Vec<RangeIndex>,
     scan: Vec<u64>,
     /// Distinct orders of the subscriptions (sort keys are computed once per order).
     orders: Vec<(Vec<SortKey>, Order)>,
+}
+
+impl CollSubs {
+    fn query_count(&self) -> usize {
+        self.queries.values().map(|q| q.sinks.len()).sum()
+    }
 }
 
 #[derive(Default)]
@@ -326,6 +421,7 @@ fn read_prefix(
     let rows = rows
         .into_iter()
         .map(|o| Entry {
+            rowid: o.rowid,
             key: Arc::new(order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
@@ -350,6 +446,7 @@ fn read_by_key(
     let rows = o
         .filter(|o| q.filter.as_ref().none_or(|f| f.matches(&o.bytes)))
         .map(|o| Entry {
+            rowid: o.rowid,
             key: Arc::new(q.order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
@@ -448,7 +545,7 @@ impl Hub {
         let n = st
             .colls
             .values()
-            .map(|c| c.object_subs.len() + c.queries.len())
+            .map(|c| c.object_subs.len() + c.query_count())
             .sum();
         self.registered.store(n, Ordering::Release);
     }
@@ -582,6 +679,23 @@ impl Hub {
     ) -> Result<(u64, Vec<Obj>)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
+        {
+            // The same query is already live: share its result. Its stored rows
+            // are current for every commit the hub has seen, which is what a
+            // consistent first read gives; later commits reach both alike.
+            let mut st = lock(&self.state);
+            let id = st.next_id;
+            if let Some(cs) = st.colls.get_mut(&q.coll) {
+                if let Some((&key, twin)) = cs.queries.iter_mut().find(|(_, x)| x.spec == q.spec) {
+                    twin.sinks.push((id, sink));
+                    let first = objects(window(&twin.spec, &twin.rows));
+                    cs.alias.insert(id, key);
+                    st.next_id += 1;
+                    self.recount(&st);
+                    return Ok((id, first));
+                }
+            }
+        }
         // Writes record their changes from now on (before the first read).
         let _adding = Adding::new(&self.adding);
         let read = |conn: &rusqlite::Connection| match &q.pk_eq {
@@ -604,7 +718,7 @@ impl Hub {
         match &placement {
             Placement::Eq(p, keys) => {
                 for k in keys {
-                    cs.eq[*p].map.entry(k.clone()).or_default().push(id);
+                    cs.eq[*p].insert(k, id);
                 }
             }
             Placement::Range(_) => {}
@@ -613,7 +727,7 @@ impl Hub {
         cs.queries.insert(
             id,
             QuerySub {
-                sink,
+                sinks: vec![(id, sink)],
                 spec: q.spec,
                 filter: q.filter,
                 order,
@@ -677,16 +791,17 @@ impl Hub {
                 }
             }
         }
-        if let Some(q) = cs.queries.remove(&id) {
+        let key = cs.alias.remove(&id).unwrap_or(id);
+        let last = cs.queries.get_mut(&key).is_some_and(|q| {
+            q.sinks.retain(|(i, _)| *i != id);
+            q.sinks.is_empty()
+        });
+        let id = key;
+        if let Some(q) = last.then(|| cs.queries.remove(&id)).flatten() {
             match q.placement {
                 Placement::Eq(p, keys) => {
                     for k in keys {
-                        if let Some(v) = cs.eq[p].map.get_mut(&k) {
-                            v.retain(|x| *x != id);
-                            if v.is_empty() {
-                                cs.eq[p].map.remove(&k);
-                            }
-                        }
+                        cs.eq[p].remove(&k, id);
                     }
                 }
                 Placement::Range(r) => {
@@ -703,7 +818,7 @@ impl Hub {
     pub(crate) fn counts(&self) -> (usize, usize) {
         let st = lock(&self.state);
         st.colls.values().fold((0, 0), |(o, q), c| {
-            (o + c.object_subs.len(), q + c.queries.len())
+            (o + c.object_subs.len(), q + c.query_count())
         })
     }
 
@@ -720,7 +835,9 @@ impl Hub {
         };
         for cs in colls.into_values() {
             for s in cs.queries.into_values() {
-                s.sink.cancel();
+                for (_, sink) in s.sinks {
+                    sink.cancel();
+                }
             }
             for s in cs.object_subs.into_values() {
                 s.sink.cancel();
@@ -900,19 +1017,26 @@ impl Hub {
         // Collapse to (rowid, first old, last new).
         let mut at: FxMap<i64, usize> = FxMap::default();
         let mut touches: Vec<Touch<'_>> = Vec::new();
+        // Each touch's primary key before and after (a rowid freed by a delete can
+        // come back under another key within one commit).
+        let mut tkeys: Vec<(&[Value], &[Value])> = Vec::new();
         for c in chs {
             match at.get(&c.rowid) {
-                Some(&i) => touches[i].2 = c.new.as_deref(),
+                Some(&i) => {
+                    touches[i].2 = c.new.as_deref();
+                    tkeys[i].1 = &c.key;
+                }
                 None => {
                     at.insert(c.rowid, touches.len());
                     touches.push((c.rowid, c.old.as_deref(), c.new.as_deref()));
+                    tkeys.push((&c.key, &c.key));
                 }
             }
         }
         for r in &mut cs.ranges {
             r.build();
         }
-        let updates = {
+        let updates: Vec<(u64, Vec<Entry>)> = {
             let cs = &*cs;
             let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
@@ -923,7 +1047,6 @@ impl Hub {
             // The subscription holds the row: it matched before (old bytes unknown).
             const HELD: u8 = 8;
             let mut cands: Vec<(u64, u8)> = Vec::new();
-            let all: Vec<u64> = cs.queries.keys().copied().collect();
             let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
             for (ti, (rowid, old, new)) in touches.iter().enumerate() {
                 let oo = old.map(|b| table.open(b));
@@ -933,14 +1056,29 @@ impl Hub {
                 let no = no.and_then(|r| r.ok());
                 cands.clear();
                 if unreadable {
-                    cands.extend(all.iter().map(|&i| (i, EVAL)));
+                    // Rare (a damaged body): every subscription is a candidate.
+                    cands.extend(cs.queries.keys().map(|&i| (i, EVAL)));
                 } else {
                     for ix in &cs.eq {
+                        if ix.pk {
+                            // The change carries the key: no field read.
+                            let (k0, k1) = tkeys[ti];
+                            if let ([k0], [k1]) = (k0, k1) {
+                                for (here, k) in [(oo.is_some(), k0), (no.is_some(), k1)] {
+                                    if let Some(ids) =
+                                        here.then(|| ix.get(SqlValue::from_value(k))).flatten()
+                                    {
+                                        cands.extend(ids.iter().map(|&i| (i, EVAL)));
+                                    }
+                                }
+                                continue;
+                            }
+                        }
                         for o in [&oo, &no].into_iter().flatten() {
                             let v = o
                                 .get_ref(&ix.resolved)
                                 .map_or(SqlValue::Null, SqlValue::from_ref);
-                            if let Some(ids) = hkey(v).and_then(|k| ix.map.get(&k)) {
+                            if let Some(ids) = ix.get(v) {
                                 cands.extend(ids.iter().map(|&i| (i, EVAL)));
                             }
                         }
@@ -1007,10 +1145,16 @@ impl Hub {
             // them, computed once and shared by the subscriptions ordering that way.
             let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
             let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
-            let inner = self.db.upgrade();
             let mut ids: Vec<u64> = per_sub.keys().copied().collect();
             ids.sort_unstable(); // deliver in subscription order
-            let mut updates: Vec<(u64, Vec<Entry>, bool)> = Vec::with_capacity(ids.len());
+                                 // The touches some subscription may add: only they need a sort key.
+            let mut wanted = vec![false; touches.len()];
+            for mine in per_sub.values() {
+                for &(ti, nm) in mine {
+                    wanted[ti] |= nm;
+                }
+            }
+            let mut updates: Vec<(u64, Vec<Entry>)> = Vec::with_capacity(ids.len());
             for id in &ids {
                 let mine = &per_sub[id];
                 let Some(q) = cs.queries.get(id) else {
@@ -1020,7 +1164,11 @@ impl Hub {
                 if keys[q.order].is_empty() {
                     let kc: Vec<Option<Arc<RowKey>>> = touches
                         .iter()
-                        .map(|(rowid, _, new)| new.map(|b| Arc::new(order.key(b, *rowid))))
+                        .zip(&wanted)
+                        .map(|((rowid, _, new), w)| match (new, w) {
+                            (Some(b), true) => Some(Arc::new(order.key(b, *rowid))),
+                            _ => None,
+                        })
                         .collect();
                     let mut idx: Vec<usize> =
                         (0..touches.len()).filter(|i| kc[*i].is_some()).collect();
@@ -1036,7 +1184,6 @@ impl Hub {
                     ranks[q.order] = rk;
                 }
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
-                let touched: FxSet<i64> = mine.iter().map(|(ti, _)| touches[*ti].0).collect();
                 let boundary = if q.complete { None } else { q.rows.last() };
                 let mut add: Vec<(u32, Entry)> = Vec::new();
                 for (ti, nm) in mine {
@@ -1061,6 +1208,7 @@ impl Hub {
                     add.push((
                         rank[*ti],
                         Entry {
+                            rowid,
                             key: Arc::clone(key),
                             obj,
                         },
@@ -1068,49 +1216,21 @@ impl Hub {
                 }
                 add.sort_unstable_by_key(|a| a.0);
                 let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
-                let mut rows = Vec::with_capacity(q.rows.len() + add.len());
-                let mut add = add.into_iter().peekable();
-                for e in &q.rows {
-                    if touched.contains(&e.key.rowid) {
-                        continue;
-                    }
-                    while let Some(a) = add.peek() {
-                        if order.compare(&a.key, &e.key) == Cmp::Less {
-                            rows.extend(add.next());
-                        } else {
-                            break;
-                        }
-                    }
-                    rows.push(e.clone());
-                }
-                rows.extend(add);
-                let mut complete = q.complete;
-                if let Some(cap) = q.cap {
-                    if rows.len() > cap {
-                        rows.truncate(cap);
-                        complete = false;
-                    }
-                }
-                if !complete && rows.len() < needed(&q.spec) {
-                    // The window ran short: refill the prefix from disk.
-                    if let Some(inner) = &inner {
-                        match inner
-                            .store
-                            .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
-                        {
-                            Ok((r, c)) => {
-                                rows = r;
-                                complete = c;
-                            }
-                            Err(e) => tracing::error!(error = %e, "subscription refill failed"),
-                        }
-                    }
-                }
-                updates.push((*id, rows, complete));
+                updates.push((*id, add));
             }
             updates
         };
-        self.finish_queries(cs, updates, out);
+        let inner = self.db.upgrade();
+        let CollSubs {
+            queries, orders, ..
+        } = cs;
+        for (id, add) in updates {
+            let Some(q) = queries.get_mut(&id) else {
+                continue;
+            };
+            let order = &orders[q.order].1;
+            apply_edit(q, order, add, &at, inner.as_deref(), out);
+        }
     }
 
     fn finish_queries(
@@ -1133,15 +1253,135 @@ impl Hub {
                 |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
             );
             if !diff.is_empty() {
-                out.push(Delivery::Query(
-                    Arc::clone(&q.sink),
+                deliveries(
+                    &q.sinks,
                     QueryUpdate {
                         objects: objects(nw),
                         diff,
                     },
-                ));
+                    out,
+                );
             }
         }
+    }
+}
+
+/// Apply one commit to a query subscription's stored rows and compute its
+/// delivery: the stored rows changed in this commit (`at`) leave, the sorted `add`
+/// entries merge in, the prefix is cut to its cap (or refilled from disk when it ran
+/// short), and the window is diffed.
+///
+/// Entries are moved, not cloned, and the diff runs on (rowid, object address)
+/// pairs: an unchanged row costs no reference-count traffic, so the work follows the
+/// changes and the delivered window.
+fn apply_edit(
+    q: &mut QuerySub,
+    order: &Order,
+    add: Vec<Entry>,
+    at: &FxMap<i64, usize>,
+    inner: Option<&Inner>,
+    out: &mut Vec<Delivery>,
+) {
+    // (rowid, object address, index in the window)
+    let snap = |rows: &[Entry]| -> Vec<(i64, usize, usize)> {
+        window(&q.spec, rows)
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i))
+            .collect()
+    };
+    let before = snap(&q.rows);
+    let old = std::mem::take(&mut q.rows);
+    let mut rows = Vec::with_capacity(old.len() + add.len());
+    // The stored rows this commit replaced or removed: kept until the diff is made
+    // (an object whose address changed is compared by bytes with its old version).
+    let mut gone: Vec<Entry> = Vec::new();
+    let mut add = add.into_iter().peekable();
+    for e in old {
+        if at.contains_key(&e.rowid) {
+            gone.push(e);
+            continue;
+        }
+        while let Some(a) = add.peek() {
+            if order.compare(&a.key, &e.key) == Cmp::Less {
+                rows.extend(add.next());
+            } else {
+                break;
+            }
+        }
+        rows.push(e);
+    }
+    rows.extend(add);
+    let mut complete = q.complete;
+    if let Some(cap) = q.cap {
+        if rows.len() > cap {
+            gone.extend(rows.drain(cap..));
+            complete = false;
+        }
+    }
+    if !complete && rows.len() < needed(&q.spec) {
+        // The window ran short: refill the prefix from disk.
+        if let Some(inner) = inner {
+            match inner
+                .store
+                .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
+            {
+                Ok((r, c)) => {
+                    gone.append(&mut rows);
+                    rows = r;
+                    complete = c;
+                }
+                Err(e) => tracing::error!(error = %e, "subscription refill failed"),
+            }
+        }
+    }
+    q.rows = rows;
+    q.complete = complete;
+    let after = snap(&q.rows);
+    let nw = window(&q.spec, &q.rows);
+    // Old versions by rowid, for objects whose address changed (few, except when a
+    // transaction rewrote most of the window).
+    // The first entry of a rowid is its old version: a re-added row that the cap
+    // or a refill pushed out comes later.
+    let by_rowid: Option<FxMap<i64, usize>> = (gone.len() > 16).then(|| {
+        let mut m = FxMap::default();
+        for (i, e) in gone.iter().enumerate() {
+            m.entry(e.rowid).or_insert(i);
+        }
+        m
+    });
+    let old_bytes = |rowid: i64| -> Option<&[u8]> {
+        let i = match &by_rowid {
+            Some(m) => *m.get(&rowid)?,
+            None => gone.iter().position(|e| e.rowid == rowid)?,
+        };
+        Some(&gone[i].obj.bytes)
+    };
+    let diff = Diff::by(
+        &before,
+        &after,
+        |x| x.0,
+        |a, b| a.1 == b.1 || old_bytes(a.0).is_some_and(|o| nw[b.2].obj.bytes == o),
+    );
+    if !diff.is_empty() {
+        deliveries(
+            &q.sinks,
+            QueryUpdate {
+                objects: objects(nw),
+                diff,
+            },
+            out,
+        );
+    }
+}
+
+/// One delivery of `u` per subscription sharing the query.
+fn deliveries(sinks: &[(u64, Arc<Shared<QueryUpdate>>)], u: QueryUpdate, out: &mut Vec<Delivery>) {
+    if let [rest @ .., (_, last)] = sinks {
+        for (_, s) in rest {
+            out.push(Delivery::Query(Arc::clone(s), u.clone()));
+        }
+        out.push(Delivery::Query(Arc::clone(last), u));
     }
 }
 
@@ -1210,6 +1450,8 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
                 path: path.clone(),
                 resolved,
                 map: HashMap::new(),
+                pk: q.pk.len() == 1 && q.pk[0] == *path,
+                pre: FxMap::default(),
             });
             return Placement::Eq(cs.eq.len() - 1, keys);
         }
