@@ -26,7 +26,16 @@ fn schema() -> Schema {
     .unwrap()
 }
 
-const WORDS: &[&str] = &["rust", "Crème", "東京都", "京都", "🦀", "straße", "한국어", "go"];
+const WORDS: &[&str] = &[
+    "rust",
+    "Crème",
+    "東京都",
+    "京都",
+    "🦀",
+    "straße",
+    "한국어",
+    "go",
+];
 
 type State = BTreeMap<String, String>;
 
@@ -150,7 +159,10 @@ fn campaign(seed: u64, sessions: u64, dir: &std::path::Path) -> (u64, u64, Vec<S
         let db = match Database::open(&path, (*s).clone(), opts(&disk)) {
             Ok(db) => db,
             Err(e) => {
-                assert!(disk.crashed(), "seed {seed} session {session}: open failed: {e}");
+                assert!(
+                    disk.crashed(),
+                    "seed {seed} session {session}: open failed: {e}"
+                );
                 disk.power_loss(&mut rng.fork());
                 points += 1;
                 continue;
@@ -177,7 +189,12 @@ fn campaign(seed: u64, sessions: u64, dir: &std::path::Path) -> (u64, u64, Vec<S
                                 t.upsert_bytes(COLL, encode(&s2, k, x))?;
                             }
                             Op::Change(k, x) => {
-                                match t.change_bytes(COLL, &[k.as_str().into()], &encode(&s2, k, x), &["body", "title"]) {
+                                match t.change_bytes(
+                                    COLL,
+                                    &[k.as_str().into()],
+                                    &encode(&s2, k, x),
+                                    &["body", "title"],
+                                ) {
                                     Ok(_) | Err(keel::Error::NotFound { .. }) => {}
                                     Err(e) => return Err(e),
                                 }
@@ -193,12 +210,17 @@ fn campaign(seed: u64, sessions: u64, dir: &std::path::Path) -> (u64, u64, Vec<S
             let ok = r.is_ok();
             history.push((ops, ok));
             if let Err(e) = r {
-                assert!(disk.crashed(), "seed {seed} session {session}: failed before the crash point: {e}");
+                assert!(
+                    disk.crashed(),
+                    "seed {seed} session {session}: failed before the crash point: {e}"
+                );
                 break;
             }
             acked_total += 1;
             if rng.chance(1, 5) {
-                let _ = db.store().checkpoint(keel::storage::CheckpointMode::Passive);
+                let _ = db
+                    .store()
+                    .checkpoint(keel::storage::CheckpointMode::Passive);
             }
         }
         disk.crash_now();

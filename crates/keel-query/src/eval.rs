@@ -752,6 +752,14 @@ impl Order {
     /// Like [`Order::new`], sharing an existing `Arc<Schema>`.
     pub fn with_schema(schema: Arc<Schema>, collection: &str, keys: &[SortKey]) -> Result<Order> {
         let keys_in = keys;
+        if keys.iter().any(SortKey::is_relevance) {
+            // bm25 needs the whole index's statistics: only SQL (a fetch) ranks.
+            return Err(Error::InvalidSearch {
+                query: String::new(),
+                offset: 0,
+                message: "relevance order is computed by the full-text index: fetches can order by it, an in-memory order (a subscription) cannot yet".into(),
+            });
+        }
         let (name, t) = table_of(&schema, collection, "compile order")?;
         let keys = keys
             .iter()
