@@ -433,6 +433,56 @@ fn schema_changes_rebuild_or_drop_the_index_at_open() {
 }
 
 #[test]
+fn adding_a_searchable_field_rebuilds_at_open_with_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("progress.db");
+    let v1 = Schema::parse(&schema_text("", "", ""), "v1.fbs").unwrap();
+    let db = open(&path, &v1);
+    let r = v1.reader(COLL).unwrap();
+    let objs: Vec<Vec<u8>> = (0..3000)
+        .map(|i| {
+            r.encode_json(
+                &serde_json::json!({"id": format!("d{i}"), "body": format!("doc {i} über")}),
+            )
+            .unwrap()
+        })
+        .collect();
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes(COLL, o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    db.close().wait().unwrap();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let ev = Arc::clone(&events);
+    let v2 = Schema::parse(&schema_text("", "(searchable)", ""), "v2.fbs").unwrap();
+    let db = Database::open(
+        &path,
+        v2.clone(),
+        StoreOptions::default().on_progress(move |p| ev.lock().unwrap().push(p)),
+    )
+    .unwrap();
+    let during: Vec<f32> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p.phase == keel_storage::OpenPhase::Schema && p.fraction > 0.0 && p.fraction < 1.0
+        })
+        .map(|p| p.fraction)
+        .collect();
+    assert!(!during.is_empty(), "no progress while the index was built");
+    assert_eq!(
+        db.query(COLL).filter(Expr::search("uber")).count().unwrap(),
+        3000
+    );
+    db.close().wait().unwrap();
+}
+
+#[test]
 fn searchable_attribute_is_checked_by_the_schema() {
     for (fbs, want) in [
         (
