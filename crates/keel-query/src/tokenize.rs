@@ -225,14 +225,56 @@ fn cjk_run(run: &[(usize, char)], emit: &mut dyn FnMut(Token)) {
 }
 
 /// `text` as the token stream stored in the FTS5 table: the tokens' texts joined
-/// by spaces.
+/// by spaces, appended to `out` (after a space if `out` is not empty). The same
+/// tokens as [`tokens`], written straight into `out` (no string per token: this
+/// runs on every write of a searchable field).
 pub(crate) fn stream_into(text: &str, out: &mut String) {
-    tokens(text, &mut |t| {
+    let sep = |out: &mut String| {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(&t.text);
-    });
+    };
+    let mut it = text.chars().peekable();
+    let mut run: Vec<char> = Vec::new();
+    while let Some(c) = it.next() {
+        match class(c) {
+            Class::Sep | Class::Mark => {}
+            Class::Emoji => {
+                sep(out);
+                out.push(c);
+            }
+            Class::Word => {
+                sep(out);
+                fold_into(c, out);
+                while let Some(&d) = it.peek() {
+                    match class(d) {
+                        Class::Word => fold_into(d, out),
+                        Class::Mark => {}
+                        _ => break,
+                    }
+                    it.next();
+                }
+            }
+            Class::Cjk => {
+                run.clear();
+                run.push(c);
+                while let Some(&d) = it.peek() {
+                    if class(d) != Class::Cjk {
+                        break;
+                    }
+                    run.push(d);
+                    it.next();
+                }
+                for w in run.windows(2) {
+                    sep(out);
+                    out.push(w[0]);
+                    out.push(w[1]);
+                }
+                sep(out);
+                out.push(run[run.len() - 1]);
+            }
+        }
+    }
 }
 
 /// All tokens of `text`.
@@ -274,6 +316,20 @@ mod tests {
         assert_eq!(t[1].range, 1..7);
         assert_eq!(t[2].range, 4..7);
         assert!(t[2].run_end);
+    }
+
+    #[test]
+    fn the_stored_stream_is_the_tokens_joined() {
+        for text in [
+            "Crème brûlée, STRASSE",
+            "rust東京🦀!",
+            "한국어 검색 a",
+            "",
+            "x\u{0301}y 東",
+        ] {
+            let joined: Vec<String> = all(text).into_iter().map(|t| t.text).collect();
+            assert_eq!(stream(text), joined.join(" "), "{text}");
+        }
     }
 
     #[test]
