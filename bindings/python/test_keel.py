@@ -512,6 +512,12 @@ async def full_text_search_through_query_expressions(tmp):
     # Malformed query text is a typed error, never an SQL error string.
     e = expect(KeelError.InvalidArgument, db.query("demo.Note").filter(Expr.search("\"open")).all)
     assert "search query" in str(e)
+    # Highlights are ranges (UTF-8 bytes and UTF-16 units), not markup.
+    text = "Une crème brûlée"
+    [r] = keel.search_highlight(text, "creme")
+    assert text.encode()[r.start:r.end].decode() == "crème"
+    # Python strings index code points; here each is one UTF-16 unit.
+    assert text[r.start_utf16:r.end_utf16] == "crème"
     await db.close()
 
 

@@ -71,6 +71,7 @@ mod expr;
 mod live;
 mod migrate;
 mod packed;
+mod search;
 mod types;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
@@ -83,6 +84,7 @@ pub use migrate::{
     Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
+pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,
