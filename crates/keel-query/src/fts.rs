@@ -82,6 +82,22 @@ pub(crate) fn sync_all(
             }
         }
     }
+    // Indexes of collections the schema no longer has (a migration dropped them).
+    let orphans: Vec<String> = {
+        let mut st = conn.prepare(
+            "SELECT name FROM sqlite_schema WHERE type = 'table' AND sql LIKE 'CREATE VIRTUAL TABLE%' AND name LIKE '%$fts'",
+        )?;
+        let names = st
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<_>>>()?;
+        names
+    };
+    for name in orphans {
+        let coll = name.trim_end_matches("$fts");
+        if !colls.iter().any(|c| c.name == coll) {
+            drop_index(conn, coll, &name)?;
+        }
+    }
     if todo.is_empty() {
         return Ok(Vec::new());
     }

@@ -483,6 +483,82 @@ fn adding_a_searchable_field_rebuilds_at_open_with_progress() {
 }
 
 #[test]
+fn migrations_rebuild_the_index_and_drop_those_of_dropped_collections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("migrate.db");
+    let two = |doc_body: &str| {
+        Schema::parse(
+            &format!(
+                "attribute \"searchable\"; namespace s;
+                 table Doc {{ id: string (primary); title: string (searchable); body: string {doc_body}; }}
+                 table Other (entity) {{ id: string (primary); text: string (searchable); }}
+                 root_type Doc;"
+            ),
+            "m.fbs",
+        )
+        .unwrap()
+    };
+    let v1 = two("");
+    let db = open(&path, &v1);
+    let d = v1
+        .reader(COLL)
+        .unwrap()
+        .encode_json(&serde_json::json!({"id": "a", "title": "old title", "body": "kiwi"}))
+        .unwrap();
+    let o = v1
+        .reader("s.Other")
+        .unwrap()
+        .encode_json(&serde_json::json!({"id": "o", "text": "kiwi"}))
+        .unwrap();
+    db.write(move |t| {
+        t.insert_bytes(COLL, d)?;
+        t.insert_bytes("s.Other", o).map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    db.close().wait().unwrap();
+    // v2: `Other` is gone, and a migration rewrites the docs.
+    let v2 = Schema::parse(
+        "attribute \"searchable\"; namespace s;
+         table Doc { id: string (primary); title: string (searchable); body: string; }
+         root_type Doc;",
+        "m2.fbs",
+    )
+    .unwrap();
+    let m = keel_query::Migrator::new().register("drop Other, retitle", |m| {
+        m.drop_collection("s.Other")?;
+        m.rewrite_collection(COLL, |obj, new| {
+            let mut j = obj.to_json().unwrap();
+            j["title"] = "new title".into();
+            Ok(Some(new.encode_json(&j).unwrap()))
+        })?;
+        Ok(())
+    });
+    let db = Database::open_migrating(&path, v2.clone(), m, StoreOptions::default()).unwrap();
+    assert_eq!(
+        db.query(COLL).filter(Expr::search("new")).count().unwrap(),
+        1
+    );
+    assert_eq!(
+        db.query(COLL).filter(Expr::search("old")).count().unwrap(),
+        0
+    );
+    db.close().wait().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE name LIKE 's.Other%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0);
+    assert!(inspect::search_drift(&conn, &Arc::new(v2), 10)
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
 fn searchable_attribute_is_checked_by_the_schema() {
     for (fbs, want) in [
         (
