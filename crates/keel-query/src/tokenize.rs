@@ -60,6 +60,14 @@ enum Class {
 }
 
 fn class(c: char) -> Class {
+    // Most text a phone indexes is ASCII: decide it in one test.
+    if c.is_ascii() {
+        return if c.is_ascii_alphanumeric() {
+            Class::Word
+        } else {
+            Class::Sep
+        };
+    }
     let u = c as u32;
     if matches!(u,
         0x1100..=0x11FF | 0x2E80..=0x2FDF | 0x3040..=0x30FF | 0x3130..=0x318F
