@@ -735,3 +735,19 @@ proptest! {
         db.close().wait().unwrap();
     }
 }
+
+#[test]
+fn typed_string_field_handles_have_matches() {
+    use keel_example_blog::blog::Post;
+    let e = Post::title().matches("rust async");
+    assert_eq!(e.to_string(), "title MATCHES \"rust async\"");
+    // The blog's title is not searchable: a typed error, not an SQL one.
+    let dir = tempfile::tempdir().unwrap();
+    let db =
+        Database::open_for::<Post>(dir.path().join("blog.db"), StoreOptions::default()).unwrap();
+    assert!(matches!(
+        db.fetch::<Post>().filter(e).all(),
+        Err(Error::TypeMismatch { .. })
+    ));
+    db.close().wait().unwrap();
+}
