@@ -487,6 +487,40 @@ async def malformed_schema_is_a_typed_error(tmp):
     assert keel.check_schema(SCHEMA) == ["demo.Post"]
 
 
+SEARCH_SCHEMA = """
+attribute "searchable";
+namespace demo;
+table Note { id: string (primary); title: string (searchable: 2.0); body: string (searchable); }
+root_type Note;
+"""
+
+
+@test
+async def full_text_search_through_query_expressions(tmp):
+    import json
+    db = await keel.open_async(os.path.join(tmp, "search.db"), SEARCH_SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    docs = {"a": ("Crème brûlée", "un dessert"), "b": ("東京都の天気", "晴れ"), "c": ("notes", "crème fraîche and more crème")}
+    ops = [WriteOp.INSERT(collection="demo.Note", bytes=db.encode_json("demo.Note", json.dumps({"id": k, "title": t, "body": b})))
+           for k, (t, b) in docs.items()]
+    await db.write(ops)
+    def found(q):
+        return [json.loads(db.decode_json("demo.Note", o.bytes))["id"] for o in q.all()]
+    # Diacritics fold, CJK words are found inside runs, relevance weighs the title.
+    assert sorted(found(db.query("demo.Note").filter(Expr.search("creme")))) == ["a", "c"]
+    assert found(db.query("demo.Note").filter(Expr.matches("title", "京都"))) == ["b"]
+    assert found(db.query("demo.Note").filter(Expr.search("creme")).order_by_relevance(False)) == ["a", "c"]
+    # Malformed query text is a typed error, never an SQL error string.
+    e = expect(KeelError.InvalidArgument, db.query("demo.Note").filter(Expr.search("\"open")).all)
+    assert "search query" in str(e)
+    # Highlights are ranges (UTF-8 bytes and UTF-16 units), not markup.
+    text = "Une crème brûlée"
+    [r] = keel.search_highlight(text, "creme")
+    assert text.encode()[r.start:r.end].decode() == "crème"
+    # Python strings index code points; here each is one UTF-16 unit.
+    assert text[r.start_utf16:r.end_utf16] == "crème"
+    await db.close()
+
+
 @test
 async def malformed_bytes_are_a_typed_error(tmp):
     db = await keel.open_async(os.path.join(tmp, "bytes.db"), SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)

@@ -47,7 +47,10 @@ pub fn test(swift: &Path, pkg: &Path) -> Result<(), String> {
     let src = util::workspace_root().join("bindings/swift/PluginTest");
     write(&app.join("Package.swift"), PACKAGE)?;
     for (version, expect) in [
-        ("v1", "plugin app v1: 1 note(s), body: generated at build time"),
+        (
+            "v1",
+            "plugin app v1: 1 note(s), body: generated at build time",
+        ),
         ("v2", "plugin app v2: 1 pinned note(s): [\"n2\"]"),
     ] {
         copy(

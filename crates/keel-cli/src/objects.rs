@@ -299,6 +299,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
     const SHOWN: usize = 1000;
     let mut mismatches = Vec::new();
     let mut repaired = None;
+    // Full-text indexes against the objects (`docs/search.md`).
+    let mut drift = Vec::new();
+    let mut search_rebuilt = None;
     if let Some(stored) = &stored {
         if repair {
             let rw = rusqlite::Connection::open(db)
@@ -307,6 +310,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
             let n = (|| {
                 rw.execute_batch("BEGIN IMMEDIATE")?;
                 let n = inspect::repair_columns(&rw, stored)?;
+                if !inspect::search_drift(&rw, stored, 1)?.is_empty() {
+                    search_rebuilt = Some(inspect::rebuild_search(&rw, stored)?);
+                }
                 rw.execute_batch("COMMIT")?;
                 Ok::<u64, rusqlite::Error>(n)
             })()
@@ -317,15 +323,19 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
             repaired = Some(n);
             mismatches = inspect::column_mismatches(&rw, stored, SHOWN)
                 .map_err(|e| Failure::sqlite("compare columns", db, e))?;
+            drift = inspect::search_drift(&rw, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare the full-text index", db, e))?;
         } else {
             mismatches = inspect::column_mismatches(&conn, stored, SHOWN)
                 .map_err(|e| Failure::sqlite("compare columns", db, e))?;
+            drift = inspect::search_drift(&conn, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare the full-text index", db, e))?;
         }
     }
 
     let code = if !sqlite_problems.is_empty() {
         exit::CORRUPT
-    } else if !bad.is_empty() || !mismatches.is_empty() {
+    } else if !bad.is_empty() || !mismatches.is_empty() || !drift.is_empty() {
         exit::PROBLEMS
     } else {
         exit::OK
@@ -367,8 +377,12 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 "stored": show(&m.stored), "expected": show(&m.expected),
             })).collect::<Vec<_>>(),
             "repaired_objects": repaired,
+            "search_drift": drift.iter().map(|d| json!({
+                "collection": d.collection, "rowid": d.rowid, "problem": d.problem,
+            })).collect::<Vec<_>>(),
+            "search_rebuilt_objects": search_rebuilt,
             "storage_format": format,
-            "repair": (!mismatches.is_empty()).then(|| format!("keel check --repair {}", db.display())),
+            "repair": (!mismatches.is_empty() || !drift.is_empty()).then(|| format!("keel check --repair {}", db.display())),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(code);
@@ -443,10 +457,30 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
             );
         }
     }
+    if stored.is_some() {
+        if let Some(n) = search_rebuilt {
+            println!("search: rebuilt the full-text index from {n} object(s)");
+        }
+        for d in drift.iter().take(20) {
+            println!(
+                "search: {} rowid {}: full-text index entry {}",
+                d.collection, d.rowid, d.problem
+            );
+        }
+        if !drift.is_empty() {
+            println!(
+                "  repair: keel check --repair {} (rebuilds the full-text index from the objects)",
+                db.display()
+            );
+        }
+    }
     println!(
         "{}",
         match code {
             exit::OK => "healthy",
+            exit::PROBLEMS if !drift.is_empty() && mismatches.is_empty() && bad.is_empty() => {
+                "problems found: the full-text index disagrees with the objects"
+            }
             exit::PROBLEMS if mismatches.is_empty() => "problems found: objects that do not verify",
             exit::PROBLEMS => "problems found: columns that disagree with their objects",
             _ => "corrupt",

@@ -571,6 +571,12 @@ impl Query {
             q = q.filter(r.expr(f)?);
         }
         for o in &self.order {
+            if o.field.is_empty() {
+                // `order_by_relevance`.
+                let key = SortKey::relevance();
+                q = q.order_by(if o.descending { key.reversed() } else { key });
+                continue;
+            }
             let p = r.path(&o.field)?;
             let key = match &o.list {
                 None => SortKey::asc(p),
@@ -634,6 +640,19 @@ impl Query {
                 field,
                 descending,
                 list: Some((values, unlisted_last)),
+            })
+        })
+    }
+
+    /// Add full-text relevance order (bm25 with the fields' `(searchable: w)`
+    /// weights): best match first, or worst first when `descending`. The query
+    /// needs a `matches`/`search` filter to rank by.
+    pub fn order_by_relevance(&self, descending: bool) -> Arc<Query> {
+        self.with(|q| {
+            q.order.push(Order {
+                field: String::new(),
+                descending,
+                list: None,
             })
         })
     }

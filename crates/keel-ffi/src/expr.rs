@@ -44,6 +44,10 @@ enum Node {
         expr: Arc<Expr>,
         negated: bool,
     },
+    Matches {
+        field: Option<String>,
+        query: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -281,6 +285,26 @@ impl Expr {
             node: Node::UnionIs { field, member },
         })
     }
+    /// Full-text search of the `(searchable)` field `field` in keel's query
+    /// language (words, `"phrases"`, `prefix*`, `AND`, `OR`, `NOT`, `NEAR(…)`;
+    /// see `docs/search.md`). Malformed query text fails the query with an
+    /// invalid-argument error when it runs.
+    #[uniffi::constructor]
+    pub fn matches(field: String, query: String) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::Matches {
+                field: Some(field),
+                query,
+            },
+        })
+    }
+    /// Full-text search over every `(searchable)` field of the collection.
+    #[uniffi::constructor]
+    pub fn search(query: String) -> Arc<Expr> {
+        Arc::new(Expr {
+            node: Node::Matches { field: None, query },
+        })
+    }
     /// Every one of `exprs` holds (`true` when empty).
     #[uniffi::constructor]
     pub fn all_of(exprs: Vec<Arc<Expr>>) -> Arc<Expr> {
@@ -352,6 +376,9 @@ impl Expr {
                 format!("{field} IS {}NULL", if *negated { "NOT " } else { "" })
             }
             Node::UnionIs { field, member } => format!("{field} is {member}"),
+            Node::Matches { field, query } => {
+                format!("{} MATCHES {query:?}", field.as_deref().unwrap_or("*"))
+            }
             Node::All(v) if v.is_empty() => "true".into(),
             Node::Any(v) if v.is_empty() => "false".into(),
             Node::All(v) => join(v, " AND "),
@@ -636,6 +663,11 @@ impl<'s> Resolver<'s> {
                 }
             }
             Node::Not(x) => K::Not(Box::new(self.expr(x)?)),
+            // The engine checks the field is searchable and parses the query.
+            Node::Matches { field, query } => K::Matches {
+                path: field.as_ref().map(|f| self.path(f)).transpose()?,
+                query: query.clone(),
+            },
             Node::Compare { left, op, right } => K::Compare {
                 left: self.term(left)?,
                 op: *op,

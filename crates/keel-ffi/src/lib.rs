@@ -76,6 +76,7 @@ mod expr;
 mod live;
 mod migrate;
 mod packed;
+mod search;
 mod txn;
 mod types;
 
@@ -89,6 +90,7 @@ pub use migrate::{
     Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
+pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use txn::{Transaction, WriteBody};
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,

@@ -508,5 +508,74 @@ root_type Post;";
             other => panic!("not refused as an invalid object: {other:?}"),
         }
     }
+}
+
+/// Full-text search through the exported expressions (issue 28): `matches` and
+/// `search` filters, relevance order, and malformed query text as a typed error.
+#[test]
+fn full_text_search_through_expressions() {
+    const SEARCH: &str = "attribute \"searchable\"; namespace demo;
+        table Note { id: string (primary); title: string (searchable: 2.0); body: string (searchable); }
+        root_type Note;";
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("s.db").display().to_string(),
+        SEARCH.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let note = |id: &str, title: &str, body: &str| WriteOp::Insert {
+        collection: "demo.Note".into(),
+        bytes: encode_json(
+            SEARCH.into(),
+            "demo.Note".into(),
+            serde_json::json!({"id": id, "title": title, "body": body}).to_string(),
+        )
+        .unwrap(),
+    };
+    block_on(db.write(vec![
+        note("a", "Straße", "über alles"),
+        note("b", "北京天气", "晴"),
+        note("c", "notes", "strasse strasse"),
+    ]))
+    .unwrap();
+    let q = || db.query("demo.Note".into());
+    assert_eq!(
+        q().filter(Expr::search("strasse".into())).count().unwrap(),
+        2
+    );
+    assert_eq!(
+        q().filter(Expr::matches("title".into(), "天".into()))
+            .count()
+            .unwrap(),
+        1
+    );
+    let ranked = q()
+        .filter(Expr::search("strasse".into()))
+        .order_by_relevance(false)
+        .all()
+        .unwrap();
+    let schema = keel_schema::Schema::parse(SEARCH, "s.fbs").unwrap();
+    let r = schema.reader("demo.Note").unwrap();
+    let ids: Vec<keel_schema::Value> = ranked
+        .iter()
+        .map(|o| r.read(&o.bytes).unwrap().get(&r.path("id").unwrap()))
+        .collect();
+    assert_eq!(ids, vec!["a".into(), "c".into()]);
+    assert_eq!(
+        Expr::matches("title".into(), "x".into()).describe(),
+        "title MATCHES \"x\""
+    );
+    for bad in ["(open", "NOT x", ""] {
+        let err = q().filter(Expr::search(bad.into())).all().unwrap_err();
+        assert!(matches!(err, KeelError::InvalidArgument { .. }), "{err:?}");
+    }
+    // A field that is not searchable.
+    let err = q()
+        .filter(Expr::matches("id".into(), "a".into()))
+        .all()
+        .unwrap_err();
+    assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
     block_on(db.close()).unwrap();
 }

@@ -121,6 +121,18 @@ pub enum Error {
         /// What was expected and what was given.
         message: String,
     },
+    /// A full-text search query is malformed (an unclosed phrase or group, an
+    /// operator without operands, no searchable word), or asks for relevance
+    /// order without a full-text filter to rank by. Never an SQL error text.
+    #[error("search query {query:?}: {message} (at byte {offset})")]
+    InvalidSearch {
+        /// The query text as given.
+        query: String,
+        /// Byte offset in `query` where the problem is.
+        offset: usize,
+        /// What is wrong.
+        message: String,
+    },
     /// The stored schema cannot be evolved into the given one, or the schema
     /// metadata of the file is damaged.
     #[error("open {}: schema: {message}", path.display())]

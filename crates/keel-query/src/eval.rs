@@ -330,6 +330,16 @@ enum Node {
     And(Box<Node>, Box<Node>),
     Or(Box<Node>, Box<Node>),
     Not(Box<Node>),
+    /// Full-text search: the collection's searchable fields (`ids`: the one
+    /// searched, or all), and the parsed query.
+    Matches(Arc<TextMatch>),
+}
+
+#[derive(Debug)]
+struct TextMatch {
+    search: crate::search::SearchSql,
+    ids: Option<Vec<u16>>,
+    query: crate::search::SearchQuery,
 }
 
 /// Resolves a path against a collection's table, with a typed error.
@@ -525,6 +535,14 @@ impl Filter {
             }
             _ => {}
         }
+        if let Expr::Matches { path, query } = e {
+            return Ok(Node::Matches(Arc::new(Self::build_match(
+                t,
+                coll,
+                path.as_ref(),
+                query,
+            )?)));
+        }
         let mut p = |path: &FieldPath| -> Result<usize> {
             if let Some(i) = paths.iter().position(|r| r.path() == path) {
                 return Ok(i);
@@ -551,11 +569,37 @@ impl Filter {
             ),
             Expr::Not(a) => Node::Not(Box::new(Self::build(t, coll, a, paths)?)),
             Expr::Compare { .. }
+            | Expr::Matches { .. }
             | Expr::TermIsNull(_)
             | Expr::TermIsNotNull(_)
             | Expr::IsUnknown(_)
             | Expr::IsKnown(_) => unreachable!("handled above"),
         })
+    }
+
+    fn build_match(
+        t: DynamicTable<'_>,
+        coll: &str,
+        path: Option<&FieldPath>,
+        query: &str,
+    ) -> Result<TextMatch> {
+        let search =
+            crate::search::SearchSql::of(coll, t.table()).ok_or_else(|| Error::TypeMismatch {
+                op: "compile filter",
+                collection: coll.to_owned(),
+                message:
+                    "full-text search needs a field marked (searchable); this collection has none"
+                        .into(),
+            })?;
+        let ids = match path {
+            None => None,
+            Some(p) => {
+                let id = crate::search::searched_field(&search, coll, p)?;
+                Some(vec![id])
+            }
+        };
+        let query = crate::search::SearchQuery::parse(query)?;
+        Ok(TextMatch { search, ids, query })
     }
 
     fn eval_term<'x>(&'x self, t: &'x TNode, get: &dyn Fn(usize) -> SqlValue<'x>) -> SqlValue<'x> {
@@ -579,12 +623,12 @@ impl Filter {
                     .read(bytes)
                     .map_or(SqlValue::Null, SqlValue::from_ref)
             };
-            return self.eval_node(&self.root, &get);
+            return self.eval_node(&self.root, &get, bytes);
         }
         let t = self.schema.table_reader(self.table)?;
         match t.open(bytes) {
             Ok(obj) => self.eval(&obj),
-            Err(_) => self.eval_node(&self.root, &|_| SqlValue::Null),
+            Err(_) => self.eval_node(&self.root, &|_| SqlValue::Null, bytes),
         }
     }
 
@@ -613,10 +657,15 @@ impl Filter {
             obj.get_ref(&self.paths[i])
                 .map_or(SqlValue::Null, SqlValue::from_ref)
         };
-        self.eval_node(&self.root, &get)
+        self.eval_node(&self.root, &get, obj.bytes())
     }
 
-    fn eval_node<'b>(&self, n: &Node, get: &dyn Fn(usize) -> SqlValue<'b>) -> Option<bool> {
+    fn eval_node<'b>(
+        &self,
+        n: &Node,
+        get: &dyn Fn(usize) -> SqlValue<'b>,
+        bytes: &[u8],
+    ) -> Option<bool> {
         match n {
             Node::Const(b) => Some(*b),
             Node::Cmp(i, op, v) => compare(get(*i), *op, SqlValue::from_value(v)),
@@ -642,10 +691,22 @@ impl Filter {
                 let g = |i: usize| -> SqlValue<'_> { get(i) };
                 Some((self.eval_term(x, &g) == SqlValue::Null) != *negated)
             }
-            Node::IsUnknown(e, negated) => Some(self.eval_node(e, get).is_none() != *negated),
-            Node::And(a, b) => and3(self.eval_node(a, get), || self.eval_node(b, get)),
-            Node::Or(a, b) => or3(self.eval_node(a, get), || self.eval_node(b, get)),
-            Node::Not(a) => self.eval_node(a, get).map(|b| !b),
+            Node::IsUnknown(e, negated) => {
+                Some(self.eval_node(e, get, bytes).is_none() != *negated)
+            }
+            Node::And(a, b) => and3(self.eval_node(a, get, bytes), || {
+                self.eval_node(b, get, bytes)
+            }),
+            Node::Or(a, b) => or3(self.eval_node(a, get, bytes), || {
+                self.eval_node(b, get, bytes)
+            }),
+            Node::Not(a) => self.eval_node(a, get, bytes).map(|b| !b),
+            // As FTS5 answers for the row: true or false, never unknown.
+            Node::Matches(m) => Some(m.query.matches(&crate::search::token_columns(
+                &m.search,
+                m.ids.as_deref(),
+                bytes,
+            ))),
         }
     }
 }
@@ -691,6 +752,14 @@ impl Order {
     /// Like [`Order::new`], sharing an existing `Arc<Schema>`.
     pub fn with_schema(schema: Arc<Schema>, collection: &str, keys: &[SortKey]) -> Result<Order> {
         let keys_in = keys;
+        if keys.iter().any(SortKey::is_relevance) {
+            // bm25 needs the whole index's statistics: only SQL (a fetch) ranks.
+            return Err(Error::InvalidSearch {
+                query: String::new(),
+                offset: 0,
+                message: "relevance order is computed by the full-text index: fetches can order by it, an in-memory order (a subscription) cannot yet".into(),
+            });
+        }
         let (name, t) = table_of(&schema, collection, "compile order")?;
         let keys = keys
             .iter()

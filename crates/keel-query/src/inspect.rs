@@ -324,6 +324,86 @@ pub fn repair_columns(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusq
     Ok(n)
 }
 
+/// One disagreement between a collection's objects and its full-text index
+/// (`(searchable)` fields): found by [`search_drift`], fixed by
+/// [`rebuild_search`]. keel writes the index with the row, so drift means a
+/// tool other than keel (or a keel build without full-text search) changed rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchDrift {
+    /// The collection.
+    pub collection: String,
+    /// The object's rowid (0 for a problem of the whole index).
+    pub rowid: i64,
+    /// `missing` (the index lacks the object), `extra` (an entry without an
+    /// object), `stale` (the entry holds other text than the object), or what
+    /// is wrong with the whole index.
+    pub problem: String,
+}
+
+/// Every disagreement (at most `limit`) between the collections of `schema`
+/// (the schema stored in the file) and their full-text indexes: each object's
+/// tokens against its index entry, and FTS5's own integrity check of the index.
+///
+/// ```
+/// # use keel_query::{inspect, Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("s.db");
+/// let schema = Schema::parse("table T { id: int (primary); text: string (searchable); } root_type T;", "t.fbs")?;
+/// let db = Database::open(&path, schema.clone(), StoreOptions::default())?;
+/// let obj = schema.reader("T")?.encode_json(&serde_json::json!({"id": 1, "text": "hello"}))?;
+/// db.write(move |t| t.insert_bytes("T", obj).map(|_| ())).wait()?;
+/// db.close().wait()?;
+/// let conn = rusqlite::Connection::open(&path)?;
+/// conn.execute("DELETE FROM \"T$fts\"", [])?; // what a stock tool might do
+/// let schema = std::sync::Arc::new(schema);
+/// let drift = inspect::search_drift(&conn, &schema, 10)?;
+/// assert_eq!((drift.len(), drift[0].problem.as_str()), (1, "missing"));
+/// assert_eq!(inspect::rebuild_search(&conn, &schema)?, 1);
+/// assert!(inspect::search_drift(&conn, &schema, 10)?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn search_drift(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+) -> rusqlite::Result<Vec<SearchDrift>> {
+    let mut out = Vec::new();
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        if coll.search.is_none() || crate::layout::table_columns(conn, &coll.ident)?.is_empty() {
+            continue;
+        }
+        for d in crate::fts::compare(conn, &coll, limit.saturating_sub(out.len()))? {
+            out.push(SearchDrift {
+                collection: d.collection,
+                rowid: d.rowid,
+                problem: d.problem,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Rebuild the full-text index of every collection of `schema` that has
+/// `(searchable)` fields from its objects, in the caller's transaction if it has
+/// one. Returns how many objects were indexed.
+pub fn rebuild_search(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusqlite::Result<u64> {
+    let mut n = 0;
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        if coll.search.is_none() || crate::layout::table_columns(conn, &coll.ident)?.is_empty() {
+            continue;
+        }
+        n += crate::fts::rebuild(conn, &coll)?;
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

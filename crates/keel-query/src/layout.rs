@@ -150,6 +150,9 @@ pub(crate) struct Coll {
     /// `rowid` (`body`, then the key column a body without its key string is
     /// restored from), and how writes store them.
     pub(crate) body: BodyColumns,
+    /// The full-text index (`search.rs`, `fts.rs`), when the collection has
+    /// `(searchable)` fields (in the extraction schema, like the index columns).
+    pub(crate) search: Option<crate::search::SearchSql>,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -346,6 +349,7 @@ impl Coll {
             key,
             key_ids: c.primary_key.clone(),
             indexes,
+            search: crate::search::SearchSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
             ext: Arc::clone(ext),
             ext_table,
             body,

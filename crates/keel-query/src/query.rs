@@ -255,7 +255,43 @@ impl<'a> Query<'a> {
                 Source::Conn(_, _, as_of) => *as_of,
                 Source::Db(_) => None,
             },
+            search: c.search.as_ref(),
             params: Vec::new(),
+        };
+        // Relevance order: the rows come from the full-text index's matches,
+        // joined to the table, each with its bm25 score (the first full-text
+        // filter among the top-level AND parts ranks; the rest filter as usual).
+        let ranked = order.is_some_and(|keys| keys.iter().any(SortKey::is_relevance));
+        let mut from = c.ident.clone();
+        let rest: Option<Expr>;
+        let filter = if ranked {
+            let mut parts = Vec::new();
+            if let Some(f) = filter {
+                conjuncts(f, &mut parts);
+            }
+            let Some(at) = parts.iter().position(|e| matches!(e, Expr::Matches { .. })) else {
+                return Err(Error::InvalidSearch {
+                    query: String::new(),
+                    offset: 0,
+                    message: "relevance order needs a full-text filter (`matches`/`search`) as one of the filter's top-level AND parts".into(),
+                });
+            };
+            let Expr::Matches { path, query } = parts.remove(at) else {
+                unreachable!("found above")
+            };
+            let (s, text) = comp.match_text(path.as_ref(), query)?;
+            comp.params.push(Value::Text(text));
+            from = format!(
+                "(SELECT rowid AS keel_r, {} AS {} FROM {2} WHERE {2} MATCH ?) JOIN {3} ON {3}.rowid = keel_r",
+                s.bm25(),
+                crate::sql::RANK_COLUMN,
+                s.ident,
+                c.ident
+            );
+            rest = parts.into_iter().cloned().reduce(Expr::and);
+            rest.as_ref()
+        } else {
+            filter
         };
         let w = match filter {
             Some(e) => format!(" WHERE {}", comp.expr(e)?),
@@ -278,16 +314,12 @@ impl<'a> Query<'a> {
         }
         let sql = if count {
             if tail.is_empty() {
-                format!("SELECT count(*) FROM {}{w}", c.ident)
+                format!("SELECT count(*) FROM {from}{w}")
             } else {
-                format!("SELECT count(*) FROM (SELECT 1 FROM {}{w}{tail})", c.ident)
+                format!("SELECT count(*) FROM (SELECT 1 FROM {from}{w}{tail})")
             }
         } else {
-            format!(
-                "SELECT rowid, {} FROM {}{w}{tail}",
-                c.body.select(),
-                c.ident
-            )
+            format!("SELECT rowid, {} FROM {from}{w}{tail}", c.body.select())
         };
         Ok((sql, comp.params))
     }
@@ -459,6 +491,17 @@ impl Query<'_> {
     /// [`Query::count`] on a keel thread.
     pub fn count_async(self) -> Task<u64> {
         self.spawn(|q| q.count())
+    }
+}
+
+/// The top-level conjuncts of `e` (`a AND b AND …`).
+fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
+    match e {
+        Expr::And(a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        other => out.push(other),
     }
 }
 

@@ -79,7 +79,9 @@ impl<'c> Cheap<'c> {
     }
 
     fn path(&self, path: &FieldPath) -> bool {
-        key_column(self.key, path).is_some()
+        // The empty path is relevance order (`SortKey::relevance`): SQL's.
+        path.steps().is_empty()
+            || key_column(self.key, path).is_some()
             || self
                 .indexed
                 .contains(&path_text(self.collection, path).as_str())
@@ -96,7 +98,8 @@ impl<'c> Cheap<'c> {
     /// True if every field `e` reads is cheap.
     fn expr(&self, e: &Expr) -> bool {
         match e {
-            Expr::True | Expr::False => true,
+            // The full-text index answers it: one FTS5 query, not a call per row.
+            Expr::True | Expr::False | Expr::Matches { .. } => true,
             Expr::Cmp { path, .. }
             | Expr::In { path, .. }
             | Expr::NotIn { path, .. }

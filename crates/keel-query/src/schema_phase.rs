@@ -165,9 +165,16 @@ pub(crate) fn schema_phase(
         tracing::info!(from = ?format, to = FORMAT, "upgrading the storage format in the schema transaction");
         upgrade_format(conn, path)?;
     }
+    // Migrations may rewrite rows behind the full-text index: rebuild it then.
+    let migrations_done = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row("SELECT count(*) FROM keel_migrations", [], |r| r.get(0))
+            .unwrap_or(0)
+    };
+    let before_migrations = migrations_done(conn);
     if let Some(m) = migrator {
         stored = m.run(conn, path, stored, schema)?;
     }
+    let migrated = migrations_done(conn) != before_migrations;
     let relation = crate::stored::relate(path, stored, schema, field_schema)?;
     let colls: Vec<Coll> = match &relation {
         crate::stored::Relation::Older(newer) => (0..colls.len())
@@ -328,6 +335,14 @@ pub(crate) fn schema_phase(
     if upgrading {
         out.upgraded = Some((format.unwrap_or(1), objects));
     }
+    // Full-text indexes (`fts.rs`): built or rebuilt here, in this transaction, so
+    // a crash leaves the old index or the new one, never half of one.
+    crate::fts::sync_all(conn, &colls, migrated, &mut |done, total| {
+        if total > 0 {
+            progress(done as f32 / total as f32);
+        }
+    })
+    .map_err(err("build the full-text index"))?;
     // Indexes the schema no longer declares: drop them and their columns (they
     // only cost writes).
     let old: Vec<(String, String)> = {

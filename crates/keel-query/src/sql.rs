@@ -157,6 +157,9 @@ fn cmp_sql(op: keel_schema::CmpOp) -> &'static str {
     }
 }
 
+/// The relevance column of a ranked query's join (see `Query::build_with`).
+pub(crate) const RANK_COLUMN: &str = "keel_rank";
+
 /// Compiles an `Expr` into a WHERE clause with `?` parameters.
 pub(crate) struct Compiler<'a> {
     pub(crate) table: DynamicTable<'a>,
@@ -169,6 +172,8 @@ pub(crate) struct Compiler<'a> {
     /// For a read in a snapshot: the build epoch it was taken at (see
     /// `layout::ready_epoch`); a column completed later is not read.
     pub(crate) as_of: Option<u64>,
+    /// The collection's full-text index, if it has `(searchable)` fields.
+    pub(crate) search: Option<&'a crate::search::SearchSql>,
     pub(crate) params: Vec<Value>,
 }
 
@@ -186,6 +191,33 @@ pub(crate) fn key_column(key: &[u16], path: &FieldPath) -> Option<String> {
     match path.steps() {
         [PathStep::Field { id, .. }] => key.iter().position(|k| k == id).map(|i| format!("k{i}")),
         _ => None,
+    }
+}
+
+impl<'a> Compiler<'a> {
+    /// The full-text index and the FTS5 `MATCH` text of a `Matches` filter
+    /// (the query parsed by keel: malformed text is a typed error here, never
+    /// SQLite's).
+    pub(crate) fn match_text(
+        &self,
+        path: Option<&FieldPath>,
+        query: &str,
+    ) -> Result<(&'a crate::search::SearchSql, String)> {
+        let s = self.search.ok_or_else(|| Error::TypeMismatch {
+            op: "compile filter",
+            collection: self.collection.to_owned(),
+            message: "full-text search needs a field marked (searchable); this collection has none"
+                .into(),
+        })?;
+        let cols: Vec<&str> = match path {
+            None => Vec::new(),
+            Some(p) => {
+                let id = crate::search::searched_field(s, self.collection, p)?;
+                s.field(id).map(|f| f.column.as_str()).into_iter().collect()
+            }
+        };
+        let q = crate::search::SearchQuery::parse(query)?;
+        Ok((s, q.fts(&cols)))
     }
 }
 
@@ -323,6 +355,14 @@ impl Compiler<'_> {
             Expr::And(a, b) => format!("({} AND {})", self.expr(a)?, self.expr(b)?),
             Expr::Or(a, b) => format!("({} OR {})", self.expr(a)?, self.expr(b)?),
             Expr::Not(a) => format!("(NOT {})", self.expr(a)?),
+            Expr::Matches { path, query } => {
+                let (s, text) = self.match_text(path.as_ref(), query)?;
+                self.params.push(Value::Text(text));
+                format!(
+                    "(rowid IN (SELECT rowid FROM {0} WHERE {0} MATCH ?))",
+                    s.ident
+                )
+            }
         })
     }
 
@@ -332,6 +372,13 @@ impl Compiler<'_> {
     pub(crate) fn order(&mut self, keys: &[SortKey]) -> Result<String> {
         let mut s = String::from(" ORDER BY ");
         for k in keys {
+            if k.is_relevance() {
+                // The ranked join's score (`Query::build_with`): bm25, lower is
+                // better, so ascending is best first.
+                s.push_str(RANK_COLUMN);
+                s.push_str(if k.descending { " DESC, " } else { " ASC, " });
+                continue;
+            }
             let f = self.field(&k.path)?;
             match &k.list {
                 Some(l) => {
@@ -414,6 +461,7 @@ mod tests {
             key: &[],
             indexes: &[],
             as_of: None,
+            search: None,
             params: Vec::new(),
         };
         let e = Expr::eq(t.path("id").unwrap(), "x' OR 1=1 --").or(Expr::In {
@@ -435,6 +483,7 @@ mod tests {
             key: &[0],
             indexes: &[],
             as_of: None,
+            search: None,
             params: Vec::new(),
         };
         let id = t.path("id").unwrap();

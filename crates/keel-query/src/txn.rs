@@ -258,6 +258,26 @@ impl<'a> Txn<'a> {
         f(&mut kept[i].1).map_err(|e| Error::sqlite(op, &c.name, e))
     }
 
+    /// Write the full-text index entry of the object `bytes` (the whole buffer)
+    /// at `rowid`, for a collection with `(searchable)` fields: in this
+    /// transaction and savepoint, like the row itself (`fts.rs`).
+    fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+        let Some(s) = &c.search else {
+            return Ok(());
+        };
+        self.with_kept_stmt(c, op, &s.upsert, |st| {
+            crate::fts::write(st, s, rowid, bytes)
+        })
+    }
+
+    /// Remove the full-text index entry of `rowid` (see [`Txn::index_text`]).
+    fn unindex_text(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
+        let Some(s) = &c.search else {
+            return Ok(());
+        };
+        self.with_kept_stmt(c, op, &s.delete, |st| st.execute([rowid]).map(|_| ()))
+    }
+
     fn insert_raw(
         &mut self,
         c: &Coll,
@@ -271,6 +291,7 @@ impl<'a> Txn<'a> {
             st.raw_execute()
         })?;
         let rowid = self.conn.last_insert_rowid();
+        self.index_text(c, op, rowid, &bytes)?;
         let new = self.record.then_some(bytes);
         self.record(c, ChangeOp::Insert, key, rowid, None, new);
         Ok(rowid)
@@ -332,6 +353,7 @@ impl<'a> Txn<'a> {
         if n == 1 {
             let after = self.wt.row_changes();
             if after.count == before + 1 {
+                self.index_text(c, op, after.last_rowid, &bytes)?;
                 return Ok(Ok(after.last_rowid));
             }
         }
@@ -345,7 +367,15 @@ impl<'a> Txn<'a> {
             .query(rusqlite::params_from_iter(key.iter().map(sref)))
             .map_err(|e| Error::sqlite(op, &c.name, e))?;
         match rows.next().map_err(|e| Error::sqlite(op, &c.name, e))? {
-            Some(r) => Ok(Ok(r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?)),
+            Some(r) => {
+                let rowid: i64 = r.get(0).map_err(|e| Error::sqlite(op, &c.name, e))?;
+                drop(rows);
+                if n == 1 {
+                    // It was updated (a trigger changed other rows too).
+                    self.index_text(c, op, rowid, &bytes)?;
+                }
+                Ok(Ok(rowid))
+            }
             None => {
                 drop(rows);
                 Ok(Err((key, bytes)))
@@ -372,7 +402,7 @@ impl<'a> Txn<'a> {
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()
         })?;
-        Ok(())
+        self.index_text(c, op, rowid, bytes)
     }
 
     fn no_key(&self, c: &Coll, op: &'static str) -> Result<()> {
@@ -605,6 +635,7 @@ impl<'a> Txn<'a> {
                 st.execute([old.rowid])
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
             }
+            self.unindex_text(c, op, old.rowid)?;
             self.record(c, ChangeOp::Delete, key, old.rowid, Some(old.bytes), None);
             let rowid = self.insert_raw(c, op, new_key, merged)?;
             if rowid != old.rowid {
@@ -627,6 +658,17 @@ impl<'a> Txn<'a> {
                     [fresh, rowid],
                 )
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            if let Some(s) = &c.search {
+                // The index entry moves with the row.
+                let cols: Vec<&str> = s.fields.iter().map(|f| f.column.as_str()).collect();
+                self.conn
+                    .execute_batch(&format!(
+                        "INSERT INTO {i}(rowid, {cs}) SELECT {fresh}, {cs} FROM {i} WHERE rowid = {rowid}; DELETE FROM {i} WHERE rowid = {rowid};",
+                        i = s.ident,
+                        cs = cols.join(", "),
+                    ))
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            }
             if let Some(ch) = self.changes.last_mut() {
                 ch.rowid = fresh;
             }
@@ -664,7 +706,7 @@ impl<'a> Txn<'a> {
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
-        if !self.record {
+        if !self.record && c.search.is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
             let key = c.check_key_ref("delete", key)?;
@@ -674,11 +716,28 @@ impl<'a> Txn<'a> {
             return Ok(n > 0);
         }
         let key = c.check_key("delete", key)?;
+        if !self.record {
+            // A searchable collection: the index entry goes by rowid, so find it.
+            let rowid: Option<i64> = self.with_kept_stmt(c, "delete", &c.sql_find_rowid, |st| {
+                use rusqlite::OptionalExtension;
+                st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
+                    r.get(0)
+                })
+                .optional()
+            })?;
+            let Some(rowid) = rowid else {
+                return Ok(false);
+            };
+            self.with_kept_stmt(c, "delete", &c.sql_delete, |st| st.execute([rowid]))?;
+            self.unindex_text(c, "delete", rowid)?;
+            return Ok(true);
+        }
         let (rowid, old) = match self.find(c, "delete", &key)? {
             Some(o) => (o.rowid, Some(o.bytes)),
             None => return Ok(false),
         };
         self.with_kept_stmt(c, "delete", &c.sql_delete, |st| st.execute([rowid]))?;
+        self.unindex_text(c, "delete", rowid)?;
         self.record(c, ChangeOp::Delete, key, rowid, old, None);
         Ok(true)
     }

@@ -60,6 +60,15 @@ impl Schema {
         for a in ["primary", "indexed", "unique", "entity"] {
             let _ = writeln!(out, "attribute \"{a}\";");
         }
+        // Declared only when used, so the text (and fingerprint) of every schema
+        // without full-text search stays what it was.
+        if self
+            .tables
+            .iter()
+            .any(|t| t.fields.iter().any(|f| f.searchable.is_some()))
+        {
+            out.push_str("attribute \"searchable\";\n");
+        }
         let mut cur_ns = String::from("\u{0}");
         let mut ns_line = |out: &mut String, n: &str| {
             if cur_ns != n {
@@ -143,6 +152,14 @@ impl Schema {
                     if flag {
                         let _ = write!(out, ", {name}");
                     }
+                }
+                match f.searchable {
+                    Some(1.0) => out.push_str(", searchable"),
+                    // `{:?}` keeps a decimal point, so it parses back as a float.
+                    Some(w) => {
+                        let _ = write!(out, ", searchable: {w:?}");
+                    }
+                    None => {}
                 }
                 out.push_str(");\n");
             }

@@ -1264,6 +1264,11 @@ impl<'a, 's> Object<'a, 's> {
         Ok(ValueRef::Null)
     }
 
+    /// The whole buffer the object was opened from.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.t.buf()
+    }
+
     /// The object as JSON in flatc's conventions (enums by name, unions as
     /// `x_type` plus `x`). Deprecated fields are skipped. Scalars are always present (defaults filled in); absent strings,
     /// tables, vectors and null optionals are omitted; NaN/∞ become strings.

@@ -270,6 +270,16 @@ pub enum Expr {
     Or(Box<Expr>, Box<Expr>),
     /// Negation (three-valued: `NOT unknown` is unknown).
     Not(Box<Expr>),
+    /// Full-text search: the `(searchable)` field at `path` (every searchable
+    /// field of the collection when `None`) matches `query`, in keel's FTS5 query
+    /// language (words, `"phrases"`, `prefix*`, `AND`, `OR`, `NOT`, `NEAR(…)`;
+    /// see keel-query's `search` module). Never unknown.
+    Matches {
+        /// The searchable field, or `None` for all of them.
+        path: Option<FieldPath>,
+        /// The query text.
+        query: String,
+    },
 }
 
 impl Expr {
@@ -329,10 +339,32 @@ impl Expr {
         Expr::IsKnown(Box::new(self))
     }
 
+    /// Full-text search of the searchable field at `path` (see [`Expr::Matches`]).
+    pub fn matches(path: FieldPath, query: impl Into<String>) -> Expr {
+        Expr::Matches {
+            path: Some(path),
+            query: query.into(),
+        }
+    }
+
+    /// Full-text search over every searchable field of the collection (a phrase
+    /// or `NEAR` group still has to hold within one field).
+    pub fn search(query: impl Into<String>) -> Expr {
+        Expr::Matches {
+            path: None,
+            query: query.into(),
+        }
+    }
+
     /// Calls `f` on every field path this expression reads (for index selection).
     pub fn visit_paths(&self, f: &mut impl FnMut(&FieldPath)) {
         match self {
             Expr::True | Expr::False => {}
+            Expr::Matches { path, .. } => {
+                if let Some(p) = path {
+                    f(p)
+                }
+            }
             Expr::Cmp { path, .. }
             | Expr::In { path, .. }
             | Expr::NotIn { path, .. }
@@ -410,8 +442,19 @@ impl fmt::Display for Expr {
             Expr::And(a, b) => write!(f, "({a} AND {b})"),
             Expr::Or(a, b) => write!(f, "({a} OR {b})"),
             Expr::Not(e) => write!(f, "NOT ({e})"),
+            Expr::Matches {
+                path: Some(p),
+                query,
+            } => write!(f, "{p} MATCHES {query:?}"),
+            Expr::Matches { path: None, query } => write!(f, "* MATCHES {query:?}"),
         }
     }
+}
+
+/// Full-text relevance order, best match first: [`SortKey::relevance`]
+/// (`order_by(relevance())`).
+pub fn relevance() -> SortKey {
+    SortKey::relevance()
 }
 
 /// One ordering key of a query: a field and a direction, optionally by the
@@ -491,6 +534,25 @@ impl SortKey {
             }),
         }
     }
+    /// Full-text relevance (FTS5's bm25 with the fields' `(searchable: w)`
+    /// weights) of the query's full-text filter: best match first; reversed,
+    /// worst first. A query ordered by it needs an [`Expr::Matches`] as one of
+    /// its filter's top-level `AND` parts (the first one ranks).
+    ///
+    /// ```
+    /// let k = keel_schema::SortKey::relevance();
+    /// assert!(k.is_relevance());
+    /// assert_eq!(k.to_string(), "relevance ASC");
+    /// ```
+    pub fn relevance() -> Self {
+        SortKey::asc(FieldPath::new(Vec::new()))
+    }
+
+    /// This key is [`SortKey::relevance`] (the empty path, which names no field).
+    pub fn is_relevance(&self) -> bool {
+        self.path.steps().is_empty() && self.list.is_none()
+    }
+
     /// The same key in the other direction.
     pub fn reversed(mut self) -> Self {
         self.descending = !self.descending;
@@ -514,7 +576,11 @@ impl SortKey {
 
 impl fmt::Display for SortKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.path)?;
+        if self.is_relevance() {
+            f.write_str("relevance")?;
+        } else {
+            write!(f, "{}", self.path)?;
+        }
         if let Some(l) = &self.list {
             f.write_str(" IN ORDER ")?;
             write_list(f, &l.values)?;

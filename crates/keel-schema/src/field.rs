@@ -269,6 +269,22 @@ impl<R, T> Field<R, T> {
     }
 }
 
+impl<R> Field<R, String> {
+    /// Full-text search of this `(searchable)` string field: see
+    /// [`Expr::Matches`]. Combines with every other filter (`&`, `|`, `!`).
+    pub fn matches(&self, query: impl Into<String>) -> Expr {
+        Expr::matches(self.path.clone(), query)
+    }
+}
+
+impl<R> Field<R, Vec<String>> {
+    /// Full-text search of this `(searchable)` `[string]` field (a phrase holds
+    /// within one element): see [`Expr::Matches`].
+    pub fn matches(&self, query: impl Into<String>) -> Expr {
+        Expr::matches(self.path.clone(), query)
+    }
+}
+
 impl<R, T> From<Field<R, T>> for Term {
     fn from(f: Field<R, T>) -> Term {
         Term::Field(f.path)

@@ -69,7 +69,7 @@ pub use flatbuffers;
 
 pub use codegen::{compile, Builder, CodegenError};
 pub use dynamic::{DynamicTable, Object, ResolvedPath, RootScalar, ValueRef};
-pub use expr::{ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
+pub use expr::{relevance, ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
 pub use field::{Field, QueryValue};
 pub use model::{
     Collection, EnumDef, EnumVal, FieldType, IndexDef, ScalarType, Schema, StructDef, StructField,

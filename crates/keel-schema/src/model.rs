@@ -181,6 +181,10 @@ pub struct Field {
     pub unique: bool,
     /// `(primary)`: part of the primary key (in declaration order).
     pub primary: bool,
+    /// `(searchable)` / `(searchable: w)`: keel keeps this string or `[string]`
+    /// field of a collection in the collection's full-text index; the value is
+    /// its relevance weight (1.0 when not given, always finite and > 0).
+    pub searchable: Option<f64>,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
 }

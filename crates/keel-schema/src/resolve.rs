@@ -36,6 +36,7 @@ const BUILTIN_ATTRIBUTES: &[&str] = &[
     "indexed",
     "unique",
     "entity",
+    "searchable",
 ];
 
 /// Most union members FlatBuffers allows (tags are a `ubyte`, 0 is NONE).
@@ -389,8 +390,14 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
             continue;
         }
         // (indexed)/(unique) on a table that is not a collection index the value
-        // at that path in every collection reaching it; (primary) has no meaning.
-        if let Some(f) = t.fields.iter().find(|f| f.primary) {
+        // at that path in every collection reaching it; (primary) and
+        // (searchable) have no meaning there.
+        if let Some(f) = t
+            .fields
+            .iter()
+            .find(|f| f.primary || f.searchable.is_some())
+        {
+            let what = if f.primary { "primary" } else { "searchable" };
             let d = &r.tables[i];
             let pos = d
                 .decl_fields()
@@ -401,7 +408,7 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
                 d.file,
                 pos,
                 format!(
-                    "field {:?}: primary only applies to collections; expected table {} to be the root_type or marked (entity)",
+                    "field {:?}: {what} only applies to collections; expected table {} to be the root_type or marked (entity)",
                     f.name,
                     t.full_name()
                 ),
@@ -430,6 +437,31 @@ impl DeclRef<'_> {
 
 fn has_attr(attrs: &[ast::Attribute], name: &str) -> bool {
     attrs.iter().any(|a| a.name == name)
+}
+
+/// The weight of a `(searchable)` / `(searchable: w)` attribute, if present.
+fn searchable_weight(attrs: &[ast::Attribute]) -> Result<Option<f64>, String> {
+    let Some(a) = attr(attrs, "searchable") else {
+        return Ok(None);
+    };
+    let w = match &a.value {
+        None => 1.0,
+        Some(ast::Literal::Int(s) | ast::Literal::Float(s)) => s
+            .replace('_', "")
+            .parse::<f64>()
+            .map_err(|_| format!("(searchable: {s}): expected a number"))?,
+        Some(other) => {
+            return Err(format!(
+                "(searchable: {other:?}): expected a positive number (the field's relevance weight)"
+            ))
+        }
+    };
+    if !(w.is_finite() && w > 0.0) {
+        return Err(format!(
+            "(searchable: {w}): expected a finite weight greater than 0"
+        ));
+    }
+    Ok(Some(w))
 }
 
 fn attr<'b>(attrs: &'b [ast::Attribute], name: &str) -> Option<&'b ast::Attribute> {
@@ -989,8 +1021,23 @@ impl<'a> Resolver<'a> {
                 indexed: has_attr(&f.attributes, "indexed"),
                 unique: has_attr(&f.attributes, "unique"),
                 primary: has_attr(&f.attributes, "primary"),
+                searchable: searchable_weight(&f.attributes)
+                    .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 doc: f.doc.clone(),
             };
+            if field.searchable.is_some()
+                && !matches!(&field.ty, FieldType::String)
+                && !matches!(&field.ty, FieldType::Vector(e) if **e == FieldType::String)
+            {
+                return Err(err(
+                    d.file,
+                    f.pos,
+                    format!(
+                        "field {:?}: (searchable) expects a string or [string] field",
+                        f.name
+                    ),
+                ));
+            }
             let keyable = matches!(
                 field.ty,
                 FieldType::Scalar(_) | FieldType::Enum(_) | FieldType::String
