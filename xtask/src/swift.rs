@@ -15,6 +15,10 @@
 //!   Sources/CorpusModel/Corpus.swift keel codegen swift tests/bytes/corpus.fbs
 //!   Sources/keel-crash-child/        a keel app that is killed (bindings/swift/Tests/CrashChild)
 //!   Sources/MediaV1/, MediaV2/       … and bindings/swift/Tests/media_v1.fbs, media_v2.fbs
+//!   Sources/EdgeModel/, NoteV3/, MonsterV1/, MonsterV2/
+//!                                    every other schema under examples/, compiled only
+//!                                    (not namespaces/: two `Item`s, which Swift's flat
+//!                                    names refuse with a clear error)
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
 //!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/)
@@ -65,11 +69,23 @@ let package = Package(
                 path: "Sources/MediaV1"),
         .target(name: "MediaV2", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/MediaV2"),
+        // Every other schema under examples/ (but namespaces/, whose two `Item`s the
+        // Swift generator refuses), built so that the generated Swift for each is
+        // known to compile in Swift 6 mode (KeelTests depends on them).
+        .target(name: "EdgeModel", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/EdgeModel"),
+        .target(name: "NoteV3", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/NoteV3"),
+        .target(name: "MonsterV1", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/MonsterV1"),
+        .target(name: "MonsterV2", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/MonsterV2"),
         .executableTarget(name: "keel-crash-child",
                           dependencies: ["BlogModel", .product(name: "Keel", package: "Keel")],
                           path: "Sources/keel-crash-child"),
         .testTarget(name: "KeelTests",
                     dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
+                                   "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
         // Written the way an app is (a @MainActor view model), in Swift 6 mode.
@@ -123,6 +139,19 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         (root.join("tests/bytes/corpus.fbs"), "CorpusModel"),
         (src.join("media_v1.fbs"), "MediaV1"),
         (src.join("media_v2.fbs"), "MediaV2"),
+        (root.join("examples/blog/schema/edge.fbs"), "EdgeModel"),
+        (
+            root.join("examples/blog/schema/evolution/post_v3.fbs"),
+            "NoteV3",
+        ),
+        (
+            root.join("examples/blog/schema/monster/monster_v1.fbs"),
+            "MonsterV1",
+        ),
+        (
+            root.join("examples/blog/schema/monster/monster_v2.fbs"),
+            "MonsterV2",
+        ),
     ] {
         let out = gen.join(model);
         util::cargo(&[

@@ -5,6 +5,7 @@
 //! target/keel-swift-plugin-test/
 //!   Package.swift                         Swift 6 language mode; NotesModel uses the plugin
 //!   Sources/NotesModel/notes.fbs          bindings/swift/PluginTest/notes_v1.fbs, then _v2
+//!   Sources/NotesModel/Exports.swift      SwiftPM builds a target only if it holds Swift
 //!   Sources/notes-app/main.swift          main_v1.swift, then main_v2.swift
 //! ```
 //!
@@ -46,6 +47,10 @@ pub fn test(swift: &Path, pkg: &Path) -> Result<(), String> {
     let app = target.join("keel-swift-plugin-test");
     let src = util::workspace_root().join("bindings/swift/PluginTest");
     write(&app.join("Package.swift"), PACKAGE)?;
+    copy(
+        &src.join("Exports.swift"),
+        &app.join("Sources/NotesModel/Exports.swift"),
+    )?;
     for (version, expect) in [
         (
             "v1",

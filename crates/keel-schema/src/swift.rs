@@ -164,6 +164,12 @@ fn esc(name: &str) -> String {
     escaped(name, KEYWORDS, backticks)
 }
 
+/// The local name of a memberwise `init` parameter whose label is `label`, when it
+/// cannot be the label itself: a parameter named `self` would hide `self`.
+fn init_param(label: &str) -> Option<&'static str> {
+    (label == "`self`").then_some("keelSelf")
+}
+
 /// The Swift property name of a table or struct field.
 fn member(name: &str) -> String {
     let n = lower_camel(name);
@@ -821,7 +827,11 @@ impl<'a> Gen<'a> {
             .iter()
             .map(|(m, _, _)| format!("            self.{m} = value.{m}"))
             .collect();
-        let args: Vec<String> = fields.iter().map(|(m, _, _)| format!("{m}: {m}")).collect();
+        // `self.x`, not `x`: a field named `self` would be the draft itself.
+        let args: Vec<String> = fields
+            .iter()
+            .map(|(m, _, _)| format!("{m}: self.{m}"))
+            .collect();
         let _ = writeln!(
             o,
             "\n        /// A draft holding `value`'s fields.\n        public init(_ value: {name}) {{\n{}\n        }}\n\n        /// The value these fields make.\n        public var value: {name} {{ {name}({}) }}\n    }}",
@@ -872,6 +882,10 @@ impl<'a> Gen<'a> {
             .iter()
             .map(|f| {
                 let m = esc(&member(&f.name));
+                let m = match init_param(&m) {
+                    Some(local) => format!("{m} {local}"),
+                    None => m,
+                };
                 match self.default_expr(plan.of(f)) {
                     Some(d) => format!("{m}: {} = {d}", self.field_type(f)),
                     None => format!("{m}: {}", self.field_type(f)),
@@ -885,14 +899,15 @@ impl<'a> Gen<'a> {
         );
         for f in &live {
             let m = esc(&member(&f.name));
+            let local = init_param(&m).unwrap_or(&m);
             if self.boxed(ti, f) {
                 let _ = writeln!(
                     o,
-                    "        self._{} = {m}.map(KeelBox.init)",
+                    "        self._{} = {local}.map(KeelBox.init)",
                     member(&f.name)
                 );
             } else {
-                let _ = writeln!(o, "        self.{m} = {m}");
+                let _ = writeln!(o, "        self.{m} = {local}");
             }
         }
         let _ = writeln!(o, "    }}");
@@ -926,8 +941,10 @@ impl<'a> Gen<'a> {
             o,
             "    /// Writes the table (children first) and returns its offset.\n    public func keelWrite(to b: KeelWire.Builder) -> KeelWire.Offset {{"
         );
+        // Fields are read as `self.x`: a field named like a local here (`b`, or
+        // `self` itself) would otherwise name the local instead.
         for fp in plan.child_plans() {
-            let m = esc(&member(fp.name()));
+            let m = format!("self.{}", esc(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let line = match fp.kind {
                 Kind::String if fp.key_string() => format!("let {var} = b.createString({m})"),
@@ -964,7 +981,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.startTable()");
         for fp in plan.vtable_plans() {
-            let m = esc(&member(fp.name()));
+            let m = format!("self.{}", esc(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             let line = match (fp.kind, &fp.default) {
@@ -1177,11 +1194,11 @@ mod tests {
                 "    public let origin: Vec2\n",
                 "public func with(_ edit: (inout KeelDraft) throws -> Void) rethrows -> Vec2 {",
                 "        /// `layer`.\n        public var layer: Int16\n",
-                "public var value: Rect { Rect(origin: origin, size: size, layer: layer) }",
+                "public var value: Rect { Rect(origin: self.origin, size: self.size, layer: self.layer) }",
                 // union: type tag in slot id-1, value in id
                 "try Content.keelRead(tag: t.unionTag(slot: 6), table: t.table(slot: 6))",
-                "b.addScalar(slot: 1, priority, default: 1)",
-                "if let v = rating { b.addScalarAlways(slot: 14, v) }",
+                "b.addScalar(slot: 1, self.priority, default: 1)",
+                "if let v = self.rating { b.addScalarAlways(slot: 14, v) }",
             ],
         );
         // no generated model has a settable stored field (drafts are nested)
@@ -1241,7 +1258,7 @@ mod tests {
             "bag: [Equipment] = []",
             // tags in slot 9 (id-1), member tables in slot 10 (id)
             "self.bag = try t.unions(slot: 10) { tag, m in try Equipment.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }",
-            "let kBag = bag.compactMap { u in u.keelWrite(to: b).map { (u.keelTag, $0) } }",
+            "let kBag = self.bag.compactMap { u in u.keelWrite(to: b).map { (u.keelTag, $0) } }",
             "let offBag = kBag.isEmpty ? nil : b.createUnionVector(kBag)",
             "b.addOffset(slot: 9, v.tags)\n            b.addOffset(slot: 10, v.values)",
             ],
@@ -1259,10 +1276,10 @@ mod tests {
             &[
                 "    public let value_: Int64\n",
                 "    public let with_: Int32\n",
-                "public var value: Money { Money(value_: value_, with_: with_) }",
+                "public var value: Money { Money(value_: self.value_, with_: self.with_) }",
                 "    public let value_: Int32\n",
                 "    public let with_: Money?\n",
-                "public var value: T { T(value_: value_, with_: with_) }",
+                "public var value: T { T(value_: self.value_, with_: self.with_) }",
             ],
         );
     }
