@@ -213,10 +213,24 @@ public struct KeelPredicate<Root>: @unchecked Sendable {
 
 /// A sort key: `Post.priority.descending`.
 public struct KeelSort<Root>: Sendable {
-    /// The field's path.
+    /// The field's path (empty for relevance order).
     public let path: String
     /// Descending order.
     public let descending: Bool
+    /// Full-text relevance order (`.relevance`, KeelSearch.swift), not a field's.
+    public let isRelevance: Bool
+
+    init(path: String, descending: Bool) {
+        self.path = path
+        self.descending = descending
+        self.isRelevance = false
+    }
+
+    init(relevanceDescending: Bool) {
+        self.path = ""
+        self.descending = relevanceDescending
+        self.isRelevance = true
+    }
 }
 
 // MARK: - Writes
@@ -404,7 +418,11 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     public var query: Query {
         var q = db.query(collection: T.keelCollection)
         for f in filters { q = q.filter(expr: f) }
-        for o in order { q = q.orderBy(field: o.path, descending: o.descending) }
+        for o in order {
+            q = o.isRelevance
+                ? q.orderByRelevance(descending: o.descending)
+                : q.orderBy(field: o.path, descending: o.descending)
+        }
         if let n = limitCount { q = q.limit(n: n) }
         if offsetCount > 0 { q = q.offset(n: offsetCount) }
         return q

@@ -81,11 +81,12 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
 
 /// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
 /// with and tests: the blog example, a schema with composite and rowid keys, and
-/// the shared hostile-bytes corpus's (`tests/bytes/`).
-const KOTLIN_MODEL_SCHEMAS: [&str; 3] = [
+/// the shared hostile-bytes corpus's (`tests/bytes/`) and a searchable collection.
+const KOTLIN_MODEL_SCHEMAS: [&str; 4] = [
     "examples/blog/schema/blog.fbs",
     "bindings/kotlin/keys.fbs",
     "tests/bytes/corpus.fbs",
+    "bindings/swift/Tests/search.fbs",
 ];
 
 /// Every other schema under `examples/`, compiled into the Kotlin suite (not
@@ -240,6 +241,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/KeelTest.kt"),
         root.join("bindings/kotlin/BytesCorpus.kt"),
         root.join("bindings/kotlin/TxnTest.kt"),
+        root.join("bindings/kotlin/SearchTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));

@@ -20,6 +20,8 @@
 //!                                    (not namespaces/: two `Item`s, which Swift's flat
 //!                                    names refuse with a clear error)
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
+//!   Sources/SearchModel/Search.swift keel codegen swift bindings/swift/Tests/search.fbs
+//!   Tests/KeelTests/SearchTests.swift        typed full-text search
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
 //!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/)
 //!   .build/                          SwiftPM's cache: only changed files rebuild
@@ -69,6 +71,9 @@ let package = Package(
                 path: "Sources/MediaV1"),
         .target(name: "MediaV2", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/MediaV2"),
+        // A searchable collection (bindings/swift/Tests/search.fbs).
+        .target(name: "SearchModel", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/SearchModel"),
         // Every other schema under examples/ (but namespaces/, whose two `Item`s the
         // Swift generator refuses), built so that the generated Swift for each is
         // known to compile in Swift 6 mode (KeelTests depends on them).
@@ -85,7 +90,7 @@ let package = Package(
                           path: "Sources/keel-crash-child"),
         .testTarget(name: "KeelTests",
                     dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
-                                   "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
+                                   "SearchModel", "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
         // Written the way an app is (a @MainActor view model), in Swift 6 mode.
@@ -116,6 +121,10 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         &test.join("Tests/KeelTests/BytesCorpusTests.swift"),
     )?;
     copy(
+        &src.join("SearchTests.swift"),
+        &test.join("Tests/KeelTests/SearchTests.swift"),
+    )?;
+    copy(
         &src.join("AppTests/AppTests.swift"),
         &test.join("Tests/KeelAppTests/AppTests.swift"),
     )?;
@@ -139,6 +148,7 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         (root.join("tests/bytes/corpus.fbs"), "CorpusModel"),
         (src.join("media_v1.fbs"), "MediaV1"),
         (src.join("media_v2.fbs"), "MediaV2"),
+        (src.join("search.fbs"), "SearchModel"),
         (root.join("examples/blog/schema/edge.fbs"), "EdgeModel"),
         (
             root.join("examples/blog/schema/evolution/post_v3.fbs"),

@@ -101,9 +101,10 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 4] = [
+pub const LAYER_FILES: [&str; 5] = [
     "Keel.swift",
     "KeelPacked.swift",
+    "KeelSearch.swift",
     "KeelTyped.swift",
     "KeelWire.swift",
 ];

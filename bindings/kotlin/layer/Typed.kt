@@ -92,6 +92,8 @@ class SortKey<O>(
     val path: String,
     /** Descending order. */
     val descending: Boolean,
+    /** Full-text relevance order ([relevance], Search.kt), not a field's. */
+    val relevance: Boolean = false,
 )
 
 /**
@@ -305,7 +307,7 @@ class TypedQuery<T : Any> internal constructor(
     /** Sort by [keys] (earlier keys first; ties end on insertion order). */
     fun orderBy(vararg keys: SortKey<T>): TypedQuery<T> {
         var q = query
-        for (k in keys) q = q.orderBy(k.path, k.descending)
+        for (k in keys) q = if (k.relevance) q.orderByRelevance(k.descending) else q.orderBy(k.path, k.descending)
         return TypedQuery(model, q, txn)
     }
     /** At most [n] objects. */

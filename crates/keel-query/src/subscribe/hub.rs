@@ -155,6 +155,8 @@ struct QuerySub {
     complete: bool,
     /// Keep at most this many rows (offset + limit + slack); `None` without limit.
     cap: Option<usize>,
+    /// Ordered by full-text relevance: see [`Compiled::ranked`].
+    ranked: bool,
 }
 
 struct ObjSub {
@@ -389,6 +391,12 @@ pub(crate) struct Compiled {
     /// The filter pins the (single-field) primary key by equality to this value:
     /// the first read is a key lookup plus in-memory evaluation.
     pk_eq: Option<Value>,
+    /// The order has a relevance key. bm25 scores depend on the whole index's
+    /// statistics (document count, average length, each term's frequency), so a
+    /// commit that touches any object of the collection can reorder every member:
+    /// such a subscription re-runs its query (one FTS5 query) on each commit to
+    /// the collection and diffs the result, instead of merging the changed rows.
+    ranked: bool,
 }
 
 fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
@@ -463,7 +471,16 @@ impl Compiled {
             Some(e) => Some(Filter::with_schema(Arc::clone(&schema), &c.name, e)?),
             None => None,
         };
-        let order = Order::with_schema(Arc::clone(&schema), &c.name, &spec.order)?;
+        // Relevance keys rank in SQL only (see `ranked`); the in-memory order keeps
+        // the others, which a ranked subscription never merges by.
+        let ranked = spec.order.iter().any(SortKey::is_relevance);
+        let in_memory: Vec<SortKey> = spec
+            .order
+            .iter()
+            .filter(|k| !k.is_relevance())
+            .cloned()
+            .collect();
+        let order = Order::with_schema(Arc::clone(&schema), &c.name, &in_memory)?;
         let cap = spec.limit.map(|l| {
             let l = usize::try_from(l).unwrap_or(usize::MAX);
             let o = usize::try_from(spec.offset).unwrap_or(usize::MAX);
@@ -486,6 +503,7 @@ impl Compiled {
             });
         }
         Ok(Compiled {
+            ranked,
             pk_eq,
             spec,
             filter,
@@ -735,6 +753,7 @@ impl Hub {
                 rows,
                 complete,
                 cap: q.cap,
+                ranked: q.ranked,
             },
         );
         self.recount(&st);
@@ -1137,6 +1156,11 @@ impl Hub {
                     }
                 }
             }
+            for (&id, q) in &cs.queries {
+                if q.ranked {
+                    per_sub.entry(id).or_default();
+                }
+            }
             if per_sub.is_empty() {
                 return;
             }
@@ -1160,6 +1184,11 @@ impl Hub {
                 let Some(q) = cs.queries.get(id) else {
                     continue;
                 };
+                if q.ranked {
+                    // Re-run from disk in `apply_edit`: nothing to merge.
+                    updates.push((*id, Vec::new()));
+                    continue;
+                }
                 let order = &cs.orders[q.order].1;
                 if keys[q.order].is_empty() {
                     let kc: Vec<Option<Arc<RowKey>>> = touches
@@ -1282,15 +1311,26 @@ fn apply_edit(
     inner: Option<&Inner>,
     out: &mut Vec<Delivery>,
 ) {
-    // (rowid, object address, index in the window)
-    let snap = |rows: &[Entry]| -> Vec<(i64, usize, usize)> {
-        window(&q.spec, rows)
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i))
-            .collect()
-    };
-    let before = snap(&q.rows);
+    let before = snapshot(&q.spec, &q.rows);
+    if q.ranked {
+        // Relevance order: the query runs again (see `Compiled::ranked`); the rows it
+        // replaces are the old versions the diff compares with.
+        let Some(inner) = inner else {
+            return;
+        };
+        match inner
+            .store
+            .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
+        {
+            Ok((rows, complete)) => {
+                let gone = std::mem::replace(&mut q.rows, rows);
+                q.complete = complete;
+                deliver_diff(q, before, gone, out);
+            }
+            Err(e) => tracing::error!(error = %e, "ranked subscription re-read failed"),
+        }
+        return;
+    }
     let old = std::mem::take(&mut q.rows);
     let mut rows = Vec::with_capacity(old.len() + add.len());
     // The stored rows this commit replaced or removed: kept until the diff is made
@@ -1337,7 +1377,30 @@ fn apply_edit(
     }
     q.rows = rows;
     q.complete = complete;
-    let after = snap(&q.rows);
+    deliver_diff(q, before, gone, out);
+}
+
+/// The window of `rows` as (rowid, object address, index in the window): what the
+/// diff compares.
+fn snapshot(spec: &Spec, rows: &[Entry]) -> Vec<(i64, usize, usize)> {
+    window(spec, rows)
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i))
+        .collect()
+}
+
+/// Diff a query subscription's window against `before` (the window's (rowid,
+/// object address, index) before the commit) and queue the update when something
+/// changed. `gone` holds the entries the commit replaced or removed: an object whose
+/// address changed is compared by bytes with its old version there.
+fn deliver_diff(
+    q: &QuerySub,
+    before: Vec<(i64, usize, usize)>,
+    gone: Vec<Entry>,
+    out: &mut Vec<Delivery>,
+) {
+    let after = snapshot(&q.spec, &q.rows);
     let nw = window(&q.spec, &q.rows);
     // Old versions by rowid, for objects whose address changed (few, except when a
     // transaction rewrote most of the window).
