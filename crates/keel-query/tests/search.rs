@@ -682,6 +682,35 @@ fn obj(s: &Schema, k: u8, body: &str, tags: &[String]) -> Vec<u8> {
         .unwrap()
 }
 
+/// Run `op` in write transaction `t` (it may fail: no such key, key taken).
+fn apply(t: &mut keel_query::Txn<'_>, s: &Schema, op: Op) -> keel_query::Result<()> {
+    match op {
+        Op::Insert(k, b, g) => t.insert_bytes(COLL, obj(s, k, &b, &g)).map(|_| ()),
+        Op::Upsert(k, b) => t.upsert_bytes(COLL, obj(s, k, &b, &[])).map(|_| ()),
+        Op::Update(k, b) => t
+            .update_bytes(COLL, obj(s, k, &b, &["x".into()]))
+            .map(|_| ()),
+        Op::Change(k, b) => t
+            .change_bytes(
+                COLL,
+                &[format!("k{k}").into()],
+                &obj(s, k, &b, &[]),
+                &["body"],
+            )
+            .map(|_| ()),
+        Op::ChangeKey(a, b) => t
+            .change_bytes(
+                COLL,
+                &[format!("k{a}").into()],
+                &obj(s, b, "", &[]),
+                &["id"],
+            )
+            .map(|_| ()),
+        Op::Delete(k) => t.delete_key(COLL, &[format!("k{k}").into()]).map(|_| ()),
+        Op::DeleteWhere(w) => t.delete_matching(COLL, Expr::search(w)).map(|_| ()),
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
     #[test]
@@ -698,19 +727,7 @@ proptest! {
             let o = op.clone();
             // Each op may fail (no such key, key taken): the transaction then
             // rolls back that closure only; the index must still match.
-            let _ = db.write(move |t| match o {
-                Op::Insert(k, b, g) => t.insert_bytes(COLL, obj(&s2, k, &b, &g)).map(|_| ()),
-                Op::Upsert(k, b) => t.upsert_bytes(COLL, obj(&s2, k, &b, &[])).map(|_| ()),
-                Op::Update(k, b) => t.update_bytes(COLL, obj(&s2, k, &b, &["x".into()])).map(|_| ()),
-                Op::Change(k, b) => t
-                    .change_bytes(COLL, &[format!("k{k}").into()], &obj(&s2, k, &b, &[]), &["body"])
-                    .map(|_| ()),
-                Op::ChangeKey(a, b) => t
-                    .change_bytes(COLL, &[format!("k{a}").into()], &obj(&s2, b, "", &[]), &["id"])
-                    .map(|_| ()),
-                Op::Delete(k) => t.delete_key(COLL, &[format!("k{k}").into()]).map(|_| ()),
-                Op::DeleteWhere(w) => t.delete_matching(COLL, Expr::search(w)).map(|_| ()),
-            }).wait();
+            let _ = db.write(move |t| apply(t, &s2, o)).wait();
             let conn = rusqlite::Connection::open(&path).unwrap();
             let drift = inspect::search_drift(&conn, &schema, 10).unwrap();
             prop_assert!(drift.is_empty(), "after {:?}: {:?}", op, drift);
@@ -759,19 +776,7 @@ proptest! {
         for op in ops {
             let s2 = s.clone();
             let o = op.clone();
-            let _ = db.write(move |t| match o {
-                Op::Insert(k, b, g) => t.insert_bytes(COLL, obj(&s2, k, &b, &g)).map(|_| ()),
-                Op::Upsert(k, b) => t.upsert_bytes(COLL, obj(&s2, k, &b, &[])).map(|_| ()),
-                Op::Update(k, b) => t.update_bytes(COLL, obj(&s2, k, &b, &["x".into()])).map(|_| ()),
-                Op::Change(k, b) => t
-                    .change_bytes(COLL, &[format!("k{k}").into()], &obj(&s2, k, &b, &[]), &["body"])
-                    .map(|_| ()),
-                Op::ChangeKey(a, b) => t
-                    .change_bytes(COLL, &[format!("k{a}").into()], &obj(&s2, b, "", &[]), &["id"])
-                    .map(|_| ()),
-                Op::Delete(k) => t.delete_key(COLL, &[format!("k{k}").into()]).map(|_| ()),
-                Op::DeleteWhere(w) => t.delete_matching(COLL, Expr::search(w)).map(|_| ()),
-            }).wait();
+            let _ = db.write(move |t| apply(t, &s2, o)).wait();
             let fresh: Vec<(i64, Vec<u8>)> = query().all().unwrap().into_iter().map(|o| (o.rowid, o.bytes)).collect();
             prop_assert_eq!(&*latest.lock().unwrap(), &fresh, "after {:?}", op);
         }

@@ -1281,16 +1281,7 @@ impl Hub {
                 |e| e.key.rowid,
                 |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
             );
-            if !diff.is_empty() {
-                deliveries(
-                    &q.sinks,
-                    QueryUpdate {
-                        objects: objects(nw),
-                        diff,
-                    },
-                    out,
-                );
-            }
+            deliver_changed(&q.sinks, nw, diff, out);
         }
     }
 }
@@ -1426,15 +1417,19 @@ fn deliver_diff(
         |x| x.0,
         |a, b| a.1 == b.1 || old_bytes(a.0).is_some_and(|o| nw[b.2].obj.bytes == o),
     );
+    deliver_changed(&q.sinks, nw, diff, out);
+}
+
+/// Queue the window `nw` with its `diff` for every sink, unless nothing changed.
+fn deliver_changed(
+    sinks: &[(u64, Arc<Shared<QueryUpdate>>)],
+    nw: &[Entry],
+    diff: Diff,
+    out: &mut Vec<Delivery>,
+) {
     if !diff.is_empty() {
-        deliveries(
-            &q.sinks,
-            QueryUpdate {
-                objects: objects(nw),
-                diff,
-            },
-            out,
-        );
+        let objects = objects(nw);
+        deliveries(sinks, QueryUpdate { objects, diff }, out);
     }
 }
 
