@@ -329,6 +329,9 @@ struct CollSubs {
     eq: Vec<EqIndex>,
     ranges: Vec<RangeIndex>,
     scan: Vec<u64>,
+    /// Queries ordered by relevance ([`Compiled::ranked`]): each commit to the
+    /// collection re-runs them, whatever it changed.
+    ranked: Vec<u64>,
     /// Distinct orders of the subscriptions (sort keys are computed once per order).
     orders: Vec<(Vec<SortKey>, Order)>,
 }
@@ -742,6 +745,9 @@ impl Hub {
             Placement::Range(_) => {}
             Placement::Scan => cs.scan.push(id),
         }
+        if q.ranked {
+            cs.ranked.push(id);
+        }
         cs.queries.insert(
             id,
             QuerySub {
@@ -829,6 +835,9 @@ impl Hub {
                 }
                 Placement::Scan => cs.scan.retain(|x| *x != id),
             }
+            if q.ranked {
+                cs.ranked.retain(|x| *x != id);
+            }
         }
         self.recount(&st);
     }
@@ -879,13 +888,18 @@ impl Hub {
                     None => by_coll.push((&c.collection, vec![c])),
                 }
             }
+            let mut ended = 0;
             for (name, chs) in by_coll {
                 if let Some(cs) = st.colls.get_mut(name) {
-                    self.objects(cs, &chs, &mut out);
+                    ended += self.objects(cs, &chs, &mut out);
                     self.queries(cs, &chs, None, &mut out);
                 }
             }
-            self.recount(&st);
+            // Only a delete ends subscriptions (object ones): recounting walks
+            // every subscription, which a commit should not pay for.
+            if ended > 0 {
+                self.recount(&st);
+            }
         }
         deliver_all(out);
     }
@@ -907,6 +921,7 @@ impl Hub {
                     None => by_coll.push((&r.collection, vec![r])),
                 }
             }
+            let mut ended = 0;
             for (name, rs) in by_coll {
                 let Some(cs) = st.colls.get_mut(name) else {
                     continue;
@@ -947,18 +962,23 @@ impl Hub {
                     })
                     .collect();
                 let chs: Vec<&Change> = changes.iter().collect();
-                self.objects(cs, &chs, &mut out);
+                ended += self.objects(cs, &chs, &mut out);
                 self.queries(cs, &chs, Some(&held), &mut out);
             }
-            self.recount(&st);
+            if ended > 0 {
+                self.recount(&st);
+            }
         }
         deliver_all(out);
     }
 
-    fn objects(&self, cs: &mut CollSubs, chs: &[&Change], out: &mut Vec<Delivery>) {
+    /// Object subscriptions' deliveries for a commit; returns how many ended (their
+    /// object was deleted).
+    fn objects(&self, cs: &mut CollSubs, chs: &[&Change], out: &mut Vec<Delivery>) -> usize {
         if cs.objects.is_empty() {
-            return;
+            return 0;
         }
+        let mut ended = 0;
         // Final state per key within this commit.
         let mut last: Vec<FinalState<'_>> = Vec::new();
         let mut at: HashMap<Vec<HKey>, usize> = HashMap::new();
@@ -1005,6 +1025,7 @@ impl Hub {
                             ObjectEvent::Deleted,
                         ));
                         cs.object_subs.remove(&id);
+                        ended += 1;
                     }
                 }
             }
@@ -1012,6 +1033,7 @@ impl Hub {
                 cs.objects.remove(&k);
             }
         }
+        ended
     }
 
     /// `held`: for changes from another process (no old bytes), the query
@@ -1156,10 +1178,8 @@ impl Hub {
                     }
                 }
             }
-            for (&id, q) in &cs.queries {
-                if q.ranked {
-                    per_sub.entry(id).or_default();
-                }
+            for &id in &cs.ranked {
+                per_sub.entry(id).or_default();
             }
             if per_sub.is_empty() {
                 return;
