@@ -1089,9 +1089,18 @@ impl Hub {
             const HELD: u8 = 8;
             let mut cands: Vec<(u64, u8)> = Vec::new();
             let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
+            // Opening a body (it is verified) is most of a touch's cost. A local
+            // commit's bodies were verified when written, and when every index is
+            // on the primary key (which the change carries) no field is read:
+            // then only the candidates' filters open them.
+            let read_fields =
+                held.is_some() || !cs.ranges.is_empty() || cs.eq.iter().any(|ix| !ix.pk);
             for (ti, (rowid, old, new)) in touches.iter().enumerate() {
-                let oo = old.map(|b| table.open(b));
-                let no = new.map(|b| table.open(b));
+                let (oo, no) = if read_fields {
+                    (old.map(|b| table.open(b)), new.map(|b| table.open(b)))
+                } else {
+                    (None, None)
+                };
                 let unreadable = matches!(oo, Some(Err(_))) || matches!(no, Some(Err(_)));
                 let oo = oo.and_then(|r| r.ok());
                 let no = no.and_then(|r| r.ok());
