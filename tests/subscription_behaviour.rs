@@ -490,3 +490,45 @@ fn close_ends_streams_and_callbacks() {
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     futures::executor::block_on(f)
 }
+
+/// Queries that filter on the primary key only (Dflat's case 1: one query per
+/// object) are matched from the key each change carries, without opening the
+/// changed bodies: every update, insert and delete of their object still reaches
+/// them, and nothing else does.
+#[test]
+fn primary_key_queries_alone_get_every_change_of_their_object() {
+    let (_d, db) = open();
+    insert(&db, post("a", 1));
+    insert(&db, post("b", 1));
+    let seen: Arc<Mutex<Vec<Vec<(String, i32)>>>> = Arc::default();
+    let mut subs = Vec::new();
+    for id in ["a", "b", "c"] {
+        let s2 = Arc::clone(&seen);
+        subs.push(
+            db.fetch::<Post>()
+                .filter(Post::id().eq(id))
+                .subscribe(move |u: Update<Post>| s2.lock().unwrap().push(ids(&u.objects)))
+                .unwrap(),
+        );
+    }
+    seen.lock().unwrap().clear();
+    update(&db, post("a", 2));
+    insert(&db, post("c", 7));
+    delete(&db, "b");
+    db.write(|t| {
+        t.update(&post("a", 3))?;
+        t.update(&post("c", 8))
+    })
+    .wait()
+    .unwrap();
+    let got = seen.lock().unwrap().clone();
+    let want: Vec<Vec<(String, i32)>> = vec![
+        vec![("a".into(), 2)],
+        vec![("c".into(), 7)],
+        vec![],
+        vec![("a".into(), 3)],
+        vec![("c".into(), 8)],
+    ];
+    assert_eq!(got, want);
+    drop(subs);
+}

@@ -1114,7 +1114,7 @@ impl Hub {
                             // The change carries the key: no field read.
                             let (k0, k1) = tkeys[ti];
                             if let ([k0], [k1]) = (k0, k1) {
-                                for (here, k) in [(oo.is_some(), k0), (no.is_some(), k1)] {
+                                for (here, k) in [(old.is_some(), k0), (new.is_some(), k1)] {
                                     if let Some(ids) =
                                         here.then(|| ix.get(SqlValue::from_value(k))).flatten()
                                     {
