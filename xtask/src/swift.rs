@@ -17,7 +17,8 @@
 //!   Sources/MediaV1/, MediaV2/       … and bindings/swift/Tests/media_v1.fbs, media_v2.fbs
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
-//!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/)
+//!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/),
+//!                                    and the observation tests (ObservationTests.swift)
 //!   .build/                          SwiftPM's cache: only changed files rebuild
 //! ```
 //!
@@ -99,10 +100,12 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         &src.join("BytesCorpusTests.swift"),
         &test.join("Tests/KeelTests/BytesCorpusTests.swift"),
     )?;
-    copy(
-        &src.join("AppTests/AppTests.swift"),
-        &test.join("Tests/KeelAppTests/AppTests.swift"),
-    )?;
+    for file in ["AppTests.swift", "ObservationTests.swift"] {
+        copy(
+            &src.join("AppTests").join(file),
+            &test.join("Tests/KeelAppTests").join(file),
+        )?;
+    }
     copy(
         &src.join("CrashChild/main.swift"),
         &test.join("Sources/keel-crash-child/main.swift"),
