@@ -990,6 +990,7 @@ fun main(args: Array<String>) {
     registerTypedTests()
     registerCorpusTests() // BytesCorpus.kt
     registerTxnTests()
+    registerObservationTests() // ObservationTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")
