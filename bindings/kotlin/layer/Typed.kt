@@ -23,7 +23,6 @@ import dev.keel.ffi.Expr
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.ObjectEvent
 import dev.keel.ffi.ObjectListener
-import dev.keel.ffi.PackedObjects
 import dev.keel.ffi.Query
 import dev.keel.ffi.QueryListener
 import dev.keel.ffi.Transaction
@@ -324,34 +323,10 @@ class TypedQuery<T : Any> internal constructor(
     /** Skip the first [n] objects (a negative [n] skips none, as in Swift). */
     fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
 
-    /**
-     * Every matching object, in order (a read on the calling thread, or inside the
-     * transaction). The result crosses the FFI as one buffer (`allPacked`) rather
-     * than one `StoredObject` per object, and each object is decoded from its slice.
-     */
-    fun all(): List<T> = unpack(txn?.live()?.allPacked(query) ?: query.allPacked())
+    /** Every matching object, in order (a read on the calling thread, or inside the transaction). */
+    fun all(): List<T> = (txn?.live()?.all(query) ?: query.all()).map { model.decode(it.bytes) }
     /** [all] on a keel thread. */
-    suspend fun allAsync(): List<T> = unpack(query.allPackedAsync())
-
-    /** The objects of a packed result (see `PackedObjects`: 12-byte LE index entries, rowid then end). */
-    private fun unpack(p: PackedObjects): List<T> {
-        val n = p.count.toInt()
-        if (p.index.size != n * 12) {
-            throw KeelException.Internal("allPacked: ${p.index.size} index bytes for $n objects")
-        }
-        val ix = java.nio.ByteBuffer.wrap(p.index).order(java.nio.ByteOrder.LITTLE_ENDIAN)
-        val out = ArrayList<T>(n)
-        var start = 0
-        for (i in 0 until n) {
-            val end = ix.getInt(i * 12 + 8).toLong() and 0xFFFF_FFFFL
-            if (end < start || end > p.bytes.size) {
-                throw KeelException.Internal("allPacked: object $i ends at $end, outside $start..${p.bytes.size}")
-            }
-            out.add(model.decode(p.bytes.copyOfRange(start, end.toInt())))
-            start = end.toInt()
-        }
-        return out
-    }
+    suspend fun allAsync(): List<T> = query.allAsync().map { model.decode(it.bytes) }
     /** The first matching object. */
     fun first(): T? = (if (txn != null) txn.live().first(query) else query.first())?.let { model.decode(it.bytes) }
     /** The number of matching objects. */
