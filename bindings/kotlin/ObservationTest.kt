@@ -10,6 +10,7 @@ import dev.keel.fetch
 import dev.keel.latestObject
 import dev.keel.objectAsStateFlow
 import dev.keel.write
+import dev.keel.ffi.KeelException
 import kotlinx.coroutines.*
 import kotlinx.coroutines.flow.StateFlow
 import kotlinx.coroutines.flow.first
@@ -83,6 +84,20 @@ fun registerObservationTests() {
         db.write { delete(Post, "a") }
         val all = seen.await()
         check(all.last() == null && all.size <= 2) { "$all" }
+        db.closeAsync()
+    }
+
+    test("txn: insertAll is one FFI call that stops at the first failure, as inserts would") { dir ->
+        val db = blogDb(dir, "all.db")
+        val caught = db.write {
+            check(insertAll(listOf(Post(id = "a"), Post(id = "b"))).size == 2)
+            val e = runCatching { insertAll(listOf(Post(id = "d"), Post(id = "a"), Post(id = "c"))) }.exceptionOrNull()
+            // "d" (before the failure) stays, "c" (after it) was not run.
+            check(count(Post) == 3L) { "${count(Post)} posts" }
+            e
+        }
+        check(caught is KeelException.AlreadyExists) { "$caught" }
+        check(db.fetch(Post).orderBy(Post.id.asc()).all().map { it.id } == listOf("a", "b", "d"))
         db.closeAsync()
     }
 

@@ -204,10 +204,16 @@ class WriteTxn internal constructor(
     fun <K : Any> delete(model: KeelModel<*, K>, key: K): WriteResult =
         run(WriteOp.Delete(model.collectionName, model.keyValues(key)))
 
-    /** [insert] each of [objs]. */
-    fun insertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { insert(it) }
-    /** [upsert] each of [objs]. */
-    fun upsertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { upsert(it) }
+    /**
+     * [insert] each of [objs], in order, in one call across the FFI (a foreign call
+     * costs more than a small write): as many [insert]s would, the first failing
+     * one throws, those before it stay written and those after it are not run.
+     */
+    fun insertAll(objs: Iterable<KeelObject>): List<WriteResult> =
+        live().writeAll(objs.map { WriteOp.Insert(it.keelModel().collectionName, it.encode()) })
+    /** [upsert] each of [objs], in one call across the FFI (as [insertAll]). */
+    fun upsertAll(objs: Iterable<KeelObject>): List<WriteResult> =
+        live().writeAll(objs.map { WriteOp.Upsert(it.keelModel().collectionName, it.encode()) })
 
     /** The object of [model] with [key] as this transaction sees it, or null. */
     fun <T : Any, K : Any> get(model: KeelModel<T, K>, key: K): T? =
