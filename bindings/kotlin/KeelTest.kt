@@ -951,9 +951,65 @@ fun registerTypedTests() {
         val fetchBytes = median(fetchBytesAll)
         val insRatio = insTyped / insBytes
         val fetchRatio = fetchTyped / fetchBytes
+
+        // One-object writes, as the writer's caller sees them (until `write`
+        // returns), on a database holding 1,000 of the posts. First the write
+        // transaction's callback (`writeTxn`, what `db.write { … }` runs) against
+        // the recorded-ops path (`write(ops)`), with the same pre-built bytes and
+        // alternating; then the recorded write with 1,000 live queries open against
+        // none. Medians over `writes` writes each; the Swift benchmark does the same.
+        val writes = if (n >= 10_000) 400 else 100
+        class OneOp(val op: WriteOp) : WriteBody {
+            override fun run(txn: Transaction) { txn.write(op) }
+        }
+        val c = fresh()
+        c.write(ops.take(1_000))
+        val extra = (0 until writes * 3 + 40).map { i ->
+            WriteOp.Insert(Post.COLLECTION, Post(id = "w-$i", priority = i % 100, title = "write $i", slug = "w-$i").encode())
+        }
+        var next = 0
+        fun op() = extra[next++]
+        repeat(20) { c.write(listOf(op())); c.writeTxn(OneOp(op())) } // warm-up
+        val viaOps = mutableListOf<Double>()
+        val viaCallback = mutableListOf<Double>()
+        for (i in 0 until writes) {
+            for (callback in if (i % 2 == 0) listOf(true, false) else listOf(false, true)) {
+                val o = op()
+                val t = System.nanoTime()
+                if (callback) {
+                    c.writeTxn(OneOp(o))
+                    viaCallback += ms(t)
+                } else {
+                    c.write(listOf(o))
+                    viaOps += ms(t)
+                }
+            }
+        }
+        // Listeners that only take the delivery, as a collector's buffer does.
+        val live = (0 until 1_000).map { i ->
+            c.fetch(Post).where(Post.priority eq i % 100).orderBy(Post.title.asc()).limit(10).query
+                .subscribe(object : QueryListener { override fun onUpdate(update: QueryUpdate) {} })
+        }
+        check(c.liveSubscriptions() == 1_000uL) { "${c.liveSubscriptions()} live subscriptions" }
+        val withLive = mutableListOf<Double>()
+        repeat(writes) {
+            val o = op()
+            val t = System.nanoTime()
+            c.write(listOf(o))
+            withLive += ms(t)
+        }
+        live.forEach { it.cancel() }
+        c.closeAsync()
+        val wCallback = median(viaCallback)
+        val wOps = median(viaOps)
+        val wLive = median(withLive)
+        val callbackRatio = wCallback / wOps
+        val liveRatio = wLive / wOps
         println("    kotlin typed vs bytes: $n posts, median of $runs runs after 1 warm-up, commit sync off (typed = Kotlin encode/decode + the same FFI call)")
         println("    insert typed ${"%.1f".format(insTyped)} ms vs pre-built bytes ${"%.1f".format(insBytes)} ms: ratio ${"%.2f".format(insRatio)} (goal <= 1.5)")
         println("    fetch all typed ${"%.1f".format(fetchTyped)} ms vs bytes ${"%.1f".format(fetchBytes)} ms: ratio ${"%.2f".format(fetchRatio)} (goal <= 1.5)")
+        println("    1-object write: transaction callback ${"%.3f".format(wCallback)} ms vs recorded ops ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(callbackRatio)} (goal <= 1.3)")
+        println("    1-object write with 1,000 live queries open ${"%.3f".format(wLive)} ms vs none ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(liveRatio)}")
         System.getenv("KEEL_BENCH_OUT")?.let { out ->
             val f = File(out)
             f.parentFile?.mkdirs()
@@ -964,16 +1020,25 @@ fun registerTypedTests() {
                 (if (java.lang.management.ManagementFactory.getRuntimeMXBean().inputArguments.any { "TieredStopAtLevel=1" in it }) ", C1 only" else ", C1+C2")
             f.writeText(
                 """{"scenario": "kotlin",
-                | "summary": "Kotlin (JVM: $jvm) with generated blog models, $n posts, median of $runs runs after 1 warm-up, commit sync off: the typed API (data classes encoded and decoded in Kotlin by the generated code) against the same FFI calls with pre-built FlatBuffers bytes. Each run alternates which fetch goes first, after an unmeasured fetch. Goal: typed at most 1.5x the bytes path. Written by bindings/kotlin/KeelTest.kt.",
+                | "summary": "Kotlin (JVM: $jvm) with generated blog models, $n posts, median of $runs runs after 1 warm-up, commit sync off: the typed API (data classes encoded and decoded in Kotlin by the generated code) against the same FFI calls with pre-built FlatBuffers bytes. Each run alternates which fetch goes first, after an unmeasured fetch. Goal: typed at most 1.5x the bytes path. Then one-object writes on a database of 1,000 posts, timed until `write` returns: the write-transaction callback against the recorded-ops path (goal at most 1.3x), and a write with 1,000 live queries open against none. Written by bindings/kotlin/KeelTest.kt.",
                 | "metrics": {"insert_typed_ratio": $insRatio, "fetch_typed_ratio": $fetchRatio,
-                |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n, "runs": $runs, "load_average_1m": $load, "cores": $cores},
-                | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes"},
+                |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n, "runs": $runs, "load_average_1m": $load, "cores": $cores,
+                |   "writes": $writes, "write_callback_ms": $wCallback, "write_ops_ms": $wOps, "write_callback_ratio": $callbackRatio,
+                |   "write_live1000_ms": $wLive, "write_live1000_ratio": $liveRatio},
+                | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes",
+                |   "write_callback_ratio": "1-object write: txn callback vs recorded ops", "write_live1000_ratio": "1-object write: 1,000 live queries vs none"},
                 | "notes": {"insert_typed_ratio": "time of db.write { insertAll(posts) } / db.write(pre-built WriteOps)",
                 |   "fetch_typed_ratio": "time of db.fetch(Post).all() / db.query(\"blog.Post\").all()",
                 |   "insert_typed_ms": "typed insert of all posts in one transaction (ms)", "insert_bytes_ms": "the same with bytes encoded beforehand (ms)",
                 |   "fetch_typed_ms": "fetch every post as Post (ms)", "fetch_bytes_ms": "fetch every post as bytes (ms)", "posts": "posts per run",
                 |   "runs": "measured runs (after one unmeasured warm-up); figures are medians",
-                |   "load_average_1m": "1-minute load average when the run ended: above `cores` other processes competed for the CPU and the figures are noisy", "cores": "CPU cores"}}
+                |   "load_average_1m": "1-minute load average when the run ended: above `cores` other processes competed for the CPU and the figures are noisy", "cores": "CPU cores",
+                |   "writes": "one-object writes per write figure (medians), on a database of 1,000 posts",
+                |   "write_callback_ms": "writeTxn(body) whose callback writes one pre-built object: what db.write { … } runs (ms, until it returns)",
+                |   "write_ops_ms": "write(ops) of one pre-built object, the recorded-ops path (ms, until it returns)",
+                |   "write_callback_ratio": "transaction callback / recorded ops, one-object write (goal <= 1.3)",
+                |   "write_live1000_ms": "write(ops) of one object with 1,000 live queries open (10 of them affected), writer-side: until it returns (ms)",
+                |   "write_live1000_ratio": "one-object write with 1,000 live queries open / with none"}}
                 |""".trimMargin()
             )
             println("    wrote $out")
@@ -991,6 +1056,7 @@ fun main(args: Array<String>) {
     registerCorpusTests() // BytesCorpus.kt
     registerTxnTests()
     registerSearchTests() // SearchTest.kt
+    registerObservationTests() // ObservationTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

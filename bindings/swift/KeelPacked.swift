@@ -37,7 +37,7 @@ extension PackedObjects {
     func decode<T: KeelTable>(_ type: T.Type) throws -> [T] {
         var out: [T] = []
         out.reserveCapacity(Int(count))
-        try forEachObject { _, b in out.append(try T(flatBuffer: [UInt8](b))) }
+        try forEachObject { _, b in out.append(try T.keelStored([UInt8](b))) }
         return out
     }
 }

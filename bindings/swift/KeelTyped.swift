@@ -111,6 +111,23 @@ extension KeelTable {
     public init(flatBuffer data: Data) throws {
         try self.init(flatBuffer: [UInt8](data))
     }
+
+    /// Decodes bytes read from the database. The database APIs throw one error
+    /// type, `KeelError`: a `KeelDecodeError` (bytes that are no valid object,
+    /// e.g. a row damaged outside keel) becomes `KeelError.InvalidObject`, whose
+    /// message is the decode error's description.
+    static func keelStored(_ bytes: [UInt8]) throws -> Self {
+        do {
+            return try Self(flatBuffer: bytes)
+        } catch let e as KeelDecodeError {
+            throw KeelError.InvalidObject(message: "stored \(Self.self) does not decode: \(e)")
+        }
+    }
+
+    /// `keelStored(_:)` for `Data`.
+    static func keelStored(_ data: Data) throws -> Self {
+        try keelStored([UInt8](data))
+    }
 }
 
 // MARK: - Query handles
@@ -235,10 +252,9 @@ public struct KeelSort<Root>: Sendable {
 
 // MARK: - Writes
 
-/// Errors of the typed layer that are not the engine's.
-public enum KeelTypedError: Error, Equatable, Sendable {
-    /// A transaction was used after its `write` block returned.
-    case transactionEnded
+/// The error a transaction used after its `write` body returned throws.
+func keelTransactionEnded() -> KeelError {
+    KeelError.InvalidArgument(message: "the transaction ended when its write body returned")
 }
 
 /// The transaction a `db.write { txn in … }` body runs in. The body runs inside
@@ -262,7 +278,7 @@ public final class KeelWriteTransaction: @unchecked Sendable {
 
     @discardableResult
     private func run(_ op: WriteOp) throws -> WriteResult {
-        if ended { throw KeelTypedError.transactionEnded }
+        if ended { throw keelTransactionEnded() }
         return try txn.write(op: op)
     }
 
@@ -295,8 +311,8 @@ public final class KeelWriteTransaction: @unchecked Sendable {
 
     /// The object of `type` with `key` as this transaction sees it, or nil.
     public func get<T: KeelRecord>(_ type: T.Type, key: T.Key) throws -> T? {
-        if ended { throw KeelTypedError.transactionEnded }
-        return try txn.get(collection: T.keelCollection, key: key.keelKeyValues).map { try T(flatBuffer: $0) }
+        if ended { throw keelTransactionEnded() }
+        return try txn.get(collection: T.keelCollection, key: key.keelKeyValues).map { try T.keelStored($0) }
     }
 
     /// A typed query that runs inside this transaction (`all()`, `first()`,
@@ -400,14 +416,16 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
         return q
     }
 
-    /// At most `n` objects.
+    /// At most `n` objects. A negative `n` means no limit (it also removes an
+    /// earlier `limit`), as in Kotlin's `limit(-1)` and SQLite's `LIMIT -1`;
+    /// `limit(0)` gives no objects.
     public func limit(_ n: Int) -> KeelFetch {
         var q = self
-        q.limitCount = UInt64(max(n, 0))
+        q.limitCount = n < 0 ? nil : UInt64(n)
         return q
     }
 
-    /// Skip the first `n` objects.
+    /// Skip the first `n` objects (a negative `n` skips none, as in Kotlin).
     public func offset(_ n: Int) -> KeelFetch {
         var q = self
         q.offsetCount = UInt64(max(n, 0))
@@ -432,7 +450,7 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     /// reads never wait for the writer).
     public func all() throws -> [T] {
         if let t = txn {
-            if t.ended { throw KeelTypedError.transactionEnded }
+            if t.ended { throw keelTransactionEnded() }
             return try t.txn.allPacked(query: query).decode(T.self)
         }
         return try query.allPacked().decode(T.self)
@@ -446,16 +464,16 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
     /// The first matching object.
     public func first() throws -> T? {
         if let t = txn {
-            if t.ended { throw KeelTypedError.transactionEnded }
-            return try t.txn.first(query: query).map { try T(flatBuffer: $0.bytes) }
+            if t.ended { throw keelTransactionEnded() }
+            return try t.txn.first(query: query).map { try T.keelStored($0.bytes) }
         }
-        return try query.first().map { try T(flatBuffer: $0.bytes) }
+        return try query.first().map { try T.keelStored($0.bytes) }
     }
 
     /// The number of matching objects.
     public func count() throws -> Int {
         if let t = txn {
-            if t.ended { throw KeelTypedError.transactionEnded }
+            if t.ended { throw keelTransactionEnded() }
             return Int(try t.txn.count(query: query))
         }
         return Int(try query.count())
@@ -463,15 +481,32 @@ public struct KeelFetch<T: KeelRecord>: @unchecked Sendable {
 
     /// The query's results as an `AsyncSequence`: the current result first, then
     /// every changed result with its row-level diff. Leaving the `for try await`
-    /// loop (or cancelling its task) cancels the subscription.
+    /// loop (or cancelling its task) cancels the subscription. Every delivery is
+    /// buffered (each diff is relative to the previous one). keel's listener only
+    /// buffers the undecoded result; each is decoded when the loop asks for it, in
+    /// the consuming task, never on keel's writer thread.
     public func updates() -> KeelUpdates<KeelQueryChange<T>> {
         let q = query
-        return KeelUpdates(bufferingPolicy: .unbounded) { continuation, state in
-            try q.subscribe(listener: TypedBridge<QueryUpdate, KeelQueryChange<T>>(continuation, state) { u in
-                let objects = try u.objects.map { try T(flatBuffer: $0.bytes) }
-                return (KeelQueryChange(objects: objects, diff: u.diff), last: false)
-            })
-        }
+        return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
+            try q.subscribe(listener: bridge)
+        }, decode: { raw in
+            guard case .query(let u) = raw.event else { throw KeelUpdates<KeelQueryChange<T>>.unexpected(raw) }
+            return KeelQueryChange(objects: try u.objects.map { try T.keelStored($0.bytes) }, diff: u.diff)
+        })
+    }
+
+    /// The latest result only (conflated): the current result first, then, each
+    /// time the consumer asks, the newest result keel delivered since, with the
+    /// ones in between skipped (and never decoded). For a view that shows the
+    /// result, not an animation of each change; `updates()` has every diff.
+    public func latest() -> KeelUpdates<[T]> {
+        let q = query
+        return KeelUpdates(bufferingPolicy: .bufferingNewest(1), subscribe: { bridge in
+            try q.subscribe(listener: bridge)
+        }, decode: { raw in
+            guard case .query(let u) = raw.event else { throw KeelUpdates<[T]>.unexpected(raw) }
+            return try u.objects.map { try T.keelStored($0.bytes) }
+        })
     }
 }
 
@@ -491,19 +526,54 @@ public enum KeelObjectChange<T: KeelRecord>: Sendable {
     case deleted
 }
 
+/// What keel's listener hands to a `KeelUpdates`: the delivery as keel made
+/// it, not decoded yet.
+struct KeelRawEvent: @unchecked Sendable {
+    // SAFETY (of `@unchecked Sendable`): the UniFFI records are immutable values,
+    // handed over once from keel's thread to the consumer.
+    enum Event {
+        case query(QueryUpdate)
+        case object(ObjectEvent)
+    }
+    let event: Event
+}
+
 /// A subscription as an `AsyncSequence`. The subscription lives as long as
 /// someone iterates: leaving the loop, cancelling the task or calling `cancel()`
 /// ends it, and keel calls its listener no more.
+///
+/// keel calls the listener on its own thread (the writer's, after a commit); the
+/// listener only buffers the delivery's bytes and returns. Decoding them into
+/// models happens in `next()`, in the consuming task: a large result never
+/// delays keel's writer nor the `write` that caused it. A delivery whose bytes
+/// do not decode makes `next()` throw `KeelError.InvalidObject` and ends the
+/// subscription.
 public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
+    typealias Decode = @Sendable (KeelRawEvent) throws -> Element
+
     /// Iterates the deliveries; when it goes away (the loop is left), the
     /// subscription is cancelled.
     public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncThrowingStream<Element, Error>.AsyncIterator
+        var base: AsyncThrowingStream<KeelRawEvent, Error>.AsyncIterator
         let lease: Lease
+        let decode: Decode
+        var finished = false
 
-        /// The next delivery, or nil once the subscription has ended.
+        /// The next delivery, decoded here (in the caller's task), or nil once
+        /// the subscription has ended.
         public mutating func next() async throws -> Element? {
-            try await base.next()
+            if finished { return nil }
+            guard let raw = try await base.next() else {
+                finished = true
+                return nil
+            }
+            do {
+                return try decode(raw)
+            } catch {
+                finished = true
+                lease.state.cancel()
+                throw error
+            }
         }
     }
 
@@ -516,37 +586,47 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
         deinit { state.cancel() }
     }
 
-    let stream: AsyncThrowingStream<Element, Error>
+    let stream: AsyncThrowingStream<KeelRawEvent, Error>
     let state: KeelSubscriptionState
+    let decode: Decode
 
     init(
-        bufferingPolicy: AsyncThrowingStream<Element, Error>.Continuation.BufferingPolicy,
-        subscribe: (AsyncThrowingStream<Element, Error>.Continuation, KeelSubscriptionState) throws -> Subscription
+        bufferingPolicy: AsyncThrowingStream<KeelRawEvent, Error>.Continuation.BufferingPolicy,
+        subscribe: (KeelRawBridge) throws -> Subscription,
+        decode: @escaping Decode
     ) {
         let state = KeelSubscriptionState()
-        var cont: AsyncThrowingStream<Element, Error>.Continuation!
+        var cont: AsyncThrowingStream<KeelRawEvent, Error>.Continuation!
         stream = AsyncThrowingStream(bufferingPolicy: bufferingPolicy) { cont = $0 }
         do {
-            let sub = try subscribe(cont, state)
+            let sub = try subscribe(KeelRawBridge(cont, state))
             state.set(sub)
             cont.onTermination = { _ in state.cancel() }
         } catch {
             cont.finish(throwing: error)
         }
         self.state = state
+        self.decode = decode
+    }
+
+    /// The error for a delivery of the wrong kind (a query event on an object
+    /// subscription): never happens, since each subscription has its own bridge.
+    static func unexpected(_ raw: KeelRawEvent) -> KeelError {
+        KeelError.Internal(message: "subscription got an event of another kind: \(raw.event)")
     }
 
     /// An iterator over the deliveries. A subscription is consumed once: when this
     /// iterator ends or goes away, the subscription is cancelled.
     public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state))
+        AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state), decode: decode)
     }
 
     /// True while keel may still deliver (false once cancelled, or after an
     /// object subscription delivered `.deleted`).
     public var isActive: Bool { state.isActive }
 
-    /// How many deliveries keel made to this subscription so far.
+    /// How many deliveries keel made to this subscription so far (counted by
+    /// the listener, whether or not they were consumed or decoded yet).
     public var deliveries: Int { state.deliveries }
 
     /// Ends the subscription now.
@@ -598,41 +678,28 @@ final class KeelSubscriptionState: @unchecked Sendable {
 }
 
 /// The listener behind a typed `KeelUpdates`, for query and object subscriptions
-/// alike (it conforms to the listener protocol of its `Event`): counts each
-/// delivery, turns it into the stream's element with `decode`, and yields it —
-/// then ends the stream if `decode` says it was the last one. Bytes that do not
-/// decode end the stream with the decode error.
-final class TypedBridge<Event, Element: Sendable>: @unchecked Sendable {
-    typealias Decode = @Sendable (Event) throws -> (element: Element, last: Bool)
-    let continuation: AsyncThrowingStream<Element, Error>.Continuation
+/// alike. Runs on keel's thread, so it does the least it can: counts the
+/// delivery and buffers it undecoded (the consumer decodes), and ends the
+/// stream after an object's `.deleted`.
+final class KeelRawBridge: QueryListener, ObjectListener, @unchecked Sendable {
+    let continuation: AsyncThrowingStream<KeelRawEvent, Error>.Continuation
     let state: KeelSubscriptionState
-    let decode: Decode
 
-    init(_ c: AsyncThrowingStream<Element, Error>.Continuation, _ s: KeelSubscriptionState,
-         decode: @escaping Decode) {
+    init(_ c: AsyncThrowingStream<KeelRawEvent, Error>.Continuation, _ s: KeelSubscriptionState) {
         continuation = c
         state = s
-        self.decode = decode
     }
 
-    func deliver(_ event: Event) {
+    func onUpdate(update: QueryUpdate) throws {
         state.delivered()
-        do {
-            let (element, last) = try decode(event)
-            continuation.yield(element)
-            if last { continuation.finish() }
-        } catch {
-            continuation.finish(throwing: error)
-        }
+        continuation.yield(KeelRawEvent(event: .query(update)))
     }
-}
 
-extension TypedBridge: QueryListener where Event == QueryUpdate {
-    func onUpdate(update: QueryUpdate) throws { deliver(update) }
-}
-
-extension TypedBridge: ObjectListener where Event == ObjectEvent {
-    func onEvent(event: ObjectEvent) throws { deliver(event) }
+    func onEvent(event: ObjectEvent) throws {
+        state.delivered()
+        continuation.yield(KeelRawEvent(event: .object(event)))
+        if case .deleted = event { continuation.finish() }
+    }
 }
 
 extension Database {
@@ -683,12 +750,12 @@ extension Database {
 
     /// The object of `type` with primary key `key`, or nil (synchronous read).
     public func get<T: KeelRecord>(_ type: T.Type, key: T.Key) throws -> T? {
-        try get(collection: T.keelCollection, key: key.keelKeyValues).map { try T(flatBuffer: $0) }
+        try get(collection: T.keelCollection, key: key.keelKeyValues).map { try T.keelStored($0) }
     }
 
     /// `get(_:key:)` on a keel thread.
     public func getAsync<T: KeelRecord>(_ type: T.Type, key: T.Key) async throws -> T? {
-        try await getAsync(collection: T.keelCollection, key: key.keelKeyValues).map { try T(flatBuffer: $0) }
+        try await getAsync(collection: T.keelCollection, key: key.keelKeyValues).map { try T.keelStored($0) }
     }
 
     /// A typed query over `type`'s collection.
@@ -700,16 +767,29 @@ extension Database {
     /// `.deleted` when there is none), each new version, then `.deleted`, after
     /// which the sequence ends.
     public func updates<T: KeelRecord>(of type: T.Type, key: T.Key) -> KeelUpdates<KeelObjectChange<T>> {
-        KeelUpdates(bufferingPolicy: .unbounded) { continuation, state in
-            try self.subscribeObject(
-                collection: T.keelCollection, key: key.keelKeyValues,
-                listener: TypedBridge<ObjectEvent, KeelObjectChange<T>>(continuation, state) { e in
-                    switch e {
-                    case .updated(let current): return (.updated(try T(flatBuffer: current.bytes)), last: false)
-                    case .deleted: return (.deleted, last: true)
-                    }
-                })
-        }
+        objectUpdates(T.self, key: key, bufferingPolicy: .unbounded)
+    }
+
+    /// `updates(of:key:)`, latest only (conflated): a consumer that falls behind
+    /// gets the newest version (or `.deleted`), the ones in between are skipped
+    /// and never decoded.
+    public func latest<T: KeelRecord>(of type: T.Type, key: T.Key) -> KeelUpdates<KeelObjectChange<T>> {
+        objectUpdates(T.self, key: key, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    private func objectUpdates<T: KeelRecord>(
+        _ type: T.Type, key: T.Key,
+        bufferingPolicy: AsyncThrowingStream<KeelRawEvent, Error>.Continuation.BufferingPolicy
+    ) -> KeelUpdates<KeelObjectChange<T>> {
+        KeelUpdates(bufferingPolicy: bufferingPolicy, subscribe: { bridge in
+            try self.subscribeObject(collection: T.keelCollection, key: key.keelKeyValues, listener: bridge)
+        }, decode: { raw in
+            guard case .object(let e) = raw.event else { throw KeelUpdates<KeelObjectChange<T>>.unexpected(raw) }
+            switch e {
+            case .updated(let current): return .updated(try T.keelStored(current.bytes))
+            case .deleted: return .deleted
+            }
+        })
     }
 
     /// `updates(of:key:)` for the stored version of `object`.
@@ -731,7 +811,7 @@ extension KeelDictionary {
         case nil:
             return nil
         case .object(let collection, let bytes)? where collection == T.keelCollection:
-            return try T(flatBuffer: bytes)
+            return try T.keelStored(bytes)
         case let other?:
             throw KeelError.TypeMismatch(message: "dictionary key \(key) holds \(other), not a \(T.keelCollection)")
         }

@@ -242,6 +242,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/BytesCorpus.kt"),
         root.join("bindings/kotlin/TxnTest.kt"),
         root.join("bindings/kotlin/SearchTest.kt"),
+        root.join("bindings/kotlin/ObservationTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));

@@ -23,7 +23,8 @@
 //!   Sources/SearchModel/Search.swift keel codegen swift bindings/swift/Tests/search.fbs
 //!   Tests/KeelTests/SearchTests.swift        typed full-text search
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
-//!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/)
+//!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/),
+//!                                    and the observation tests (ObservationTests.swift)
 //!   .build/                          SwiftPM's cache: only changed files rebuild
 //! ```
 //!
@@ -124,10 +125,12 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         &src.join("SearchTests.swift"),
         &test.join("Tests/KeelTests/SearchTests.swift"),
     )?;
-    copy(
-        &src.join("AppTests/AppTests.swift"),
-        &test.join("Tests/KeelAppTests/AppTests.swift"),
-    )?;
+    for file in ["AppTests.swift", "ObservationTests.swift"] {
+        copy(
+            &src.join("AppTests").join(file),
+            &test.join("Tests/KeelAppTests").join(file),
+        )?;
+    }
     copy(
         &src.join("CrashChild/main.swift"),
         &test.join("Sources/keel-crash-child/main.swift"),

@@ -101,8 +101,9 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 5] = [
+pub const LAYER_FILES: [&str; 6] = [
     "Keel.swift",
+    "KeelObservation.swift",
     "KeelPacked.swift",
     "KeelSearch.swift",
     "KeelTyped.swift",

@@ -30,14 +30,20 @@ import dev.keel.ffi.Value
 import dev.keel.ffi.WriteBody
 import dev.keel.ffi.WriteOp
 import dev.keel.ffi.WriteResult
+import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.SharingStarted
+import kotlinx.coroutines.flow.StateFlow
 import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.flow.conflate
+import kotlinx.coroutines.flow.distinctUntilChanged
 import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
+import kotlinx.coroutines.flow.stateIn
 
 /**
  * A collection's generated companion object (`Post` in `db.get(Post, "p1")`): its
@@ -200,10 +206,16 @@ class WriteTxn internal constructor(
     fun <K : Any> delete(model: KeelModel<*, K>, key: K): WriteResult =
         run(WriteOp.Delete(model.collectionName, model.keyValues(key)))
 
-    /** [insert] each of [objs]. */
-    fun insertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { insert(it) }
-    /** [upsert] each of [objs]. */
-    fun upsertAll(objs: Iterable<KeelObject>): List<WriteResult> = objs.map { upsert(it) }
+    /**
+     * [insert] each of [objs], in order, in one call across the FFI (a foreign call
+     * costs more than a small write): as many [insert]s would, the first failing
+     * one throws, those before it stay written and those after it are not run.
+     */
+    fun insertAll(objs: Iterable<KeelObject>): List<WriteResult> =
+        live().writeAll(objs.map { WriteOp.Insert(it.keelModel().collectionName, it.encode()) })
+    /** [upsert] each of [objs], in one call across the FFI (as [insertAll]). */
+    fun upsertAll(objs: Iterable<KeelObject>): List<WriteResult> =
+        live().writeAll(objs.map { WriteOp.Upsert(it.keelModel().collectionName, it.encode()) })
 
     /** The object of [model] with [key] as this transaction sees it, or null. */
     fun <T : Any, K : Any> get(model: KeelModel<T, K>, key: K): T? =
@@ -310,10 +322,14 @@ class TypedQuery<T : Any> internal constructor(
         for (k in keys) q = if (k.relevance) q.orderByRelevance(k.descending) else q.orderBy(k.path, k.descending)
         return TypedQuery(model, q, txn)
     }
-    /** At most [n] objects. */
-    fun limit(n: Int): TypedQuery<T> = TypedQuery(model, query.limit(n.toULong()), txn)
-    /** Skip the first [n] objects. */
-    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(n.toULong()), txn)
+    /**
+     * At most [n] objects. A negative [n] means no limit (it also lifts an earlier
+     * `limit`), as Swift's `limit(-1)` and SQLite's `LIMIT -1`; `limit(0)` gives none.
+     */
+    fun limit(n: Int): TypedQuery<T> =
+        TypedQuery(model, query.limit(if (n < 0) ULong.MAX_VALUE else n.toULong()), txn)
+    /** Skip the first [n] objects (a negative [n] skips none, as in Swift). */
+    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
 
     /** Every matching object, in order (a read on the calling thread, or inside the transaction). */
     fun all(): List<T> = (txn?.live()?.all(query) ?: query.all()).map { model.decode(it.bytes) }
@@ -345,6 +361,37 @@ class TypedQuery<T : Any> internal constructor(
         .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
         .flowOn(Dispatchers.IO)
 
+    /**
+     * The latest result only (conflated): the current result first, then, when the
+     * collector is ready, the newest result keel delivered since; the ones in
+     * between are skipped and never decoded. For a screen that shows the result;
+     * [updates] has every diff. Subscribing and decoding run on [Dispatchers.IO].
+     */
+    fun latest(): Flow<List<T>> = callbackFlow {
+        val sub = query.subscribe(object : QueryListener {
+            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
+                trySend(update)
+            }
+        })
+        awaitClose { sub.cancel() }
+    }.conflate()
+        .map { u -> u.objects.map { model.decode(it.bytes) } }
+        .flowOn(Dispatchers.IO)
+        .conflate()
+
+    /**
+     * The result as a [StateFlow] whose [StateFlow.value] is the current result from
+     * the start: it is read at once, on the calling thread (keel reads never wait for
+     * the writer), so a screen has no empty first frame. Then it follows [latest]
+     * (conflated, decoded on [Dispatchers.IO]) while [started] says so, in [scope]
+     * (`viewModelScope`): with the default [SharingStarted.Eagerly] the subscription
+     * lives until [scope] is cancelled; `SharingStarted.WhileSubscribed(5_000)` ends
+     * it when no one collects (and a new collector first gets the current result).
+     * Equal successive results are not emitted again.
+     */
+    fun asStateFlow(scope: CoroutineScope, started: SharingStarted = SharingStarted.Eagerly): StateFlow<List<T>> =
+        latest().distinctUntilChanged().stateIn(scope, started, all())
+
     override fun toString(): String = query.describe()
 }
 
@@ -364,3 +411,37 @@ fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): F
     })
     awaitClose { sub.cancel() }
 }.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO)
+
+/**
+ * [objectUpdates], latest only (conflated), and with `null` when the object is
+ * deleted (or absent): a slow collector gets the newest version, the ones in
+ * between are skipped and never decoded. Completes after the `null` of a delete.
+ * Subscribing and decoding run on [Dispatchers.IO].
+ */
+fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): Flow<T?> = callbackFlow<ByteArray?> {
+    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
+        override fun onEvent(event: ObjectEvent) {
+            when (event) {
+                is ObjectEvent.Updated -> trySend(event.current.bytes)
+                is ObjectEvent.Deleted -> {
+                    trySend(null)
+                    channel.close()
+                }
+            }
+        }
+    })
+    awaitClose { sub.cancel() }
+}.conflate().map { b -> b?.let(model::decode) }.flowOn(Dispatchers.IO).conflate()
+
+/**
+ * The object of [model] with [key] as a [StateFlow]: [StateFlow.value] is its
+ * current version (or null) from the start, read at once on the calling thread,
+ * then follows [latestObject] in [scope] while [started] says so (see
+ * [TypedQuery.asStateFlow]); null once the object is deleted.
+ */
+fun <T : Any, K : Any> Database.objectAsStateFlow(
+    model: KeelModel<T, K>,
+    key: K,
+    scope: CoroutineScope,
+    started: SharingStarted = SharingStarted.Eagerly,
+): StateFlow<T?> = latestObject(model, key).distinctUntilChanged().stateIn(scope, started, get(model, key))

@@ -43,8 +43,9 @@ final class BytesCorpusTests: XCTestCase {
     }
 
     /// A row changed behind keel's back by a stock SQLite tool (Python's `sqlite3`
-    /// module: a plain UPDATE of the row's bytes) reads as a typed
-    /// `KeelDecodeError`, as it does in Rust (`stored_bytes.rs`) and Kotlin.
+    /// module: a plain UPDATE of the row's bytes) reads as the typed
+    /// `KeelError.InvalidObject` (the decode error's description as message), as
+    /// it does in Rust (`stored_bytes.rs`) and Kotlin.
     func testARowDamagedByStockSQLIsATypedDecodeError() async throws {
         let path = try tempDir().appendingPathComponent("damaged.db").path
         var db = try await Keel.openAsync(path: path, schema: BlogSchema.self, options: fastOptions())
@@ -52,8 +53,12 @@ final class BytesCorpusTests: XCTestCase {
         try await db.close()
         try Self.damageTitleWithStockSQL(path)
         db = try await Keel.openAsync(path: path, schema: BlogSchema.self, options: fastOptions())
-        _ = expectError(KeelDecodeError.self) { _ = try db.get(Post.self, key: "d") }
-        _ = expectError(KeelDecodeError.self) { _ = try db.fetch(Post.self).all() }
+        for e in [expectError(KeelError.self) { _ = try db.get(Post.self, key: "d") },
+                  expectError(KeelError.self) { _ = try db.fetch(Post.self).all() }] {
+            guard case .InvalidObject(let message)? = e, message.contains("not UTF-8") else {
+                return XCTFail("expected InvalidObject naming the bad string, got \(String(describing: e))")
+            }
+        }
         try await db.close()
     }
 

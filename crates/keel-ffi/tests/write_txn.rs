@@ -393,3 +393,49 @@ fn write_txn_keeps_group_commit_results() {
     assert_eq!(db.count("demo.Counter".into()).unwrap(), 2);
     block_on(db.close()).unwrap();
 }
+
+/// `Transaction::write_all` runs its operations in order as consecutive `write`
+/// calls would: the first failure throws, the operations before it stay written
+/// and the ones after it are not run.
+#[test]
+fn write_all_applies_in_order_and_stops_at_the_first_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir, FBS);
+    let insert = |id: &str, n: i64| WriteOp::Insert {
+        collection: "demo.Counter".into(),
+        bytes: db
+            .encode_json(
+                "demo.Counter".into(),
+                format!(r#"{{"id": "{id}", "n": {n}}}"#),
+            )
+            .unwrap(),
+    };
+    let first = vec![insert("a", 1), insert("b", 2)];
+    // "d" is written, "a" again fails, "c" is not run.
+    let second = vec![insert("d", 5), insert("a", 3), insert("c", 4)];
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let s = Arc::clone(&seen);
+    let d = Arc::clone(&db);
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+        let results = t.write_all(first.clone()).map_err(failed)?;
+        s.lock().unwrap().push(format!("{}", results.len()));
+        let e = t.write_all(second.clone()).unwrap_err();
+        s.lock().unwrap().push(format!("{e:?}"));
+        let n = t.count(d.query("demo.Counter".into())).map_err(failed)?;
+        s.lock().unwrap().push(n.to_string());
+        Ok(())
+    }))))
+    .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen[0], "2", "{seen:?}");
+    assert!(seen[1].contains("AlreadyExists"), "{seen:?}");
+    assert_eq!(seen[2], "3", "a, b and d: {seen:?}");
+    assert!(db
+        .get("demo.Counter".into(), vec![text("d")])
+        .unwrap()
+        .is_some());
+    assert!(db
+        .get("demo.Counter".into(), vec![text("c")])
+        .unwrap()
+        .is_none());
+}
