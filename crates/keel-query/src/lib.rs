@@ -128,6 +128,7 @@ pub(crate) mod feed;
 mod fts;
 pub mod inspect;
 mod layout;
+mod links;
 pub mod migrate;
 pub mod pool;
 mod query;

@@ -95,6 +95,9 @@ pub(crate) struct FieldPlan<'s> {
     /// Whether the encoder writes it before the table, as a child it refers to by
     /// offset (strings, tables, unions, vectors).
     pub child: bool,
+    /// `(references: …)`: the collection whose primary keys it holds (one, or a
+    /// vector of them), its delete rule and inverse name.
+    pub references: Option<&'s crate::model::Reference>,
 }
 
 impl FieldPlan<'_> {
@@ -314,6 +317,7 @@ fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> Fiel
         default,
         key_position,
         child,
+        references: f.references.as_ref(),
     }
 }
 
