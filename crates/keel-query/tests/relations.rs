@@ -283,3 +283,213 @@ fn dangling_false_refuses_a_missing_target() {
         .wait()
         .unwrap();
 }
+
+/// A database whose writer connection reports every statement it starts.
+fn traced(dir: &tempfile::TempDir) -> (Database, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let opts = StoreOptions {
+        statement_trace: Some(std::sync::Arc::new(move |sql: &str| {
+            sink.lock().unwrap().push(sql.to_owned());
+        })),
+        ..StoreOptions::default()
+    };
+    let db = Database::open_for::<Post>(dir.path().join("trace.db"), opts).unwrap();
+    (db, log)
+}
+
+/// The reads of `log` (statements that select from a collection table).
+fn reads(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|s| s.trim_start().to_uppercase().starts_with("SELECT") && s.contains("\"rel."))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn including_prefetches_in_one_read_per_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = traced(&dir);
+    const POSTS: usize = 200;
+    db.write(|t| {
+        for a in 0..7 {
+            t.insert(&author(&format!("a{a}"), &format!("Author {a}")))?;
+        }
+        for i in 0..POSTS {
+            // Every 10th post names an author that does not exist.
+            let a = if i % 10 == 9 {
+                "ghost".to_string()
+            } else {
+                format!("a{}", i % 7)
+            };
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i:03}"))
+                    .author(a)
+                    .rank(i as i32)
+                    .build(),
+            )?;
+        }
+        t.insert(&Post::builder().id("zz-no-author").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let (rows, statements) = db
+        .write(move |t| {
+            log.lock().unwrap().clear();
+            let rows = t
+                .fetch::<Post>()
+                .order_by(Post::id().asc())
+                .including(Post::author_ref())
+                .all()?;
+            let statements = reads(&log.lock().unwrap());
+            Ok((rows, statements))
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(
+        statements.len(),
+        2,
+        "one read of posts, one of authors: {statements:#?}"
+    );
+    assert!(statements[1].contains("\"rel.Author\""), "{statements:#?}");
+    assert_eq!(rows.len(), POSTS + 1);
+    for (p, a) in &rows {
+        match p.author.as_deref() {
+            Some("ghost") | None => assert!(a.is_none(), "{p:?}"),
+            Some(k) => {
+                let a = a.as_ref().unwrap();
+                assert_eq!(a.id, k);
+                assert_eq!(
+                    a.name.as_deref(),
+                    Some(format!("Author {}", &k[1..]).as_str())
+                );
+            }
+        }
+    }
+    // The same through the database (one read transaction, pooled connection).
+    let again = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::author_ref())
+        .all()
+        .unwrap();
+    assert_eq!(again, rows);
+}
+
+#[test]
+fn including_a_to_many_relation_counts_and_orders_by_the_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        for id in ["rust", "db", "swift"] {
+            t.insert(&Tag::builder().id(id).label(id.to_uppercase()).build())?;
+        }
+        t.insert(
+            &Post::builder()
+                .id("p1")
+                .tags(["swift", "rust", "missing"])
+                .build(),
+        )?;
+        t.insert(&Post::builder().id("p2").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let rows = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::tags_ref())
+        .all_many()
+        .unwrap();
+    let got: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|(p, ts)| (p.id.clone(), ts.iter().map(|t| t.id.clone()).collect()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "p1".to_string(),
+                vec!["swift".to_string(), "rust".to_string()]
+            ),
+            ("p2".to_string(), vec![]),
+        ]
+    );
+    // A to-many relation has no single object.
+    let e = db
+        .fetch::<Post>()
+        .including(Post::tags_ref())
+        .all()
+        .unwrap_err();
+    assert!(matches!(e, Error::TypeMismatch { .. }), "{e}");
+}
+
+#[test]
+fn filter_through_a_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&author("alan", "Alan"))?;
+        t.insert(&author("bob", "Bob"))?;
+        for (id, a) in [
+            ("p1", "ada"),
+            ("p2", "bob"),
+            ("p3", "alan"),
+            ("p4", "ada"),
+            ("p5", "nobody"),
+        ] {
+            t.insert(&post(id, a))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |ps: Vec<Post>| ps.into_iter().map(|p| p.id.clone()).collect::<Vec<_>>();
+    let by_ada = db
+        .fetch::<Post>()
+        .filter_through(Post::author_ref().then(Author::name()).eq("Ada"))
+        .unwrap()
+        .order_by(Post::id().asc())
+        .all()
+        .unwrap();
+    assert_eq!(ids(by_ada), ["p1", "p4"]);
+    // Combined with other filters and through a range on the referenced side.
+    let a_names = db
+        .fetch::<Post>()
+        .filter(Post::id().ne("p1"))
+        .filter_through(Post::author_ref().then(Author::name()).lt("B"))
+        .unwrap()
+        .order_by(Post::id().asc())
+        .all()
+        .unwrap();
+    assert_eq!(ids(a_names), ["p3", "p4"]);
+    // In a write transaction the filter sees the transaction's own writes.
+    let n = db
+        .write(|t| {
+            t.insert(&author("nobody", "Ada"))?;
+            t.fetch::<Post>()
+                .filter_through(Post::author_ref().then(Author::name()).eq("Ada"))?
+                .count()
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(n, 3);
+    // No match on the referenced side: nothing.
+    let none = db
+        .fetch::<Post>()
+        .filter_through(Post::author_ref().then(Author::name()).eq("Zed"))
+        .unwrap()
+        .count()
+        .unwrap();
+    assert_eq!(none, 0);
+    // Through a to-many reference: a typed error, not a wrong answer.
+    let e = db
+        .fetch::<Post>()
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("RUST"))
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::TypeMismatch { .. }), "{e}");
+}
