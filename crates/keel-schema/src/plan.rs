@@ -329,6 +329,34 @@ mod tests {
         crate::codegen_shared::example("blog.fbs")
     }
 
+    /// A `(references: …)` field's plan carries the model's reference (target,
+    /// to-one or to-many, rule); other fields carry none.
+    #[test]
+    fn reference_fields_carry_their_reference() {
+        let s = crate::codegen_shared::example("relations.fbs");
+        let ti = s.tables.iter().position(|t| t.name == "Post").unwrap();
+        let p = TablePlan::new(&s, ti);
+        let refs: Vec<(&str, &str, bool)> = p
+            .fields
+            .iter()
+            .filter_map(|f| {
+                f.references
+                    .map(|r| (f.name(), r.target.as_str(), r.to_many))
+            })
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                ("author", "rel.Author", false),
+                ("editor", "rel.Author", false),
+                ("tags", "rel.Tag", true)
+            ]
+        );
+        for f in &p.fields {
+            assert_eq!(f.references, f.field.references.as_ref());
+        }
+    }
+
     /// The plan of `blog.Post` against the schema model it comes from: one entry per
     /// live field in declaration order, the slots, defaults, key and write orders.
     #[test]
