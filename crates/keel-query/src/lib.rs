@@ -116,8 +116,9 @@
 //!   dictionary's cache.
 //! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
 //! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
-//!   to [`Database`] (and installs the hub), and [`dictionary`]'s [`Dictionary`]
-//!   wraps one.
+//!   to [`Database`] (and installs the hub), `live_relation` the live lists across
+//!   a relation ([`Including::subscribe`], on a commit hook), and
+//!   [`dictionary`]'s [`Dictionary`] wraps one.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -133,6 +134,7 @@ mod fts;
 pub mod inspect;
 mod layout;
 mod links;
+mod live_relation;
 pub mod migrate;
 pub mod pool;
 mod query;
@@ -157,6 +159,7 @@ pub use dictionary::{
 pub use engine::Task;
 pub use error::{Error, Result};
 pub use feed::FeedStats;
+pub use live_relation::{IncludingSubscription, IncludingUpdate};
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
 pub use relation::Including;

@@ -22,14 +22,14 @@ const BATCH: usize = 30_000;
 
 /// A key as a hash-map key (a [`Value`] is not `Hash`: it holds floats).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum K {
+pub(crate) enum K {
     Int(i64),
     Text(String),
     Other(String),
 }
 
 impl K {
-    fn of(v: &Value) -> K {
+    pub(crate) fn of(v: &Value) -> K {
         match v {
             Value::Int(i) => K::Int(*i),
             Value::Text(s) => K::Text(s.clone()),
@@ -38,12 +38,57 @@ impl K {
     }
 }
 
+/// Objects by key, looked up without allocating (text keys by `&str`).
+struct ByKey<T> {
+    text: HashMap<String, T>,
+    int: HashMap<i64, T>,
+    other: HashMap<K, T>,
+}
+
+impl<T> Default for ByKey<T> {
+    fn default() -> Self {
+        ByKey {
+            text: HashMap::new(),
+            int: HashMap::new(),
+            other: HashMap::new(),
+        }
+    }
+}
+
+impl<T> ByKey<T> {
+    fn get(&self, k: &Value) -> Option<&T> {
+        match k {
+            Value::Text(s) => self.text.get(s.as_str()),
+            Value::Int(i) => self.int.get(i),
+            other => self.other.get(&K::of(other)),
+        }
+    }
+
+    fn insert(&mut self, k: Value, t: T) {
+        match k {
+            Value::Text(s) => {
+                self.text.insert(s, t);
+            }
+            Value::Int(i) => {
+                self.int.insert(i, t);
+            }
+            other => {
+                self.other.insert(K::of(&other), t);
+            }
+        }
+    }
+}
+
+/// Each referring object with the objects its reference names and the keys it
+/// holds.
+pub(crate) type Keyed<R, T> = Vec<(R, Vec<T>, Vec<Value>)>;
+
 /// A typed fetch with the objects one reference field names, read in one
 /// batched query: made by [`Fetch::including`].
 #[must_use = "a fetch does nothing until all() or all_many()"]
 pub struct Including<'a, R: Record, T: Record> {
-    fetch: Fetch<'a, R>,
-    rel: Relation<R, T>,
+    pub(crate) fetch: Fetch<'a, R>,
+    pub(crate) rel: Relation<R, T>,
 }
 
 /// The key path of collection `c` (single-field keys only: references require
@@ -121,9 +166,9 @@ fn fetch_by_keys<T: Record>(
     as_of: Option<u64>,
     target: &Coll,
     keys: Vec<Value>,
-) -> Result<HashMap<K, T>> {
+) -> Result<ByKey<T>> {
     let path = key_path(inner, target, "including")?;
-    let mut out = HashMap::with_capacity(keys.len());
+    let mut out = ByKey::default();
     for chunk in keys.chunks(BATCH) {
         let q = Query::new(Source::Conn(inner, conn, as_of), &target.name).filter(Expr::In {
             path: path.clone(),
@@ -131,8 +176,8 @@ fn fetch_by_keys<T: Record>(
         });
         q.each("including", false, &mut |rowid, bytes| {
             let t = decode_row::<T>("including", rowid, bytes)?;
-            if let Some(k) = t.primary_key().first() {
-                out.insert(K::of(k), t);
+            if let Some(k) = t.primary_key().into_iter().next() {
+                out.insert(k, t);
             }
             Ok(true)
         })?;
@@ -141,10 +186,11 @@ fn fetch_by_keys<T: Record>(
 }
 
 impl<'a, R: Record, T: Record> Including<'a, R, T> {
-    /// Every matching `R` with the objects its reference names, in the fetch's
-    /// order: two reads in all (the `R`s, then every referenced `T` at once).
-    /// A key naming no object (a dangling reference) has no entry in the list.
-    fn run(self) -> Result<Vec<(R, Vec<T>)>> {
+    /// Every matching `R` with the objects its reference names and the keys it
+    /// holds, in the fetch's order: two reads in all (the `R`s, then every
+    /// referenced `T` at once). A key naming no object (a dangling reference)
+    /// has no entry in the list of objects.
+    pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
         let Including { fetch, rel } = self;
         let q = fetch.into_query();
         let op = "including";
@@ -156,35 +202,72 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 src: Source::Conn(inner, conn, as_of),
                 spec,
             };
+            // Resolved once: each row then costs one vtable lookup for its key.
+            let reader = inner.table(c)?;
+            let resolved = if rel.to_many() {
+                None
+            } else {
+                Some(
+                    reader
+                        .resolve(rel.path())
+                        .map_err(|e| Error::UnknownField {
+                            op,
+                            collection: c.name.clone(),
+                            message: e.to_string(),
+                        })?,
+                )
+            };
             let mut rows: Vec<(R, Vec<Value>)> = Vec::new();
             let mut wanted: Vec<Value> = Vec::new();
-            let mut seen = std::collections::HashSet::new();
+            let mut seen: ByKey<()> = ByKey::default();
             here.each(op, false, &mut |rowid, bytes| {
-                let keys = keys_in(inner, c, op, rel.path(), rel.to_many(), bytes)?;
+                let keys = match &resolved {
+                    Some(rp) => {
+                        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
+                            op,
+                            collection: c.name.clone(),
+                            source,
+                        })?;
+                        let v = obj.get_resolved(rp);
+                        if v.is_null() {
+                            Vec::new()
+                        } else {
+                            vec![v]
+                        }
+                    }
+                    None => keys_in(inner, c, op, rel.path(), true, bytes)?,
+                };
                 for k in &keys {
-                    if seen.insert(K::of(k)) {
+                    if seen.get(k).is_none() {
+                        seen.insert(k.clone(), ());
                         wanted.push(k.clone());
                     }
                 }
                 rows.push((decode_row::<R>(op, rowid, bytes)?, keys));
                 Ok(true)
             })?;
-            let found: HashMap<K, T> = if wanted.is_empty() {
-                HashMap::new()
+            let found: ByKey<T> = if wanted.is_empty() {
+                ByKey::default()
             } else {
                 fetch_by_keys(inner, conn, as_of, target, wanted)?
             };
             Ok(rows
                 .into_iter()
                 .map(|(r, keys)| {
-                    let ts = keys
-                        .iter()
-                        .filter_map(|k| found.get(&K::of(k)).cloned())
-                        .collect();
-                    (r, ts)
+                    let ts = keys.iter().filter_map(|k| found.get(k).cloned()).collect();
+                    (r, ts, keys)
                 })
                 .collect())
         })
+    }
+
+    /// [`run_keyed`](Self::run_keyed) without the keys.
+    fn run(self) -> Result<Vec<(R, Vec<T>)>> {
+        Ok(self
+            .run_keyed()?
+            .into_iter()
+            .map(|(r, ts, _)| (r, ts))
+            .collect())
     }
 
     /// Every matching `R` with the object its to-one reference names (`None`:
