@@ -6,10 +6,12 @@
 //! ([`Database::on_commit_changes`]) that looks at each committed closure's
 //! changes. A change is relevant when it is in `R`'s collection, or in `T`'s
 //! with a key some shown `R` names (a hash lookup per change: commits that touch
-//! neither cost nothing more). A relevant commit re-reads the list (two
-//! statements, as [`Including::all`]) and delivers it with the diff against the
-//! last delivery, if anything differs: a renamed author is an `updated` row for
-//! every post showing it, and a move when the order follows it.
+//! neither cost nothing more). When a closure changed only referenced objects
+//! (an author renamed), the rows naming them take the new version from the
+//! change itself, with no read: an `updated` row for every post showing it (the
+//! rows, their order and the filter depend on `R` alone). When it changed `R`s
+//! too, the list is re-read (two statements, as [`Including::all`]) and
+//! delivered with the diff against the last delivery, if anything differs.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -18,7 +20,7 @@ use keel_schema::{Record, Relation};
 
 use crate::db::{ChangeHook, Database};
 use crate::error::{Error, Result};
-use crate::query::{Fetch, Source, Spec};
+use crate::query::{decode_row, Fetch, Source, Spec};
 use crate::relation::{Including, K};
 use crate::subscribe::Diff;
 
@@ -53,14 +55,17 @@ impl Drop for IncludingSubscription {
     }
 }
 
-/// What a live list shows: the pairs, and every key the `R`s name.
-type Shown<R, T> = (Vec<(R, Option<T>)>, HashSet<K>);
+/// What a live list shows: the pairs, every key the `R`s name, and the key
+/// each row names.
+type Shown<R, T> = (Vec<(R, Option<T>)>, HashSet<K>, Vec<Option<K>>);
 
 struct State<R, T, F> {
     rows: Vec<(R, Option<T>)>,
     /// Every key the shown `R`s name, dangling ones included (their target may
     /// appear).
     named: HashSet<K>,
+    /// The key each row names (parallel to `rows`).
+    keys: Vec<Option<K>>,
     f: F,
 }
 
@@ -136,15 +141,20 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                     .iter()
                     .flat_map(|(_, _, ks)| ks.iter().map(K::of))
                     .collect();
+                let keys = rows
+                    .iter()
+                    .map(|(_, _, ks)| ks.first().map(K::of))
+                    .collect();
                 Ok(Some((
                     rows.into_iter()
                         .map(|(r, ts, _)| (r, ts.into_iter().next()))
                         .collect(),
                     named,
+                    keys,
                 )))
             }
         };
-        let Some((rows, named)) = read()? else {
+        let Some((rows, named, keys)) = read()? else {
             return Err(Error::Closed {
                 op: "subscribe including",
                 path: inner.path().to_path_buf(),
@@ -155,7 +165,12 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             objects: rows.clone(),
             diff: Diff::initial(rows.len()),
         });
-        let state = Arc::new(Mutex::new(State { rows, named, f }));
+        let state = Arc::new(Mutex::new(State {
+            rows,
+            named,
+            keys,
+            f,
+        }));
         let target = self.rel.target();
         let hook = db.on_commit_changes(move |changes| {
             let relevant = {
@@ -169,7 +184,50 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             if !relevant {
                 return;
             }
-            let Ok(Some((rows, named))) = read() else {
+            // Only referenced objects changed: the list's rows, order and filter
+            // depend on `R` alone, so the rows naming them take the new version
+            // in place, from the change itself (no read).
+            if changes.iter().all(|c| c.collection != R::COLLECTION) {
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                let mut rows = st.rows.clone();
+                let mut updated = Vec::new();
+                for c in changes.iter().filter(|c| c.collection == target) {
+                    let Some(k) = c.key.first().map(K::of) else {
+                        continue;
+                    };
+                    if !st.named.contains(&k) {
+                        continue;
+                    }
+                    let new = match &c.new {
+                        Some(b) => match decode_row::<T>("subscribe including", c.rowid, b) {
+                            Ok(t) => Some(t),
+                            Err(_) => continue,
+                        },
+                        None => None,
+                    };
+                    for (i, (_, t)) in rows.iter_mut().enumerate() {
+                        if st.keys[i].as_ref() == Some(&k) && *t != new {
+                            *t = new.clone();
+                            updated.push(i);
+                        }
+                    }
+                }
+                if updated.is_empty() {
+                    return;
+                }
+                updated.sort_unstable();
+                updated.dedup();
+                st.rows = rows.clone();
+                (st.f)(IncludingUpdate {
+                    objects: rows,
+                    diff: Diff {
+                        updated,
+                        ..Diff::default()
+                    },
+                });
+                return;
+            }
+            let Ok(Some((rows, named, keys))) = read() else {
                 return; // closed, or a read error: the next commit tries again
             };
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
@@ -180,6 +238,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 |a, b| a == b,
             );
             st.named = named;
+            st.keys = keys;
             if diff.is_empty() {
                 return;
             }

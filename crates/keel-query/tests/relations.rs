@@ -663,3 +663,79 @@ proptest::proptest! {
         }
     }
 }
+
+/// A reference added to a collection that already holds objects: the file
+/// reopens with the new schema, the reference column is filled from the
+/// stored objects, and the delete rule applies to them at once.
+#[test]
+fn a_reference_added_to_existing_data_applies_its_rules() {
+    use keel_schema::Schema;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evolve.db");
+    let text = |attrs: &str| {
+        format!(
+            r#"namespace ev;
+               table A (entity) {{ id: string (primary); }}
+               table P {{ id: string (primary); a: string {attrs}; }}
+               root_type P;"#
+        )
+    };
+    let v1 = Schema::parse(&text(""), "v1.fbs").unwrap();
+    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
+    let (ra, rp) = (v1.reader("ev.A").unwrap(), v1.reader("ev.P").unwrap());
+    let objs: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "ev.A",
+            ra.encode_json(&serde_json::json!({"id": "a1"})).unwrap(),
+        ),
+        (
+            "ev.A",
+            ra.encode_json(&serde_json::json!({"id": "a2"})).unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))
+                .unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p2", "a": "a2"}))
+                .unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p3", "a": "a1"}))
+                .unwrap(),
+        ),
+    ];
+    db.write(move |t| {
+        for (c, o) in objs {
+            t.insert_bytes(c, o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    db.close().wait().unwrap();
+    drop(db);
+
+    let v2 = Schema::parse(
+        &text(r#"(references: "A", on_delete: "cascade")"#),
+        "v2.fbs",
+    )
+    .unwrap();
+    let db = Database::open(&path, v2, StoreOptions::default()).unwrap();
+    db.wait_for_indexes().unwrap();
+    assert!(db
+        .write(|t| t.delete_key("ev.A", &key("a1")))
+        .wait()
+        .unwrap());
+    let left: Vec<i64> = db
+        .query("ev.P")
+        .all()
+        .unwrap()
+        .iter()
+        .map(|o| o.rowid)
+        .collect();
+    assert_eq!(left, [2], "p1 and p3 went with a1");
+}

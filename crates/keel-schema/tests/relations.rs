@@ -136,3 +136,40 @@ fn reference_errors_are_clear_schema_errors() {
     );
     assert!(nested.contains("only apply to collections"), "{nested}");
 }
+
+#[test]
+fn adding_a_reference_is_a_compatible_evolution_with_notes() {
+    let v1 = Schema::parse(
+        r#"table A (entity) { id: string (primary); }
+           table P { id: string (primary); a: string; } root_type P;"#,
+        "v1.fbs",
+    )
+    .unwrap();
+    let v2 = Schema::parse(
+        r#"table A (entity) { id: string (primary); }
+           table P { id: string (primary); a: string (references: "A", on_delete: "cascade"); } root_type P;"#,
+        "v2.fbs",
+    )
+    .unwrap();
+    let notes: Vec<String> = keel_schema::compat::check(&v1, &v2)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("P.a") && n.contains("now references A")),
+        "{notes:?}"
+    );
+    assert!(notes.iter().any(|n| n.contains("index added")), "{notes:?}");
+    let back: Vec<String> = keel_schema::compat::check(&v2, &v1)
+        .unwrap()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        back.iter().any(|n| n.contains("no longer a reference")),
+        "{back:?}"
+    );
+}
