@@ -162,7 +162,7 @@ pub use feed::FeedStats;
 pub use live_relation::{IncludingSubscription, IncludingUpdate};
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
-pub use relation::Including;
+pub use relation::{Included, Including};
 pub use sql::FIELD_FN;
 pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
 pub use txn::Txn;

@@ -14,7 +14,7 @@ use keel_schema::{Expr, FieldPath, PathStep, Record, Relation, Through, Value};
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::layout::Coll;
-use crate::query::{decode_row, Fetch, Query, Source, Spec};
+use crate::query::{decode_row, Fetch, Query, Source, Spec, StoredObject};
 
 /// Most keys one batched read binds (SQLite allows 32,766 parameters); more
 /// distinct keys than this take one more read per chunk.
@@ -387,5 +387,122 @@ impl<'a, R: Record> Fetch<'a, R> {
             path: through.path,
             values: keys,
         }))
+    }
+}
+
+/// One object with the objects its reference field names: what
+/// [`Query::including`] returns (the untyped form of [`Including`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Included {
+    /// The object.
+    pub object: StoredObject,
+    /// The objects its reference names, in the order of its keys (at most one
+    /// for a to-one reference; keys naming no object are left out).
+    pub related: Vec<StoredObject>,
+}
+
+impl Query<'_> {
+    /// Every matching object with the objects its reference field `field`
+    /// names (a `(references: …)` field of this collection), in two reads: the
+    /// objects, then every referenced object at once (see [`Fetch::including`]).
+    /// A field that is not a reference is [`Error::UnknownField`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_schema::Schema;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let schema = Schema::parse(
+    ///     r#"table A (entity) { id: string (primary); name: string; }
+    ///        table P { id: string (primary); a: string (references: "A"); } root_type P;"#,
+    ///     "r.fbs",
+    /// )?;
+    /// let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
+    /// let a = schema.reader("A")?.encode_json(&serde_json::json!({"id": "a1", "name": "Ada"}))?;
+    /// let p = schema.reader("P")?.encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))?;
+    /// db.write(move |t| { t.insert_bytes("A", a)?; t.insert_bytes("P", p).map(|_| ()) }).wait()?;
+    /// let rows = db.query("P").including("a")?;
+    /// assert_eq!(rows[0].related.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn including(self, field: &str) -> Result<Vec<Included>> {
+        let op = "including";
+        on_one_conn(&self.src, op, |inner, conn, as_of| {
+            let c = inner.coll(&self.spec.collection, op)?;
+            let link = c
+                .links
+                .outgoing
+                .iter()
+                .find(|o| o.field == field)
+                .ok_or_else(|| Error::UnknownField {
+                    op,
+                    collection: c.name.clone(),
+                    message: format!("{} has no reference field {field:?}", c.name),
+                })?;
+            let target = inner.coll(&link.target, op)?;
+            let here = Query {
+                src: Source::Conn(inner, conn, as_of),
+                spec: self.spec.clone(),
+            };
+            let mut rows: Vec<(StoredObject, Vec<Value>)> = Vec::new();
+            let mut wanted: Vec<Value> = Vec::new();
+            let mut seen: ByKey<()> = ByKey::default();
+            here.each(op, false, &mut |rowid, bytes| {
+                let keys = keys_in(inner, c, op, &link.path, link.to_many, bytes)?;
+                for k in &keys {
+                    if seen.get(k).is_none() {
+                        seen.insert(k.clone(), ());
+                        wanted.push(k.clone());
+                    }
+                }
+                rows.push((
+                    StoredObject {
+                        rowid,
+                        bytes: bytes.to_vec(),
+                    },
+                    keys,
+                ));
+                Ok(true)
+            })?;
+            let mut found: ByKey<StoredObject> = ByKey::default();
+            if !wanted.is_empty() {
+                let path = key_path(inner, target, op)?;
+                let reader = inner.table(target)?;
+                let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
+                    op,
+                    collection: target.name.clone(),
+                    message: e.to_string(),
+                })?;
+                for chunk in wanted.chunks(BATCH) {
+                    Query::new(Source::Conn(inner, conn, as_of), &target.name)
+                        .filter(Expr::In {
+                            path: path.clone(),
+                            values: chunk.to_vec(),
+                        })
+                        .each(op, false, &mut |rowid, bytes| {
+                            let obj =
+                                reader.open(bytes).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: target.name.clone(),
+                                    source,
+                                })?;
+                            found.insert(
+                                obj.get_resolved(&resolved),
+                                StoredObject {
+                                    rowid,
+                                    bytes: bytes.to_vec(),
+                                },
+                            );
+                            Ok(true)
+                        })?;
+                }
+            }
+            Ok(rows
+                .into_iter()
+                .map(|(object, keys)| Included {
+                    related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
+                    object,
+                })
+                .collect())
+        })
     }
 }

@@ -739,3 +739,46 @@ fn a_reference_added_to_existing_data_applies_its_rules() {
         .collect();
     assert_eq!(left, [2], "p1 and p3 went with a1");
 }
+
+/// The untyped `Query::including` (what the FFI uses) gives the typed answer's
+/// bytes, and names a field that is no reference as an unknown field.
+#[test]
+fn query_including_returns_the_same_objects_as_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&Tag::builder().id("x").build())?;
+        t.insert(
+            &Post::builder()
+                .id("p1")
+                .author("ada")
+                .tags(["x", "nope", "x"])
+                .build(),
+        )?;
+        t.insert(&post("p2", "ghost"))?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let typed = db
+        .fetch::<Post>()
+        .including(Post::author_ref())
+        .all()
+        .unwrap();
+    let rows = db.query("rel.Post").including("author").unwrap();
+    assert_eq!(rows.len(), typed.len());
+    for (r, (p, a)) in rows.iter().zip(&typed) {
+        assert_eq!(Post::decode(&r.object.bytes).unwrap(), *p);
+        let related: Vec<Author> = r
+            .related
+            .iter()
+            .map(|o| Author::decode(&o.bytes).unwrap())
+            .collect();
+        assert_eq!(related.first(), a.as_ref());
+    }
+    let tags = db.query("rel.Post").including("tags").unwrap();
+    assert_eq!(tags[0].related.len(), 2, "both x keys, not the missing one");
+    let e = db.query("rel.Post").including("title").unwrap_err();
+    assert!(matches!(e, Error::UnknownField { .. }), "{e}");
+}
