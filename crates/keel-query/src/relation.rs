@@ -322,8 +322,9 @@ impl<'a, R: Record> Fetch<'a, R> {
     /// Keep the objects whose reference names an object matching the filter
     /// (`Post::author_ref().then(Author::name()).eq("Ada")`): the referenced
     /// collection is queried now, and this fetch keeps the objects holding one
-    /// of its keys (for a to-many reference: the objects whose vector holds
-    /// one, read from the bytes). Through a [`Database`](crate::Database) the
+    /// of its keys. For a to-many reference it keeps the objects whose vector
+    /// holds at least one (exists): their collection is read now to find them
+    /// (it needs a primary key of one field). Through a [`Database`](crate::Database) the
     /// two reads are separate; in a snapshot or a write transaction they see
     /// the same state.
     ///
@@ -345,48 +346,72 @@ impl<'a, R: Record> Fetch<'a, R> {
     /// ```
     pub fn filter_through(self, through: Through) -> Result<Self> {
         let op = "filter through";
-        let keys = {
+        let (path, values) = {
             let q = &self.q;
             on_one_conn(&q.src, op, |inner, conn, as_of| {
                 let target = inner.coll(&through.target, op)?;
                 let from = inner.coll(&q.spec.collection, op)?;
-                if from
-                    .links
-                    .outgoing
-                    .iter()
-                    .any(|o| o.path == through.path && o.to_many)
-                {
-                    return Err(Error::TypeMismatch {
-                        op,
-                        collection: from.name.clone(),
-                        message: format!(
-                            "{} holds several keys: a filter through a to-many reference is not supported yet (use including(…).all_many())",
-                            through.path
-                        ),
-                    });
-                }
-                let path = key_path(inner, target, op)?;
-                let mut keys = Vec::new();
+                let tpath = key_path(inner, target, op)?;
+                let treader = inner.table(target)?;
+                let mut keys: ByKey<()> = ByKey::default();
+                let mut list = Vec::new();
                 Query::new(Source::Conn(inner, conn, as_of), &target.name)
                     .filter(through.filter.clone())
                     .each(op, false, &mut |_, bytes| {
-                        let obj = inner.table(target)?.open(bytes).map_err(|source| {
-                            Error::InvalidObject {
-                                op,
-                                collection: target.name.clone(),
-                                source,
-                            }
+                        let obj = treader.open(bytes).map_err(|source| Error::InvalidObject {
+                            op,
+                            collection: target.name.clone(),
+                            source,
                         })?;
-                        keys.push(obj.get(&path));
+                        let k = obj.get(&tpath);
+                        keys.insert(k.clone(), ());
+                        list.push(k);
                         Ok(true)
                     })?;
-                Ok(keys)
+                let Some(link) = from
+                    .links
+                    .outgoing
+                    .iter()
+                    .find(|o| o.path == through.path && o.to_many)
+                else {
+                    // To-one: the field holds one of the keys.
+                    return Ok((through.path.clone(), list));
+                };
+                // To-many ("exists"): no column holds the vector's keys, so the
+                // referring objects are read and those whose vector holds one of
+                // the keys are kept, by their own key.
+                let fpath = key_path(inner, from, op)?;
+                let freader = inner.table(from)?;
+                let id = link.path.steps().first().map_or(0, |s| s.id());
+                let mut matching = Vec::new();
+                if !list.is_empty() {
+                    Query::new(Source::Conn(inner, conn, as_of), &from.name).each(
+                        op,
+                        false,
+                        &mut |_, bytes| {
+                            let obj =
+                                freader.open(bytes).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: from.name.clone(),
+                                    source,
+                                })?;
+                            let elements =
+                                obj.elements(id).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: from.name.clone(),
+                                    source,
+                                })?;
+                            if elements.iter().any(|e| keys.get(e).is_some()) {
+                                matching.push(obj.get(&fpath));
+                            }
+                            Ok(true)
+                        },
+                    )?;
+                }
+                Ok((fpath, matching))
             })?
         };
-        Ok(self.filter(Expr::In {
-            path: through.path,
-            values: keys,
-        }))
+        Ok(self.filter(Expr::In { path, values }))
     }
 }
 

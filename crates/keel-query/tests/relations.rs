@@ -485,13 +485,60 @@ fn filter_through_a_reference() {
         .count()
         .unwrap();
     assert_eq!(none, 0);
-    // Through a to-many reference: a typed error, not a wrong answer.
-    let e = db
+}
+
+/// Exists over a to-many reference: the posts with at least one tag matching,
+/// combined with other filters; count over it is the length of `all_many`.
+#[test]
+fn filter_through_a_to_many_reference_keeps_objects_with_any_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        for (id, label) in [("r", "RUST"), ("s", "SWIFT"), ("k", "KOTLIN")] {
+            t.insert(&Tag::builder().id(id).label(label).build())?;
+        }
+        t.insert(&Post::builder().id("p1").tags(["s", "r"]).rank(1).build())?;
+        t.insert(&Post::builder().id("p2").tags(["k"]).rank(2).build())?;
+        t.insert(&Post::builder().id("p3").tags(["gone", "r"]).rank(3).build())?;
+        t.insert(&Post::builder().id("p4").rank(4).build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |f: keel_query::Fetch<'_, Post>| {
+        f.order_by(Post::id().asc())
+            .all()
+            .unwrap()
+            .iter()
+            .map(|p| p.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let rust = db
         .fetch::<Post>()
         .filter_through(Post::tags_ref().then(Tag::label()).eq("RUST"))
-        .err()
         .unwrap();
-    assert!(matches!(e, Error::TypeMismatch { .. }), "{e}");
+    assert_eq!(ids(rust), ["p1", "p3"]);
+    let rust_early = db
+        .fetch::<Post>()
+        .filter(Post::rank().lt(3))
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("RUST"))
+        .unwrap();
+    assert_eq!(ids(rust_early), ["p1"]);
+    let none = db
+        .fetch::<Post>()
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("COBOL"))
+        .unwrap();
+    assert!(ids(none).is_empty());
+    let counts: Vec<usize> = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::tags_ref())
+        .all_many()
+        .unwrap()
+        .iter()
+        .map(|(_, ts)| ts.len())
+        .collect();
+    assert_eq!(counts, [2, 1, 1, 0]);
 }
 
 type Pairs = Vec<(Post, Option<Author>)>;
