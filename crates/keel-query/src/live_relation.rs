@@ -124,6 +124,10 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let db = Database::from_inner(Arc::clone(&inner));
         let spec: Spec = self.fetch.q.spec.clone();
         let rel: Relation<R, T> = self.rel.clone();
+        let related_order = self.related_order.clone();
+        // Ordered by a referenced field, a rename can move rows: no in-place
+        // update then.
+        let in_place = related_order.is_none();
         let read = {
             let weak = db.weak();
             move || -> Result<Option<Shown<R, T>>> {
@@ -135,6 +139,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 let rows = Including {
                     fetch,
                     rel: rel.clone(),
+                    related_order: related_order.clone(),
                 }
                 .run_keyed()?;
                 let named = rows
@@ -187,7 +192,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             // Only referenced objects changed: the list's rows, order and filter
             // depend on `R` alone, so the rows naming them take the new version
             // in place, from the change itself (no read).
-            if changes.iter().all(|c| c.collection != R::COLLECTION) {
+            if in_place && changes.iter().all(|c| c.collection != R::COLLECTION) {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 let mut rows = st.rows.clone();
                 let mut updated = Vec::new();

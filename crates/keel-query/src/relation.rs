@@ -89,6 +89,8 @@ pub(crate) type Keyed<R, T> = Vec<(R, Vec<T>, Vec<Value>)>;
 pub struct Including<'a, R: Record, T: Record> {
     pub(crate) fetch: Fetch<'a, R>,
     pub(crate) rel: Relation<R, T>,
+    /// [`Including::order_by_related`]: a field of `T` and whether descending.
+    pub(crate) related_order: Option<(FieldPath, bool)>,
 }
 
 /// The key path of collection `c` (single-field keys only: references require
@@ -166,8 +168,18 @@ fn fetch_by_keys<T: Record>(
     as_of: Option<u64>,
     target: &Coll,
     keys: Vec<Value>,
-) -> Result<ByKey<T>> {
+    order: Option<&FieldPath>,
+) -> Result<ByKey<(T, Value)>> {
     let path = key_path(inner, target, "including")?;
+    let reader = inner.table(target)?;
+    let order = match order {
+        Some(p) => Some(reader.resolve(p).map_err(|e| Error::UnknownField {
+            op: "including",
+            collection: target.name.clone(),
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
     let mut out = ByKey::default();
     for chunk in keys.chunks(BATCH) {
         let q = Query::new(Source::Conn(inner, conn, as_of), &target.name).filter(Expr::In {
@@ -176,8 +188,15 @@ fn fetch_by_keys<T: Record>(
         });
         q.each("including", false, &mut |rowid, bytes| {
             let t = decode_row::<T>("including", rowid, bytes)?;
+            // The value `order_by_related` sorts by, read from the same bytes.
+            let v = match &order {
+                Some(rp) => reader
+                    .open(bytes)
+                    .map_or(Value::Null, |o| o.get_resolved(rp)),
+                None => Value::Null,
+            };
             if let Some(k) = t.primary_key().into_iter().next() {
-                out.insert(k, t);
+                out.insert(k, (t, v));
             }
             Ok(true)
         })?;
@@ -191,13 +210,25 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// referenced `T` at once). A key naming no object (a dangling reference)
     /// has no entry in the list of objects.
     pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
-        let Including { fetch, rel } = self;
+        let Including {
+            fetch,
+            rel,
+            related_order,
+        } = self;
         let q = fetch.into_query();
         let op = "including";
         on_one_conn(&q.src, op, |inner, conn, as_of| {
             let c = inner.coll(R::COLLECTION, op)?;
             let target = inner.coll(rel.target(), op)?;
-            let spec: Spec = q.spec.clone();
+            let mut spec: Spec = q.spec.clone();
+            // Ordered by a referenced field: every match is read, sorted here,
+            // then the window is cut.
+            let window = related_order.as_ref().map(|_| {
+                let w = (spec.offset, spec.limit);
+                spec.offset = 0;
+                spec.limit = None;
+                w
+            });
             let here = Query {
                 src: Source::Conn(inner, conn, as_of),
                 spec,
@@ -246,19 +277,84 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 rows.push((decode_row::<R>(op, rowid, bytes)?, keys));
                 Ok(true)
             })?;
-            let found: ByKey<T> = if wanted.is_empty() {
+            let found: ByKey<(T, Value)> = if wanted.is_empty() {
                 ByKey::default()
             } else {
-                fetch_by_keys(inner, conn, as_of, target, wanted)?
+                fetch_by_keys(
+                    inner,
+                    conn,
+                    as_of,
+                    target,
+                    wanted,
+                    related_order.as_ref().map(|(p, _)| p),
+                )?
             };
-            Ok(rows
+            let mut out: Vec<((R, Vec<T>, Vec<Value>), Value)> = rows
                 .into_iter()
                 .map(|(r, keys)| {
-                    let ts = keys.iter().filter_map(|k| found.get(k).cloned()).collect();
-                    (r, ts, keys)
+                    let hits: Vec<&(T, Value)> = keys.iter().filter_map(|k| found.get(k)).collect();
+                    let v = hits.first().map_or(Value::Null, |(_, v)| v.clone());
+                    let ts = hits.into_iter().map(|(t, _)| t.clone()).collect();
+                    ((r, ts, keys), v)
                 })
-                .collect())
+                .collect();
+            if let (Some((_, desc)), Some((offset, limit))) = (&related_order, window) {
+                // SQL's order (absent first ascending); stable, so equal values
+                // keep the fetch's own order.
+                out.sort_by(|(_, a), (_, b)| {
+                    let o = crate::eval::order_cmp(
+                        crate::eval::SqlValue::from_value(a),
+                        crate::eval::SqlValue::from_value(b),
+                    );
+                    if *desc {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                });
+                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+                let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+                return Ok(out
+                    .into_iter()
+                    .skip(skip)
+                    .take(take)
+                    .map(|(x, _)| x)
+                    .collect());
+            }
+            Ok(out.into_iter().map(|(x, _)| x).collect())
         })
+    }
+
+    /// Order the result by the field `field` of the referenced object (to-one:
+    /// the object; to-many: the first one), ascending or `descending`, as SQL
+    /// orders (an absent object or field first when ascending). Equal values
+    /// keep the fetch's own order; the fetch's `limit` and `offset` apply after
+    /// this order. Every match of the fetch is read to sort it.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("o.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("z").name("Zoe").build())?;
+    ///     t.insert(&Author::builder().id("a").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("z").build())?;
+    ///     t.insert(&Post::builder().id("p2").author("a").build())
+    /// }).wait()?;
+    /// let rows = db.fetch::<Post>().including(Post::author_ref())
+    ///     .order_by_related(Author::name(), false)
+    ///     .all()?;
+    /// assert_eq!(rows[0].0.id, "p2");
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn order_by_related<U>(
+        mut self,
+        field: keel_schema::Field<T, U>,
+        descending: bool,
+    ) -> Self {
+        self.related_order = Some((field.into_path(), descending));
+        self
     }
 
     /// [`run_keyed`](Self::run_keyed) without the keys.
@@ -316,7 +412,11 @@ impl<'a, R: Record> Fetch<'a, R> {
     /// `Post::author_ref()`), in one batched read for all the matching objects:
     /// see [`Including::all`].
     pub fn including<T: Record>(self, rel: Relation<R, T>) -> Including<'a, R, T> {
-        Including { fetch: self, rel }
+        Including {
+            fetch: self,
+            rel,
+            related_order: None,
+        }
     }
 
     /// Keep the objects whose reference names an object matching the filter

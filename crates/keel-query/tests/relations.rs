@@ -829,3 +829,73 @@ fn query_including_returns_the_same_objects_as_bytes() {
     let e = db.query("rel.Post").including("title").unwrap_err();
     assert!(matches!(e, Error::UnknownField { .. }), "{e}");
 }
+
+/// Ordering by a referenced field: absent authors first ascending, ties in
+/// the fetch's order, limit and offset after the order; a live list ordered
+/// so moves its rows when an author is renamed.
+#[test]
+fn order_by_a_referenced_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("a", "Mia"))?;
+        t.insert(&author("b", "Ada"))?;
+        t.insert(&author("c", "Zoe"))?;
+        for (id, a, rank) in [
+            ("p1", "a", 1),
+            ("p2", "b", 2),
+            ("p3", "c", 3),
+            ("p4", "ghost", 4),
+            ("p5", "b", 5),
+        ] {
+            t.insert(&Post::builder().id(id).author(a).rank(rank).build())?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |rows: Pairs| {
+        rows.into_iter()
+            .map(|(p, _)| p.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let asc = db
+        .fetch::<Post>()
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), false)
+        .all()
+        .unwrap();
+    assert_eq!(ids(asc), ["p4", "p2", "p5", "p1", "p3"]);
+    let desc_window = db
+        .fetch::<Post>()
+        .order_by(Post::rank().desc())
+        .limit(2)
+        .offset(1)
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), true)
+        .all()
+        .unwrap();
+    // Zoe p3, Mia p1, Ada p5 then p2 (rank desc), absent p4: window [1, 3).
+    assert_eq!(ids(desc_window), ["p1", "p5"]);
+
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let _sub = db
+        .fetch::<Post>()
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), false)
+        .subscribe(move |u| g.lock().unwrap().push(u))
+        .unwrap();
+    // Zoe becomes Abe: p3 moves to just after the post without an author.
+    db.write(|t| t.update(&author("c", "Abe"))).wait().unwrap();
+    let g = got.lock().unwrap();
+    let last = g.last().unwrap();
+    assert_eq!(ids(last.objects.clone()), ["p4", "p3", "p2", "p5", "p1"]);
+    assert!(
+        !last.diff.moved.is_empty() && last.diff.updated.contains(&1),
+        "{:?}",
+        last.diff
+    );
+}
