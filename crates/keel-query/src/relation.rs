@@ -81,7 +81,10 @@ impl<T> ByKey<T> {
 
 /// Each referring object with the objects its reference names and the keys it
 /// holds.
-pub(crate) type Keyed<R, T> = Vec<(R, Vec<T>, Vec<Value>)>;
+pub(crate) type Keyed<R, T> = Vec<KeyedRow<R, T>>;
+
+/// One row of [`Keyed`].
+pub(crate) type KeyedRow<R, T> = (R, Vec<T>, Vec<Value>);
 
 /// A typed fetch with the objects one reference field names, read in one
 /// batched query: made by [`Fetch::including`].
@@ -289,7 +292,8 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                     related_order.as_ref().map(|(p, _)| p),
                 )?
             };
-            let mut out: Vec<((R, Vec<T>, Vec<Value>), Value)> = rows
+            // Each row with the value `order_by_related` sorts it by.
+            let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
                 .into_iter()
                 .map(|(r, keys)| {
                     let hits: Vec<&(T, Value)> = keys.iter().filter_map(|k| found.get(k)).collect();
