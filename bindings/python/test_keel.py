@@ -521,6 +521,38 @@ async def full_text_search_through_query_expressions(tmp):
     await db.close()
 
 
+REL_SCHEMA = """
+namespace rel;
+table Author (entity) { id: string (primary); name: string; }
+table Pin (entity) { id: string (primary); author: string (references: "Author", on_delete: "restrict"); }
+table Post { id: string (primary); author: string (references: "Author", on_delete: "cascade"); }
+root_type Post;
+"""
+
+
+@test
+async def relations_prefetch_and_delete_rules(tmp):
+    import json
+    db = await keel.open_async(os.path.join(tmp, "rel.db"), REL_SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    enc = lambda c, o: WriteOp.INSERT(collection=c, bytes=db.encode_json(c, json.dumps(o)))
+    await db.write([enc("rel.Author", {"id": "ada", "name": "Ada"}), enc("rel.Author", {"id": "bob", "name": "Bob"})]
+                   + [enc("rel.Post", {"id": f"p{i}", "author": ["ada", "bob", "ghost"][i % 3]}) for i in range(6)])
+    rows = db.query("rel.Post").order_by("id", False).all_including("author")
+    got = [(json.loads(db.decode_json("rel.Post", r.object.bytes))["id"],
+            [json.loads(db.decode_json("rel.Author", a.bytes))["name"] for a in r.related]) for r in rows]
+    assert got == [("p0", ["Ada"]), ("p1", ["Bob"]), ("p2", []), ("p3", ["Ada"]), ("p4", ["Bob"]), ("p5", [])], got
+    expect(KeelError.UnknownField, db.query("rel.Post").all_including, "id")
+    # Cascade: Bob's posts go with him, in the same transaction.
+    await db.write([WriteOp.DELETE(collection="rel.Author", key=[Value.TEXT("bob")])])
+    assert db.count("rel.Post") == 4
+    # Restrict: a pin keeps Ada; the refusal is typed and names the pin.
+    await db.write([enc("rel.Pin", {"id": "pin1", "author": "ada"})])
+    e = await aexpect(KeelError.InvalidArgument, db.write([WriteOp.DELETE(collection="rel.Author", key=[Value.TEXT("ada")])]))
+    assert "pin1" in str(e), e
+    assert db.count("rel.Post") == 4 and db.count("rel.Author") == 1
+    await db.close()
+
+
 @test
 async def malformed_bytes_are_a_typed_error(tmp):
     db = await keel.open_async(os.path.join(tmp, "bytes.db"), SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)

@@ -9,6 +9,7 @@ fn main() {
         "schema/monster/monster_v2.fbs",
         "schema/namespaces/ns_v1.fbs",
         "schema/namespaces/ns_v2.fbs",
+        "schema/relations.fbs",
     ] {
         // In an app depending on the `keel` facade this is just
         // `keel_schema::compile(schema)`; this example depends on keel-schema directly.

@@ -333,9 +333,19 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         }
     }
 
+    // References naming no object (`docs/relations.md`); only those declared
+    // `dangling: false` are problems: keel itself refuses to write them.
+    let dangling = match &stored {
+        Some(stored) => inspect::dangling_references(&conn, stored, SHOWN)
+            .map_err(|e| Failure::sqlite("check references", db, e))?,
+        None => Vec::new(),
+    };
+    let refused_dangling = dangling.iter().filter(|d| !d.allowed).count();
+
     let code = if !sqlite_problems.is_empty() {
         exit::CORRUPT
-    } else if !bad.is_empty() || !mismatches.is_empty() || !drift.is_empty() {
+    } else if !bad.is_empty() || !mismatches.is_empty() || !drift.is_empty() || refused_dangling > 0
+    {
         exit::PROBLEMS
     } else {
         exit::OK
@@ -381,6 +391,10 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 "collection": d.collection, "rowid": d.rowid, "problem": d.problem,
             })).collect::<Vec<_>>(),
             "search_rebuilt_objects": search_rebuilt,
+            "dangling_references": dangling.iter().map(|d| json!({
+                "collection": d.collection, "rowid": d.rowid, "field": d.field,
+                "target": d.target, "key": d.key.to_string(), "allowed": d.allowed,
+            })).collect::<Vec<_>>(),
             "storage_format": format,
             "repair": (!mismatches.is_empty() || !drift.is_empty()).then(|| format!("keel check --repair {}", db.display())),
         });
@@ -428,6 +442,28 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         println!(
             "storage format: {f} (indexes call keel_field, so stock SQLite tools cannot check it; the next open by keel upgrades it in place)"
         );
+    }
+    if stored.is_some() && !dangling.is_empty() {
+        println!(
+            "references: {}{} name no object ({refused_dangling} in fields declared dangling: false)",
+            dangling.len(),
+            if dangling.len() == SHOWN { "+" } else { "" }
+        );
+        for d in dangling.iter().take(20) {
+            println!(
+                "  {} rowid {}: {} -> {} {}{}",
+                d.collection,
+                d.rowid,
+                d.field,
+                d.target,
+                d.key,
+                if d.allowed {
+                    ""
+                } else {
+                    " (declared dangling: false)"
+                }
+            );
+        }
     }
     if stored.is_some() {
         if let Some(n) = repaired {

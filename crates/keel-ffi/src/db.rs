@@ -8,8 +8,8 @@ use keel_schema::{Schema, SortKey, Value as KValue};
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
 use crate::types::{
-    progress_fn, CheckpointResult, IoStats, OpenOptions, OpenProgressListener, OpenReport,
-    ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
+    progress_fn, CheckpointResult, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
+    OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
 };
 
 /// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
@@ -717,6 +717,24 @@ impl Query {
     /// The number of matching objects (after `limit`/`offset`).
     pub fn count(&self) -> Result<u64, KeelError> {
         sync_call(|| Ok(self.build_checked()?.count()?))
+    }
+
+    /// Every matching object with the objects its reference field `field` (a
+    /// `(references: …)` field) names, in two reads however many objects match:
+    /// the objects, then every referenced object at once (no N+1). A field that
+    /// is not a reference is `UnknownField`.
+    pub fn all_including(&self, field: String) -> Result<Vec<IncludedObject>, KeelError> {
+        sync_call(|| {
+            Ok(self
+                .build_checked()?
+                .including(&field)?
+                .into_iter()
+                .map(|i| IncludedObject {
+                    object: i.object.into(),
+                    related: i.related.into_iter().map(Into::into).collect(),
+                })
+                .collect())
+        })
     }
 
     /// [`Query::all`] on a keel thread.

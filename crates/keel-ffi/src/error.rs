@@ -221,6 +221,11 @@ impl From<QErr> for KeelError {
             QErr::UniqueIndexViolated { .. } => KeelError::AlreadyExists { message },
             QErr::DictionaryNotPersisted { .. } => KeelError::Io { message },
             QErr::MigrationFailed { .. } => KeelError::MigrationFailed { message },
+            // A write refused by a reference rule: the request's input names
+            // objects that must (not) exist; the message names them.
+            QErr::Restricted { .. } | QErr::DanglingReference { .. } => {
+                KeelError::InvalidArgument { message }
+            }
             _ => KeelError::Internal { message },
         }
     }

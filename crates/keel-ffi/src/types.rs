@@ -598,6 +598,17 @@ pub struct StoredObject {
     pub bytes: Vec<u8>,
 }
 
+/// One object with the objects its reference field names
+/// (`Query::all_including`).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct IncludedObject {
+    /// The object.
+    pub object: StoredObject,
+    /// The objects its reference names, in the order of its keys (at most one
+    /// for a to-one reference; keys naming no object are left out).
+    pub related: Vec<StoredObject>,
+}
+
 impl From<keel_query::StoredObject> for StoredObject {
     fn from(o: keel_query::StoredObject) -> Self {
         StoredObject {

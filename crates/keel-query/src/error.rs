@@ -248,6 +248,36 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// A delete refused by an `on_delete: "restrict"` reference: other objects
+    /// (not deleted in the same cascade) still refer to the object. Nothing of
+    /// the delete happened; the transaction can continue.
+    #[error(
+        "delete in {collection}: object {key:?} is still referred to by {}",
+        fmt_referrers(referrers)
+    )]
+    Restricted {
+        /// The collection of the object whose delete was refused.
+        collection: String,
+        /// Its primary key.
+        key: Vec<Value>,
+        /// The referring objects: `(collection, reference field, primary key)`.
+        referrers: Vec<(String, String, Vec<Value>)>,
+    },
+    /// A write naming an object that does not exist in a reference field
+    /// declared `dangling: false`. Nothing of the write happened.
+    #[error("{op} in {collection}: field {field:?} refers to {key:?} in {target}, which does not exist (the reference is declared dangling: false)")]
+    DanglingReference {
+        /// What was being done (`insert`, `update`, …).
+        op: &'static str,
+        /// The collection written to.
+        collection: String,
+        /// The reference field.
+        field: String,
+        /// The referenced collection.
+        target: String,
+        /// The missing primary key.
+        key: Vec<Value>,
+    },
 }
 
 impl From<keel_storage::Error> for Error {
@@ -261,6 +291,19 @@ impl From<keel_storage::Error> for Error {
             other => Error::Storage(other),
         }
     }
+}
+
+fn fmt_referrers(r: &[(String, String, Vec<Value>)]) -> String {
+    const SHOWN: usize = 8;
+    let mut out: Vec<String> = r
+        .iter()
+        .take(SHOWN)
+        .map(|(c, f, k)| format!("{c} {k:?} (field {f:?})"))
+        .collect();
+    if r.len() > SHOWN {
+        out.push(format!("and {} more", r.len() - SHOWN));
+    }
+    out.join(", ")
 }
 
 impl Error {

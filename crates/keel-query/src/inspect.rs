@@ -404,6 +404,120 @@ pub fn rebuild_search(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusq
     Ok(n)
 }
 
+/// A reference (`(references: …)` field) naming an object that does not exist:
+/// found by [`dangling_references`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct DanglingRef {
+    /// The referring collection.
+    pub collection: String,
+    /// The referring object's rowid.
+    pub rowid: i64,
+    /// The reference field.
+    pub field: String,
+    /// The referenced collection.
+    pub target: String,
+    /// The key that names no object.
+    pub key: keel_schema::Value,
+    /// The field is declared `dangling: true` (the default), so keel accepted
+    /// the key and this is information; `false` means keel would have refused
+    /// it (another tool wrote it, or the target was removed outside keel).
+    pub allowed: bool,
+}
+
+/// Every reference (at most `limit`) in the collections of `schema` (the schema
+/// stored in the file) whose key names no object of the referenced collection.
+///
+/// ```
+/// # use keel_query::{inspect, Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("r.db");
+/// let schema = Schema::parse(
+///     r#"table A (entity) { id: string (primary); }
+///        table P { id: string (primary); a: string (references: "A"); } root_type P;"#,
+///     "r.fbs",
+/// )?;
+/// let db = Database::open(&path, schema.clone(), StoreOptions::default())?;
+/// let p = schema.reader("P")?.encode_json(&serde_json::json!({"id": "p1", "a": "gone"}))?;
+/// db.write(move |t| t.insert_bytes("P", p).map(|_| ())).wait()?;
+/// db.close().wait()?;
+/// let conn = rusqlite::Connection::open(&path)?;
+/// let found = inspect::dangling_references(&conn, &std::sync::Arc::new(schema), 10)?;
+/// assert_eq!((found.len(), found[0].field.as_str(), found[0].allowed), (1, "a", true));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn dangling_references(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+) -> rusqlite::Result<Vec<DanglingRef>> {
+    let mut out = Vec::new();
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        if coll.links.outgoing.is_empty()
+            || crate::layout::table_columns(conn, &coll.ident)?.is_empty()
+        {
+            continue;
+        }
+        let Some(reader) = schema.table_reader(coll.table) else {
+            continue;
+        };
+        // One existence probe per reference field, on the target's key column.
+        let mut probes = Vec::new();
+        for o in &coll.links.outgoing {
+            let target = table_ident(&o.target);
+            let sql = if crate::layout::table_columns(conn, &target)?.is_empty() {
+                // No table: nothing exists.
+                "SELECT 1 WHERE 0 AND ?1".to_string()
+            } else {
+                format!("SELECT 1 FROM {target} WHERE k0 = ?1")
+            };
+            probes.push((o, conn.prepare(&sql)?));
+        }
+        let mut st = conn.prepare(&format!(
+            "SELECT rowid, {} FROM {} ORDER BY rowid",
+            coll.body.select(),
+            coll.ident
+        ))?;
+        let mut rows = st.query([])?;
+        let mut scratch = Vec::new();
+        while let Some(r) = rows.next()? {
+            let rowid: i64 = r.get(0)?;
+            let Ok(obj) = reader.open(coll.body.read(r, 1, &mut scratch)?) else {
+                continue; // a damaged object is reported by the object check
+            };
+            for (o, probe) in &mut probes {
+                let keys = if o.to_many {
+                    let id = o.path.steps().first().map_or(0, |s| s.id());
+                    obj.elements(id).unwrap_or_default()
+                } else {
+                    vec![obj.get(&o.path)]
+                };
+                for k in keys {
+                    let found = match &k {
+                        keel_schema::Value::Text(t) => probe.exists([t])?,
+                        keel_schema::Value::Int(i) => probe.exists([i])?,
+                        _ => true,
+                    };
+                    if !found && out.len() < limit {
+                        out.push(DanglingRef {
+                            collection: coll.name.clone(),
+                            rowid,
+                            field: o.field.clone(),
+                            target: o.target.clone(),
+                            key: k,
+                            allowed: o.dangling,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,7 +94,8 @@
 //!   `dictionary::shared` (the cache and pending writes every handle shares). It
 //!   reaches the database that owns it only through its `DictHost` trait.
 //! * **Storage layout**: `body` (how the body column holds an object's bytes:
-//!   the key string once), then `layout` (the table model: collections, keys, index
+//!   the key string once) and `links` (a collection's `(references: …)` links
+//!   both ways, read from the schema), then `layout` (the table model: collections, keys, index
 //!   columns, the SQL text, filling a column), then `sql` (compiling queries,
 //!   `keel_field`), `stored` (the stored schema and how an open relates to it),
 //!   [`migrate`] and [`inspect`], then `schema_phase` (the open's schema
@@ -104,7 +105,10 @@
 //!   write-closure marker and [`Task`]. It holds the subscription hub as a
 //!   `CommitObserver` trait object, so it names nothing above it.
 //! * **`query`** ([`Query`], [`Fetch`], lookups by key) and the dictionary's `txn`
-//!   half build on the engine; then **`txn`** ([`Txn`]) and `subscribe`'s `diff`
+//!   half build on the engine; `relation` (prefetch and filters through
+//!   references: [`Fetch::including`]) on `query`; then **`txn`** ([`Txn`], with
+//!   its child `txn::rules`: delete rules and the `dangling: false` check) and
+//!   `subscribe`'s `diff`
 //!   and `update` (the delivery types) on `query`; then **`subscribe::hub`**,
 //!   which runs queries through a `Weak<Inner>` and implements `CommitObserver`.
 //! * **`remote`**, the catch-up of the change feed: reads what other processes
@@ -112,8 +116,9 @@
 //!   dictionary's cache.
 //! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
 //! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
-//!   to [`Database`] (and installs the hub), and [`dictionary`]'s [`Dictionary`]
-//!   wraps one.
+//!   to [`Database`] (and installs the hub), `live_relation` the live lists across
+//!   a relation ([`Including::subscribe`], on a commit hook), and
+//!   [`dictionary`]'s [`Dictionary`] wraps one.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
@@ -128,9 +133,12 @@ pub(crate) mod feed;
 mod fts;
 pub mod inspect;
 mod layout;
+mod links;
+mod live_relation;
 pub mod migrate;
 pub mod pool;
 mod query;
+mod relation;
 mod remote;
 mod scan;
 mod schema_phase;
@@ -151,8 +159,10 @@ pub use dictionary::{
 pub use engine::Task;
 pub use error::{Error, Result};
 pub use feed::FeedStats;
+pub use live_relation::{IncludingSubscription, IncludingUpdate};
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use query::{Fetch, Query, StoredObject};
+pub use relation::{Included, Including};
 pub use sql::FIELD_FN;
 pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
 pub use txn::Txn;

@@ -327,7 +327,7 @@ impl<'a> Query<'a> {
     /// Hand each matching row, in order, to `sink` — its rowid and its bytes,
     /// borrowed from SQLite while it steps (copied only where keel sorts the
     /// matches itself) — until `sink` returns `Ok(false)` or an error.
-    fn each(
+    pub(crate) fn each(
         &self,
         op: &'static str,
         first: bool,

@@ -11,6 +11,8 @@ use crate::eval::SqlValue;
 use crate::layout::Coll;
 use crate::query::{Fetch, Query, Source, StoredObject};
 
+mod rules;
+
 /// A write transaction, given to the closure of
 /// [`Database::write`](crate::Database::write). The closure runs on keel's writer
 /// thread inside its own SAVEPOINT; reads through the `Txn` see its own writes.
@@ -285,6 +287,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
+        self.check_references(c, op, &bytes)?;
         // The index columns are extracted once from the bytes, as they are bound.
         self.with_kept_stmt(c, op, &c.sql_insert, |st| {
             bind_row(st, c, &key, &bytes)?;
@@ -323,6 +326,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
+        self.check_references(c, op, &bytes)?;
         if self.record {
             let Some(old) = self.find(c, op, &key)? else {
                 return Ok(Err((key, bytes)));
@@ -393,6 +397,7 @@ impl<'a> Txn<'a> {
         key: &[Value],
         bytes: &[u8],
     ) -> Result<()> {
+        self.check_references(c, op, bytes)?;
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
                 1,
@@ -706,6 +711,17 @@ impl<'a> Txn<'a> {
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
+        if !c.links.incoming.is_empty() {
+            // Other objects may refer to it: their `on_delete` rules apply
+            // (`txn/rules.rs`).
+            let key = c.check_key("delete", key)?;
+            return self.delete_by_rules(c, key);
+        }
+        self.delete_plain(c, key)
+    }
+
+    /// Delete the object with `key` of `c`, no reference rules applied.
+    fn delete_plain(&mut self, c: &Coll, key: &[Value]) -> Result<bool> {
         if !self.record && c.search.is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.

@@ -69,6 +69,15 @@ impl Schema {
         {
             out.push_str("attribute \"searchable\";\n");
         }
+        if self
+            .tables
+            .iter()
+            .any(|t| t.fields.iter().any(|f| f.references.is_some()))
+        {
+            for a in ["references", "on_delete", "dangling", "inverse"] {
+                let _ = writeln!(out, "attribute \"{a}\";");
+            }
+        }
         let mut cur_ns = String::from("\u{0}");
         let mut ns_line = |out: &mut String, n: &str| {
             if cur_ns != n {
@@ -160,6 +169,18 @@ impl Schema {
                         let _ = write!(out, ", searchable: {w:?}");
                     }
                     None => {}
+                }
+                if let Some(r) = &f.references {
+                    let _ = write!(
+                        out,
+                        ", references: {:?}, on_delete: {:?}, dangling: {}",
+                        r.target,
+                        r.on_delete.as_str(),
+                        r.dangling
+                    );
+                    if let Some(inv) = &r.inverse {
+                        let _ = write!(out, ", inverse: {inv:?}");
+                    }
                 }
                 out.push_str(");\n");
             }

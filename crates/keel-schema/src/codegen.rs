@@ -924,6 +924,21 @@ impl<'a> Gen<'a> {
         for f in &live {
             let hn = Self::handle_name(f);
             let path_name = format!("{:?}", f.name);
+            if let Some(r) = plan.of(f).references {
+                let target = s
+                    .table_index(&r.target)
+                    .map_or_else(|| name.clone(), |ti| self.names.table_name(ti).to_owned());
+                let _ = writeln!(
+                    o,
+                    "    /// Relation handle for `{}`, a reference to `{}` (`including(…)`, `.then(…)`).\n    pub const fn {}_ref() -> {rt}::Relation<{name}, {target}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Relation::new({rt}::FieldPath::from_static(STEPS), {:?}, {})\n    }}\n",
+                    f.name,
+                    r.target,
+                    hn.trim_start_matches("r#"),
+                    f.id,
+                    r.target,
+                    r.to_many
+                );
+            }
             let ty = match &f.ty {
                 FieldType::Scalar(_)
                 | FieldType::Enum(_)

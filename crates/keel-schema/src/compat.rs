@@ -10,6 +10,8 @@
 //! * deprecating a field (`(deprecated)`), or renaming one (ids matter, names don't —
 //!   but queries by name change);
 //! * adding or removing `(indexed)`/`(unique)` indexes;
+//! * adding, changing or removing a `(references: …)` (noted; existing keys are
+//!   not checked, and a to-one reference's index is built in the background);
 //! * appending enum values or union members; adding new types and collections;
 //! * changing a default (reported: old objects that omitted the field read the new
 //!   default; keel rebuilds an index on the field in the background, since its stored
@@ -271,6 +273,29 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
             }
             if f.deprecated && !n.deprecated {
                 cx.note(subject.clone(), "no longer deprecated".into());
+            }
+            // References change no bytes: the rules apply to writes from now on;
+            // existing keys are not checked (`keel check` lists dangling ones).
+            match (&f.references, &n.references) {
+                (None, Some(r)) => cx.note(
+                    subject.clone(),
+                    format!(
+                        "now references {} (on_delete {}); existing keys are not checked: `keel check` lists dangling ones",
+                        r.target,
+                        r.on_delete.as_str()
+                    ),
+                ),
+                (Some(_), None) => cx.note(subject.clone(), "no longer a reference".into()),
+                (Some(a), Some(b)) if a != b => cx.note(
+                    subject.clone(),
+                    format!(
+                        "reference changed: {} (on_delete {}, dangling {})",
+                        b.target,
+                        b.on_delete.as_str(),
+                        b.dangling
+                    ),
+                ),
+                _ => {}
             }
         }
         let max_old = t.slot_count();

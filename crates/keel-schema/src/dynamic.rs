@@ -684,6 +684,44 @@ impl DynamicTable<'_> {
         Ok(b.finish(root, self.schema.file_identifier.as_deref()))
     }
 
+    /// The object in `stored` with every element equal to `value` removed from
+    /// its vector field `field` (scalars or strings): a whole buffer to
+    /// [`patch`](Self::patch) that field from. How keel clears a to-many
+    /// reference to a deleted object.
+    ///
+    /// ```
+    /// use keel_schema::Value;
+    /// let s = keel_schema::Schema::parse("table T { id: int (primary); tags: [string]; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let b = t.encode_json(&serde_json::json!({"id": 1, "tags": ["a", "b", "a"]}))?;
+    /// let c = t.without_element(&b, 1, &Value::from("a"))?;
+    /// assert_eq!(t.read(&t.patch(&b, &c, &[1])?)?.elements(1)?, vec![Value::from("b")]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn without_element(
+        &self,
+        stored: &[u8],
+        field: u16,
+        value: &Value,
+    ) -> Result<Vec<u8>, EncodeError> {
+        let f = self
+            .table()
+            .field_by_id(field)
+            .ok_or_else(|| eerr("", format!("no field with id {field}")))?;
+        let mut json = self
+            .read(stored)
+            .and_then(|o| o.to_json())
+            .map_err(|e| eerr(&f.name, e.to_string()))?;
+        if let Some(Json::Array(a)) = json.get_mut(&f.name) {
+            a.retain(|e| match value {
+                Value::Text(s) => e.as_str() != Some(s.as_str()),
+                Value::Int(i) => e.as_i64() != Some(*i) && e.as_u64().map(|u| u as i64) != Some(*i),
+                _ => true,
+            });
+        }
+        self.encode_json(&json)
+    }
+
     /// Bytes of an object that holds only `values` (field name → value; `Null`
     /// leaves the field absent). Values must fit the field types: scalars, enums
     /// (their number), strings, and `[ubyte]`/`[byte]` as `Blob`. Used with
@@ -1267,6 +1305,45 @@ impl<'a, 's> Object<'a, 's> {
     /// The whole buffer the object was opened from.
     pub fn bytes(&self) -> &'a [u8] {
         self.t.buf()
+    }
+
+    /// The elements of the vector field with id `field` of this object, for a
+    /// vector of scalars or strings (a to-many reference holds its keys so):
+    /// empty when absent, `Null`-free. Other vectors and non-vector fields give
+    /// an empty list.
+    ///
+    /// ```
+    /// let s = keel_schema::Schema::parse("table T { id: int (primary); tags: [string]; } root_type T;", "t.fbs")?;
+    /// let t = s.reader("T")?;
+    /// let b = t.encode_json(&serde_json::json!({"id": 1, "tags": ["a", "b"]}))?;
+    /// assert_eq!(t.read(&b)?.elements(1)?, vec!["a".into(), "b".into()]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn elements(&self, field: u16) -> Result<Vec<Value>, DecodeError> {
+        let Some(f) = self.schema.tables[self.table].field_by_id(field) else {
+            return Ok(Vec::new());
+        };
+        let FieldType::Vector(e) = &f.ty else {
+            return Ok(Vec::new());
+        };
+        let (size, scalar) = match &**e {
+            FieldType::Scalar(t) => (t.size(), Some(*t)),
+            FieldType::Enum(i) => (
+                self.schema.enums[*i].underlying.size(),
+                Some(self.schema.enums[*i].underlying),
+            ),
+            FieldType::String => (4, None),
+            _ => return Ok(Vec::new()),
+        };
+        let Some(v) = self.t.vector(field, size)? else {
+            return Ok(Vec::new());
+        };
+        (0..v.len())
+            .map(|i| match scalar {
+                Some(t) => scalar_value(v.bytes(), i * size, t),
+                None => v.str(i).map(|s| Value::Text(s.to_owned())),
+            })
+            .collect()
     }
 
     /// The object as JSON in flatc's conventions (enums by name, unions as

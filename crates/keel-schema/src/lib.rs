@@ -60,6 +60,7 @@ pub mod parser;
 pub mod path;
 mod plan;
 pub mod record;
+pub mod relation;
 mod resolve;
 pub mod swift;
 pub mod value;
@@ -72,10 +73,11 @@ pub use dynamic::{DynamicTable, Object, ResolvedPath, RootScalar, ValueRef};
 pub use expr::{relevance, ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
 pub use field::{Field, QueryValue};
 pub use model::{
-    Collection, EnumDef, EnumVal, FieldType, IndexDef, ScalarType, Schema, StructDef, StructField,
-    Table, UnionDef, UnionMemberDef,
+    Collection, EnumDef, EnumVal, FieldType, IndexDef, OnDelete, Reference, ScalarType, Schema,
+    StructDef, StructField, Table, UnionDef, UnionMemberDef,
 };
 pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
 pub use record::{ChangeRequest, Changes, DecodeError, Record};
+pub use relation::{Relation, Through, ThroughField};
 pub use value::Value;

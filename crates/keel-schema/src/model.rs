@@ -185,8 +185,73 @@ pub struct Field {
     /// field of a collection in the collection's full-text index; the value is
     /// its relevance weight (1.0 when not given, always finite and > 0).
     pub searchable: Option<f64>,
+    /// `(references: "Author", …)`: the field holds primary keys of another
+    /// collection (one for a scalar or string field, several for a vector of
+    /// them). See [`Reference`].
+    pub references: Option<Reference>,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
+}
+
+/// What happens to the objects that refer to an object when it is deleted
+/// (`on_delete: "…"` on a [`Reference`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OnDelete {
+    /// `"restrict"` (the default): the delete fails with a typed error that
+    /// names the referring objects.
+    Restrict,
+    /// `"cascade"`: the referring objects are deleted too, in the same
+    /// transaction (chains and cycles included).
+    Cascade,
+    /// `"nullify"`: the reference is cleared (a to-one field becomes absent; the
+    /// key is removed from a to-many vector).
+    Nullify,
+}
+
+impl OnDelete {
+    /// The attribute value as written (`"cascade"`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OnDelete::Restrict => "restrict",
+            OnDelete::Cascade => "cascade",
+            OnDelete::Nullify => "nullify",
+        }
+    }
+
+    /// Parses an attribute value (`"cascade"`, `"nullify"`, `"restrict"`).
+    pub fn parse(s: &str) -> Option<OnDelete> {
+        Some(match s {
+            "restrict" => OnDelete::Restrict,
+            "cascade" => OnDelete::Cascade,
+            "nullify" => OnDelete::Nullify,
+            _ => return None,
+        })
+    }
+}
+
+/// A reference from a collection field to another collection's primary key:
+/// `author: string (references: "Author", on_delete: "cascade")`, or to-many
+/// `tags: [string] (references: "Tag")`.
+///
+/// The field's type is the target's (single-field) primary key type, or a
+/// vector of it. keel indexes a to-one reference field (like `(indexed)`), so
+/// finding the objects that refer to a given object is one index lookup.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Reference {
+    /// The referenced collection, fully qualified (`blog.Author`).
+    pub target: String,
+    /// A vector of keys (to-many) rather than one key.
+    pub to_many: bool,
+    /// What deleting a referenced object does to the referring ones.
+    pub on_delete: OnDelete,
+    /// Whether a key naming no object is accepted on write (`dangling: true`, the
+    /// default). With `dangling: false` an insert or update that names a
+    /// missing object fails with a typed error.
+    pub dangling: bool,
+    /// `inverse: "posts"`: the name under which the target navigates back to
+    /// the referring objects (not a stored field; no target field may have it).
+    pub inverse: Option<String>,
 }
 
 impl Field {
@@ -438,6 +503,30 @@ pub struct Schema {
 }
 
 impl Schema {
+    /// Every reference field of every collection: `(collection, field)` pairs,
+    /// collections in schema order.
+    pub fn references(&self) -> Vec<(&Collection, &Field)> {
+        self.collections
+            .iter()
+            .flat_map(|c| {
+                self.tables[c.table]
+                    .fields
+                    .iter()
+                    .filter(|f| f.references.is_some() && !f.deprecated)
+                    .map(move |f| (c, f))
+            })
+            .collect()
+    }
+
+    /// The reference fields that point at collection `target` (fully
+    /// qualified name): `(referring collection, field)` pairs.
+    pub fn references_to(&self, target: &str) -> Vec<(&Collection, &Field)> {
+        self.references()
+            .into_iter()
+            .filter(|(_, f)| f.references.as_ref().is_some_and(|r| r.target == target))
+            .collect()
+    }
+
     /// The order in which a generated encoder (Rust, Swift, Kotlin) writes a table's
     /// inline fields: the widest first, as flatc's builders do, so the table needs
     /// the least alignment padding. Offsets (strings, tables, vectors, unions) count

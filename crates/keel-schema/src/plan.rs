@@ -95,6 +95,9 @@ pub(crate) struct FieldPlan<'s> {
     /// Whether the encoder writes it before the table, as a child it refers to by
     /// offset (strings, tables, unions, vectors).
     pub child: bool,
+    /// `(references: …)`: the collection whose primary keys it holds (one, or a
+    /// vector of them), its delete rule and inverse name.
+    pub references: Option<&'s crate::model::Reference>,
 }
 
 impl FieldPlan<'_> {
@@ -314,6 +317,7 @@ fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> Fiel
         default,
         key_position,
         child,
+        references: f.references.as_ref(),
     }
 }
 
@@ -323,6 +327,34 @@ mod tests {
 
     fn blog() -> Schema {
         crate::codegen_shared::example("blog.fbs")
+    }
+
+    /// A `(references: …)` field's plan carries the model's reference (target,
+    /// to-one or to-many, rule); other fields carry none.
+    #[test]
+    fn reference_fields_carry_their_reference() {
+        let s = crate::codegen_shared::example("relations.fbs");
+        let ti = s.tables.iter().position(|t| t.name == "Post").unwrap();
+        let p = TablePlan::new(&s, ti);
+        let refs: Vec<(&str, &str, bool)> = p
+            .fields
+            .iter()
+            .filter_map(|f| {
+                f.references
+                    .map(|r| (f.name(), r.target.as_str(), r.to_many))
+            })
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                ("author", "rel.Author", false),
+                ("editor", "rel.Author", false),
+                ("tags", "rel.Tag", true)
+            ]
+        );
+        for f in &p.fields {
+            assert_eq!(f.references, f.field.references.as_ref());
+        }
     }
 
     /// The plan of `blog.Post` against the schema model it comes from: one entry per

@@ -37,6 +37,10 @@ const BUILTIN_ATTRIBUTES: &[&str] = &[
     "unique",
     "entity",
     "searchable",
+    "references",
+    "on_delete",
+    "dangling",
+    "inverse",
 ];
 
 /// Most union members FlatBuffers allows (tags are a `ubyte`, 0 is NONE).
@@ -359,6 +363,7 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
     let mut collections = Vec::new();
     let mut order: Vec<usize> = root_table.into_iter().collect();
     order.extend((0..tables.len()).filter(|i| tables[*i].entity && Some(*i) != root_table));
+    resolve_references(&r, &mut tables, &order)?;
     for &i in &order {
         let t = &tables[i];
         collections.push(Collection {
@@ -462,6 +467,165 @@ fn searchable_weight(attrs: &[ast::Attribute]) -> Result<Option<f64>, String> {
         ));
     }
     Ok(Some(w))
+}
+
+/// The `(references: "T", on_delete: "…", dangling: …, inverse: "…")` attributes
+/// of a field, with the target as written (resolved to a collection by
+/// [`resolve_references`], once every collection is known).
+fn reference_attrs(attrs: &[ast::Attribute]) -> Result<Option<Reference>, String> {
+    let text = |name: &str| -> Result<Option<String>, String> {
+        match attr(attrs, name).map(|a| &a.value) {
+            None => Ok(None),
+            Some(Some(ast::Literal::Str(s))) if !s.is_empty() => Ok(Some(s.clone())),
+            Some(other) => Err(format!(
+                "({name}: …): expected a non-empty string, found {other:?}"
+            )),
+        }
+    };
+    let target = text("references")?;
+    let on_delete = text("on_delete")?;
+    let inverse = text("inverse")?;
+    let dangling = match attr(attrs, "dangling").map(|a| &a.value) {
+        None => None,
+        Some(None) => Some(true),
+        Some(Some(ast::Literal::Ident(b))) if b == "true" || b == "false" => Some(b == "true"),
+        Some(Some(other)) => {
+            return Err(format!(
+                "(dangling: …): expected true or false, found {other:?}"
+            ))
+        }
+    };
+    let Some(target) = target else {
+        if on_delete.is_some() || dangling.is_some() || inverse.is_some() {
+            return Err(
+                "(on_delete), (dangling) and (inverse) need (references: \"Collection\")".into(),
+            );
+        }
+        return Ok(None);
+    };
+    let on_delete = match on_delete {
+        None => OnDelete::Restrict,
+        Some(s) => OnDelete::parse(&s).ok_or_else(|| {
+            format!("(on_delete: {s:?}): expected \"cascade\", \"nullify\" or \"restrict\"")
+        })?,
+    };
+    Ok(Some(Reference {
+        target,
+        to_many: false,
+        on_delete,
+        dangling: dangling.unwrap_or(true),
+        inverse,
+    }))
+}
+
+/// Resolve each `(references: …)` to the fully qualified name of a collection
+/// and check the field's type against the target's primary key: the same scalar
+/// or string type (to-one), or a vector of it (to-many).
+fn resolve_references(
+    r: &Resolver<'_>,
+    tables: &mut [Table],
+    collections: &[usize],
+) -> Result<(), ParseError> {
+    for ti in 0..tables.len() {
+        for fi in 0..tables[ti].fields.len() {
+            let Some(rf) = tables[ti].fields[fi].references.clone() else {
+                continue;
+            };
+            let f = &tables[ti].fields[fi];
+            let d = &r.tables[ti];
+            let pos = d
+                .decl_fields()
+                .iter()
+                .find(|fd| fd.name == f.name)
+                .map_or(d.decl.pos, |fd| fd.pos);
+            let fail = |m: String| Err(err(d.file, pos, format!("field {:?}: {m}", f.name)));
+            if !collections.contains(&ti) {
+                return fail(format!(
+                    "references only apply to collections; expected table {} to be the root_type or marked (entity)",
+                    tables[ti].full_name()
+                ));
+            }
+            let target = match r.lookup(&rf.target, &d.decl.namespace) {
+                Some((Kind::Table, i)) if collections.contains(&i) => i,
+                Some((Kind::Table, i)) => {
+                    return fail(format!(
+                        "(references: {:?}): expected a collection, found table {} which is neither the root_type nor marked (entity)",
+                        rf.target,
+                        tables[i].full_name()
+                    ))
+                }
+                _ => {
+                    return fail(format!(
+                        "(references: {:?}): expected the name of a collection, found no such table",
+                        rf.target
+                    ))
+                }
+            };
+            let tt = &tables[target];
+            let keys: Vec<&Field> = tt.fields.iter().filter(|k| k.primary).collect();
+            let [key] = keys.as_slice() else {
+                return fail(format!(
+                    "(references: {:?}): expected {} to have a primary key of one field, found {}",
+                    rf.target,
+                    tt.full_name(),
+                    keys.len()
+                ));
+            };
+            let to_many = match &f.ty {
+                t if *t == key.ty => false,
+                FieldType::Vector(e) if **e == key.ty => true,
+                _ => {
+                    return fail(format!(
+                        "(references: {:?}): expected the type of {}'s primary key {:?} or a vector of it, found another type",
+                        rf.target,
+                        tt.full_name(),
+                        key.name
+                    ))
+                }
+            };
+            if f.primary {
+                return fail("a (primary) field cannot also be a reference".into());
+            }
+            if let Some(inv) = &rf.inverse {
+                if tt.field(inv).is_some() {
+                    return fail(format!(
+                        "(inverse: {inv:?}): expected a name that {} does not use for a field",
+                        tt.full_name()
+                    ));
+                }
+            }
+            let full = tt.full_name();
+            let field = &mut tables[ti].fields[fi];
+            field.references = Some(Reference {
+                target: full,
+                to_many,
+                ..rf
+            });
+        }
+    }
+    // Inverse names are unique per target.
+    let mut seen = HashSet::new();
+    for t in tables.iter() {
+        for f in &t.fields {
+            if let Some(Reference {
+                target,
+                inverse: Some(inv),
+                ..
+            }) = &f.references
+            {
+                if !seen.insert((target.clone(), inv.clone())) {
+                    let ti = tables.iter().position(|x| std::ptr::eq(x, t)).unwrap_or(0);
+                    let d = &r.tables[ti];
+                    return Err(err(
+                        d.file,
+                        d.decl.pos,
+                        format!("field {:?}: (inverse: {inv:?}): expected a name not already declared as an inverse of {target}", f.name),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn attr<'b>(attrs: &'b [ast::Attribute], name: &str) -> Option<&'b ast::Attribute> {
@@ -1023,6 +1187,8 @@ impl<'a> Resolver<'a> {
                 primary: has_attr(&f.attributes, "primary"),
                 searchable: searchable_weight(&f.attributes)
                     .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
+                references: reference_attrs(&f.attributes)
+                    .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 doc: f.doc.clone(),
             };
             if field.searchable.is_some()
@@ -1135,7 +1301,11 @@ fn collect_indexes(
             id: f.id,
             name: f.name.clone().into(),
         };
-        if f.indexed || f.unique {
+        // A to-one reference of the collection itself is indexed, so the objects
+        // referring to a given object are one index lookup away (delete rules,
+        // inverse navigation).
+        let reference = prefix.is_empty() && f.references.as_ref().is_some_and(|r| !r.to_many);
+        if f.indexed || f.unique || reference {
             let mut path = prefix.clone();
             path.push(step.clone());
             let name = path

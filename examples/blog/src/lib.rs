@@ -62,3 +62,9 @@ pub mod ns_v1 {
 pub mod ns_v2 {
     include!(concat!(env!("OUT_DIR"), "/ns_v2.rs"));
 }
+
+/// Types generated from `schema/relations.fbs`: references between collections
+/// (issue 30).
+pub mod rel {
+    include!(concat!(env!("OUT_DIR"), "/relations.rs"));
+}

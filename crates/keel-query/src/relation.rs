@@ -1,0 +1,637 @@
+//! Reading through references (issue 30): [`Fetch::including`] prefetches the
+//! objects a `(references: …)` field names in **one batched read per
+//! relation** (no N+1), and [`Fetch::filter_through`] keeps the objects whose
+//! referenced object matches a filter.
+//!
+//! Both run on one connection: through a [`Database`](crate::Database), inside
+//! one read transaction, so the referring and the referenced objects come from
+//! the same moment; in a snapshot or a write transaction, on its connection.
+
+use std::collections::HashMap;
+
+use keel_schema::{Expr, FieldPath, PathStep, Record, Relation, Through, Value};
+
+use crate::engine::Inner;
+use crate::error::{Error, Result};
+use crate::layout::Coll;
+use crate::query::{decode_row, Fetch, Query, Source, Spec, StoredObject};
+
+/// Most keys one batched read binds (SQLite allows 32,766 parameters); more
+/// distinct keys than this take one more read per chunk.
+const BATCH: usize = 30_000;
+
+/// A key as a hash-map key (a [`Value`] is not `Hash`: it holds floats).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum K {
+    Int(i64),
+    Text(String),
+    Other(String),
+}
+
+impl K {
+    pub(crate) fn of(v: &Value) -> K {
+        match v {
+            Value::Int(i) => K::Int(*i),
+            Value::Text(s) => K::Text(s.clone()),
+            other => K::Other(format!("{other:?}")),
+        }
+    }
+}
+
+/// Objects by key, looked up without allocating (text keys by `&str`).
+struct ByKey<T> {
+    text: HashMap<String, T>,
+    int: HashMap<i64, T>,
+    other: HashMap<K, T>,
+}
+
+impl<T> Default for ByKey<T> {
+    fn default() -> Self {
+        ByKey {
+            text: HashMap::new(),
+            int: HashMap::new(),
+            other: HashMap::new(),
+        }
+    }
+}
+
+impl<T> ByKey<T> {
+    fn get(&self, k: &Value) -> Option<&T> {
+        match k {
+            Value::Text(s) => self.text.get(s.as_str()),
+            Value::Int(i) => self.int.get(i),
+            other => self.other.get(&K::of(other)),
+        }
+    }
+
+    fn insert(&mut self, k: Value, t: T) {
+        match k {
+            Value::Text(s) => {
+                self.text.insert(s, t);
+            }
+            Value::Int(i) => {
+                self.int.insert(i, t);
+            }
+            other => {
+                self.other.insert(K::of(&other), t);
+            }
+        }
+    }
+}
+
+/// Each referring object with the objects its reference names and the keys it
+/// holds.
+pub(crate) type Keyed<R, T> = Vec<KeyedRow<R, T>>;
+
+/// One row of [`Keyed`].
+pub(crate) type KeyedRow<R, T> = (R, Vec<T>, Vec<Value>);
+
+/// A typed fetch with the objects one reference field names, read in one
+/// batched query: made by [`Fetch::including`].
+#[must_use = "a fetch does nothing until all() or all_many()"]
+pub struct Including<'a, R: Record, T: Record> {
+    pub(crate) fetch: Fetch<'a, R>,
+    pub(crate) rel: Relation<R, T>,
+    /// [`Including::order_by_related`]: a field of `T` and whether descending.
+    pub(crate) related_order: Option<(FieldPath, bool)>,
+}
+
+/// The key path of collection `c` (single-field keys only: references require
+/// them).
+fn key_path(inner: &Inner, c: &Coll, op: &'static str) -> Result<FieldPath> {
+    let t = inner.table(c)?;
+    match c.key_ids.as_slice() {
+        [id] => {
+            let name = t.table().field_by_id(*id).map_or("", |f| f.name.as_str());
+            Ok(FieldPath::new(vec![PathStep::Field {
+                id: *id,
+                name: name.to_owned().into(),
+            }]))
+        }
+        _ => Err(Error::TypeMismatch {
+            op,
+            collection: c.name.clone(),
+            message: "a referenced collection needs a primary key of one field".into(),
+        }),
+    }
+}
+
+/// Run `f` with a source on one connection (see the module docs).
+fn on_one_conn<T>(
+    src: &Source<'_>,
+    op: &'static str,
+    f: impl FnOnce(&Inner, &rusqlite::Connection, Option<u64>) -> Result<T>,
+) -> Result<T> {
+    match src {
+        Source::Db(inner) => {
+            inner.check_read(op)?;
+            let as_of = crate::layout::ready_epoch();
+            inner.store.read(|conn| f(inner, conn, Some(as_of)))
+        }
+        Source::Conn(inner, conn, as_of) => f(inner, conn, *as_of),
+    }
+}
+
+/// The keys `path` holds in `bytes` (one for a to-one field, the vector's
+/// elements for a to-many one), absent ones left out.
+fn keys_in(
+    inner: &Inner,
+    c: &Coll,
+    op: &'static str,
+    path: &FieldPath,
+    to_many: bool,
+    bytes: &[u8],
+) -> Result<Vec<Value>> {
+    let obj = inner
+        .table(c)?
+        .open(bytes)
+        .map_err(|source| Error::InvalidObject {
+            op,
+            collection: c.name.clone(),
+            source,
+        })?;
+    if to_many {
+        let id = path.steps().first().map_or(0, |s| s.id());
+        obj.elements(id).map_err(|source| Error::InvalidObject {
+            op,
+            collection: c.name.clone(),
+            source,
+        })
+    } else {
+        let v = obj.get(path);
+        Ok(if v.is_null() { Vec::new() } else { vec![v] })
+    }
+}
+
+/// The objects of `target` whose keys are `keys`, by key: one read per
+/// [`BATCH`] keys.
+fn fetch_by_keys<T: Record>(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    as_of: Option<u64>,
+    target: &Coll,
+    keys: Vec<Value>,
+    order: Option<&FieldPath>,
+) -> Result<ByKey<(T, Value)>> {
+    let path = key_path(inner, target, "including")?;
+    let reader = inner.table(target)?;
+    let order = match order {
+        Some(p) => Some(reader.resolve(p).map_err(|e| Error::UnknownField {
+            op: "including",
+            collection: target.name.clone(),
+            message: e.to_string(),
+        })?),
+        None => None,
+    };
+    let mut out = ByKey::default();
+    for chunk in keys.chunks(BATCH) {
+        let q = Query::new(Source::Conn(inner, conn, as_of), &target.name).filter(Expr::In {
+            path: path.clone(),
+            values: chunk.to_vec(),
+        });
+        q.each("including", false, &mut |rowid, bytes| {
+            let t = decode_row::<T>("including", rowid, bytes)?;
+            // The value `order_by_related` sorts by, read from the same bytes.
+            let v = match &order {
+                Some(rp) => reader
+                    .open(bytes)
+                    .map_or(Value::Null, |o| o.get_resolved(rp)),
+                None => Value::Null,
+            };
+            if let Some(k) = t.primary_key().into_iter().next() {
+                out.insert(k, (t, v));
+            }
+            Ok(true)
+        })?;
+    }
+    Ok(out)
+}
+
+impl<'a, R: Record, T: Record> Including<'a, R, T> {
+    /// Every matching `R` with the objects its reference names and the keys it
+    /// holds, in the fetch's order: two reads in all (the `R`s, then every
+    /// referenced `T` at once). A key naming no object (a dangling reference)
+    /// has no entry in the list of objects.
+    pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
+        let Including {
+            fetch,
+            rel,
+            related_order,
+        } = self;
+        let q = fetch.into_query();
+        let op = "including";
+        on_one_conn(&q.src, op, |inner, conn, as_of| {
+            let c = inner.coll(R::COLLECTION, op)?;
+            let target = inner.coll(rel.target(), op)?;
+            let mut spec: Spec = q.spec.clone();
+            // Ordered by a referenced field: every match is read, sorted here,
+            // then the window is cut.
+            let window = related_order.as_ref().map(|_| {
+                let w = (spec.offset, spec.limit);
+                spec.offset = 0;
+                spec.limit = None;
+                w
+            });
+            let here = Query {
+                src: Source::Conn(inner, conn, as_of),
+                spec,
+            };
+            // Resolved once: each row then costs one vtable lookup for its key.
+            let reader = inner.table(c)?;
+            let resolved = if rel.to_many() {
+                None
+            } else {
+                Some(
+                    reader
+                        .resolve(rel.path())
+                        .map_err(|e| Error::UnknownField {
+                            op,
+                            collection: c.name.clone(),
+                            message: e.to_string(),
+                        })?,
+                )
+            };
+            let mut rows: Vec<(R, Vec<Value>)> = Vec::new();
+            let mut wanted: Vec<Value> = Vec::new();
+            let mut seen: ByKey<()> = ByKey::default();
+            here.each(op, false, &mut |rowid, bytes| {
+                let keys = match &resolved {
+                    Some(rp) => {
+                        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
+                            op,
+                            collection: c.name.clone(),
+                            source,
+                        })?;
+                        let v = obj.get_resolved(rp);
+                        if v.is_null() {
+                            Vec::new()
+                        } else {
+                            vec![v]
+                        }
+                    }
+                    None => keys_in(inner, c, op, rel.path(), true, bytes)?,
+                };
+                for k in &keys {
+                    if seen.get(k).is_none() {
+                        seen.insert(k.clone(), ());
+                        wanted.push(k.clone());
+                    }
+                }
+                rows.push((decode_row::<R>(op, rowid, bytes)?, keys));
+                Ok(true)
+            })?;
+            let found: ByKey<(T, Value)> = if wanted.is_empty() {
+                ByKey::default()
+            } else {
+                fetch_by_keys(
+                    inner,
+                    conn,
+                    as_of,
+                    target,
+                    wanted,
+                    related_order.as_ref().map(|(p, _)| p),
+                )?
+            };
+            // Each row with the value `order_by_related` sorts it by.
+            let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
+                .into_iter()
+                .map(|(r, keys)| {
+                    let hits: Vec<&(T, Value)> = keys.iter().filter_map(|k| found.get(k)).collect();
+                    let v = hits.first().map_or(Value::Null, |(_, v)| v.clone());
+                    let ts = hits.into_iter().map(|(t, _)| t.clone()).collect();
+                    ((r, ts, keys), v)
+                })
+                .collect();
+            if let (Some((_, desc)), Some((offset, limit))) = (&related_order, window) {
+                // SQL's order (absent first ascending); stable, so equal values
+                // keep the fetch's own order.
+                out.sort_by(|(_, a), (_, b)| {
+                    let o = crate::eval::order_cmp(
+                        crate::eval::SqlValue::from_value(a),
+                        crate::eval::SqlValue::from_value(b),
+                    );
+                    if *desc {
+                        o.reverse()
+                    } else {
+                        o
+                    }
+                });
+                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+                let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+                return Ok(out
+                    .into_iter()
+                    .skip(skip)
+                    .take(take)
+                    .map(|(x, _)| x)
+                    .collect());
+            }
+            Ok(out.into_iter().map(|(x, _)| x).collect())
+        })
+    }
+
+    /// Order the result by the field `field` of the referenced object (to-one:
+    /// the object; to-many: the first one), ascending or `descending`, as SQL
+    /// orders (an absent object or field first when ascending). Equal values
+    /// keep the fetch's own order; the fetch's `limit` and `offset` apply after
+    /// this order. Every match of the fetch is read to sort it.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("o.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("z").name("Zoe").build())?;
+    ///     t.insert(&Author::builder().id("a").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("z").build())?;
+    ///     t.insert(&Post::builder().id("p2").author("a").build())
+    /// }).wait()?;
+    /// let rows = db.fetch::<Post>().including(Post::author_ref())
+    ///     .order_by_related(Author::name(), false)
+    ///     .all()?;
+    /// assert_eq!(rows[0].0.id, "p2");
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn order_by_related<U>(
+        mut self,
+        field: keel_schema::Field<T, U>,
+        descending: bool,
+    ) -> Self {
+        self.related_order = Some((field.into_path(), descending));
+        self
+    }
+
+    /// [`run_keyed`](Self::run_keyed) without the keys.
+    fn run(self) -> Result<Vec<(R, Vec<T>)>> {
+        Ok(self
+            .run_keyed()?
+            .into_iter()
+            .map(|(r, ts, _)| (r, ts))
+            .collect())
+    }
+
+    /// Every matching `R` with the object its to-one reference names (`None`:
+    /// absent, or naming no object). Two reads in all, whatever the count. A
+    /// to-many relation is [`Error::TypeMismatch`]: use
+    /// [`all_many`](Self::all_many).
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("i.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("ada").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("ada").build())
+    /// }).wait()?;
+    /// let rows: Vec<(Post, Option<Author>)> = db.fetch::<Post>().including(Post::author_ref()).all()?;
+    /// assert_eq!(rows[0].1.as_ref().unwrap().name.as_deref(), Some("Ada"));
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn all(self) -> Result<Vec<(R, Option<T>)>> {
+        if self.rel.to_many() {
+            return Err(Error::TypeMismatch {
+                op: "including",
+                collection: R::COLLECTION.to_owned(),
+                message: format!("{} holds several keys: use all_many()", self.rel.path()),
+            });
+        }
+        Ok(self
+            .run()?
+            .into_iter()
+            .map(|(r, ts)| (r, ts.into_iter().next()))
+            .collect())
+    }
+
+    /// Every matching `R` with the objects its reference names, in the order
+    /// of its keys (a to-many vector; at most one for a to-one reference). Its
+    /// length is the count over the relation. Two reads in all.
+    pub fn all_many(self) -> Result<Vec<(R, Vec<T>)>> {
+        self.run()
+    }
+}
+
+impl<'a, R: Record> Fetch<'a, R> {
+    /// Prefetch the objects the reference `rel` names (generated:
+    /// `Post::author_ref()`), in one batched read for all the matching objects:
+    /// see [`Including::all`].
+    pub fn including<T: Record>(self, rel: Relation<R, T>) -> Including<'a, R, T> {
+        Including {
+            fetch: self,
+            rel,
+            related_order: None,
+        }
+    }
+
+    /// Keep the objects whose reference names an object matching the filter
+    /// (`Post::author_ref().then(Author::name()).eq("Ada")`): the referenced
+    /// collection is queried now, and this fetch keeps the objects holding one
+    /// of its keys. For a to-many reference it keeps the objects whose vector
+    /// holds at least one (exists): their collection is read now to find them
+    /// (it needs a primary key of one field). Through a [`Database`](crate::Database) the
+    /// two reads are separate; in a snapshot or a write transaction they see
+    /// the same state.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("ada").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("ada").build())?;
+    ///     t.insert(&Post::builder().id("p2").author("bob").build())
+    /// }).wait()?;
+    /// let by_ada = db.fetch::<Post>()
+    ///     .filter_through(Post::author_ref().then(Author::name()).eq("Ada"))?
+    ///     .all()?;
+    /// assert_eq!(by_ada.len(), 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn filter_through(self, through: Through) -> Result<Self> {
+        let op = "filter through";
+        let (path, values) = {
+            let q = &self.q;
+            on_one_conn(&q.src, op, |inner, conn, as_of| {
+                let target = inner.coll(&through.target, op)?;
+                let from = inner.coll(&q.spec.collection, op)?;
+                let tpath = key_path(inner, target, op)?;
+                let treader = inner.table(target)?;
+                let mut keys: ByKey<()> = ByKey::default();
+                let mut list = Vec::new();
+                Query::new(Source::Conn(inner, conn, as_of), &target.name)
+                    .filter(through.filter.clone())
+                    .each(op, false, &mut |_, bytes| {
+                        let obj = treader.open(bytes).map_err(|source| Error::InvalidObject {
+                            op,
+                            collection: target.name.clone(),
+                            source,
+                        })?;
+                        let k = obj.get(&tpath);
+                        keys.insert(k.clone(), ());
+                        list.push(k);
+                        Ok(true)
+                    })?;
+                let Some(link) = from
+                    .links
+                    .outgoing
+                    .iter()
+                    .find(|o| o.path == through.path && o.to_many)
+                else {
+                    // To-one: the field holds one of the keys.
+                    return Ok((through.path.clone(), list));
+                };
+                // To-many ("exists"): no column holds the vector's keys, so the
+                // referring objects are read and those whose vector holds one of
+                // the keys are kept, by their own key.
+                let fpath = key_path(inner, from, op)?;
+                let freader = inner.table(from)?;
+                let id = link.path.steps().first().map_or(0, |s| s.id());
+                let mut matching = Vec::new();
+                if !list.is_empty() {
+                    Query::new(Source::Conn(inner, conn, as_of), &from.name).each(
+                        op,
+                        false,
+                        &mut |_, bytes| {
+                            let obj =
+                                freader.open(bytes).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: from.name.clone(),
+                                    source,
+                                })?;
+                            let elements =
+                                obj.elements(id).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: from.name.clone(),
+                                    source,
+                                })?;
+                            if elements.iter().any(|e| keys.get(e).is_some()) {
+                                matching.push(obj.get(&fpath));
+                            }
+                            Ok(true)
+                        },
+                    )?;
+                }
+                Ok((fpath, matching))
+            })?
+        };
+        Ok(self.filter(Expr::In { path, values }))
+    }
+}
+
+/// One object with the objects its reference field names: what
+/// [`Query::including`] returns (the untyped form of [`Including`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Included {
+    /// The object.
+    pub object: StoredObject,
+    /// The objects its reference names, in the order of its keys (at most one
+    /// for a to-one reference; keys naming no object are left out).
+    pub related: Vec<StoredObject>,
+}
+
+impl Query<'_> {
+    /// Every matching object with the objects its reference field `field`
+    /// names (a `(references: …)` field of this collection), in two reads: the
+    /// objects, then every referenced object at once (see [`Fetch::including`]).
+    /// A field that is not a reference is [`Error::UnknownField`].
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_schema::Schema;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let schema = Schema::parse(
+    ///     r#"table A (entity) { id: string (primary); name: string; }
+    ///        table P { id: string (primary); a: string (references: "A"); } root_type P;"#,
+    ///     "r.fbs",
+    /// )?;
+    /// let db = Database::open(dir.path().join("q.db"), schema.clone(), StoreOptions::default())?;
+    /// let a = schema.reader("A")?.encode_json(&serde_json::json!({"id": "a1", "name": "Ada"}))?;
+    /// let p = schema.reader("P")?.encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))?;
+    /// db.write(move |t| { t.insert_bytes("A", a)?; t.insert_bytes("P", p).map(|_| ()) }).wait()?;
+    /// let rows = db.query("P").including("a")?;
+    /// assert_eq!(rows[0].related.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn including(self, field: &str) -> Result<Vec<Included>> {
+        let op = "including";
+        on_one_conn(&self.src, op, |inner, conn, as_of| {
+            let c = inner.coll(&self.spec.collection, op)?;
+            let link = c
+                .links
+                .outgoing
+                .iter()
+                .find(|o| o.field == field)
+                .ok_or_else(|| Error::UnknownField {
+                    op,
+                    collection: c.name.clone(),
+                    message: format!("{} has no reference field {field:?}", c.name),
+                })?;
+            let target = inner.coll(&link.target, op)?;
+            let here = Query {
+                src: Source::Conn(inner, conn, as_of),
+                spec: self.spec.clone(),
+            };
+            let mut rows: Vec<(StoredObject, Vec<Value>)> = Vec::new();
+            let mut wanted: Vec<Value> = Vec::new();
+            let mut seen: ByKey<()> = ByKey::default();
+            here.each(op, false, &mut |rowid, bytes| {
+                let keys = keys_in(inner, c, op, &link.path, link.to_many, bytes)?;
+                for k in &keys {
+                    if seen.get(k).is_none() {
+                        seen.insert(k.clone(), ());
+                        wanted.push(k.clone());
+                    }
+                }
+                rows.push((
+                    StoredObject {
+                        rowid,
+                        bytes: bytes.to_vec(),
+                    },
+                    keys,
+                ));
+                Ok(true)
+            })?;
+            let mut found: ByKey<StoredObject> = ByKey::default();
+            if !wanted.is_empty() {
+                let path = key_path(inner, target, op)?;
+                let reader = inner.table(target)?;
+                let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
+                    op,
+                    collection: target.name.clone(),
+                    message: e.to_string(),
+                })?;
+                for chunk in wanted.chunks(BATCH) {
+                    Query::new(Source::Conn(inner, conn, as_of), &target.name)
+                        .filter(Expr::In {
+                            path: path.clone(),
+                            values: chunk.to_vec(),
+                        })
+                        .each(op, false, &mut |rowid, bytes| {
+                            let obj =
+                                reader.open(bytes).map_err(|source| Error::InvalidObject {
+                                    op,
+                                    collection: target.name.clone(),
+                                    source,
+                                })?;
+                            found.insert(
+                                obj.get_resolved(&resolved),
+                                StoredObject {
+                                    rowid,
+                                    bytes: bytes.to_vec(),
+                                },
+                            );
+                            Ok(true)
+                        })?;
+                }
+            }
+            Ok(rows
+                .into_iter()
+                .map(|(object, keys)| Included {
+                    related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
+                    object,
+                })
+                .collect())
+        })
+    }
+}

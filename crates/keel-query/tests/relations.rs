@@ -1,0 +1,901 @@
+//! Issue 30: references between collections on real SQLite files — delete
+//! rules (cascade, nullify, restrict; chains and cycles), the `dangling: false`
+//! check, prefetch with one read per relation, filters through a reference.
+
+use keel_example_blog::rel::{Author, Comment, Node, Pin, Post, Shelf, Tag};
+use keel_query::{Database, Error, StoreOptions, Value};
+
+fn open(dir: &tempfile::TempDir) -> Database {
+    Database::open_for::<Post>(dir.path().join("rel.db"), StoreOptions::default()).unwrap()
+}
+
+fn author(id: &str, name: &str) -> Author {
+    Author::builder().id(id).name(name).build()
+}
+
+fn post(id: &str, author: &str) -> Post {
+    Post::builder().id(id).title(id).author(author).build()
+}
+
+fn key(s: &str) -> Vec<Value> {
+    vec![Value::from(s)]
+}
+
+#[test]
+fn cascade_deletes_referring_objects_in_the_same_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&author("bob", "Bob"))?;
+        t.insert(&post("p1", "ada"))?;
+        t.insert(&post("p2", "ada"))?;
+        t.insert(&post("p3", "bob"))?;
+        // A comment on p1 goes with it: cascade through two levels.
+        t.insert(&Comment::builder().id("c1").post("p1").text("hi").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    assert!(db
+        .write(|t| t.delete::<Author>(&"ada".into()))
+        .wait()
+        .unwrap());
+    let left: Vec<String> = db
+        .fetch::<Post>()
+        .all()
+        .unwrap()
+        .iter()
+        .map(|p| p.id.clone())
+        .collect();
+    assert_eq!(left, ["p3"]);
+    assert_eq!(db.fetch::<Comment>().count().unwrap(), 0);
+    assert_eq!(db.fetch::<Author>().count().unwrap(), 1);
+    // Deleting what is not there is `false`, as before.
+    assert!(!db
+        .write(|t| t.delete::<Author>(&"ada".into()))
+        .wait()
+        .unwrap());
+}
+
+#[test]
+fn nullify_clears_to_one_and_to_many_references() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&author("ed", "Ed"))?;
+        t.insert(&Tag::builder().id("rust").label("Rust").build())?;
+        t.insert(&Tag::builder().id("db").label("DB").build())?;
+        t.insert(
+            &Post::builder()
+                .id("p1")
+                .author("ada")
+                .editor("ed")
+                .tags(["rust", "db", "rust"])
+                .rank(7)
+                .build(),
+        )?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    db.write(|t| {
+        t.delete::<Author>(&"ed".into())?;
+        t.delete::<Tag>(&"rust".into())
+    })
+    .wait()
+    .unwrap();
+    let p = db.get::<Post>(&"p1".into()).unwrap().unwrap();
+    assert_eq!(p.editor, None);
+    assert_eq!(p.tags, vec!["db".to_string()]);
+    // Everything else is kept.
+    assert_eq!((p.author.as_deref(), p.rank), (Some("ada"), 7));
+}
+
+#[test]
+fn restrict_refuses_with_the_referring_objects_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&post("p1", "ada"))?;
+        t.insert(&Pin::builder().id("pin1").author("ada").build())?;
+        t.insert(&Pin::builder().id("pin2").author("ada").build())?;
+        t.insert(&Tag::builder().id("rust").build())?;
+        t.insert(&Shelf::builder().id("s1").tags(["rust"]).build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let err = db
+        .write(|t| {
+            let e = t.delete::<Author>(&"ada".into()).unwrap_err();
+            // The transaction goes on: the refused delete left nothing behind
+            // (the cascade to p1 was rolled back with it).
+            assert_eq!(t.fetch::<Post>().count()?, 1);
+            t.insert(&author("bob", "Bob"))?;
+            Ok(e)
+        })
+        .wait()
+        .unwrap();
+    match &err {
+        Error::Restricted {
+            collection,
+            key: k,
+            referrers,
+        } => {
+            assert_eq!((collection.as_str(), k), ("rel.Author", &key("ada")));
+            let mut r = referrers.clone();
+            r.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+            assert_eq!(
+                r,
+                vec![
+                    ("rel.Pin".to_string(), "author".to_string(), key("pin1")),
+                    ("rel.Pin".to_string(), "author".to_string(), key("pin2")),
+                ]
+            );
+        }
+        other => panic!("expected Restricted, got {other:?}"),
+    }
+    assert!(err.to_string().contains("pin1"), "{err}");
+    assert_eq!(db.fetch::<Author>().count().unwrap(), 2);
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 1);
+    // To-many restrict.
+    let e = db
+        .write(|t| t.delete::<Tag>(&"rust".into()))
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::Restricted { .. }), "{e}");
+    // Once the pins are gone the delete cascades.
+    db.write(|t| {
+        t.delete::<Pin>(&"pin1".into())?;
+        t.delete::<Pin>(&"pin2".into())?;
+        t.delete::<Author>(&"ada".into())
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 0);
+}
+
+#[test]
+fn cascade_follows_chains_and_stops_on_cycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    // A cycle a -> b -> c -> a, plus a chain d -> c hanging off it, plus an
+    // unrelated node.
+    db.write(|t| {
+        for (id, parent) in [("a", "c"), ("b", "a"), ("c", "b"), ("d", "c"), ("x", "")] {
+            let mut n = Node::builder().id(id);
+            if !parent.is_empty() {
+                n = n.parent(parent);
+            }
+            t.insert(&n.build())?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    assert!(db.write(|t| t.delete::<Node>(&"b".into())).wait().unwrap());
+    let left: Vec<String> = db
+        .fetch::<Node>()
+        .all()
+        .unwrap()
+        .iter()
+        .map(|n| n.id.clone())
+        .collect();
+    assert_eq!(left, ["x"]);
+    // A node referring to itself.
+    db.write(|t| t.insert(&Node::builder().id("self").parent("self").build()))
+        .wait()
+        .unwrap();
+    assert!(db
+        .write(|t| t.delete::<Node>(&"self".into()))
+        .wait()
+        .unwrap());
+    assert_eq!(db.fetch::<Node>().count().unwrap(), 1);
+}
+
+#[test]
+fn cascade_of_ten_thousand_objects_is_one_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    const N: usize = 10_000;
+    db.write(|t| {
+        t.insert(&Node::builder().id("n0").build())?;
+        for i in 1..N {
+            // Half a chain, half a fan: depth and breadth both.
+            let parent = if i % 2 == 0 {
+                format!("n{}", i - 1)
+            } else {
+                "n0".to_string()
+            };
+            t.insert(&Node::builder().id(format!("n{i}")).parent(parent).build())?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(db.fetch::<Node>().count().unwrap(), N as u64);
+    let deletes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let commits = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (d, c) = (deletes.clone(), commits.clone());
+    let _hook = db.on_commit_changes(move |changes| {
+        c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        d.fetch_add(changes.len(), std::sync::atomic::Ordering::SeqCst);
+    });
+    db.write(|t| t.delete::<Node>(&"n0".into())).wait().unwrap();
+    assert_eq!(db.fetch::<Node>().count().unwrap(), 0);
+    assert_eq!(commits.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(deletes.load(std::sync::atomic::Ordering::SeqCst), N);
+}
+
+#[test]
+fn dangling_false_refuses_a_missing_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let e = db
+        .write(|t| t.insert(&Comment::builder().id("c1").post("nope").build()))
+        .wait()
+        .unwrap_err();
+    match &e {
+        Error::DanglingReference {
+            collection,
+            field,
+            target,
+            key: missing,
+            ..
+        } => assert_eq!(
+            (
+                collection.as_str(),
+                field.as_str(),
+                target.as_str(),
+                missing
+            ),
+            ("rel.Comment", "post", "rel.Post", &key("nope"))
+        ),
+        other => panic!("expected DanglingReference, got {other:?}"),
+    }
+    // Written in the same transaction, the target counts; an absent reference is
+    // no reference.
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&post("p1", "ada"))?;
+        t.insert(&Comment::builder().id("c1").post("p1").build())?;
+        t.insert(&Comment::builder().id("c2").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    // An update to a missing target is refused too, and so is a change by fields.
+    let e = db
+        .write(|t| t.update(&Comment::builder().id("c1").post("gone").build()))
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::DanglingReference { .. }), "{e}");
+    let e = db
+        .write(|t| t.change_values("rel.Comment", &key("c1"), &[("post".into(), "gone".into())]))
+        .wait()
+        .unwrap_err();
+    assert!(matches!(e, Error::DanglingReference { .. }), "{e}");
+    // Dangling is allowed by default (Post.author declares nothing).
+    db.write(|t| t.insert(&post("p2", "nobody")))
+        .wait()
+        .unwrap();
+}
+
+/// A database whose writer connection reports every statement it starts.
+fn traced(dir: &tempfile::TempDir) -> (Database, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = log.clone();
+    let opts = StoreOptions {
+        statement_trace: Some(std::sync::Arc::new(move |sql: &str| {
+            sink.lock().unwrap().push(sql.to_owned());
+        })),
+        ..StoreOptions::default()
+    };
+    let db = Database::open_for::<Post>(dir.path().join("trace.db"), opts).unwrap();
+    (db, log)
+}
+
+/// The reads of `log` (statements that select from a collection table).
+fn reads(log: &[String]) -> Vec<String> {
+    log.iter()
+        .filter(|s| s.trim_start().to_uppercase().starts_with("SELECT") && s.contains("\"rel."))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn including_prefetches_in_one_read_per_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = traced(&dir);
+    const POSTS: usize = 200;
+    db.write(|t| {
+        for a in 0..7 {
+            t.insert(&author(&format!("a{a}"), &format!("Author {a}")))?;
+        }
+        for i in 0..POSTS {
+            // Every 10th post names an author that does not exist.
+            let a = if i % 10 == 9 {
+                "ghost".to_string()
+            } else {
+                format!("a{}", i % 7)
+            };
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i:03}"))
+                    .author(a)
+                    .rank(i as i32)
+                    .build(),
+            )?;
+        }
+        t.insert(&Post::builder().id("zz-no-author").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let (rows, statements) = db
+        .write(move |t| {
+            log.lock().unwrap().clear();
+            let rows = t
+                .fetch::<Post>()
+                .order_by(Post::id().asc())
+                .including(Post::author_ref())
+                .all()?;
+            let statements = reads(&log.lock().unwrap());
+            Ok((rows, statements))
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(
+        statements.len(),
+        2,
+        "one read of posts, one of authors: {statements:#?}"
+    );
+    assert!(statements[1].contains("\"rel.Author\""), "{statements:#?}");
+    assert_eq!(rows.len(), POSTS + 1);
+    for (p, a) in &rows {
+        match p.author.as_deref() {
+            Some("ghost") | None => assert!(a.is_none(), "{p:?}"),
+            Some(k) => {
+                let a = a.as_ref().unwrap();
+                assert_eq!(a.id, k);
+                assert_eq!(
+                    a.name.as_deref(),
+                    Some(format!("Author {}", &k[1..]).as_str())
+                );
+            }
+        }
+    }
+    // The same through the database (one read transaction, pooled connection).
+    let again = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::author_ref())
+        .all()
+        .unwrap();
+    assert_eq!(again, rows);
+}
+
+#[test]
+fn including_a_to_many_relation_counts_and_orders_by_the_vector() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        for id in ["rust", "db", "swift"] {
+            t.insert(&Tag::builder().id(id).label(id.to_uppercase()).build())?;
+        }
+        t.insert(
+            &Post::builder()
+                .id("p1")
+                .tags(["swift", "rust", "missing"])
+                .build(),
+        )?;
+        t.insert(&Post::builder().id("p2").build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let rows = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::tags_ref())
+        .all_many()
+        .unwrap();
+    let got: Vec<(String, Vec<String>)> = rows
+        .iter()
+        .map(|(p, ts)| (p.id.clone(), ts.iter().map(|t| t.id.clone()).collect()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (
+                "p1".to_string(),
+                vec!["swift".to_string(), "rust".to_string()]
+            ),
+            ("p2".to_string(), vec![]),
+        ]
+    );
+    // A to-many relation has no single object.
+    let e = db
+        .fetch::<Post>()
+        .including(Post::tags_ref())
+        .all()
+        .unwrap_err();
+    assert!(matches!(e, Error::TypeMismatch { .. }), "{e}");
+}
+
+#[test]
+fn filter_through_a_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&author("alan", "Alan"))?;
+        t.insert(&author("bob", "Bob"))?;
+        for (id, a) in [
+            ("p1", "ada"),
+            ("p2", "bob"),
+            ("p3", "alan"),
+            ("p4", "ada"),
+            ("p5", "nobody"),
+        ] {
+            t.insert(&post(id, a))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |ps: Vec<Post>| ps.into_iter().map(|p| p.id.clone()).collect::<Vec<_>>();
+    let by_ada = db
+        .fetch::<Post>()
+        .filter_through(Post::author_ref().then(Author::name()).eq("Ada"))
+        .unwrap()
+        .order_by(Post::id().asc())
+        .all()
+        .unwrap();
+    assert_eq!(ids(by_ada), ["p1", "p4"]);
+    // Combined with other filters and through a range on the referenced side.
+    let a_names = db
+        .fetch::<Post>()
+        .filter(Post::id().ne("p1"))
+        .filter_through(Post::author_ref().then(Author::name()).lt("B"))
+        .unwrap()
+        .order_by(Post::id().asc())
+        .all()
+        .unwrap();
+    assert_eq!(ids(a_names), ["p3", "p4"]);
+    // In a write transaction the filter sees the transaction's own writes.
+    let n = db
+        .write(|t| {
+            t.insert(&author("nobody", "Ada"))?;
+            t.fetch::<Post>()
+                .filter_through(Post::author_ref().then(Author::name()).eq("Ada"))?
+                .count()
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(n, 3);
+    // No match on the referenced side: nothing.
+    let none = db
+        .fetch::<Post>()
+        .filter_through(Post::author_ref().then(Author::name()).eq("Zed"))
+        .unwrap()
+        .count()
+        .unwrap();
+    assert_eq!(none, 0);
+}
+
+/// Exists over a to-many reference: the posts with at least one tag matching,
+/// combined with other filters; count over it is the length of `all_many`.
+#[test]
+fn filter_through_a_to_many_reference_keeps_objects_with_any_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        for (id, label) in [("r", "RUST"), ("s", "SWIFT"), ("k", "KOTLIN")] {
+            t.insert(&Tag::builder().id(id).label(label).build())?;
+        }
+        t.insert(&Post::builder().id("p1").tags(["s", "r"]).rank(1).build())?;
+        t.insert(&Post::builder().id("p2").tags(["k"]).rank(2).build())?;
+        t.insert(&Post::builder().id("p3").tags(["gone", "r"]).rank(3).build())?;
+        t.insert(&Post::builder().id("p4").rank(4).build())?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |f: keel_query::Fetch<'_, Post>| {
+        f.order_by(Post::id().asc())
+            .all()
+            .unwrap()
+            .iter()
+            .map(|p| p.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let rust = db
+        .fetch::<Post>()
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("RUST"))
+        .unwrap();
+    assert_eq!(ids(rust), ["p1", "p3"]);
+    let rust_early = db
+        .fetch::<Post>()
+        .filter(Post::rank().lt(3))
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("RUST"))
+        .unwrap();
+    assert_eq!(ids(rust_early), ["p1"]);
+    let none = db
+        .fetch::<Post>()
+        .filter_through(Post::tags_ref().then(Tag::label()).eq("COBOL"))
+        .unwrap();
+    assert!(ids(none).is_empty());
+    let counts: Vec<usize> = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(Post::tags_ref())
+        .all_many()
+        .unwrap()
+        .iter()
+        .map(|(_, ts)| ts.len())
+        .collect();
+    assert_eq!(counts, [2, 1, 1, 0]);
+}
+
+type Pairs = Vec<(Post, Option<Author>)>;
+
+/// A live list of posts with their authors, and every delivery it got.
+type Deliveries = std::sync::Arc<std::sync::Mutex<Vec<keel_query::IncludingUpdate<Post, Author>>>>;
+
+fn live_list(db: &Database) -> (keel_query::IncludingSubscription, Deliveries) {
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let sub = db
+        .fetch::<Post>()
+        .filter(Post::rank().ge(0))
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .subscribe(move |u| g.lock().unwrap().push(u))
+        .unwrap();
+    (sub, got)
+}
+
+#[test]
+fn live_list_including_authors_updates_on_an_author_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&author("bob", "Bob"))?;
+        for (i, a) in ["ada", "bob", "ada", "carl"].iter().enumerate() {
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i}"))
+                    .author(*a)
+                    .rank(10 * i as i32)
+                    .build(),
+            )?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let (sub, got) = live_list(&db);
+    assert_eq!(got.lock().unwrap().len(), 1);
+    assert_eq!(got.lock().unwrap()[0].diff.inserted, vec![0, 1, 2, 3]);
+
+    // Ada's rename updates the two posts that show her, nothing else.
+    db.write(|t| t.update(&author("ada", "Ada Lovelace")))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        assert_eq!(g.len(), 2);
+        let u = &g[1];
+        assert_eq!(u.diff.updated, vec![0, 2]);
+        assert!(u.diff.inserted.is_empty() && u.diff.removed.is_empty() && u.diff.moved.is_empty());
+        assert_eq!(
+            u.objects[0].1.as_ref().unwrap().name.as_deref(),
+            Some("Ada Lovelace")
+        );
+        assert_eq!(
+            u.objects[1].1.as_ref().unwrap().name.as_deref(),
+            Some("Bob")
+        );
+    }
+    // An author no shown post names changes: no delivery.
+    db.write(|t| t.insert(&author("zed", "Zed")))
+        .wait()
+        .unwrap();
+    assert_eq!(got.lock().unwrap().len(), 2);
+    // The author a post named but who did not exist appears: that row updates.
+    db.write(|t| t.insert(&author("carl", "Carl")))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[2].diff.updated, vec![3]);
+        assert_eq!(
+            g[2].objects[3].1.as_ref().unwrap().name.as_deref(),
+            Some("Carl")
+        );
+    }
+    // A new post moves into place.
+    db.write(|t| t.insert(&Post::builder().id("p9").author("bob").rank(5).build()))
+        .wait()
+        .unwrap();
+    assert_eq!(got.lock().unwrap()[3].diff.inserted, vec![1]);
+    // Deleting Bob cascades to his posts: they leave the list.
+    db.write(|t| t.delete::<Author>(&"bob".into()))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        let last = g.last().unwrap();
+        let ids: Vec<&str> = last.objects.iter().map(|(p, _)| p.id.as_str()).collect();
+        assert_eq!(ids, ["p0", "p2", "p3"]);
+        assert_eq!(last.diff.removed, vec![1, 2]);
+    }
+    let n = got.lock().unwrap().len();
+    drop(sub);
+    db.write(|t| t.update(&author("ada", "Ada again")))
+        .wait()
+        .unwrap();
+    assert_eq!(
+        got.lock().unwrap().len(),
+        n,
+        "no delivery after the subscription ended"
+    );
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// After every random write to either collection, the live list equals a
+    /// fresh `including` fetch, and applying the diffs in order rebuilds it.
+    #[test]
+    fn live_list_across_a_relation_equals_a_fresh_fetch(
+        ops in proptest::collection::vec((0u8..5, 0u8..6, 0u8..4, 0i32..5), 1..25)
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let (_sub, got) = live_list(&db);
+        let mut applied: Pairs = Vec::new();
+        let mut seen = 0;
+        for (op, p, a, rank) in ops {
+            let (pid, aid) = (format!("p{p}"), format!("a{a}"));
+            db.write(move |t| {
+                match op {
+                    0 | 1 => {
+                        t.upsert(&Post::builder().id(pid).author(aid).rank(rank).build())?;
+                    }
+                    2 => {
+                        t.upsert(&author(&aid, &format!("name {rank}")))?;
+                    }
+                    3 => {
+                        t.delete::<Post>(&pid)?;
+                    }
+                    _ => {
+                        // Cascades to the author's posts.
+                        t.delete::<Author>(&aid)?;
+                    }
+                }
+                Ok(())
+            })
+            .wait()
+            .unwrap();
+            let fresh: Pairs = db
+                .fetch::<Post>()
+                .filter(Post::rank().ge(0))
+                .order_by(Post::rank().asc())
+                .including(Post::author_ref())
+                .all()
+                .unwrap();
+            let g = got.lock().unwrap();
+            for u in &g[seen..] {
+                applied = u.diff.apply(&applied, |i| u.objects[i].clone());
+                proptest::prop_assert_eq!(&applied, &u.objects);
+            }
+            seen = g.len();
+            let live = g.last().map(|u| u.objects.clone()).unwrap_or_default();
+            // Equal rank ties may order either way: compare as sets when tied.
+            let key = |v: &Pairs| {
+                let mut v: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
+                v.sort();
+                v
+            };
+            proptest::prop_assert_eq!(key(&live), key(&fresh));
+            let ranks = |v: &Pairs| v.iter().map(|(p, _)| p.rank).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(ranks(&live), ranks(&fresh));
+        }
+    }
+}
+
+/// A reference added to a collection that already holds objects: the file
+/// reopens with the new schema, the reference column is filled from the
+/// stored objects, and the delete rule applies to them at once.
+#[test]
+fn a_reference_added_to_existing_data_applies_its_rules() {
+    use keel_schema::Schema;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evolve.db");
+    let text = |attrs: &str| {
+        format!(
+            r#"namespace ev;
+               table A (entity) {{ id: string (primary); }}
+               table P {{ id: string (primary); a: string {attrs}; }}
+               root_type P;"#
+        )
+    };
+    let v1 = Schema::parse(&text(""), "v1.fbs").unwrap();
+    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
+    let (ra, rp) = (v1.reader("ev.A").unwrap(), v1.reader("ev.P").unwrap());
+    let objs: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "ev.A",
+            ra.encode_json(&serde_json::json!({"id": "a1"})).unwrap(),
+        ),
+        (
+            "ev.A",
+            ra.encode_json(&serde_json::json!({"id": "a2"})).unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))
+                .unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p2", "a": "a2"}))
+                .unwrap(),
+        ),
+        (
+            "ev.P",
+            rp.encode_json(&serde_json::json!({"id": "p3", "a": "a1"}))
+                .unwrap(),
+        ),
+    ];
+    db.write(move |t| {
+        for (c, o) in objs {
+            t.insert_bytes(c, o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    db.close().wait().unwrap();
+    drop(db);
+
+    let v2 = Schema::parse(
+        &text(r#"(references: "A", on_delete: "cascade")"#),
+        "v2.fbs",
+    )
+    .unwrap();
+    let db = Database::open(&path, v2, StoreOptions::default()).unwrap();
+    db.wait_for_indexes().unwrap();
+    assert!(db
+        .write(|t| t.delete_key("ev.A", &key("a1")))
+        .wait()
+        .unwrap());
+    let left: Vec<i64> = db
+        .query("ev.P")
+        .all()
+        .unwrap()
+        .iter()
+        .map(|o| o.rowid)
+        .collect();
+    assert_eq!(left, [2], "p1 and p3 went with a1");
+}
+
+/// The untyped `Query::including` (what the FFI uses) gives the typed answer's
+/// bytes, and names a field that is no reference as an unknown field.
+#[test]
+fn query_including_returns_the_same_objects_as_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&Tag::builder().id("x").build())?;
+        t.insert(
+            &Post::builder()
+                .id("p1")
+                .author("ada")
+                .tags(["x", "nope", "x"])
+                .build(),
+        )?;
+        t.insert(&post("p2", "ghost"))?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let typed = db
+        .fetch::<Post>()
+        .including(Post::author_ref())
+        .all()
+        .unwrap();
+    let rows = db.query("rel.Post").including("author").unwrap();
+    assert_eq!(rows.len(), typed.len());
+    for (r, (p, a)) in rows.iter().zip(&typed) {
+        assert_eq!(Post::decode(&r.object.bytes).unwrap(), *p);
+        let related: Vec<Author> = r
+            .related
+            .iter()
+            .map(|o| Author::decode(&o.bytes).unwrap())
+            .collect();
+        assert_eq!(related.first(), a.as_ref());
+    }
+    let tags = db.query("rel.Post").including("tags").unwrap();
+    assert_eq!(tags[0].related.len(), 2, "both x keys, not the missing one");
+    let e = db.query("rel.Post").including("title").unwrap_err();
+    assert!(matches!(e, Error::UnknownField { .. }), "{e}");
+}
+
+/// Ordering by a referenced field: absent authors first ascending, ties in
+/// the fetch's order, limit and offset after the order; a live list ordered
+/// so moves its rows when an author is renamed.
+#[test]
+fn order_by_a_referenced_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("a", "Mia"))?;
+        t.insert(&author("b", "Ada"))?;
+        t.insert(&author("c", "Zoe"))?;
+        for (id, a, rank) in [
+            ("p1", "a", 1),
+            ("p2", "b", 2),
+            ("p3", "c", 3),
+            ("p4", "ghost", 4),
+            ("p5", "b", 5),
+        ] {
+            t.insert(&Post::builder().id(id).author(a).rank(rank).build())?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let ids = |rows: Pairs| {
+        rows.into_iter()
+            .map(|(p, _)| p.id.clone())
+            .collect::<Vec<_>>()
+    };
+    let asc = db
+        .fetch::<Post>()
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), false)
+        .all()
+        .unwrap();
+    assert_eq!(ids(asc), ["p4", "p2", "p5", "p1", "p3"]);
+    let desc_window = db
+        .fetch::<Post>()
+        .order_by(Post::rank().desc())
+        .limit(2)
+        .offset(1)
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), true)
+        .all()
+        .unwrap();
+    // Zoe p3, Mia p1, Ada p5 then p2 (rank desc), absent p4: window [1, 3).
+    assert_eq!(ids(desc_window), ["p1", "p5"]);
+
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let _sub = db
+        .fetch::<Post>()
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .order_by_related(Author::name(), false)
+        .subscribe(move |u| g.lock().unwrap().push(u))
+        .unwrap();
+    // Zoe becomes Abe: p3 moves to just after the post without an author.
+    db.write(|t| t.update(&author("c", "Abe"))).wait().unwrap();
+    let g = got.lock().unwrap();
+    let last = g.last().unwrap();
+    assert_eq!(ids(last.objects.clone()), ["p4", "p3", "p2", "p5", "p1"]);
+    assert!(
+        !last.diff.moved.is_empty() && last.diff.updated.contains(&1),
+        "{:?}",
+        last.diff
+    );
+}
