@@ -500,7 +500,9 @@ fn primary_key_queries_alone_get_every_change_of_their_object() {
     let (_d, db) = open();
     insert(&db, post("a", 1));
     insert(&db, post("b", 1));
-    let seen: Arc<Mutex<Vec<Vec<(String, i32)>>>> = Arc::default();
+    // Each delivery as (id, priority) pairs.
+    type Seen = Vec<Vec<(String, i32)>>;
+    let seen: Arc<Mutex<Seen>> = Arc::default();
     let mut subs = Vec::new();
     for id in ["a", "b", "c"] {
         let s2 = Arc::clone(&seen);
@@ -522,7 +524,7 @@ fn primary_key_queries_alone_get_every_change_of_their_object() {
     .wait()
     .unwrap();
     let got = seen.lock().unwrap().clone();
-    let want: Vec<Vec<(String, i32)>> = vec![
+    let want: Seen = vec![
         vec![("a".into(), 2)],
         vec![("c".into(), 7)],
         vec![],
