@@ -262,6 +262,12 @@ impl<'a> Txn<'a> {
     /// at `rowid`, for a collection with `(searchable)` fields: in this
     /// transaction and savepoint, like the row itself (`fts.rs`).
     fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+        // The packed vectors (`vector.rs`) go with the row the same way.
+        if let Some(v) = &c.vectors {
+            self.with_kept_stmt(c, op, &v.upsert, |st| {
+                crate::vector::write(st, v, rowid, bytes)
+            })?;
+        }
         let Some(s) = &c.search else {
             return Ok(());
         };
@@ -272,6 +278,9 @@ impl<'a> Txn<'a> {
 
     /// Remove the full-text index entry of `rowid` (see [`Txn::index_text`]).
     fn unindex_text(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
+        if let Some(v) = &c.vectors {
+            self.with_kept_stmt(c, op, &v.delete, |st| st.execute([rowid]).map(|_| ()))?;
+        }
         let Some(s) = &c.search else {
             return Ok(());
         };
@@ -285,6 +294,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
+        crate::vector::check(c, op, &bytes)?;
         // The index columns are extracted once from the bytes, as they are bound.
         self.with_kept_stmt(c, op, &c.sql_insert, |st| {
             bind_row(st, c, &key, &bytes)?;
@@ -323,6 +333,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
+        crate::vector::check(c, op, &bytes)?;
         if self.record {
             let Some(old) = self.find(c, op, &key)? else {
                 return Ok(Err((key, bytes)));
@@ -393,6 +404,7 @@ impl<'a> Txn<'a> {
         key: &[Value],
         bytes: &[u8],
     ) -> Result<()> {
+        crate::vector::check(c, op, bytes)?;
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
                 1,
@@ -669,6 +681,15 @@ impl<'a> Txn<'a> {
                     ))
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
             }
+            if let Some(v) = &c.vectors {
+                // So do the packed vectors.
+                self.conn
+                    .execute(
+                        &format!("UPDATE {} SET rowid = ?1 WHERE rowid = ?2", v.ident),
+                        [fresh, rowid],
+                    )
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            }
             if let Some(ch) = self.changes.last_mut() {
                 ch.rowid = fresh;
             }
@@ -706,7 +727,7 @@ impl<'a> Txn<'a> {
     pub fn delete_key(&mut self, collection: &str, key: &[Value]) -> Result<bool> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
-        if !self.record && c.search.is_none() {
+        if !self.record && c.search.is_none() && c.vectors.is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
             let key = c.check_key_ref("delete", key)?;

@@ -63,6 +63,7 @@ pub mod record;
 mod resolve;
 pub mod swift;
 pub mod value;
+pub mod vector;
 pub mod wire;
 
 pub use flatbuffers;
@@ -79,3 +80,4 @@ pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
 pub use record::{ChangeRequest, Changes, DecodeError, Record};
 pub use value::Value;
+pub use vector::{Metric, VectorProblem, VectorSpec};

@@ -185,6 +185,10 @@ pub struct Field {
     /// field of a collection in the collection's full-text index; the value is
     /// its relevance weight (1.0 when not given, always finite and > 0).
     pub searchable: Option<f64>,
+    /// `(vector: N, metric: "…")`: a `[float]` field of a collection holding
+    /// exactly `N` finite floats, searchable by nearest neighbour
+    /// ([`crate::vector`]).
+    pub vector: Option<crate::vector::VectorSpec>,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
 }
