@@ -155,7 +155,7 @@ pub(crate) struct Coll {
     pub(crate) search: Option<crate::search::SearchSql>,
     /// The packed vector side table (`vector.rs`), when the collection has
     /// `(vector: N)` fields (in the extraction schema, like the index columns).
-    pub(crate) vectors: Option<crate::vector::VectorSql>,
+    pub(crate) vectors: Option<crate::vector_table::VectorSql>,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -353,7 +353,10 @@ impl Coll {
             key_ids: c.primary_key.clone(),
             indexes,
             search: crate::search::SearchSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
-            vectors: crate::vector::VectorSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
+            vectors: crate::vector_table::VectorSql::of(
+                &c.name,
+                ext_table.map_or(t, |et| ext.table(et)),
+            ),
             ext: Arc::clone(ext),
             ext_table,
             body,

@@ -143,6 +143,7 @@ pub mod subscribe;
 mod tokenize;
 mod txn;
 mod vector;
+mod vector_table;
 
 pub use change::{Change, ChangeOp};
 pub use db::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
@@ -157,7 +158,10 @@ pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use nearest::{Nearest, NearestFetch, Neighbor};
 pub use query::{Fetch, Query, StoredObject};
 pub use sql::FIELD_FN;
-pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
+pub use subscribe::{
+    Diff, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent, ObjectUpdate, QueryUpdate,
+    Subscription, Update,
+};
 pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};

@@ -12,7 +12,7 @@ use keel_schema::{Field, FieldPath, Record};
 
 use crate::error::{Error, Result};
 use crate::query::{decode_row, select_each, Fetch, Query, StoredObject};
-use crate::vector::Scored;
+use crate::vector::{Scored, Within};
 
 /// One result of a nearest query: the object, its distance to the query vector
 /// (smaller is nearer, see [`keel_schema::Metric`]) and its rowid.
@@ -135,7 +135,7 @@ impl Nearest<'_> {
     }
 
     /// Hand each winner's rowid, distance and bytes to `sink`, best first.
-    fn each(
+    pub(crate) fn each(
         &self,
         op: &'static str,
         sink: &mut dyn FnMut(Scored, &[u8]) -> Result<()>,
@@ -182,16 +182,6 @@ impl Nearest<'_> {
         })?;
         Ok(out)
     }
-}
-
-/// Which rows a scan considers.
-pub(crate) enum Within<'w> {
-    /// Every object.
-    All,
-    /// The rowids this SQL (`SELECT rowid FROM …`) selects with these parameters.
-    Sql(&'w str, &'w [keel_schema::Value]),
-    /// These rowids.
-    Set(&'w std::collections::HashSet<i64>),
 }
 
 /// A typed nearest query: [`Fetch::nearest`].

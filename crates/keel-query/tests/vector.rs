@@ -369,3 +369,135 @@ proptest! {
         prop_assert_eq!(ids(db.query("v.Photo").nearest(e.clone(), &q, k).all().unwrap()), want_all);
     }
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    Upsert(i64, i64, Option<Vec<f32>>),
+    Delete(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0i64..30, 0i64..3, small_vec()).prop_map(|(id, a, e)| Op::Upsert(id, a, e)),
+        1 => (0i64..30).prop_map(Op::Delete),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// A live k-NN (filtered and not) equals a fresh query after every write of
+    /// a random sequence of inserts, updates (moving vectors in, out and within
+    /// the result, or dropping them) and deletes; its diffs say what entered and
+    /// left; it scans again only when members left with no spare.
+    #[test]
+    fn live_knn_equals_fresh_query_after_every_write(
+        metric in prop::sample::select(vec!["cosine", "l2", "dot"]),
+        ops in prop::collection::vec(op(), 1..60),
+        q in prop::collection::vec((-2i8..=2).prop_map(|x| x as f32 * 0.5), DIM),
+        k in 1usize..5,
+        album in 0i64..3,
+    ) {
+        use std::sync::{Arc, Mutex};
+        let dir = tempfile::tempdir().unwrap();
+        let s = schema(metric);
+        let db = open(&dir.path().join("v.db"), &s);
+        let r = s.reader("v.Photo").unwrap();
+        let (e, a) = (r.path("e").unwrap(), r.path("album").unwrap());
+        let filters = [None, Some(Expr::eq(a.clone(), album))];
+        let mut subs = Vec::new();
+        for f in &filters {
+            let last: Arc<Mutex<Vec<keel_query::NearestUpdate>>> = Arc::default();
+            let l2 = last.clone();
+            let mut qy = db.query("v.Photo");
+            if let Some(f) = f {
+                qy = qy.filter(f.clone());
+            }
+            let sub = qy.nearest(e.clone(), &q, k).subscribe(move |u| l2.lock().unwrap().push(u)).unwrap();
+            subs.push((f.clone(), last, sub));
+        }
+        let mut writes = 0u64;
+        for o in &ops {
+            let s2 = s.clone();
+            let o2 = o.clone();
+            db.write(move |t| match o2 {
+                Op::Upsert(id, a, e) => t.upsert_bytes("v.Photo", encode(&s2, id, a, 0, e.as_deref())).map(|_| ()),
+                Op::Delete(id) => t.delete_key("v.Photo", &[Value::Int(id)]).map(|_| ()),
+            }).wait().unwrap();
+            writes += 1;
+            for (f, last, _) in &subs {
+                let mut fresh = db.query("v.Photo");
+                if let Some(f) = f {
+                    fresh = fresh.filter(f.clone());
+                }
+                let fresh: Vec<(i64, f32, Vec<u8>)> = fresh.nearest(e.clone(), &q, k).all().unwrap()
+                    .into_iter().map(|n| (n.rowid, n.distance, n.object.bytes)).collect();
+                let ups = last.lock().unwrap();
+                let live: Vec<(i64, f32, Vec<u8>)> = ups.last().unwrap().neighbors.iter()
+                    .map(|n| (n.rowid, n.distance, n.object.bytes.clone())).collect();
+                prop_assert_eq!(&live, &fresh, "after {:?}", o);
+                // The diffs replayed from the first delivery give the same set.
+                let mut set = std::collections::BTreeSet::new();
+                for u in ups.iter() {
+                    for r in &u.removed { set.remove(r); }
+                    for r in &u.inserted { set.insert(*r); }
+                }
+                prop_assert_eq!(set, fresh.iter().map(|x| x.0).collect());
+            }
+        }
+        for (_, _, sub) in &subs {
+            let st = sub.stats();
+            // One distance per changed row at most (a write changes one row).
+            prop_assert!(st.distances <= writes);
+            prop_assert!(st.scans <= 1 + writes);
+        }
+    }
+}
+
+#[test]
+fn live_knn_scans_again_only_when_no_spare_is_left() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema("l2");
+    let db = open(&dir.path().join("v.db"), &s);
+    let objs: Vec<Vec<u8>> = (0..40)
+        .map(|i| encode(&s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0])))
+        .collect();
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes("v.Photo", o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let e = s.reader("v.Photo").unwrap().path("e").unwrap();
+    let last = Arc::new(Mutex::new(None));
+    let l2 = last.clone();
+    let sub = db
+        .query("v.Photo")
+        .nearest(e, &[0.0; DIM], 2)
+        .subscribe(move |u| *l2.lock().unwrap() = Some(u))
+        .unwrap();
+    assert_eq!(sub.stats().scans, 1);
+    // Inserts far away: one distance each, no delivery, no scan.
+    for i in 100..120 {
+        let b = encode(&s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0]));
+        db.write(move |t| t.insert_bytes("v.Photo", b).map(|_| ()))
+            .wait()
+            .unwrap();
+    }
+    let st = sub.stats();
+    assert_eq!((st.scans, st.distances, st.deliveries), (1, 20, 1));
+    // Deleting the nearest one by one: the spares take over (k = 2, 8 spares),
+    // then one scan when fewer than k candidates remain.
+    for id in 0..9 {
+        db.write(move |t| t.delete_key("v.Photo", &[Value::Int(id)]).map(|_| ()))
+            .wait()
+            .unwrap();
+        let u = last.lock().unwrap().clone().unwrap();
+        assert_eq!(u.removed, vec![id + 1]); // rowid = id + 1
+        assert_eq!(u.neighbors[0].rowid, id + 2);
+    }
+    assert_eq!(sub.stats().scans, 2);
+}
