@@ -530,6 +530,13 @@ root_type Post;
 """
 
 
+VECTOR_SCHEMA = """
+namespace demo;
+table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: "l2"); }
+root_type Photo;
+"""
+
+
 @test
 async def relations_prefetch_and_delete_rules(tmp):
     import json
@@ -550,6 +557,28 @@ async def relations_prefetch_and_delete_rules(tmp):
     e = await aexpect(KeelError.InvalidArgument, db.write([WriteOp.DELETE(collection="rel.Author", key=[Value.TEXT("ada")])]))
     assert "pin1" in str(e), e
     assert db.count("rel.Post") == 4 and db.count("rel.Author") == 1
+    await db.close()
+
+
+@test
+async def nearest_neighbours_through_the_ffi(tmp):
+    import json
+    db = await keel.open_async(os.path.join(tmp, "vector.db"), VECTOR_SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    photos = {"a": (1, [0.0, 0.0]), "b": (2, [1.0, 0.0]), "c": (1, [3.0, 4.0])}
+    await db.write([WriteOp.INSERT(collection="demo.Photo", bytes=db.encode_json("demo.Photo", json.dumps({"id": k, "album": a, "e": e})))
+                    for k, (a, e) in photos.items()])
+    def names(ns):
+        return [json.loads(db.decode_json("demo.Photo", n.bytes))["id"] for n in ns]
+    near = db.query("demo.Photo").nearest("e", [0.9, 0.0], 2)
+    assert names(near) == ["b", "a"]
+    assert abs(near[0].distance - 0.1) < 1e-6
+    # Filters apply before k.
+    assert names(db.query("demo.Photo").filter(Expr.eq("album", Value.INTEGER(1))).nearest("e", [0.9, 0.0], 2)) == ["a", "c"]
+    # A wrong dimension is a typed error, in a query and in a write (nothing stored).
+    expect(KeelError.InvalidArgument, db.query("demo.Photo").nearest, "e", [1.0], 1)
+    bad = db.encode_json("demo.Photo", json.dumps({"id": "d", "e": [1.0, 2.0, 3.0]}))
+    await aexpect(KeelError.InvalidArgument, db.write([WriteOp.INSERT(collection="demo.Photo", bytes=bad)]))
+    assert db.count("demo.Photo") == 3
     await db.close()
 
 

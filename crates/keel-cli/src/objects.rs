@@ -302,6 +302,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
     // Full-text indexes against the objects (`docs/search.md`).
     let mut drift = Vec::new();
     let mut search_rebuilt = None;
+    // Packed vector tables against the objects (`docs/vector.md`).
+    let mut vdrift = Vec::new();
+    let mut vector_rebuilt = None;
     if let Some(stored) = &stored {
         if repair {
             let rw = rusqlite::Connection::open(db)
@@ -312,6 +315,9 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 let n = inspect::repair_columns(&rw, stored)?;
                 if !inspect::search_drift(&rw, stored, 1)?.is_empty() {
                     search_rebuilt = Some(inspect::rebuild_search(&rw, stored)?);
+                }
+                if !inspect::vector_drift(&rw, stored, 1)?.is_empty() {
+                    vector_rebuilt = Some(inspect::rebuild_vectors(&rw, stored)?);
                 }
                 rw.execute_batch("COMMIT")?;
                 Ok::<u64, rusqlite::Error>(n)
@@ -325,11 +331,15 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 .map_err(|e| Failure::sqlite("compare columns", db, e))?;
             drift = inspect::search_drift(&rw, stored, SHOWN)
                 .map_err(|e| Failure::sqlite("compare the full-text index", db, e))?;
+            vdrift = inspect::vector_drift(&rw, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare the vector table", db, e))?;
         } else {
             mismatches = inspect::column_mismatches(&conn, stored, SHOWN)
                 .map_err(|e| Failure::sqlite("compare columns", db, e))?;
             drift = inspect::search_drift(&conn, stored, SHOWN)
                 .map_err(|e| Failure::sqlite("compare the full-text index", db, e))?;
+            vdrift = inspect::vector_drift(&conn, stored, SHOWN)
+                .map_err(|e| Failure::sqlite("compare the vector table", db, e))?;
         }
     }
 
@@ -344,7 +354,11 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
 
     let code = if !sqlite_problems.is_empty() {
         exit::CORRUPT
-    } else if !bad.is_empty() || !mismatches.is_empty() || !drift.is_empty() || refused_dangling > 0
+    } else if !bad.is_empty()
+        || !mismatches.is_empty()
+        || !drift.is_empty()
+        || !vdrift.is_empty()
+        || refused_dangling > 0
     {
         exit::PROBLEMS
     } else {
@@ -395,8 +409,12 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
                 "collection": d.collection, "rowid": d.rowid, "field": d.field,
                 "target": d.target, "key": d.key.to_string(), "allowed": d.allowed,
             })).collect::<Vec<_>>(),
+            "vector_drift": vdrift.iter().map(|d| json!({
+                "collection": d.collection, "rowid": d.rowid, "problem": d.problem,
+            })).collect::<Vec<_>>(),
+            "vector_rebuilt_objects": vector_rebuilt,
             "storage_format": format,
-            "repair": (!mismatches.is_empty() || !drift.is_empty()).then(|| format!("keel check --repair {}", db.display())),
+            "repair": (!mismatches.is_empty() || !drift.is_empty() || !vdrift.is_empty()).then(|| format!("keel check --repair {}", db.display())),
         });
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         return Ok(code);
@@ -494,6 +512,21 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         }
     }
     if stored.is_some() {
+        if let Some(n) = vector_rebuilt {
+            println!("vector: rebuilt the packed vector table from {n} object(s)");
+        }
+        for d in vdrift.iter().take(20) {
+            println!(
+                "vector: {} rowid {}: packed vector row {}",
+                d.collection, d.rowid, d.problem
+            );
+        }
+        if !vdrift.is_empty() {
+            println!(
+                "  repair: keel check --repair {} (rebuilds the vector table from the objects)",
+                db.display()
+            );
+        }
         if let Some(n) = search_rebuilt {
             println!("search: rebuilt the full-text index from {n} object(s)");
         }

@@ -211,6 +211,7 @@ impl From<QErr> for KeelError {
             QErr::UnknownCollection { .. } => KeelError::UnknownCollection { message },
             QErr::UnknownField { .. } => KeelError::UnknownField { message },
             QErr::InvalidSearch { .. } => KeelError::InvalidArgument { message },
+            QErr::InvalidVector { .. } => KeelError::InvalidArgument { message },
             QErr::TypeMismatch { .. } => KeelError::TypeMismatch { message },
             QErr::Schema { .. } | QErr::SchemaChanged { .. } => {
                 KeelError::InvalidSchema { message }

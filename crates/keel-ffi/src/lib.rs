@@ -79,6 +79,7 @@ mod packed;
 mod search;
 mod txn;
 mod types;
+mod vector;
 
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};
@@ -97,3 +98,4 @@ pub use types::{
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,
     WriteOp, WriteResult,
 };
+pub use vector::Neighbor;

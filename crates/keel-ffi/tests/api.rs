@@ -579,3 +579,67 @@ fn full_text_search_through_expressions() {
     assert!(matches!(err, KeelError::TypeMismatch { .. }), "{err:?}");
     block_on(db.close()).unwrap();
 }
+
+#[test]
+fn nearest_neighbours_through_the_ffi() {
+    const VEC: &str = "namespace demo;
+        table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: \"l2\"); }
+        root_type Photo;";
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("v.db").display().to_string(),
+        VEC.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let photo = |id: &str, album: i64, e: serde_json::Value| WriteOp::Insert {
+        collection: "demo.Photo".into(),
+        bytes: encode_json(
+            VEC.into(),
+            "demo.Photo".into(),
+            serde_json::json!({"id": id, "album": album, "e": e}).to_string(),
+        )
+        .unwrap(),
+    };
+    block_on(db.write(vec![
+        photo("a", 1, serde_json::json!([0.0, 0.0])),
+        photo("b", 2, serde_json::json!([1.0, 0.0])),
+        photo("c", 1, serde_json::json!([3.0, 4.0])),
+    ]))
+    .unwrap();
+    let q = || db.query("demo.Photo".into());
+    let near = q().nearest("e".into(), vec![0.9, 0.0], 2).unwrap();
+    assert_eq!(near.iter().map(|n| n.rowid).collect::<Vec<_>>(), [2, 1]);
+    assert!((near[0].distance - 0.1).abs() < 1e-6);
+    // Filters apply before k.
+    let in_album = q()
+        .filter(Expr::eq("album".into(), Value::Integer { v: 1 }))
+        .nearest("e".into(), vec![0.9, 0.0], 2)
+        .unwrap();
+    assert_eq!(in_album.iter().map(|n| n.rowid).collect::<Vec<_>>(), [1, 3]);
+    // Typed errors, never a panic.
+    assert!(matches!(
+        q().nearest("e".into(), vec![1.0], 1),
+        Err(KeelError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        q().nearest("e".into(), vec![f32::NAN, 0.0], 1),
+        Err(KeelError::InvalidArgument { .. })
+    ));
+    assert!(q().nearest("album".into(), vec![1.0, 0.0], 1).is_err());
+    let bad = encode_json(
+        VEC.into(),
+        "demo.Photo".into(),
+        r#"{"id": "d", "e": [1.0, 2.0, 3.0]}"#.into(),
+    )
+    .unwrap();
+    assert!(matches!(
+        block_on(db.write(vec![WriteOp::Insert {
+            collection: "demo.Photo".into(),
+            bytes: bad
+        }])),
+        Err(KeelError::InvalidArgument { .. })
+    ));
+    assert_eq!(q().count().unwrap(), 3);
+}

@@ -121,6 +121,20 @@ pub enum Error {
         /// What was expected and what was given.
         message: String,
     },
+    /// A vector given for a `(vector: N)` field — in an object written, or as a
+    /// nearest query — has another number of dimensions than `N`, or holds NaN
+    /// or infinity. Nothing was stored.
+    #[error("{op} in {collection}: vector field {field:?}: {problem}")]
+    InvalidVector {
+        /// What was being done.
+        op: &'static str,
+        /// The collection.
+        collection: String,
+        /// The vector field.
+        field: String,
+        /// What is wrong: expected and got dimensions, or the non-finite element.
+        problem: keel_schema::VectorProblem,
+    },
     /// A full-text search query is malformed (an unclosed phrase or group, an
     /// operator without operands, no searchable word), or asks for relevance
     /// order without a full-text filter to rank by. Never an SQL error text.

@@ -518,6 +518,87 @@ pub fn dangling_references(
     Ok(out)
 }
 
+/// One disagreement between a collection's objects and its packed vector table
+/// (`(vector: N)` fields): found by [`vector_drift`], fixed by
+/// [`rebuild_vectors`]. keel writes the table with the row, so drift means a
+/// tool other than keel changed rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VectorDrift {
+    /// The collection.
+    pub collection: String,
+    /// The object's rowid.
+    pub rowid: i64,
+    /// `missing` (no packed row for the object), `extra` (a packed row without
+    /// an object) or `stale <field>` (the packed bytes differ from the object's
+    /// vector).
+    pub problem: String,
+}
+
+/// Every disagreement (at most `limit`) between the collections of `schema`
+/// (the schema stored in the file) and their packed vector tables.
+///
+/// ```
+/// # use keel_query::{inspect, Database, StoreOptions};
+/// # use keel_schema::Schema;
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let path = dir.path().join("v.db");
+/// let schema = Schema::parse("table T { id: int (primary); e: [float] (vector: 2); } root_type T;", "t.fbs")?;
+/// let db = Database::open(&path, schema.clone(), StoreOptions::default())?;
+/// let obj = schema.reader("T")?.encode_json(&serde_json::json!({"id": 1, "e": [1.0, 2.0]}))?;
+/// db.write(move |t| t.insert_bytes("T", obj).map(|_| ())).wait()?;
+/// db.close().wait()?;
+/// let conn = rusqlite::Connection::open(&path)?;
+/// conn.execute("UPDATE \"T$vec\" SET v1 = x'00000000'", [])?; // what a stock tool might do
+/// let schema = std::sync::Arc::new(schema);
+/// let drift = inspect::vector_drift(&conn, &schema, 10)?;
+/// assert_eq!((drift.len(), drift[0].problem.as_str()), (1, "stale e"));
+/// assert_eq!(inspect::rebuild_vectors(&conn, &schema)?, 1);
+/// assert!(inspect::vector_drift(&conn, &schema, 10)?.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn vector_drift(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+) -> rusqlite::Result<Vec<VectorDrift>> {
+    let mut out = Vec::new();
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        if coll.vectors.is_none() || crate::layout::table_columns(conn, &coll.ident)?.is_empty() {
+            continue;
+        }
+        for (rowid, problem) in
+            crate::vector::compare(conn, &coll, limit.saturating_sub(out.len()))?
+        {
+            out.push(VectorDrift {
+                collection: coll.name.clone(),
+                rowid,
+                problem,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Rebuild the packed vector table of every collection of `schema` that has
+/// `(vector: N)` fields from its objects, in the caller's transaction if it has
+/// one. Returns how many objects were written.
+pub fn rebuild_vectors(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusqlite::Result<u64> {
+    let mut n = 0;
+    for ci in 0..schema.collections.len() {
+        let Ok(coll) = Coll::build(schema, ci, schema) else {
+            continue;
+        };
+        if coll.vectors.is_none() || crate::layout::table_columns(conn, &coll.ident)?.is_empty() {
+            continue;
+        }
+        n += crate::vector::rebuild(conn, &coll)?;
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

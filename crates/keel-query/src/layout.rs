@@ -156,6 +156,9 @@ pub(crate) struct Coll {
     /// Its `(references: …)` links, both ways (`links.rs`): delete rules and the
     /// `dangling: false` check.
     pub(crate) links: crate::links::Links,
+    /// The packed vector side table (`vector.rs`), when the collection has
+    /// `(vector: N)` fields (in the extraction schema, like the index columns).
+    pub(crate) vectors: Option<crate::vector_table::VectorSql>,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -354,6 +357,10 @@ impl Coll {
             indexes,
             search: crate::search::SearchSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
             links: crate::links::Links::of(schema, &c.name),
+            vectors: crate::vector_table::VectorSql::of(
+                &c.name,
+                ext_table.map_or(t, |et| ext.table(et)),
+            ),
             ext: Arc::clone(ext),
             ext_table,
             body,

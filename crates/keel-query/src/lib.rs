@@ -136,6 +136,7 @@ mod layout;
 mod links;
 mod live_relation;
 pub mod migrate;
+mod nearest;
 pub mod pool;
 mod query;
 mod relation;
@@ -149,6 +150,8 @@ mod stored;
 pub mod subscribe;
 mod tokenize;
 mod txn;
+mod vector;
+mod vector_table;
 
 pub use change::{Change, ChangeOp};
 pub use db::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
@@ -161,10 +164,14 @@ pub use error::{Error, Result};
 pub use feed::FeedStats;
 pub use live_relation::{IncludingSubscription, IncludingUpdate};
 pub use migrate::{Migration, MigrationProgress, Migrator};
+pub use nearest::{Nearest, NearestFetch, Neighbor};
 pub use query::{Fetch, Query, StoredObject};
 pub use relation::{Included, Including};
 pub use sql::FIELD_FN;
-pub use subscribe::{Diff, ObjectEvent, ObjectUpdate, QueryUpdate, Subscription, Update};
+pub use subscribe::{
+    Diff, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent, ObjectUpdate, QueryUpdate,
+    Subscription, Update,
+};
 pub use txn::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};

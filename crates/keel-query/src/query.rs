@@ -37,7 +37,7 @@ pub(crate) enum Source<'a> {
 }
 
 impl Source<'_> {
-    fn inner(&self) -> &Inner {
+    pub(crate) fn inner(&self) -> &Inner {
         match self {
             Source::Db(inner) => inner,
             Source::Conn(inner, _, _) => inner,
@@ -48,7 +48,7 @@ impl Source<'_> {
     /// transaction around it: each query runs one statement (after, for a
     /// collection this open creates, a look at `sqlite_schema` whose answer a later
     /// commit cannot take back), which autocommit gives a consistent view.
-    fn run<T>(
+    pub(crate) fn run<T>(
         &self,
         op: &'static str,
         f: impl FnOnce(&Inner, &rusqlite::Connection) -> Result<T>,
@@ -176,7 +176,7 @@ impl<'a> Query<'a> {
     }
 
     /// The query as the scan (`scan.rs`) sees it.
-    fn ask(&self) -> crate::scan::Ask<'_> {
+    pub(crate) fn ask(&self) -> crate::scan::Ask<'_> {
         crate::scan::Ask {
             filter: self.spec.filter.as_ref(),
             order: &self.spec.order,
@@ -189,7 +189,7 @@ impl<'a> Query<'a> {
         }
     }
 
-    fn coll<'i>(&self, inner: &'i Inner, op: &'static str) -> Result<&'i Coll> {
+    pub(crate) fn coll<'i>(&self, inner: &'i Inner, op: &'static str) -> Result<&'i Coll> {
         inner.coll(&self.spec.collection, op)
     }
 
@@ -230,7 +230,7 @@ impl<'a> Query<'a> {
 
     /// The SQL for `filter` in `order` (`None`: no ORDER BY), with the spec's
     /// LIMIT/OFFSET if `paged`; `count` selects `count(*)` instead of the rows.
-    fn build_with(
+    pub(crate) fn build_with(
         &self,
         inner: &Inner,
         filter: Option<&Expr>,
@@ -508,7 +508,7 @@ fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
 /// Run `sql` (selecting `rowid` and `c.body`'s columns) and hand each row to `sink` with its
 /// bytes borrowed from SQLite (restored, where the body left its key out: see
 /// `BodyColumns::read`), until `sink` returns `Ok(false)`.
-fn select_each(
+pub(crate) fn select_each(
     conn: &rusqlite::Connection,
     c: &Coll,
     op: &'static str,

@@ -343,6 +343,8 @@ pub(crate) fn schema_phase(
         }
     })
     .map_err(err("build the full-text index"))?;
+    // Packed vector tables (`vector.rs`): the same way, in this transaction.
+    crate::vector::sync_all(conn, &colls, migrated).map_err(err("build the vector table"))?;
     // Indexes the schema no longer declares: drop them and their columns (they
     // only cost writes).
     let old: Vec<(String, String)> = {

@@ -264,6 +264,12 @@ impl<'a> Txn<'a> {
     /// at `rowid`, for a collection with `(searchable)` fields: in this
     /// transaction and savepoint, like the row itself (`fts.rs`).
     fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
+        // The packed vectors (`vector.rs`) go with the row the same way.
+        if let Some(v) = &c.vectors {
+            self.with_kept_stmt(c, op, &v.upsert, |st| {
+                crate::vector::write(st, v, rowid, bytes)
+            })?;
+        }
         let Some(s) = &c.search else {
             return Ok(());
         };
@@ -274,6 +280,9 @@ impl<'a> Txn<'a> {
 
     /// Remove the full-text index entry of `rowid` (see [`Txn::index_text`]).
     fn unindex_text(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
+        if let Some(v) = &c.vectors {
+            self.with_kept_stmt(c, op, &v.delete, |st| st.execute([rowid]).map(|_| ()))?;
+        }
         let Some(s) = &c.search else {
             return Ok(());
         };
@@ -287,6 +296,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
+        crate::vector::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
         // The index columns are extracted once from the bytes, as they are bound.
         self.with_kept_stmt(c, op, &c.sql_insert, |st| {
@@ -326,6 +336,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
+        crate::vector::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
         if self.record {
             let Some(old) = self.find(c, op, &key)? else {
@@ -397,6 +408,7 @@ impl<'a> Txn<'a> {
         key: &[Value],
         bytes: &[u8],
     ) -> Result<()> {
+        crate::vector::check(c, op, bytes)?;
         self.check_references(c, op, bytes)?;
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
@@ -674,6 +686,15 @@ impl<'a> Txn<'a> {
                     ))
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
             }
+            if let Some(v) = &c.vectors {
+                // So do the packed vectors.
+                self.conn
+                    .execute(
+                        &format!("UPDATE {} SET rowid = ?1 WHERE rowid = ?2", v.ident),
+                        [fresh, rowid],
+                    )
+                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
+            }
             if let Some(ch) = self.changes.last_mut() {
                 ch.rowid = fresh;
             }
@@ -722,7 +743,7 @@ impl<'a> Txn<'a> {
 
     /// Delete the object with `key` of `c`, no reference rules applied.
     fn delete_plain(&mut self, c: &Coll, key: &[Value]) -> Result<bool> {
-        if !self.record && c.search.is_none() {
+        if !self.record && c.search.is_none() && c.vectors.is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
             let key = c.check_key_ref("delete", key)?;

@@ -78,6 +78,13 @@ impl Schema {
                 let _ = writeln!(out, "attribute \"{a}\";");
             }
         }
+        if self
+            .tables
+            .iter()
+            .any(|t| t.fields.iter().any(|f| f.vector.is_some()))
+        {
+            out.push_str("attribute \"vector\";\nattribute \"metric\";\n");
+        }
         let mut cur_ns = String::from("\u{0}");
         let mut ns_line = |out: &mut String, n: &str| {
             if cur_ns != n {
@@ -161,6 +168,9 @@ impl Schema {
                     if flag {
                         let _ = write!(out, ", {name}");
                     }
+                }
+                if let Some(v) = &f.vector {
+                    let _ = write!(out, ", vector: {}, metric: \"{}\"", v.dimensions, v.metric);
                 }
                 match f.searchable {
                     Some(1.0) => out.push_str(", searchable"),

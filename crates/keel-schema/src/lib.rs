@@ -64,6 +64,7 @@ pub mod relation;
 mod resolve;
 pub mod swift;
 pub mod value;
+pub mod vector;
 pub mod wire;
 
 pub use flatbuffers;
@@ -81,3 +82,4 @@ pub use path::{FieldPath, PathStep};
 pub use record::{ChangeRequest, Changes, DecodeError, Record};
 pub use relation::{Relation, Through, ThroughField};
 pub use value::Value;
+pub use vector::{Metric, VectorProblem, VectorSpec};

@@ -189,6 +189,10 @@ pub struct Field {
     /// collection (one for a scalar or string field, several for a vector of
     /// them). See [`Reference`].
     pub references: Option<Reference>,
+    /// `(vector: N, metric: "…")`: a `[float]` field of a collection holding
+    /// exactly `N` finite floats, searchable by nearest neighbour
+    /// ([`crate::vector`]).
+    pub vector: Option<crate::vector::VectorSpec>,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
 }

@@ -41,6 +41,8 @@ const BUILTIN_ATTRIBUTES: &[&str] = &[
     "on_delete",
     "dangling",
     "inverse",
+    "vector",
+    "metric",
 ];
 
 /// Most union members FlatBuffers allows (tags are a `ubyte`, 0 is NONE).
@@ -400,9 +402,15 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
         if let Some(f) = t
             .fields
             .iter()
-            .find(|f| f.primary || f.searchable.is_some())
+            .find(|f| f.primary || f.searchable.is_some() || f.vector.is_some())
         {
-            let what = if f.primary { "primary" } else { "searchable" };
+            let what = if f.primary {
+                "primary"
+            } else if f.vector.is_some() {
+                "vector"
+            } else {
+                "searchable"
+            };
             let d = &r.tables[i];
             let pos = d
                 .decl_fields()
@@ -442,6 +450,43 @@ impl DeclRef<'_> {
 
 fn has_attr(attrs: &[ast::Attribute], name: &str) -> bool {
     attrs.iter().any(|a| a.name == name)
+}
+
+/// The declaration of a `(vector: N, metric: "…")` field, if it has one.
+fn vector_spec(attrs: &[ast::Attribute]) -> Result<Option<crate::vector::VectorSpec>, String> {
+    use crate::vector::{Metric, VectorSpec, MAX_DIMENSIONS};
+    let Some(a) = attr(attrs, "vector") else {
+        if attr(attrs, "metric").is_some() {
+            return Err("(metric) needs (vector: N) beside it".into());
+        }
+        return Ok(None);
+    };
+    let dimensions = match &a.value {
+        Some(ast::Literal::Int(s)) => s
+            .replace('_', "")
+            .parse::<u32>()
+            .ok()
+            .filter(|d| (1..=MAX_DIMENSIONS).contains(d))
+            .ok_or_else(|| {
+                format!("(vector: {s}): expected a dimension count from 1 to {MAX_DIMENSIONS}")
+            })?,
+        other => {
+            return Err(format!(
+                "(vector: {other:?}): expected the number of dimensions, e.g. (vector: 512)"
+            ))
+        }
+    };
+    let metric = match attr(attrs, "metric").map(|m| &m.value) {
+        None => Metric::Cosine,
+        Some(Some(ast::Literal::Str(s))) => Metric::parse(s)
+            .ok_or_else(|| format!("(metric: {s:?}): expected \"cosine\", \"l2\" or \"dot\""))?,
+        Some(other) => {
+            return Err(format!(
+                "(metric: {other:?}): expected \"cosine\", \"l2\" or \"dot\""
+            ))
+        }
+    };
+    Ok(Some(VectorSpec { dimensions, metric }))
 }
 
 /// The weight of a `(searchable)` / `(searchable: w)` attribute, if present.
@@ -1189,8 +1234,19 @@ impl<'a> Resolver<'a> {
                     .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 references: reference_attrs(&f.attributes)
                     .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
+                vector: vector_spec(&f.attributes)
+                    .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 doc: f.doc.clone(),
             };
+            if field.vector.is_some()
+                && !matches!(&field.ty, FieldType::Vector(e) if **e == FieldType::Scalar(ScalarType::F32))
+            {
+                return Err(err(
+                    d.file,
+                    f.pos,
+                    format!("field {:?}: (vector) expects a [float] field", f.name),
+                ));
+            }
             if field.searchable.is_some()
                 && !matches!(&field.ty, FieldType::String)
                 && !matches!(&field.ty, FieldType::Vector(e) if **e == FieldType::String)

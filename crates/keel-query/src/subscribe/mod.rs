@@ -106,6 +106,7 @@ mod delivery;
 mod diff;
 mod fx;
 pub(crate) mod hub;
+mod nearest;
 mod update;
 
 use std::collections::HashMap;
@@ -119,6 +120,7 @@ use keel_schema::{Record, Value};
 
 pub use diff::Diff;
 pub(crate) use hub::Hub;
+pub use nearest::{NearestStats, NearestSubscription, NearestUpdate};
 pub use update::{ObjectEvent, ObjectUpdate, QueryUpdate, Update};
 
 use delivery::{Callback, Shared};

@@ -1,0 +1,421 @@
+//! Vector search benchmark (issue 29): exact k-NN over `(vector: 512)` fields
+//! against numpy and against this machine's memory bandwidth, live k-NN against
+//! re-running the queries, and the write overhead of a vector field, all in the
+//! same process (numpy in a child process on the same vectors).
+//!
+//! `cargo bench -p keel-benches --bench vector -- [--quick]` writes
+//! `target/keel-bench/vector.json` (`cargo xtask bench vector` also renders it
+//! into BENCHMARKS.md).
+//!
+//! # Data
+//! The seed app's shape: 8,155 photos, each with a 512-d embedding normalised
+//! to length 1 (cosine metric), plus a second collection of 100,000 such vectors.
+//! The vectors are pseudo-random (a fixed-seed generator: each element the sum
+//! of four uniforms, so roughly Gaussian, then normalised); query vectors are
+//! stored vectors. `--quick` (CI): 1,000 and 5,000.
+//!
+//! # What is measured
+//! * **query**: `db.query(..).nearest(embedding, &q, 20).all()` (k = 20, the
+//!   objects loaded), median over the query set, against numpy on the same
+//!   vectors in memory: `d = 1 - X @ q; i = argpartition(d, 20)[:20]` sorted
+//!   (`query_vs_numpy`, goal ≤ 1.2), and against the memory-bandwidth bound:
+//!   bytes of vectors ÷ the sequential-read bandwidth of a `copy_from_slice` of
+//!   a buffer of the same size, measured in this run (`query_vs_bandwidth`,
+//!   goal ≤ 2). numpy absent: the comparison is skipped and said so.
+//! * **live**: 100 live k-NN subscriptions (k = 20, different query vectors) on
+//!   the 8,155 photos, then single-photo inserts, one per write: the writer's
+//!   time per commit with the subscriptions minus without them, against the
+//!   time to re-run the 100 queries (`live_lead`, goal ≥ 20).
+//! * **write overhead**: inserting the photos, 1,000 per transaction, into the
+//!   collection with `(vector: 512)` ÷ the same objects into one without the
+//!   attribute (`write_overhead_ratio`).
+
+use std::path::Path;
+use std::time::Instant;
+
+use keel::schema::Schema;
+use keel::storage::{SyncPolicies, SyncPolicy};
+use keel::{Database, StoreOptions};
+
+mod support;
+
+const COLL: &str = "bench.Photo";
+const DIM: usize = 512;
+const K: usize = 20;
+
+fn schema(vector: bool) -> Schema {
+    let attr = if vector {
+        "(vector: 512, metric: \"cosine\")"
+    } else {
+        ""
+    };
+    Schema::parse(
+        &format!("namespace bench; table Photo {{ id: int (primary); album: int; embedding: [float] {attr}; }} root_type Photo;"),
+        "b.fbs",
+    )
+    .unwrap()
+}
+
+/// `n` normalised pseudo-random vectors, flat.
+fn vectors(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+    };
+    let mut out = Vec::with_capacity(n * DIM);
+    for _ in 0..n {
+        let v: Vec<f32> = (0..DIM)
+            .map(|_| next() + next() + next() + next())
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        out.extend(v.iter().map(|x| x / norm));
+    }
+    out
+}
+
+fn options() -> StoreOptions {
+    StoreOptions::default().sync(SyncPolicies::all(SyncPolicy::Normal))
+}
+
+fn encode(s: &Schema, flat: &[f32]) -> Vec<Vec<u8>> {
+    let r = s.reader(COLL).unwrap();
+    flat.chunks_exact(DIM)
+        .enumerate()
+        .map(|(i, v)| {
+            r.encode_json(&serde_json::json!({"id": i, "album": i % 50, "embedding": v}))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Insert `objs`, 1,000 per write; ms.
+fn load(db: &Database, objs: &[Vec<u8>]) -> f64 {
+    let t = Instant::now();
+    for chunk in objs.chunks(1000) {
+        let chunk = chunk.to_vec();
+        db.write(move |t| {
+            for o in chunk {
+                t.insert_bytes(COLL, o)?;
+            }
+            Ok(())
+        })
+        .wait()
+        .unwrap();
+    }
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// Median ms of a top-K query per query vector.
+fn query_ms(db: &Database, queries: &[&[f32]]) -> f64 {
+    let path = schema(true)
+        .reader(COLL)
+        .unwrap()
+        .path("embedding")
+        .unwrap();
+    // One warm-up (page cache, statement cache).
+    db.query(COLL)
+        .nearest(path.clone(), queries[0], K)
+        .all()
+        .unwrap();
+    let mut t = Vec::new();
+    for q in queries {
+        let s = Instant::now();
+        let r = db.query(COLL).nearest(path.clone(), q, K).all().unwrap();
+        t.push(s.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(r.len(), K);
+    }
+    support::median(t)
+}
+
+/// Sequential-read bandwidth (GB/s) of copying a buffer of `bytes`.
+fn bandwidth_gbs(bytes: usize) -> f64 {
+    let src = vec![1u8; bytes];
+    let mut dst = vec![0u8; bytes];
+    dst.copy_from_slice(&src);
+    let mut t = Vec::new();
+    for _ in 0..5 {
+        let s = Instant::now();
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&dst);
+        t.push(s.elapsed().as_secs_f64());
+    }
+    bytes as f64 / support::median(t) / 1e9
+}
+
+/// numpy's median ms per top-K query on the same vectors, or `None` without numpy.
+fn numpy_ms(dir: &Path, flat: &[f32], queries: &[usize]) -> Option<f64> {
+    let data = dir.join("x.f32");
+    let bytes: Vec<u8> = flat.iter().flat_map(|x| x.to_le_bytes()).collect();
+    std::fs::write(&data, bytes).ok()?;
+    let qs: Vec<String> = queries.iter().map(|q| q.to_string()).collect();
+    let script = format!(
+        r#"
+import numpy as np, time, statistics
+x = np.fromfile({data:?}, dtype='<f4').reshape(-1, {DIM})
+ts = []
+for qi in [{qs}]:
+    q = x[qi].copy()
+    s = time.perf_counter()
+    d = 1.0 - x @ q
+    i = np.argpartition(d, {K})[:{K}]
+    i = i[np.argsort(d[i])]
+    ts.append((time.perf_counter() - s) * 1e3)
+print(statistics.median(ts[1:] if len(ts) > 1 else ts))
+"#,
+        data = data.display().to_string(),
+        qs = qs.join(", ")
+    );
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "numpy comparison skipped: {}",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+        return None;
+    }
+    String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+}
+
+fn main() {
+    let quick = support::flag("--quick");
+    let (n_small, n_large) = if quick {
+        (1_000, 5_000)
+    } else {
+        (8_155, 100_000)
+    };
+    let nq = if quick { 5 } else { 21 };
+    let dir = tempfile::tempdir().unwrap();
+    let with = schema(true);
+    let plain = schema(false);
+    let flat = vectors(n_small, 1);
+    let q_idx: Vec<usize> = (0..nq).map(|i| (i * 7919) % n_small).collect();
+    let queries: Vec<&[f32]> = q_idx
+        .iter()
+        .map(|i| &flat[i * DIM..(i + 1) * DIM])
+        .collect();
+
+    // Write overhead: the same objects with and without the attribute.
+    let objs = encode(&with, &flat);
+    let db_plain = Database::open(dir.path().join("plain.db"), plain.clone(), options()).unwrap();
+    let plain_ms = load(&db_plain, &objs);
+    db_plain.close().wait().unwrap();
+    let db = Database::open(dir.path().join("vec.db"), with.clone(), options()).unwrap();
+    let vec_ms = load(&db, &objs);
+    eprintln!("insert {n_small}: plain {plain_ms:.0} ms, vector {vec_ms:.0} ms");
+
+    // Query, 8,155.
+    let small_ms = query_ms(&db, &queries);
+    let small_bytes = n_small * DIM * 4;
+    let bw = bandwidth_gbs(small_bytes);
+    let small_bound_ms = small_bytes as f64 / (bw * 1e9) * 1e3;
+    let small_np = numpy_ms(dir.path(), &flat, &q_idx);
+    eprintln!(
+        "query {n_small}: keel {small_ms:.2} ms, numpy {small_np:?} ms, bandwidth bound {small_bound_ms:.2} ms ({bw:.1} GB/s)"
+    );
+
+    // Live k-NN: 100 subscriptions, single-photo inserts.
+    let path = with.reader(COLL).unwrap().path("embedding").unwrap();
+    let extra = vectors(if quick { 20 } else { 100 }, 2);
+    let extra_objs: Vec<Vec<u8>> = {
+        let r = with.reader(COLL).unwrap();
+        extra
+            .chunks_exact(DIM)
+            .enumerate()
+            .map(|(i, v)| {
+                r.encode_json(&serde_json::json!({"id": 1_000_000 + i, "album": 1, "embedding": v}))
+                    .unwrap()
+            })
+            .collect()
+    };
+    let insert_each = |objs: &[Vec<u8>]| -> Vec<f64> {
+        objs.iter()
+            .map(|o| {
+                let o = o.clone();
+                let s = Instant::now();
+                db.write(move |t| t.insert_bytes(COLL, o).map(|_| ()))
+                    .wait()
+                    .unwrap();
+                s.elapsed().as_secs_f64() * 1e3
+            })
+            .collect()
+    };
+    let half = extra_objs.len() / 2;
+    let without = support::median(insert_each(&extra_objs[..half]));
+    let subs: Vec<_> = (0..100)
+        .map(|i| {
+            let q = &flat[((i * 31) % n_small) * DIM..][..DIM];
+            db.query(COLL)
+                .nearest(path.clone(), q, K)
+                .subscribe(|_| {})
+                .unwrap()
+        })
+        .collect();
+    let with_subs = support::median(insert_each(&extra_objs[half..]));
+    let scans: u64 = subs.iter().map(|s| s.stats().scans).sum();
+    drop(subs);
+    let live_cost = (with_subs - without).max(1e-3);
+    let rerun_ms = {
+        let s = Instant::now();
+        for i in 0..100 {
+            let q = &flat[((i * 31) % n_small) * DIM..][..DIM];
+            db.query(COLL).nearest(path.clone(), q, K).all().unwrap();
+        }
+        s.elapsed().as_secs_f64() * 1e3
+    };
+    eprintln!(
+        "live: commit {without:.3} ms alone, {with_subs:.3} ms with 100 subscriptions ({scans} scans in all); re-running 100 queries {rerun_ms:.1} ms"
+    );
+    db.close().wait().unwrap();
+
+    // Query, 100,000.
+    let big = vectors(n_large, 3);
+    let db_big = Database::open(dir.path().join("big.db"), with.clone(), options()).unwrap();
+    let big_load_ms = load(&db_big, &encode(&with, &big));
+    let big_q_idx: Vec<usize> = (0..nq.min(11)).map(|i| (i * 7919) % n_large).collect();
+    let big_queries: Vec<&[f32]> = big_q_idx
+        .iter()
+        .map(|i| &big[i * DIM..(i + 1) * DIM])
+        .collect();
+    let large_ms = query_ms(&db_big, &big_queries);
+    let large_bytes = n_large * DIM * 4;
+    let bw_large = bandwidth_gbs(large_bytes);
+    let large_bound_ms = large_bytes as f64 / (bw_large * 1e9) * 1e3;
+    let large_np = numpy_ms(dir.path(), &big, &big_q_idx);
+    eprintln!(
+        "query {n_large}: keel {large_ms:.2} ms, numpy {large_np:?} ms, bandwidth bound {large_bound_ms:.2} ms ({bw_large:.1} GB/s); load {big_load_ms:.0} ms"
+    );
+    db_big.close().wait().unwrap();
+
+    let mut metrics: Vec<(&str, f64)> = vec![
+        ("photos", n_small as f64),
+        ("large_vectors", n_large as f64),
+        ("query_ms", small_ms),
+        ("large_query_ms", large_ms),
+        ("bandwidth_gb_s", bw),
+        ("bandwidth_bound_ms", small_bound_ms),
+        ("large_bandwidth_bound_ms", large_bound_ms),
+        ("query_vs_bandwidth", small_ms / small_bound_ms),
+        ("large_query_vs_bandwidth", large_ms / large_bound_ms),
+        ("live_commit_cost_ms", live_cost),
+        ("rerun_100_queries_ms", rerun_ms),
+        ("live_lead", rerun_ms / live_cost),
+        ("live_scans", scans as f64),
+        ("insert_plain_ms", plain_ms),
+        ("insert_vector_ms", vec_ms),
+        ("write_overhead_ratio", vec_ms / plain_ms),
+    ];
+    let mut summary = format!(
+        "{n_small} photos and {n_large} vectors, 512-d normalised, k = {K}; sequential read {bw:.1} GB/s."
+    );
+    if let Some(np) = small_np {
+        metrics.push(("numpy_query_ms", np));
+        metrics.push(("query_vs_numpy", small_ms / np));
+    }
+    if let Some(np) = large_np {
+        metrics.push(("large_numpy_query_ms", np));
+        metrics.push(("large_query_vs_numpy", large_ms / np));
+    }
+    if small_np.is_none() || large_np.is_none() {
+        summary.push_str(" numpy was not available: the numpy comparison was skipped.");
+    }
+    let get = |k: &str| metrics.iter().find(|m| m.0 == k).map(|m| m.1);
+    let target = |metric: &str, label: &str, goal: f64, better: &str| {
+        get(metric).map(|v| {
+            let v = (v * 1000.0).round() / 1000.0;
+            serde_json::json!({
+                "metric": metric, "label": label, "median": v, "min": v, "max": v,
+                "repetitions": 1, "target": goal, "better": better, "unit": "×",
+            })
+        })
+    };
+    let targets: Vec<serde_json::Value> = [
+        target(
+            "query_vs_numpy",
+            "8,155 × 512-d top-20 vs numpy",
+            1.2,
+            "lower",
+        ),
+        target(
+            "large_query_vs_numpy",
+            "100,000 × 512-d top-20 vs numpy",
+            1.2,
+            "lower",
+        ),
+        target(
+            "query_vs_bandwidth",
+            "8,155 × 512-d top-20 vs bandwidth bound",
+            2.0,
+            "lower",
+        ),
+        target(
+            "large_query_vs_bandwidth",
+            "100,000 × 512-d top-20 vs bandwidth bound",
+            2.0,
+            "lower",
+        ),
+        target(
+            "live_lead",
+            "re-running 100 queries ÷ live k-NN writer cost per commit",
+            20.0,
+            "higher",
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
+    let method = support::doc_sections(include_str!("vector.rs"), &["Data", "What is measured"]);
+    support::write_report(
+        "vector",
+        &serde_json::json!({
+            "scenario": "vector",
+            "metrics": mm,
+            "notes": notes,
+            "targets": targets,
+            "summary": summary,
+            "method": method,
+        }),
+    );
+}
+
+fn note(k: &str) -> &'static str {
+    match k {
+        "photos" => "photos with a 512-d embedding (the seed app's shape)",
+        "large_vectors" => "vectors in the large collection",
+        "query_ms" => "keel: ms per top-20 nearest query over the photos, objects loaded",
+        "large_query_ms" => "keel: ms per top-20 nearest query over the large collection",
+        "numpy_query_ms" => {
+            "numpy (in memory): ms per top-20 (X @ q, argpartition) over the photos"
+        }
+        "large_numpy_query_ms" => "numpy: ms per top-20 over the large collection",
+        "query_vs_numpy" => "keel ÷ numpy, photos (goal ≤ 1.2)",
+        "large_query_vs_numpy" => "keel ÷ numpy, large collection (goal ≤ 1.2)",
+        "bandwidth_gb_s" => {
+            "sequential read (copy_from_slice) of a buffer the photos' vectors' size, GB/s"
+        }
+        "bandwidth_bound_ms" => "bytes of the photos' vectors ÷ that bandwidth, ms",
+        "large_bandwidth_bound_ms" => "bytes of the large collection's vectors ÷ its bandwidth, ms",
+        "query_vs_bandwidth" => "keel query ÷ bandwidth bound, photos (goal ≤ 2)",
+        "large_query_vs_bandwidth" => "keel query ÷ bandwidth bound, large (goal ≤ 2)",
+        "live_commit_cost_ms" => {
+            "writer: ms per single-photo commit with 100 live k-NN minus without"
+        }
+        "rerun_100_queries_ms" => "re-running the 100 nearest queries, ms",
+        "live_lead" => "re-run ÷ live cost per commit (goal ≥ 20)",
+        "live_scans" => "full scans the 100 subscriptions ran (100 = only their first)",
+        "insert_plain_ms" => "insert the photos without (vector), ms",
+        "insert_vector_ms" => "insert the photos with (vector: 512), ms",
+        "write_overhead_ratio" => "with ÷ without (vector)",
+        _ => "",
+    }
+}

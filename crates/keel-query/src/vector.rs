@@ -1,0 +1,320 @@
+//! Vector fields (`(vector: N, metric: "…")` on a `[float]` field): the packed
+//! column, the check on write, and the exact k-nearest-neighbour scan.
+//!
+//! # Storage
+//!
+//! A collection with vector fields has a side table `"<collection>$vec"`:
+//!
+//! ```sql
+//! CREATE TABLE "Photo$vec"(rowid INTEGER PRIMARY KEY, "v3" BLOB);
+//! ```
+//!
+//! one row per object (same rowid), one column per vector field, named `v` + the
+//! field id (ids survive renames), holding the field's floats packed little-endian
+//! f32 — byte for byte the FlatBuffers vector's data, so writing it is a copy. An
+//! object without the field has `NULL`. `txn.rs` writes the row in the same
+//! transaction and savepoint as the object (like the full-text index, never by
+//! triggers), so stock SQLite reads it and a rollback takes both back.
+//! `keel_meta` keeps `vector:<collection>` = the fields and dimensions it was
+//! built with; another signature (or a migration) rebuilds it at open.
+//!
+//! # The scan
+//!
+//! A nearest query reads only `"<collection>$vec"` (never the object bodies):
+//! the filter, if any, becomes `rowid IN (SELECT rowid FROM <table> WHERE …)`
+//! answered by SQLite on keys and index columns (a filter on an unindexed field
+//! is evaluated on the bodies first, then the same scan runs over its rowids).
+//! Each row's distance is computed by the loops of [`keel_schema::vector`]
+//! (safe Rust the compiler vectorises) into a bounded max-heap of the `k` best
+//! by `(distance, rowid)`: equal distances are ordered by rowid, so results and
+//! live diffs are stable. Only the `k` winners' bodies are loaded.
+
+use keel_schema::Value;
+
+use crate::error::{Error, Result};
+use crate::layout::{ident, Coll};
+pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
+
+/// Which rows a scan considers.
+pub(crate) enum Within<'w> {
+    /// Every object.
+    All,
+    /// The rowids this SQL (`SELECT rowid FROM …`) selects with these parameters.
+    Sql(&'w str, &'w [keel_schema::Value]),
+    /// These rowids.
+    Set(&'w std::collections::HashSet<i64>),
+}
+
+/// Refuse an object whose vector fields do not fit their declarations (another
+/// dimension count, NaN or infinity): [`Error::InvalidVector`], before anything
+/// is written.
+pub(crate) fn check(c: &Coll, op: &'static str, bytes: &[u8]) -> Result<()> {
+    let Some(v) = &c.vectors else {
+        return Ok(());
+    };
+    let mut floats = Vec::new();
+    for f in &v.fields {
+        let Some(p) = packed(f, bytes) else { continue };
+        keel_schema::vector::unpack_into(p, &mut floats);
+        f.spec
+            .check(&floats)
+            .map_err(|problem| Error::InvalidVector {
+                op,
+                collection: c.name.clone(),
+                field: f.name.clone(),
+                problem,
+            })?;
+    }
+    Ok(())
+}
+
+/// Check a query vector against field `f`: a typed error naming the field.
+pub(crate) fn check_query(
+    c: &Coll,
+    f: &VectorField,
+    op: &'static str,
+    query: &[f32],
+) -> Result<()> {
+    f.spec.check(query).map_err(|problem| Error::InvalidVector {
+        op,
+        collection: c.name.clone(),
+        field: f.name.clone(),
+        problem,
+    })
+}
+
+/// The vector field of `c` that `path` names: one `(vector)` field of the
+/// collection's own table.
+pub(crate) fn field_of<'c>(
+    c: &'c Coll,
+    op: &'static str,
+    path: &keel_schema::FieldPath,
+) -> Result<&'c VectorField> {
+    let not = || Error::UnknownField {
+        op,
+        collection: c.name.clone(),
+        message: format!("{path} is not a (vector: N) field of the collection"),
+    };
+    match path.steps() {
+        [keel_schema::PathStep::Field { id, .. }] => c
+            .vectors
+            .as_ref()
+            .and_then(|v| v.field(*id))
+            .ok_or_else(not),
+        _ => Err(not()),
+    }
+}
+
+/// Distances of `query` to the objects of `c` in field `f`, the best `k` by
+/// `(distance, rowid)`, best first. `within`: the SQL (`SELECT rowid FROM …`)
+/// and parameters of the rowids the filter keeps, or `None` for all.
+pub(crate) fn scan(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    f: &VectorField,
+    op: &'static str,
+    query: &[f32],
+    k: usize,
+    within: Within<'_>,
+) -> Result<Vec<Scored>> {
+    let v = c.vectors.as_ref().ok_or_else(|| Error::UnknownField {
+        op,
+        collection: c.name.clone(),
+        message: "the collection has no vector field".into(),
+    })?;
+    let err = |e| Error::sqlite(op, &c.name, e);
+    let mut sql = format!(
+        "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL",
+        col = f.col_ident,
+        t = v.ident
+    );
+    let (params, keep): (&[Value], _) = match within {
+        Within::Sql(w, p) => {
+            sql.push_str(" AND rowid IN (");
+            sql.push_str(w);
+            sql.push(')');
+            (p, None)
+        }
+        Within::Set(s) => (&[], Some(s)),
+        Within::All => (&[], None),
+    };
+    let mut st = conn.prepare_cached(&sql).map_err(err)?;
+    let mut rows = st
+        .query(rusqlite::params_from_iter(
+            params.iter().map(crate::sql::Param),
+        ))
+        .map_err(err)?;
+    let metric = f.spec.metric;
+    let qn = keel_schema::vector::norm(query);
+    let mut top = TopK::new(k);
+    let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+    while let Some(r) = rows.next().map_err(err)? {
+        let rowid: i64 = r.get(0).map_err(err)?;
+        if keep.is_some_and(|k| !k.contains(&rowid)) {
+            continue;
+        }
+        let blob = r.get_ref(1).map_err(err)?.as_blob().map_err(|e| {
+            Error::sqlite(
+                op,
+                &c.name,
+                rusqlite::Error::FromSqlConversionFailure(
+                    1,
+                    rusqlite::types::Type::Blob,
+                    Box::new(e),
+                ),
+            )
+        })?;
+        // A row of another length was not written by keel (the check refuses
+        // it): `keel check` reports it; the query skips it.
+        if blob.len() != query.len() * 4 {
+            continue;
+        }
+        keel_schema::vector::unpack_into(blob, &mut floats);
+        top.push(Scored {
+            distance: metric.distance(query, qn, &floats),
+            rowid,
+        });
+    }
+    Ok(top.into_sorted())
+}
+
+/// The `keel_meta` key recording what a collection's side table was built with.
+fn meta_key(collection: &str) -> String {
+    format!("vector:{collection}")
+}
+
+/// Brings every collection's vector side table to what `colls` declare, in the
+/// caller's transaction (the schema phase): builds missing ones and those built
+/// with another signature (or every one, with `force`: a migration rewrote rows),
+/// drops those of collections without vector fields. Returns the collections
+/// (re)built.
+pub(crate) fn sync_all(
+    conn: &rusqlite::Connection,
+    colls: &[Coll],
+    force: bool,
+) -> rusqlite::Result<Vec<String>> {
+    use rusqlite::OptionalExtension;
+    let mut out = Vec::new();
+    for c in colls {
+        let stored: Option<String> = conn
+            .query_row(
+                "SELECT value FROM keel_meta WHERE key = ?1",
+                [meta_key(&c.name)],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let exists = |name: &str| -> rusqlite::Result<bool> {
+            conn.query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+                [name],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n > 0)
+        };
+        match &c.vectors {
+            Some(v) => {
+                if force || stored.as_deref() != Some(v.sig.as_str()) || !exists(&v.name)? {
+                    tracing::info!(collection = %c.name, "building the vector table");
+                    rebuild(conn, c)?;
+                    conn.execute(
+                        "INSERT INTO keel_meta(key, value) VALUES (?1, ?2)
+                         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                        rusqlite::params![meta_key(&c.name), v.sig],
+                    )?;
+                    out.push(c.name.clone());
+                }
+            }
+            None => {
+                let name = format!("{}$vec", c.name);
+                if stored.is_some() || exists(&name)? {
+                    conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", ident(&name)))?;
+                    conn.execute("DELETE FROM keel_meta WHERE key = ?1", [meta_key(&c.name)])?;
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Recreate `c`'s side table from its objects; returns the number of objects.
+pub(crate) fn rebuild(conn: &rusqlite::Connection, c: &Coll) -> rusqlite::Result<u64> {
+    let Some(v) = &c.vectors else { return Ok(0) };
+    conn.execute_batch(&format!("DROP TABLE IF EXISTS {}; {};", v.ident, v.create))?;
+    let mut st = conn.prepare(&format!(
+        "SELECT rowid, {} FROM {} ORDER BY rowid",
+        c.body.select(),
+        c.ident
+    ))?;
+    let mut ins = conn.prepare(&v.upsert)?;
+    let mut rows = st.query([])?;
+    let mut scratch = Vec::new();
+    let mut n = 0u64;
+    while let Some(r) = rows.next()? {
+        let rowid: i64 = r.get(0)?;
+        let bytes = c.body.read(r, 1, &mut scratch)?;
+        write(&mut ins, v, rowid, bytes)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// Every disagreement (at most `limit`) between `c`'s objects and its side
+/// table: `(rowid, problem)` with problem `missing` (no row), `extra` (a row
+/// without an object) or `stale <field>` (the packed bytes differ from the
+/// object's vector).
+pub(crate) fn compare(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    limit: usize,
+) -> rusqlite::Result<Vec<(i64, String)>> {
+    let Some(v) = &c.vectors else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    let cols: Vec<&str> = v.fields.iter().map(|f| f.col_ident.as_str()).collect();
+    let mut st = conn.prepare(&format!(
+        "SELECT rowid, {} FROM {} ORDER BY rowid",
+        c.body.select(),
+        c.ident
+    ))?;
+    let mut side = conn.prepare(&format!(
+        "SELECT {} FROM {} WHERE rowid = ?1",
+        cols.join(", "),
+        v.ident
+    ))?;
+    let mut rows = st.query([])?;
+    let mut scratch = Vec::new();
+    while let Some(r) = rows.next()? {
+        if out.len() >= limit {
+            return Ok(out);
+        }
+        let rowid: i64 = r.get(0)?;
+        let bytes = c.body.read(r, 1, &mut scratch)?;
+        use rusqlite::OptionalExtension;
+        let stored: Option<Vec<Option<Vec<u8>>>> = side
+            .query_row([rowid], |x| (0..v.fields.len()).map(|i| x.get(i)).collect())
+            .optional()?;
+        let Some(stored) = stored else {
+            out.push((rowid, "missing".into()));
+            continue;
+        };
+        for (f, s) in v.fields.iter().zip(&stored) {
+            if s.as_deref() != packed(f, bytes) {
+                out.push((rowid, format!("stale {}", f.name)));
+            }
+        }
+    }
+    drop(rows);
+    let mut st = conn.prepare(&format!(
+        "SELECT rowid FROM {x} WHERE rowid NOT IN (SELECT rowid FROM {t}) ORDER BY rowid",
+        x = v.ident,
+        t = c.ident
+    ))?;
+    for rowid in st.query_map([], |r| r.get::<_, i64>(0))? {
+        if out.len() >= limit {
+            break;
+        }
+        out.push((rowid?, "extra".into()));
+    }
+    Ok(out)
+}
