@@ -38,6 +38,15 @@ enum Op {
     Delete(String),
 }
 
+/// Checks a side table's answers against a fresh evaluation of every row.
+type Answers = fn(&Database, &Arc<Schema>, &[StoredObject]) -> Result<(), String>;
+
+/// Reads a side table's disagreements with the rows (empty when none).
+type Drift = fn(
+    &keel::storage::rusqlite::Connection,
+    &Arc<Schema>,
+) -> keel::storage::rusqlite::Result<String>;
+
 /// One side table under test: its collection's schema, how an object is made of
 /// a text, which fields a change request rewrites, and the checks of the table
 /// against the rows.
@@ -48,12 +57,9 @@ struct Side {
     changed: &'static [&'static str],
     /// The table's disagreements with the rows (empty when none), read in one
     /// read transaction with the integrity check.
-    drift: fn(
-        &keel::storage::rusqlite::Connection,
-        &Arc<Schema>,
-    ) -> keel::storage::rusqlite::Result<String>,
+    drift: Drift,
     /// The table's answers against a fresh evaluation of `all` (every row).
-    answers: fn(&Database, &Arc<Schema>, &[StoredObject]) -> Result<(), String>,
+    answers: Answers,
 }
 
 const SEARCH: Side = Side {
