@@ -101,6 +101,8 @@ struct Prepared {
     outcome: Arc<Mutex<SchemaOutcome>>,
     /// Reader pool size: also the bound of the fetch pool.
     readers: usize,
+    /// `StoreOptions::vector_cache_bytes`.
+    vector_cache_bytes: usize,
     /// With `StoreOptions::share_changes`: the change feed's signal and the log's
     /// last sequence number, made by the schema phase on the open thread (file
     /// work the caller of `open_async` must not wait for).
@@ -192,6 +194,7 @@ fn prepare(
             colls,
             outcome,
             readers: opts.reader_pool_size,
+            vector_cache_bytes: opts.vector_cache_bytes,
             feed_seed,
         },
         opts,
@@ -293,6 +296,7 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
         p.readers,
         created,
         feed.clone(),
+        p.vector_cache_bytes,
     );
     if let Some(f) = feed {
         crate::remote::start(&f, Arc::downgrade(&inner))?;

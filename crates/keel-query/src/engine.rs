@@ -80,6 +80,8 @@ pub(crate) struct Inner {
     /// found to be the one this handle writes (`-1`: not checked yet); see
     /// [`Inner::check_layout`].
     layout_cookie: AtomicI64,
+    /// In-memory copies of vector fields' packed columns (`vector_cache.rs`).
+    pub(crate) vector_cache: crate::vector_cache::VectorCache,
 }
 
 impl Inner {
@@ -96,6 +98,7 @@ impl Inner {
         readers: usize,
         created: Vec<String>,
         feed: Option<Arc<crate::feed::Feed>>,
+        vector_cache_bytes: usize,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
         let foreign_seen = AtomicU64::new(store.foreign_commits(false));
@@ -117,6 +120,7 @@ impl Inner {
             feed,
             foreign_seen,
             layout_cookie: AtomicI64::new(-1),
+            vector_cache: crate::vector_cache::VectorCache::new(vector_cache_bytes),
         })
     }
 

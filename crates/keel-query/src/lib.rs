@@ -151,6 +151,7 @@ pub mod subscribe;
 mod tokenize;
 mod txn;
 mod vector;
+mod vector_cache;
 mod vector_table;
 
 pub use change::{Change, ChangeOp};

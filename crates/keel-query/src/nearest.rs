@@ -90,7 +90,16 @@ impl Nearest<'_> {
                 return Ok(Vec::new());
             }
             let Some(filter) = q.spec.filter.as_ref() else {
-                return crate::vector::scan(conn, c, f, op, &self.query, self.k, Within::All);
+                return crate::vector::scan(
+                    conn,
+                    c,
+                    f,
+                    op,
+                    &self.query,
+                    self.k,
+                    Within::All,
+                    &inner.vector_cache,
+                );
             };
             if crate::scan::plan(&inner.schema, c, &q.ask())?.is_some() {
                 // A filter SQLite cannot answer alone (a field without a column):
@@ -108,6 +117,7 @@ impl Nearest<'_> {
                     &self.query,
                     self.k,
                     Within::Set(&keep),
+                    &inner.vector_cache,
                 );
             }
             let (sql, params) = q.build_with(inner, Some(filter), None, false, false)?;
@@ -130,6 +140,7 @@ impl Nearest<'_> {
                 &self.query,
                 self.k,
                 Within::Sql(&rowids, &params),
+                &inner.vector_cache,
             )
         })
     }

@@ -34,8 +34,11 @@ use keel_schema::Value;
 use crate::error::{Error, Result};
 use crate::layout::{ident, Coll};
 pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
+use crate::vector_cache::{Packed, VectorCache};
+use crate::vector_table::VectorSql;
 
 /// Which rows a scan considers.
+#[derive(Clone, Copy)]
 pub(crate) enum Within<'w> {
     /// Every object.
     All,
@@ -106,8 +109,13 @@ pub(crate) fn field_of<'c>(
 }
 
 /// Distances of `query` to the objects of `c` in field `f`, the best `k` by
-/// `(distance, rowid)`, best first. `within`: the SQL (`SELECT rowid FROM …`)
-/// and parameters of the rowids the filter keeps, or `None` for all.
+/// `(distance, rowid)`, best first. `within`: the rows the filter keeps.
+///
+/// Answered from `cache` when it holds the field's vectors as of this
+/// snapshot (see `vector_cache.rs`); otherwise from the side table, refreshing
+/// the copy on the way when the field fits the cache's budget. The generation,
+/// the cookie and the rows are read in one read transaction.
+#[allow(clippy::too_many_arguments)] // the query's parts, each used once
 pub(crate) fn scan(
     conn: &rusqlite::Connection,
     c: &Coll,
@@ -116,12 +124,193 @@ pub(crate) fn scan(
     query: &[f32],
     k: usize,
     within: Within<'_>,
+    cache: &VectorCache,
 ) -> Result<Vec<Scored>> {
     let v = c.vectors.as_ref().ok_or_else(|| Error::UnknownField {
         op,
         collection: c.name.clone(),
         message: "the collection has no vector field".into(),
     })?;
+    let err = |e| Error::sqlite(op, &c.name, e);
+    if !conn.is_autocommit() {
+        return scan_in(conn, c, v, f, op, query, k, within, cache);
+    }
+    conn.execute_batch("BEGIN").map_err(err)?;
+    let out = scan_in(conn, c, v, f, op, query, k, within, cache);
+    // A read transaction: COMMIT only ends it (and ROLLBACK would do the same).
+    let end = conn.execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
+    let out = out?;
+    end.map_err(err)?;
+    Ok(out)
+}
+
+/// The generation and the schema cookie of `v`'s table in this snapshot
+/// (`None`: no generation, a table from before the triggers).
+fn stamp(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<Option<(i64, i64)>> {
+    use rusqlite::OptionalExtension;
+    let gen: Option<i64> = conn
+        .prepare_cached("SELECT value FROM keel_meta WHERE key = ?1")?
+        .query_row([&v.gen_key], |r| r.get(0))
+        .optional()?;
+    let Some(gen) = gen else { return Ok(None) };
+    let cookie: i64 = conn
+        .prepare_cached("PRAGMA schema_version")?
+        .query_row([], |r| r.get(0))?;
+    Ok(Some((gen, cookie)))
+}
+
+/// May a copy read on `conn` be kept: a committed snapshot (not a write
+/// transaction's own changes) of a table whose three triggers exist.
+fn may_copy(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<bool> {
+    if conn.transaction_state(Some(rusqlite::MAIN_DB))? == rusqlite::TransactionState::Write {
+        return Ok(false);
+    }
+    let triggers: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1",
+        )?
+        .query_row([&v.name], |r| r.get(0))?;
+    Ok(triggers == 3)
+}
+
+#[allow(clippy::too_many_arguments)] // `scan`'s, inside its read transaction
+fn scan_in(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    v: &VectorSql,
+    f: &VectorField,
+    op: &'static str,
+    query: &[f32],
+    k: usize,
+    within: Within<'_>,
+    cache: &VectorCache,
+) -> Result<Vec<Scored>> {
+    let err = |e| Error::sqlite(op, &c.name, e);
+    let stamp = stamp(conn, v).map_err(err)?;
+    let metric = f.spec.metric;
+    let qn = keel_schema::vector::norm(query);
+    let copy = stamp.and_then(|(g, ck)| cache.get(&c.name, f.id, g, ck));
+    let building = match (&copy, stamp) {
+        (None, Some(s)) if may_copy(conn, v).map_err(err)? => Some(s),
+        _ => None,
+    };
+    if copy.is_some() || building.is_some() {
+        // The copy is of every row: a filter's rowids are looked up in it.
+        let rowids: std::collections::HashSet<i64>;
+        let keep: Option<&std::collections::HashSet<i64>> = match within {
+            Within::All => None,
+            Within::Set(s) => Some(s),
+            Within::Sql(w, p) => {
+                let mut st = conn.prepare_cached(w).map_err(err)?;
+                let rows = st
+                    .query_map(
+                        rusqlite::params_from_iter(p.iter().map(crate::sql::Param)),
+                        |r| r.get::<_, i64>(0),
+                    )
+                    .map_err(err)?;
+                rowids = rows.collect::<rusqlite::Result<_>>().map_err(err)?;
+                Some(&rowids)
+            }
+        };
+        let copy = match (copy, building) {
+            (Some(copy), _) => copy,
+            (None, Some((generation, cookie))) => {
+                let Some(copy) = read_copy(conn, c, v, f, op, cache.budget(), generation, cookie)?
+                else {
+                    // Over the budget: the side table answers, as below.
+                    return scan_table(conn, c, v, f, op, query, k, within);
+                };
+                let copy = std::sync::Arc::new(copy);
+                cache.put(&c.name, f.id, std::sync::Arc::clone(&copy));
+                copy
+            }
+            (None, None) => unreachable!("checked above"),
+        };
+        if copy.dimensions != query.len() {
+            return Ok(Vec::new());
+        }
+        let mut top = TopK::new(k);
+        for (i, &rowid) in copy.rowids.iter().enumerate() {
+            if keep.is_some_and(|s| !s.contains(&rowid)) {
+                continue;
+            }
+            top.push(Scored {
+                distance: metric.distance_known(query, qn, copy.vector(i), copy.norms2[i]),
+                rowid,
+            });
+        }
+        return Ok(top.into_sorted());
+    }
+    scan_table(conn, c, v, f, op, query, k, within)
+}
+
+/// Every vector of field `f` in the side table, as a [`Packed`] copy, or `None`
+/// when they are more than `budget` bytes.
+#[allow(clippy::too_many_arguments)] // the copy's parts, each used once
+fn read_copy(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    v: &VectorSql,
+    f: &VectorField,
+    op: &'static str,
+    budget: usize,
+    generation: i64,
+    cookie: i64,
+) -> Result<Option<Packed>> {
+    let err = |e| Error::sqlite(op, &c.name, e);
+    let dims = f.spec.dimensions as usize;
+    let mut st = conn
+        .prepare_cached(&format!(
+            "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL ORDER BY rowid",
+            col = f.col_ident,
+            t = v.ident
+        ))
+        .map_err(err)?;
+    let mut rows = st.query([]).map_err(err)?;
+    let mut copy = Packed {
+        generation,
+        cookie,
+        dimensions: dims,
+        rowids: Vec::new(),
+        floats: Vec::new(),
+        norms2: Vec::new(),
+    };
+    while let Some(r) = rows.next().map_err(err)? {
+        let Some(blob) = r.get_ref(1).ok().and_then(|b| b.as_blob().ok()) else {
+            continue;
+        };
+        // A row of another length was not written by keel: skipped, as the
+        // table scan skips it (`keel check` reports it).
+        if blob.len() != dims * 4 {
+            continue;
+        }
+        if copy.bytes() + dims * 4 + 12 > budget {
+            return Ok(None);
+        }
+        let start = copy.floats.len();
+        copy.floats.extend(
+            blob.chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        let x = &copy.floats[start..];
+        copy.norms2.push(keel_schema::vector::dot(x, x));
+        copy.rowids.push(r.get(0).map_err(err)?);
+    }
+    Ok(Some(copy))
+}
+
+/// The scan of the side table itself, row by row.
+#[allow(clippy::too_many_arguments)] // `scan`'s
+fn scan_table(
+    conn: &rusqlite::Connection,
+    c: &Coll,
+    v: &VectorSql,
+    f: &VectorField,
+    op: &'static str,
+    query: &[f32],
+    k: usize,
+    within: Within<'_>,
+) -> Result<Vec<Scored>> {
     let err = |e| Error::sqlite(op, &c.name, e);
     let mut sql = format!(
         "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL",
@@ -222,6 +411,9 @@ pub(crate) fn sync_all(
                         rusqlite::params![meta_key(&c.name), v.sig],
                     )?;
                     out.push(c.name.clone());
+                } else {
+                    // A table built before the generation triggers existed.
+                    conn.execute_batch(&v.triggers)?;
                 }
             }
             None => {
@@ -229,6 +421,10 @@ pub(crate) fn sync_all(
                 if stored.is_some() || exists(&name)? {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", ident(&name)))?;
                     conn.execute("DELETE FROM keel_meta WHERE key = ?1", [meta_key(&c.name)])?;
+                    conn.execute(
+                        "DELETE FROM keel_meta WHERE key = ?1",
+                        [format!("vector-gen:{}", c.name)],
+                    )?;
                 }
             }
         }
@@ -239,7 +435,10 @@ pub(crate) fn sync_all(
 /// Recreate `c`'s side table from its objects; returns the number of objects.
 pub(crate) fn rebuild(conn: &rusqlite::Connection, c: &Coll) -> rusqlite::Result<u64> {
     let Some(v) = &c.vectors else { return Ok(0) };
-    conn.execute_batch(&format!("DROP TABLE IF EXISTS {}; {};", v.ident, v.create))?;
+    conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS {}; {}; {}",
+        v.ident, v.create, v.triggers
+    ))?;
     let mut st = conn.prepare(&format!(
         "SELECT rowid, {} FROM {} ORDER BY rowid",
         c.body.select(),

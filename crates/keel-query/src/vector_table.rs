@@ -41,6 +41,11 @@ pub(crate) struct VectorSql {
     pub(crate) delete: String,
     /// What the table is built with (`keel_meta`): fields and dimensions.
     pub(crate) sig: String,
+    /// The `keel_meta` key of the table's generation (`vector_cache.rs`).
+    pub(crate) gen_key: String,
+    /// The triggers that give the table a new generation on every write, and
+    /// the generation's first value (idempotent: `IF NOT EXISTS`, `OR IGNORE`).
+    pub(crate) triggers: String,
 }
 
 impl VectorSql {
@@ -75,7 +80,28 @@ impl VectorSql {
             .map(|f| format!("{}:{}", f.id, f.spec.dimensions))
             .collect::<Vec<_>>()
             .join(",");
+        let gen_key = format!("vector-gen:{collection}");
+        let lit = format!("'{}'", gen_key.replace('\'', "''"));
+        // A fresh random() per write, not a count: a rolled-back transaction's
+        // values never come back to name other rows (see `vector_cache.rs`).
+        // Triggers rather than keel's write path, so that every writer of the
+        // file — a repair, stock SQLite, an older build — moves it too.
+        let triggers = ["INSERT", "UPDATE", "DELETE"]
+            .iter()
+            .map(|ev| {
+                format!(
+                    "CREATE TRIGGER IF NOT EXISTS {trig} AFTER {ev} ON {id} BEGIN \
+                     UPDATE keel_meta SET value = random() WHERE key = {lit}; END;",
+                    trig = ident(&format!("{name}$gen_{}", ev.to_lowercase())),
+                )
+            })
+            .chain(std::iter::once(format!(
+                "INSERT OR IGNORE INTO keel_meta(key, value) VALUES ({lit}, random());"
+            )))
+            .collect::<String>();
         Some(VectorSql {
+            gen_key,
+            triggers,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {id}(rowid INTEGER PRIMARY KEY, {})",
                 fields

@@ -294,6 +294,13 @@ pub struct StoreOptions {
     /// carries the flag; the object layer (`keel_query::Database`) implements it.
     /// See `docs/app-groups.md`.
     pub share_changes: bool,
+    /// Bytes of memory the object layer may keep of vector fields' packed
+    /// columns, so that a nearest query reads floats from memory instead of
+    /// SQLite rows (default 64 MiB: 32,000 × 512-d vectors). A field whose
+    /// vectors do not fit is scanned from the file on every query; 0 turns the
+    /// copies off. The storage kernel only carries the number; see
+    /// `docs/vector.md`.
+    pub vector_cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -323,6 +330,7 @@ impl Default for StoreOptions {
             keel_identity: false,
             adopt_foreign: false,
             share_changes: false,
+            vector_cache_bytes: 64 << 20,
         }
     }
 }
@@ -351,6 +359,7 @@ impl fmt::Debug for StoreOptions {
             .field("keel_identity", &self.keel_identity)
             .field("adopt_foreign", &self.adopt_foreign)
             .field("share_changes", &self.share_changes)
+            .field("vector_cache_bytes", &self.vector_cache_bytes)
             .finish()
     }
 }
@@ -457,6 +466,18 @@ impl StoreOptions {
     /// ```
     pub fn share_changes(mut self, yes: bool) -> Self {
         self.share_changes = yes;
+        self
+    }
+    /// Memory for vector fields' in-memory copies
+    /// ([`vector_cache_bytes`](Self::vector_cache_bytes)); 0 turns them off.
+    ///
+    /// ```
+    /// # use keel_storage::StoreOptions;
+    /// let opts = StoreOptions::default().vector_cache_bytes(0);
+    /// assert_eq!(opts.vector_cache_bytes, 0);
+    /// ```
+    pub fn vector_cache_bytes(mut self, bytes: usize) -> Self {
+        self.vector_cache_bytes = bytes;
         self
     }
     /// Schema hook.

@@ -1,0 +1,291 @@
+//! The in-memory copy of a vector field (`vector_cache.rs`): a nearest query
+//! answered from it gives what the side table gives, after every kind of
+//! writer — keel's writes, a rolled-back transaction, stock SQLite, a repair —
+//! and a snapshot older than the copy never sees the copy's rows.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use keel_query::{inspect, Database, StoreOptions, Value};
+use keel_schema::{Expr, FieldPath, Metric, Schema};
+use proptest::prelude::*;
+
+const DIM: usize = 4;
+
+fn schema() -> Schema {
+    Schema::parse(
+        &format!(
+            "namespace v; table Photo {{ id: int (primary); album: int (indexed); e: [float] (vector: {DIM}, metric: \"cosine\"); }} root_type Photo;"
+        ),
+        "v.fbs",
+    )
+    .unwrap()
+}
+
+fn encode(s: &Schema, id: i64, album: i64, e: &[f32]) -> Vec<u8> {
+    s.reader("v.Photo")
+        .unwrap()
+        .encode_json(&serde_json::json!({"id": id, "album": album, "e": e}))
+        .unwrap()
+}
+
+fn open(path: &Path, s: &Schema, cache: usize) -> Database {
+    Database::open(
+        path,
+        s.clone(),
+        StoreOptions::default().vector_cache_bytes(cache),
+    )
+    .unwrap()
+}
+
+fn path_e(s: &Schema) -> FieldPath {
+    s.reader("v.Photo").unwrap().path("e").unwrap()
+}
+
+/// `(rowid, distance)` of the `k` nearest, optionally in one album.
+fn nearest(db: &Database, s: &Schema, q: &[f32], k: usize, album: Option<i64>) -> Vec<(i64, f32)> {
+    let mut query = db.query("v.Photo");
+    if let Some(a) = album {
+        query = query.filter(Expr::eq(
+            s.reader("v.Photo").unwrap().path("album").unwrap(),
+            a,
+        ));
+    }
+    query
+        .nearest(path_e(s), q, k)
+        .all()
+        .unwrap()
+        .into_iter()
+        .map(|n| (n.rowid, n.distance))
+        .collect()
+}
+
+/// The model's answer: cosine distances by `(distance, rowid)`.
+fn reference(rows: &[(i64, i64, Vec<f32>)], q: &[f32], k: usize, album: Option<i64>) -> Vec<(i64, f32)> {
+    let qn = keel_schema::vector::norm(q);
+    let mut all: Vec<(i64, f32)> = rows
+        .iter()
+        .filter(|(_, a, _)| album.is_none_or(|x| x == *a))
+        .map(|(rowid, _, e)| (*rowid, Metric::Cosine.distance(q, qn, e)))
+        .collect();
+    all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
+}
+
+fn vec4() -> impl Strategy<Value = Vec<f32>> {
+    prop::collection::vec((-2i8..=2).prop_map(|x| x as f32 * 0.5), DIM)
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Insert or replace the object with this id.
+    Upsert(i64, i64, Vec<f32>),
+    Delete(i64),
+    /// An insert inside a write transaction that then fails: rolled back.
+    RolledBack(i64, Vec<f32>),
+    /// Stock SQLite rewrites the packed row, as another tool would (the
+    /// object keeps its old vector: the query ranks by the packed column).
+    Foreign(i64, Vec<f32>),
+    /// `keel check --repair`'s rebuild of the side table.
+    Rebuild,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (1i64..16, 0i64..2, vec4()).prop_map(|(id, a, e)| Op::Upsert(id, a, e)),
+        1 => (1i64..16).prop_map(Op::Delete),
+        1 => (100i64..104, vec4()).prop_map(|(id, e)| Op::RolledBack(id, e)),
+        1 => (1i64..16, vec4()).prop_map(|(id, e)| Op::Foreign(id, e)),
+        1 => Just(Op::Rebuild),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// After every write of a random sequence, by every kind of writer, the
+    /// nearest query (answered from the copy whenever it is current) equals the
+    /// model, unfiltered and filtered, with the copy on, off, and too small to
+    /// hold the field.
+    #[test]
+    fn nearest_from_the_copy_equals_the_rows_after_every_writer(
+        ops in prop::collection::vec(op(), 1..30),
+        q in vec4(),
+        k in 1usize..6,
+        budget in prop::sample::select(vec![64usize << 20, 0, 3 * (DIM * 4 + 12)]),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.db");
+        let s = schema();
+        let db = open(&path, &s, budget);
+        // id → (rowid, album, packed vector): the rowids keel gives, tracked.
+        let mut model: std::collections::BTreeMap<i64, (i64, i64, Vec<f32>)> = Default::default();
+        // id → the vector in the object (a repair rebuilds the packed row from it).
+        let mut bodies: std::collections::BTreeMap<i64, Vec<f32>> = Default::default();
+        for o in &ops {
+            match o.clone() {
+                Op::Upsert(id, a, e) => {
+                    let obj = encode(&s, id, a, &e);
+                    let rowid = db.write(move |t| t.upsert_bytes("v.Photo", obj)).wait().unwrap();
+                    model.insert(id, (rowid, a, e.clone()));
+                    bodies.insert(id, e);
+                }
+                Op::Delete(id) => {
+                    db.write(move |t| t.delete_key("v.Photo", &[Value::Int(id)]).map(|_| ())).wait().unwrap();
+                    model.remove(&id);
+                    bodies.remove(&id);
+                }
+                Op::RolledBack(id, e) => {
+                    let obj = encode(&s, id, 0, &e);
+                    let (s2, q2) = (s.clone(), q.clone());
+                    let seen = db.write(move |t| {
+                        let rowid = t.insert_bytes("v.Photo", obj)?;
+                        // The transaction's own read sees the row (and must not
+                        // leave it in the copy).
+                        let inside = t.query("v.Photo").nearest(path_e(&s2), &q2, 32).all()?;
+                        t.abort();
+                        Ok(inside.iter().any(|n| n.rowid == rowid))
+                    }).wait();
+                    prop_assert!(matches!(seen, Ok(true) | Err(keel_query::Error::Aborted { .. })), "{:?}", seen);
+                }
+                Op::Foreign(id, e) => {
+                    let Some((rowid, a, _)) = model.get(&id).cloned() else { continue };
+                    let conn = rusqlite::Connection::open(&path).unwrap();
+                    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+                    conn.execute(
+                        "UPDATE \"v.Photo$vec\" SET v2 = ?1 WHERE rowid = ?2",
+                        rusqlite::params![keel_schema::vector::pack(&e), rowid],
+                    ).unwrap();
+                    model.insert(id, (rowid, a, e));
+                }
+                Op::Rebuild => {
+                    let conn = rusqlite::Connection::open(&path).unwrap();
+                    conn.busy_timeout(std::time::Duration::from_secs(5)).unwrap();
+                    inspect::rebuild_vectors(&conn, &Arc::new(s.clone())).unwrap();
+                    for (id, e) in &bodies {
+                        model.get_mut(id).unwrap().2 = e.clone();
+                    }
+                }
+            }
+            let rows: Vec<(i64, i64, Vec<f32>)> = model.values().cloned().collect();
+            for album in [None, Some(0), Some(1)] {
+                let want = reference(&rows, &q, k, album);
+                prop_assert_eq!(nearest(&db, &s, &q, k, album), want.clone(), "after {:?}", o);
+                // Twice: the second is answered from the copy the first made.
+                prop_assert_eq!(nearest(&db, &s, &q, k, album), want, "again after {:?}", o);
+            }
+        }
+    }
+}
+
+/// A snapshot taken before a write keeps its rows even when a query outside it
+/// made a copy of the newer rows in between.
+#[test]
+fn a_snapshot_older_than_the_copy_reads_its_own_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema();
+    let db = open(&dir.path().join("v.db"), &s, 64 << 20);
+    let q = [1.0, 0.0, 0.0, 0.0];
+    let objs = vec![
+        encode(&s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
+        encode(&s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
+    ];
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes("v.Photo", o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let before = nearest(&db, &s, &q, 1, None);
+    assert_eq!(before[0].0, 1);
+    let s2 = s.clone();
+    db.snapshot(|sn| {
+        let in_snap = |sn: &keel_query::Snapshot<'_>| -> Vec<i64> {
+            sn.query("v.Photo")
+                .nearest(path_e(&s2), &q, 1)
+                .all()
+                .unwrap()
+                .into_iter()
+                .map(|n| n.rowid)
+                .collect()
+        };
+        assert_eq!(in_snap(sn), [1]);
+        // Move object 1 away and object 2 onto the query point, then let a
+        // query outside the snapshot copy the new rows.
+        let (a, b) = (
+            encode(&s2, 1, 0, &[0.0, 0.0, 1.0, 0.0]),
+            encode(&s2, 2, 0, &[1.0, 0.0, 0.0, 0.0]),
+        );
+        db.write(move |t| {
+            t.upsert_bytes("v.Photo", a)?;
+            t.upsert_bytes("v.Photo", b).map(|_| ())
+        })
+        .wait()
+        .unwrap();
+        assert_eq!(nearest(&db, &s2, &q, 1, None)[0].0, 2);
+        assert_eq!(in_snap(sn), [1], "the snapshot reads its own rows");
+        Ok(())
+    })
+    .unwrap();
+}
+
+/// A table whose generation triggers were dropped (an older build, another
+/// tool) is never answered from a stale copy: the schema change invalidates
+/// the copy, and without triggers no copy is made; the next open puts them
+/// back.
+#[test]
+fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.db");
+    let s = schema();
+    let db = open(&path, &s, 64 << 20);
+    let q = [1.0, 0.0, 0.0, 0.0];
+    let objs = vec![
+        encode(&s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
+        encode(&s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
+    ];
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes("v.Photo", o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 1);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let triggers = |conn: &rusqlite::Connection| -> i64 {
+        conn.query_row(
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'v.Photo$vec'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    assert_eq!(triggers(&conn), 3);
+    for ev in ["insert", "update", "delete"] {
+        conn.execute_batch(&format!("DROP TRIGGER \"v.Photo$vec$gen_{ev}\""))
+            .unwrap();
+    }
+    // Without triggers the generation stays put while the rows change.
+    conn.execute(
+        "UPDATE \"v.Photo$vec\" SET v2 = ?1 WHERE rowid = 2",
+        [keel_schema::vector::pack(&[1.0, 0.0, 0.0, 0.0])],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE \"v.Photo$vec\" SET v2 = ?1 WHERE rowid = 1",
+        [keel_schema::vector::pack(&[0.0, 0.0, 1.0, 0.0])],
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 2);
+    }
+    db.close().wait().unwrap();
+    let db = open(&path, &s, 64 << 20);
+    assert_eq!(triggers(&conn), 3, "the open puts the triggers back");
+    assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 2);
+}
