@@ -33,9 +33,9 @@ use keel_schema::Value;
 
 use crate::error::{Error, Result};
 use crate::layout::{ident, Coll};
-pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
 use crate::vector_cache::{Packed, VectorCache};
 use crate::vector_table::VectorSql;
+pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
 
 /// Which rows a scan considers.
 #[derive(Clone, Copy)]

@@ -61,7 +61,12 @@ fn nearest(db: &Database, s: &Schema, q: &[f32], k: usize, album: Option<i64>) -
 }
 
 /// The model's answer: cosine distances by `(distance, rowid)`.
-fn reference(rows: &[(i64, i64, Vec<f32>)], q: &[f32], k: usize, album: Option<i64>) -> Vec<(i64, f32)> {
+fn reference(
+    rows: &[(i64, i64, Vec<f32>)],
+    q: &[f32],
+    k: usize,
+    album: Option<i64>,
+) -> Vec<(i64, f32)> {
     let qn = keel_schema::vector::norm(q);
     let mut all: Vec<(i64, f32)> = rows
         .iter()
