@@ -70,7 +70,7 @@ public final class KeelLiveQuery<T: KeelRecord> {
     /// for the writer) and follows it. Throws the read's `KeelError`.
     public init(_ fetch: KeelFetch<T>) throws {
         objects = try fetch.all()
-        let updates = fetch.latest()
+        let updates = fetch.latest().started()
         lifetime = KeelObservationLifetime(cancel: { updates.cancel() })
         lifetime.start(Task { [weak self] in
             do {
@@ -109,7 +109,7 @@ public final class KeelLiveObject<T: KeelRecord> {
     /// Reads the object of `type` with `key` now and follows it.
     public init(_ db: Database, _ type: T.Type, key: T.Key) throws {
         object = try db.get(type, key: key)
-        let updates = db.latest(of: type, key: key)
+        let updates = db.latest(of: type, key: key).started()
         lifetime = KeelObservationLifetime(cancel: { updates.cancel() })
         lifetime.start(Task { [weak self] in
             do {

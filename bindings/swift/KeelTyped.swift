@@ -538,9 +538,13 @@ struct KeelRawEvent: @unchecked Sendable {
     let event: Event
 }
 
-/// A subscription as an `AsyncSequence`. The subscription lives as long as
-/// someone iterates: leaving the loop, cancelling the task or calling `cancel()`
-/// ends it, and keel calls its listener no more.
+/// A subscription as an `AsyncSequence`. The subscription starts when the
+/// sequence is first iterated (`makeAsyncIterator()`, which `for try await`
+/// calls), not when it is created, and lives as long as someone iterates:
+/// leaving the loop, cancelling the task, dropping the iterator or calling
+/// `cancel()` ends it, and keel calls its listener no more. A sequence that is
+/// created and never iterated never holds a subscription. Its first delivery is
+/// the result as of the start, so nothing committed before is missed.
 ///
 /// keel calls the listener on its own thread (the writer's, after a commit); the
 /// listener only buffers the delivery's bytes and returns. Decoding them into
@@ -550,6 +554,7 @@ struct KeelRawEvent: @unchecked Sendable {
 /// subscription.
 public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
     typealias Decode = @Sendable (KeelRawEvent) throws -> Element
+    typealias Subscribe = @Sendable (KeelRawBridge) throws -> Subscription
 
     /// Iterates the deliveries; when it goes away (the loop is left), the
     /// subscription is cancelled.
@@ -587,26 +592,44 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
     }
 
     let stream: AsyncThrowingStream<KeelRawEvent, Error>
+    let continuation: AsyncThrowingStream<KeelRawEvent, Error>.Continuation
     let state: KeelSubscriptionState
+    let subscribe: Subscribe
     let decode: Decode
 
     init(
         bufferingPolicy: AsyncThrowingStream<KeelRawEvent, Error>.Continuation.BufferingPolicy,
-        subscribe: (KeelRawBridge) throws -> Subscription,
+        subscribe: @escaping Subscribe,
         decode: @escaping Decode
     ) {
         let state = KeelSubscriptionState()
-        var cont: AsyncThrowingStream<KeelRawEvent, Error>.Continuation!
-        stream = AsyncThrowingStream(bufferingPolicy: bufferingPolicy) { cont = $0 }
-        do {
-            let sub = try subscribe(KeelRawBridge(cont, state))
-            state.set(sub)
-            cont.onTermination = { _ in state.cancel() }
-        } catch {
-            cont.finish(throwing: error)
-        }
+        let (stream, cont) = AsyncThrowingStream.makeStream(
+            of: KeelRawEvent.self, throwing: Error.self, bufferingPolicy: bufferingPolicy)
+        cont.onTermination = { _ in state.cancel() }
+        self.stream = stream
+        self.continuation = cont
         self.state = state
+        self.subscribe = subscribe
         self.decode = decode
+    }
+
+    /// Subscribes, once: on the first iteration. A subscription that fails (a
+    /// closed database, say) ends the stream with its error, which the first
+    /// `next()` throws; one cancelled before it started ends the stream.
+    private func start() {
+        let (subscribe, cont, state) = (self.subscribe, continuation, self.state)
+        switch state.begin() {
+        case .alreadyStarted:
+            return
+        case .cancelled:
+            cont.finish()
+        case .start:
+            do {
+                state.set(try subscribe(KeelRawBridge(cont, state)))
+            } catch {
+                cont.finish(throwing: error)
+            }
+        }
     }
 
     /// The error for a delivery of the wrong kind (a query event on an object
@@ -615,14 +638,23 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
         KeelError.Internal(message: "subscription got an event of another kind: \(raw.event)")
     }
 
-    /// An iterator over the deliveries. A subscription is consumed once: when this
-    /// iterator ends or goes away, the subscription is cancelled.
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state), decode: decode)
+    /// This sequence with its subscription started now, for owners that follow
+    /// it from their creation (`KeelLiveQuery`, `KeelLiveObject`).
+    func started() -> KeelUpdates {
+        start()
+        return self
     }
 
-    /// True while keel may still deliver (false once cancelled, or after an
-    /// object subscription delivered `.deleted`).
+    /// An iterator over the deliveries; the first call starts the subscription.
+    /// A subscription is consumed once: when this iterator ends or goes away, the
+    /// subscription is cancelled.
+    public func makeAsyncIterator() -> AsyncIterator {
+        start()
+        return AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state), decode: decode)
+    }
+
+    /// True while keel may still deliver (false before the first iteration,
+    /// once cancelled, or after an object subscription delivered `.deleted`).
     public var isActive: Bool { state.isActive }
 
     /// How many deliveries keel made to this subscription so far (counted by
@@ -637,8 +669,20 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
 final class KeelSubscriptionState: @unchecked Sendable {
     private let lock = NSLock()
     private var subscription: Subscription?
+    private var started = false
     private var cancelled = false
     private var count = 0
+
+    enum Begin { case start, alreadyStarted, cancelled }
+
+    /// Whether the caller is the one to subscribe (the first, if not cancelled).
+    func begin() -> Begin {
+        lock.lock()
+        defer { lock.unlock() }
+        if started { return .alreadyStarted }
+        started = true
+        return cancelled ? .cancelled : .start
+    }
 
     func set(_ s: Subscription) {
         lock.lock()

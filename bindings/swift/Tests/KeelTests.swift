@@ -1056,6 +1056,8 @@ final class KeelTests: XCTestCase {
         let live = (0..<1_000).map { (i: Int) in
             c.fetch(Post.self).where(Post.priority == Int32(i % 100)).sorted(by: Post.title.ascending).limit(10).latest()
         }
+        // Each subscribes when iterated: start them all (nothing reads them).
+        let liveIterators = live.map { $0.makeAsyncIterator() }
         XCTAssertEqual(c.liveSubscriptions(), 1_000)
         var withLive: [Double] = []
         for _ in 0..<writes {
@@ -1065,6 +1067,7 @@ final class KeelTests: XCTestCase {
             withLive.append(now() - t)
         }
         for l in live { l.cancel() }
+        _ = liveIterators
         try await c.close()
         let w = (median(viaCallback), median(viaOps), median(withLive))
         let callbackRatio = w.0 / w.1, liveRatio = w.2 / w.1

@@ -213,7 +213,11 @@ final class AppTests: XCTestCase {
         do {
             var streams: [KeelUpdates<KeelQueryChange<Post>>] = []
             for _ in 0..<1000 { streams.append(db.fetch(Post.self).updates()) }
-            XCTAssertEqual(db.liveSubscriptions(), 1000, "each KeelUpdates holds one subscription")
+            XCTAssertEqual(db.liveSubscriptions(), 0, "a KeelUpdates subscribes when iterated, not when created")
+            // Started, then dropped (iterators and streams) without reading a delivery.
+            let iterators = streams.map { $0.makeAsyncIterator() }
+            XCTAssertEqual(db.liveSubscriptions(), 1000, "each started KeelUpdates holds one subscription")
+            XCTAssertEqual(iterators.count, 1000)
         }
         // keel's own count, not an inference from timings.
         let deadline = Date().addingTimeInterval(10)

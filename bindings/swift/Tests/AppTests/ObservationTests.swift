@@ -97,16 +97,17 @@ final class ObservationTests: XCTestCase {
         try await db.write { txn in try txn.insert(Post(id: "a", priority: 1)) }
         DecodeProbe.log.reset()
         let updates = db.fetch(ProbePost.self).updates()
-        try await db.write { txn in try txn.insert(Post(id: "b", priority: 2)) }
-        try await db.write { txn in try txn.insert(Post(id: "c", priority: 3)) }
-        let deadline = Date().addingTimeInterval(10)
-        while updates.deliveries < 3 && Date() < deadline {
-            try await Task.sleep(nanoseconds: 5_000_000)
-        }
-        XCTAssertEqual(updates.deliveries, 3, "keel delivered the first result and two changes")
-        XCTAssertEqual(DecodeProbe.log.all.count, 0, "a result was decoded before the consumer asked (on keel's thread)")
         let sizes = try await DecodeProbe.$consumer.withValue("consumer") { () async throws -> [Int] in
+            // The subscription starts here, at the first iteration.
             var it = updates.makeAsyncIterator()
+            try await db.write { txn in try txn.insert(Post(id: "b", priority: 2)) }
+            try await db.write { txn in try txn.insert(Post(id: "c", priority: 3)) }
+            let deadline = Date().addingTimeInterval(10)
+            while updates.deliveries < 3 && Date() < deadline {
+                try await Task.sleep(nanoseconds: 5_000_000)
+            }
+            XCTAssertEqual(updates.deliveries, 3, "keel delivered the first result and two changes")
+            XCTAssertEqual(DecodeProbe.log.all.count, 0, "a result was decoded before the consumer asked (on keel's thread)")
             var sizes: [Int] = []
             for _ in 0..<3 { sizes.append(try await it.next()?.objects.count ?? -1) }
             return sizes
@@ -124,10 +125,10 @@ final class ObservationTests: XCTestCase {
         let (db, dir) = try await openBlog("latest.db")
         defer { try? FileManager.default.removeItem(at: dir) }
         let latest = db.fetch(Post.self).latest()
+        var it = latest.makeAsyncIterator()  // subscribes
         for i in 0..<20 {
             try await db.write { txn in try txn.insert(Post(id: "p\(i)", priority: Int32(i))) }
         }
-        var it = latest.makeAsyncIterator()
         var received = 0
         var last: [Post] = []
         while last.count < 20 {
