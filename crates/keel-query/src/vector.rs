@@ -131,16 +131,25 @@ pub(crate) fn scan(
         collection: c.name.clone(),
         message: "the collection has no vector field".into(),
     })?;
-    let err = |e| Error::sqlite(op, &c.name, e);
+    let scan = Scan {
+        conn,
+        c,
+        v,
+        f,
+        op,
+        query,
+        k,
+        within,
+    };
     if !conn.is_autocommit() {
-        return scan_in(conn, c, v, f, op, query, k, within, cache);
+        return scan.run(cache);
     }
-    conn.execute_batch("BEGIN").map_err(err)?;
-    let out = scan_in(conn, c, v, f, op, query, k, within, cache);
+    conn.execute_batch("BEGIN").map_err(|e| scan.err(e))?;
+    let out = scan.run(cache);
     // A read transaction: COMMIT only ends it (and ROLLBACK would do the same).
     let end = conn.execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
     let out = out?;
-    end.map_err(err)?;
+    end.map_err(|e| scan.err(e))?;
     Ok(out)
 }
 
@@ -173,198 +182,182 @@ fn may_copy(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<bool
     Ok(triggers == 3)
 }
 
-#[allow(clippy::too_many_arguments)] // `scan`'s, inside its read transaction
-fn scan_in(
-    conn: &rusqlite::Connection,
-    c: &Coll,
-    v: &VectorSql,
-    f: &VectorField,
+/// One nearest scan, inside its read transaction: field `f` of `c`, the `k`
+/// best for `query` among the rows `within` keeps.
+struct Scan<'s> {
+    conn: &'s rusqlite::Connection,
+    c: &'s Coll,
+    v: &'s VectorSql,
+    f: &'s VectorField,
     op: &'static str,
-    query: &[f32],
+    query: &'s [f32],
     k: usize,
-    within: Within<'_>,
-    cache: &VectorCache,
-) -> Result<Vec<Scored>> {
-    let err = |e| Error::sqlite(op, &c.name, e);
-    let stamp = stamp(conn, v).map_err(err)?;
-    let metric = f.spec.metric;
-    let qn = keel_schema::vector::norm(query);
-    let copy = stamp.and_then(|(g, ck)| cache.get(&c.name, f.id, g, ck));
-    let building = match (&copy, stamp) {
-        (None, Some(s)) if may_copy(conn, v).map_err(err)? => Some(s),
-        _ => None,
-    };
-    if copy.is_some() || building.is_some() {
+    within: Within<'s>,
+}
+
+impl Scan<'_> {
+    fn err(&self, e: rusqlite::Error) -> Error {
+        Error::sqlite(self.op, &self.c.name, e)
+    }
+
+    /// From the copy when it is current (or can be made so), else the table.
+    fn run(&self, cache: &VectorCache) -> Result<Vec<Scored>> {
+        let (c, f) = (self.c, self.f);
+        let stamp = stamp(self.conn, self.v).map_err(|e| self.err(e))?;
+        let copy = stamp.and_then(|(g, ck)| cache.get(&c.name, f.id, g, ck));
+        let copy = match (copy, stamp) {
+            (Some(copy), _) => copy,
+            (None, Some((generation, cookie)))
+                if may_copy(self.conn, self.v).map_err(|e| self.err(e))? =>
+            {
+                match self.read_copy(cache.budget(), generation, cookie)? {
+                    Some(copy) => {
+                        let copy = std::sync::Arc::new(copy);
+                        cache.put(&c.name, f.id, std::sync::Arc::clone(&copy));
+                        copy
+                    }
+                    // Over the budget: the side table answers.
+                    None => return self.table(),
+                }
+            }
+            _ => return self.table(),
+        };
         // The copy is of every row: a filter's rowids are looked up in it.
         let rowids: std::collections::HashSet<i64>;
-        let keep: Option<&std::collections::HashSet<i64>> = match within {
+        let keep: Option<&std::collections::HashSet<i64>> = match self.within {
             Within::All => None,
             Within::Set(s) => Some(s),
             Within::Sql(w, p) => {
-                let mut st = conn.prepare_cached(w).map_err(err)?;
+                let mut st = self.conn.prepare_cached(w).map_err(|e| self.err(e))?;
                 let rows = st
                     .query_map(
                         rusqlite::params_from_iter(p.iter().map(crate::sql::Param)),
                         |r| r.get::<_, i64>(0),
                     )
-                    .map_err(err)?;
-                rowids = rows.collect::<rusqlite::Result<_>>().map_err(err)?;
+                    .map_err(|e| self.err(e))?;
+                rowids = rows
+                    .collect::<rusqlite::Result<_>>()
+                    .map_err(|e| self.err(e))?;
                 Some(&rowids)
             }
         };
-        let copy = match (copy, building) {
-            (Some(copy), _) => copy,
-            (None, Some((generation, cookie))) => {
-                let Some(copy) = read_copy(conn, c, v, f, op, cache.budget(), generation, cookie)?
-                else {
-                    // Over the budget: the side table answers, as below.
-                    return scan_table(conn, c, v, f, op, query, k, within);
-                };
-                let copy = std::sync::Arc::new(copy);
-                cache.put(&c.name, f.id, std::sync::Arc::clone(&copy));
-                copy
-            }
-            (None, None) => unreachable!("checked above"),
-        };
-        if copy.dimensions != query.len() {
+        if copy.dimensions != self.query.len() {
             return Ok(Vec::new());
         }
-        let mut top = TopK::new(k);
+        let metric = f.spec.metric;
+        let qn = keel_schema::vector::norm(self.query);
+        let mut top = TopK::new(self.k);
         for (i, &rowid) in copy.rowids.iter().enumerate() {
             if keep.is_some_and(|s| !s.contains(&rowid)) {
                 continue;
             }
             top.push(Scored {
-                distance: metric.distance_known(query, qn, copy.vector(i), copy.norms2[i]),
+                distance: metric.distance_known(self.query, qn, copy.vector(i), copy.norms2[i]),
                 rowid,
             });
         }
-        return Ok(top.into_sorted());
+        Ok(top.into_sorted())
     }
-    scan_table(conn, c, v, f, op, query, k, within)
-}
 
-/// Every vector of field `f` in the side table, as a [`Packed`] copy, or `None`
-/// when they are more than `budget` bytes.
-#[allow(clippy::too_many_arguments)] // the copy's parts, each used once
-fn read_copy(
-    conn: &rusqlite::Connection,
-    c: &Coll,
-    v: &VectorSql,
-    f: &VectorField,
-    op: &'static str,
-    budget: usize,
-    generation: i64,
-    cookie: i64,
-) -> Result<Option<Packed>> {
-    let err = |e| Error::sqlite(op, &c.name, e);
-    let dims = f.spec.dimensions as usize;
-    let mut st = conn
-        .prepare_cached(&format!(
-            "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL ORDER BY rowid",
-            col = f.col_ident,
-            t = v.ident
-        ))
-        .map_err(err)?;
-    let mut rows = st.query([]).map_err(err)?;
-    let mut copy = Packed {
-        generation,
-        cookie,
-        dimensions: dims,
-        rowids: Vec::new(),
-        floats: Vec::new(),
-        norms2: Vec::new(),
-    };
-    while let Some(r) = rows.next().map_err(err)? {
-        let Some(blob) = r.get_ref(1).ok().and_then(|b| b.as_blob().ok()) else {
-            continue;
+    /// Every vector of the field, as a [`Packed`] copy, or `None` when they are
+    /// more than `budget` bytes.
+    fn read_copy(&self, budget: usize, generation: i64, cookie: i64) -> Result<Option<Packed>> {
+        let dims = self.f.spec.dimensions as usize;
+        let mut st = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL ORDER BY rowid",
+                col = self.f.col_ident,
+                t = self.v.ident
+            ))
+            .map_err(|e| self.err(e))?;
+        let mut rows = st.query([]).map_err(|e| self.err(e))?;
+        let mut copy = Packed {
+            generation,
+            cookie,
+            dimensions: dims,
+            rowids: Vec::new(),
+            floats: Vec::new(),
+            norms2: Vec::new(),
         };
-        // A row of another length was not written by keel: skipped, as the
-        // table scan skips it (`keel check` reports it).
-        if blob.len() != dims * 4 {
-            continue;
+        while let Some(r) = rows.next().map_err(|e| self.err(e))? {
+            let Some(blob) = r.get_ref(1).ok().and_then(|b| b.as_blob().ok()) else {
+                continue;
+            };
+            // A row of another length was not written by keel: skipped, as the
+            // table scan skips it (`keel check` reports it).
+            if blob.len() != dims * 4 {
+                continue;
+            }
+            if copy.bytes() + dims * 4 + 12 > budget {
+                return Ok(None);
+            }
+            let start = copy.floats.len();
+            copy.floats.extend(
+                blob.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+            let x = &copy.floats[start..];
+            copy.norms2.push(keel_schema::vector::dot(x, x));
+            copy.rowids.push(r.get(0).map_err(|e| self.err(e))?);
         }
-        if copy.bytes() + dims * 4 + 12 > budget {
-            return Ok(None);
-        }
-        let start = copy.floats.len();
-        copy.floats.extend(
-            blob.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
-        let x = &copy.floats[start..];
-        copy.norms2.push(keel_schema::vector::dot(x, x));
-        copy.rowids.push(r.get(0).map_err(err)?);
+        Ok(Some(copy))
     }
-    Ok(Some(copy))
-}
 
-/// The scan of the side table itself, row by row.
-#[allow(clippy::too_many_arguments)] // `scan`'s
-fn scan_table(
-    conn: &rusqlite::Connection,
-    c: &Coll,
-    v: &VectorSql,
-    f: &VectorField,
-    op: &'static str,
-    query: &[f32],
-    k: usize,
-    within: Within<'_>,
-) -> Result<Vec<Scored>> {
-    let err = |e| Error::sqlite(op, &c.name, e);
-    let mut sql = format!(
-        "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL",
-        col = f.col_ident,
-        t = v.ident
-    );
-    let (params, keep): (&[Value], _) = match within {
-        Within::Sql(w, p) => {
-            sql.push_str(" AND rowid IN (");
-            sql.push_str(w);
-            sql.push(')');
-            (p, None)
-        }
-        Within::Set(s) => (&[], Some(s)),
-        Within::All => (&[], None),
-    };
-    let mut st = conn.prepare_cached(&sql).map_err(err)?;
-    let mut rows = st
-        .query(rusqlite::params_from_iter(
-            params.iter().map(crate::sql::Param),
-        ))
-        .map_err(err)?;
-    let metric = f.spec.metric;
-    let qn = keel_schema::vector::norm(query);
-    let mut top = TopK::new(k);
-    let mut floats: Vec<f32> = Vec::with_capacity(query.len());
-    while let Some(r) = rows.next().map_err(err)? {
-        let rowid: i64 = r.get(0).map_err(err)?;
-        if keep.is_some_and(|k| !k.contains(&rowid)) {
-            continue;
-        }
-        let blob = r.get_ref(1).map_err(err)?.as_blob().map_err(|e| {
-            Error::sqlite(
-                op,
-                &c.name,
-                rusqlite::Error::FromSqlConversionFailure(
+    /// The scan of the side table itself, row by row.
+    fn table(&self) -> Result<Vec<Scored>> {
+        let (c, f, query) = (self.c, self.f, self.query);
+        let err = |e| Error::sqlite(self.op, &c.name, e);
+        let mut sql = format!(
+            "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL",
+            col = f.col_ident,
+            t = self.v.ident
+        );
+        let (params, keep): (&[Value], _) = match self.within {
+            Within::Sql(w, p) => {
+                sql.push_str(" AND rowid IN (");
+                sql.push_str(w);
+                sql.push(')');
+                (p, None)
+            }
+            Within::Set(s) => (&[], Some(s)),
+            Within::All => (&[], None),
+        };
+        let mut st = self.conn.prepare_cached(&sql).map_err(err)?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(
+                params.iter().map(crate::sql::Param),
+            ))
+            .map_err(err)?;
+        let metric = f.spec.metric;
+        let qn = keel_schema::vector::norm(query);
+        let mut top = TopK::new(self.k);
+        let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+        while let Some(r) = rows.next().map_err(err)? {
+            let rowid: i64 = r.get(0).map_err(err)?;
+            if keep.is_some_and(|k| !k.contains(&rowid)) {
+                continue;
+            }
+            let blob = r.get_ref(1).map_err(err)?.as_blob().map_err(|e| {
+                err(rusqlite::Error::FromSqlConversionFailure(
                     1,
                     rusqlite::types::Type::Blob,
                     Box::new(e),
-                ),
-            )
-        })?;
-        // A row of another length was not written by keel (the check refuses
-        // it): `keel check` reports it; the query skips it.
-        if blob.len() != query.len() * 4 {
-            continue;
+                ))
+            })?;
+            // A row of another length was not written by keel (the check refuses
+            // it): `keel check` reports it; the query skips it.
+            if blob.len() != query.len() * 4 {
+                continue;
+            }
+            keel_schema::vector::unpack_into(blob, &mut floats);
+            top.push(Scored {
+                distance: metric.distance(query, qn, &floats),
+                rowid,
+            });
         }
-        keel_schema::vector::unpack_into(blob, &mut floats);
-        top.push(Scored {
-            distance: metric.distance(query, qn, &floats),
-            rowid,
-        });
+        Ok(top.into_sorted())
     }
-    Ok(top.into_sorted())
 }
 
 /// The `keel_meta` key recording what a collection's side table was built with.

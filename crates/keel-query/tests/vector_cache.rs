@@ -184,17 +184,11 @@ proptest! {
     }
 }
 
-/// A snapshot taken before a write keeps its rows even when a query outside it
-/// made a copy of the newer rows in between.
-#[test]
-fn a_snapshot_older_than_the_copy_reads_its_own_rows() {
-    let dir = tempfile::tempdir().unwrap();
-    let s = schema();
-    let db = open(&dir.path().join("v.db"), &s, 64 << 20);
-    let q = [1.0, 0.0, 0.0, 0.0];
+/// Photo 1 on the first axis, photo 2 on the second.
+fn two_photos(db: &Database, s: &Schema) {
     let objs = vec![
-        encode(&s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
-        encode(&s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
+        encode(s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
+        encode(s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
     ];
     db.write(move |t| {
         for o in objs {
@@ -204,6 +198,17 @@ fn a_snapshot_older_than_the_copy_reads_its_own_rows() {
     })
     .wait()
     .unwrap();
+}
+
+/// A snapshot taken before a write keeps its rows even when a query outside it
+/// made a copy of the newer rows in between.
+#[test]
+fn a_snapshot_older_than_the_copy_reads_its_own_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema();
+    let db = open(&dir.path().join("v.db"), &s, 64 << 20);
+    let q = [1.0, 0.0, 0.0, 0.0];
+    two_photos(&db, &s);
     let before = nearest(&db, &s, &q, 1, None);
     assert_eq!(before[0].0, 1);
     let s2 = s.clone();
@@ -248,18 +253,7 @@ fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
     let s = schema();
     let db = open(&path, &s, 64 << 20);
     let q = [1.0, 0.0, 0.0, 0.0];
-    let objs = vec![
-        encode(&s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
-        encode(&s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
-    ];
-    db.write(move |t| {
-        for o in objs {
-            t.insert_bytes("v.Photo", o)?;
-        }
-        Ok(())
-    })
-    .wait()
-    .unwrap();
+    two_photos(&db, &s);
     assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 1);
     let conn = rusqlite::Connection::open(&path).unwrap();
     let triggers = |conn: &rusqlite::Connection| -> i64 {
