@@ -18,6 +18,7 @@ import blog.*
 import dev.keel.FlatBufferBuilder
 import dev.keel.FlatBufferReader
 import dev.keel.Keel
+import dev.keel.KeelThreads
 import dev.keel.changes
 import dev.keel.fetch
 import dev.keel.get
@@ -1051,6 +1052,9 @@ fun main(args: Array<String>) {
         crashChild(args[1])
         return
     }
+    // What an app's first call, `Keel.openAsync`, does before the library loads
+    // (the tests below also call the generated functions directly).
+    KeelThreads.keepAttached()
     registerTests()
     registerTypedTests()
     registerCorpusTests() // BytesCorpus.kt

@@ -45,6 +45,10 @@ import kotlinx.coroutines.flow.consumeAsFlow
 
 /** keel's entry points for Kotlin. */
 object Keel {
+    init {
+        KeelThreads.keepAttached()
+    }
+
     /**
      * Open (or create) the database at [path] with the FlatBuffers schema text
      * [schema]. Suspends until ready; the whole open — including a slow WAL sync —
@@ -128,3 +132,33 @@ fun Dictionary.changes(key: String): Flow<DictValue?> = callbackFlow {
     })
     awaitClose { sub.cancel() }
 }.conflate()
+
+/**
+ * keel calls Kotlin back on its own native threads: the writer (write bodies,
+ * live-query and object deliveries), the open thread, the fetch pool. JNA's
+ * default attaches such a thread to the JVM for each call and detaches it
+ * after, which costs more than the call itself; keel's threads stay attached
+ * instead (as daemon threads, detached when they exit), as JNA's
+ * [CallbackThreadInitializer] allows. It takes effect only for callbacks whose
+ * native stubs do not exist yet, so it runs before the library loads: from
+ * `Keel`'s initializer, the entry point of the layer.
+ */
+internal object KeelThreads {
+    private val done = java.util.concurrent.atomic.AtomicBoolean(false)
+
+    fun keepAttached() {
+        if (!done.compareAndSet(false, true)) return
+        val stay = com.sun.jna.CallbackThreadInitializer(true, false, "keel")
+        for (cb in listOf<com.sun.jna.Callback>(
+            dev.keel.ffi.uniffiCallbackInterfaceWriteBody.`run`,
+            dev.keel.ffi.uniffiCallbackInterfaceQueryListener.`onUpdate`,
+            dev.keel.ffi.uniffiCallbackInterfaceObjectListener.`onEvent`,
+            dev.keel.ffi.uniffiCallbackInterfaceDictionaryListener.`onChange`,
+            dev.keel.ffi.uniffiCallbackInterfaceOpenProgressListener.`onProgress`,
+            dev.keel.ffi.uniffiCallbackInterfaceMigrationProgressListener.`onProgress`,
+            dev.keel.ffi.uniffiCallbackInterfaceObjectMigration.`migrate`,
+        )) {
+            com.sun.jna.Native.setCallbackThreadInitializer(cb, stay)
+        }
+    }
+}
