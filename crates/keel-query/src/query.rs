@@ -281,14 +281,30 @@ impl<'a> Query<'a> {
             };
             let (s, text) = comp.match_text(path.as_ref(), query)?;
             comp.params.push(Value::Text(text));
+            rest = parts.into_iter().cloned().reduce(Expr::and);
+            // Ranked by relevance alone, with a limit and no other filter: the
+            // index ranks and cuts before the join, so only the rows shown are
+            // read (otherwise SQLite joins every match to its row, then sorts).
+            // The outer ORDER BY/LIMIT/OFFSET below still apply, unchanged.
+            let cut = match (order, self.spec.limit) {
+                (Some([key]), Some(limit)) if key.is_relevance() && rest.is_none() && paged => {
+                    let n = limit.saturating_add(self.spec.offset);
+                    let dir = if key.descending { "DESC" } else { "ASC" };
+                    format!(
+                        " ORDER BY {} {dir}, keel_r {dir} LIMIT {}",
+                        crate::sql::RANK_COLUMN,
+                        i64::try_from(n).unwrap_or(i64::MAX)
+                    )
+                }
+                _ => String::new(),
+            };
             from = format!(
-                "(SELECT rowid AS keel_r, {} AS {} FROM {2} WHERE {2} MATCH ?) JOIN {3} ON {3}.rowid = keel_r",
+                "(SELECT rowid AS keel_r, {} AS {} FROM {2} WHERE {2} MATCH ?{cut}) JOIN {3} ON {3}.rowid = keel_r",
                 s.bm25(),
                 crate::sql::RANK_COLUMN,
                 s.ident,
                 c.ident
             );
-            rest = parts.into_iter().cloned().reduce(Expr::and);
             rest.as_ref()
         } else {
             filter

@@ -784,6 +784,44 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// A page of a ranked search (where the index ranks and cuts before the
+    /// join: relevance alone, a limit, no other filter) is exactly that slice of
+    /// the whole ranked result, best first and worst first, ties by rowid; with
+    /// another filter beside the search, too.
+    #[test]
+    fn a_ranked_page_is_the_slice_of_the_whole_ranked_result(
+        docs in proptest::collection::vec(text(), 4..30),
+        limit in 1u64..6,
+        offset in 0u64..6,
+        worst_first in any::<bool>(),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let s = schema();
+        let db = open(&dir.path().join("page.db"), &s);
+        let objs: Vec<Vec<u8>> = docs.iter().enumerate().map(|(k, t)| obj(&s, k as u8, t, &[])).collect();
+        db.write(move |t| {
+            for o in objs {
+                t.insert_bytes(COLL, o)?;
+            }
+            Ok(())
+        })
+        .wait()
+        .unwrap();
+        let rank = if worst_first { keel_schema::relevance().reversed() } else { keel_schema::relevance() };
+        let lang = s.reader(COLL).unwrap().path("lang").unwrap();
+        for filter in [Expr::search("rust OR 京都 OR a"), Expr::search("rust OR 京都 OR a") & Expr::ne(lang, "ta")] {
+            let ids = |v: Vec<keel_query::StoredObject>| v.into_iter().map(|o| o.rowid).collect::<Vec<_>>();
+            let whole = ids(db.query(COLL).filter(filter.clone()).order_by(rank.clone()).all().unwrap());
+            let page = ids(db.query(COLL).filter(filter.clone()).order_by(rank.clone()).limit(limit).offset(offset).all().unwrap());
+            let want: Vec<i64> = whole.iter().copied().skip(offset as usize).take(limit as usize).collect();
+            prop_assert_eq!(page, want);
+        }
+        db.close().wait().unwrap();
+    }
+}
+
 #[test]
 fn typed_string_field_handles_have_matches() {
     use keel_example_blog::blog::Post;
