@@ -184,8 +184,8 @@ fn main() {
         let c = if quick { 100 } else { 1_000 };
         let a = app_case(&root.path().join("app.db"), n, s, c, 0);
         eprintln!(
-            "none {:.4} ms, some {:.4} ms, all {:.4} ms, refetch {:.3} ms",
-            a.none, a.some, a.all, a.refetch
+            "none {:.4} ms, some {:.4} ms, all {:.4} ms, refetch {:.3} ms, {:.1} deliveries per commit",
+            a.none, a.some, a.all, a.refetch, a.deliveries
         );
         return;
     }
@@ -383,6 +383,16 @@ fn main() {
     add("app_some_ms", med(&|a| a.some), &mut metrics);
     add("app_all_ms", med(&|a| a.all), &mut metrics);
     add("app_refetch_ms", med(&|a| a.refetch), &mut metrics);
+    add(
+        "app_deliveries_per_commit",
+        med(&|a| a.deliveries),
+        &mut metrics,
+    );
+    add(
+        "app_added_us_per_delivery",
+        med(&|a| (a.all - a.none) * 1e3 / a.deliveries),
+        &mut metrics,
+    );
     let vs_none: Vec<f64> = app.iter().map(|a| a.all / a.none).collect();
     let vs_refetch: Vec<f64> = app.iter().map(|a| a.all / a.refetch).collect();
     add(
@@ -539,6 +549,8 @@ fn note(k: &str) -> &'static str {
         "app_all_ms" => "case 4: the same with every range query open (1,000 in a full run; ordered windows of 50, each value in about five)",
         "app_refetch_ms" => "case 4: ms per write when a commit hook re-runs every one of those queries instead (Room / SQLDelight)",
         "app_1000_vs_none_ratio" => "app_all_ms / app_none_ms, median over repetitions (goal ≤ 1.3)",
+        "app_deliveries_per_commit" => "case 4: deliveries per commit with every query open (each the whole window of up to 50 objects and its diff)",
+        "app_added_us_per_delivery" => "case 4: (app_all_ms − app_none_ms) ÷ deliveries per commit, µs: what open queries add to a write, per delivery made",
         "app_vs_refetch_ratio" => "app_all_ms / app_refetch_ms, median over repetitions (goal ≤ 0.02: 50× ahead)",
         _ => "",
     }
@@ -555,6 +567,9 @@ struct AppRun {
     some: f64,
     all: f64,
     refetch: f64,
+    /// Deliveries per commit with every query open (each carries its whole
+    /// result of up to 50 objects).
+    deliveries: f64,
 }
 
 /// Case 4 (see the module docs): `n` objects, `s` open range queries at most,
@@ -665,5 +680,6 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
         some,
         all,
         refetch,
+        deliveries: per_commit,
     }
 }
