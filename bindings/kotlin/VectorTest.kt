@@ -41,18 +41,18 @@ private suspend inline fun <reified E : Throwable> expectSuspend(block: () -> Un
 }
 
 private val photos = listOf(
-    Photo(id = "a", album = 1, embedding = listOf(1f, 0f, 0f)),
-    Photo(id = "b", album = 1, embedding = listOf(0f, 1f, 0f)),
-    Photo(id = "c", album = 1, embedding = listOf(1f, 1f, 0f)),
-    Photo(id = "d", album = 2, embedding = listOf(1f, 0.1f, 0f)),
-    Photo(id = "e", album = 1, embedding = listOf(-1f, 0f, 0.5f)),
-    Photo(id = "f", album = 2, embedding = listOf(0.2f, 0.3f, 0.9f)),
+    Photo(id = "a", album = 1, embedding = floatArrayOf(1f, 0f, 0f)),
+    Photo(id = "b", album = 1, embedding = floatArrayOf(0f, 1f, 0f)),
+    Photo(id = "c", album = 1, embedding = floatArrayOf(1f, 1f, 0f)),
+    Photo(id = "d", album = 2, embedding = floatArrayOf(1f, 0.1f, 0f)),
+    Photo(id = "e", album = 1, embedding = floatArrayOf(-1f, 0f, 0.5f)),
+    Photo(id = "f", album = 2, embedding = floatArrayOf(0.2f, 0.3f, 0.9f)),
 )
 private val points = listOf(
-    Point(id = "p", pos = listOf(0f, 0f)),
-    Point(id = "q", pos = listOf(3f, 4f)),
-    Point(id = "r", pos = listOf(1f, 1f)),
-    Point(id = "s", pos = listOf(-2f, 0.5f)),
+    Point(id = "p", pos = floatArrayOf(0f, 0f)),
+    Point(id = "q", pos = floatArrayOf(3f, 4f)),
+    Point(id = "r", pos = floatArrayOf(1f, 1f)),
+    Point(id = "s", pos = floatArrayOf(-2f, 0.5f)),
 )
 
 private suspend fun vectorDb(dir: File, name: String): Database {
@@ -68,7 +68,7 @@ fun registerVectorTests() {
     test("vector: typed nearest equals a reference (cosine, l2), filters before k, typed errors") { dir ->
         val db = vectorDb(dir, "vector.db")
         for (q in listOf(floatArrayOf(1f, 0.2f, 0f), floatArrayOf(0f, 0f, 1f), floatArrayOf(-0.5f, 1f, 0.1f))) {
-            val want = reference(photos.map { it.id to it.embedding }, q.toList(), "cosine")
+            val want = reference(photos.map { it.id to it.embedding.toList() }, q.toList(), "cosine")
             for (k in listOf(1, 3, photos.size + 2)) {
                 val got = db.fetch(Photo).nearest(Photo.embedding, q, k)
                 check(got.map { it.value.id } == want.take(k)) { "cosine ${q.toList()} k=$k: ${got.map { it.value.id }} != $want" }
@@ -80,12 +80,12 @@ fun registerVectorTests() {
             check(inAlbum.map { it.value.id } == want.filter { it in album1 }.take(3)) { "${inAlbum.map { it.value.id }}" }
         }
         for (q in listOf(floatArrayOf(0f, 0f), floatArrayOf(2f, 2f), floatArrayOf(-1f, 1f))) {
-            val want = reference(points.map { it.id to it.pos }, q.toList(), "l2")
+            val want = reference(points.map { it.id to it.pos.toList() }, q.toList(), "l2")
             val got = db.fetch(Point).nearest(Point.pos, q, 3)
             check(got.map { it.value.id } == want.take(3)) { "l2 ${q.toList()}: ${got.map { it.value.id }} != $want" }
             val p = points.first { it.id == got[0].value.id }
             check(got[0].value == p)
-            val d = sqrt(p.pos.zip(q.toList()).fold(0f) { s, (x, y) -> s + (x - y) * (x - y) })
+            val d = sqrt(p.pos.toList().zip(q.toList()).fold(0f) { s, (x, y) -> s + (x - y) * (x - y) })
             check(kotlin.math.abs(got[0].distance - d) < 1e-5f) { "${got[0].distance} != $d" }
         }
         for (bad in listOf(floatArrayOf(1f, 0f), floatArrayOf(1f, 0f, 0f, 0f), floatArrayOf(Float.NaN, 0f, 0f), floatArrayOf(Float.POSITIVE_INFINITY, 0f, 0f))) {
@@ -94,6 +94,13 @@ fun registerVectorTests() {
         expectSuspend<KeelException.TypeMismatch> {
             db.fetch(Photo).orderBy(Photo.album.asc()).nearest(Photo.embedding, floatArrayOf(1f, 0f, 0f), 2)
         }
+        // A (vector: N) field is a FloatArray, and the model stays a value: equal
+        // contents are equal objects with equal hashes, printed by content.
+        val x = Photo(id = "x", album = 1, embedding = floatArrayOf(1f, 2f, 3f))
+        val y = Photo(id = "x", album = 1, embedding = floatArrayOf(1f, 2f, 3f))
+        check(x == y && x.hashCode() == y.hashCode()) { "$x != $y" }
+        check(x != y.copy(embedding = floatArrayOf(1f, 2f, 4f)))
+        check(x.toString().contains("[1.0, 2.0, 3.0]")) { x.toString() }
         db.closeAsync()
     }
 
@@ -111,7 +118,7 @@ fun registerVectorTests() {
         check(first.diff.inserted == listOf(0UL, 1UL)) { "${first.diff}" }
 
         // A nearer object enters in second place; "c" leaves.
-        val nearer = Photo(id = "g", album = 1, embedding = listOf(1f, 0.05f, 0f))
+        val nearer = Photo(id = "g", album = 1, embedding = floatArrayOf(1f, 0.05f, 0f))
         db.write { insert(nearer) }
         val second = withTimeout(10_000) { got.receive() }
         check(ids(second) == listOf("a", "g")) { "${ids(second)}" }
@@ -119,7 +126,7 @@ fun registerVectorTests() {
         check(second.diff.inserted == listOf(1UL) && second.diff.removed == listOf(1UL)) { "${second.diff}" }
 
         // A nearer object in another album changes nothing: no delivery.
-        db.write { insert(Photo(id = "h", album = 2, embedding = listOf(1f, 0f, 0f))) }
+        db.write { insert(Photo(id = "h", album = 2, embedding = floatArrayOf(1f, 0f, 0f))) }
         // Deleting a member: it leaves and the next candidate comes in.
         db.write { delete(Photo, "a") }
         val third = withTimeout(10_000) { got.receive() }
