@@ -6,6 +6,7 @@
 import dev.keel.NearestUpdate
 import dev.keel.fetch
 import dev.keel.nearest
+import dev.keel.nearestAsync
 import dev.keel.nearestUpdates
 import dev.keel.write
 import dev.keel.ffi.*
@@ -70,7 +71,8 @@ fun registerVectorTests() {
         for (q in listOf(floatArrayOf(1f, 0.2f, 0f), floatArrayOf(0f, 0f, 1f), floatArrayOf(-0.5f, 1f, 0.1f))) {
             val want = reference(photos.map { it.id to it.embedding.toList() }, q.toList(), "cosine")
             for (k in listOf(1, 3, photos.size + 2)) {
-                val got = db.fetch(Photo).nearest(Photo.embedding, q, k)
+                val got = db.fetch(Photo).nearestAsync(Photo.embedding, q, k)
+                check(got == db.fetch(Photo).nearest(Photo.embedding, q, k))
                 check(got.map { it.value.id } == want.take(k)) { "cosine ${q.toList()} k=$k: ${got.map { it.value.id }} != $want" }
                 check(got.map { it.distance } == got.map { it.distance }.sorted())
             }
@@ -91,6 +93,12 @@ fun registerVectorTests() {
         for (bad in listOf(floatArrayOf(1f, 0f), floatArrayOf(1f, 0f, 0f, 0f), floatArrayOf(Float.NaN, 0f, 0f), floatArrayOf(Float.POSITIVE_INFINITY, 0f, 0f))) {
             expectSuspend<KeelException.InvalidArgument> { db.fetch(Photo).nearest(Photo.embedding, bad, 2) }
         }
+        // Inside a write body, nearest sees the body's own writes.
+        val inBody = db.write {
+            insert(Photo(id = "t", album = 1, embedding = floatArrayOf(1f, 0.2f, 0f)))
+            fetch(Photo).nearest(Photo.embedding, floatArrayOf(1f, 0.2f, 0f), 1).map { it.value.id }
+        }
+        check(inBody == listOf("t")) { "$inBody" }
         expectSuspend<KeelException.TypeMismatch> {
             db.fetch(Photo).orderBy(Photo.album.asc()).nearest(Photo.embedding, floatArrayOf(1f, 0f, 0f), 2)
         }

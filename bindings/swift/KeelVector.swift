@@ -41,17 +41,20 @@ public struct KeelNearestChange<T: KeelRecord>: Sendable {
 extension KeelFetch {
     /// The `k` objects matching this fetch's filters whose `field` is nearest
     /// to `vector`, best first (exact; synchronous, on the calling thread: keel
-    /// reads never wait for the writer). Not inside a write transaction yet:
-    /// there it throws `KeelError.InvalidArgument`.
+    /// reads never wait for the writer). On `txn.fetch(…)` inside a write body
+    /// it sees the transaction's writes so far.
     public func nearest(_ field: KeelField<T, [Float]>, to vector: [Float], k: Int) throws
         -> [KeelNeighbor<T>]
     {
-        if txn != nil {
-            throw KeelError.InvalidArgument(
-                message: "nearest: not available inside a write transaction from Swift yet")
+        let n = UInt32(clamping: max(k, 0))
+        let found: [Neighbor]
+        if let t = txn {
+            if t.ended { throw keelTransactionEnded() }
+            found = try t.txn.nearest(query: query, field: field.keelPath, vector: vector, k: n)
+        } else {
+            found = try query.nearest(field: field.keelPath, vector: vector, k: n)
         }
-        return try query.nearest(field: field.keelPath, vector: vector, k: UInt32(clamping: max(k, 0)))
-            .map { KeelNeighbor(object: try T.keelStored($0.bytes), distance: $0.distance) }
+        return try found.map { KeelNeighbor(object: try T.keelStored($0.bytes), distance: $0.distance) }
     }
 
     /// `nearest(_:to:k:)` kept live, as an `AsyncSequence`: the `k` nearest now,
@@ -73,7 +76,7 @@ extension KeelFetch {
         return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
             if inTxn {
                 throw KeelError.InvalidArgument(
-                    message: "nearestUpdates: subscribe on the database, not inside a write transaction")
+                    message: "nearestUpdates: subscribe on db.fetch(…), not inside a write transaction")
             }
             return try q.subscribeNearest(field: path, vector: vector, k: count, listener: bridge)
         }, decode: { raw in

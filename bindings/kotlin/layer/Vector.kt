@@ -4,7 +4,7 @@
 // k-NN as a `Flow`.
 //
 //     val similar = db.fetch(Photo).where(Photo.album eq 3)   // filters apply before k
-//         .nearest(Photo.embedding, query, k = 20)
+//         .nearest(Photo.embedding, query, k = 20)            // or nearestAsync (suspend)
 //     db.fetch(Photo).nearestUpdates(Photo.embedding, query, k = 20).collect { u -> show(u.neighbors, u.diff) }
 //
 // The search is exact. A query vector of another dimension, or with NaN or
@@ -51,24 +51,25 @@ data class NearestUpdate<T>(
     val diff: Diff,
 )
 
-private fun <T : Any> TypedQuery<T>.noTxn(what: String) {
-    if (txn != null) throw KeelException.InvalidArgument("$what: not available inside a write transaction from Kotlin yet")
-}
-
 private fun <T : Any> TypedQuery<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T> =
     Neighbor(model.decode(n.bytes), n.distance)
 
 /**
  * The [k] objects matching this query's filters whose vector [field] is nearest to
- * [vector], best first (exact). Runs on [Dispatchers.IO]. Not inside a write
- * transaction yet (there it throws `KeelException.InvalidArgument`).
+ * [vector], best first (exact): a read on the calling thread (keel reads never wait
+ * for the writer), or, on `fetch(…)` inside a write body, as the transaction sees
+ * the objects (its own writes included). [nearestAsync] runs it on a keel thread.
  */
-suspend fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
-    noTxn("nearest")
-    return withContext(Dispatchers.IO) {
-        query.nearest(field.keelPath, vector.toList(), k.coerceAtLeast(0).toUInt()).map { decode(it) }
-    }
+fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
+    val n = k.coerceAtLeast(0).toUInt()
+    val v = vector.toList()
+    val found = txn?.live()?.nearest(query, field.keelPath, v, n) ?: query.nearest(field.keelPath, v, n)
+    return found.map { decode(it) }
 }
+
+/** [nearest] on [Dispatchers.IO] (on a database query; inside a write body use [nearest]). */
+suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> =
+    withContext(Dispatchers.IO) { nearest(field, vector, k) }
 
 /**
  * [nearest] kept live, as a [Flow]: the `k` nearest now, then after every commit
@@ -83,7 +84,7 @@ suspend fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArr
 fun <T : Any> TypedQuery<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): Flow<NearestUpdate<T>> {
     val v = vector.toList()
     return callbackFlow {
-        noTxn("nearestUpdates")
+        if (txn != null) throw KeelException.InvalidArgument("nearestUpdates: subscribe on db.fetch(…), not inside a write transaction")
         val sub = query.subscribeNearest(field.keelPath, v, k.coerceAtLeast(0).toUInt(), object : NearestListener {
             override fun onUpdate(update: dev.keel.ffi.NearestUpdate) {
                 trySend(update)

@@ -79,6 +79,12 @@ final class VectorTests: XCTestCase {
                 guard case KeelError.InvalidArgument = e else { return XCTFail("\(bad): \(e)") }
             }
         }
+        // Inside a write body, nearest sees the body's own writes.
+        let inBody = try await db.write { txn -> [String] in
+            try txn.insert(Photo(id: "t", album: 1, embedding: [1, 0.2, 0]))
+            return try txn.fetch(Photo.self).nearest(Photo.embedding, to: [1, 0.2, 0], k: 1).map(\.object.id)
+        }
+        XCTAssertEqual(inBody, ["t"])
         XCTAssertThrowsError(try db.fetch(Photo.self).sorted(by: Photo.album.ascending)
             .nearest(Photo.embedding, to: [1, 0, 0], k: 2)) { e in
             guard case KeelError.TypeMismatch = e else { return XCTFail("\(e)") }

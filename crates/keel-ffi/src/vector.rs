@@ -12,6 +12,7 @@ use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::Resolver;
 use crate::live::{Diff, Handle, Subscription};
+use crate::txn::Transaction;
 use crate::types::{guarded, Foreign};
 
 /// One result of [`Query::nearest`].
@@ -111,6 +112,32 @@ fn neighbor(n: &keel_query::Neighbor<keel_query::StoredObject>) -> Neighbor {
         rowid: n.rowid,
         distance: n.distance,
         bytes: n.object.bytes.clone(),
+    }
+}
+
+#[uniffi::export]
+impl Transaction {
+    /// [`Query::nearest`] as this transaction sees the objects: its own writes
+    /// so far included. Same errors; a query of another database, or a
+    /// transaction whose body has returned, is `InvalidArgument`.
+    pub fn nearest(
+        &self,
+        query: Arc<Query>,
+        field: String,
+        vector: Vec<f32>,
+        k: u32,
+    ) -> Result<Vec<Neighbor>, KeelError> {
+        let schema = Arc::clone(query.db.schema());
+        let path = Resolver::new(&schema, &query.collection, "nearest")?.path(&field)?;
+        self.with("nearest", |t| {
+            Ok(self
+                .query_on(t, &query)?
+                .nearest(path, &vector, k as usize)
+                .all()?
+                .iter()
+                .map(neighbor)
+                .collect())
+        })
     }
 }
 
