@@ -107,9 +107,10 @@ pub struct Subscription {
 pub(crate) enum Handle {
     /// A query or object subscription of the engine's hub.
     Hub(keel_query::Subscription),
-    /// A live k-NN (`Query::subscribe_nearest`); held for its `Drop`, which
-    /// ends the deliveries.
-    Nearest(#[allow(dead_code)] crate::vector::LiveNearest),
+    /// Another kind of subscription (a live k-NN, `vector.rs`), held for its
+    /// `Drop`, which ends the deliveries. Boxed so that this module does not
+    /// import the ones built on it.
+    Owned(#[allow(dead_code)] Box<dyn Send>),
 }
 
 impl std::fmt::Debug for Subscription {
@@ -147,7 +148,7 @@ impl Subscription {
             .is_some_and(|h| match h {
                 Handle::Hub(s) => s.is_active(),
                 // A live k-NN never ends by itself.
-                Handle::Nearest(_) => true,
+                Handle::Owned(_) => true,
             })
     }
 }

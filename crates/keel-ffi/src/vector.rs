@@ -95,7 +95,7 @@ impl Gate {
 }
 
 /// A live k-NN held by a [`Subscription`]; dropping it ends the deliveries.
-pub(crate) struct LiveNearest {
+struct LiveNearest {
     gate: Arc<Gate>,
     sub: Option<keel_query::NearestSubscription>,
 }
@@ -188,10 +188,10 @@ impl Query {
                     g2.pass(|| guarded("nearest subscription", || listener.on_update(update)));
                 },
             )?;
-            Ok(Subscription::new(Handle::Nearest(LiveNearest {
+            Ok(Subscription::new(Handle::Owned(Box::new(LiveNearest {
                 gate,
                 sub: Some(sub),
-            })))
+            }))))
         })
     }
 
