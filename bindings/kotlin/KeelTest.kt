@@ -1061,6 +1061,7 @@ fun main(args: Array<String>) {
     registerTxnTests()
     registerSearchTests() // SearchTest.kt
     registerObservationTests() // ObservationTest.kt
+    registerVectorTests() // VectorTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

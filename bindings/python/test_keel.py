@@ -579,6 +579,26 @@ async def nearest_neighbours_through_the_ffi(tmp):
     bad = db.encode_json("demo.Photo", json.dumps({"id": "d", "e": [1.0, 2.0, 3.0]}))
     await aexpect(KeelError.InvalidArgument, db.write([WriteOp.INSERT(collection="demo.Photo", bytes=bad)]))
     assert db.count("demo.Photo") == 3
+
+    # Live k-NN: the first result at once, then each change with its diff (the
+    # listener has run when the write's await returns); bad input is typed.
+    class Near(keel.NearestListener):
+        def __init__(self):
+            self.updates = []
+
+        def on_update(self, update):
+            self.updates.append(update)
+
+    live = Near()
+    sub = db.query("demo.Photo").subscribe_nearest("e", [0.9, 0.0], 2, live)
+    assert [names(u.neighbors) for u in live.updates] == [["b", "a"]]
+    await db.write([WriteOp.INSERT(collection="demo.Photo", bytes=db.encode_json("demo.Photo", json.dumps({"id": "d", "album": 1, "e": [0.9, 0.05]})))])
+    last = live.updates[-1]
+    assert names(last.neighbors) == ["d", "b"] and last.diff.inserted == [0] and last.diff.removed == [1], last
+    sub.cancel()
+    await db.write([WriteOp.DELETE(collection="demo.Photo", key=[Value.TEXT("d")])])
+    assert len(live.updates) == 2
+    expect(KeelError.InvalidArgument, db.query("demo.Photo").subscribe_nearest, "e", [1.0], 1, Near())
     await db.close()
 
 

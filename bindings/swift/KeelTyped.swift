@@ -534,6 +534,8 @@ struct KeelRawEvent: @unchecked Sendable {
     enum Event {
         case query(QueryUpdate)
         case object(ObjectEvent)
+        /// A live k-NN's delivery (KeelVector.swift).
+        case nearest(NearestUpdate)
     }
     let event: Event
 }

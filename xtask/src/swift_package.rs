@@ -101,12 +101,13 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 6] = [
+pub const LAYER_FILES: [&str; 7] = [
     "Keel.swift",
     "KeelObservation.swift",
     "KeelPacked.swift",
     "KeelSearch.swift",
     "KeelTyped.swift",
+    "KeelVector.swift",
     "KeelWire.swift",
 ];
 

@@ -294,6 +294,14 @@ class FbTable internal constructor(
     fun i64s(slot: Int): List<Long> = scalarsOf(slot, 8) { r.i64At(it) }
     fun u64s(slot: Int): List<ULong> = scalarsOf(slot, 8) { r.i64At(it).toULong() }
     fun f32s(slot: Int): List<Float> = scalarsOf(slot, 4) { java.lang.Float.intBitsToFloat(r.i32At(it)) }
+    /** A `(vector: N)` field's floats as one primitive array (no boxing: embeddings are long). */
+    fun f32Array(slot: Int): FloatArray {
+        val v = vector(slot)
+        if (v < 0) return FloatArray(0)
+        if ((v + 4) and 3 != 0) invalid("FlatBuffers: vector in slot $slot has elements that are not 4-byte aligned")
+        val n = r.vectorLen(v, 4)
+        return FloatArray(n) { java.lang.Float.intBitsToFloat(r.i32At(v + 4 + 4 * it)) }
+    }
     fun f64s(slot: Int): List<Double> = scalarsOf(slot, 8) { java.lang.Double.longBitsToDouble(r.i64At(it)) }
 
     /**
@@ -456,6 +464,7 @@ class FlatBufferBuilder(initialSize: Int = 256) {
     fun createUIntVector(v: List<UInt>): Int { startVector(4, v.size, 4); for (i in v.indices.reversed()) putInt(v[i].toInt()); return endVector() }
     fun createLongVector(v: List<Long>): Int { startVector(8, v.size, 8); for (i in v.indices.reversed()) putLong(v[i]); return endVector() }
     fun createULongVector(v: List<ULong>): Int { startVector(8, v.size, 8); for (i in v.indices.reversed()) putLong(v[i].toLong()); return endVector() }
+    fun createFloatVector(v: FloatArray): Int { startVector(4, v.size, 4); for (i in v.indices.reversed()) putInt(java.lang.Float.floatToRawIntBits(v[i])); return endVector() }
     fun createFloatVector(v: List<Float>): Int { startVector(4, v.size, 4); for (i in v.indices.reversed()) putInt(java.lang.Float.floatToRawIntBits(v[i])); return endVector() }
     fun createDoubleVector(v: List<Double>): Int { startVector(8, v.size, 8); for (i in v.indices.reversed()) putLong(java.lang.Double.doubleToRawLongBits(v[i])); return endVector() }
 

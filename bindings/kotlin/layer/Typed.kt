@@ -308,11 +308,11 @@ fun <T : Any> Database.fetch(model: KeelModel<T, *>): TypedQuery<T> =
  * Field names and value types were checked by the compiler; keel checks them again.
  */
 class TypedQuery<T : Any> internal constructor(
-    private val model: KeelModel<T, *>,
+    internal val model: KeelModel<T, *>,
     /** The untyped query underneath (for `describe()` and tools). */
     val query: Query,
     /** Set for `txn.fetch(...)`: the query runs inside that write transaction. */
-    private val txn: WriteTxn? = null,
+    internal val txn: WriteTxn? = null,
 ) {
     /** Keep objects matching [predicate] (AND-ed with earlier filters). */
     fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr), txn)

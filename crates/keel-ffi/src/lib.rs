@@ -98,4 +98,4 @@ pub use types::{
     OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,
     WriteOp, WriteResult,
 };
-pub use vector::Neighbor;
+pub use vector::{NearestListener, NearestUpdate, Neighbor};

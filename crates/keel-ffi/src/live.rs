@@ -100,7 +100,17 @@ pub trait ObjectListener: Send + Sync {
 /// last reference cancels too.
 #[derive(uniffi::Object)]
 pub struct Subscription {
-    inner: Mutex<Option<keel_query::Subscription>>,
+    inner: Mutex<Option<Handle>>,
+}
+
+/// What a [`Subscription`] ends when cancelled.
+pub(crate) enum Handle {
+    /// A query or object subscription of the engine's hub.
+    Hub(keel_query::Subscription),
+    /// Another kind of subscription (a live k-NN, `vector.rs`), held for its
+    /// `Drop`, which ends the deliveries. Boxed so that this module does not
+    /// import the ones built on it.
+    Owned(#[allow(dead_code)] Box<dyn Send>),
 }
 
 impl std::fmt::Debug for Subscription {
@@ -112,9 +122,9 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    fn new(s: keel_query::Subscription) -> Arc<Subscription> {
+    pub(crate) fn new(h: Handle) -> Arc<Subscription> {
         Arc::new(Subscription {
-            inner: Mutex::new(Some(s)),
+            inner: Mutex::new(Some(h)),
         })
     }
 }
@@ -123,6 +133,8 @@ impl Subscription {
 impl Subscription {
     /// End the subscription (idempotent).
     pub fn cancel(&self) {
+        // Taken out of the lock first: a live k-NN's cancel waits for a running
+        // delivery, which must not wait for this lock in turn.
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(s);
     }
@@ -133,7 +145,11 @@ impl Subscription {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .as_ref()
-            .is_some_and(|s| s.is_active())
+            .is_some_and(|h| match h {
+                Handle::Hub(s) => s.is_active(),
+                // A live k-NN never ends by itself.
+                Handle::Owned(_) => true,
+            })
     }
 }
 
@@ -162,7 +178,7 @@ impl Query {
                 };
                 guarded("query subscription", || listener.on_update(update));
             })?;
-            Ok(Subscription::new(sub))
+            Ok(Subscription::new(Handle::Hub(sub)))
         })
     }
 }
@@ -192,7 +208,7 @@ impl Database {
                     };
                     guarded("object subscription", || listener.on_event(event));
                 })?;
-            Ok(Subscription::new(sub))
+            Ok(Subscription::new(Handle::Hub(sub)))
         })
     }
 }

@@ -82,7 +82,7 @@ impl Transaction {
 
     /// Run `f` on the live `Txn`, or fail with a typed error when the body has
     /// returned or the call comes from another thread.
-    fn with<T>(
+    pub(crate) fn with<T>(
         &self,
         op: &str,
         f: impl FnOnce(&mut keel_query::Txn<'_>) -> Result<T, KeelError>,
@@ -118,7 +118,7 @@ impl Transaction {
         })
     }
 
-    fn query_on<'t>(
+    pub(crate) fn query_on<'t>(
         &self,
         txn: &'t keel_query::Txn<'_>,
         query: &Query,

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex};
 use futures::executor::block_on;
 use keel_ffi::{
     check_schema, encode_json, open_async, open_blocking, CallbackError, DictValue, Expr,
-    KeelError, ObjectEvent, ObjectListener, OpenOptions, OpenProgress, OpenProgressListener,
-    QueryListener, QueryUpdate, SyncPolicy, Value, WriteOp, WriteResult,
+    KeelError, NearestListener, NearestUpdate, ObjectEvent, ObjectListener, OpenOptions,
+    OpenProgress, OpenProgressListener, QueryListener, QueryUpdate, SyncPolicy, Value, WriteOp,
+    WriteResult,
 };
 
 const FBS: &str = "namespace demo;
@@ -642,4 +643,113 @@ fn nearest_neighbours_through_the_ffi() {
         Err(KeelError::InvalidArgument { .. })
     ));
     assert_eq!(q().count().unwrap(), 3);
+}
+
+struct Nearest(Arc<Mutex<Vec<NearestUpdate>>>);
+impl NearestListener for Nearest {
+    fn on_update(&self, u: NearestUpdate) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(u);
+        Ok(())
+    }
+}
+
+#[test]
+fn live_nearest_through_the_ffi() {
+    const VEC: &str = "namespace demo;
+        table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: \"l2\"); }
+        root_type Photo;";
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_blocking(
+        dir.path().join("live.db").display().to_string(),
+        VEC.into(),
+        OpenOptions::default(),
+        None,
+    )
+    .unwrap();
+    let photo = |id: &str, album: i64, e: [f32; 2]| WriteOp::Insert {
+        collection: "demo.Photo".into(),
+        bytes: encode_json(
+            VEC.into(),
+            "demo.Photo".into(),
+            serde_json::json!({"id": id, "album": album, "e": e}).to_string(),
+        )
+        .unwrap(),
+    };
+    block_on(db.write(vec![
+        photo("a", 1, [0.0, 0.0]),
+        photo("b", 1, [1.0, 0.0]),
+        photo("c", 1, [3.0, 4.0]),
+        photo("far", 2, [0.5, 0.0]),
+    ]))
+    .unwrap();
+    let q = || {
+        db.query("demo.Photo".into())
+            .filter(Expr::eq("album".into(), Value::Integer { v: 1 }))
+    };
+    // Bad input is a typed error at subscribe time; nothing is delivered.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for (field, v) in [("e", vec![1.0]), ("e", vec![f32::NAN, 0.0])] {
+        let err = q()
+            .subscribe_nearest(field.into(), v, 2, Box::new(Nearest(seen.clone())))
+            .unwrap_err();
+        assert!(matches!(err, KeelError::InvalidArgument { .. }), "{err:?}");
+    }
+    assert!(q()
+        .subscribe_nearest(
+            "album".into(),
+            vec![1.0, 0.0],
+            2,
+            Box::new(Nearest(seen.clone()))
+        )
+        .is_err());
+    assert!(seen.lock().unwrap().is_empty());
+
+    let ids = |u: &NearestUpdate| u.neighbors.iter().map(|n| n.rowid).collect::<Vec<_>>();
+    let sub = q()
+        .subscribe_nearest(
+            "e".into(),
+            vec![0.9, 0.0],
+            2,
+            Box::new(Nearest(seen.clone())),
+        )
+        .unwrap();
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.len(), 1);
+        // Filters before k: "far" (album 2) is nearer but not in the result.
+        assert_eq!(ids(&s[0]), [2, 1]);
+        assert_eq!(s[0].diff.inserted, [0, 1]);
+        assert!((s[0].neighbors[0].distance - 0.1).abs() < 1e-6);
+    }
+    // A nearer object enters at the front; the old second leaves.
+    block_on(db.write(vec![photo("d", 1, [0.9, 0.05])])).unwrap();
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(ids(&s[1]), [5, 2]);
+        assert_eq!(s[1].diff.inserted, [0]);
+        assert_eq!(s[1].diff.removed, [1]);
+    }
+    // A write elsewhere in the collection that changes nothing delivers nothing.
+    block_on(db.write(vec![photo("e", 2, [0.9, 0.0])])).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 2);
+    // Deleting a member: it leaves, the next candidate comes in.
+    block_on(db.write(vec![WriteOp::Delete {
+        collection: "demo.Photo".into(),
+        key: vec![text("d")],
+    }]))
+    .unwrap();
+    {
+        let s = seen.lock().unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(ids(&s[2]), [2, 1]);
+        assert_eq!(s[2].diff.removed, [0]);
+        assert_eq!(s[2].diff.inserted, [1]);
+    }
+    assert!(sub.is_active());
+    sub.cancel();
+    assert!(!sub.is_active());
+    block_on(db.write(vec![photo("g", 1, [0.9, 0.0])])).unwrap();
+    assert_eq!(seen.lock().unwrap().len(), 3, "nothing after cancel");
+    block_on(db.close()).unwrap();
 }

@@ -439,3 +439,44 @@ fn write_all_applies_in_order_and_stops_at_the_first_failure() {
         .unwrap()
         .is_none());
 }
+
+#[test]
+fn write_txn_nearest_sees_the_bodys_own_writes() {
+    const VEC: &str = "namespace demo;
+        table Photo { id: string (primary); e: [float] (vector: 2, metric: \"l2\"); }
+        root_type Photo;";
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir, VEC);
+    let insert = |id: &str, e: [f32; 2]| WriteOp::Insert {
+        collection: "demo.Photo".into(),
+        bytes: encode_json(
+            VEC.into(),
+            "demo.Photo".into(),
+            serde_json::json!({"id": id, "e": e}).to_string(),
+        )
+        .unwrap(),
+    };
+    block_on(db.write(vec![insert("far", [5.0, 5.0])])).unwrap();
+    let d = Arc::clone(&db);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = Arc::clone(&seen);
+    let near = insert("near", [1.0, 0.0]);
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+        let q = || d.query("demo.Photo".into());
+        let before = t
+            .nearest(q(), "e".into(), vec![0.0, 0.0], 1)
+            .map_err(failed)?;
+        t.write(near.clone()).map_err(failed)?;
+        let after = t
+            .nearest(q(), "e".into(), vec![0.0, 0.0], 1)
+            .map_err(failed)?;
+        let bad = t.nearest(q(), "e".into(), vec![0.0], 1).unwrap_err();
+        assert!(matches!(bad, KeelError::InvalidArgument { .. }), "{bad:?}");
+        s.lock().unwrap().extend([before[0].rowid, after[0].rowid]);
+        Ok(())
+    }))))
+    .unwrap();
+    // "far" is rowid 1; "near", written inside the body, is rowid 2.
+    assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
+    block_on(db.close()).unwrap();
+}

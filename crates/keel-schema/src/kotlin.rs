@@ -21,7 +21,9 @@
 //! * per table: `data class Post(…)` — scalars as `Int`, `UByte`, `ULong`…, optional
 //!   scalars (`= null`) as `Int?`, strings as `String?` (`String` for `(primary)`),
 //!   tables, structs and unions as nullable values, vectors (of unions too) as
-//!   `List<…>` (absent reads as empty), defaults as the schema says, deprecated fields left out (their slots
+//!   `List<…>` (absent reads as empty) but a `(vector: N)` field as a `FloatArray`
+//!   (no boxed floats; the class then gets `equals`/`hashCode`/`toString` that use
+//!   its contents), defaults as the schema says, deprecated fields left out (their slots
 //!   stay reserved) — with `encode()` and `Post.decode(bytes)`;
 //! * per collection (root type and `(entity)` tables): the companion object
 //!   implements `dev.keel.KeelModel<Post, Key>` (collection name, schema, key type:
@@ -516,7 +518,57 @@ impl<'a> Gen<'a> {
     }
 
     /// Kotlin type and default of a table field.
+    /// `equals`, `hashCode` and `toString` of a data class holding a `FloatArray`
+    /// (a `(vector: N)` field): the generated ones would compare and print the
+    /// array by identity; these compare its contents, so models stay values.
+    fn array_equality(
+        &self,
+        o: &mut String,
+        n: &str,
+        bare: &str,
+        live: &[&Field],
+        plan: &TablePlan<'_>,
+        retained: bool,
+    ) {
+        let mut eq = Vec::new();
+        let mut hash = Vec::new();
+        let mut show = Vec::new();
+        for f in live {
+            let p = ident(&lower_camel(&f.name));
+            if plan.of(f).embedding() {
+                eq.push(format!("{p}.contentEquals(other.{p})"));
+                hash.push(format!("{p}.contentHashCode()"));
+                show.push(format!(
+                    "{}=${{{p}.contentToString()}}",
+                    lower_camel(&f.name)
+                ));
+            } else {
+                eq.push(format!("{p} == other.{p}"));
+                hash.push(format!("{p}.hashCode()"));
+                show.push(format!("{}=${{{p}}}", lower_camel(&f.name)));
+            }
+        }
+        if retained {
+            eq.push("keelRetained == other.keelRetained".into());
+            hash.push("keelRetained.hashCode()".into());
+        }
+        // Kotlin's own scheme for data classes: h = 31 * h + next.
+        let hash = hash
+            .iter()
+            .skip(1)
+            .fold(hash[0].clone(), |acc, h| format!("31 * ({acc}) + {h}"));
+        let _ = writeln!(
+            o,
+            "    override fun equals(other: Any?): Boolean =\n        this === other || (other is {n} && {})\n    override fun hashCode(): Int = {hash}\n    override fun toString(): String = \"{bare}({})\"\n",
+            eq.join(" && "),
+            show.join(", ")
+        );
+    }
+
     fn field_decl(&self, f: &FieldPlan<'_>) -> (String, Option<String>) {
+        if f.embedding() {
+            return ("FloatArray".into(), Some("floatArrayOf()".into()));
+        }
         let base = self.base(&f.field.ty);
         let default = match &f.default {
             Unset::Absent => return (format!("{base}?"), Some("null".into())),
@@ -982,6 +1034,9 @@ impl<'a> Gen<'a> {
         if live.is_empty() {
             let _ = writeln!(o, "    override fun equals(other: Any?): Boolean = other is {n}\n    override fun hashCode(): Int = {}\n    override fun toString(): String = \"{bare}()\"\n", t.name.len());
         }
+        if live.iter().any(|f| plan.of(f).embedding()) {
+            self.array_equality(o, &n, &bare, &live, &plan, !enum_fields.is_empty());
+        }
         if collection.is_some() {
             let _ = writeln!(o, "    override fun keelModel(): dev.keel.KeelModel<{n}, *> = Companion\n\n    /** FlatBuffers bytes of this object (with the schema's file identifier). */\n    override fun encode(): ByteArray {{");
         } else {
@@ -1236,6 +1291,7 @@ impl<'a> Gen<'a> {
                     "t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n{}\n                    }}\n                }}\n            }}",
                     self.union_read_arms(*u, "                        ")
                 ),
+                FieldType::Vector(_) if plan.of(f).embedding() => format!("t.f32Array({slot})"),
                 FieldType::Vector(inner) => match &**inner {
                     FieldType::Scalar(ty) => format!("t.{}s({slot})", sc(*ty).read),
                     FieldType::Enum(e) => {
@@ -1514,6 +1570,32 @@ mod tests {
         );
         assert!(files[0].1.contains("import app.gen"), "{}", files[0].1);
         assert!(files.iter().all(|(_, t)| t.contains("package app.gen")));
+    }
+
+    #[test]
+    fn vector_fields_are_float_arrays_compared_by_content() {
+        let s = crate::codegen_shared::test_schema(
+            r#"namespace v;
+               table Photo { id: string (primary); e: [float] (vector: 3); n: [float]; }
+               root_type Photo;"#,
+        );
+        let code: String = generate(&s, "v")
+            .unwrap()
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect();
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
+                "public val e: FloatArray = floatArrayOf(),",
+                // A plain [float] stays a list.
+                "public val n: List<Float> = emptyList(),",
+                "e = t.f32Array(1),",
+                "e.contentEquals(other.e)",
+                "e.contentHashCode()",
+                "e=${e.contentToString()}",
+            ],
+        );
     }
 
     #[test]

@@ -111,6 +111,13 @@ impl FieldPlan<'_> {
     pub fn key_string(&self) -> bool {
         self.key_position.is_some() && self.kind == Kind::String
     }
+
+    /// Whether this is a `(vector: N)` embedding: a `[float]` that languages with
+    /// a primitive float array give as one (Kotlin's `FloatArray`; Swift's
+    /// `[Float]` is one already), not as a list of boxed floats.
+    pub fn embedding(&self) -> bool {
+        self.field.vector.is_some() && self.kind == Kind::Vector(Elem::Scalar(ScalarType::F32))
+    }
 }
 
 /// How objects of a collection are keyed.

@@ -593,6 +593,10 @@ impl<'a> Gen<'a> {
             FieldType::Vector(inner) if matches!(**inner, FieldType::Scalar(ScalarType::U8)) => {
                 "[UInt8]".to_owned()
             }
+            // `[float]`: the handle `nearest` takes for a `(vector: N)` field.
+            FieldType::Vector(inner) if matches!(**inner, FieldType::Scalar(ScalarType::F32)) => {
+                "[Float]".to_owned()
+            }
             FieldType::Vector(_) => return,
             other => self.base_type(other),
         };
@@ -1214,6 +1218,25 @@ mod tests {
         assert!(!code.contains("KeelBox"));
         // the schema text is the canonical one, verbatim
         assert!(code.contains(&blog().to_fbs()));
+    }
+
+    #[test]
+    fn vector_fields_get_a_float_array_handle_for_nearest() {
+        let s = crate::codegen_shared::test_schema(
+            r#"namespace v;
+               table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [int]; }
+               root_type Photo;"#,
+        );
+        let code = generate(&s, "v").unwrap();
+        crate::codegen_shared::assert_contains_all(
+            &code,
+            &[
+                "public let e: [Float]",
+                "public static var e: KeelField<Photo, [Float]> { KeelField(\"e\") }",
+            ],
+        );
+        // Other vectors still have no handle: nothing queries them.
+        assert!(!code.contains("public static var n:"), "{code}");
     }
 
     #[test]
