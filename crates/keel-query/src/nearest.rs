@@ -72,8 +72,8 @@ impl<'a> Query<'a> {
 }
 
 impl Nearest<'_> {
-    /// The winners' rowids and distances, best first.
-    pub(crate) fn scored(&self, op: &'static str) -> Result<Vec<Scored>> {
+    /// Refuse what a nearest query cannot carry: order, limit, offset.
+    fn check_spec(&self, op: &'static str) -> Result<()> {
         let q = &self.q;
         if !q.spec.order.is_empty() || q.spec.limit.is_some() || q.spec.offset > 0 {
             return Err(Error::TypeMismatch {
@@ -82,99 +82,145 @@ impl Nearest<'_> {
                 message: "a nearest query is ordered by distance and limited to k: drop order_by, limit and offset".into(),
             });
         }
-        q.src.run(op, |inner, conn| {
-            let c = q.coll(inner, op)?;
-            let f = crate::vector::field_of(c, op, &self.path)?;
-            crate::vector::check_query(c, f, op, &self.query)?;
-            if self.k == 0 || inner.unborn(conn, c)? {
-                return Ok(Vec::new());
-            }
-            let Some(filter) = q.spec.filter.as_ref() else {
-                return crate::vector::scan(
-                    conn,
-                    c,
-                    f,
-                    op,
-                    &self.query,
-                    self.k,
-                    Within::All,
-                    &inner.vector_cache,
-                );
+        Ok(())
+    }
+
+    /// The winners' rowids and distances, best first.
+    pub(crate) fn scored(&self, op: &'static str) -> Result<Vec<Scored>> {
+        self.check_spec(op)?;
+        self.q
+            .src
+            .run(op, |inner, conn| self.scored_on(inner, conn, op))
+    }
+
+    /// [`Nearest::scored`] on `conn`, which every read of the query uses (a
+    /// filter evaluated on the bodies included: a second pooled connection
+    /// could be another snapshot, or never come with one reader).
+    fn scored_on(
+        &self,
+        inner: &crate::engine::Inner,
+        conn: &rusqlite::Connection,
+        op: &'static str,
+    ) -> Result<Vec<Scored>> {
+        let q = &self.q;
+        let c = q.coll(inner, op)?;
+        let f = crate::vector::field_of(c, op, &self.path)?;
+        crate::vector::check_query(c, f, op, &self.query)?;
+        if self.k == 0 || inner.unborn(conn, c)? {
+            return Ok(Vec::new());
+        }
+        let cache = &inner.vector_cache;
+        let Some(filter) = q.spec.filter.as_ref() else {
+            return crate::vector::scan(conn, c, f, op, &self.query, self.k, Within::All, cache);
+        };
+        if crate::scan::plan(&inner.schema, c, &q.ask())?.is_some() {
+            // A filter SQLite cannot answer alone (a field without a column):
+            // evaluated on the bodies, on this connection, then the scan keeps
+            // its rowids.
+            let as_of = match &q.src {
+                crate::query::Source::Conn(_, _, as_of) => *as_of,
+                crate::query::Source::Db(_) => None,
             };
-            if crate::scan::plan(&inner.schema, c, &q.ask())?.is_some() {
-                // A filter SQLite cannot answer alone (a field without a column):
-                // evaluated on the bodies, then the scan keeps its rowids.
-                let mut keep = std::collections::HashSet::new();
-                q.each(op, false, &mut |rowid, _| {
-                    keep.insert(rowid);
-                    Ok(true)
-                })?;
-                return crate::vector::scan(
-                    conn,
-                    c,
-                    f,
-                    op,
-                    &self.query,
-                    self.k,
-                    Within::Set(&keep),
-                    &inner.vector_cache,
-                );
-            }
-            let (sql, params) = q.build_with(inner, Some(filter), None, false, false)?;
-            let head = format!("SELECT rowid, {} ", c.body.select());
-            let rowids = match sql.strip_prefix(&head) {
-                Some(rest) => format!("SELECT rowid {rest}"),
-                None => {
-                    return Err(Error::TypeMismatch {
-                        op,
-                        collection: c.name.clone(),
-                        message: "this filter cannot restrict a nearest query".into(),
-                    })
-                }
+            let here = Query {
+                src: crate::query::Source::Conn(inner, conn, as_of),
+                spec: q.spec.clone(),
             };
-            crate::vector::scan(
+            let mut keep = std::collections::HashSet::new();
+            here.each(op, false, &mut |rowid, _| {
+                keep.insert(rowid);
+                Ok(true)
+            })?;
+            return crate::vector::scan(
                 conn,
                 c,
                 f,
                 op,
                 &self.query,
                 self.k,
-                Within::Sql(&rowids, &params),
-                &inner.vector_cache,
-            )
-        })
+                Within::Set(&keep),
+                cache,
+            );
+        }
+        let (sql, params) = q.build_with(inner, Some(filter), None, false, false)?;
+        let head = format!("SELECT rowid, {} ", c.body.select());
+        let rowids = match sql.strip_prefix(&head) {
+            Some(rest) => format!("SELECT rowid {rest}"),
+            None => {
+                return Err(Error::TypeMismatch {
+                    op,
+                    collection: c.name.clone(),
+                    message: "this filter cannot restrict a nearest query".into(),
+                })
+            }
+        };
+        crate::vector::scan(
+            conn,
+            c,
+            f,
+            op,
+            &self.query,
+            self.k,
+            Within::Sql(&rowids, &params),
+            cache,
+        )
     }
 
-    /// Hand each winner's rowid, distance and bytes to `sink`, best first.
+    /// Hand each winner's rowid, distance and bytes to `sink`, best first. The
+    /// scan and the winners' bodies are read in one read transaction, so a
+    /// winner deleted by a commit in between cannot go missing.
     pub(crate) fn each(
         &self,
         op: &'static str,
         sink: &mut dyn FnMut(Scored, &[u8]) -> Result<()>,
     ) -> Result<()> {
-        let won = self.scored(op)?;
+        self.check_spec(op)?;
         let q = &self.q;
         q.src.run(op, |inner, conn| {
-            let c = q.coll(inner, op)?;
-            let sql = format!(
-                "SELECT rowid, {} FROM {} WHERE rowid = ?1",
-                c.body.select(),
-                c.ident
-            );
-            for s in won {
-                select_each(
-                    conn,
-                    c,
-                    op,
-                    &sql,
-                    &[keel_schema::Value::Int(s.rowid)],
-                    &mut |_, bytes| {
-                        sink(s, bytes)?;
-                        Ok(false)
-                    },
-                )?;
+            let own = conn.is_autocommit();
+            if own {
+                conn.execute_batch("BEGIN")
+                    .map_err(|e| Error::sqlite(op, &q.spec.collection, e))?;
             }
-            Ok(())
+            let out = self.each_on(inner, conn, op, sink);
+            if own {
+                // A read transaction: COMMIT only ends it.
+                let end = conn.execute_batch(if out.is_ok() { "COMMIT" } else { "ROLLBACK" });
+                out?;
+                end.map_err(|e| Error::sqlite(op, &q.spec.collection, e))?;
+                return Ok(());
+            }
+            out
         })
+    }
+
+    fn each_on(
+        &self,
+        inner: &crate::engine::Inner,
+        conn: &rusqlite::Connection,
+        op: &'static str,
+        sink: &mut dyn FnMut(Scored, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let won = self.scored_on(inner, conn, op)?;
+        let c = self.q.coll(inner, op)?;
+        let sql = format!(
+            "SELECT rowid, {} FROM {} WHERE rowid = ?1",
+            c.body.select(),
+            c.ident
+        );
+        for s in won {
+            select_each(
+                conn,
+                c,
+                op,
+                &sql,
+                &[keel_schema::Value::Int(s.rowid)],
+                &mut |_, bytes| {
+                    sink(s, bytes)?;
+                    Ok(false)
+                },
+            )?;
+        }
+        Ok(())
     }
 
     /// The `k` nearest objects, best first.

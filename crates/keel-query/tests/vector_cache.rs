@@ -288,3 +288,102 @@ fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
     assert_eq!(triggers(&conn), 3, "the open puts the triggers back");
     assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 2);
 }
+
+/// A nearest query reads in one read transaction on one pooled connection:
+/// with a single reader, a filter keel evaluates on the bodies (a field
+/// without a column) must not wait for a second connection, and the winners'
+/// bodies come from the same snapshot as their distances.
+#[test]
+fn a_nearest_query_reads_one_snapshot_on_one_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Schema::parse(
+        "namespace v; table Photo { id: int (primary); album: int (indexed); note: string; e: [float] (vector: 4, metric: \"cosine\"); } root_type Photo;",
+        "v.fbs",
+    )
+    .unwrap();
+    let opts = StoreOptions::default()
+        .readers(1)
+        .reader_wait(std::time::Duration::from_millis(500));
+    let db = Database::open(dir.path().join("v.db"), s.clone(), opts).unwrap();
+    let r = s.reader("v.Photo").unwrap();
+    let objs: Vec<Vec<u8>> = (0..6)
+        .map(|i| {
+            r.encode_json(&serde_json::json!({"id": i, "album": 0, "note": if i % 2 == 0 { "keep" } else { "drop" }, "e": [1.0, i as f32 * 0.1, 0.0, 0.0]}))
+                .unwrap()
+        })
+        .collect();
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes("v.Photo", o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let got = db
+        .query("v.Photo")
+        .filter(Expr::eq(r.path("note").unwrap(), "keep"))
+        .nearest(r.path("e").unwrap(), &[1.0, 0.0, 0.0, 0.0], 2)
+        .all()
+        .expect("a body-evaluated filter on the only reader");
+    assert_eq!(got.iter().map(|n| n.rowid).collect::<Vec<_>>(), [1, 3]);
+
+    // Churn the nearest objects (delete and put back, two commits each) while
+    // queries run: at least five of the six exist at every moment, so every
+    // answer has k = 4 objects — a winner deleted between the scan and the
+    // body read would leave a hole.
+    let db = Database::open(
+        dir.path().join("churn.db"),
+        s.clone(),
+        StoreOptions::default(),
+    )
+    .unwrap();
+    let all: Vec<Vec<u8>> = (0..6)
+        .map(|i| {
+            r.encode_json(&serde_json::json!({"id": i, "album": 0, "note": "x", "e": [1.0, i as f32 * 0.01, 0.0, 0.0]}))
+                .unwrap()
+        })
+        .collect();
+    let objs = all.clone();
+    db.write(move |t| {
+        for o in objs {
+            t.insert_bytes("v.Photo", o)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (db, stop, all) = (db.clone(), Arc::clone(&stop), all.clone());
+        std::thread::spawn(move || {
+            let mut i = 0usize;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let id = (i % 3) as i64;
+                let o = all[id as usize].clone();
+                db.write(move |t| t.delete_key("v.Photo", &[Value::Int(id)]).map(|_| ()))
+                    .wait()
+                    .unwrap();
+                db.write(move |t| t.insert_bytes("v.Photo", o).map(|_| ()))
+                    .wait()
+                    .unwrap();
+                i += 1;
+            }
+        })
+    };
+    let e = r.path("e").unwrap();
+    for _ in 0..1500 {
+        let got = db
+            .query("v.Photo")
+            .nearest(e.clone(), &[1.0, 0.0, 0.0, 0.0], 4)
+            .all()
+            .unwrap();
+        assert_eq!(
+            got.len(),
+            4,
+            "a winner vanished between the scan and its body"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.join().unwrap();
+}
