@@ -1,0 +1,153 @@
+//! Issue 30 item 4 through the FFI: a live query including a to-one reference
+//! (`Query::subscribe_including`), updated when only the referenced object
+//! changes, on a real database file.
+
+use std::sync::{Arc, Mutex};
+
+use futures::executor::block_on;
+use keel_ffi::{
+    open_blocking, CallbackError, IncludingListener, IncludingUpdate, KeelError, OpenOptions,
+    SyncPolicy, WriteOp,
+};
+
+const FBS: &str = include_str!("../../../examples/blog/schema/relations.fbs");
+
+struct Updates(Arc<Mutex<Vec<IncludingUpdate>>>);
+impl IncludingListener for Updates {
+    fn on_update(&self, u: IncludingUpdate) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(u);
+        Ok(())
+    }
+}
+
+fn op(db: &keel_ffi::Database, insert: bool, collection: &str, json: &str) -> WriteOp {
+    let bytes = db.encode_json(collection.into(), json.into()).unwrap();
+    let collection = collection.to_owned();
+    if insert {
+        WriteOp::Insert { collection, bytes }
+    } else {
+        WriteOp::Update { collection, bytes }
+    }
+}
+
+fn json(db: &keel_ffi::Database, collection: &str, bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_str(&db.decode_json(collection.into(), bytes.to_vec()).unwrap()).unwrap()
+}
+
+#[test]
+fn live_including_updates_on_an_author_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rel.db").display().to_string();
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let ops = vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p1", "author": "ada", "rank": 1}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p2", "author": "bob", "rank": 2}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p3", "author": "ada", "rank": 3}"#,
+        ),
+        op(&db, true, "rel.Post", r#"{"id": "p4", "rank": 4}"#),
+    ];
+    block_on(db.write(ops)).unwrap();
+
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let sub = db
+        .query("rel.Post".into())
+        .order_by("rank".into(), false)
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].diff.inserted, vec![0, 1, 2, 3]);
+        let related: Vec<usize> = u[0].objects.iter().map(|o| o.related.len()).collect();
+        assert_eq!(related, vec![1, 1, 1, 0]);
+    }
+
+    // An unrelated author: nothing delivered.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Author",
+        r#"{"id": "cy", "name": "Cy"}"#,
+    )]))
+    .unwrap();
+    assert_eq!(updates.lock().unwrap().len(), 1);
+
+    // Only the author changes: the posts naming her are updated in place.
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "ada", "name": "Ada L."}"#,
+    )]))
+    .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 2, "delivered before the write resolved");
+        assert_eq!(u[1].diff.updated, vec![0, 2]);
+        assert!(u[1].diff.inserted.is_empty() && u[1].diff.removed.is_empty());
+        for i in [0, 2] {
+            let a = json(&db, "rel.Author", &u[1].objects[i].related[0].bytes);
+            assert_eq!(a["name"], "Ada L.");
+        }
+        let b = json(&db, "rel.Author", &u[1].objects[1].related[0].bytes);
+        assert_eq!(b["name"], "Bob");
+    }
+
+    // A post moving: row-level diff, as a plain subscription gives.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Post",
+        r#"{"id": "p0", "author": "cy", "rank": 0}"#,
+    )]))
+    .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 3);
+        assert_eq!(u[2].diff.inserted, vec![0]);
+        assert_eq!(u[2].objects.len(), 5);
+    }
+
+    sub.cancel();
+    assert!(!sub.is_active());
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "ada", "name": "Ada K."}"#,
+    )]))
+    .unwrap();
+    assert_eq!(updates.lock().unwrap().len(), 3, "nothing after cancel");
+
+    // Not a to-one reference: a typed error, not a panic.
+    for field in ["title", "tags", "nope"] {
+        let e = db
+            .query("rel.Post".into())
+            .subscribe_including(field.into(), Box::new(Updates(Arc::clone(&updates))))
+            .unwrap_err();
+        assert!(
+            matches!(e, KeelError::InvalidArgument { .. }),
+            "{field}: {e:?}"
+        );
+    }
+}
