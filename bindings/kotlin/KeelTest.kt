@@ -1057,6 +1057,7 @@ fun main(args: Array<String>) {
     registerTxnTests()
     registerSearchTests() // SearchTest.kt
     registerObservationTests() // ObservationTest.kt
+    registerRelationsTests() // RelationsTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

@@ -22,6 +22,8 @@
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
 //!   Sources/SearchModel/Search.swift keel codegen swift bindings/swift/Tests/search.fbs
 //!   Tests/KeelTests/SearchTests.swift        typed full-text search
+//!   Sources/RelModel/Relations.swift keel codegen swift examples/blog/schema/relations.fbs
+//!   Tests/KeelTests/RelationTests.swift      typed relations (`including`, live)
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
 //!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/),
 //!                                    and the observation tests (ObservationTests.swift)
@@ -75,6 +77,9 @@ let package = Package(
         // A searchable collection (bindings/swift/Tests/search.fbs).
         .target(name: "SearchModel", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/SearchModel"),
+        // Collections with references (examples/blog/schema/relations.fbs).
+        .target(name: "RelModel", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/RelModel"),
         // Every other schema under examples/ (but namespaces/, whose two `Item`s the
         // Swift generator refuses), built so that the generated Swift for each is
         // known to compile in Swift 6 mode (KeelTests depends on them).
@@ -92,6 +97,7 @@ let package = Package(
         .testTarget(name: "KeelTests",
                     dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
                                    "SearchModel", "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
+                                   "RelModel",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
         // Written the way an app is (a @MainActor view model), in Swift 6 mode.
@@ -125,6 +131,10 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         &src.join("SearchTests.swift"),
         &test.join("Tests/KeelTests/SearchTests.swift"),
     )?;
+    copy(
+        &src.join("RelationTests.swift"),
+        &test.join("Tests/KeelTests/RelationTests.swift"),
+    )?;
     for file in ["AppTests.swift", "ObservationTests.swift"] {
         copy(
             &src.join("AppTests").join(file),
@@ -152,6 +162,7 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         (src.join("media_v1.fbs"), "MediaV1"),
         (src.join("media_v2.fbs"), "MediaV2"),
         (src.join("search.fbs"), "SearchModel"),
+        (root.join("examples/blog/schema/relations.fbs"), "RelModel"),
         (root.join("examples/blog/schema/edge.fbs"), "EdgeModel"),
         (
             root.join("examples/blog/schema/evolution/post_v3.fbs"),
