@@ -1,11 +1,13 @@
 // Typed relations from Kotlin (issue 30 item 4), compiled and run with
 // KeelTest.kt: `including` through the generated relation handles of
 // examples/blog/schema/relations.fbs (package rel) gives each post its author
-// (null for an absent or dangling reference), and the live form delivers a
+// (null for an absent or dangling reference), a filter through the reference
+// keeps the posts whose author matches, and the live form delivers a
 // row-level `updated` diff when only an author is renamed. Real database files.
 
 import dev.keel.fetch
 import dev.keel.including
+import dev.keel.whereThrough
 import dev.keel.write
 import dev.keel.ffi.Database
 import dev.keel.ffi.KeelException
@@ -45,6 +47,13 @@ fun registerRelationsTests() {
         check(bobs.map { (p, a) -> p.id to a?.name } == listOf("p2" to "Bob")) { "$bobs" }
         // Another relation of the same type (editor): every one absent.
         check(db.fetch(Post).including(Post.editorRef).all().all { it.second == null })
+        // Filter through the reference: the posts whose author matches.
+        val byAda = db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Ada").orderBy(Post.rank.asc()).all()
+        check(byAda.map { it.id } == listOf("p1")) { "$byAda" }
+        val either = db.fetch(Post).whereThrough(Post.authorRef, (Author.name eq "Ada") or (Author.name eq "Bob"))
+            .orderBy(Post.rank.desc()).including(Post.authorRef).all()
+        check(either.map { it.second?.name } == listOf("Bob", "Ada")) { "$either" }
+        check(db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Cy").count() == 0L)
         // Inside a write transaction: a typed error, not a read outside it.
         db.write { expect<KeelException.InvalidArgument> { fetch(Post).including(Post.authorRef).all() } }
         db.closeAsync()

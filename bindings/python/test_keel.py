@@ -586,6 +586,9 @@ async def relations_live_including_updates_on_an_author_rename(tmp):
     names = [json.loads(db.decode_json("rel.Author", r.related[0].bytes))["name"] for r in u.objects]
     assert names == ["Ada L.", "Bob", "Ada L."], names
     expect(KeelError.InvalidArgument, db.query("rel.Post").subscribe_including, "id", IncludingUpdates())
+    # A filter through the reference (the authors are read when it is made).
+    posts = db.query("rel.Post")
+    assert posts.filter(posts.through("author", Expr.eq("name", Value.TEXT("Bob")))).count() == 1
     sub.cancel()
     await db.write([enc(WriteOp.UPDATE, "rel.Author", {"id": "bob", "name": "Robert"})])
     assert len(live.updates) == 2

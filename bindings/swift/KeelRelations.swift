@@ -5,6 +5,8 @@
 //
 //     let rows = try db.fetch(Post.self).sorted(by: Post.rank.ascending)
 //         .including(Post.authorRef).all()          // [KeelIncluded<Post, Author>]
+//     let byAda = try db.fetch(Post.self)
+//         .where(Post.authorRef, matches: Author.name == "Ada").all()
 //     for try await change in db.fetch(Post.self).including(Post.authorRef).updates() {
 //         // change.objects: [KeelIncluded<Post, Author>], change.diff: row-level
 //     }
@@ -47,6 +49,21 @@ extension KeelFetch {
     /// order, limit and offset are kept.
     public func including<U: KeelRecord>(_ relation: KeelRelation<T, U>) -> KeelIncludingFetch<T, U> {
         KeelIncludingFetch(fetch: self, field: relation.keelField)
+    }
+}
+
+extension KeelFetch {
+    /// Keep the objects whose reference `relation` names an object matching
+    /// `predicate` (`.where(Post.authorRef, matches: Author.name == "Ada")`).
+    /// The referenced objects are read now, once, through the database: the
+    /// filter is "the reference is one of their keys", which a later write to
+    /// the referenced collection does not change (a live query keeps it as
+    /// made). Throws `KeelError.InvalidArgument` for a bad predicate.
+    public func `where`<U: KeelRecord>(
+        _ relation: KeelRelation<T, U>, matches predicate: KeelPredicate<U>
+    ) throws -> KeelFetch {
+        let q = db.query(collection: T.keelCollection)
+        return self.where(KeelPredicate(try q.through(field: relation.keelField, filter: predicate.expr)))
     }
 }
 

@@ -6,6 +6,7 @@
 //     val rows: List<Pair<Post, Author?>> =
 //         db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).all()
 //     db.fetch(Post).including(Post.authorRef).updates().collect { u -> u.objects; u.diff }
+//     val byAda = db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Ada").all()
 //
 // Through the database only (inside a write transaction it throws
 // `KeelException.InvalidArgument`); to-one references only (to-many fields get
@@ -54,6 +55,16 @@ data class RelationUpdate<O, T>(
 /** This query with the object [relation] names for each result (filter, order, limit and offset kept). */
 fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T> =
     IncludingQuery(query, relation, inTransaction)
+
+/**
+ * Keep the objects whose reference [relation] names an object matching [predicate]
+ * (`whereThrough(Post.authorRef, Author.name eq "Ada")`). The referenced objects are
+ * read now, once, through the database: the filter is "the reference is one of their
+ * keys", which a later write to the referenced collection does not change (a live
+ * query keeps it as made). A bad predicate throws `KeelException.InvalidArgument`.
+ */
+fun <O : Any, T : Any> TypedQuery<O>.whereThrough(relation: Relation<O, T>, predicate: Predicate<T>): TypedQuery<O> =
+    where(Predicate(query.through(relation.field, predicate.expr)))
 
 /** A typed query with the objects one reference names (`fetch(Post).including(Post.authorRef)`). */
 class IncludingQuery<O : Any, T : Any> internal constructor(

@@ -1,7 +1,8 @@
 // Typed relations from Swift (issue 30 item 4): `including` through the
 // generated relation handle of examples/blog/schema/relations.fbs (module
 // RelModel) gives each post its author (nil for an absent or dangling
-// reference), and the live form delivers a row-level `updated` diff when only
+// reference), a filter through the reference keeps the posts whose author
+// matches, and the live form delivers a row-level `updated` diff when only
 // an author is renamed. Real database files.
 
 import Foundation
@@ -38,6 +39,15 @@ final class RelationTests: XCTestCase {
         XCTAssertEqual(bobs.map { [$0.object.id, $0.related?.name] }, [["p2", "Bob"]])
         // Another relation of the same post type (nullify editor): all absent.
         XCTAssertEqual(try db.fetch(Post.self).including(Post.editorRef).all().compactMap(\.related), [])
+        // Filter through the reference: the posts whose author matches.
+        let byAda = try db.fetch(Post.self).where(Post.authorRef, matches: Author.name == "Ada")
+            .sorted(by: Post.rank.ascending).all()
+        XCTAssertEqual(byAda.map(\.id), ["p1"])
+        let byBobOrAda = try db.fetch(Post.self)
+            .where(Post.authorRef, matches: Author.name == "Ada" || Author.name == "Bob")
+            .sorted(by: Post.rank.descending).including(Post.authorRef).all()
+        XCTAssertEqual(byBobOrAda.map { $0.related?.name }, ["Bob", "Ada"])
+        XCTAssertEqual(try db.fetch(Post.self).where(Post.authorRef, matches: Author.name == "Cy").count(), 0)
         // Inside a write transaction: a typed error, not a read outside it.
         let thrown: Bool = try await db.write { txn in
             do {

@@ -21,7 +21,9 @@ use keel_schema::{FieldPath, Value};
 
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
+use crate::expr::{Expr, Resolver};
 use crate::live::Diff;
+use crate::types::Value as FfiValue;
 use crate::types::{guarded, Foreign, IncludedObject};
 
 /// One delivery of [`Query::subscribe_including`]: the whole list and its diff
@@ -137,7 +139,7 @@ fn reference(query: &Query, field: &str) -> Result<(String, FieldPath, String), 
     })?;
     if r.to_many {
         return Err(invalid(format!(
-            "{}.{field} holds several keys: live lists follow to-one references only",
+            "{}.{field} holds several keys: live lists and filters through a reference follow to-one references only",
             coll.name
         )));
     }
@@ -178,6 +180,57 @@ fn read(
 
 #[uniffi::export]
 impl Query {
+    /// A filter for this query's collection keeping the objects whose to-one
+    /// reference field `field` names an object (of the referenced collection)
+    /// that matches `filter`, an expression over the referenced collection's
+    /// fields (`Post.author` → `Author.name == "Ada"`). The referenced objects
+    /// are read **now**, once: the result is `field IN (their keys)`, which a
+    /// later write to the referenced collection does not change (re-make it, or
+    /// subscribe with the referenced objects through `subscribe_including`).
+    /// A field that is not a to-one reference is `InvalidArgument`; a bad
+    /// filter is the error a query over the referenced collection gives.
+    pub fn through(&self, field: String, filter: Arc<Expr>) -> Result<Arc<Expr>, KeelError> {
+        crate::db::sync_call(|| {
+            let (_, _, target) = reference(self, &field)?;
+            let schema = Arc::clone(self.db.schema());
+            let r = Resolver::new(&schema, &target, "filter through")?;
+            let tc = schema
+                .collection(&target)
+                .ok_or_else(|| KeelError::InvalidArgument {
+                    message: format!("no collection named {target:?}"),
+                })?;
+            let key = match tc.primary_key.as_slice() {
+                [id] => schema.tables[tc.table]
+                    .fields
+                    .iter()
+                    .find(|f| f.id == *id)
+                    .map(|f| f.name.clone()),
+                _ => None,
+            }
+            .ok_or_else(|| KeelError::InvalidArgument {
+                message: format!("{target} has no single-field primary key"),
+            })?;
+            let reader = schema
+                .reader(&target)
+                .map_err(|e| KeelError::InvalidArgument {
+                    message: e.to_string(),
+                })?;
+            let kpath = reader.path(&key).map_err(|e| KeelError::InvalidArgument {
+                message: e.to_string(),
+            })?;
+            let mut keys: Vec<FfiValue> = Vec::new();
+            for o in self.db.query(&target).filter(r.expr(&filter)?).all()? {
+                let obj = reader
+                    .open(&o.bytes)
+                    .map_err(|e| KeelError::InvalidObject {
+                        message: format!("stored {target} does not open: {e}"),
+                    })?;
+                keys.push(obj.get(&kpath).into());
+            }
+            Ok(Expr::is_in(field, keys))
+        })
+    }
+
     /// Subscribe to this query with the objects its to-one reference field
     /// `field` names: `listener` gets the list at once (on this thread), then
     /// every changed list with its diff (on keel's writer thread) — including a

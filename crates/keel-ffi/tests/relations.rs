@@ -151,3 +151,57 @@ fn live_including_updates_on_an_author_rename() {
         );
     }
 }
+
+#[test]
+fn filter_through_a_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("through.db").display().to_string();
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let ops = vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p2", "author": "bob"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p3", "author": "ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p4"}"#),
+    ];
+    block_on(db.write(ops)).unwrap();
+    let posts = db.query("rel.Post".into()).order_by("id".into(), false);
+    let ids = |q: &keel_ffi::Query| -> Vec<String> {
+        q.all()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                json(&db, "rel.Post", &o.bytes)["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let by_ada = posts
+        .through(
+            "author".into(),
+            keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Ada".into() }),
+        )
+        .unwrap();
+    assert_eq!(ids(&posts.filter(by_ada)), ["p1", "p3"]);
+    let nobody = posts
+        .through(
+            "author".into(),
+            keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Cy".into() }),
+        )
+        .unwrap();
+    assert!(ids(&posts.filter(nobody)).is_empty());
+    // Typed errors: not a to-one reference, a field the target lacks.
+    let any = keel_ffi::Expr::is_null("name".into());
+    for field in ["title", "tags"] {
+        let e = posts.through(field.into(), any.clone()).unwrap_err();
+        assert!(
+            matches!(e, KeelError::InvalidArgument { .. }),
+            "{field}: {e:?}"
+        );
+    }
+    let bad = keel_ffi::Expr::eq("rank".into(), keel_ffi::Value::Integer { v: 1 });
+    assert!(posts.through("author".into(), bad).is_err());
+}
