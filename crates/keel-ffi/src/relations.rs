@@ -245,22 +245,23 @@ impl Query {
         let listener = Arc::new(Foreign::new(listener));
         crate::db::sync_call(|| {
             let (coll, path, target) = reference(self, &field)?;
-            let (rows, named) = read(self, &coll, &path, &field)?;
-            let first = IncludingUpdate {
-                diff: Diff::from(&keel_query::Diff::initial(rows.len())),
-                objects: rows.clone(),
-            };
-            guarded("including subscription", || listener.on_update(first));
             let state = Arc::new(Mutex::new(State {
                 active: true,
-                rows,
-                named,
+                rows: Vec::new(),
+                named: HashSet::new(),
             }));
             let delivering = Arc::new(Mutex::new(None));
-            let query = self.clone();
+            // Held from before the hook exists until the first delivery is made:
+            // a commit landing meanwhile waits in the hook, then compares with
+            // what the first delivery showed, so none is missed and nothing is
+            // delivered before the first.
+            let mut first_guard = state.lock().unwrap_or_else(|p| p.into_inner());
             let hook = {
                 let state = Arc::clone(&state);
                 let delivering = Arc::clone(&delivering);
+                let query = self.clone();
+                let (coll, path, field) = (coll.clone(), path.clone(), field.clone());
+                let listener = Arc::clone(&listener);
                 self.db.on_commit_changes(move |changes: &[Change]| {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     if !st.active {
@@ -294,6 +295,22 @@ impl Query {
                     *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 })
             };
+            let (rows, named) = match read(self, &coll, &path, &field) {
+                Ok(read) => read,
+                Err(e) => {
+                    drop(first_guard);
+                    hook.remove();
+                    return Err(e);
+                }
+            };
+            first_guard.rows = rows.clone();
+            first_guard.named = named;
+            let first = IncludingUpdate {
+                diff: Diff::from(&keel_query::Diff::initial(rows.len())),
+                objects: rows,
+            };
+            guarded("including subscription", || listener.on_update(first));
+            drop(first_guard);
             Ok(Arc::new(IncludingSubscription {
                 hook: Mutex::new(Some(hook)),
                 state,

@@ -205,3 +205,57 @@ fn filter_through_a_reference() {
     let bad = keel_ffi::Expr::eq("rank".into(), keel_ffi::Value::Integer { v: 1 });
     assert!(posts.through("author".into(), bad).is_err());
 }
+
+/// Cancels its own subscription from inside its second delivery.
+struct CancelInside {
+    sub: Arc<Mutex<Option<Arc<keel_ffi::IncludingSubscription>>>>,
+    seen: Arc<Mutex<usize>>,
+}
+impl IncludingListener for CancelInside {
+    fn on_update(&self, _u: IncludingUpdate) -> Result<(), CallbackError> {
+        let mut n = self.seen.lock().unwrap();
+        *n += 1;
+        if *n == 2 {
+            if let Some(s) = self.sub.lock().unwrap().as_ref() {
+                s.cancel();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cancel.db").display().to_string();
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+    ]))
+    .unwrap();
+    let slot = Arc::new(Mutex::new(None));
+    let seen = Arc::new(Mutex::new(0));
+    let sub = db
+        .query("rel.Post".into())
+        .subscribe_including(
+            "author".into(),
+            Box::new(CancelInside {
+                sub: Arc::clone(&slot),
+                seen: Arc::clone(&seen),
+            }),
+        )
+        .unwrap();
+    *slot.lock().unwrap() = Some(Arc::clone(&sub));
+    for name in ["Ada L.", "Ada K."] {
+        let json = format!(r#"{{"id": "ada", "name": "{name}"}}"#);
+        block_on(db.write(vec![op(&db, false, "rel.Author", &json)])).unwrap();
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        2,
+        "the first, the rename; none after the cancel"
+    );
+    assert!(!sub.is_active());
+    slot.lock().unwrap().take();
+}
