@@ -1062,6 +1062,7 @@ fun main(args: Array<String>) {
     registerSearchTests() // SearchTest.kt
     registerObservationTests() // ObservationTest.kt
     registerVectorTests() // VectorTest.kt
+    registerRelationsTests() // RelationsTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

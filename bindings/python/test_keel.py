@@ -560,6 +560,41 @@ async def relations_prefetch_and_delete_rules(tmp):
     await db.close()
 
 
+class IncludingUpdates(keel.IncludingListener):
+    def __init__(self):
+        self.updates = []
+
+    def on_update(self, update):
+        self.updates.append(update)
+
+
+@test
+async def relations_live_including_updates_on_an_author_rename(tmp):
+    import json
+    db = await keel.open_async(os.path.join(tmp, "rel_live.db"), REL_SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    enc = lambda op, c, o: op(collection=c, bytes=db.encode_json(c, json.dumps(o)))
+    await db.write([enc(WriteOp.INSERT, "rel.Author", {"id": "ada", "name": "Ada"}),
+                    enc(WriteOp.INSERT, "rel.Author", {"id": "bob", "name": "Bob"})]
+                   + [enc(WriteOp.INSERT, "rel.Post", {"id": f"p{i}", "author": ["ada", "bob"][i % 2]}) for i in range(3)])
+    live = IncludingUpdates()
+    sub = db.query("rel.Post").order_by("id", False).subscribe_including("author", live)
+    assert len(live.updates) == 1 and live.updates[0].diff.inserted == [0, 1, 2]
+    await db.write([enc(WriteOp.UPDATE, "rel.Author", {"id": "ada", "name": "Ada L."})])
+    assert len(live.updates) == 2, live.updates
+    u = live.updates[1]
+    assert u.diff.updated == [0, 2] and u.diff.inserted == [] and u.diff.removed == [], u.diff
+    names = [json.loads(db.decode_json("rel.Author", r.related[0].bytes))["name"] for r in u.objects]
+    assert names == ["Ada L.", "Bob", "Ada L."], names
+    expect(KeelError.InvalidArgument, db.query("rel.Post").subscribe_including, "id", IncludingUpdates())
+    # A filter through the reference (the authors are read when it is made).
+    posts = db.query("rel.Post")
+    assert posts.filter(posts.through("author", Expr.eq("name", Value.TEXT("Bob")))).count() == 1
+    sub.cancel()
+    await db.write([enc(WriteOp.UPDATE, "rel.Author", {"id": "bob", "name": "Robert"})])
+    assert len(live.updates) == 2
+    await db.close()
+
+
 @test
 async def nearest_neighbours_through_the_ffi(tmp):
     import json

@@ -82,13 +82,15 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
 /// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
 /// with and tests: the blog example, a schema with composite and rowid keys, and
 /// the shared hostile-bytes corpus's (`tests/bytes/`), a searchable collection and
-/// collections with vector fields.
-const KOTLIN_MODEL_SCHEMAS: [&str; 5] = [
+/// collections with vector fields and with references (`including`, live across a
+/// relation).
+const KOTLIN_MODEL_SCHEMAS: [&str; 6] = [
     "examples/blog/schema/blog.fbs",
     "bindings/kotlin/keys.fbs",
     "tests/bytes/corpus.fbs",
     "bindings/swift/Tests/search.fbs",
     "bindings/swift/Tests/vector.fbs",
+    "examples/blog/schema/relations.fbs",
 ];
 
 /// Every other schema under `examples/`, compiled into the Kotlin suite (not
@@ -246,6 +248,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/SearchTest.kt"),
         root.join("bindings/kotlin/ObservationTest.kt"),
         root.join("bindings/kotlin/VectorTest.kt"),
+        root.join("bindings/kotlin/RelationsTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));

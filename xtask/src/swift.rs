@@ -24,6 +24,8 @@
 //!   Tests/KeelTests/SearchTests.swift        typed full-text search
 //!   Sources/VectorModel/Vector.swift keel codegen swift bindings/swift/Tests/vector.fbs
 //!   Tests/KeelTests/VectorTests.swift        typed nearest and live k-NN
+//!   Sources/RelModel/Relations.swift keel codegen swift examples/blog/schema/relations.fbs
+//!   Tests/KeelTests/RelationTests.swift      typed relations (`including`, live)
 //!   Tests/KeelTests/BytesCorpusTests.swift  the shared hostile-bytes corpus (tests/bytes/)
 //!   Tests/KeelAppTests/              an app-shaped suite (bindings/swift/Tests/AppTests/),
 //!                                    and the observation tests (ObservationTests.swift)
@@ -80,6 +82,9 @@ let package = Package(
         // Collections with vector fields (bindings/swift/Tests/vector.fbs).
         .target(name: "VectorModel", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/VectorModel"),
+        // Collections with references (examples/blog/schema/relations.fbs).
+        .target(name: "RelModel", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/RelModel"),
         // Every other schema under examples/ (but namespaces/, whose two `Item`s the
         // Swift generator refuses), built so that the generated Swift for each is
         // known to compile in Swift 6 mode (KeelTests depends on them).
@@ -97,6 +102,7 @@ let package = Package(
         .testTarget(name: "KeelTests",
                     dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
                                    "SearchModel", "VectorModel", "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
+                                   "RelModel",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
         // Written the way an app is (a @MainActor view model), in Swift 6 mode.
@@ -133,6 +139,8 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
     copy(
         &src.join("VectorTests.swift"),
         &test.join("Tests/KeelTests/VectorTests.swift"),
+        &src.join("RelationTests.swift"),
+        &test.join("Tests/KeelTests/RelationTests.swift"),
     )?;
     for file in ["AppTests.swift", "ObservationTests.swift"] {
         copy(
@@ -162,6 +170,7 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         (src.join("media_v2.fbs"), "MediaV2"),
         (src.join("search.fbs"), "SearchModel"),
         (src.join("vector.fbs"), "VectorModel"),
+        (root.join("examples/blog/schema/relations.fbs"), "RelModel"),
         (root.join("examples/blog/schema/edge.fbs"), "EdgeModel"),
         (
             root.join("examples/blog/schema/evolution/post_v3.fbs"),

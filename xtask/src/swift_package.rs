@@ -101,10 +101,11 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 7] = [
+pub const LAYER_FILES: [&str; 8] = [
     "Keel.swift",
     "KeelObservation.swift",
     "KeelPacked.swift",
+    "KeelRelations.swift",
     "KeelSearch.swift",
     "KeelTyped.swift",
     "KeelVector.swift",

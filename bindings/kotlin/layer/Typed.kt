@@ -314,6 +314,8 @@ class TypedQuery<T : Any> internal constructor(
     /** Set for `txn.fetch(...)`: the query runs inside that write transaction. */
     internal val txn: WriteTxn? = null,
 ) {
+    /** Whether this query runs inside a write transaction (`txn.fetch(...)`). */
+    internal val inTransaction: Boolean get() = txn != null
     /** Keep objects matching [predicate] (AND-ed with earlier filters). */
     fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr), txn)
     /** Sort by [keys] (earlier keys first; ties end on insertion order). */

@@ -76,6 +76,7 @@ mod expr;
 mod live;
 mod migrate;
 mod packed;
+mod relations;
 mod search;
 mod txn;
 mod types;
@@ -91,6 +92,7 @@ pub use migrate::{
     Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
+pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use txn::{Transaction, WriteBody};
 pub use types::{

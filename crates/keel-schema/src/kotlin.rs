@@ -856,6 +856,32 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "}}\n");
     }
 
+    /// `Post.authorRef: dev.keel.Relation<Post, Author>` in the companion, for
+    /// each to-one reference (`db.fetch(Post).including(Post.authorRef)`,
+    /// layer/Relations.kt). A getter: the target's companion may not be
+    /// initialised yet when this one is.
+    fn relation_handles(
+        &self,
+        o: &mut String,
+        owner: &str,
+        rels: &[crate::plan::RelationPlan<'_>],
+    ) {
+        for r in rels {
+            let target = self.names.table_name(r.target);
+            let mut prop = format!("{}Ref", lower_camel(&r.field.name));
+            if RESERVED.contains(&prop.as_str()) {
+                prop.push('_');
+            }
+            let _ = writeln!(
+                o,
+                "        /** Relation handle for `{}`, a reference to [{target}] (`including(…)`). */\n        public val {}: dev.keel.Relation<{owner}, {target}> get() = dev.keel.Relation({}, {owner}, {target})",
+                r.field.name,
+                ident(&prop),
+                string_lit(&r.field.name)
+            );
+        }
+    }
+
     /// Handle type and constructor for a field of type `ty` at `path` (a Kotlin
     /// string expression), in objects of `owner`.
     fn handle(&self, ty: &FieldType, path: &str, owner: &str) -> (String, String) {
@@ -1237,6 +1263,7 @@ impl<'a> Gen<'a> {
                     ident(&prop)
                 );
             }
+            self.relation_handles(o, &n, &crate::plan::relations(s, &plan));
             o.push('\n');
         } else {
             let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());
@@ -1426,6 +1453,18 @@ mod tests {
         );
         // deprecated fields are not generated, their slot stays reserved
         assert!(!k.contains("oldScore"));
+    }
+
+    /// To-one references get a relation handle in the companion (to-many ones
+    /// and plain fields none).
+    #[test]
+    fn references_get_relation_handles() {
+        let k = gen(&crate::codegen_shared::example("relations.fbs"));
+        assert!(k.contains("public val authorRef: dev.keel.Relation<Post, Author> get() = dev.keel.Relation(\"author\", Post, Author)"), "{k}");
+        assert!(k.contains("public val editorRef: dev.keel.Relation<Post, Author>"));
+        assert!(k.contains("public val postRef: dev.keel.Relation<Comment, Post>"));
+        assert!(!k.contains("tagsRef"));
+        assert!(!gen(&blog()).contains("dev.keel.Relation"));
     }
 
     #[test]

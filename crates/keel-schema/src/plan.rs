@@ -238,6 +238,37 @@ impl<'s> TablePlan<'s> {
     }
 }
 
+/// A to-one `(references: …)` field of a collection, as the Swift and Kotlin
+/// typed layers render it: a relation handle (`Post.authorRef`) that
+/// `including(…)` and its live form take. To-many references get none (the
+/// typed layers prefetch and follow to-one references only).
+pub(crate) struct RelationPlan<'s> {
+    /// The reference field.
+    pub field: &'s Field,
+    /// The referenced collection's table (index into `Schema::tables`).
+    pub target: usize,
+}
+
+/// The relation handles of the table `plan` plans (none for a table that is no
+/// collection): its to-one reference fields, in declaration order, each with
+/// its target's table.
+pub(crate) fn relations<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<RelationPlan<'s>> {
+    if plan.ops.collection.is_none() {
+        return Vec::new();
+    }
+    plan.fields
+        .iter()
+        .filter_map(|f| {
+            let r = f.references.filter(|r| !r.to_many)?;
+            let target = s.collection(&r.target)?.table;
+            Some(RelationPlan {
+                field: f.field,
+                target,
+            })
+        })
+        .collect()
+}
+
 /// The render functions of a back end for the four kinds of declared type: enums,
 /// structs, unions (each by index), then tables (which can fail).
 pub(crate) struct Renderers<G>(
@@ -361,6 +392,29 @@ mod tests {
         );
         for f in &p.fields {
             assert_eq!(f.references, f.field.references.as_ref());
+        }
+    }
+
+    /// Relation handles: the to-one references of a collection with their
+    /// targets' tables; to-many ones and plain fields get none.
+    #[test]
+    fn relation_handles_are_the_to_one_references() {
+        let s = crate::codegen_shared::example("relations.fbs");
+        let table = |n: &str| s.tables.iter().position(|t| t.name == n).unwrap();
+        let p = TablePlan::new(&s, table("Post"));
+        let rels: Vec<(&str, usize)> = relations(&s, &p)
+            .iter()
+            .map(|r| (r.field.name.as_str(), r.target))
+            .collect();
+        assert_eq!(
+            rels,
+            [("author", table("Author")), ("editor", table("Author"))]
+        );
+        let shelf = TablePlan::new(&s, table("Shelf"));
+        assert!(relations(&s, &shelf).is_empty(), "to-many only");
+        let blog = blog();
+        for ti in 0..blog.tables.len() {
+            assert!(relations(&blog, &TablePlan::new(&blog, ti)).is_empty());
         }
     }
 

@@ -127,6 +127,7 @@ const RESERVED_TYPES: &[&str] = &[
     "KeelFieldValue",
     "KeelBox",
     "KeelDecodeError",
+    "KeelRelation",
     "String",
     "Bool",
     "Int8",
@@ -1110,8 +1111,31 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "}}");
         self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
+        self.relation_handles(&mut o, &name, &crate::plan::relations(s, &plan));
         self.out.push_str(&o);
         Ok(())
+    }
+
+    /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference
+    /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
+    fn relation_handles(&self, o: &mut String, name: &str, rels: &[crate::plan::RelationPlan<'_>]) {
+        if rels.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            o,
+            "\n/// Relation handles: `db.fetch({name}.self).including({name}.…Ref)`.\nextension {name} {{"
+        );
+        for r in rels {
+            let target = self.names.table_name(r.target);
+            let fname = &r.field.name;
+            let _ = writeln!(
+                o,
+                "    /// Relation handle for `{fname}`, a reference to `{target}` (`including(…)`).\n    public static var {}: KeelRelation<{name}, {target}> {{ KeelRelation({fname:?}) }}",
+                esc(&format!("{}Ref", member(fname)))
+            );
+        }
+        let _ = writeln!(o, "}}");
     }
 }
 
@@ -1133,6 +1157,18 @@ mod tests {
         assert_eq!(upper_camel("blog"), "Blog");
         assert_eq!(esc("default"), "`default`");
         assert_eq!(member("primaryKey"), "primaryKey_");
+    }
+
+    /// To-one references get a relation handle (to-many ones and plain fields
+    /// none).
+    #[test]
+    fn references_get_relation_handles() {
+        let code = generate(&crate::codegen_shared::example("relations.fbs"), "rel").unwrap();
+        assert!(code.contains("public static var authorRef: KeelRelation<Post, Author> { KeelRelation(\"author\") }"), "{code}");
+        assert!(code.contains("public static var editorRef: KeelRelation<Post, Author>"));
+        assert!(code.contains("public static var postRef: KeelRelation<Comment, Post>"));
+        assert!(!code.contains("tagsRef"));
+        assert!(!generate(&blog(), "blog").unwrap().contains("KeelRelation"));
     }
 
     #[test]

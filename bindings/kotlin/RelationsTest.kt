@@ -1,0 +1,102 @@
+// Typed relations from Kotlin (issue 30 item 4), compiled and run with
+// KeelTest.kt: `including` through the generated relation handles of
+// examples/blog/schema/relations.fbs (package rel) gives each post its author
+// (null for an absent or dangling reference), a filter through the reference
+// keeps the posts whose author matches, and the live form delivers a
+// row-level `updated` diff when only an author is renamed. Real database files.
+
+import dev.keel.fetch
+import dev.keel.including
+import dev.keel.whereThrough
+import dev.keel.write
+import dev.keel.ffi.Database
+import dev.keel.ffi.KeelException
+import dev.keel.ffi.Move
+import dev.keel.ffi.OpenOptions
+import dev.keel.ffi.SyncPolicy
+import dev.keel.ffi.openAsync
+import kotlinx.coroutines.channels.Channel
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.withTimeout
+import rel.Author
+import rel.Post
+import rel.RelationsSchema
+import java.io.File
+
+suspend fun relDb(dir: File, name: String): Database =
+    openAsync(File(dir, name).path, RelationsSchema.FBS, OpenOptions(commitSync = SyncPolicy.Off), null)
+
+fun registerRelationsTests() {
+    test("relations: typed including gives each post its author, null when absent or dangling") { dir ->
+        val db = relDb(dir, "including.db")
+        db.write {
+            insert(Author(id = "ada", name = "Ada"))
+            insert(Author(id = "bob", name = "Bob"))
+            insert(Post(id = "p1", title = "One", author = "ada", rank = 1))
+            insert(Post(id = "p2", title = "Two", author = "bob", rank = 2))
+            insert(Post(id = "p3", title = "Three", author = "ghost", rank = 3))
+            insert(Post(id = "p4", title = "Four", rank = 4))
+        }
+        val rows: List<Pair<Post, Author?>> =
+            db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).all()
+        check(rows.map { it.first.id } == listOf("p1", "p2", "p3", "p4")) { "$rows" }
+        check(rows.map { it.second?.id } == listOf("ada", "bob", null, null)) { "$rows" }
+        check(rows[0].second == Author(id = "ada", name = "Ada"))
+        // The query's filter and limit are kept.
+        val bobs = db.fetch(Post).where(Post.author eq "bob").limit(1).including(Post.authorRef).all()
+        check(bobs.map { (p, a) -> p.id to a?.name } == listOf("p2" to "Bob")) { "$bobs" }
+        // Another relation of the same type (editor): every one absent.
+        check(db.fetch(Post).including(Post.editorRef).all().all { it.second == null })
+        // Filter through the reference: the posts whose author matches.
+        val byAda = db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Ada").orderBy(Post.rank.asc()).all()
+        check(byAda.map { it.id } == listOf("p1")) { "$byAda" }
+        val either = db.fetch(Post).whereThrough(Post.authorRef, (Author.name eq "Ada") or (Author.name eq "Bob"))
+            .orderBy(Post.rank.desc()).including(Post.authorRef).all()
+        check(either.map { it.second?.name } == listOf("Bob", "Ada")) { "$either" }
+        check(db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Cy").count() == 0L)
+        // Inside a write transaction: a typed error, not a read outside it.
+        db.write { expect<KeelException.InvalidArgument> { fetch(Post).including(Post.authorRef).all() } }
+        db.closeAsync()
+    }
+
+    test("relations: a live list including authors updates on an author rename with the right diff") { dir ->
+        val db = relDb(dir, "live.db")
+        db.write {
+            insert(Author(id = "ada", name = "Ada"))
+            insert(Author(id = "bob", name = "Bob"))
+            insert(Post(id = "p1", author = "ada", rank = 1))
+            insert(Post(id = "p2", author = "bob", rank = 2))
+            insert(Post(id = "p3", author = "ada", rank = 3))
+        }
+        val got = Channel<dev.keel.RelationUpdate<Post, Author>>(Channel.UNLIMITED)
+        val job = launch {
+            db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).updates().collect { got.send(it) }
+        }
+        val first = withTimeout(10_000) { got.receive() }
+        check(first.diff.inserted == listOf(0UL, 1UL, 2UL)) { "${first.diff}" }
+        check(first.objects.map { it.second?.name } == listOf("Ada", "Bob", "Ada"))
+
+        // Only the author changes: the posts naming her are updated, in place.
+        db.write { update(Author(id = "ada", name = "Ada Lovelace")) }
+        val renamed = withTimeout(10_000) { got.receive() }
+        check(renamed.diff.updated == listOf(0UL, 2UL)) { "${renamed.diff}" }
+        check(renamed.diff.inserted.isEmpty() && renamed.diff.removed.isEmpty()) { "${renamed.diff}" }
+        check(renamed.diff.moved == emptyList<Move>()) { "${renamed.diff}" }
+        check(renamed.objects.map { it.first.id } == listOf("p1", "p2", "p3"))
+        check(renamed.objects.map { it.second?.name } == listOf("Ada Lovelace", "Bob", "Ada Lovelace")) {
+            "${renamed.objects}"
+        }
+
+        // A new post: inserted where the order puts it, with its author.
+        db.write { insert(Post(id = "p0", author = "bob", rank = 0)) }
+        val inserted = withTimeout(10_000) { got.receive() }
+        check(inserted.diff.inserted == listOf(0UL)) { "${inserted.diff}" }
+        check(inserted.objects.first().second?.name == "Bob")
+
+        // An unrelated author: nothing delivered.
+        db.write { insert(Author(id = "cy", name = "Cy")) }
+        check(got.tryReceive().getOrNull() == null)
+        job.cancel()
+        db.closeAsync()
+    }
+}

@@ -1,0 +1,101 @@
+// Typed relations from Swift (issue 30 item 4): `including` through the
+// generated relation handle of examples/blog/schema/relations.fbs (module
+// RelModel) gives each post its author (nil for an absent or dangling
+// reference), a filter through the reference keeps the posts whose author
+// matches, and the live form delivers a row-level `updated` diff when only
+// an author is renamed. Real database files.
+
+import Foundation
+import XCTest
+import Keel
+import RelModel
+
+final class RelationTests: XCTestCase {
+    func openRel(_ name: String) async throws -> Database {
+        try await Keel.openAsync(path: try tempDir().appendingPathComponent(name).path,
+                                 schema: RelationsSchema.self, options: fastOptions())
+    }
+
+    func testIncludingGivesEachPostItsAuthor() async throws {
+        let db = try await openRel("including.db")
+        try await db.write { txn in
+            try txn.insert(Author(id: "ada", name: "Ada"))
+            try txn.insert(Author(id: "bob", name: "Bob"))
+            try txn.insert(Post(id: "p1", title: "One", author: "ada", rank: 1))
+            try txn.insert(Post(id: "p2", title: "Two", author: "bob", rank: 2))
+            try txn.insert(Post(id: "p3", title: "Three", author: "ghost", rank: 3))
+            try txn.insert(Post(id: "p4", title: "Four", rank: 4))
+        }
+        let rows: [KeelIncluded<Post, Author>] = try db.fetch(Post.self)
+            .sorted(by: Post.rank.ascending)
+            .including(Post.authorRef)
+            .all()
+        XCTAssertEqual(rows.map(\.object.id), ["p1", "p2", "p3", "p4"])
+        XCTAssertEqual(rows.map { $0.related?.id }, ["ada", "bob", nil, nil])
+        XCTAssertEqual(rows[0].related, Author(id: "ada", name: "Ada"))
+        // The fetch's filter and limit are kept.
+        let bobs = try db.fetch(Post.self).where(Post.author == "bob").limit(1)
+            .including(Post.authorRef).all()
+        XCTAssertEqual(bobs.map { [$0.object.id, $0.related?.name] }, [["p2", "Bob"]])
+        // Another relation of the same post type (nullify editor): all absent.
+        XCTAssertEqual(try db.fetch(Post.self).including(Post.editorRef).all().compactMap(\.related), [])
+        // Filter through the reference: the posts whose author matches.
+        let byAda = try db.fetch(Post.self).where(Post.authorRef, matches: Author.name == "Ada")
+            .sorted(by: Post.rank.ascending).all()
+        XCTAssertEqual(byAda.map(\.id), ["p1"])
+        let byBobOrAda = try db.fetch(Post.self)
+            .where(Post.authorRef, matches: Author.name == "Ada" || Author.name == "Bob")
+            .sorted(by: Post.rank.descending).including(Post.authorRef).all()
+        XCTAssertEqual(byBobOrAda.map { $0.related?.name }, ["Bob", "Ada"])
+        XCTAssertEqual(try db.fetch(Post.self).where(Post.authorRef, matches: Author.name == "Cy").count(), 0)
+        // Inside a write transaction: a typed error, not a read outside it.
+        let thrown: Bool = try await db.write { txn in
+            do {
+                _ = try txn.fetch(Post.self).including(Post.authorRef).all()
+                return false
+            } catch KeelError.InvalidArgument {
+                return true
+            }
+        }
+        XCTAssertTrue(thrown)
+    }
+
+    func testLiveIncludingUpdatesWhenTheAuthorIsRenamed() async throws {
+        let db = try await openRel("live.db")
+        try await db.write { txn in
+            try txn.insert(Author(id: "ada", name: "Ada"))
+            try txn.insert(Author(id: "bob", name: "Bob"))
+            try txn.insert(Post(id: "p1", author: "ada", rank: 1))
+            try txn.insert(Post(id: "p2", author: "bob", rank: 2))
+            try txn.insert(Post(id: "p3", author: "ada", rank: 3))
+        }
+        let updates = db.fetch(Post.self).sorted(by: Post.rank.ascending)
+            .including(Post.authorRef).updates()
+        var it = updates.makeAsyncIterator()
+        let first = try await it.next()
+        XCTAssertEqual(first?.diff.inserted, [0, 1, 2])
+        XCTAssertEqual(first?.objects.map { $0.related?.name }, ["Ada", "Bob", "Ada"])
+
+        // Only the author changes: the posts naming her are updated, in place.
+        try await db.write { try $0.update(Author(id: "ada", name: "Ada Lovelace")) }
+        let renamed = try await it.next()
+        XCTAssertEqual(renamed?.diff.updated, [0, 2])
+        XCTAssertEqual(renamed?.diff.inserted, [])
+        XCTAssertEqual(renamed?.diff.removed, [])
+        XCTAssertEqual(renamed?.diff.moved, [])
+        XCTAssertEqual(renamed?.objects.map { $0.related?.name }, ["Ada Lovelace", "Bob", "Ada Lovelace"])
+        XCTAssertEqual(renamed?.objects.map(\.object.id), ["p1", "p2", "p3"])
+
+        // A new post: inserted where the order puts it, with its author.
+        try await db.write { try $0.insert(Post(id: "p0", author: "bob", rank: 0)) }
+        let inserted = try await it.next()
+        XCTAssertEqual(inserted?.diff.inserted, [0])
+        XCTAssertEqual(inserted?.objects.first?.related?.name, "Bob")
+        XCTAssertEqual(updates.deliveries, 3)
+
+        updates.cancel()
+        XCTAssertFalse(updates.isActive)
+        try await db.write { try $0.update(Author(id: "bob", name: "Robert")) }
+        XCTAssertEqual(updates.deliveries, 3, "nothing after cancel")
+    }
+}

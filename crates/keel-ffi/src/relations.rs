@@ -1,0 +1,321 @@
+//! Live queries across a relation through the FFI (issue 30): the untyped form of
+//! keel-query's `Including::subscribe`, for the Swift and Kotlin typed layers
+//! (`KeelRelations.swift`, `Relations.kt`) and Python.
+//!
+//! [`Query::subscribe_including`] delivers the query's objects with the object
+//! their to-one reference field names ([`IncludedObject`]), at once and again
+//! after every local commit that changes the list: a change in the query's
+//! collection, or in the referenced collection with a key some shown object
+//! names (a hash lookup per changed object; commits touching neither cost
+//! nothing more). A relevant commit re-reads the list (the two reads of
+//! `all_including`) and delivers it with the row-level diff against the last
+//! delivery, if anything differs: an author's rename lists every post naming it
+//! as `updated`.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use keel_query::{Change, ChangeHook};
+use keel_schema::{FieldPath, Value};
+
+use crate::db::Query;
+use crate::error::{CallbackError, KeelError};
+use crate::expr::{Expr, Resolver};
+use crate::live::Diff;
+use crate::types::Value as FfiValue;
+use crate::types::{guarded, Foreign, IncludedObject};
+
+/// One delivery of [`Query::subscribe_including`]: the whole list and its diff
+/// against the previous delivery (the first lists every object as inserted).
+/// Rows are identified by the referring object's rowid; a row whose object or
+/// referenced object changed is `updated`.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct IncludingUpdate {
+    /// Each matching object with the object its reference names (none when the
+    /// field is absent or names no object), in query order.
+    pub objects: Vec<IncludedObject>,
+    /// Changes against the previous delivery.
+    pub diff: Diff,
+}
+
+/// Receives the deliveries of [`Query::subscribe_including`]: the first **on the
+/// subscribing thread** before `subscribe_including` returns, later ones **on
+/// keel's writer thread**, after the commit. Same rules as `QueryListener`: keep
+/// it short, never wait for a write inside it. Exceptions are caught and ignored.
+#[uniffi::export(callback_interface)]
+pub trait IncludingListener: Send + Sync {
+    /// A new list.
+    fn on_update(&self, update: IncludingUpdate) -> Result<(), CallbackError>;
+}
+
+/// A live query across a relation. `cancel()` ends it: once `cancel` returns its
+/// listener is never called again (a delivery running at that moment is waited
+/// for, unless `cancel` is called from inside the listener). Dropping the last
+/// reference cancels too.
+#[derive(uniffi::Object)]
+pub struct IncludingSubscription {
+    hook: Mutex<Option<ChangeHook>>,
+    state: Arc<Mutex<State>>,
+    /// The thread running a delivery, if any: `cancel` from inside the listener
+    /// must not wait for itself.
+    delivering: Arc<Mutex<Option<ThreadId>>>,
+}
+
+impl std::fmt::Debug for IncludingSubscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IncludingSubscription")
+            .field("active", &self.is_active())
+            .finish()
+    }
+}
+
+#[uniffi::export]
+impl IncludingSubscription {
+    /// End the subscription (idempotent).
+    pub fn cancel(&self) {
+        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            h.remove();
+        }
+        let me = std::thread::current().id();
+        let inside = *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
+        if inside {
+            // The delivery holds the state lock; it checks `active` before the
+            // next one.
+            return;
+        }
+        // Waits for a delivery in progress; none starts after this.
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).active = false;
+    }
+
+    /// False once cancelled.
+    pub fn is_active(&self) -> bool {
+        self.hook
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+    }
+}
+
+impl Drop for IncludingSubscription {
+    fn drop(&mut self) {
+        self.cancel();
+    }
+}
+
+/// What the list shows, and what the hook needs to judge a commit.
+struct State {
+    active: bool,
+    rows: Vec<IncludedObject>,
+    /// Every key the shown objects name, dangling ones included (their target
+    /// may appear), as [`key_id`]s.
+    named: HashSet<String>,
+}
+
+/// A hashable identity for a key value (`Value` holds floats, so it is not
+/// `Hash`; reference keys are strings, integers or bytes).
+fn key_id(v: &Value) -> String {
+    format!("{v:?}")
+}
+
+/// The reference field `field` of `query`'s collection: the collection's full
+/// name, the field's path and the referenced collection's full name.
+fn reference(query: &Query, field: &str) -> Result<(String, FieldPath, String), KeelError> {
+    let schema = query.db.schema();
+    let invalid = |message: String| KeelError::InvalidArgument { message };
+    let coll = schema
+        .collection(&query.collection)
+        .ok_or_else(|| invalid(format!("no collection named {:?}", query.collection)))?;
+    let f = schema.tables[coll.table]
+        .fields
+        .iter()
+        .find(|f| f.name == field)
+        .ok_or_else(|| invalid(format!("{} has no field {field:?}", coll.name)))?;
+    let r = f.references.as_ref().ok_or_else(|| {
+        invalid(format!(
+            "{}.{field} is not a reference field (no `references:`)",
+            coll.name
+        ))
+    })?;
+    if r.to_many {
+        return Err(invalid(format!(
+            "{}.{field} holds several keys: live lists and filters through a reference follow to-one references only",
+            coll.name
+        )));
+    }
+    let path = schema
+        .reader(&coll.name)
+        .and_then(|t| t.path(field))
+        .map_err(|e| invalid(e.to_string()))?;
+    Ok((coll.name.clone(), path, r.target.clone()))
+}
+
+/// The list now, and the keys its objects name.
+fn read(
+    query: &Query,
+    coll: &str,
+    path: &FieldPath,
+    field: &str,
+) -> Result<(Vec<IncludedObject>, HashSet<String>), KeelError> {
+    let rows = query.all_including(field.to_owned())?;
+    let schema = query.db.schema();
+    let reader = schema
+        .reader(coll)
+        .map_err(|e| KeelError::InvalidArgument {
+            message: e.to_string(),
+        })?;
+    let mut named = HashSet::new();
+    for r in &rows {
+        // Stored objects were verified on write; one that does not open names
+        // nothing the hook could match.
+        if let Ok(obj) = reader.open(&r.object.bytes) {
+            let v = obj.get(path);
+            if !v.is_null() {
+                named.insert(key_id(&v));
+            }
+        }
+    }
+    Ok((rows, named))
+}
+
+#[uniffi::export]
+impl Query {
+    /// A filter for this query's collection keeping the objects whose to-one
+    /// reference field `field` names an object (of the referenced collection)
+    /// that matches `filter`, an expression over the referenced collection's
+    /// fields (`Post.author` → `Author.name == "Ada"`). The referenced objects
+    /// are read **now**, once: the result is `field IN (their keys)`, which a
+    /// later write to the referenced collection does not change (re-make it, or
+    /// subscribe with the referenced objects through `subscribe_including`).
+    /// A field that is not a to-one reference is `InvalidArgument`; a bad
+    /// filter is the error a query over the referenced collection gives.
+    pub fn through(&self, field: String, filter: Arc<Expr>) -> Result<Arc<Expr>, KeelError> {
+        crate::db::sync_call(|| {
+            let (_, _, target) = reference(self, &field)?;
+            let schema = Arc::clone(self.db.schema());
+            let r = Resolver::new(&schema, &target, "filter through")?;
+            let tc = schema
+                .collection(&target)
+                .ok_or_else(|| KeelError::InvalidArgument {
+                    message: format!("no collection named {target:?}"),
+                })?;
+            let key = match tc.primary_key.as_slice() {
+                [id] => schema.tables[tc.table]
+                    .fields
+                    .iter()
+                    .find(|f| f.id == *id)
+                    .map(|f| f.name.clone()),
+                _ => None,
+            }
+            .ok_or_else(|| KeelError::InvalidArgument {
+                message: format!("{target} has no single-field primary key"),
+            })?;
+            let reader = schema
+                .reader(&target)
+                .map_err(|e| KeelError::InvalidArgument {
+                    message: e.to_string(),
+                })?;
+            let kpath = reader.path(&key).map_err(|e| KeelError::InvalidArgument {
+                message: e.to_string(),
+            })?;
+            let mut keys: Vec<FfiValue> = Vec::new();
+            for o in self.db.query(&target).filter(r.expr(&filter)?).all()? {
+                let obj = reader
+                    .open(&o.bytes)
+                    .map_err(|e| KeelError::InvalidObject {
+                        message: format!("stored {target} does not open: {e}"),
+                    })?;
+                keys.push(obj.get(&kpath).into());
+            }
+            Ok(Expr::is_in(field, keys))
+        })
+    }
+
+    /// Subscribe to this query with the objects its to-one reference field
+    /// `field` names: `listener` gets the list at once (on this thread), then
+    /// every changed list with its diff (on keel's writer thread) — including a
+    /// change of a referenced object only (an author renamed: the posts naming
+    /// it are `updated`). A field that is not a to-one reference is
+    /// `InvalidArgument`. Local commits only (not other processes').
+    pub fn subscribe_including(
+        &self,
+        field: String,
+        listener: Box<dyn IncludingListener>,
+    ) -> Result<Arc<IncludingSubscription>, KeelError> {
+        let listener = Arc::new(Foreign::new(listener));
+        crate::db::sync_call(|| {
+            let (coll, path, target) = reference(self, &field)?;
+            let state = Arc::new(Mutex::new(State {
+                active: true,
+                rows: Vec::new(),
+                named: HashSet::new(),
+            }));
+            let delivering = Arc::new(Mutex::new(None));
+            // Held from before the hook exists until the first delivery is made:
+            // a commit landing meanwhile waits in the hook, then compares with
+            // what the first delivery showed, so none is missed and nothing is
+            // delivered before the first.
+            let mut first_guard = state.lock().unwrap_or_else(|p| p.into_inner());
+            let hook = {
+                let state = Arc::clone(&state);
+                let delivering = Arc::clone(&delivering);
+                let query = self.clone();
+                let (coll, path, field) = (coll.clone(), path.clone(), field.clone());
+                let listener = Arc::clone(&listener);
+                self.db.on_commit_changes(move |changes: &[Change]| {
+                    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                    if !st.active {
+                        return;
+                    }
+                    let relevant = changes.iter().any(|c| {
+                        c.collection == coll
+                            || (c.collection == target
+                                && c.key.first().is_some_and(|k| st.named.contains(&key_id(k))))
+                    });
+                    if !relevant {
+                        return;
+                    }
+                    let Ok((rows, named)) = read(&query, &coll, &path, &field) else {
+                        return; // closed, or a read error: the next commit tries again
+                    };
+                    let diff =
+                        keel_query::Diff::by(&st.rows, &rows, |r| r.object.rowid, |a, b| a == b);
+                    st.named = named;
+                    if diff.is_empty() {
+                        return;
+                    }
+                    st.rows = rows.clone();
+                    let update = IncludingUpdate {
+                        objects: rows,
+                        diff: Diff::from(&diff),
+                    };
+                    *delivering.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(std::thread::current().id());
+                    guarded("including subscription", || listener.on_update(update));
+                    *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                })
+            };
+            let (rows, named) = match read(self, &coll, &path, &field) {
+                Ok(read) => read,
+                Err(e) => {
+                    drop(first_guard);
+                    hook.remove();
+                    return Err(e);
+                }
+            };
+            first_guard.rows = rows.clone();
+            first_guard.named = named;
+            let first = IncludingUpdate {
+                diff: Diff::from(&keel_query::Diff::initial(rows.len())),
+                objects: rows,
+            };
+            guarded("including subscription", || listener.on_update(first));
+            drop(first_guard);
+            Ok(Arc::new(IncludingSubscription {
+                hook: Mutex::new(Some(hook)),
+                state,
+                delivering,
+            }))
+        })
+    }
+}

@@ -1,0 +1,261 @@
+//! Issue 30 item 4 through the FFI: a live query including a to-one reference
+//! (`Query::subscribe_including`), updated when only the referenced object
+//! changes, on a real database file.
+
+use std::sync::{Arc, Mutex};
+
+use futures::executor::block_on;
+use keel_ffi::{
+    open_blocking, CallbackError, IncludingListener, IncludingUpdate, KeelError, OpenOptions,
+    SyncPolicy, WriteOp,
+};
+
+const FBS: &str = include_str!("../../../examples/blog/schema/relations.fbs");
+
+struct Updates(Arc<Mutex<Vec<IncludingUpdate>>>);
+impl IncludingListener for Updates {
+    fn on_update(&self, u: IncludingUpdate) -> Result<(), CallbackError> {
+        self.0.lock().unwrap().push(u);
+        Ok(())
+    }
+}
+
+fn op(db: &keel_ffi::Database, insert: bool, collection: &str, json: &str) -> WriteOp {
+    let bytes = db.encode_json(collection.into(), json.into()).unwrap();
+    let collection = collection.to_owned();
+    if insert {
+        WriteOp::Insert { collection, bytes }
+    } else {
+        WriteOp::Update { collection, bytes }
+    }
+}
+
+fn json(db: &keel_ffi::Database, collection: &str, bytes: &[u8]) -> serde_json::Value {
+    serde_json::from_str(&db.decode_json(collection.into(), bytes.to_vec()).unwrap()).unwrap()
+}
+
+#[test]
+fn live_including_updates_on_an_author_rename() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rel.db").display().to_string();
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let ops = vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p1", "author": "ada", "rank": 1}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p2", "author": "bob", "rank": 2}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p3", "author": "ada", "rank": 3}"#,
+        ),
+        op(&db, true, "rel.Post", r#"{"id": "p4", "rank": 4}"#),
+    ];
+    block_on(db.write(ops)).unwrap();
+
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let sub = db
+        .query("rel.Post".into())
+        .order_by("rank".into(), false)
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].diff.inserted, vec![0, 1, 2, 3]);
+        let related: Vec<usize> = u[0].objects.iter().map(|o| o.related.len()).collect();
+        assert_eq!(related, vec![1, 1, 1, 0]);
+    }
+
+    // An unrelated author: nothing delivered.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Author",
+        r#"{"id": "cy", "name": "Cy"}"#,
+    )]))
+    .unwrap();
+    assert_eq!(updates.lock().unwrap().len(), 1);
+
+    // Only the author changes: the posts naming her are updated in place.
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "ada", "name": "Ada L."}"#,
+    )]))
+    .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 2, "delivered before the write resolved");
+        assert_eq!(u[1].diff.updated, vec![0, 2]);
+        assert!(u[1].diff.inserted.is_empty() && u[1].diff.removed.is_empty());
+        for i in [0, 2] {
+            let a = json(&db, "rel.Author", &u[1].objects[i].related[0].bytes);
+            assert_eq!(a["name"], "Ada L.");
+        }
+        let b = json(&db, "rel.Author", &u[1].objects[1].related[0].bytes);
+        assert_eq!(b["name"], "Bob");
+    }
+
+    // A post moving: row-level diff, as a plain subscription gives.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Post",
+        r#"{"id": "p0", "author": "cy", "rank": 0}"#,
+    )]))
+    .unwrap();
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 3);
+        assert_eq!(u[2].diff.inserted, vec![0]);
+        assert_eq!(u[2].objects.len(), 5);
+    }
+
+    sub.cancel();
+    assert!(!sub.is_active());
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "ada", "name": "Ada K."}"#,
+    )]))
+    .unwrap();
+    assert_eq!(updates.lock().unwrap().len(), 3, "nothing after cancel");
+
+    // Not a to-one reference: a typed error, not a panic.
+    for field in ["title", "tags", "nope"] {
+        let e = db
+            .query("rel.Post".into())
+            .subscribe_including(field.into(), Box::new(Updates(Arc::clone(&updates))))
+            .unwrap_err();
+        assert!(
+            matches!(e, KeelError::InvalidArgument { .. }),
+            "{field}: {e:?}"
+        );
+    }
+}
+
+#[test]
+fn filter_through_a_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("through.db").display().to_string();
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let ops = vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p2", "author": "bob"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p3", "author": "ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p4"}"#),
+    ];
+    block_on(db.write(ops)).unwrap();
+    let posts = db.query("rel.Post".into()).order_by("id".into(), false);
+    let ids = |q: &keel_ffi::Query| -> Vec<String> {
+        q.all()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                json(&db, "rel.Post", &o.bytes)["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    let by_ada = posts
+        .through(
+            "author".into(),
+            keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Ada".into() }),
+        )
+        .unwrap();
+    assert_eq!(ids(&posts.filter(by_ada)), ["p1", "p3"]);
+    let nobody = posts
+        .through(
+            "author".into(),
+            keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Cy".into() }),
+        )
+        .unwrap();
+    assert!(ids(&posts.filter(nobody)).is_empty());
+    // Typed errors: not a to-one reference, a field the target lacks.
+    let any = keel_ffi::Expr::is_null("name".into());
+    for field in ["title", "tags"] {
+        let e = posts.through(field.into(), any.clone()).unwrap_err();
+        assert!(
+            matches!(e, KeelError::InvalidArgument { .. }),
+            "{field}: {e:?}"
+        );
+    }
+    let bad = keel_ffi::Expr::eq("rank".into(), keel_ffi::Value::Integer { v: 1 });
+    assert!(posts.through("author".into(), bad).is_err());
+}
+
+/// Cancels its own subscription from inside its second delivery.
+struct CancelInside {
+    sub: Arc<Mutex<Option<Arc<keel_ffi::IncludingSubscription>>>>,
+    seen: Arc<Mutex<usize>>,
+}
+impl IncludingListener for CancelInside {
+    fn on_update(&self, _u: IncludingUpdate) -> Result<(), CallbackError> {
+        let mut n = self.seen.lock().unwrap();
+        *n += 1;
+        if *n == 2 {
+            if let Some(s) = self.sub.lock().unwrap().as_ref() {
+                s.cancel();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cancel.db").display().to_string();
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+    ]))
+    .unwrap();
+    let slot = Arc::new(Mutex::new(None));
+    let seen = Arc::new(Mutex::new(0));
+    let sub = db
+        .query("rel.Post".into())
+        .subscribe_including(
+            "author".into(),
+            Box::new(CancelInside {
+                sub: Arc::clone(&slot),
+                seen: Arc::clone(&seen),
+            }),
+        )
+        .unwrap();
+    *slot.lock().unwrap() = Some(Arc::clone(&sub));
+    for name in ["Ada L.", "Ada K."] {
+        let json = format!(r#"{{"id": "ada", "name": "{name}"}}"#);
+        block_on(db.write(vec![op(&db, false, "rel.Author", &json)])).unwrap();
+    }
+    assert_eq!(
+        *seen.lock().unwrap(),
+        2,
+        "the first, the rename; none after the cancel"
+    );
+    assert!(!sub.is_active());
+    slot.lock().unwrap().take();
+}
