@@ -124,24 +124,15 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
     let root = util::workspace_root();
     let src = root.join("bindings/swift/Tests");
     write(&test.join("Package.swift"), TEST_PACKAGE)?;
-    copy(
-        &src.join("KeelTests.swift"),
-        &test.join("Tests/KeelTests/KeelTests.swift"),
-    )?;
-    copy(
-        &src.join("BytesCorpusTests.swift"),
-        &test.join("Tests/KeelTests/BytesCorpusTests.swift"),
-    )?;
-    copy(
-        &src.join("SearchTests.swift"),
-        &test.join("Tests/KeelTests/SearchTests.swift"),
-    )?;
-    copy(
-        &src.join("VectorTests.swift"),
-        &test.join("Tests/KeelTests/VectorTests.swift"),
-        &src.join("RelationTests.swift"),
-        &test.join("Tests/KeelTests/RelationTests.swift"),
-    )?;
+    for file in [
+        "KeelTests.swift",
+        "BytesCorpusTests.swift",
+        "SearchTests.swift",
+        "VectorTests.swift",
+        "RelationTests.swift",
+    ] {
+        copy(&src.join(file), &test.join("Tests/KeelTests").join(file))?;
+    }
     for file in ["AppTests.swift", "ObservationTests.swift"] {
         copy(
             &src.join("AppTests").join(file),
