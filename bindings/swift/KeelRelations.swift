@@ -94,9 +94,15 @@ public struct KeelIncludingFetch<T: KeelRecord, U: KeelRecord>: Sendable {
     /// the loop (or cancelling its task, or `cancel()`) ends the subscription.
     /// keel's listener buffers the undecoded deliveries; each is decoded in the
     /// consuming task.
-    public func updates() -> KeelIncludingUpdates<T, U> {
-        KeelIncludingUpdates(subscribe: { listener in
-            try query().subscribeIncluding(field: field, listener: listener)
+    public func updates() -> KeelUpdates<KeelIncludingChange<T, U>> {
+        let (fetch, field) = (self, field)
+        return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
+            try fetch.query().subscribeIncluding(field: field, listener: bridge)
+        }, decode: { raw in
+            guard case .including(let u) = raw.event else {
+                throw KeelUpdates<KeelIncludingChange<T, U>>.unexpected(raw)
+            }
+            return KeelIncludingChange(objects: try u.objects.map(Self.decode), diff: u.diff)
         })
     }
 
@@ -107,144 +113,10 @@ public struct KeelIncludingFetch<T: KeelRecord, U: KeelRecord>: Sendable {
     }
 }
 
-/// A live query across a relation as an `AsyncSequence` of
-/// `KeelIncludingChange`s. Consumed once: when its iterator ends or goes away
-/// the subscription is cancelled, and keel calls its listener no more.
-public struct KeelIncludingUpdates<T: KeelRecord, U: KeelRecord>: AsyncSequence, Sendable {
-    /// Iterates the deliveries, decoding each in the caller's task.
-    public struct AsyncIterator: AsyncIteratorProtocol {
-        var base: AsyncThrowingStream<KeelIncludingRaw, Error>.AsyncIterator
-        let lease: Lease
-        var finished = false
-
-        /// The next delivery, or nil once the subscription has ended. A
-        /// delivery that does not decode throws `KeelError.InvalidObject` and
-        /// ends the subscription.
-        public mutating func next() async throws -> KeelIncludingChange<T, U>? {
-            if finished { return nil }
-            guard let raw = try await base.next() else {
-                finished = true
-                return nil
-            }
-            do {
-                return KeelIncludingChange(
-                    objects: try raw.update.objects.map(KeelIncludingFetch<T, U>.decode),
-                    diff: raw.update.diff)
-            } catch {
-                finished = true
-                lease.state.cancel()
-                throw error
-            }
-        }
-    }
-
-    /// Cancels the subscription when the last copy of an iterator is gone (a
-    /// `break` out of the loop releases it).
-    final class Lease: @unchecked Sendable {
-        // SAFETY (of `@unchecked Sendable`): `state` is itself thread-safe.
-        let state: KeelIncludingState
-        init(_ state: KeelIncludingState) { self.state = state }
-        deinit { state.cancel() }
-    }
-
-    let stream: AsyncThrowingStream<KeelIncludingRaw, Error>
-    let state: KeelIncludingState
-
-    init(subscribe: (KeelIncludingBridge) throws -> IncludingSubscription) {
-        let state = KeelIncludingState()
-        var cont: AsyncThrowingStream<KeelIncludingRaw, Error>.Continuation!
-        stream = AsyncThrowingStream(bufferingPolicy: .unbounded) { cont = $0 }
-        do {
-            let sub = try subscribe(KeelIncludingBridge(cont, state))
-            state.set(sub)
-            cont.onTermination = { _ in state.cancel() }
-        } catch {
-            cont.finish(throwing: error)
-        }
-        self.state = state
-    }
-
-    /// An iterator over the deliveries.
-    public func makeAsyncIterator() -> AsyncIterator {
-        AsyncIterator(base: stream.makeAsyncIterator(), lease: Lease(state))
-    }
-
-    /// True while keel may still deliver.
-    public var isActive: Bool { state.isActive }
-
-    /// How many deliveries keel made so far (consumed or not).
-    public var deliveries: Int { state.deliveries }
-
-    /// Ends the subscription now.
-    public func cancel() { state.cancel() }
-}
-
-/// A delivery as keel made it, not decoded yet.
-struct KeelIncludingRaw: @unchecked Sendable {
-    // SAFETY (of `@unchecked Sendable`): an immutable UniFFI record, handed over
-    // once from keel's thread to the consumer.
-    let update: IncludingUpdate
-}
-
-/// The subscription behind a `KeelIncludingUpdates` and its delivery count.
-final class KeelIncludingState: @unchecked Sendable {
-    // SAFETY (of `@unchecked Sendable`): every field is read and written under `lock`.
-    private let lock = NSLock()
-    private var subscription: IncludingSubscription?
-    private var cancelled = false
-    private var count = 0
-
-    func set(_ s: IncludingSubscription) {
-        lock.lock()
-        let cancelNow = cancelled
-        subscription = s
-        lock.unlock()
-        if cancelNow { s.cancel() }
-    }
-
-    func cancel() {
-        lock.lock()
-        cancelled = true
-        let s = subscription
-        lock.unlock()
-        s?.cancel()
-    }
-
-    func delivered() {
-        lock.lock()
-        count += 1
-        lock.unlock()
-    }
-
-    var deliveries: Int {
-        lock.lock()
-        defer { lock.unlock() }
-        return count
-    }
-
-    var isActive: Bool {
-        lock.lock()
-        let s = subscription
-        let c = cancelled
-        lock.unlock()
-        return !c && (s?.isActive() ?? false)
-    }
-}
-
-/// keel's listener: runs on keel's thread, so it only counts and buffers.
-final class KeelIncludingBridge: IncludingListener, @unchecked Sendable {
-    // SAFETY (of `@unchecked Sendable`): the continuation and the state are
-    // thread-safe.
-    let continuation: AsyncThrowingStream<KeelIncludingRaw, Error>.Continuation
-    let state: KeelIncludingState
-
-    init(_ c: AsyncThrowingStream<KeelIncludingRaw, Error>.Continuation, _ s: KeelIncludingState) {
-        continuation = c
-        state = s
-    }
-
+extension KeelRawBridge: IncludingListener {
+    /// A live list's delivery: counted and buffered undecoded, like a query's.
     func onUpdate(update: IncludingUpdate) throws {
         state.delivered()
-        continuation.yield(KeelIncludingRaw(update: update))
+        continuation.yield(KeelRawEvent(event: .including(update)))
     }
 }

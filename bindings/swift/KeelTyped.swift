@@ -536,6 +536,8 @@ struct KeelRawEvent: @unchecked Sendable {
         case object(ObjectEvent)
         /// A live k-NN's delivery (KeelVector.swift).
         case nearest(NearestUpdate)
+        /// A live list across a relation's delivery (KeelRelations.swift).
+        case including(IncludingUpdate)
     }
     let event: Event
 }
@@ -556,7 +558,7 @@ struct KeelRawEvent: @unchecked Sendable {
 /// subscription.
 public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
     typealias Decode = @Sendable (KeelRawEvent) throws -> Element
-    typealias Subscribe = @Sendable (KeelRawBridge) throws -> Subscription
+    typealias Subscribe = @Sendable (KeelRawBridge) throws -> any KeelCancellable
 
     /// Iterates the deliveries; when it goes away (the loop is left), the
     /// subscription is cancelled.
@@ -667,10 +669,20 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
     public func cancel() { state.cancel() }
 }
 
+/// What a `KeelUpdates` holds of keel's subscription handle (`Subscription`, or
+/// `IncludingSubscription` for a live list across a relation).
+protocol KeelCancellable: AnyObject {
+    func cancel()
+    func isActive() -> Bool
+}
+
+extension Subscription: KeelCancellable {}
+extension IncludingSubscription: KeelCancellable {}
+
 /// Shared by a `KeelUpdates` and its listener: the subscription and a delivery count.
 final class KeelSubscriptionState: @unchecked Sendable {
     private let lock = NSLock()
-    private var subscription: Subscription?
+    private var subscription: (any KeelCancellable)?
     private var started = false
     private var cancelled = false
     private var count = 0
@@ -686,7 +698,7 @@ final class KeelSubscriptionState: @unchecked Sendable {
         return cancelled ? .cancelled : .start
     }
 
-    func set(_ s: Subscription) {
+    func set(_ s: any KeelCancellable) {
         lock.lock()
         let cancelNow = cancelled
         subscription = s
