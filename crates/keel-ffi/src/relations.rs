@@ -267,11 +267,14 @@ impl Query {
                     if !st.active {
                         return;
                     }
-                    let relevant = changes.iter().any(|c| {
-                        c.collection == coll
-                            || (c.collection == target
-                                && c.key.first().is_some_and(|k| st.named.contains(&key_id(k))))
-                    });
+                    // No changes: a commit that was not recorded (it started
+                    // before this hook): read again.
+                    let relevant = changes.is_empty()
+                        || changes.iter().any(|c| {
+                            c.collection == coll
+                                || (c.collection == target
+                                    && c.key.first().is_some_and(|k| st.named.contains(&key_id(k))))
+                        });
                     if !relevant {
                         return;
                     }

@@ -730,7 +730,11 @@ impl Database {
     ///
     /// The hook stays until [`ChangeHook::remove`]; while any hook is registered
     /// every write records its changes (a SELECT and two copies per updated object).
-    /// Write closures that started before the hook was registered report nothing.
+    /// A write closure that started before the hook was registered recorded
+    /// nothing: its commit calls the hook with an **empty** slice, meaning
+    /// "something committed whose changes are unknown — read again" (a hook that
+    /// shows data read before it was registered must, or it could miss that
+    /// commit). A recorded commit never calls a hook with an empty slice.
     pub fn on_commit_changes(
         &self,
         hook: impl Fn(&[Change]) + Send + Sync + 'static,

@@ -356,6 +356,15 @@ impl Inner {
     /// After COMMIT: the change hooks first (in registration order), then the
     /// subscription hub.
     pub(crate) fn deliver(&self, changes: &[Change]) {
+        self.run_hooks(changes);
+        if let Some(hub) = self.hub.get() {
+            hub.on_commit(changes);
+        }
+    }
+
+    /// Call every change hook with `changes` (empty: a commit whose changes were
+    /// not recorded, see [`Inner::unrecorded_commit`]).
+    fn run_hooks(&self, changes: &[Change]) {
         if self.hook_count.load(Ordering::Acquire) > 0 {
             let hooks: Vec<Arc<HookFn>> = self
                 .hooks
@@ -368,16 +377,16 @@ impl Inner {
                 h(changes);
             }
         }
-        if let Some(hub) = self.hub.get() {
-            hub.on_commit(changes);
-        }
     }
 
     /// A write closure ran without recording and has committed. If a subscription
     /// appeared meanwhile, its first result may have been read before this commit:
     /// the hub re-reads what its subscriptions show (instead of the first
-    /// subscription waiting for the writer).
+    /// subscription waiting for the writer), and a change hook registered
+    /// meanwhile is called with no changes — "something committed that was not
+    /// recorded: read again".
     pub(crate) fn unrecorded_commit(&self) {
+        self.run_hooks(&[]);
         if let Some(hub) = self.hub.get() {
             if hub.interested() {
                 hub.resync();

@@ -159,26 +159,26 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 )))
             }
         };
-        let Some((rows, named, keys)) = read()? else {
-            return Err(Error::Closed {
-                op: "subscribe including",
-                path: inner.path().to_path_buf(),
-            });
-        };
-        let mut f = f;
-        f(IncludingUpdate {
-            objects: rows.clone(),
-            diff: Diff::initial(rows.len()),
-        });
+        // The hook first, then the first read under the state's lock: a commit
+        // landing in between waits for the lock in its hook and is applied
+        // after the first delivery (applying one the read already saw changes
+        // nothing), so none is lost.
+        let read = Arc::new(read);
         let state = Arc::new(Mutex::new(State {
-            rows,
-            named,
-            keys,
+            rows: Vec::new(),
+            named: Default::default(),
+            keys: Vec::new(),
             f,
         }));
+        let mut first = state.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.rel.target();
+        let (hook_state, hook_read) = (Arc::clone(&state), Arc::clone(&read));
         let hook = db.on_commit_changes(move |changes| {
-            let relevant = {
+            let (state, read) = (&hook_state, &hook_read);
+            // No changes: a commit that was not recorded (it started before this
+            // hook): read again.
+            let unknown = changes.is_empty();
+            let relevant = unknown || {
                 let st = state.lock().unwrap_or_else(|p| p.into_inner());
                 changes.iter().any(|c| {
                     c.collection == R::COLLECTION
@@ -192,7 +192,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             // Only referenced objects changed: the list's rows, order and filter
             // depend on `R` alone, so the rows naming them take the new version
             // in place, from the change itself (no read).
-            if in_place && changes.iter().all(|c| c.collection != R::COLLECTION) {
+            if in_place && !unknown && changes.iter().all(|c| c.collection != R::COLLECTION) {
                 let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                 let mut rows = st.rows.clone();
                 let mut updated = Vec::new();
@@ -253,6 +253,30 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 diff,
             });
         });
+        // On an error the lock goes first: dropping the hook waits for a hook
+        // call that may be waiting for this lock.
+        let (rows, named, keys) = match read() {
+            Ok(Some(shown)) => shown,
+            Ok(None) => {
+                drop(first);
+                return Err(Error::Closed {
+                    op: "subscribe including",
+                    path: inner.path().to_path_buf(),
+                });
+            }
+            Err(e) => {
+                drop(first);
+                return Err(e);
+            }
+        };
+        (first.f)(IncludingUpdate {
+            objects: rows.clone(),
+            diff: Diff::initial(rows.len()),
+        });
+        first.rows = rows;
+        first.named = named;
+        first.keys = keys;
+        drop(first);
         Ok(IncludingSubscription { hook: Some(hook) })
     }
 }

@@ -899,3 +899,54 @@ fn order_by_a_referenced_field() {
         last.diff
     );
 }
+
+/// A commit that lands while a live list is being set up is never lost: the
+/// list's last delivery equals a fresh fetch once the writes are done. Each
+/// round renames an author from another thread while the list subscribes.
+#[test]
+fn a_commit_during_subscribe_reaches_the_live_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        for i in 0..20 {
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i}"))
+                    .author("ada")
+                    .rank(i)
+                    .build(),
+            )?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    for round in 0..300 {
+        let renamer = {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                db.write(move |t| t.update(&author("ada", &format!("Ada {round}"))))
+                    .wait()
+                    .unwrap();
+            })
+        };
+        let (sub, got) = live_list(&db);
+        renamer.join().unwrap();
+        // A write after the rename, not touching the list: when it resolves, every
+        // earlier commit's hooks have run.
+        db.write(|t| t.upsert(&author("zed", "Zed")))
+            .wait()
+            .unwrap();
+        let last = got.lock().unwrap().last().unwrap().objects[0]
+            .1
+            .as_ref()
+            .and_then(|a| a.name.clone());
+        assert_eq!(
+            last.as_deref(),
+            Some(format!("Ada {round}").as_str()),
+            "round {round}: the rename was lost"
+        );
+        drop(sub);
+    }
+}

@@ -387,3 +387,65 @@ fn a_nearest_query_reads_one_snapshot_on_one_connection() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().unwrap();
 }
+
+/// A commit that lands while a live k-NN is being set up is never lost, even
+/// one whose write closure started before the subscription existed (and so
+/// recorded nothing): the last delivery equals a fresh query once the writes
+/// are done.
+#[test]
+fn a_commit_during_subscribe_reaches_the_live_knn() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema();
+    let db = open(&dir.path().join("v.db"), &s, 64 << 20);
+    two_photos(&db, &s);
+    let q = [1.0, 0.0, 0.0, 0.0];
+    for round in 0..300i64 {
+        let writer = {
+            let (db, s) = (db.clone(), s.clone());
+            std::thread::spawn(move || {
+                // Each round's photo is nearer than every earlier one.
+                let d = 1.0 / (round as f32 + 2.0);
+                let o = encode(&s, 100 + round, 0, &[1.0, d, 0.0, 0.0]);
+                db.write(move |t| t.insert_bytes("v.Photo", o).map(|_| ()))
+                    .wait()
+                    .unwrap();
+            })
+        };
+        let last: Arc<std::sync::Mutex<Vec<i64>>> = Arc::default();
+        let l2 = Arc::clone(&last);
+        let sub = db
+            .query("v.Photo")
+            .filter(Expr::ne(
+                s.reader("v.Photo").unwrap().path("id").unwrap(),
+                1,
+            ))
+            .nearest(path_e(&s), &q, 1)
+            .subscribe(move |u| *l2.lock().unwrap() = u.neighbors.iter().map(|n| n.rowid).collect())
+            .unwrap();
+        writer.join().unwrap();
+        // A write outside the query's filter: when it resolves, every earlier
+        // commit's hooks have run.
+        let o = encode(&s, 1, 0, &[1.0, 0.0, 0.0, 0.0]);
+        db.write(move |t| t.upsert_bytes("v.Photo", o).map(|_| ()))
+            .wait()
+            .unwrap();
+        let fresh: Vec<i64> = db
+            .query("v.Photo")
+            .filter(Expr::ne(
+                s.reader("v.Photo").unwrap().path("id").unwrap(),
+                1,
+            ))
+            .nearest(path_e(&s), &q, 1)
+            .all()
+            .unwrap()
+            .iter()
+            .map(|n| n.rowid)
+            .collect();
+        assert_eq!(
+            *last.lock().unwrap(),
+            fresh,
+            "round {round}: a commit was lost"
+        );
+        drop(sub);
+    }
+}

@@ -158,6 +158,16 @@ impl Live {
 
     /// Apply one commit's changes; deliver if the top `k` changed.
     fn apply(&mut self, inner: &Arc<Inner>, changes: &[Change]) {
+        if changes.is_empty() {
+            // A commit that was not recorded (it started before the hook was
+            // registered): its changes are unknown, so scan again.
+            if let Err(e) = self.rescan(inner) {
+                tracing::warn!(error = %e, "live nearest: scan failed; keeping the last result");
+                return;
+            }
+            self.deliver(false);
+            return;
+        }
         let mut touched = false;
         for ch in changes {
             if ch.collection != self.collection {
