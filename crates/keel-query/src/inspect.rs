@@ -451,12 +451,32 @@ pub fn dangling_references(
     schema: &Arc<Schema>,
     limit: usize,
 ) -> rusqlite::Result<Vec<DanglingRef>> {
+    dangling(conn, schema, limit, false)
+}
+
+/// [`dangling_references`] in fields declared `dangling: false` only (what a
+/// schema change that declares them must find none of).
+pub(crate) fn refused_dangling(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+) -> rusqlite::Result<Vec<DanglingRef>> {
+    dangling(conn, schema, limit, true)
+}
+
+fn dangling(
+    conn: &rusqlite::Connection,
+    schema: &Arc<Schema>,
+    limit: usize,
+    refused_only: bool,
+) -> rusqlite::Result<Vec<DanglingRef>> {
     let mut out = Vec::new();
     for ci in 0..schema.collections.len() {
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        if coll.links.outgoing.is_empty()
+        let checked = |o: &&crate::links::Outgoing| !refused_only || !o.dangling;
+        if !coll.links.outgoing.iter().any(|o| checked(&o))
             || crate::layout::table_columns(conn, &coll.ident)?.is_empty()
         {
             continue;
@@ -466,7 +486,7 @@ pub fn dangling_references(
         };
         // One existence probe per reference field, on the target's key column.
         let mut probes = Vec::new();
-        for o in &coll.links.outgoing {
+        for o in coll.links.outgoing.iter().filter(checked) {
             let target = table_ident(&o.target);
             let sql = if crate::layout::table_columns(conn, &target)?.is_empty() {
                 // No table: nothing exists.

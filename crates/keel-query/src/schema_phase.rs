@@ -6,6 +6,7 @@
 //! schema transaction, so a crash leaves the file as it was or as it will be.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use keel_schema::Schema;
 
@@ -175,6 +176,11 @@ pub(crate) fn schema_phase(
         stored = m.run(conn, path, stored, schema)?;
     }
     let migrated = migrations_done(conn) != before_migrations;
+    // A schema that differs from the stored one may declare references
+    // `dangling: false` over data that names missing objects: checked below.
+    let changed = stored
+        .as_ref()
+        .is_some_and(|s| s.fingerprint() != schema.fingerprint());
     let relation = crate::stored::relate(path, stored, schema, field_schema)?;
     let colls: Vec<Coll> = match &relation {
         crate::stored::Relation::Older(newer) => (0..colls.len())
@@ -385,6 +391,24 @@ pub(crate) fn schema_phase(
         [FORMAT],
     )
     .map_err(err("record the storage format"))?;
+    if changed && matches!(relation, crate::stored::Relation::Upgrade) {
+        // One pass over the collections with such references, at the schema
+        // change only: a dangling one refuses the whole schema transaction, so
+        // the file keeps its old schema and every object.
+        let refused = crate::inspect::refused_dangling(conn, &Arc::new(schema.clone()), 1)
+            .map_err(err(
+                "check the references the schema declares dangling: false",
+            ))?;
+        if let Some(d) = refused.into_iter().next() {
+            return Err(Error::DanglingReference {
+                op: "open with a schema that declares this reference dangling: false",
+                collection: d.collection,
+                field: d.field,
+                target: d.target,
+                key: vec![d.key],
+            });
+        }
+    }
     out.colls = Some(colls);
     if matches!(relation, crate::stored::Relation::Older(_)) {
         // An older build: the newer stored schema stays (see stored.rs).

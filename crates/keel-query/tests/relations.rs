@@ -950,3 +950,71 @@ fn a_commit_during_subscribe_reaches_the_live_list() {
         drop(sub);
     }
 }
+
+/// A schema change that declares an existing field a `dangling: false`
+/// reference is checked against the data: a stored object naming a missing
+/// target refuses the open with the typed error and changes nothing (the old
+/// schema still opens, every object intact); data that holds opens.
+#[test]
+fn a_reference_declared_over_dangling_data_refuses_the_schema_change() {
+    use keel_schema::Schema;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("strict.db");
+    let text = |attrs: &str| {
+        format!(
+            r#"namespace ev;
+               table A (entity) {{ id: string (primary); }}
+               table P {{ id: string (primary); a: string {attrs}; }}
+               root_type P;"#
+        )
+    };
+    let v1 = Schema::parse(&text(""), "v1.fbs").unwrap();
+    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
+    let (ra, rp) = (v1.reader("ev.A").unwrap(), v1.reader("ev.P").unwrap());
+    let a1 = ra.encode_json(&serde_json::json!({"id": "a1"})).unwrap();
+    let p1 = rp
+        .encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))
+        .unwrap();
+    let p2 = rp
+        .encode_json(&serde_json::json!({"id": "p2", "a": "gone"}))
+        .unwrap();
+    db.write(move |t| {
+        t.insert_bytes("ev.A", a1)?;
+        t.insert_bytes("ev.P", p1)?;
+        t.insert_bytes("ev.P", p2).map(|_| ())
+    })
+    .wait()
+    .unwrap();
+    db.close().wait().unwrap();
+    drop(db);
+
+    let strict = Schema::parse(&text(r#"(references: "A", dangling: false)"#), "v2.fbs").unwrap();
+    match Database::open(&path, strict.clone(), StoreOptions::default()) {
+        Err(Error::DanglingReference {
+            collection,
+            field,
+            target,
+            key,
+            ..
+        }) => {
+            assert_eq!(
+                (collection.as_str(), field.as_str(), target.as_str()),
+                ("ev.P", "a", "ev.A")
+            );
+            assert_eq!(key, vec![Value::from("gone")]);
+        }
+        other => panic!("expected DanglingReference, got {:?}", other.map(|_| ())),
+    }
+    // Nothing changed: the old schema opens and both posts are there.
+    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
+    assert_eq!(db.query("ev.P").count().unwrap(), 2);
+    // Repaired data takes the new schema.
+    db.write(|t| t.delete_key("ev.P", &key("p2")).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.close().wait().unwrap();
+    drop(db);
+    let db = Database::open(&path, strict, StoreOptions::default()).unwrap();
+    assert_eq!(db.query("ev.P").count().unwrap(), 1);
+    db.close().wait().unwrap();
+}
