@@ -581,28 +581,38 @@ fn full_text_search_through_expressions() {
     block_on(db.close()).unwrap();
 }
 
-#[test]
-fn nearest_neighbours_through_the_ffi() {
-    const VEC: &str = "namespace demo;
-        table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: \"l2\"); }
-        root_type Photo;";
-    let dir = tempfile::tempdir().unwrap();
-    let db = open_blocking(
-        dir.path().join("v.db").display().to_string(),
-        VEC.into(),
+/// A collection of 2-d photos (`l2`) with an indexed album, for the nearest tests.
+const PHOTOS: &str = "namespace demo;
+    table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: \"l2\"); }
+    root_type Photo;";
+
+fn open_photos(path: &std::path::Path) -> Arc<keel_ffi::Database> {
+    open_blocking(
+        path.display().to_string(),
+        PHOTOS.into(),
         OpenOptions::default(),
         None,
     )
-    .unwrap();
-    let photo = |id: &str, album: i64, e: serde_json::Value| WriteOp::Insert {
+    .unwrap()
+}
+
+fn photo_op(id: &str, album: i64, e: serde_json::Value) -> WriteOp {
+    WriteOp::Insert {
         collection: "demo.Photo".into(),
         bytes: encode_json(
-            VEC.into(),
+            PHOTOS.into(),
             "demo.Photo".into(),
             serde_json::json!({"id": id, "album": album, "e": e}).to_string(),
         )
         .unwrap(),
-    };
+    }
+}
+
+#[test]
+fn nearest_neighbours_through_the_ffi() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_photos(&dir.path().join("v.db"));
+    let photo = |id: &str, album: i64, e: serde_json::Value| photo_op(id, album, e);
     block_on(db.write(vec![
         photo("a", 1, serde_json::json!([0.0, 0.0])),
         photo("b", 2, serde_json::json!([1.0, 0.0])),
@@ -630,7 +640,7 @@ fn nearest_neighbours_through_the_ffi() {
     ));
     assert!(q().nearest("album".into(), vec![1.0, 0.0], 1).is_err());
     let bad = encode_json(
-        VEC.into(),
+        PHOTOS.into(),
         "demo.Photo".into(),
         r#"{"id": "d", "e": [1.0, 2.0, 3.0]}"#.into(),
     )
@@ -655,26 +665,9 @@ impl NearestListener for Nearest {
 
 #[test]
 fn live_nearest_through_the_ffi() {
-    const VEC: &str = "namespace demo;
-        table Photo { id: string (primary); album: int (indexed); e: [float] (vector: 2, metric: \"l2\"); }
-        root_type Photo;";
     let dir = tempfile::tempdir().unwrap();
-    let db = open_blocking(
-        dir.path().join("live.db").display().to_string(),
-        VEC.into(),
-        OpenOptions::default(),
-        None,
-    )
-    .unwrap();
-    let photo = |id: &str, album: i64, e: [f32; 2]| WriteOp::Insert {
-        collection: "demo.Photo".into(),
-        bytes: encode_json(
-            VEC.into(),
-            "demo.Photo".into(),
-            serde_json::json!({"id": id, "album": album, "e": e}).to_string(),
-        )
-        .unwrap(),
-    };
+    let db = open_photos(&dir.path().join("live.db"));
+    let photo = |id: &str, album: i64, e: [f32; 2]| photo_op(id, album, serde_json::json!(e));
     block_on(db.write(vec![
         photo("a", 1, [0.0, 0.0]),
         photo("b", 1, [1.0, 0.0]),

@@ -711,66 +711,59 @@ proptest::proptest! {
     }
 }
 
-/// A reference added to a collection that already holds objects: the file
-/// reopens with the new schema, the reference column is filled from the
-/// stored objects, and the delete rule applies to them at once.
-#[test]
-fn a_reference_added_to_existing_data_applies_its_rules() {
-    use keel_schema::Schema;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("evolve.db");
-    let text = |attrs: &str| {
-        format!(
+/// The schema both evolution tests move between: `P.a` plain (`attrs` empty)
+/// or declared with `attrs`.
+fn evolving(attrs: &str) -> keel_schema::Schema {
+    keel_schema::Schema::parse(
+        &format!(
             r#"namespace ev;
                table A (entity) {{ id: string (primary); }}
                table P {{ id: string (primary); a: string {attrs}; }}
                root_type P;"#
-        )
-    };
-    let v1 = Schema::parse(&text(""), "v1.fbs").unwrap();
-    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
-    let (ra, rp) = (v1.reader("ev.A").unwrap(), v1.reader("ev.P").unwrap());
-    let objs: Vec<(&str, Vec<u8>)> = vec![
-        (
-            "ev.A",
-            ra.encode_json(&serde_json::json!({"id": "a1"})).unwrap(),
         ),
-        (
-            "ev.A",
-            ra.encode_json(&serde_json::json!({"id": "a2"})).unwrap(),
-        ),
-        (
-            "ev.P",
-            rp.encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))
-                .unwrap(),
-        ),
-        (
-            "ev.P",
-            rp.encode_json(&serde_json::json!({"id": "p2", "a": "a2"}))
-                .unwrap(),
-        ),
-        (
-            "ev.P",
-            rp.encode_json(&serde_json::json!({"id": "p3", "a": "a1"}))
-                .unwrap(),
-        ),
-    ];
+        "ev.fbs",
+    )
+    .unwrap()
+}
+
+/// A file at `path` holding `objs` (collection, JSON) under the plain schema, closed.
+fn stored_plain(path: &std::path::Path, objs: &[(&str, serde_json::Value)]) {
+    let v1 = evolving("");
+    let db = Database::open(path, v1.clone(), StoreOptions::default()).unwrap();
+    let objs: Vec<(String, Vec<u8>)> = objs
+        .iter()
+        .map(|(c, j)| (c.to_string(), v1.reader(c).unwrap().encode_json(j).unwrap()))
+        .collect();
     db.write(move |t| {
         for (c, o) in objs {
-            t.insert_bytes(c, o)?;
+            t.insert_bytes(&c, o)?;
         }
         Ok(())
     })
     .wait()
     .unwrap();
     db.close().wait().unwrap();
-    drop(db);
+}
 
-    let v2 = Schema::parse(
-        &text(r#"(references: "A", on_delete: "cascade")"#),
-        "v2.fbs",
-    )
-    .unwrap();
+/// A reference added to a collection that already holds objects: the file
+/// reopens with the new schema, the reference column is filled from the
+/// stored objects, and the delete rule applies to them at once.
+#[test]
+fn a_reference_added_to_existing_data_applies_its_rules() {
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evolve.db");
+    stored_plain(
+        &path,
+        &[
+            ("ev.A", json!({"id": "a1"})),
+            ("ev.A", json!({"id": "a2"})),
+            ("ev.P", json!({"id": "p1", "a": "a1"})),
+            ("ev.P", json!({"id": "p2", "a": "a2"})),
+            ("ev.P", json!({"id": "p3", "a": "a1"})),
+        ],
+    );
+    let v2 = evolving(r#"(references: "A", on_delete: "cascade")"#);
     let db = Database::open(&path, v2, StoreOptions::default()).unwrap();
     db.wait_for_indexes().unwrap();
     assert!(db
@@ -957,38 +950,18 @@ fn a_commit_during_subscribe_reaches_the_live_list() {
 /// schema still opens, every object intact); data that holds opens.
 #[test]
 fn a_reference_declared_over_dangling_data_refuses_the_schema_change() {
-    use keel_schema::Schema;
+    use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("strict.db");
-    let text = |attrs: &str| {
-        format!(
-            r#"namespace ev;
-               table A (entity) {{ id: string (primary); }}
-               table P {{ id: string (primary); a: string {attrs}; }}
-               root_type P;"#
-        )
-    };
-    let v1 = Schema::parse(&text(""), "v1.fbs").unwrap();
-    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
-    let (ra, rp) = (v1.reader("ev.A").unwrap(), v1.reader("ev.P").unwrap());
-    let a1 = ra.encode_json(&serde_json::json!({"id": "a1"})).unwrap();
-    let p1 = rp
-        .encode_json(&serde_json::json!({"id": "p1", "a": "a1"}))
-        .unwrap();
-    let p2 = rp
-        .encode_json(&serde_json::json!({"id": "p2", "a": "gone"}))
-        .unwrap();
-    db.write(move |t| {
-        t.insert_bytes("ev.A", a1)?;
-        t.insert_bytes("ev.P", p1)?;
-        t.insert_bytes("ev.P", p2).map(|_| ())
-    })
-    .wait()
-    .unwrap();
-    db.close().wait().unwrap();
-    drop(db);
-
-    let strict = Schema::parse(&text(r#"(references: "A", dangling: false)"#), "v2.fbs").unwrap();
+    stored_plain(
+        &path,
+        &[
+            ("ev.A", json!({"id": "a1"})),
+            ("ev.P", json!({"id": "p1", "a": "a1"})),
+            ("ev.P", json!({"id": "p2", "a": "gone"})),
+        ],
+    );
+    let strict = evolving(r#"(references: "A", dangling: false)"#);
     match Database::open(&path, strict.clone(), StoreOptions::default()) {
         Err(Error::DanglingReference {
             collection,
@@ -1006,7 +979,7 @@ fn a_reference_declared_over_dangling_data_refuses_the_schema_change() {
         other => panic!("expected DanglingReference, got {:?}", other.map(|_| ())),
     }
     // Nothing changed: the old schema opens and both posts are there.
-    let db = Database::open(&path, v1.clone(), StoreOptions::default()).unwrap();
+    let db = Database::open(&path, evolving(""), StoreOptions::default()).unwrap();
     assert_eq!(db.query("ev.P").count().unwrap(), 2);
     // Repaired data takes the new schema.
     db.write(|t| t.delete_key("ev.P", &key("p2")).map(|_| ()))
