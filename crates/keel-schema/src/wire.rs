@@ -564,9 +564,20 @@ pub fn visit_union_vector<'v, 'o, 'b>(
         let elem = start + 4 * i;
         if tag != 0 {
             // The header of whatever the element points at (`member` skips tags it
-            // does not know, whose value must still be a table).
+            // does not know, whose value must still be a table): its vtable, and
+            // its inline size, which every runtime's table read checks (the
+            // `flatbuffers` verifier reads only the vtable's length).
             let at = (v.get_uoffset(elem)? as usize).saturating_add(elem);
             v.visit_table(at)?.finish();
+            let vt = (at as i64 - v.get_uoffset(at)? as i32 as i64) as usize;
+            let size = u16::from_le_bytes([v.get_u8(vt + 2)?, v.get_u8(vt + 3)?]) as usize;
+            if size < 4 {
+                return Err(flatbuffers::InvalidFlatbuffer::RangeOutOfBounds {
+                    range: at..at + 4,
+                    error_trace: Default::default(),
+                });
+            }
+            v.range_in_buffer(at, size)?;
             member(tag, v, elem)?;
         }
     }

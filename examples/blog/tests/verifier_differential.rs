@@ -302,6 +302,40 @@ mod monster {
         }
     }
 
+    /// Found by the property test below: a damaged byte turns a `bag` element's
+    /// tag into one this schema does not know (4) while the element's table
+    /// claims an inline size past the buffer. The runtime reader (like Swift's
+    /// and Kotlin's) refused it; the generated decode accepted it, because the
+    /// verifier checked an unknown member's vtable but not its inline size.
+    #[test]
+    fn an_unknown_bag_member_with_a_bad_table_size_is_refused_by_both() {
+        let orb = Orb::builder().name("a").color(Color::Green).build();
+        let armor = Armor::builder().name("a").defense(-1).build();
+        let m = Monster::builder()
+            .name("aaaa")
+            .color(Color::from_raw(3))
+            .mana(257)
+            .hp(-1)
+            .bag(vec![Equipment::Orb(orb), Equipment::Armor(armor)])
+            .build();
+        let mut bytes = m.encode();
+        drop_a_nul(&mut bytes, 5593074045972008671);
+        apply(&mut bytes, &super::Damage::Set(4191371975831596633, 4));
+        let generated = Monster::decode(&bytes);
+        let dynamic = schema().reader(Monster::COLLECTION).unwrap().read(&bytes);
+        assert!(
+            dynamic.is_err(),
+            "the runtime reader accepted the damaged bytes"
+        );
+        assert_eq!(
+            generated.is_ok(),
+            dynamic.is_ok(),
+            "generated: {:?}\ndynamic: {:?}",
+            generated.err(),
+            dynamic.err()
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3_000))]
 
