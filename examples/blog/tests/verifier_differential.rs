@@ -336,6 +336,40 @@ mod monster {
         );
     }
 
+    /// The same damage on the single union field `equipped`: an unknown tag
+    /// (9) over a table whose inline size runs past the buffer.
+    #[test]
+    fn an_unknown_equipped_member_with_a_bad_table_size_gets_one_verdict() {
+        let armor = Armor::builder().name("a").defense(-1).build();
+        let m = Monster::builder()
+            .name("m")
+            .equipped(Equipment::Armor(armor))
+            .build();
+        let mut bytes = m.encode();
+        let (tag_at, table_at) = {
+            let t = keel_schema::wire::TableRef::root(&bytes).unwrap();
+            let tag = t.field_pos(5, 1).unwrap().unwrap();
+            (tag, t.table(6).unwrap().unwrap().pos())
+        };
+        let soff = i32::from_le_bytes(bytes[table_at..table_at + 4].try_into().unwrap());
+        let vt = (table_at as i64 - soff as i64) as usize;
+        bytes[tag_at] = 9;
+        bytes[vt + 2..vt + 4].copy_from_slice(&0x7fffu16.to_le_bytes());
+        let generated = Monster::decode(&bytes);
+        let dynamic = schema().reader(Monster::COLLECTION).unwrap().read(&bytes);
+        assert!(
+            dynamic.is_err(),
+            "the runtime reader accepted the damaged bytes"
+        );
+        assert_eq!(
+            generated.is_ok(),
+            dynamic.is_ok(),
+            "generated: {:?}\ndynamic: {:?}",
+            generated.err(),
+            dynamic.err()
+        );
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(3_000))]
 
