@@ -112,15 +112,14 @@ extension KeelTable {
         try self.init(flatBuffer: [UInt8](data))
     }
 
-    /// Decodes bytes read from the database. The database APIs throw one error
-    /// type, `KeelError`: a `KeelDecodeError` (bytes that are no valid object,
-    /// e.g. a row damaged outside keel) becomes `KeelError.InvalidObject`, whose
-    /// message is the decode error's description.
+    /// Decodes bytes read from the database: bytes that are no valid object
+    /// (e.g. a row damaged outside keel) throw `KeelError.InvalidObject`, whose
+    /// message says the object was stored.
     static func keelStored(_ bytes: [UInt8]) throws -> Self {
         do {
             return try Self(flatBuffer: bytes)
-        } catch let e as KeelDecodeError {
-            throw KeelError.InvalidObject(message: "stored \(Self.self) does not decode: \(e)")
+        } catch KeelError.InvalidObject(let message) {
+            throw KeelError.InvalidObject(message: "stored \(message)")
         }
     }
 

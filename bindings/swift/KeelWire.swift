@@ -48,7 +48,7 @@ public enum KeelDecodeError: Error, Equatable, CustomStringConvertible, Sendable
         case let .tooDeep(limit):
             return "tables nest deeper than \(limit)"
         case let .tooManyTables(limit):
-            return "more than \(limit) tables in one buffer"
+            return "the buffer exceeds the decode budget (more than \(limit) table visits)"
         case let .overBudget(limit):
             return "the buffer exceeds the decode budget (more than \(limit) times its size decoded)"
         case let .missingField(name):
@@ -892,10 +892,17 @@ public protocol KeelTable: Sendable {
 }
 
 extension KeelTable {
-    /// Decodes FlatBuffers bytes whose root is this table. Malformed bytes throw
-    /// `KeelDecodeError`; nothing is trusted before it is checked.
+    /// Decodes FlatBuffers bytes whose root is this table; nothing is trusted
+    /// before it is checked. Malformed bytes throw `KeelError.InvalidObject`, the
+    /// error every keel API throws, whose message names the type and what is
+    /// wrong (the words of the `KeelDecodeError` that `init(keelTable:)` throws),
+    /// as Kotlin's `decode` throws `KeelException.InvalidObject`.
     public init(flatBuffer bytes: [UInt8]) throws {
-        try self.init(keelTable: KeelWire.Table.root(bytes))
+        do {
+            try self.init(keelTable: KeelWire.Table.root(bytes))
+        } catch let e as KeelDecodeError {
+            throw KeelError.InvalidObject(message: "\(Self.self): \(e)")
+        }
     }
 
     /// Encodes as a finished FlatBuffers buffer with this table as root,

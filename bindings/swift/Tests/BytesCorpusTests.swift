@@ -90,13 +90,12 @@ final class BytesCorpusTests: XCTestCase {
     static func verdict(_ bytes: [UInt8]) -> String {
         do {
             return "accept:" + dump(try Root(flatBuffer: bytes))
-        } catch let e as KeelDecodeError {
-            switch e {
-            case .outOfBounds, .invalid: return "reject:malformed"
-            case .tooDeep: return "reject:too_deep"
-            case .tooManyTables, .overBudget: return "reject:budget"
-            case .missingField: return "reject:missing_field"
-            }
+        } catch KeelError.InvalidObject(let m) {
+            // The one error type carries the decode error's words (as Kotlin's does).
+            if m.contains("tables nest deeper") { return "reject:too_deep" }
+            if m.contains("decode budget") { return "reject:budget" }
+            if m.contains("required field") { return "reject:missing_field" }
+            return "reject:malformed"
         } catch {
             return "reject:other(\(error))"
         }

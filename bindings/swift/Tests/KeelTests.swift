@@ -43,6 +43,12 @@ func fastOptions() -> OpenOptions {
 }
 
 /// Runs `body` and returns the typed error it throws (fails the test otherwise).
+/// Whether `e` is `KeelError.InvalidObject`: what bytes that are no valid object throw.
+func isInvalidObject(_ e: Error) -> Bool {
+    if case .InvalidObject? = e as? KeelError { return true }
+    return false
+}
+
 func expectError<E: Error>(_ errorType: E.Type, file: StaticString = #filePath, line: UInt = #line,
                            _ body: () throws -> Void) -> E? {
     do {
@@ -377,10 +383,10 @@ final class KeelTests: XCTestCase {
             return b.finish(b.endTable(), fileIdentifier: nil)
         }
         for bad in [cartBytes(tags: [2], values: 2), cartBytes(tags: nil, values: 1), cartBytes(tags: [2], values: 0)] {
-            XCTAssertThrowsError(try Cart(flatBuffer: bad)) { XCTAssertTrue($0 is KeelDecodeError, "\($0)") }
+            XCTAssertThrowsError(try Cart(flatBuffer: bad)) { XCTAssertTrue(isInvalidObject($0), "\($0)") }
         }
 
-        // every truncation and byte flip throws KeelDecodeError or decodes; none traps
+        // every truncation and byte flip throws KeelError.InvalidObject or decodes; none traps
         let good = cart.flatBuffer()
         var samples: [[UInt8]] = (0..<good.count).map { Array(good[0..<$0]) }
         for i in 0..<good.count {
@@ -390,7 +396,7 @@ final class KeelTests: XCTestCase {
         }
         var rejected = 0
         for s in samples {
-            do { _ = try Cart(flatBuffer: s) } catch is KeelDecodeError { rejected += 1 }
+            do { _ = try Cart(flatBuffer: s) } catch let e as KeelError { if isInvalidObject(e) { rejected += 1 } }
         }
         XCTAssertGreaterThanOrEqual(rejected, good.count, "every truncation must be rejected")
     }
@@ -642,9 +648,12 @@ final class KeelTests: XCTestCase {
         XCTAssertThrowsError(try leaked.txn?.insert(Post(id: "late"))) { e in
             guard case KeelError.InvalidArgument? = e as? KeelError else { return XCTFail("got \(e)") }
         }
-        // malformed bytes: a typed decode error, never a trap
-        _ = expectError(KeelDecodeError.self) { _ = try Post(flatBuffer: [UInt8]([1, 2, 3])) }
-        _ = expectError(KeelDecodeError.self) { _ = try Post(flatBuffer: [UInt8]()) }
+        // malformed bytes: the one error type, never a trap
+        for bytes: [UInt8] in [[1, 2, 3], []] {
+            let e = expectError(KeelError.self) { _ = try Post(flatBuffer: bytes) }
+            guard case .InvalidObject(let message)? = e else { return XCTFail("expected InvalidObject, got \(String(describing: e))") }
+            XCTAssertTrue(message.hasPrefix("Post: "), message)
+        }
         // bytes the engine rejects: InvalidObject (the untyped path stays available)
         let bad = await expectErrorAsync(KeelError.self) {
             _ = try await db.write(ops: [.insert(collection: Post.keelCollection, bytes: Data([1, 2, 3]))])
@@ -684,7 +693,7 @@ final class KeelTests: XCTestCase {
             do {
                 _ = try Post(flatBuffer: s)
                 decoded += 1
-            } catch is KeelDecodeError {
+            } catch let e as KeelError where isInvalidObject(e) {
                 rejected += 1
             }
         }
@@ -708,7 +717,7 @@ final class KeelTests: XCTestCase {
             var b = good
             b.replaceSubrange(at..<at + 4, with: bad)
             XCTAssertThrowsError(try Post(flatBuffer: b), "\(bad) is not UTF-8") { error in
-                guard case .invalid(what: "string", _, _)? = error as? KeelDecodeError else {
+                guard case .InvalidObject(let m)? = error as? KeelError, m.contains("invalid string") else {
                     return XCTFail("\(bad): \(error)")
                 }
             }

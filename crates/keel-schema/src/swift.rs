@@ -18,7 +18,7 @@
 //!   property per non-deprecated field and an `init` whose parameters default to the
 //!   schema defaults (key fields have none); `init(flatBuffer:)` / `flatBuffer()`
 //!   (from `KeelTable`) read and write FlatBuffers bytes byte-compatible with
-//!   `flatc`; decoding malformed bytes throws `KeelDecodeError`, never traps;
+//!   `flatc`; decoding malformed bytes throws `KeelError.InvalidObject`, never traps;
 //! * per collection (root type and `(entity)` tables): `KeelRecord` conformance —
 //!   the collection name, the `Key` type (the key field's type; a nested
 //!   `struct Key` for composite keys; `Int64` rowids for keyless collections) and
