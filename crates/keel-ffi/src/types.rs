@@ -161,6 +161,12 @@ pub struct OpenOptions {
     /// `docs/app-groups.md`.
     #[uniffi(default = false)]
     pub share_changes: bool,
+    /// Memory for the in-memory copies of vector fields that nearest queries
+    /// scan (default 64 MiB for all of them; 0 turns the copies off, and every
+    /// nearest query reads the vectors from the file). A field whose vectors
+    /// exceed what is left is read from the file. See `docs/vector.md`.
+    #[uniffi(default = None)]
+    pub vector_cache_bytes: Option<u64>,
 }
 
 impl Default for OpenOptions {
@@ -174,6 +180,7 @@ impl Default for OpenOptions {
             recover_corrupt: false,
             adopt_foreign: false,
             share_changes: false,
+            vector_cache_bytes: None,
         }
     }
 }
@@ -194,7 +201,29 @@ impl OpenOptions {
         if let Some(t) = self.checkpoint_threshold_bytes {
             o = o.checkpoint_threshold(t);
         }
+        if let Some(b) = self.vector_cache_bytes {
+            // More than the address space holds is "no limit" in effect.
+            o = o.vector_cache_bytes(usize::try_from(b).unwrap_or(usize::MAX));
+        }
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenOptions;
+
+    #[test]
+    fn the_vector_copy_budget_reaches_the_store() {
+        let default = OpenOptions::default().to_store_options();
+        assert_eq!(default.vector_cache_bytes, 64 << 20);
+        for (asked, got) in [(0u64, 0usize), (256 << 20, 256 << 20)] {
+            let o = OpenOptions {
+                vector_cache_bytes: Some(asked),
+                ..OpenOptions::default()
+            };
+            assert_eq!(o.to_store_options().vector_cache_bytes, got);
+        }
     }
 }
 
