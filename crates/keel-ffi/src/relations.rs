@@ -1,9 +1,10 @@
 //! Live queries across a relation through the FFI (issue 30): the untyped form of
-//! keel-query's `Including::subscribe`, for the Swift and Kotlin typed layers
-//! (`KeelRelations.swift`, `Relations.kt`) and Python.
+//! keel-query's `Including::subscribe` and `subscribe_many`, for the Swift and
+//! Kotlin typed layers (`KeelRelations.swift`, `Relations.kt`) and Python.
 //!
-//! [`Query::subscribe_including`] delivers the query's objects with the object
-//! their to-one reference field names ([`IncludedObject`]), at once and again
+//! [`Query::subscribe_including`] delivers the query's objects with the objects
+//! their reference field names ([`IncludedObject`]: one for a to-one field, the
+//! vector's in its order for a to-many one), at once and again
 //! after every local commit that changes the list: a change in the query's
 //! collection, or in the referenced collection with a key some shown object
 //! names (a hash lookup per changed object; commits touching neither cost
@@ -120,7 +121,14 @@ fn key_id(v: &Value) -> String {
 
 /// The reference field `field` of `query`'s collection: the collection's full
 /// name, the field's path and the referenced collection's full name.
-fn reference(query: &Query, field: &str) -> Result<(String, FieldPath, String), KeelError> {
+/// The reference field `field` of the query's collection: the collection, the
+/// field's path, the target collection and whether it holds several keys. A
+/// to-many field is `InvalidArgument` unless `many` allows it.
+fn reference(
+    query: &Query,
+    field: &str,
+    many: bool,
+) -> Result<(String, FieldPath, String, bool), KeelError> {
     let schema = query.db.schema();
     let invalid = |message: String| KeelError::InvalidArgument { message };
     let coll = schema
@@ -137,9 +145,9 @@ fn reference(query: &Query, field: &str) -> Result<(String, FieldPath, String), 
             coll.name
         ))
     })?;
-    if r.to_many {
+    if r.to_many && !many {
         return Err(invalid(format!(
-            "{}.{field} holds several keys: live lists and filters through a reference follow to-one references only",
+            "{}.{field} holds several keys: a filter through a reference follows to-one references only",
             coll.name
         )));
     }
@@ -147,7 +155,7 @@ fn reference(query: &Query, field: &str) -> Result<(String, FieldPath, String), 
         .reader(&coll.name)
         .and_then(|t| t.path(field))
         .map_err(|e| invalid(e.to_string()))?;
-    Ok((coll.name.clone(), path, r.target.clone()))
+    Ok((coll.name.clone(), path, r.target.clone(), r.to_many))
 }
 
 /// The list now, and the keys its objects name.
@@ -156,6 +164,7 @@ fn read(
     coll: &str,
     path: &FieldPath,
     field: &str,
+    to_many: bool,
 ) -> Result<(Vec<IncludedObject>, HashSet<String>), KeelError> {
     let rows = query.all_including(field.to_owned())?;
     let schema = query.db.schema();
@@ -168,7 +177,15 @@ fn read(
     for r in &rows {
         // Stored objects were verified on write; one that does not open names
         // nothing the hook could match.
-        if let Ok(obj) = reader.open(&r.object.bytes) {
+        let Ok(obj) = reader.open(&r.object.bytes) else {
+            continue;
+        };
+        if to_many {
+            let id = path.steps().first().map_or(0, |s| s.id());
+            for k in obj.elements(id).unwrap_or_default() {
+                named.insert(key_id(&k));
+            }
+        } else {
             let v = obj.get(path);
             if !v.is_null() {
                 named.insert(key_id(&v));
@@ -191,7 +208,7 @@ impl Query {
     /// filter is the error a query over the referenced collection gives.
     pub fn through(&self, field: String, filter: Arc<Expr>) -> Result<Arc<Expr>, KeelError> {
         crate::db::sync_call(|| {
-            let (_, _, target) = reference(self, &field)?;
+            let (_, _, target, _) = reference(self, &field, false)?;
             let schema = Arc::clone(self.db.schema());
             let r = Resolver::new(&schema, &target, "filter through")?;
             let tc = schema
@@ -231,12 +248,14 @@ impl Query {
         })
     }
 
-    /// Subscribe to this query with the objects its to-one reference field
-    /// `field` names: `listener` gets the list at once (on this thread), then
-    /// every changed list with its diff (on keel's writer thread) — including a
-    /// change of a referenced object only (an author renamed: the posts naming
-    /// it are `updated`). A field that is not a to-one reference is
-    /// `InvalidArgument`. Local commits only (not other processes').
+    /// Subscribe to this query with the objects its reference field `field`
+    /// names (to-one, or to-many: a vector of keys, named in its order; keys
+    /// naming no object are left out): `listener` gets the list at once (on
+    /// this thread), then every changed list with its diff (on keel's writer
+    /// thread) — including a change of a referenced object only (an author
+    /// renamed: the posts naming it are `updated`). A field that is not a
+    /// reference is `InvalidArgument`. Local commits only (not other
+    /// processes').
     pub fn subscribe_including(
         &self,
         field: String,
@@ -244,7 +263,7 @@ impl Query {
     ) -> Result<Arc<IncludingSubscription>, KeelError> {
         let listener = Arc::new(Foreign::new(listener));
         crate::db::sync_call(|| {
-            let (coll, path, target) = reference(self, &field)?;
+            let (coll, path, target, to_many) = reference(self, &field, true)?;
             let state = Arc::new(Mutex::new(State {
                 active: true,
                 rows: Vec::new(),
@@ -278,7 +297,7 @@ impl Query {
                     if !relevant {
                         return;
                     }
-                    let Ok((rows, named)) = read(&query, &coll, &path, &field) else {
+                    let Ok((rows, named)) = read(&query, &coll, &path, &field, to_many) else {
                         return; // closed, or a read error: the next commit tries again
                     };
                     let diff =
@@ -298,7 +317,7 @@ impl Query {
                     *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 })
             };
-            let (rows, named) = match read(self, &coll, &path, &field) {
+            let (rows, named) = match read(self, &coll, &path, &field, to_many) {
                 Ok(read) => read,
                 Err(e) => {
                     drop(first_guard);

@@ -1,6 +1,6 @@
-//! Issue 30 item 4 through the FFI: a live query including a to-one reference
-//! (`Query::subscribe_including`), updated when only the referenced object
-//! changes, on a real database file.
+//! Issue 30 item 4 through the FFI: a live query including a to-one or a
+//! to-many reference (`Query::subscribe_including`), updated when only the
+//! referenced object changes, on a real database file.
 
 use std::sync::{Arc, Mutex};
 
@@ -139,8 +139,8 @@ fn live_including_updates_on_an_author_rename() {
     .unwrap();
     assert_eq!(updates.lock().unwrap().len(), 3, "nothing after cancel");
 
-    // Not a to-one reference: a typed error, not a panic.
-    for field in ["title", "tags", "nope"] {
+    // Not a reference: a typed error, not a panic.
+    for field in ["title", "nope"] {
         let e = db
             .query("rel.Post".into())
             .subscribe_including(field.into(), Box::new(Updates(Arc::clone(&updates))))
@@ -258,4 +258,87 @@ fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
     );
     assert!(!sub.is_active());
     slot.lock().unwrap().take();
+}
+
+#[test]
+fn live_including_follows_a_to_many_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tags.db").display().to_string();
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let ops = vec![
+        op(&db, true, "rel.Tag", r#"{"id": "db", "label": "DB"}"#),
+        op(&db, true, "rel.Tag", r#"{"id": "rust", "label": "Rust"}"#),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p1", "tags": ["rust", "db"], "rank": 1}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p2", "tags": ["swift"], "rank": 2}"#,
+        ),
+        op(&db, true, "rel.Post", r#"{"id": "p3", "rank": 3}"#),
+    ];
+    block_on(db.write(ops)).unwrap();
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let _sub = db
+        .query("rel.Post".into())
+        .order_by("rank".into(), false)
+        .subscribe_including("tags".into(), Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    let labels = |u: &IncludingUpdate, row: usize| -> Vec<String> {
+        u.objects[row]
+            .related
+            .iter()
+            .map(|t| {
+                json(&db, "rel.Tag", &t.bytes)["label"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    {
+        let u = updates.lock().unwrap();
+        assert_eq!(u.len(), 1);
+        assert_eq!(labels(&u[0], 0), ["Rust", "DB"]);
+        assert!(labels(&u[0], 1).is_empty(), "a missing tag is left out");
+    }
+    // A tag the first post holds is relabelled: that row is updated.
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Tag",
+        r#"{"id": "db", "label": "Databases"}"#,
+    )]))
+    .unwrap();
+    // The tag the second post holds appears.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Tag",
+        r#"{"id": "swift", "label": "Swift"}"#,
+    )]))
+    .unwrap();
+    // A tag no post holds: nothing.
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Tag",
+        r#"{"id": "go", "label": "Go"}"#,
+    )]))
+    .unwrap();
+    let u = updates.lock().unwrap();
+    assert_eq!(u.len(), 3);
+    assert_eq!(u[1].diff.updated, vec![0]);
+    assert_eq!(labels(&u[1], 0), ["Rust", "Databases"]);
+    assert_eq!(u[2].diff.updated, vec![1]);
+    assert_eq!(labels(&u[2], 1), ["Swift"]);
 }

@@ -163,7 +163,7 @@ pub use dictionary::{
 pub use engine::Task;
 pub use error::{Error, Result};
 pub use feed::FeedStats;
-pub use live_relation::{IncludingSubscription, IncludingUpdate};
+pub use live_relation::{IncludingManyUpdate, IncludingSubscription, IncludingUpdate};
 pub use migrate::{Migration, MigrationProgress, Migrator};
 pub use nearest::{Nearest, NearestFetch, Neighbor};
 pub use query::{Fetch, Query, StoredObject};

@@ -1,6 +1,8 @@
 //! Live queries across a relation (issue 30): [`Including::subscribe`] keeps a
 //! list of `(R, Option<T>)` pairs current when either side changes — a post
-//! inserted, or the author a shown post names renamed — with row-level diffs.
+//! inserted, or the author a shown post names renamed — with row-level diffs;
+//! [`Including::subscribe_many`] keeps `(R, Vec<T>)` pairs current across a
+//! to-many reference (a post's tags) the same way.
 //!
 //! A facade extension: it registers a commit hook
 //! ([`Database::on_commit_changes`]) that looks at each committed closure's
@@ -9,7 +11,8 @@
 //! neither cost nothing more). When a closure changed only referenced objects
 //! (an author renamed), the rows naming them take the new version from the
 //! change itself, with no read: an `updated` row for every post showing it (the
-//! rows, their order and the filter depend on `R` alone). When it changed `R`s
+//! rows, their order and the filter depend on `R` alone; a to-many row keeps its
+//! vector's order, a deleted or missing object leaves it). When it changed `R`s
 //! too, the list is re-read (two statements, as [`Including::all`]) and
 //! delivered with the diff against the last delivery, if anything differs.
 
@@ -35,6 +38,18 @@ pub struct IncludingUpdate<R, T> {
     pub diff: Diff,
 }
 
+/// One delivery of [`Including::subscribe_many`]: the whole list and its diff
+/// against the previous delivery (the first: everything inserted).
+#[derive(Debug, Clone)]
+pub struct IncludingManyUpdate<R, T> {
+    /// Each matching `R` with the objects its reference names, in the order of
+    /// its keys (a key naming no object is left out).
+    pub objects: Vec<(R, Vec<T>)>,
+    /// Row-level changes since the previous delivery: a pair whose `R` or any
+    /// of its `T`s changed is `updated`.
+    pub diff: Diff,
+}
+
 /// A live query across a relation; dropping it (or [`cancel`](Self::cancel))
 /// stops deliveries after the one in progress, if any.
 #[must_use = "dropping the subscription ends it"]
@@ -55,17 +70,23 @@ impl Drop for IncludingSubscription {
     }
 }
 
-/// What a live list shows: the pairs, every key the `R`s name, and the key
-/// each row names.
-type Shown<R, T> = (Vec<(R, Option<T>)>, HashSet<K>, Vec<Option<K>>);
+/// One shown row: the object, the keys its reference holds and the object
+/// each names (`None`: missing), parallel.
+struct Row<R, T> {
+    r: R,
+    keys: Vec<K>,
+    named: Vec<Option<T>>,
+}
 
-struct State<R, T, F> {
-    rows: Vec<(R, Option<T>)>,
-    /// Every key the shown `R`s name, dangling ones included (their target may
-    /// appear).
+/// What a live list shows: its rows and every key they hold (dangling ones
+/// included: their target may appear).
+type Shown<R, T> = (Vec<Row<R, T>>, HashSet<K>);
+
+struct State<R, T, X, F> {
+    rows: Vec<Row<R, T>>,
     named: HashSet<K>,
-    /// The key each row names (parallel to `rows`).
-    keys: Vec<Option<K>>,
+    /// The last delivery's pairs (what the next diff is against).
+    shown: Vec<(R, X)>,
     f: F,
 }
 
@@ -73,7 +94,8 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     /// Deliver the list now (on this thread) and again after every commit that
     /// changes it: see the module docs. Only through a
     /// [`Database`](crate::Database) (not a snapshot or transaction), for a
-    /// to-one relation.
+    /// to-one relation ([`subscribe_many`](Self::subscribe_many) follows
+    /// to-many ones).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -99,8 +121,67 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     /// ```
     pub fn subscribe(
         self,
-        f: impl FnMut(IncludingUpdate<R, T>) + Send + 'static,
+        mut f: impl FnMut(IncludingUpdate<R, T>) + Send + 'static,
     ) -> Result<IncludingSubscription> {
+        if self.rel.to_many() {
+            return Err(Error::TypeMismatch {
+                op: "subscribe including",
+                collection: R::COLLECTION.to_owned(),
+                message: format!(
+                    "{} holds several keys: follow it with subscribe_many",
+                    self.rel.path()
+                ),
+            });
+        }
+        self.subscribe_rows(
+            |row| row.named.first().cloned().flatten(),
+            move |objects, diff| f(IncludingUpdate { objects, diff }),
+        )
+    }
+
+    /// [`subscribe`](Self::subscribe) for a to-many reference (a vector of
+    /// keys; a to-one reference works too): each `R` comes with the objects
+    /// its keys name, in the vector's order, as
+    /// [`all_many`](Including::all_many) reads them.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Post, Tag};
+    /// use std::sync::{Arc, Mutex};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("m.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Tag::builder().id("db").label("DB").build())?;
+    ///     t.insert(&Post::builder().id("p1").tags(["db", "rust"]).build())
+    /// }).wait()?;
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let s2 = seen.clone();
+    /// let _sub = db.fetch::<Post>().including(Post::tags_ref()).subscribe_many(move |u| {
+    ///     s2.lock().unwrap().push(u.objects[0].1.iter().map(|t| t.id.clone()).collect::<Vec<_>>());
+    /// })?;
+    /// db.write(|t| t.insert(&Tag::builder().id("rust").label("Rust").build())).wait()?;
+    /// assert_eq!(*seen.lock().unwrap(), vec![vec!["db"], vec!["db", "rust"]]);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn subscribe_many(
+        self,
+        mut f: impl FnMut(IncludingManyUpdate<R, T>) + Send + 'static,
+    ) -> Result<IncludingSubscription> {
+        self.subscribe_rows(
+            |row| row.named.iter().flatten().cloned().collect(),
+            move |objects, diff| f(IncludingManyUpdate { objects, diff }),
+        )
+    }
+
+    /// The live list behind both: `related` makes what a delivered pair
+    /// holds of a row's named objects, `deliver` hands the pairs and their
+    /// diff over.
+    fn subscribe_rows<X: Clone + PartialEq + Send + 'static>(
+        self,
+        related: fn(&Row<R, T>) -> X,
+        deliver: impl FnMut(Vec<(R, X)>, Diff) + Send + 'static,
+    ) -> Result<IncludingSubscription> {
+        let pair = move |row: &Row<R, T>| (row.r.clone(), related(row));
         let inner = match &self.fetch.q.src {
             Source::Db(inner) => Arc::clone(inner),
             Source::Conn(inner, _, _) => {
@@ -111,22 +192,12 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 })
             }
         };
-        if self.rel.to_many() {
-            return Err(Error::TypeMismatch {
-                op: "subscribe including",
-                collection: R::COLLECTION.to_owned(),
-                message: format!(
-                    "{} holds several keys: live lists follow to-one references only",
-                    self.rel.path()
-                ),
-            });
-        }
         let db = Database::from_inner(Arc::clone(&inner));
         let spec: Spec = self.fetch.q.spec.clone();
         let rel: Relation<R, T> = self.rel.clone();
         let related_order = self.related_order.clone();
-        // Ordered by a referenced field, a rename can move rows: no in-place
-        // update then.
+        // Ordered by a referenced field, a change of one can move rows: no
+        // in-place update then.
         let in_place = related_order.is_none();
         let read = {
             let weak = db.weak();
@@ -136,27 +207,22 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 };
                 let mut fetch = Fetch::<R>::new(Source::Db(inner));
                 fetch.q.spec = spec.clone();
-                let rows = Including {
+                let keyed = Including {
                     fetch,
                     rel: rel.clone(),
                     related_order: related_order.clone(),
                 }
                 .run_keyed()?;
-                let named = rows
-                    .iter()
-                    .flat_map(|(_, _, ks)| ks.iter().map(K::of))
+                let mut named = HashSet::new();
+                let rows = keyed
+                    .into_iter()
+                    .map(|(r, ts, ks)| {
+                        let keys: Vec<K> = ks.iter().map(K::of).collect();
+                        named.extend(keys.iter().cloned());
+                        Row { r, keys, named: ts }
+                    })
                     .collect();
-                let keys = rows
-                    .iter()
-                    .map(|(_, _, ks)| ks.first().map(K::of))
-                    .collect();
-                Ok(Some((
-                    rows.into_iter()
-                        .map(|(r, ts, _)| (r, ts.into_iter().next()))
-                        .collect(),
-                    named,
-                    keys,
-                )))
+                Ok(Some((rows, named)))
             }
         };
         // The hook first, then the first read under the state's lock: a commit
@@ -166,9 +232,9 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let read = Arc::new(read);
         let state = Arc::new(Mutex::new(State {
             rows: Vec::new(),
-            named: Default::default(),
-            keys: Vec::new(),
-            f,
+            named: HashSet::new(),
+            shown: Vec::new(),
+            f: deliver,
         }));
         let mut first = state.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.rel.target();
@@ -178,14 +244,13 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             // No changes: a commit that was not recorded (it started before this
             // hook): read again.
             let unknown = changes.is_empty();
-            let relevant = unknown || {
-                let st = state.lock().unwrap_or_else(|p| p.into_inner());
-                changes.iter().any(|c| {
+            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let relevant = unknown
+                || changes.iter().any(|c| {
                     c.collection == R::COLLECTION
                         || (c.collection == target
                             && c.key.first().is_some_and(|k| st.named.contains(&K::of(k))))
-                })
-            };
+                });
             if !relevant {
                 return;
             }
@@ -193,9 +258,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             // depend on `R` alone, so the rows naming them take the new version
             // in place, from the change itself (no read).
             if in_place && !unknown && changes.iter().all(|c| c.collection != R::COLLECTION) {
-                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                let mut rows = st.rows.clone();
-                let mut updated = Vec::new();
+                let mut touched = Vec::new();
                 for c in changes.iter().filter(|c| c.collection == target) {
                     let Some(k) = c.key.first().map(K::of) else {
                         continue;
@@ -210,52 +273,59 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                         },
                         None => None,
                     };
-                    for (i, (_, t)) in rows.iter_mut().enumerate() {
-                        if st.keys[i].as_ref() == Some(&k) && *t != new {
-                            *t = new.clone();
-                            updated.push(i);
+                    for (i, row) in st.rows.iter_mut().enumerate() {
+                        for (key, named) in row.keys.iter().zip(row.named.iter_mut()) {
+                            if *key == k && *named != new {
+                                named.clone_from(&new);
+                                touched.push(i);
+                            }
                         }
                     }
                 }
-                if updated.is_empty() {
-                    return;
+                touched.sort_unstable();
+                touched.dedup();
+                let st = &mut *st;
+                let mut updated = Vec::new();
+                for i in touched {
+                    let now = pair(&st.rows[i]);
+                    if st.shown[i] != now {
+                        st.shown[i] = now;
+                        updated.push(i);
+                    }
                 }
-                updated.sort_unstable();
-                updated.dedup();
-                st.rows = rows.clone();
-                (st.f)(IncludingUpdate {
-                    objects: rows,
-                    diff: Diff {
-                        updated,
-                        ..Diff::default()
-                    },
-                });
+                if !updated.is_empty() {
+                    (st.f)(
+                        st.shown.clone(),
+                        Diff {
+                            updated,
+                            ..Diff::default()
+                        },
+                    );
+                }
                 return;
             }
-            let Ok(Some((rows, named, keys))) = read() else {
+            // Read with the lock held, so deliveries keep the commits' order.
+            let Ok(Some((rows, named))) = read() else {
                 return; // closed, or a read error: the next commit tries again
             };
-            let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+            let shown: Vec<(R, X)> = rows.iter().map(pair).collect();
             let diff = Diff::by(
-                &st.rows,
-                &rows,
+                &st.shown,
+                &shown,
                 |(r, _)| r.primary_key().first().map(K::of),
                 |a, b| a == b,
             );
+            st.rows = rows;
             st.named = named;
-            st.keys = keys;
             if diff.is_empty() {
                 return;
             }
-            st.rows = rows.clone();
-            (st.f)(IncludingUpdate {
-                objects: rows,
-                diff,
-            });
+            st.shown = shown.clone();
+            (st.f)(shown, diff);
         });
         // On an error the lock goes first: dropping the hook waits for a hook
         // call that may be waiting for this lock.
-        let (rows, named, keys) = match read() {
+        let (rows, named) = match read() {
             Ok(Some(shown)) => shown,
             Ok(None) => {
                 drop(first);
@@ -269,13 +339,12 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 return Err(e);
             }
         };
-        (first.f)(IncludingUpdate {
-            objects: rows.clone(),
-            diff: Diff::initial(rows.len()),
-        });
+        let shown: Vec<(R, X)> = rows.iter().map(pair).collect();
+        let n = shown.len();
+        (first.f)(shown.clone(), Diff::initial(n));
         first.rows = rows;
         first.named = named;
-        first.keys = keys;
+        first.shown = shown;
         drop(first);
         Ok(IncludingSubscription { hook: Some(hook) })
     }

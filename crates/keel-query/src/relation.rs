@@ -79,12 +79,13 @@ impl<T> ByKey<T> {
     }
 }
 
-/// Each referring object with the objects its reference names and the keys it
-/// holds.
+/// Each referring object with the keys it holds and, for each key, the object
+/// it names (`None`: a dangling key).
 pub(crate) type Keyed<R, T> = Vec<KeyedRow<R, T>>;
 
-/// One row of [`Keyed`].
-pub(crate) type KeyedRow<R, T> = (R, Vec<T>, Vec<Value>);
+/// One row of [`Keyed`]: the object, the named objects (parallel to the keys),
+/// the keys.
+pub(crate) type KeyedRow<R, T> = (R, Vec<Option<T>>, Vec<Value>);
 
 /// A typed fetch with the objects one reference field names, read in one
 /// batched query: made by [`Fetch::including`].
@@ -208,10 +209,10 @@ fn fetch_by_keys<T: Record>(
 }
 
 impl<'a, R: Record, T: Record> Including<'a, R, T> {
-    /// Every matching `R` with the objects its reference names and the keys it
-    /// holds, in the fetch's order: two reads in all (the `R`s, then every
+    /// Every matching `R` with the keys its reference holds and the object
+    /// each names, in the fetch's order: two reads in all (the `R`s, then every
     /// referenced `T` at once). A key naming no object (a dangling reference)
-    /// has no entry in the list of objects.
+    /// names `None`.
     pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
         let Including {
             fetch,
@@ -296,9 +297,17 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
                 .into_iter()
                 .map(|(r, keys)| {
-                    let hits: Vec<&(T, Value)> = keys.iter().filter_map(|k| found.get(k)).collect();
-                    let v = hits.first().map_or(Value::Null, |(_, v)| v.clone());
-                    let ts = hits.into_iter().map(|(t, _)| t.clone()).collect();
+                    let hits: Vec<Option<&(T, Value)>> =
+                        keys.iter().map(|k| found.get(k)).collect();
+                    let v = hits
+                        .iter()
+                        .flatten()
+                        .next()
+                        .map_or(Value::Null, |(_, v)| v.clone());
+                    let ts = hits
+                        .into_iter()
+                        .map(|h| h.map(|(t, _)| t.clone()))
+                        .collect();
                     ((r, ts, keys), v)
                 })
                 .collect();
@@ -361,12 +370,12 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
         self
     }
 
-    /// [`run_keyed`](Self::run_keyed) without the keys.
+    /// [`run_keyed`](Self::run_keyed) without the keys and the dangling ones.
     fn run(self) -> Result<Vec<(R, Vec<T>)>> {
         Ok(self
             .run_keyed()?
             .into_iter()
-            .map(|(r, ts, _)| (r, ts))
+            .map(|(r, ts, _)| (r, ts.into_iter().flatten().collect()))
             .collect())
     }
 

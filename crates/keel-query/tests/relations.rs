@@ -991,3 +991,184 @@ fn a_reference_declared_over_dangling_data_refuses_the_schema_change() {
     assert_eq!(db.query("ev.P").count().unwrap(), 1);
     db.close().wait().unwrap();
 }
+
+type ManyPairs = Vec<(Post, Vec<Tag>)>;
+
+/// A live list of posts with their tags (to-many), and every delivery it got.
+type ManyDeliveries =
+    std::sync::Arc<std::sync::Mutex<Vec<keel_query::IncludingManyUpdate<Post, Tag>>>>;
+
+fn live_tags(db: &Database) -> (keel_query::IncludingSubscription, ManyDeliveries) {
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let g = got.clone();
+    let sub = db
+        .fetch::<Post>()
+        .filter(Post::rank().ge(0))
+        .order_by(Post::rank().asc())
+        .including(Post::tags_ref())
+        .subscribe_many(move |u| g.lock().unwrap().push(u))
+        .unwrap();
+    (sub, got)
+}
+
+fn tag(id: &str, label: &str) -> Tag {
+    Tag::builder().id(id).label(label).build()
+}
+
+fn labels(u: &keel_query::IncludingManyUpdate<Post, Tag>, row: usize) -> Vec<String> {
+    u.objects[row]
+        .1
+        .iter()
+        .map(|t| t.label.clone().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn a_live_list_across_a_to_many_reference_follows_the_tags() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&tag("rust", "Rust"))?;
+        t.insert(&tag("db", "DB"))?;
+        for (i, tags) in [
+            vec!["rust", "db"],
+            vec!["db"],
+            vec![],
+            vec!["swift", "rust"],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i}"))
+                    .tags(tags)
+                    .rank(10 * i as i32)
+                    .build(),
+            )?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let (sub, got) = live_tags(&db);
+    {
+        let g = got.lock().unwrap();
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].diff.inserted, vec![0, 1, 2, 3]);
+        assert_eq!(labels(&g[0], 0), ["Rust", "DB"]);
+        assert_eq!(labels(&g[0], 3), ["Rust"], "a missing tag is left out");
+    }
+    // Relabelling "db" updates the two posts that hold it, in place.
+    db.write(|t| t.update(&tag("db", "Databases")))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[1].diff.updated, vec![0, 1]);
+        assert!(g[1].diff.inserted.is_empty() && g[1].diff.removed.is_empty());
+        assert_eq!(labels(&g[1], 0), ["Rust", "Databases"]);
+        assert_eq!(labels(&g[1], 1), ["Databases"]);
+    }
+    // A tag no shown post holds: no delivery.
+    db.write(|t| t.insert(&tag("go", "Go"))).wait().unwrap();
+    assert_eq!(got.lock().unwrap().len(), 2);
+    // The missing tag a post holds appears, in the vector's order.
+    db.write(|t| t.insert(&tag("swift", "Swift")))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        assert_eq!(g.len(), 3);
+        assert_eq!(g[2].diff.updated, vec![3]);
+        assert_eq!(labels(&g[2], 3), ["Swift", "Rust"]);
+    }
+    // Deleting "rust" nullifies it in the posts (they change): both rows update.
+    db.write(|t| t.delete::<Tag>(&"rust".into()))
+        .wait()
+        .unwrap();
+    {
+        let g = got.lock().unwrap();
+        let last = g.last().unwrap();
+        assert_eq!(last.diff.updated, vec![0, 3]);
+        assert_eq!(labels(last, 0), ["Databases"]);
+        assert_eq!(labels(last, 3), ["Swift"]);
+        assert_eq!(last.objects[0].0.tags, ["db"]);
+    }
+    let n = got.lock().unwrap().len();
+    drop(sub);
+    db.write(|t| t.update(&tag("db", "DB again")))
+        .wait()
+        .unwrap();
+    assert_eq!(got.lock().unwrap().len(), n, "no delivery after the end");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..Default::default() })]
+
+    /// The to-many twin of `live_list_across_a_relation_equals_a_fresh_fetch`:
+    /// random writes to posts (random tag vectors, repeats and missing tags
+    /// included) and tags; the live list equals a fresh `all_many`, and the
+    /// diffs rebuild it.
+    #[test]
+    fn a_live_to_many_list_equals_a_fresh_fetch(
+        ops in proptest::collection::vec(
+            (0u8..5, 0u8..6, proptest::collection::vec(0u8..4, 0..4), 0i32..5),
+            1..25,
+        )
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir);
+        let (_sub, got) = live_tags(&db);
+        let mut applied: ManyPairs = Vec::new();
+        let mut seen = 0;
+        for (op, p, tags, rank) in ops {
+            let pid = format!("p{p}");
+            let tags: Vec<String> = tags.iter().map(|t| format!("t{t}")).collect();
+            let tid = tags.first().cloned().unwrap_or_else(|| "t0".to_string());
+            db.write(move |t| {
+                match op {
+                    0 | 1 => {
+                        t.upsert(&Post::builder().id(pid).tags(tags).rank(rank).build())?;
+                    }
+                    2 => {
+                        t.upsert(&tag(&tid, &format!("label {rank}")))?;
+                    }
+                    3 => {
+                        t.delete::<Post>(&pid)?;
+                    }
+                    _ => {
+                        // Nullifies the tag in the posts holding it.
+                        t.delete::<Tag>(&tid)?;
+                    }
+                }
+                Ok(())
+            })
+            .wait()
+            .unwrap();
+            let fresh: ManyPairs = db
+                .fetch::<Post>()
+                .filter(Post::rank().ge(0))
+                .order_by(Post::rank().asc())
+                .including(Post::tags_ref())
+                .all_many()
+                .unwrap();
+            let g = got.lock().unwrap();
+            for u in &g[seen..] {
+                applied = u.diff.apply(&applied, |i| u.objects[i].clone());
+                proptest::prop_assert_eq!(&applied, &u.objects);
+            }
+            seen = g.len();
+            let live = g.last().map(|u| u.objects.clone()).unwrap_or_default();
+            let key = |v: &ManyPairs| {
+                let mut v: Vec<String> = v.iter().map(|x| format!("{x:?}")).collect();
+                v.sort();
+                v
+            };
+            proptest::prop_assert_eq!(key(&live), key(&fresh));
+            let ranks = |v: &ManyPairs| v.iter().map(|(p, _)| p.rank).collect::<Vec<_>>();
+            proptest::prop_assert_eq!(ranks(&live), ranks(&fresh));
+        }
+    }
+}
