@@ -20,6 +20,7 @@ import kotlinx.coroutines.launch
 import kotlinx.coroutines.withTimeout
 import rel.Author
 import rel.Post
+import rel.Tag
 import rel.RelationsSchema
 import java.io.File
 
@@ -68,7 +69,7 @@ fun registerRelationsTests() {
             insert(Post(id = "p2", author = "bob", rank = 2))
             insert(Post(id = "p3", author = "ada", rank = 3))
         }
-        val got = Channel<dev.keel.RelationUpdate<Post, Author>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
         val job = launch {
             db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).updates().collect { got.send(it) }
         }
@@ -96,6 +97,38 @@ fun registerRelationsTests() {
         // An unrelated author: nothing delivered.
         db.write { insert(Author(id = "cy", name = "Cy")) }
         check(got.tryReceive().getOrNull() == null)
+        job.cancel()
+        db.closeAsync()
+    }
+
+    test("relations: a to-many reference, typed: including and a live list that follows the tags") { dir ->
+        val db = relDb(dir, "tags.db")
+        db.write {
+            insert(Tag(id = "db", label = "DB"))
+            insert(Tag(id = "rust", label = "Rust"))
+            insert(Post(id = "p1", tags = listOf("rust", "db"), rank = 1))
+            insert(Post(id = "p2", tags = listOf("swift"), rank = 2))
+            insert(Post(id = "p3", rank = 3))
+        }
+        val rows: List<Pair<Post, List<Tag>>> =
+            db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).all()
+        check(rows.map { (_, ts) -> ts.map { it.label } } == listOf(listOf("Rust", "DB"), listOf(), listOf())) { "$rows" }
+        val got = Channel<dev.keel.RelationUpdate<Post, List<Tag>>>(Channel.UNLIMITED)
+        val job = launch {
+            db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).updates().collect { got.send(it) }
+        }
+        val first = withTimeout(10_000) { got.receive() }
+        check(first.diff.inserted == listOf(0UL, 1UL, 2UL)) { "${first.diff}" }
+        // A relabel updates the post holding the tag, in the vector's order.
+        db.write { update(Tag(id = "db", label = "Databases")) }
+        val relabelled = withTimeout(10_000) { got.receive() }
+        check(relabelled.diff.updated == listOf(0UL)) { "${relabelled.diff}" }
+        check(relabelled.objects[0].second.map { it.label } == listOf("Rust", "Databases")) { "${relabelled.objects}" }
+        // The tag the second post names appears: its row fills.
+        db.write { insert(Tag(id = "swift", label = "Swift")) }
+        val filled = withTimeout(10_000) { got.receive() }
+        check(filled.diff.updated == listOf(1UL)) { "${filled.diff}" }
+        check(filled.objects[1].second.map { it.id } == listOf("swift"))
         job.cancel()
         db.closeAsync()
     }

@@ -1,7 +1,8 @@
 // Relations in the typed layer (docs/relations.md, issue 30): a generated
-// relation handle per to-one `(references: "Author")` field (`Post.authorRef`),
-// `including` to read each object with the one it names in two reads (no N+1),
-// and the live form, updated when only a referenced object changes:
+// relation handle per `(references: "Author")` field (`Post.authorRef`; a
+// vector of keys gets `Post.tagsRef`, a `KeelManyRelation`), `including` to read
+// each object with the ones it names in two reads (no N+1), and the live form,
+// updated when only a referenced object changes:
 //
 //     let rows = try db.fetch(Post.self).sorted(by: Post.rank.ascending)
 //         .including(Post.authorRef).all()          // [KeelIncluded<Post, Author>]
@@ -11,8 +12,8 @@
 //         // change.objects: [KeelIncluded<Post, Author>], change.diff: row-level
 //     }
 //
-// Through the database only (not inside a write transaction); to-one references
-// only (to-many fields get no handle).
+// Through the database only (not inside a write transaction). Filters through a
+// reference follow to-one references.
 
 import Foundation
 
@@ -20,6 +21,16 @@ import Foundation
 /// (generated: `Post.authorRef`). `including(_:)` takes it.
 public struct KeelRelation<Root: KeelRecord, Target: KeelRecord>: Sendable {
     /// The reference field's name in the schema (`author`).
+    public let keelField: String
+
+    /// A handle on the reference field `field` (the generated code makes these).
+    public init(_ field: String) { keelField = field }
+}
+
+/// A typed handle on a to-many reference field of `Root`, a vector of keys of
+/// `Target`s (generated: `Post.tagsRef`). `including(_:)` takes it.
+public struct KeelManyRelation<Root: KeelRecord, Target: KeelRecord>: Sendable {
+    /// The reference field's name in the schema (`tags`).
     public let keelField: String
 
     /// A handle on the reference field `field` (the generated code makes these).
@@ -35,20 +46,49 @@ public struct KeelIncluded<T: KeelRecord, U: KeelRecord>: Sendable, Hashable {
     public let related: U?
 }
 
-/// One delivery of a live query across a relation.
-public struct KeelIncludingChange<T: KeelRecord, U: KeelRecord>: Sendable {
+/// An object with the objects its to-many reference names, in the order of its
+/// keys (a key naming no object is left out).
+public struct KeelIncludedMany<T: KeelRecord, U: KeelRecord>: Sendable, Hashable {
+    /// The object.
+    public let object: T
+    /// The objects its keys name, in their order.
+    public let related: [U]
+}
+
+/// One delivery of a live query across a relation: `Row` is a
+/// `KeelIncluded` (to-one) or a `KeelIncludedMany` (to-many).
+public struct KeelIncludingChange<Row: Sendable>: Sendable {
     /// The whole result, in query order.
-    public let objects: [KeelIncluded<T, U>]
+    public let objects: [Row]
     /// What changed since the previous delivery (the first lists every row as
-    /// inserted). A row whose object or referenced object changed is `updated`.
+    /// inserted). A row whose object or referenced objects changed is `updated`.
     public let diff: Diff
 }
 
 extension KeelFetch {
     /// This fetch with the object `relation` names for each result: its filter,
     /// order, limit and offset are kept.
-    public func including<U: KeelRecord>(_ relation: KeelRelation<T, U>) -> KeelIncludingFetch<T, U> {
-        KeelIncludingFetch(fetch: self, field: relation.keelField)
+    public func including<U: KeelRecord>(
+        _ relation: KeelRelation<T, U>
+    ) -> KeelIncludingFetch<T, KeelIncluded<T, U>> {
+        KeelIncludingFetch(fetch: self, field: relation.keelField) { row in
+            KeelIncluded(
+                object: try T.keelStored(row.object.bytes),
+                related: try row.related.first.map { try U.keelStored($0.bytes) })
+        }
+    }
+
+    /// This fetch with the objects the to-many `relation` names for each
+    /// result, in the order of its keys: its filter, order, limit and offset
+    /// are kept.
+    public func including<U: KeelRecord>(
+        _ relation: KeelManyRelation<T, U>
+    ) -> KeelIncludingFetch<T, KeelIncludedMany<T, U>> {
+        KeelIncludingFetch(fetch: self, field: relation.keelField) { row in
+            KeelIncludedMany(
+                object: try T.keelStored(row.object.bytes),
+                related: try row.related.map { try U.keelStored($0.bytes) })
+        }
     }
 }
 
@@ -67,10 +107,12 @@ extension KeelFetch {
     }
 }
 
-/// A typed fetch with the objects one reference names (`fetch.including(…)`).
-public struct KeelIncludingFetch<T: KeelRecord, U: KeelRecord>: Sendable {
+/// A typed fetch with the objects one reference names (`fetch.including(…)`):
+/// each result is a `Row`, `KeelIncluded` or `KeelIncludedMany`.
+public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     let fetch: KeelFetch<T>
     let field: String
+    let decode: @Sendable (IncludedObject) throws -> Row
 
     /// The fetch runs through the database, never inside a transaction.
     private func query() throws -> Query {
@@ -81,35 +123,29 @@ public struct KeelIncludingFetch<T: KeelRecord, U: KeelRecord>: Sendable {
         return fetch.query
     }
 
-    /// Every matching object with the object its reference names, in order: two
+    /// Every matching object with the objects its reference names, in order: two
     /// reads whatever the number of objects (the objects, then every referenced
     /// object at once).
-    public func all() throws -> [KeelIncluded<T, U>] {
-        try query().allIncluding(field: field).map(KeelIncludingFetch.decode)
+    public func all() throws -> [Row] {
+        try query().allIncluding(field: field).map(decode)
     }
 
     /// The result as an `AsyncSequence`: the current result first, then every
     /// changed result with its row-level diff — a change of a referenced object
-    /// alone (an author renamed) lists the rows naming it as `updated`. Leaving
-    /// the loop (or cancelling its task, or `cancel()`) ends the subscription.
-    /// keel's listener buffers the undecoded deliveries; each is decoded in the
-    /// consuming task.
-    public func updates() -> KeelUpdates<KeelIncludingChange<T, U>> {
-        let (fetch, field) = (self, field)
+    /// alone (an author renamed, a tag relabelled) lists the rows naming it as
+    /// `updated`. Leaving the loop (or cancelling its task, or `cancel()`) ends
+    /// the subscription. keel's listener buffers the undecoded deliveries; each
+    /// is decoded in the consuming task.
+    public func updates() -> KeelUpdates<KeelIncludingChange<Row>> {
+        let (fetch, field, decode) = (self, field, decode)
         return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
             try fetch.query().subscribeIncluding(field: field, listener: bridge)
         }, decode: { raw in
             guard case .including(let u) = raw.event else {
-                throw KeelUpdates<KeelIncludingChange<T, U>>.unexpected(raw)
+                throw KeelUpdates<KeelIncludingChange<Row>>.unexpected(raw)
             }
-            return KeelIncludingChange(objects: try u.objects.map(Self.decode), diff: u.diff)
+            return KeelIncludingChange(objects: try u.objects.map(decode), diff: u.diff)
         })
-    }
-
-    static func decode(_ row: IncludedObject) throws -> KeelIncluded<T, U> {
-        KeelIncluded(
-            object: try T.keelStored(row.object.bytes),
-            related: try row.related.first.map { try U.keelStored($0.bytes) })
     }
 }
 

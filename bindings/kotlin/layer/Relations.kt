@@ -1,7 +1,8 @@
 // Relations in the typed Kotlin layer (docs/relations.md, issue 30): a generated
-// relation handle per to-one `(references: "Author")` field (`Post.authorRef`),
-// `including` to read each object with the one it names in two reads (no N+1),
-// and the live form, updated when only a referenced object changes:
+// relation handle per `(references: "Author")` field (`Post.authorRef`; a vector
+// of keys gets `Post.tagsRef`, a `ManyRelation`), `including` to read each object
+// with the ones it names in two reads (no N+1), and the live form, updated when
+// only a referenced object changes:
 //
 //     val rows: List<Pair<Post, Author?>> =
 //         db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).all()
@@ -9,8 +10,8 @@
 //     val byAda = db.fetch(Post).whereThrough(Post.authorRef, Author.name eq "Ada").all()
 //
 // Through the database only (inside a write transaction it throws
-// `KeelException.InvalidArgument`); to-one references only (to-many fields get
-// no handle).
+// `KeelException.InvalidArgument`). Filters through a reference follow to-one
+// references.
 
 package dev.keel
 
@@ -42,19 +43,45 @@ class Relation<O : Any, T : Any>(
 )
 
 /**
- * One delivery of [IncludingQuery.updates]: the whole result, each object with the
- * one its reference names (null when absent or naming no object), and the row-level
- * diff against the previous delivery (the first lists every row as inserted). A row
- * whose object or referenced object changed is `updated`.
+ * A typed handle on the to-many reference field [field] of [owner]'s collection, a
+ * vector of keys of [target]'s objects (generated: `Post.tagsRef`). [including] takes it.
  */
-data class RelationUpdate<O, T>(
-    val objects: List<Pair<O, T?>>,
+class ManyRelation<O : Any, T : Any>(
+    /** The reference field's name in the schema (`tags`). */
+    val field: String,
+    /** The referring collection's model. */
+    val owner: KeelModel<O, *>,
+    /** The referenced collection's model. */
+    val target: KeelModel<T, *>,
+)
+
+/**
+ * One delivery of [IncludingQuery.updates]: the whole result, each object with what
+ * its reference names ([R] is `T?` for a to-one reference, null when absent or
+ * naming no object; `List<T>` for a to-many one, in the order of its keys), and the
+ * row-level diff against the previous delivery (the first lists every row as
+ * inserted). A row whose object or referenced objects changed is `updated`.
+ */
+data class RelationUpdate<O, R>(
+    val objects: List<Pair<O, R>>,
     val diff: Diff,
 )
 
 /** This query with the object [relation] names for each result (filter, order, limit and offset kept). */
-fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T> =
-    IncludingQuery(query, relation, inTransaction)
+fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T?> =
+    IncludingQuery(query, relation.field, inTransaction) { row ->
+        Pair(relation.owner.decode(row.`object`.bytes), row.related.firstOrNull()?.let { relation.target.decode(it.bytes) })
+    }
+
+/**
+ * This query with the objects the to-many [relation] names for each result, in the
+ * order of its keys (a key naming no object is left out; filter, order, limit and
+ * offset kept).
+ */
+fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): IncludingQuery<O, List<T>> =
+    IncludingQuery(query, relation.field, inTransaction) { row ->
+        Pair(relation.owner.decode(row.`object`.bytes), row.related.map { relation.target.decode(it.bytes) })
+    }
 
 /**
  * Keep the objects whose reference [relation] names an object matching [predicate]
@@ -66,48 +93,50 @@ fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): Includ
 fun <O : Any, T : Any> TypedQuery<O>.whereThrough(relation: Relation<O, T>, predicate: Predicate<T>): TypedQuery<O> =
     where(Predicate(query.through(relation.field, predicate.expr)))
 
-/** A typed query with the objects one reference names (`fetch(Post).including(Post.authorRef)`). */
-class IncludingQuery<O : Any, T : Any> internal constructor(
+/**
+ * A typed query with what one reference names (`fetch(Post).including(Post.authorRef)`):
+ * each result is the object and [R], its referenced object (`T?`) or objects (`List<T>`).
+ */
+class IncludingQuery<O : Any, R> internal constructor(
     /** The untyped query underneath. */
     val query: Query,
-    private val relation: Relation<O, T>,
+    private val field: String,
     private val inTransaction: Boolean,
+    private val decode: (IncludedObject) -> Pair<O, R>,
 ) {
     private fun checked(): Query {
         if (inTransaction) {
             throw KeelException.InvalidArgument(
-                "including(${relation.field}) runs through the database, not inside a write transaction",
+                "including($field) runs through the database, not inside a write transaction",
             )
         }
         return query
     }
 
-    private fun decode(row: IncludedObject): Pair<O, T?> =
-        Pair(relation.owner.decode(row.`object`.bytes), row.related.firstOrNull()?.let { relation.target.decode(it.bytes) })
-
     /**
-     * Every matching object with the object its reference names, in order: two reads
+     * Every matching object with what its reference names, in order: two reads
      * whatever the number of objects (the objects, then every referenced one at once).
      */
-    fun all(): List<Pair<O, T?>> = checked().allIncluding(relation.field).map(::decode)
+    fun all(): List<Pair<O, R>> = checked().allIncluding(field).map(decode)
 
     /**
      * The result as a live [Flow]: the current result first, then every changed result
      * with its row-level diff — a change of a referenced object alone (an author
-     * renamed) lists the rows naming it as `updated`. Collecting subscribes;
-     * cancelling the collector cancels the subscription. No delivery is dropped.
-     * Subscribing and decoding run on [Dispatchers.IO], never on keel's writer thread.
+     * renamed, a tag relabelled) lists the rows naming it as `updated`. Collecting
+     * subscribes; cancelling the collector cancels the subscription. No delivery is
+     * dropped. Subscribing and decoding run on [Dispatchers.IO], never on keel's
+     * writer thread.
      */
-    fun updates(): Flow<RelationUpdate<O, T>> = callbackFlow {
-        val sub = checked().subscribeIncluding(relation.field, object : IncludingListener {
+    fun updates(): Flow<RelationUpdate<O, R>> = callbackFlow {
+        val sub = checked().subscribeIncluding(field, object : IncludingListener {
             override fun onUpdate(update: dev.keel.ffi.IncludingUpdate) {
                 trySend(update)
             }
         })
         awaitClose { sub.cancel() }
     }.buffer(Channel.UNLIMITED)
-        .map { u -> RelationUpdate(u.objects.map(::decode), u.diff) }
+        .map { u -> RelationUpdate(u.objects.map(decode), u.diff) }
         .flowOn(Dispatchers.IO)
 
-    override fun toString(): String = "${query.describe()} including ${relation.field}"
+    override fun toString(): String = "${query.describe()} including $field"
 }

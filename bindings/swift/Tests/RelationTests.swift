@@ -98,4 +98,35 @@ final class RelationTests: XCTestCase {
         try await db.write { try $0.update(Author(id: "bob", name: "Robert")) }
         XCTAssertEqual(updates.deliveries, 3, "nothing after cancel")
     }
+
+    func testIncludingAToManyReferenceFollowsTheTags() async throws {
+        let db = try await openRel("tags.db")
+        try await db.write { txn in
+            try txn.insert(Tag(id: "db", label: "DB"))
+            try txn.insert(Tag(id: "rust", label: "Rust"))
+            try txn.insert(Post(id: "p1", tags: ["rust", "db"], rank: 1))
+            try txn.insert(Post(id: "p2", tags: ["swift"], rank: 2))
+            try txn.insert(Post(id: "p3", rank: 3))
+        }
+        let rows: [KeelIncludedMany<Post, Tag>] = try db.fetch(Post.self)
+            .sorted(by: Post.rank.ascending).including(Post.tagsRef).all()
+        XCTAssertEqual(rows.map { $0.related.map(\.label) }, [["Rust", "DB"], [], []])
+
+        let updates = db.fetch(Post.self).sorted(by: Post.rank.ascending)
+            .including(Post.tagsRef).updates()
+        var it = updates.makeAsyncIterator()
+        let first = try await it.next()
+        XCTAssertEqual(first?.diff.inserted, [0, 1, 2])
+        // A relabel updates the post holding the tag, in the vector's order.
+        try await db.write { try $0.update(Tag(id: "db", label: "Databases")) }
+        let relabelled = try await it.next()
+        XCTAssertEqual(relabelled?.diff.updated, [0])
+        XCTAssertEqual(relabelled?.objects[0].related.map(\.label), ["Rust", "Databases"])
+        // The tag the second post names appears: its row fills.
+        try await db.write { try $0.insert(Tag(id: "swift", label: "Swift")) }
+        let filled = try await it.next()
+        XCTAssertEqual(filled?.diff.updated, [1])
+        XCTAssertEqual(filled?.objects[1].related.map(\.id), ["swift"])
+        updates.cancel()
+    }
 }

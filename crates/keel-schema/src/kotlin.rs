@@ -857,7 +857,8 @@ impl<'a> Gen<'a> {
     }
 
     /// `Post.authorRef: dev.keel.Relation<Post, Author>` in the companion, for
-    /// each to-one reference (`db.fetch(Post).including(Post.authorRef)`,
+    /// each to-one reference, `Post.tagsRef: dev.keel.ManyRelation<Post, Tag>`
+    /// for each to-many one (`db.fetch(Post).including(Post.authorRef)`,
     /// layer/Relations.kt). A getter: the target's companion may not be
     /// initialised yet when this one is.
     fn relation_handles(
@@ -872,9 +873,14 @@ impl<'a> Gen<'a> {
             if RESERVED.contains(&prop.as_str()) {
                 prop.push('_');
             }
+            let (kind, handle) = if r.to_many {
+                ("keys of", "ManyRelation")
+            } else {
+                ("a reference to", "Relation")
+            };
             let _ = writeln!(
                 o,
-                "        /** Relation handle for `{}`, a reference to [{target}] (`including(…)`). */\n        public val {}: dev.keel.Relation<{owner}, {target}> get() = dev.keel.Relation({}, {owner}, {target})",
+                "        /** Relation handle for `{}`, {kind} [{target}] (`including(…)`). */\n        public val {}: dev.keel.{handle}<{owner}, {target}> get() = dev.keel.{handle}({}, {owner}, {target})",
                 r.field.name,
                 ident(&prop),
                 string_lit(&r.field.name)
@@ -1455,15 +1461,15 @@ mod tests {
         assert!(!k.contains("oldScore"));
     }
 
-    /// To-one references get a relation handle in the companion (to-many ones
-    /// and plain fields none).
+    /// References get a relation handle in the companion, to-many ones a
+    /// `ManyRelation` (plain fields none).
     #[test]
     fn references_get_relation_handles() {
         let k = gen(&crate::codegen_shared::example("relations.fbs"));
         assert!(k.contains("public val authorRef: dev.keel.Relation<Post, Author> get() = dev.keel.Relation(\"author\", Post, Author)"), "{k}");
         assert!(k.contains("public val editorRef: dev.keel.Relation<Post, Author>"));
         assert!(k.contains("public val postRef: dev.keel.Relation<Comment, Post>"));
-        assert!(!k.contains("tagsRef"));
+        assert!(k.contains("public val tagsRef: dev.keel.ManyRelation<Post, Tag> get() = dev.keel.ManyRelation(\"tags\", Post, Tag)"), "{k}");
         assert!(!gen(&blog()).contains("dev.keel.Relation"));
     }
 

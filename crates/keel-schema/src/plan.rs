@@ -238,20 +238,21 @@ impl<'s> TablePlan<'s> {
     }
 }
 
-/// A to-one `(references: …)` field of a collection, as the Swift and Kotlin
-/// typed layers render it: a relation handle (`Post.authorRef`) that
-/// `including(…)` and its live form take. To-many references get none (the
-/// typed layers prefetch and follow to-one references only).
+/// A `(references: …)` field of a collection, as the Swift and Kotlin typed
+/// layers render it: a relation handle (`Post.authorRef`, `Post.tagsRef`) that
+/// `including(…)` and its live form take.
 pub(crate) struct RelationPlan<'s> {
     /// The reference field.
     pub field: &'s Field,
     /// The referenced collection's table (index into `Schema::tables`).
     pub target: usize,
+    /// A vector of keys (each row names several objects, in order), not one key.
+    pub to_many: bool,
 }
 
 /// The relation handles of the table `plan` plans (none for a table that is no
-/// collection): its to-one reference fields, in declaration order, each with
-/// its target's table.
+/// collection): its reference fields, in declaration order, each with its
+/// target's table.
 pub(crate) fn relations<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<RelationPlan<'s>> {
     if plan.ops.collection.is_none() {
         return Vec::new();
@@ -259,11 +260,12 @@ pub(crate) fn relations<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<Relation
     plan.fields
         .iter()
         .filter_map(|f| {
-            let r = f.references.filter(|r| !r.to_many)?;
+            let r = f.references?;
             let target = s.collection(&r.target)?.table;
             Some(RelationPlan {
                 field: f.field,
                 target,
+                to_many: r.to_many,
             })
         })
         .collect()
@@ -395,23 +397,28 @@ mod tests {
         }
     }
 
-    /// Relation handles: the to-one references of a collection with their
-    /// targets' tables; to-many ones and plain fields get none.
+    /// Relation handles: the references of a collection with their targets'
+    /// tables, to-many ones marked; plain fields get none.
     #[test]
-    fn relation_handles_are_the_to_one_references() {
+    fn relation_handles_are_the_references() {
         let s = crate::codegen_shared::example("relations.fbs");
         let table = |n: &str| s.tables.iter().position(|t| t.name == n).unwrap();
         let p = TablePlan::new(&s, table("Post"));
-        let rels: Vec<(&str, usize)> = relations(&s, &p)
+        let rels: Vec<(&str, usize, bool)> = relations(&s, &p)
             .iter()
-            .map(|r| (r.field.name.as_str(), r.target))
+            .map(|r| (r.field.name.as_str(), r.target, r.to_many))
             .collect();
         assert_eq!(
             rels,
-            [("author", table("Author")), ("editor", table("Author"))]
+            [
+                ("author", table("Author"), false),
+                ("editor", table("Author"), false),
+                ("tags", table("Tag"), true)
+            ]
         );
         let shelf = TablePlan::new(&s, table("Shelf"));
-        assert!(relations(&s, &shelf).is_empty(), "to-many only");
+        let rels: Vec<bool> = relations(&s, &shelf).iter().map(|r| r.to_many).collect();
+        assert_eq!(rels, [true]);
         let blog = blog();
         for ti in 0..blog.tables.len() {
             assert!(relations(&blog, &TablePlan::new(&blog, ti)).is_empty());

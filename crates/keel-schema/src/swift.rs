@@ -128,6 +128,7 @@ const RESERVED_TYPES: &[&str] = &[
     "KeelBox",
     "KeelDecodeError",
     "KeelRelation",
+    "KeelManyRelation",
     "String",
     "Bool",
     "Int8",
@@ -1116,7 +1117,8 @@ impl<'a> Gen<'a> {
         Ok(())
     }
 
-    /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference
+    /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference,
+    /// `Post.tagsRef: KeelManyRelation<Post, Tag>` for each to-many one
     /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
     fn relation_handles(&self, o: &mut String, name: &str, rels: &[crate::plan::RelationPlan<'_>]) {
         if rels.is_empty() {
@@ -1129,9 +1131,14 @@ impl<'a> Gen<'a> {
         for r in rels {
             let target = self.names.table_name(r.target);
             let fname = &r.field.name;
+            let (kind, handle) = if r.to_many {
+                ("keys of", "KeelManyRelation")
+            } else {
+                ("a reference to", "KeelRelation")
+            };
             let _ = writeln!(
                 o,
-                "    /// Relation handle for `{fname}`, a reference to `{target}` (`including(…)`).\n    public static var {}: KeelRelation<{name}, {target}> {{ KeelRelation({fname:?}) }}",
+                "    /// Relation handle for `{fname}`, {kind} `{target}` (`including(…)`).\n    public static var {}: {handle}<{name}, {target}> {{ {handle}({fname:?}) }}",
                 esc(&format!("{}Ref", member(fname)))
             );
         }
@@ -1159,15 +1166,15 @@ mod tests {
         assert_eq!(member("primaryKey"), "primaryKey_");
     }
 
-    /// To-one references get a relation handle (to-many ones and plain fields
-    /// none).
+    /// References get a relation handle, to-many ones a `KeelManyRelation`
+    /// (plain fields none).
     #[test]
     fn references_get_relation_handles() {
         let code = generate(&crate::codegen_shared::example("relations.fbs"), "rel").unwrap();
         assert!(code.contains("public static var authorRef: KeelRelation<Post, Author> { KeelRelation(\"author\") }"), "{code}");
         assert!(code.contains("public static var editorRef: KeelRelation<Post, Author>"));
         assert!(code.contains("public static var postRef: KeelRelation<Comment, Post>"));
-        assert!(!code.contains("tagsRef"));
+        assert!(code.contains("public static var tagsRef: KeelManyRelation<Post, Tag> { KeelManyRelation(\"tags\") }"), "{code}");
         assert!(!generate(&blog(), "blog").unwrap().contains("KeelRelation"));
     }
 
