@@ -88,8 +88,8 @@ pub use error::{CallbackError, KeelError};
 pub use expr::{Expr, Term};
 pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
 pub use migrate::{
-    open_migrating_async, open_migrating_blocking, MigrationProgress, MigrationProgressListener,
-    Migrator, ObjectMigration,
+    open_migrating_async, open_migrating_blocking, BackfillRule, MigrationProgress,
+    MigrationProgressListener, Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};

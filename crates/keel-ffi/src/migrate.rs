@@ -28,6 +28,22 @@ pub trait ObjectMigration: Send + Sync {
     ) -> Result<Option<String>, CallbackError>;
 }
 
+/// What [`Migrator::register_backfill`] does with an object whose reference
+/// names a missing object.
+#[derive(Debug, Clone, PartialEq, uniffi::Enum)]
+pub enum BackfillRule {
+    /// Clear the missing keys: a to-one field becomes absent, a to-many vector
+    /// loses them.
+    Nullify,
+    /// Drop the object.
+    Delete,
+    /// Name `key` instead of each missing key.
+    Key {
+        /// The replacement key (text or integer).
+        key: crate::types::Value,
+    },
+}
+
 /// Where a migration run is.
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
 pub struct MigrationProgress {
@@ -143,6 +159,33 @@ impl Migrator {
                     })?;
                 }
                 Ok(())
+            });
+            (m, ())
+        })
+    }
+
+    /// Append migration `name`: backfill the reference field `field` of
+    /// `collection` by `rule` — the objects naming a missing object are
+    /// rewritten or dropped, the others kept byte for byte. Register it with the
+    /// schema change that declares the reference `dangling: false` over
+    /// existing data, which is otherwise refused (`DanglingReference`). See
+    /// keel-query's `Migration::backfill_references`.
+    pub fn register_backfill(
+        &self,
+        name: String,
+        collection: String,
+        field: String,
+        rule: BackfillRule,
+    ) -> Result<(), KeelError> {
+        let rule = match rule {
+            BackfillRule::Nullify => keel_query::Backfill::Nullify,
+            BackfillRule::Delete => keel_query::Backfill::Delete,
+            BackfillRule::Key { key } => keel_query::Backfill::Key(key.into()),
+        };
+        self.with(move |m| {
+            let m = m.register(name, move |mig| {
+                mig.backfill_references(&collection, &field, rule.clone())
+                    .map(|_| ())
             });
             (m, ())
         })

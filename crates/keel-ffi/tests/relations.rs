@@ -342,3 +342,59 @@ fn live_including_follows_a_to_many_reference() {
     assert_eq!(u[2].diff.updated, vec![1]);
     assert_eq!(labels(&u[2], 1), ["Swift"]);
 }
+
+/// A schema change declaring a reference `dangling: false` over data that
+/// names missing objects opens through the FFI when a migration backfills the
+/// reference by a rule (here: clear the missing keys), and is refused without it.
+#[test]
+fn a_registered_backfill_lets_a_strict_reference_open_over_dangling_keys() {
+    let schema = |attrs: &str| {
+        format!(
+            "namespace ev; table A (entity) {{ id: string (primary); }}
+             table P {{ id: string (primary); a: string {attrs}; tags: [string] {attrs}; }}
+             root_type P;"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("backfill.db").display().to_string();
+    let db = open_blocking(path.clone(), schema(""), OpenOptions::default(), None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "ev.A", r#"{"id": "a1"}"#),
+        op(
+            &db,
+            true,
+            "ev.P",
+            r#"{"id": "p1", "a": "gone", "tags": ["a1", "gone"]}"#,
+        ),
+        op(&db, true, "ev.P", r#"{"id": "p2", "a": "a1"}"#),
+    ]))
+    .unwrap();
+    block_on(db.close()).unwrap();
+    let strict = schema(r#"(references: "A", dangling: false)"#);
+    let refused = open_blocking(path.clone(), strict.clone(), OpenOptions::default(), None);
+    assert!(refused.is_err(), "a dangling key refuses the schema");
+    let m = keel_ffi::Migrator::new();
+    for field in ["a", "tags"] {
+        m.register_backfill(
+            format!("v2: backfill P.{field}"),
+            "ev.P".into(),
+            field.into(),
+            keel_ffi::BackfillRule::Nullify,
+        )
+        .unwrap();
+    }
+    let db =
+        keel_ffi::open_migrating_blocking(path, strict, m, OpenOptions::default(), None).unwrap();
+    let mut got: Vec<serde_json::Value> = db
+        .query("ev.P".into())
+        .all()
+        .unwrap()
+        .iter()
+        .map(|o| json(&db, "ev.P", &o.bytes))
+        .collect();
+    got.sort_by_key(|j| j["id"].as_str().unwrap().to_owned());
+    assert_eq!(got[0]["id"], "p1");
+    assert!(got[0].get("a").is_none(), "{}", got[0]);
+    assert_eq!(got[0]["tags"], serde_json::json!(["a1"]));
+    assert_eq!(got[1]["a"], "a1");
+}

@@ -164,7 +164,7 @@ pub use engine::Task;
 pub use error::{Error, Result};
 pub use feed::FeedStats;
 pub use live_relation::{IncludingManyUpdate, IncludingSubscription, IncludingUpdate};
-pub use migrate::{Migration, MigrationProgress, Migrator};
+pub use migrate::{Backfill, Migration, MigrationProgress, Migrator};
 pub use nearest::{Nearest, NearestFetch, Neighbor};
 pub use query::{Fetch, Query, StoredObject};
 pub use relation::{Included, Including};

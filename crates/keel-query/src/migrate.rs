@@ -248,6 +248,92 @@ impl Migrator {
     }
 }
 
+/// What [`Migration::backfill_references`] does with an object whose reference
+/// names a missing object.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Backfill {
+    /// Clear the missing keys: a to-one field becomes absent, a to-many vector
+    /// loses them (its other keys stay, in order).
+    Nullify,
+    /// Drop the object.
+    Delete,
+    /// Name this key (text or integer) instead of each missing one. If it names
+    /// no object either, the open's `dangling: false` check refuses the schema.
+    Key(Value),
+}
+
+/// The keys of collection `target` (of `schema`) in the file, as [`key_text`]s;
+/// none when it has no table yet.
+fn target_keys(
+    conn: &rusqlite::Connection,
+    path: &Path,
+    schema: &Schema,
+    target: &str,
+) -> Result<std::collections::HashSet<String>> {
+    let op = "migration: backfill references";
+    let c = coll_of(schema, target).ok_or_else(|| unknown(op, target))??;
+    let mut out = std::collections::HashSet::new();
+    if crate::layout::table_columns(conn, &c.ident)
+        .map_err(sql_err(path, op))?
+        .is_empty()
+    {
+        return Ok(out);
+    }
+    let mut st = conn
+        .prepare(&format!("SELECT k0 FROM {}", c.ident))
+        .map_err(sql_err(path, op))?;
+    let mut rows = st.query([]).map_err(sql_err(path, op))?;
+    while let Some(r) = rows.next().map_err(sql_err(path, op))? {
+        let k = match r.get_ref(0).map_err(sql_err(path, op))? {
+            rusqlite::types::ValueRef::Text(t) => {
+                Value::Text(String::from_utf8_lossy(t).into_owned())
+            }
+            rusqlite::types::ValueRef::Integer(i) => Value::Int(i),
+            _ => continue,
+        };
+        out.insert(key_text(&k));
+    }
+    Ok(out)
+}
+
+/// A key as a set member (text and integer keys never collide).
+fn key_text(v: &Value) -> String {
+    match v {
+        Value::Text(s) => format!("t{s}"),
+        Value::Int(i) => format!("i{i}"),
+        other => format!("o{other:?}"),
+    }
+}
+
+/// A key as JSON (reference keys are text or integers). Generic over the JSON
+/// type `Object::to_json` returns: keel-query names no JSON crate (its JSON
+/// support is the optional `serde` feature).
+fn key_json<J: From<String> + From<i64>>(v: &Value) -> Option<J> {
+    match v {
+        Value::Text(s) => Some(J::from(s.clone())),
+        Value::Int(i) => Some(J::from(*i)),
+        _ => None,
+    }
+}
+
+/// Keys (of one type: one field's) as a JSON array, as [`key_json`].
+fn keys_json<J: From<Vec<String>> + From<Vec<i64>>>(keys: &[Value]) -> Option<J> {
+    if keys.iter().all(|k| matches!(k, Value::Int(_))) && !keys.is_empty() {
+        let ints = keys
+            .iter()
+            .map(|k| k.as_i64().unwrap_or_default())
+            .collect::<Vec<i64>>();
+        return Some(J::from(ints));
+    }
+    keys.iter()
+        .map(|k| match k {
+            Value::Text(s) => Some(s.clone()),
+            _ => None,
+        })
+        .collect::<Option<Vec<String>>>()
+        .map(J::from)
+}
+
 /// What a running migration works with: the file under the old schema (stored in
 /// it) and the new one (being opened), on the open's transaction.
 pub struct Migration<'a> {
@@ -476,6 +562,130 @@ impl<'a> Migration<'a> {
         conn.execute_batch(&format!("DROP TABLE {moving}"))
             .map_err(sql_err(path, "migration: drop the old table"))?;
         Ok(written)
+    }
+
+    /// Backfill the reference field `field` of `collection` by `rule`: every
+    /// object whose key (to-one) or one of whose keys (to-many) names no object
+    /// of the referenced collection is rewritten (`Nullify`, `Key`) or dropped
+    /// (`Delete`); the others are kept byte for byte. What a schema change that
+    /// declares a reference `dangling: false` over existing data registers, so
+    /// the open's check finds nothing dangling instead of refusing the new
+    /// schema — in the same transaction, so a failure or crash leaves the old
+    /// schema and every object. The field is a reference in the new schema;
+    /// the referenced collection is read as the file holds it when this runs.
+    /// Rewritten objects are re-encoded through the new schema's JSON codec
+    /// (deprecated fields are not carried). Returns how many objects were
+    /// rewritten or dropped.
+    ///
+    /// ```
+    /// use keel_query::{Backfill, Database, Migrator, StoreOptions};
+    /// use keel_schema::Schema;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("b.db");
+    /// let schema = |attrs: &str| Schema::parse(&format!("namespace b;
+    ///     table A (entity) {{ id: string (primary); }}
+    ///     table P {{ id: string (primary); a: string {attrs}; }} root_type P;"), "b.fbs");
+    /// let v1 = schema("")?;
+    /// let db = Database::open(&path, v1.clone(), StoreOptions::default())?;
+    /// let p = v1.reader("b.P")?.encode_json(&serde_json::json!({"id": "p1", "a": "gone"}))?;
+    /// db.write(move |t| t.insert_bytes("b.P", p).map(|_| ())).wait()?;
+    /// db.close().wait()?;
+    ///
+    /// let v2 = schema(r#"(references: "A", dangling: false)"#)?;
+    /// let m = Migrator::new().register("v2: clear authors that are gone", |m| {
+    ///     m.backfill_references("b.P", "a", Backfill::Nullify).map(|_| ())
+    /// });
+    /// let db = Database::open_migrating(&path, v2, m, StoreOptions::default())?;
+    /// assert_eq!(db.query("b.P").count()?, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn backfill_references(
+        &mut self,
+        collection: &str,
+        field: &str,
+        rule: Backfill,
+    ) -> Result<u64> {
+        let op = "migration: backfill references";
+        let nc = coll_of(self.new, collection).ok_or_else(|| unknown(op, collection))??;
+        let f = self
+            .new
+            .table(nc.table)
+            .fields
+            .iter()
+            .find(|f| f.name == field)
+            .ok_or_else(|| Error::UnknownField {
+                op,
+                collection: nc.name.clone(),
+                message: format!("no field {field:?}"),
+            })?;
+        let reference = f.references.clone().ok_or_else(|| Error::TypeMismatch {
+            op,
+            collection: nc.name.clone(),
+            message: format!("{field} is not a reference (no `references:`) in the new schema"),
+        })?;
+        // Every key the referenced collection holds, read once: a collection
+        // referring to itself is rewritten while it is probed.
+        let existing = target_keys(self.conn, self.path, self.new, &reference.target)?;
+        let missing = |v: &Value| !existing.contains(&key_text(v));
+        if let Backfill::Key(k) = &rule {
+            if !matches!(k, Value::Text(_) | Value::Int(_)) {
+                return Err(Error::TypeMismatch {
+                    op,
+                    collection: nc.name.clone(),
+                    message: format!("a backfill key must be text or an integer, not {k:?}"),
+                });
+            }
+        }
+        let id = f.id;
+        let path = keel_schema::FieldPath::field(id, field.to_owned());
+        let name = field.to_owned();
+        let mut changed = 0u64;
+        self.rewrite_collection(collection, |obj, new| {
+            let keys = if reference.to_many {
+                obj.elements(id).unwrap_or_default()
+            } else {
+                let v = obj.get(&path);
+                if v.is_null() {
+                    Vec::new()
+                } else {
+                    vec![v]
+                }
+            };
+            if !keys.iter().any(&missing) {
+                return Ok(Some(obj.bytes().to_vec()));
+            }
+            changed += 1;
+            let fail = |e: &dyn std::fmt::Display| Error::Migration {
+                message: format!("backfill {collection}.{name}: {e}"),
+            };
+            let mut json = obj.to_json().map_err(|e| fail(&e))?;
+            let Some(fields) = json.as_object_mut() else {
+                return Err(fail(&"the object is not a JSON object"));
+            };
+            let keys: Vec<Value> = match &rule {
+                Backfill::Delete => return Ok(None),
+                Backfill::Nullify => keys.into_iter().filter(|k| !missing(k)).collect(),
+                Backfill::Key(r) => keys
+                    .into_iter()
+                    .map(|k| if missing(&k) { r.clone() } else { k })
+                    .collect(),
+            };
+            let value = if reference.to_many {
+                keys_json(&keys)
+            } else {
+                keys.first().and_then(key_json)
+            };
+            match value {
+                Some(v) => {
+                    fields.insert(name.clone(), v);
+                }
+                None => {
+                    fields.remove(&name);
+                }
+            }
+            new.encode_json(&json).map(Some).map_err(|e| fail(&e))
+        })?;
+        Ok(changed)
     }
 
     /// Drop collection `collection` of the old schema, its objects and indexes.

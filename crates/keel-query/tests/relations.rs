@@ -711,14 +711,14 @@ proptest::proptest! {
     }
 }
 
-/// The schema both evolution tests move between: `P.a` plain (`attrs` empty)
-/// or declared with `attrs`.
+/// The schema the evolution tests move between: `P.a` (to-one) and `P.tags`
+/// (to-many) plain (`attrs` empty) or declared with `attrs`.
 fn evolving(attrs: &str) -> keel_schema::Schema {
     keel_schema::Schema::parse(
         &format!(
             r#"namespace ev;
                table A (entity) {{ id: string (primary); }}
-               table P {{ id: string (primary); a: string {attrs}; }}
+               table P {{ id: string (primary); a: string {attrs}; tags: [string] {attrs}; }}
                root_type P;"#
         ),
         "ev.fbs",
@@ -1170,5 +1170,94 @@ proptest::proptest! {
             let ranks = |v: &ManyPairs| v.iter().map(|(p, _)| p.rank).collect::<Vec<_>>();
             proptest::prop_assert_eq!(ranks(&live), ranks(&fresh));
         }
+    }
+}
+
+/// A reference declared `dangling: false` over data naming missing objects,
+/// backfilled by a rule in a migration of the same schema change: `Nullify`
+/// clears the missing keys (to-one and to-many), `Delete` drops the objects
+/// naming one, `Key` names a replacement instead. Valid keys stay.
+#[test]
+fn a_migration_backfills_dangling_references_by_a_rule() {
+    use keel_query::{Backfill, Migrator};
+    use serde_json::json;
+    let cases = [
+        (
+            Backfill::Nullify,
+            2,
+            vec![
+                json!({"id": "p1", "a": "a1", "tags": ["a1"]}),
+                json!({"id": "p2", "tags": []}),
+                json!({"id": "p3"}),
+            ],
+        ),
+        (Backfill::Delete, 2, vec![json!({"id": "p3"})]),
+        (
+            Backfill::Key(Value::from("a1")),
+            2,
+            vec![
+                json!({"id": "p1", "a": "a1", "tags": ["a1", "a1"]}),
+                json!({"id": "p2", "a": "a1", "tags": []}),
+                json!({"id": "p3"}),
+            ],
+        ),
+    ];
+    for (i, (rule, changed, want)) in cases.into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(format!("backfill{i}.db"));
+        stored_plain(
+            &path,
+            &[
+                ("ev.A", json!({"id": "a1"})),
+                (
+                    "ev.P",
+                    json!({"id": "p1", "a": "a1", "tags": ["a1", "gone"]}),
+                ),
+                ("ev.P", json!({"id": "p2", "a": "gone", "tags": []})),
+                ("ev.P", json!({"id": "p3"})),
+            ],
+        );
+        let strict = evolving(r#"(references: "A", dangling: false)"#);
+        let counts = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let c2 = counts.clone();
+        let migrator = Migrator::new().register("backfill P's references", move |m| {
+            let a = m.backfill_references("ev.P", "a", rule.clone())?;
+            let tags = m.backfill_references("ev.P", "tags", rule.clone())?;
+            c2.lock().unwrap().push(a + tags);
+            Ok(())
+        });
+        let db = Database::open_migrating(&path, strict.clone(), migrator, StoreOptions::default())
+            .unwrap_or_else(|e| panic!("case {i}: {e}"));
+        assert_eq!(*counts.lock().unwrap(), vec![changed], "case {i}");
+        let reader = strict.reader("ev.P").unwrap();
+        let got: Vec<serde_json::Value> = db
+            .query("ev.P")
+            .all()
+            .unwrap()
+            .iter()
+            .map(|o| reader.read(&o.bytes).unwrap().to_json().unwrap())
+            .collect();
+        let norm = |v: &serde_json::Value| {
+            let mut v = v.clone();
+            if v.get("tags") == Some(&json!([])) {
+                v.as_object_mut().unwrap().remove("tags");
+            }
+            v
+        };
+        assert_eq!(
+            got.iter().map(norm).collect::<Vec<_>>(),
+            want.iter().map(norm).collect::<Vec<_>>(),
+            "case {i}"
+        );
+        // The rule holds from now on: a write naming a missing object is refused.
+        let bad = reader
+            .encode_json(&json!({"id": "p9", "a": "nobody"}))
+            .unwrap();
+        let e = db
+            .write(move |t| t.insert_bytes("ev.P", bad).map(|_| ()))
+            .wait()
+            .unwrap_err();
+        assert!(matches!(e, Error::DanglingReference { .. }), "{e}");
+        db.close().wait().unwrap();
     }
 }
