@@ -113,6 +113,9 @@ fun registerRelationsTests() {
         val rows: List<Pair<Post, List<Tag>>> =
             db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).all()
         check(rows.map { (_, ts) -> ts.map { it.label } } == listOf(listOf("Rust", "DB"), listOf(), listOf())) { "$rows" }
+        // The count over the relation: existing tags only.
+        val counts = db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).counts()
+        check(counts.map { (p, n) -> p.id to n } == listOf("p1" to 2L, "p2" to 0L, "p3" to 0L)) { "$counts" }
         val got = Channel<dev.keel.RelationUpdate<Post, List<Tag>>>(Channel.UNLIMITED)
         val job = launch {
             db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).updates().collect { got.send(it) }

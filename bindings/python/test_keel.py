@@ -549,6 +549,9 @@ async def relations_prefetch_and_delete_rules(tmp):
             [json.loads(db.decode_json("rel.Author", a.bytes))["name"] for a in r.related]) for r in rows]
     assert got == [("p0", ["Ada"]), ("p1", ["Bob"]), ("p2", []), ("p3", ["Ada"]), ("p4", ["Bob"]), ("p5", [])], got
     expect(KeelError.UnknownField, db.query("rel.Post").all_including, "id")
+    # The count over the relation: 1 for a post naming an author that exists.
+    counts = [c.count for c in db.query("rel.Post").order_by("id", False).count_including("author")]
+    assert counts == [1, 1, 0, 1, 1, 0], counts
     # Cascade: Bob's posts go with him, in the same transaction.
     await db.write([WriteOp.DELETE(collection="rel.Author", key=[Value.TEXT("bob")])])
     assert db.count("rel.Post") == 4

@@ -130,6 +130,16 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
         try query().allIncluding(field: field).map(decode)
     }
 
+    /// Every matching object with the number of objects its reference names
+    /// that exist — the count over the relation (a to-many vector's keys naming
+    /// an object, repeats counted; 0 or 1 to-one) — in two reads, the second of
+    /// the referenced collection's keys only (no referenced object is decoded).
+    public func counts() throws -> [(object: T, count: Int)] {
+        try query().countIncluding(field: field).map {
+            (object: try T.keelStored($0.object.bytes), count: Int(clamping: $0.count))
+        }
+    }
+
     /// The result as an `AsyncSequence`: the current result first, then every
     /// changed result with its row-level diff — a change of a referenced object
     /// alone (an author renamed, a tag relabelled) lists the rows naming it as

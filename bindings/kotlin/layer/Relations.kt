@@ -69,7 +69,7 @@ data class RelationUpdate<O, R>(
 
 /** This query with the object [relation] names for each result (filter, order, limit and offset kept). */
 fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T?> =
-    IncludingQuery(query, relation.field, inTransaction) { row ->
+    IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.firstOrNull()?.let { relation.target.decode(it.bytes) })
     }
 
@@ -79,7 +79,7 @@ fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): Includ
  * offset kept).
  */
 fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): IncludingQuery<O, List<T>> =
-    IncludingQuery(query, relation.field, inTransaction) { row ->
+    IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.map { relation.target.decode(it.bytes) })
     }
 
@@ -101,6 +101,7 @@ class IncludingQuery<O : Any, R> internal constructor(
     /** The untyped query underneath. */
     val query: Query,
     private val field: String,
+    private val owner: KeelModel<O, *>,
     private val inTransaction: Boolean,
     private val decode: (IncludedObject) -> Pair<O, R>,
 ) {
@@ -118,6 +119,15 @@ class IncludingQuery<O : Any, R> internal constructor(
      * whatever the number of objects (the objects, then every referenced one at once).
      */
     fun all(): List<Pair<O, R>> = checked().allIncluding(field).map(decode)
+
+    /**
+     * Every matching object with the number of objects its reference names that exist
+     * — the count over the relation (a to-many vector's keys naming an object, repeats
+     * counted; 0 or 1 to-one) — in two reads, the second of the referenced collection's
+     * keys only (no referenced object is decoded).
+     */
+    fun counts(): List<Pair<O, Long>> =
+        checked().countIncluding(field).map { Pair(owner.decode(it.`object`.bytes), it.count.toLong()) }
 
     /**
      * The result as a live [Flow]: the current result first, then every changed result

@@ -111,6 +111,10 @@ final class RelationTests: XCTestCase {
         let rows: [KeelIncludedMany<Post, Tag>] = try db.fetch(Post.self)
             .sorted(by: Post.rank.ascending).including(Post.tagsRef).all()
         XCTAssertEqual(rows.map { $0.related.map(\.label) }, [["Rust", "DB"], [], []])
+        // The count over the relation: existing tags only.
+        let counts = try db.fetch(Post.self).sorted(by: Post.rank.ascending).including(Post.tagsRef).counts()
+        XCTAssertEqual(counts.map(\.object.id), ["p1", "p2", "p3"])
+        XCTAssertEqual(counts.map(\.count), [2, 0, 0])
 
         let updates = db.fetch(Post.self).sorted(by: Post.rank.ascending)
             .including(Post.tagsRef).updates()

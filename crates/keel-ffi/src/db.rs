@@ -8,8 +8,9 @@ use keel_schema::{Schema, SortKey, Value as KValue};
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
 use crate::types::{
-    progress_fn, CheckpointResult, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
-    OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
+    progress_fn, CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions,
+    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
+    WriteResult,
 };
 
 /// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
@@ -732,6 +733,25 @@ impl Query {
                 .map(|i| IncludedObject {
                     object: i.object.into(),
                     related: i.related.into_iter().map(Into::into).collect(),
+                })
+                .collect())
+        })
+    }
+
+    /// Every matching object with the number of objects its reference field
+    /// `field` names that exist — the count over the relation (a to-many
+    /// vector's keys naming an object, repeats counted; 0 or 1 to-one) — in
+    /// two reads, the second of the referenced collection's key column only.
+    /// A field that is not a reference is `UnknownField`.
+    pub fn count_including(&self, field: String) -> Result<Vec<IncludedCount>, KeelError> {
+        sync_call(|| {
+            Ok(self
+                .build_checked()?
+                .count_including(&field)?
+                .into_iter()
+                .map(|(o, count)| IncludedCount {
+                    object: o.into(),
+                    count,
                 })
                 .collect())
         })

@@ -638,6 +638,16 @@ pub struct IncludedObject {
     pub related: Vec<StoredObject>,
 }
 
+/// One object with the count over its reference field
+/// (`Query::count_including`).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct IncludedCount {
+    /// The object.
+    pub object: StoredObject,
+    /// How many objects its reference names that exist.
+    pub count: u64,
+}
+
 impl From<keel_query::StoredObject> for StoredObject {
     fn from(o: keel_query::StoredObject) -> Self {
         StoredObject {

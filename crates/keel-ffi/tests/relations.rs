@@ -398,3 +398,38 @@ fn a_registered_backfill_lets_a_strict_reference_open_over_dangling_keys() {
     assert_eq!(got[0]["tags"], serde_json::json!(["a1"]));
     assert_eq!(got[1]["a"], "a1");
 }
+
+/// The count over a relation through the FFI: per post, how many of its tags
+/// exist; a field that is no reference is a typed error.
+#[test]
+fn count_including_counts_the_named_objects_that_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("count.db").display().to_string();
+    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "rel.Tag", r#"{"id": "db"}"#),
+        op(&db, true, "rel.Tag", r#"{"id": "rust"}"#),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p1", "tags": ["rust", "db", "gone"], "rank": 1}"#,
+        ),
+        op(&db, true, "rel.Post", r#"{"id": "p2", "rank": 2}"#),
+    ]))
+    .unwrap();
+    let counts: Vec<u64> = db
+        .query("rel.Post".into())
+        .order_by("rank".into(), false)
+        .count_including("tags".into())
+        .unwrap()
+        .iter()
+        .map(|c| c.count)
+        .collect();
+    assert_eq!(counts, [2, 0]);
+    let e = db
+        .query("rel.Post".into())
+        .count_including("title".into())
+        .unwrap_err();
+    assert!(matches!(e, KeelError::UnknownField { .. }), "{e:?}");
+}

@@ -208,6 +208,113 @@ fn fetch_by_keys<T: Record>(
     Ok(out)
 }
 
+/// What [`read_referrers`] reads: each row with its keys, and every distinct key.
+type Referrers<X> = (Vec<(X, Vec<Value>)>, Vec<Value>);
+
+/// The objects `here` matches, each with the keys its reference field `path`
+/// holds (one or none to-one, a vector's in order to-many), and every distinct
+/// key once, in first-seen order: the first of an `including` read's two reads.
+fn read_referrers<X>(
+    inner: &Inner,
+    c: &Coll,
+    here: &Query<'_>,
+    path: &FieldPath,
+    to_many: bool,
+    op: &'static str,
+    row: &mut dyn FnMut(i64, &[u8]) -> Result<X>,
+) -> Result<Referrers<X>> {
+    // Resolved once: each row then costs one vtable lookup for its key.
+    let reader = inner.table(c)?;
+    let resolved = if to_many {
+        None
+    } else {
+        Some(reader.resolve(path).map_err(|e| Error::UnknownField {
+            op,
+            collection: c.name.clone(),
+            message: e.to_string(),
+        })?)
+    };
+    let mut rows: Vec<(X, Vec<Value>)> = Vec::new();
+    let mut wanted: Vec<Value> = Vec::new();
+    let mut seen: ByKey<()> = ByKey::default();
+    here.each(op, false, &mut |rowid, bytes| {
+        let keys = match &resolved {
+            Some(rp) => {
+                let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
+                    op,
+                    collection: c.name.clone(),
+                    source,
+                })?;
+                let v = obj.get_resolved(rp);
+                if v.is_null() {
+                    Vec::new()
+                } else {
+                    vec![v]
+                }
+            }
+            None => keys_in(inner, c, op, path, true, bytes)?,
+        };
+        for k in &keys {
+            if seen.get(k).is_none() {
+                seen.insert(k.clone(), ());
+                wanted.push(k.clone());
+            }
+        }
+        rows.push((row(rowid, bytes)?, keys));
+        Ok(true)
+    })?;
+    Ok((rows, wanted))
+}
+
+/// Each row with how many of its keys `found` holds.
+fn counted<X>(rows: Vec<(X, Vec<Value>)>, found: &ByKey<()>) -> Vec<(X, u64)> {
+    rows.into_iter()
+        .map(|(x, keys)| {
+            let n = keys.iter().filter(|k| found.get(k).is_some()).count();
+            (x, u64::try_from(n).unwrap_or(u64::MAX))
+        })
+        .collect()
+}
+
+/// Which of `keys` name an object of `target`: its key column only, no
+/// object is read.
+fn existing_keys(
+    conn: &rusqlite::Connection,
+    target: &Coll,
+    keys: &[Value],
+    op: &'static str,
+) -> Result<ByKey<()>> {
+    let mut out = ByKey::default();
+    for chunk in keys.chunks(BATCH) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!("SELECT k0 FROM {} WHERE k0 IN ({marks})", target.ident);
+        let params: Vec<crate::sql::Param<'_>> = chunk.iter().map(crate::sql::Param).collect();
+        let mut st = conn
+            .prepare(&sql)
+            .map_err(|e| Error::sqlite(op, &target.name, e))?;
+        let mut rows = st
+            .query(rusqlite::params_from_iter(params.iter()))
+            .map_err(|e| Error::sqlite(op, &target.name, e))?;
+        while let Some(r) = rows
+            .next()
+            .map_err(|e| Error::sqlite(op, &target.name, e))?
+        {
+            let k = match r
+                .get_ref(0)
+                .map_err(|e| Error::sqlite(op, &target.name, e))?
+            {
+                rusqlite::types::ValueRef::Text(t) => {
+                    Value::Text(String::from_utf8_lossy(t).into_owned())
+                }
+                rusqlite::types::ValueRef::Integer(i) => Value::Int(i),
+                _ => continue,
+            };
+            out.insert(k, ());
+        }
+    }
+    Ok(out)
+}
+
 impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// Every matching `R` with the keys its reference holds and the object
     /// each names, in the fetch's order: two reads in all (the `R`s, then every
@@ -237,50 +344,15 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 src: Source::Conn(inner, conn, as_of),
                 spec,
             };
-            // Resolved once: each row then costs one vtable lookup for its key.
-            let reader = inner.table(c)?;
-            let resolved = if rel.to_many() {
-                None
-            } else {
-                Some(
-                    reader
-                        .resolve(rel.path())
-                        .map_err(|e| Error::UnknownField {
-                            op,
-                            collection: c.name.clone(),
-                            message: e.to_string(),
-                        })?,
-                )
-            };
-            let mut rows: Vec<(R, Vec<Value>)> = Vec::new();
-            let mut wanted: Vec<Value> = Vec::new();
-            let mut seen: ByKey<()> = ByKey::default();
-            here.each(op, false, &mut |rowid, bytes| {
-                let keys = match &resolved {
-                    Some(rp) => {
-                        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
-                            op,
-                            collection: c.name.clone(),
-                            source,
-                        })?;
-                        let v = obj.get_resolved(rp);
-                        if v.is_null() {
-                            Vec::new()
-                        } else {
-                            vec![v]
-                        }
-                    }
-                    None => keys_in(inner, c, op, rel.path(), true, bytes)?,
-                };
-                for k in &keys {
-                    if seen.get(k).is_none() {
-                        seen.insert(k.clone(), ());
-                        wanted.push(k.clone());
-                    }
-                }
-                rows.push((decode_row::<R>(op, rowid, bytes)?, keys));
-                Ok(true)
-            })?;
+            let (rows, wanted) = read_referrers(
+                inner,
+                c,
+                &here,
+                rel.path(),
+                rel.to_many(),
+                op,
+                &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
+            )?;
             let found: ByKey<(T, Value)> = if wanted.is_empty() {
                 ByKey::default()
             } else {
@@ -418,6 +490,51 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     pub fn all_many(self) -> Result<Vec<(R, Vec<T>)>> {
         self.run()
     }
+
+    /// Every matching `R` with the number of objects its reference names that
+    /// exist — the count over the relation (a to-many vector's keys naming an
+    /// object, repeats counted; 0 or 1 to-one) — in the fetch's order, in two
+    /// reads: the `R`s, then the referenced keys that exist, from the key
+    /// column alone (no referenced object is read or decoded).
+    /// [`order_by_related`](Self::order_by_related) does not apply here.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Post, Tag};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("c.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Tag::builder().id("db").build())?;
+    ///     t.insert(&Tag::builder().id("rust").build())?;
+    ///     t.insert(&Post::builder().id("p1").tags(["db", "rust", "gone"]).build())
+    /// }).wait()?;
+    /// let counts = db.fetch::<Post>().including(Post::tags_ref()).counts()?;
+    /// assert_eq!(counts[0].1, 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn counts(self) -> Result<Vec<(R, u64)>> {
+        let Including { fetch, rel, .. } = self;
+        let q = fetch.into_query();
+        let op = "including counts";
+        on_one_conn(&q.src, op, |inner, conn, as_of| {
+            let c = inner.coll(R::COLLECTION, op)?;
+            let target = inner.coll(rel.target(), op)?;
+            let here = Query {
+                src: Source::Conn(inner, conn, as_of),
+                spec: q.spec.clone(),
+            };
+            let (rows, wanted) = read_referrers(
+                inner,
+                c,
+                &here,
+                rel.path(),
+                rel.to_many(),
+                op,
+                &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
+            )?;
+            Ok(counted(rows, &existing_keys(conn, target, &wanted, op)?))
+        })
+    }
 }
 
 impl<'a, R: Record> Fetch<'a, R> {
@@ -539,6 +656,32 @@ pub struct Included {
     pub related: Vec<StoredObject>,
 }
 
+/// The reference field `field` of collection `c`; any other name is
+/// [`Error::UnknownField`].
+fn link_named<'c>(
+    c: &'c Coll,
+    field: &str,
+    op: &'static str,
+) -> Result<&'c crate::links::Outgoing> {
+    c.links
+        .outgoing
+        .iter()
+        .find(|o| o.field == field)
+        .ok_or_else(|| Error::UnknownField {
+            op,
+            collection: c.name.clone(),
+            message: format!("{} has no reference field {field:?}", c.name),
+        })
+}
+
+/// A row as the untyped reads return it.
+fn stored_object(rowid: i64, bytes: &[u8]) -> Result<StoredObject> {
+    Ok(StoredObject {
+        rowid,
+        bytes: bytes.to_vec(),
+    })
+}
+
 impl Query<'_> {
     /// Every matching object with the objects its reference field `field`
     /// names (a `(references: …)` field of this collection), in two reads: the
@@ -566,41 +709,21 @@ impl Query<'_> {
         let op = "including";
         on_one_conn(&self.src, op, |inner, conn, as_of| {
             let c = inner.coll(&self.spec.collection, op)?;
-            let link = c
-                .links
-                .outgoing
-                .iter()
-                .find(|o| o.field == field)
-                .ok_or_else(|| Error::UnknownField {
-                    op,
-                    collection: c.name.clone(),
-                    message: format!("{} has no reference field {field:?}", c.name),
-                })?;
+            let link = link_named(c, field, op)?;
             let target = inner.coll(&link.target, op)?;
             let here = Query {
                 src: Source::Conn(inner, conn, as_of),
                 spec: self.spec.clone(),
             };
-            let mut rows: Vec<(StoredObject, Vec<Value>)> = Vec::new();
-            let mut wanted: Vec<Value> = Vec::new();
-            let mut seen: ByKey<()> = ByKey::default();
-            here.each(op, false, &mut |rowid, bytes| {
-                let keys = keys_in(inner, c, op, &link.path, link.to_many, bytes)?;
-                for k in &keys {
-                    if seen.get(k).is_none() {
-                        seen.insert(k.clone(), ());
-                        wanted.push(k.clone());
-                    }
-                }
-                rows.push((
-                    StoredObject {
-                        rowid,
-                        bytes: bytes.to_vec(),
-                    },
-                    keys,
-                ));
-                Ok(true)
-            })?;
+            let (rows, wanted) = read_referrers(
+                inner,
+                c,
+                &here,
+                &link.path,
+                link.to_many,
+                op,
+                &mut stored_object,
+            )?;
             let mut found: ByKey<StoredObject> = ByKey::default();
             if !wanted.is_empty() {
                 let path = key_path(inner, target, op)?;
@@ -641,6 +764,32 @@ impl Query<'_> {
                     object,
                 })
                 .collect())
+        })
+    }
+
+    /// Every matching object with the number of objects its reference field
+    /// `field` names that exist (see [`Including::counts`]): two reads, the
+    /// second of the referenced collection's key column only.
+    pub fn count_including(self, field: &str) -> Result<Vec<(StoredObject, u64)>> {
+        let op = "including counts";
+        on_one_conn(&self.src, op, |inner, conn, as_of| {
+            let c = inner.coll(&self.spec.collection, op)?;
+            let link = link_named(c, field, op)?;
+            let target = inner.coll(&link.target, op)?;
+            let here = Query {
+                src: Source::Conn(inner, conn, as_of),
+                spec: self.spec.clone(),
+            };
+            let (rows, wanted) = read_referrers(
+                inner,
+                c,
+                &here,
+                &link.path,
+                link.to_many,
+                op,
+                &mut stored_object,
+            )?;
+            Ok(counted(rows, &existing_keys(conn, target, &wanted, op)?))
         })
     }
 }

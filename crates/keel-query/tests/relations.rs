@@ -1261,3 +1261,85 @@ fn a_migration_backfills_dangling_references_by_a_rule() {
         db.close().wait().unwrap();
     }
 }
+
+/// The count over a relation as a query: for each post, how many of its keys
+/// name a tag that exists (repeats counted, missing ones not), as `all_many`
+/// lengths say, in two reads of which the second reads the tags' key column
+/// only; to-one gives 0 or 1.
+#[test]
+fn counts_over_a_relation_read_keys_not_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, log) = traced(&dir);
+    db.write(|t| {
+        for id in ["rust", "db", "swift"] {
+            t.insert(&tag(id, id))?;
+        }
+        t.insert(&author("ada", "Ada"))?;
+        for (i, tags) in [
+            vec!["swift", "rust", "missing"],
+            vec![],
+            vec!["db", "db"],
+            vec!["gone"],
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let author = if i % 2 == 0 { "ada" } else { "nobody" };
+            t.insert(
+                &Post::builder()
+                    .id(format!("p{i}"))
+                    .tags(tags)
+                    .author(author)
+                    .rank(i as i32)
+                    .build(),
+            )?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let fetch = || db.fetch::<Post>().order_by(Post::rank().asc());
+    // Traced on the writer's connection: counted inside a write transaction.
+    let (counts, traced) = db
+        .write(move |t| {
+            log.lock().unwrap().clear();
+            let counts: Vec<(String, u64)> = t
+                .fetch::<Post>()
+                .order_by(Post::rank().asc())
+                .including(Post::tags_ref())
+                .counts()?
+                .into_iter()
+                .map(|(p, n)| (p.id.clone(), n))
+                .collect();
+            let traced = reads(&log.lock().unwrap());
+            Ok((counts, traced))
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(
+        counts,
+        [("p0", 2), ("p1", 0), ("p2", 2), ("p3", 0)].map(|(p, n)| (p.to_string(), n))
+    );
+    let lengths: Vec<u64> = fetch()
+        .including(Post::tags_ref())
+        .all_many()
+        .unwrap()
+        .iter()
+        .map(|(_, ts)| ts.len() as u64)
+        .collect();
+    assert_eq!(counts.iter().map(|(_, n)| *n).collect::<Vec<_>>(), lengths);
+    assert_eq!(traced.len(), 2, "{traced:?}");
+    assert!(
+        traced[1].contains("SELECT k0 FROM \"rel.Tag\""),
+        "the tags' key column only: {traced:?}"
+    );
+    let authors: Vec<u64> = fetch()
+        .filter(Post::rank().lt(4))
+        .including(Post::author_ref())
+        .counts()
+        .unwrap()
+        .iter()
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(authors, [1, 0, 1, 0]);
+}
