@@ -196,9 +196,11 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let spec: Spec = self.fetch.q.spec.clone();
         let rel: Relation<R, T> = self.rel.clone();
         let related_order = self.related_order.clone();
-        // Ordered by a referenced field, a change of one can move rows: no
-        // in-place update then.
-        let in_place = related_order.is_none();
+        let related_filter = self.related_filter.clone();
+        // Ordered by or filtered through a referenced field, a change of a
+        // referenced object can move rows in, out or around: no in-place
+        // update then.
+        let in_place = related_order.is_none() && related_filter.is_none();
         let read = {
             let weak = db.weak();
             move || -> Result<Option<Shown<R, T>>> {
@@ -211,15 +213,19 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                     fetch,
                     rel: rel.clone(),
                     related_order: related_order.clone(),
+                    related_filter: related_filter.clone(),
                 }
-                .run_keyed()?;
-                let mut named = HashSet::new();
+                .run_keyed_all()?;
+                let (keyed, every_key) = keyed;
+                // Every key any matching `R` holds, shown or not: renaming one
+                // can bring its rows into a filtered or ordered window.
+                let named = every_key.iter().map(K::of).collect();
                 let rows = keyed
                     .into_iter()
-                    .map(|(r, ts, ks)| {
-                        let keys: Vec<K> = ks.iter().map(K::of).collect();
-                        named.extend(keys.iter().cloned());
-                        Row { r, keys, named: ts }
+                    .map(|(r, ts, ks)| Row {
+                        r,
+                        keys: ks.iter().map(K::of).collect(),
+                        named: ts,
                     })
                     .collect();
                 Ok(Some((rows, named)))

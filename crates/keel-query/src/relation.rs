@@ -95,6 +95,8 @@ pub struct Including<'a, R: Record, T: Record> {
     pub(crate) rel: Relation<R, T>,
     /// [`Including::order_by_related`]: a field of `T` and whether descending.
     pub(crate) related_order: Option<(FieldPath, bool)>,
+    /// [`Including::where_related`]: the condition on the referenced objects.
+    pub(crate) related_filter: Option<Expr>,
 }
 
 /// The key path of collection `c` (single-field keys only: references require
@@ -173,7 +175,8 @@ fn fetch_by_keys<T: Record>(
     target: &Coll,
     keys: Vec<Value>,
     order: Option<&FieldPath>,
-) -> Result<ByKey<(T, Value)>> {
+    keep: Option<&crate::eval::Filter>,
+) -> Result<ByKey<(T, Value, bool)>> {
     let path = key_path(inner, target, "including")?;
     let reader = inner.table(target)?;
     let order = match order {
@@ -199,8 +202,10 @@ fn fetch_by_keys<T: Record>(
                     .map_or(Value::Null, |o| o.get_resolved(rp)),
                 None => Value::Null,
             };
+            // Whether it matches `where_related`'s condition (SQL's: only true).
+            let matches = keep.is_none_or(|f| f.eval_bytes(bytes) == Some(true));
             if let Some(k) = t.primary_key().into_iter().next() {
-                out.insert(k, (t, v));
+                out.insert(k, (t, v, matches));
             }
             Ok(true)
         })?;
@@ -321,10 +326,19 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// referenced `T` at once). A key naming no object (a dangling reference)
     /// names `None`.
     pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
+        Ok(self.run_keyed_all()?.0)
+    }
+
+    /// [`run_keyed`](Self::run_keyed), and every key held by an `R` the fetch's
+    /// filter matches, inside the window or not, kept by
+    /// [`where_related`](Self::where_related) or not: what a live list must
+    /// watch, since a change of any of those objects can move a row in.
+    pub(crate) fn run_keyed_all(self) -> Result<(Keyed<R, T>, Vec<Value>)> {
         let Including {
             fetch,
             rel,
             related_order,
+            related_filter,
         } = self;
         let q = fetch.into_query();
         let op = "including";
@@ -332,9 +346,10 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             let c = inner.coll(R::COLLECTION, op)?;
             let target = inner.coll(rel.target(), op)?;
             let mut spec: Spec = q.spec.clone();
-            // Ordered by a referenced field: every match is read, sorted here,
-            // then the window is cut.
-            let window = related_order.as_ref().map(|_| {
+            // Ordered by or filtered through a referenced field: every match is
+            // read, sorted and kept here, then the window is cut.
+            let cut_here = related_order.is_some() || related_filter.is_some();
+            let window = cut_here.then(|| {
                 let w = (spec.offset, spec.limit);
                 spec.offset = 0;
                 spec.limit = None;
@@ -353,7 +368,15 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 op,
                 &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
             )?;
-            let found: ByKey<(T, Value)> = if wanted.is_empty() {
+            let keep = match &related_filter {
+                Some(e) => Some(crate::eval::Filter::with_schema(
+                    std::sync::Arc::clone(&inner.schema),
+                    &target.name,
+                    e,
+                )?),
+                None => None,
+            };
+            let found: ByKey<(T, Value, bool)> = if wanted.is_empty() {
                 ByKey::default()
             } else {
                 fetch_by_keys(
@@ -361,52 +384,59 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                     conn,
                     as_of,
                     target,
-                    wanted,
+                    wanted.clone(),
                     related_order.as_ref().map(|(p, _)| p),
+                    keep.as_ref(),
                 )?
             };
             // Each row with the value `order_by_related` sorts it by.
             let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
                 .into_iter()
-                .map(|(r, keys)| {
-                    let hits: Vec<Option<&(T, Value)>> =
+                .filter_map(|(r, keys)| {
+                    let hits: Vec<Option<&(T, Value, bool)>> =
                         keys.iter().map(|k| found.get(k)).collect();
+                    // Filtered: the rows naming at least one matching object.
+                    if keep.is_some() && !hits.iter().flatten().any(|(_, _, m)| *m) {
+                        return None;
+                    }
                     let v = hits
                         .iter()
                         .flatten()
                         .next()
-                        .map_or(Value::Null, |(_, v)| v.clone());
+                        .map_or(Value::Null, |(_, v, _)| v.clone());
                     let ts = hits
                         .into_iter()
-                        .map(|h| h.map(|(t, _)| t.clone()))
+                        .map(|h| h.map(|(t, _, _)| t.clone()))
                         .collect();
-                    ((r, ts, keys), v)
+                    Some(((r, ts, keys), v))
                 })
                 .collect();
-            if let (Some((_, desc)), Some((offset, limit))) = (&related_order, window) {
+            if let Some((offset, limit)) = window {
                 // SQL's order (absent first ascending); stable, so equal values
                 // keep the fetch's own order.
+                let desc = related_order.as_ref().map(|(_, d)| *d);
                 out.sort_by(|(_, a), (_, b)| {
                     let o = crate::eval::order_cmp(
                         crate::eval::SqlValue::from_value(a),
                         crate::eval::SqlValue::from_value(b),
                     );
-                    if *desc {
-                        o.reverse()
-                    } else {
-                        o
+                    match desc {
+                        None => std::cmp::Ordering::Equal,
+                        Some(true) => o.reverse(),
+                        Some(false) => o,
                     }
                 });
                 let skip = usize::try_from(offset).unwrap_or(usize::MAX);
                 let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-                return Ok(out
+                let rows = out
                     .into_iter()
                     .skip(skip)
                     .take(take)
                     .map(|(x, _)| x)
-                    .collect());
+                    .collect();
+                return Ok((rows, wanted));
             }
-            Ok(out.into_iter().map(|(x, _)| x).collect())
+            Ok((out.into_iter().map(|(x, _)| x).collect(), wanted))
         })
     }
 
@@ -439,6 +469,44 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
         descending: bool,
     ) -> Self {
         self.related_order = Some((field.into_path(), descending));
+        self
+    }
+
+    /// Keep the objects whose referenced object matches `filter`, an [`Expr`]
+    /// over `T`'s fields (`Author::name().eq("Ada")`): to-one, the object it
+    /// names; to-many, at least one of them (every one is still shown). The
+    /// referenced objects are read with the rest, in the same two reads;
+    /// the fetch's `limit` and `offset` apply after this filter, and every
+    /// match of the fetch is read to apply it. Unlike
+    /// [`Fetch::filter_through`], which turns the condition into keys once,
+    /// this one is evaluated on every read, so its live form
+    /// ([`subscribe`](Self::subscribe)) follows renames: an author renamed
+    /// into the condition brings their posts in, one renamed out takes them
+    /// away. SQL's logic: a condition that is unknown (a `NULL` field) does not
+    /// match.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("w.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("ada").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("ada").build())?;
+    ///     t.insert(&Post::builder().id("p2").author("bob").build())
+    /// }).wait()?;
+    /// let by_ada = db.fetch::<Post>()
+    ///     .including(Post::author_ref())
+    ///     .where_related(Author::name().eq("Ada"))
+    ///     .all()?;
+    /// assert_eq!(by_ada.len(), 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn where_related(mut self, filter: Expr) -> Self {
+        self.related_filter = Some(match self.related_filter.take() {
+            Some(earlier) => earlier & filter,
+            None => filter,
+        });
         self
     }
 
@@ -495,8 +563,10 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// exist — the count over the relation (a to-many vector's keys naming an
     /// object, repeats counted; 0 or 1 to-one) — in the fetch's order, in two
     /// reads: the `R`s, then the referenced keys that exist, from the key
-    /// column alone (no referenced object is read or decoded).
-    /// [`order_by_related`](Self::order_by_related) does not apply here.
+    /// column alone (no referenced object is read or decoded). With
+    /// [`where_related`](Self::where_related) or
+    /// [`order_by_related`](Self::order_by_related) the referenced objects are
+    /// read, as by [`all`](Self::all), to apply them.
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -513,6 +583,17 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn counts(self) -> Result<Vec<(R, u64)>> {
+        if self.related_filter.is_some() || self.related_order.is_some() {
+            // The filter and order need the referenced objects themselves.
+            return Ok(self
+                .run_keyed()?
+                .into_iter()
+                .map(|(r, ts, _)| {
+                    let n = ts.iter().flatten().count();
+                    (r, u64::try_from(n).unwrap_or(u64::MAX))
+                })
+                .collect());
+        }
         let Including { fetch, rel, .. } = self;
         let q = fetch.into_query();
         let op = "including counts";
@@ -546,6 +627,7 @@ impl<'a, R: Record> Fetch<'a, R> {
             fetch: self,
             rel,
             related_order: None,
+            related_filter: None,
         }
     }
 
