@@ -135,4 +135,31 @@ fun registerRelationsTests() {
         job.cancel()
         db.closeAsync()
     }
+
+    test("relations: a live list filtered through the author follows renames") { dir ->
+        val db = relDb(dir, "where.db")
+        db.write {
+            insert(Author(id = "a1", name = "Ada"))
+            insert(Author(id = "a2", name = "Bob"))
+            insert(Post(id = "p1", author = "a1", rank = 1))
+            insert(Post(id = "p2", author = "a2", rank = 2))
+            insert(Post(id = "p3", author = "a1", rank = 3))
+        }
+        val byAda = db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).where(Author.name eq "Ada")
+        check(byAda.all().map { it.first.id } == listOf("p1", "p3"))
+        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val job = launch { byAda.updates().collect { got.send(it) } }
+        withTimeout(10_000) { got.receive() }
+        // Bob becomes Ada: his post comes in; the first Ada leaves: hers go.
+        db.write { update(Author(id = "a2", name = "Ada")) }
+        val came = withTimeout(10_000) { got.receive() }
+        check(came.objects.map { it.first.id } == listOf("p1", "p2", "p3")) { "${came.objects}" }
+        check(came.diff.inserted == listOf(1UL)) { "${came.diff}" }
+        db.write { update(Author(id = "a1", name = "Ann")) }
+        val went = withTimeout(10_000) { got.receive() }
+        check(went.objects.map { it.first.id } == listOf("p2")) { "${went.objects}" }
+        check(went.diff.removed == listOf(0UL, 2UL)) { "${went.diff}" }
+        job.cancel()
+        db.closeAsync()
+    }
 }

@@ -113,6 +113,8 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     let fetch: KeelFetch<T>
     let field: String
     let decode: @Sendable (IncludedObject) throws -> Row
+    /// `where(_:)`'s condition on the referenced objects (an FFI expression).
+    var related: Expr? = nil
 
     /// The fetch runs through the database, never inside a transaction.
     private func query() throws -> Query {
@@ -120,7 +122,29 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
             throw KeelError.InvalidArgument(
                 message: "including(\(field)) runs through the database, not inside a write transaction")
         }
-        return fetch.query
+        guard let related else { return fetch.query }
+        return try fetch.query.whereRelated(field: field, filter: related)
+    }
+
+    /// Keep the objects whose referenced object matches `predicate`
+    /// (`.including(Post.authorRef).where(Author.name == "Ada")`). Evaluated on
+    /// every read, so `updates()` follows renames: an author renamed into the
+    /// condition brings their posts in, one renamed out takes them away. The
+    /// fetch's limit and offset apply after it.
+    public func `where`<U: KeelRecord>(_ predicate: KeelPredicate<U>) -> Self where Row == KeelIncluded<T, U> {
+        matching(predicate.expr)
+    }
+
+    /// Keep the objects at least one of whose referenced objects matches
+    /// `predicate` (every one is still shown); live as above.
+    public func `where`<U: KeelRecord>(_ predicate: KeelPredicate<U>) -> Self where Row == KeelIncludedMany<T, U> {
+        matching(predicate.expr)
+    }
+
+    private func matching(_ expr: Expr) -> Self {
+        var copy = self
+        copy.related = related.map { Expr.allOf(exprs: [$0, expr]) } ?? expr
+        return copy
     }
 
     /// Every matching object with the objects its reference names, in order: two

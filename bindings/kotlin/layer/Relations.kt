@@ -68,7 +68,7 @@ data class RelationUpdate<O, R>(
 )
 
 /** This query with the object [relation] names for each result (filter, order, limit and offset kept). */
-fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T?> =
+fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T, T?> =
     IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.firstOrNull()?.let { relation.target.decode(it.bytes) })
     }
@@ -78,7 +78,7 @@ fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): Includ
  * order of its keys (a key naming no object is left out; filter, order, limit and
  * offset kept).
  */
-fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): IncludingQuery<O, List<T>> =
+fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): IncludingQuery<O, T, List<T>> =
     IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.map { relation.target.decode(it.bytes) })
     }
@@ -97,7 +97,7 @@ fun <O : Any, T : Any> TypedQuery<O>.whereThrough(relation: Relation<O, T>, pred
  * A typed query with what one reference names (`fetch(Post).including(Post.authorRef)`):
  * each result is the object and [R], its referenced object (`T?`) or objects (`List<T>`).
  */
-class IncludingQuery<O : Any, R> internal constructor(
+class IncludingQuery<O : Any, T : Any, R> internal constructor(
     /** The untyped query underneath. */
     val query: Query,
     private val field: String,
@@ -119,6 +119,16 @@ class IncludingQuery<O : Any, R> internal constructor(
      * whatever the number of objects (the objects, then every referenced one at once).
      */
     fun all(): List<Pair<O, R>> = checked().allIncluding(field).map(decode)
+
+    /**
+     * Keep the objects whose referenced object (to-many: at least one of them, every
+     * one still shown) matches [predicate] (`including(Post.authorRef).where(Author.name eq "Ada")`).
+     * Evaluated on every read, so [updates] follows renames: an author renamed into the
+     * condition brings their posts in, one renamed out takes them away. The query's
+     * limit and offset apply after it. A bad predicate throws `KeelException.InvalidArgument`.
+     */
+    fun where(predicate: Predicate<T>): IncludingQuery<O, T, R> =
+        IncludingQuery(query.whereRelated(field, predicate.expr), field, owner, inTransaction, decode)
 
     /**
      * Every matching object with the number of objects its reference names that exist

@@ -133,4 +133,38 @@ final class RelationTests: XCTestCase {
         XCTAssertEqual(filled?.objects[1].related.map(\.id), ["swift"])
         updates.cancel()
     }
+
+    func testALiveListFilteredThroughTheAuthorFollowsRenames() async throws {
+        let db = try await openRel("where.db")
+        try await db.write { txn in
+            try txn.insert(Author(id: "a1", name: "Ada"))
+            try txn.insert(Author(id: "a2", name: "Bob"))
+            try txn.insert(Post(id: "p1", author: "a1", rank: 1))
+            try txn.insert(Post(id: "p2", author: "a2", rank: 2))
+            try txn.insert(Post(id: "p3", author: "a1", rank: 3))
+        }
+        let byAda = db.fetch(Post.self).sorted(by: Post.rank.ascending)
+            .including(Post.authorRef).where(Author.name == "Ada")
+        XCTAssertEqual(try byAda.all().map(\.object.id), ["p1", "p3"])
+        let updates = byAda.updates()
+        var it = updates.makeAsyncIterator()
+        _ = try await it.next()
+        // Bob becomes Ada: his post comes in; the first Ada leaves: hers go.
+        try await db.write { try $0.update(Author(id: "a2", name: "Ada")) }
+        let came = try await it.next()
+        XCTAssertEqual(came?.objects.map(\.object.id), ["p1", "p2", "p3"])
+        XCTAssertEqual(came?.diff.inserted, [1])
+        try await db.write { try $0.update(Author(id: "a1", name: "Ann")) }
+        let went = try await it.next()
+        XCTAssertEqual(went?.objects.map(\.object.id), ["p2"])
+        XCTAssertEqual(went?.diff.removed, [0, 2])
+        updates.cancel()
+        // To-many: the posts with at least one tag labelled "hot".
+        try await db.write { txn in
+            try txn.insert(Tag(id: "t1", label: "hot"))
+            try txn.update(Post(id: "p3", author: "a1", tags: ["t1", "t9"], rank: 3))
+        }
+        let hot = try db.fetch(Post.self).including(Post.tagsRef).where(Tag.label == "hot").all()
+        XCTAssertEqual(hot.map(\.object.id), ["p3"])
+    }
 }

@@ -327,6 +327,7 @@ impl Database {
             order: Vec::new(),
             limit: None,
             offset: 0,
+            related: None,
         })
     }
 
@@ -536,6 +537,9 @@ pub struct Query {
     order: Vec<Order>,
     limit: Option<u64>,
     offset: u64,
+    /// `where_related`: the reference field and the condition on the objects
+    /// it names.
+    pub(crate) related: Option<(String, Arc<Expr>)>,
 }
 
 /// One sort key of a [`Query`]: a field, a direction, and optionally a list of
@@ -726,9 +730,10 @@ impl Query {
     /// is not a reference is `UnknownField`.
     pub fn all_including(&self, field: String) -> Result<Vec<IncludedObject>, KeelError> {
         sync_call(|| {
+            let related = self.related_expr(&field)?;
             Ok(self
                 .build_checked()?
-                .including(&field)?
+                .including_where(&field, related.as_ref())?
                 .into_iter()
                 .map(|i| IncludedObject {
                     object: i.object.into(),

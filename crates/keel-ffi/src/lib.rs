@@ -96,8 +96,8 @@ pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use txn::{Transaction, WriteBody};
 pub use types::{
-    CheckpointResult, FieldValue, FileStats, IoStats, Milestone, OpenOptions, OpenPhase,
-    OpenProgress, OpenProgressListener, OpenReport, PhaseReport, StoredObject, SyncPolicy, Value,
-    WriteOp, WriteResult,
+    CheckpointResult, FieldValue, FileStats, IncludedCount, IncludedObject, IoStats, Milestone,
+    OpenOptions, OpenPhase, OpenProgress, OpenProgressListener, OpenReport, PhaseReport,
+    StoredObject, SyncPolicy, Value, WriteOp, WriteResult,
 };
 pub use vector::{NearestListener, NearestUpdate, Neighbor};

@@ -124,6 +124,28 @@ fn key_id(v: &Value) -> String {
 /// The reference field `field` of the query's collection: the collection, the
 /// field's path, the target collection and whether it holds several keys. A
 /// to-many field is `InvalidArgument` unless `many` allows it.
+impl Query {
+    /// The engine expression of this query's `where_related` condition, for
+    /// a read including `field` (none without one; another field is an error).
+    pub(crate) fn related_expr(&self, field: &str) -> Result<Option<keel_query::Expr>, KeelError> {
+        let Some((on, filter)) = &self.related else {
+            return Ok(None);
+        };
+        if on != field {
+            return Err(KeelError::InvalidArgument {
+                message: format!(
+                    "this query filters through {on:?}; including {field:?} would ignore that"
+                ),
+            });
+        }
+        let (_, _, target, _) = reference(self, field, true)?;
+        let schema = Arc::clone(self.db.schema());
+        Ok(Some(
+            Resolver::new(&schema, &target, "where related")?.expr(filter)?,
+        ))
+    }
+}
+
 fn reference(
     query: &Query,
     field: &str,
@@ -248,6 +270,27 @@ impl Query {
         })
     }
 
+    /// This query keeping only the objects whose reference field `field`
+    /// names an object matching `filter` (an expression over the referenced
+    /// collection's fields; to-many: at least one of them), for
+    /// `all_including(field)` and `subscribe_including(field)`. Unlike
+    /// `through`, the condition is evaluated on every read, so the live list
+    /// follows renames: an author renamed into it brings their posts in, one
+    /// renamed out takes them away. `limit`/`offset` apply after it. A field
+    /// that is not a reference, or a bad filter, is `InvalidArgument`; running
+    /// `all_including` on another field is `InvalidArgument` too.
+    pub fn where_related(&self, field: String, filter: Arc<Expr>) -> Result<Arc<Query>, KeelError> {
+        crate::db::sync_call(|| {
+            let (_, _, target, _) = reference(self, &field, true)?;
+            let schema = Arc::clone(self.db.schema());
+            // Checked now, resolved again when run.
+            Resolver::new(&schema, &target, "where related")?.expr(&filter)?;
+            let mut q = self.clone();
+            q.related = Some((field, filter));
+            Ok(Arc::new(q))
+        })
+    }
+
     /// Subscribe to this query with the objects its reference field `field`
     /// names (to-one, or to-many: a vector of keys, named in its order; keys
     /// naming no object are left out): `listener` gets the list at once (on
@@ -264,6 +307,9 @@ impl Query {
         let listener = Arc::new(Foreign::new(listener));
         crate::db::sync_call(|| {
             let (coll, path, target, to_many) = reference(self, &field, true)?;
+            // Filtered through the reference: a change of any referenced object
+            // can bring rows in, so every change of the target counts.
+            let filtered = self.related_expr(&field)?.is_some();
             let state = Arc::new(Mutex::new(State {
                 active: true,
                 rows: Vec::new(),
@@ -292,7 +338,10 @@ impl Query {
                         || changes.iter().any(|c| {
                             c.collection == coll
                                 || (c.collection == target
-                                    && c.key.first().is_some_and(|k| st.named.contains(&key_id(k))))
+                                    && (filtered
+                                        || c.key
+                                            .first()
+                                            .is_some_and(|k| st.named.contains(&key_id(k)))))
                         });
                     if !relevant {
                         return;

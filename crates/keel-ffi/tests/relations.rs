@@ -433,3 +433,96 @@ fn count_including_counts_the_named_objects_that_exist() {
         .unwrap_err();
     assert!(matches!(e, KeelError::UnknownField { .. }), "{e:?}");
 }
+
+/// A live filter through a reference through the FFI (`Query::where_related`):
+/// an author renamed into the condition brings their posts into the live list,
+/// one renamed out takes them away; the window applies after the filter.
+#[test]
+fn a_live_list_filtered_through_a_reference_follows_renames() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("where.db").display().to_string();
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "rel.Author", r#"{"id": "a1", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "a2", "name": "Bob"}"#),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p1", "author": "a1", "rank": 1}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p2", "author": "a2", "rank": 2}"#,
+        ),
+        op(
+            &db,
+            true,
+            "rel.Post",
+            r#"{"id": "p3", "author": "a1", "rank": 3}"#,
+        ),
+    ]))
+    .unwrap();
+    let ada = keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Ada".into() });
+    let query = db
+        .query("rel.Post".into())
+        .order_by("rank".into(), false)
+        .where_related("author".into(), ada)
+        .unwrap();
+    let ids = |rows: &[keel_ffi::IncludedObject]| -> Vec<String> {
+        rows.iter()
+            .map(|r| {
+                json(&db, "rel.Post", &r.object.bytes)["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
+            .collect()
+    };
+    assert_eq!(
+        ids(&query.all_including("author".into()).unwrap()),
+        ["p1", "p3"]
+    );
+    // The window applies to the filtered list.
+    assert_eq!(
+        ids(&query
+            .limit(1)
+            .offset(1)
+            .all_including("author".into())
+            .unwrap()),
+        ["p3"]
+    );
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let _sub = query
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "a2", "name": "Ada"}"#,
+    )]))
+    .unwrap();
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Author",
+        r#"{"id": "a1", "name": "Ann"}"#,
+    )]))
+    .unwrap();
+    let u = updates.lock().unwrap();
+    assert_eq!(u.len(), 3);
+    assert_eq!(ids(&u[1].objects), ["p1", "p2", "p3"]);
+    assert_eq!(u[1].diff.inserted, vec![1]);
+    assert_eq!(ids(&u[2].objects), ["p2"]);
+    assert_eq!(u[2].diff.removed, vec![0, 2]);
+    // Another field than the one filtered through: a typed error.
+    let e = query.all_including("editor".into()).unwrap_err();
+    assert!(matches!(e, KeelError::InvalidArgument { .. }), "{e:?}");
+}

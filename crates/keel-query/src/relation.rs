@@ -788,14 +788,40 @@ impl Query<'_> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn including(self, field: &str) -> Result<Vec<Included>> {
+        self.including_where(field, None)
+    }
+
+    /// [`including`](Self::including), keeping only the objects whose
+    /// referenced object (to-one), or at least one of them (to-many), matches
+    /// `related`, an [`Expr`] over the referenced collection's fields: the
+    /// untyped [`Including::where_related`]. The window (`limit`, `offset`)
+    /// applies after this filter.
+    pub fn including_where(self, field: &str, related: Option<&Expr>) -> Result<Vec<Included>> {
         let op = "including";
         on_one_conn(&self.src, op, |inner, conn, as_of| {
             let c = inner.coll(&self.spec.collection, op)?;
             let link = link_named(c, field, op)?;
             let target = inner.coll(&link.target, op)?;
+            let keep = match related {
+                Some(e) => Some(crate::eval::Filter::with_schema(
+                    std::sync::Arc::clone(&inner.schema),
+                    &target.name,
+                    e,
+                )?),
+                None => None,
+            };
+            let mut spec = self.spec.clone();
+            // Filtered through the reference: every match is read, then the
+            // window is cut.
+            let window = keep.is_some().then(|| {
+                let w = (spec.offset, spec.limit);
+                spec.offset = 0;
+                spec.limit = None;
+                w
+            });
             let here = Query {
                 src: Source::Conn(inner, conn, as_of),
-                spec: self.spec.clone(),
+                spec,
             };
             let (rows, wanted) = read_referrers(
                 inner,
@@ -839,12 +865,23 @@ impl Query<'_> {
                         })?;
                 }
             }
+            let rows = rows.into_iter().map(|(object, keys)| Included {
+                related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
+                object,
+            });
+            let (Some(keep), Some((offset, limit))) = (keep, window) else {
+                return Ok(rows.collect());
+            };
+            let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+            let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
             Ok(rows
-                .into_iter()
-                .map(|(object, keys)| Included {
-                    related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
-                    object,
+                .filter(|i| {
+                    i.related
+                        .iter()
+                        .any(|t| keep.eval_bytes(&t.bytes) == Some(true))
                 })
+                .skip(skip)
+                .take(take)
                 .collect())
         })
     }
