@@ -162,4 +162,27 @@ fun registerRelationsTests() {
         job.cancel()
         db.closeAsync()
     }
+
+    test("relations: an inverse navigates back from an author to the posts naming them, live") { dir ->
+        val db = relDb(dir, "inverse.db")
+        db.write {
+            insert(Author(id = "ada", name = "Ada"))
+            insert(Author(id = "bob", name = "Bob"))
+            insert(Post(id = "p1", author = "ada", rank = 1))
+            insert(Post(id = "p2", author = "ada", rank = 2))
+        }
+        val authors = db.fetch(Author).orderBy(Author.id.asc()).including(Author.postsRef)
+        val rows: List<Pair<Author, List<Post>>> = authors.all()
+        check(rows.map { (_, ps) -> ps.map { it.id } } == listOf(listOf("p1", "p2"), listOf())) { "$rows" }
+        check(authors.counts().map { it.second } == listOf(2L, 0L))
+        val got = Channel<dev.keel.RelationUpdate<Author, List<Post>>>(Channel.UNLIMITED)
+        val job = launch { authors.updates().collect { got.send(it) } }
+        withTimeout(10_000) { got.receive() }
+        db.write { insert(Post(id = "p3", author = "bob", rank = 3)) }
+        val next = withTimeout(10_000) { got.receive() }
+        check(next.diff.updated == listOf(1UL)) { "${next.diff}" }
+        check(next.objects[1].second.map { it.id } == listOf("p3"))
+        job.cancel()
+        db.closeAsync()
+    }
 }

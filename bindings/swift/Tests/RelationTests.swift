@@ -167,4 +167,26 @@ final class RelationTests: XCTestCase {
         let hot = try db.fetch(Post.self).including(Post.tagsRef).where(Tag.label == "hot").all()
         XCTAssertEqual(hot.map(\.object.id), ["p3"])
     }
+
+    func testAnInverseNavigatesBackToThePosts() async throws {
+        let db = try await openRel("inverse.db")
+        try await db.write { txn in
+            try txn.insert(Author(id: "ada", name: "Ada"))
+            try txn.insert(Author(id: "bob", name: "Bob"))
+            try txn.insert(Post(id: "p1", author: "ada", rank: 1))
+            try txn.insert(Post(id: "p2", author: "ada", rank: 2))
+        }
+        let authors = db.fetch(Author.self).sorted(by: Author.id.ascending).including(Author.postsRef)
+        let rows: [KeelIncludedMany<Author, Post>] = try authors.all()
+        XCTAssertEqual(rows.map { $0.related.map(\.id) }, [["p1", "p2"], []])
+        XCTAssertEqual(try authors.counts().map(\.count), [2, 0])
+        let updates = authors.updates()
+        var it = updates.makeAsyncIterator()
+        _ = try await it.next()
+        try await db.write { try $0.insert(Post(id: "p3", author: "bob", rank: 3)) }
+        let next = try await it.next()
+        XCTAssertEqual(next?.diff.updated, [1])
+        XCTAssertEqual(next?.objects[1].related.map(\.id), ["p3"])
+        updates.cancel()
+    }
 }

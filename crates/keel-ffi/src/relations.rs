@@ -150,17 +150,29 @@ fn reference(
     query: &Query,
     field: &str,
     many: bool,
-) -> Result<(String, FieldPath, String, bool), KeelError> {
+) -> Result<(String, Option<FieldPath>, String, bool), KeelError> {
     let schema = query.db.schema();
     let invalid = |message: String| KeelError::InvalidArgument { message };
     let coll = schema
         .collection(&query.collection)
         .ok_or_else(|| invalid(format!("no collection named {:?}", query.collection)))?;
-    let f = schema.tables[coll.table]
+    let own = schema.tables[coll.table]
         .fields
         .iter()
-        .find(|f| f.name == field)
-        .ok_or_else(|| invalid(format!("{} has no field {field:?}", coll.name)))?;
+        .find(|f| f.name == field);
+    if own.is_none() && many {
+        // The way back along a reference declared `inverse: "<field>"`: the
+        // referring collection, several objects per row, no path here.
+        let back = schema.references().into_iter().find(|(_, f)| {
+            f.references
+                .as_ref()
+                .is_some_and(|r| r.target == coll.name && r.inverse.as_deref() == Some(field))
+        });
+        if let Some((from, _)) = back {
+            return Ok((coll.name.clone(), None, from.name.clone(), true));
+        }
+    }
+    let f = own.ok_or_else(|| invalid(format!("{} has no field {field:?}", coll.name)))?;
     let r = f.references.as_ref().ok_or_else(|| {
         invalid(format!(
             "{}.{field} is not a reference field (no `references:`)",
@@ -177,18 +189,22 @@ fn reference(
         .reader(&coll.name)
         .and_then(|t| t.path(field))
         .map_err(|e| invalid(e.to_string()))?;
-    Ok((coll.name.clone(), path, r.target.clone(), r.to_many))
+    Ok((coll.name.clone(), Some(path), r.target.clone(), r.to_many))
 }
 
 /// The list now, and the keys its objects name.
 fn read(
     query: &Query,
     coll: &str,
-    path: &FieldPath,
+    path: Option<&FieldPath>,
     field: &str,
     to_many: bool,
 ) -> Result<(Vec<IncludedObject>, HashSet<String>), KeelError> {
     let rows = query.all_including(field.to_owned())?;
+    let Some(path) = path else {
+        // An inverse: every change of the referring collection is relevant.
+        return Ok((rows, HashSet::new()));
+    };
     let schema = query.db.schema();
     let reader = schema
         .reader(coll)
@@ -307,9 +323,10 @@ impl Query {
         let listener = Arc::new(Foreign::new(listener));
         crate::db::sync_call(|| {
             let (coll, path, target, to_many) = reference(self, &field, true)?;
-            // Filtered through the reference: a change of any referenced object
-            // can bring rows in, so every change of the target counts.
-            let filtered = self.related_expr(&field)?.is_some();
+            // Filtered through the reference, or an inverse (the referrers are
+            // the rows' related objects): a change of any object of the target
+            // can change the list, so every one counts.
+            let filtered = self.related_expr(&field)?.is_some() || path.is_none();
             let state = Arc::new(Mutex::new(State {
                 active: true,
                 rows: Vec::new(),
@@ -346,7 +363,8 @@ impl Query {
                     if !relevant {
                         return;
                     }
-                    let Ok((rows, named)) = read(&query, &coll, &path, &field, to_many) else {
+                    let Ok((rows, named)) = read(&query, &coll, path.as_ref(), &field, to_many)
+                    else {
                         return; // closed, or a read error: the next commit tries again
                     };
                     let diff =
@@ -366,7 +384,7 @@ impl Query {
                     *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
                 })
             };
-            let (rows, named) = match read(self, &coll, &path, &field, to_many) {
+            let (rows, named) = match read(self, &coll, path.as_ref(), &field, to_many) {
                 Ok(read) => read,
                 Err(e) => {
                     drop(first_guard);

@@ -526,3 +526,48 @@ fn a_live_list_filtered_through_a_reference_follows_renames() {
     let e = query.all_including("editor".into()).unwrap_err();
     assert!(matches!(e, KeelError::InvalidArgument { .. }), "{e:?}");
 }
+
+/// The way back through the FFI: `all_including` and `subscribe_including`
+/// take an inverse name (`posts` of `Post.author`): each author with the posts
+/// naming them, live as posts come and go.
+#[test]
+fn an_inverse_name_lists_and_follows_the_referring_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inverse.db").display().to_string();
+    let opts = OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    };
+    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    block_on(db.write(vec![
+        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+    ]))
+    .unwrap();
+    let authors = db.query("rel.Author".into()).order_by("id".into(), false);
+    let counts = |rows: &[keel_ffi::IncludedObject]| {
+        rows.iter().map(|r| r.related.len()).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        counts(&authors.all_including("posts".into()).unwrap()),
+        [1, 0]
+    );
+    let updates = Arc::new(Mutex::new(Vec::new()));
+    let _sub = authors
+        .subscribe_including("posts".into(), Box::new(Updates(Arc::clone(&updates))))
+        .unwrap();
+    block_on(db.write(vec![op(
+        &db,
+        true,
+        "rel.Post",
+        r#"{"id": "p2", "author": "bob"}"#,
+    )]))
+    .unwrap();
+    let u = updates.lock().unwrap();
+    assert_eq!(u.len(), 2);
+    assert_eq!(counts(&u[1].objects), [1, 1]);
+    assert_eq!(u[1].diff.updated, vec![1]);
+    let p2 = json(&db, "rel.Post", &u[1].objects[1].related[0].bytes);
+    assert_eq!(p2["id"], "p2");
+}

@@ -22,6 +22,8 @@ pub(crate) struct Incoming {
     pub(crate) to_many: bool,
     /// The delete rule.
     pub(crate) rule: OnDelete,
+    /// `inverse: "posts"`: the name this collection navigates back by.
+    pub(crate) inverse: Option<String>,
 }
 
 /// A reference field of this collection.
@@ -67,6 +69,7 @@ impl Links {
                     path: path_of(f.id, &f.name),
                     to_many: r.to_many,
                     rule: r.on_delete,
+                    inverse: r.inverse.clone(),
                 });
             }
             if c.name == name {

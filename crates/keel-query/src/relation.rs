@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use keel_schema::{Expr, FieldPath, PathStep, Record, Relation, Through, Value};
+use keel_schema::{Expr, FieldPath, Inverse, PathStep, Record, Relation, Through, Value};
 
 use crate::engine::Inner;
 use crate::error::{Error, Result};
@@ -631,6 +631,46 @@ impl<'a, R: Record> Fetch<'a, R> {
         }
     }
 
+    /// Every matching object with the objects of another collection whose
+    /// reference names it — the way back along a reference declared
+    /// `inverse: "posts"` (generated: `Author::posts_ref()`) — in two reads:
+    /// these objects, then their referrers (through the reference's index
+    /// column; a to-many reference scans the referring collection). Each
+    /// object's referrers come in their rowid order.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::rel::{Author, Post};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let db = Database::open_for::<Post>(dir.path().join("i.db"), StoreOptions::default())?;
+    /// db.write(|t| {
+    ///     t.insert(&Author::builder().id("ada").name("Ada").build())?;
+    ///     t.insert(&Post::builder().id("p1").author("ada").build())?;
+    ///     t.insert(&Post::builder().id("p2").author("ada").build())
+    /// }).wait()?;
+    /// let rows = db.fetch::<Author>().including_inverse(Author::posts_ref())?;
+    /// assert_eq!(rows[0].1.len(), 2);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn including_inverse<F: Record>(self, back: Inverse<R, F>) -> Result<Vec<(R, Vec<F>)>> {
+        let op = "including inverse";
+        self.into_query()
+            .including(back.name())?
+            .into_iter()
+            .map(|i| {
+                let referrers = i
+                    .related
+                    .iter()
+                    .map(|o| decode_row::<F>(op, o.rowid, &o.bytes))
+                    .collect::<Result<Vec<F>>>()?;
+                Ok((
+                    decode_row::<R>(op, i.object.rowid, &i.object.bytes)?,
+                    referrers,
+                ))
+            })
+            .collect()
+    }
+
     /// Keep the objects whose reference names an object matching the filter
     /// (`Post::author_ref().then(Author::name()).eq("Ada")`): the referenced
     /// collection is queried now, and this fetch keeps the objects holding one
@@ -738,6 +778,139 @@ pub struct Included {
     pub related: Vec<StoredObject>,
 }
 
+/// The reference pointing at `c` that `c` navigates back by under `name`
+/// (`inverse: "posts"`), unless `c` has a reference field of that name.
+fn inverse_named<'c>(c: &'c Coll, name: &str) -> Option<&'c crate::links::Incoming> {
+    if c.links.outgoing.iter().any(|o| o.field == name) {
+        return None;
+    }
+    c.links
+        .incoming
+        .iter()
+        .find(|i| i.inverse.as_deref() == Some(name))
+}
+
+/// The objects `spec` matches in `c`, each with the objects of the referring
+/// collection whose reference `back` names it (in their rowid order): the
+/// inverse of an `including` read, in two reads — `c`'s objects, then the
+/// referrers naming any of their keys (through the reference's index
+/// column to-one; a scan of the referring collection to-many). `related`
+/// keeps, as in [`Query::including_where`], the objects with a matching
+/// referrer; the window applies after it.
+fn referrers_of(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    as_of: Option<u64>,
+    c: &Coll,
+    spec: &Spec,
+    back: &crate::links::Incoming,
+    related: Option<&Expr>,
+) -> Result<Vec<Included>> {
+    let op = "including";
+    let from = inner.coll(&back.from, op)?;
+    let keep = match related {
+        Some(e) => Some(crate::eval::Filter::with_schema(
+            std::sync::Arc::clone(&inner.schema),
+            &from.name,
+            e,
+        )?),
+        None => None,
+    };
+    let mut spec = spec.clone();
+    let window = keep.is_some().then(|| {
+        let w = (spec.offset, spec.limit);
+        spec.offset = 0;
+        spec.limit = None;
+        w
+    });
+    let kpath = key_path(inner, c, op)?;
+    let reader = inner.table(c)?;
+    let mut rows: Vec<(StoredObject, Value)> = Vec::new();
+    Query {
+        src: Source::Conn(inner, conn, as_of),
+        spec,
+    }
+    .each(op, false, &mut |rowid, bytes| {
+        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
+            op,
+            collection: c.name.clone(),
+            source,
+        })?;
+        rows.push((stored_object(rowid, bytes)?, obj.get(&kpath)));
+        Ok(true)
+    })?;
+    let mut groups: HashMap<K, Vec<StoredObject>> = HashMap::new();
+    for (_, k) in &rows {
+        groups.entry(K::of(k)).or_default();
+    }
+    let freader = inner.table(from)?;
+    let bad = |source| Error::InvalidObject {
+        op,
+        collection: from.name.clone(),
+        source,
+    };
+    let referrers = Query::new(Source::Conn(inner, conn, as_of), &from.name);
+    if back.to_many {
+        // No column holds a vector's keys: the referring collection is read.
+        referrers.each(op, false, &mut |rowid, bytes| {
+            let mut seen: Vec<K> = Vec::new();
+            for e in freader
+                .open(bytes)
+                .and_then(|o| o.elements(back.field_id))
+                .map_err(bad)?
+            {
+                let k = K::of(&e);
+                if seen.contains(&k) {
+                    continue;
+                }
+                if let Some(g) = groups.get_mut(&k) {
+                    g.push(stored_object(rowid, bytes)?);
+                }
+                seen.push(k);
+            }
+            Ok(true)
+        })?;
+    } else {
+        let keys: Vec<Value> = rows
+            .iter()
+            .map(|(_, k)| k.clone())
+            .filter(|k| !k.is_null())
+            .collect();
+        for chunk in keys.chunks(BATCH) {
+            Query::new(Source::Conn(inner, conn, as_of), &from.name)
+                .filter(Expr::In {
+                    path: back.path.clone(),
+                    values: chunk.to_vec(),
+                })
+                .each(op, false, &mut |rowid, bytes| {
+                    let k = K::of(&freader.open(bytes).map_err(bad)?.get(&back.path));
+                    if let Some(g) = groups.get_mut(&k) {
+                        g.push(stored_object(rowid, bytes)?);
+                    }
+                    Ok(true)
+                })?;
+        }
+    }
+    let out = rows.into_iter().map(|(object, k)| Included {
+        related: groups.get(&K::of(&k)).cloned().unwrap_or_default(),
+        object,
+    });
+    let (Some(keep), Some((offset, limit))) = (keep, window) else {
+        return Ok(out.collect());
+    };
+    let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+    let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    Ok(out
+        .filter(|i| {
+            i.related
+                .iter()
+                .any(|r| keep.eval_bytes(&r.bytes) == Some(true))
+        })
+        .skip(skip)
+        .take(take)
+        .collect())
+}
+
 /// The reference field `field` of collection `c`; any other name is
 /// [`Error::UnknownField`].
 fn link_named<'c>(
@@ -800,6 +973,9 @@ impl Query<'_> {
         let op = "including";
         on_one_conn(&self.src, op, |inner, conn, as_of| {
             let c = inner.coll(&self.spec.collection, op)?;
+            if let Some(back) = inverse_named(c, field) {
+                return referrers_of(inner, conn, as_of, c, &self.spec, back, related);
+            }
             let link = link_named(c, field, op)?;
             let target = inner.coll(&link.target, op)?;
             let keep = match related {
@@ -893,6 +1069,13 @@ impl Query<'_> {
         let op = "including counts";
         on_one_conn(&self.src, op, |inner, conn, as_of| {
             let c = inner.coll(&self.spec.collection, op)?;
+            if let Some(back) = inverse_named(c, field) {
+                // The referrers themselves: their count is their number.
+                return Ok(referrers_of(inner, conn, as_of, c, &self.spec, back, None)?
+                    .into_iter()
+                    .map(|i| (i.object, u64::try_from(i.related.len()).unwrap_or(u64::MAX)))
+                    .collect());
+            }
             let link = link_named(c, field, op)?;
             let target = inner.coll(&link.target, op)?;
             let here = Query {

@@ -920,6 +920,18 @@ impl<'a> Gen<'a> {
             "    /// Decodes a FlatBuffers buffer whose root is this table: the `flatbuffers`\n    /// crate's verifier runs first, then a bounds-checked read; malformed bytes\n    /// give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {rt}::wire::verify::<{vname}>(bytes)?;\n        Self::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n"
         );
 
+        // handles: the way back along references declaring an inverse
+        for inv in crate::plan::inverses(s, &plan) {
+            let from = self.names.table_name(inv.from_table);
+            let _ = writeln!(
+                o,
+                "    /// The way back from `{name}` to the `{from}`s whose reference names it (`inverse: {:?}`; `including_inverse(…)`).\n    pub const fn {}_ref() -> {rt}::Inverse<{name}, {from}> {{\n        {rt}::Inverse::new({:?}, {:?})\n    }}\n",
+                inv.name,
+                inv.name,
+                inv.name,
+                inv.from
+            );
+        }
         // handles
         for f in &live {
             let hn = Self::handle_name(f);

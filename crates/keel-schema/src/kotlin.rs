@@ -866,7 +866,23 @@ impl<'a> Gen<'a> {
         o: &mut String,
         owner: &str,
         rels: &[crate::plan::RelationPlan<'_>],
+        invs: &[crate::plan::InversePlan<'_>],
     ) {
+        // The way back: the referrers, one `including` read like a to-many field.
+        for inv in invs {
+            let from = self.names.table_name(inv.from_table);
+            let mut prop = format!("{}Ref", lower_camel(inv.name));
+            if RESERVED.contains(&prop.as_str()) {
+                prop.push('_');
+            }
+            let _ = writeln!(
+                o,
+                "        /** The way back to the [{from}]s whose reference names this object (`inverse: {}`; `including(…)`). */\n        public val {}: dev.keel.ManyRelation<{owner}, {from}> get() = dev.keel.ManyRelation({}, {owner}, {from})",
+                inv.name,
+                ident(&prop),
+                string_lit(inv.name)
+            );
+        }
         for r in rels {
             let target = self.names.table_name(r.target);
             let mut prop = format!("{}Ref", lower_camel(&r.field.name));
@@ -1269,7 +1285,12 @@ impl<'a> Gen<'a> {
                     ident(&prop)
                 );
             }
-            self.relation_handles(o, &n, &crate::plan::relations(s, &plan));
+            self.relation_handles(
+                o,
+                &n,
+                &crate::plan::relations(s, &plan),
+                &crate::plan::inverses(s, &plan),
+            );
             o.push('\n');
         } else {
             let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());
@@ -1470,6 +1491,7 @@ mod tests {
         assert!(k.contains("public val editorRef: dev.keel.Relation<Post, Author>"));
         assert!(k.contains("public val postRef: dev.keel.Relation<Comment, Post>"));
         assert!(k.contains("public val tagsRef: dev.keel.ManyRelation<Post, Tag> get() = dev.keel.ManyRelation(\"tags\", Post, Tag)"), "{k}");
+        assert!(k.contains("public val postsRef: dev.keel.ManyRelation<Author, Post> get() = dev.keel.ManyRelation(\"posts\", Author, Post)"), "{k}");
         assert!(!gen(&blog()).contains("dev.keel.Relation"));
     }
 

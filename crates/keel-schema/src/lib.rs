@@ -80,6 +80,6 @@ pub use model::{
 pub use parser::ParseError;
 pub use path::{FieldPath, PathStep};
 pub use record::{ChangeRequest, Changes, DecodeError, Record};
-pub use relation::{Relation, Through, ThroughField};
+pub use relation::{Inverse, Relation, Through, ThroughField};
 pub use value::Value;
 pub use vector::{Metric, VectorProblem, VectorSpec};

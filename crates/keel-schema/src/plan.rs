@@ -271,6 +271,40 @@ pub(crate) fn relations<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<Relation
         .collect()
 }
 
+/// A reference of another collection (or of this one) declared with
+/// `inverse: "posts"` and pointing at a collection: the way back, which the
+/// typed layers render as a handle on the referenced type (`Author::posts_ref()`,
+/// `Author.postsRef`).
+pub(crate) struct InversePlan<'s> {
+    /// The inverse's name (`posts`).
+    pub name: &'s str,
+    /// The referring table (index into `Schema::tables`).
+    pub from_table: usize,
+    /// The referring collection's full name.
+    pub from: &'s str,
+}
+
+/// The inverse handles of the table `plan` plans (none for a table that is no
+/// collection): every reference declaring an inverse whose target is this
+/// collection, in the schema's order.
+pub(crate) fn inverses<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<InversePlan<'s>> {
+    let Some(own) = plan.ops.collection.as_ref() else {
+        return Vec::new();
+    };
+    s.references()
+        .into_iter()
+        .filter_map(|(c, f)| {
+            let r = f.references.as_ref()?;
+            let name = r.inverse.as_deref()?;
+            (r.target == own.name).then_some(InversePlan {
+                name,
+                from_table: c.table,
+                from: c.name.as_str(),
+            })
+        })
+        .collect()
+}
+
 /// The render functions of a back end for the four kinds of declared type: enums,
 /// structs, unions (each by index), then tables (which can fail).
 pub(crate) struct Renderers<G>(
@@ -395,6 +429,24 @@ mod tests {
         for f in &p.fields {
             assert_eq!(f.references, f.field.references.as_ref());
         }
+    }
+
+    /// Inverse handles: on the referenced collection, one per reference
+    /// declaring an inverse, naming the referring collection.
+    #[test]
+    fn inverse_handles_belong_to_the_referenced_collection() {
+        let s = crate::codegen_shared::example("relations.fbs");
+        let table = |n: &str| s.tables.iter().position(|t| t.name == n).unwrap();
+        let of = |n: &str| -> Vec<(String, String)> {
+            inverses(&s, &TablePlan::new(&s, table(n)))
+                .iter()
+                .map(|i| (i.name.to_owned(), i.from.to_owned()))
+                .collect()
+        };
+        let posts = ("posts".to_string(), "rel.Post".to_string());
+        assert_eq!(of("Author"), std::slice::from_ref(&posts));
+        assert_eq!(of("Tag"), [posts]);
+        assert!(of("Post").is_empty() && of("Shelf").is_empty());
     }
 
     /// Relation handles: the references of a collection with their targets'

@@ -6,6 +6,8 @@
 //! field handle `Post::author()`). The query layer uses it to prefetch the
 //! referenced objects (`including`) and to filter through the reference:
 //! `Post::author_ref().then(Author::name()).eq("Ada")` is a [`Through`] filter.
+//! A reference declared with `inverse: "posts"` gives its target an
+//! [`Inverse`] handle, `Author::posts_ref()`, for navigating back.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -154,4 +156,59 @@ pub struct Through {
     pub target: String,
     /// The condition on the referenced objects.
     pub filter: Expr,
+}
+
+/// The way back along a reference declared `inverse: "posts"`: from a record
+/// of type `T` (the referenced one, `Author`) to the records of type `R`
+/// (`Post`) whose reference names it. Generated: `Author::posts_ref()`.
+///
+/// ```
+/// use keel_schema::Inverse;
+/// struct Author;
+/// struct Post;
+/// let back: Inverse<Author, Post> = Inverse::new("posts", "blog.Post");
+/// assert_eq!((back.name(), back.from()), ("posts", "blog.Post"));
+/// ```
+pub struct Inverse<T, R> {
+    name: &'static str,
+    from: &'static str,
+    _marker: PhantomData<fn() -> (T, R)>,
+}
+
+impl<T, R> Clone for Inverse<T, R> {
+    fn clone(&self) -> Self {
+        Inverse {
+            name: self.name,
+            from: self.from,
+            _marker: PhantomData,
+        }
+    }
+}
+
+impl<T, R> fmt::Debug for Inverse<T, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Inverse({} <- {})", self.name, self.from)
+    }
+}
+
+impl<T, R> Inverse<T, R> {
+    /// The inverse named `name` of a reference of collection `from` (fully
+    /// qualified). Generated code calls this.
+    pub const fn new(name: &'static str, from: &'static str) -> Self {
+        Inverse {
+            name,
+            from,
+            _marker: PhantomData,
+        }
+    }
+
+    /// The inverse's name (`posts`).
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The referring collection (fully qualified).
+    pub fn from(&self) -> &'static str {
+        self.from
+    }
 }

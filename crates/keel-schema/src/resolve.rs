@@ -632,6 +632,16 @@ fn resolve_references(
                 return fail("a (primary) field cannot also be a reference".into());
             }
             if let Some(inv) = &rf.inverse {
+                let ident = inv
+                    .chars()
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && inv.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ident {
+                    return fail(format!(
+                        "(inverse: {inv:?}): expected an identifier (letters, digits, `_`), the name of the handle the generators make"
+                    ));
+                }
                 if tt.field(inv).is_some() {
                     return fail(format!(
                         "(inverse: {inv:?}): expected a name that {} does not use for a field",

@@ -1112,7 +1112,12 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "}}");
         self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
-        self.relation_handles(&mut o, &name, &crate::plan::relations(s, &plan));
+        self.relation_handles(
+            &mut o,
+            &name,
+            &crate::plan::relations(s, &plan),
+            &crate::plan::inverses(s, &plan),
+        );
         self.out.push_str(&o);
         Ok(())
     }
@@ -1120,8 +1125,14 @@ impl<'a> Gen<'a> {
     /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference,
     /// `Post.tagsRef: KeelManyRelation<Post, Tag>` for each to-many one
     /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
-    fn relation_handles(&self, o: &mut String, name: &str, rels: &[crate::plan::RelationPlan<'_>]) {
-        if rels.is_empty() {
+    fn relation_handles(
+        &self,
+        o: &mut String,
+        name: &str,
+        rels: &[crate::plan::RelationPlan<'_>],
+        invs: &[crate::plan::InversePlan<'_>],
+    ) {
+        if rels.is_empty() && invs.is_empty() {
             return;
         }
         let _ = writeln!(
@@ -1140,6 +1151,17 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// Relation handle for `{fname}`, {kind} `{target}` (`including(…)`).\n    public static var {}: {handle}<{name}, {target}> {{ {handle}({fname:?}) }}",
                 esc(&format!("{}Ref", member(fname)))
+            );
+        }
+        // The way back: the referrers, one `including` read like a to-many field.
+        for inv in invs {
+            let from = self.names.table_name(inv.from_table);
+            let _ = writeln!(
+                o,
+                "    /// The way back to the `{from}`s whose reference names this object (`inverse: {:?}`; `including(…)`).\n    public static var {}: KeelManyRelation<{name}, {from}> {{ KeelManyRelation({:?}) }}",
+                inv.name,
+                esc(&format!("{}Ref", member(inv.name))),
+                inv.name
             );
         }
         let _ = writeln!(o, "}}");
@@ -1175,6 +1197,7 @@ mod tests {
         assert!(code.contains("public static var editorRef: KeelRelation<Post, Author>"));
         assert!(code.contains("public static var postRef: KeelRelation<Comment, Post>"));
         assert!(code.contains("public static var tagsRef: KeelManyRelation<Post, Tag> { KeelManyRelation(\"tags\") }"), "{code}");
+        assert!(code.contains("public static var postsRef: KeelManyRelation<Author, Post> { KeelManyRelation(\"posts\") }"), "{code}");
         assert!(!generate(&blog(), "blog").unwrap().contains("KeelRelation"));
     }
 

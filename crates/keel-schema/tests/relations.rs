@@ -129,6 +129,16 @@ fn reference_errors_are_clear_schema_errors() {
     );
     assert!(clash.contains("inverse"), "{clash}");
 
+    // An inverse is a name the generators turn into a handle (`posts_ref()`).
+    let not_a_name = parse_err(
+        r#"table A (entity) { id: string (primary); }
+           table P { id: string (primary); a: string (references: "A", inverse: "my posts"); } root_type P;"#,
+    );
+    assert!(
+        not_a_name.contains("inverse") && not_a_name.contains("identifier"),
+        "{not_a_name}"
+    );
+
     let nested = parse_err(
         r#"table A (entity) { id: string (primary); }
            table Sub { a: string (references: "A"); }
