@@ -173,7 +173,7 @@ fn fetch_by_keys<T: Record>(
     conn: &rusqlite::Connection,
     as_of: Option<u64>,
     target: &Coll,
-    keys: Vec<Value>,
+    keys: &[Value],
     order: Option<&FieldPath>,
     keep: Option<&crate::eval::Filter>,
 ) -> Result<ByKey<(T, Value, bool)>> {
@@ -384,7 +384,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                     conn,
                     as_of,
                     target,
-                    wanted.clone(),
+                    &wanted,
                     related_order.as_ref().map(|(p, _)| p),
                     keep.as_ref(),
                 )?
@@ -546,9 +546,9 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             });
         }
         Ok(self
-            .run()?
+            .run_keyed()?
             .into_iter()
-            .map(|(r, ts)| (r, ts.into_iter().next()))
+            .map(|(r, ts, _)| (r, ts.into_iter().flatten().next()))
             .collect())
     }
 
