@@ -213,6 +213,56 @@ fn fetch_by_keys<T: Record>(
     Ok(out)
 }
 
+/// `where_related`'s condition, compiled for the related collection `c`.
+fn related_filter_on(
+    inner: &Inner,
+    c: &Coll,
+    related: Option<&Expr>,
+) -> Result<Option<crate::eval::Filter>> {
+    related
+        .map(|e| crate::eval::Filter::with_schema(std::sync::Arc::clone(&inner.schema), &c.name, e))
+        .transpose()
+}
+
+/// A read filtered or ordered through a reference reads every match and cuts
+/// the window itself: with `cut`, `spec`'s offset and limit are taken off and
+/// returned, for [`cut`] after the filter and the order.
+fn take_window(spec: &mut Spec, cut: bool) -> Option<(u64, Option<u64>)> {
+    cut.then(|| {
+        let w = (spec.offset, spec.limit);
+        spec.offset = 0;
+        spec.limit = None;
+        w
+    })
+}
+
+/// The window `(offset, limit)` of `items`.
+fn cut<X>(items: impl Iterator<Item = X>, (offset, limit): (u64, Option<u64>)) -> Vec<X> {
+    let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+    let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    items.skip(skip).take(take).collect()
+}
+
+/// `rows` whose related objects include one `keep` matches (SQL's: only
+/// true), cut to `window` — or all of them without a filter.
+fn kept_in_window(
+    rows: impl Iterator<Item = Included>,
+    keep: Option<&crate::eval::Filter>,
+    window: Option<(u64, Option<u64>)>,
+) -> Vec<Included> {
+    let (Some(keep), Some(window)) = (keep, window) else {
+        return rows.collect();
+    };
+    cut(
+        rows.filter(|i| {
+            i.related
+                .iter()
+                .any(|r| keep.eval_bytes(&r.bytes) == Some(true))
+        }),
+        window,
+    )
+}
+
 /// What [`read_referrers`] reads: each row with its keys, and every distinct key.
 type Referrers<X> = (Vec<(X, Vec<Value>)>, Vec<Value>);
 
@@ -348,13 +398,10 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             let mut spec: Spec = q.spec.clone();
             // Ordered by or filtered through a referenced field: every match is
             // read, sorted and kept here, then the window is cut.
-            let cut_here = related_order.is_some() || related_filter.is_some();
-            let window = cut_here.then(|| {
-                let w = (spec.offset, spec.limit);
-                spec.offset = 0;
-                spec.limit = None;
-                w
-            });
+            let window = take_window(
+                &mut spec,
+                related_order.is_some() || related_filter.is_some(),
+            );
             let here = Query {
                 src: Source::Conn(inner, conn, as_of),
                 spec,
@@ -368,14 +415,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 op,
                 &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
             )?;
-            let keep = match &related_filter {
-                Some(e) => Some(crate::eval::Filter::with_schema(
-                    std::sync::Arc::clone(&inner.schema),
-                    &target.name,
-                    e,
-                )?),
-                None => None,
-            };
+            let keep = related_filter_on(inner, target, related_filter.as_ref())?;
             let found: ByKey<(T, Value, bool)> = if wanted.is_empty() {
                 ByKey::default()
             } else {
@@ -426,14 +466,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                         Some(false) => o,
                     }
                 });
-                let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-                let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-                let rows = out
-                    .into_iter()
-                    .skip(skip)
-                    .take(take)
-                    .map(|(x, _)| x)
-                    .collect();
+                let rows = cut(out.into_iter().map(|(x, _)| x), (offset, limit));
                 return Ok((rows, wanted));
             }
             Ok((out.into_iter().map(|(x, _)| x).collect(), wanted))
@@ -808,21 +841,9 @@ fn referrers_of(
 ) -> Result<Vec<Included>> {
     let op = "including";
     let from = inner.coll(&back.from, op)?;
-    let keep = match related {
-        Some(e) => Some(crate::eval::Filter::with_schema(
-            std::sync::Arc::clone(&inner.schema),
-            &from.name,
-            e,
-        )?),
-        None => None,
-    };
+    let keep = related_filter_on(inner, from, related)?;
     let mut spec = spec.clone();
-    let window = keep.is_some().then(|| {
-        let w = (spec.offset, spec.limit);
-        spec.offset = 0;
-        spec.limit = None;
-        w
-    });
+    let window = take_window(&mut spec, keep.is_some());
     let kpath = key_path(inner, c, op)?;
     let reader = inner.table(c)?;
     let mut rows: Vec<(StoredObject, Value)> = Vec::new();
@@ -895,20 +916,7 @@ fn referrers_of(
         related: groups.get(&K::of(&k)).cloned().unwrap_or_default(),
         object,
     });
-    let (Some(keep), Some((offset, limit))) = (keep, window) else {
-        return Ok(out.collect());
-    };
-    let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-    let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-    Ok(out
-        .filter(|i| {
-            i.related
-                .iter()
-                .any(|r| keep.eval_bytes(&r.bytes) == Some(true))
-        })
-        .skip(skip)
-        .take(take)
-        .collect())
+    Ok(kept_in_window(out, keep.as_ref(), window))
 }
 
 /// The reference field `field` of collection `c`; any other name is
@@ -978,23 +986,9 @@ impl Query<'_> {
             }
             let link = link_named(c, field, op)?;
             let target = inner.coll(&link.target, op)?;
-            let keep = match related {
-                Some(e) => Some(crate::eval::Filter::with_schema(
-                    std::sync::Arc::clone(&inner.schema),
-                    &target.name,
-                    e,
-                )?),
-                None => None,
-            };
+            let keep = related_filter_on(inner, target, related)?;
             let mut spec = self.spec.clone();
-            // Filtered through the reference: every match is read, then the
-            // window is cut.
-            let window = keep.is_some().then(|| {
-                let w = (spec.offset, spec.limit);
-                spec.offset = 0;
-                spec.limit = None;
-                w
-            });
+            let window = take_window(&mut spec, keep.is_some());
             let here = Query {
                 src: Source::Conn(inner, conn, as_of),
                 spec,
@@ -1045,20 +1039,7 @@ impl Query<'_> {
                 related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
                 object,
             });
-            let (Some(keep), Some((offset, limit))) = (keep, window) else {
-                return Ok(rows.collect());
-            };
-            let skip = usize::try_from(offset).unwrap_or(usize::MAX);
-            let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
-            Ok(rows
-                .filter(|i| {
-                    i.related
-                        .iter()
-                        .any(|t| keep.eval_bytes(&t.bytes) == Some(true))
-                })
-                .skip(skip)
-                .take(take)
-                .collect())
+            Ok(kept_in_window(rows, keep.as_ref(), window))
         })
     }
 
