@@ -224,7 +224,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                     .into_iter()
                     .map(|(r, ts, ks)| Row {
                         r,
-                        keys: ks.iter().map(K::of).collect(),
+                        keys: ks.iter().map(|i| K::of(&every_key[i])).collect(),
                         named: ts,
                     })
                     .collect();

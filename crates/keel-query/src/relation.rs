@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use keel_schema::dynamic::ValueRef;
 use keel_schema::{Expr, FieldPath, Inverse, PathStep, Record, Relation, Through, Value};
 
 use crate::engine::Inner;
@@ -64,6 +65,15 @@ impl<T> ByKey<T> {
         }
     }
 
+    /// [`get`](Self::get) of a value borrowed from an object's bytes.
+    fn get_ref(&self, k: &ValueRef<'_>) -> Option<&T> {
+        match k {
+            ValueRef::Text(s) => self.text.get(*s),
+            ValueRef::Int(i) => self.int.get(i),
+            other => self.other.get(&K::of(&other.to_value())),
+        }
+    }
+
     fn insert(&mut self, k: Value, t: T) {
         match k {
             Value::Text(s) => {
@@ -84,8 +94,30 @@ impl<T> ByKey<T> {
 pub(crate) type Keyed<R, T> = Vec<KeyedRow<R, T>>;
 
 /// One row of [`Keyed`]: the object, the named objects (parallel to the keys),
-/// the keys.
-pub(crate) type KeyedRow<R, T> = (R, Vec<Option<T>>, Vec<Value>);
+/// the keys (indexes into the read's distinct keys).
+pub(crate) type KeyedRow<R, T> = (R, Vec<Option<T>>, Keys);
+
+/// The keys one referring row holds, as indexes into its read's distinct
+/// keys: none, one (a to-one reference: no allocation per row), or several,
+/// in the vector's order.
+#[derive(Debug, Clone)]
+pub(crate) enum Keys {
+    None,
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Keys {
+    /// The indexes, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        let (one, many): (Option<usize>, &[usize]) = match self {
+            Keys::None => (None, &[]),
+            Keys::One(i) => (Some(*i), &[]),
+            Keys::Many(v) => (None, v),
+        };
+        one.into_iter().chain(many.iter().copied())
+    }
+}
 
 /// A typed fetch with the objects one reference field names, read in one
 /// batched query: made by [`Fetch::including`].
@@ -263,8 +295,9 @@ fn kept_in_window(
     )
 }
 
-/// What [`read_referrers`] reads: each row with its keys, and every distinct key.
-type Referrers<X> = (Vec<(X, Vec<Value>)>, Vec<Value>);
+/// What [`read_referrers`] reads: each row with its keys (indexes into the
+/// second part), and every distinct key.
+type Referrers<X> = (Vec<(X, Keys)>, Vec<Value>);
 
 /// The objects `here` matches, each with the keys its reference field `path`
 /// holds (one or none to-one, a vector's in order to-many), and every distinct
@@ -289,9 +322,19 @@ fn read_referrers<X>(
             message: e.to_string(),
         })?)
     };
-    let mut rows: Vec<(X, Vec<Value>)> = Vec::new();
+    let mut rows: Vec<(X, Keys)> = Vec::new();
     let mut wanted: Vec<Value> = Vec::new();
-    let mut seen: ByKey<()> = ByKey::default();
+    // Each distinct key's index in `wanted`: a key seen before costs one
+    // lookup of the bytes it borrows, no allocation.
+    let mut seen: ByKey<usize> = ByKey::default();
+    let mut index_of = |k: Value, seen: &mut ByKey<usize>| -> usize {
+        if let Some(i) = seen.get(&k) {
+            return *i;
+        }
+        seen.insert(k.clone(), wanted.len());
+        wanted.push(k);
+        wanted.len() - 1
+    };
     here.each(op, false, &mut |rowid, bytes| {
         let keys = match &resolved {
             Some(rp) => {
@@ -300,32 +343,33 @@ fn read_referrers<X>(
                     collection: c.name.clone(),
                     source,
                 })?;
-                let v = obj.get_resolved(rp);
-                if v.is_null() {
-                    Vec::new()
-                } else {
-                    vec![v]
+                match obj.get_ref(rp).unwrap_or(ValueRef::Null) {
+                    ValueRef::Null => Keys::None,
+                    v => match seen.get_ref(&v) {
+                        Some(i) => Keys::One(*i),
+                        None => Keys::One(index_of(v.to_value(), &mut seen)),
+                    },
                 }
             }
-            None => keys_in(inner, c, op, path, true, bytes)?,
+            None => Keys::Many(
+                keys_in(inner, c, op, path, true, bytes)?
+                    .into_iter()
+                    .map(|k| index_of(k, &mut seen))
+                    .collect(),
+            ),
         };
-        for k in &keys {
-            if seen.get(k).is_none() {
-                seen.insert(k.clone(), ());
-                wanted.push(k.clone());
-            }
-        }
         rows.push((row(rowid, bytes)?, keys));
         Ok(true)
     })?;
     Ok((rows, wanted))
 }
 
-/// Each row with how many of its keys `found` holds.
-fn counted<X>(rows: Vec<(X, Vec<Value>)>, found: &ByKey<()>) -> Vec<(X, u64)> {
+/// Each row with how many of its keys (indexes into `wanted`) `found` holds.
+fn counted<X>(rows: Vec<(X, Keys)>, wanted: &[Value], found: &ByKey<()>) -> Vec<(X, u64)> {
+    let present: Vec<bool> = wanted.iter().map(|k| found.get(k).is_some()).collect();
     rows.into_iter()
         .map(|(x, keys)| {
-            let n = keys.iter().filter(|k| found.get(k).is_some()).count();
+            let n = keys.iter().filter(|i| present[*i]).count();
             (x, u64::try_from(n).unwrap_or(u64::MAX))
         })
         .collect()
@@ -430,11 +474,12 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 )?
             };
             // Each row with the value `order_by_related` sorts it by.
+            // What each distinct key names, looked up once.
+            let at: Vec<Option<&(T, Value, bool)>> = wanted.iter().map(|k| found.get(k)).collect();
             let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
                 .into_iter()
                 .filter_map(|(r, keys)| {
-                    let hits: Vec<Option<&(T, Value, bool)>> =
-                        keys.iter().map(|k| found.get(k)).collect();
+                    let hits: Vec<Option<&(T, Value, bool)>> = keys.iter().map(|i| at[i]).collect();
                     // Filtered: the rows naming at least one matching object.
                     if keep.is_some() && !hits.iter().flatten().any(|(_, _, m)| *m) {
                         return None;
@@ -646,7 +691,11 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 op,
                 &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
             )?;
-            Ok(counted(rows, &existing_keys(conn, target, &wanted, op)?))
+            Ok(counted(
+                rows,
+                &wanted,
+                &existing_keys(conn, target, &wanted, op)?,
+            ))
         })
     }
 }
@@ -1035,8 +1084,9 @@ impl Query<'_> {
                         })?;
                 }
             }
+            let at: Vec<Option<&StoredObject>> = wanted.iter().map(|k| found.get(k)).collect();
             let rows = rows.into_iter().map(|(object, keys)| Included {
-                related: keys.iter().filter_map(|k| found.get(k).cloned()).collect(),
+                related: keys.iter().filter_map(|i| at[i].cloned()).collect(),
                 object,
             });
             Ok(kept_in_window(rows, keep.as_ref(), window))
@@ -1072,7 +1122,11 @@ impl Query<'_> {
                 op,
                 &mut stored_object,
             )?;
-            Ok(counted(rows, &existing_keys(conn, target, &wanted, op)?))
+            Ok(counted(
+                rows,
+                &wanted,
+                &existing_keys(conn, target, &wanted, op)?,
+            ))
         })
     }
 }
