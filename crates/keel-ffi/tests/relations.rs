@@ -570,4 +570,29 @@ fn an_inverse_name_lists_and_follows_the_referring_objects() {
     assert_eq!(u[1].diff.updated, vec![1]);
     let p2 = json(&db, "rel.Post", &u[1].objects[1].related[0].bytes);
     assert_eq!(p2["id"], "p2");
+    drop(u);
+    // Filtered through the inverse: the authors with a post titled "Hello".
+    block_on(db.write(vec![op(
+        &db,
+        false,
+        "rel.Post",
+        r#"{"id": "p2", "author": "bob", "title": "Hello"}"#,
+    )]))
+    .unwrap();
+    let hello = keel_ffi::Expr::eq("title".into(), keel_ffi::Value::Text { v: "Hello".into() });
+    let with_hello = authors
+        .where_related("posts".into(), hello)
+        .unwrap()
+        .all_including("posts".into())
+        .unwrap();
+    let names: Vec<String> = with_hello
+        .iter()
+        .map(|r| {
+            json(&db, "rel.Author", &r.object.bytes)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(names, ["bob"]);
 }
