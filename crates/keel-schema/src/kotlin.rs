@@ -857,49 +857,30 @@ impl<'a> Gen<'a> {
     }
 
     /// `Post.authorRef: dev.keel.Relation<Post, Author>` in the companion, for
-    /// each to-one reference, `Post.tagsRef: dev.keel.ManyRelation<Post, Tag>`
-    /// for each to-many one (`db.fetch(Post).including(Post.authorRef)`,
-    /// layer/Relations.kt). A getter: the target's companion may not be
+    /// each to-one reference, `dev.keel.ManyRelation` for each to-many one and
+    /// each inverse (`Author.postsRef`): the plan's
+    /// [`handles`](crate::plan::handles) (`db.fetch(Post).including(Post.authorRef)`,
+    /// layer/Relations.kt). A getter: the other companion may not be
     /// initialised yet when this one is.
     fn relation_handles(
         &self,
         o: &mut String,
         owner: &str,
-        rels: &[crate::plan::RelationPlan<'_>],
-        invs: &[crate::plan::InversePlan<'_>],
+        handles: &[crate::plan::HandlePlan<'_>],
     ) {
-        // The way back: the referrers, one `including` read like a to-many field.
-        for inv in invs {
-            let from = self.names.table_name(inv.from_table);
-            let mut prop = format!("{}Ref", lower_camel(inv.name));
+        for h in handles {
+            let other = self.names.table_name(h.other);
+            let mut prop = format!("{}Ref", lower_camel(h.name));
             if RESERVED.contains(&prop.as_str()) {
                 prop.push('_');
             }
+            let handle = if h.many() { "ManyRelation" } else { "Relation" };
             let _ = writeln!(
                 o,
-                "        /** The way back to the [{from}]s whose reference names this object (`inverse: {}`; `including(…)`). */\n        public val {}: dev.keel.ManyRelation<{owner}, {from}> get() = dev.keel.ManyRelation({}, {owner}, {from})",
-                inv.name,
+                "        /** {} */\n        public val {}: dev.keel.{handle}<{owner}, {other}> get() = dev.keel.{handle}({}, {owner}, {other})",
+                h.doc(&format!("[{other}]")),
                 ident(&prop),
-                string_lit(inv.name)
-            );
-        }
-        for r in rels {
-            let target = self.names.table_name(r.target);
-            let mut prop = format!("{}Ref", lower_camel(&r.field.name));
-            if RESERVED.contains(&prop.as_str()) {
-                prop.push('_');
-            }
-            let (kind, handle) = if r.to_many {
-                ("keys of", "ManyRelation")
-            } else {
-                ("a reference to", "Relation")
-            };
-            let _ = writeln!(
-                o,
-                "        /** Relation handle for `{}`, {kind} [{target}] (`including(…)`). */\n        public val {}: dev.keel.{handle}<{owner}, {target}> get() = dev.keel.{handle}({}, {owner}, {target})",
-                r.field.name,
-                ident(&prop),
-                string_lit(&r.field.name)
+                string_lit(h.name)
             );
         }
     }
@@ -1285,12 +1266,7 @@ impl<'a> Gen<'a> {
                     ident(&prop)
                 );
             }
-            self.relation_handles(
-                o,
-                &n,
-                &crate::plan::relations(s, &plan),
-                &crate::plan::inverses(s, &plan),
-            );
+            self.relation_handles(o, &n, &crate::plan::handles(s, &plan));
             o.push('\n');
         } else {
             let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());

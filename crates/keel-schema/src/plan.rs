@@ -305,6 +305,75 @@ pub(crate) fn inverses<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<InversePl
         .collect()
 }
 
+/// What a relation handle of the Swift and Kotlin layers follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HandleKind {
+    /// A to-one reference field of this collection.
+    ToOne,
+    /// A to-many reference field (a vector of keys) of this collection.
+    ToMany,
+    /// The way back along another collection's reference (`inverse:`).
+    Inverse,
+}
+
+/// One relation handle of a collection as the Swift and Kotlin layers render
+/// it (`Post.authorRef`, `Post.tagsRef`, `Author.postsRef`): the name the FFI
+/// takes (a field or an inverse), the other collection's table, and its kind.
+/// Every handle but a to-one one reads several objects per row.
+pub(crate) struct HandlePlan<'s> {
+    /// The field's or the inverse's name (`author`, `posts`).
+    pub name: &'s str,
+    /// The other collection's table: the referenced one, or for an inverse
+    /// the referring one.
+    pub other: usize,
+    pub kind: HandleKind,
+}
+
+impl HandlePlan<'_> {
+    /// Whether a row gets several objects (to-many and inverse handles).
+    pub fn many(&self) -> bool {
+        self.kind != HandleKind::ToOne
+    }
+
+    /// The handle's doc sentence, with `other` the other type as the back end
+    /// writes it in docs (`` `Author` ``, `[Author]`).
+    pub fn doc(&self, other: &str) -> String {
+        let name = self.name;
+        match self.kind {
+            HandleKind::ToOne => {
+                format!("Relation handle for `{name}`, a reference to {other} (`including(…)`).")
+            }
+            HandleKind::ToMany => {
+                format!("Relation handle for `{name}`, keys of {other} (`including(…)`).")
+            }
+            HandleKind::Inverse => format!(
+                "The way back to the {other}s whose reference names this object (`inverse: \"{name}\"`; `including(…)`)."
+            ),
+        }
+    }
+}
+
+/// Every relation handle of the table `plan` plans, for the Swift and Kotlin
+/// layers: its reference fields ([`relations`]), then the inverses pointing
+/// at it ([`inverses`]).
+pub(crate) fn handles<'s>(s: &'s Schema, plan: &TablePlan<'s>) -> Vec<HandlePlan<'s>> {
+    let fields = relations(s, plan).into_iter().map(|r| HandlePlan {
+        name: r.field.name.as_str(),
+        other: r.target,
+        kind: if r.to_many {
+            HandleKind::ToMany
+        } else {
+            HandleKind::ToOne
+        },
+    });
+    let back = inverses(s, plan).into_iter().map(|i| HandlePlan {
+        name: i.name,
+        other: i.from_table,
+        kind: HandleKind::Inverse,
+    });
+    fields.chain(back).collect()
+}
+
 /// The render functions of a back end for the four kinds of declared type: enums,
 /// structs, unions (each by index), then tables (which can fail).
 pub(crate) struct Renderers<G>(

@@ -1112,56 +1112,41 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "}}");
         self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
-        self.relation_handles(
-            &mut o,
-            &name,
-            &crate::plan::relations(s, &plan),
-            &crate::plan::inverses(s, &plan),
-        );
+        self.relation_handles(&mut o, &name, &crate::plan::handles(s, &plan));
         self.out.push_str(&o);
         Ok(())
     }
 
     /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference,
-    /// `Post.tagsRef: KeelManyRelation<Post, Tag>` for each to-many one
+    /// `KeelManyRelation` for each to-many one and each inverse
+    /// (`Author.postsRef`): the plan's [`handles`](crate::plan::handles)
     /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
     fn relation_handles(
         &self,
         o: &mut String,
         name: &str,
-        rels: &[crate::plan::RelationPlan<'_>],
-        invs: &[crate::plan::InversePlan<'_>],
+        handles: &[crate::plan::HandlePlan<'_>],
     ) {
-        if rels.is_empty() && invs.is_empty() {
+        if handles.is_empty() {
             return;
         }
         let _ = writeln!(
             o,
             "\n/// Relation handles: `db.fetch({name}.self).including({name}.…Ref)`.\nextension {name} {{"
         );
-        for r in rels {
-            let target = self.names.table_name(r.target);
-            let fname = &r.field.name;
-            let (kind, handle) = if r.to_many {
-                ("keys of", "KeelManyRelation")
+        for h in handles {
+            let other = self.names.table_name(h.other);
+            let handle = if h.many() {
+                "KeelManyRelation"
             } else {
-                ("a reference to", "KeelRelation")
+                "KeelRelation"
             };
             let _ = writeln!(
                 o,
-                "    /// Relation handle for `{fname}`, {kind} `{target}` (`including(…)`).\n    public static var {}: {handle}<{name}, {target}> {{ {handle}({fname:?}) }}",
-                esc(&format!("{}Ref", member(fname)))
-            );
-        }
-        // The way back: the referrers, one `including` read like a to-many field.
-        for inv in invs {
-            let from = self.names.table_name(inv.from_table);
-            let _ = writeln!(
-                o,
-                "    /// The way back to the `{from}`s whose reference names this object (`inverse: {:?}`; `including(…)`).\n    public static var {}: KeelManyRelation<{name}, {from}> {{ KeelManyRelation({:?}) }}",
-                inv.name,
-                esc(&format!("{}Ref", member(inv.name))),
-                inv.name
+                "    /// {}\n    public static var {}: {handle}<{name}, {other}> {{ {handle}({:?}) }}",
+                h.doc(&format!("`{other}`")),
+                esc(&format!("{}Ref", member(h.name))),
+                h.name
             );
         }
         let _ = writeln!(o, "}}");
