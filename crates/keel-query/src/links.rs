@@ -3,7 +3,8 @@
 //! own reference fields (`outgoing`: the `dangling: false` check on writes).
 //!
 //! A leaf: it only reads the schema model. `txn.rs` enforces the rules with it,
-//! `relation.rs` (prefetch, filters through references) reads it too.
+//! `relation.rs` (prefetch, filters through references, the way back along an
+//! incoming reference's `inverse` name) reads it too.
 
 use keel_schema::{FieldPath, OnDelete, PathStep, Schema};
 

@@ -52,6 +52,7 @@ use keel_schema::{DynamicTable, Object, Schema, Value};
 
 use crate::error::{Error, Result};
 use crate::layout::Coll;
+use crate::relation::{column_key, K};
 use crate::sql::{ident, Param};
 
 /// Where a migration run is; given to [`Migrator::on_progress`] on the open thread.
@@ -262,14 +263,14 @@ pub enum Backfill {
     Key(Value),
 }
 
-/// The keys of collection `target` (of `schema`) in the file, as [`key_text`]s;
+/// The keys of collection `target` (of `schema`) in the file;
 /// none when it has no table yet.
 fn target_keys(
     conn: &rusqlite::Connection,
     path: &Path,
     schema: &Schema,
     target: &str,
-) -> Result<std::collections::HashSet<String>> {
+) -> Result<std::collections::HashSet<K>> {
     let op = "migration: backfill references";
     let c = coll_of(schema, target).ok_or_else(|| unknown(op, target))??;
     let mut out = std::collections::HashSet::new();
@@ -284,25 +285,11 @@ fn target_keys(
         .map_err(sql_err(path, op))?;
     let mut rows = st.query([]).map_err(sql_err(path, op))?;
     while let Some(r) = rows.next().map_err(sql_err(path, op))? {
-        let k = match r.get_ref(0).map_err(sql_err(path, op))? {
-            rusqlite::types::ValueRef::Text(t) => {
-                Value::Text(String::from_utf8_lossy(t).into_owned())
-            }
-            rusqlite::types::ValueRef::Integer(i) => Value::Int(i),
-            _ => continue,
-        };
-        out.insert(key_text(&k));
+        if let Some(k) = column_key(r.get_ref(0).map_err(sql_err(path, op))?) {
+            out.insert(K::of(&k));
+        }
     }
     Ok(out)
-}
-
-/// A key as a set member (text and integer keys never collide).
-fn key_text(v: &Value) -> String {
-    match v {
-        Value::Text(s) => format!("t{s}"),
-        Value::Int(i) => format!("i{i}"),
-        other => format!("o{other:?}"),
-    }
 }
 
 /// A key as JSON (reference keys are text or integers). Generic over the JSON
@@ -626,7 +613,7 @@ impl<'a> Migration<'a> {
         // Every key the referenced collection holds, read once: a collection
         // referring to itself is rewritten while it is probed.
         let existing = target_keys(self.conn, self.path, self.new, &reference.target)?;
-        let missing = |v: &Value| !existing.contains(&key_text(v));
+        let missing = |v: &Value| !existing.contains(&K::of(v));
         if let Backfill::Key(k) = &rule {
             if !matches!(k, Value::Text(_) | Value::Int(_)) {
                 return Err(Error::TypeMismatch {

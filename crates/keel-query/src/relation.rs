@@ -1,7 +1,9 @@
 //! Reading through references (issue 30): [`Fetch::including`] prefetches the
 //! objects a `(references: …)` field names in **one batched read per
-//! relation** (no N+1), and [`Fetch::filter_through`] keeps the objects whose
-//! referenced object matches a filter.
+//! relation** (no N+1) — filtered by them with [`Including::where_related`],
+//! counted with [`Including::counts`] — [`Fetch::including_inverse`] reads
+//! the way back along an `inverse:`, and [`Fetch::filter_through`] keeps the
+//! objects whose referenced object matches a filter, resolved to keys once.
 //!
 //! Both run on one connection: through a [`Database`](crate::Database), inside
 //! one read transaction, so the referring and the referenced objects come from
@@ -375,6 +377,17 @@ fn counted<X>(rows: Vec<(X, Keys)>, wanted: &[Value], found: &ByKey<()>) -> Vec<
         .collect()
 }
 
+/// A key read from a key column (`k0`): reference keys are text or integers.
+pub(crate) fn column_key(v: rusqlite::types::ValueRef<'_>) -> Option<Value> {
+    match v {
+        rusqlite::types::ValueRef::Text(t) => {
+            Some(Value::Text(String::from_utf8_lossy(t).into_owned()))
+        }
+        rusqlite::types::ValueRef::Integer(i) => Some(Value::Int(i)),
+        _ => None,
+    }
+}
+
 /// Which of `keys` name an object of `target`: its key column only, no
 /// object is read.
 fn existing_keys(
@@ -398,17 +411,12 @@ fn existing_keys(
             .next()
             .map_err(|e| Error::sqlite(op, &target.name, e))?
         {
-            let k = match r
+            let v = r
                 .get_ref(0)
-                .map_err(|e| Error::sqlite(op, &target.name, e))?
-            {
-                rusqlite::types::ValueRef::Text(t) => {
-                    Value::Text(String::from_utf8_lossy(t).into_owned())
-                }
-                rusqlite::types::ValueRef::Integer(i) => Value::Int(i),
-                _ => continue,
-            };
-            out.insert(k, ());
+                .map_err(|e| Error::sqlite(op, &target.name, e))?;
+            if let Some(k) = column_key(v) {
+                out.insert(k, ());
+            }
         }
     }
     Ok(out)
