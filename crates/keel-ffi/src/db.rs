@@ -726,8 +726,10 @@ impl Query {
 
     /// Every matching object with the objects its reference field `field` (a
     /// `(references: …)` field) names, in two reads however many objects match:
-    /// the objects, then every referenced object at once (no N+1). A field that
-    /// is not a reference is `UnknownField`.
+    /// the objects, then every referenced object at once (no N+1). `field` may
+    /// be an inverse name instead: each object with the objects referring to it.
+    /// With `where_related`, only the objects whose related ones match. Any
+    /// other name is `UnknownField`.
     pub fn all_including(&self, field: String) -> Result<Vec<IncludedObject>, KeelError> {
         sync_call(|| {
             let related = self.related_expr(&field)?;

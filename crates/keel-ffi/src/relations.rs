@@ -312,9 +312,11 @@ impl Query {
     /// naming no object are left out): `listener` gets the list at once (on
     /// this thread), then every changed list with its diff (on keel's writer
     /// thread) — including a change of a referenced object only (an author
-    /// renamed: the posts naming it are `updated`). A field that is not a
-    /// reference is `InvalidArgument`. Local commits only (not other
-    /// processes').
+    /// renamed: the posts naming it are `updated`). `field` may also be an
+    /// inverse name (`posts` of `Post.author: (inverse: "posts")`): each
+    /// object with the objects referring to it, re-read on any change of the
+    /// referring collection. Any other name is `InvalidArgument`. Local commits
+    /// only (not other processes').
     pub fn subscribe_including(
         &self,
         field: String,
