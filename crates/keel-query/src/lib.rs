@@ -139,6 +139,7 @@ pub mod migrate;
 mod nearest;
 pub mod pool;
 mod query;
+mod ref_keys;
 mod relation;
 mod remote;
 mod scan;

@@ -24,7 +24,8 @@ use keel_schema::{Record, Relation};
 use crate::db::{ChangeHook, Database};
 use crate::error::{Error, Result};
 use crate::query::{decode_row, Fetch, Source, Spec};
-use crate::relation::{Including, K};
+use crate::ref_keys::K;
+use crate::relation::Including;
 use crate::subscribe::Diff;
 
 /// One delivery of [`Including::subscribe`]: the whole list and its diff
@@ -215,7 +216,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                     related_order: related_order.clone(),
                     related_filter: related_filter.clone(),
                 }
-                .run_keyed_all()?;
+                .run_keyed_all::<Vec<Option<T>>>()?;
                 let (keyed, every_key) = keyed;
                 // Every key any matching `R` holds, shown or not: renaming one
                 // can bring its rows into a filtered or ordered window.

@@ -52,7 +52,7 @@ use keel_schema::{DynamicTable, Object, Schema, Value};
 
 use crate::error::{Error, Result};
 use crate::layout::Coll;
-use crate::relation::{column_key, K};
+use crate::ref_keys::{column_key, K};
 use crate::sql::{ident, Param};
 
 /// Where a migration run is; given to [`Migrator::on_progress`] on the open thread.

@@ -18,86 +18,49 @@ use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::layout::Coll;
 use crate::query::{decode_row, Fetch, Query, Source, Spec, StoredObject};
+use crate::ref_keys::{column_key, ByKey, K};
 
 /// Most keys one batched read binds (SQLite allows 32,766 parameters); more
 /// distinct keys than this take one more read per chunk.
 const BATCH: usize = 30_000;
 
-/// A key as a hash-map key (a [`Value`] is not `Hash`: it holds floats).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) enum K {
-    Int(i64),
-    Text(String),
-    Other(String),
+/// Each referring object with the keys it holds and what they name (`N`, a
+/// [`Named`]: for each key the object it names, `None` for a dangling key; or
+/// only the first found).
+pub(crate) type Keyed<R, N> = Vec<KeyedRow<R, N>>;
+
+/// One row of [`Keyed`]: the object, the named objects, the keys (indexes
+/// into the read's distinct keys).
+pub(crate) type KeyedRow<R, N> = (R, N, Keys);
+
+/// How a row of an `including` read holds the objects its keys name, built
+/// from them in key order: each key's (`Vec<Option<T>>`, for live lists and
+/// [`Including::all_many`]) or the first found (`Option<T>`, a to-one
+/// [`Including::all`]: no vector per row).
+pub(crate) trait Named<T>: Sized {
+    /// From the objects the row's keys name, in key order.
+    fn from_hits<'t>(hits: impl Iterator<Item = Option<&'t T>>) -> Self
+    where
+        T: 't;
 }
 
-impl K {
-    pub(crate) fn of(v: &Value) -> K {
-        match v {
-            Value::Int(i) => K::Int(*i),
-            Value::Text(s) => K::Text(s.clone()),
-            other => K::Other(format!("{other:?}")),
-        }
+impl<T: Clone> Named<T> for Vec<Option<T>> {
+    fn from_hits<'t>(hits: impl Iterator<Item = Option<&'t T>>) -> Self
+    where
+        T: 't,
+    {
+        hits.map(|h| h.cloned()).collect()
     }
 }
 
-/// Objects by key, looked up without allocating (text keys by `&str`).
-struct ByKey<T> {
-    text: HashMap<String, T>,
-    int: HashMap<i64, T>,
-    other: HashMap<K, T>,
-}
-
-impl<T> Default for ByKey<T> {
-    fn default() -> Self {
-        ByKey {
-            text: HashMap::new(),
-            int: HashMap::new(),
-            other: HashMap::new(),
-        }
+impl<T: Clone> Named<T> for Option<T> {
+    fn from_hits<'t>(mut hits: impl Iterator<Item = Option<&'t T>>) -> Self
+    where
+        T: 't,
+    {
+        hits.find_map(|h| h.cloned())
     }
 }
-
-impl<T> ByKey<T> {
-    fn get(&self, k: &Value) -> Option<&T> {
-        match k {
-            Value::Text(s) => self.text.get(s.as_str()),
-            Value::Int(i) => self.int.get(i),
-            other => self.other.get(&K::of(other)),
-        }
-    }
-
-    /// [`get`](Self::get) of a value borrowed from an object's bytes.
-    fn get_ref(&self, k: &ValueRef<'_>) -> Option<&T> {
-        match k {
-            ValueRef::Text(s) => self.text.get(*s),
-            ValueRef::Int(i) => self.int.get(i),
-            other => self.other.get(&K::of(&other.to_value())),
-        }
-    }
-
-    fn insert(&mut self, k: Value, t: T) {
-        match k {
-            Value::Text(s) => {
-                self.text.insert(s, t);
-            }
-            Value::Int(i) => {
-                self.int.insert(i, t);
-            }
-            other => {
-                self.other.insert(K::of(&other), t);
-            }
-        }
-    }
-}
-
-/// Each referring object with the keys it holds and, for each key, the object
-/// it names (`None`: a dangling key).
-pub(crate) type Keyed<R, T> = Vec<KeyedRow<R, T>>;
-
-/// One row of [`Keyed`]: the object, the named objects (parallel to the keys),
-/// the keys (indexes into the read's distinct keys).
-pub(crate) type KeyedRow<R, T> = (R, Vec<Option<T>>, Keys);
 
 /// The keys one referring row holds, as indexes into its read's distinct
 /// keys: none, one (a to-one reference: no allocation per row), or several,
@@ -205,13 +168,13 @@ fn keys_in(
 fn fetch_by_keys<T: Record>(
     inner: &Inner,
     conn: &rusqlite::Connection,
-    as_of: Option<u64>,
     target: &Coll,
     keys: &[Value],
     order: Option<&FieldPath>,
     keep: Option<&crate::eval::Filter>,
 ) -> Result<ByKey<(T, Value, bool)>> {
-    let path = key_path(inner, target, "including")?;
+    // References name single-field keys, held in the key column `k0`.
+    key_path(inner, target, "including")?;
     let reader = inner.table(target)?;
     let order = match order {
         Some(p) => Some(reader.resolve(p).map_err(|e| Error::UnknownField {
@@ -222,29 +185,61 @@ fn fetch_by_keys<T: Record>(
         None => None,
     };
     let mut out = ByKey::default();
-    for chunk in keys.chunks(BATCH) {
-        let q = Query::new(Source::Conn(inner, conn, as_of), &target.name).filter(Expr::In {
-            path: path.clone(),
-            values: chunk.to_vec(),
-        });
-        q.each("including", false, &mut |rowid, bytes| {
-            let t = decode_row::<T>("including", rowid, bytes)?;
-            // The value `order_by_related` sorts by, read from the same bytes.
-            let v = match &order {
-                Some(rp) => reader
-                    .open(bytes)
-                    .map_or(Value::Null, |o| o.get_resolved(rp)),
-                None => Value::Null,
-            };
-            // Whether it matches `where_related`'s condition (SQL's: only true).
-            let matches = keep.is_none_or(|f| f.eval_bytes(bytes) == Some(true));
-            if let Some(k) = t.primary_key().into_iter().next() {
-                out.insert(k, (t, v, matches));
-            }
-            Ok(true)
-        })?;
-    }
+    let columns = format!("rowid, {}", target.body.select());
+    by_keys(inner, conn, target, keys, &columns, &mut |sql, params| {
+        crate::query::select_each(
+            conn,
+            target,
+            "including",
+            sql,
+            params,
+            &mut |rowid, bytes| {
+                let t = decode_row::<T>("including", rowid, bytes)?;
+                // The value `order_by_related` sorts by, read from the same bytes.
+                let v = match &order {
+                    Some(rp) => reader
+                        .open(bytes)
+                        .map_or(Value::Null, |o| o.get_resolved(rp)),
+                    None => Value::Null,
+                };
+                // Whether it matches `where_related`'s condition (SQL's: only true).
+                let matches = keep.is_none_or(|f| f.eval_bytes(bytes) == Some(true));
+                if let Some(k) = t.primary_key().into_iter().next() {
+                    out.insert(k, (t, v, matches));
+                }
+                Ok(true)
+            },
+        )
+    })?;
     Ok(out)
+}
+
+/// Run `SELECT {columns} FROM target WHERE k0 IN (…)` over `keys`, one
+/// statement per [`BATCH`] keys, handing `run` each statement's SQL and
+/// parameters. The rows come in no particular order: the callers build maps
+/// by key, and an `ORDER BY` would make SQLite copy every matching row, body
+/// and all, into a temporary b-tree to sort it first. A target whose table
+/// does not exist yet matches nothing.
+fn by_keys(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    target: &Coll,
+    keys: &[Value],
+    columns: &str,
+    run: &mut dyn FnMut(&str, &[Value]) -> Result<()>,
+) -> Result<()> {
+    if keys.is_empty() || inner.unborn(conn, target)? {
+        return Ok(());
+    }
+    for chunk in keys.chunks(BATCH) {
+        let marks = vec!["?"; chunk.len()].join(",");
+        let sql = format!(
+            "SELECT {columns} FROM {} WHERE k0 IN ({marks})",
+            target.ident
+        );
+        run(&sql, chunk)?;
+    }
+    Ok(())
 }
 
 /// `where_related`'s condition, compiled for the related collection `c`.
@@ -301,24 +296,44 @@ fn kept_in_window(
 /// second part), and every distinct key.
 type Referrers<X> = (Vec<(X, Keys)>, Vec<Value>);
 
-/// The objects `here` matches, each with the keys its reference field `path`
+/// The reference field a read takes its keys from: its path in the referring
+/// collection, whether it holds a vector of keys, and for a typed to-one read
+/// the generated reader of the key from the decoded object
+/// ([`Relation::key_reader`]), which spares reading the bytes again.
+struct RefField<'p, X> {
+    path: &'p FieldPath,
+    to_many: bool,
+    typed: Option<fn(&X) -> ValueRef<'_>>,
+}
+
+impl<'p, X> RefField<'p, X> {
+    /// A field whose keys are read from the objects' bytes.
+    fn bytes(path: &'p FieldPath, to_many: bool) -> Self {
+        RefField {
+            path,
+            to_many,
+            typed: None,
+        }
+    }
+}
+
+/// The objects `here` matches, each with the keys its reference field `by`
 /// holds (one or none to-one, a vector's in order to-many), and every distinct
 /// key once, in first-seen order: the first of an `including` read's two reads.
 fn read_referrers<X>(
     inner: &Inner,
     c: &Coll,
     here: &Query<'_>,
-    path: &FieldPath,
-    to_many: bool,
+    by: RefField<'_, X>,
     op: &'static str,
     row: &mut dyn FnMut(i64, &[u8]) -> Result<X>,
 ) -> Result<Referrers<X>> {
     // Resolved once: each row then costs one vtable lookup for its key.
     let reader = inner.table(c)?;
-    let resolved = if to_many {
+    let resolved = if by.to_many || by.typed.is_some() {
         None
     } else {
-        Some(reader.resolve(path).map_err(|e| Error::UnknownField {
+        Some(reader.resolve(by.path).map_err(|e| Error::UnknownField {
             op,
             collection: c.name.clone(),
             message: e.to_string(),
@@ -337,7 +352,27 @@ fn read_referrers<X>(
         wanted.push(k);
         wanted.len() - 1
     };
+    // A to-one key: absent, seen before (no allocation) or new.
+    fn one(
+        v: ValueRef<'_>,
+        seen: &mut ByKey<usize>,
+        index_of: &mut impl FnMut(Value, &mut ByKey<usize>) -> usize,
+    ) -> Keys {
+        match v {
+            ValueRef::Null => Keys::None,
+            v => match seen.get_ref(&v) {
+                Some(i) => Keys::One(*i),
+                None => Keys::One(index_of(v.to_value(), seen)),
+            },
+        }
+    }
     here.each(op, false, &mut |rowid, bytes| {
+        if let Some(key_of) = by.typed {
+            let x = row(rowid, bytes)?;
+            let keys = one(key_of(&x), &mut seen, &mut index_of);
+            rows.push((x, keys));
+            return Ok(true);
+        }
         let keys = match &resolved {
             Some(rp) => {
                 let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
@@ -345,16 +380,14 @@ fn read_referrers<X>(
                     collection: c.name.clone(),
                     source,
                 })?;
-                match obj.get_ref(rp).unwrap_or(ValueRef::Null) {
-                    ValueRef::Null => Keys::None,
-                    v => match seen.get_ref(&v) {
-                        Some(i) => Keys::One(*i),
-                        None => Keys::One(index_of(v.to_value(), &mut seen)),
-                    },
-                }
+                one(
+                    obj.get_ref(rp).unwrap_or(ValueRef::Null),
+                    &mut seen,
+                    &mut index_of,
+                )
             }
             None => Keys::Many(
-                keys_in(inner, c, op, path, true, bytes)?
+                keys_in(inner, c, op, by.path, true, bytes)?
                     .into_iter()
                     .map(|k| index_of(k, &mut seen))
                     .collect(),
@@ -377,48 +410,31 @@ fn counted<X>(rows: Vec<(X, Keys)>, wanted: &[Value], found: &ByKey<()>) -> Vec<
         .collect()
 }
 
-/// A key read from a key column (`k0`): reference keys are text or integers.
-pub(crate) fn column_key(v: rusqlite::types::ValueRef<'_>) -> Option<Value> {
-    match v {
-        rusqlite::types::ValueRef::Text(t) => {
-            Some(Value::Text(String::from_utf8_lossy(t).into_owned()))
-        }
-        rusqlite::types::ValueRef::Integer(i) => Some(Value::Int(i)),
-        _ => None,
-    }
-}
-
 /// Which of `keys` name an object of `target`: its key column only, no
 /// object is read.
 fn existing_keys(
+    inner: &Inner,
     conn: &rusqlite::Connection,
     target: &Coll,
     keys: &[Value],
     op: &'static str,
 ) -> Result<ByKey<()>> {
     let mut out = ByKey::default();
-    for chunk in keys.chunks(BATCH) {
-        let marks = vec!["?"; chunk.len()].join(", ");
-        let sql = format!("SELECT k0 FROM {} WHERE k0 IN ({marks})", target.ident);
-        let params: Vec<crate::sql::Param<'_>> = chunk.iter().map(crate::sql::Param).collect();
-        let mut st = conn
-            .prepare(&sql)
-            .map_err(|e| Error::sqlite(op, &target.name, e))?;
+    let err = |e| Error::sqlite(op, &target.name, e);
+    by_keys(inner, conn, target, keys, "k0", &mut |sql, params| {
+        let mut st = conn.prepare_cached(sql).map_err(err)?;
         let mut rows = st
-            .query(rusqlite::params_from_iter(params.iter()))
-            .map_err(|e| Error::sqlite(op, &target.name, e))?;
-        while let Some(r) = rows
-            .next()
-            .map_err(|e| Error::sqlite(op, &target.name, e))?
-        {
-            let v = r
-                .get_ref(0)
-                .map_err(|e| Error::sqlite(op, &target.name, e))?;
-            if let Some(k) = column_key(v) {
+            .query(rusqlite::params_from_iter(
+                params.iter().map(crate::sql::Param),
+            ))
+            .map_err(err)?;
+        while let Some(r) = rows.next().map_err(err)? {
+            if let Some(k) = column_key(r.get_ref(0).map_err(err)?) {
                 out.insert(k, ());
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -427,7 +443,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// each names, in the fetch's order: two reads in all (the `R`s, then every
     /// referenced `T` at once). A key naming no object (a dangling reference)
     /// names `None`.
-    pub(crate) fn run_keyed(self) -> Result<Keyed<R, T>> {
+    pub(crate) fn run_keyed<N: Named<T>>(self) -> Result<Keyed<R, N>> {
         Ok(self.run_keyed_all()?.0)
     }
 
@@ -435,7 +451,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// filter matches, inside the window or not, kept by
     /// [`where_related`](Self::where_related) or not: what a live list must
     /// watch, since a change of any of those objects can move a row in.
-    pub(crate) fn run_keyed_all(self) -> Result<(Keyed<R, T>, Vec<Value>)> {
+    pub(crate) fn run_keyed_all<N: Named<T>>(self) -> Result<(Keyed<R, N>, Vec<Value>)> {
         let Including {
             fetch,
             rel,
@@ -462,8 +478,11 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 inner,
                 c,
                 &here,
-                rel.path(),
-                rel.to_many(),
+                RefField {
+                    path: rel.path(),
+                    to_many: rel.to_many(),
+                    typed: rel.key_reader().filter(|_| !rel.to_many()),
+                },
                 op,
                 &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
             )?;
@@ -474,7 +493,6 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 fetch_by_keys(
                     inner,
                     conn,
-                    as_of,
                     target,
                     &wanted,
                     related_order.as_ref().map(|(p, _)| p),
@@ -484,23 +502,16 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             // Each row with the value `order_by_related` sorts it by.
             // What each distinct key names, looked up once.
             let at: Vec<Option<&(T, Value, bool)>> = wanted.iter().map(|k| found.get(k)).collect();
-            let mut out: Vec<(KeyedRow<R, T>, Value)> = rows
+            let mut out: Vec<(KeyedRow<R, N>, Value)> = rows
                 .into_iter()
                 .filter_map(|(r, keys)| {
-                    let hits: Vec<Option<&(T, Value, bool)>> = keys.iter().map(|i| at[i]).collect();
+                    let found = || keys.iter().filter_map(|i| at[i]);
                     // Filtered: the rows naming at least one matching object.
-                    if keep.is_some() && !hits.iter().flatten().any(|(_, _, m)| *m) {
+                    if keep.is_some() && !found().any(|(_, _, m)| *m) {
                         return None;
                     }
-                    let v = hits
-                        .iter()
-                        .flatten()
-                        .next()
-                        .map_or(Value::Null, |(_, v, _)| v.clone());
-                    let ts = hits
-                        .into_iter()
-                        .map(|h| h.map(|(t, _, _)| t.clone()))
-                        .collect();
+                    let v = found().next().map_or(Value::Null, |(_, v, _)| v.clone());
+                    let ts = N::from_hits(keys.iter().map(|i| at[i].map(|(t, _, _)| t)));
                     Some(((r, ts, keys), v))
                 })
                 .collect();
@@ -599,7 +610,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
     /// [`run_keyed`](Self::run_keyed) without the keys and the dangling ones.
     fn run(self) -> Result<Vec<(R, Vec<T>)>> {
         Ok(self
-            .run_keyed()?
+            .run_keyed::<Vec<Option<T>>>()?
             .into_iter()
             .map(|(r, ts, _)| (r, ts.into_iter().flatten().collect()))
             .collect())
@@ -632,9 +643,9 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
             });
         }
         Ok(self
-            .run_keyed()?
+            .run_keyed::<Option<T>>()?
             .into_iter()
-            .map(|(r, ts, _)| (r, ts.into_iter().flatten().next()))
+            .map(|(r, t, _)| (r, t))
             .collect())
     }
 
@@ -672,7 +683,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
         if self.related_filter.is_some() || self.related_order.is_some() {
             // The filter and order need the referenced objects themselves.
             return Ok(self
-                .run_keyed()?
+                .run_keyed::<Vec<Option<T>>>()?
                 .into_iter()
                 .map(|(r, ts, _)| {
                     let n = ts.iter().flatten().count();
@@ -694,15 +705,18 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 inner,
                 c,
                 &here,
-                rel.path(),
-                rel.to_many(),
+                RefField {
+                    path: rel.path(),
+                    to_many: rel.to_many(),
+                    typed: rel.key_reader().filter(|_| !rel.to_many()),
+                },
                 op,
                 &mut |rowid, bytes| decode_row::<R>(op, rowid, bytes),
             )?;
             Ok(counted(
                 rows,
                 &wanted,
-                &existing_keys(conn, target, &wanted, op)?,
+                &existing_keys(inner, conn, target, &wanted, op)?,
             ))
         })
     }
@@ -1054,44 +1068,43 @@ impl Query<'_> {
                 inner,
                 c,
                 &here,
-                &link.path,
-                link.to_many,
+                RefField::bytes(&link.path, link.to_many),
                 op,
                 &mut stored_object,
             )?;
             let mut found: ByKey<StoredObject> = ByKey::default();
-            if !wanted.is_empty() {
-                let path = key_path(inner, target, op)?;
-                let reader = inner.table(target)?;
-                let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
-                    op,
-                    collection: target.name.clone(),
-                    message: e.to_string(),
-                })?;
-                for chunk in wanted.chunks(BATCH) {
-                    Query::new(Source::Conn(inner, conn, as_of), &target.name)
-                        .filter(Expr::In {
-                            path: path.clone(),
-                            values: chunk.to_vec(),
-                        })
-                        .each(op, false, &mut |rowid, bytes| {
-                            let obj =
-                                reader.open(bytes).map_err(|source| Error::InvalidObject {
-                                    op,
-                                    collection: target.name.clone(),
-                                    source,
-                                })?;
-                            found.insert(
-                                obj.get_resolved(&resolved),
-                                StoredObject {
-                                    rowid,
-                                    bytes: bytes.to_vec(),
-                                },
-                            );
-                            Ok(true)
+            let path = key_path(inner, target, op)?;
+            let reader = inner.table(target)?;
+            let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
+                op,
+                collection: target.name.clone(),
+                message: e.to_string(),
+            })?;
+            let columns = format!("rowid, {}", target.body.select());
+            by_keys(
+                inner,
+                conn,
+                target,
+                &wanted,
+                &columns,
+                &mut |sql, params| {
+                    crate::query::select_each(conn, target, op, sql, params, &mut |rowid, bytes| {
+                        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
+                            op,
+                            collection: target.name.clone(),
+                            source,
                         })?;
-                }
-            }
+                        found.insert(
+                            obj.get_resolved(&resolved),
+                            StoredObject {
+                                rowid,
+                                bytes: bytes.to_vec(),
+                            },
+                        );
+                        Ok(true)
+                    })
+                },
+            )?;
             let at: Vec<Option<&StoredObject>> = wanted.iter().map(|k| found.get(k)).collect();
             let rows = rows.into_iter().map(|(object, keys)| Included {
                 related: keys.iter().filter_map(|i| at[i].cloned()).collect(),
@@ -1125,15 +1138,14 @@ impl Query<'_> {
                 inner,
                 c,
                 &here,
-                &link.path,
-                link.to_many,
+                RefField::bytes(&link.path, link.to_many),
                 op,
                 &mut stored_object,
             )?;
             Ok(counted(
                 rows,
                 &wanted,
-                &existing_keys(conn, target, &wanted, op)?,
+                &existing_keys(inner, conn, target, &wanted, op)?,
             ))
         })
     }

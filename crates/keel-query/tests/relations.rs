@@ -376,6 +376,23 @@ fn including_prefetches_in_one_read_per_relation() {
         .all()
         .unwrap();
     assert_eq!(again, rows);
+    // The generated handle reads each key from the decoded post
+    // (`Relation::with_key`); one without that reader reads the bytes. Both
+    // give the same pairs: absent, dangling and found keys alike.
+    assert!(Post::author_ref().key_reader().is_some());
+    let from_bytes: keel_schema::Relation<Post, Author> = keel_schema::Relation::new(
+        Post::author_ref().path().clone(),
+        Post::author_ref().target(),
+        false,
+    );
+    assert!(from_bytes.key_reader().is_none());
+    let by_bytes = db
+        .fetch::<Post>()
+        .order_by(Post::id().asc())
+        .including(from_bytes)
+        .all()
+        .unwrap();
+    assert_eq!(by_bytes, rows);
 }
 
 #[test]

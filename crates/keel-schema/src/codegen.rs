@@ -940,9 +940,21 @@ impl<'a> Gen<'a> {
                 let target = s
                     .table_index(&r.target)
                     .map_or_else(|| name.clone(), |ti| self.names.table_name(ti).to_owned());
+                // A to-one text key is read from the decoded object
+                // (`Relation::with_key`); other keys from its bytes.
+                let member = ident(&snake(&f.name));
+                let key = match (r.to_many, self.field_type(f).as_str()) {
+                    (false, "Option<String>") => format!(
+                        "\n            .with_key(|r| match &r.{member} {{\n                Some(k) => {rt}::ValueRef::Text(k),\n                None => {rt}::ValueRef::Null,\n            }})"
+                    ),
+                    (false, "String") => {
+                        format!("\n            .with_key(|r| {rt}::ValueRef::Text(&r.{member}))")
+                    }
+                    _ => String::new(),
+                };
                 let _ = writeln!(
                     o,
-                    "    /// Relation handle for `{}`, a reference to `{}` (`including(…)`, `.then(…)`).\n    pub const fn {}_ref() -> {rt}::Relation<{name}, {target}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Relation::new({rt}::FieldPath::from_static(STEPS), {:?}, {})\n    }}\n",
+                    "    /// Relation handle for `{}`, a reference to `{}` (`including(…)`, `.then(…)`).\n    pub const fn {}_ref() -> {rt}::Relation<{name}, {target}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Relation::new({rt}::FieldPath::from_static(STEPS), {:?}, {}){key}\n    }}\n",
                     f.name,
                     r.target,
                     hn.trim_start_matches("r#"),

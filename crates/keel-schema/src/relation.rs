@@ -12,6 +12,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use crate::dynamic::ValueRef;
 use crate::expr::{CmpOp, Expr};
 use crate::field::{Field, QueryValue};
 use crate::path::FieldPath;
@@ -33,6 +34,7 @@ pub struct Relation<R, T> {
     path: FieldPath,
     target: &'static str,
     to_many: bool,
+    key: Option<fn(&R) -> ValueRef<'_>>,
     _marker: PhantomData<fn() -> (R, T)>,
 }
 
@@ -42,6 +44,7 @@ impl<R, T> Clone for Relation<R, T> {
             path: self.path.clone(),
             target: self.target,
             to_many: self.to_many,
+            key: self.key,
             _marker: PhantomData,
         }
     }
@@ -61,8 +64,25 @@ impl<R, T> Relation<R, T> {
             path,
             target,
             to_many,
+            key: None,
             _marker: PhantomData,
         }
+    }
+
+    /// The same relation, with `key` reading a to-one reference's key from an
+    /// already decoded `R` (the field's value: [`ValueRef::Null`] when absent).
+    /// Generated code sets it for text keys: a prefetch then takes each key
+    /// from the `R` it decodes anyway instead of reading the object's bytes a
+    /// second time. `key` must return what the field at [`path`](Self::path)
+    /// holds; a relation without it reads the bytes.
+    pub const fn with_key(mut self, key: fn(&R) -> ValueRef<'_>) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The key reader [`with_key`](Self::with_key) set, if any.
+    pub fn key_reader(&self) -> Option<fn(&R) -> ValueRef<'_>> {
+        self.key
     }
 
     /// The reference field's path in `R`.
