@@ -4,9 +4,6 @@
 //! commits. B's subscriptions must update with the right row-level diffs, see
 //! nothing when nothing they show changed, and get B's own writes exactly once.
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -14,8 +11,9 @@ use keel::prelude::*;
 use keel::{DictValue, ObjectUpdate, Update};
 use keel_example_blog::blog::Post;
 
-const ROLE: &str = "KEEL_XPROC_WRITER_DB";
-const REPLY: &str = "KEEL> ";
+mod xproc;
+use xproc::Writer;
+
 const WAIT: Duration = Duration::from_secs(30);
 
 fn shared() -> StoreOptions {
@@ -26,76 +24,64 @@ fn shared() -> StoreOptions {
 /// command per stdin line. Without the variable (a normal test run) it does nothing.
 #[test]
 fn writer_process() {
-    let Ok(path) = std::env::var(ROLE) else {
+    let Some((path, _)) = xproc::writer_role() else {
         return;
     };
     let db = Database::open_for::<Post>(&path, shared()).unwrap();
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout();
-    for line in stdin.lock().lines() {
-        let line = line.unwrap();
-        let w: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-        let r: keel::Result<()> = match w.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["insert", id, prio] => {
-                let p = Post::builder()
-                    .id(id)
-                    .priority(prio.parse().unwrap())
-                    .build();
-                db.write(move |t| t.insert(&p).map(|_| ())).wait()
-            }
-            ["upsert", id, prio, title] => {
-                let p = Post::builder()
-                    .id(id)
-                    .priority(prio.parse().unwrap())
-                    .title(title)
-                    .build();
-                db.write(move |t| t.upsert(&p).map(|_| ())).wait()
-            }
-            ["delete", id] => {
-                let id = id.to_string();
-                db.write(move |t| t.delete::<Post>(&id).map(|_| ())).wait()
-            }
-            ["dict", key, value] => {
-                let (k, v) = (key.to_string(), value.to_string());
-                db.write(move |t| t.dictionary().set(&k, v.as_str())).wait()
-            }
-            ["bulk", prefix, n, prio] => {
-                let (prefix, n, prio) = (
-                    prefix.to_string(),
-                    n.parse::<usize>().unwrap(),
-                    prio.parse::<i32>().unwrap(),
-                );
-                db.write(move |t| {
-                    for i in 0..n {
-                        t.insert(
-                            &Post::builder()
-                                .id(format!("{prefix}{i:05}"))
-                                .priority(prio)
-                                .build(),
-                        )?;
-                    }
-                    Ok(())
-                })
-                .wait()
-            }
-            ["spam", id, n] => {
-                let mut r = Ok(());
-                for _ in 0..n.parse::<i32>().unwrap() {
-                    r = r.and(bump(&db, id, "a"));
-                }
-                r
-            }
-            ["dictclear"] => db.write(|t| t.dictionary().remove_all()).wait(),
-            ["noop"] => db.write(|_| Ok(())).wait(),
-            ["quit"] => break,
-            _ => panic!("unknown command {line:?}"),
-        };
-        match r {
-            Ok(()) => writeln!(out, "{REPLY}ok").unwrap(),
-            Err(e) => writeln!(out, "{REPLY}err {e}").unwrap(),
+    xproc::serve(|w| match *w {
+        ["insert", id, prio] => {
+            let p = Post::builder()
+                .id(id)
+                .priority(prio.parse().unwrap())
+                .build();
+            db.write(move |t| t.insert(&p).map(|_| ())).wait()
         }
-        out.flush().unwrap();
-    }
+        ["upsert", id, prio, title] => {
+            let p = Post::builder()
+                .id(id)
+                .priority(prio.parse().unwrap())
+                .title(title)
+                .build();
+            db.write(move |t| t.upsert(&p).map(|_| ())).wait()
+        }
+        ["delete", id] => {
+            let id = id.to_string();
+            db.write(move |t| t.delete::<Post>(&id).map(|_| ())).wait()
+        }
+        ["dict", key, value] => {
+            let (k, v) = (key.to_string(), value.to_string());
+            db.write(move |t| t.dictionary().set(&k, v.as_str())).wait()
+        }
+        ["bulk", prefix, n, prio] => {
+            let (prefix, n, prio) = (
+                prefix.to_string(),
+                n.parse::<usize>().unwrap(),
+                prio.parse::<i32>().unwrap(),
+            );
+            db.write(move |t| {
+                for i in 0..n {
+                    t.insert(
+                        &Post::builder()
+                            .id(format!("{prefix}{i:05}"))
+                            .priority(prio)
+                            .build(),
+                    )?;
+                }
+                Ok(())
+            })
+            .wait()
+        }
+        ["spam", id, n] => {
+            let mut r = Ok(());
+            for _ in 0..n.parse::<i32>().unwrap() {
+                r = r.and(bump(&db, id, "a"));
+            }
+            r
+        }
+        ["dictclear"] => db.write(|t| t.dictionary().remove_all()).wait(),
+        ["noop"] => db.write(|_| Ok(())).wait(),
+        _ => panic!("unknown command {w:?}"),
+    });
     db.close().wait().unwrap();
 }
 
@@ -110,61 +96,6 @@ fn bump(db: &Database, id: &str, who: &str) -> keel::Result<()> {
         t.upsert(&p).map(|_| ())
     })
     .wait()
-}
-
-/// Process A, driven from here.
-struct Writer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Writer {
-    fn spawn(db: &Path) -> Writer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "writer_process",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, db)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Writer {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// Run one command in process A and wait for its commit.
-    fn run(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).unwrap() > 0,
-                "process A ended"
-            );
-            // The harness may have written "test writer_process ... " first.
-            if let Some(r) = line.trim_end().split(REPLY).nth(1) {
-                assert_eq!(r, "ok", "process A: {cmd}");
-                return;
-            }
-        }
-    }
-
-    fn quit(mut self) {
-        writeln!(self.stdin, "quit").unwrap();
-        drop(self.stdin);
-        assert!(self.child.wait().unwrap().success());
-    }
 }
 
 fn ids(objs: &[std::sync::Arc<Post>]) -> Vec<String> {
@@ -222,7 +153,7 @@ fn a_live_query_in_b_receives_inserts_updates_and_dictionary_sets_from_a() {
     let _d = dict.subscribe_with("theme", move |v| dtx.send(v).unwrap());
     assert_eq!(drx.recv_timeout(WAIT).unwrap(), None);
 
-    let mut a = Writer::spawn(&path);
+    let mut a = Writer::spawn("writer_process", &path, true);
 
     // A inserts: B's live query gets it at the right position.
     a.run("insert a1 20");
@@ -327,7 +258,7 @@ fn a_commit_too_large_to_log_row_by_row_reads_every_subscription_again() {
         .subscribe(move |u: Update<Post>| qtx.send((ids(&u.objects), u.diff)).unwrap())
         .unwrap();
     assert!(qrx.recv().unwrap().0.is_empty());
-    let mut a = Writer::spawn(&path);
+    let mut a = Writer::spawn("writer_process", &path, true);
     a.run("bulk x 5000 7"); // more rows than the log takes from one closure
     wait_feed(&b, |s| s.full_refetches >= 1);
     let (now, diff) = qrx.try_recv().expect("delivered");
@@ -367,7 +298,7 @@ fn racing_writers_leave_b_subscriptions_on_the_stored_version() {
         .fetch::<Post>()
         .subscribe(move |u: Update<Post>| *l2.lock().unwrap() = u.objects[0].views)
         .unwrap();
-    let mut a = Writer::spawn(&path);
+    let mut a = Writer::spawn("writer_process", &path, true);
     std::thread::scope(|s| {
         s.spawn(|| a.run("spam p 300"));
         for _ in 0..300 {

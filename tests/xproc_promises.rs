@@ -8,9 +8,6 @@
 //! * Item 7: without `share_changes` another process's commits still reach B's
 //!   live queries (found by a cheap check at B's next read or commit, and at resume).
 
-use std::io::{BufRead, BufReader, Write};
-use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -19,9 +16,9 @@ use keel::storage::rusqlite;
 use keel::{ObjectEvent, SuspendOptions, Update};
 use keel_example_blog::blog::Post;
 
-const ROLE: &str = "KEEL_XPROC_PROMISE_DB";
-const SHARE: &str = "KEEL_XPROC_PROMISE_SHARE";
-const REPLY: &str = "KEEL> ";
+mod xproc;
+use xproc::Writer;
+
 const WAIT: Duration = Duration::from_secs(30);
 
 fn shared() -> StoreOptions {
@@ -36,113 +33,45 @@ fn post(id: &str, priority: i32) -> Post {
 /// command per stdin line. Without the variable (a normal test run) it does nothing.
 #[test]
 fn promise_writer() {
-    let Ok(path) = std::env::var(ROLE) else {
+    let Some((path, share)) = xproc::writer_role() else {
         return;
     };
-    let share = std::env::var(SHARE).is_ok_and(|v| v == "1");
     let db =
         Database::open_for::<Post>(&path, StoreOptions::default().share_changes(share)).unwrap();
-    let stdin = std::io::stdin();
-    let mut out = std::io::stdout();
-    for line in stdin.lock().lines() {
-        let line = line.unwrap();
-        let w: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
-        let r: keel::Result<()> = match w.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            ["insert", id, prio] => {
-                let p = post(id, prio.parse().unwrap());
-                db.write(move |t| t.insert(&p).map(|_| ())).wait()
-            }
-            ["delete", id] => {
-                let id = id.to_string();
-                db.write(move |t| t.delete::<Post>(&id).map(|_| ())).wait()
-            }
-            // One write: delete `old`, insert `new` (SQLite gives `new` the rowid
-            // `old` had when it was the last row).
-            ["delins", old, new] => {
-                let (old, new) = (old.to_string(), post(new, 1));
-                db.write(move |t| {
-                    t.delete::<Post>(&old)?;
-                    t.insert(&new).map(|_| ())
-                })
-                .wait()
-            }
-            // "Replace everything from the server": delete_where, then inserts.
-            ["replace", prefix, n] => {
-                let (prefix, n) = (prefix.to_string(), n.parse::<i32>().unwrap());
-                db.write(move |t| {
-                    t.delete_where::<Post>(Post::priority().ge(i32::MIN))?;
-                    for i in 0..n {
-                        t.insert(&post(&format!("{prefix}{i}"), i))?;
-                    }
-                    Ok(())
-                })
-                .wait()
-            }
-            ["quit"] => break,
-            _ => panic!("unknown command {line:?}"),
-        };
-        match r {
-            Ok(()) => writeln!(out, "{REPLY}ok").unwrap(),
-            Err(e) => writeln!(out, "{REPLY}err {e}").unwrap(),
+    xproc::serve(|w| match *w {
+        ["insert", id, prio] => {
+            let p = post(id, prio.parse().unwrap());
+            db.write(move |t| t.insert(&p).map(|_| ())).wait()
         }
-        out.flush().unwrap();
-    }
+        ["delete", id] => {
+            let id = id.to_string();
+            db.write(move |t| t.delete::<Post>(&id).map(|_| ())).wait()
+        }
+        // One write: delete `old`, insert `new` (SQLite gives `new` the rowid
+        // `old` had when it was the last row).
+        ["delins", old, new] => {
+            let (old, new) = (old.to_string(), post(new, 1));
+            db.write(move |t| {
+                t.delete::<Post>(&old)?;
+                t.insert(&new).map(|_| ())
+            })
+            .wait()
+        }
+        // "Replace everything from the server": delete_where, then inserts.
+        ["replace", prefix, n] => {
+            let (prefix, n) = (prefix.to_string(), n.parse::<i32>().unwrap());
+            db.write(move |t| {
+                t.delete_where::<Post>(Post::priority().ge(i32::MIN))?;
+                for i in 0..n {
+                    t.insert(&post(&format!("{prefix}{i}"), i))?;
+                }
+                Ok(())
+            })
+            .wait()
+        }
+        _ => panic!("unknown command {w:?}"),
+    });
     db.close().wait().unwrap();
-}
-
-/// Process A, driven from here.
-struct Writer {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl Writer {
-    fn spawn(db: &Path, share: bool) -> Writer {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "promise_writer",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(ROLE, db)
-            .env(SHARE, if share { "1" } else { "0" })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Writer {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// Run one command in process A and wait for its commit.
-    fn run(&mut self, cmd: &str) {
-        writeln!(self.stdin, "{cmd}").unwrap();
-        self.stdin.flush().unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(
-                self.stdout.read_line(&mut line).unwrap() > 0,
-                "process A ended"
-            );
-            if let Some(r) = line.trim_end().split(REPLY).nth(1) {
-                assert_eq!(r, "ok", "process A: {cmd}");
-                return;
-            }
-        }
-    }
-
-    fn quit(mut self) {
-        writeln!(self.stdin, "quit").unwrap();
-        drop(self.stdin);
-        assert!(self.child.wait().unwrap().success());
-    }
 }
 
 /// Block until B's feed has applied `n` commits of other processes (each
@@ -212,7 +141,7 @@ fn item2_a_delete_whose_rowid_sqlite_reuses_still_reaches_b() {
         .unwrap();
     let (_sx, ox) = follow(&b, "x");
     let (_q, q) = watch_all(&b);
-    let mut a = Writer::spawn(&path, true);
+    let mut a = Writer::spawn("promise_writer", &path, true);
 
     // One write of A deletes x and inserts y, which takes x's rowid.
     a.run("delins x y");
@@ -325,7 +254,7 @@ fn item4_a_failed_catch_up_is_retried_and_a_commit_racing_a_suspend_is_delivered
     )
     .unwrap();
     let (_q, q) = watch_all(&b);
-    let mut a = Writer::spawn(&path, true);
+    let mut a = Writer::spawn("promise_writer", &path, true);
 
     // The catch-up of a1 fails (no reader); nothing else commits afterwards.
     let (release, h) = hold_a_reader(&b);
@@ -373,7 +302,7 @@ fn item4_the_feed_holds_no_lock_while_it_waits_for_a_reader() {
             }
         })
         .unwrap();
-    let mut a = Writer::spawn(&path, true);
+    let mut a = Writer::spawn("promise_writer", &path, true);
 
     let w1 = b.write(|t| t.insert(&post("w1", 1)).map(|_| ()));
     entered_rx.recv_timeout(WAIT).unwrap();
@@ -418,7 +347,7 @@ fn item7_without_sharing_another_process_commits_still_reach_live_queries() {
         .wait()
         .unwrap();
     let (_q, q) = watch_all(&b);
-    let mut a = Writer::spawn(&path, false);
+    let mut a = Writer::spawn("promise_writer", &path, false);
 
     // A commits 5 objects; B's next read notices.
     for i in 1..=5 {
