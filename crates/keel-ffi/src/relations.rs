@@ -346,7 +346,7 @@ impl Query {
                 let query = self.clone();
                 let (coll, path, field) = (coll.clone(), path.clone(), field.clone());
                 let listener = Arc::clone(&listener);
-                self.db.on_commit_changes(move |changes: &[Change]| {
+                self.db.on_file_changes(move |changes: &[Change]| {
                     let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
                     if !st.active {
                         return;

@@ -596,3 +596,55 @@ fn an_inverse_name_lists_and_follows_the_referring_objects() {
         .collect();
     assert_eq!(names, ["bob"]);
 }
+
+/// A live list across a relation follows another connection's commits (a
+/// second handle here, as another process would be): with `share_changes`
+/// once the catch-up reads them, without it at this handle's next read.
+#[test]
+fn a_live_list_follows_another_connections_rename() {
+    for share in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rel.db").display().to_string();
+        let opts = || OpenOptions {
+            share_changes: share,
+            ..OpenOptions::default()
+        };
+        let a = open_blocking(path.clone(), FBS.into(), opts(), None).unwrap();
+        let b = open_blocking(path, FBS.into(), opts(), None).unwrap();
+        block_on(a.write(vec![
+            op(&a, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            op(&a, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+        ]))
+        .unwrap();
+        let updates = Arc::new(Mutex::new(Vec::new()));
+        let _sub = a
+            .query("rel.Post".into())
+            .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
+            .unwrap();
+        block_on(b.write(vec![op(
+            &b,
+            false,
+            "rel.Author",
+            r#"{"id": "ada", "name": "Ada L."}"#,
+        )]))
+        .unwrap();
+        let start = std::time::Instant::now();
+        loop {
+            let name = {
+                let u = updates.lock().unwrap();
+                let last = u.last().unwrap();
+                json(&a, "rel.Author", &last.objects[0].related[0].bytes)["name"].clone()
+            };
+            if name == "Ada L." {
+                break;
+            }
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "share_changes {share}: the list never saw the other handle's rename"
+            );
+            // Without the feed: noticed at this handle's next read.
+            a.query("rel.Post".into()).count().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+}

@@ -48,9 +48,7 @@ impl ChangeHook {
         let Some(inner) = self.db.upgrade() else {
             return;
         };
-        let mut hooks = inner.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.retain(|(id, _)| *id != self.id);
-        inner.hook_count.store(hooks.len(), Ordering::Release);
+        inner.remove_hook(self.id);
     }
 }
 
@@ -739,13 +737,57 @@ impl Database {
         &self,
         hook: impl Fn(&[Change]) + Send + Sync + 'static,
     ) -> ChangeHook {
-        let id = self.inner.next_hook.fetch_add(1, Ordering::Relaxed);
-        let mut hooks = self.inner.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.push((id, Arc::new(hook)));
-        self.inner.hook_count.store(hooks.len(), Ordering::Release);
         ChangeHook {
             db: Arc::downgrade(&self.inner),
-            id,
+            id: self.inner.add_hook(Arc::new(hook), false),
+        }
+    }
+
+    /// [`on_commit_changes`](Self::on_commit_changes), and also every commit
+    /// another connection makes to the file (another process, or another
+    /// handle in this one): what a hook needs to keep something it shows in
+    /// step with the file, as keel's live queries are.
+    ///
+    /// This handle's commits reach `hook` as they reach `on_commit_changes`
+    /// hooks: on the committing thread, before the write's future resolves,
+    /// with old and new bytes. Other connections' commits reach it
+    /// * with [`StoreOptions::share_changes`](crate::StoreOptions): on the
+    ///   `keel-feed` thread once a catch-up has read them, after the live
+    ///   queries' deliveries — each changed row as a [`Change`] whose `new` is
+    ///   the row's current bytes (`None`: deleted) and whose `old` is `None`
+    ///   (the log keeps no old versions), `op` `Update` or `Delete`; or as an
+    ///   empty slice when the log cannot say which rows changed (a keel that
+    ///   logged no keys, a pruned log);
+    /// * without it: as an empty slice, on the writer thread, once this handle
+    ///   notices that the file changed — at its next read through the
+    ///   database, commit, resume or [`catch_up`](Self::catch_up), the moments
+    ///   live queries follow other processes.
+    ///
+    /// An empty slice always means "something committed whose changes are
+    /// unknown: read again".
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// use keel_example_blog::blog::Post;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let path = dir.path().join("f.db");
+    /// let a = Database::open_for::<Post>(&path, StoreOptions::default())?;
+    /// let b = Database::open_for::<Post>(&path, StoreOptions::default())?;
+    /// let calls = Arc::new(AtomicUsize::new(0));
+    /// let c2 = calls.clone();
+    /// let _hook = a.on_file_changes(move |_| { c2.fetch_add(1, Ordering::SeqCst); });
+    /// b.write(|t| t.insert(&Post::builder().id("x").build())).wait()?; // another handle
+    /// a.fetch::<Post>().count()?; // a notices it at its next read...
+    /// a.write(|_| Ok(())).wait()?; // ...and calls the hook on its writer thread
+    /// assert!(calls.load(Ordering::SeqCst) >= 1);
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn on_file_changes(&self, hook: impl Fn(&[Change]) + Send + Sync + 'static) -> ChangeHook {
+        ChangeHook {
+            db: Arc::downgrade(&self.inner),
+            id: self.inner.add_hook(Arc::new(hook), true),
         }
     }
 

@@ -56,9 +56,13 @@ pub(crate) struct Inner {
     pub(crate) schema: Arc<Schema>,
     pub(crate) colls: Vec<Coll>,
     pub(crate) by_name: HashMap<String, usize>,
-    pub(crate) hooks: RwLock<Vec<(u64, Arc<HookFn>)>>,
+    /// Registered change hooks: id, hook, and whether it also follows other
+    /// connections' commits ([`Inner::add_hook`]).
+    hooks: RwLock<Vec<(u64, Arc<HookFn>, bool)>>,
     /// Registered change hooks (their count: `recording` reads it on every write).
-    pub(crate) hook_count: AtomicUsize,
+    hook_count: AtomicUsize,
+    /// How many of them also follow other connections' commits.
+    foreign_hook_count: AtomicUsize,
     pub(crate) next_hook: AtomicU64,
     pub(crate) closed: AtomicBool,
     pub(crate) builds: Mutex<Vec<WriteFuture<Result<()>>>>,
@@ -109,6 +113,7 @@ impl Inner {
             by_name,
             hooks: RwLock::new(Vec::new()),
             hook_count: AtomicUsize::new(0),
+            foreign_hook_count: AtomicUsize::new(0),
             next_hook: AtomicU64::new(1),
             closed: AtomicBool::new(false),
             builds: Mutex::new(builds),
@@ -231,11 +236,26 @@ impl Inner {
     pub(crate) fn external_changes(&self) {
         // The dictionary's cache may hold values the other process replaced.
         self.dict.forget_clean();
-        let Some(hub) = self.hub.get().cloned() else {
-            return;
+        let hub = self.hub.get().cloned();
+        let hooks = if self.follows_foreign() {
+            self.hooks(true)
+        } else {
+            Vec::new()
         };
+        if hub.is_none() && hooks.is_empty() {
+            return;
+        }
+        // On the writer thread, in commit order, like a local commit's
+        // deliveries; the hooks learn only that something changed.
         drop(self.store.write_waiting(move |w| {
-            w.on_commit(Box::new(move || hub.resync()));
+            w.on_commit(Box::new(move || {
+                if let Some(hub) = hub {
+                    hub.resync();
+                }
+                for h in hooks {
+                    h(&[]);
+                }
+            }));
             Ok::<(), keel_storage::Error>(())
         }));
     }
@@ -279,7 +299,7 @@ impl Inner {
         // Only while a subscription is live: there is nothing else a read could
         // find stale (the read itself sees every commit), and the check costs a
         // pragma on every read (see the `xproc` bench).
-        if self.hub.get().is_some_and(|h| h.interested()) {
+        if self.hub.get().is_some_and(|h| h.interested()) || self.follows_foreign() {
             self.notice_foreign(true);
         }
         Ok(())
@@ -362,18 +382,65 @@ impl Inner {
         }
     }
 
+    /// Register a change hook; `foreign`: it also follows other connections'
+    /// commits ([`Inner::foreign_changes`]). Returns its id for
+    /// [`remove_hook`](Self::remove_hook).
+    pub(crate) fn add_hook(&self, hook: Arc<HookFn>, foreign: bool) -> u64 {
+        let id = self.next_hook.fetch_add(1, Ordering::Relaxed);
+        let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
+        hooks.push((id, hook, foreign));
+        self.count_hooks(&hooks);
+        id
+    }
+
+    /// Remove the change hook `id` (nothing if it is gone already).
+    pub(crate) fn remove_hook(&self, id: u64) {
+        let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
+        hooks.retain(|(h, _, _)| *h != id);
+        self.count_hooks(&hooks);
+    }
+
+    fn count_hooks(&self, hooks: &[(u64, Arc<HookFn>, bool)]) {
+        self.hook_count.store(hooks.len(), Ordering::Release);
+        let foreign = hooks.iter().filter(|(_, _, f)| *f).count();
+        self.foreign_hook_count.store(foreign, Ordering::Release);
+    }
+
+    /// The registered hooks (`foreign_only`: those that follow other
+    /// connections' commits), cloned so none is called under the lock.
+    fn hooks(&self, foreign_only: bool) -> Vec<Arc<HookFn>> {
+        self.hooks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, _, f)| *f || !foreign_only)
+            .map(|(_, h, _)| Arc::clone(h))
+            .collect()
+    }
+
+    /// Whether a hook follows other connections' commits: then, as while a
+    /// subscription is live, reads look for them ([`Inner::notice_foreign`]).
+    pub(crate) fn follows_foreign(&self) -> bool {
+        self.foreign_hook_count.load(Ordering::Acquire) > 0
+    }
+
     /// Call every change hook with `changes` (empty: a commit whose changes were
     /// not recorded, see [`Inner::unrecorded_commit`]).
     fn run_hooks(&self, changes: &[Change]) {
         if self.hook_count.load(Ordering::Acquire) > 0 {
-            let hooks: Vec<Arc<HookFn>> = self
-                .hooks
-                .read()
-                .unwrap_or_else(|p| p.into_inner())
-                .iter()
-                .map(|(_, h)| Arc::clone(h))
-                .collect();
-            for h in hooks {
+            for h in self.hooks(false) {
+                h(changes);
+            }
+        }
+    }
+
+    /// Other connections committed `changes` (read back by a catch-up: the
+    /// current bytes as `new`, no `old`; empty: changes not known one by one —
+    /// read again): call the hooks that follow them. A catch-up calls this on
+    /// the `keel-feed` thread after the subscription hub's deliveries.
+    pub(crate) fn foreign_changes(&self, changes: &[Change]) {
+        if self.follows_foreign() {
+            for h in self.hooks(true) {
                 h(changes);
             }
         }

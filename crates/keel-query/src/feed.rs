@@ -548,6 +548,26 @@ pub(crate) struct RemoteRow {
     pub(crate) bytes: Option<Vec<u8>>,
 }
 
+impl RemoteRow {
+    /// This row as a [`Change`](crate::Change) with primary key `key`: an
+    /// update to its current bytes, or a delete; no old bytes (the log keeps
+    /// none).
+    pub(crate) fn change(&self, key: Vec<Value>) -> crate::Change {
+        crate::Change {
+            collection: self.collection.clone(),
+            op: if self.bytes.is_some() {
+                crate::ChangeOp::Update
+            } else {
+                crate::ChangeOp::Delete
+            },
+            key,
+            rowid: self.rowid,
+            old: None,
+            new: self.bytes.clone(),
+        }
+    }
+}
+
 /// One change read from the log: collection, rowid and the key it had then.
 pub(crate) type LoggedRow = (String, i64, Option<Vec<Value>>);
 

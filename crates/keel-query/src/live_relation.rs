@@ -4,9 +4,11 @@
 //! [`Including::subscribe_many`] keeps `(R, Vec<T>)` pairs current across a
 //! to-many reference (a post's tags) the same way.
 //!
-//! A facade extension: it registers a commit hook
-//! ([`Database::on_commit_changes`]) that looks at each committed closure's
-//! changes. A change is relevant when it is in `R`'s collection, or in `T`'s
+//! A facade extension: it registers a change hook
+//! ([`Database::on_file_changes`]) that looks at each committed closure's
+//! changes — this handle's, and other connections' as a catch-up reads them
+//! back (so a list follows another process as live queries do; without the
+//! change feed, an empty slice: read again). A change is relevant when it is in `R`'s collection, or in `T`'s
 //! with a key some shown `R` names (a hash lookup per change: commits that touch
 //! neither cost nothing more). When a closure changed only referenced objects
 //! (an author renamed), the rows naming them take the new version from the
@@ -246,7 +248,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let mut first = state.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.rel.target();
         let (hook_state, hook_read) = (Arc::clone(&state), Arc::clone(&read));
-        let hook = db.on_commit_changes(move |changes| {
+        let hook = db.on_file_changes(move |changes| {
             let (state, read) = (&hook_state, &hook_read);
             // No changes: a commit that was not recorded (it started before this
             // hook): read again.

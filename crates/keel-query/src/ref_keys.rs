@@ -167,7 +167,6 @@ pub(crate) fn column_key(v: rusqlite::types::ValueRef<'_>) -> Option<Value> {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

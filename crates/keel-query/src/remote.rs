@@ -281,6 +281,7 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
             if let Some(hub) = inner.hub.get() {
                 hub.resync();
             }
+            inner.foreign_changes(&[]);
             inner.dict.apply_remote(dict, true);
             *last = end;
             feed.full_refetches.fetch_add(1, Ordering::Relaxed);
@@ -296,6 +297,15 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
             if !rows.is_empty() {
                 if let Some(hub) = inner.hub.get() {
                     hub.on_remote(&rows);
+                }
+                if inner.follows_foreign() {
+                    // A row without its key (logged by a keel that logged
+                    // none) cannot be matched: the hooks read again.
+                    let changes: Option<Vec<crate::Change>> = rows
+                        .iter()
+                        .map(|r| Some(r.change(r.key.clone()?)))
+                        .collect();
+                    inner.foreign_changes(changes.as_deref().unwrap_or(&[]));
                 }
             }
             if !dict.is_empty() || dict_clear {

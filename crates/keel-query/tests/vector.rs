@@ -501,3 +501,59 @@ fn live_knn_scans_again_only_when_no_spare_is_left() {
     }
     assert_eq!(sub.stats().scans, 2);
 }
+
+/// A live k-NN result follows commits of another connection to the file (here
+/// a second handle, as another process would be): with the change feed once the
+/// catch-up reads them, without it at this handle's next read.
+#[test]
+fn live_knn_follows_another_connections_commits() {
+    use std::sync::{Arc, Mutex};
+    for share in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.db");
+        let s = schema("l2");
+        let opts = || StoreOptions::default().share_changes(share);
+        let a = Database::open(&path, s.clone(), opts()).unwrap();
+        let b = Database::open(&path, s.clone(), opts()).unwrap();
+        let objs: Vec<Vec<u8>> = (1..6)
+            .map(|i| encode(&s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0])))
+            .collect();
+        a.write(move |t| {
+            for o in objs {
+                t.insert_bytes("v.Photo", o)?;
+            }
+            Ok(())
+        })
+        .wait()
+        .unwrap();
+        let e = s.reader("v.Photo").unwrap().path("e").unwrap();
+        let nearest = Arc::new(Mutex::new(Vec::new()));
+        let n2 = nearest.clone();
+        let sub = a
+            .query("v.Photo")
+            .nearest(e, &[0.0; DIM], 2)
+            .subscribe(move |u| {
+                *n2.lock().unwrap() = u.neighbors.iter().map(|x| x.rowid).collect::<Vec<_>>()
+            })
+            .unwrap();
+        assert_eq!(*nearest.lock().unwrap(), vec![1, 2]);
+        // The other handle inserts the nearest photo of all.
+        let o = encode(&s, 100, 0, 0, Some(&[0.5, 0.0, 0.0, 0.0]));
+        let rowid = b
+            .write(move |t| t.insert_bytes("v.Photo", o))
+            .wait()
+            .unwrap();
+        let start = std::time::Instant::now();
+        while *nearest.lock().unwrap() != vec![rowid, 1] {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(30),
+                "share_changes {share}: the live k-NN never saw the other handle's insert: {:?}",
+                nearest.lock().unwrap()
+            );
+            // Without the feed: noticed at this handle's next read.
+            a.query("v.Photo").count().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        drop(sub);
+    }
+}

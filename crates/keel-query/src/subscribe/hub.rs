@@ -947,18 +947,7 @@ impl Hub {
                                 .map(|s| s.key_values.clone())
                                 .unwrap_or_default(),
                         };
-                        Change {
-                            collection: name.to_owned(),
-                            op: if r.bytes.is_some() {
-                                crate::change::ChangeOp::Update
-                            } else {
-                                crate::change::ChangeOp::Delete
-                            },
-                            key,
-                            rowid: r.rowid,
-                            old: None,
-                            new: r.bytes.clone(),
-                        }
+                        r.change(key)
                     })
                     .collect();
                 let chs: Vec<&Change> = changes.iter().collect();

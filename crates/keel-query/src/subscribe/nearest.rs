@@ -13,7 +13,6 @@
 //! row-level diff by rowid against the previous one.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::change::Change;
@@ -101,9 +100,7 @@ impl NearestSubscription {
 impl Drop for NearestSubscription {
     fn drop(&mut self) {
         if let Some(inner) = self.db.upgrade() {
-            let mut hooks = inner.hooks.write().unwrap_or_else(|p| p.into_inner());
-            hooks.retain(|(id, _)| *id != self.id);
-            inner.hook_count.store(hooks.len(), Ordering::Release);
+            inner.remove_hook(self.id);
         }
     }
 }
@@ -330,21 +327,18 @@ impl Nearest<'static> {
         // two is seen by both, and applying it twice changes nothing.
         let weak = Arc::downgrade(&inner);
         let l2 = Arc::clone(&live);
-        let id = inner.next_hook.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut hooks = inner.hooks.write().unwrap_or_else(|p| p.into_inner());
-            hooks.push((
-                id,
-                Arc::new(move |changes: &[Change]| {
-                    if let Some(inner) = weak.upgrade() {
-                        l2.lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .apply(&inner, changes);
-                    }
-                }),
-            ));
-            inner.hook_count.store(hooks.len(), Ordering::Release);
-        }
+        // Other connections' commits too: a catch-up's rows carry the current
+        // bytes, which is all `apply` reads.
+        let id = inner.add_hook(
+            Arc::new(move |changes: &[Change]| {
+                if let Some(inner) = weak.upgrade() {
+                    l2.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .apply(&inner, changes);
+                }
+            }),
+            true,
+        );
         let sub = NearestSubscription {
             db: Arc::downgrade(&inner),
             id,
