@@ -1045,11 +1045,14 @@ impl Hub {
             return;
         };
         // Collapse to (rowid, first old, last new).
+        // Sized for the commit at once: a transaction that rewrote every row
+        // would otherwise grow (and rehash) them a dozen times.
         let mut at: FxMap<i64, usize> = FxMap::default();
-        let mut touches: Vec<Touch<'_>> = Vec::new();
+        at.reserve(chs.len());
+        let mut touches: Vec<Touch<'_>> = Vec::with_capacity(chs.len());
         // Each touch's primary key before and after (a rowid freed by a delete can
         // come back under another key within one commit).
-        let mut tkeys: Vec<(&[Value], &[Value])> = Vec::new();
+        let mut tkeys: Vec<(&[Value], &[Value])> = Vec::with_capacity(chs.len());
         for c in chs {
             match at.get(&c.rowid) {
                 Some(&i) => {
@@ -1068,7 +1071,9 @@ impl Hub {
         }
         let updates: Vec<(u64, Vec<Entry>)> = {
             let cs = &*cs;
-            let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
+            // (subscription, touch, the new version matches): one flat list,
+            // sorted by subscription below — no vector per subscription.
+            let mut hits: Vec<(u64, usize, bool)> = Vec::new();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
             // exact range; EVAL: evaluate the filter).
             const OLD: u8 = 1;
@@ -1172,33 +1177,42 @@ impl Hub {
                         (m(&oo, old) || flags & HELD != 0, m(&no, new))
                     };
                     if om || nm {
-                        per_sub.entry(id).or_default().push((ti, nm));
+                        hits.push((id, ti, nm));
                     }
                 }
             }
-            for &id in &cs.ranked {
-                per_sub.entry(id).or_default();
-            }
-            if per_sub.is_empty() {
+            if hits.is_empty() && cs.ranked.is_empty() {
                 return;
             }
+            // Each subscription's touches together, in touch order.
+            hits.sort_unstable_by_key(|&(id, ti, _)| (id, ti));
             let mut arcs: Vec<Option<Obj>> = vec![None; touches.len()];
             // Per order used: every changed object's sort key and its rank among
             // them, computed once and shared by the subscriptions ordering that way.
             let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
             let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
-            let mut ids: Vec<u64> = per_sub.keys().copied().collect();
-            ids.sort_unstable(); // deliver in subscription order
-                                 // The touches some subscription may add: only they need a sort key.
+            // Deliver in subscription order; a ranked one re-reads every time.
+            let mut ids: Vec<u64> = hits
+                .iter()
+                .map(|h| h.0)
+                .chain(cs.ranked.iter().copied())
+                .collect();
+            ids.sort_unstable();
+            ids.dedup();
+            // The touches some subscription may add: only they need a sort key.
             let mut wanted = vec![false; touches.len()];
-            for mine in per_sub.values() {
-                for &(ti, nm) in mine {
-                    wanted[ti] |= nm;
-                }
+            for &(_, ti, nm) in &hits {
+                wanted[ti] |= nm;
             }
             let mut updates: Vec<(u64, Vec<Entry>)> = Vec::with_capacity(ids.len());
             for id in &ids {
-                let mine = &per_sub[id];
+                let mine = {
+                    let (lo, hi) = (
+                        hits.partition_point(|h| h.0 < *id),
+                        hits.partition_point(|h| h.0 <= *id),
+                    );
+                    &hits[lo..hi]
+                };
                 let Some(q) = cs.queries.get(id) else {
                     continue;
                 };
@@ -1233,18 +1247,18 @@ impl Hub {
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
                 let boundary = if q.complete { None } else { q.rows.last() };
                 let mut add: Vec<(u32, Entry)> = Vec::new();
-                for (ti, nm) in mine {
+                for &(_, ti, nm) in mine {
                     if !nm {
                         continue;
                     }
-                    let (rowid, _, new) = touches[*ti];
-                    let (Some(new), Some(key)) = (new, &kcache[*ti]) else {
+                    let (rowid, _, new) = touches[ti];
+                    let (Some(new), Some(key)) = (new, &kcache[ti]) else {
                         continue;
                     };
                     if boundary.is_some_and(|b| order.compare(key, &b.key) == Cmp::Greater) {
                         continue;
                     }
-                    let obj = arcs[*ti]
+                    let obj = arcs[ti]
                         .get_or_insert_with(|| {
                             Arc::new(StoredObject {
                                 rowid,
@@ -1253,7 +1267,7 @@ impl Hub {
                         })
                         .clone();
                     add.push((
-                        rank[*ti],
+                        rank[ti],
                         Entry {
                             rowid,
                             key: Arc::clone(key),
