@@ -1071,9 +1071,7 @@ impl Hub {
         }
         let updates: Vec<(u64, Vec<Entry>)> = {
             let cs = &*cs;
-            // (subscription, touch, the new version matches): one flat list,
-            // sorted by subscription below — no vector per subscription.
-            let mut hits: Vec<(u64, usize, bool)> = Vec::new();
+            let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
             // exact range; EVAL: evaluate the filter).
             const OLD: u8 = 1;
@@ -1177,42 +1175,33 @@ impl Hub {
                         (m(&oo, old) || flags & HELD != 0, m(&no, new))
                     };
                     if om || nm {
-                        hits.push((id, ti, nm));
+                        per_sub.entry(id).or_default().push((ti, nm));
                     }
                 }
             }
-            if hits.is_empty() && cs.ranked.is_empty() {
+            for &id in &cs.ranked {
+                per_sub.entry(id).or_default();
+            }
+            if per_sub.is_empty() {
                 return;
             }
-            // Each subscription's touches together, in touch order.
-            hits.sort_unstable_by_key(|&(id, ti, _)| (id, ti));
             let mut arcs: Vec<Option<Obj>> = vec![None; touches.len()];
             // Per order used: every changed object's sort key and its rank among
             // them, computed once and shared by the subscriptions ordering that way.
             let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
             let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
-            // Deliver in subscription order; a ranked one re-reads every time.
-            let mut ids: Vec<u64> = hits
-                .iter()
-                .map(|h| h.0)
-                .chain(cs.ranked.iter().copied())
-                .collect();
-            ids.sort_unstable();
-            ids.dedup();
-            // The touches some subscription may add: only they need a sort key.
+            let mut ids: Vec<u64> = per_sub.keys().copied().collect();
+            ids.sort_unstable(); // deliver in subscription order
+                                 // The touches some subscription may add: only they need a sort key.
             let mut wanted = vec![false; touches.len()];
-            for &(_, ti, nm) in &hits {
-                wanted[ti] |= nm;
+            for mine in per_sub.values() {
+                for &(ti, nm) in mine {
+                    wanted[ti] |= nm;
+                }
             }
             let mut updates: Vec<(u64, Vec<Entry>)> = Vec::with_capacity(ids.len());
             for id in &ids {
-                let mine = {
-                    let (lo, hi) = (
-                        hits.partition_point(|h| h.0 < *id),
-                        hits.partition_point(|h| h.0 <= *id),
-                    );
-                    &hits[lo..hi]
-                };
+                let mine = &per_sub[id];
                 let Some(q) = cs.queries.get(id) else {
                     continue;
                 };
@@ -1247,18 +1236,18 @@ impl Hub {
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
                 let boundary = if q.complete { None } else { q.rows.last() };
                 let mut add: Vec<(u32, Entry)> = Vec::new();
-                for &(_, ti, nm) in mine {
+                for (ti, nm) in mine {
                     if !nm {
                         continue;
                     }
-                    let (rowid, _, new) = touches[ti];
-                    let (Some(new), Some(key)) = (new, &kcache[ti]) else {
+                    let (rowid, _, new) = touches[*ti];
+                    let (Some(new), Some(key)) = (new, &kcache[*ti]) else {
                         continue;
                     };
                     if boundary.is_some_and(|b| order.compare(key, &b.key) == Cmp::Greater) {
                         continue;
                     }
-                    let obj = arcs[ti]
+                    let obj = arcs[*ti]
                         .get_or_insert_with(|| {
                             Arc::new(StoredObject {
                                 rowid,
@@ -1267,7 +1256,7 @@ impl Hub {
                         })
                         .clone();
                     add.push((
-                        rank[ti],
+                        rank[*ti],
                         Entry {
                             rowid,
                             key: Arc::clone(key),
