@@ -1148,7 +1148,9 @@ impl Hub {
                 if let Some(ids) = held.and_then(|h| h.get(rowid)) {
                     cands.extend(ids.iter().map(|&i| (i, HELD | EVAL)));
                 }
-                cands.sort_unstable_by_key(|c| c.0);
+                // A few runs, each in id order (one per index): the stable
+                // sort merges runs in linear time where quicksort would not.
+                cands.sort_by_key(|c| c.0);
                 let mut k = 0;
                 while k < cands.len() {
                     let id = cands[k].0;
@@ -1264,7 +1266,10 @@ impl Hub {
                         },
                     ));
                 }
-                add.sort_unstable_by_key(|a| a.0);
+                // In touch order, which is often key order or a rotation of
+                // it (a transaction that walks the rows by key): the stable
+                // sort finds those runs and merges them in linear time.
+                add.sort_by_key(|a| a.0);
                 let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
                 updates.push((*id, add));
             }
@@ -1420,6 +1425,7 @@ fn deliver_diff(
     // or a refill pushed out comes later.
     let by_rowid: Option<FxMap<i64, usize>> = (gone.len() > 16).then(|| {
         let mut m = FxMap::default();
+        m.reserve(gone.len());
         for (i, e) in gone.iter().enumerate() {
             m.entry(e.rowid).or_insert(i);
         }
