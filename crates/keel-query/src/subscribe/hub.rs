@@ -132,8 +132,10 @@ type Bound = Option<(Value, bool)>;
 /// How a query subscription is found from a changed object.
 #[derive(Debug, Clone)]
 enum Placement {
-    /// Under these values of the collection's equality index.
-    Eq(usize, Vec<HKey>),
+    /// Under these values of the collection's equality index; `true` when the
+    /// filter is that equality (or `IN` list) alone, over text or integers:
+    /// then being found under a value is matching, with no filter to evaluate.
+    Eq(usize, Vec<HKey>, bool),
     /// In the collection's range index on one field.
     Range(usize),
     /// Checked against every change of the collection.
@@ -170,7 +172,9 @@ struct ObjSub {
 struct EqIndex {
     path: FieldPath,
     resolved: ResolvedPath,
-    map: HashMap<HKey, Vec<u64>>,
+    /// Subscription ids by value, each with whether the index alone decides
+    /// its filter (see [`Placement::Eq`]).
+    map: HashMap<HKey, Vec<(u64, bool)>>,
     /// The field is the collection's (single-field) primary key.
     pk: bool,
     /// How many keys of `map` have each [`HKeyRef::prehash`]: a changed row's
@@ -179,17 +183,17 @@ struct EqIndex {
 }
 
 impl EqIndex {
-    fn insert(&mut self, k: &HKey, id: u64) {
+    fn insert(&mut self, k: &HKey, id: u64, exact: bool) {
         let ids = self.map.entry(k.clone()).or_default();
         if ids.is_empty() {
             *self.pre.entry(k.as_ref().prehash()).or_default() += 1;
         }
-        ids.push(id);
+        ids.push((id, exact));
     }
 
     fn remove(&mut self, k: &HKey, id: u64) {
         if let Some(v) = self.map.get_mut(k) {
-            v.retain(|x| *x != id);
+            v.retain(|x| x.0 != id);
             if v.is_empty() {
                 self.map.remove(k);
                 let h = k.as_ref().prehash();
@@ -203,7 +207,7 @@ impl EqIndex {
         }
     }
 
-    fn get(&self, v: SqlValue<'_>) -> Option<&Vec<u64>> {
+    fn get(&self, v: SqlValue<'_>) -> Option<&Vec<(u64, bool)>> {
         let k = hkey_ref(v)?;
         if !self.pre.contains_key(&k.prehash()) {
             return None;
@@ -737,9 +741,9 @@ impl Hub {
         };
         let placement = place(cs, &q, &self.schema, id);
         match &placement {
-            Placement::Eq(p, keys) => {
+            Placement::Eq(p, keys, exact) => {
                 for k in keys {
-                    cs.eq[*p].insert(k, id);
+                    cs.eq[*p].insert(k, id, *exact);
                 }
             }
             Placement::Range(_) => {}
@@ -824,7 +828,7 @@ impl Hub {
         let id = key;
         if let Some(q) = last.then(|| cs.queries.remove(&id)).flatten() {
             match q.placement {
-                Placement::Eq(p, keys) => {
+                Placement::Eq(p, keys, _) => {
                     for k in keys {
                         cs.eq[p].remove(&k, id);
                     }
@@ -1106,22 +1110,35 @@ impl Hub {
                             // The change carries the key: no field read.
                             let (k0, k1) = tkeys[ti];
                             if let ([k0], [k1]) = (k0, k1) {
-                                for (here, k) in [(old.is_some(), k0), (new.is_some(), k1)] {
+                                // An update keeps its key: one probe, not two,
+                                // and what it finds matched before and after.
+                                let same = old.is_some() && new.is_some() && k0 == k1;
+                                let probes = [
+                                    (old.is_some() && !same, k0, OLD),
+                                    (new.is_some(), k1, if same { OLD | NEW } else { NEW }),
+                                ];
+                                for (here, k, side) in probes {
                                     if let Some(ids) =
                                         here.then(|| ix.get(SqlValue::from_value(k))).flatten()
                                     {
-                                        cands.extend(ids.iter().map(|&i| (i, EVAL)));
+                                        cands.extend(ids.iter().map(|&(i, exact)| {
+                                            (i, if exact { side } else { EVAL })
+                                        }));
                                     }
                                 }
                                 continue;
                             }
                         }
-                        for o in [&oo, &no].into_iter().flatten() {
+                        for (o, side) in [(&oo, OLD), (&no, NEW)] {
+                            let Some(o) = o else { continue };
                             let v = o
                                 .get_ref(&ix.resolved)
                                 .map_or(SqlValue::Null, SqlValue::from_ref);
                             if let Some(ids) = ix.get(v) {
-                                cands.extend(ids.iter().map(|&i| (i, EVAL)));
+                                cands.extend(
+                                    ids.iter()
+                                        .map(|&(i, exact)| (i, if exact { side } else { EVAL })),
+                                );
                             }
                         }
                     }
@@ -1526,9 +1543,22 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
             }
         }
     }
+    // The filter is this one equality (or IN list) over text or integers, for
+    // which equal index keys are SQL's `=`: the index decides it alone.
+    let exact = match list.as_slice() {
+        [Expr::Cmp {
+            op: CmpOp::Eq,
+            value,
+            ..
+        }] => matches!(value, Value::Text(_) | Value::Int(_)),
+        [Expr::In { values, .. }] => values
+            .iter()
+            .all(|v| matches!(v, Value::Text(_) | Value::Int(_))),
+        _ => false,
+    };
     if let Some((path, keys)) = best {
         if let Some(i) = cs.eq.iter().position(|x| x.path == *path) {
-            return Placement::Eq(i, keys);
+            return Placement::Eq(i, keys, exact);
         }
         if let Ok(resolved) = crate::eval::resolve(t, &q.coll, "subscribe", path) {
             cs.eq.push(EqIndex {
@@ -1538,7 +1568,7 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
                 pk: q.pk.len() == 1 && q.pk[0] == *path,
                 pre: FxMap::default(),
             });
-            return Placement::Eq(cs.eq.len() - 1, keys);
+            return Placement::Eq(cs.eq.len() - 1, keys, exact);
         }
     }
     // Ranges on the first field compared with <, <=, >, >=.
