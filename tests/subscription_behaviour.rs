@@ -534,3 +534,49 @@ fn primary_key_queries_alone_get_every_change_of_their_object() {
     assert_eq!(got, want);
     drop(subs);
 }
+
+/// Overlapping live windows share the stored object of a row they both show,
+/// from their first result on and after a commit changes it: memory follows
+/// the rows shown, not the windows (1,000 windows of 1,000 rows would
+/// otherwise hold a million copies).
+#[test]
+fn overlapping_windows_share_the_objects_they_both_show() {
+    let (_dir, db) = open();
+    db.write(|t| {
+        for i in 0..10 {
+            t.insert(&post(&format!("p{i}"), i))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    type Last = Arc<Mutex<Vec<Arc<keel::StoredObject>>>>;
+    let window = |lo: i32, last: Last| {
+        db.query("blog.Post")
+            .filter(Post::priority().ge(lo) & Post::priority().lt(lo + 6))
+            .order_by(Post::priority().asc())
+            .subscribe(move |u| *last.lock().unwrap() = u.objects)
+            .unwrap()
+    };
+    let (a, b): (Last, Last) = Default::default();
+    let _wa = window(0, a.clone()); // p0..p5
+    let _wb = window(3, b.clone()); // p3..p8
+    let shared = |a: &Last, b: &Last| {
+        let (a, b) = (a.lock().unwrap(), b.lock().unwrap());
+        // p3, p4, p5: the last three of `a`, the first three of `b`.
+        (0..3).all(|i| Arc::ptr_eq(&a[3 + i], &b[i]))
+    };
+    assert!(shared(&a, &b), "first results share their common rows");
+    update(
+        &db,
+        Post::builder()
+            .id("p4")
+            .priority(4)
+            .title("changed")
+            .build(),
+    );
+    assert!(
+        shared(&a, &b),
+        "a commit's new version is one object for both"
+    );
+}

@@ -338,9 +338,56 @@ struct CollSubs {
     ranked: Vec<u64>,
     /// Distinct orders of the subscriptions (sort keys are computed once per order).
     orders: Vec<(Vec<SortKey>, Order)>,
+    /// The version of each row some subscription holds or held, by rowid:
+    /// overlapping windows that read the same row share one object instead of
+    /// a copy each ([`CollSubs::share`]).
+    versions: FxMap<i64, std::sync::Weak<StoredObject>>,
+    /// `versions` is swept of dropped versions when it grows past this.
+    sweep_at: usize,
 }
 
 impl CollSubs {
+    /// Let `rows`, just read for a subscription, share the objects other
+    /// subscriptions already hold where the bytes are the same (1,000
+    /// overlapping windows of 1,000 rows hold 1,000 distinct rows between them
+    /// instead of a million copies), and remember the others'.
+    fn share(&mut self, rows: &mut [Entry]) {
+        for e in rows {
+            match self
+                .versions
+                .get(&e.rowid)
+                .and_then(std::sync::Weak::upgrade)
+            {
+                Some(held) if held.bytes == e.obj.bytes => e.obj = held,
+                _ => {
+                    self.versions.insert(e.rowid, Arc::downgrade(&e.obj));
+                }
+            }
+        }
+        self.sweep();
+    }
+
+    /// Remember the versions a commit made (`arcs`, by touch) for [`share`].
+    ///
+    /// [`share`]: CollSubs::share
+    fn remember(&mut self, touches: &[Touch<'_>], arcs: &[Option<Obj>]) {
+        for ((rowid, _, _), a) in touches.iter().zip(arcs) {
+            if let Some(a) = a {
+                self.versions.insert(*rowid, Arc::downgrade(a));
+            }
+        }
+        self.sweep();
+    }
+
+    /// Forget versions no subscription holds any more, once their number has
+    /// doubled since the last sweep (a sweep costs one pass).
+    fn sweep(&mut self) {
+        if self.versions.len() > self.sweep_at {
+            self.versions.retain(|_, w| w.strong_count() > 0);
+            self.sweep_at = (self.versions.len() * 2).max(1024);
+        }
+    }
+
     fn query_count(&self) -> usize {
         self.queries.values().map(|q| q.sinks.len()).sum()
     }
@@ -727,11 +774,12 @@ impl Hub {
             Some(v) => read_by_key(&inner, conn, &q, v),
             None => read_prefix(&inner, conn, &q.spec, &q.order, q.cap),
         };
-        let (mut st, (rows, complete)) = self.read_then_lock(&inner, read)?;
-        let first = objects(window(&q.spec, &rows));
+        let (mut st, (mut rows, complete)) = self.read_then_lock(&inner, read)?;
         let id = st.next_id;
         st.next_id += 1;
         let cs = st.colls.entry(q.coll.clone()).or_default();
+        cs.share(&mut rows);
+        let first = objects(window(&q.spec, &rows));
         let order = match cs.orders.iter().position(|(k, _)| *k == q.spec.order) {
             Some(i) => i,
             None => {
@@ -1073,7 +1121,9 @@ impl Hub {
         for r in &mut cs.ranges {
             r.build();
         }
-        let updates: Vec<(u64, Vec<Entry>)> = {
+        // Each affected subscription's entries to merge in, and the versions
+        // this commit made (one per touch, shared by every subscription).
+        let (updates, arcs): (Vec<Edit>, Vec<Option<Obj>>) = {
             let cs = &*cs;
             let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
@@ -1218,7 +1268,7 @@ impl Hub {
                     wanted[ti] |= nm;
                 }
             }
-            let mut updates: Vec<(u64, Vec<Entry>)> = Vec::with_capacity(ids.len());
+            let mut updates: Vec<Edit> = Vec::with_capacity(ids.len());
             for id in &ids {
                 let mine = &per_sub[id];
                 let Some(q) = cs.queries.get(id) else {
@@ -1290,8 +1340,9 @@ impl Hub {
                 let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
                 updates.push((*id, add));
             }
-            updates
+            (updates, arcs)
         };
+        cs.remember(&touches, &arcs);
         let inner = self.db.upgrade();
         let CollSubs {
             queries, orders, ..
@@ -1311,7 +1362,8 @@ impl Hub {
         updates: Vec<(u64, Vec<Entry>, bool)>,
         out: &mut Vec<Delivery>,
     ) {
-        for (id, rows, complete) in updates {
+        for (id, mut rows, complete) in updates {
+            cs.share(&mut rows);
             let Some(q) = cs.queries.get_mut(&id) else {
                 continue;
             };
@@ -1328,6 +1380,9 @@ impl Hub {
         }
     }
 }
+
+/// A subscription id and the new entries a commit merges into its rows.
+type Edit = (u64, Vec<Entry>);
 
 /// Apply one commit to a query subscription's stored rows and compute its
 /// delivery: the stored rows changed in this commit (`at`) leave, the sorted `add`
