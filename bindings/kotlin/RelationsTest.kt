@@ -101,6 +101,31 @@ fun registerRelationsTests() {
         db.closeAsync()
     }
 
+    test("relations: a live list follows another handle's rename (shareChanges)") { dir ->
+        // A second handle on the file, as another process (a widget, a sync
+        // service) would be: its commits reach the list once keel's feed has
+        // caught up with them.
+        val options = OpenOptions(commitSync = SyncPolicy.Off, shareChanges = true)
+        val path = File(dir, "shared.db").path
+        val app = openAsync(path, RelationsSchema.FBS, options, null)
+        val widget = openAsync(path, RelationsSchema.FBS, options, null)
+        app.write {
+            insert(Author(id = "ada", name = "Ada"))
+            insert(Post(id = "p1", author = "ada", rank = 1))
+        }
+        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val job = launch { app.fetch(Post).including(Post.authorRef).updates().collect { got.send(it) } }
+        val first = withTimeout(10_000) { got.receive() }
+        check(first.objects.map { it.second?.name } == listOf("Ada")) { "${first.objects}" }
+        widget.write { update(Author(id = "ada", name = "Ada L.")) }
+        val renamed = withTimeout(30_000) { got.receive() }
+        check(renamed.objects.map { it.second?.name } == listOf("Ada L.")) { "${renamed.objects}" }
+        check(renamed.diff.updated == listOf(0UL)) { "${renamed.diff}" }
+        job.cancel()
+        widget.closeAsync()
+        app.closeAsync()
+    }
+
     test("relations: a to-many reference, typed: including and a live list that follows the tags") { dir ->
         val db = relDb(dir, "tags.db")
         db.write {

@@ -168,6 +168,36 @@ final class RelationTests: XCTestCase {
         XCTAssertEqual(hot.map(\.object.id), ["p3"])
     }
 
+    /// A live list across a relation follows another connection's commits (a
+    /// second handle here, as an app extension's process would be): with
+    /// `shareChanges`, once keel's feed has caught up with them.
+    func testALiveListFollowsAnotherHandlesRename() async throws {
+        let path = try tempDir().appendingPathComponent("shared.db").path
+        var options = fastOptions()
+        options.shareChanges = true
+        let app = try await Keel.openAsync(path: path, schema: RelationsSchema.self, options: options)
+        let widget = try await Keel.openAsync(path: path, schema: RelationsSchema.self, options: options)
+        try await app.write { txn in
+            try txn.insert(Author(id: "ada", name: "Ada"))
+            try txn.insert(Post(id: "p1", author: "ada", rank: 1))
+        }
+        let updates = app.fetch(Post.self).including(Post.authorRef).updates()
+        // Ends the sequence (next() returns nil) rather than hang if nothing comes.
+        let watchdog = Task {
+            try? await Task.sleep(nanoseconds: 30_000_000_000)
+            updates.cancel()
+        }
+        defer { watchdog.cancel() }
+        var it = updates.makeAsyncIterator()
+        let first = try await it.next()
+        XCTAssertEqual(first?.objects.map { $0.related?.name }, ["Ada"])
+        try await widget.write { try $0.update(Author(id: "ada", name: "Ada L.")) }
+        let renamed = try await it.next()
+        XCTAssertEqual(renamed?.objects.map { $0.related?.name }, ["Ada L."])
+        XCTAssertEqual(renamed?.diff.updated, [0])
+        updates.cancel()
+    }
+
     func testAnInverseNavigatesBackToThePosts() async throws {
         let db = try await openRel("inverse.db")
         try await db.write { txn in
