@@ -454,14 +454,11 @@ proptest! {
     }
 }
 
-#[test]
-fn live_knn_scans_again_only_when_no_spare_is_left() {
-    use std::sync::{Arc, Mutex};
-    let dir = tempfile::tempdir().unwrap();
-    let s = schema("l2");
-    let db = open(&dir.path().join("v.db"), &s);
-    let objs: Vec<Vec<u8>> = (0..40)
-        .map(|i| encode(&s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0])))
+/// Insert photo `i` for each `i` of `ids`, its vector `[i, 0, 0, 0]` (so its
+/// distance to the origin is `i`), in one transaction.
+fn insert_on_axis(db: &Database, s: &Schema, ids: std::ops::Range<i64>) {
+    let objs: Vec<Vec<u8>> = ids
+        .map(|i| encode(s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0])))
         .collect();
     db.write(move |t| {
         for o in objs {
@@ -471,6 +468,15 @@ fn live_knn_scans_again_only_when_no_spare_is_left() {
     })
     .wait()
     .unwrap();
+}
+
+#[test]
+fn live_knn_scans_again_only_when_no_spare_is_left() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema("l2");
+    let db = open(&dir.path().join("v.db"), &s);
+    insert_on_axis(&db, &s, 0..40);
     let e = s.reader("v.Photo").unwrap().path("e").unwrap();
     let last = Arc::new(Mutex::new(None));
     let l2 = last.clone();
@@ -515,17 +521,7 @@ fn live_knn_follows_another_connections_commits() {
         let opts = || StoreOptions::default().share_changes(share);
         let a = Database::open(&path, s.clone(), opts()).unwrap();
         let b = Database::open(&path, s.clone(), opts()).unwrap();
-        let objs: Vec<Vec<u8>> = (1..6)
-            .map(|i| encode(&s, i, 0, 0, Some(&[i as f32, 0.0, 0.0, 0.0])))
-            .collect();
-        a.write(move |t| {
-            for o in objs {
-                t.insert_bytes("v.Photo", o)?;
-            }
-            Ok(())
-        })
-        .wait()
-        .unwrap();
+        insert_on_axis(&a, &s, 1..6);
         let e = s.reader("v.Photo").unwrap().path("e").unwrap();
         let nearest = Arc::new(Mutex::new(Vec::new()));
         let n2 = nearest.clone();
