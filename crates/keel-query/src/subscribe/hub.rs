@@ -1347,12 +1347,13 @@ impl Hub {
         let CollSubs {
             queries, orders, ..
         } = cs;
+        let touched = Touched::of(&at);
         for (id, add) in updates {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
             };
             let order = &orders[q.order].1;
-            apply_edit(q, order, add, &at, inner.as_deref(), out);
+            apply_edit(q, order, add, &touched, inner.as_deref(), out);
         }
     }
 
@@ -1396,7 +1397,7 @@ fn apply_edit(
     q: &mut QuerySub,
     order: &Order,
     add: Vec<Entry>,
-    at: &FxMap<i64, usize>,
+    touched: &Touched<'_>,
     inner: Option<&Inner>,
     out: &mut Vec<Delivery>,
 ) {
@@ -1420,27 +1421,11 @@ fn apply_edit(
         }
         return;
     }
-    let old = std::mem::take(&mut q.rows);
-    let mut rows = Vec::with_capacity(old.len() + add.len());
+    let mut rows = std::mem::take(&mut q.rows);
     // The stored rows this commit replaced or removed: kept until the diff is made
     // (an object whose address changed is compared by bytes with its old version).
-    let mut gone: Vec<Entry> = Vec::new();
-    let mut add = add.into_iter().peekable();
-    for e in old {
-        if at.contains_key(&e.rowid) {
-            gone.push(e);
-            continue;
-        }
-        while let Some(a) = add.peek() {
-            if order.compare(&a.key, &e.key) == Cmp::Less {
-                rows.extend(add.next());
-            } else {
-                break;
-            }
-        }
-        rows.push(e);
-    }
-    rows.extend(add);
+    let mut gone: Vec<Entry> = rows.extract_if(.., |e| touched.has(e.rowid)).collect();
+    merge_sorted(&mut rows, add, order);
     let mut complete = q.complete;
     if let Some(cap) = q.cap {
         if rows.len() > cap {
@@ -1467,6 +1452,69 @@ fn apply_edit(
     q.rows = rows;
     q.complete = complete;
     deliver_diff(q, before, gone, out);
+}
+
+/// The rowids a commit touched, as [`apply_edit`] asks about each stored row:
+/// a few compared one by one (a single-object commit: no hashing per row), or
+/// the commit's map.
+enum Touched<'a> {
+    Few(Vec<i64>),
+    Many(&'a FxMap<i64, usize>),
+}
+
+impl<'a> Touched<'a> {
+    /// Up to this many touched rowids are compared one by one.
+    const FEW: usize = 8;
+
+    fn of(at: &'a FxMap<i64, usize>) -> Self {
+        if at.len() <= Self::FEW {
+            Touched::Few(at.keys().copied().collect())
+        } else {
+            Touched::Many(at)
+        }
+    }
+
+    fn has(&self, rowid: i64) -> bool {
+        match self {
+            Touched::Few(v) => v.contains(&rowid),
+            Touched::Many(m) => m.contains_key(&rowid),
+        }
+    }
+}
+
+/// Merge `add` (sorted by `order`) into `rows` (sorted by `order`); an added
+/// entry goes after the stored entries it does not sort before. A few added
+/// entries are placed by binary search — a handful of key comparisons instead
+/// of one per stored row, each of which reads a sort key from memory the
+/// commit has not touched — and many by one merging pass.
+fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
+    if add.is_empty() {
+        return;
+    }
+    if add.len().saturating_mul(8) <= rows.len() {
+        let mut from = 0;
+        for a in add {
+            let at =
+                from + rows[from..].partition_point(|e| order.compare(&a.key, &e.key) != Cmp::Less);
+            rows.insert(at, a);
+            from = at + 1;
+        }
+        return;
+    }
+    let old = std::mem::take(rows);
+    rows.reserve(old.len() + add.len());
+    let mut add = add.into_iter().peekable();
+    for e in old {
+        while let Some(a) = add.peek() {
+            if order.compare(&a.key, &e.key) == Cmp::Less {
+                rows.extend(add.next());
+            } else {
+                break;
+            }
+        }
+        rows.push(e);
+    }
+    rows.extend(add);
 }
 
 /// The window of `rows` as (rowid, object address, index in the window): what the
