@@ -167,9 +167,10 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     /// The result as an `AsyncSequence`: the current result first, then every
     /// changed result with its row-level diff — a change of a referenced object
     /// alone (an author renamed, a tag relabelled) lists the rows naming it as
-    /// `updated`. Leaving the loop (or cancelling its task, or `cancel()`) ends
-    /// the subscription. keel's listener buffers the undecoded deliveries; each
-    /// is decoded in the consuming task.
+    /// `updated`; other processes' commits arrive too (with `shareChanges`).
+    /// Leaving the loop (or cancelling its task, or `cancel()`) ends the
+    /// subscription. keel's listener buffers the undecoded deliveries; each is
+    /// decoded in the consuming task.
     public func updates() -> KeelUpdates<KeelIncludingChange<Row>> {
         let (fetch, field, decode) = (self, field, decode)
         return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in

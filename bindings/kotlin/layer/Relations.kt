@@ -144,8 +144,8 @@ class IncludingQuery<O : Any, T : Any, R> internal constructor(
      * with its row-level diff — a change of a referenced object alone (an author
      * renamed, a tag relabelled) lists the rows naming it as `updated`. Collecting
      * subscribes; cancelling the collector cancels the subscription. No delivery is
-     * dropped. Subscribing and decoding run on [Dispatchers.IO], never on keel's
-     * writer thread.
+     * dropped. Other processes' commits arrive too (with `shareChanges`). Subscribing
+     * and decoding run on [Dispatchers.IO], never on keel's writer or feed thread.
      */
     fun updates(): Flow<RelationUpdate<O, R>> = callbackFlow {
         val sub = checked().subscribeIncluding(field, object : IncludingListener {

@@ -5,7 +5,9 @@
 //! [`Query::subscribe_including`] delivers the query's objects with the objects
 //! their reference field names ([`IncludedObject`]: one for a to-one field, the
 //! vector's in its order for a to-many one), at once and again
-//! after every local commit that changes the list: a change in the query's
+//! after every commit that changes the list — this handle's, or another
+//! connection's (another process with `share_changes`, through keel-query's
+//! `Database::on_file_changes`): a change in the query's
 //! collection, or in the referenced collection with a key some shown object
 //! names (a hash lookup per changed object; commits touching neither cost
 //! nothing more). A relevant commit re-reads the list (the two reads of
@@ -42,7 +44,8 @@ pub struct IncludingUpdate {
 
 /// Receives the deliveries of [`Query::subscribe_including`]: the first **on the
 /// subscribing thread** before `subscribe_including` returns, later ones **on
-/// keel's writer thread**, after the commit. Same rules as `QueryListener`: keep
+/// keel's writer thread**, after the commit — or, for another process's commits
+/// with `share_changes`, **on keel's `keel-feed` thread** once it has read them. Same rules as `QueryListener`: keep
 /// it short, never wait for a write inside it. Exceptions are caught and ignored.
 #[uniffi::export(callback_interface)]
 pub trait IncludingListener: Send + Sync {

@@ -131,6 +131,7 @@ mod error;
 pub mod eval;
 pub(crate) mod feed;
 mod fts;
+mod fx;
 pub mod inspect;
 mod layout;
 mod links;

@@ -95,7 +95,10 @@ struct State<R, T, X, F> {
 
 impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     /// Deliver the list now (on this thread) and again after every commit that
-    /// changes it: see the module docs. Only through a
+    /// changes it: see the module docs. This handle's commits are delivered on
+    /// the committing thread before the write's future resolves; other
+    /// connections' on the thread that notices them (the `keel-feed` thread with
+    /// `share_changes`), as [`Database::on_file_changes`] describes. Only through a
     /// [`Database`](crate::Database) (not a snapshot or transaction), for a
     /// to-one relation ([`subscribe_many`](Self::subscribe_many) follows
     /// to-many ones).

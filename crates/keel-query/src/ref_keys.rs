@@ -1,13 +1,13 @@
 //! Keys of referenced objects as map keys, for the reads through references
 //! (`relation.rs`), live lists across them (`live_relation.rs`) and backfills
 //! (`migrate.rs`): [`K`], an owned key that can be hashed; [`ByKey`], objects by
-//! key looked up from borrowed bytes without allocating; [`column_key`], a key
-//! read from a key column.
-
-use std::collections::HashMap;
+//! key looked up from borrowed bytes without allocating (FxHash maps, `fx.rs`);
+//! [`column_key`], a key read from a key column.
 
 use keel_schema::dynamic::ValueRef;
 use keel_schema::Value;
+
+use crate::fx::FxMap;
 
 /// A key as a hash-map key (a [`Value`] is not `Hash`: it holds floats).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -27,98 +27,19 @@ impl K {
     }
 }
 
-/// The hasher of [`ByKey`]'s maps: every referring row of a read costs one
-/// lookup, so the hash is the multiply-rotate of rustc's `FxHasher` (a few
-/// instructions per 8 bytes of a short key) instead of std's SipHash, started
-/// from a per-process random seed so a file's keys cannot be chosen to collide
-/// ahead of time. It is not built to resist an attacker who can observe timings:
-/// the worst a collision can do is slow one read, never change its answer.
-#[derive(Clone, Copy)]
-struct KeyHash(u64);
-
-/// The seed every [`KeyHash`] starts from, drawn once per process.
-fn key_hash_seed() -> u64 {
-    use std::hash::BuildHasher;
-    static SEED: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *SEED.get_or_init(|| std::collections::hash_map::RandomState::new().hash_one(0x6b65_656cu32))
-}
-
-impl std::hash::BuildHasher for KeyHash {
-    type Hasher = KeyHasher;
-    fn build_hasher(&self) -> KeyHasher {
-        KeyHasher(self.0)
-    }
-}
-
-impl Default for KeyHash {
-    fn default() -> Self {
-        KeyHash(key_hash_seed())
-    }
-}
-
-/// See [`KeyHash`].
-struct KeyHasher(u64);
-
-impl KeyHasher {
-    const K: u64 = 0xf135_7aea_2e62_a9c5;
-
-    fn add(&mut self, word: u64) {
-        self.0 = (self.0.rotate_left(26) ^ word).wrapping_mul(Self::K);
-    }
-}
-
-impl std::hash::Hasher for KeyHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        let mut chunks = bytes.chunks_exact(8);
-        for c in &mut chunks {
-            self.add(u64::from_le_bytes(c.try_into().unwrap_or_default()));
-        }
-        let rest = chunks.remainder();
-        if !rest.is_empty() {
-            let mut last = [0u8; 8];
-            last[..rest.len()].copy_from_slice(rest);
-            self.add(u64::from_le_bytes(last));
-        }
-        // The zero padding above must not make "ab" and "ab\0" collide.
-        self.add(bytes.len() as u64);
-    }
-
-    fn write_u8(&mut self, i: u8) {
-        self.add(u64::from(i));
-    }
-
-    fn write_usize(&mut self, i: usize) {
-        self.add(i as u64);
-    }
-
-    fn write_u64(&mut self, i: u64) {
-        self.add(i);
-    }
-
-    fn write_i64(&mut self, i: i64) {
-        self.add(i as u64);
-    }
-
-    fn finish(&self) -> u64 {
-        // The multiply leaves the low bits weakest; hashbrown takes its
-        // bucket from the low bits and its tag from the top seven.
-        self.0.rotate_left(20)
-    }
-}
-
 /// Objects by key, looked up without allocating (text keys by `&str`).
 pub(crate) struct ByKey<T> {
-    text: HashMap<String, T, KeyHash>,
-    int: HashMap<i64, T, KeyHash>,
-    other: HashMap<K, T, KeyHash>,
+    text: FxMap<String, T>,
+    int: FxMap<i64, T>,
+    other: FxMap<K, T>,
 }
 
 impl<T> Default for ByKey<T> {
     fn default() -> Self {
         ByKey {
-            text: HashMap::default(),
-            int: HashMap::default(),
-            other: HashMap::default(),
+            text: FxMap::default(),
+            int: FxMap::default(),
+            other: FxMap::default(),
         }
     }
 }
@@ -170,15 +91,6 @@ pub(crate) fn column_key(v: rusqlite::types::ValueRef<'_>) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::BuildHasher;
-
-    #[test]
-    fn padding_and_length_do_not_collide() {
-        let h = KeyHash::default();
-        let words = ["", "a", "ab", "ab\0", "ab\0\0\0\0\0\0", "ab\0\0\0\0\0\0\0"];
-        let hashes: std::collections::HashSet<u64> = words.iter().map(|w| h.hash_one(w)).collect();
-        assert_eq!(hashes.len(), words.len());
-    }
 
     #[test]
     fn by_key_finds_owned_and_borrowed_keys_of_every_kind() {

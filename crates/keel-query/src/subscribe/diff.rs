@@ -122,7 +122,7 @@ impl Diff {
             d.inserted.clear();
             d.removed.clear();
             d.updated.truncate(p0);
-            let mut pos: super::fx::FxMap<K, usize> = super::fx::FxMap::default();
+            let mut pos: crate::fx::FxMap<K, usize> = crate::fx::FxMap::default();
             pos.reserve(om.len());
             pos.extend(om.iter().enumerate().map(|(i, o)| (id(o), i)));
             let mut kept_old = vec![false; om.len()];

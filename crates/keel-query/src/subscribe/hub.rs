@@ -23,7 +23,7 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
-use super::fx::{FxMap, FxSet};
+use crate::fx::{FxMap, FxSet};
 use super::update::{ObjectEvent, QueryUpdate};
 use crate::change::Change;
 use crate::engine::Inner;
@@ -84,7 +84,7 @@ impl HKeyRef<'_> {
     /// A hash of the value, equal for a key and its owned form.
     fn prehash(&self) -> u64 {
         use std::hash::BuildHasher;
-        std::hash::BuildHasherDefault::<super::fx::Fx>::default().hash_one(self)
+        std::hash::BuildHasherDefault::<crate::fx::Fx>::default().hash_one(self)
     }
 }
 
@@ -1458,7 +1458,8 @@ fn apply_edit(
 /// a few compared one by one (a single-object commit: no hashing per row), or
 /// the commit's map.
 enum Touched<'a> {
-    Few(Vec<i64>),
+    /// Up to [`Touched::FEW`] rowids, in the first `.1` places.
+    Few([i64; Touched::FEW], usize),
     Many(&'a FxMap<i64, usize>),
 }
 
@@ -1467,16 +1468,19 @@ impl<'a> Touched<'a> {
     const FEW: usize = 8;
 
     fn of(at: &'a FxMap<i64, usize>) -> Self {
-        if at.len() <= Self::FEW {
-            Touched::Few(at.keys().copied().collect())
-        } else {
-            Touched::Many(at)
+        if at.len() > Self::FEW {
+            return Touched::Many(at);
         }
+        let mut few = [0; Self::FEW];
+        for (slot, rowid) in few.iter_mut().zip(at.keys()) {
+            *slot = *rowid;
+        }
+        Touched::Few(few, at.len())
     }
 
     fn has(&self, rowid: i64) -> bool {
         match self {
-            Touched::Few(v) => v.contains(&rowid),
+            Touched::Few(few, n) => few[..*n].contains(&rowid),
             Touched::Many(m) => m.contains_key(&rowid),
         }
     }

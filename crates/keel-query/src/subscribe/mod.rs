@@ -104,7 +104,6 @@
 
 mod delivery;
 mod diff;
-mod fx;
 pub(crate) mod hub;
 mod nearest;
 mod update;

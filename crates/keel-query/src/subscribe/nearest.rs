@@ -258,7 +258,9 @@ impl Nearest<'static> {
     /// [`NearestUpdate`] (with a row-level diff) after every commit that changes
     /// them — an insert that beats the `k`-th distance, an update that moves a
     /// vector in or out or within, a delete of a member. Called on the writing
-    /// thread after the commit, before the write's future resolves. Per commit the
+    /// thread after the commit, before the write's future resolves; another
+    /// connection's commits reach it as [`Database::on_file_changes`](crate::Database::on_file_changes)
+    /// describes (with `share_changes`, on the `keel-feed` thread). Per commit the
     /// work is one filter evaluation and one distance per changed row of the
     /// collection; a full scan runs only when a member leaves and no spare
     /// candidate remains (see [`NearestSubscription::stats`]).

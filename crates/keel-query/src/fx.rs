@@ -1,5 +1,7 @@
-//! FxHash maps and sets for the hub and the diff (a leaf of `subscribe`, so the
-//! diff does not reach into the hub for them).
+//! FxHash maps and sets for ids, rowids and short keys: the subscription hub
+//! and diff, and the relation reads' maps of referenced keys (`ref_keys`). A
+//! leaf module. Not built to resist keys chosen to collide: the worst they can
+//! do is slow a map down, never change an answer.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
