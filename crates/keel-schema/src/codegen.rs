@@ -44,7 +44,7 @@ use crate::codegen_shared::{
     write_arms, write_conversions, Names, TABLE,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 pub use crate::codegen_shared::CodegenError;
@@ -726,65 +726,55 @@ impl<'a> Gen<'a> {
         self.out.push_str(&o);
     }
 
-    fn read_expr(&self, f: &Field) -> String {
+    fn read_expr(&self, fp: &FieldPlan<'_>) -> String {
         let rt = &self.rt;
-        let slot = f.id;
-        let fname = &f.name;
-        match &f.ty {
-            FieldType::Scalar(t) if f.optional => format!("t.get_opt::<{}>({slot})?", t.rust_name()),
-            FieldType::Scalar(t) => format!("t.get::<{}>({slot}, {})?", t.rust_name(), scalar_lit(&f.default, *t)),
-            FieldType::Enum(e) => {
-                let en = &self.s.enums[*e];
-                let n = self.names.enum_name(*e);
-                if f.optional {
-                    format!("t.get_opt::<{}>({slot})?.map({n}::from_raw)", en.underlying.rust_name())
-                } else {
-                    format!("{n}::from_raw(t.get::<{}>({slot}, {})?)", en.underlying.rust_name(), scalar_lit(&f.default, en.underlying))
+        let slot = fp.slot;
+        let fname = fp.name();
+        match fp.read() {
+            Read::Scalar(t, None) => format!("t.get_opt::<{}>({slot})?", t.rust_name()),
+            Read::Scalar(t, Some(d)) => format!("t.get::<{}>({slot}, {})?", t.rust_name(), scalar_lit(d, t)),
+            Read::Enum(e, u, default) => {
+                let n = self.names.enum_name(e);
+                match default {
+                    None => format!("t.get_opt::<{}>({slot})?.map({n}::from_raw)", u.rust_name()),
+                    Some(d) => format!("{n}::from_raw(t.get::<{}>({slot}, {})?)", u.rust_name(), scalar_lit(d, u)),
                 }
             }
-            FieldType::String if f.primary => format!(
+            Read::String { required: true } => format!(
                 "t.str({slot})?\n                .ok_or({rt}::DecodeError::Field {{\n                    field: {fname:?},\n                    reason: ::std::borrow::Cow::Borrowed(\"required field is missing\"),\n                }})?\n                .to_owned()"
             ),
-            FieldType::String => format!("t.str({slot})?.map(str::to_owned)"),
-            FieldType::Struct(s) => format!(
+            Read::String { required: false } => format!("t.str({slot})?.map(str::to_owned)"),
+            Read::Struct(s) => format!(
                 "t.struct_bytes({slot}, {n}::SIZE)?\n                .map({n}::from_bytes)\n                .transpose()?",
-                n = self.names.struct_name(*s)
+                n = self.names.struct_name(s)
             ),
-            FieldType::Table(ti) => format!(
+            Read::Table(ti) => format!(
                 "t.table({slot})?.map({}::__read).transpose()?",
-                self.names.table_name(*ti)
+                self.names.table_name(ti)
             ),
-            FieldType::Union(u) => format!(
+            Read::Union(u) => format!(
                 "{}::__read(t.get::<u8>({}, 0)?, t.table({slot})?)?",
-                self.names.union_name(*u),
+                self.names.union_name(u),
                 slot.saturating_sub(1)
             ),
-            FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => {
-                let FieldType::Union(u) = **inner else {
-                    unreachable!("matched above")
-                };
-                format!(
-                    "match t.union_vector({slot})? {{\n                Some((tags, v)) => tags\n                    .iter()\n                    .enumerate()\n                    .map(|(i, tag)| {}::__read_elem(*tag, &v, i))\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}",
-                    self.names.union_name(u)
-                )
+            Read::Vector(Elem::Union(u)) => format!(
+                "match t.union_vector({slot})? {{\n                Some((tags, v)) => tags\n                    .iter()\n                    .enumerate()\n                    .map(|(i, tag)| {}::__read_elem(*tag, &v, i))\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}",
+                self.names.union_name(u)
+            ),
+            Read::Vector(Elem::Bytes) => {
+                format!("t.vector({slot}, 1)?\n                .map_or_else(Vec::new, |v| v.bytes().to_vec())")
             }
-            FieldType::Vector(inner) => {
-                let (size, elem) = match &**inner {
-                    FieldType::Scalar(ScalarType::U8) => {
-                        return format!("t.vector({slot}, 1)?\n                .map_or_else(Vec::new, |v| v.bytes().to_vec())");
-                    }
-                    FieldType::Scalar(s) => (s.size().to_string(), format!("v.scalar::<{}>(i)", s.rust_name())),
-                    FieldType::Enum(e) => {
-                        let u = self.s.enums[*e].underlying;
-                        (u.size().to_string(), format!("v.scalar::<{}>(i).map({}::from_raw)", u.rust_name(), self.names.enum_name(*e)))
-                    }
-                    FieldType::String => ("4".into(), "v.str(i).map(str::to_owned)".into()),
-                    FieldType::Struct(s) => {
-                        let n = self.names.struct_name(*s);
+            Read::Vector(elem) => {
+                let (size, elem) = match elem {
+                    Elem::Scalar(s) => (s.size().to_string(), format!("v.scalar::<{}>(i)", s.rust_name())),
+                    Elem::Enum(e, u) => (u.size().to_string(), format!("v.scalar::<{}>(i).map({}::from_raw)", u.rust_name(), self.names.enum_name(e))),
+                    Elem::String => ("4".into(), "v.str(i).map(str::to_owned)".into()),
+                    Elem::Struct(s) => {
+                        let n = self.names.struct_name(s);
                         (format!("{n}::SIZE"), format!("v.struct_bytes(i).and_then({n}::from_bytes)"))
                     }
-                    FieldType::Table(ti) => ("4".into(), format!("v.table(i).and_then({}::__read)", self.names.table_name(*ti))),
-                    _ => ("4".into(), "unreachable!()".into()),
+                    Elem::Table(ti) => ("4".into(), format!("v.table(i).and_then({}::__read)", self.names.table_name(ti))),
+                    Elem::Bytes | Elem::Union(_) => unreachable!("read above"),
                 };
                 format!(
                     "match t.vector({slot}, {size})? {{\n                Some(v) => (0..v.len())\n                    .map(|i| {elem})\n                    .collect::<Result<Vec<_>, _>>()?,\n                None => Vec::new(),\n            }}"
@@ -1108,7 +1098,7 @@ impl<'a> Gen<'a> {
                 o,
                 "            {}: {},",
                 ident(&snake(&f.name)),
-                self.read_expr(f).replace("\n", "\n    ")
+                self.read_expr(plan.of(f)).replace("\n", "\n    ")
             );
         }
         let _ = writeln!(o, "        }})))\n    }}");

@@ -451,6 +451,13 @@ pub(crate) fn example(rel: &str) -> Schema {
     crate::resolve::load(&path).unwrap().0
 }
 
+/// The blog example's schema (`examples/blog/schema/blog.fbs`), which the
+/// generators' tests render.
+#[cfg(test)]
+pub(crate) fn blog() -> Schema {
+    example("blog.fbs")
+}
+
 /// Where a generated file goes in a test: a directory of its own under the
 /// system's temporary one.
 #[cfg(test)]

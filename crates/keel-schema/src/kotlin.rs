@@ -54,7 +54,7 @@ use crate::codegen_shared::{
     write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
-use crate::plan::{Elem, FieldPlan, Kind, TablePlan, Unset};
+use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
@@ -957,6 +957,64 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// How `keelRead` reads field `fp` from the table `t`.
+    fn read_expr(&self, fp: &FieldPlan<'_>) -> String {
+        let slot = fp.slot;
+        match fp.read() {
+            Read::Scalar(ty, None) => format!("t.{}OrNull({slot})", sc(ty).read),
+            Read::Scalar(ty, Some(d)) => format!("t.{}({slot}, {})", sc(ty).read, lit(d, ty)),
+            Read::Enum(e, u, default) => {
+                let (read, en_n) = (sc(u).read, self.names.enum_name(e));
+                match default {
+                    None => format!("t.{read}OrNull({slot})?.let {{ {en_n}.fromRaw(it) }}"),
+                    Some(d) => format!("{en_n}.fromRaw(t.{read}({slot}, {}))", lit(d, u)),
+                }
+            }
+            Read::String { required: true } => {
+                format!("t.requiredString({slot}, {})", string_lit(fp.name()))
+            }
+            Read::String { required: false } => format!("t.string({slot})"),
+            Read::Struct(x) => {
+                let sn = self.names.struct_name(x);
+                format!("t.struct({slot}, {sn}.SIZE).let {{ if (it < 0) null else {sn}.read(t.r, it) }}")
+            }
+            Read::Table(x) => {
+                format!("t.table({slot})?.let {{ {}.keelRead(it) }}", self.names.table_name(x))
+            }
+            Read::Union(u) => format!(
+                "t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n{}\n                    }}\n                }}\n            }}",
+                self.union_read_arms(u, "                        ")
+            ),
+            Read::Vector(_) if fp.embedding() => format!("t.f32Array({slot})"),
+            Read::Vector(elem) => match elem {
+                Elem::Bytes => format!("t.{}s({slot})", sc(ScalarType::U8).read),
+                Elem::Scalar(ty) => format!("t.{}s({slot})", sc(ty).read),
+                Elem::Enum(e, u) => {
+                    let sv = sc(u);
+                    format!(
+                        "t.vectorOf({slot}, {}) {{ {}.fromRaw(t.r.{}(it){}) }}",
+                        u.size(),
+                        self.names.enum_name(e),
+                        sv.abs.0,
+                        sv.abs.1
+                    )
+                }
+                Elem::String => format!("t.strings({slot})"),
+                Elem::Table(x) => {
+                    format!("t.tables({slot}) {{ {}.keelRead(it) }}", self.names.table_name(x))
+                }
+                Elem::Struct(x) => {
+                    let sn = self.names.struct_name(x);
+                    format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
+                }
+                Elem::Union(u) => format!(
+                    "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n{}\n                }}\n            }}",
+                    self.union_read_arms(u, "                    ")
+                ),
+            },
+        }
+    }
+
     /// The `when (tag)` arms that read union `u`'s member from the table `m`, each
     /// line indented by `indent`: one per member, then `else` for a tag this schema
     /// does not declare. A union field and a vector of unions read through the same arms.
@@ -1279,79 +1337,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(o, "        /** Reads a `{}` table. */\n        @JvmStatic public fun keelRead(t: FbTable): {n} = {n}(", t.name);
         for f in &live {
-            let slot = f.id;
-            let expr = match &f.ty {
-                FieldType::Scalar(ty) => {
-                    let s = sc(*ty);
-                    if f.optional {
-                        format!("t.{}OrNull({slot})", s.read)
-                    } else {
-                        format!("t.{}({slot}, {})", s.read, lit(&f.default, *ty))
-                    }
-                }
-                FieldType::Enum(e) => {
-                    let en = &s.enums[*e];
-                    let sv = sc(en.underlying);
-                    let en_n = self.names.enum_name(*e);
-                    if f.optional {
-                        format!("t.{}OrNull({slot})?.let {{ {en_n}.fromRaw(it) }}", sv.read)
-                    } else {
-                        format!(
-                            "{en_n}.fromRaw(t.{}({slot}, {}))",
-                            sv.read,
-                            lit(&f.default, en.underlying)
-                        )
-                    }
-                }
-                FieldType::String if f.primary => {
-                    format!("t.requiredString({slot}, {})", string_lit(&f.name))
-                }
-                FieldType::String => format!("t.string({slot})"),
-                FieldType::Struct(x) => {
-                    let sn = self.names.struct_name(*x);
-                    format!("t.struct({slot}, {sn}.SIZE).let {{ if (it < 0) null else {sn}.read(t.r, it) }}")
-                }
-                FieldType::Table(x) => {
-                    format!(
-                        "t.table({slot})?.let {{ {}.keelRead(it) }}",
-                        self.names.table_name(*x)
-                    )
-                }
-                FieldType::Union(u) => format!(
-                    "t.unionTag({slot}).let {{ tag ->\n                if (tag == 0) null else t.table({slot})?.let {{ m ->\n                    when (tag) {{\n{}\n                    }}\n                }}\n            }}",
-                    self.union_read_arms(*u, "                        ")
-                ),
-                FieldType::Vector(_) if plan.of(f).embedding() => format!("t.f32Array({slot})"),
-                FieldType::Vector(inner) => match &**inner {
-                    FieldType::Scalar(ty) => format!("t.{}s({slot})", sc(*ty).read),
-                    FieldType::Enum(e) => {
-                        let sv = sc(s.enums[*e].underlying);
-                        format!(
-                            "t.vectorOf({slot}, {}) {{ {}.fromRaw(t.r.{}(it){}) }}",
-                            s.enums[*e].underlying.size(),
-                            self.names.enum_name(*e),
-                            sv.abs.0,
-                            sv.abs.1
-                        )
-                    }
-                    FieldType::String => format!("t.strings({slot})"),
-                    FieldType::Table(x) => {
-                        format!(
-                            "t.tables({slot}) {{ {}.keelRead(it) }}",
-                            self.names.table_name(*x)
-                        )
-                    }
-                    FieldType::Struct(x) => {
-                        let sn = self.names.struct_name(*x);
-                        format!("t.vectorOf({slot}, {sn}.SIZE) {{ {sn}.read(t.r, it) }}")
-                    }
-                    FieldType::Union(u) => format!(
-                        "t.unions({slot}) {{ tag, m ->\n                when (tag) {{\n{}\n                }}\n            }}",
-                        self.union_read_arms(*u, "                    ")
-                    ),
-                    _ => "emptyList()".into(),
-                },
-            };
+            let expr = self.read_expr(plan.of(f));
             let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
         }
         if !enum_fields.is_empty() {
@@ -1399,10 +1385,7 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn blog() -> Schema {
-        crate::codegen_shared::example("blog.fbs")
-    }
+    use crate::codegen_shared::blog;
 
     fn gen(s: &Schema) -> String {
         let files = generate(s, "blog").unwrap();

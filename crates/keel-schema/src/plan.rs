@@ -112,12 +112,52 @@ impl FieldPlan<'_> {
         self.key_position.is_some() && self.kind == Kind::String
     }
 
+    /// How a reader gets its value ([`Read`]).
+    pub fn read(&self) -> Read<'_> {
+        let default = (self.default != Unset::Absent).then_some(&self.field.default);
+        match self.kind {
+            Kind::Scalar(t) => Read::Scalar(t, default),
+            Kind::Enum(e, u) => Read::Enum(e, u, default),
+            Kind::String => Read::String {
+                required: self.default == Unset::Required,
+            },
+            Kind::Struct(i) => Read::Struct(i),
+            Kind::Table(i) => Read::Table(i),
+            Kind::Union(u) => Read::Union(u),
+            Kind::Vector(e) => Read::Vector(e),
+        }
+    }
+
     /// Whether this is a `(vector: N)` embedding: a `[float]` that languages with
     /// a primitive float array give as one (Kotlin's `FloatArray`; Swift's
     /// `[Float]` is one already), not as a list of boxed floats.
     pub fn embedding(&self) -> bool {
         self.field.vector.is_some() && self.kind == Kind::Vector(Elem::Scalar(ScalarType::F32))
     }
+}
+
+/// How a generated reader gets one field's value: what every back end's reader
+/// decides about a field (optional or with a default, required, which element
+/// a vector holds), decided here once; the back ends only spell it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum Read<'s> {
+    /// A scalar: with its schema default, or optional (`None`: absent reads as
+    /// none).
+    Scalar(ScalarType, Option<&'s Value>),
+    /// An enum (index into `Schema::enums`, underlying scalar), its default as
+    /// for [`Read::Scalar`] (the raw number).
+    Enum(usize, ScalarType, Option<&'s Value>),
+    /// A string; `required`: the string primary key, which every object carries.
+    String { required: bool },
+    /// An inline struct (index into `Schema::structs`), optional.
+    Struct(usize),
+    /// A table (index into `Schema::tables`), optional.
+    Table(usize),
+    /// A union (index into `Schema::unions`), optional: its tag in the slot
+    /// before the value's.
+    Union(usize),
+    /// A vector (empty when absent).
+    Vector(Elem),
 }
 
 /// How objects of a collection are keyed.
@@ -467,10 +507,7 @@ fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> Fiel
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn blog() -> Schema {
-        crate::codegen_shared::example("blog.fbs")
-    }
+    use crate::codegen_shared::blog;
 
     /// A `(references: …)` field's plan carries the model's reference (target,
     /// to-one or to-many, rule); other fields carry none.

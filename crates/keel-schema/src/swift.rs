@@ -59,7 +59,7 @@ use crate::codegen_shared::{
     write_arms, write_conversions, write_files, Names,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Renderers, TablePlan, Unset};
+use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
@@ -691,44 +691,42 @@ impl<'a> Gen<'a> {
         self.out.push_str(&o);
     }
 
-    fn read_expr(&self, ti: usize, f: &Field) -> String {
-        let slot = f.id;
-        match &f.ty {
-            FieldType::Scalar(t) if f.optional => {
-                format!("try t.optional({}.self, slot: {slot})", swift_scalar(*t))
+    fn read_expr(&self, ti: usize, fp: &FieldPlan<'_>) -> String {
+        let slot = fp.slot;
+        match fp.read() {
+            Read::Scalar(t, None) => {
+                format!("try t.optional({}.self, slot: {slot})", swift_scalar(t))
             }
-            FieldType::Scalar(t) => {
-                format!("try t.scalar(slot: {slot}, default: {})", scalar_lit(&f.default, *t))
+            Read::Scalar(t, Some(d)) => {
+                format!("try t.scalar(slot: {slot}, default: {})", scalar_lit(d, t))
             }
-            FieldType::Enum(e) => {
-                let en = &self.s.enums[*e];
-                let n = self.names.enum_name(*e);
-                if f.optional {
-                    format!(
+            Read::Enum(e, u, default) => {
+                let n = self.names.enum_name(e);
+                match default {
+                    None => format!(
                         "try t.optional({}.self, slot: {slot}).map({n}.init(rawValue:))",
-                        swift_scalar(en.underlying)
-                    )
-                } else {
-                    format!(
+                        swift_scalar(u)
+                    ),
+                    Some(d) => format!(
                         "{n}(rawValue: try t.scalar(slot: {slot}, default: {}))",
-                        scalar_lit(&f.default, en.underlying)
-                    )
+                        scalar_lit(d, u)
+                    ),
                 }
             }
-            FieldType::String if f.primary => {
-                format!("try t.requiredString(slot: {slot}, field: {:?})", f.name)
+            Read::String { required: true } => {
+                format!("try t.requiredString(slot: {slot}, field: {:?})", fp.name())
             }
-            FieldType::String => format!("try t.string(slot: {slot})"),
-            FieldType::Struct(s) => {
-                let n = self.names.struct_name(*s);
+            Read::String { required: false } => format!("try t.string(slot: {slot})"),
+            Read::Struct(s) => {
+                let n = self.names.struct_name(s);
                 format!(
                     "try t.structPosition(slot: {slot}, size: {n}.keelSize).map {{ try {n}(keelBuffer: t.bytes, at: $0) }}"
                 )
             }
-            FieldType::Table(x) => {
-                let n = self.names.table_name(*x);
+            Read::Table(x) => {
+                let n = self.names.table_name(x);
                 let e = format!("try t.table(slot: {slot}).map {{ try {n}(keelTable: $0) }}");
-                if self.boxed(ti, f) {
+                if self.boxed(ti, fp.field) {
                     format!("({e}).map(KeelBox.init)")
                 } else {
                     e
@@ -736,48 +734,44 @@ impl<'a> Gen<'a> {
             }
             // `unionTag` refuses a type without its value and a value without
             // its type, as the Rust verifier does
-            FieldType::Union(u) => format!(
+            Read::Union(u) => format!(
                 "try {}.keelRead(tag: t.unionTag(slot: {slot}), table: t.table(slot: {slot}))",
-                self.names.union_name(*u)
+                self.names.union_name(u)
             ),
-            FieldType::Vector(inner) => match &**inner {
-                FieldType::Scalar(ScalarType::U8) => {
+            Read::Vector(elem) => match elem {
+                Elem::Bytes => {
                     format!("try t.vector(slot: {slot}, elementSize: 1)?.byteArray() ?? []")
                 }
-                FieldType::Scalar(s) => format!(
+                Elem::Scalar(s) => format!(
                     "try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []",
                     s.size(),
-                    swift_scalar(*s)
+                    swift_scalar(s)
                 ),
-                FieldType::Enum(e) => {
-                    let u = self.s.enums[*e].underlying;
-                    format!(
-                        "(try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []).map({}.init(rawValue:))",
-                        u.size(),
-                        swift_scalar(u),
-                        self.names.enum_name(*e)
-                    )
-                }
-                FieldType::String => {
+                Elem::Enum(e, u) => format!(
+                    "(try t.vector(slot: {slot}, elementSize: {})?.scalars({}.self) ?? []).map({}.init(rawValue:))",
+                    u.size(),
+                    swift_scalar(u),
+                    self.names.enum_name(e)
+                ),
+                Elem::String => {
                     format!("try t.vector(slot: {slot}, elementSize: 4)?.strings() ?? []")
                 }
-                FieldType::Struct(s) => {
-                    let n = self.names.struct_name(*s);
+                Elem::Struct(s) => {
+                    let n = self.names.struct_name(s);
                     format!(
                         "try t.vector(slot: {slot}, elementSize: {n}.keelSize)?.map {{ v, i in try {n}(keelBuffer: v.bytes, at: v.position(i)) }} ?? []"
                     )
                 }
-                FieldType::Table(x) => format!(
+                Elem::Table(x) => format!(
                     "try t.vector(slot: {slot}, elementSize: 4)?.map {{ v, i in try {}(keelTable: v.table(i)) }} ?? []",
-                    self.names.table_name(*x)
+                    self.names.table_name(x)
                 ),
                 // tags in slot id-1, member tables in id; a member this schema
                 // does not know stays in the array as `.unknown(tag:)`
-                FieldType::Union(u) => format!(
+                Elem::Union(u) => format!(
                     "try t.unions(slot: {slot}) {{ tag, m in try {0}.keelRead(tag: tag, table: m) ?? .unknown(tag: tag) }}",
-                    self.names.union_name(*u)
+                    self.names.union_name(u)
                 ),
-                FieldType::Vector(_) => "[]".into(),
             },
         }
     }
@@ -940,7 +934,11 @@ impl<'a> Gen<'a> {
             } else {
                 esc(&member(&f.name))
             };
-            let _ = writeln!(o, "        self.{target} = {}", self.read_expr(ti, f));
+            let _ = writeln!(
+                o,
+                "        self.{target} = {}",
+                self.read_expr(ti, plan.of(f))
+            );
         }
         let _ = writeln!(o, "    }}\n");
         let _ = writeln!(
@@ -1156,10 +1154,7 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn blog() -> Schema {
-        crate::codegen_shared::example("blog.fbs")
-    }
+    use crate::codegen_shared::blog;
 
     #[test]
     fn names() {

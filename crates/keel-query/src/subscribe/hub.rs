@@ -23,12 +23,12 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
-use crate::fx::{FxMap, FxSet};
 use super::update::{ObjectEvent, QueryUpdate};
 use crate::change::Change;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
 use crate::eval::{order_cmp, Filter, Order, RowKey, SqlValue};
+use crate::fx::{FxMap, FxSet};
 use crate::query::{Query, Source, Spec, StoredObject};
 
 pub(crate) type Obj = Arc<StoredObject>;
