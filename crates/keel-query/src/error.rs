@@ -336,6 +336,16 @@ impl Error {
         matches!(self, Error::Storage(e) if e.is_retryable())
     }
 
+    /// [`Error::InvalidObject`]: bytes of `collection` that do not open as its
+    /// table, found while doing `op`.
+    pub(crate) fn invalid_object(op: &'static str, collection: &str, source: DecodeError) -> Error {
+        Error::InvalidObject {
+            op,
+            collection: collection.to_owned(),
+            source,
+        }
+    }
+
     pub(crate) fn sqlite(op: &'static str, collection: &str, e: rusqlite::Error) -> Error {
         if e.sqlite_error_code() == Some(rusqlite::ErrorCode::OperationInterrupted) {
             // A suspend interrupted the statement: the kernel's retryable

@@ -145,18 +145,11 @@ fn keys_in(
     let obj = inner
         .table(c)?
         .open(bytes)
-        .map_err(|source| Error::InvalidObject {
-            op,
-            collection: c.name.clone(),
-            source,
-        })?;
+        .map_err(|e| Error::invalid_object(op, &c.name, e))?;
     if to_many {
         let id = path.steps().first().map_or(0, |s| s.id());
-        obj.elements(id).map_err(|source| Error::InvalidObject {
-            op,
-            collection: c.name.clone(),
-            source,
-        })
+        obj.elements(id)
+            .map_err(|e| Error::invalid_object(op, &c.name, e))
     } else {
         let v = obj.get(path);
         Ok(if v.is_null() { Vec::new() } else { vec![v] })
@@ -375,11 +368,9 @@ fn read_referrers<X>(
         }
         let keys = match &resolved {
             Some(rp) => {
-                let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
-                    op,
-                    collection: c.name.clone(),
-                    source,
-                })?;
+                let obj = reader
+                    .open(bytes)
+                    .map_err(|e| Error::invalid_object(op, &c.name, e))?;
                 one(
                     obj.get_ref(rp).unwrap_or(ValueRef::Null),
                     &mut seen,
@@ -814,11 +805,9 @@ impl<'a, R: Record> Fetch<'a, R> {
                 Query::new(Source::Conn(inner, conn, as_of), &target.name)
                     .filter(through.filter.clone())
                     .each(op, false, &mut |_, bytes| {
-                        let obj = treader.open(bytes).map_err(|source| Error::InvalidObject {
-                            op,
-                            collection: target.name.clone(),
-                            source,
-                        })?;
+                        let obj = treader
+                            .open(bytes)
+                            .map_err(|e| Error::invalid_object(op, &target.name, e))?;
                         let k = obj.get(&tpath);
                         keys.insert(k.clone(), ());
                         list.push(k);
@@ -845,18 +834,12 @@ impl<'a, R: Record> Fetch<'a, R> {
                         op,
                         false,
                         &mut |_, bytes| {
-                            let obj =
-                                freader.open(bytes).map_err(|source| Error::InvalidObject {
-                                    op,
-                                    collection: from.name.clone(),
-                                    source,
-                                })?;
-                            let elements =
-                                obj.elements(id).map_err(|source| Error::InvalidObject {
-                                    op,
-                                    collection: from.name.clone(),
-                                    source,
-                                })?;
+                            let obj = freader
+                                .open(bytes)
+                                .map_err(|e| Error::invalid_object(op, &from.name, e))?;
+                            let elements = obj
+                                .elements(id)
+                                .map_err(|e| Error::invalid_object(op, &from.name, e))?;
                             if elements.iter().any(|e| keys.get(e).is_some()) {
                                 matching.push(obj.get(&fpath));
                             }
@@ -923,11 +906,9 @@ fn referrers_of(
         spec,
     }
     .each(op, false, &mut |rowid, bytes| {
-        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
-            op,
-            collection: c.name.clone(),
-            source,
-        })?;
+        let obj = reader
+            .open(bytes)
+            .map_err(|e| Error::invalid_object(op, &c.name, e))?;
         rows.push((stored_object(rowid, bytes)?, obj.get(&kpath)));
         Ok(true)
     })?;
@@ -936,11 +917,7 @@ fn referrers_of(
         groups.entry(K::of(k)).or_default();
     }
     let freader = inner.table(from)?;
-    let bad = |source| Error::InvalidObject {
-        op,
-        collection: from.name.clone(),
-        source,
-    };
+    let bad = |e| Error::invalid_object(op, &from.name, e);
     let referrers = Query::new(Source::Conn(inner, conn, as_of), &from.name);
     if back.to_many {
         // No column holds a vector's keys: the referring collection is read.
@@ -1089,11 +1066,9 @@ impl Query<'_> {
                 &columns,
                 &mut |sql, params| {
                     crate::query::select_each(conn, target, op, sql, params, &mut |rowid, bytes| {
-                        let obj = reader.open(bytes).map_err(|source| Error::InvalidObject {
-                            op,
-                            collection: target.name.clone(),
-                            source,
-                        })?;
+                        let obj = reader
+                            .open(bytes)
+                            .map_err(|e| Error::invalid_object(op, &target.name, e))?;
                         found.insert(
                             obj.get_resolved(&resolved),
                             StoredObject {
