@@ -30,6 +30,22 @@ fn op(db: &keel_ffi::Database, insert: bool, collection: &str, json: &str) -> Wr
     }
 }
 
+/// Insert (or, `update`, replace) each `(collection, JSON object)` in one write.
+fn write_all(db: &keel_ffi::Database, insert: bool, rows: &[(&str, &str)]) {
+    let ops = rows.iter().map(|(c, j)| op(db, insert, c, j)).collect();
+    block_on(db.write(ops)).unwrap();
+}
+
+/// Insert each `(collection, JSON object)`, in one write.
+fn insert(db: &keel_ffi::Database, rows: &[(&str, &str)]) {
+    write_all(db, true, rows);
+}
+
+/// Replace each `(collection, JSON object)` by its key, in one write.
+fn update(db: &keel_ffi::Database, rows: &[(&str, &str)]) {
+    write_all(db, false, rows);
+}
+
 fn json(db: &keel_ffi::Database, collection: &str, bytes: &[u8]) -> serde_json::Value {
     serde_json::from_str(&db.decode_json(collection.into(), bytes.to_vec()).unwrap()).unwrap()
 }
@@ -43,30 +59,17 @@ fn live_including_updates_on_an_author_rename() {
         ..OpenOptions::default()
     };
     let db = open_blocking(path, FBS.into(), opts, None).unwrap();
-    let ops = vec![
-        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
-        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p1", "author": "ada", "rank": 1}"#,
-        ),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p2", "author": "bob", "rank": 2}"#,
-        ),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p3", "author": "ada", "rank": 3}"#,
-        ),
-        op(&db, true, "rel.Post", r#"{"id": "p4", "rank": 4}"#),
-    ];
-    block_on(db.write(ops)).unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada", "rank": 1}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "bob", "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "author": "ada", "rank": 3}"#),
+            ("rel.Post", r#"{"id": "p4", "rank": 4}"#),
+        ],
+    );
 
     let updates = Arc::new(Mutex::new(Vec::new()));
     let sub = db
@@ -83,23 +86,11 @@ fn live_including_updates_on_an_author_rename() {
     }
 
     // An unrelated author: nothing delivered.
-    block_on(db.write(vec![op(
-        &db,
-        true,
-        "rel.Author",
-        r#"{"id": "cy", "name": "Cy"}"#,
-    )]))
-    .unwrap();
+    insert(&db, &[("rel.Author", r#"{"id": "cy", "name": "Cy"}"#)]);
     assert_eq!(updates.lock().unwrap().len(), 1);
 
     // Only the author changes: the posts naming her are updated in place.
-    block_on(db.write(vec![op(
-        &db,
-        false,
-        "rel.Author",
-        r#"{"id": "ada", "name": "Ada L."}"#,
-    )]))
-    .unwrap();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada L."}"#)]);
     {
         let u = updates.lock().unwrap();
         assert_eq!(u.len(), 2, "delivered before the write resolved");
@@ -114,13 +105,10 @@ fn live_including_updates_on_an_author_rename() {
     }
 
     // A post moving: row-level diff, as a plain subscription gives.
-    block_on(db.write(vec![op(
+    insert(
         &db,
-        true,
-        "rel.Post",
-        r#"{"id": "p0", "author": "cy", "rank": 0}"#,
-    )]))
-    .unwrap();
+        &[("rel.Post", r#"{"id": "p0", "author": "cy", "rank": 0}"#)],
+    );
     {
         let u = updates.lock().unwrap();
         assert_eq!(u.len(), 3);
@@ -130,13 +118,7 @@ fn live_including_updates_on_an_author_rename() {
 
     sub.cancel();
     assert!(!sub.is_active());
-    block_on(db.write(vec![op(
-        &db,
-        false,
-        "rel.Author",
-        r#"{"id": "ada", "name": "Ada K."}"#,
-    )]))
-    .unwrap();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada K."}"#)]);
     assert_eq!(updates.lock().unwrap().len(), 3, "nothing after cancel");
 
     // Not a reference: a typed error, not a panic.
@@ -157,15 +139,17 @@ fn filter_through_a_reference() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("through.db").display().to_string();
     let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
-    let ops = vec![
-        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
-        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p2", "author": "bob"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p3", "author": "ada"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p4"}"#),
-    ];
-    block_on(db.write(ops)).unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "bob"}"#),
+            ("rel.Post", r#"{"id": "p3", "author": "ada"}"#),
+            ("rel.Post", r#"{"id": "p4"}"#),
+        ],
+    );
     let posts = db.query("rel.Post".into()).order_by("id".into(), false);
     let ids = |q: &keel_ffi::Query| -> Vec<String> {
         q.all()
@@ -229,11 +213,13 @@ fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cancel.db").display().to_string();
     let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
-    block_on(db.write(vec![
-        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
-    ]))
-    .unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+        ],
+    );
     let slot = Arc::new(Mutex::new(None));
     let seen = Arc::new(Mutex::new(0));
     let sub = db
@@ -249,7 +235,7 @@ fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
     *slot.lock().unwrap() = Some(Arc::clone(&sub));
     for name in ["Ada L.", "Ada K."] {
         let json = format!(r#"{{"id": "ada", "name": "{name}"}}"#);
-        block_on(db.write(vec![op(&db, false, "rel.Author", &json)])).unwrap();
+        update(&db, &[("rel.Author", &json)]);
     }
     assert_eq!(
         *seen.lock().unwrap(),
@@ -269,24 +255,19 @@ fn live_including_follows_a_to_many_reference() {
         ..OpenOptions::default()
     };
     let db = open_blocking(path, FBS.into(), opts, None).unwrap();
-    let ops = vec![
-        op(&db, true, "rel.Tag", r#"{"id": "db", "label": "DB"}"#),
-        op(&db, true, "rel.Tag", r#"{"id": "rust", "label": "Rust"}"#),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p1", "tags": ["rust", "db"], "rank": 1}"#,
-        ),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p2", "tags": ["swift"], "rank": 2}"#,
-        ),
-        op(&db, true, "rel.Post", r#"{"id": "p3", "rank": 3}"#),
-    ];
-    block_on(db.write(ops)).unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Tag", r#"{"id": "db", "label": "DB"}"#),
+            ("rel.Tag", r#"{"id": "rust", "label": "Rust"}"#),
+            (
+                "rel.Post",
+                r#"{"id": "p1", "tags": ["rust", "db"], "rank": 1}"#,
+            ),
+            ("rel.Post", r#"{"id": "p2", "tags": ["swift"], "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "rank": 3}"#),
+        ],
+    );
     let updates = Arc::new(Mutex::new(Vec::new()));
     let _sub = db
         .query("rel.Post".into())
@@ -312,29 +293,11 @@ fn live_including_follows_a_to_many_reference() {
         assert!(labels(&u[0], 1).is_empty(), "a missing tag is left out");
     }
     // A tag the first post holds is relabelled: that row is updated.
-    block_on(db.write(vec![op(
-        &db,
-        false,
-        "rel.Tag",
-        r#"{"id": "db", "label": "Databases"}"#,
-    )]))
-    .unwrap();
+    update(&db, &[("rel.Tag", r#"{"id": "db", "label": "Databases"}"#)]);
     // The tag the second post holds appears.
-    block_on(db.write(vec![op(
-        &db,
-        true,
-        "rel.Tag",
-        r#"{"id": "swift", "label": "Swift"}"#,
-    )]))
-    .unwrap();
+    insert(&db, &[("rel.Tag", r#"{"id": "swift", "label": "Swift"}"#)]);
     // A tag no post holds: nothing.
-    block_on(db.write(vec![op(
-        &db,
-        true,
-        "rel.Tag",
-        r#"{"id": "go", "label": "Go"}"#,
-    )]))
-    .unwrap();
+    insert(&db, &[("rel.Tag", r#"{"id": "go", "label": "Go"}"#)]);
     let u = updates.lock().unwrap();
     assert_eq!(u.len(), 3);
     assert_eq!(u[1].diff.updated, vec![0]);
@@ -358,17 +321,17 @@ fn a_registered_backfill_lets_a_strict_reference_open_over_dangling_keys() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("backfill.db").display().to_string();
     let db = open_blocking(path.clone(), schema(""), OpenOptions::default(), None).unwrap();
-    block_on(db.write(vec![
-        op(&db, true, "ev.A", r#"{"id": "a1"}"#),
-        op(
-            &db,
-            true,
-            "ev.P",
-            r#"{"id": "p1", "a": "gone", "tags": ["a1", "gone"]}"#,
-        ),
-        op(&db, true, "ev.P", r#"{"id": "p2", "a": "a1"}"#),
-    ]))
-    .unwrap();
+    insert(
+        &db,
+        &[
+            ("ev.A", r#"{"id": "a1"}"#),
+            (
+                "ev.P",
+                r#"{"id": "p1", "a": "gone", "tags": ["a1", "gone"]}"#,
+            ),
+            ("ev.P", r#"{"id": "p2", "a": "a1"}"#),
+        ],
+    );
     block_on(db.close()).unwrap();
     let strict = schema(r#"(references: "A", dangling: false)"#);
     let refused = open_blocking(path.clone(), strict.clone(), OpenOptions::default(), None);
@@ -406,18 +369,18 @@ fn count_including_counts_the_named_objects_that_exist() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("count.db").display().to_string();
     let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
-    block_on(db.write(vec![
-        op(&db, true, "rel.Tag", r#"{"id": "db"}"#),
-        op(&db, true, "rel.Tag", r#"{"id": "rust"}"#),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p1", "tags": ["rust", "db", "gone"], "rank": 1}"#,
-        ),
-        op(&db, true, "rel.Post", r#"{"id": "p2", "rank": 2}"#),
-    ]))
-    .unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Tag", r#"{"id": "db"}"#),
+            ("rel.Tag", r#"{"id": "rust"}"#),
+            (
+                "rel.Post",
+                r#"{"id": "p1", "tags": ["rust", "db", "gone"], "rank": 1}"#,
+            ),
+            ("rel.Post", r#"{"id": "p2", "rank": 2}"#),
+        ],
+    );
     let counts: Vec<u64> = db
         .query("rel.Post".into())
         .order_by("rank".into(), false)
@@ -446,29 +409,16 @@ fn a_live_list_filtered_through_a_reference_follows_renames() {
         ..OpenOptions::default()
     };
     let db = open_blocking(path, FBS.into(), opts, None).unwrap();
-    block_on(db.write(vec![
-        op(&db, true, "rel.Author", r#"{"id": "a1", "name": "Ada"}"#),
-        op(&db, true, "rel.Author", r#"{"id": "a2", "name": "Bob"}"#),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p1", "author": "a1", "rank": 1}"#,
-        ),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p2", "author": "a2", "rank": 2}"#,
-        ),
-        op(
-            &db,
-            true,
-            "rel.Post",
-            r#"{"id": "p3", "author": "a1", "rank": 3}"#,
-        ),
-    ]))
-    .unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "a1", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "a2", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "a1", "rank": 1}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "a2", "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "author": "a1", "rank": 3}"#),
+        ],
+    );
     let ada = keel_ffi::Expr::eq("name".into(), keel_ffi::Value::Text { v: "Ada".into() });
     let query = db
         .query("rel.Post".into())
@@ -502,20 +452,8 @@ fn a_live_list_filtered_through_a_reference_follows_renames() {
     let _sub = query
         .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
         .unwrap();
-    block_on(db.write(vec![op(
-        &db,
-        false,
-        "rel.Author",
-        r#"{"id": "a2", "name": "Ada"}"#,
-    )]))
-    .unwrap();
-    block_on(db.write(vec![op(
-        &db,
-        false,
-        "rel.Author",
-        r#"{"id": "a1", "name": "Ann"}"#,
-    )]))
-    .unwrap();
+    update(&db, &[("rel.Author", r#"{"id": "a2", "name": "Ada"}"#)]);
+    update(&db, &[("rel.Author", r#"{"id": "a1", "name": "Ann"}"#)]);
     let u = updates.lock().unwrap();
     assert_eq!(u.len(), 3);
     assert_eq!(ids(&u[1].objects), ["p1", "p2", "p3"]);
@@ -539,12 +477,14 @@ fn an_inverse_name_lists_and_follows_the_referring_objects() {
         ..OpenOptions::default()
     };
     let db = open_blocking(path, FBS.into(), opts, None).unwrap();
-    block_on(db.write(vec![
-        op(&db, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
-        op(&db, true, "rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
-        op(&db, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
-    ]))
-    .unwrap();
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+        ],
+    );
     let authors = db.query("rel.Author".into()).order_by("id".into(), false);
     let counts = |rows: &[keel_ffi::IncludedObject]| {
         rows.iter().map(|r| r.related.len()).collect::<Vec<_>>()
@@ -557,13 +497,7 @@ fn an_inverse_name_lists_and_follows_the_referring_objects() {
     let _sub = authors
         .subscribe_including("posts".into(), Box::new(Updates(Arc::clone(&updates))))
         .unwrap();
-    block_on(db.write(vec![op(
-        &db,
-        true,
-        "rel.Post",
-        r#"{"id": "p2", "author": "bob"}"#,
-    )]))
-    .unwrap();
+    insert(&db, &[("rel.Post", r#"{"id": "p2", "author": "bob"}"#)]);
     let u = updates.lock().unwrap();
     assert_eq!(u.len(), 2);
     assert_eq!(counts(&u[1].objects), [1, 1]);
@@ -572,13 +506,13 @@ fn an_inverse_name_lists_and_follows_the_referring_objects() {
     assert_eq!(p2["id"], "p2");
     drop(u);
     // Filtered through the inverse: the authors with a post titled "Hello".
-    block_on(db.write(vec![op(
+    update(
         &db,
-        false,
-        "rel.Post",
-        r#"{"id": "p2", "author": "bob", "title": "Hello"}"#,
-    )]))
-    .unwrap();
+        &[(
+            "rel.Post",
+            r#"{"id": "p2", "author": "bob", "title": "Hello"}"#,
+        )],
+    );
     let hello = keel_ffi::Expr::eq("title".into(), keel_ffi::Value::Text { v: "Hello".into() });
     let with_hello = authors
         .where_related("posts".into(), hello)
@@ -611,23 +545,19 @@ fn a_live_list_follows_another_connections_rename() {
         };
         let a = open_blocking(path.clone(), FBS.into(), opts(), None).unwrap();
         let b = open_blocking(path, FBS.into(), opts(), None).unwrap();
-        block_on(a.write(vec![
-            op(&a, true, "rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
-            op(&a, true, "rel.Post", r#"{"id": "p1", "author": "ada"}"#),
-        ]))
-        .unwrap();
+        insert(
+            &a,
+            &[
+                ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+                ("rel.Post", r#"{"id": "p1", "author": "ada"}"#),
+            ],
+        );
         let updates = Arc::new(Mutex::new(Vec::new()));
         let _sub = a
             .query("rel.Post".into())
             .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&updates))))
             .unwrap();
-        block_on(b.write(vec![op(
-            &b,
-            false,
-            "rel.Author",
-            r#"{"id": "ada", "name": "Ada L."}"#,
-        )]))
-        .unwrap();
+        update(&b, &[("rel.Author", r#"{"id": "ada", "name": "Ada L."}"#)]);
         let start = std::time::Instant::now();
         loop {
             let name = {
