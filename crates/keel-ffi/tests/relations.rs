@@ -30,6 +30,20 @@ fn op(db: &keel_ffi::Database, insert: bool, collection: &str, json: &str) -> Wr
     }
 }
 
+/// Open `name` in `dir` with the relations example's schema.
+fn open_rel(dir: &tempfile::TempDir, name: &str, opts: OpenOptions) -> Arc<keel_ffi::Database> {
+    let path = dir.path().join(name).display().to_string();
+    open_blocking(path, FBS.into(), opts, None).unwrap()
+}
+
+/// Options for a test that needs no durability: commits skip the sync.
+fn fast() -> OpenOptions {
+    OpenOptions {
+        commit_sync: Some(SyncPolicy::Off),
+        ..OpenOptions::default()
+    }
+}
+
 /// Insert (or, `update`, replace) each `(collection, JSON object)` in one write.
 fn write_all(db: &keel_ffi::Database, insert: bool, rows: &[(&str, &str)]) {
     let ops = rows.iter().map(|(c, j)| op(db, insert, c, j)).collect();
@@ -53,12 +67,7 @@ fn json(db: &keel_ffi::Database, collection: &str, bytes: &[u8]) -> serde_json::
 #[test]
 fn live_including_updates_on_an_author_rename() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rel.db").display().to_string();
-    let opts = OpenOptions {
-        commit_sync: Some(SyncPolicy::Off),
-        ..OpenOptions::default()
-    };
-    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let db = open_rel(&dir, "rel.db", fast());
     insert(
         &db,
         &[
@@ -137,8 +146,7 @@ fn live_including_updates_on_an_author_rename() {
 #[test]
 fn filter_through_a_reference() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("through.db").display().to_string();
-    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let db = open_rel(&dir, "through.db", OpenOptions::default());
     insert(
         &db,
         &[
@@ -211,8 +219,7 @@ impl IncludingListener for CancelInside {
 #[test]
 fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("cancel.db").display().to_string();
-    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let db = open_rel(&dir, "cancel.db", OpenOptions::default());
     insert(
         &db,
         &[
@@ -249,12 +256,7 @@ fn cancel_from_inside_the_listener_does_not_wait_for_itself() {
 #[test]
 fn live_including_follows_a_to_many_reference() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("tags.db").display().to_string();
-    let opts = OpenOptions {
-        commit_sync: Some(SyncPolicy::Off),
-        ..OpenOptions::default()
-    };
-    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let db = open_rel(&dir, "tags.db", fast());
     insert(
         &db,
         &[
@@ -367,8 +369,7 @@ fn a_registered_backfill_lets_a_strict_reference_open_over_dangling_keys() {
 #[test]
 fn count_including_counts_the_named_objects_that_exist() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("count.db").display().to_string();
-    let db = open_blocking(path, FBS.into(), OpenOptions::default(), None).unwrap();
+    let db = open_rel(&dir, "count.db", OpenOptions::default());
     insert(
         &db,
         &[
@@ -403,12 +404,7 @@ fn count_including_counts_the_named_objects_that_exist() {
 #[test]
 fn a_live_list_filtered_through_a_reference_follows_renames() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("where.db").display().to_string();
-    let opts = OpenOptions {
-        commit_sync: Some(SyncPolicy::Off),
-        ..OpenOptions::default()
-    };
-    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let db = open_rel(&dir, "where.db", fast());
     insert(
         &db,
         &[
@@ -471,12 +467,7 @@ fn a_live_list_filtered_through_a_reference_follows_renames() {
 #[test]
 fn an_inverse_name_lists_and_follows_the_referring_objects() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("inverse.db").display().to_string();
-    let opts = OpenOptions {
-        commit_sync: Some(SyncPolicy::Off),
-        ..OpenOptions::default()
-    };
-    let db = open_blocking(path, FBS.into(), opts, None).unwrap();
+    let db = open_rel(&dir, "inverse.db", fast());
     insert(
         &db,
         &[
