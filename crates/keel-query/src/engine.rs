@@ -42,8 +42,9 @@ pub(crate) trait CommitObserver: Send + Sync {
     fn on_commit(&self, changes: &[Change]);
     /// A write committed unrecorded while it was interested: re-read what it shows.
     fn resync(&self);
-    /// Rows another process committed, as they are now (the change feed).
-    fn on_remote(&self, rows: &[crate::feed::RemoteRow]);
+    /// Rows another process committed, as they are now (the change feed): no
+    /// old bytes, and an empty key for a row logged without one.
+    fn on_remote(&self, changes: &[Change]);
     /// The database is closing.
     fn close(&self);
     /// The observer as `Any`, for the module that installed it to get its own

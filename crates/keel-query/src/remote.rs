@@ -295,18 +295,18 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
         } => {
             let (nrows, nkeys) = (rows.len() as u64, dict.len() as u64);
             if !rows.is_empty() {
+                // Made once for the hub and the hooks. A row logged without its
+                // key (by a keel that logged none) has an empty one.
+                let changes: Vec<crate::Change> = rows
+                    .iter()
+                    .map(|r| r.change(r.key.clone().unwrap_or_default()))
+                    .collect();
                 if let Some(hub) = inner.hub.get() {
-                    hub.on_remote(&rows);
+                    hub.on_remote(&changes);
                 }
-                if inner.follows_foreign() {
-                    // A row without its key (logged by a keel that logged
-                    // none) cannot be matched: the hooks read again.
-                    let changes: Option<Vec<crate::Change>> = rows
-                        .iter()
-                        .map(|r| Some(r.change(r.key.clone()?)))
-                        .collect();
-                    inner.foreign_changes(changes.as_deref().unwrap_or(&[]));
-                }
+                // The hooks cannot match a change without its key: they read again.
+                let keyed = changes.iter().all(|c| !c.key.is_empty());
+                inner.foreign_changes(if keyed { &changes } else { &[] });
             }
             if !dict.is_empty() || dict_clear {
                 inner.dict.apply_remote(dict, dict_clear);

@@ -961,16 +961,16 @@ impl Hub {
     /// the same way. The old bytes are unknown, so a query subscription whose
     /// stored rows hold a changed rowid is always visited (it may have to drop
     /// it), and a deleted row's object subscription is found by rowid.
-    pub(crate) fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
+    pub(crate) fn on_remote(&self, changes: &[Change]) {
         let mut out = Vec::new();
         {
             let mut st = lock(&self.state);
             self.seq.fetch_add(1, Ordering::AcqRel);
-            let mut by_coll: Vec<(&str, Vec<&crate::feed::RemoteRow>)> = Vec::new();
-            for r in rows {
-                match by_coll.iter_mut().find(|(n, _)| *n == r.collection) {
-                    Some((_, v)) => v.push(r),
-                    None => by_coll.push((&r.collection, vec![r])),
+            let mut by_coll: Vec<(&str, Vec<&Change>)> = Vec::new();
+            for c in changes {
+                match by_coll.iter_mut().find(|(n, _)| *n == c.collection) {
+                    Some((_, v)) => v.push(c),
+                    None => by_coll.push((&c.collection, vec![c])),
                 }
             }
             let mut ended = 0;
@@ -987,22 +987,26 @@ impl Hub {
                         }
                     }
                 }
-                let changes: Vec<Change> = rs
+                // A change logged without its key: the object subscription
+                // following its rowid names it (copied, the rare case).
+                let keyed: Vec<std::borrow::Cow<'_, Change>> = rs
                     .iter()
-                    .map(|r| {
-                        let key = match &r.key {
-                            Some(k) => k.clone(),
-                            None => cs
+                    .map(|c| {
+                        if !c.key.is_empty() {
+                            return std::borrow::Cow::Borrowed(*c);
+                        }
+                        std::borrow::Cow::Owned(Change {
+                            key: cs
                                 .object_subs
                                 .values()
-                                .find(|s| s.last.as_ref().is_some_and(|l| l.rowid == r.rowid))
+                                .find(|s| s.last.as_ref().is_some_and(|l| l.rowid == c.rowid))
                                 .map(|s| s.key_values.clone())
                                 .unwrap_or_default(),
-                        };
-                        r.change(key)
+                            ..(*c).clone()
+                        })
                     })
                     .collect();
-                let chs: Vec<&Change> = changes.iter().collect();
+                let chs: Vec<&Change> = keyed.iter().map(|c| c.as_ref()).collect();
                 ended += self.objects(cs, &chs, &mut out);
                 self.queries(cs, &chs, Some(&held), &mut out);
             }

@@ -228,8 +228,8 @@ impl CommitObserver for Hub {
     fn resync(&self) {
         Hub::resync(self)
     }
-    fn on_remote(&self, rows: &[crate::feed::RemoteRow]) {
-        Hub::on_remote(self, rows)
+    fn on_remote(&self, changes: &[crate::Change]) {
+        Hub::on_remote(self, changes)
     }
     fn close(&self) {
         Hub::close(self)
