@@ -154,6 +154,7 @@ mod tokenize;
 mod txn;
 mod vector;
 mod vector_cache;
+mod vector_codes;
 mod vector_table;
 
 pub use change::{Change, ChangeOp};

@@ -34,6 +34,7 @@ use keel_schema::Value;
 use crate::error::{Error, Result};
 use crate::layout::{ident, Coll};
 use crate::vector_cache::{Packed, VectorCache};
+use crate::vector_codes::Codes;
 use crate::vector_table::VectorSql;
 pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
 
@@ -247,16 +248,79 @@ impl Scan<'_> {
         let metric = f.spec.metric;
         let qn = keel_schema::vector::norm(self.query);
         let mut top = TopK::new(self.k);
-        for (i, &rowid) in copy.rowids.iter().enumerate() {
-            if keep.is_some_and(|s| !s.contains(&rowid)) {
+        let candidates = copy
+            .codes
+            .candidates(self.query, metric, self.k, &copy.rowids, keep);
+        match candidates {
+            Some(rows) if copy.has_floats() => {
+                for i in rows {
+                    top.push(Scored {
+                        distance: metric.distance_known(
+                            self.query,
+                            qn,
+                            copy.vector(i),
+                            copy.norms2[i],
+                        ),
+                        rowid: copy.rowids[i],
+                    });
+                }
+            }
+            Some(rows) => self.score_from_table(&mut top, rows.iter().map(|&i| copy.rowids[i]))?,
+            None if copy.has_floats() => {
+                for (i, &rowid) in copy.rowids.iter().enumerate() {
+                    if keep.is_some_and(|s| !s.contains(&rowid)) {
+                        continue;
+                    }
+                    top.push(Scored {
+                        distance: metric.distance_known(
+                            self.query,
+                            qn,
+                            copy.vector(i),
+                            copy.norms2[i],
+                        ),
+                        rowid,
+                    });
+                }
+            }
+            // No coarse pass for this query, and no floats held: SQLite's rows.
+            None => return self.table(),
+        }
+        Ok(top.into_sorted())
+    }
+
+    /// Score `rowids` (rows of the copy, so of this snapshot) from the side
+    /// table: a copy that holds only codes reads its candidates' floats here.
+    fn score_from_table(&self, top: &mut TopK, rowids: impl Iterator<Item = i64>) -> Result<()> {
+        let (metric, query) = (self.f.spec.metric, self.query);
+        let qn = keel_schema::vector::norm(query);
+        let mut st = self
+            .conn
+            .prepare_cached(&format!(
+                "SELECT {col} FROM {t} WHERE rowid = ?1",
+                col = self.f.col_ident,
+                t = self.v.ident
+            ))
+            .map_err(|e| self.err(e))?;
+        let mut floats: Vec<f32> = Vec::with_capacity(query.len());
+        for rowid in rowids {
+            let mut rows = st.query([rowid]).map_err(|e| self.err(e))?;
+            let Some(r) = rows.next().map_err(|e| self.err(e))? else {
+                continue;
+            };
+            let Some(blob) = r.get_ref(0).ok().and_then(|b| b.as_blob().ok()) else {
+                continue;
+            };
+            if blob.len() != query.len() * 4 {
                 continue;
             }
+            keel_schema::vector::unpack_into(blob, &mut floats);
+            // `distance` equals the copy's `distance_known` to the bit.
             top.push(Scored {
-                distance: metric.distance_known(self.query, qn, copy.vector(i), copy.norms2[i]),
+                distance: metric.distance(query, qn, &floats),
                 rowid,
             });
         }
-        Ok(top.into_sorted())
+        Ok(())
     }
 
     /// Every vector of the field, as a [`Packed`] copy, or `None` when they are
@@ -279,7 +343,12 @@ impl Scan<'_> {
             rowids: Vec::new(),
             floats: Vec::new(),
             norms2: Vec::new(),
+            codes: Codes::new(dims),
         };
+        // The floats are kept while codes and floats fit the budget; past it,
+        // the codes alone, while they fit.
+        let mut keep_floats = true;
+        let mut x: Vec<f32> = Vec::with_capacity(dims);
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
             let Some(blob) = r.get_ref(1).ok().and_then(|b| b.as_blob().ok()) else {
                 continue;
@@ -289,16 +358,20 @@ impl Scan<'_> {
             if blob.len() != dims * 4 {
                 continue;
             }
-            if copy.bytes() + dims * 4 + 12 > budget {
+            let row = 12 + copy.codes.row_bytes();
+            if keep_floats && copy.bytes() + row + dims * 4 > budget {
+                keep_floats = false;
+                copy.floats = Vec::new();
+            }
+            if copy.bytes() + row > budget {
                 return Ok(None);
             }
-            let start = copy.floats.len();
-            copy.floats.extend(
-                blob.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            );
-            let x = &copy.floats[start..];
-            copy.norms2.push(keel_schema::vector::dot(x, x));
+            keel_schema::vector::unpack_into(blob, &mut x);
+            if keep_floats {
+                copy.floats.extend_from_slice(&x);
+            }
+            copy.norms2.push(keel_schema::vector::dot(&x, &x));
+            copy.codes.push(&x);
             copy.rowids.push(r.get(0).map_err(|e| self.err(e))?);
         }
         Ok(Some(copy))

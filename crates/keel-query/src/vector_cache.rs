@@ -28,16 +28,23 @@
 //!
 //! The copies of one database share a budget,
 //! [`StoreOptions::vector_cache_bytes`](keel_storage::StoreOptions::vector_cache_bytes)
-//! (default 64 MiB: 32,000 × 512-d vectors). A field whose vectors do not fit is
-//! not copied and every query of it scans SQLite; a copy that would push the
-//! total past the budget evicts the others first. The copy holds each vector's
-//! squared norm too, so a cosine distance is one dot product.
+//! (default 64 MiB). A copy holds, per vector, its floats, its 8-bit codes and
+//! their bounds (`vector_codes.rs`), its squared norm (so a cosine distance is
+//! one dot product) and its rowid: 2,588 bytes for 512 dimensions, so 25,900
+//! such vectors fit the default. When the floats do not fit but the codes do
+//! (540 bytes a vector: 124,000 of them), the copy keeps the codes alone and a
+//! query reads its few candidates' floats from the side table. A field whose
+//! codes do not fit is not copied and every query of it scans SQLite; a copy
+//! that would push the total past the budget evicts the others first.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::vector_codes::Codes;
+
 /// The rows of one vector field as of one generation: rowids ascending, their
-/// vectors back to back, and each vector's norm.
+/// vectors back to back (unless only the codes fit), each vector's norm, and
+/// their codes for the coarse pass (`vector_codes.rs`).
 #[derive(Debug)]
 pub(crate) struct Packed {
     /// The generation (`keel_meta` `vector-gen:<collection>`) it was read at.
@@ -48,16 +55,24 @@ pub(crate) struct Packed {
     pub(crate) dimensions: usize,
     /// Rowids, ascending (the scan's tie-break order).
     pub(crate) rowids: Vec<i64>,
-    /// `rowids.len() × dimensions` floats.
+    /// `rowids.len() × dimensions` floats, or none when only the codes fit
+    /// the budget: the candidates' floats are then read from the side table.
     pub(crate) floats: Vec<f32>,
     /// Each vector's squared norm (`dot(v, v)`).
     pub(crate) norms2: Vec<f32>,
+    /// Each vector's codes and bounds.
+    pub(crate) codes: Codes,
 }
 
 impl Packed {
     /// Bytes this copy holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.floats.len() * 4 + self.rowids.len() * 12
+        self.floats.len() * 4 + self.rowids.len() * 12 + self.codes.bytes()
+    }
+
+    /// Whether the floats are held (not only the codes).
+    pub(crate) fn has_floats(&self) -> bool {
+        self.floats.len() == self.rowids.len() * self.dimensions
     }
 
     /// The vector of the `i`-th row.
