@@ -144,6 +144,7 @@ mod ref_keys;
 mod relation;
 mod remote;
 mod scan;
+mod scan_helper;
 mod schema_phase;
 pub mod search;
 mod slot;

@@ -28,6 +28,10 @@
 //! (safe Rust the compiler vectorises) into a bounded max-heap of the `k` best
 //! by `(distance, rowid)`: equal distances are ordered by rowid, so results and
 //! live diffs are stable. Only the `k` winners' bodies are loaded.
+//!
+//! From the in-memory copy (`vector_cache.rs`), the rows scored are only the
+//! candidates of the coarse pass over the copy's 8-bit codes
+//! (`vector_codes.rs`), which provably holds the top `k`: the same answer.
 
 use keel_schema::Value;
 
@@ -248,9 +252,14 @@ impl Scan<'_> {
         let metric = f.spec.metric;
         let qn = keel_schema::vector::norm(self.query);
         let mut top = TopK::new(self.k);
-        let candidates = copy
-            .codes
-            .candidates(self.query, metric, self.k, &copy.rowids, keep);
+        let candidates = copy.codes.candidates(
+            self.query,
+            metric,
+            self.k,
+            &copy.rowids,
+            keep,
+            cache.helper(),
+        );
         match candidates {
             Some(rows) if copy.has_floats() => {
                 for i in rows {
@@ -336,17 +345,10 @@ impl Scan<'_> {
             ))
             .map_err(|e| self.err(e))?;
         let mut rows = st.query([]).map_err(|e| self.err(e))?;
-        let mut copy = Packed {
-            generation,
-            cookie,
-            dimensions: dims,
-            rowids: Vec::new(),
-            floats: Vec::new(),
-            norms2: Vec::new(),
-            codes: Codes::new(dims),
-        };
+        let (mut rowids, mut floats, mut norms2) = (Vec::new(), Vec::new(), Vec::new());
+        let mut codes = Codes::new(dims);
         // The floats are kept while codes and floats fit the budget; past it,
-        // the codes alone, while they fit.
+        // the codes alone, while they fit (what `Packed::bytes` counts).
         let mut keep_floats = true;
         let mut x: Vec<f32> = Vec::with_capacity(dims);
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
@@ -358,23 +360,31 @@ impl Scan<'_> {
             if blob.len() != dims * 4 {
                 continue;
             }
-            let row = 12 + copy.codes.row_bytes();
-            if keep_floats && copy.bytes() + row + dims * 4 > budget {
+            let codes_only = (rowids.len() + 1) * 12 + codes.bytes() + codes.row_bytes();
+            if keep_floats && codes_only + (floats.len() + dims) * 4 > budget {
                 keep_floats = false;
-                copy.floats = Vec::new();
+                floats = Vec::new();
             }
-            if copy.bytes() + row > budget {
+            if codes_only > budget {
                 return Ok(None);
             }
             keel_schema::vector::unpack_into(blob, &mut x);
             if keep_floats {
-                copy.floats.extend_from_slice(&x);
+                floats.extend_from_slice(&x);
             }
-            copy.norms2.push(keel_schema::vector::dot(&x, &x));
-            copy.codes.push(&x);
-            copy.rowids.push(r.get(0).map_err(|e| self.err(e))?);
+            norms2.push(keel_schema::vector::dot(&x, &x));
+            codes.push(&x);
+            rowids.push(r.get(0).map_err(|e| self.err(e))?);
         }
-        Ok(Some(copy))
+        Ok(Some(Packed {
+            generation,
+            cookie,
+            dimensions: dims,
+            rowids,
+            floats,
+            norms2,
+            codes: std::sync::Arc::new(codes),
+        }))
     }
 
     /// The scan of the side table itself, row by row.

@@ -40,6 +40,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::scan_helper::ScanHelper;
 use crate::vector_codes::Codes;
 
 /// The rows of one vector field as of one generation: rowids ascending, their
@@ -60,8 +61,8 @@ pub(crate) struct Packed {
     pub(crate) floats: Vec<f32>,
     /// Each vector's squared norm (`dot(v, v)`).
     pub(crate) norms2: Vec<f32>,
-    /// Each vector's codes and bounds.
-    pub(crate) codes: Codes,
+    /// Each vector's codes and bounds (shared with the helper thread).
+    pub(crate) codes: Arc<Codes>,
 }
 
 impl Packed {
@@ -81,11 +82,13 @@ impl Packed {
     }
 }
 
-/// The copies of one database's vector fields, keyed by `(collection, field id)`.
+/// The copies of one database's vector fields, keyed by `(collection, field id)`,
+/// and the helper thread that takes half of a long pass over one.
 #[derive(Debug)]
 pub(crate) struct VectorCache {
     budget: usize,
     copies: Mutex<HashMap<(String, u16), Arc<Packed>>>,
+    helper: ScanHelper,
 }
 
 impl VectorCache {
@@ -94,7 +97,13 @@ impl VectorCache {
         VectorCache {
             budget,
             copies: Mutex::new(HashMap::new()),
+            helper: ScanHelper::default(),
         }
+    }
+
+    /// The helper thread for the coarse pass, if this machine has a core for it.
+    pub(crate) fn helper(&self) -> Option<&ScanHelper> {
+        ScanHelper::worthwhile().then_some(&self.helper)
     }
 
     /// Bytes one field's copy may hold (a copy larger than this is not kept).

@@ -48,8 +48,11 @@
 //! neighbours stand apart from the rest, fewer.
 
 use std::collections::{BinaryHeap, HashSet};
+use std::sync::Arc;
 
 use keel_schema::Metric;
+
+use crate::scan_helper::ScanHelper;
 
 /// Below this (and above zero) or above [`HUGE`], a vector's largest component
 /// puts its f32 sums at risk of underflow or overflow: no bound is claimed.
@@ -129,10 +132,15 @@ impl Codes {
             return;
         }
         let scale = max / CODE_MAX;
+        let inv = CODE_MAX / max;
         let (mut err2, mut norm2) = (0.0f64, 0.0f64);
         for (c, &v) in self.codes[start..].iter_mut().zip(x) {
-            let code = (v / scale).round().clamp(-CODE_MAX, CODE_MAX);
-            *c = (code as i8 as i16 + i16::from(BIAS)) as u8;
+            // Any code is sound (the residual below is what the bound uses);
+            // the nearest one keeps it small. No `round()`: on baseline x86-64
+            // that is a libm call per component.
+            let r = v * inv;
+            let code = ((r + 0.5f32.copysign(r)) as i32).clamp(-127, 127);
+            *c = (code + i32::from(BIAS)) as u8;
             // Exact in f64: a 24-bit scale times a 7-bit code, minus an f32.
             let e = f64::from(v) - f64::from(scale) * f64::from(code);
             err2 += e * e;
@@ -151,29 +159,88 @@ impl Codes {
     /// to `query` by `metric`, of those `keep` keeps; `None` when the query
     /// cannot be coded (every row must be scored).
     ///
-    /// One thread: splitting the pass over the photos between two cores was
-    /// slower here (0.54 against 0.44 ms a query), since starting and joining
-    /// a thread costs ~50 µs on the machine this was measured on.
+    /// An unfiltered pass over at least [`SPLIT_BYTES`] of codes gives the
+    /// second half of the rows to `helper` when it is idle
+    /// (`scan_helper.rs`): the pass is bound by one core's instruction
+    /// throughput, and a parked thread wakes in ~10 µs where a new one takes
+    /// ~50.
     pub(crate) fn candidates(
-        &self,
+        self: &Arc<Self>,
         query: &[f32],
         metric: Metric,
         k: usize,
         rowids: &[i64],
         keep: Option<&HashSet<i64>>,
+        helper: Option<&ScanHelper>,
     ) -> Option<Vec<usize>> {
         if query.len() != self.dimensions {
             return None;
         }
-        let q = QueryCode::new(query)?;
+        let q = Arc::new(QueryCode::new(query)?);
         if k == 0 {
             return Some(Vec::new());
         }
+        let n = self.rows.len();
+        let half = n / 2;
+        let split = match helper {
+            Some(h) if keep.is_none() && self.codes.len() >= SPLIT_BYTES => {
+                let (codes, q) = (Arc::clone(self), Arc::clone(&q));
+                h.try_run(move || codes.pass(&q, metric, k, half..n, &[], None))
+            }
+            _ => None,
+        };
+        let mut parts = match split {
+            Some(other) => {
+                let mine = self.pass(&q, metric, k, 0..half, rowids, keep);
+                // The helper's half, or (had it failed) the same half here.
+                let theirs = other
+                    .recv()
+                    .unwrap_or_else(|_| self.pass(&q, metric, k, half..n, rowids, keep));
+                vec![mine, theirs]
+            }
+            None => vec![self.pass(&q, metric, k, 0..n, rowids, keep)],
+        };
+        // The k smallest upper bounds of all rows are among the parts' own.
+        let mut his: Vec<f64> = parts
+            .iter()
+            .flat_map(|p| p.his.iter().map(|b| b.0))
+            .collect();
+        let cut = if his.len() < k {
+            f64::INFINITY
+        } else {
+            his.select_nth_unstable_by(k - 1, f64::total_cmp);
+            his[k - 1]
+        };
+        let mut out = Vec::new();
+        for p in &mut parts {
+            out.extend(
+                p.maybe
+                    .drain(..)
+                    .filter(|&(lo, _)| lo <= cut)
+                    .map(|(_, i)| i),
+            );
+        }
+        Some(out)
+    }
+
+    /// The coarse pass over `rows` (ascending): their `k` smallest upper
+    /// bounds, and the rows whose lower bound did not exceed the `k`-th when
+    /// they were read (ascending).
+    fn pass(
+        &self,
+        q: &QueryCode,
+        metric: Metric,
+        k: usize,
+        rows: std::ops::Range<usize>,
+        rowids: &[i64],
+        keep: Option<&HashSet<i64>>,
+    ) -> Pass {
         let d = self.dimensions;
         // The k smallest upper bounds so far: the largest on top.
         let mut his: BinaryHeap<Bound> = BinaryHeap::with_capacity(k + 1);
         let mut maybe: Vec<(f64, usize)> = Vec::new();
-        for (i, (codes, row)) in self.codes.chunks_exact(d).zip(&self.rows).enumerate() {
+        let codes = self.codes[rows.start * d..rows.end * d].chunks_exact(d);
+        for ((i, codes), row) in rows.clone().zip(codes).zip(&self.rows[rows]) {
             if keep.is_some_and(|s| !s.contains(&rowids[i])) {
                 continue;
             }
@@ -190,19 +257,23 @@ impl Codes {
                 maybe.push((lo, i));
             }
         }
-        let cut = if his.len() < k {
-            f64::INFINITY
-        } else {
-            his.peek().map_or(f64::INFINITY, |u| u.0)
-        };
-        Some(
-            maybe
-                .into_iter()
-                .filter(|&(lo, _)| lo <= cut)
-                .map(|(_, i)| i)
-                .collect(),
-        )
+        Pass {
+            his: his.into_vec(),
+            maybe,
+        }
     }
+}
+
+/// Bytes of codes from which a pass is split with the helper thread: half of
+/// 1 MiB takes ~40 µs on one core, against ~10 µs to wake the helper.
+const SPLIT_BYTES: usize = 1 << 20;
+
+/// What the coarse pass over some rows found.
+struct Pass {
+    /// Their `k` smallest upper bounds (fewer if it kept fewer rows).
+    his: Vec<Bound>,
+    /// `(lower bound, row)` of the rows that may be candidates, ascending.
+    maybe: Vec<(f64, usize)>,
 }
 
 /// An f64 ordered by `total_cmp`, for the heap of upper bounds.
@@ -431,22 +502,26 @@ mod tests {
     #[test]
     fn the_candidates_hold_the_exact_top_k() {
         let mut rng = Rng(7);
-        let d = 64;
-        // Many near-ties: few distinct directions, repeated.
+        // Over SPLIT_BYTES of codes, so the helper takes half when given.
+        let (d, n) = (512, 2100);
+        // Many exact ties: few distinct directions, repeated.
         let base: Vec<Vec<f32>> = (0..12)
             .map(|_| (0..d).map(|_| rng.next()).collect())
             .collect();
-        let rows: Vec<Vec<f32>> = (0..600)
+        let rows: Vec<Vec<f32>> = (0..n / 2)
             .map(|i| base[i % 12].clone())
-            .chain((0..600).map(|_| (0..d).map(|_| rng.next()).collect()))
+            .chain((n / 2..n).map(|_| (0..d).map(|_| rng.next()).collect()))
             .collect();
-        let rowids: Vec<i64> = (1..=rows.len() as i64).collect();
+        let rowids: Vec<i64> = (1..=n as i64).collect();
         let mut codes = Codes::new(d);
         for x in &rows {
             codes.push(x);
         }
+        assert!(codes.codes.len() >= SPLIT_BYTES);
+        let codes = Arc::new(codes);
+        let helper = ScanHelper::default();
         for metric in [Metric::Cosine, Metric::L2, Metric::Dot] {
-            for (qi, k) in [(0usize, 1usize), (5, 20), (700, 50), (1100, 600)] {
+            for (qi, k) in [(0usize, 1usize), (5, 20), (1500, 50), (2000, n / 2)] {
                 let q = &rows[qi];
                 let qn = norm(q);
                 let score = |i: usize| {
@@ -455,21 +530,25 @@ mod tests {
                         rowids[i],
                     )
                 };
-                let mut all: Vec<(f32, i64)> = (0..rows.len()).map(score).collect();
+                let mut all: Vec<(f32, i64)> = (0..n).map(score).collect();
                 all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                let cands = codes
-                    .candidates(q, metric, k, &rowids, None)
-                    .expect("coded");
-                let mut got: Vec<(f32, i64)> = cands.iter().map(|&i| score(i)).collect();
-                got.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                got.truncate(k);
-                assert_eq!(got, all[..k].to_vec(), "{metric} k={k}");
-                assert!(
-                    cands.len() < rows.len() || k >= 600,
-                    "{metric} k={k}: no row ruled out"
-                );
+                for h in [None, Some(&helper)] {
+                    let cands = codes
+                        .candidates(q, metric, k, &rowids, None, h)
+                        .expect("coded");
+                    assert!(cands.windows(2).all(|w| w[0] < w[1]), "ascending");
+                    let mut got: Vec<(f32, i64)> = cands.iter().map(|&i| score(i)).collect();
+                    got.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                    got.truncate(k);
+                    assert_eq!(got, all[..k].to_vec(), "{metric} k={k}");
+                    assert!(
+                        cands.len() < n || k >= n / 2,
+                        "{metric} k={k}: no row ruled out"
+                    );
+                }
             }
         }
+        assert!(helper.started(), "the helper took half of some pass");
     }
 
     /// A vector of `d` components `m·10^e`, one exponent for the vector.
