@@ -390,7 +390,8 @@ impl QueryCode {
             Metric::Cosine => {
                 // The reciprocals' roundings (relative, < 1e-7) are in the 1e-6.
                 let inv = self.inv_norm * f64::from(row.inv_norm);
-                let w = 4.0 * self.slack + 1e-6 * (1.0 + t_lo.abs().max(t_hi.abs()) * inv);
+                // max(|t_lo|, |t_hi|) is |est| + b.
+                let w = 4.0 * self.slack + 1e-6 * (1.0 + (est.abs() + b) * inv);
                 (1.0 - t_hi * inv - w, 1.0 - t_lo * inv + w)
             }
             Metric::L2 => {
