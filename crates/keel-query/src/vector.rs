@@ -200,9 +200,14 @@ struct Scan<'s> {
     within: Within<'s>,
 }
 
-impl Scan<'_> {
+impl<'s> Scan<'s> {
     fn err(&self, e: rusqlite::Error) -> Error {
         Error::sqlite(self.op, &self.c.name, e)
+    }
+
+    /// `sql`, prepared (and cached) on the scan's connection.
+    fn prepare(&self, sql: &str) -> Result<rusqlite::CachedStatement<'s>> {
+        self.conn.prepare_cached(sql).map_err(|e| self.err(e))
     }
 
     /// From the copy when it is current (or can be made so), else the table.
@@ -260,37 +265,17 @@ impl Scan<'_> {
             keep,
             cache.helper(),
         );
+        // Row `i` of the copy, scored from its floats.
+        let score = |i: usize| Scored {
+            distance: metric.distance_known(self.query, qn, copy.vector(i), copy.norms2[i]),
+            rowid: copy.rowids[i],
+        };
         match candidates {
-            Some(rows) if copy.has_floats() => {
-                for i in rows {
-                    top.push(Scored {
-                        distance: metric.distance_known(
-                            self.query,
-                            qn,
-                            copy.vector(i),
-                            copy.norms2[i],
-                        ),
-                        rowid: copy.rowids[i],
-                    });
-                }
-            }
+            Some(rows) if copy.has_floats() => rows.into_iter().for_each(|i| top.push(score(i))),
             Some(rows) => self.score_from_table(&mut top, rows.iter().map(|&i| copy.rowids[i]))?,
-            None if copy.has_floats() => {
-                for (i, &rowid) in copy.rowids.iter().enumerate() {
-                    if keep.is_some_and(|s| !s.contains(&rowid)) {
-                        continue;
-                    }
-                    top.push(Scored {
-                        distance: metric.distance_known(
-                            self.query,
-                            qn,
-                            copy.vector(i),
-                            copy.norms2[i],
-                        ),
-                        rowid,
-                    });
-                }
-            }
+            None if copy.has_floats() => (0..copy.rowids.len())
+                .filter(|&i| keep.is_none_or(|s| s.contains(&copy.rowids[i])))
+                .for_each(|i| top.push(score(i))),
             // No coarse pass for this query, and no floats held: SQLite's rows.
             None => return self.table(),
         }
@@ -302,14 +287,8 @@ impl Scan<'_> {
     fn score_from_table(&self, top: &mut TopK, rowids: impl Iterator<Item = i64>) -> Result<()> {
         let (metric, query) = (self.f.spec.metric, self.query);
         let qn = keel_schema::vector::norm(query);
-        let mut st = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT {col} FROM {t} WHERE rowid = ?1",
-                col = self.f.col_ident,
-                t = self.v.ident
-            ))
-            .map_err(|e| self.err(e))?;
+        let (col, t) = (&self.f.col_ident, &self.v.ident);
+        let mut st = self.prepare(&format!("SELECT {col} FROM {t} WHERE rowid = ?1"))?;
         let mut floats: Vec<f32> = Vec::with_capacity(query.len());
         for rowid in rowids {
             let mut rows = st.query([rowid]).map_err(|e| self.err(e))?;
@@ -336,14 +315,10 @@ impl Scan<'_> {
     /// more than `budget` bytes.
     fn read_copy(&self, budget: usize, generation: i64, cookie: i64) -> Result<Option<Packed>> {
         let dims = self.f.spec.dimensions as usize;
-        let mut st = self
-            .conn
-            .prepare_cached(&format!(
-                "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL ORDER BY rowid",
-                col = self.f.col_ident,
-                t = self.v.ident
-            ))
-            .map_err(|e| self.err(e))?;
+        let (col, t) = (&self.f.col_ident, &self.v.ident);
+        let mut st = self.prepare(&format!(
+            "SELECT rowid, {col} FROM {t} WHERE {col} IS NOT NULL ORDER BY rowid"
+        ))?;
         let mut rows = st.query([]).map_err(|e| self.err(e))?;
         let (mut rowids, mut floats, mut norms2) = (Vec::new(), Vec::new(), Vec::new());
         let mut codes = Codes::new(dims);
