@@ -1,17 +1,17 @@
-//! One helper thread per database that takes half of a long scan.
+//! One helper thread per database that shares a long scan.
 //!
 //! A nearest query's coarse pass over the photos (`vector_codes.rs`) takes
 //! about a third of a millisecond on one core, bound by instruction
-//! throughput; a second core halves it. Starting a thread for each query costs
+//! throughput; a second core nearly halves it. Starting a thread for each query costs
 //! ~50 µs on the machines this project is measured on, waking a parked one
 //! ~10 µs, so the database keeps one parked thread (`keel-scan`), started the
 //! first time a scan is long enough to split.
 //!
 //! The helper runs one job at a time. A caller that finds it busy (another
 //! query on another pooled connection is using it) does all the work itself:
-//! no query ever waits for another's half. The thread ends when the database
+//! no query ever waits for another's share. The thread ends when the database
 //! is dropped (its queue's sender goes with it). A job that panics reports
-//! nothing; its caller then does that half itself.
+//! nothing; its caller then does that share itself.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;

@@ -83,7 +83,7 @@ impl Packed {
 }
 
 /// The copies of one database's vector fields, keyed by `(collection, field id)`,
-/// and the helper thread that takes half of a long pass over one.
+/// and the helper thread that shares a long pass over one.
 #[derive(Debug)]
 pub(crate) struct VectorCache {
     budget: usize,

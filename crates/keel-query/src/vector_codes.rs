@@ -48,6 +48,7 @@
 //! neighbours stand apart from the rest, fewer.
 
 use std::collections::{BinaryHeap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use keel_schema::Metric;
@@ -159,11 +160,12 @@ impl Codes {
     /// to `query` by `metric`, of those `keep` keeps; `None` when the query
     /// cannot be coded (every row must be scored).
     ///
-    /// An unfiltered pass over at least [`SPLIT_BYTES`] of codes gives the
-    /// second half of the rows to `helper` when it is idle
-    /// (`scan_helper.rs`): the pass is bound by one core's instruction
+    /// The rows are read in chunks of [`CHUNK_ROWS`]. An unfiltered pass over
+    /// at least [`SPLIT_BYTES`] of codes asks `helper` (`scan_helper.rs`), if
+    /// idle, to take chunks too: the pass is bound by one core's instruction
     /// throughput, and a parked thread wakes in ~10 µs where a new one takes
-    /// ~50.
+    /// ~50. Each takes the next chunk when it is free, so neither waits for
+    /// the other's share, and the caller redoes what a failed helper took.
     pub(crate) fn candidates(
         self: &Arc<Self>,
         query: &[f32],
@@ -181,25 +183,33 @@ impl Codes {
             return Some(Vec::new());
         }
         let n = self.rows.len();
-        let half = n / 2;
-        let split = match helper {
+        let chunks = n.div_ceil(CHUNK_ROWS);
+        // The chunks are handed out by this counter: whoever is free takes the
+        // next, so neither thread waits on the other's share (the helper joins
+        // once it has woken; the caller starts at once).
+        let next = Arc::new(AtomicUsize::new(0));
+        let shared = match helper {
             Some(h) if keep.is_none() && self.codes.len() >= SPLIT_BYTES => {
-                let (codes, q) = (Arc::clone(self), Arc::clone(&q));
-                h.try_run(move || codes.pass(&q, metric, k, half..n, &[], None))
+                let (codes, q, next) = (Arc::clone(self), Arc::clone(&q), Arc::clone(&next));
+                h.try_run(move || codes.chunks(&q, metric, k, &next, &[], None))
             }
             _ => None,
         };
-        let mut parts = match split {
-            Some(other) => {
-                let mine = self.pass(&q, metric, k, 0..half, rowids, keep);
-                // The helper's half, or (had it failed) the same half here.
-                let theirs = other
-                    .recv()
-                    .unwrap_or_else(|_| self.pass(&q, metric, k, half..n, rowids, keep));
-                vec![mine, theirs]
+        let mut mine = self.chunks(&q, metric, k, &next, rowids, keep);
+        let mut parts = vec![];
+        if let Some(theirs) = shared {
+            match theirs.recv() {
+                Ok(theirs) => parts.push(theirs),
+                // The helper failed: every chunk the caller did not do, here.
+                Err(_) => {
+                    let done: HashSet<usize> = mine.done.iter().copied().collect();
+                    for c in (0..chunks).filter(|c| !done.contains(c)) {
+                        self.pass_into(&mut mine, &q, metric, k, c, rowids, keep);
+                    }
+                }
             }
-            None => vec![self.pass(&q, metric, k, 0..n, rowids, keep)],
-        };
+        }
+        parts.push(mine);
         // The k smallest upper bounds of all rows are among the parts' own.
         let mut his: Vec<f64> = parts
             .iter()
@@ -211,34 +221,59 @@ impl Codes {
             his.select_nth_unstable_by(k - 1, f64::total_cmp);
             his[k - 1]
         };
-        let mut out = Vec::new();
-        for p in &mut parts {
-            out.extend(
-                p.maybe
-                    .drain(..)
-                    .filter(|&(lo, _)| lo <= cut)
-                    .map(|(_, i)| i),
-            );
-        }
+        let mut out: Vec<usize> = parts
+            .iter_mut()
+            .flat_map(|p| p.maybe.drain(..))
+            .filter(|&(lo, _)| lo <= cut)
+            .map(|(_, i)| i)
+            .collect();
+        out.sort_unstable();
         Some(out)
     }
 
-    /// The coarse pass over `rows` (ascending): their `k` smallest upper
-    /// bounds, and the rows whose lower bound did not exceed the `k`-th when
-    /// they were read (ascending).
-    fn pass(
+    /// Take chunks from `next` until none is left; what their rows gave.
+    fn chunks(
         &self,
         q: &QueryCode,
         metric: Metric,
         k: usize,
-        rows: std::ops::Range<usize>,
+        next: &AtomicUsize,
         rowids: &[i64],
         keep: Option<&HashSet<i64>>,
     ) -> Pass {
+        let mut pass = Pass {
+            his: BinaryHeap::with_capacity(k + 1),
+            maybe: Vec::new(),
+            done: Vec::new(),
+        };
+        loop {
+            let c = next.fetch_add(1, Ordering::Relaxed);
+            if c * CHUNK_ROWS >= self.rows.len() {
+                return pass;
+            }
+            #[cfg(test)]
+            tests::maybe_fail_holding_a_chunk();
+            self.pass_into(&mut pass, q, metric, k, c, rowids, keep);
+        }
+    }
+
+    /// The coarse pass over chunk `c`'s rows, into `pass`: the `k` smallest
+    /// upper bounds so far, and the rows whose lower bound did not exceed the
+    /// `k`-th when they were read.
+    #[allow(clippy::too_many_arguments)] // the query's parts, and where to put them
+    fn pass_into(
+        &self,
+        pass: &mut Pass,
+        q: &QueryCode,
+        metric: Metric,
+        k: usize,
+        c: usize,
+        rowids: &[i64],
+        keep: Option<&HashSet<i64>>,
+    ) {
         let d = self.dimensions;
-        // The k smallest upper bounds so far: the largest on top.
-        let mut his: BinaryHeap<Bound> = BinaryHeap::with_capacity(k + 1);
-        let mut maybe: Vec<(f64, usize)> = Vec::new();
+        let rows = c * CHUNK_ROWS..((c + 1) * CHUNK_ROWS).min(self.rows.len());
+        let his = &mut pass.his;
         let codes = self.codes[rows.start * d..rows.end * d].chunks_exact(d);
         for ((i, codes), row) in rows.clone().zip(codes).zip(&self.rows[rows]) {
             if keep.is_some_and(|s| !s.contains(&rowids[i])) {
@@ -254,26 +289,28 @@ impl Codes {
             }
             // The cut-off only falls: a row above it now is above it at the end.
             if his.len() < k || his.peek().is_some_and(|u| lo <= u.0) {
-                maybe.push((lo, i));
+                pass.maybe.push((lo, i));
             }
         }
-        Pass {
-            his: his.into_vec(),
-            maybe,
-        }
+        pass.done.push(c);
     }
 }
 
-/// Bytes of codes from which a pass is split with the helper thread: half of
-/// 1 MiB takes ~40 µs on one core, against ~10 µs to wake the helper.
+/// Rows per chunk of the coarse pass: 128 KiB of 512-d codes, ~10 µs.
+const CHUNK_ROWS: usize = 256;
+
+/// Bytes of codes from which the helper thread is asked to share a pass: 1 MiB
+/// takes ~80 µs on one core, against ~10 µs to wake the helper.
 const SPLIT_BYTES: usize = 1 << 20;
 
-/// What the coarse pass over some rows found.
+/// What one thread's share of the coarse pass found.
 struct Pass {
-    /// Their `k` smallest upper bounds (fewer if it kept fewer rows).
-    his: Vec<Bound>,
-    /// `(lower bound, row)` of the rows that may be candidates, ascending.
+    /// The `k` smallest upper bounds of its rows (fewer if it kept fewer rows).
+    his: BinaryHeap<Bound>,
+    /// `(lower bound, row)` of the rows that may be candidates.
     maybe: Vec<(f64, usize)>,
+    /// The chunks it did.
+    done: Vec<usize>,
 }
 
 /// An f64 ordered by `total_cmp`, for the heap of upper bounds.
@@ -511,10 +548,57 @@ mod tests {
         }
     }
 
+    /// Set: the helper thread's next chunk panics after taking it.
+    static HELPER_FAILS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    /// Chunks a failing helper took down with it.
+    static LOST: AtomicUsize = AtomicUsize::new(0);
+
+    pub(super) fn maybe_fail_holding_a_chunk() {
+        let helper = std::thread::current().name() == Some("keel-scan");
+        if helper && HELPER_FAILS.swap(false, Ordering::SeqCst) {
+            LOST.fetch_add(1, Ordering::SeqCst);
+            panic!("a helper that fails holding a chunk (test)");
+        }
+    }
+
+    #[test]
+    fn a_chunk_the_failing_helper_took_is_done_by_the_caller() {
+        let mut rng = Rng(11);
+        let (d, n) = (512, 4096);
+        let rows: Vec<Vec<f32>> = (0..n)
+            .map(|_| (0..d).map(|_| rng.next()).collect())
+            .collect();
+        let rowids: Vec<i64> = (1..=n as i64).collect();
+        let mut codes = Codes::new(d);
+        for x in &rows {
+            codes.push(x);
+        }
+        let codes = Arc::new(codes);
+        let helper = ScanHelper::default();
+        let q = &rows[17];
+        let want = codes
+            .candidates(q, Metric::L2, 10, &rowids, None, None)
+            .unwrap();
+        // The helper may wake after the caller took every chunk; try until it
+        // failed holding one.
+        for _ in 0..200 {
+            HELPER_FAILS.store(true, Ordering::SeqCst);
+            let got = codes
+                .candidates(q, Metric::L2, 10, &rowids, None, Some(&helper))
+                .unwrap();
+            assert_eq!(got, want);
+            if LOST.load(Ordering::SeqCst) > 0 {
+                HELPER_FAILS.store(false, Ordering::SeqCst);
+                return;
+            }
+        }
+        panic!("the helper never took a chunk");
+    }
+
     #[test]
     fn the_candidates_hold_the_exact_top_k() {
         let mut rng = Rng(7);
-        // Over SPLIT_BYTES of codes, so the helper takes half when given.
+        // Over SPLIT_BYTES of codes, so the helper shares the pass when given.
         let (d, n) = (512, 2100);
         // Many exact ties: few distinct directions, repeated.
         let base: Vec<Vec<f32>> = (0..12)
