@@ -161,3 +161,42 @@ fn a_cancelled_subscription_leaves_no_per_update_cost() {
     assert_eq!(cost_of_updates(&db, &n, 10), baseline);
     db.close().wait().unwrap();
 }
+
+/// A change hook may remove itself from inside its own callback (a one-shot
+/// hook): the hook list is copied before the callbacks run, so the removal
+/// takes its lock freely, and later commits do not call the hook.
+#[test]
+fn a_change_hook_removes_itself_from_its_own_callback() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("h.db"), StoreOptions::default()).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let slot: Arc<Mutex<Option<keel::ChangeHook>>> = Arc::default();
+    let (c, s) = (Arc::clone(&calls), Arc::clone(&slot));
+    let hook = db.on_commit_changes(move |_| {
+        c.fetch_add(1, Ordering::SeqCst);
+        if let Some(me) = s.lock().unwrap().take() {
+            me.remove();
+        }
+    });
+    *slot.lock().unwrap() = Some(hook);
+    // The writes run on another thread so a deadlock fails the test instead
+    // of hanging it.
+    let (done_tx, done_rx) = mpsc::channel();
+    let db2 = db.clone();
+    std::thread::spawn(move || {
+        for i in 0..3 {
+            let p = post(&format!("p{i}"), i);
+            db2.write(move |t| t.insert(&p).map(|_| ())).wait().unwrap();
+        }
+        done_tx.send(()).unwrap();
+    });
+    done_rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("three writes finish after the hook removed itself");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "called for the first commit only"
+    );
+    db.close().wait().unwrap();
+}

@@ -43,7 +43,8 @@ pub struct ChangeHook {
 impl ChangeHook {
     /// Remove the hook: it is not called for commits after this returns (a commit
     /// being delivered right now may still call it once). When no hook and no
-    /// subscription is left, writes stop recording their changes.
+    /// subscription is left, writes stop recording their changes. A hook may
+    /// remove itself from inside its own call (a one-shot hook).
     pub fn remove(self) {
         let Some(inner) = self.db.upgrade() else {
             return;
