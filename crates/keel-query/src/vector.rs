@@ -37,7 +37,7 @@ use keel_schema::Value;
 
 use crate::error::{Error, Result};
 use crate::layout::{ident, Coll};
-use crate::vector_cache::{Packed, VectorCache};
+use crate::vector_cache::{Packed, VectorCache, ROW_BYTES};
 use crate::vector_codes::Codes;
 use crate::vector_table::VectorSql;
 pub(crate) use crate::vector_table::{packed, write, Scored, TopK, VectorField};
@@ -158,6 +158,16 @@ pub(crate) fn scan(
     Ok(out)
 }
 
+/// The bytes of one packed value as keel wrote it: a BLOB of `dims` floats.
+/// Anything else (text, a number, a blob of another length) was written by
+/// another tool; every scan skips it, and `keel check` reports it.
+fn packed_value(v: rusqlite::types::ValueRef<'_>, dims: usize) -> Option<&[u8]> {
+    match v {
+        rusqlite::types::ValueRef::Blob(b) if b.len() == dims * 4 => Some(b),
+        _ => None,
+    }
+}
+
 /// The generation and the schema cookie of `v`'s table in this snapshot
 /// (`None`: no generation, a table from before the triggers).
 fn stamp(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<Option<(i64, i64)>> {
@@ -272,7 +282,9 @@ impl<'s> Scan<'s> {
         };
         match candidates {
             Some(rows) if copy.has_floats() => rows.into_iter().for_each(|i| top.push(score(i))),
-            Some(rows) => self.score_from_table(&mut top, rows.iter().map(|&i| copy.rowids[i]))?,
+            Some(rows) => {
+                self.score_from_table(&mut top, qn, rows.iter().map(|&i| copy.rowids[i]))?
+            }
             None if copy.has_floats() => (0..copy.rowids.len())
                 .filter(|&i| keep.is_none_or(|s| s.contains(&copy.rowids[i])))
                 .for_each(|i| top.push(score(i))),
@@ -284,9 +296,14 @@ impl<'s> Scan<'s> {
 
     /// Score `rowids` (rows of the copy, so of this snapshot) from the side
     /// table: a copy that holds only codes reads its candidates' floats here.
-    fn score_from_table(&self, top: &mut TopK, rowids: impl Iterator<Item = i64>) -> Result<()> {
+    /// `qn`: the query's norm.
+    fn score_from_table(
+        &self,
+        top: &mut TopK,
+        qn: f32,
+        rowids: impl Iterator<Item = i64>,
+    ) -> Result<()> {
         let (metric, query) = (self.f.spec.metric, self.query);
-        let qn = keel_schema::vector::norm(query);
         let (col, t) = (&self.f.col_ident, &self.v.ident);
         let mut st = self.prepare(&format!("SELECT {col} FROM {t} WHERE rowid = ?1"))?;
         let mut floats: Vec<f32> = Vec::with_capacity(query.len());
@@ -295,12 +312,10 @@ impl<'s> Scan<'s> {
             let Some(r) = rows.next().map_err(|e| self.err(e))? else {
                 continue;
             };
-            let Some(blob) = r.get_ref(0).ok().and_then(|b| b.as_blob().ok()) else {
+            let Some(blob) = packed_value(r.get_ref(0).map_err(|e| self.err(e))?, query.len())
+            else {
                 continue;
             };
-            if blob.len() != query.len() * 4 {
-                continue;
-            }
             keel_schema::vector::unpack_into(blob, &mut floats);
             // `distance` equals the copy's `distance_known` to the bit.
             top.push(Scored {
@@ -327,15 +342,10 @@ impl<'s> Scan<'s> {
         let mut keep_floats = true;
         let mut x: Vec<f32> = Vec::with_capacity(dims);
         while let Some(r) = rows.next().map_err(|e| self.err(e))? {
-            let Some(blob) = r.get_ref(1).ok().and_then(|b| b.as_blob().ok()) else {
+            let Some(blob) = packed_value(r.get_ref(1).map_err(|e| self.err(e))?, dims) else {
                 continue;
             };
-            // A row of another length was not written by keel: skipped, as the
-            // table scan skips it (`keel check` reports it).
-            if blob.len() != dims * 4 {
-                continue;
-            }
-            let codes_only = (rowids.len() + 1) * 12 + codes.bytes() + codes.row_bytes();
+            let codes_only = (rowids.len() + 1) * ROW_BYTES + codes.bytes() + codes.row_bytes();
             if keep_floats && codes_only + (floats.len() + dims) * 4 > budget {
                 keep_floats = false;
                 floats = Vec::new();
@@ -396,18 +406,9 @@ impl<'s> Scan<'s> {
             if keep.is_some_and(|k| !k.contains(&rowid)) {
                 continue;
             }
-            let blob = r.get_ref(1).map_err(err)?.as_blob().map_err(|e| {
-                err(rusqlite::Error::FromSqlConversionFailure(
-                    1,
-                    rusqlite::types::Type::Blob,
-                    Box::new(e),
-                ))
-            })?;
-            // A row of another length was not written by keel (the check refuses
-            // it): `keel check` reports it; the query skips it.
-            if blob.len() != query.len() * 4 {
+            let Some(blob) = packed_value(r.get_ref(1).map_err(err)?, query.len()) else {
                 continue;
-            }
+            };
             keel_schema::vector::unpack_into(blob, &mut floats);
             top.push(Scored {
                 distance: metric.distance(query, qn, &floats),
@@ -541,15 +542,28 @@ pub(crate) fn compare(
         let rowid: i64 = r.get(0)?;
         let bytes = c.body.read(r, 1, &mut scratch)?;
         use rusqlite::OptionalExtension;
-        let stored: Option<Vec<Option<Vec<u8>>>> = side
-            .query_row([rowid], |x| (0..v.fields.len()).map(|i| x.get(i)).collect())
+        // Each column as NULL or a BLOB; `Err`: another type, which no object
+        // packs to (another tool wrote it), so the column is stale.
+        type Column = std::result::Result<Option<Vec<u8>>, ()>;
+        let stored: Option<Vec<Column>> = side
+            .query_row([rowid], |x| {
+                (0..v.fields.len())
+                    .map(|i| {
+                        Ok(match x.get_ref(i)? {
+                            rusqlite::types::ValueRef::Null => Ok(None),
+                            rusqlite::types::ValueRef::Blob(b) => Ok(Some(b.to_vec())),
+                            _ => Err(()),
+                        })
+                    })
+                    .collect()
+            })
             .optional()?;
         let Some(stored) = stored else {
             out.push((rowid, "missing".into()));
             continue;
         };
         for (f, s) in v.fields.iter().zip(&stored) {
-            if s.as_deref() != packed(f, bytes) {
+            if s.as_ref().map(|b| b.as_deref()) != Ok(packed(f, bytes)) {
                 out.push((rowid, format!("stale {}", f.name)));
             }
         }

@@ -65,10 +65,14 @@ pub(crate) struct Packed {
     pub(crate) codes: Arc<Codes>,
 }
 
+/// Bytes a copy holds per row besides its floats and codes: the rowid and the
+/// squared norm.
+pub(crate) const ROW_BYTES: usize = 12;
+
 impl Packed {
     /// Bytes this copy holds.
     pub(crate) fn bytes(&self) -> usize {
-        self.floats.len() * 4 + self.rowids.len() * 12 + self.codes.bytes()
+        self.floats.len() * 4 + self.rowids.len() * ROW_BYTES + self.codes.bytes()
     }
 
     /// Whether the floats are held (not only the codes).
