@@ -163,8 +163,10 @@ pub struct OpenOptions {
     pub share_changes: bool,
     /// Memory for the in-memory copies of vector fields that nearest queries
     /// scan (default 64 MiB for all of them; 0 turns the copies off, and every
-    /// nearest query reads the vectors from the file). A field whose vectors
-    /// exceed what is left is read from the file. See `docs/vector.md`.
+    /// nearest query reads the vectors from the file). A field whose floats do
+    /// not fit is kept as 8-bit codes alone (a quarter of the size), its
+    /// candidates' floats read from the file; one whose codes do not fit is
+    /// read from the file. See `docs/vector.md`.
     #[uniffi(default = None)]
     pub vector_cache_bytes: Option<u64>,
 }

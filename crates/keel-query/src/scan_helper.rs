@@ -27,9 +27,11 @@ pub(crate) struct ScanHelper {
 }
 
 impl ScanHelper {
-    /// Whether this machine has a core for a helper at all.
+    /// Whether this machine has a core for a helper at all. Asked once per
+    /// process: on Linux the answer reads cgroup files, too slow for a query.
     pub(crate) fn worthwhile() -> bool {
-        std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+        static CORES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *CORES.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2))
     }
 
     /// Run `job` on the helper thread if it is idle, and return where its
