@@ -106,6 +106,9 @@ impl Diff {
         let n = old.len().min(new.len());
         let mut p = 0;
         while p < n && id(&old[p]) == id(&new[p]) {
+            if !same(&old[p], &new[p]) {
+                d.updated.push(p);
+            }
             p += 1;
         }
         let mut s = 0;
@@ -113,8 +116,6 @@ impl Diff {
             s += 1;
         }
         let (om, nm) = (&old[p..old.len() - s], &new[p..new.len() - s]);
-        d.updated
-            .extend((0..p).filter(|&j| !same(&old[j], &new[j])));
         let p0 = d.updated.len();
         let done =
             (om.is_empty() && nm.is_empty()) || Self::few_edits(&mut d, p, om, nm, &id, &same);
@@ -155,11 +156,11 @@ impl Diff {
             }
         }
         let (ob, nb) = (old.len() - s, new.len() - s);
-        d.updated.extend(
-            (0..s)
-                .filter(|&k| !same(&old[ob + k], &new[nb + k]))
-                .map(|k| nb + k),
-        );
+        for k in 0..s {
+            if !same(&old[ob + k], &new[nb + k]) {
+                d.updated.push(nb + k);
+            }
+        }
         d
     }
 

@@ -397,6 +397,42 @@ impl CollSubs {
 struct State {
     next_id: u64,
     colls: HashMap<String, CollSubs>,
+    /// Buffers every commit reuses (see [`Scratch`]).
+    scratch: Scratch,
+}
+
+/// Buffers that applying a commit to query subscriptions needs only while it
+/// runs, kept between commits: a delivery then allocates only what it hands out
+/// (its window and its diff), not its working copies too.
+#[derive(Default)]
+struct Scratch {
+    /// The window before the commit as (rowid, object address, index).
+    before: Vec<(i64, usize, usize)>,
+    /// The window after the commit, the same way.
+    after: Vec<(i64, usize, usize)>,
+    /// The stored entries the commit replaced or removed (emptied after each use:
+    /// it holds no object between commits).
+    gone: Vec<Entry>,
+}
+
+impl Scratch {
+    /// Buffers that grew past this many entries (a commit that rewrote a large
+    /// result) are let go after use instead of kept.
+    const KEEP: usize = 4096;
+
+    /// Empty the buffers, and let go of those a large commit grew.
+    fn reset(&mut self) {
+        self.gone.clear();
+        for v in [&mut self.before, &mut self.after] {
+            v.clear();
+            if v.capacity() > Self::KEEP {
+                *v = Vec::new();
+            }
+        }
+        if self.gone.capacity() > Self::KEEP {
+            self.gone = Vec::new();
+        }
+    }
 }
 
 /// A delivery computed under the hub lock and made after releasing it.
@@ -941,10 +977,11 @@ impl Hub {
                 }
             }
             let mut ended = 0;
+            let State { colls, scratch, .. } = &mut *st;
             for (name, chs) in by_coll {
-                if let Some(cs) = st.colls.get_mut(name) {
+                if let Some(cs) = colls.get_mut(name) {
                     ended += self.objects(cs, &chs, &mut out);
-                    self.queries(cs, &chs, None, &mut out);
+                    self.queries(cs, &chs, None, scratch, &mut out);
                 }
             }
             // Only a delete ends subscriptions (object ones): recounting walks
@@ -974,8 +1011,9 @@ impl Hub {
                 }
             }
             let mut ended = 0;
+            let State { colls, scratch, .. } = &mut *st;
             for (name, rs) in by_coll {
-                let Some(cs) = st.colls.get_mut(name) else {
+                let Some(cs) = colls.get_mut(name) else {
                     continue;
                 };
                 let wanted: FxSet<i64> = rs.iter().map(|r| r.rowid).collect();
@@ -1008,7 +1046,7 @@ impl Hub {
                     .collect();
                 let chs: Vec<&Change> = keyed.iter().map(|c| c.as_ref()).collect();
                 ended += self.objects(cs, &chs, &mut out);
-                self.queries(cs, &chs, Some(&held), &mut out);
+                self.queries(cs, &chs, Some(&held), scratch, &mut out);
             }
             if ended > 0 {
                 self.recount(&st);
@@ -1088,6 +1126,7 @@ impl Hub {
         cs: &mut CollSubs,
         chs: &[&Change],
         held: Option<&FxMap<i64, Vec<u64>>>,
+        scratch: &mut Scratch,
         out: &mut Vec<Delivery>,
     ) {
         if cs.queries.is_empty() {
@@ -1274,7 +1313,9 @@ impl Hub {
             }
             let mut updates: Vec<Edit> = Vec::with_capacity(ids.len());
             for id in &ids {
-                let mine = &per_sub[id];
+                let Some(mine) = per_sub.get_mut(id) else {
+                    continue;
+                };
                 let Some(q) = cs.queries.get(id) else {
                     continue;
                 };
@@ -1308,8 +1349,15 @@ impl Hub {
                 }
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
                 let boundary = if q.complete { None } else { q.rows.last() };
-                let mut add: Vec<(u32, Entry)> = Vec::new();
-                for (ti, nm) in mine {
+                // In rank order, so that `add` comes out sorted. Touch order is
+                // often key order or a rotation of it (a transaction that walks
+                // the rows by key): the stable sort finds those runs and merges
+                // them in linear time.
+                if mine.len() > 1 {
+                    mine.sort_by_key(|(ti, _)| rank[*ti]);
+                }
+                let mut add: Vec<Entry> = Vec::with_capacity(mine.len());
+                for (ti, nm) in mine.iter() {
                     if !nm {
                         continue;
                     }
@@ -1328,20 +1376,12 @@ impl Hub {
                             })
                         })
                         .clone();
-                    add.push((
-                        rank[*ti],
-                        Entry {
-                            rowid,
-                            key: Arc::clone(key),
-                            obj,
-                        },
-                    ));
+                    add.push(Entry {
+                        rowid,
+                        key: Arc::clone(key),
+                        obj,
+                    });
                 }
-                // In touch order, which is often key order or a rotation of
-                // it (a transaction that walks the rows by key): the stable
-                // sort finds those runs and merges them in linear time.
-                add.sort_by_key(|a| a.0);
-                let add: Vec<Entry> = add.into_iter().map(|a| a.1).collect();
                 updates.push((*id, add));
             }
             (updates, arcs)
@@ -1352,12 +1392,14 @@ impl Hub {
             queries, orders, ..
         } = cs;
         let touched = Touched::of(&at);
+        out.reserve(updates.len());
         for (id, add) in updates {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
             };
             let order = &orders[q.order].1;
-            apply_edit(q, order, add, &touched, inner.as_deref(), out);
+            apply_edit(q, order, add, &touched, inner.as_deref(), scratch, out);
+            scratch.reset();
         }
     }
 
@@ -1403,9 +1445,10 @@ fn apply_edit(
     add: Vec<Entry>,
     touched: &Touched<'_>,
     inner: Option<&Inner>,
+    scratch: &mut Scratch,
     out: &mut Vec<Delivery>,
 ) {
-    let before = snapshot(&q.spec, &q.rows);
+    snapshot(&q.spec, &q.rows, &mut scratch.before);
     if q.ranked {
         // Relevance order: the query runs again (see `Compiled::ranked`); the rows it
         // replaces are the old versions the diff compares with.
@@ -1419,7 +1462,8 @@ fn apply_edit(
             Ok((rows, complete)) => {
                 let gone = std::mem::replace(&mut q.rows, rows);
                 q.complete = complete;
-                deliver_diff(q, before, gone, out);
+                scratch.gone.extend(gone);
+                deliver_diff(q, scratch, out);
             }
             Err(e) => tracing::error!(error = %e, "ranked subscription re-read failed"),
         }
@@ -1428,12 +1472,12 @@ fn apply_edit(
     let mut rows = std::mem::take(&mut q.rows);
     // The stored rows this commit replaced or removed: kept until the diff is made
     // (an object whose address changed is compared by bytes with its old version).
-    let mut gone: Vec<Entry> = rows.extract_if(.., |e| touched.has(e.rowid)).collect();
+    touched.take_from(&mut rows, &mut scratch.gone);
     merge_sorted(&mut rows, add, order);
     let mut complete = q.complete;
     if let Some(cap) = q.cap {
         if rows.len() > cap {
-            gone.extend(rows.drain(cap..));
+            scratch.gone.extend(rows.drain(cap..));
             complete = false;
         }
     }
@@ -1445,7 +1489,7 @@ fn apply_edit(
                 .read(|conn| read_prefix(inner, conn, &q.spec, order, q.cap))
             {
                 Ok((r, c)) => {
-                    gone.append(&mut rows);
+                    scratch.gone.append(&mut rows);
                     rows = r;
                     complete = c;
                 }
@@ -1455,13 +1499,14 @@ fn apply_edit(
     }
     q.rows = rows;
     q.complete = complete;
-    deliver_diff(q, before, gone, out);
+    deliver_diff(q, scratch, out);
 }
 
 /// The rowids a commit touched, as [`apply_edit`] asks about each stored row:
-/// a few compared one by one (a single-object commit: no hashing per row), or
-/// the commit's map.
+/// one compared directly (a single-object commit), a few compared one by one (no
+/// hashing per row), or the commit's map.
 enum Touched<'a> {
+    One(i64),
     /// Up to [`Touched::FEW`] rowids, in the first `.1` places.
     Few([i64; Touched::FEW], usize),
     Many(&'a FxMap<i64, usize>),
@@ -1479,11 +1524,30 @@ impl<'a> Touched<'a> {
         for (slot, rowid) in few.iter_mut().zip(at.keys()) {
             *slot = *rowid;
         }
+        if at.len() == 1 {
+            return Touched::One(few[0]);
+        }
         Touched::Few(few, at.len())
     }
 
+    /// Move the entries of `rows` this commit touched to `gone`, keeping the
+    /// order of the others.
+    fn take_from(&self, rows: &mut Vec<Entry>, gone: &mut Vec<Entry>) {
+        match *self {
+            // A single-object commit: find its row, if held, and close the gap.
+            Touched::One(r) => {
+                if let Some(i) = rows.iter().position(|e| e.rowid == r) {
+                    gone.push(rows.remove(i));
+                }
+            }
+            _ => gone.extend(rows.extract_if(.., |e| self.has(e.rowid))),
+        }
+    }
+
+    #[inline]
     fn has(&self, rowid: i64) -> bool {
         match self {
+            Touched::One(r) => *r == rowid,
             Touched::Few(few, n) => few[..*n].contains(&rowid),
             Touched::Many(m) => m.contains_key(&rowid),
         }
@@ -1525,28 +1589,27 @@ fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
     rows.extend(add);
 }
 
-/// The window of `rows` as (rowid, object address, index in the window): what the
-/// diff compares.
-fn snapshot(spec: &Spec, rows: &[Entry]) -> Vec<(i64, usize, usize)> {
-    window(spec, rows)
-        .iter()
-        .enumerate()
-        .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i))
-        .collect()
+/// The window of `rows` as (rowid, object address, index in the window), into
+/// `into`: what the diff compares.
+fn snapshot(spec: &Spec, rows: &[Entry], into: &mut Vec<(i64, usize, usize)>) {
+    into.clear();
+    into.extend(
+        window(spec, rows)
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.rowid, Arc::as_ptr(&e.obj) as usize, i)),
+    );
 }
 
-/// Diff a query subscription's window against `before` (the window's (rowid,
-/// object address, index) before the commit) and queue the update when something
-/// changed. `gone` holds the entries the commit replaced or removed: an object whose
-/// address changed is compared by bytes with its old version there.
-fn deliver_diff(
-    q: &QuerySub,
-    before: Vec<(i64, usize, usize)>,
-    gone: Vec<Entry>,
-    out: &mut Vec<Delivery>,
-) {
-    let after = snapshot(&q.spec, &q.rows);
+/// Diff a query subscription's window against `scratch.before` (the window's
+/// (rowid, object address, index) before the commit) and queue the update when
+/// something changed. `scratch.gone` holds the entries the commit replaced or
+/// removed: an object whose address changed is compared by bytes with its old
+/// version there.
+fn deliver_diff(q: &QuerySub, scratch: &mut Scratch, out: &mut Vec<Delivery>) {
+    snapshot(&q.spec, &q.rows, &mut scratch.after);
     let nw = window(&q.spec, &q.rows);
+    let gone = &scratch.gone;
     // Old versions by rowid, for objects whose address changed (few, except when a
     // transaction rewrote most of the window).
     // The first entry of a rowid is its old version: a re-added row that the cap
@@ -1559,20 +1622,31 @@ fn deliver_diff(
         }
         m
     });
-    let old_bytes = |rowid: i64| -> Option<&[u8]> {
-        let i = match &by_rowid {
-            Some(m) => *m.get(&rowid)?,
-            None => gone.iter().position(|e| e.rowid == rowid)?,
-        };
-        Some(&gone[i].obj.bytes)
-    };
+    // The address comparison inline (most rows), the byte comparison out of line.
     let diff = Diff::by(
-        &before,
-        &after,
+        &scratch.before,
+        &scratch.after,
         |x| x.0,
-        |a, b| a.1 == b.1 || old_bytes(a.0).is_some_and(|o| nw[b.2].obj.bytes == o),
+        |a, b| a.1 == b.1 || same_bytes(gone, by_rowid.as_ref(), a.0, &nw[b.2].obj.bytes),
     );
     deliver_changed(&q.sinks, nw, diff, out);
+}
+
+/// Whether the old version of `rowid` in `gone` (found through `by_rowid` when
+/// given) has the bytes `new`: an object a commit rewrote with the same bytes is
+/// not "updated".
+#[inline(never)]
+fn same_bytes(
+    gone: &[Entry],
+    by_rowid: Option<&FxMap<i64, usize>>,
+    rowid: i64,
+    new: &[u8],
+) -> bool {
+    let i = match by_rowid {
+        Some(m) => m.get(&rowid).copied(),
+        None => gone.iter().position(|e| e.rowid == rowid),
+    };
+    i.is_some_and(|i| gone[i].obj.bytes == new)
 }
 
 /// Queue the window `nw` with its `diff` for every sink, unless nothing changed.
