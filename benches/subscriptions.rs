@@ -29,7 +29,8 @@
 //!    windows), and N single-object transactions that each move one object to a
 //!    priority half the collection away (another window). Measured on the writer's
 //!    side: the time from `write` to its future resolving (all deliveries made), per
-//!    commit. With no query open nothing is recorded at all (no change hook either),
+//!    commit; the three settings take turns in four rounds, so that the machine's
+//!    drift reaches them alike. With no query open nothing is recorded at all (no change hook either),
 //!    so `app_1000_vs_none_ratio` is everything open subscriptions add to a write.
 //!    The refetch baseline re-runs every open query in a commit hook.
 //!
@@ -580,6 +581,8 @@ fn note(k: &str) -> &'static str {
 /// Width and limit of case 4's windows, and the distance between their starts.
 const APP_WINDOW: i32 = 50;
 const APP_STEP: usize = 10;
+/// Case 4's settings (0, a tenth, all queries open) take turns this many times.
+const APP_ROUNDS: usize = 4;
 
 /// Case 4's figures of one repetition: ms per commit with 0, 100 and all queries
 /// open, and with the refetch strategy for all of them.
@@ -611,10 +614,8 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
     .unwrap();
     let prio: Arc<Mutex<Vec<i32>>> = Arc::new(Mutex::new((0..n as i32).collect()));
     let step = AtomicU64::new(0);
-    // `k` commits, each moving one object half the collection away; ms per commit.
-    // (The median, not the mean: the machine is shared and a descheduled writer
-    // thread would otherwise dominate a sub-millisecond figure.)
-    let run = |k: usize| -> f64 {
+    // `k` commits, each moving one object half the collection away; ms of each.
+    let run = |k: usize| -> Vec<f64> {
         let mut times = Vec::with_capacity(k);
         for _ in 0..k {
             let t = Instant::now();
@@ -629,7 +630,7 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
             db.write(move |t| t.update(&o)).wait().unwrap();
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
-        median(times)
+        times
     };
     let range = |lo: i32| {
         db.query(COLL)
@@ -657,16 +658,32 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
             .collect()
     };
     run(commits / 4); // warm up
-    let none = run(commits);
+                      // The three settings take turns, a slice of the commits each per round, so that
+                      // the machine's drift (its speed moves by a quarter within minutes) and the
+                      // file's growth reach them alike. Each figure is the median of its commits (not
+                      // the mean: a descheduled writer thread would dominate a sub-millisecond figure).
     let tenth: Vec<i32> = los.iter().step_by(10).copied().collect();
-    let subs = open(&tenth);
-    let some = run(commits);
-    drop(subs);
-    let subs = open(&los);
-    let before = deliveries.load(Ordering::Relaxed);
-    let all = run(commits);
-    let per_commit = (deliveries.load(Ordering::Relaxed) - before) as f64 / commits as f64;
+    let per_round = commits.div_ceil(APP_ROUNDS);
+    let (mut none, mut some, mut all) = (Vec::new(), Vec::new(), Vec::new());
+    let mut delivered = 0;
+    let mut subs = Vec::new();
+    for round in 0..APP_ROUNDS {
+        none.extend(run(per_round));
+        let tenth_subs = open(&tenth);
+        some.extend(run(per_round));
+        drop(tenth_subs);
+        subs = open(&los);
+        let before = deliveries.load(Ordering::Relaxed);
+        all.extend(run(per_round));
+        delivered += deliveries.load(Ordering::Relaxed) - before;
+        if round + 1 < APP_ROUNDS {
+            drop(std::mem::take(&mut subs));
+        }
+    }
+    let (none, some, all) = (median(none), median(some), median(all));
+    let per_commit = delivered as f64 / (per_round * APP_ROUNDS) as f64;
     assert!(per_commit > 1.0, "moves reach the windows ({per_commit})");
+    // The last round's windows, after its commits, against fresh fetches.
     for ((_, shown), &lo) in subs.iter().zip(&los).step_by(97) {
         let fresh: Vec<i64> = range(lo).all().unwrap().iter().map(|o| o.rowid).collect();
         assert_eq!(
@@ -690,7 +707,7 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
         }
     });
     let refetch = if refetch_commits > 0 {
-        run(refetch_commits)
+        median(run(refetch_commits))
     } else {
         f64::NAN
     };
