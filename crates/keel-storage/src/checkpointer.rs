@@ -185,6 +185,11 @@ pub(crate) struct CkptSignal {
     /// first I/O after the barrier, not queued behind a checkpoint's two syncs
     /// (issue 26, item 8). Explicit checkpoints are not held.
     writes_first: AtomicBool,
+    /// A checkpoint over the threshold ended a few frames behind the commits that
+    /// kept coming meanwhile: the writer copies that tail between two groups
+    /// ([`WriterShared::finish_checkpoint`](crate::writer::WriterShared::finish_checkpoint)),
+    /// so that the WAL can start over.
+    pub(crate) finish_on_writer: AtomicBool,
 }
 
 impl CkptSignal {
@@ -196,6 +201,7 @@ impl CkptSignal {
             identity: AtomicBool::new(false),
             epoch_bump: AtomicBool::new(false),
             writes_first: AtomicBool::new(false),
+            finish_on_writer: AtomicBool::new(false),
         }
     }
 
@@ -400,11 +406,33 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             }
             Some(CkptMsg::Committed) => {
                 let frames = ctx.wal_frames.load(Ordering::Relaxed);
-                let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
-                if frames >= threshold_frames && due && !sig.writes_first() {
+                // At most one automatic checkpoint per 50 ms, unless the WAL has
+                // doubled since: sustained writes must not outrun the bound.
+                let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50))
+                    || frames >= threshold_frames.saturating_mul(2);
+                // The writer is about to finish the last one: let it.
+                let finishing = sig.finish_on_writer.load(Ordering::Acquire);
+                if frames >= threshold_frames && due && !finishing && !sig.writes_first() {
                     tracing::debug!(frames, "WAL over threshold: passive checkpoint");
                     last_auto = Some(Instant::now());
-                    passive(&mut conn);
+                    let (r, complete) = checkpoint(&mut conn, CheckpointMode::Passive);
+                    let copied = match r {
+                        Ok(o) => o.wal_frames,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "background checkpoint failed");
+                            -1
+                        }
+                    };
+                    // "Complete" counts the frames there were when it began. If
+                    // commits landed while it copied (the WAL has more frames now),
+                    // the WAL cannot start over; with no pause in the writes that
+                    // would be so after every checkpoint, and the WAL would grow
+                    // without bound. The writer copies the tail between two groups.
+                    let now = ctx.wal_frames.load(Ordering::Relaxed);
+                    let now = i64::try_from(now).unwrap_or(i64::MAX);
+                    if complete && now > copied {
+                        sig.finish_on_writer.store(true, Ordering::Release);
+                    }
                 }
             }
             Some(CkptMsg::Run { mode, reply }) => {

@@ -871,6 +871,8 @@ fn readable(
             Arc::clone(&wal_frames),
             (opts.checkpoint_threshold_bytes / page_size.max(512)).max(1),
             Arc::clone(&suspension),
+            opts.sync.clone(),
+            opts.truncate_timeout,
         ));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),

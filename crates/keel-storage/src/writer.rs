@@ -359,6 +359,11 @@ pub(crate) struct WriterShared {
     signal: Arc<CkptSignal>,
     wal_frames: Arc<AtomicU64>,
     threshold_frames: u64,
+    /// What [`WriterShared::finish_checkpoint`] needs: the WAL's path, the sync
+    /// policies (a checkpoint syncs under its own) and the bounded wait.
+    wal_path: PathBuf,
+    policies: crate::SyncPolicies,
+    truncate_timeout: Duration,
     /// Groups committed inline since the writer thread last looked (its idle
     /// vacuum check waits for a quiet period).
     inline_groups: AtomicU64,
@@ -440,6 +445,8 @@ impl WriterShared {
         wal_frames: Arc<AtomicU64>,
         threshold_frames: u64,
         suspension: Arc<crate::park::Suspension>,
+        policies: crate::SyncPolicies,
+        truncate_timeout: Duration,
     ) -> WriterShared {
         WriterShared {
             path: path.to_path_buf(),
@@ -448,6 +455,9 @@ impl WriterShared {
             signal,
             wal_frames,
             threshold_frames,
+            wal_path: crate::paths::wal_path(path),
+            policies,
+            truncate_timeout,
             inline_groups: AtomicU64::new(0),
             asleep: AtomicBool::new(false),
             suspension,
@@ -521,6 +531,59 @@ impl WriterShared {
         INLINE.with(|v| v.borrow().contains(&me))
     }
 
+    /// Copy the tail of the WAL that the checkpointer's last checkpoint left
+    /// behind, if it asked ([`CkptSignal::finish_on_writer`]), on the writer
+    /// connection between two groups: no commit can land meanwhile, so unless a
+    /// reader still holds old frames the whole WAL is then in the database file and
+    /// the next write starts it over. Without this, writes that never pause leave
+    /// every background checkpoint a few commits behind and the WAL grows without
+    /// bound. The tail is what committed while that checkpoint ran (a few
+    /// milliseconds of writes), so the pause is short; the checkpoint syncs under
+    /// the checkpoint policy. Skipped when the connection is busy (asked again
+    /// after the next group).
+    pub(crate) fn finish_checkpoint(&self) {
+        if !self.signal.finish_on_writer.load(Ordering::Acquire) || self.suspension.is_suspended() {
+            return;
+        }
+        let g = match self.conn.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return,
+        };
+        let Some(c) = g.as_ref() else {
+            return;
+        };
+        if !self.signal.finish_on_writer.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let _path = PathScope::enter(&self.path);
+        match crate::checkpointer::checkpoint_on_writer(
+            &c.conn,
+            &self.path,
+            &self.wal_path,
+            &self.policies,
+            self.truncate_timeout,
+        ) {
+            Ok(o) if !o.busy && o.wal_frames == o.checkpointed_frames => {
+                tracing::debug!(frames = o.wal_frames, "writer finished the checkpoint");
+                self.signal.dirty.store(false, Ordering::Release);
+                // Every frame is in the database file: the next write restarts the WAL.
+                self.signal.arm_epoch_bump();
+            }
+            Ok(o) if o.busy => {
+                // Another checkpoint (an explicit one) holds the lock: again
+                // after the next group.
+                self.signal.finish_on_writer.store(true, Ordering::Release);
+            }
+            Ok(o) => tracing::debug!(
+                frames = o.wal_frames,
+                checkpointed = o.checkpointed_frames,
+                "writer could not finish the checkpoint (a reader holds frames)"
+            ),
+            Err(e) => tracing::warn!(error = %e, "writer could not finish the checkpoint"),
+        }
+    }
+
     /// Run `job` as a group of its own on the calling thread if the writer
     /// connection is free right now; give it back if not. Callers check first
     /// that no write is queued (the queue keeps its order). Only the blocking
@@ -548,6 +611,7 @@ impl WriterShared {
         let wake_writer = self.asleep.swap(false, Ordering::SeqCst);
         drop(g);
         done.resolve();
+        self.finish_checkpoint();
         Inline::Ran {
             wake_ckpt,
             wake_writer,
@@ -901,6 +965,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                     d.resolve();
                 }
                 ctx.writes_first_done();
+                shared.finish_checkpoint();
             }
         }
     }
