@@ -221,6 +221,16 @@ proptest! {
     ) {
         run(txns);
     }
+
+    /// One object per commit, as apps write: the hub's single-object path (no
+    /// window snapshot) against fresh fetches and `Diff::between`, with windows
+    /// that fill, overflow their limit and slide.
+    #[test]
+    fn single_object_commits_track_fresh_fetches(
+        ops in prop::collection::vec(arb_op(), 1..40)
+    ) {
+        run(ops.into_iter().map(|op| vec![vec![op]]).collect());
+    }
 }
 
 #[test]

@@ -1448,6 +1448,16 @@ fn apply_edit(
     scratch: &mut Scratch,
     out: &mut Vec<Delivery>,
 ) {
+    let add = match touched {
+        Touched::One(rowid) if !q.ranked => match single_edit(q, order, add, *rowid, scratch) {
+            Ok(diff) => {
+                deliver_changed(&q.sinks, window(&q.spec, &q.rows), diff, out);
+                return;
+            }
+            Err(add) => add,
+        },
+        _ => add,
+    };
     snapshot(&q.spec, &q.rows, &mut scratch.before);
     if q.ranked {
         // Relevance order: the query runs again (see `Compiled::ranked`); the rows it
@@ -1500,6 +1510,77 @@ fn apply_edit(
     q.rows = rows;
     q.complete = complete;
     deliver_diff(q, scratch, out);
+}
+
+/// [`apply_edit`] for a single-object commit (`rowid`) to a query without offset,
+/// when the diff follows from two places: where the object's stored row was and
+/// where its new version goes. No snapshot of the window and no comparison of
+/// its rows, which is most of a delivery's work otherwise. Gives `add` back,
+/// having changed nothing, when the edit needs the general path: the object
+/// moved within the window, the prefix outgrew its cap, or it must be refilled.
+fn single_edit(
+    q: &mut QuerySub,
+    order: &Order,
+    add: Vec<Entry>,
+    rowid: i64,
+    scratch: &mut Scratch,
+) -> std::result::Result<Diff, Vec<Entry>> {
+    if q.spec.offset != 0 || add.len() > 1 {
+        return Err(add);
+    }
+    let limit = q
+        .spec
+        .limit
+        .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+    let n = q.rows.len();
+    let from = q.rows.iter().position(|e| e.rowid == rowid);
+    // Where the new version goes among the rows without the old one (after the
+    // stored rows it does not sort before, as `merge_sorted` puts it).
+    let to = add.first().map(|a| {
+        let p = q
+            .rows
+            .partition_point(|e| order.compare(&a.key, &e.key) != Cmp::Less);
+        match from {
+            Some(i) if i < p => p - 1,
+            _ => p,
+        }
+    });
+    let len = n - usize::from(from.is_some()) + usize::from(to.is_some());
+    if q.cap.is_some_and(|c| len > c) || (!q.complete && len < needed(&q.spec)) {
+        return Err(add);
+    }
+    let mut d = Diff::default();
+    match (from, to) {
+        (Some(i), None) if i < limit => {
+            d.removed.push(i);
+            if n > limit {
+                // The first row past the window slides in at its end.
+                d.inserted.push(limit - 1);
+            }
+        }
+        (None, Some(j)) if j < limit => {
+            if n >= limit {
+                // The window's last row is pushed out.
+                d.removed.push(limit - 1);
+            }
+            d.inserted.push(j);
+        }
+        (Some(i), Some(j)) if i == j => {
+            let (old, new) = (&q.rows[i].obj, &add[0].obj);
+            if i < limit && !Arc::ptr_eq(old, new) && old.bytes != new.bytes {
+                d.updated.push(i);
+            }
+        }
+        (Some(i), Some(j)) if i < limit || j < limit => return Err(add),
+        _ => {} // outside the window
+    }
+    if let Some(i) = from {
+        scratch.gone.push(q.rows.remove(i));
+    }
+    if let (Some(j), Some(a)) = (to, add.into_iter().next()) {
+        q.rows.insert(j, a);
+    }
+    Ok(d)
 }
 
 /// The rowids a commit touched, as [`apply_edit`] asks about each stored row:
@@ -1622,10 +1703,13 @@ fn deliver_diff(q: &QuerySub, scratch: &mut Scratch, out: &mut Vec<Delivery>) {
         }
         m
     });
-    // The address comparison inline (most rows), the byte comparison out of line.
-    let diff = Diff::by(
+    // The rows the commit left alone are the same objects at the same places from
+    // either end: a tight scan sets them aside, and the diff proper runs on what
+    // lies between (the address comparison inline, the bytes out of line).
+    let diff = Diff::by_trimmed(
         &scratch.before,
         &scratch.after,
+        |a, b| a.0 == b.0 && a.1 == b.1,
         |x| x.0,
         |a, b| a.1 == b.1 || same_bytes(gone, by_rowid.as_ref(), a.0, &nw[b.2].obj.bytes),
     );
