@@ -656,15 +656,15 @@ impl Database {
             }
             // Sharing needs every change (rowid and collection) for the change log.
             let record = inner.recording() || inner.feed.is_some();
-            let (res, changes, aborted, dict) = {
+            let (res, changes, one_collection, aborted, dict) = {
                 let mut txn = Txn::new(w, &inner, record);
                 let r = {
                     let _writing = WritingGuard::enter(&inner);
                     f(&mut txn)
                 };
                 let dict = txn.dict.take();
-                let (changes, aborted) = txn.finish();
-                (r, changes, aborted, dict)
+                let (changes, one_collection, aborted) = txn.finish();
+                (r, changes, one_collection, aborted, dict)
             };
             if aborted {
                 return Err(Error::Aborted {
@@ -695,7 +695,7 @@ impl Database {
             }
             if !changes.is_empty() {
                 let i2 = Arc::clone(&inner);
-                w.on_commit(Box::new(move || i2.deliver(&changes)));
+                w.on_commit(Box::new(move || i2.deliver(&changes, one_collection)));
             } else if !record {
                 let i2 = Arc::clone(&inner);
                 w.on_commit(Box::new(move || i2.unrecorded_commit()));

@@ -38,8 +38,9 @@ pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
 pub(crate) trait CommitObserver: Send + Sync {
     /// Whether write closures must record their changes for it.
     fn interested(&self) -> bool;
-    /// After COMMIT, with the changes the write closures recorded.
-    fn on_commit(&self, changes: &[Change]);
+    /// After COMMIT, with the changes the write closures recorded;
+    /// `one_collection`: they are all in one collection.
+    fn on_commit(&self, changes: &[Change], one_collection: bool);
     /// A write committed unrecorded while it was interested: re-read what it shows.
     fn resync(&self);
     /// Rows another process committed, as they are now (the change feed): no
@@ -376,10 +377,10 @@ impl Inner {
 
     /// After COMMIT: the change hooks first (in registration order), then the
     /// subscription hub.
-    pub(crate) fn deliver(&self, changes: &[Change]) {
+    pub(crate) fn deliver(&self, changes: &[Change], one_collection: bool) {
         self.run_hooks(changes);
         if let Some(hub) = self.hub.get() {
-            hub.on_commit(changes);
+            hub.on_commit(changes, one_collection);
         }
     }
 

@@ -30,6 +30,10 @@ pub struct Txn<'a> {
     wt: &'a WriteTxn<'a>,
     inner: &'a Inner,
     changes: Vec<Change>,
+    /// The table of the first recorded change, and whether a later one is in
+    /// another: the hub then need not compare collection names per change.
+    first_table: Option<usize>,
+    mixed: bool,
     record: bool,
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
@@ -107,6 +111,8 @@ impl<'a> Txn<'a> {
             wt: w,
             inner,
             changes: Vec::new(),
+            first_table: None,
+            mixed: false,
             record,
             aborted: false,
             dict: None,
@@ -115,8 +121,10 @@ impl<'a> Txn<'a> {
         }
     }
 
-    pub(crate) fn finish(self) -> (Vec<Change>, bool) {
-        (self.changes, self.aborted)
+    /// The recorded changes, whether they are all in one collection, and whether
+    /// the closure aborted.
+    pub(crate) fn finish(self) -> (Vec<Change>, bool, bool) {
+        (self.changes, !self.mixed, self.aborted)
     }
 
     fn check(&self, op: &'static str) -> Result<()> {
@@ -206,6 +214,10 @@ impl<'a> Txn<'a> {
             } else {
                 key
             };
+            match self.first_table {
+                None => self.first_table = Some(c.table),
+                Some(t) => self.mixed |= t != c.table,
+            }
             self.changes.push(Change {
                 collection: c.name.clone(),
                 op,

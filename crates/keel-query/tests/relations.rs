@@ -1622,3 +1622,54 @@ fn an_inverse_navigates_back_to_the_referring_objects() {
     let e = db.query("rel.Author").including("nope").unwrap_err();
     assert!(matches!(e, Error::UnknownField { .. }), "{e}");
 }
+
+/// A commit that changes two collections reaches the live queries of both, each
+/// with its own rows (the hub groups a commit's changes by collection; a commit
+/// of one collection skips comparing names).
+#[test]
+fn a_commit_across_two_collections_reaches_both_live_queries() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let authors: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let posts: Arc<Mutex<Vec<Vec<String>>>> = Arc::default();
+    let (a2, p2) = (authors.clone(), posts.clone());
+    let _sa = db
+        .fetch::<Author>()
+        .subscribe(move |u| {
+            a2.lock()
+                .unwrap()
+                .push(u.objects.iter().map(|a| a.id.clone()).collect())
+        })
+        .unwrap();
+    let _sp = db
+        .fetch::<Post>()
+        .subscribe(move |u| {
+            p2.lock()
+                .unwrap()
+                .push(u.objects.iter().map(|p| p.id.clone()).collect())
+        })
+        .unwrap();
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&post("p1", "ada"))?;
+        t.insert(&author("bob", "Bob"))?;
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    // One collection only: the other query hears nothing.
+    db.write(|t| t.insert(&post("p2", "bob"))).wait().unwrap();
+    assert_eq!(
+        *authors.lock().unwrap(),
+        vec![vec![], vec!["ada".to_string(), "bob".to_string()]]
+    );
+    assert_eq!(
+        *posts.lock().unwrap(),
+        vec![
+            vec![],
+            vec!["p1".to_string()],
+            vec!["p1".to_string(), "p2".to_string()]
+        ]
+    );
+}

@@ -35,7 +35,7 @@ pub(crate) type Obj = Arc<StoredObject>;
 
 /// A value as a hash key, normalised so that values SQL's `=` calls equal hash
 /// equal (`2 = 2.0`, `true = 1`). `NULL` has no key (it equals nothing).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum HKey {
     Int(i64),
     Float(u64),
@@ -45,7 +45,7 @@ pub(crate) enum HKey {
 
 /// [`HKey`] borrowed: what a changed row's value is looked up with before
 /// anything is copied.
-#[derive(Hash)]
+#[derive(Hash, PartialEq)]
 enum HKeyRef<'a> {
     Int(i64),
     Float(u64),
@@ -98,6 +98,57 @@ impl HKey {
         }
     }
 }
+
+/// A key as the hash tables see it, owned or borrowed: an [`HKey`] map is probed
+/// with a borrowed [`HKeyRef`], so a lookup copies no text.
+trait AsKeyRef {
+    fn key_ref(&self) -> HKeyRef<'_>;
+}
+
+impl AsKeyRef for HKey {
+    fn key_ref(&self) -> HKeyRef<'_> {
+        self.as_ref()
+    }
+}
+
+impl AsKeyRef for HKeyRef<'_> {
+    fn key_ref(&self) -> HKeyRef<'_> {
+        match *self {
+            HKeyRef::Int(i) => HKeyRef::Int(i),
+            HKeyRef::Float(f) => HKeyRef::Float(f),
+            HKeyRef::Text(s) => HKeyRef::Text(s),
+            HKeyRef::Blob(b) => HKeyRef::Blob(b),
+        }
+    }
+}
+
+// Owned and borrowed keys hash and compare through the same `HKeyRef`, as
+// `Borrow` requires.
+impl std::hash::Hash for HKey {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_ref().hash(h)
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn AsKeyRef + 'a> for HKey {
+    fn borrow(&self) -> &(dyn AsKeyRef + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn AsKeyRef + '_ {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.key_ref().hash(h)
+    }
+}
+
+impl PartialEq for dyn AsKeyRef + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.key_ref() == other.key_ref()
+    }
+}
+
+impl Eq for dyn AsKeyRef + '_ {}
 
 pub(crate) fn hkey(v: SqlValue<'_>) -> Option<HKey> {
     hkey_ref(v).map(|k| k.owned())
@@ -207,12 +258,22 @@ impl EqIndex {
         }
     }
 
+    /// Whether some subscription may be under the single-value `key` (no false
+    /// negatives: [`EqIndex::get`] decides).
+    fn may_hold(&self, key: &[Value]) -> bool {
+        match key {
+            [v] => hkey_ref(SqlValue::from_value(v))
+                .is_some_and(|k| self.pre.contains_key(&k.prehash())),
+            _ => false,
+        }
+    }
+
     fn get(&self, v: SqlValue<'_>) -> Option<&Vec<(u64, bool)>> {
         let k = hkey_ref(v)?;
         if !self.pre.contains_key(&k.prehash()) {
             return None;
         }
-        self.map.get(&k.owned())
+        self.map.get(&k as &dyn AsKeyRef)
     }
 }
 
@@ -964,18 +1025,12 @@ impl Hub {
     /// The commit hook: runs on the writer thread after COMMIT, once per committed
     /// write closure with changes. Computes every delivery under the lock, then
     /// makes them without it (callbacks may subscribe or unsubscribe).
-    pub(crate) fn on_commit(&self, changes: &[Change]) {
+    pub(crate) fn on_commit(&self, changes: &[Change], one_collection: bool) {
         let mut out = Vec::new();
         {
             let mut st = lock(&self.state);
             self.seq.fetch_add(1, Ordering::AcqRel);
-            let mut by_coll: Vec<(&str, Vec<&Change>)> = Vec::new();
-            for c in changes {
-                match by_coll.iter_mut().find(|(n, _)| *n == c.collection) {
-                    Some((_, v)) => v.push(c),
-                    None => by_coll.push((&c.collection, vec![c])),
-                }
-            }
+            let by_coll = by_collection(changes, one_collection);
             let mut ended = 0;
             let State { colls, scratch, .. } = &mut *st;
             for (name, chs) in by_coll {
@@ -1003,13 +1058,7 @@ impl Hub {
         {
             let mut st = lock(&self.state);
             self.seq.fetch_add(1, Ordering::AcqRel);
-            let mut by_coll: Vec<(&str, Vec<&Change>)> = Vec::new();
-            for c in changes {
-                match by_coll.iter_mut().find(|(n, _)| *n == c.collection) {
-                    Some((_, v)) => v.push(c),
-                    None => by_coll.push((&c.collection, vec![c])),
-                }
-            }
+            let by_coll = by_collection(changes, false);
             let mut ended = 0;
             let State { colls, scratch, .. } = &mut *st;
             for (name, rs) in by_coll {
@@ -1139,28 +1188,7 @@ impl Hub {
         else {
             return;
         };
-        // Collapse to (rowid, first old, last new).
-        // Sized for the commit at once: a transaction that rewrote every row
-        // would otherwise grow (and rehash) them a dozen times.
-        let mut at: FxMap<i64, usize> = FxMap::default();
-        at.reserve(chs.len());
-        let mut touches: Vec<Touch<'_>> = Vec::with_capacity(chs.len());
-        // Each touch's primary key before and after (a rowid freed by a delete can
-        // come back under another key within one commit).
-        let mut tkeys: Vec<(&[Value], &[Value])> = Vec::with_capacity(chs.len());
-        for c in chs {
-            match at.get(&c.rowid) {
-                Some(&i) => {
-                    touches[i].2 = c.new.as_deref();
-                    tkeys[i].1 = &c.key;
-                }
-                None => {
-                    at.insert(c.rowid, touches.len());
-                    touches.push((c.rowid, c.old.as_deref(), c.new.as_deref()));
-                    tkeys.push((&c.key, &c.key));
-                }
-            }
-        }
+        let (touches, tkeys, rowids) = collapse(chs);
         for r in &mut cs.ranges {
             r.build();
         }
@@ -1168,7 +1196,7 @@ impl Hub {
         // this commit made (one per touch, shared by every subscription).
         let (updates, arcs): (Vec<Edit>, Vec<Option<Obj>>) = {
             let cs = &*cs;
-            let mut per_sub: FxMap<u64, Vec<(usize, bool)>> = FxMap::default();
+            let mut per_sub: FxMap<u64, Mine> = FxMap::default();
             // (id, OLD | NEW: the object's old/new value is in the subscription's
             // exact range; EVAL: evaluate the filter).
             const OLD: u8 = 1;
@@ -1184,7 +1212,27 @@ impl Hub {
             // then only the candidates' filters open them.
             let read_fields =
                 held.is_some() || !cs.ranges.is_empty() || cs.eq.iter().any(|ix| !ix.pk);
+            // When every subscription is found through its primary key, most of a
+            // large commit's rows concern none of them. One tight pass over the
+            // keys sets those aside: each key lives in its own allocation, and
+            // with little work per row the processor fetches several at once.
+            let by_key_only = !read_fields && cs.scan.is_empty();
+            let maybe: Vec<bool> = if by_key_only {
+                tkeys
+                    .iter()
+                    .map(|(k0, k1)| {
+                        cs.eq.iter().any(|ix| {
+                            ix.may_hold(k1) || (!std::ptr::eq(*k0, *k1) && ix.may_hold(k0))
+                        })
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
             for (ti, (rowid, old, new)) in touches.iter().enumerate() {
+                if by_key_only && !maybe[ti] {
+                    continue;
+                }
                 let (oo, no) = if read_fields {
                     (old.map(|b| table.open(b)), new.map(|b| table.open(b)))
                 } else {
@@ -1205,7 +1253,9 @@ impl Hub {
                             if let ([k0], [k1]) = (k0, k1) {
                                 // An update keeps its key: one probe, not two,
                                 // and what it finds matched before and after.
-                                let same = old.is_some() && new.is_some() && k0 == k1;
+                                let same = old.is_some()
+                                    && new.is_some()
+                                    && (std::ptr::eq(k0, k1) || k0 == k1);
                                 let probes = [
                                     (old.is_some() && !same, k0, OLD),
                                     (new.is_some(), k1, if same { OLD | NEW } else { NEW }),
@@ -1307,7 +1357,7 @@ impl Hub {
                                  // The touches some subscription may add: only they need a sort key.
             let mut wanted = vec![false; touches.len()];
             for mine in per_sub.values() {
-                for &(ti, nm) in mine {
+                for &(ti, nm) in mine.as_slice() {
                     wanted[ti] |= nm;
                 }
             }
@@ -1353,6 +1403,7 @@ impl Hub {
                 // often key order or a rotation of it (a transaction that walks
                 // the rows by key): the stable sort finds those runs and merges
                 // them in linear time.
+                let mine = mine.as_mut_slice();
                 if mine.len() > 1 {
                     mine.sort_by_key(|(ti, _)| rank[*ti]);
                 }
@@ -1391,7 +1442,7 @@ impl Hub {
         let CollSubs {
             queries, orders, ..
         } = cs;
-        let touched = Touched::of(&at);
+        let touched = Touched::of(&rowids, &touches);
         out.reserve(updates.len());
         for (id, add) in updates {
             let Some(q) = queries.get_mut(&id) else {
@@ -1428,6 +1479,59 @@ impl Hub {
     }
 }
 
+/// The touches of one commit that concern one query subscription, as (touch,
+/// matches now): most subscriptions a commit reaches get one, kept inline.
+#[derive(Default)]
+enum Mine {
+    #[default]
+    None,
+    One([(usize, bool); 1]),
+    Many(Vec<(usize, bool)>),
+}
+
+impl Mine {
+    fn push(&mut self, t: (usize, bool)) {
+        match self {
+            Mine::None => *self = Mine::One([t]),
+            Mine::One([first]) => *self = Mine::Many(vec![*first, t]),
+            Mine::Many(v) => v.push(t),
+        }
+    }
+
+    fn as_slice(&self) -> &[(usize, bool)] {
+        match self {
+            Mine::None => &[],
+            Mine::One(one) => one,
+            Mine::Many(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(usize, bool)] {
+        match self {
+            Mine::None => &mut [],
+            Mine::One(one) => one,
+            Mine::Many(v) => v,
+        }
+    }
+}
+
+/// A commit's changes by collection, in order. `one_collection` (known from the
+/// transaction): skip comparing every change's collection name, a read of
+/// memory of its own per change.
+fn by_collection(changes: &[Change], one_collection: bool) -> Vec<(&str, Vec<&Change>)> {
+    if let (true, Some(first)) = (one_collection, changes.first()) {
+        return vec![(&first.collection, changes.iter().collect())];
+    }
+    let mut by_coll: Vec<(&str, Vec<&Change>)> = Vec::new();
+    for c in changes {
+        match by_coll.iter_mut().find(|(n, _)| *n == c.collection) {
+            Some((_, v)) => v.push(c),
+            None => by_coll.push((&c.collection, vec![c])),
+        }
+    }
+    by_coll
+}
+
 /// A subscription id and the new entries a commit merges into its rows.
 type Edit = (u64, Vec<Entry>);
 
@@ -1448,15 +1552,16 @@ fn apply_edit(
     scratch: &mut Scratch,
     out: &mut Vec<Delivery>,
 ) {
-    let add = match touched {
-        Touched::One(rowid) if !q.ranked => match single_edit(q, order, add, *rowid, scratch) {
+    let add = if q.ranked {
+        add
+    } else {
+        match single_edit(q, order, add, touched, scratch) {
             Ok(diff) => {
                 deliver_changed(&q.sinks, window(&q.spec, &q.rows), diff, out);
                 return;
             }
             Err(add) => add,
-        },
-        _ => add,
+        }
     };
     snapshot(&q.spec, &q.rows, &mut scratch.before);
     if q.ranked {
@@ -1512,17 +1617,19 @@ fn apply_edit(
     deliver_diff(q, scratch, out);
 }
 
-/// [`apply_edit`] for a single-object commit (`rowid`) to a query without offset,
-/// when the diff follows from two places: where the object's stored row was and
-/// where its new version goes. No snapshot of the window and no comparison of
-/// its rows, which is most of a delivery's work otherwise. Gives `add` back,
-/// having changed nothing, when the edit needs the general path: the object
-/// moved within the window, the prefix outgrew its cap, or it must be refilled.
+/// [`apply_edit`] when a commit changes one object of a query without offset
+/// (a single-object commit, or a larger one of which one object concerns this
+/// query), so that the diff follows from two places: where the object's stored
+/// row was and where its new version goes. No snapshot of the window and no
+/// comparison of its rows, which is most of a delivery's work otherwise. Gives
+/// `add` back, having changed nothing, when the edit needs the general path:
+/// several of its rows changed, the object moved within the window, the prefix
+/// outgrew its cap, or it must be refilled.
 fn single_edit(
     q: &mut QuerySub,
     order: &Order,
     add: Vec<Entry>,
-    rowid: i64,
+    touched: &Touched<'_>,
     scratch: &mut Scratch,
 ) -> std::result::Result<Diff, Vec<Entry>> {
     if q.spec.offset != 0 || add.len() > 1 {
@@ -1533,7 +1640,27 @@ fn single_edit(
         .limit
         .map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
     let n = q.rows.len();
-    let from = q.rows.iter().position(|e| e.rowid == rowid);
+    // The stored row the commit changed, if any; a second one: not this path.
+    let from = match *touched {
+        Touched::One(rowid) => q.rows.iter().position(|e| e.rowid == rowid),
+        _ => {
+            let mut hit = q
+                .rows
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| touched.has(e.rowid));
+            let first = hit.next().map(|(i, _)| i);
+            if hit.next().is_some() {
+                return Err(add);
+            }
+            first
+        }
+    };
+    if let (Some(i), Some(a)) = (from, add.first()) {
+        if q.rows[i].rowid != a.rowid {
+            return Err(add); // one row left, another came
+        }
+    }
     // Where the new version goes among the rows without the old one (after the
     // stored rows it does not sort before, as `merge_sorted` puts it).
     let to = add.first().map(|a| {
@@ -1583,32 +1710,96 @@ fn single_edit(
     Ok(d)
 }
 
+/// A commit's changes collapsed to one touch per rowid (first old bytes, last new
+/// bytes), each touch's primary key before and after (a rowid freed by a delete
+/// can come back under another key within one commit), and the set of rowids.
+#[allow(clippy::type_complexity)]
+fn collapse<'c>(chs: &[&'c Change]) -> (Vec<Touch<'c>>, Vec<(&'c [Value], &'c [Value])>, RowidSet) {
+    // Sized for the commit at once: a transaction that rewrote every row would
+    // otherwise grow (and rehash) them a dozen times.
+    let mut touches: Vec<Touch<'c>> = Vec::with_capacity(chs.len());
+    let mut tkeys: Vec<(&[Value], &[Value])> = Vec::with_capacity(chs.len());
+    let push = |c: &&'c Change, t: &mut Vec<Touch<'c>>, k: &mut Vec<(&'c [Value], &'c [Value])>| {
+        t.push((c.rowid, c.old.as_deref(), c.new.as_deref()));
+        k.push((&c.key, &c.key));
+    };
+    // SQLite hands rowids out densely, so a commit's usually span little more
+    // than their number: then a bitset holds them, with no hashing, as long as
+    // no rowid comes twice (then the map below merges its changes).
+    let (lo, hi) = chs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), c| {
+        (lo.min(c.rowid), hi.max(c.rowid))
+    });
+    let span = hi.checked_sub(lo).and_then(|s| u64::try_from(s).ok());
+    if let Some(span) = span.filter(|s| s / 64 <= chs.len() as u64) {
+        let mut words = vec![0u64; usize::try_from(span / 64 + 1).unwrap_or(0)];
+        let mut repeated = false;
+        for c in chs {
+            let off = c.rowid.abs_diff(lo);
+            let (w, bit) = ((off / 64) as usize, 1u64 << (off % 64));
+            if words[w] & bit != 0 {
+                repeated = true;
+                break;
+            }
+            words[w] |= bit;
+            push(c, &mut touches, &mut tkeys);
+        }
+        if !repeated {
+            return (touches, tkeys, RowidSet::Bits { base: lo, words });
+        }
+        touches.clear();
+        tkeys.clear();
+    }
+    let mut at: FxMap<i64, usize> = FxMap::default();
+    at.reserve(chs.len());
+    for c in chs {
+        match at.get(&c.rowid) {
+            Some(&i) => {
+                touches[i].2 = c.new.as_deref();
+                tkeys[i].1 = &c.key;
+            }
+            None => {
+                at.insert(c.rowid, touches.len());
+                push(c, &mut touches, &mut tkeys);
+            }
+        }
+    }
+    (touches, tkeys, RowidSet::Map(at))
+}
+
+/// The rowids a commit touched (see [`collapse`]).
+enum RowidSet {
+    /// Bit `r - base` of the words is set for each touched rowid `r`.
+    Bits { base: i64, words: Vec<u64> },
+    /// Touched rowid → its touch.
+    Map(FxMap<i64, usize>),
+}
+
 /// The rowids a commit touched, as [`apply_edit`] asks about each stored row:
 /// one compared directly (a single-object commit), a few compared one by one (no
-/// hashing per row), or the commit's map.
+/// hashing per row), or the commit's set.
 enum Touched<'a> {
     One(i64),
     /// Up to [`Touched::FEW`] rowids, in the first `.1` places.
     Few([i64; Touched::FEW], usize),
-    Many(&'a FxMap<i64, usize>),
+    Many(&'a RowidSet),
 }
 
 impl<'a> Touched<'a> {
     /// Up to this many touched rowids are compared one by one.
     const FEW: usize = 8;
 
-    fn of(at: &'a FxMap<i64, usize>) -> Self {
-        if at.len() > Self::FEW {
-            return Touched::Many(at);
+    fn of(set: &'a RowidSet, touches: &[Touch<'_>]) -> Self {
+        if touches.len() > Self::FEW {
+            return Touched::Many(set);
         }
         let mut few = [0; Self::FEW];
-        for (slot, rowid) in few.iter_mut().zip(at.keys()) {
-            *slot = *rowid;
+        for (slot, t) in few.iter_mut().zip(touches) {
+            *slot = t.0;
         }
-        if at.len() == 1 {
+        if touches.len() == 1 {
             return Touched::One(few[0]);
         }
-        Touched::Few(few, at.len())
+        Touched::Few(few, touches.len())
     }
 
     /// Move the entries of `rows` this commit touched to `gone`, keeping the
@@ -1630,7 +1821,16 @@ impl<'a> Touched<'a> {
         match self {
             Touched::One(r) => *r == rowid,
             Touched::Few(few, n) => few[..*n].contains(&rowid),
-            Touched::Many(m) => m.contains_key(&rowid),
+            Touched::Many(RowidSet::Map(m)) => m.contains_key(&rowid),
+            Touched::Many(RowidSet::Bits { base, words }) => {
+                rowid >= *base && {
+                    let off = rowid.abs_diff(*base);
+                    usize::try_from(off / 64)
+                        .ok()
+                        .and_then(|w| words.get(w))
+                        .is_some_and(|w| w & (1 << (off % 64)) != 0)
+                }
+            }
         }
     }
 }

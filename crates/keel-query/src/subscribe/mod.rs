@@ -222,8 +222,8 @@ impl CommitObserver for Hub {
     fn interested(&self) -> bool {
         Hub::interested(self)
     }
-    fn on_commit(&self, changes: &[crate::Change]) {
-        Hub::on_commit(self, changes)
+    fn on_commit(&self, changes: &[crate::Change], one_collection: bool) {
+        Hub::on_commit(self, changes, one_collection)
     }
     fn resync(&self) {
         Hub::resync(self)
