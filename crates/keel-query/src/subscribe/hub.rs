@@ -1218,11 +1218,22 @@ impl Hub {
             // with little work per row the processor fetches several at once.
             let by_key_only = !read_fields && cs.scan.is_empty();
             let maybe: Vec<bool> = if by_key_only {
-                tkeys
+                // In two steps, each a short loop, so that many rows' memory is
+                // fetched at once: where each key's text is, then the text itself.
+                let refs: Vec<Option<HKeyRef<'_>>> = tkeys
                     .iter()
-                    .map(|(k0, k1)| {
+                    .map(|(_, k1)| match k1 {
+                        [v] => hkey_ref(SqlValue::from_value(v)),
+                        _ => None,
+                    })
+                    .collect();
+                refs.iter()
+                    .zip(&tkeys)
+                    .map(|(r, (k0, k1))| {
+                        let h = r.as_ref().map(HKeyRef::prehash);
                         cs.eq.iter().any(|ix| {
-                            ix.may_hold(k1) || (!std::ptr::eq(*k0, *k1) && ix.may_hold(k0))
+                            h.is_some_and(|h| ix.pre.contains_key(&h))
+                                || (!std::ptr::eq(*k0, *k1) && ix.may_hold(k0))
                         })
                     })
                     .collect()
@@ -1723,32 +1734,33 @@ fn collapse<'c>(chs: &[&'c Change]) -> (Vec<Touch<'c>>, Vec<(&'c [Value], &'c [V
         t.push((c.rowid, c.old.as_deref(), c.new.as_deref()));
         k.push((&c.key, &c.key));
     };
-    // SQLite hands rowids out densely, so a commit's usually span little more
-    // than their number: then a bitset holds them, with no hashing, as long as
-    // no rowid comes twice (then the map below merges its changes).
-    let (lo, hi) = chs.iter().fold((i64::MAX, i64::MIN), |(lo, hi), c| {
-        (lo.min(c.rowid), hi.max(c.rowid))
-    });
+    // One pass over the changes (each read once: a large commit's are far apart
+    // in memory), then the rowids alone. SQLite hands rowids out densely, so a
+    // commit's usually span little more than their number: then a bitset holds
+    // them, with no hashing, as long as no rowid comes twice (then the map below
+    // merges its changes).
+    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
+    for c in chs {
+        lo = lo.min(c.rowid);
+        hi = hi.max(c.rowid);
+        push(c, &mut touches, &mut tkeys);
+    }
     let span = hi.checked_sub(lo).and_then(|s| u64::try_from(s).ok());
     if let Some(span) = span.filter(|s| s / 64 <= chs.len() as u64) {
         let mut words = vec![0u64; usize::try_from(span / 64 + 1).unwrap_or(0)];
         let mut repeated = false;
-        for c in chs {
-            let off = c.rowid.abs_diff(lo);
+        for t in &touches {
+            let off = t.0.abs_diff(lo);
             let (w, bit) = ((off / 64) as usize, 1u64 << (off % 64));
-            if words[w] & bit != 0 {
-                repeated = true;
-                break;
-            }
+            repeated |= words[w] & bit != 0;
             words[w] |= bit;
-            push(c, &mut touches, &mut tkeys);
         }
         if !repeated {
             return (touches, tkeys, RowidSet::Bits { base: lo, words });
         }
-        touches.clear();
-        tkeys.clear();
     }
+    touches.clear();
+    tkeys.clear();
     let mut at: FxMap<i64, usize> = FxMap::default();
     at.reserve(chs.len());
     for c in chs {
