@@ -295,6 +295,10 @@ struct Stabbing {
     segs: Vec<Vec<(u64, bool)>>,
     /// Too many (segment, subscription) pairs: every subscription is a candidate.
     all: Option<Vec<(u64, bool)>>,
+    /// `points` as integers, when every bound is one (ranges over an integer
+    /// field): an integer value is placed with a comparison per step and an array
+    /// a quarter the size.
+    ints: Option<Vec<i64>>,
 }
 
 const MAX_COVERAGE: usize = 8 << 20;
@@ -346,7 +350,19 @@ impl RangeIndex {
                 }
                 None
             };
-            self.built = Some(Stabbing { points, segs, all });
+            let ints = points
+                .iter()
+                .map(|p| match p {
+                    Value::Int(i) => Some(*i),
+                    _ => None,
+                })
+                .collect();
+            self.built = Some(Stabbing {
+                points,
+                segs,
+                all,
+                ints,
+            });
         }
         self.built.as_ref().expect("just built")
     }
@@ -361,10 +377,13 @@ impl Stabbing {
         if x == SqlValue::Null {
             return &[]; // NULL satisfies no comparison
         }
-        match self
-            .points
-            .binary_search_by(|p| order_cmp(SqlValue::from_value(p), x))
-        {
+        let at = match (&self.ints, x) {
+            (Some(ints), SqlValue::Int(i)) => ints.binary_search(&i),
+            _ => self
+                .points
+                .binary_search_by(|p| order_cmp(SqlValue::from_value(p), x)),
+        };
+        match at {
             Ok(i) => &self.segs[2 * i + 1],
             Err(i) => &self.segs[2 * i],
         }
