@@ -809,6 +809,12 @@ impl Order {
         RowKey { values, rowid }
     }
 
+    /// Whether the first sort key is descending (`None`: the order has no key
+    /// but the rowid).
+    pub(crate) fn first_descending(&self) -> Option<bool> {
+        self.keys.first().map(|k| k.1)
+    }
+
     /// SQL's order of two rows (total: ties end on rowid).
     pub fn compare(&self, a: &RowKey, b: &RowKey) -> Ordering {
         for (i, (_, desc)) in self.keys.iter().enumerate() {

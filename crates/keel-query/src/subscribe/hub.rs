@@ -167,8 +167,55 @@ struct Entry {
     /// The object's rowid (also in `key`), kept inline so that matching a stored
     /// row against a commit's changes and diffing windows read no shared memory.
     rowid: i64,
-    key: Arc<RowKey>,
+    key: Arc<Keyed>,
     obj: Obj,
+}
+
+/// A row's sort key, with its first value beside it when that is an integer or
+/// NULL, in an order-keeping form: placing a row by binary search then reads each
+/// probed row's head one pointer away, where the key's first value is two.
+struct Keyed {
+    /// The low bit says the head is usable; the other bits are the first sort
+    /// value's order-keeping encoding (NULL below every integer). Dropping the
+    /// value's lowest bit makes neighbours (and NULL and `i64::MIN`) equal heads,
+    /// which [`cmp_entries`] settles on the full keys.
+    head: u64,
+    key: RowKey,
+}
+
+impl Keyed {
+    fn new(key: RowKey) -> Arc<Keyed> {
+        let head = match key.values.first() {
+            Some(Value::Int(i)) => ((*i as u64) ^ (1 << 63)) | 1,
+            Some(Value::Null) => 1,
+            _ => 0,
+        };
+        Arc::new(Keyed { head, key })
+    }
+}
+
+/// `order` between two stored entries: on their heads when both are usable and
+/// differ, else on the full sort keys.
+#[inline]
+fn cmp_entries(order: &Order, a: &Entry, b: &Entry) -> Cmp {
+    cmp_to_entry(order, &a.key, b)
+}
+
+/// [`cmp_entries`] for a row given by its sort key.
+#[inline]
+fn cmp_to_entry(order: &Order, a: &Keyed, b: &Entry) -> Cmp {
+    let b = &*b.key;
+    match order.first_descending() {
+        Some(desc) if a.head & b.head & 1 == 1 && a.head != b.head => {
+            let o = a.head.cmp(&b.head);
+            if desc {
+                o.reverse()
+            } else {
+                o
+            }
+        }
+        _ => order.compare(&a.key, &b.key),
+    }
 }
 
 /// A changed row within one commit: rowid, first old bytes, last new bytes.
@@ -600,7 +647,7 @@ fn read_prefix(
         .into_iter()
         .map(|o| Entry {
             rowid: o.rowid,
-            key: Arc::new(order.key(&o.bytes, o.rowid)),
+            key: Keyed::new(order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
         .collect();
@@ -625,7 +672,7 @@ fn read_by_key(
         .filter(|o| q.filter.as_ref().none_or(|f| f.matches(&o.bytes)))
         .map(|o| Entry {
             rowid: o.rowid,
-            key: Arc::new(q.order.key(&o.bytes, o.rowid)),
+            key: Keyed::new(q.order.key(&o.bytes, o.rowid)),
             obj: Arc::new(o),
         })
         .into_iter()
@@ -1088,8 +1135,8 @@ impl Hub {
                 let mut held: FxMap<i64, Vec<u64>> = FxMap::default();
                 for (id, q) in &cs.queries {
                     for e in &q.rows {
-                        if wanted.contains(&e.key.rowid) {
-                            held.entry(e.key.rowid).or_default().push(*id);
+                        if wanted.contains(&e.rowid) {
+                            held.entry(e.rowid).or_default().push(*id);
                         }
                     }
                 }
@@ -1380,7 +1427,7 @@ impl Hub {
             let mut arcs: Vec<Option<Obj>> = vec![None; touches.len()];
             // Per order used: every changed object's sort key and its rank among
             // them, computed once and shared by the subscriptions ordering that way.
-            let mut keys: Vec<Vec<Option<Arc<RowKey>>>> = vec![Vec::new(); cs.orders.len()];
+            let mut keys: Vec<Vec<Option<Arc<Keyed>>>> = vec![Vec::new(); cs.orders.len()];
             let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
             let mut ids: Vec<u64> = per_sub.keys().copied().collect();
             ids.sort_unstable(); // deliver in subscription order
@@ -1406,18 +1453,18 @@ impl Hub {
                 }
                 let order = &cs.orders[q.order].1;
                 if keys[q.order].is_empty() {
-                    let kc: Vec<Option<Arc<RowKey>>> = touches
+                    let kc: Vec<Option<Arc<Keyed>>> = touches
                         .iter()
                         .zip(&wanted)
                         .map(|((rowid, _, new), w)| match (new, w) {
-                            (Some(b), true) => Some(Arc::new(order.key(b, *rowid))),
+                            (Some(b), true) => Some(Keyed::new(order.key(b, *rowid))),
                             _ => None,
                         })
                         .collect();
                     let mut idx: Vec<usize> =
                         (0..touches.len()).filter(|i| kc[*i].is_some()).collect();
                     idx.sort_by(|a, b| match (&kc[*a], &kc[*b]) {
-                        (Some(x), Some(y)) => order.compare(x, y),
+                        (Some(x), Some(y)) => order.compare(&x.key, &y.key),
                         _ => Cmp::Equal,
                     });
                     let mut rk = vec![u32::MAX; touches.len()];
@@ -1446,7 +1493,7 @@ impl Hub {
                     let (Some(new), Some(key)) = (new, &kcache[*ti]) else {
                         continue;
                     };
-                    if boundary.is_some_and(|b| order.compare(key, &b.key) == Cmp::Greater) {
+                    if boundary.is_some_and(|b| cmp_to_entry(order, key, b) == Cmp::Greater) {
                         continue;
                     }
                     let obj = arcs[*ti]
@@ -1501,7 +1548,7 @@ impl Hub {
             let diff = Diff::by(
                 ow,
                 nw,
-                |e| e.key.rowid,
+                |e| e.rowid,
                 |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
             );
             deliver_changed(&q.sinks, nw, diff, out);
@@ -1696,7 +1743,7 @@ fn single_edit(
     let to = add.first().map(|a| {
         let p = q
             .rows
-            .partition_point(|e| order.compare(&a.key, &e.key) != Cmp::Less);
+            .partition_point(|e| cmp_entries(order, a, e) != Cmp::Less);
         match from {
             Some(i) if i < p => p - 1,
             _ => p,
@@ -1879,7 +1926,7 @@ fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
         let mut from = 0;
         for a in add {
             let at =
-                from + rows[from..].partition_point(|e| order.compare(&a.key, &e.key) != Cmp::Less);
+                from + rows[from..].partition_point(|e| cmp_entries(order, &a, e) != Cmp::Less);
             rows.insert(at, a);
             from = at + 1;
         }
@@ -1890,7 +1937,7 @@ fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
     let mut add = add.into_iter().peekable();
     for e in old {
         while let Some(a) = add.peek() {
-            if order.compare(&a.key, &e.key) == Cmp::Less {
+            if cmp_entries(order, a, &e) == Cmp::Less {
                 rows.extend(add.next());
             } else {
                 break;
@@ -2137,4 +2184,72 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
     r.subs.push((id, lo, hi, exact));
     r.built = None;
     Placement::Range(ri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_schema::SortKey;
+
+    /// Comparing on heads agrees with the full sort keys, both directions, for
+    /// the values where an encoding could go wrong: NULL, the ends of i64,
+    /// neighbours that share a head, and values that have no head.
+    #[test]
+    fn heads_order_entries_as_their_keys_do() {
+        let schema = Schema::parse("table T { a: long = null; } root_type T;", "t.fbs").unwrap();
+        let t = schema.reader("T").unwrap();
+        let values = [
+            Value::Null,
+            Value::Int(i64::MIN),
+            Value::Int(i64::MIN + 1),
+            Value::Int(-3),
+            Value::Int(-1),
+            Value::Int(0),
+            Value::Int(1),
+            Value::Int(2),
+            Value::Int(3),
+            Value::Int(i64::MAX - 1),
+            Value::Int(i64::MAX),
+            Value::Float(2.5),
+            Value::Text("a".into()),
+        ];
+        for desc in [false, true] {
+            let path = t.path("a").unwrap();
+            let key = if desc {
+                SortKey::desc(path)
+            } else {
+                SortKey::asc(path)
+            };
+            let order = Order::new(&schema, "T", &[key]).unwrap();
+            let entries: Vec<Entry> = values
+                .iter()
+                .enumerate()
+                .flat_map(|(i, v)| {
+                    [1, 2].map(|r| {
+                        let rowid = (i as i64) * 2 + r;
+                        let key = Keyed::new(RowKey {
+                            values: vec![v.clone()],
+                            rowid,
+                        });
+                        let obj = Arc::new(StoredObject {
+                            rowid,
+                            bytes: Vec::new(),
+                        });
+                        Entry { rowid, key, obj }
+                    })
+                })
+                .collect();
+            for a in &entries {
+                for b in &entries {
+                    assert_eq!(
+                        cmp_entries(&order, a, b),
+                        order.compare(&a.key.key, &b.key.key),
+                        "desc {desc}: {:?} vs {:?}",
+                        a.key.key,
+                        b.key.key
+                    );
+                }
+            }
+        }
+    }
 }
