@@ -781,6 +781,13 @@ impl Order {
 
     /// The sort key of an object.
     pub fn key(&self, bytes: &[u8], rowid: i64) -> RowKey {
+        if self.keys.is_empty() {
+            // Rowid order: nothing to read from the object.
+            return RowKey {
+                values: Vec::new(),
+                rowid,
+            };
+        }
         let obj = self
             .schema
             .table_reader(self.table)
