@@ -25,7 +25,8 @@
 //!   `wal_autocheckpoint=0`, `journal_size_limit` = the checkpoint threshold (4 MiB),
 //!   and a background checkpointer thread on its own connection (`synchronous=FULL`)
 //!   running `wal_checkpoint(PASSIVE)` once the WAL holds 4 MiB of frames or after 2 s
-//!   without commits, `TRUNCATE` at close. keel also sets `auto_vacuum=INCREMENTAL`
+//!   without commits (when commits landed while one ran, the writer copies that tail
+//!   after its next commit, so that the WAL starts over), `TRUNCATE` at close. keel also sets `auto_vacuum=INCREMENTAL`
 //!   and `secure_delete=FAST` (its own choices, part of what is measured), verifies
 //!   and encodes FlatBuffers, stores each body without the key string its key column
 //!   holds (and puts it back on every read), maintains its indexes and runs every
@@ -37,7 +38,8 @@
 //!   keel, the same `wal_autocheckpoint=0` and `journal_size_limit`, and its own
 //!   background checkpoint thread copying keel's rule (a second connection with
 //!   `synchronous=FULL`, woken from a WAL hook: PASSIVE at keel's threshold or after
-//!   keel's idle delay, both read from `StoreOptions::default()`, TRUNCATE at close).
+//!   keel's idle delay, both read from `StoreOptions::default()`; the same tail copied
+//!   by the writer connection from its WAL hook; TRUNCATE at close).
 //!   A single statement runs in autocommit; batches run in `BEGIN … COMMIT`.
 //!
 //! What each side guarantees: under `Full` a transaction that returned is durable on
@@ -192,6 +194,9 @@ const RAW_UPDATE: &str =
 struct RawSignal {
     frames: AtomicU64,
     dirty: AtomicBool,
+    /// The checkpointer's last PASSIVE ended behind commits that landed meanwhile:
+    /// the writer copies the tail after its next commit (keel's `finish_checkpoint`).
+    finish: AtomicBool,
     base: Instant,
     last_commit_ns: AtomicU64,
 }
@@ -245,6 +250,7 @@ impl Raw {
         let sig = Arc::new(RawSignal {
             frames: AtomicU64::new(0),
             dirty: AtomicBool::new(false),
+            finish: AtomicBool::new(false),
             base: Instant::now(),
             last_commit_ns: AtomicU64::new(0),
         });
@@ -255,7 +261,20 @@ impl Raw {
         };
         let hook_tx = tx.clone();
         conn.wal_hook(Some(
-            move |_: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+            move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                if sig.finish.swap(false, Ordering::AcqRel) {
+                    // On the writer connection, after its commit: nothing can land
+                    // meanwhile, so the next write starts the WAL over. Under the
+                    // writer's `synchronous`, which both sides here share with the
+                    // checkpoint policy.
+                    if let Ok((log, done)) =
+                        wal.checkpoint_v2(rusqlite::wal::CheckpointMode::PASSIVE)
+                    {
+                        if log == done {
+                            sig.dirty.store(false, Ordering::Release);
+                        }
+                    }
+                }
                 let pages = u64::try_from(pages).unwrap_or(0);
                 sig.frames.store(pages, Ordering::Relaxed);
                 let ns = u64::try_from(sig.base.elapsed().as_nanos()).unwrap_or(u64::MAX);
@@ -338,8 +357,10 @@ fn raw_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Doc> {
 }
 
 /// keel's checkpointer loop (keel-storage `checkpointer_main`) minus what a raw app
-/// has no use for: PASSIVE once the WAL passes the threshold (at most every 50 ms)
-/// or after `idle` without commits, TRUNCATE at shutdown.
+/// has no use for: PASSIVE once the WAL passes the threshold (at most every 50 ms,
+/// unless it has doubled) or after `idle` without commits, TRUNCATE at shutdown;
+/// when commits landed while an over-threshold PASSIVE copied, the writer finishes
+/// it after its next commit, so that the WAL starts over.
 fn raw_checkpointer(
     conn: rusqlite::Connection,
     rx: mpsc::Receiver<RawCkpt>,
@@ -347,6 +368,7 @@ fn raw_checkpointer(
     threshold_frames: u64,
     idle: Duration,
 ) {
+    // Returns whether it copied every frame, and how many frames it saw.
     let passive = || {
         sig.dirty.store(false, Ordering::Release);
         let (busy, log, done): (i64, i64, i64) = conn
@@ -358,7 +380,7 @@ fn raw_checkpointer(
         if !complete {
             sig.dirty.store(true, Ordering::Release);
         }
-        complete
+        (complete, log)
     };
     let mut last_auto: Option<Instant> = None;
     let mut not_before = Instant::now();
@@ -384,16 +406,22 @@ fn raw_checkpointer(
         };
         match msg {
             None => {
-                if !passive() {
+                if !passive().0 {
                     // A reader holds old frames: retry after another idle delay.
                     not_before = Instant::now() + idle.max(Duration::from_millis(1));
                 }
             }
             Some(RawCkpt::Committed) => {
-                let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50));
-                if sig.frames.load(Ordering::Relaxed) >= threshold_frames && due {
+                let frames = sig.frames.load(Ordering::Relaxed);
+                let due = last_auto.is_none_or(|t| t.elapsed() >= Duration::from_millis(50))
+                    || frames >= threshold_frames.saturating_mul(2);
+                if frames >= threshold_frames && due && !sig.finish.load(Ordering::Acquire) {
                     last_auto = Some(Instant::now());
-                    passive();
+                    let (complete, copied) = passive();
+                    let now = i64::try_from(sig.frames.load(Ordering::Relaxed)).unwrap_or(i64::MAX);
+                    if complete && now > copied {
+                        sig.finish.store(true, Ordering::Release);
+                    }
                 }
             }
             Some(RawCkpt::Shutdown) => break,
