@@ -186,12 +186,8 @@ proptest! {
     }
 }
 
-/// Photo 1 on the first axis, photo 2 on the second.
-fn two_photos(db: &Database, s: &Schema) {
-    let objs = vec![
-        encode(s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
-        encode(s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
-    ];
+/// Insert `objs` (encoded `v.Photo`s) in one write.
+fn insert_all(db: &Database, objs: Vec<Vec<u8>>) {
     db.write(move |t| {
         for o in objs {
             t.insert_bytes("v.Photo", o)?;
@@ -200,6 +196,15 @@ fn two_photos(db: &Database, s: &Schema) {
     })
     .wait()
     .unwrap();
+}
+
+/// Photo 1 on the first axis, photo 2 on the second.
+fn two_photos(db: &Database, s: &Schema) {
+    let objs = vec![
+        encode(s, 1, 0, &[1.0, 0.0, 0.0, 0.0]),
+        encode(s, 2, 0, &[0.0, 1.0, 0.0, 0.0]),
+    ];
+    insert_all(db, objs);
 }
 
 /// A snapshot taken before a write keeps its rows even when a query outside it
@@ -314,14 +319,7 @@ fn a_nearest_query_reads_one_snapshot_on_one_connection() {
                 .unwrap()
         })
         .collect();
-    db.write(move |t| {
-        for o in objs {
-            t.insert_bytes("v.Photo", o)?;
-        }
-        Ok(())
-    })
-    .wait()
-    .unwrap();
+    insert_all(&db, objs);
     let got = db
         .query("v.Photo")
         .filter(Expr::eq(r.path("note").unwrap(), "keep"))
@@ -347,14 +345,7 @@ fn a_nearest_query_reads_one_snapshot_on_one_connection() {
         })
         .collect();
     let objs = all.clone();
-    db.write(move |t| {
-        for o in objs {
-            t.insert_bytes("v.Photo", o)?;
-        }
-        Ok(())
-    })
-    .wait()
-    .unwrap();
+    insert_all(&db, objs);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (db, stop, all) = (db.clone(), Arc::clone(&stop), all.clone());
@@ -466,14 +457,7 @@ fn unreadable_packed_values_are_skipped_on_every_path() {
         .collect();
     {
         let db = open(&path, &s, 0);
-        db.write(move |t| {
-            for o in objs {
-                t.insert_bytes("v.Photo", o)?;
-            }
-            Ok(())
-        })
-        .wait()
-        .unwrap();
+        insert_all(&db, objs);
         db.close().wait().unwrap();
     }
     let conn = rusqlite::Connection::open(&path).unwrap();

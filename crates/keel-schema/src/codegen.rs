@@ -126,11 +126,7 @@ impl Builder {
                 .map(PathBuf::from)
                 .ok_or(CodegenError::NoOutDir)?,
         };
-        let stem = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("schema");
-        let out = dir.join(format!("{stem}.rs"));
+        let out = dir.join(format!("{}.rs", crate::codegen_shared::stem(path)));
         std::fs::write(&out, code).map_err(|source| CodegenError::Io {
             path: out.clone(),
             source,

@@ -159,11 +159,15 @@ pub(crate) fn backticks(name: &str) -> String {
 /// `blog.fbs`), which names the generated schema type and file.
 pub(crate) fn load_with_stem(path: &Path) -> Result<(Schema, String), CodegenError> {
     let (s, _files) = crate::resolve::load(path)?;
-    let stem = path
-        .file_stem()
+    Ok((s, stem(path).to_owned()))
+}
+
+/// The schema file's stem (`blog` for `blog.fbs`; `schema` when it has none),
+/// which names the generated schema type and file in every language.
+pub(crate) fn stem(path: &Path) -> &str {
+    path.file_stem()
         .and_then(|s| s.to_str())
-        .unwrap_or("schema");
-    Ok((s, stem.to_owned()))
+        .unwrap_or("schema")
 }
 
 /// Writes each `(relative path, text)` of `files` under `out_dir`, creating

@@ -1,5 +1,7 @@
 //! The background checkpointer: PASSIVE over a threshold or when idle, TRUNCATE on
-//! request (with a bounded wait), a last TRUNCATE at close.
+//! request (with a bounded wait), a last TRUNCATE at close. When commits land while
+//! a PASSIVE over the threshold copies, it asks the writer to copy the tail
+//! ([`CkptSignal::finish_on_writer`]) so that the WAL can start over.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
