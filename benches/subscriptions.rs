@@ -7,7 +7,8 @@
 //! the sizes (2,000 objects, 200 subscriptions, windows of 200) and reports the sizes
 //! used as the `objects`, `subscriptions` and `window` metrics. `--app-only` runs case
 //! 4 alone, once, and writes no report (for profiling: `valgrind --tool=callgrind`);
-//! `--case1-only` and `--case3-only` likewise run one case-1 or case-3 transaction.
+//! `--case1-only` and `--case3-only` likewise run one case-1 or case-3 transaction;
+//! `--app-only --all-open` runs case 4 with every query open and no other setting.
 //!
 //! Every case uses 10,000 `blog.Post` objects (`priority` = 0‥9,999) and one
 //! transaction that updates all of them; latency runs from the COMMIT (a commit hook
@@ -183,7 +184,8 @@ fn main() {
     };
     if support::flag("--app-only") {
         let c = if quick { 100 } else { 1_000 };
-        let a = app_case(&root.path().join("app.db"), n, s, c, 0);
+        let only_all = support::flag("--all-open");
+        let a = app_case(&root.path().join("app.db"), n, s, c, 0, only_all);
         eprintln!(
             "none {:.4} ms, some {:.4} ms, all {:.4} ms, refetch {:.3} ms, {:.1} deliveries per commit",
             a.none, a.some, a.all, a.refetch, a.deliveries
@@ -389,6 +391,7 @@ fn main() {
             s,
             commits,
             refetch_commits,
+            false,
         );
         eprintln!(
             "case 4 rep {r}: none {:.4} ms, {} open {:.4} ms, {s} open {:.4} ms, refetch {:.3} ms",
@@ -598,7 +601,15 @@ struct AppRun {
 
 /// Case 4 (see the module docs): `n` objects, `s` open range queries at most,
 /// `commits` single-object transactions per measurement.
-fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: usize) -> AppRun {
+/// `only_all`: measure with every query open only (for profiling the hub).
+fn app_case(
+    path: &Path,
+    n: usize,
+    s: usize,
+    commits: usize,
+    refetch_commits: usize,
+    only_all: bool,
+) -> AppRun {
     let db = Database::open_for::<Post>(
         path,
         StoreOptions::default().sync(SyncPolicies::all(SyncPolicy::Normal)),
@@ -668,19 +679,24 @@ fn app_case(path: &Path, n: usize, s: usize, commits: usize, refetch_commits: us
     let mut delivered = 0;
     let mut subs = Vec::new();
     for round in 0..APP_ROUNDS {
-        none.extend(run(per_round));
-        let tenth_subs = open(&tenth);
-        some.extend(run(per_round));
-        drop(tenth_subs);
-        subs = open(&los);
+        if !only_all {
+            none.extend(run(per_round));
+            let tenth_subs = open(&tenth);
+            some.extend(run(per_round));
+            drop(tenth_subs);
+        }
+        if subs.is_empty() {
+            subs = open(&los);
+        }
         let before = deliveries.load(Ordering::Relaxed);
         all.extend(run(per_round));
         delivered += deliveries.load(Ordering::Relaxed) - before;
-        if round + 1 < APP_ROUNDS {
+        if round + 1 < APP_ROUNDS && !only_all {
             drop(std::mem::take(&mut subs));
         }
     }
-    let (none, some, all) = (median(none), median(some), median(all));
+    let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
+    let (none, some, all) = (med(none), med(some), med(all));
     let per_commit = delivered as f64 / (per_round * APP_ROUNDS) as f64;
     assert!(per_commit > 1.0, "moves reach the windows ({per_commit})");
     // The last round's windows, after its commits, against fresh fetches.

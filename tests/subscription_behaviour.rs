@@ -550,7 +550,7 @@ fn overlapping_windows_share_the_objects_they_both_show() {
     })
     .wait()
     .unwrap();
-    type Last = Arc<Mutex<Vec<Arc<keel::StoredObject>>>>;
+    type Last = Arc<Mutex<keel::Objects>>;
     let window = |lo: i32, last: Last| {
         db.query("blog.Post")
             .filter(Post::priority().ge(lo) & Post::priority().lt(lo + 6))

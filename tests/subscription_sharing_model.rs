@@ -99,7 +99,7 @@ fn check(db: &Database, logs: &[Log], seen: &mut [usize], last: &mut [Vec<Arc<St
                 u.diff
             );
             assert_eq!(u.diff, Diff::between(&last[i], &u.objects), "query {i}");
-            last[i] = u.objects.clone();
+            last[i] = u.objects.to_vec();
         }
         seen[i] = log.len();
         let got: Vec<StoredObject> = last[i].iter().map(|o| (**o).clone()).collect();

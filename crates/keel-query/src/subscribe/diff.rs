@@ -271,6 +271,41 @@ impl Diff {
         }
     }
 
+    /// [`Diff::apply`] on `v` itself: without moves, and with `removed` and
+    /// `inserted` strictly ascending (as every diff keel makes), the kept objects
+    /// keep their slots and a diff of a few rows costs a few shifts, not a new
+    /// vector. Returns false when the diff is not of that shape or does not fit
+    /// `v`, which is then left part-edited: the caller builds the result afresh.
+    pub(crate) fn apply_in_place<T>(
+        &self,
+        v: &mut Vec<T>,
+        mut fresh: impl FnMut(usize) -> T,
+    ) -> bool {
+        let ascending = |x: &[usize]| x.windows(2).all(|w| w[0] < w[1]);
+        if !self.moved.is_empty() || !ascending(&self.removed) || !ascending(&self.inserted) {
+            return false;
+        }
+        for &i in self.removed.iter().rev() {
+            if i >= v.len() {
+                return false;
+            }
+            v.remove(i);
+        }
+        for &j in &self.inserted {
+            if j > v.len() {
+                return false;
+            }
+            v.insert(j, fresh(j));
+        }
+        for &j in &self.updated {
+            match v.get_mut(j) {
+                Some(slot) => *slot = fresh(j),
+                None => return false,
+            }
+        }
+        true
+    }
+
     /// [`Diff::apply`] with a fallible `fresh` (e.g. decoding).
     pub fn try_apply<T: Clone, E>(
         &self,
@@ -345,6 +380,13 @@ mod tests {
     fn check(old: &[u32], new: &[u32]) -> Diff {
         let d = Diff::by(old, new, |x| x / 10, |a, b| a == b);
         assert_eq!(d.apply(old, |i| new[i]), new, "{old:?} -> {new:?}: {d:?}");
+        // In place, where the diff has no moves, to the same result.
+        let mut v = old.to_vec();
+        let done = d.apply_in_place(&mut v, |i| new[i]);
+        assert_eq!(done, d.moved.is_empty(), "{old:?} -> {new:?}: {d:?}");
+        if done {
+            assert_eq!(v, new, "in place: {old:?} -> {new:?}: {d:?}");
+        }
         // Setting identical ends aside first changes nothing.
         let t = Diff::by_trimmed(old, new, |a, b| a == b, |x| x / 10, |a, b| a == b);
         assert_eq!(t, d, "trimmed: {old:?} -> {new:?}");

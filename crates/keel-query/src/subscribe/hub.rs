@@ -23,7 +23,7 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
-use super::update::{ObjectEvent, QueryUpdate};
+use super::update::{ObjectEvent, Objects, QueryUpdate};
 use crate::change::Change;
 use crate::engine::Inner;
 use crate::error::{Error, Result};
@@ -251,6 +251,9 @@ struct QuerySub {
     placement: Placement,
     /// The exact first `rows.len()` matching objects in order.
     rows: Vec<Entry>,
+    /// The window of the last delivery, shared with the deliveries that hold it
+    /// (edited in place by the next one when none does).
+    shown: Objects,
     /// `rows` holds every matching object.
     complete: bool,
     /// Keep at most this many rows (offset + limit + slack); `None` without limit.
@@ -911,7 +914,7 @@ impl Hub {
         &self,
         q: Compiled,
         sink: Arc<Shared<QueryUpdate>>,
-    ) -> Result<(u64, Vec<Obj>)> {
+    ) -> Result<(u64, Objects)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
         {
@@ -923,7 +926,7 @@ impl Hub {
             if let Some(cs) = st.colls.get_mut(&q.coll) {
                 if let Some((&key, twin)) = cs.queries.iter_mut().find(|(_, x)| x.spec == q.spec) {
                     twin.sinks.push((id, sink));
-                    let first = objects(window(&twin.spec, &twin.rows));
+                    let first = twin.shown.clone();
                     cs.alias.insert(id, key);
                     st.next_id += 1;
                     self.recount(&st);
@@ -942,7 +945,7 @@ impl Hub {
         st.next_id += 1;
         let cs = st.colls.entry(q.coll.clone()).or_default();
         cs.share(&mut rows);
-        let first = objects(window(&q.spec, &rows));
+        let first = Objects::from(objects(window(&q.spec, &rows)));
         let order = match cs.orders.iter().position(|(k, _)| *k == q.spec.order) {
             Some(i) => i,
             None => {
@@ -972,6 +975,7 @@ impl Hub {
                 order,
                 placement,
                 rows,
+                shown: first.clone(),
                 complete,
                 cap: q.cap,
                 ranked: q.ranked,
@@ -1551,7 +1555,7 @@ impl Hub {
                 |e| e.rowid,
                 |a, b| Arc::ptr_eq(&a.obj, &b.obj) || a.obj.bytes == b.obj.bytes,
             );
-            deliver_changed(&q.sinks, nw, diff, out);
+            deliver_changed(&q.sinks, &mut q.shown, nw, diff, out);
         }
     }
 }
@@ -1634,7 +1638,7 @@ fn apply_edit(
     } else {
         match single_edit(q, order, add, touched, scratch) {
             Ok(diff) => {
-                deliver_changed(&q.sinks, window(&q.spec, &q.rows), diff, out);
+                deliver_changed(&q.sinks, &mut q.shown, window(&q.spec, &q.rows), diff, out);
                 return;
             }
             Err(add) => add,
@@ -1965,7 +1969,7 @@ fn snapshot(spec: &Spec, rows: &[Entry], into: &mut Vec<(i64, usize, usize)>) {
 /// something changed. `scratch.gone` holds the entries the commit replaced or
 /// removed: an object whose address changed is compared by bytes with its old
 /// version there.
-fn deliver_diff(q: &QuerySub, scratch: &mut Scratch, out: &mut Vec<Delivery>) {
+fn deliver_diff(q: &mut QuerySub, scratch: &mut Scratch, out: &mut Vec<Delivery>) {
     snapshot(&q.spec, &q.rows, &mut scratch.after);
     let nw = window(&q.spec, &q.rows);
     let gone = &scratch.gone;
@@ -1991,7 +1995,7 @@ fn deliver_diff(q: &QuerySub, scratch: &mut Scratch, out: &mut Vec<Delivery>) {
         |x| x.0,
         |a, b| a.1 == b.1 || same_bytes(gone, by_rowid.as_ref(), a.0, &nw[b.2].obj.bytes),
     );
-    deliver_changed(&q.sinks, nw, diff, out);
+    deliver_changed(&q.sinks, &mut q.shown, nw, diff, out);
 }
 
 /// Whether the old version of `rowid` in `gone` (found through `by_rowid` when
@@ -2012,16 +2016,46 @@ fn same_bytes(
 }
 
 /// Queue the window `nw` with its `diff` for every sink, unless nothing changed.
+/// `shown`, the window of the last delivery, becomes `nw`'s objects.
 fn deliver_changed(
     sinks: &[(u64, Arc<Shared<QueryUpdate>>)],
+    shown: &mut Objects,
     nw: &[Entry],
     diff: Diff,
     out: &mut Vec<Delivery>,
 ) {
     if !diff.is_empty() {
-        let objects = objects(nw);
-        deliveries(sinks, QueryUpdate { objects, diff }, out);
+        show(shown, nw, &diff);
+        deliveries(
+            sinks,
+            QueryUpdate {
+                objects: shown.clone(),
+                diff,
+            },
+            out,
+        );
     }
+}
+
+/// Make `shown` (the last delivered window) hold `nw`'s objects. When no delivery
+/// holds it any more, `diff` edits it in place: a commit that moves one object
+/// shifts a few slots instead of taking a new reference to every object in the
+/// window (and dropping the old ones), which was most of a small delivery's cost.
+/// The edit is checked against `nw` slot by slot (addresses only, no counts): a
+/// window whose objects were replaced without a diff entry (the same bytes
+/// rewritten) is built afresh, as is a shared one.
+fn show(shown: &mut Objects, nw: &[Entry], diff: &Diff) {
+    if let Some(v) = shown.unshared() {
+        let edited = diff.apply_in_place(v, |j| Arc::clone(&nw[j].obj))
+            && v.len() == nw.len()
+            && v.iter().zip(nw).all(|(o, e)| Arc::ptr_eq(o, &e.obj));
+        if !edited {
+            v.clear();
+            v.extend(nw.iter().map(|e| Arc::clone(&e.obj)));
+        }
+        return;
+    }
+    *shown = Objects::from(objects(nw));
 }
 
 /// One delivery of `u` per subscription sharing the query.

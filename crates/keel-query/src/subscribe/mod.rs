@@ -120,7 +120,7 @@ use keel_schema::{Record, Value};
 pub use diff::Diff;
 pub(crate) use hub::Hub;
 pub use nearest::{NearestStats, NearestSubscription, NearestUpdate};
-pub use update::{ObjectEvent, ObjectUpdate, QueryUpdate, Update};
+pub use update::{ObjectEvent, ObjectUpdate, Objects, QueryUpdate, Update};
 
 use delivery::{Callback, Shared};
 
@@ -402,7 +402,7 @@ impl Query<'_> {
         Ok(QueryStream {
             _sub: sub,
             slot,
-            last: Vec::new(),
+            last: Objects::default(),
             started: false,
         })
     }
@@ -417,8 +417,8 @@ fn debug_stream(f: &mut fmt::Formatter<'_>, name: &str, sub: &Subscription) -> f
 /// ends the subscription.
 pub struct QueryStream {
     _sub: Subscription,
-    slot: Arc<Slot<Vec<Obj>>>,
-    last: Vec<Obj>,
+    slot: Arc<Slot<Objects>>,
+    last: Objects,
     started: bool,
 }
 
