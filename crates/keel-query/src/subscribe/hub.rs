@@ -167,8 +167,23 @@ struct Entry {
     /// The object's rowid (also in `key`), kept inline so that matching a stored
     /// row against a commit's changes and diffing windows read no shared memory.
     rowid: i64,
+    /// `key.head`, inline: placing a row by binary search compares heads, and
+    /// reading each probed row's from its shared key was a cache miss per probe
+    /// (a third of a one-object commit's matching time).
+    head: u64,
     key: Arc<Keyed>,
     obj: Obj,
+}
+
+impl Entry {
+    fn new(rowid: i64, key: Arc<Keyed>, obj: Obj) -> Entry {
+        Entry {
+            rowid,
+            head: key.head,
+            key,
+            obj,
+        }
+    }
 }
 
 /// A row's sort key, with its first value beside it when that is an integer or
@@ -204,7 +219,6 @@ fn cmp_entries(order: &Order, a: &Entry, b: &Entry) -> Cmp {
 /// [`cmp_entries`] for a row given by its sort key.
 #[inline]
 fn cmp_to_entry(order: &Order, a: &Keyed, b: &Entry) -> Cmp {
-    let b = &*b.key;
     match order.first_descending() {
         Some(desc) if a.head & b.head & 1 == 1 && a.head != b.head => {
             let o = a.head.cmp(&b.head);
@@ -214,7 +228,7 @@ fn cmp_to_entry(order: &Order, a: &Keyed, b: &Entry) -> Cmp {
                 o
             }
         }
-        _ => order.compare(&a.key, &b.key),
+        _ => order.compare(&a.key, &b.key.key),
     }
 }
 
@@ -692,10 +706,12 @@ fn read_prefix(
     let complete = cap.none_or(|c| rows.len() < c);
     let rows = rows
         .into_iter()
-        .map(|o| Entry {
-            rowid: o.rowid,
-            key: Keyed::new(order.key(&o.bytes, o.rowid)),
-            obj: Arc::new(o),
+        .map(|o| {
+            Entry::new(
+                o.rowid,
+                Keyed::new(order.key(&o.bytes, o.rowid)),
+                Arc::new(o),
+            )
         })
         .collect();
     Ok((rows, complete))
@@ -717,10 +733,12 @@ fn read_by_key(
     let o = inner.get_in(conn, c, "subscribe", &key, true)?;
     let rows = o
         .filter(|o| q.filter.as_ref().none_or(|f| f.matches(&o.bytes)))
-        .map(|o| Entry {
-            rowid: o.rowid,
-            key: Keyed::new(q.order.key(&o.bytes, o.rowid)),
-            obj: Arc::new(o),
+        .map(|o| {
+            Entry::new(
+                o.rowid,
+                Keyed::new(q.order.key(&o.bytes, o.rowid)),
+                Arc::new(o),
+            )
         })
         .into_iter()
         .collect();
@@ -1470,7 +1488,7 @@ impl Hub {
                         (m(&oo, old) || flags & HELD != 0, m(&no, new))
                     };
                     if om || nm {
-                        per_sub.entry(id).or_default().push((ti, nm));
+                        per_sub.entry(id).or_default().push((ti, om, nm));
                     }
                 }
             }
@@ -1492,7 +1510,7 @@ impl Hub {
                                  // The touches some subscription may add: only they need a sort key.
             wanted.resize(touches.len(), false);
             for mine in per_sub.values() {
-                for &(ti, nm) in mine.as_slice() {
+                for &(ti, _, nm) in mine.as_slice() {
                     wanted[ti] |= nm;
                 }
             }
@@ -1506,7 +1524,7 @@ impl Hub {
                 };
                 if q.ranked {
                     // Re-run from disk in `apply_edit`: nothing to merge.
-                    updates.push((*id, Vec::new()));
+                    updates.push((*id, Vec::new(), true));
                     continue;
                 }
                 let order = &cs.orders[q.order].1;
@@ -1540,12 +1558,13 @@ impl Hub {
                 // them in linear time.
                 let mine = mine.as_mut_slice();
                 if mine.len() > 1 {
-                    mine.sort_by_key(|(ti, _)| rank[*ti]);
+                    mine.sort_by_key(|(ti, _, _)| rank[*ti]);
                 }
                 // Allocated at the first entry: about half the subscriptions a
                 // one-object commit reaches only lose a row.
                 let mut add: Vec<Entry> = Vec::new();
-                for (ti, nm) in mine.iter() {
+                let held = mine.iter().any(|(_, om, _)| *om);
+                for (ti, _, nm) in mine.iter() {
                     if !nm {
                         continue;
                     }
@@ -1565,13 +1584,9 @@ impl Hub {
                         })
                         .clone();
                     add.reserve_exact(mine.len());
-                    add.push(Entry {
-                        rowid,
-                        key: Arc::clone(key),
-                        obj,
-                    });
+                    add.push(Entry::new(rowid, Arc::clone(key), obj));
                 }
-                updates.push((*id, add));
+                updates.push((*id, add, held));
             }
         }
         cs.remember(&touches, &m.arcs);
@@ -1581,12 +1596,13 @@ impl Hub {
         } = cs;
         let touched = Touched::of(&rowids, &touches);
         out.reserve(m.updates.len());
-        for (id, add) in m.updates.drain(..) {
+        for (id, add, held) in m.updates.drain(..) {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
             };
             let order = &orders[q.order].1;
-            apply_edit(q, order, add, &touched, inner.as_deref(), scratch, out);
+            let touched = if held { &touched } else { &Touched::None };
+            apply_edit(q, order, add, touched, inner.as_deref(), scratch, out);
             scratch.reset();
         }
         m.clear();
@@ -1619,17 +1635,18 @@ impl Hub {
 }
 
 /// The touches of one commit that concern one query subscription, as (touch,
-/// matches now): most subscriptions a commit reaches get one, kept inline.
+/// matched before, matches now): most subscriptions a commit reaches get one,
+/// kept inline.
 #[derive(Default)]
 enum Mine {
     #[default]
     None,
-    One([(usize, bool); 1]),
-    Many(Vec<(usize, bool)>),
+    One([(usize, bool, bool); 1]),
+    Many(Vec<(usize, bool, bool)>),
 }
 
 impl Mine {
-    fn push(&mut self, t: (usize, bool)) {
+    fn push(&mut self, t: (usize, bool, bool)) {
         match self {
             Mine::None => *self = Mine::One([t]),
             Mine::One([first]) => *self = Mine::Many(vec![*first, t]),
@@ -1637,7 +1654,7 @@ impl Mine {
         }
     }
 
-    fn as_slice(&self) -> &[(usize, bool)] {
+    fn as_slice(&self) -> &[(usize, bool, bool)] {
         match self {
             Mine::None => &[],
             Mine::One(one) => one,
@@ -1645,7 +1662,7 @@ impl Mine {
         }
     }
 
-    fn as_mut_slice(&mut self) -> &mut [(usize, bool)] {
+    fn as_mut_slice(&mut self) -> &mut [(usize, bool, bool)] {
         match self {
             Mine::None => &mut [],
             Mine::One(one) => one,
@@ -1671,8 +1688,11 @@ fn by_collection(changes: &[Change], one_collection: bool) -> Vec<(&str, Vec<&Ch
     by_coll
 }
 
-/// A subscription id and the new entries a commit merges into its rows.
-type Edit = (u64, Vec<Entry>);
+/// A subscription id, the new entries a commit merges into its rows, and whether
+/// a row it stores may have changed (a changed object matched its query before
+/// the commit: a stored row is a matching one, so with none no stored row needs
+/// looking for).
+type Edit = (u64, Vec<Entry>, bool);
 
 /// Apply one commit to a query subscription's stored rows and compute its
 /// delivery: the stored rows changed in this commit (`at`) leave, the sorted `add`
@@ -1781,6 +1801,7 @@ fn single_edit(
     let n = q.rows.len();
     // The stored row the commit changed, if any; a second one: not this path.
     let from = match *touched {
+        Touched::None => None,
         Touched::One(rowid) => q.rows.iter().position(|e| e.rowid == rowid),
         _ => {
             let mut hit = q
@@ -1919,6 +1940,8 @@ enum RowidSet {
 /// one compared directly (a single-object commit), a few compared one by one (no
 /// hashing per row), or the commit's set.
 enum Touched<'a> {
+    /// None of the rows a subscription stores (see [`Edit`]).
+    None,
     One(i64),
     /// Up to [`Touched::FEW`] rowids, in the first `.1` places.
     Few([i64; Touched::FEW], usize),
@@ -1947,6 +1970,7 @@ impl<'a> Touched<'a> {
     /// order of the others.
     fn take_from(&self, rows: &mut Vec<Entry>, gone: &mut Vec<Entry>) {
         match *self {
+            Touched::None => {}
             // A single-object commit: find its row, if held, and close the gap.
             Touched::One(r) => {
                 if let Some(i) = rows.iter().position(|e| e.rowid == r) {
@@ -1960,6 +1984,7 @@ impl<'a> Touched<'a> {
     #[inline]
     fn has(&self, rowid: i64) -> bool {
         match self {
+            Touched::None => false,
             Touched::One(r) => *r == rowid,
             Touched::Few(few, n) => few[..*n].contains(&rowid),
             Touched::Many(RowidSet::Map(m)) => m.contains_key(&rowid),
@@ -2328,7 +2353,7 @@ mod tests {
                             rowid,
                             bytes: Vec::new(),
                         });
-                        Entry { rowid, key, obj }
+                        Entry::new(rowid, key, obj)
                     })
                 })
                 .collect();
