@@ -2125,14 +2125,24 @@ fn deliver_changed(
 /// holds it any more, `diff` edits it in place: a commit that moves one object
 /// shifts a few slots instead of taking a new reference to every object in the
 /// window (and dropping the old ones), which was most of a small delivery's cost.
-/// The edit is checked against `nw` slot by slot (addresses only, no counts): a
-/// window whose objects were replaced without a diff entry (the same bytes
-/// rewritten) is built afresh, as is a shared one.
+/// A shared list, or a diff that does not fit it, gives a new list.
+///
+/// Why the edit is right: every change to a window reaches its subscribers as a
+/// diff through here, so before this commit `shown` held the window's objects,
+/// and the diff (against that window) turns it into `nw`. The slots the diff does
+/// not name keep their objects; one the commit rewrote with the same bytes keeps
+/// the older copy, which no reader can tell apart (debug builds check rowid and
+/// bytes of every slot).
 fn show(shown: &mut Objects, nw: &[Entry], diff: &Diff) {
     if let Some(v) = shown.unshared() {
-        let edited = diff.apply_in_place(v, |j| Arc::clone(&nw[j].obj))
-            && v.len() == nw.len()
-            && v.iter().zip(nw).all(|(o, e)| Arc::ptr_eq(o, &e.obj));
+        let edited = diff.apply_in_place(v, |j| Arc::clone(&nw[j].obj)) && v.len() == nw.len();
+        debug_assert!(
+            !edited
+                || v.iter()
+                    .zip(nw)
+                    .all(|(o, e)| o.rowid == e.rowid && o.bytes == e.obj.bytes),
+            "the window edited in place differs from the stored rows"
+        );
         if !edited {
             v.clear();
             v.extend(nw.iter().map(|e| Arc::clone(&e.obj)));
