@@ -579,6 +579,15 @@ struct Matching {
     arcs: Vec<Option<Obj>>,
     /// Each reached subscription's new entries.
     updates: Vec<Edit>,
+    /// Per range index, the changed object's old and new value.
+    rv: Vec<[Value; 2]>,
+    /// Per order, each touch's new sort key (if some subscription may add it) and
+    /// its rank among them; empty until a subscription ordering that way needs
+    /// them.
+    keys: Vec<Vec<Option<Arc<Keyed>>>>,
+    ranks: Vec<Vec<u32>>,
+    /// The touches with a key, by key (to rank them).
+    by_key: Vec<usize>,
 }
 
 impl Matching {
@@ -600,6 +609,14 @@ impl Matching {
         empty(&mut self.wanted);
         empty(&mut self.arcs);
         empty(&mut self.updates);
+        empty(&mut self.rv);
+        empty(&mut self.by_key);
+        for v in self.keys.iter_mut() {
+            empty(v);
+        }
+        for v in self.ranks.iter_mut() {
+            empty(v);
+        }
     }
 }
 
@@ -1337,6 +1354,10 @@ impl Hub {
                 wanted,
                 arcs,
                 updates,
+                rv,
+                keys,
+                ranks,
+                by_key,
             } = &mut m;
             // (id, OLD | NEW: the object's old/new value is in the subscription's
             // exact range; EVAL: evaluate the filter).
@@ -1345,7 +1366,7 @@ impl Hub {
             const EVAL: u8 = 4;
             // The subscription holds the row: it matched before (old bytes unknown).
             const HELD: u8 = 8;
-            let mut rv: Vec<[Value; 2]> = vec![[Value::Null, Value::Null]; cs.ranges.len()];
+            rv.resize(cs.ranges.len(), [Value::Null, Value::Null]);
             // Opening a body (it is verified) is most of a touch's cost. A local
             // commit's bodies were verified when written, and when every index is
             // on the primary key (which the change carries) no field is read:
@@ -1488,7 +1509,7 @@ impl Hub {
                         (m(&oo, old) || flags & HELD != 0, m(&no, new))
                     };
                     if om || nm {
-                        per_sub.entry(id).or_default().push((ti, om, nm));
+                        per_sub.entry(id).or_default().push((ti, nm));
                     }
                 }
             }
@@ -1503,14 +1524,14 @@ impl Hub {
             arcs.resize(touches.len(), None);
             // Per order used: every changed object's sort key and its rank among
             // them, computed once and shared by the subscriptions ordering that way.
-            let mut keys: Vec<Vec<Option<Arc<Keyed>>>> = vec![Vec::new(); cs.orders.len()];
-            let mut ranks: Vec<Vec<u32>> = vec![Vec::new(); cs.orders.len()];
+            keys.resize_with(cs.orders.len(), Vec::new);
+            ranks.resize_with(cs.orders.len(), Vec::new);
             ids.extend(per_sub.keys().copied());
             ids.sort_unstable(); // deliver in subscription order
                                  // The touches some subscription may add: only they need a sort key.
             wanted.resize(touches.len(), false);
             for mine in per_sub.values() {
-                for &(ti, _, nm) in mine.as_slice() {
+                for &(ti, nm) in mine.as_slice() {
                     wanted[ti] |= nm;
                 }
             }
@@ -1524,31 +1545,29 @@ impl Hub {
                 };
                 if q.ranked {
                     // Re-run from disk in `apply_edit`: nothing to merge.
-                    updates.push((*id, Vec::new(), true));
+                    updates.push((*id, Vec::new()));
                     continue;
                 }
                 let order = &cs.orders[q.order].1;
                 if keys[q.order].is_empty() {
-                    let kc: Vec<Option<Arc<Keyed>>> = touches
-                        .iter()
-                        .zip(wanted.iter())
-                        .map(|((rowid, _, new), w)| match (new, w) {
+                    let kc = &mut keys[q.order];
+                    kc.extend(touches.iter().zip(wanted.iter()).map(
+                        |((rowid, _, new), w)| match (new, w) {
                             (Some(b), true) => Some(Keyed::new(order.key(b, *rowid))),
                             _ => None,
-                        })
-                        .collect();
-                    let mut idx: Vec<usize> =
-                        (0..touches.len()).filter(|i| kc[*i].is_some()).collect();
-                    idx.sort_by(|a, b| match (&kc[*a], &kc[*b]) {
+                        },
+                    ));
+                    by_key.clear();
+                    by_key.extend((0..touches.len()).filter(|i| kc[*i].is_some()));
+                    by_key.sort_by(|a, b| match (&kc[*a], &kc[*b]) {
                         (Some(x), Some(y)) => order.compare(&x.key, &y.key),
                         _ => Cmp::Equal,
                     });
-                    let mut rk = vec![u32::MAX; touches.len()];
-                    for (r, i) in idx.into_iter().enumerate() {
+                    let rk = &mut ranks[q.order];
+                    rk.resize(touches.len(), u32::MAX);
+                    for (r, &i) in by_key.iter().enumerate() {
                         rk[i] = r as u32;
                     }
-                    keys[q.order] = kc;
-                    ranks[q.order] = rk;
                 }
                 let (kcache, rank) = (&keys[q.order], &ranks[q.order]);
                 let boundary = if q.complete { None } else { q.rows.last() };
@@ -1558,13 +1577,12 @@ impl Hub {
                 // them in linear time.
                 let mine = mine.as_mut_slice();
                 if mine.len() > 1 {
-                    mine.sort_by_key(|(ti, _, _)| rank[*ti]);
+                    mine.sort_by_key(|(ti, _)| rank[*ti]);
                 }
                 // Allocated at the first entry: about half the subscriptions a
                 // one-object commit reaches only lose a row.
                 let mut add: Vec<Entry> = Vec::new();
-                let held = mine.iter().any(|(_, om, _)| *om);
-                for (ti, _, nm) in mine.iter() {
+                for (ti, nm) in mine.iter() {
                     if !nm {
                         continue;
                     }
@@ -1586,7 +1604,7 @@ impl Hub {
                     add.reserve_exact(mine.len());
                     add.push(Entry::new(rowid, Arc::clone(key), obj));
                 }
-                updates.push((*id, add, held));
+                updates.push((*id, add));
             }
         }
         cs.remember(&touches, &m.arcs);
@@ -1596,13 +1614,12 @@ impl Hub {
         } = cs;
         let touched = Touched::of(&rowids, &touches);
         out.reserve(m.updates.len());
-        for (id, add, held) in m.updates.drain(..) {
+        for (id, add) in m.updates.drain(..) {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
             };
             let order = &orders[q.order].1;
-            let touched = if held { &touched } else { &Touched::None };
-            apply_edit(q, order, add, touched, inner.as_deref(), scratch, out);
+            apply_edit(q, order, add, &touched, inner.as_deref(), scratch, out);
             scratch.reset();
         }
         m.clear();
@@ -1635,18 +1652,17 @@ impl Hub {
 }
 
 /// The touches of one commit that concern one query subscription, as (touch,
-/// matched before, matches now): most subscriptions a commit reaches get one,
-/// kept inline.
+/// matches now): most subscriptions a commit reaches get one, kept inline.
 #[derive(Default)]
 enum Mine {
     #[default]
     None,
-    One([(usize, bool, bool); 1]),
-    Many(Vec<(usize, bool, bool)>),
+    One([(usize, bool); 1]),
+    Many(Vec<(usize, bool)>),
 }
 
 impl Mine {
-    fn push(&mut self, t: (usize, bool, bool)) {
+    fn push(&mut self, t: (usize, bool)) {
         match self {
             Mine::None => *self = Mine::One([t]),
             Mine::One([first]) => *self = Mine::Many(vec![*first, t]),
@@ -1654,7 +1670,7 @@ impl Mine {
         }
     }
 
-    fn as_slice(&self) -> &[(usize, bool, bool)] {
+    fn as_slice(&self) -> &[(usize, bool)] {
         match self {
             Mine::None => &[],
             Mine::One(one) => one,
@@ -1662,7 +1678,7 @@ impl Mine {
         }
     }
 
-    fn as_mut_slice(&mut self) -> &mut [(usize, bool, bool)] {
+    fn as_mut_slice(&mut self) -> &mut [(usize, bool)] {
         match self {
             Mine::None => &mut [],
             Mine::One(one) => one,
@@ -1688,11 +1704,8 @@ fn by_collection(changes: &[Change], one_collection: bool) -> Vec<(&str, Vec<&Ch
     by_coll
 }
 
-/// A subscription id, the new entries a commit merges into its rows, and whether
-/// a row it stores may have changed (a changed object matched its query before
-/// the commit: a stored row is a matching one, so with none no stored row needs
-/// looking for).
-type Edit = (u64, Vec<Entry>, bool);
+/// A subscription id and the new entries a commit merges into its rows.
+type Edit = (u64, Vec<Entry>);
 
 /// Apply one commit to a query subscription's stored rows and compute its
 /// delivery: the stored rows changed in this commit (`at`) leave, the sorted `add`
@@ -1801,7 +1814,6 @@ fn single_edit(
     let n = q.rows.len();
     // The stored row the commit changed, if any; a second one: not this path.
     let from = match *touched {
-        Touched::None => None,
         Touched::One(rowid) => q.rows.iter().position(|e| e.rowid == rowid),
         _ => {
             let mut hit = q
@@ -1940,8 +1952,6 @@ enum RowidSet {
 /// one compared directly (a single-object commit), a few compared one by one (no
 /// hashing per row), or the commit's set.
 enum Touched<'a> {
-    /// None of the rows a subscription stores (see [`Edit`]).
-    None,
     One(i64),
     /// Up to [`Touched::FEW`] rowids, in the first `.1` places.
     Few([i64; Touched::FEW], usize),
@@ -1970,7 +1980,6 @@ impl<'a> Touched<'a> {
     /// order of the others.
     fn take_from(&self, rows: &mut Vec<Entry>, gone: &mut Vec<Entry>) {
         match *self {
-            Touched::None => {}
             // A single-object commit: find its row, if held, and close the gap.
             Touched::One(r) => {
                 if let Some(i) = rows.iter().position(|e| e.rowid == r) {
@@ -1984,7 +1993,6 @@ impl<'a> Touched<'a> {
     #[inline]
     fn has(&self, rowid: i64) -> bool {
         match self {
-            Touched::None => false,
             Touched::One(r) => *r == rowid,
             Touched::Few(few, n) => few[..*n].contains(&rowid),
             Touched::Many(RowidSet::Map(m)) => m.contains_key(&rowid),
