@@ -1601,19 +1601,26 @@ impl Hub {
                             })
                         })
                         .clone();
-                    add.reserve_exact(mine.len());
+                    if add.is_empty() {
+                        add.reserve_exact(mine.len());
+                    }
                     add.push(Entry::new(rowid, Arc::clone(key), obj));
                 }
                 updates.push((*id, add));
             }
         }
         cs.remember(&touches, &m.arcs);
+        // What matching built is done with (the edits hold their own references):
+        // let it go before the edits run, which is when a large commit peaks.
+        let updates = std::mem::take(&mut m.updates);
+        m.clear();
         let inner = self.db.upgrade();
         let CollSubs {
             queries, orders, ..
         } = cs;
         let touched = Touched::of(&rowids, &touches);
-        out.reserve(m.updates.len());
+        out.reserve(updates.len());
+        m.updates = updates;
         for (id, add) in m.updates.drain(..) {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
