@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen_shared::{
     declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
     property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, Names, TABLE,
+    write_arms, write_conversions, FloatLit, Names, TABLE,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
@@ -251,18 +251,11 @@ fn own(expr: &str, f: &Field) -> String {
 
 fn float_lit(v: f64, ty: ScalarType) -> String {
     let t = ty.rust_name();
-    if v.is_nan() {
-        format!("{t}::NAN")
-    } else if v.is_infinite() {
-        if v > 0.0 {
-            format!("{t}::INFINITY")
-        } else {
-            format!("{t}::NEG_INFINITY")
-        }
-    } else if ty == ScalarType::F32 {
-        format!("{:?}_f32", v as f32)
-    } else {
-        format!("{v:?}_f64")
+    match FloatLit::of(v, ty) {
+        FloatLit::Nan => format!("{t}::NAN"),
+        FloatLit::Infinity => format!("{t}::INFINITY"),
+        FloatLit::NegInfinity => format!("{t}::NEG_INFINITY"),
+        FloatLit::Finite(s) => format!("{s}_{t}"),
     }
 }
 
@@ -315,11 +308,7 @@ impl<'a> Gen<'a> {
         };
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
             let rust = ident(name);
-            names.claim(&rust, &full).map_err(|other| {
-                CodegenError::Unsupported(format!(
-                    "types {other} and {full} would both be named {rust} in Rust; rename one"
-                ))
-            })?;
+            names.claim(&rust, &full, "Rust")?;
             names.set(kind, i, rust);
             Ok(())
         };

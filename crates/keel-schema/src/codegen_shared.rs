@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::parser::ParseError;
 
-use crate::model::{EnumDef, EnumVal, Field, FieldType, Schema, StructDef, UnionDef};
+use crate::model::{EnumDef, EnumVal, Field, FieldType, ScalarType, Schema, StructDef, UnionDef};
 
 /// Why code generation failed.
 #[derive(Debug, thiserror::Error)]
@@ -65,10 +65,13 @@ impl Names {
         self.taken.insert(name.to_owned(), what.to_owned());
     }
 
-    /// Takes `name` for the type `full`; `Err` holds what took it before.
-    pub fn claim(&mut self, name: &str, full: &str) -> Result<(), String> {
+    /// Takes `name` for the type `full` in the code generated for `language`; a
+    /// name something else took before is an error naming both.
+    pub fn claim(&mut self, name: &str, full: &str, language: &str) -> Result<(), CodegenError> {
         match self.taken.insert(name.to_owned(), full.to_owned()) {
-            Some(other) => Err(other),
+            Some(other) => Err(CodegenError::Unsupported(format!(
+                "{other} and {full} would both be named {name} in {language}; rename one"
+            ))),
             None => Ok(()),
         }
     }
@@ -374,6 +377,35 @@ pub(crate) fn open_enum(
     o
 }
 
+/// A float literal as every generator plans it: NaN and the infinities are named
+/// (each language spells them its own way), and a finite value is Rust's
+/// shortest round-trip text of it, read as an `f32` when the field is one (`0.1`,
+/// not `0.10000000149011612`).
+pub(crate) enum FloatLit {
+    Nan,
+    Infinity,
+    NegInfinity,
+    Finite(String),
+}
+
+impl FloatLit {
+    pub(crate) fn of(v: f64, ty: ScalarType) -> FloatLit {
+        if v.is_nan() {
+            FloatLit::Nan
+        } else if v.is_infinite() {
+            if v > 0.0 {
+                FloatLit::Infinity
+            } else {
+                FloatLit::NegInfinity
+            }
+        } else if ty == ScalarType::F32 {
+            FloatLit::Finite(format!("{:?}", v as f32))
+        } else {
+            FloatLit::Finite(format!("{v:?}"))
+        }
+    }
+}
+
 /// Writes the conversions of a generated enum (from and to the raw number, the
 /// declared name): one `match` per `(head, arm, tail)` of `convs`, through
 /// [`write_arms`]. In `arm`, `$case` stands for a value's case name (`case`),
@@ -488,6 +520,38 @@ mod tests {
             .format(false)
             .generate(&s)
             .is_ok());
+    }
+
+    #[test]
+    fn a_name_taken_twice_is_an_error_naming_both_types_and_the_language() {
+        let mut names = Names::default();
+        names.claim("Item", "shop.Item", "Swift").unwrap();
+        match names.claim("Item", "warehouse.Item", "Swift") {
+            Err(CodegenError::Unsupported(m)) => assert_eq!(
+                m,
+                "shop.Item and warehouse.Item would both be named Item in Swift; rename one"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn float_literals_name_the_specials_and_round_f32_values_as_f32() {
+        let text = |v: f64, t| match FloatLit::of(v, t) {
+            FloatLit::Nan => "nan".to_owned(),
+            FloatLit::Infinity => "inf".to_owned(),
+            FloatLit::NegInfinity => "-inf".to_owned(),
+            FloatLit::Finite(s) => s,
+        };
+        assert_eq!(text(f64::NAN, ScalarType::F64), "nan");
+        assert_eq!(text(f64::INFINITY, ScalarType::F32), "inf");
+        assert_eq!(text(f64::NEG_INFINITY, ScalarType::F64), "-inf");
+        assert_eq!(text(f64::from(0.1_f32), ScalarType::F32), "0.1");
+        assert_eq!(
+            text(f64::from(0.1_f32), ScalarType::F64),
+            "0.10000000149011612"
+        );
+        assert_eq!(text(2.0, ScalarType::F64), "2.0");
     }
 
     #[test]

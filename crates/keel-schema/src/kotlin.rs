@@ -51,7 +51,7 @@ use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
     load_with_stem, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
-    write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    write_files, FloatLit, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
@@ -397,17 +397,11 @@ fn float_lit(v: f64, t: ScalarType) -> String {
     } else {
         ("Double", "")
     };
-    if v.is_nan() {
-        format!("{k}.NaN")
-    } else if v.is_infinite() {
-        format!(
-            "{k}.{}_INFINITY",
-            if v > 0.0 { "POSITIVE" } else { "NEGATIVE" }
-        )
-    } else if t == ScalarType::F32 {
-        format!("{:?}{suffix}", v as f32)
-    } else {
-        format!("{v:?}")
+    match FloatLit::of(v, t) {
+        FloatLit::Nan => format!("{k}.NaN"),
+        FloatLit::Infinity => format!("{k}.POSITIVE_INFINITY"),
+        FloatLit::NegInfinity => format!("{k}.NEGATIVE_INFINITY"),
+        FloatLit::Finite(s) => format!("{s}{suffix}"),
     }
 }
 
@@ -483,11 +477,7 @@ impl<'a> Gen<'a> {
             let full = t.full_name();
             // A type declares its own name and its query-handle class `…Path`.
             for n in [t.name.to_owned(), format!("{}Path", t.name)] {
-                names.claim(&n, &full).map_err(|other| {
-                    CodegenError::Unsupported(format!(
-                        "{other} and {full} would both declare {n} in Kotlin; rename one"
-                    ))
-                })?;
+                names.claim(&n, &full, "Kotlin")?;
             }
             names.set(t.kind, t.index, ident(t.name));
         }

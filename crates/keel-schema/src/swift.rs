@@ -56,7 +56,7 @@ use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, open_type,
     property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, write_files, Names,
+    write_arms, write_conversions, write_files, FloatLit, Names,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
@@ -205,22 +205,13 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
     match (v, ty) {
         (Value::Bool(b), ScalarType::Bool) => b.to_string(),
         (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
-        (_, ScalarType::F32 | ScalarType::F64) => {
-            let f = v.as_f64().unwrap_or(0.0);
-            if f.is_nan() {
-                ".nan".into()
-            } else if f.is_infinite() {
-                if f > 0.0 {
-                    ".infinity".into()
-                } else {
-                    "-.infinity".into()
-                }
-            } else if ty == ScalarType::F32 {
-                format!("{:?}", f as f32)
-            } else {
-                format!("{f:?}")
-            }
-        }
+        (_, ScalarType::F32 | ScalarType::F64) => match FloatLit::of(v.as_f64().unwrap_or(0.0), ty)
+        {
+            FloatLit::Nan => ".nan".into(),
+            FloatLit::Infinity => ".infinity".into(),
+            FloatLit::NegInfinity => "-.infinity".into(),
+            FloatLit::Finite(s) => s,
+        },
         (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
         (Value::Int(i), _) => format!("{i}"),
         (Value::Bool(b), _) => format!("{}", u8::from(*b)),
@@ -265,11 +256,7 @@ impl<'a> Gen<'a> {
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
                 )));
             }
-            names.claim(&swift, &full).map_err(|other| {
-                CodegenError::Unsupported(format!(
-                    "{other} and {full} would both be named {swift} in Swift; rename one"
-                ))
-            })?;
+            names.claim(&swift, &full, "Swift")?;
             names.set(t.kind, t.index, swift);
         }
         // Direct edges: a table field or a union member stored inline in the value
