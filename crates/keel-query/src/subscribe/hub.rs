@@ -45,7 +45,7 @@ pub(crate) enum HKey {
 
 /// [`HKey`] borrowed: what a changed row's value is looked up with before
 /// anything is copied.
-#[derive(Hash, PartialEq)]
+#[derive(Hash, PartialEq, Clone, Copy)]
 enum HKeyRef<'a> {
     Int(i64),
     Float(u64),
@@ -113,12 +113,7 @@ impl AsKeyRef for HKey {
 
 impl AsKeyRef for HKeyRef<'_> {
     fn key_ref(&self) -> HKeyRef<'_> {
-        match *self {
-            HKeyRef::Int(i) => HKeyRef::Int(i),
-            HKeyRef::Float(f) => HKeyRef::Float(f),
-            HKeyRef::Text(s) => HKeyRef::Text(s),
-            HKeyRef::Blob(b) => HKeyRef::Blob(b),
-        }
+        *self
     }
 }
 
@@ -187,8 +182,9 @@ impl Entry {
 }
 
 /// A row's sort key, with its first value beside it when that is an integer or
-/// NULL, in an order-keeping form: placing a row by binary search then reads each
-/// probed row's head one pointer away, where the key's first value is two.
+/// NULL, in an order-keeping form (the head). Each [`Entry`] copies the head, so
+/// placing a row by binary search compares integers held in the rows themselves
+/// and reads a full key only when two heads are equal.
 struct Keyed {
     /// The low bit says the head is usable; the other bits are the first sort
     /// value's order-keeping encoding (NULL below every integer). Dropping the
@@ -590,25 +586,26 @@ struct Matching {
     by_key: Vec<usize>,
 }
 
+/// Empty `v` (dropping what it holds), letting it go if a large commit grew it.
+fn empty<T>(v: &mut Vec<T>) {
+    v.clear();
+    if v.capacity() > Scratch::KEEP {
+        *v = Vec::new();
+    }
+}
+
 impl Matching {
-    /// Empty the lists (dropping what they hold), letting go of those a large
-    /// commit grew.
-    fn clear(&mut self) {
+    /// Empty the lists matching built, all but the edits (which run after it),
+    /// letting go of those a large commit grew.
+    fn clear_matched(&mut self) {
         if self.per_sub.capacity() > Scratch::KEEP {
             self.per_sub = FxMap::default();
         }
         self.per_sub.clear();
-        fn empty<T>(v: &mut Vec<T>) {
-            v.clear();
-            if v.capacity() > Scratch::KEEP {
-                *v = Vec::new();
-            }
-        }
         empty(&mut self.cands);
         empty(&mut self.ids);
         empty(&mut self.wanted);
         empty(&mut self.arcs);
-        empty(&mut self.updates);
         empty(&mut self.rv);
         empty(&mut self.by_key);
         for v in self.keys.iter_mut() {
@@ -1517,7 +1514,7 @@ impl Hub {
                 per_sub.entry(id).or_default();
             }
             if per_sub.is_empty() {
-                m.clear();
+                m.clear_matched();
                 scratch.matching = m;
                 return;
             }
@@ -1612,15 +1609,13 @@ impl Hub {
         cs.remember(&touches, &m.arcs);
         // What matching built is done with (the edits hold their own references):
         // let it go before the edits run, which is when a large commit peaks.
-        let updates = std::mem::take(&mut m.updates);
-        m.clear();
+        m.clear_matched();
         let inner = self.db.upgrade();
         let CollSubs {
             queries, orders, ..
         } = cs;
         let touched = Touched::of(&rowids, &touches);
-        out.reserve(updates.len());
-        m.updates = updates;
+        out.reserve(m.updates.len());
         for (id, add) in m.updates.drain(..) {
             let Some(q) = queries.get_mut(&id) else {
                 continue;
@@ -1629,7 +1624,7 @@ impl Hub {
             apply_edit(q, order, add, &touched, inner.as_deref(), scratch, out);
             scratch.reset();
         }
-        m.clear();
+        empty(&mut m.updates);
         scratch.matching = m;
     }
 

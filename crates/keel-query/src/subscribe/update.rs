@@ -28,11 +28,6 @@ use crate::query::StoredObject;
 pub struct Objects(Arc<Vec<Arc<StoredObject>>>);
 
 impl Objects {
-    /// The objects as a vector of their own (each `Arc` cloned).
-    pub fn to_vec(&self) -> Vec<Arc<StoredObject>> {
-        self.0.as_ref().clone()
-    }
-
     /// The list to edit in place, if no delivery shares it.
     pub(crate) fn unshared(&mut self) -> Option<&mut Vec<Arc<StoredObject>>> {
         Arc::get_mut(&mut self.0)
