@@ -555,6 +555,11 @@ struct Scratch {
     gone: Vec<Entry>,
     /// The lists matching a commit to its subscriptions builds.
     matching: Matching,
+    /// The list of a commit's deliveries, given back empty after they were made
+    /// (see [`Hub::deliver_all`]): at about ten deliveries of a few words each it
+    /// is a large allocation, whose freeing made the allocator tidy its free lists
+    /// at every commit.
+    deliveries: Vec<Delivery>,
 }
 
 /// The lists [`Hub::queries`] builds while matching a commit to subscriptions,
@@ -584,7 +589,13 @@ struct Matching {
     ranks: Vec<Vec<u32>>,
     /// The touches with a key, by key (to rank them).
     by_key: Vec<usize>,
+    /// Emptied lists of new entries, for the next commit's `updates`: a commit
+    /// that moves one object adds it to about five windows.
+    spare_adds: Vec<Vec<Entry>>,
 }
+
+/// At most this many emptied lists of new entries are kept between commits.
+const SPARE_ADDS: usize = 64;
 
 /// Empty `v` (dropping what it holds), letting it go if a large commit grew it.
 fn empty<T>(v: &mut Vec<T>) {
@@ -938,7 +949,29 @@ impl Hub {
             }
             self.recount(&st);
         }
-        deliver_all(out);
+        self.deliver_all(out);
+    }
+
+    /// Make deliveries computed under the hub's lock, without it (callbacks may
+    /// subscribe or unsubscribe), then give the emptied list back for the next
+    /// commit, unless another thread holds the lock (it is then let go: the
+    /// writer never waits for it) or a large commit grew it.
+    fn deliver_all(&self, mut out: Vec<Delivery>) {
+        for d in out.drain(..) {
+            match d {
+                Delivery::Query(s, u) => s.deliver(u, false),
+                Delivery::Object(s, e) => {
+                    let last = matches!(e, ObjectEvent::Deleted);
+                    s.deliver(e, last)
+                }
+            }
+        }
+        empty(&mut out);
+        if out.capacity() > 0 {
+            if let Ok(mut st) = self.state.try_lock() {
+                st.scratch.deliveries = out;
+            }
+        }
     }
 
     /// Number of commits (write closures with changes) the hub has processed.
@@ -1172,9 +1205,10 @@ impl Hub {
     /// write closure with changes. Computes every delivery under the lock, then
     /// makes them without it (callbacks may subscribe or unsubscribe).
     pub(crate) fn on_commit(&self, changes: &[Change], one_collection: bool) {
-        let mut out = Vec::new();
+        let mut out;
         {
             let mut st = lock(&self.state);
+            out = std::mem::take(&mut st.scratch.deliveries);
             self.seq.fetch_add(1, Ordering::AcqRel);
             let by_coll = by_collection(changes, one_collection);
             let mut ended = 0;
@@ -1191,7 +1225,7 @@ impl Hub {
                 self.recount(&st);
             }
         }
-        deliver_all(out);
+        self.deliver_all(out);
     }
 
     /// Rows another process committed, as they are now (the change feed's
@@ -1200,9 +1234,10 @@ impl Hub {
     /// stored rows hold a changed rowid is always visited (it may have to drop
     /// it), and a deleted row's object subscription is found by rowid.
     pub(crate) fn on_remote(&self, changes: &[Change]) {
-        let mut out = Vec::new();
+        let mut out;
         {
             let mut st = lock(&self.state);
+            out = std::mem::take(&mut st.scratch.deliveries);
             self.seq.fetch_add(1, Ordering::AcqRel);
             let by_coll = by_collection(changes, false);
             let mut ended = 0;
@@ -1247,7 +1282,7 @@ impl Hub {
                 self.recount(&st);
             }
         }
-        deliver_all(out);
+        self.deliver_all(out);
     }
 
     /// Object subscriptions' deliveries for a commit; returns how many ended (their
@@ -1355,6 +1390,7 @@ impl Hub {
                 keys,
                 ranks,
                 by_key,
+                spare_adds,
             } = &mut m;
             // (id, OLD | NEW: the object's old/new value is in the subscription's
             // exact range; EVAL: evaluate the filter).
@@ -1599,6 +1635,9 @@ impl Hub {
                         })
                         .clone();
                     if add.is_empty() {
+                        if let Some(spare) = spare_adds.pop() {
+                            add = spare;
+                        }
                         add.reserve_exact(mine.len());
                     }
                     add.push(Entry::new(rowid, Arc::clone(key), obj));
@@ -1616,13 +1655,16 @@ impl Hub {
         } = cs;
         let touched = Touched::of(&rowids, &touches);
         out.reserve(m.updates.len());
-        for (id, add) in m.updates.drain(..) {
-            let Some(q) = queries.get_mut(&id) else {
-                continue;
-            };
-            let order = &orders[q.order].1;
-            apply_edit(q, order, add, &touched, inner.as_deref(), scratch, out);
-            scratch.reset();
+        for (id, mut add) in m.updates.drain(..) {
+            if let Some(q) = queries.get_mut(&id) {
+                let order = &orders[q.order].1;
+                apply_edit(q, order, &mut add, &touched, inner.as_deref(), scratch, out);
+                scratch.reset();
+            }
+            add.clear();
+            if (1..=Scratch::KEEP).contains(&add.capacity()) && m.spare_adds.len() < SPARE_ADDS {
+                m.spare_adds.push(add);
+            }
         }
         empty(&mut m.updates);
         scratch.matching = m;
@@ -1720,23 +1762,18 @@ type Edit = (u64, Vec<Entry>);
 fn apply_edit(
     q: &mut QuerySub,
     order: &Order,
-    add: Vec<Entry>,
+    add: &mut Vec<Entry>,
     touched: &Touched<'_>,
     inner: Option<&Inner>,
     scratch: &mut Scratch,
     out: &mut Vec<Delivery>,
 ) {
-    let add = if q.ranked {
-        add
-    } else {
-        match single_edit(q, order, add, touched, scratch) {
-            Ok(diff) => {
-                deliver_changed(&q.sinks, &mut q.shown, window(&q.spec, &q.rows), diff, out);
-                return;
-            }
-            Err(add) => add,
+    if !q.ranked {
+        if let Some(diff) = single_edit(q, order, add, touched, scratch) {
+            deliver_changed(&q.sinks, &mut q.shown, window(&q.spec, &q.rows), diff, out);
+            return;
         }
-    };
+    }
     snapshot(&q.spec, &q.rows, &mut scratch.before);
     if q.ranked {
         // Relevance order: the query runs again (see `Compiled::ranked`); the rows it
@@ -1795,19 +1832,20 @@ fn apply_edit(
 /// (a single-object commit, or a larger one of which one object concerns this
 /// query), so that the diff follows from two places: where the object's stored
 /// row was and where its new version goes. No snapshot of the window and no
-/// comparison of its rows, which is most of a delivery's work otherwise. Gives
-/// `add` back, having changed nothing, when the edit needs the general path:
+/// comparison of its rows, which is most of a delivery's work otherwise. Leaves
+/// `add` empty; returns `None`, having changed nothing, when the edit needs the
+/// general path:
 /// several of its rows changed, the object moved within the window, the prefix
 /// outgrew its cap, or it must be refilled.
 fn single_edit(
     q: &mut QuerySub,
     order: &Order,
-    add: Vec<Entry>,
+    add: &mut Vec<Entry>,
     touched: &Touched<'_>,
     scratch: &mut Scratch,
-) -> std::result::Result<Diff, Vec<Entry>> {
+) -> Option<Diff> {
     if q.spec.offset != 0 || add.len() > 1 {
-        return Err(add);
+        return None;
     }
     let limit = q
         .spec
@@ -1825,14 +1863,14 @@ fn single_edit(
                 .filter(|(_, e)| touched.has(e.rowid));
             let first = hit.next().map(|(i, _)| i);
             if hit.next().is_some() {
-                return Err(add);
+                return None;
             }
             first
         }
     };
     if let (Some(i), Some(a)) = (from, add.first()) {
         if q.rows[i].rowid != a.rowid {
-            return Err(add); // one row left, another came
+            return None; // one row left, another came
         }
     }
     // Where the new version goes among the rows without the old one (after the
@@ -1848,7 +1886,7 @@ fn single_edit(
     });
     let len = n - usize::from(from.is_some()) + usize::from(to.is_some());
     if q.cap.is_some_and(|c| len > c) || (!q.complete && len < needed(&q.spec)) {
-        return Err(add);
+        return None;
     }
     // Each list gets one index at most: `vec![…]` allocates it at its size.
     let mut d = Diff::default();
@@ -1873,16 +1911,16 @@ fn single_edit(
                 d.updated = vec![i];
             }
         }
-        (Some(i), Some(j)) if i < limit || j < limit => return Err(add),
+        (Some(i), Some(j)) if i < limit || j < limit => return None,
         _ => {} // outside the window
     }
     if let Some(i) = from {
         scratch.gone.push(q.rows.remove(i));
     }
-    if let (Some(j), Some(a)) = (to, add.into_iter().next()) {
+    if let (Some(j), Some(a)) = (to, add.pop()) {
         q.rows.insert(j, a);
     }
-    Ok(d)
+    Some(d)
 }
 
 /// A commit's changes collapsed to one touch per rowid (first old bytes, last new
@@ -2011,18 +2049,18 @@ impl<'a> Touched<'a> {
     }
 }
 
-/// Merge `add` (sorted by `order`) into `rows` (sorted by `order`); an added
+/// Move `add` (sorted by `order`) into `rows` (sorted by `order`); an added
 /// entry goes after the stored entries it does not sort before. A few added
 /// entries are placed by binary search — a handful of key comparisons instead
 /// of one per stored row, each of which reads a sort key from memory the
 /// commit has not touched — and many by one merging pass.
-fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
+fn merge_sorted(rows: &mut Vec<Entry>, add: &mut Vec<Entry>, order: &Order) {
     if add.is_empty() {
         return;
     }
     if add.len().saturating_mul(8) <= rows.len() {
         let mut from = 0;
-        for a in add {
+        for a in add.drain(..) {
             let at =
                 from + rows[from..].partition_point(|e| cmp_entries(order, &a, e) != Cmp::Less);
             rows.insert(at, a);
@@ -2032,7 +2070,7 @@ fn merge_sorted(rows: &mut Vec<Entry>, add: Vec<Entry>, order: &Order) {
     }
     let old = std::mem::take(rows);
     rows.reserve(old.len() + add.len());
-    let mut add = add.into_iter().peekable();
+    let mut add = add.drain(..).peekable();
     for e in old {
         while let Some(a) = add.peek() {
             if cmp_entries(order, a, &e) == Cmp::Less {
@@ -2169,20 +2207,6 @@ fn deliveries(sinks: &[(u64, Arc<Shared<QueryUpdate>>)], u: QueryUpdate, out: &m
             out.push(Delivery::Query(Arc::clone(s), u.clone()));
         }
         out.push(Delivery::Query(Arc::clone(last), u));
-    }
-}
-
-/// Make deliveries computed under the hub's lock, without it (callbacks may
-/// subscribe or unsubscribe).
-fn deliver_all(out: Vec<Delivery>) {
-    for d in out {
-        match d {
-            Delivery::Query(s, u) => s.deliver(u, false),
-            Delivery::Object(s, e) => {
-                let last = matches!(e, ObjectEvent::Deleted);
-                s.deliver(e, last)
-            }
-        }
     }
 }
 
