@@ -8,7 +8,11 @@
 //! used as the `objects`, `subscriptions` and `window` metrics. `--app-only` runs case
 //! 4 alone, once, and writes no report (for profiling: `valgrind --tool=callgrind`);
 //! `--case1-only` and `--case3-only` likewise run one case-1 or case-3 transaction;
-//! `--app-only --all-open` runs case 4 with every query open and no other setting.
+//! `--app-only --all-open` runs case 4 with every query open and no other setting,
+//! `--app-only --none-open` with none; `--commits=N` sets their number of commits
+//! (1,000 by default). What one commit costs in instructions, setup aside, is the
+//! difference of two `callgrind` runs, `--commits=1000` and `--commits=3000`, divided
+//! by 2,000 (see `docs/subscriptions.md`).
 //!
 //! Every case uses 10,000 `blog.Post` objects (`priority` = 0‥9,999) and one
 //! transaction that updates all of them; latency runs from the COMMIT (a commit hook
@@ -183,9 +187,15 @@ fn main() {
         ms.push((k, v));
     };
     if support::flag("--app-only") {
-        let c = if quick { 100 } else { 1_000 };
-        let only_all = support::flag("--all-open");
-        let a = app_case(&root.path().join("app.db"), n, s, c, 0, only_all);
+        let c = support::number("--commits").unwrap_or(if quick { 100 } else { 1_000 });
+        let only = if support::flag("--all-open") {
+            Only::AllOpen
+        } else if support::flag("--none-open") {
+            Only::NoneOpen
+        } else {
+            Only::Every
+        };
+        let a = app_case(&root.path().join("app.db"), n, s, c, 0, only);
         eprintln!(
             "none {:.4} ms, some {:.4} ms, all {:.4} ms, refetch {:.3} ms, {:.1} deliveries per commit",
             a.none, a.some, a.all, a.refetch, a.deliveries
@@ -391,7 +401,7 @@ fn main() {
             s,
             commits,
             refetch_commits,
-            false,
+            Only::Every,
         );
         eprintln!(
             "case 4 rep {r}: none {:.4} ms, {} open {:.4} ms, {s} open {:.4} ms, refetch {:.3} ms",
@@ -587,6 +597,17 @@ const APP_STEP: usize = 10;
 /// Case 4's settings (0, a tenth, all queries open) take turns this many times.
 const APP_ROUNDS: usize = 4;
 
+/// Which of case 4's settings a run measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Only {
+    /// No window, 100 and 1,000, taking turns (the bench's run).
+    Every,
+    /// Every window open (`--all-open`), for profiling what they add.
+    AllOpen,
+    /// No window open (`--none-open`), the bare write, to subtract.
+    NoneOpen,
+}
+
 /// Case 4's figures of one repetition: ms per commit with 0, 100 and all queries
 /// open, and with the refetch strategy for all of them.
 struct AppRun {
@@ -601,14 +622,14 @@ struct AppRun {
 
 /// Case 4 (see the module docs): `n` objects, `s` open range queries at most,
 /// `commits` single-object transactions per measurement.
-/// `only_all`: measure with every query open only (for profiling the hub).
+/// `only`: the settings measured (all three, or one for profiling).
 fn app_case(
     path: &Path,
     n: usize,
     s: usize,
     commits: usize,
     refetch_commits: usize,
-    only_all: bool,
+    only: Only,
 ) -> AppRun {
     let db = Database::open_for::<Post>(
         path,
@@ -679,11 +700,15 @@ fn app_case(
     let mut delivered = 0;
     let mut subs = Vec::new();
     for round in 0..APP_ROUNDS {
-        if !only_all {
+        if only == Only::Every {
             none.extend(run(per_round));
             let tenth_subs = open(&tenth);
             some.extend(run(per_round));
             drop(tenth_subs);
+        }
+        if only == Only::NoneOpen {
+            none.extend(run(per_round));
+            continue;
         }
         if subs.is_empty() {
             subs = open(&los);
@@ -691,14 +716,17 @@ fn app_case(
         let before = deliveries.load(Ordering::Relaxed);
         all.extend(run(per_round));
         delivered += deliveries.load(Ordering::Relaxed) - before;
-        if round + 1 < APP_ROUNDS && !only_all {
+        if round + 1 < APP_ROUNDS && only == Only::Every {
             drop(std::mem::take(&mut subs));
         }
     }
     let med = |v: Vec<f64>| if v.is_empty() { f64::NAN } else { median(v) };
     let (none, some, all) = (med(none), med(some), med(all));
     let per_commit = delivered as f64 / (per_round * APP_ROUNDS) as f64;
-    assert!(per_commit > 1.0, "moves reach the windows ({per_commit})");
+    assert!(
+        per_commit > 1.0 || only == Only::NoneOpen,
+        "moves reach the windows ({per_commit})"
+    );
     // The last round's windows, after its commits, against fresh fetches.
     for ((_, shown), &lo) in subs.iter().zip(&los).step_by(97) {
         let fresh: Vec<i64> = range(lo).all().unwrap().iter().map(|o| o.rowid).collect();

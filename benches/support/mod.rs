@@ -12,6 +12,12 @@ pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)
 }
 
+/// The number given as `--name=N` after `--` to `cargo bench`, if any.
+pub fn number(name: &str) -> Option<usize> {
+    let prefix = format!("{name}=");
+    std::env::args().find_map(|a| a.strip_prefix(&prefix).and_then(|v| v.parse().ok()))
+}
+
 /// The upper median (element `len / 2` once sorted).
 pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
