@@ -243,13 +243,13 @@ pub struct StoreOptions {
     pub max_group_size: usize,
     /// Backpressure: at most this many writes wait in the writer queue (default
     /// 10 000). A [`Store::write`](crate::Store::write) beyond it resolves at once
-    /// with [`Error::QueueFull`](crate::Error::QueueFull) without running its closure,
+    /// with [`Error::QueueFull`] without running its closure,
     /// so a producer faster than the disk meets a bound instead of growing memory
     /// without limit. [`Store::write_blocking`](crate::Store::write_blocking) waits
     /// for room instead (it blocks anyway).
     pub max_queued_writes: usize,
     /// How long a read waits for a pooled connection when all are in use (default
-    /// 10 s); then it fails with [`Error::ReadersBusy`](crate::Error::ReadersBusy).
+    /// 10 s); then it fails with [`Error::ReadersBusy`].
     pub reader_wait: Duration,
     /// Opt-in: if the file is not a database or is corrupt, move it (and its -wal/-shm)
     /// aside as `<name>.corrupt-<UTC timestamp>` and create a fresh database.
@@ -273,9 +273,9 @@ pub struct StoreOptions {
     #[cfg(feature = "sim")]
     pub statement_trace: Option<crate::sim::StatementTrace>,
     /// Stamp the databases keel creates with keel's identity and check it at open:
-    /// another application's SQLite file is refused ([`Error::ForeignFile`](crate::Error::ForeignFile)),
+    /// another application's SQLite file is refused ([`Error::ForeignFile`]),
     /// a `-wal` of another database is refused as damage
-    /// ([`Error::ForeignWal`](crate::Error::ForeignWal)). Default `false` for the bare
+    /// ([`Error::ForeignWal`]). Default `false` for the bare
     /// storage kernel; the object layer (`keel_query::Database`) turns it on.
     /// keel then owns the header's `application_id` and `user_version` (the stamp and
     /// the WAL epoch): do not set them from a `connection_init` hook or a closure.
