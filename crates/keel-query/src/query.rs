@@ -193,7 +193,9 @@ impl<'a> Query<'a> {
         inner.coll(&self.spec.collection, op)
     }
 
-    /// The SQL and its parameters (for inspection; values are always parameters):
+    /// The SQL and its parameters (for inspection; values are always parameters,
+    /// but `limit` and `offset` are written into the SQL as integers: SQLite
+    /// compiles a statement again at every run once its LIMIT is a parameter):
     /// the whole query in SQL, with `keel_field(body, …)` for fields that have no
     /// column or index. A query whose filter reads such a field does not run it
     /// that way: SQLite answers the conjuncts on keys and indexed fields and keel
@@ -318,15 +320,18 @@ impl<'a> Query<'a> {
             tail.push_str(&comp.order(keys)?);
         }
         if paged && (self.spec.limit.is_some() || self.spec.offset > 0) {
-            tail.push_str(" LIMIT ? OFFSET ?");
-            comp.params.push(Value::Int(
-                self.spec
-                    .limit
-                    .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)),
-            ));
-            comp.params.push(Value::Int(
-                i64::try_from(self.spec.offset).unwrap_or(i64::MAX),
-            ));
+            // Written in, not bound: SQLite re-compiles a statement whose LIMIT
+            // parameter was bound again at its next run, whatever the value (it may
+            // change the plan), so every run of a paged query, and every read of a
+            // live window, paid a compile (tests/statement_reuse.rs).
+            // Integers only, so nothing can be injected; a query per distinct page
+            // size is one more statement in the cache.
+            let limit = self
+                .spec
+                .limit
+                .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+            let offset = i64::try_from(self.spec.offset).unwrap_or(i64::MAX);
+            tail.push_str(&format!(" LIMIT {limit} OFFSET {offset}"));
         }
         let sql = if count {
             if tail.is_empty() {

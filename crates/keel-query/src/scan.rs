@@ -287,7 +287,7 @@ impl Plan {
     }
 
     /// The number of matching rows after `ask`'s offset and limit (what
-    /// `SELECT count(*) FROM (… LIMIT ? OFFSET ?)` counts).
+    /// `SELECT count(*) FROM (… LIMIT n OFFSET m)` counts).
     pub(crate) fn count(
         &self,
         conn: &rusqlite::Connection,
