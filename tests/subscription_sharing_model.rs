@@ -243,3 +243,64 @@ fn dropping_the_first_of_identical_queries_keeps_the_others() {
     drop(subs);
     assert_eq!(db.subscription_counts(), (0, 1));
 }
+
+/// Among many open queries, a query opened again finds its live twin and shares
+/// its result (the first delivery hands out the twin's very list), also after the
+/// query first opened that way was dropped, and not after every one of them was.
+#[test]
+fn a_query_opened_again_among_many_shares_its_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default()).unwrap();
+    db.write(|t| {
+        for i in 0..100u8 {
+            t.insert(&post(i, i32::from(i), 0))?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    let q = |lo: i32| {
+        db.fetch::<Post>()
+            .filter(Post::priority().ge(lo) & Post::priority().lt(lo + 10))
+            .order_by(Post::priority().asc())
+            .limit(5)
+            .into_query()
+    };
+    // The address of the list the first delivery of a new subscription to `lo`
+    // hands out, and the subscription.
+    let open = |lo: i32| {
+        let first = Arc::new(Mutex::new(None));
+        let f = Arc::clone(&first);
+        let sub = q(lo)
+            .subscribe(move |u| {
+                f.lock().unwrap().get_or_insert(u.objects.as_ptr() as usize);
+            })
+            .unwrap();
+        let at = first.lock().unwrap().expect("a first delivery");
+        (sub, at)
+    };
+    let mut originals: Vec<_> = (0..90).map(open).collect();
+    assert_eq!(db.subscription_counts(), (0, 90));
+    for lo in [0, 17, 45, 89] {
+        let (_twin, at) = open(lo);
+        assert_eq!(
+            at, originals[lo as usize].1,
+            "the twin of {lo} shares its list"
+        );
+    }
+    // Drop the first opened of 17; one opened after it shares with the next.
+    let (later, at_later) = open(17);
+    assert_eq!(at_later, originals[17].1);
+    let (gone, _) = std::mem::replace(&mut originals[17], open(18));
+    drop(gone);
+    let (_again, at) = open(17);
+    assert_eq!(at, at_later, "shares with the twin still open");
+    drop(later);
+    drop(_again);
+    // None of 17 left: a new one reads its own, and a second one shares that.
+    let (_fresh, at_fresh) = open(17);
+    let (_its_twin, at) = open(17);
+    assert_eq!(at, at_fresh);
+    let got: Vec<i64> = q(17).all().unwrap().iter().map(|o| o.rowid).collect();
+    assert_eq!(got.len(), 5);
+}

@@ -470,6 +470,9 @@ struct CollSubs {
     queries: FxMap<u64, QuerySub>,
     /// A subscription id → the key in `queries` of the query it shares.
     alias: FxMap<u64, u64>,
+    /// The keys in `queries` by [`spec_hash`]: a query opened again finds its live
+    /// twin among these few instead of being compared with every open query.
+    by_spec: FxMap<u64, Vec<u64>>,
     eq: Vec<EqIndex>,
     ranges: Vec<RangeIndex>,
     scan: Vec<u64>,
@@ -484,6 +487,25 @@ struct CollSubs {
     versions: FxMap<i64, std::sync::Weak<StoredObject>>,
     /// `versions` is swept of dropped versions when it grows past this.
     sweep_at: usize,
+}
+
+/// A hash of a query's spec, equal for equal specs: its `Debug` text, fed to the
+/// hasher as it is written (a filter's values may be floats, which have no `Hash`;
+/// two equal specs print alike, and the rare equal ones that do not, `0.0` and
+/// `-0.0`, only miss sharing).
+fn spec_hash(spec: &Spec) -> u64 {
+    use std::hash::Hasher;
+    struct Feed(crate::fx::Fx);
+    impl std::fmt::Write for Feed {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0.write(s.as_bytes());
+            Ok(())
+        }
+    }
+    let mut f = Feed(crate::fx::Fx::default());
+    // Writing to `Feed` cannot fail.
+    let _ = std::fmt::write(&mut f, format_args!("{spec:?}"));
+    f.0.finish()
 }
 
 impl CollSubs {
@@ -1026,6 +1048,7 @@ impl Hub {
     ) -> Result<(u64, Objects)> {
         let inner = self.db.upgrade().ok_or_else(|| self.closed())?;
         inner.check_open("subscribe")?;
+        let spec_key = spec_hash(&q.spec);
         {
             // The same query is already live: share its result. Its stored rows
             // are current for every commit the hub has seen, which is what a
@@ -1033,7 +1056,12 @@ impl Hub {
             let mut st = lock(&self.state);
             let id = st.next_id;
             if let Some(cs) = st.colls.get_mut(&q.coll) {
-                if let Some((&key, twin)) = cs.queries.iter_mut().find(|(_, x)| x.spec == q.spec) {
+                let key = cs.by_spec.get(&spec_key).and_then(|keys| {
+                    keys.iter()
+                        .copied()
+                        .find(|k| cs.queries.get(k).is_some_and(|x| x.spec == q.spec))
+                });
+                if let Some((key, twin)) = key.and_then(|k| Some((k, cs.queries.get_mut(&k)?))) {
                     twin.sinks.push((id, sink));
                     let first = twin.shown.clone();
                     cs.alias.insert(id, key);
@@ -1075,6 +1103,7 @@ impl Hub {
         if q.ranked {
             cs.ranked.push(id);
         }
+        cs.by_spec.entry(spec_key).or_default().push(id);
         cs.queries.insert(
             id,
             QuerySub {
@@ -1151,6 +1180,13 @@ impl Hub {
         });
         let id = key;
         if let Some(q) = last.then(|| cs.queries.remove(&id)).flatten() {
+            let spec_key = spec_hash(&q.spec);
+            if let Some(keys) = cs.by_spec.get_mut(&spec_key) {
+                keys.retain(|k| *k != id);
+                if keys.is_empty() {
+                    cs.by_spec.remove(&spec_key);
+                }
+            }
             match q.placement {
                 Placement::Eq(p, keys, _) => {
                     for k in keys {
