@@ -1868,11 +1868,11 @@ fn apply_edit(
 /// (a single-object commit, or a larger one of which one object concerns this
 /// query), so that the diff follows from two places: where the object's stored
 /// row was and where its new version goes. No snapshot of the window and no
-/// comparison of its rows, which is most of a delivery's work otherwise. Leaves
-/// `add` empty; returns `None`, having changed nothing, when the edit needs the
-/// general path:
-/// several of its rows changed, the object moved within the window, the prefix
-/// outgrew its cap, or it must be refilled.
+/// comparison of its rows, which is most of a delivery's work otherwise. Takes
+/// the entry out of `add` when it succeeds; returns `None`, having changed
+/// nothing (`add` included), when the edit needs the general path: several of
+/// its rows changed, the object moved within the window, the prefix outgrew its
+/// cap, or it must be refilled.
 fn single_edit(
     q: &mut QuerySub,
     order: &Order,
