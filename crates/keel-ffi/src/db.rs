@@ -1,4 +1,4 @@
-//! [`open_async`], [`open`], [`Database`] and [`Query`].
+//! [`open_async`], [`open_blocking`], [`Database`] and [`Query`].
 
 use std::future::Future;
 use std::sync::Arc;

@@ -299,7 +299,7 @@ impl Database {
 
 impl Database {
     /// [`Database::write_txn`] without the exit gate. The body is a foreign call:
-    /// once [`crate::stop_callbacks`] ran it is not called (the write fails with
+    /// once [`stop_callbacks`](crate::types::stop_callbacks) ran it is not called (the write fails with
     /// `Cancelled`) and the foreign object is leaked, not freed, on keel's thread.
     async fn write_txn_ungated(&self, body: Box<dyn WriteBody>) -> Result<(), KeelError> {
         let body = crate::types::Foreign::new(body);

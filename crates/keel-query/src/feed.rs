@@ -1,4 +1,4 @@
-//! The cross-process change feed ([`StoreOptions::share_changes`]): how a
+//! The cross-process change feed ([`StoreOptions::share_changes`](crate::StoreOptions::share_changes)): how a
 //! database open in process B learns what process A committed to the same file,
 //! and hands it to B's subscriptions and dictionary cache.
 //!
@@ -549,7 +549,7 @@ pub(crate) struct RemoteRow {
 }
 
 impl RemoteRow {
-    /// This row as a [`Change`](crate::Change) with primary key `key`: an
+    /// This row as a [`Change`] with primary key `key`: an
     /// update to its current bytes, or a delete; no old bytes (the log keeps
     /// none).
     pub(crate) fn change(&self, key: Vec<Value>) -> crate::Change {

@@ -562,7 +562,7 @@ pub(crate) fn backfill(
 
 /// Fill index `k`'s column and create the index, in the caller's transaction
 /// (the background build after open; the schema phase for a unique index or a
-/// format upgrade, see [`schema_phase`]).
+/// format upgrade, see [`schema_phase`](crate::schema_phase)).
 pub(crate) fn build_index(
     conn: &rusqlite::Connection,
     c: &Coll,

@@ -99,7 +99,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     /// the committing thread before the write's future resolves; other
     /// connections' on the thread that notices them (the `keel-feed` thread with
     /// `share_changes`), as [`Database::on_file_changes`] describes. Only through a
-    /// [`Database`](crate::Database) (not a snapshot or transaction), for a
+    /// [`Database`] (not a snapshot or transaction), for a
     /// to-one relation ([`subscribe_many`](Self::subscribe_many) follows
     /// to-many ones).
     ///

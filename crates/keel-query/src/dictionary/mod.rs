@@ -162,7 +162,7 @@ impl std::fmt::Debug for Dictionary {
 }
 
 impl Database {
-    /// The key-value [`Dictionary`](Dictionary) stored in this database.
+    /// The key-value [`Dictionary`] stored in this database.
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
