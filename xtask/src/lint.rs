@@ -1,7 +1,7 @@
 //! `cargo xtask lint` (and the first step of `cargo xtask test`): let the tools check
 //! the code before any test runs — `cargo fmt --check`, clippy with warnings denied,
 //! and rustdoc with warnings denied (broken intra-doc links, missing docs where a
-//! crate denies them). A component that is not installed (`rustup component add
+//! crate denies them), for the public items and again with the private ones. A component that is not installed (`rustup component add
 //! rustfmt clippy`) is skipped with a message saying so, never silently.
 
 use std::process::Command;
@@ -38,11 +38,25 @@ pub fn run(args: &[String]) -> Result<(), String> {
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
     util::run(
-        Command::new(cargo)
+        Command::new(&cargo)
             .args(["doc", "--workspace", "--no-deps", "--quiet"])
             .env("RUSTDOCFLAGS", "-D warnings"),
     )?;
     println!("lint: cargo doc -D warnings passed");
+    // Again with the private items: module and function docs are what a maintainer
+    // reads, and their links break without the public run seeing it.
+    util::run(
+        Command::new(&cargo)
+            .args([
+                "doc",
+                "--workspace",
+                "--no-deps",
+                "--document-private-items",
+                "--quiet",
+            ])
+            .env("RUSTDOCFLAGS", "-D warnings"),
+    )?;
+    println!("lint: cargo doc --document-private-items -D warnings passed");
     Ok(())
 }
 

@@ -6,8 +6,9 @@
 //!   output (its `test result:` lines) passes straight through; any failure makes
 //!   the command exit non-zero.
 //! * `cargo xtask lint` — `cargo fmt --check`, `cargo clippy --workspace
-//!   --all-targets -- -D warnings`, `cargo doc` with `-D warnings`; a rustup component
-//!   that is not installed is skipped with a message.
+//!   --all-targets -- -D warnings`, `cargo doc` with `-D warnings` (public items, then
+//!   private ones too); a rustup component that is not installed is skipped with a
+//!   message.
 //! * `cargo xtask bench [SCENARIO…] [--quick] [--json]` — runs the scenario
 //!   benchmarks under `benches/`, each of which writes
 //!   `target/keel-bench/<scenario>.json`, then renders `BENCHMARKS.md` from those
