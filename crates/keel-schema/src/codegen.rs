@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use crate::codegen_shared::{
     declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
     property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, FloatLit, Names, TABLE,
+    write_arms, write_conversions, Names, TABLE,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
@@ -251,12 +251,8 @@ fn own(expr: &str, f: &Field) -> String {
 
 fn float_lit(v: f64, ty: ScalarType) -> String {
     let t = ty.rust_name();
-    match FloatLit::of(v, ty) {
-        FloatLit::Nan => format!("{t}::NAN"),
-        FloatLit::Infinity => format!("{t}::INFINITY"),
-        FloatLit::NegInfinity => format!("{t}::NEG_INFINITY"),
-        FloatLit::Finite(s) => format!("{s}_{t}"),
-    }
+    let names = ["NAN", "INFINITY", "NEG_INFINITY"];
+    crate::codegen_shared::float_lit(v, ty, &format!("{t}::"), names, &format!("_{t}"))
 }
 
 fn scalar_lit(v: &Value, ty: ScalarType) -> String {

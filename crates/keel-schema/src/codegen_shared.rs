@@ -377,32 +377,27 @@ pub(crate) fn open_enum(
     o
 }
 
-/// A float literal as every generator plans it: NaN and the infinities are named
-/// (each language spells them its own way), and a finite value is Rust's
-/// shortest round-trip text of it, read as an `f32` when the field is one (`0.1`,
-/// not `0.10000000149011612`).
-pub(crate) enum FloatLit {
-    Nan,
-    Infinity,
-    NegInfinity,
-    Finite(String),
-}
-
-impl FloatLit {
-    pub(crate) fn of(v: f64, ty: ScalarType) -> FloatLit {
-        if v.is_nan() {
-            FloatLit::Nan
-        } else if v.is_infinite() {
-            if v > 0.0 {
-                FloatLit::Infinity
-            } else {
-                FloatLit::NegInfinity
-            }
-        } else if ty == ScalarType::F32 {
-            FloatLit::Finite(format!("{:?}", v as f32))
-        } else {
-            FloatLit::Finite(format!("{v:?}"))
-        }
+/// A float literal as every generator plans it: NaN and the infinities by the
+/// names the language gives them (`names`: NaN, infinity, negative infinity,
+/// each after `prefix`), and a finite value as Rust's shortest round-trip text of
+/// it, read as an `f32` when the field is one (`0.1`, not `0.10000000149011612`),
+/// before `suffix`. Each generator only supplies the spellings.
+pub(crate) fn float_lit(
+    v: f64,
+    ty: ScalarType,
+    prefix: &str,
+    names: [&str; 3],
+    suffix: &str,
+) -> String {
+    let [nan, infinity, neg_infinity] = names;
+    if v.is_nan() {
+        format!("{prefix}{nan}")
+    } else if v.is_infinite() {
+        format!("{prefix}{}", if v > 0.0 { infinity } else { neg_infinity })
+    } else if ty == ScalarType::F32 {
+        format!("{:?}{suffix}", v as f32)
+    } else {
+        format!("{v:?}{suffix}")
     }
 }
 
@@ -537,12 +532,7 @@ mod tests {
 
     #[test]
     fn float_literals_name_the_specials_and_round_f32_values_as_f32() {
-        let text = |v: f64, t| match FloatLit::of(v, t) {
-            FloatLit::Nan => "nan".to_owned(),
-            FloatLit::Infinity => "inf".to_owned(),
-            FloatLit::NegInfinity => "-inf".to_owned(),
-            FloatLit::Finite(s) => s,
-        };
+        let text = |v: f64, t| float_lit(v, t, "", ["nan", "inf", "-inf"], "");
         assert_eq!(text(f64::NAN, ScalarType::F64), "nan");
         assert_eq!(text(f64::INFINITY, ScalarType::F32), "inf");
         assert_eq!(text(f64::NEG_INFINITY, ScalarType::F64), "-inf");

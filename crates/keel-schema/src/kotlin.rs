@@ -51,7 +51,7 @@ use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
     load_with_stem, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
-    write_files, FloatLit, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
@@ -397,12 +397,8 @@ fn float_lit(v: f64, t: ScalarType) -> String {
     } else {
         ("Double", "")
     };
-    match FloatLit::of(v, t) {
-        FloatLit::Nan => format!("{k}.NaN"),
-        FloatLit::Infinity => format!("{k}.POSITIVE_INFINITY"),
-        FloatLit::NegInfinity => format!("{k}.NEGATIVE_INFINITY"),
-        FloatLit::Finite(s) => format!("{s}{suffix}"),
-    }
+    let names = ["NaN", "POSITIVE_INFINITY", "NEGATIVE_INFINITY"];
+    crate::codegen_shared::float_lit(v, t, &format!("{k}."), names, suffix)
 }
 
 /// A Kotlin literal of type `t` for `v` (a default or an enum value).

@@ -56,7 +56,7 @@ use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, open_type,
     property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, write_files, FloatLit, Names,
+    write_arms, write_conversions, write_files, Names,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
@@ -205,13 +205,10 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
     match (v, ty) {
         (Value::Bool(b), ScalarType::Bool) => b.to_string(),
         (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
-        (_, ScalarType::F32 | ScalarType::F64) => match FloatLit::of(v.as_f64().unwrap_or(0.0), ty)
-        {
-            FloatLit::Nan => ".nan".into(),
-            FloatLit::Infinity => ".infinity".into(),
-            FloatLit::NegInfinity => "-.infinity".into(),
-            FloatLit::Finite(s) => s,
-        },
+        (_, ScalarType::F32 | ScalarType::F64) => {
+            let names = [".nan", ".infinity", "-.infinity"];
+            crate::codegen_shared::float_lit(v.as_f64().unwrap_or(0.0), ty, "", names, "")
+        }
         (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
         (Value::Int(i), _) => format!("{i}"),
         (Value::Bool(b), _) => format!("{}", u8::from(*b)),
