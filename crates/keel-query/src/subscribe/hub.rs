@@ -657,16 +657,9 @@ impl Scratch {
 
     /// Empty the buffers, and let go of those a large commit grew.
     fn reset(&mut self) {
-        self.gone.clear();
-        for v in [&mut self.before, &mut self.after] {
-            v.clear();
-            if v.capacity() > Self::KEEP {
-                *v = Vec::new();
-            }
-        }
-        if self.gone.capacity() > Self::KEEP {
-            self.gone = Vec::new();
-        }
+        empty(&mut self.gone);
+        empty(&mut self.before);
+        empty(&mut self.after);
     }
 }
 
