@@ -186,20 +186,26 @@ fn moves_then_everything_then_deletes() {
     run(txns);
 }
 
-/// Identical queries share one stored result: dropping the first opened (whose
-/// result the others share) leaves the others delivering, and counts follow.
-#[test]
-fn dropping_the_first_of_identical_queries_keeps_the_others() {
+/// A new database holding posts `0..n`, each with its number as priority.
+fn with_posts(n: u8) -> (tempfile::TempDir, Database) {
     let dir = tempfile::tempdir().unwrap();
     let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default()).unwrap();
-    db.write(|t| {
-        for i in 0..10u8 {
+    db.write(move |t| {
+        for i in 0..n {
             t.insert(&post(i, i32::from(i), 0))?;
         }
         Ok(())
     })
     .wait()
     .unwrap();
+    (dir, db)
+}
+
+/// Identical queries share one stored result: dropping the first opened (whose
+/// result the others share) leaves the others delivering, and counts follow.
+#[test]
+fn dropping_the_first_of_identical_queries_keeps_the_others() {
+    let (_dir, db) = with_posts(10);
     let q = || {
         db.fetch::<Post>()
             .filter(Post::priority().ge(2) & Post::priority().lt(8))
@@ -249,16 +255,7 @@ fn dropping_the_first_of_identical_queries_keeps_the_others() {
 /// query first opened that way was dropped, and not after every one of them was.
 #[test]
 fn a_query_opened_again_among_many_shares_its_twin() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Database::open_for::<Post>(dir.path().join("t.db"), StoreOptions::default()).unwrap();
-    db.write(|t| {
-        for i in 0..100u8 {
-            t.insert(&post(i, i32::from(i), 0))?;
-        }
-        Ok(())
-    })
-    .wait()
-    .unwrap();
+    let (_dir, db) = with_posts(100);
     let q = |lo: i32| {
         db.fetch::<Post>()
             .filter(Post::priority().ge(lo) & Post::priority().lt(lo + 10))
