@@ -174,8 +174,8 @@ pub use query::{Fetch, Query, StoredObject};
 pub use relation::{Included, Including};
 pub use sql::FIELD_FN;
 pub use subscribe::{
-    Diff, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent, ObjectUpdate, Objects,
-    QueryUpdate, Subscription, Update,
+    Diff, Indices, IndicesIntoIter, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent,
+    ObjectUpdate, Objects, QueryUpdate, Subscription, Update,
 };
 pub use txn::Txn;
 

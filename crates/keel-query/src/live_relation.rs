@@ -116,7 +116,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     /// let names = Arc::new(Mutex::new(Vec::new()));
     /// let n2 = names.clone();
     /// let _sub = db.fetch::<Post>().including(Post::author_ref()).subscribe(move |u| {
-    ///     n2.lock().unwrap().push((u.objects[0].1.as_ref().unwrap().name.clone(), u.diff.updated));
+    ///     n2.lock().unwrap().push((u.objects[0].1.as_ref().unwrap().name.clone(), u.diff.updated.to_vec()));
     /// })?;
     /// db.write(|t| t.update(&Author::builder().id("ada").name("Ada L.").build())).wait()?;
     /// assert_eq!(*names.lock().unwrap(), vec![
@@ -297,7 +297,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 touched.sort_unstable();
                 touched.dedup();
                 let st = &mut *st;
-                let mut updated = Vec::new();
+                let mut updated = crate::Indices::default();
                 for i in touched {
                     let now = pair(&st.rows[i]);
                     if st.shown[i] != now {

@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use super::indices::Indices;
 use crate::query::StoredObject;
 
 /// The row-level difference between an old and a new result of a query, in the
@@ -40,13 +41,13 @@ use crate::query::StoredObject;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Diff {
     /// Indices in the old result of objects no longer in the result.
-    pub removed: Vec<usize>,
+    pub removed: Indices,
     /// Indices in the new result of objects that were not in the old one.
-    pub inserted: Vec<usize>,
+    pub inserted: Indices,
     /// `(old index, new index)` of kept objects whose relative order changed.
     pub moved: Vec<(usize, usize)>,
     /// Indices in the new result of kept objects whose bytes changed.
-    pub updated: Vec<usize>,
+    pub updated: Indices,
 }
 
 impl Diff {

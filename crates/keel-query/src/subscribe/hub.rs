@@ -23,6 +23,7 @@ use keel_schema::{CmpOp, Expr, FieldPath, Object, ResolvedPath, Schema, SortKey,
 
 use super::delivery::{lock, Shared};
 use super::diff::Diff;
+use super::indices::Indices;
 use super::update::{ObjectEvent, Objects, QueryUpdate};
 use crate::change::Change;
 use crate::engine::Inner;
@@ -1917,27 +1918,27 @@ fn single_edit(
     if q.cap.is_some_and(|c| len > c) || (!q.complete && len < needed(&q.spec)) {
         return None;
     }
-    // Each list gets one index at most: `vec![…]` allocates it at its size.
+    // Each list gets one index at most, held inline (no allocation).
     let mut d = Diff::default();
     match (from, to) {
         (Some(i), None) if i < limit => {
-            d.removed = vec![i];
+            d.removed = Indices::one(i);
             if n > limit {
                 // The first row past the window slides in at its end.
-                d.inserted = vec![limit - 1];
+                d.inserted = Indices::one(limit - 1);
             }
         }
         (None, Some(j)) if j < limit => {
             if n >= limit {
                 // The window's last row is pushed out.
-                d.removed = vec![limit - 1];
+                d.removed = Indices::one(limit - 1);
             }
-            d.inserted = vec![j];
+            d.inserted = Indices::one(j);
         }
         (Some(i), Some(j)) if i == j => {
             let (old, new) = (&q.rows[i].obj, &add[0].obj);
             if i < limit && !Arc::ptr_eq(old, new) && old.bytes != new.bytes {
-                d.updated = vec![i];
+                d.updated = Indices::one(i);
             }
         }
         (Some(i), Some(j)) if i < limit || j < limit => return None,

@@ -105,6 +105,7 @@
 mod delivery;
 mod diff;
 pub(crate) mod hub;
+mod indices;
 mod nearest;
 mod update;
 
@@ -119,6 +120,7 @@ use keel_schema::{Record, Value};
 
 pub use diff::Diff;
 pub(crate) use hub::Hub;
+pub use indices::{Indices, IntoIter as IndicesIntoIter};
 pub use nearest::{NearestStats, NearestSubscription, NearestUpdate};
 pub use update::{ObjectEvent, ObjectUpdate, Objects, QueryUpdate, Update};
 
@@ -351,7 +353,7 @@ impl Query<'_> {
     /// let bytes = Post::builder().id("p").priority(5).build().encode();
     /// db.write(move |t| t.insert_bytes("blog.Post", bytes)).wait()?;
     /// let u = last.lock().unwrap().take().unwrap();
-    /// assert_eq!((u.objects.len(), u.diff.inserted.clone()), (1, vec![0]));
+    /// assert_eq!((u.objects.len(), u.diff.inserted.to_vec()), (1, vec![0]));
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn subscribe(self, f: impl FnMut(QueryUpdate) + Send + 'static) -> Result<Subscription> {
@@ -690,7 +692,7 @@ impl<R: Record> Fetch<'_, R> {
     /// db.write(|t| t.insert(&Post::builder().id("x").build())).wait()?;
     /// // The consumer was slow: it gets the latest result only.
     /// let u = futures::executor::block_on(s.next()).unwrap();
-    /// assert_eq!((u.objects.len(), u.diff.inserted.clone()), (1, vec![0]));
+    /// assert_eq!((u.objects.len(), u.diff.inserted.to_vec()), (1, vec![0]));
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn subscribe_stream(self) -> Result<UpdateStream<R>> {
