@@ -272,39 +272,74 @@ impl Diff {
         }
     }
 
-    /// [`Diff::apply`] on `v` itself: without moves, and with `removed` and
-    /// `inserted` strictly ascending (as every diff keel makes), the kept objects
-    /// keep their slots and a diff of a few rows costs a few shifts, not a new
-    /// vector. Returns false when the diff is not of that shape or does not fit
-    /// `v`, which is then left part-edited: the caller builds the result afresh.
-    pub(crate) fn apply_in_place<T>(
-        &self,
-        v: &mut Vec<T>,
-        mut fresh: impl FnMut(usize) -> T,
-    ) -> bool {
+    /// [`Diff::apply`] on `v` itself, the result the diff was made against: `v`
+    /// becomes the new result. What a list view does with each delivery, without
+    /// copying the whole list: a diff without moves (every diff of a commit that
+    /// changes one object) removes and inserts its few rows where they are, and the
+    /// rows between keep their slots. A diff with moves, or one that does not fit
+    /// `v`, rebuilds it as [`Diff::apply`] does.
+    ///
+    /// ```
+    /// let (old, new) = (['a', 'b', 'c'], ['a', 'c', 'd']);
+    /// let d = keel_query::Diff::by(&old, &new, |x| *x, |a, b| a == b);
+    /// let mut shown = old.to_vec();
+    /// d.apply_to(&mut shown, |i| new[i]);
+    /// assert_eq!(shown, new);
+    /// ```
+    pub fn apply_to<T: Clone>(&self, v: &mut Vec<T>, mut fresh: impl FnMut(usize) -> T) {
+        if self.fits_in_place(v.len()) {
+            self.edit_in_place(v, fresh);
+        } else {
+            *v = self.apply(v, &mut fresh);
+        }
+    }
+
+    /// [`Diff::apply_to`] for the hub, which builds a fresh list itself: false
+    /// (and `v` untouched) when the diff needs a rebuild.
+    pub(crate) fn apply_in_place<T>(&self, v: &mut Vec<T>, fresh: impl FnMut(usize) -> T) -> bool {
+        let fits = self.fits_in_place(v.len());
+        if fits {
+            self.edit_in_place(v, fresh);
+        }
+        fits
+    }
+
+    /// Whether the diff edits a list of `len` in place: no moves, `removed` and
+    /// `inserted` strictly ascending (as every diff keel makes) and every index
+    /// inside the list as it is at that step.
+    fn fits_in_place(&self, len: usize) -> bool {
+        let (removed, inserted) = (&*self.removed, &*self.inserted);
         let ascending = |x: &[usize]| x.windows(2).all(|w| w[0] < w[1]);
-        if !self.moved.is_empty() || !ascending(&self.removed) || !ascending(&self.inserted) {
+        if !self.moved.is_empty() || !ascending(removed) || !ascending(inserted) {
             return false;
         }
+        if removed.last().is_some_and(|&i| i >= len) {
+            return false;
+        }
+        // The k-th insertion lands in a list of `kept + k` rows. Ascending
+        // insertions never lower `j - k`, so the last one decides.
+        let kept = len - removed.len();
+        if inserted
+            .last()
+            .is_some_and(|&j| j - (inserted.len() - 1) > kept)
+        {
+            return false;
+        }
+        let new_len = kept + inserted.len();
+        self.updated.iter().all(|&j| j < new_len)
+    }
+
+    /// The edit [`Diff::fits_in_place`] allowed.
+    fn edit_in_place<T>(&self, v: &mut Vec<T>, mut fresh: impl FnMut(usize) -> T) {
         for &i in self.removed.iter().rev() {
-            if i >= v.len() {
-                return false;
-            }
             v.remove(i);
         }
         for &j in &self.inserted {
-            if j > v.len() {
-                return false;
-            }
             v.insert(j, fresh(j));
         }
         for &j in &self.updated {
-            match v.get_mut(j) {
-                Some(slot) => *slot = fresh(j),
-                None => return false,
-            }
+            v[j] = fresh(j);
         }
-        true
     }
 
     /// [`Diff::apply`] with a fallible `fresh` (e.g. decoding).
@@ -387,11 +422,47 @@ mod tests {
         assert_eq!(done, d.moved.is_empty(), "{old:?} -> {new:?}: {d:?}");
         if done {
             assert_eq!(v, new, "in place: {old:?} -> {new:?}: {d:?}");
+        } else {
+            assert_eq!(v, old, "a diff that needs a rebuild leaves the list alone");
         }
+        // The public form always gets there, in place or not.
+        let mut v = old.to_vec();
+        d.apply_to(&mut v, |i| new[i]);
+        assert_eq!(v, new, "apply_to: {old:?} -> {new:?}: {d:?}");
         // Setting identical ends aside first changes nothing.
         let t = Diff::by_trimmed(old, new, |a, b| a == b, |x| x / 10, |a, b| a == b);
         assert_eq!(t, d, "trimmed: {old:?} -> {new:?}");
         d
+    }
+
+    #[test]
+    fn a_diff_that_does_not_fit_the_list_is_not_applied_in_place() {
+        let d = Diff {
+            removed: [3].into(),
+            ..Diff::default()
+        };
+        let mut v = vec![1, 2];
+        assert!(!d.apply_in_place(&mut v, |_| 0));
+        assert_eq!(v, [1, 2], "untouched");
+        let d = Diff {
+            inserted: [0, 5].into(),
+            ..Diff::default()
+        };
+        assert!(!d.apply_in_place(&mut v, |_| 0));
+        assert_eq!(v, [1, 2], "untouched");
+        let d = Diff {
+            updated: [2].into(),
+            ..Diff::default()
+        };
+        assert!(!d.apply_in_place(&mut v, |_| 0));
+        let d = Diff {
+            removed: [0].into(),
+            inserted: [1].into(),
+            updated: [0].into(),
+            ..Diff::default()
+        };
+        assert!(d.apply_in_place(&mut v, |j| 10 + j));
+        assert_eq!(v, [10, 11]);
     }
 
     #[test]
