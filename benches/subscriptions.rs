@@ -35,7 +35,9 @@
 //!    priority half the collection away (another window). Measured on the writer's
 //!    side: the time from `write` to its future resolving (all deliveries made), per
 //!    commit; the three settings take turns in four rounds, so that the machine's
-//!    drift reaches them alike. With no query open nothing is recorded at all (no change hook either),
+//!    drift reaches them alike. Each callback keeps its window's rowids as a list
+//!    view does, applying the delivery's diff to them (`Diff::apply_to`); at the
+//!    end, some windows are compared with fresh fetches. With no query open nothing is recorded at all (no change hook either),
 //!    so `app_1000_vs_none_ratio` is everything open subscriptions add to a write.
 //!    The refetch baseline re-runs every open query in a commit hook.
 //!
@@ -672,7 +674,8 @@ fn app_case(
     };
     let los: Vec<i32> = (0..s).map(|k| (k * APP_STEP) as i32).collect();
     let deliveries = Arc::new(AtomicUsize::new(0));
-    // Each subscription keeps the rowids of its last delivery, as a list view would.
+    // Each subscription keeps the rowids it shows, as a list view does: it applies
+    // each delivery's row-level diff to them (`Diff::apply_to`).
     type Shown = Arc<Mutex<Vec<i64>>>;
     let open = |los: &[i32]| -> Vec<(Subscription, Shown)> {
         los.iter()
@@ -682,7 +685,8 @@ fn app_case(
                 let sub = range(lo)
                     .subscribe(move |u| {
                         d.fetch_add(1, Ordering::Relaxed);
-                        *sh.lock().unwrap() = u.objects.iter().map(|o| o.rowid).collect();
+                        u.diff
+                            .apply_to(&mut sh.lock().unwrap(), |j| u.objects[j].rowid);
                     })
                     .unwrap();
                 (sub, shown)
