@@ -287,34 +287,45 @@ impl Diff {
     /// assert_eq!(shown, new);
     /// ```
     pub fn apply_to<T: Clone>(&self, v: &mut Vec<T>, mut fresh: impl FnMut(usize) -> T) {
-        if self.fits_in_place(v.len()) {
-            self.edit_in_place(v, fresh);
-        } else {
-            *v = self.apply(v, &mut fresh);
+        if !self.apply_in_place(v, &mut fresh) {
+            *v = self.apply(v, fresh);
         }
     }
 
     /// [`Diff::apply_to`] for the hub, which builds a fresh list itself: false
     /// (and `v` untouched) when the diff needs a rebuild.
-    pub(crate) fn apply_in_place<T>(&self, v: &mut Vec<T>, fresh: impl FnMut(usize) -> T) -> bool {
-        let fits = self.fits_in_place(v.len());
-        if fits {
-            self.edit_in_place(v, fresh);
+    pub(crate) fn apply_in_place<T>(
+        &self,
+        v: &mut Vec<T>,
+        mut fresh: impl FnMut(usize) -> T,
+    ) -> bool {
+        let Some((removed, inserted, updated)) = self.in_place(v.len()) else {
+            return false;
+        };
+        for &i in removed.iter().rev() {
+            v.remove(i);
         }
-        fits
+        for &j in inserted {
+            v.insert(j, fresh(j));
+        }
+        for &j in updated {
+            v[j] = fresh(j);
+        }
+        true
     }
 
-    /// Whether the diff edits a list of `len` in place: no moves, `removed` and
-    /// `inserted` strictly ascending (as every diff keel makes) and every index
-    /// inside the list as it is at that step.
-    fn fits_in_place(&self, len: usize) -> bool {
-        let (removed, inserted) = (&*self.removed, &*self.inserted);
+    /// The removed, inserted and updated positions, if the diff edits a list of
+    /// `len` in place: no moves, `removed` and `inserted` strictly ascending (as
+    /// every diff keel makes) and every index inside the list as it is at that step.
+    #[inline]
+    fn in_place(&self, len: usize) -> Option<(&[usize], &[usize], &[usize])> {
+        let (removed, inserted, updated) = (&*self.removed, &*self.inserted, &*self.updated);
         let ascending = |x: &[usize]| x.windows(2).all(|w| w[0] < w[1]);
         if !self.moved.is_empty() || !ascending(removed) || !ascending(inserted) {
-            return false;
+            return None;
         }
         if removed.last().is_some_and(|&i| i >= len) {
-            return false;
+            return None;
         }
         // The k-th insertion lands in a list of `kept + k` rows. Ascending
         // insertions never lower `j - k`, so the last one decides.
@@ -323,23 +334,13 @@ impl Diff {
             .last()
             .is_some_and(|&j| j - (inserted.len() - 1) > kept)
         {
-            return false;
+            return None;
         }
         let new_len = kept + inserted.len();
-        self.updated.iter().all(|&j| j < new_len)
-    }
-
-    /// The edit [`Diff::fits_in_place`] allowed.
-    fn edit_in_place<T>(&self, v: &mut Vec<T>, mut fresh: impl FnMut(usize) -> T) {
-        for &i in self.removed.iter().rev() {
-            v.remove(i);
-        }
-        for &j in &self.inserted {
-            v.insert(j, fresh(j));
-        }
-        for &j in &self.updated {
-            v[j] = fresh(j);
-        }
+        updated
+            .iter()
+            .all(|&j| j < new_len)
+            .then_some((removed, inserted, updated))
     }
 
     /// [`Diff::apply`] with a fallible `fresh` (e.g. decoding).
