@@ -279,6 +279,24 @@ pub(crate) fn upper_camel(name: &str) -> String {
     out
 }
 
+/// `old_score` → `oldScore`, `Red` → `red`, `HTTP_OK` → `httpOk`, `URL` → `url`:
+/// [`upper_camel`] with its leading capitals lowered. Field, property and enum-case
+/// names in every generated language.
+pub(crate) fn lower_camel(name: &str) -> String {
+    let up = upper_camel(name);
+    let chars: Vec<char> = up.chars().collect();
+    // Lower the leading run of capitals (keeping the last one of a longer run when a
+    // lowercase letter follows: `URLPath` → `urlPath`).
+    let mut n = chars.iter().take_while(|c| c.is_uppercase()).count();
+    if n > 1 && n < chars.len() && chars[n].is_lowercase() {
+        n -= 1;
+    }
+    // `upper_camel` never returns "": there is a first character to lower.
+    let (head, tail) = chars.split_at(n.max(1));
+    let head: String = head.iter().collect();
+    head.to_lowercase() + &tail.iter().collect::<String>()
+}
+
 /// Whether a table field's generated property is optional (`Option<T>`, `T?`):
 /// yes unless a reader always has a value to give — a non-optional scalar or enum
 /// (the schema default stands in for absence), a vector (absent reads as empty) or
@@ -553,6 +571,15 @@ mod tests {
         assert_eq!(upper_camel("URLPath"), "URLPath");
         assert_eq!(upper_camel("2d"), "V2d");
         assert_eq!(upper_camel("_"), "V");
+    }
+
+    #[test]
+    fn lower_camel_lowers_the_leading_capitals() {
+        assert_eq!(lower_camel("old_score"), "oldScore");
+        assert_eq!(lower_camel("Red"), "red");
+        assert_eq!(lower_camel("HTTP_OK"), "httpOk");
+        assert_eq!(lower_camel("URLPath"), "urlPath");
+        assert_eq!(lower_camel("id"), "id");
     }
 
     #[test]

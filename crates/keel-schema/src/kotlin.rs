@@ -50,8 +50,8 @@ use std::path::{Path, PathBuf};
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
     backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
-    load_with_stem, struct_doc_fallback, types_in_emit_order, union_doc_fallback, write_arms,
-    write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+    load_with_stem, lower_camel, struct_doc_fallback, types_in_emit_order, union_doc_fallback,
+    upper_camel, write_arms, write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
 };
 use crate::model::*;
 use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
@@ -172,37 +172,6 @@ fn long_to_wire(add: &str) -> &'static str {
 /// A package name as Kotlin source spells it: keywords among its parts escaped.
 fn escape_package(p: &str) -> String {
     p.split('.').map(ident).collect::<Vec<_>>().join(".")
-}
-
-/// `old_score` → `oldScore`, `URL` → `uRL` (first letter lowered, `_x` → `X`).
-fn lower_camel(name: &str) -> String {
-    let mut out = String::new();
-    let mut upper_next = false;
-    for (i, c) in name.chars().enumerate() {
-        if c == '_' && i > 0 {
-            upper_next = true;
-        } else if out.is_empty() {
-            out.extend(c.to_lowercase());
-        } else if upper_next {
-            out.extend(c.to_uppercase());
-            upper_next = false;
-        } else {
-            out.push(c);
-        }
-    }
-    if out.is_empty() {
-        out.push_str("field");
-    }
-    out
-}
-
-fn upper_camel(name: &str) -> String {
-    let l = lower_camel(name);
-    let mut cs = l.chars();
-    match cs.next() {
-        Some(f) => f.to_uppercase().chain(cs).collect(),
-        None => String::new(),
-    }
 }
 
 /// A Kotlin string literal (escaping `\`, `"`, `$` and control characters).
@@ -1425,6 +1394,40 @@ mod tests {
         );
         // deprecated fields are not generated, their slot stays reserved
         assert!(!k.contains("oldScore"));
+    }
+
+    /// Kotlin names fields and the schema object as Swift does, from
+    /// the one naming plan (`codegen_shared::lower_camel` / `upper_camel`): a
+    /// capitalised or hyphenated name gets the same spelling in both, and a stem
+    /// with a `-` still makes a Kotlin identifier.
+    #[test]
+    fn names_follow_the_shared_plan() {
+        let s = crate::codegen_shared::test_schema(
+            "enum Code: byte { HTTP_OK, URLPath } \
+             table T { HTTP_OK: int; URLPath: int; old_score: int; code: Code; } root_type T;",
+        );
+        let files = generate(&s, "api-v2").unwrap();
+        let k: String = files.iter().map(|(_, t)| t.as_str()).collect();
+        crate::codegen_shared::assert_contains_all(
+            &k,
+            &[
+                "public object ApiV2Schema {",
+                "public val httpOk: Int = 0,",
+                "public val urlPath: Int = 0,",
+                "public val oldScore: Int = 0,",
+            ],
+        );
+        assert!(
+            files.iter().all(|(name, _)| name.ends_with("ApiV2.kt")),
+            "{files:?}"
+        );
+        let swift = crate::swift::generate(&s, "api-v2").unwrap();
+        for name in ["httpOk", "urlPath", "oldScore", "ApiV2Schema"] {
+            assert!(
+                swift.contains(name),
+                "Swift spells {name} the same: {swift}"
+            );
+        }
     }
 
     /// References get a relation handle in the companion, to-many ones a

@@ -54,9 +54,9 @@ use std::path::{Path, PathBuf};
 
 use crate::codegen::CodegenError;
 use crate::codegen_shared::{
-    backticks, declared_types, doc, enum_value, escaped, load_with_stem, open_enum, open_type,
-    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, write_files, Names,
+    backticks, declared_types, doc, enum_value, escaped, load_with_stem, lower_camel, open_enum,
+    open_type, property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback,
+    upper_camel, write_arms, write_conversions, write_files, Names,
 };
 use crate::model::*;
 use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
@@ -145,22 +145,6 @@ const RESERVED_TYPES: &[&str] = &[
     "Optional",
     "Key",
 ];
-
-/// `old_score` → `oldScore`, `Red` → `red`, `HTTP_OK` → `httpOk`, `URL` → `url`.
-fn lower_camel(name: &str) -> String {
-    let up = upper_camel(name);
-    let chars: Vec<char> = up.chars().collect();
-    // Lower the leading run of capitals (keeping the last one of a longer run when a
-    // lowercase letter follows: `URLPath` → `urlPath`).
-    let mut n = chars.iter().take_while(|c| c.is_uppercase()).count();
-    if n > 1 && n < chars.len() && chars[n].is_lowercase() {
-        n -= 1;
-    }
-    // `upper_camel` never returns "": there is a first character to lower.
-    let (head, tail) = chars.split_at(n.max(1));
-    let head: String = head.iter().collect();
-    head.to_lowercase() + &tail.iter().collect::<String>()
-}
 
 fn esc(name: &str) -> String {
     escaped(name, KEYWORDS, backticks)
@@ -1142,12 +1126,6 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(lower_camel("old_score"), "oldScore");
-        assert_eq!(lower_camel("Red"), "red");
-        assert_eq!(lower_camel("HTTP_OK"), "httpOk");
-        assert_eq!(lower_camel("URLPath"), "urlPath");
-        assert_eq!(lower_camel("id"), "id");
-        assert_eq!(upper_camel("blog"), "Blog");
         assert_eq!(esc("default"), "`default`");
         assert_eq!(member("primaryKey"), "primaryKey_");
     }
