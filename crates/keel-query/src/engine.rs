@@ -2,7 +2,7 @@
 //! schema's collections, the change hooks, the dictionary's cache, the subscription
 //! hub, the fetch pool), the write-closure marker, and [`Task`].
 //!
-//! It sits below the modules that use it: [`Database`](crate::Database) (`db.rs`)
+//! It sits below the modules that use it: [`Database`](crate::db::database::Database) (`db.rs`)
 //! is only the public facade over an `Arc<Inner>`, and `txn`, `query`, `subscribe`
 //! and `dictionary` reach this module, never `db.rs`, for the shared state. It
 //! names none of them: the subscription hub, which runs queries through the engine,
@@ -21,10 +21,10 @@ use std::task::{Context, Poll};
 use keel_schema::DynamicTable;
 use keel_storage::{Store, WriteFuture};
 
-use crate::change::Change;
+use crate::base::change::Change;
+use crate::base::error::{Error, Result};
 use crate::dictionary::shared::{DictHost, Shared as DictShared};
-use crate::error::{Error, Result};
-use crate::layout::Coll;
+use crate::layout::table::Coll;
 use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
@@ -34,7 +34,7 @@ pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
 /// through it and keeps a `Weak<Inner>` — so the engine holds it through this trait
 /// instead of naming it.
 ///
-/// [`Query`]: crate::Query
+/// [`Query`]: crate::query::fetch::Query
 pub(crate) trait CommitObserver: Send + Sync {
     /// Whether write closures must record their changes for it.
     fn interested(&self) -> bool;
@@ -74,7 +74,7 @@ pub(crate) struct Inner {
     /// The subscription hub, created by the first subscription.
     pub(crate) hub: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     /// The threads that run the `_async` fetches (`keel-fetch-N`).
-    pub(crate) fetch_pool: crate::pool::Pool,
+    pub(crate) fetch_pool: crate::base::pool::Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
     pub(crate) created: Vec<String>,
     /// The cross-process change feed (`StoreOptions::share_changes`; see `feed`).
@@ -87,7 +87,7 @@ pub(crate) struct Inner {
     /// [`Inner::check_layout`].
     layout_cookie: AtomicI64,
     /// In-memory copies of vector fields' packed columns (`vector_cache.rs`).
-    pub(crate) vector_cache: crate::vector_cache::VectorCache,
+    pub(crate) vector_cache: crate::vector::cache::VectorCache,
 }
 
 impl Inner {
@@ -122,12 +122,12 @@ impl Inner {
             path,
             dict: DictShared::new(weak.clone() as std::sync::Weak<dyn DictHost>),
             hub: std::sync::OnceLock::new(),
-            fetch_pool: crate::pool::Pool::new(readers),
+            fetch_pool: crate::base::pool::Pool::new(readers),
             created,
             feed,
             foreign_seen,
             layout_cookie: AtomicI64::new(-1),
-            vector_cache: crate::vector_cache::VectorCache::new(vector_cache_bytes),
+            vector_cache: crate::vector::cache::VectorCache::new(vector_cache_bytes),
         })
     }
 
@@ -169,7 +169,7 @@ impl Inner {
             message,
         };
         for c in &self.colls {
-            let mut has = crate::layout::table_columns(conn, &c.ident).map_err(err)?;
+            let mut has = crate::layout::table::table_columns(conn, &c.ident).map_err(err)?;
             let mut writes: Vec<String> = std::iter::once("rowid".to_string())
                 .chain((0..c.key.len()).map(|i| format!("k{i}")))
                 .chain(std::iter::once("body".to_string()))
@@ -201,7 +201,7 @@ impl Inner {
         Ok(())
     }
 
-    /// The body of [`Database::close`](crate::Database::close): the dictionary's
+    /// The body of [`Database::close`](crate::db::database::Database::close): the dictionary's
     /// last flush is queued before the database is marked closed.
     pub(crate) fn close(self: &Arc<Inner>) -> Task<()> {
         let dict_flush = crate::dictionary::shared::before_close(&self.dict);
@@ -229,7 +229,7 @@ impl Inner {
     }
 
     /// Another process may have committed while this one could not see it (found
-    /// by [`Database::resume`](crate::Database::resume)). The hook point for
+    /// by [`Database::resume`](crate::db::database::Database::resume)). The hook point for
     /// cross-process catch-up: for now the dictionary's cache forgets its
     /// committed values, and every live query and object subscription is read
     /// again and delivers what differs (dictionary subscriptions are not told). It runs on the writer thread, from an
@@ -514,10 +514,10 @@ impl Drop for WritingGuard {
 }
 
 /// A future that resolves when a job running on a keel-owned thread finishes
-/// (async fetches, [`Database::close`](crate::Database::close)). Runtime-agnostic; block with
+/// (async fetches, [`Database::close`](crate::db::database::Database::close)). Runtime-agnostic; block with
 /// [`Task::wait`]. Async fetches run on the database's small fetch pool
 /// (threads `keel-fetch-N`, at most the reader pool size, joined by
-/// [`Database::close`](crate::Database::close)), not on a thread of their own.
+/// [`Database::close`](crate::db::database::Database::close)), not on a thread of their own.
 ///
 /// ```
 /// # use keel_query::{Database, StoreOptions};
@@ -576,11 +576,11 @@ impl<T: Send + 'static> Task<T> {
         });
         match inner.fetch_pool.submit(job) {
             Ok(()) => Task { rx },
-            Err(crate::pool::Rejected::Closed) => Task::ready(Err(Error::Closed {
+            Err(crate::base::pool::Rejected::Closed) => Task::ready(Err(Error::Closed {
                 op,
                 path: inner.path.clone(),
             })),
-            Err(crate::pool::Rejected::Spawn(e)) => {
+            Err(crate::base::pool::Rejected::Spawn(e)) => {
                 Task::ready(Err(Error::Storage(keel_storage::Error::Io {
                     op: "start a keel-fetch thread",
                     path: inner.path.clone(),

@@ -18,7 +18,7 @@
 //! ## Reading: the catch-up
 //!
 //! A `keel-feed` thread sleeps in the kernel until a post arrives, then runs
-//! the catch-up (`remote.rs`; [`Database::catch_up`](crate::Database::catch_up) — and so
+//! the catch-up (`remote.rs`; [`Database::catch_up`](crate::db::database::Database::catch_up) — and so
 //! `resume` — runs it too): in **one read transaction** it reads the log after the
 //! last sequence number this handle saw, skips its own origin (those commits were
 //! delivered locally, before their futures resolved), and fetches the current
@@ -62,8 +62,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use keel_schema::Value;
 use keel_storage::xproc::{CommitSignal, CommitWatch};
 
-use crate::change::Change;
-use crate::error::{Error, Result};
+use crate::base::change::Change;
+use crate::base::error::{Error, Result};
 
 /// The change log's table.
 pub(crate) const LOG_TABLE: &str = "keel_changes";
@@ -552,13 +552,13 @@ impl RemoteRow {
     /// This row as a [`Change`] with primary key `key`: an
     /// update to its current bytes, or a delete; no old bytes (the log keeps
     /// none).
-    pub(crate) fn change(&self, key: Vec<Value>) -> crate::Change {
-        crate::Change {
+    pub(crate) fn change(&self, key: Vec<Value>) -> crate::base::change::Change {
+        crate::base::change::Change {
             collection: self.collection.clone(),
             op: if self.bytes.is_some() {
-                crate::ChangeOp::Update
+                crate::base::change::ChangeOp::Update
             } else {
-                crate::ChangeOp::Delete
+                crate::base::change::ChangeOp::Delete
             },
             key,
             rowid: self.rowid,
@@ -697,7 +697,7 @@ pub(crate) fn read_log(conn: &rusqlite::Connection, origin: i64, last: i64) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::change::ChangeOp;
+    use crate::base::change::ChangeOp;
 
     fn ch(coll: &str, rowid: i64) -> Change {
         Change {

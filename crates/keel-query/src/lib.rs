@@ -79,105 +79,69 @@
 //! # Ok::<(), keel_query::Error>(())
 //! ```
 //!
-//! ## How the modules depend on each other
+//! ## Where things live
 //!
-//! Imports point down, from the facade to the shared state, never back up or in
-//! a circle (`tests/module_layers.rs` checks it). From the bottom:
+//! The crate is built in bands, each a folder; imports point down only, from the
+//! top band to the ground (`tests/module_layers.rs` checks it against the band list
+//! in `docs/architecture.md`). `engine` is the waist: features keep their state
+//! below it, and their handles and operations sit above it.
 //!
-//! * **Leaves** know nothing of a database: `error`, `change` ([`Change`]),
-//!   [`pool`], `slot`, the dictionary's `value`, and `subscribe`'s `delivery`
-//!   and `fx` (hash maps); then [`eval`] and the dictionary's `cache`.
-//! * **`feed`**, the low half of the cross-process change feed (its state, the
-//!   gate between local commits and catch-ups, the change log's format): what
-//!   write closures and dictionary flushes write through.
-//! * **The dictionary's cache**: `dictionary::subscribe` (key subscriptions), then
-//!   `dictionary::shared` (the cache and pending writes every handle shares). It
-//!   reaches the database that owns it only through its `DictHost` trait.
-//! * **Storage layout**: `body` (how the body column holds an object's bytes:
-//!   the key string once) and `links` (a collection's `(references: …)` links
-//!   both ways, read from the schema), then `layout` (the table model: collections, keys, index
-//!   columns, the SQL text, filling a column), then `sql` (compiling queries,
-//!   `keel_field`), `stored` (the stored schema and how an open relates to it),
-//!   [`migrate`] and [`inspect`], then `schema_phase` (the open's schema
-//!   transaction, which runs them).
-//! * **`engine`** holds `Inner`, the state every handle of one database shares
-//!   (store, collections, change hooks, fetch pool, the dictionary's cache), the
-//!   write-closure marker and [`Task`]. It holds the subscription hub as a
-//!   `CommitObserver` trait object, so it names nothing above it.
-//! * **`query`** ([`Query`], [`Fetch`], lookups by key) and the dictionary's `txn`
-//!   half build on the engine; `relation` (prefetch and filters through
-//!   references: [`Fetch::including`]) on `query`; then **`txn`** ([`Txn`], with
-//!   its child `txn::rules`: delete rules and the `dangling: false` check) and
-//!   `subscribe`'s `diff`
-//!   and `update` (the delivery types) on `query`; then **`subscribe::hub`**,
-//!   which runs queries through a `Weak<Inner>` and implements `CommitObserver`.
-//! * **`remote`**, the catch-up of the change feed: reads what other processes
-//!   committed and hands it to the hub (`CommitObserver::on_remote`) and the
-//!   dictionary's cache.
-//! * **`db`** is only the [`Database`] facade over an `Arc<Inner>`.
-//! * **Facade extensions** sit on top: [`subscribe`] adds the subscription methods
-//!   to [`Database`] (and installs the hub), `live_relation` the live lists across
-//!   a relation ([`Including::subscribe`], on a commit hook), and
-//!   [`dictionary`]'s [`Dictionary`] wraps one.
+//! * `base/`: error, change, SQLite's value semantics, pool, slot, hash maps, keys
+//!   of referenced objects.
+//! * `search/`: the tokenizer and the search language.
+//! * `layout/`: the table model, the body column, links, the stored schema, and the
+//!   full-text and vector side tables.
+//! * `vector/`: the vector kernel: write check, exact scan, in-memory copy, codes.
+//! * `feed`: the low half of the cross-process change feed.
+//! * `dictionary/`: the key-value store's cache, pending writes and key streams.
+//! * `engine`: `Inner`, the state every handle of one database shares.
+//! * `query/`: [`Query`], [`Fetch`], SQL, the in-memory evaluator, `nearest`.
+//! * `txn/`: [`Txn`], the delete rules, the transaction's dictionary.
+//! * `open/`: the schema phase, [`migrate`], [`inspect`].
+//! * `db/`: the [`Database`] facade, the feed's catch-up, the [`Dictionary`] handle.
+//! * [`subscribe`]: live queries and object subscriptions, live k-NN.
+//! * `relations/`: prefetch through references, filters through them, live lists.
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
-mod body;
-mod change;
+mod base;
 mod db;
 pub mod dictionary;
 mod engine;
-mod error;
-pub mod eval;
 pub(crate) mod feed;
-mod fts;
-mod fx;
-pub mod inspect;
 mod layout;
-mod links;
-mod live_relation;
-pub mod migrate;
-mod nearest;
-pub mod pool;
+mod open;
 mod query;
-mod ref_keys;
-mod relation;
-mod remote;
-mod scan;
-mod scan_helper;
-mod schema_phase;
+mod relations;
 pub mod search;
-mod slot;
-mod sql;
-mod stored;
 pub mod subscribe;
-mod tokenize;
 mod txn;
 mod vector;
-mod vector_cache;
-mod vector_codes;
-mod vector_table;
 
-pub use change::{Change, ChangeOp};
-pub use db::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
+pub use base::change::{Change, ChangeOp};
+pub use base::error::{Error, Result};
+pub use base::pool;
+pub use db::database::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
+pub use db::dictionary::{DictStats, Dictionary};
 pub use dictionary::{
-    DictKind, DictStats, DictStream, DictSubscription, DictValue, Dictionary, FromDictValue,
-    ToDictValue, TxnDictionary,
+    DictKind, DictStream, DictSubscription, DictValue, FromDictValue, ToDictValue,
 };
 pub use engine::Task;
-pub use error::{Error, Result};
 pub use feed::FeedStats;
-pub use live_relation::{IncludingManyUpdate, IncludingSubscription, IncludingUpdate};
-pub use migrate::{Backfill, Migration, MigrationProgress, Migrator};
-pub use nearest::{Nearest, NearestFetch, Neighbor};
-pub use query::{Fetch, Query, StoredObject};
-pub use relation::{Included, Including};
-pub use sql::FIELD_FN;
+pub use open::migrate::{Backfill, Migration, MigrationProgress, Migrator};
+pub use open::{inspect, migrate};
+pub use query::eval;
+pub use query::fetch::{Fetch, Query, StoredObject};
+pub use query::nearest::{Nearest, NearestFetch, Neighbor};
+pub use query::sql::FIELD_FN;
+pub use relations::live::{IncludingManyUpdate, IncludingSubscription, IncludingUpdate};
+pub use relations::prefetch::{Included, Including};
 pub use subscribe::{
     Diff, Indices, IndicesIntoIter, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent,
     ObjectUpdate, Objects, QueryUpdate, Subscription, Update,
 };
-pub use txn::Txn;
+pub use txn::dictionary::TxnDictionary;
+pub use txn::transaction::Txn;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
 pub use keel_storage::{

@@ -1,7 +1,7 @@
 //! The dictionary's engine half: the cache and pending writes every handle of
 //! one database shares ([`Shared`], owned by the engine state), the rows in
 //! `keel_dict`, the flush, the close steps and the value conversions.
-//! [`Dictionary`](super::Dictionary) (`mod.rs`) and [`TxnDictionary`](super::TxnDictionary)
+//! [`Dictionary`](crate::Dictionary) (`db/dictionary.rs`) and [`TxnDictionary`](crate::TxnDictionary)
 //! (`txn.rs`) are built on it. It sits below the engine state that owns it and
 //! reaches that only through [`DictHost`] (the store and the open check), never
 //! the engine or the `Database` facade.
@@ -16,26 +16,26 @@ use keel_storage::{Store, WriteFuture, WriteTxn};
 use super::cache::{shard_of, Drained, Shard, Val, SHARDS};
 use super::subscribe;
 use super::value::{DictValue, FromDictValue};
-use crate::error::{Error, Result};
+use crate::base::error::{Error, Result};
 
-pub(super) const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
-pub(super) const SQL_PUT: &str =
+pub(crate) const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
+pub(crate) const SQL_PUT: &str =
     "INSERT OR REPLACE INTO keel_dict(key, kind, type, value) VALUES (?1, ?2, ?3, ?4)";
-pub(super) const SQL_DEL: &str = "DELETE FROM keel_dict WHERE key = ?1";
-pub(super) const SQL_CLEAR: &str = "DELETE FROM keel_dict";
-pub(super) const TABLE: &str = "keel_dict";
+pub(crate) const SQL_DEL: &str = "DELETE FROM keel_dict WHERE key = ?1";
+pub(crate) const SQL_CLEAR: &str = "DELETE FROM keel_dict";
+pub(crate) const TABLE: &str = "keel_dict";
 
-pub(super) const DEFAULT_CACHE_LIMIT: usize = 16 << 20;
+pub(crate) const DEFAULT_CACHE_LIMIT: usize = 16 << 20;
 
-pub(super) fn rd<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+pub(crate) fn rd<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     l.read().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(super) fn wr<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+pub(crate) fn wr<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -65,22 +65,22 @@ pub(crate) trait DictHost: Send + Sync {
 
 /// The dictionary's shared state; one per database, owned by it.
 pub(crate) struct Shared {
-    pub(super) shards: Box<[RwLock<Shard>]>,
+    pub(crate) shards: Box<[RwLock<Shard>]>,
     /// A `remove_all` not yet taken by a flush (or a transaction). Lock order:
     /// shard locks first, then this; never a shard lock while holding it.
-    pub(super) clear_op: Mutex<Option<u64>>,
-    pub(super) next_clear: AtomicU64,
-    pub(super) flush_queued: AtomicBool,
-    pub(super) shard_limit: AtomicUsize,
-    pub(super) disk_reads: AtomicU64,
-    pub(super) flushes: AtomicU64,
-    pub(super) defaults: RwLock<HashMap<String, DictValue>>,
+    pub(crate) clear_op: Mutex<Option<u64>>,
+    pub(crate) next_clear: AtomicU64,
+    pub(crate) flush_queued: AtomicBool,
+    pub(crate) shard_limit: AtomicUsize,
+    pub(crate) disk_reads: AtomicU64,
+    pub(crate) flushes: AtomicU64,
+    pub(crate) defaults: RwLock<HashMap<String, DictValue>>,
     pub(crate) subs: subscribe::Registry,
     /// Subscriptions whose first value missed the cache while the database was
     /// suspended: read again after resume (see [`Shared::offer_initial`]). Weak:
     /// a subscription dropped meanwhile is not kept alive (nor its callback).
     pending_initial: Mutex<Vec<(String, Weak<subscribe::Slot>)>>,
-    pub(super) db: Weak<dyn DictHost>,
+    pub(crate) db: Weak<dyn DictHost>,
 }
 
 impl Shared {
@@ -100,7 +100,7 @@ impl Shared {
         })
     }
 
-    pub(super) fn all_write(&self) -> Vec<RwLockWriteGuard<'_, Shard>> {
+    pub(crate) fn all_write(&self) -> Vec<RwLockWriteGuard<'_, Shard>> {
         self.shards.iter().map(wr).collect()
     }
 
@@ -133,7 +133,7 @@ impl Shared {
     }
 
     /// A set or remove through the cache: visible at once, persisted by a flush.
-    pub(super) fn change(self: &Arc<Self>, key: &str, value: Val) {
+    pub(crate) fn change(self: &Arc<Self>, key: &str, value: Val) {
         let s = shard_of(key);
         let seq = {
             let mut sh = wr(&self.shards[s]);
@@ -148,7 +148,7 @@ impl Shared {
         self.schedule_flush();
     }
 
-    pub(super) fn remove_all(self: &Arc<Self>) {
+    pub(crate) fn remove_all(self: &Arc<Self>) {
         let seqs = {
             let mut shards = self.all_write();
             let mut clear = lock(&self.clear_op);
@@ -183,7 +183,7 @@ impl Shared {
 
     /// Look `key` up: cache, else disk (and fill the cache if nothing changed
     /// meanwhile). `f` sees the stored value and its sequence number.
-    pub(super) fn lookup<R>(
+    pub(crate) fn lookup<R>(
         &self,
         key: &str,
         f: impl FnOnce(Option<&DictValue>, u64) -> R,
@@ -220,7 +220,7 @@ impl Shared {
     /// database must not report a stored key as absent, nor hold the thread that
     /// would call resume (usually the subscriber's). Either way the value goes
     /// through the slot, so a change offered meanwhile (newer sequence number) wins.
-    pub(super) fn offer_initial(self: &Arc<Self>, key: &str, slot: &Arc<subscribe::Slot>) {
+    pub(crate) fn offer_initial(self: &Arc<Self>, key: &str, slot: &Arc<subscribe::Slot>) {
         match self.cached(key) {
             Some((seq, v)) => subscribe::initial(self, slot, seq, &v),
             None => self.read_initial_later(key.to_owned(), Arc::clone(slot)),
@@ -280,7 +280,7 @@ impl Shared {
     }
 
     /// Second half of a miss: `disk` was read after the shard was at `version`.
-    pub(super) fn fill<R>(
+    pub(crate) fn fill<R>(
         &self,
         key: &str,
         version: u64,
@@ -354,7 +354,7 @@ impl Shared {
         }
     }
 
-    pub(super) fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
+    pub(crate) fn read_disk(&self, key: &str) -> Result<Option<DictValue>> {
         let inner = self.db.upgrade().ok_or_else(|| Error::Closed {
             op: "dictionary read",
             path: Default::default(),
@@ -411,13 +411,13 @@ pub(crate) fn clear_rows(c: &rusqlite::Connection) -> Result<()> {
 }
 
 /// Restores a drained batch if its commit does not happen; marks it clean if it does.
-pub(super) struct FlushGuard {
-    pub(super) shared: Arc<Shared>,
-    pub(super) batch: Option<Drained>,
+pub(crate) struct FlushGuard {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) batch: Option<Drained>,
 }
 
 impl FlushGuard {
-    pub(super) fn committed(mut self) {
+    pub(crate) fn committed(mut self) {
         let Some(batch) = self.batch.take() else {
             return;
         };
@@ -458,7 +458,7 @@ impl Drop for FlushGuard {
 impl Shared {
     /// Take every pending change: a consistent cut across shards. The locks are
     /// held only to swap the maps out.
-    pub(super) fn drain(&self) -> Drained {
+    pub(crate) fn drain(&self) -> Drained {
         let (clear, maps) = {
             let mut shards = self.all_write();
             let clear = lock(&self.clear_op).take();
@@ -499,7 +499,7 @@ impl Shared {
 }
 
 /// The writer-side flush: drain, write, and settle the cache at commit.
-pub(super) fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool) -> Result<()> {
+pub(crate) fn flush(shared: &Arc<Shared>, w: &mut WriteTxn<'_>, background: bool) -> Result<()> {
     if background {
         shared.flush_queued.store(false, Ordering::Release);
     }
@@ -571,7 +571,7 @@ pub(crate) fn before_close(shared: &Arc<Shared>) -> Option<WriteFuture<Result<()
     Some(inner.store().write_waiting(move |w| flush(&me, w, false)))
 }
 
-pub(super) fn has_pending(shared: &Shared) -> bool {
+pub(crate) fn has_pending(shared: &Shared) -> bool {
     shared.shards.iter().any(|s| !rd(s).dirty.is_empty()) || lock(&shared.clear_op).is_some()
 }
 
@@ -620,7 +620,7 @@ pub(crate) fn settle_before_close(
 
 /// Keys with a change not on disk (at most 100 named), and how many in all (a
 /// pending `remove_all` counts as one, named `*`).
-pub(super) fn pending_keys(shared: &Shared) -> (Vec<String>, usize) {
+pub(crate) fn pending_keys(shared: &Shared) -> (Vec<String>, usize) {
     let mut all: Vec<String> = Vec::new();
     for s in shared.shards.iter() {
         all.extend(rd(s).dirty.keys().cloned());
@@ -647,7 +647,7 @@ pub(crate) fn after_close(shared: &Shared) {
     lock(&shared.pending_initial).clear();
 }
 
-pub(super) fn mismatch(key: &str, stored: &DictValue, requested: &str) -> Error {
+pub(crate) fn mismatch(key: &str, stored: &DictValue, requested: &str) -> Error {
     Error::DictionaryTypeMismatch {
         key: key.to_owned(),
         stored: stored.describe(),

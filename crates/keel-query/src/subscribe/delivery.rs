@@ -1,4 +1,4 @@
-//! Callback holders (the streams' single-slot queue is [`crate::slot::Slot`]).
+//! Callback holders (the streams' single-slot queue is [`crate::base::slot::Slot`]).
 
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};

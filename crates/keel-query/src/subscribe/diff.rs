@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::indices::Indices;
-use crate::query::StoredObject;
+use crate::query::fetch::StoredObject;
 
 /// The row-level difference between an old and a new result of a query, in the
 /// shape table and collection views consume (`UITableView.performBatchUpdates`,
@@ -124,7 +124,7 @@ impl Diff {
             d.inserted.clear();
             d.removed.clear();
             d.updated.truncate(p0);
-            let mut pos: crate::fx::FxMap<K, usize> = crate::fx::FxMap::default();
+            let mut pos: crate::base::fx::FxMap<K, usize> = crate::base::fx::FxMap::default();
             pos.reserve(om.len());
             pos.extend(om.iter().enumerate().map(|(i, o)| (id(o), i)));
             let mut kept_old = vec![false; om.len()];

@@ -15,12 +15,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::change::Change;
+use crate::base::change::Change;
+use crate::base::error::{Error, Result};
 use crate::engine::Inner;
-use crate::error::{Error, Result};
-use crate::nearest::{Nearest, Neighbor};
-use crate::query::{Query, Source, StoredObject};
-use crate::vector::{Scored, VectorField};
+use crate::query::fetch::{Query, Source, StoredObject};
+use crate::query::nearest::{Nearest, Neighbor};
+use crate::vector::column::{Scored, VectorField};
 
 /// How many candidates past `k` a live k-NN keeps, so that members leaving do
 /// not force a scan each time.
@@ -57,7 +57,7 @@ struct Live {
     field: VectorField,
     query: Vec<f32>,
     query_norm: f32,
-    filter: Option<crate::eval::Filter>,
+    filter: Option<crate::query::eval::Filter>,
     /// The best candidates, ascending, with their bytes.
     cands: Vec<(Scored, Vec<u8>)>,
     /// The candidates hold every matching object.
@@ -67,7 +67,7 @@ struct Live {
     stats: NearestStats,
     sink: Box<dyn FnMut(NearestUpdate) + Send>,
     /// The query to scan with (`k + SPARES` deep).
-    spec: crate::query::Spec,
+    spec: crate::query::fetch::Spec,
     path: keel_schema::FieldPath,
 }
 
@@ -136,7 +136,7 @@ impl Live {
                 return None;
             }
         }
-        let p = crate::vector::packed(&self.field, bytes)?;
+        let p = crate::vector::column::packed(&self.field, bytes)?;
         if p.len() != self.query.len() * 4 {
             return None;
         }
@@ -259,7 +259,7 @@ impl Nearest<'static> {
     /// them — an insert that beats the `k`-th distance, an update that moves a
     /// vector in or out or within, a delete of a member. Called on the writing
     /// thread after the commit, before the write's future resolves; another
-    /// connection's commits reach it as [`Database::on_file_changes`](crate::Database::on_file_changes)
+    /// connection's commits reach it as [`Database::on_file_changes`](crate::db::database::Database::on_file_changes)
     /// describes (with `share_changes`, on the `keel-feed` thread). Per commit the
     /// work is one filter evaluation and one distance per changed row of the
     /// collection; a full scan runs only when a member leaves and no spare
@@ -301,9 +301,9 @@ impl Nearest<'static> {
         // Checks the query (field, vector, no order/limit) as a run would.
         let _ = self.scored("subscribe nearest")?;
         let c = inner.coll(&self.q.spec.collection, "subscribe nearest")?;
-        let field = crate::vector::field_of(c, "subscribe nearest", &self.path)?.clone();
+        let field = crate::vector::column::field_of(c, "subscribe nearest", &self.path)?.clone();
         let filter = match &self.q.spec.filter {
-            Some(e) => Some(crate::eval::Filter::with_schema(
+            Some(e) => Some(crate::query::eval::Filter::with_schema(
                 Arc::clone(&inner.schema),
                 &c.name,
                 e,

@@ -7,7 +7,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 
 use super::diff::Diff;
-use crate::query::StoredObject;
+use crate::query::fetch::StoredObject;
 
 /// The objects of one query delivery, in query order: a slice of shared
 /// [`StoredObject`]s (it derefs to `[Arc<StoredObject>]`).
@@ -105,7 +105,7 @@ pub enum ObjectEvent {
     Deleted,
 }
 
-/// One delivery of a typed query subscription ([`Fetch::subscribe`](crate::Fetch::subscribe)).
+/// One delivery of a typed query subscription ([`Fetch::subscribe`](crate::query::fetch::Fetch::subscribe)).
 ///
 /// ```
 /// use keel_query::{Diff, Update};
@@ -121,7 +121,7 @@ pub struct Update<R> {
     pub diff: Diff,
 }
 
-/// One delivery of a typed object subscription ([`Database::subscribe`](crate::Database::subscribe)).
+/// One delivery of a typed object subscription ([`Database::subscribe`](crate::db::database::Database::subscribe)).
 ///
 /// ```
 /// use keel_query::ObjectUpdate;

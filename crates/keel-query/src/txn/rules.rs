@@ -20,10 +20,10 @@ use std::collections::HashSet;
 
 use keel_schema::{Expr, OnDelete, Value};
 
-use super::Txn;
-use crate::error::{Error, Result};
-use crate::layout::Coll;
-use crate::links::Incoming;
+use super::transaction::Txn;
+use crate::base::error::{Error, Result};
+use crate::layout::links::Incoming;
+use crate::layout::table::Coll;
 
 /// The identity of an object in the walk: collection and key.
 fn ident(c: &Coll, key: &[Value]) -> String {

@@ -1,0 +1,18 @@
+//! How a collection sits in the SQLite file: the table model and everything that
+//! lives beside a collection's table.
+//!
+//! * [`table`] — the table model (storage format 2): [`Coll`](table::Coll), one table
+//!   per collection, index columns keel writes from the object, keel's metadata.
+//! * [`body`] — how the `body` column holds an object's bytes (the key string once).
+//! * [`links`] — a collection's `(references: …)` links, both ways.
+//! * [`stored`] — the schema stored in the file, and what an open with another
+//!   schema version may do to it.
+//! * [`fts`] — the full-text index beside its table.
+//! * [`vector_table`] — the packed vector side table and the candidates' order.
+
+pub(crate) mod body;
+pub(crate) mod fts;
+pub(crate) mod links;
+pub(crate) mod stored;
+pub(crate) mod table;
+pub(crate) mod vector_table;

@@ -1,0 +1,18 @@
+//! The vector kernel: what a nearest query runs on, below the waist.
+//!
+//! * [`column`](mod@column) — a vector field's check on write, the exact k-nearest-neighbour
+//!   scan, and the packed side table's life beside its collection.
+//! * [`cache`] — the in-memory copy of a packed column and its generation check
+//!   (held by the engine).
+//! * [`codes`] — each copied vector's 8-bit codes, and the bounds of the coarse pass
+//!   that picks the candidates.
+//! * [`scan_helper`] — the database's one parked thread that shares a long coarse
+//!   pass.
+//!
+//! The side table's SQL is in `layout::vector_table`; the builders that queries use
+//! are in `query::nearest`, live k-NN in `subscribe::nearest`.
+
+pub(crate) mod cache;
+pub(crate) mod codes;
+pub(crate) mod column;
+pub(crate) mod scan_helper;
