@@ -23,8 +23,13 @@ use keel_storage::{Store, WriteFuture};
 
 use crate::base::change::Change;
 use crate::base::error::{Error, Result};
+use crate::base::pool::Pool;
+use crate::base::pool::Rejected;
+use crate::dictionary::shared;
 use crate::dictionary::shared::{DictHost, Shared as DictShared};
-use crate::layout::table::Coll;
+use crate::feed::Feed;
+use crate::layout::table::{table_columns, Coll};
+use crate::vector::cache::VectorCache;
 use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
@@ -74,11 +79,11 @@ pub(crate) struct Inner {
     /// The subscription hub, created by the first subscription.
     pub(crate) hub: std::sync::OnceLock<Arc<dyn CommitObserver>>,
     /// The threads that run the `_async` fetches (`keel-fetch-N`).
-    pub(crate) fetch_pool: crate::base::pool::Pool,
+    pub(crate) fetch_pool: Pool,
     /// Collections whose table this open created (see [`Inner::unborn`]).
     pub(crate) created: Vec<String>,
     /// The cross-process change feed (`StoreOptions::share_changes`; see `feed`).
-    pub(crate) feed: Option<Arc<crate::feed::Feed>>,
+    pub(crate) feed: Option<Arc<Feed>>,
     /// The count of other connections' commits ([`Store::foreign_commits`]) this
     /// handle last acted on (see [`Inner::notice_foreign`]).
     pub(crate) foreign_seen: AtomicU64,
@@ -87,7 +92,7 @@ pub(crate) struct Inner {
     /// [`Inner::check_layout`].
     layout_cookie: AtomicI64,
     /// In-memory copies of vector fields' packed columns (`vector_cache.rs`).
-    pub(crate) vector_cache: crate::vector::cache::VectorCache,
+    pub(crate) vector_cache: VectorCache,
 }
 
 impl Inner {
@@ -103,7 +108,7 @@ impl Inner {
         builds: Vec<WriteFuture<Result<()>>>,
         readers: usize,
         created: Vec<String>,
-        feed: Option<Arc<crate::feed::Feed>>,
+        feed: Option<Arc<Feed>>,
         vector_cache_bytes: usize,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
@@ -122,12 +127,12 @@ impl Inner {
             path,
             dict: DictShared::new(weak.clone() as std::sync::Weak<dyn DictHost>),
             hub: std::sync::OnceLock::new(),
-            fetch_pool: crate::base::pool::Pool::new(readers),
+            fetch_pool: Pool::new(readers),
             created,
             feed,
             foreign_seen,
             layout_cookie: AtomicI64::new(-1),
-            vector_cache: crate::vector::cache::VectorCache::new(vector_cache_bytes),
+            vector_cache: VectorCache::new(vector_cache_bytes),
         })
     }
 
@@ -169,7 +174,7 @@ impl Inner {
             message,
         };
         for c in &self.colls {
-            let mut has = crate::layout::table::table_columns(conn, &c.ident).map_err(err)?;
+            let mut has = table_columns(conn, &c.ident).map_err(err)?;
             let mut writes: Vec<String> = std::iter::once("rowid".to_string())
                 .chain((0..c.key.len()).map(|i| format!("k{i}")))
                 .chain(std::iter::once("body".to_string()))
@@ -204,25 +209,21 @@ impl Inner {
     /// The body of [`Database::close`](crate::db::database::Database::close): the dictionary's
     /// last flush is queued before the database is marked closed.
     pub(crate) fn close(self: &Arc<Inner>) -> Task<()> {
-        let dict_flush = crate::dictionary::shared::before_close(&self.dict);
+        let dict_flush = shared::before_close(&self.dict);
         self.closed.store(true, Ordering::SeqCst);
         let inner = Arc::clone(self);
         Task::spawn(move || {
             if let Some(f) = &inner.feed {
                 f.stop();
             }
-            let dict = crate::dictionary::shared::settle_before_close(
-                &inner.dict,
-                dict_flush,
-                &inner.path,
-            );
+            let dict = shared::settle_before_close(&inner.dict, dict_flush, &inner.path);
             let r = inner.store.close().map_err(Error::from);
             // Lost dictionary values are the error the caller must see first.
             let r = dict.and(r);
             if let Some(hub) = inner.hub.get() {
                 hub.close();
             }
-            crate::dictionary::shared::after_close(&inner.dict);
+            shared::after_close(&inner.dict);
             inner.fetch_pool.close();
             r
         })
@@ -471,7 +472,7 @@ impl DictHost for Inner {
     fn check_open(&self, op: &'static str) -> Result<()> {
         Inner::check_open(self, op)
     }
-    fn feed(&self) -> Option<&Arc<crate::feed::Feed>> {
+    fn feed(&self) -> Option<&Arc<Feed>> {
         self.feed.as_ref()
     }
     fn spawn_read(&self, job: Box<dyn FnOnce() + Send>) -> bool {
@@ -576,17 +577,15 @@ impl<T: Send + 'static> Task<T> {
         });
         match inner.fetch_pool.submit(job) {
             Ok(()) => Task { rx },
-            Err(crate::base::pool::Rejected::Closed) => Task::ready(Err(Error::Closed {
+            Err(Rejected::Closed) => Task::ready(Err(Error::Closed {
                 op,
                 path: inner.path.clone(),
             })),
-            Err(crate::base::pool::Rejected::Spawn(e)) => {
-                Task::ready(Err(Error::Storage(keel_storage::Error::Io {
-                    op: "start a keel-fetch thread",
-                    path: inner.path.clone(),
-                    source: Arc::new(e),
-                })))
-            }
+            Err(Rejected::Spawn(e)) => Task::ready(Err(Error::Storage(keel_storage::Error::Io {
+                op: "start a keel-fetch thread",
+                path: inner.path.clone(),
+                source: Arc::new(e),
+            }))),
         }
     }
 

@@ -63,6 +63,7 @@ use keel_schema::Value;
 use keel_storage::xproc::{CommitSignal, CommitWatch};
 
 use crate::base::change::Change;
+use crate::base::change::ChangeOp;
 use crate::base::error::{Error, Result};
 
 /// The change log's table.
@@ -552,13 +553,13 @@ impl RemoteRow {
     /// This row as a [`Change`] with primary key `key`: an
     /// update to its current bytes, or a delete; no old bytes (the log keeps
     /// none).
-    pub(crate) fn change(&self, key: Vec<Value>) -> crate::base::change::Change {
-        crate::base::change::Change {
+    pub(crate) fn change(&self, key: Vec<Value>) -> Change {
+        Change {
             collection: self.collection.clone(),
             op: if self.bytes.is_some() {
-                crate::base::change::ChangeOp::Update
+                ChangeOp::Update
             } else {
-                crate::base::change::ChangeOp::Delete
+                ChangeOp::Delete
             },
             key,
             rowid: self.rowid,

@@ -16,12 +16,16 @@ use std::time::{Duration, Instant};
 
 use keel_schema::Value;
 
+use crate::base::change::Change;
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
 use crate::dictionary::shared::read_row;
 use crate::dictionary::value::DictValue;
+use crate::engine;
 use crate::engine::Inner;
+use crate::feed;
 use crate::feed::{lock, Feed, LogRead, RemoteRow};
+use crate::layout::body;
 use crate::layout::table::Coll;
 
 /// Attempts of the `keel-feed` thread per wake-up before it leaves a failing
@@ -102,8 +106,7 @@ fn row_now(conn: &rusqlite::Connection, c: &Coll, rowid: i64) -> Result<Option<V
     let mut q = st.query([rowid]).map_err(err)?;
     match q.next().map_err(err)? {
         Some(r) => {
-            let bytes =
-                crate::layout::body::with_scratch(|s| c.body.read(r, 0, s).map(<[u8]>::to_vec));
+            let bytes = body::with_scratch(|s| c.body.read(r, 0, s).map(<[u8]>::to_vec));
             Ok(Some(bytes.map_err(err)?))
         }
         None => Ok(None),
@@ -141,23 +144,22 @@ fn read_batch(
     last: i64,
     subscribed: &[String],
 ) -> Result<Batch> {
-    let (end, commits, changed, mut keys, dict_clear) =
-        match crate::feed::read_log(conn, origin, last)? {
-            LogRead::Nothing => return Ok(Batch::Nothing),
-            LogRead::Full { end } => {
-                return Ok(Batch::Full {
-                    end,
-                    dict: read_dict(conn, subscribed)?,
-                })
-            }
-            LogRead::Changes {
+    let (end, commits, changed, mut keys, dict_clear) = match feed::read_log(conn, origin, last)? {
+        LogRead::Nothing => return Ok(Batch::Nothing),
+        LogRead::Full { end } => {
+            return Ok(Batch::Full {
                 end,
-                commits,
-                rows,
-                keys,
-                dict_clear,
-            } => (end, commits, rows, keys, dict_clear),
-        };
+                dict: read_dict(conn, subscribed)?,
+            })
+        }
+        LogRead::Changes {
+            end,
+            commits,
+            rows,
+            keys,
+            dict_clear,
+        } => (end, commits, rows, keys, dict_clear),
+    };
     // Each changed row once, in the order of its first change, with every key
     // logged at it (SQLite reuses the rowid of a deleted last row).
     let mut at: HashMap<(String, i64), usize> = HashMap::new();
@@ -239,25 +241,19 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
     let Some(feed) = inner.feed.as_ref() else {
         // Without the feed: another process's commits are found by the writer
         // connection's data_version, and every subscription is read again.
-        if inner.check_open("catch up").is_ok() && !crate::engine::in_write_closure(inner) {
+        if inner.check_open("catch up").is_ok() && !engine::in_write_closure(inner) {
             inner.notice_foreign(true);
         }
         return Ok(());
     };
-    if inner.check_open("catch up").is_err()
-        || feed.inside()
-        || crate::engine::in_write_closure(inner)
-    {
+    if inner.check_open("catch up").is_err() || feed.inside() || engine::in_write_closure(inner) {
         return Ok(());
     }
     let mut last = lock(&feed.last);
     // Woken by this process's own commits only: nothing to deliver, and no need
     // to hold local commits off (they were delivered by the writer).
     let seen = *last;
-    if let Some(end) = inner
-        .store
-        .read(|c| crate::feed::own_only(c, feed.origin, seen))?
-    {
+    if let Some(end) = inner.store.read(|c| feed::own_only(c, feed.origin, seen))? {
         *last = end;
         return Ok(());
     }
@@ -298,7 +294,7 @@ pub(crate) fn catch_up(inner: &Arc<Inner>) -> Result<()> {
             if !rows.is_empty() {
                 // Made once for the hub and the hooks. A row logged without its
                 // key (by a keel that logged none) has an empty one.
-                let changes: Vec<crate::base::change::Change> = rows
+                let changes: Vec<Change> = rows
                     .iter()
                     .map(|r| r.change(r.key.clone().unwrap_or_default()))
                     .collect();

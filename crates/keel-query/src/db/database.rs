@@ -15,10 +15,22 @@ use keel_storage::{
 
 use crate::base::change::Change;
 use crate::base::error::{Error, Result};
+use crate::db::catch_up;
+use crate::dictionary::shared;
+use crate::engine;
 use crate::engine::{Inner, Task, WritingGuard};
+use crate::feed::Feed;
+use crate::feed::FeedStats;
+use crate::feed::Seed;
+use crate::layout::stored;
+use crate::layout::stored::FieldSchema;
+use crate::layout::table;
 use crate::layout::table::Coll;
-use crate::open::schema_phase::{schema_phase, SchemaOutcome};
+use crate::layout::table::FORMAT;
+use crate::open::migrate::Migrator;
+use crate::open::schema_phase::{record_ready, schema_phase, SchemaOutcome};
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
+use crate::query::sql;
 use crate::txn::transaction::Txn;
 
 /// A hook registered with [`Database::on_commit_changes`]. Dropping this handle
@@ -105,7 +117,7 @@ struct Prepared {
     /// With `StoreOptions::share_changes`: the change feed's signal and the log's
     /// last sequence number, made by the schema phase on the open thread (file
     /// work the caller of `open_async` must not wait for).
-    feed_seed: Option<Arc<Mutex<Option<crate::feed::Seed>>>>,
+    feed_seed: Option<Arc<Mutex<Option<Seed>>>>,
 }
 
 impl Prepared {
@@ -123,7 +135,7 @@ impl Prepared {
 fn prepare(
     schema: Schema,
     mut opts: StoreOptions,
-    migrator: Option<crate::open::migrate::Migrator>,
+    migrator: Option<Migrator>,
 ) -> Result<(Prepared, StoreOptions)> {
     let schema = Arc::new(schema);
     let colls = (0..schema.collections.len())
@@ -132,11 +144,10 @@ fn prepare(
     // The object store checks whose file it opens (identity.rs in keel-storage).
     opts.keel_identity = true;
     let user_init = opts.connection_init.take();
-    let field_schema: crate::layout::stored::FieldSchema =
-        Arc::new(std::sync::RwLock::new(Arc::clone(&schema)));
+    let field_schema: FieldSchema = Arc::new(std::sync::RwLock::new(Arc::clone(&schema)));
     let fs2 = Arc::clone(&field_schema);
     opts.connection_init = Some(Arc::new(move |c: &rusqlite::Connection| {
-        crate::query::sql::register(c, Arc::clone(&fs2))?;
+        sql::register(c, Arc::clone(&fs2))?;
         if let Some(u) = &user_init {
             u(c)?;
         }
@@ -146,7 +157,7 @@ fn prepare(
     let user_hook = opts.schema_hook.take();
     let feed_seed = opts
         .share_changes
-        .then(|| Arc::new(Mutex::new(None::<crate::feed::Seed>)));
+        .then(|| Arc::new(Mutex::new(None::<Seed>)));
     let seed2 = feed_seed.clone();
     let (o2, s3, c2) = (Arc::clone(&outcome), Arc::clone(&schema), colls.clone());
     let mut migrator = migrator;
@@ -166,20 +177,19 @@ fn prepare(
                 if let Some((from, n)) = out.upgraded {
                     ctx.note(format!(
                         "storage format {from} → {}: index columns of {n} objects filled",
-                        crate::layout::table::FORMAT
+                        FORMAT
                     ));
                 }
                 *o2.lock().unwrap_or_else(|p| p.into_inner()) = out
             }
             Err(e) => {
-                let s = crate::layout::stored::to_storage(&e, &path);
+                let s = stored::to_storage(&e, &path);
                 o2.lock().unwrap_or_else(|p| p.into_inner()).failure = Some(e);
                 return Err(s);
             }
         }
         if let Some(seed) = &seed2 {
-            let s = crate::feed::Seed::prepare(ctx, &path)
-                .map_err(|e| crate::layout::stored::to_storage(&e, &path))?;
+            let s = Seed::prepare(ctx, &path).map_err(|e| stored::to_storage(&e, &path))?;
             *seed.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
         }
         if let Some(h) = user_hook {
@@ -249,9 +259,9 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
         tracing::info!(index = %name, "building index column in the background");
         builds.push(store.write(move |t| {
             let ix = &c.indexes[k];
-            match crate::layout::table::build_index(t, &c, k, &mut |_| {}) {
+            match table::build_index(t, &c, k, &mut |_| {}) {
                 Ok(()) => {
-                    crate::open::schema_phase::record_ready(t, &c.name, ix)
+                    record_ready(t, &c.name, ix)
                         .map_err(|e| Error::sqlite("record index state", "keel_index", e))?;
                     // Queries read the column once it is committed complete.
                     let done = ix.clone();
@@ -282,7 +292,7 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
                     op: "start the change feed (the schema phase did not run)",
                     path: store.path().to_path_buf(),
                 })?;
-            Some(Arc::new(crate::feed::Feed::new(seed)))
+            Some(Arc::new(Feed::new(seed)))
         }
         None => None,
     };
@@ -298,7 +308,7 @@ fn finish(store: Store, p: Prepared) -> Result<Database> {
         p.vector_cache_bytes,
     );
     if let Some(f) = feed {
-        crate::db::catch_up::start(&f, Arc::downgrade(&inner))?;
+        catch_up::start(&f, Arc::downgrade(&inner))?;
     }
     Ok(Database { inner })
 }
@@ -405,7 +415,7 @@ impl Database {
     pub fn open_migrating(
         path: impl AsRef<Path>,
         schema: Schema,
-        migrator: crate::open::migrate::Migrator,
+        migrator: Migrator,
         options: StoreOptions,
     ) -> Result<Database> {
         let (p, opts) = prepare(schema, options, Some(migrator))?;
@@ -420,7 +430,7 @@ impl Database {
     pub fn open_async_migrating(
         path: impl AsRef<Path>,
         schema: Schema,
-        migrator: crate::open::migrate::Migrator,
+        migrator: Migrator,
         options: StoreOptions,
     ) -> impl Future<Output = Result<Database>> + Send + 'static {
         let open = match prepare(schema, options, Some(migrator)) {
@@ -563,12 +573,12 @@ impl Database {
     /// # Ok::<(), keel_query::Error>(())
     /// ```
     pub fn catch_up(&self) -> Result<()> {
-        crate::db::catch_up::catch_up(&self.inner)
+        catch_up::catch_up(&self.inner)
     }
 
     /// What the cross-process change feed has done so far (`None` without
     /// [`StoreOptions::share_changes`]).
-    pub fn feed_stats(&self) -> Option<crate::feed::FeedStats> {
+    pub fn feed_stats(&self) -> Option<FeedStats> {
         self.inner.feed.as_ref().map(|f| f.stats())
     }
 
@@ -862,7 +872,7 @@ impl Database {
         inner.check_read("snapshot")?;
         // Taken before the view: an index column completed after it may be
         // missing from the view, so its queries read the bytes instead.
-        let as_of = crate::layout::table::ready_epoch();
+        let as_of = table::ready_epoch();
         inner.store.read(|conn| f(&Snapshot { inner, conn, as_of }))
     }
 
@@ -1011,7 +1021,7 @@ impl Database {
     /// ```
     pub fn suspend_with(&self, opts: SuspendOptions) -> Result<SuspendReport> {
         self.inner.check_open("suspend")?;
-        if crate::engine::in_write_closure(&self.inner) {
+        if engine::in_write_closure(&self.inner) {
             return Err(Error::Unsupported {
                 op: "suspend",
                 hint: "suspend waits for the running write to finish: call it outside the write closure",
@@ -1019,7 +1029,7 @@ impl Database {
             });
         }
         let deadline = std::time::Instant::now() + opts.timeout;
-        if let Some(flush) = crate::dictionary::shared::before_close(&self.inner.dict) {
+        if let Some(flush) = shared::before_close(&self.inner.dict) {
             match wait_until(flush, deadline) {
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "suspend: the dictionary flush failed; its values stay pending")
@@ -1060,7 +1070,7 @@ impl Database {
     pub fn resume(&self) -> Result<ResumeReport> {
         self.inner.check_open("resume")?;
         let r = self.inner.store.resume()?;
-        crate::dictionary::shared::after_resume(&self.inner.dict);
+        shared::after_resume(&self.inner.dict);
         if self.inner.feed.is_some() {
             // With the change feed: always, whether or not the files changed since
             // the suspend — a catch-up the suspend interrupted (or any that failed)
@@ -1071,7 +1081,7 @@ impl Database {
             let weak = Arc::downgrade(&self.inner);
             let job = Box::new(move || {
                 if let Some(inner) = weak.upgrade() {
-                    if let Err(e) = crate::db::catch_up::catch_up(&inner) {
+                    if let Err(e) = catch_up::catch_up(&inner) {
                         tracing::warn!(error = %e, "catch-up after resume failed; reading every subscription again");
                         inner.external_changes();
                     }

@@ -17,6 +17,7 @@ use super::cache::{shard_of, Drained, Shard, Val, SHARDS};
 use super::subscribe;
 use super::value::{DictValue, FromDictValue};
 use crate::base::error::{Error, Result};
+use crate::feed::Feed;
 
 pub(crate) const SQL_GET: &str = "SELECT kind, type, value FROM keel_dict WHERE key = ?1";
 pub(crate) const SQL_PUT: &str =
@@ -57,7 +58,7 @@ pub(crate) trait DictHost: Send + Sync {
     /// `Err(Closed)` once the database is closed.
     fn check_open(&self, op: &'static str) -> Result<()>;
     /// The cross-process change feed, with sharing on: flushes log their keys.
-    fn feed(&self) -> Option<&Arc<crate::feed::Feed>>;
+    fn feed(&self) -> Option<&Arc<Feed>>;
     /// Run `job` on one of the database's read threads; false if it cannot run
     /// (the database closed, or no thread could start).
     fn spawn_read(&self, job: Box<dyn FnOnce() + Send>) -> bool;

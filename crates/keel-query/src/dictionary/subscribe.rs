@@ -20,6 +20,7 @@ use std::thread::ThreadId;
 
 use super::cache::{shard_of, Val};
 use super::value::DictValue;
+use crate::base::slot;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -52,7 +53,7 @@ pub(crate) struct Slot {
     pub(crate) shard: usize,
     /// The latest undelivered value; offers carry the change's sequence number, so
     /// two setters racing never leave it on the older value.
-    value: crate::base::slot::Slot<Val, Flags>,
+    value: slot::Slot<Val, Flags>,
     cancelled: AtomicBool,
     /// `Some` for callback subscriptions; held while the callback runs.
     callback: Option<Mutex<Callback>>,
@@ -156,7 +157,7 @@ impl Registry {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) as u64,
             key: key.to_owned(),
             shard: shard_of(key),
-            value: crate::base::slot::Slot::new(),
+            value: slot::Slot::new(),
             cancelled: AtomicBool::new(false),
             callback: callback.map(Mutex::new),
         });

@@ -39,6 +39,9 @@ use crate::layout::body::BodyColumns;
 
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
+use crate::layout::links::Links;
+use crate::layout::vector_table::VectorSql;
+use crate::search::language::SearchSql;
 
 /// The storage format this build writes (recorded in `keel_meta` as `format`):
 ///
@@ -152,13 +155,13 @@ pub(crate) struct Coll {
     pub(crate) body: BodyColumns,
     /// The full-text index (`search.rs`, `fts.rs`), when the collection has
     /// `(searchable)` fields (in the extraction schema, like the index columns).
-    pub(crate) search: Option<crate::search::language::SearchSql>,
+    pub(crate) search: Option<SearchSql>,
     /// Its `(references: …)` links, both ways (`links.rs`): delete rules and the
     /// `dangling: false` check.
-    pub(crate) links: crate::layout::links::Links,
+    pub(crate) links: Links,
     /// The packed vector side table (`vector.rs`), when the collection has
     /// `(vector: N)` fields (in the extraction schema, like the index columns).
-    pub(crate) vectors: Option<crate::layout::vector_table::VectorSql>,
+    pub(crate) vectors: Option<VectorSql>,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -355,15 +358,9 @@ impl Coll {
             key,
             key_ids: c.primary_key.clone(),
             indexes,
-            search: crate::search::language::SearchSql::of(
-                &c.name,
-                ext_table.map_or(t, |et| ext.table(et)),
-            ),
-            links: crate::layout::links::Links::of(schema, &c.name),
-            vectors: crate::layout::vector_table::VectorSql::of(
-                &c.name,
-                ext_table.map_or(t, |et| ext.table(et)),
-            ),
+            search: SearchSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
+            links: Links::of(schema, &c.name),
+            vectors: VectorSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
             ext: Arc::clone(ext),
             ext_table,
             body,

@@ -15,7 +15,14 @@ use std::sync::Arc;
 
 use keel_schema::Schema;
 
+use crate::base::sql_value::SqlValue;
+use crate::layout::fts;
+use crate::layout::links::Outgoing;
+use crate::layout::table;
 use crate::layout::table::Coll;
+use crate::layout::table::FORMAT;
+use crate::query::sql;
+use crate::vector::column;
 
 /// keel's metadata table: `key TEXT PRIMARY KEY, value` (`schema`, `fingerprint`, `format`).
 pub const META_TABLE: &str = "keel_meta";
@@ -32,7 +39,7 @@ pub use crate::layout::body::BodyColumns;
 /// The SQLite table of a collection, as a quoted SQL identifier (the table is named
 /// after the collection's fully qualified name).
 pub fn table_ident(collection: &str) -> String {
-    crate::query::sql::ident(collection)
+    sql::ident(collection)
 }
 
 /// The SQLite table name of a collection (unquoted, as stored in `sqlite_schema`).
@@ -80,7 +87,7 @@ pub fn stored_schema(conn: &rusqlite::Connection) -> rusqlite::Result<Option<Str
 /// ```
 /// assert!(keel_query::inspect::STORAGE_FORMAT >= 3);
 /// ```
-pub const STORAGE_FORMAT: i64 = crate::layout::table::FORMAT;
+pub const STORAGE_FORMAT: i64 = FORMAT;
 
 /// The storage format the file records (`format` in [`META_TABLE`]):
 /// [`STORAGE_FORMAT`] (3) for files this build wrote, whose bodies may lack their
@@ -110,7 +117,7 @@ pub fn register_functions(
     conn: &rusqlite::Connection,
     schema: Arc<Schema>,
 ) -> rusqlite::Result<()> {
-    crate::query::sql::register(conn, Arc::new(std::sync::RwLock::new(schema)))
+    sql::register(conn, Arc::new(std::sync::RwLock::new(schema)))
 }
 
 /// The column holding the value of the index on `path_text` (`blog.Post/1` →
@@ -154,7 +161,7 @@ fn derived(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusqlite::Resul
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        let have = crate::layout::table::table_columns(conn, &coll.ident)?;
+        let have = table::table_columns(conn, &coll.ident)?;
         if have.is_empty() {
             continue; // no table yet
         }
@@ -183,9 +190,8 @@ impl Derived {
             .map(|(_, _, which)| match which {
                 Err(i) => idx[*i].clone(),
                 Ok(k) => match &obj {
-                    Some(o) => crate::layout::table::to_sql_owned(
-                        o.get_ref(&self.coll.key[*k].path)
-                            .map(crate::base::sql_value::SqlValue::from_ref),
+                    Some(o) => table::to_sql_owned(
+                        o.get_ref(&self.coll.key[*k].path).map(SqlValue::from_ref),
                     ),
                     None => rusqlite::types::Value::Null,
                 },
@@ -373,12 +379,10 @@ pub fn search_drift(
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        if coll.search.is_none()
-            || crate::layout::table::table_columns(conn, &coll.ident)?.is_empty()
-        {
+        if coll.search.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        for d in crate::layout::fts::compare(conn, &coll, limit.saturating_sub(out.len()))? {
+        for d in fts::compare(conn, &coll, limit.saturating_sub(out.len()))? {
             out.push(SearchDrift {
                 collection: d.collection,
                 rowid: d.rowid,
@@ -398,12 +402,10 @@ pub fn rebuild_search(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusq
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        if coll.search.is_none()
-            || crate::layout::table::table_columns(conn, &coll.ident)?.is_empty()
-        {
+        if coll.search.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        n += crate::layout::fts::rebuild(conn, &coll)?;
+        n += fts::rebuild(conn, &coll)?;
     }
     Ok(n)
 }
@@ -479,9 +481,9 @@ fn dangling(
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        let checked = |o: &&crate::layout::links::Outgoing| !refused_only || !o.dangling;
+        let checked = |o: &&Outgoing| !refused_only || !o.dangling;
         if !coll.links.outgoing.iter().any(|o| checked(&o))
-            || crate::layout::table::table_columns(conn, &coll.ident)?.is_empty()
+            || table::table_columns(conn, &coll.ident)?.is_empty()
         {
             continue;
         }
@@ -492,7 +494,7 @@ fn dangling(
         let mut probes = Vec::new();
         for o in coll.links.outgoing.iter().filter(checked) {
             let target = table_ident(&o.target);
-            let sql = if crate::layout::table::table_columns(conn, &target)?.is_empty() {
+            let sql = if table::table_columns(conn, &target)?.is_empty() {
                 // No table: nothing exists.
                 "SELECT 1 WHERE 0 AND ?1".to_string()
             } else {
@@ -590,14 +592,10 @@ pub fn vector_drift(
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        if coll.vectors.is_none()
-            || crate::layout::table::table_columns(conn, &coll.ident)?.is_empty()
-        {
+        if coll.vectors.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        for (rowid, problem) in
-            crate::vector::column::compare(conn, &coll, limit.saturating_sub(out.len()))?
-        {
+        for (rowid, problem) in column::compare(conn, &coll, limit.saturating_sub(out.len()))? {
             out.push(VectorDrift {
                 collection: coll.name.clone(),
                 rowid,
@@ -617,12 +615,10 @@ pub fn rebuild_vectors(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rus
         let Ok(coll) = Coll::build(schema, ci, schema) else {
             continue;
         };
-        if coll.vectors.is_none()
-            || crate::layout::table::table_columns(conn, &coll.ident)?.is_empty()
-        {
+        if coll.vectors.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        n += crate::vector::column::rebuild(conn, &coll)?;
+        n += column::rebuild(conn, &coll)?;
     }
     Ok(n)
 }
@@ -630,7 +626,7 @@ pub fn rebuild_vectors(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rus
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::table::Coll;
+    use crate::layout::table::{Coll, DICT_TABLE_SQL};
 
     fn ddl_has(ddl: &str, col: &str) -> bool {
         ddl.contains(col)
@@ -655,7 +651,6 @@ mod tests {
         }
         assert!(ddl.contains(&format!("{BODY_COLUMN} BLOB")), "{ddl}");
         assert!(ddl.contains(&format!("TABLE IF NOT EXISTS \"{}\"", table_name("t.A"))));
-        assert!(crate::layout::table::DICT_TABLE_SQL
-            .contains(&format!("CREATE TABLE IF NOT EXISTS {DICTIONARY_TABLE}(")));
+        assert!(DICT_TABLE_SQL.contains(&format!("CREATE TABLE IF NOT EXISTS {DICTIONARY_TABLE}(")));
     }
 }

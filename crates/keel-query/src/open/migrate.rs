@@ -53,6 +53,8 @@ use keel_schema::{DynamicTable, Object, Schema, Value};
 use crate::base::error::{Error, Result};
 use crate::base::ref_keys::{column_key, K};
 use crate::base::sql_value::Param;
+use crate::layout::stored;
+use crate::layout::table;
 use crate::layout::table::Coll;
 use crate::query::sql::ident;
 
@@ -152,7 +154,7 @@ impl Migrator {
     ) -> Result<Option<Schema>> {
         let sq = |op: &'static str| {
             let p = path.to_path_buf();
-            move |e| Error::Storage(crate::layout::stored::classify(op, &p, e))
+            move |e| Error::Storage(stored::classify(op, &p, e))
         };
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS keel_migrations(name TEXT PRIMARY KEY, seq INTEGER NOT NULL, applied_at INTEGER NOT NULL) WITHOUT ROWID",
@@ -275,7 +277,7 @@ fn target_keys(
     let op = "migration: backfill references";
     let c = coll_of(schema, target).ok_or_else(|| unknown(op, target))??;
     let mut out = std::collections::HashSet::new();
-    if crate::layout::table::table_columns(conn, &c.ident)
+    if table::table_columns(conn, &c.ident)
         .map_err(sql_err(path, op))?
         .is_empty()
     {
@@ -376,7 +378,7 @@ fn coll_of(schema: &Schema, name: &str) -> Option<Result<Coll>> {
 }
 
 fn sql_err<'p>(path: &'p Path, op: &'static str) -> impl Fn(rusqlite::Error) -> Error + 'p {
-    move |e| Error::Storage(crate::layout::stored::classify(op, path, e))
+    move |e| Error::Storage(stored::classify(op, path, e))
 }
 
 fn unknown(op: &'static str, collection: &str) -> Error {

@@ -11,9 +11,16 @@ use std::sync::Arc;
 use keel_schema::Schema;
 
 use crate::base::error::{Error, Result};
+use crate::layout::fts;
+use crate::layout::stored;
+use crate::layout::stored::FieldSchema;
+use crate::layout::stored::Relation;
 use crate::layout::table::{
     backfill, ident, table_columns, Coll, IndexSql, DICT_TABLE_SQL, FORMAT, INDEX_COLUMNS_FORMAT,
 };
+use crate::open::inspect;
+use crate::open::migrate::Migrator;
+use crate::vector::column;
 
 /// What the schema phase found, for the database to act on after open.
 #[derive(Debug, Default)]
@@ -48,7 +55,7 @@ fn sq(
 ) -> impl Fn(&'static str) -> Box<dyn Fn(rusqlite::Error) -> keel_storage::Error> + '_ {
     move |op| {
         let p = path.to_path_buf();
-        Box::new(move |e| crate::layout::stored::classify(op, &p, e))
+        Box::new(move |e| stored::classify(op, &p, e))
     }
 }
 
@@ -131,8 +138,8 @@ pub(crate) fn schema_phase(
     path: &Path,
     schema: &Schema,
     colls: &[Coll],
-    field_schema: &crate::layout::stored::FieldSchema,
-    migrator: Option<&mut crate::open::migrate::Migrator>,
+    field_schema: &FieldSchema,
+    migrator: Option<&mut Migrator>,
     progress: &dyn Fn(f32),
 ) -> Result<SchemaOutcome> {
     let err = sq(path);
@@ -148,7 +155,7 @@ pub(crate) fn schema_phase(
     }
     conn.execute_batch(DICT_TABLE_SQL)
         .map_err(err("create the dictionary table"))?;
-    let mut stored = crate::layout::stored::read_stored(conn, path)?;
+    let mut stored = stored::read_stored(conn, path)?;
     let format = stored_format(conn, stored.is_some()).map_err(err("read the storage format"))?;
     if let Some(f) = format.filter(|f| *f > FORMAT) {
         return Err(keel_storage::Error::Schema {
@@ -181,18 +188,16 @@ pub(crate) fn schema_phase(
     let changed = stored
         .as_ref()
         .is_some_and(|s| s.fingerprint() != schema.fingerprint());
-    let relation = crate::layout::stored::relate(path, stored, schema, field_schema)?;
+    let relation = stored::relate(path, stored, schema, field_schema)?;
     let colls: Vec<Coll> = match &relation {
-        crate::layout::stored::Relation::Older(newer) => (0..colls.len())
+        Relation::Older(newer) => (0..colls.len())
             .map(|ci| Coll::build(schema, ci, newer))
             .collect::<Result<_>>()?,
-        crate::layout::stored::Relation::Upgrade => colls.to_vec(),
+        Relation::Upgrade => colls.to_vec(),
     };
     let keep: Vec<String> = match &relation {
-        crate::layout::stored::Relation::Older(newer) => {
-            crate::layout::stored::declared_indexes(newer)?
-        }
-        crate::layout::stored::Relation::Upgrade => Vec::new(),
+        Relation::Older(newer) => stored::declared_indexes(newer)?,
+        Relation::Upgrade => Vec::new(),
     };
     let exists = |kind: &str, name: &str| -> rusqlite::Result<bool> {
         conn.query_row(
@@ -333,7 +338,7 @@ pub(crate) fn schema_phase(
         for k in which {
             let ix = &c.indexes[k];
             if ix.unique {
-                crate::layout::stored::build_unique(conn, path, c, ix)?;
+                stored::build_unique(conn, path, c, ix)?;
             } else {
                 conn.execute_batch(&ix.create)
                     .map_err(err("create index"))?;
@@ -345,15 +350,14 @@ pub(crate) fn schema_phase(
     }
     // Full-text indexes (`fts.rs`): built or rebuilt here, in this transaction, so
     // a crash leaves the old index or the new one, never half of one.
-    crate::layout::fts::sync_all(conn, &colls, migrated, &mut |done, total| {
+    fts::sync_all(conn, &colls, migrated, &mut |done, total| {
         if total > 0 {
             progress(done as f32 / total as f32);
         }
     })
     .map_err(err("build the full-text index"))?;
     // Packed vector tables (`vector.rs`): the same way, in this transaction.
-    crate::vector::column::sync_all(conn, &colls, migrated)
-        .map_err(err("build the vector table"))?;
+    column::sync_all(conn, &colls, migrated).map_err(err("build the vector table"))?;
     // Indexes the schema no longer declares: drop them and their columns (they
     // only cost writes).
     let old: Vec<(String, String)> = {
@@ -394,14 +398,13 @@ pub(crate) fn schema_phase(
         [FORMAT],
     )
     .map_err(err("record the storage format"))?;
-    if changed && matches!(relation, crate::layout::stored::Relation::Upgrade) {
+    if changed && matches!(relation, Relation::Upgrade) {
         // One pass over the collections with such references, at the schema
         // change only: a dangling one refuses the whole schema transaction, so
         // the file keeps its old schema and every object.
-        let refused = crate::open::inspect::refused_dangling(conn, &Arc::new(schema.clone()), 1)
-            .map_err(err(
-                "check the references the schema declares dangling: false",
-            ))?;
+        let refused = inspect::refused_dangling(conn, &Arc::new(schema.clone()), 1).map_err(
+            err("check the references the schema declares dangling: false"),
+        )?;
         if let Some(d) = refused.into_iter().next() {
             return Err(Error::DanglingReference {
                 op: "open with a schema that declares this reference dangling: false",
@@ -413,7 +416,7 @@ pub(crate) fn schema_phase(
         }
     }
     out.colls = Some(colls);
-    if matches!(relation, crate::layout::stored::Relation::Older(_)) {
+    if matches!(relation, Relation::Older(_)) {
         // An older build: the newer stored schema stays (see stored.rs).
         return Ok(out);
     }

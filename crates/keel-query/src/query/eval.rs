@@ -47,6 +47,9 @@ use keel_schema::{
 
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::{and3, holds, or3};
+use crate::search::language;
+use crate::search::language::SearchQuery;
+use crate::search::language::SearchSql;
 
 pub use crate::base::sql_value::{arith, compare, in_list, order_cmp, SqlValue};
 
@@ -79,9 +82,9 @@ enum Node {
 
 #[derive(Debug)]
 struct TextMatch {
-    search: crate::search::language::SearchSql,
+    search: SearchSql,
     ids: Option<Vec<u16>>,
-    query: crate::search::language::SearchQuery,
+    query: SearchQuery,
 }
 
 /// Resolves a path against a collection's table, with a typed error.
@@ -325,23 +328,20 @@ impl Filter {
         path: Option<&FieldPath>,
         query: &str,
     ) -> Result<TextMatch> {
-        let search = crate::search::language::SearchSql::of(coll, t.table()).ok_or_else(|| {
-            Error::TypeMismatch {
-                op: "compile filter",
-                collection: coll.to_owned(),
-                message:
-                    "full-text search needs a field marked (searchable); this collection has none"
-                        .into(),
-            }
+        let search = SearchSql::of(coll, t.table()).ok_or_else(|| Error::TypeMismatch {
+            op: "compile filter",
+            collection: coll.to_owned(),
+            message: "full-text search needs a field marked (searchable); this collection has none"
+                .into(),
         })?;
         let ids = match path {
             None => None,
             Some(p) => {
-                let id = crate::search::language::searched_field(&search, coll, p)?;
+                let id = language::searched_field(&search, coll, p)?;
                 Some(vec![id])
             }
         };
-        let query = crate::search::language::SearchQuery::parse(query)?;
+        let query = SearchQuery::parse(query)?;
         Ok(TextMatch { search, ids, query })
     }
 
@@ -445,7 +445,7 @@ impl Filter {
             }),
             Node::Not(a) => self.eval_node(a, get, bytes).map(|b| !b),
             // As FTS5 answers for the row: true or false, never unknown.
-            Node::Matches(m) => Some(m.query.matches(&crate::search::language::token_columns(
+            Node::Matches(m) => Some(m.query.matches(&language::token_columns(
                 &m.search,
                 m.ids.as_deref(),
                 bytes,
@@ -590,6 +590,7 @@ impl Order {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::base::sql_value::Param;
 
     #[test]
     fn three_valued() {
@@ -640,14 +641,7 @@ mod tests {
             for a in &nums {
                 for b in &nums {
                     let got: rusqlite::types::Value = conn
-                        .query_row(
-                            &sql,
-                            [
-                                crate::base::sql_value::Param(a),
-                                crate::base::sql_value::Param(b),
-                            ],
-                            |r| r.get(0),
-                        )
+                        .query_row(&sql, [Param(a), Param(b)], |r| r.get(0))
                         .unwrap();
                     let want = arith(op, SqlValue::from_value(a), SqlValue::from_value(b));
                     let same = match (&got, want) {

@@ -10,8 +10,12 @@ use std::sync::Arc;
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::Param;
 use crate::engine::{Inner, Task};
+use crate::layout::body;
 use crate::layout::table::Coll;
+use crate::query::scan;
+use crate::query::scan::Ask;
 use crate::query::sql::Compiler;
+use crate::query::sql::RANK_COLUMN;
 
 /// One stored object: its rowid and its FlatBuffers bytes (verified against the
 /// collection's table when fetched).
@@ -177,8 +181,8 @@ impl<'a> Query<'a> {
     }
 
     /// The query as the scan (`scan.rs`) sees it.
-    pub(crate) fn ask(&self) -> crate::query::scan::Ask<'_> {
-        crate::query::scan::Ask {
+    pub(crate) fn ask(&self) -> Ask<'_> {
+        Ask {
             filter: self.spec.filter.as_ref(),
             order: &self.spec.order,
             offset: self.spec.offset,
@@ -295,7 +299,7 @@ impl<'a> Query<'a> {
                     let dir = if key.descending { "DESC" } else { "ASC" };
                     format!(
                         " ORDER BY {} {dir}, keel_r {dir} LIMIT {}",
-                        crate::query::sql::RANK_COLUMN,
+                        RANK_COLUMN,
                         i64::try_from(n).unwrap_or(i64::MAX)
                     )
                 }
@@ -304,7 +308,7 @@ impl<'a> Query<'a> {
             from = format!(
                 "(SELECT rowid AS keel_r, {} AS {} FROM {2} WHERE {2} MATCH ?{cut}) JOIN {3} ON {3}.rowid = keel_r",
                 s.bm25(),
-                crate::query::sql::RANK_COLUMN,
+                RANK_COLUMN,
                 s.ident,
                 c.ident
             );
@@ -360,7 +364,7 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(());
             }
-            if let Some(plan) = crate::query::scan::plan(&inner.schema, c, &self.ask())? {
+            if let Some(plan) = scan::plan(&inner.schema, c, &self.ask())? {
                 // A filter on a field without a column: evaluated on the bytes.
                 let (sql, params) = self.build_with(
                     inner,
@@ -427,7 +431,7 @@ impl<'a> Query<'a> {
             if inner.unborn(conn, c)? {
                 return Ok(0);
             }
-            if let Some(plan) = crate::query::scan::plan(&inner.schema, c, &self.ask())? {
+            if let Some(plan) = scan::plan(&inner.schema, c, &self.ask())? {
                 let (sql, params) =
                     self.build_with(inner, plan.sql_filter.as_ref(), None, false, false)?;
                 return plan.count(conn, c, (&sql, &params), &self.ask());
@@ -452,7 +456,7 @@ impl<'a> Query<'a> {
     pub fn explain(self) -> Result<Vec<String>> {
         self.src.run("explain", |inner, conn| {
             let c = self.coll(inner, "explain")?;
-            let plan = crate::query::scan::plan(&inner.schema, c, &self.ask())?;
+            let plan = scan::plan(&inner.schema, c, &self.ask())?;
             let (sql, params) = match &plan {
                 Some(p) => self.build_with(
                     inner,
@@ -688,10 +692,8 @@ impl Inner {
             return Ok(None);
         };
         let rowid: i64 = r.get(0).map_err(err)?;
-        crate::layout::body::with_scratch(|scratch| {
-            f(rowid, c.body.read_found(r, &key, scratch).map_err(err)?)
-        })
-        .map(Some)
+        body::with_scratch(|scratch| f(rowid, c.body.read_found(r, &key, scratch).map_err(err)?))
+            .map(Some)
     }
 
     /// Look an object up by (checked) key on `conn`; `check`: see [`check_stored`].

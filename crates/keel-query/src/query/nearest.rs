@@ -11,7 +11,11 @@ use std::marker::PhantomData;
 use keel_schema::{Field, FieldPath, Record};
 
 use crate::base::error::{Error, Result};
+use crate::engine::Inner;
+use crate::query::fetch::Source;
 use crate::query::fetch::{decode_row, select_each, Fetch, Query, StoredObject};
+use crate::query::scan;
+use crate::vector::column;
 use crate::vector::column::{Scored, Within};
 
 /// One result of a nearest query: the object, its distance to the query vector
@@ -98,40 +102,31 @@ impl Nearest<'_> {
     /// could be another snapshot, or never come with one reader).
     fn scored_on(
         &self,
-        inner: &crate::engine::Inner,
+        inner: &Inner,
         conn: &rusqlite::Connection,
         op: &'static str,
     ) -> Result<Vec<Scored>> {
         let q = &self.q;
         let c = q.coll(inner, op)?;
-        let f = crate::vector::column::field_of(c, op, &self.path)?;
-        crate::vector::column::check_query(c, f, op, &self.query)?;
+        let f = column::field_of(c, op, &self.path)?;
+        column::check_query(c, f, op, &self.query)?;
         if self.k == 0 || inner.unborn(conn, c)? {
             return Ok(Vec::new());
         }
         let cache = &inner.vector_cache;
         let Some(filter) = q.spec.filter.as_ref() else {
-            return crate::vector::column::scan(
-                conn,
-                c,
-                f,
-                op,
-                &self.query,
-                self.k,
-                Within::All,
-                cache,
-            );
+            return column::scan(conn, c, f, op, &self.query, self.k, Within::All, cache);
         };
-        if crate::query::scan::plan(&inner.schema, c, &q.ask())?.is_some() {
+        if scan::plan(&inner.schema, c, &q.ask())?.is_some() {
             // A filter SQLite cannot answer alone (a field without a column):
             // evaluated on the bodies, on this connection, then the scan keeps
             // its rowids.
             let as_of = match &q.src {
-                crate::query::fetch::Source::Conn(_, _, as_of) => *as_of,
-                crate::query::fetch::Source::Db(_) => None,
+                Source::Conn(_, _, as_of) => *as_of,
+                Source::Db(_) => None,
             };
             let here = Query {
-                src: crate::query::fetch::Source::Conn(inner, conn, as_of),
+                src: Source::Conn(inner, conn, as_of),
                 spec: q.spec.clone(),
             };
             let mut keep = std::collections::HashSet::new();
@@ -139,7 +134,7 @@ impl Nearest<'_> {
                 keep.insert(rowid);
                 Ok(true)
             })?;
-            return crate::vector::column::scan(
+            return column::scan(
                 conn,
                 c,
                 f,
@@ -162,7 +157,7 @@ impl Nearest<'_> {
                 })
             }
         };
-        crate::vector::column::scan(
+        column::scan(
             conn,
             c,
             f,
@@ -204,7 +199,7 @@ impl Nearest<'_> {
 
     fn each_on(
         &self,
-        inner: &crate::engine::Inner,
+        inner: &Inner,
         conn: &rusqlite::Connection,
         op: &'static str,
         sink: &mut dyn FnMut(Scored, &[u8]) -> Result<()>,

@@ -25,8 +25,14 @@ use rusqlite::types::{Value as SqlOwned, ValueRef as SqlRef};
 
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
+use crate::layout::stored::FieldSchema;
+use crate::layout::table;
+use crate::layout::table::IndexSql;
 pub(crate) use crate::layout::table::{ident, path_text};
 use crate::query::eval::resolve;
+use crate::search::language;
+use crate::search::language::SearchQuery;
+use crate::search::language::SearchSql;
 
 /// Name of the field-extract SQL function.
 pub const FIELD_FN: &str = "keel_field";
@@ -70,10 +76,7 @@ pub(crate) fn field_sql(collection: &str, path: &FieldPath) -> String {
 /// `schema` is read when a path text is first seen on the connection: it is the
 /// opening schema, or the newer schema stored in the file when an older build opens
 /// it (`stored.rs`), so index entries agree across versions.
-pub(crate) fn register(
-    conn: &rusqlite::Connection,
-    schema: crate::layout::stored::FieldSchema,
-) -> rusqlite::Result<()> {
+pub(crate) fn register(conn: &rusqlite::Connection, schema: FieldSchema) -> rusqlite::Result<()> {
     // Each path text is resolved once per connection, with the schema current then
     // (kept beside the resolution: the table index belongs to that schema).
     type Cached = Option<(Arc<Schema>, usize, ResolvedPath)>;
@@ -125,7 +128,7 @@ pub(crate) fn register(
                 return Ok(SqlOwned::Null);
             };
             // The same conversion as the index columns' (`layout.rs`).
-            Ok(crate::layout::table::to_sql_owned(
+            Ok(table::to_sql_owned(
                 obj.get_ref(path).map(SqlValue::from_ref),
             ))
         },
@@ -154,12 +157,12 @@ pub(crate) struct Compiler<'a> {
     /// also stored in column `k{i}`.
     pub(crate) key: &'a [u16],
     /// The collection's index columns: a path with a ready one reads the column.
-    pub(crate) indexes: &'a [crate::layout::table::IndexSql],
+    pub(crate) indexes: &'a [IndexSql],
     /// For a read in a snapshot: the build epoch it was taken at (see
     /// `layout::ready_epoch`); a column completed later is not read.
     pub(crate) as_of: Option<u64>,
     /// The collection's full-text index, if it has `(searchable)` fields.
-    pub(crate) search: Option<&'a crate::search::language::SearchSql>,
+    pub(crate) search: Option<&'a SearchSql>,
     pub(crate) params: Vec<Value>,
 }
 
@@ -188,7 +191,7 @@ impl<'a> Compiler<'a> {
         &self,
         path: Option<&FieldPath>,
         query: &str,
-    ) -> Result<(&'a crate::search::language::SearchSql, String)> {
+    ) -> Result<(&'a SearchSql, String)> {
         let s = self.search.ok_or_else(|| Error::TypeMismatch {
             op: "compile filter",
             collection: self.collection.to_owned(),
@@ -198,11 +201,11 @@ impl<'a> Compiler<'a> {
         let cols: Vec<&str> = match path {
             None => Vec::new(),
             Some(p) => {
-                let id = crate::search::language::searched_field(s, self.collection, p)?;
+                let id = language::searched_field(s, self.collection, p)?;
                 s.field(id).map(|f| f.column.as_str()).into_iter().collect()
             }
         };
-        let q = crate::search::language::SearchQuery::parse(query)?;
+        let q = SearchQuery::parse(query)?;
         Ok((s, q.fts(&cols)))
     }
 }

@@ -28,6 +28,7 @@ use crate::base::ref_keys::K;
 use crate::db::database::{ChangeHook, Database};
 use crate::query::fetch::{decode_row, Fetch, Source, Spec};
 use crate::relations::prefetch::Including;
+use crate::subscribe::indices::Indices;
 use crate::subscribe::Diff;
 
 /// One delivery of [`Including::subscribe`]: the whole list and its diff
@@ -297,7 +298,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 touched.sort_unstable();
                 touched.dedup();
                 let st = &mut *st;
-                let mut updated = crate::subscribe::indices::Indices::default();
+                let mut updated = Indices::default();
                 for i in touched {
                     let now = pair(&st.rows[i]);
                     if st.shown[i] != now {

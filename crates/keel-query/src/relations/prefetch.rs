@@ -16,8 +16,16 @@ use keel_schema::{Expr, FieldPath, Inverse, PathStep, Record, Relation, Through,
 
 use crate::base::error::{Error, Result};
 use crate::base::ref_keys::{column_key, ByKey, K};
+use crate::base::sql_value::Param;
+use crate::base::sql_value::SqlValue;
 use crate::engine::Inner;
+use crate::layout::links::Incoming;
+use crate::layout::links::Outgoing;
+use crate::layout::table;
 use crate::layout::table::Coll;
+use crate::query::eval;
+use crate::query::eval::Filter;
+use crate::query::fetch;
 use crate::query::fetch::{decode_row, Fetch, Query, Source, Spec, StoredObject};
 
 /// Most keys one batched read binds (SQLite allows 32,766 parameters); more
@@ -125,7 +133,7 @@ fn on_one_conn<T>(
     match src {
         Source::Db(inner) => {
             inner.check_read(op)?;
-            let as_of = crate::layout::table::ready_epoch();
+            let as_of = table::ready_epoch();
             inner.store.read(|conn| f(inner, conn, Some(as_of)))
         }
         Source::Conn(inner, conn, as_of) => f(inner, conn, *as_of),
@@ -164,7 +172,7 @@ fn fetch_by_keys<T: Record>(
     target: &Coll,
     keys: &[Value],
     order: Option<&FieldPath>,
-    keep: Option<&crate::query::eval::Filter>,
+    keep: Option<&Filter>,
 ) -> Result<ByKey<(T, Value, bool)>> {
     // References name single-field keys, held in the key column `k0`.
     key_path(inner, target, "including")?;
@@ -180,7 +188,7 @@ fn fetch_by_keys<T: Record>(
     let mut out = ByKey::default();
     let columns = format!("rowid, {}", target.body.select());
     by_keys(inner, conn, target, keys, &columns, &mut |sql, params| {
-        crate::query::fetch::select_each(
+        fetch::select_each(
             conn,
             target,
             "including",
@@ -236,19 +244,9 @@ fn by_keys(
 }
 
 /// `where_related`'s condition, compiled for the related collection `c`.
-fn related_filter_on(
-    inner: &Inner,
-    c: &Coll,
-    related: Option<&Expr>,
-) -> Result<Option<crate::query::eval::Filter>> {
+fn related_filter_on(inner: &Inner, c: &Coll, related: Option<&Expr>) -> Result<Option<Filter>> {
     related
-        .map(|e| {
-            crate::query::eval::Filter::with_schema(
-                std::sync::Arc::clone(&inner.schema),
-                &c.name,
-                e,
-            )
-        })
+        .map(|e| Filter::with_schema(std::sync::Arc::clone(&inner.schema), &c.name, e))
         .transpose()
 }
 
@@ -275,7 +273,7 @@ fn cut<X>(items: impl Iterator<Item = X>, (offset, limit): (u64, Option<u64>)) -
 /// true), cut to `window` — or all of them without a filter.
 fn kept_in_window(
     rows: impl Iterator<Item = Included>,
-    keep: Option<&crate::query::eval::Filter>,
+    keep: Option<&Filter>,
     window: Option<(u64, Option<u64>)>,
 ) -> Vec<Included> {
     let (Some(keep), Some(window)) = (keep, window) else {
@@ -421,9 +419,7 @@ fn existing_keys(
     by_keys(inner, conn, target, keys, "k0", &mut |sql, params| {
         let mut st = conn.prepare_cached(sql).map_err(err)?;
         let mut rows = st
-            .query(rusqlite::params_from_iter(
-                params.iter().map(crate::base::sql_value::Param),
-            ))
+            .query(rusqlite::params_from_iter(params.iter().map(Param)))
             .map_err(err)?;
         while let Some(r) = rows.next().map_err(err)? {
             if let Some(k) = column_key(r.get_ref(0).map_err(err)?) {
@@ -517,10 +513,7 @@ impl<'a, R: Record, T: Record> Including<'a, R, T> {
                 // keep the fetch's own order.
                 let desc = related_order.as_ref().map(|(_, d)| *d);
                 out.sort_by(|(_, a), (_, b)| {
-                    let o = crate::query::eval::order_cmp(
-                        crate::base::sql_value::SqlValue::from_value(a),
-                        crate::base::sql_value::SqlValue::from_value(b),
-                    );
+                    let o = eval::order_cmp(SqlValue::from_value(a), SqlValue::from_value(b));
                     match desc {
                         None => std::cmp::Ordering::Equal,
                         Some(true) => o.reverse(),
@@ -873,7 +866,7 @@ pub struct Included {
 
 /// The reference pointing at `c` that `c` navigates back by under `name`
 /// (`inverse: "posts"`), unless `c` has a reference field of that name.
-fn inverse_named<'c>(c: &'c Coll, name: &str) -> Option<&'c crate::layout::links::Incoming> {
+fn inverse_named<'c>(c: &'c Coll, name: &str) -> Option<&'c Incoming> {
     if c.links.outgoing.iter().any(|o| o.field == name) {
         return None;
     }
@@ -896,7 +889,7 @@ fn referrers_of(
     as_of: Option<u64>,
     c: &Coll,
     spec: &Spec,
-    back: &crate::layout::links::Incoming,
+    back: &Incoming,
     related: Option<&Expr>,
 ) -> Result<Vec<Included>> {
     let op = "including";
@@ -975,11 +968,7 @@ fn referrers_of(
 
 /// The reference field `field` of collection `c`; any other name is
 /// [`Error::UnknownField`].
-fn link_named<'c>(
-    c: &'c Coll,
-    field: &str,
-    op: &'static str,
-) -> Result<&'c crate::layout::links::Outgoing> {
+fn link_named<'c>(c: &'c Coll, field: &str, op: &'static str) -> Result<&'c Outgoing> {
     c.links
         .outgoing
         .iter()
@@ -1071,26 +1060,19 @@ impl Query<'_> {
                 &wanted,
                 &columns,
                 &mut |sql, params| {
-                    crate::query::fetch::select_each(
-                        conn,
-                        target,
-                        op,
-                        sql,
-                        params,
-                        &mut |rowid, bytes| {
-                            let obj = reader
-                                .open(bytes)
-                                .map_err(|e| Error::invalid_object(op, &target.name, e))?;
-                            found.insert(
-                                obj.get_resolved(&resolved),
-                                StoredObject {
-                                    rowid,
-                                    bytes: bytes.to_vec(),
-                                },
-                            );
-                            Ok(true)
-                        },
-                    )
+                    fetch::select_each(conn, target, op, sql, params, &mut |rowid, bytes| {
+                        let obj = reader
+                            .open(bytes)
+                            .map_err(|e| Error::invalid_object(op, &target.name, e))?;
+                        found.insert(
+                            obj.get_resolved(&resolved),
+                            StoredObject {
+                                rowid,
+                                bytes: bytes.to_vec(),
+                            },
+                        );
+                        Ok(true)
+                    })
                 },
             )?;
             let at: Vec<Option<&StoredObject>> = wanted.iter().map(|k| found.get(k)).collect();

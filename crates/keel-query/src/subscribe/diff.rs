@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::indices::Indices;
+use crate::base::fx::FxMap;
 use crate::query::fetch::StoredObject;
 
 /// The row-level difference between an old and a new result of a query, in the
@@ -124,7 +125,7 @@ impl Diff {
             d.inserted.clear();
             d.removed.clear();
             d.updated.truncate(p0);
-            let mut pos: crate::base::fx::FxMap<K, usize> = crate::base::fx::FxMap::default();
+            let mut pos: FxMap<K, usize> = FxMap::default();
             pos.reserve(om.len());
             pos.extend(om.iter().enumerate().map(|(i, o)| (id(o), i)));
             let mut kept_old = vec![false; om.len()];

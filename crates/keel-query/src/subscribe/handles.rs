@@ -20,6 +20,7 @@ use super::update::{ObjectEvent, ObjectUpdate, Objects, QueryUpdate, Update};
 use super::hub::{hkeys, Compiled, HKey, Obj};
 use crate::base::slot::{Producer, Slot};
 
+use crate::base::change::Change;
 use crate::base::error::{Error, Result};
 use crate::db::database::Database;
 use crate::engine::CommitObserver;
@@ -115,13 +116,13 @@ impl CommitObserver for Hub {
     fn interested(&self) -> bool {
         Hub::interested(self)
     }
-    fn on_commit(&self, changes: &[crate::base::change::Change], one_collection: bool) {
+    fn on_commit(&self, changes: &[Change], one_collection: bool) {
         Hub::on_commit(self, changes, one_collection)
     }
     fn resync(&self) {
         Hub::resync(self)
     }
-    fn on_remote(&self, changes: &[crate::base::change::Change]) {
+    fn on_remote(&self, changes: &[Change]) {
         Hub::on_remote(self, changes)
     }
     fn close(&self) {

@@ -16,6 +16,7 @@
 
 use std::cmp::Ordering as Cmp;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -27,9 +28,11 @@ use super::indices::Indices;
 use super::update::{ObjectEvent, Objects, QueryUpdate};
 use crate::base::change::Change;
 use crate::base::error::{Error, Result};
+use crate::base::fx::Fx;
 use crate::base::fx::{FxMap, FxSet};
 use crate::base::sql_value::{order_cmp, SqlValue};
 use crate::engine::Inner;
+use crate::query::eval;
 use crate::query::eval::{Filter, Order, RowKey};
 use crate::query::fetch::{Query, Source, Spec, StoredObject};
 
@@ -85,8 +88,7 @@ impl HKeyRef<'_> {
 
     /// A hash of the value, equal for a key and its owned form.
     fn prehash(&self) -> u64 {
-        use std::hash::BuildHasher;
-        std::hash::BuildHasherDefault::<crate::base::fx::Fx>::default().hash_one(self)
+        std::hash::BuildHasherDefault::<Fx>::default().hash_one(self)
     }
 }
 
@@ -497,14 +499,14 @@ struct CollSubs {
 /// `-0.0`, only miss sharing).
 fn spec_hash(spec: &Spec) -> u64 {
     use std::hash::Hasher;
-    struct Feed(crate::base::fx::Fx);
+    struct Feed(Fx);
     impl std::fmt::Write for Feed {
         fn write_str(&mut self, s: &str) -> std::fmt::Result {
             self.0.write(s.as_bytes());
             Ok(())
         }
     }
-    let mut f = Feed(crate::base::fx::Fx::default());
+    let mut f = Feed(Fx::default());
     // Writing to `Feed` cannot fail.
     let _ = std::fmt::write(&mut f, format_args!("{spec:?}"));
     f.0.finish()
@@ -2300,7 +2302,7 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
         if let Some(i) = cs.eq.iter().position(|x| x.path == *path) {
             return Placement::Eq(i, keys, exact);
         }
-        if let Ok(resolved) = crate::query::eval::resolve(t, &q.coll, "subscribe", path) {
+        if let Ok(resolved) = eval::resolve(t, &q.coll, "subscribe", path) {
             cs.eq.push(EqIndex {
                 path: path.clone(),
                 resolved,
@@ -2360,7 +2362,7 @@ fn place(cs: &mut CollSubs, q: &Compiled, schema: &Schema, id: u64) -> Placement
     }
     let ri = match cs.ranges.iter().position(|r| r.path == *path) {
         Some(i) => i,
-        None => match crate::query::eval::resolve(t, &q.coll, "subscribe", path) {
+        None => match eval::resolve(t, &q.coll, "subscribe", path) {
             Ok(resolved) => {
                 cs.ranges.push(RangeIndex {
                     path: path.clone(),

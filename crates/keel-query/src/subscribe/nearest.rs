@@ -18,8 +18,11 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::base::change::Change;
 use crate::base::error::{Error, Result};
 use crate::engine::Inner;
+use crate::query::eval::Filter;
+use crate::query::fetch::Spec;
 use crate::query::fetch::{Query, Source, StoredObject};
 use crate::query::nearest::{Nearest, Neighbor};
+use crate::vector::column;
 use crate::vector::column::{Scored, VectorField};
 
 /// How many candidates past `k` a live k-NN keeps, so that members leaving do
@@ -57,7 +60,7 @@ struct Live {
     field: VectorField,
     query: Vec<f32>,
     query_norm: f32,
-    filter: Option<crate::query::eval::Filter>,
+    filter: Option<Filter>,
     /// The best candidates, ascending, with their bytes.
     cands: Vec<(Scored, Vec<u8>)>,
     /// The candidates hold every matching object.
@@ -67,7 +70,7 @@ struct Live {
     stats: NearestStats,
     sink: Box<dyn FnMut(NearestUpdate) + Send>,
     /// The query to scan with (`k + SPARES` deep).
-    spec: crate::query::fetch::Spec,
+    spec: Spec,
     path: keel_schema::FieldPath,
 }
 
@@ -136,7 +139,7 @@ impl Live {
                 return None;
             }
         }
-        let p = crate::vector::column::packed(&self.field, bytes)?;
+        let p = column::packed(&self.field, bytes)?;
         if p.len() != self.query.len() * 4 {
             return None;
         }
@@ -301,13 +304,9 @@ impl Nearest<'static> {
         // Checks the query (field, vector, no order/limit) as a run would.
         let _ = self.scored("subscribe nearest")?;
         let c = inner.coll(&self.q.spec.collection, "subscribe nearest")?;
-        let field = crate::vector::column::field_of(c, "subscribe nearest", &self.path)?.clone();
+        let field = column::field_of(c, "subscribe nearest", &self.path)?.clone();
         let filter = match &self.q.spec.filter {
-            Some(e) => Some(crate::query::eval::Filter::with_schema(
-                Arc::clone(&inner.schema),
-                &c.name,
-                e,
-            )?),
+            Some(e) => Some(Filter::with_schema(Arc::clone(&inner.schema), &c.name, e)?),
             None => None,
         };
         let live = Arc::new(Mutex::new(Live {

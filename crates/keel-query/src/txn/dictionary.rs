@@ -15,6 +15,8 @@ use keel_schema::Record;
 
 use crate::base::error::{Error, Result};
 use crate::dictionary::cache::{shard_of, Val, SHARDS};
+#[cfg(feature = "serde")]
+use crate::dictionary::shared;
 use crate::dictionary::shared::{
     clear_rows, delete_row, lock, mismatch, object_from, object_value, put_row, rd, read_row,
     typed_from, wr, Shared,
@@ -231,7 +233,7 @@ impl<'t> TxnDictionary<'t> {
     /// Store a serde value (as JSON) under `key` in this transaction (feature `serde`).
     #[cfg(feature = "serde")]
     pub fn set_serde<T: serde::Serialize + ?Sized>(&mut self, key: &str, value: &T) -> Result<()> {
-        let v = crate::dictionary::shared::serde_to(key, value)?;
+        let v = shared::serde_to(key, value)?;
         self.set(key, v)
     }
 
@@ -346,12 +348,8 @@ impl<'t> TxnDictionary<'t> {
     /// The serde value stored under `key` (feature `serde`).
     #[cfg(feature = "serde")]
     pub fn get_serde<T: serde::de::DeserializeOwned>(&mut self, key: &str) -> Result<Option<T>> {
-        let r = self.lookup(key, |v| {
-            v.map(|v| crate::dictionary::shared::serde_from::<T>(key, v))
-        })?;
-        self.with_default(key, r, |v| {
-            crate::dictionary::shared::serde_from::<T>(key, v)
-        })
+        let r = self.lookup(key, |v| v.map(|v| shared::serde_from::<T>(key, v)))?;
+        self.with_default(key, r, |v| shared::serde_from::<T>(key, v))
     }
 
     /// True if a value is stored under `key`, as this transaction sees it.

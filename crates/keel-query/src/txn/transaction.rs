@@ -3,13 +3,19 @@
 use keel_schema::{ChangeRequest, Expr, Record, Value};
 use keel_storage::WriteTxn;
 use rusqlite::types::ValueRef as SqlRef;
+use rusqlite::OptionalExtension;
 
 use crate::base::change::{Change, ChangeOp};
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
 use crate::engine::Inner;
+use crate::layout::body;
+use crate::layout::fts;
 use crate::layout::table::Coll;
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
+use crate::txn::dictionary::TxnDictionary;
+use crate::txn::dictionary::TxnState;
+use crate::vector::column;
 
 /// A write transaction, given to the closure of
 /// [`Database::write`](crate::db::database::Database::write). The closure runs on keel's writer
@@ -35,7 +41,7 @@ pub struct Txn<'a> {
     record: bool,
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
-    pub(crate) dict: Option<crate::txn::dictionary::TxnState>,
+    pub(crate) dict: Option<TxnState>,
     /// Write statements taken from the connection's cache for the rest of this
     /// closure (see [`Txn::with_kept_stmt`]); they go back to it when the `Txn` drops.
     kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
@@ -235,13 +241,11 @@ impl<'a> Txn<'a> {
         op: &'static str,
         key: &[Value],
     ) -> Result<Option<StoredObject>> {
-        use rusqlite::OptionalExtension;
         self.with_kept_stmt(c, op, &c.sql_find, |st| {
             st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
                 let rowid: i64 = r.get(0)?;
-                let bytes = crate::layout::body::with_scratch(|s| {
-                    c.body.read_found(r, key, s).map(<[u8]>::to_vec)
-                })?;
+                let bytes =
+                    body::with_scratch(|s| c.body.read_found(r, key, s).map(<[u8]>::to_vec))?;
                 Ok(StoredObject { rowid, bytes })
             })
             .optional()
@@ -281,16 +285,12 @@ impl<'a> Txn<'a> {
     fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
         // The packed vectors (`vector.rs`) go with the row the same way.
         if let Some(v) = &c.vectors {
-            self.with_kept_stmt(c, op, &v.upsert, |st| {
-                crate::vector::column::write(st, v, rowid, bytes)
-            })?;
+            self.with_kept_stmt(c, op, &v.upsert, |st| column::write(st, v, rowid, bytes))?;
         }
         let Some(s) = &c.search else {
             return Ok(());
         };
-        self.with_kept_stmt(c, op, &s.upsert, |st| {
-            crate::layout::fts::write(st, s, rowid, bytes)
-        })
+        self.with_kept_stmt(c, op, &s.upsert, |st| fts::write(st, s, rowid, bytes))
     }
 
     /// Remove the full-text index entry of `rowid` (see [`Txn::index_text`]).
@@ -311,7 +311,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<i64> {
-        crate::vector::column::check(c, op, &bytes)?;
+        column::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
         // The index columns are extracted once from the bytes, as they are bound.
         self.with_kept_stmt(c, op, &c.sql_insert, |st| {
@@ -351,7 +351,7 @@ impl<'a> Txn<'a> {
         key: Vec<Value>,
         bytes: Vec<u8>,
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
-        crate::vector::column::check(c, op, &bytes)?;
+        column::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
         if self.record {
             let Some(old) = self.find(c, op, &key)? else {
@@ -423,7 +423,7 @@ impl<'a> Txn<'a> {
         key: &[Value],
         bytes: &[u8],
     ) -> Result<()> {
-        crate::vector::column::check(c, op, bytes)?;
+        column::check(c, op, bytes)?;
         self.check_references(c, op, bytes)?;
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
@@ -771,7 +771,6 @@ impl<'a> Txn<'a> {
         if !self.record {
             // A searchable collection: the index entry goes by rowid, so find it.
             let rowid: Option<i64> = self.with_kept_stmt(c, "delete", &c.sql_find_rowid, |st| {
-                use rusqlite::OptionalExtension;
                 st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {
                     r.get(0)
                 })
@@ -984,12 +983,7 @@ impl<'a> Txn<'a> {
     /// assert_eq!(db.dictionary().get::<String>("last_post")?.as_deref(), Some("p1"));
     /// # Ok::<(), keel_query::Error>(())
     /// ```
-    pub fn dictionary(&mut self) -> crate::txn::dictionary::TxnDictionary<'_> {
-        crate::txn::dictionary::TxnDictionary::new(
-            self.conn,
-            self.inner,
-            self.aborted,
-            &mut self.dict,
-        )
+    pub fn dictionary(&mut self) -> TxnDictionary<'_> {
+        TxnDictionary::new(self.conn, self.inner, self.aborted, &mut self.dict)
     }
 }

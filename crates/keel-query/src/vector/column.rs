@@ -34,8 +34,10 @@
 //! (`vector_codes.rs`), which provably holds the top `k`: the same answer.
 
 use keel_schema::Value;
+use rusqlite::OptionalExtension;
 
 use crate::base::error::{Error, Result};
+use crate::base::sql_value::Param;
 use crate::layout::table::{ident, Coll};
 use crate::layout::vector_table::VectorSql;
 pub(crate) use crate::layout::vector_table::{packed, write, Scored, TopK, VectorField};
@@ -171,7 +173,6 @@ fn packed_value(v: rusqlite::types::ValueRef<'_>, dims: usize) -> Option<&[u8]> 
 /// The generation and the schema cookie of `v`'s table in this snapshot
 /// (`None`: no generation, a table from before the triggers).
 fn stamp(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<Option<(i64, i64)>> {
-    use rusqlite::OptionalExtension;
     let gen: Option<i64> = conn
         .prepare_cached("SELECT value FROM keel_meta WHERE key = ?1")?
         .query_row([&v.gen_key], |r| r.get(0))
@@ -250,10 +251,9 @@ impl<'s> Scan<'s> {
             Within::Sql(w, p) => {
                 let mut st = self.conn.prepare_cached(w).map_err(|e| self.err(e))?;
                 let rows = st
-                    .query_map(
-                        rusqlite::params_from_iter(p.iter().map(crate::base::sql_value::Param)),
-                        |r| r.get::<_, i64>(0),
-                    )
+                    .query_map(rusqlite::params_from_iter(p.iter().map(Param)), |r| {
+                        r.get::<_, i64>(0)
+                    })
                     .map_err(|e| self.err(e))?;
                 rowids = rows
                     .collect::<rusqlite::Result<_>>()
@@ -393,9 +393,7 @@ impl<'s> Scan<'s> {
         };
         let mut st = self.conn.prepare_cached(&sql).map_err(err)?;
         let mut rows = st
-            .query(rusqlite::params_from_iter(
-                params.iter().map(crate::base::sql_value::Param),
-            ))
+            .query(rusqlite::params_from_iter(params.iter().map(Param)))
             .map_err(err)?;
         let metric = f.spec.metric;
         let qn = keel_schema::vector::norm(query);
@@ -434,7 +432,6 @@ pub(crate) fn sync_all(
     colls: &[Coll],
     force: bool,
 ) -> rusqlite::Result<Vec<String>> {
-    use rusqlite::OptionalExtension;
     let mut out = Vec::new();
     for c in colls {
         let stored: Option<String> = conn
@@ -541,7 +538,6 @@ pub(crate) fn compare(
         }
         let rowid: i64 = r.get(0)?;
         let bytes = c.body.read(r, 1, &mut scratch)?;
-        use rusqlite::OptionalExtension;
         // Each column as NULL or a BLOB; `Err`: another type, which no object
         // packs to (another tool wrote it), so the column is stale.
         type Column = std::result::Result<Option<Vec<u8>>, ()>;
