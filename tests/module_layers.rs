@@ -678,3 +678,273 @@ fn item9_xtask_is_checked_and_its_modules_form_no_cycle() {
     );
     assert_eq!(cycles(&g), Vec::<Vec<String>>::new());
 }
+
+/// Crates whose code names the module that defines a thing, never the crate root
+/// (`crate::error::Error`, not `crate::Error`): the root's `pub use` list is the
+/// public face, and code that reaches an item through it hides where the item
+/// lives. `lib.rs` itself, and doc links, may name the root.
+const NAMES_THE_DEFINING_MODULE: &[&str] = &["keel-query"];
+
+/// Crates whose files write every import in their `use` block, so that a file's
+/// first lines say what it depends on: no `crate::…` path inside a function body,
+/// a type or an expression.
+const IMPORTS_AT_THE_TOP: &[&str] = &["keel-query"];
+
+fn crate_files(name: &str) -> BTreeMap<String, String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("crates")
+        .join(name)
+        .join("src");
+    let mut files = BTreeMap::new();
+    collect_files(&src, &src, &mut files);
+    files
+}
+
+/// `crate::Name` paths (a capitalised first segment, or one inside a
+/// `crate::{…}` group) in the code of one file, as `line: text`.
+fn crate_root_names(text: &str) -> Vec<String> {
+    let code = strip(text);
+    let mut out = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        let mut rest = line;
+        while let Some(p) = rest.find("crate::") {
+            let before = &rest[..p];
+            let after = &rest[p + "crate::".len()..];
+            rest = after;
+            if before.ends_with(|c: char| c == '_' || c.is_alphanumeric() || c == ':') {
+                continue;
+            }
+            let root_name = after.starts_with(|c: char| c.is_ascii_uppercase())
+                || (after.starts_with('{')
+                    && after[1..]
+                        .split([',', '}'])
+                        .any(|s| s.trim().starts_with(|c: char| c.is_ascii_uppercase())));
+            if root_name {
+                out.push(format!("{}: {}", n + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+/// `crate::…` paths outside the file's `use` items (test blocks aside), as
+/// `line: text`.
+fn inline_crate_paths(text: &str) -> Vec<String> {
+    let code = drop_test_blocks(&strip(text));
+    let b = code.as_bytes();
+    let mut in_use = vec![false; b.len()];
+    let mut i = 0;
+    while i < b.len() {
+        let starts_use = b[i..].starts_with(b"use ") && (i == 0 || !is_ident(b[i - 1]));
+        if starts_use {
+            let end = b[i..]
+                .iter()
+                .position(|&c| c == b';')
+                .map_or(b.len(), |e| i + e + 1);
+            in_use[i..end].iter_mut().for_each(|x| *x = true);
+            i = end;
+            continue;
+        }
+        i += 1;
+    }
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(p) = find_bytes(&b[from..], b"crate::") {
+        let at = from + p;
+        from = at + 1;
+        if in_use[at] || (at > 0 && (is_ident(b[at - 1]) || b[at - 1] == b':')) {
+            continue;
+        }
+        let line = b[..at].iter().filter(|&&c| c == b'\n').count();
+        out.push(format!(
+            "{}: {}",
+            line + 1,
+            code.lines().nth(line).unwrap_or("").trim()
+        ));
+    }
+    out
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+#[test]
+fn code_names_the_defining_module_never_the_crate_root() {
+    let mut failures = Vec::new();
+    for name in NAMES_THE_DEFINING_MODULE {
+        for (m, text) in crate_files(name) {
+            if m.is_empty() {
+                continue;
+            }
+            for hit in crate_root_names(&text) {
+                failures.push(format!("{name} {m} line {hit}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "these lines reach an item through the crate root; name the module that \
+         defines it (`crate::error::Error`, not `crate::Error`):\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn imports_are_written_at_the_top_of_each_file() {
+    let mut failures = Vec::new();
+    for name in IMPORTS_AT_THE_TOP {
+        for (m, text) in crate_files(name) {
+            for hit in inline_crate_paths(&text) {
+                failures.push(format!("{name} {m} line {hit}"));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "these lines write a crate path inside the code; import it in the file's \
+         `use` block instead:\n{}",
+        failures.join("\n")
+    );
+}
+
+/// The bands of one crate, bottom to top, from the table under `heading` in
+/// `docs/architecture.md`: the first cell of each row names a folder (`base/`)
+/// or a file (`engine.rs`) at the crate's root.
+fn bands_from_architecture(heading: &str) -> Vec<String> {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/architecture.md"))
+            .unwrap();
+    let at = doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("docs/architecture.md has no heading {heading:?}"));
+    let mut bands = Vec::new();
+    for line in doc[at..].lines().skip(1) {
+        let line = line.trim();
+        if line.starts_with('#') {
+            break;
+        }
+        let Some(row) = line.strip_prefix('|') else {
+            continue;
+        };
+        let cell = row.split('|').next().unwrap_or("").trim();
+        let Some(name) = cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')) else {
+            continue;
+        };
+        let name = name.trim_end_matches('/').trim_end_matches(".rs");
+        bands.push(name.to_string());
+    }
+    bands
+}
+
+/// Every edge of `g` that runs from a lower band up to a higher one, and every
+/// module in no band.
+fn band_violations(g: &Graph, bands: &[String]) -> Vec<String> {
+    let band_of = |m: &str| {
+        let top = m.split("::").next().unwrap_or("");
+        bands.iter().position(|b| b == top)
+    };
+    let mut out = Vec::new();
+    for (from, deps) in g {
+        if from.is_empty() {
+            continue;
+        }
+        let Some(low) = band_of(from) else {
+            out.push(format!("{from} is in no band"));
+            continue;
+        };
+        for (to, why) in deps {
+            if to.is_empty() {
+                continue;
+            }
+            if let Some(high) = band_of(to) {
+                if high > low {
+                    let why: Vec<&str> = why.iter().map(String::as_str).take(3).collect();
+                    out.push(format!(
+                        "{from} ({}) -> {to} ({})  ({})",
+                        bands[low],
+                        bands[high],
+                        why.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// keel-query is built in bands (folders), with the engine as the waist: a band
+/// imports only from itself and the bands below it, in the order
+/// `docs/architecture.md` lists them.
+#[test]
+fn keel_query_bands_import_only_downward() {
+    let bands = bands_from_architecture("### keel-query's bands");
+    assert!(
+        bands.len() >= 10 && bands.contains(&"engine".to_string()),
+        "the band table in docs/architecture.md reads as {bands:?}"
+    );
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/keel-query/src");
+    let g = module_graph(&src);
+    let bad = band_violations(&g, &bands);
+    assert!(
+        bad.is_empty(),
+        "imports that run up the bands (bottom to top: {}):\n{}",
+        bands.join(" < "),
+        bad.join("\n")
+    );
+    // At most a handful of files at the crate's root: everything else sits in a
+    // band folder.
+    let root_files: Vec<String> = std::fs::read_dir(&src)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    assert!(root_files.len() <= 6, "{root_files:?}");
+}
+
+/// The band and naming checkers themselves, on a small crate.
+#[test]
+fn the_band_and_naming_checkers_see_what_they_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path();
+    std::fs::create_dir(src.join("low")).unwrap();
+    std::fs::create_dir(src.join("high")).unwrap();
+    let files = [
+        ("lib.rs", "mod low;\nmod high;\npub use low::a::A;\n"),
+        ("low/mod.rs", "pub mod a;\n"),
+        (
+            "low/a.rs",
+            "pub struct A;\nfn up() { crate::high::h::go() }\n",
+        ),
+        ("high/mod.rs", "pub mod h;\n"),
+        (
+            "high/h.rs",
+            "use crate::low::a::A;\npub fn go() { let _ = A; }\n",
+        ),
+    ];
+    for (name, text) in files {
+        std::fs::write(src.join(name), text).unwrap();
+    }
+    let g = module_graph(src);
+    let bands = vec!["low".to_string(), "high".to_string()];
+    let bad = band_violations(&g, &bands);
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0].starts_with("low::a (low) -> high::h (high)"),
+        "{bad:?}"
+    );
+    assert_eq!(
+        crate_root_names("use crate::Error;\n/// [`x`](crate::Doc)\nfn f(_: crate::low::A, _: crate::{X, y::Z}) {}\n"),
+        vec![
+            "1: use crate::Error;".to_string(),
+            "3: fn f(_: crate::low::A, _: crate::{X, y::Z}) {}".to_string()
+        ]
+    );
+    assert_eq!(
+        inline_crate_paths(
+            "use crate::a::{\n    B,\n};\nfn f() { crate::a::g() }\n#[cfg(test)]\nmod tests {\n    fn t() { crate::a::g() }\n}\n"
+        ),
+        vec!["4: fn f() { crate::a::g() }".to_string()]
+    );
+}
