@@ -2,9 +2,9 @@
 //! schema's collections, the change hooks, the dictionary's cache, the subscription
 //! hub, the fetch pool), the write-closure marker, and [`Task`].
 //!
-//! It sits below the modules that use it: [`Database`](crate::db::database::Database) (`db.rs`)
+//! It sits below the modules that use it: [`Database`](crate::db::database::Database) (`db/database.rs`)
 //! is only the public facade over an `Arc<Inner>`, and `txn`, `query`, `subscribe`
-//! and `dictionary` reach this module, never `db.rs`, for the shared state. It
+//! and `dictionary` reach this module, never `db/database.rs`, for the shared state. It
 //! names none of them: the subscription hub, which runs queries through the engine,
 //! is held as a [`CommitObserver`]; the dictionary's cache (`dictionary::shared`)
 //! sits below the engine and reaches it back through its `DictHost` trait.
@@ -91,7 +91,7 @@ pub(crate) struct Inner {
     /// found to be the one this handle writes (`-1`: not checked yet); see
     /// [`Inner::check_layout`].
     layout_cookie: AtomicI64,
-    /// In-memory copies of vector fields' packed columns (`vector_cache.rs`).
+    /// In-memory copies of vector fields' packed columns (`vector/cache.rs`).
     pub(crate) vector_cache: VectorCache,
 }
 

@@ -18,7 +18,7 @@
 //! ## Reading: the catch-up
 //!
 //! A `keel-feed` thread sleeps in the kernel until a post arrives, then runs
-//! the catch-up (`remote.rs`; [`Database::catch_up`](crate::db::database::Database::catch_up) — and so
+//! the catch-up (`db/catch_up.rs`; [`Database::catch_up`](crate::db::database::Database::catch_up) — and so
 //! `resume` — runs it too): in **one read transaction** it reads the log after the
 //! last sequence number this handle saw, skips its own origin (those commits were
 //! delivered locally, before their futures resolved), and fetches the current
@@ -53,7 +53,7 @@
 //! retried: by the feed thread with a short backoff, and always by `resume`.
 //!
 //! This module is the low half (state, gate, log format), below the engine and
-//! the dictionary, which write through it; `remote.rs`, above the engine, reads
+//! the dictionary, which write through it; `db/catch_up.rs`, above the engine, reads
 //! the rows and hands them to the hub and the dictionary.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -419,7 +419,7 @@ fn encode_rows(changes: &[Change]) -> Vec<u8> {
 /// its place (`delete x; insert y` in one write, or two commits caught up together,
 /// as `delete_where` then inserts does). With the key logged beside the rowid, the
 /// catch-up sees that the key stored at a rowid is no longer the one logged there
-/// and delivers that object's delete (see `remote.rs`).
+/// and delivers that object's delete (see `db/catch_up.rs`).
 fn encode_ids(changes: &[Change]) -> Vec<u8> {
     let mut out = Vec::with_capacity(changes.len() * 16);
     for c in changes {

@@ -1,7 +1,7 @@
 //! Keys of referenced objects as map keys, for the reads through references
-//! (`relation.rs`), live lists across them (`live_relation.rs`) and backfills
-//! (`migrate.rs`): [`K`], an owned key that can be hashed; [`ByKey`], objects by
-//! key looked up from borrowed bytes without allocating (FxHash maps, `fx.rs`);
+//! (`relations/prefetch.rs`), live lists across them (`relations/live.rs`) and backfills
+//! (`open/migrate.rs`): [`K`], an owned key that can be hashed; [`ByKey`], objects by
+//! key looked up from borrowed bytes without allocating (FxHash maps, `base/fx.rs`);
 //! [`column_key`], a key read from a key column.
 
 use keel_schema::dynamic::ValueRef;

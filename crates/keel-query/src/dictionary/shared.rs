@@ -2,7 +2,7 @@
 //! one database shares ([`Shared`], owned by the engine state), the rows in
 //! `keel_dict`, the flush, the close steps and the value conversions.
 //! [`Dictionary`](crate::Dictionary) (`db/dictionary.rs`) and [`TxnDictionary`](crate::TxnDictionary)
-//! (`txn.rs`) are built on it. It sits below the engine state that owns it and
+//! (`txn/transaction.rs`) are built on it. It sits below the engine state that owns it and
 //! reaches that only through [`DictHost`] (the store and the open check), never
 //! the engine or the `Database` facade.
 

@@ -2,9 +2,9 @@
 //! it holds changes (at open, in the schema transaction), dropped when no field
 //! is searchable any more, and compared with the rows (`keel check`).
 //!
-//! Row by row, the index is written by `txn.rs` in the same transaction — and
+//! Row by row, the index is written by `txn/transaction.rs` in the same transaction — and
 //! the same savepoint — as the row, never by triggers: the FTS5 table is a
-//! regular one that holds each row's token stream (`search.rs`), so stock SQLite
+//! regular one that holds each row's token stream (`search/language.rs`), so stock SQLite
 //! reads it, `integrity-check` verifies it, and a rollback takes both back.
 //! `keel_meta` keeps, per collection, `search:<collection>` = what the table was
 //! built with ([`SearchSql::sig`](crate::search::language::SearchSql)); a different

@@ -2,8 +2,8 @@
 //! the reference fields pointing **at** it (`incoming`: delete rules) and its
 //! own reference fields (`outgoing`: the `dangling: false` check on writes).
 //!
-//! A leaf: it only reads the schema model. `txn.rs` enforces the rules with it,
-//! `relation.rs` (prefetch, filters through references, the way back along an
+//! A leaf: it only reads the schema model. `txn/transaction.rs` enforces the rules with it,
+//! `relations/prefetch.rs` (prefetch, filters through references, the way back along an
 //! incoming reference's `inverse` name) reads it too.
 
 use keel_schema::{FieldPath, OnDelete, PathStep, Schema};

@@ -232,7 +232,7 @@ pub(crate) fn build_unique(
 }
 
 /// The storage error a failed schema phase hands the kernel (the typed error itself
-/// travels beside it, see `db.rs`).
+/// travels beside it, see `db/database.rs`).
 pub(crate) fn to_storage(e: &Error, path: &Path) -> SErr {
     match e {
         Error::Storage(s) => s.clone(),

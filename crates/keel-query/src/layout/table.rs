@@ -21,7 +21,7 @@
 //! (a new default) makes the column be rebuilt.
 //!
 //! Format 1 (before) had no index columns and expression indexes over
-//! `keel_field(body, …)`; the schema phase (`schema_phase.rs`) turns such a file
+//! `keel_field(body, …)`; the schema phase (`open/schema_phase.rs`) turns such a file
 //! into format 2 in the schema transaction. This module is the table model the
 //! others build on; it depends on none of them but `body` (how the body column
 //! holds an object's bytes).
@@ -47,7 +47,7 @@ use crate::search::language::SearchSql;
 ///
 /// * 1: no index columns, expression indexes over `keel_field(body, …)`;
 /// * 2: index columns with plain indexes ([`INDEX_COLUMNS_FORMAT`]);
-/// * 3: a `body` may be stored without its key string (`body.rs`). A build that
+/// * 3: a `body` may be stored without its key string (`layout/body.rs`). A build that
 ///   reads format 2 would hand out such a body as it is stored, without its key,
 ///   so it must refuse the file ("written by a newer keel"); this build reads
 ///   both kinds of body side by side, so a format-2 file needs no rewrite: its
@@ -144,22 +144,22 @@ pub(crate) struct Coll {
     pub(crate) key_ids: Vec<u16>,
     pub(crate) indexes: Vec<IndexSql>,
     /// The schema index columns are extracted with: the opening schema, or the newer
-    /// schema stored in the file when an older build opens it (`stored.rs`), so the
+    /// schema stored in the file when an older build opens it (`layout/stored.rs`), so the
     /// columns agree whichever build wrote the object.
     pub(crate) ext: Arc<Schema>,
     /// The collection's table in `ext` (`None`: `ext` lacks it; columns are `NULL`).
     pub(crate) ext_table: Option<usize>,
-    /// How the body column holds the objects (`body.rs`): what a read selects after
+    /// How the body column holds the objects (`layout/body.rs`): what a read selects after
     /// `rowid` (`body`, then the key column a body without its key string is
     /// restored from), and how writes store them.
     pub(crate) body: BodyColumns,
-    /// The full-text index (`search.rs`, `fts.rs`), when the collection has
+    /// The full-text index (`search/language.rs`, `layout/fts.rs`), when the collection has
     /// `(searchable)` fields (in the extraction schema, like the index columns).
     pub(crate) search: Option<SearchSql>,
-    /// Its `(references: …)` links, both ways (`links.rs`): delete rules and the
+    /// Its `(references: …)` links, both ways (`layout/links.rs`): delete rules and the
     /// `dangling: false` check.
     pub(crate) links: Links,
-    /// The packed vector side table (`vector.rs`), when the collection has
+    /// The packed vector side table (`vector/column.rs`), when the collection has
     /// `(vector: N)` fields (in the extraction schema, like the index columns).
     pub(crate) vectors: Option<VectorSql>,
     /// `(k…, body, columns…)`.
@@ -374,7 +374,7 @@ impl Coll {
 
     /// The value of every index column for the object in `bytes`, in index order,
     /// borrowed from the bytes: what `keel_field(body, …)` returns for its path
-    /// (unreadable → `NULL`). Writes bind these directly (`txn.rs` `bind_row`).
+    /// (unreadable → `NULL`). Writes bind these directly (`txn/transaction.rs` `bind_row`).
     pub(crate) fn column_refs<'b>(
         &'b self,
         bytes: &'b [u8],

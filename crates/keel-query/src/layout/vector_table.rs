@@ -1,7 +1,7 @@
 //! The packed vector side table of a collection (`"<collection>$vec"`), as the
-//! table model (`layout.rs`) holds it: its fields, its SQL, how a row is
+//! table model (`layout/table.rs`) holds it: its fields, its SQL, how a row is
 //! written, and the `(distance, rowid)` order of candidates. A leaf: the check
-//! on write, the scan and the table's life are in `vector.rs`, above `layout`.
+//! on write, the scan and the table's life are in `vector/column.rs`, above `layout`.
 
 use std::collections::BinaryHeap;
 
@@ -41,7 +41,7 @@ pub(crate) struct VectorSql {
     pub(crate) delete: String,
     /// What the table is built with (`keel_meta`): fields and dimensions.
     pub(crate) sig: String,
-    /// The `keel_meta` key of the table's generation (`vector_cache.rs`).
+    /// The `keel_meta` key of the table's generation (`vector/cache.rs`).
     pub(crate) gen_key: String,
     /// The triggers that give the table a new generation on every write, and
     /// the generation's first value (idempotent: `IF NOT EXISTS`, `OR IGNORE`).
@@ -83,7 +83,7 @@ impl VectorSql {
         let gen_key = format!("vector-gen:{collection}");
         let lit = format!("'{}'", gen_key.replace('\'', "''"));
         // A fresh random() per write, not a count: a rolled-back transaction's
-        // values never come back to name other rows (see `vector_cache.rs`).
+        // values never come back to name other rows (see `vector/cache.rs`).
         // Triggers rather than keel's write path, so that every writer of the
         // file — a repair, stock SQLite, an older build — moves it too.
         let triggers = ["INSERT", "UPDATE", "DELETE"]

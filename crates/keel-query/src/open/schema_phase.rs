@@ -1,5 +1,5 @@
 //! The schema phase of an open: run pending migrations, upgrade an older storage
-//! format (1 → 2, see `layout.rs`; 2 → 3 only records the number), create or verify each collection's table, index
+//! format (1 → 2, see `layout/table.rs`; 2 → 3 only records the number), create or verify each collection's table, index
 //! columns and indexes, decide which index columns are complete and which must be
 //! filled (now, or by a background write after open), drop what the schema no
 //! longer declares, and record the schema and the format — all in the open's
@@ -129,7 +129,7 @@ fn upgrade_format(conn: &rusqlite::Connection, path: &Path) -> Result<()> {
 
 /// The schema phase: run pending migrations, upgrade an older storage format,
 /// create/verify tables, index columns and indexes, record the schema (see
-/// `stored.rs` for what an older schema may change). `progress` gets the fraction
+/// `layout/stored.rs` for what an older schema may change). `progress` gets the fraction
 /// done of the work that scales with the data (a format upgrade, unique index
 /// builds), `0.0 ..= 1.0`.
 #[allow(clippy::too_many_arguments)]
@@ -348,7 +348,7 @@ pub(crate) fn schema_phase(
     if upgrading {
         out.upgraded = Some((format.unwrap_or(1), objects));
     }
-    // Full-text indexes (`fts.rs`): built or rebuilt here, in this transaction, so
+    // Full-text indexes (`layout/fts.rs`): built or rebuilt here, in this transaction, so
     // a crash leaves the old index or the new one, never half of one.
     fts::sync_all(conn, &colls, migrated, &mut |done, total| {
         if total > 0 {
@@ -356,7 +356,7 @@ pub(crate) fn schema_phase(
         }
     })
     .map_err(err("build the full-text index"))?;
-    // Packed vector tables (`vector.rs`): the same way, in this transaction.
+    // Packed vector tables (`vector/column.rs`): the same way, in this transaction.
     column::sync_all(conn, &colls, migrated).map_err(err("build the vector table"))?;
     // Indexes the schema no longer declares: drop them and their columns (they
     // only cost writes).
@@ -417,7 +417,7 @@ pub(crate) fn schema_phase(
     }
     out.colls = Some(colls);
     if matches!(relation, Relation::Older(_)) {
-        // An older build: the newer stored schema stays (see stored.rs).
+        // An older build: the newer stored schema stays (see layout/stored.rs).
         return Ok(out);
     }
     conn.execute(

@@ -180,7 +180,7 @@ impl<'a> Query<'a> {
         self
     }
 
-    /// The query as the scan (`scan.rs`) sees it.
+    /// The query as the scan (`query/scan.rs`) sees it.
     pub(crate) fn ask(&self) -> Ask<'_> {
         Ask {
             filter: self.spec.filter.as_ref(),

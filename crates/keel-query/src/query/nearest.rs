@@ -2,7 +2,7 @@
 //! [`Nearest`] / [`NearestFetch`], run with `all()`.
 //!
 //! The query API names *what* is asked (the field, the query vector, `k`, the
-//! filter), never *how*: today the answer is the exact scan of `vector.rs`; an
+//! filter), never *how*: today the answer is the exact scan of `vector/column.rs`; an
 //! approximate index (see `docs/vector.md`) would answer the same builder
 //! without changing callers.
 

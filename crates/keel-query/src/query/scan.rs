@@ -48,7 +48,7 @@ pub(crate) struct Plan {
     residual: Filter,
     residual_expr: Expr,
     /// The residual reads a primary-key field: it needs each row's whole buffer
-    /// (`body.rs`). Otherwise it reads the stored body as it is, and only the
+    /// (`layout/body.rs`). Otherwise it reads the stored body as it is, and only the
     /// matches are restored.
     residual_reads_key: bool,
     /// The sort, when a key has no index: applied to the matches.
@@ -182,7 +182,7 @@ fn paging(ask: &Ask<'_>, first: bool) -> (usize, usize) {
 /// Step through `sql`'s rows (`rowid` and `Coll::body`'s columns), calling `each`
 /// with the rowid and the bytes (borrowed from SQLite, not copied) of every row the
 /// residual filter keeps; `each` returns `Ok(false)` to stop. `whole`: `each` reads
-/// the bytes, so a body stored without its key string is restored (`body.rs`);
+/// the bytes, so a body stored without its key string is restored (`layout/body.rs`);
 /// otherwise it gets them as stored.
 fn for_each_match(
     conn: &rusqlite::Connection,

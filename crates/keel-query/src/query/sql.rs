@@ -1,7 +1,7 @@
 //! `Expr` → SQL, and the `keel_field` SQL function that reads a field out of the
 //! stored FlatBuffers bytes.
 //!
-//! Indexed paths compile to their index column (see `layout.rs`) and primary-key
+//! Indexed paths compile to their index column (see `layout/table.rs`) and primary-key
 //! fields to their key column; `keel_field` serves the other paths at query time
 //! only — nothing in the stored schema calls it, so stock SQLite reads every
 //! table and index of a keel file.
@@ -75,7 +75,7 @@ pub(crate) fn field_sql(collection: &str, path: &FieldPath) -> String {
 ///
 /// `schema` is read when a path text is first seen on the connection: it is the
 /// opening schema, or the newer schema stored in the file when an older build opens
-/// it (`stored.rs`), so index entries agree across versions.
+/// it (`layout/stored.rs`), so index entries agree across versions.
 pub(crate) fn register(conn: &rusqlite::Connection, schema: FieldSchema) -> rusqlite::Result<()> {
     // Each path text is resolved once per connection, with the schema current then
     // (kept beside the resolution: the table index belongs to that schema).
@@ -127,7 +127,7 @@ pub(crate) fn register(conn: &rusqlite::Connection, schema: FieldSchema) -> rusq
             let Ok(obj) = t.open(bytes) else {
                 return Ok(SqlOwned::Null);
             };
-            // The same conversion as the index columns' (`layout.rs`).
+            // The same conversion as the index columns' (`layout/table.rs`).
             Ok(table::to_sql_owned(
                 obj.get_ref(path).map(SqlValue::from_ref),
             ))
@@ -214,7 +214,7 @@ impl Compiler<'_> {
     /// SQL reading `path`: its key column for a primary-key field (so SQLite can
     /// use the key's UNIQUE index), its index column for an indexed path whose
     /// column is complete (so SQLite can use the index; the column holds what
-    /// `keel_field` would return, see `layout.rs`), `keel_field(body, …)`
+    /// `keel_field` would return, see `layout/table.rs`), `keel_field(body, …)`
     /// otherwise — also while an index column is still being filled, so queries
     /// stay correct during a build (a scan).
     fn field(&self, path: &FieldPath) -> Result<String> {

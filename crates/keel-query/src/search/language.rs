@@ -5,8 +5,8 @@
 //!
 //! A collection with `(searchable)` fields has one FTS5 table beside its own,
 //! named `<collection>$fts`, with one column per searchable field (`f<id>`).
-//! keel writes each row's token stream into it (see keel's tokenizer, `tokenize.rs`) in the
-//! same statement sequence as the row, never through triggers (`fts.rs` keeps it;
+//! keel writes each row's token stream into it (see keel's tokenizer, `search/tokenizer.rs`) in the
+//! same statement sequence as the row, never through triggers (`layout/fts.rs` keeps it;
 //! `docs/search.md` states the guarantees).
 //!
 //! # The query language

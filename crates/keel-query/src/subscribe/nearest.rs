@@ -9,7 +9,7 @@
 //! candidates, and comes back if it still matches and beats the worst candidate
 //! (or the candidates hold every matching object). Only when fewer than `k`
 //! candidates remain while other objects may exist does it scan again (the
-//! exact scan of `vector.rs`, `k + spares` deep). Each delivery carries a
+//! exact scan of `vector/column.rs`, `k + spares` deep). Each delivery carries a
 //! row-level diff by rowid against the previous one.
 
 use std::collections::HashMap;

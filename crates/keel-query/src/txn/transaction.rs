@@ -281,9 +281,9 @@ impl<'a> Txn<'a> {
 
     /// Write the full-text index entry of the object `bytes` (the whole buffer)
     /// at `rowid`, for a collection with `(searchable)` fields: in this
-    /// transaction and savepoint, like the row itself (`fts.rs`).
+    /// transaction and savepoint, like the row itself (`layout/fts.rs`).
     fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
-        // The packed vectors (`vector.rs`) go with the row the same way.
+        // The packed vectors (`vector/column.rs`) go with the row the same way.
         if let Some(v) = &c.vectors {
             self.with_kept_stmt(c, op, &v.upsert, |st| column::write(st, v, rowid, bytes))?;
         }

@@ -9,7 +9,7 @@
 //! snapshot holds. Every write to a `"<collection>$vec"` table — keel's own
 //! writes, a rollback-free rebuild, and any other SQLite writer, since it lives
 //! in the file — runs the table's triggers, which store a fresh `random()` in
-//! `keel_meta` under `vector-gen:<collection>` (see `vector_table.rs`). A copy
+//! `keel_meta` under `vector-gen:<collection>` (see `layout/vector_table.rs`). A copy
 //! records the generation and the file's schema cookie it was read at, and
 //! answers a query only when the query's snapshot shows both unchanged:
 //!
@@ -29,7 +29,7 @@
 //! The copies of one database share a budget,
 //! [`StoreOptions::vector_cache_bytes`](keel_storage::StoreOptions::vector_cache_bytes)
 //! (default 64 MiB). A copy holds, per vector, its floats, its 8-bit codes and
-//! their bounds (`vector_codes.rs`), its squared norm (so a cosine distance is
+//! their bounds (`vector/codes.rs`), its squared norm (so a cosine distance is
 //! one dot product) and its rowid: 2,588 bytes for 512 dimensions, so 25,900
 //! such vectors fit the default. When the floats do not fit but the codes do
 //! (540 bytes a vector: 124,000 of them), the copy keeps the codes alone and a
@@ -45,7 +45,7 @@ use crate::vector::scan_helper::ScanHelper;
 
 /// The rows of one vector field as of one generation: rowids ascending, their
 /// vectors back to back (unless only the codes fit), each vector's norm, and
-/// their codes for the coarse pass (`vector_codes.rs`).
+/// their codes for the coarse pass (`vector/codes.rs`).
 #[derive(Debug)]
 pub(crate) struct Packed {
     /// The generation (`keel_meta` `vector-gen:<collection>`) it was read at.

@@ -161,7 +161,7 @@ impl Codes {
     /// cannot be coded (every row must be scored).
     ///
     /// The rows are read in chunks of [`CHUNK_ROWS`]. An unfiltered pass over
-    /// at least [`SPLIT_BYTES`] of codes asks `helper` (`scan_helper.rs`), if
+    /// at least [`SPLIT_BYTES`] of codes asks `helper` (`vector/scan_helper.rs`), if
     /// idle, to take chunks too: the pass is bound by one core's instruction
     /// throughput, and a parked thread wakes in ~10 µs where a new one takes
     /// ~50. Each takes the next chunk when it is free, so neither waits for

@@ -12,7 +12,7 @@
 //! one row per object (same rowid), one column per vector field, named `v` + the
 //! field id (ids survive renames), holding the field's floats packed little-endian
 //! f32 — byte for byte the FlatBuffers vector's data, so writing it is a copy. An
-//! object without the field has `NULL`. `txn.rs` writes the row in the same
+//! object without the field has `NULL`. `txn/transaction.rs` writes the row in the same
 //! transaction and savepoint as the object (like the full-text index, never by
 //! triggers), so stock SQLite reads it and a rollback takes both back.
 //! `keel_meta` keeps `vector:<collection>` = the fields and dimensions it was
@@ -29,9 +29,9 @@
 //! by `(distance, rowid)`: equal distances are ordered by rowid, so results and
 //! live diffs are stable. Only the `k` winners' bodies are loaded.
 //!
-//! From the in-memory copy (`vector_cache.rs`), the rows scored are only the
+//! From the in-memory copy (`vector/cache.rs`), the rows scored are only the
 //! candidates of the coarse pass over the copy's 8-bit codes
-//! (`vector_codes.rs`), which provably holds the top `k`: the same answer.
+//! (`vector/codes.rs`), which provably holds the top `k`: the same answer.
 
 use keel_schema::Value;
 use rusqlite::OptionalExtension;
@@ -119,7 +119,7 @@ pub(crate) fn field_of<'c>(
 /// `(distance, rowid)`, best first. `within`: the rows the filter keeps.
 ///
 /// Answered from `cache` when it holds the field's vectors as of this
-/// snapshot (see `vector_cache.rs`); otherwise from the side table, refreshing
+/// snapshot (see `vector/cache.rs`); otherwise from the side table, refreshing
 /// the copy on the way when the field fits the cache's budget. The generation,
 /// the cookie and the rows are read in one read transaction.
 #[allow(clippy::too_many_arguments)] // the query's parts, each used once

@@ -1,6 +1,6 @@
 //! One helper thread per database that shares a long scan.
 //!
-//! A nearest query's coarse pass over the photos (`vector_codes.rs`) takes
+//! A nearest query's coarse pass over the photos (`vector/codes.rs`) takes
 //! about a third of a millisecond on one core, bound by instruction
 //! throughput; a second core nearly halves it. Starting a thread for each query costs
 //! ~50 µs on the machines this project is measured on, waking a parked one
