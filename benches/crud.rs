@@ -1,4 +1,4 @@
-//! CRUD benchmark (issue 14, "Measure"): keel, used through its generated Rust types,
+//! CRUD benchmark: keel, used through its generated Rust types,
 //! against raw rusqlite storing the same six fields as plain columns — what a Rust
 //! developer would write by hand instead — both in this process.
 //!

@@ -1,4 +1,4 @@
-//! Dictionary benchmark (issue 6): keel's dictionary against the way plist/JSON
+//! Dictionary benchmark: keel's dictionary against the way plist/JSON
 //! settings stores persist, in the same process.
 //!
 //! `cargo bench -p keel-benches --bench dictionary -- [--quick] [--exact]` writes

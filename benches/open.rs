@@ -1,4 +1,4 @@
-//! Open-pipeline and group-commit benchmark (issues 2 and 13: usable before durable).
+//! Open-pipeline and group-commit benchmark (usable before durable).
 //!
 //! `cargo bench -p keel-benches --bench open -- [--quick]` writes `target/keel-bench/open.json`:
 //! `{"scenario":"open","metrics":{...}}` (numbers only). `--quick` lowers repetition
@@ -114,7 +114,7 @@ fn main() {
         // the idle checkpoint delay is the default, shorter than the barrier. A write
         // submitted right after readable is queued; it must be the first thing after
         // the barrier: acknowledged one commit sync after durable, not behind an
-        // idle checkpoint's two syncs (issue 26, item 8).
+        // idle checkpoint's two syncs.
         let p = root.path().join(format!("slow-t{i}.db"));
         copy_db(&small, &p);
         let device = std::sync::Arc::new(std::sync::Mutex::new(()));

@@ -1,4 +1,4 @@
-//! Relations benchmark (issue 30): 1,000 posts with their authors, read through
+//! Relations benchmark: 1,000 posts with their authors, read through
 //! keel's `including` prefetch, against raw SQLite's `JOIN` over plain columns
 //! and against N+1 single gets, in the same process.
 //!

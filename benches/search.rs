@@ -1,4 +1,4 @@
-//! Full-text search benchmark (issue 28): keel's `(searchable)` index against raw
+//! Full-text search benchmark: keel's `(searchable)` index against raw
 //! FTS5 over the same rows, in the same process.
 //!
 //! `cargo bench -p keel-benches --bench search -- [--quick]` writes

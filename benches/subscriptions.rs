@@ -1,4 +1,4 @@
-//! Subscription benchmark (issue 5): keel's hub against refetching every subscribed
+//! Subscription benchmark: keel's hub against refetching every subscribed
 //! query after the commit, in the same process.
 //!
 //! `cargo bench -p keel-benches --bench subscriptions -- [--quick]` writes

@@ -1,4 +1,4 @@
-//! Vector search benchmark (issue 29): exact k-NN over `(vector: 512)` fields
+//! Vector search benchmark: exact k-NN over `(vector: 512)` fields
 //! against numpy and against this machine's memory bandwidth, live k-NN against
 //! re-running the queries, and the write overhead of a vector field, all in the
 //! same process (numpy in a child process on the same vectors).

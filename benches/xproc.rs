@@ -1,4 +1,4 @@
-//! Cross-process benchmark (issue 18): real processes sharing one file with
+//! Cross-process benchmark: real processes sharing one file with
 //! `StoreOptions::share_changes`.
 //!
 //! `cargo bench -p keel-benches --bench xproc -- [--quick]` writes
@@ -27,7 +27,7 @@
 //!    no lock of this process on the database, its `-wal` or its `-shm`. 10 rounds
 //!    (quick: 3), goal ≤ 100 ms.
 //!
-//! 5. **Foreign-commit check** (issue 26 item 7): without `share_changes`, each
+//! 5. **Foreign-commit check**: without `share_changes`, each
 //!    read through the database checks `PRAGMA data_version` on the writer
 //!    connection, so another process's commits still reach live queries. Keyed
 //!    `get`s on a handle without sharing (checked) against the same `get`s on a

@@ -1,4 +1,4 @@
-//! Crash campaign for cascading deletes (issue 30): a tree of objects linked by
+//! Crash campaign for cascading deletes: a tree of objects linked by
 //! `(references: "Node", on_delete: "cascade")` is deleted through its root in
 //! one write transaction, on keel-storage's simulated disk, and a power loss
 //! cuts the write at a random point. After every crash the database reopens,

@@ -1,6 +1,6 @@
 //! Crash campaigns for the side tables keel writes beside a collection's rows:
-//! the full-text index of `(searchable)` fields (issue 28) and the packed vector
-//! table of `(vector: N)` fields (issue 29). Writes insert, update, change and
+//! the full-text index of `(searchable)` fields and the packed vector
+//! table of `(vector: N)` fields. Writes insert, update, change and
 //! delete objects on keel-storage's simulated disk, cut by power losses at random
 //! points. After every crash the database reopens, passes `PRAGMA
 //! integrity_check` (FTS5's own check included), equals a prefix of the committed

@@ -1,4 +1,4 @@
-//! Dictionary (issue 6): every type round-trips across close and reopen; typed
+//! Dictionary: every type round-trips across close and reopen; typed
 //! errors; defaults, remove, keys, remove_all; transactions; subscriptions; cache.
 
 use std::path::Path;

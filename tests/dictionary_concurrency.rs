@@ -1,4 +1,4 @@
-//! Dictionary (issue 6): setters on 8 threads keep memory and disk consistent —
+//! Dictionary: setters on 8 threads keep memory and disk consistent —
 //! after reopen, every key holds the value that was set last.
 
 use std::collections::{BTreeMap, HashMap};

@@ -1,5 +1,5 @@
 //! `README.md` and `docs/*.md` link only to files in the repository: a reader of a
-//! clone must be able to follow every link (issue 17).
+//! clone must be able to follow every link.
 
 use std::path::{Component, Path, PathBuf};
 

@@ -33,7 +33,7 @@ fn module_imports_form_no_cycle() {
         .filter(|p| p.join("lib.rs").exists() || p.join("main.rs").exists())
         .collect();
     crates.push(root.join("src"));
-    // xtask is a crate like the others (issue 26 item 9: it was left out, and its
+    // xtask is a crate like the others (it was left out, and its
     // bindings, ffi, swift and swift_package modules called each other in a circle).
     crates.push(root.join("xtask/src"));
     crates.sort();
@@ -656,11 +656,11 @@ fn the_checker_finds_a_cycle_and_only_real_edges() {
     assert_eq!(cycles(&g), vec![vec!["a".to_string(), "b".to_string()]]);
 }
 
-/// Issue 26, item 9: the checker reads xtask too, and sees its paths written inline
+/// The checker reads xtask too, and sees its paths written inline
 /// (`crate::ffi::test()` in an expression): before, xtask was never read and its
 /// `bindings -> ffi -> swift -> swift_package -> swift` calls formed a cycle.
 #[test]
-fn item9_xtask_is_checked_and_its_modules_form_no_cycle() {
+fn xtask_is_checked_and_its_modules_form_no_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("xtask/src");
     let g = module_graph(&src);
     assert!(

@@ -1,4 +1,4 @@
-//! An idle database's threads sleep: no wake-up while there is no work (issue 17).
+//! An idle database's threads sleep: no wake-up while there is no work.
 //!
 //! Wake-ups are counted by the kernel, not timed: a thread's context switches
 //! (`/proc/self/task/<tid>/status`) only grow when it runs. This file holds one test

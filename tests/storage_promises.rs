@@ -1,4 +1,4 @@
-//! The storage kernel keeps its promises on every path (issue 17): dropping never
+//! The storage kernel keeps its promises on every path: dropping never
 //! blocks, syncs are never silently weaker, a closure cannot make another closure's
 //! report false, and queues and waits are bounded.
 

@@ -1,4 +1,4 @@
-//! Subscriptions keep the promises of issue 17: subscribing never waits for the
+//! Subscriptions keep their promises: subscribing never waits for the
 //! writer (and still misses nothing), and a cancelled subscription or a removed
 //! change hook leaves no per-update cost.
 

@@ -1,4 +1,4 @@
-//! Model test for issue 27: many live queries that are identical (the same query
+//! Model test: many live queries that are identical (the same query
 //! opened from several views) or overlap (range windows sharing rows, with limit and
 //! offset), under random write sequences — single-object moves, batches, deletes and
 //! transactions that touch every object. After every write each subscription's last

@@ -1,4 +1,4 @@
-//! `Database::suspend` / `resume` on the object layer (issue 18): the handle, its
+//! `Database::suspend` / `resume` on the object layer: the handle, its
 //! subscriptions and its dictionary stay valid; subscriptions deliver after resume,
 //! including what another handle committed while this one was suspended; the
 //! dictionary's pending values reach the file before the locks go.

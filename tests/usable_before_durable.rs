@@ -447,7 +447,7 @@ fn copy_as_killed(src: &std::path::Path, dst: &std::path::Path) {
     );
 }
 
-/// Issue 26 item 3, "a new unique index before durable": an open that adds
+/// An open that adds
 /// `(unique)` to an existing field builds its column in the schema transaction,
 /// which commits only at durable. Until then the column readers see is not
 /// there (or not filled): a query must answer from what is committed, by
@@ -502,7 +502,7 @@ fn a_new_unique_index_before_durable_answers_from_the_committed_bodies() {
     db.close().wait().unwrap();
 }
 
-/// Issue 26 item 3, the same for the format 1 → 2 upgrade: the upgrade drops the
+/// The same for the format 1 → 2 upgrade: the upgrade drops the
 /// expression indexes and builds plain columns in the schema transaction, so
 /// until durable readers see the format-1 file, and queries must scan it.
 #[test]

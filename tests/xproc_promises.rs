@@ -1,4 +1,4 @@
-//! Where the cross-process feed meets other features (issue 26, items 2, 4 and 7),
+//! Where the cross-process feed meets other features,
 //! with real processes: process B (this test) holds subscriptions, process A (this
 //! test binary run again, as `promise_writer`) commits.
 //!
@@ -399,7 +399,7 @@ fn item2_a_change_log_an_older_keel_created_gains_the_key_column() {
         .unwrap()
     };
     {
-        // The log as a keel before issue 26 created it: no key column.
+        // The log as older keel versions created it: no key column.
         let c = rusqlite::Connection::open(&path).unwrap();
         c.execute_batch("ALTER TABLE keel_changes DROP COLUMN ids")
             .unwrap();

@@ -1,4 +1,4 @@
-//! Live reads across relations follow another process's commits (issue 30 where
+//! Live reads across relations follow another process's commits (where relations
 //! it meets the cross-process feed): process B (this test) holds a live list of
 //! posts with their authors and a live list filtered through the author;
 //! process A (this test binary run again, as `relation_writer_process`, see

@@ -1,4 +1,4 @@
-//! Two versions of an app on one file (issue 26, item 10): an older build holds the
+//! Two versions of an app on one file: an older build holds the
 //! file open while a newer one, in another process, adds an index on a field the
 //! older one also writes. The older build's next write must not leave the new
 //! column wrong: it notices the stored schema changed (SQLite's schema cookie)

@@ -1,4 +1,4 @@
-//! Data safety at the edges (issue 15): a full disk, damaged and foreign files, a
+//! Data safety at the edges: a full disk, damaged and foreign files, a
 //! unique index that cannot be built, and an older build opening a newer file.
 //! Real SQLite files throughout; the full disk is keel-storage's simulated disk
 //! (feature `sim`), which fails every write that would grow a file with `ENOSPC`.

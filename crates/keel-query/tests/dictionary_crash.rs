@@ -1,4 +1,4 @@
-//! Dictionary (issue 6): values acknowledged by `sync()` survive a simulated crash.
+//! Dictionary: values acknowledged by `sync()` survive a simulated crash.
 //!
 //! Uses keel-storage's simulated disk (feature `sim`): each seed runs random sets,
 //! removes, transactional sets and syncs against a store whose disk crashes at a

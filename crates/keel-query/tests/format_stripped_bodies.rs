@@ -1,4 +1,4 @@
-//! Issue 26, item 9: storing bodies without their key string changed the layout, so
+//! Storing bodies without their key string changed the layout, so
 //! it is a new storage format. A build that reads format 2 would hand such a body
 //! out as stored, without its key; with format 3 recorded it refuses the file
 //! instead. Files of format 2 (whole bodies) still open, read the same objects and

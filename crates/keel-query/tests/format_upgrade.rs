@@ -1,4 +1,4 @@
-//! Storage format 1 → 2 (issue 14, item 2; the file then records the current
+//! Storage format 1 → 2 (the file then records the current
 //! format, [`inspect::STORAGE_FORMAT`]): a file written by keel before the
 //! plain-column layout (`tests/fixtures/format1.keel`, see `format1.md` beside it)
 //! opens and is upgraded in place, in the schema transaction, with progress events;

@@ -1,4 +1,4 @@
-//! Issue 26, item 1: a good file is never refused as foreign after keel stamps it.
+//! A good file is never refused as foreign after keel stamps it.
 //!
 //! Stamping a file (a keel file from before the identity stamp, or an adopted file
 //! of another application) commits into the WAL that is already there, behind page-1

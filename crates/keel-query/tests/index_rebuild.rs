@@ -1,4 +1,4 @@
-//! A schema change that alters what an index column holds (issue 14, item 3): the
+//! A schema change that alters what an index column holds: the
 //! column is rebuilt in the background, and queries through it are right before,
 //! during and after the rebuild (they read the field out of the bytes until the
 //! column is complete).

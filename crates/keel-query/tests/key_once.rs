@@ -1,4 +1,4 @@
-//! The key is stored once (issue 14): a body whose buffer ends with its string key
+//! The key is stored once: a body whose buffer ends with its string key
 //! is stored without that string, beside the key column that holds the same text,
 //! and every read gives back the buffer that was written, byte for byte. Buffers
 //! whose key string is not last, and bodies written whole by an older build, are
@@ -213,7 +213,7 @@ fn whole_and_stripped_bodies_live_side_by_side() {
     db.close().wait().unwrap();
 }
 
-/// Issue 26 item 5, "a shared key string breaks filters": a buffer built with a
+/// A buffer built with a
 /// shared string, where another string field points at the key's bytes, must
 /// keep its tail — stripping it leaves that field pointing past the stored
 /// bytes, so a filter on it (evaluated on the body as stored) reads NULL while a

@@ -1,4 +1,4 @@
-//! Migrations (issue 15): `post_v1.fbs` → `post_v3.fbs`, an incompatible change (a new
+//! Migrations: `post_v1.fbs` → `post_v3.fbs`, an incompatible change (a new
 //! primary key, a field whose type changes), moves every object, runs once, reports
 //! progress, and — on keel-storage's simulated disk — a crash at any operation of the
 //! migrating open followed by a power loss leaves either the old state or the new

@@ -1,4 +1,4 @@
-//! Issue 30: references between collections on real SQLite files — delete
+//! References between collections on real SQLite files — delete
 //! rules (cascade, nullify, restrict; chains and cycles), the `dangling: false`
 //! check, prefetch with one read per relation, filters through a reference.
 

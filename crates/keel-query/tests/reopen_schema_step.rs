@@ -1,4 +1,4 @@
-//! Issue 26, item 6, at the object store: a plain reopen over a WAL a killed run
+//! At the object store: a plain reopen over a WAL a killed run
 //! left (an app and its extension rarely leave none) changes nothing in its schema
 //! step, dictionary, change log and identity stamp included, so the open ends its
 //! schema transaction at once instead of holding the WAL write lock through the

@@ -1,4 +1,4 @@
-//! Full-text search (issue 28): a checked-in multilingual corpus with the hits
+//! Full-text search: a checked-in multilingual corpus with the hits
 //! each query must find (SQL through FTS5 and the in-memory evaluator agree),
 //! relevance order with field weights, combination with other filters, typed
 //! errors for malformed queries, highlight/snippet ranges, the index kept equal

@@ -1,4 +1,4 @@
-//! Bytes are verified once, on the way in (issue 14): reads do not run the verifier
+//! Bytes are verified once, on the way in: reads do not run the verifier
 //! over every row again. A row changed afterwards by a stock SQLite tool is still a
 //! typed `Error::Decode` naming its rowid — or, for the bytes API, bytes that every
 //! keel reader refuses — never a panic and never a silently different object.

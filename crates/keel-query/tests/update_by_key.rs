@@ -1,4 +1,4 @@
-//! Update and delete by primary key (issue 14, "update in one statement"): with no
+//! Update and delete by primary key: with no
 //! one recording changes an update is one `UPDATE … WHERE key = ?` and its rowid
 //! comes from SQLite's update hook. These pin what the shortcut must keep: the
 //! rowid returned is the object's, a missing key is `NotFound`, an unchanged object

@@ -1,4 +1,4 @@
-//! Vector search (issue 29): `(vector: N, metric: …)` fields checked on write
+//! Vector search: `(vector: N, metric: …)` fields checked on write
 //! (dimension, NaN, infinity: typed errors, nothing stored), the packed
 //! little-endian f32 table readable by stock SQLite and compared/repaired by
 //! `inspect`, and exact k-NN equal to a naive reference in a property test (all

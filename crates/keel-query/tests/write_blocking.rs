@@ -1,4 +1,4 @@
-//! `Database::write_blocking` (issue 14): with nothing else writing, the
+//! `Database::write_blocking`: with nothing else writing, the
 //! transaction commits on the calling thread — and subscriptions are delivered
 //! before it returns, an aborting closure rolls back alone, a nested blocking write
 //! is an error rather than a deadlock.

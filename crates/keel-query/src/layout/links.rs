@@ -1,4 +1,4 @@
-//! The references of one collection, as the write path needs them (issue 30):
+//! The references of one collection, as the write path needs them:
 //! the reference fields pointing **at** it (`incoming`: delete rules) and its
 //! own reference fields (`outgoing`: the `dangling: false` check on writes).
 //!

@@ -1,4 +1,4 @@
-//! Live queries across a relation (issue 30): [`Including::subscribe`] keeps a
+//! Live queries across a relation: [`Including::subscribe`] keeps a
 //! list of `(R, Option<T>)` pairs current when either side changes — a post
 //! inserted, or the author a shown post names renamed — with row-level diffs;
 //! [`Including::subscribe_many`] keeps `(R, Vec<T>)` pairs current across a

@@ -1,4 +1,4 @@
-//! Reading through references (issue 30): [`Fetch::including`] prefetches the
+//! Reading through references: [`Fetch::including`] prefetches the
 //! objects a `(references: …)` field names in **one batched read per
 //! relation** (no N+1) — filtered by them with [`Including::where_related`],
 //! counted with [`Including::counts`] — [`Fetch::including_inverse`] reads

@@ -1,4 +1,4 @@
-//! Reference rules inside the write transaction (issue 30): `on_delete`
+//! Reference rules inside the write transaction: `on_delete`
 //! (`cascade`, `nullify`, `restrict`) when an object others refer to is deleted,
 //! and the `dangling: false` check when an object with references is written.
 //!
