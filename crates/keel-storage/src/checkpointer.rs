@@ -9,10 +9,11 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::conn::KConn;
+use crate::conn::{KConn, Reopen};
 use crate::error::{Error, PathScope, Result};
 use crate::oneshot;
-use crate::policy::{ReasonScope, SyncReason};
+use crate::park::{self, Parker, Suspension};
+use crate::policy::{ReasonScope, SyncPolicies, SyncReason};
 
 /// Checkpoint modes (see SQLite's `wal_checkpoint`).
 ///
@@ -90,9 +91,9 @@ pub(crate) struct CkptCtx {
     /// Size of the WAL left by a previous run (the open pipeline defers its checkpoint here).
     pub(crate) initial_wal_bytes: u64,
     pub(crate) signal: Arc<CkptSignal>,
-    pub(crate) suspension: Arc<crate::park::Suspension>,
+    pub(crate) suspension: Arc<Suspension>,
     /// Opens the checkpointer's connection again after a resume.
-    pub(crate) reopen: crate::conn::Reopen,
+    pub(crate) reopen: Reopen,
 }
 
 pub(crate) fn run_checkpoint(
@@ -150,7 +151,7 @@ pub(crate) fn checkpoint_on_writer(
     conn: &rusqlite::Connection,
     path: &Path,
     wal_path: &Path,
-    policies: &crate::SyncPolicies,
+    policies: &SyncPolicies,
     truncate_timeout: Duration,
 ) -> Result<CheckpointOutcome> {
     let set = |v: &str| {
@@ -303,10 +304,8 @@ impl IdleRetry {
 fn connection<'c>(conn: &'c mut Option<KConn>, ctx: &CkptCtx) -> Result<&'c rusqlite::Connection> {
     if conn.is_none() {
         let c = (ctx.reopen)()?;
-        ctx.suspension.set_interrupt(
-            crate::park::Parker::Checkpointer,
-            Some(c.conn.get_interrupt_handle()),
-        );
+        ctx.suspension
+            .set_interrupt(Parker::Checkpointer, Some(c.conn.get_interrupt_handle()));
         *conn = Some(c);
     }
     conn.as_ref()
@@ -324,10 +323,8 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
     // the disk fails) is retried after a growing pause, not at once: retrying at
     // once spins a core forever while the reader lives, and never reads `Shutdown`.
     let mut idle_retry = IdleRetry::new(ctx.idle);
-    ctx.suspension.set_interrupt(
-        crate::park::Parker::Checkpointer,
-        Some(conn.conn.get_interrupt_handle()),
-    );
+    ctx.suspension
+        .set_interrupt(Parker::Checkpointer, Some(conn.conn.get_interrupt_handle()));
     let mut conn = Some(conn);
     // Clear `dirty` first so a commit racing with the checkpoint sets it again.
     let checkpoint = |conn: &mut Option<KConn>, mode: CheckpointMode| {
@@ -365,12 +362,11 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
         }
         if ctx.suspension.is_suspended() {
             // Let go of every lock; the connection reopens at the next checkpoint.
-            ctx.suspension
-                .set_interrupt(crate::park::Parker::Checkpointer, None);
+            ctx.suspension.set_interrupt(Parker::Checkpointer, None);
             if let Some(c) = conn.take() {
-                crate::park::release(c);
+                park::release(c);
             }
-            ctx.suspension.park(crate::park::Parker::Checkpointer);
+            ctx.suspension.park(Parker::Checkpointer);
             continue;
         }
         let msg = if sig.writes_first() {
@@ -444,8 +440,7 @@ pub(crate) fn checkpointer_main(conn: KConn, rx: Receiver<CkptMsg>, ctx: CkptCtx
             Some(CkptMsg::Shutdown) => break,
         }
     }
-    ctx.suspension
-        .set_interrupt(crate::park::Parker::Checkpointer, None);
+    ctx.suspension.set_interrupt(Parker::Checkpointer, None);
     let last = connection(&mut conn, &ctx).and_then(|c| {
         run_checkpoint(
             c,

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Error, Result};
 use crate::options::ConnectionInit;
-use crate::policy::SyncReason;
+use crate::policy::{set_reason, SyncPolicies, SyncPolicy, SyncReason};
 use crate::vfs::VfsRegistration;
 
 /// A connection plus the VFS registration it uses (dropped after the connection:
@@ -31,14 +31,14 @@ struct RestoreReason(Option<SyncReason>);
 impl Drop for RestoreReason {
     fn drop(&mut self) {
         if let Some(r) = self.0.take() {
-            crate::policy::set_reason(r);
+            set_reason(r);
         }
     }
 }
 
 impl KConn {
     /// The store's sync policies.
-    pub(crate) fn policies(&self) -> &crate::SyncPolicies {
+    pub(crate) fn policies(&self) -> &SyncPolicies {
         &self._vfs.shared().policies
     }
 }
@@ -52,7 +52,7 @@ impl Drop for KConn {
         }
         // Fields drop after this: `conn` closes under the Checkpoint reason, then
         // `restore` puts the previous reason back.
-        self.restore.0 = Some(crate::policy::set_reason(SyncReason::Checkpoint));
+        self.restore.0 = Some(set_reason(SyncReason::Checkpoint));
     }
 }
 
@@ -113,7 +113,7 @@ pub(crate) fn open_conn(
     let policies = &vfs.shared().policies;
     // See `SyncPolicy::sqlite_fullfsync`: SQLite's own xSync must not be weaker
     // than the policy for the syncs keel's shim cannot run itself.
-    let on = |p: &crate::SyncPolicy| if p.sqlite_fullfsync() { "ON" } else { "OFF" };
+    let on = |p: &SyncPolicy| if p.sqlite_fullfsync() { "ON" } else { "OFF" };
     conn.execute_batch(&format!(
         "PRAGMA fullfsync={}; PRAGMA checkpoint_fullfsync={};",
         on(&policies.commit),

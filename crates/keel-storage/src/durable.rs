@@ -17,7 +17,7 @@ use std::task::{Context, Poll, Waker};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
-use crate::checkpointer::{checkpointer_main, CkptCtx, CkptMsg};
+use crate::checkpointer::{checkpoint_on_writer, checkpointer_main, CkptCtx, CkptMsg};
 use crate::conn::KConn;
 use crate::error::{Error, PathScope, Result};
 use crate::options::{Milestone, OpenPhase, OpenProgress, ProgressFn};
@@ -303,7 +303,7 @@ impl Gate {
         } else if p.checkpoint_first {
             let t = Instant::now();
             // Under the checkpoint policy, not the writer's commit policy.
-            let o = crate::checkpointer::checkpoint_on_writer(
+            let o = checkpoint_on_writer(
                 &p.writer.conn,
                 &self.path,
                 &p.ck_ctx.wal_path,
@@ -450,7 +450,7 @@ pub(crate) fn emit(cb: Option<&ProgressFn>, p: OpenProgress) {
 
 /// Resolves when the store is **durable**: the open barrier (the sync of a WAL a
 /// previous run left) is done, writes commit and checkpoints run. Returned by
-/// [`Store::durable`](crate::Store::durable); resolves at once for a store whose
+/// [`Store::durable`](crate::store::Store::durable); resolves at once for a store whose
 /// WAL was empty at open. Fails with the barrier's typed error (e.g.
 /// [`Error::SyncFailed`]) if the barrier failed — the store then stays readable and
 /// every write fails with that error.

@@ -4,7 +4,7 @@ use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::policy::{FileKind, SyncReason};
+use crate::policy::{take_last_sync_error, FileKind, SyncReason};
 
 /// Result alias used throughout `keel-storage`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -103,7 +103,7 @@ pub enum Error {
         #[source]
         source: Arc<std::io::Error>,
     },
-    /// The store was closed (by [`Store::close`](crate::Store::close) or because
+    /// The store was closed (by [`Store::close`](crate::store::Store::close) or because
     /// its threads stopped) before or while the operation ran.
     #[error("{op}: store {} is closed", path.display())]
     Closed {
@@ -112,7 +112,7 @@ pub enum Error {
         /// The database file.
         path: PathBuf,
     },
-    /// The operation was cancelled, e.g. an [`OpenFuture`](crate::OpenFuture) was
+    /// The operation was cancelled, e.g. an [`OpenFuture`](crate::store::OpenFuture) was
     /// dropped before open completed.
     #[error("{op}: cancelled for {}", path.display())]
     Cancelled {
@@ -133,7 +133,7 @@ pub enum Error {
         message: String,
     },
     /// Backpressure: the writer queue already holds
-    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)
+    /// [`StoreOptions::max_queued_writes`](crate::options::StoreOptions::max_queued_writes)
     /// writes (the app produces faster than the disk commits). The write was not
     /// queued and its closure never runs; nothing else is affected. Retry after some
     /// of the queued writes resolved.
@@ -147,7 +147,7 @@ pub enum Error {
         capacity: usize,
     },
     /// Every pooled read connection stayed in use for
-    /// [`StoreOptions::reader_wait`](crate::StoreOptions::reader_wait): the read did
+    /// [`StoreOptions::reader_wait`](crate::options::StoreOptions::reader_wait): the read did
     /// not run. Long snapshots (or reads nested inside reads on a small pool) hold
     /// connections; raise `reader_pool_size` or shorten them.
     #[error("{op}: all {pool} read connections of {} stayed busy for {waited:?}", path.display())]
@@ -163,7 +163,7 @@ pub enum Error {
     },
     /// The file is an SQLite database of another application (not created by keel,
     /// no keel tables): keel refused it and wrote nothing. Set
-    /// [`StoreOptions::adopt_foreign`](crate::StoreOptions::adopt_foreign) to take it
+    /// [`StoreOptions::adopt_foreign`](crate::options::StoreOptions::adopt_foreign) to take it
     /// over. Not a bad file: `recover_corrupt` leaves it alone.
     #[error("{}: not a keel database: {detail}; open it with adopt_foreign to take it over", path.display())]
     ForeignFile {
@@ -185,7 +185,7 @@ pub enum Error {
         detail: String,
     },
     /// The open barrier (the sync of a WAL left by a previous run) was still running
-    /// when a bounded wait for it ran out: [`Store::close`](crate::Store::close)
+    /// when a bounded wait for it ran out: [`Store::close`](crate::store::Store::close)
     /// during the barrier waited `StoreOptions::truncate_timeout`, then closed anyway
     /// and failed the writes still queued with this error (none of them committed).
     /// Nothing already on disk is affected.
@@ -198,12 +198,12 @@ pub enum Error {
         /// How long it waited.
         waited: std::time::Duration,
     },
-    /// The store is suspended ([`Store::suspend`](crate::Store::suspend)): a read
+    /// The store is suspended ([`Store::suspend`](crate::store::Store::suspend)): a read
     /// or write issued while suspended with
-    /// [`SuspendOptions::fail_fast`](crate::SuspendOptions::fail_fast), or work that
+    /// [`SuspendOptions::fail_fast`](crate::suspend::SuspendOptions::fail_fast), or work that
     /// was in flight when the suspend interrupted it (its transaction rolled back:
     /// nothing of it committed). Retryable: run it again after
-    /// [`Store::resume`](crate::Store::resume). keel only interrupts SQLite for a
+    /// [`Store::resume`](crate::store::Store::resume). keel only interrupts SQLite for a
     /// suspend, so an `SQLITE_INTERRUPT` is reported as this variant.
     #[error("{op}: store {} is suspended; retry after resume", path.display())]
     Suspended {
@@ -212,12 +212,12 @@ pub enum Error {
         /// The database file.
         path: PathBuf,
     },
-    /// [`Store::suspend`](crate::Store::suspend) could not let go of every
-    /// connection within [`SuspendOptions::timeout`](crate::SuspendOptions::timeout):
+    /// [`Store::suspend`](crate::store::Store::suspend) could not let go of every
+    /// connection within [`SuspendOptions::timeout`](crate::suspend::SuspendOptions::timeout):
     /// a write closure or a read kept running outside SQLite (interrupts only stop
     /// SQL statements). The store stays suspended — new work waits or fails fast —
     /// and the last connections close as soon as that work returns; call
-    /// [`Store::resume`](crate::Store::resume) as usual.
+    /// [`Store::resume`](crate::store::Store::resume) as usual.
     #[error("suspend of {}: work in flight did not stop within {waited:?}", path.display())]
     SuspendTimeout {
         /// The database file.
@@ -308,7 +308,7 @@ impl Error {
                     }
                 }
                 C::SystemIoFailure => {
-                    if let Some((kind, reason, err)) = crate::policy::take_last_sync_error() {
+                    if let Some((kind, reason, err)) = take_last_sync_error() {
                         return Error::SyncFailed {
                             kind,
                             reason,

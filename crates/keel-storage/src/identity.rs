@@ -6,7 +6,7 @@
 //! checkpoint makes them permanent. And SQLite opens any SQLite file, so keel would
 //! add its tables to another application's database and switch it to WAL mode.
 //!
-//! With [`StoreOptions::keel_identity`](crate::StoreOptions::keel_identity) on (the
+//! With [`StoreOptions::keel_identity`](crate::options::StoreOptions::keel_identity) on (the
 //! object layer turns it on), keel stamps every database it creates in the
 //! database header, which lives in page 1 and so also in every WAL frame of page 1:
 //!
@@ -22,7 +22,7 @@
 //!    keel's and which has tables but no `keel_meta` table (keel files from before the
 //!    stamp have one; they are stamped on open) belongs to another application:
 //!    [`Error::ForeignFile`], nothing written, unless
-//!    [`StoreOptions::adopt_foreign`](crate::StoreOptions::adopt_foreign) is set.
+//!    [`StoreOptions::adopt_foreign`](crate::options::StoreOptions::adopt_foreign) is set.
 //! 2. **A WAL that does not belong to the file.** Every frame of the WAL that SQLite
 //!    would apply (salts equal to the WAL header's, an unbroken checksum chain, up to
 //!    the last commit frame — SQLite's own rule) is read, and the epochs of its page-1
@@ -54,6 +54,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::paths::wal_path;
 
 /// `application_id` keel writes into the header of the databases it creates
 /// (`"keel"` in ASCII), so `file(1)`-style tools and keel itself recognise them.
@@ -368,7 +369,7 @@ pub fn verify_wal_identity(path: &Path) -> Result<()> {
         Err(e) => return Err(Error::io("read database header", path, e)),
     }
     match Stamp::from_header(&header) {
-        Some(stamp) => check_wal(path, &crate::paths::wal_path(path), stamp),
+        Some(stamp) => check_wal(path, &wal_path(path), stamp),
         None => Ok(()),
     }
 }
@@ -595,7 +596,7 @@ mod tests {
             true,
         )
         .unwrap();
-        let wal = crate::paths::wal_path(&p);
+        let wal = wal_path(&p);
         let stamps = wal_page1_stamps(&wal).unwrap();
         assert!(!stamps.is_empty());
         assert!(stamps.iter().any(|s| s.epoch == 77 && s.is_keel()));

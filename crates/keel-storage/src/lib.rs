@@ -54,6 +54,8 @@
 #![warn(missing_docs)]
 #![deny(unsafe_code)]
 
+#[cfg(feature = "sim")]
+pub mod campaign;
 mod checkpointer;
 mod conn;
 mod durable;

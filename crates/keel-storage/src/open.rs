@@ -7,22 +7,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use crate::checkpointer::{CkptCtx, CkptSignal};
-use crate::conn::{open_conn, KConn, Role};
-use crate::durable::{start_threads, Gate, Parked};
+use crate::checkpointer::{checkpoint_on_writer, CkptCtx, CkptSignal};
+use crate::conn::{open_conn, KConn, Reopen, Role};
+use crate::durable::{self, start_threads, Gate, Parked, Wait};
 use crate::error::{Error, PathScope, Result};
-use crate::options::{Milestone, OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions};
-use crate::policy::{FileKind, ReasonScope, SyncReason};
+use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed};
+use crate::oneshot;
+use crate::options::{
+    ConnectionInit, Milestone, OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions,
+};
+use crate::park::Suspension;
+use crate::paths::wal_path;
+use crate::policy::{FileKind, ReasonScope, SyncPolicy, SyncReason};
 use crate::readers::ReaderPool;
 use crate::report::{OpenReport, PhaseReport};
 use crate::stats::Counters;
-use crate::store::{Inner, Store};
-use crate::vfs::{sync_file, VfsRegistration, VfsShared};
-use crate::writer::{WriterCtx, WriterShared};
+use crate::store::{Inner, OpenFuture, Store};
+use crate::vfs::{sync_dir, sync_file, VfsRegistration, VfsShared};
+use crate::writer::{QueueGauge, WriterCtx, WriterShared};
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
-
-use crate::paths::wal_path;
 
 fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut s = path.as_os_str().to_owned();
@@ -67,7 +71,7 @@ pub(crate) fn open_store(
 impl Store {
     /// Open (or create) a store, blocking the calling thread through the whole open
     /// pipeline (including any slow sync): it returns when the store is
-    /// [durable](crate::Milestone::Durable). If the open barrier fails the store is
+    /// [durable](crate::options::Milestone::Durable). If the open barrier fails the store is
     /// closed and the barrier's error returned. Prefer [`Store::open_async`] on UI
     /// threads.
     ///
@@ -81,16 +85,16 @@ impl Store {
     pub fn open(path: impl AsRef<Path>, options: StoreOptions) -> Result<Store> {
         let store = open_store(path.as_ref(), options, &|| false, &|_| {})?;
         match store.gate().wait(Some(std::time::Duration::ZERO)) {
-            crate::durable::Wait::Failed(e) => {
+            Wait::Failed(e) => {
                 let _ = store.close();
                 Err(e)
             }
-            crate::durable::Wait::Durable | crate::durable::Wait::TimedOut => Ok(store),
+            Wait::Durable | Wait::TimedOut => Ok(store),
         }
     }
 
     /// Start opening a store on a keel-owned thread and return at once. The future
-    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::Milestone)):
+    /// resolves when the store is **readable** ([`Milestone::Readable`](crate::options::Milestone)):
     /// reads, snapshots and subscriptions work at once, even while the open barrier
     /// (the sync of a WAL a previous run left, seconds under `F_FULLFSYNC`) still
     /// runs. Writes submitted meanwhile are queued and commit after it; await
@@ -106,9 +110,9 @@ impl Store {
     /// let store = futures::executor::block_on(fut)?;
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
-    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> crate::store::OpenFuture {
+    pub fn open_async(path: impl AsRef<Path>, options: StoreOptions) -> OpenFuture {
         let path = path.as_ref().to_path_buf();
-        let (tx, rx) = crate::oneshot::channel::<Result<Store>>();
+        let (tx, rx) = oneshot::channel::<Result<Store>>();
         let p2 = path.clone();
         let spawned = std::thread::Builder::new()
             .name("keel-open".into())
@@ -137,11 +141,11 @@ impl Store {
                 }
             });
         if let Err(e) = spawned {
-            let (tx, rx) = crate::oneshot::channel();
+            let (tx, rx) = oneshot::channel();
             let _ = tx.send(Err(Error::io("spawn open thread", &path, e)));
-            return crate::store::OpenFuture { rx, path };
+            return OpenFuture { rx, path };
         }
-        crate::store::OpenFuture { rx, path }
+        OpenFuture { rx, path }
     }
 }
 
@@ -275,7 +279,7 @@ fn check_file(path: &Path) -> Result<FileCheck> {
     let op = "check database file";
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
-            crate::identity::create_private_dirs(parent)
+            create_private_dirs(parent)
                 .map_err(|e| Error::io("create database directory", parent, e))?;
         }
     }
@@ -460,7 +464,7 @@ fn open_once(
         // Without this sync a power loss could bring the bad file back under the
         // database's name, or lose the moved copy.
         if let Some(dir) = path.parent() {
-            crate::vfs::sync_dir(&shared, SyncReason::OpenBarrier, dir)
+            sync_dir(&shared, SyncReason::OpenBarrier, dir)
                 .map_err(|e| Error::io("sync directory after moving a bad file aside", dir, e))?;
         }
     }
@@ -481,7 +485,7 @@ fn open_once(
     let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
         let check = check_file(path)?;
         if opts.keel_identity && !check.created {
-            crate::identity::check_at_open(path, &wal, opts.adopt_foreign)?;
+            check_at_open(path, &wal, opts.adopt_foreign)?;
         }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
@@ -590,7 +594,7 @@ fn run_barrier(
     path: &Path,
     wal: &Path,
     wal_bytes: u64,
-    policy: &crate::SyncPolicy,
+    policy: &SyncPolicy,
 ) -> (Result<()>, PhaseReport) {
     let _scope = PathScope::enter(path);
     let span = tracing::info_span!("keel.open.phase", phase = OpenPhase::SyncWal.name());
@@ -604,13 +608,11 @@ fn run_barrier(
         // WAL is only dir-synced at its first sync): make the entry durable too,
         // or a power loss after recovery could take the whole WAL away.
         if let Some(dir) = wal.parent() {
-            crate::vfs::sync_dir(shared, SyncReason::OpenBarrier, dir).map_err(|e| {
-                Error::SyncFailed {
-                    kind: FileKind::Wal,
-                    reason: SyncReason::OpenBarrier,
-                    path: path.to_path_buf(),
-                    source: Arc::new(e),
-                }
+            sync_dir(shared, SyncReason::OpenBarrier, dir).map_err(|e| Error::SyncFailed {
+                kind: FileKind::Wal,
+                reason: SyncReason::OpenBarrier,
+                path: path.to_path_buf(),
+                source: Arc::new(e),
             })?;
         }
         note = format!(
@@ -722,13 +724,7 @@ fn readable(
             *note = "runs when the open barrier is done".into();
             return Ok(());
         }
-        let o = crate::checkpointer::checkpoint_on_writer(
-            &writer.conn,
-            path,
-            &wal,
-            &opts.sync,
-            opts.truncate_timeout,
-        )?;
+        let o = checkpoint_on_writer(&writer.conn, path, &wal, &opts.sync, opts.truncate_timeout)?;
         *note = format!(
             "passive: {} of {} frames",
             o.checkpointed_frames, o.wal_frames
@@ -759,7 +755,7 @@ fn readable(
         let r = match catch_unwind(AssertUnwindSafe(|| {
             // The identity stamp commits with the schema step (identity.rs).
             if opts.keel_identity {
-                crate::identity::stamp_if_needed(c, path)?;
+                stamp_if_needed(c, path)?;
             }
             h(&mut ctx)
         })) {
@@ -822,7 +818,7 @@ fn readable(
         for _ in 0..n {
             readers.push(reader_opener()?);
         }
-        let ck_reopen: crate::conn::Reopen = {
+        let ck_reopen: Reopen = {
             let (path, vfs, init) = (path.to_path_buf(), Arc::clone(&vfs), init.cloned());
             let (sync, threshold) = (
                 opts.sync.checkpoint.clone(),
@@ -831,8 +827,8 @@ fn readable(
             Arc::new(move || open_checkpointer(&path, &vfs, init.as_ref(), &sync, threshold))
         };
         let ck = ck_reopen()?;
-        let suspension = Arc::new(crate::park::Suspension::default());
-        let w_reopen: crate::conn::Reopen = {
+        let suspension = Arc::new(Suspension::default());
+        let w_reopen: Reopen = {
             let (path, vfs, shared) = (path.to_path_buf(), Arc::clone(&vfs), Arc::clone(shared));
             let susp = Arc::clone(&suspension);
             let wf = Arc::clone(&wal_frames);
@@ -864,7 +860,7 @@ fn readable(
             suspension: Arc::clone(&suspension),
             reopen: ck_reopen,
         };
-        let gauge = Arc::new(crate::writer::QueueGauge::new(opts.max_queued_writes));
+        let gauge = Arc::new(QueueGauge::new(opts.max_queued_writes));
         let w_shared = Arc::new(WriterShared::new(
             path,
             signal,
@@ -1001,8 +997,8 @@ struct WriterConf {
     synchronous: &'static str,
     threshold: u64,
     busy: std::time::Duration,
-    init: Option<crate::options::ConnectionInit>,
-    barrier: crate::SyncPolicy,
+    init: Option<ConnectionInit>,
+    barrier: SyncPolicy,
 }
 
 impl WriterConf {
@@ -1059,7 +1055,7 @@ fn reopen_writer(
     path: &Path,
     vfs: &Arc<VfsRegistration>,
     shared: &VfsShared,
-    susp: &crate::park::Suspension,
+    susp: &Suspension,
     frames: &Arc<AtomicU64>,
     conf: &WriterConf,
 ) -> Result<KConn> {
@@ -1085,7 +1081,7 @@ fn reopen_writer(
 fn open_reader(
     path: &Path,
     vfs: &Arc<VfsRegistration>,
-    init: Option<&crate::options::ConnectionInit>,
+    init: Option<&ConnectionInit>,
     busy: std::time::Duration,
 ) -> Result<KConn> {
     let r = open_conn(path, vfs, Role::Reader, init)?;
@@ -1100,12 +1096,12 @@ fn open_reader(
 fn open_checkpointer(
     path: &Path,
     vfs: &Arc<VfsRegistration>,
-    init: Option<&crate::options::ConnectionInit>,
-    policy: &crate::SyncPolicy,
+    init: Option<&ConnectionInit>,
+    policy: &SyncPolicy,
     threshold: u64,
 ) -> Result<KConn> {
     let ck = open_conn(path, vfs, Role::Checkpointer, init)?;
-    let ck_sync = if matches!(policy, crate::SyncPolicy::Off) {
+    let ck_sync = if matches!(policy, SyncPolicy::Off) {
         "OFF"
     } else {
         "FULL"
@@ -1121,7 +1117,7 @@ fn open_checkpointer(
 
 /// Call the progress callback; a panic in it is logged, not propagated into open.
 fn emit(opts: &StoreOptions, p: OpenProgress) {
-    crate::durable::emit(opts.progress.as_ref(), p);
+    durable::emit(opts.progress.as_ref(), p);
 }
 
 fn pl_frames(note: &mut String, frames: u64, tables: i64) {

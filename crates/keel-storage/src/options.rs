@@ -1,4 +1,4 @@
-//! Options for [`Store::open`](crate::Store::open) / [`Store::open_async`](crate::Store::open_async).
+//! Options for [`Store::open`](crate::store::Store::open) / [`Store::open_async`](crate::store::Store::open_async).
 
 use std::fmt;
 use std::path::Path;
@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::policy::SyncPolicies;
+use crate::policy::{SyncPolicies, SyncPolicy};
+#[cfg(feature = "sim")]
+use crate::sim::{PlatformSync, SimDisk, StatementTrace};
 
 /// The phases of the open pipeline, in order.
 ///
@@ -71,10 +73,10 @@ impl OpenPhase {
 ///
 /// * **Readable**: the file was checked, SQLite rebuilt its wal-index from the WAL and
 ///   the schema was read: reads, snapshots and live-query subscriptions work.
-///   [`Store::open_async`](crate::Store::open_async) resolves here.
+///   [`Store::open_async`](crate::store::Store::open_async) resolves here.
 /// * **Durable**: the open barrier (the sync of a WAL left by a previous run) is
-///   done: writes commit and checkpoints run. [`Store::durable`](crate::Store::durable)
-///   resolves here; the blocking [`Store::open`](crate::Store::open) returns here.
+///   done: writes commit and checkpoints run. [`Store::durable`](crate::store::Store::durable)
+///   resolves here; the blocking [`Store::open`](crate::store::Store::open) returns here.
 ///
 /// With an empty WAL (a fresh file, or a clean close last time) both come at once.
 ///
@@ -104,7 +106,7 @@ impl Milestone {
 /// A progress event from the open pipeline: emitted when each phase starts (with
 /// `milestone: None`), then once at each [`Milestone`]: `Readable` (phase `Ready`)
 /// and finally `Durable` (phase `Ready`, fraction `1.0`, `done`). The `Durable`
-/// event may come after [`Store::open_async`](crate::Store::open_async) resolved:
+/// event may come after [`Store::open_async`](crate::store::Store::open_async) resolved:
 /// the callback keeps being called after the store was handed over.
 ///
 /// ```
@@ -175,7 +177,7 @@ impl SchemaCtx<'_> {
         }
     }
 
-    /// Say what the hook did, for the [`OpenReport`](crate::OpenReport): the text
+    /// Say what the hook did, for the [`OpenReport`](crate::report::OpenReport): the text
     /// becomes the schema phase's note (e.g. "storage format 1 → 2").
     pub fn note(&mut self, text: impl Into<String>) {
         self.note = Some(text.into());
@@ -242,10 +244,10 @@ pub struct StoreOptions {
     /// Most closures run in one group commit (default 512).
     pub max_group_size: usize,
     /// Backpressure: at most this many writes wait in the writer queue (default
-    /// 10 000). A [`Store::write`](crate::Store::write) beyond it resolves at once
+    /// 10 000). A [`Store::write`](crate::store::Store::write) beyond it resolves at once
     /// with [`Error::QueueFull`] without running its closure,
     /// so a producer faster than the disk meets a bound instead of growing memory
-    /// without limit. [`Store::write_blocking`](crate::Store::write_blocking) waits
+    /// without limit. [`Store::write_blocking`](crate::store::Store::write_blocking) waits
     /// for room instead (it blocks anyway).
     pub max_queued_writes: usize,
     /// How long a read waits for a pooled connection when all are in use (default
@@ -264,14 +266,14 @@ pub struct StoreOptions {
     pub schema_hook: Option<SchemaHook>,
     /// A simulated disk behind the VFS shim (crash and fault testing; feature `sim`).
     #[cfg(feature = "sim")]
-    pub sim: Option<Arc<crate::sim::SimDisk>>,
+    pub sim: Option<Arc<SimDisk>>,
     /// An injected Apple sync primitive (feature `sim`; see [`crate::sim::PlatformSync`]).
     #[cfg(feature = "sim")]
-    pub platform_sync: Option<crate::sim::PlatformSync>,
+    pub platform_sync: Option<PlatformSync>,
     /// Called with the SQL of every statement the writer thread starts (feature
     /// `sim`): tests count the work a write costs with it.
     #[cfg(feature = "sim")]
-    pub statement_trace: Option<crate::sim::StatementTrace>,
+    pub statement_trace: Option<StatementTrace>,
     /// Stamp the databases keel creates with keel's identity and check it at open:
     /// another application's SQLite file is refused ([`Error::ForeignFile`]),
     /// a `-wal` of another database is refused as damage
@@ -373,17 +375,17 @@ impl StoreOptions {
         self
     }
     /// Set the commit sync policy.
-    pub fn commit_sync(mut self, p: crate::SyncPolicy) -> Self {
+    pub fn commit_sync(mut self, p: SyncPolicy) -> Self {
         self.sync.commit = p;
         self
     }
     /// Set the checkpoint sync policy.
-    pub fn checkpoint_sync(mut self, p: crate::SyncPolicy) -> Self {
+    pub fn checkpoint_sync(mut self, p: SyncPolicy) -> Self {
         self.sync.checkpoint = p;
         self
     }
     /// Set the open-barrier sync policy.
-    pub fn open_barrier_sync(mut self, p: crate::SyncPolicy) -> Self {
+    pub fn open_barrier_sync(mut self, p: SyncPolicy) -> Self {
         self.sync.open_barrier = p;
         self
     }
@@ -438,7 +440,7 @@ impl StoreOptions {
     /// Put a simulated disk behind the store's VFS shim (feature `sim`): crash points,
     /// power loss and fault injection. See [`crate::sim`].
     #[cfg(feature = "sim")]
-    pub fn sim_disk(mut self, disk: Arc<crate::sim::SimDisk>) -> Self {
+    pub fn sim_disk(mut self, disk: Arc<SimDisk>) -> Self {
         self.sim = Some(disk);
         self
     }

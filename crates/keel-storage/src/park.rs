@@ -3,10 +3,10 @@
 //! iOS kills a suspended app that still holds a file lock in a shared (App Group)
 //! container (`0xdead10cc`). In WAL mode every open connection holds locks: the
 //! `-shm` read-lock and "DMS" bytes, the WAL write lock while a transaction runs,
-//! the main file's shared lock. So [`Store::suspend`](crate::Store::suspend) closes
+//! the main file's shared lock. So [`Store::suspend`](crate::store::Store::suspend) closes
 //! them all — the writer's, every pooled reader's and the checkpointer's — and the
 //! threads that own them stay alive, parked on this module's [`Suspension`] until
-//! [`Store::resume`](crate::Store::resume). Connections come back lazily: the writer
+//! [`Store::resume`](crate::store::Store::resume). Connections come back lazily: the writer
 //! reopens its connection at the first write after resume, the pool at the first
 //! read, the checkpointer at its next checkpoint.
 //!
@@ -16,7 +16,7 @@
 //! (1) the writer syncs that WAL through the open-barrier policy before its first
 //! commit lands on top of it — the same reason the open barrier exists, and skipped
 //! when nothing changed, (2) the next write bumps the identity epoch (the WAL may
-//! have restarted), and (3) [`ResumeReport::external_changes`](crate::ResumeReport::external_changes) tells the layer above
+//! have restarted), and (3) [`ResumeReport::external_changes`](crate::suspend::ResumeReport::external_changes) tells the layer above
 //! that cached state (subscriptions) may be stale.
 
 use std::path::Path;
@@ -25,6 +25,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use rusqlite::InterruptHandle;
+
+use crate::conn::KConn;
+use crate::paths::wal_path;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -36,7 +39,7 @@ thread_local! {
 }
 
 /// Run `f` so that a read it makes while its store is suspended fails at once
-/// with [`Error::Suspended`](crate::Error::Suspended) instead of waiting for
+/// with [`Error::Suspended`](crate::error::Error::Suspended) instead of waiting for
 /// resume, whatever the suspend's `fail_fast`. For synchronous calls from a UI
 /// thread (the FFI's): the resume that would end the wait is called from that
 /// same thread, so waiting there could never end.
@@ -248,7 +251,7 @@ impl FileStamp {
                 .ok()
                 .map(|m| (m.len(), m.modified().ok()))
         };
-        let wal = crate::paths::wal_path(path);
+        let wal = wal_path(path);
         let wal_stamp = meta(&wal).map(|(len, t)| {
             let mut h = [0u8; 32];
             if let Ok(mut f) = std::fs::File::open(&wal) {
@@ -265,9 +268,9 @@ impl FileStamp {
 
 /// Close a connection without SQLite's checkpoint-on-last-close: a suspend must
 /// let go at once (the checkpoint, with its sync, is what
-/// [`SuspendOptions::checkpoint_first`](crate::SuspendOptions::checkpoint_first) is for) and must not write after the
+/// [`SuspendOptions::checkpoint_first`](crate::suspend::SuspendOptions::checkpoint_first) is for) and must not write after the
 /// store said it was letting go.
-pub(crate) fn release(conn: crate::conn::KConn) {
+pub(crate) fn release(conn: KConn) {
     let _ = conn.conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
         true,

@@ -76,7 +76,7 @@ pub enum SyncReason {
 /// ```
 pub trait SyncHook: Send + Sync + fmt::Debug {
     /// Make the file durable (or not). Return an error to fail the operation that
-    /// asked for the sync (the commit fails with [`Error::SyncFailed`](crate::Error)).
+    /// asked for the sync (the commit fails with [`Error::SyncFailed`](crate::error::Error)).
     fn sync(&self, ctx: &SyncContext<'_>) -> std::io::Result<()>;
 }
 

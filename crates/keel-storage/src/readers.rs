@@ -19,11 +19,12 @@ use std::time::{Duration, Instant};
 
 use rusqlite::InterruptHandle;
 
-use crate::conn::KConn;
+use crate::conn::{KConn, Reopen};
 use crate::error::{Error, PathScope};
+use crate::park;
 
 /// Opens one more reader connection (configured like the ones the open made).
-pub(crate) type Opener = crate::conn::Reopen;
+pub(crate) type Opener = Reopen;
 
 struct PoolState {
     idle: Vec<KConn>,
@@ -103,7 +104,7 @@ impl ReaderPool {
                 return Err(Error::closed("read", path));
             }
             if st.suspended {
-                if st.fail_fast || crate::park::no_wait() {
+                if st.fail_fast || park::no_wait() {
                     return Err(Error::suspended("read", path));
                 }
                 // Waits for resume (or close), however long: that is what a read
@@ -124,7 +125,7 @@ impl ReaderPool {
                         // Suspended or closed while opening: let go of it again.
                         Ok(c) if st.suspended || st.closed => {
                             st.opened -= 1;
-                            crate::park::release(c);
+                            park::release(c);
                             self.cv.notify_all();
                             continue;
                         }
@@ -173,7 +174,7 @@ impl ReaderPool {
             drop(st);
             // Wakes a suspend waiting for the last borrowed connection.
             self.cv.notify_all();
-            crate::park::release(c);
+            park::release(c);
             return;
         }
         st.idle.push(c);
@@ -209,7 +210,7 @@ impl ReaderPool {
             std::mem::take(&mut st.idle)
         };
         for c in idle {
-            crate::park::release(c);
+            park::release(c);
         }
     }
 

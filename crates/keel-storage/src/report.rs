@@ -50,7 +50,7 @@ pub struct OpenReport {
     /// Total wall time of the pipeline (until durable, or until the barrier failed).
     pub total: Duration,
     /// When the store became readable (reads, snapshots, subscriptions), from the
-    /// start of the open. See [`Milestone`](crate::Milestone).
+    /// start of the open. See [`Milestone`](crate::options::Milestone).
     pub readable_after: Duration,
     /// When the store became durable (the open barrier done: writes commit), from
     /// the start of the open. `None` while the barrier runs, or if it failed.

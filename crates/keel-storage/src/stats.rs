@@ -146,7 +146,7 @@ pub struct FileStats {
 }
 
 /// A snapshot of a store's physical I/O since open (or since
-/// [`Store::reset_io_stats`](crate::Store::reset_io_stats)).
+/// [`Store::reset_io_stats`](crate::store::Store::reset_io_stats)).
 ///
 /// ```
 /// # use keel_storage::{Store, StoreOptions};

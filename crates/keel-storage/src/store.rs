@@ -9,6 +9,8 @@ use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
 use crate::durable::{DurableFuture, Gate, Wait};
 use crate::error::{Error, Result};
 use crate::oneshot;
+use crate::park::Suspension;
+use crate::paths::wal_path;
 use crate::readers::ReaderPool;
 use crate::report::OpenReport;
 use crate::stats::IoStats;
@@ -33,7 +35,7 @@ pub(crate) struct Inner {
     closed: AtomicBool,
     close_lock: Mutex<()>,
     /// Suspend/resume state shared with the writer and checkpointer threads.
-    suspension: Arc<crate::park::Suspension>,
+    suspension: Arc<Suspension>,
     /// Serializes suspend and resume.
     suspend_lock: Mutex<()>,
     // Last: the VFS must outlive every connection (connections also hold an Arc).
@@ -56,7 +58,7 @@ impl Inner {
         vfs: Arc<VfsRegistration>,
         gauge: Arc<QueueGauge>,
         writer: Arc<WriterShared>,
-        suspension: Arc<crate::park::Suspension>,
+        suspension: Arc<Suspension>,
     ) -> Inner {
         Inner {
             path,
@@ -314,7 +316,7 @@ impl Store {
     /// commit). If it returns `Err` only its own changes roll back. The future
     /// resolves after COMMIT (and after `on_commit` callbacks ran); if COMMIT fails
     /// every closure of the group gets the error. If the queue already holds
-    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)
+    /// [`StoreOptions::max_queued_writes`](crate::options::StoreOptions::max_queued_writes)
     /// writes the future resolves at once with [`Error::QueueFull`] and the closure
     /// never runs (backpressure, see `docs/durability.md`).
     ///
@@ -324,7 +326,7 @@ impl Store {
     ///
     /// Another process writing the same file: the group's transaction starts with
     /// `BEGIN IMMEDIATE`, so the write lock is taken up front where the busy timeout
-    /// ([`StoreOptions::busy_timeout`](crate::StoreOptions::busy_timeout)) applies,
+    /// ([`StoreOptions::busy_timeout`](crate::options::StoreOptions::busy_timeout)) applies,
     /// on the writer thread — never on the caller's. Only a lock held past that
     /// timeout fails the group, with the retryable [`Error::Locked`].
     ///
@@ -431,7 +433,7 @@ impl Store {
     }
 
     /// Writes waiting in the writer queue now (at most
-    /// [`StoreOptions::max_queued_writes`](crate::StoreOptions::max_queued_writes)).
+    /// [`StoreOptions::max_queued_writes`](crate::options::StoreOptions::max_queued_writes)).
     ///
     /// ```
     /// # use keel_storage::{Store, StoreOptions};
@@ -646,7 +648,7 @@ impl Store {
                     wal_frames: -1,
                     checkpointed_frames: -1,
                     duration: t.elapsed(),
-                    wal_bytes_after: std::fs::metadata(crate::paths::wal_path(&self.inner.path))
+                    wal_bytes_after: std::fs::metadata(wal_path(&self.inner.path))
                         .map(|m| m.len())
                         .unwrap_or(0),
                 });
@@ -1032,7 +1034,7 @@ impl Store {
     }
 
     /// A future that resolves when the store is **durable**
-    /// ([`Milestone::Durable`](crate::Milestone)): the open barrier is done, queued
+    /// ([`Milestone::Durable`](crate::options::Milestone)): the open barrier is done, queued
     /// writes commit, checkpoints run. Resolves at once if it already is (always
     /// after a blocking [`Store::open`], and for a WAL that was empty at open). If
     /// the barrier failed it resolves with that error; the store stays readable and

@@ -1,13 +1,13 @@
 //! Suspension's public face: [`SuspendOptions`], [`SuspendReport`],
 //! [`ResumeReport`]. How it works (connections closed, threads parked, what
 //! resume re-checks) is in `park.rs`; the guarantees are on
-//! [`Store::suspend`](crate::Store::suspend) and [`Store::resume`](crate::Store::resume).
+//! [`Store::suspend`](crate::store::Store::suspend) and [`Store::resume`](crate::store::Store::resume).
 
 use std::time::Duration;
 
 use crate::checkpointer::CheckpointOutcome;
 
-/// How [`Store::suspend`](crate::Store::suspend) treats work in flight and new work.
+/// How [`Store::suspend`](crate::store::Store::suspend) treats work in flight and new work.
 ///
 /// ```
 /// use keel_storage::SuspendOptions;
@@ -27,16 +27,16 @@ pub struct SuspendOptions {
     /// Default `false`.
     pub checkpoint_first: bool,
     /// While suspended, new reads and writes fail at once with
-    /// [`Error::Suspended`](crate::Error::Suspended) instead of waiting for resume.
+    /// [`Error::Suspended`](crate::error::Error::Suspended) instead of waiting for resume.
     /// Default `false` (they wait).
     pub fail_fast: bool,
     /// How long the write group or read already running may go on before it is
     /// interrupted (it then fails with the retryable
-    /// [`Error::Suspended`](crate::Error::Suspended)). Default 50 ms.
+    /// [`Error::Suspended`](crate::error::Error::Suspended)). Default 50 ms.
     pub interrupt_after: Duration,
     /// The bound on the whole suspend: work that does not stop by then (a closure
     /// busy in Rust code between two SQL statements cannot be interrupted) makes
-    /// `suspend` return [`Error::SuspendTimeout`](crate::Error::SuspendTimeout).
+    /// `suspend` return [`Error::SuspendTimeout`](crate::error::Error::SuspendTimeout).
     /// Default 1 s.
     pub timeout: Duration,
 }
@@ -75,7 +75,7 @@ impl SuspendOptions {
     }
 }
 
-/// What [`Store::suspend`](crate::Store::suspend) did.
+/// What [`Store::suspend`](crate::store::Store::suspend) did.
 ///
 /// ```
 /// # use keel_storage::{Store, StoreOptions, SuspendOptions};
@@ -94,7 +94,7 @@ pub struct SuspendReport {
     /// goes on — letting go of the locks matters more).
     pub checkpoint: Option<CheckpointOutcome>,
     /// True if work in flight had to be interrupted (it failed with
-    /// [`Error::Suspended`](crate::Error::Suspended)).
+    /// [`Error::Suspended`](crate::error::Error::Suspended)).
     pub interrupted: bool,
     /// False if the store was suspended already (nothing was done).
     pub newly_suspended: bool,
@@ -102,7 +102,7 @@ pub struct SuspendReport {
     pub duration: Duration,
 }
 
-/// What [`Store::resume`](crate::Store::resume) found.
+/// What [`Store::resume`](crate::store::Store::resume) found.
 ///
 /// ```
 /// # use keel_storage::{Store, StoreOptions, SuspendOptions};

@@ -22,7 +22,13 @@ use std::time::Instant;
 
 use libsqlite3_sys as ffi;
 
-use crate::policy::{current_reason, FileKind, SyncContext, SyncPolicies, SyncPolicy, SyncReason};
+#[cfg(feature = "sim")]
+use crate::paths::wal_path;
+use crate::policy::{
+    current_reason, record_sync_error, FileKind, SyncContext, SyncPolicies, SyncPolicy, SyncReason,
+};
+#[cfg(feature = "sim")]
+use crate::sim::{Gate, PlatformSync, SimDisk};
 use crate::stats::Counters;
 
 /// State shared by a store's VFS instance, its files and the store.
@@ -32,30 +38,30 @@ pub(crate) struct VfsShared {
     pub(crate) counters: Counters,
     /// The simulated disk behind this store, if any (tests only).
     #[cfg(feature = "sim")]
-    pub(crate) sim: Option<Arc<crate::sim::SimDisk>>,
+    pub(crate) sim: Option<Arc<SimDisk>>,
     /// An injected Apple `fcntl` primitive (tests only; see `StoreOptions::platform_sync`).
     #[cfg(feature = "sim")]
-    pub(crate) platform_sync: Option<crate::sim::PlatformSync>,
+    pub(crate) platform_sync: Option<PlatformSync>,
 }
 
 /// A file known to the simulated disk.
 #[cfg(feature = "sim")]
-pub(crate) type SimRef<'a> = Option<(&'a crate::sim::SimDisk, usize)>;
+pub(crate) type SimRef<'a> = Option<(&'a SimDisk, usize)>;
 
 /// Turn a simulated-disk refusal into SQLite's return code (remembering a sync error
-/// so keel can report [`Error::SyncFailed`](crate::Error)).
+/// so keel can report [`Error::SyncFailed`](crate::error::Error)).
 #[cfg(feature = "sim")]
 fn sim_refused(rc: c_int, errno: i32, sync: Option<(FileKind, SyncReason)>) -> c_int {
     if let Some((kind, reason)) = sync {
         let e = std::io::Error::from_raw_os_error(errno);
-        crate::policy::record_sync_error(kind, reason, e);
+        record_sync_error(kind, reason, e);
     }
     rc
 }
 
 // Declared in `policy`, below this module, so that `error` and `sim` need not
 // import the VFS.
-pub(crate) use crate::policy::{take_last_sync_error, Primitive};
+use crate::policy::Primitive;
 
 /// The primitive a built-in policy runs; `apple` selects the Apple column of the
 /// table. `None`: no sync at all (`Off`). A `Custom` policy picks per call and
@@ -102,7 +108,7 @@ pub(crate) fn unsupported(e: &std::io::Error) -> bool {
 
 /// Run an Apple `fcntl` primitive through `fcntl`, falling back to `fsync` where the
 /// file system does not support it. The fallback is counted
-/// ([`IoStats::sync_fallbacks`](crate::IoStats)): a sync that could not be as
+/// ([`IoStats::sync_fallbacks`](crate::stats::IoStats)): a sync that could not be as
 /// strong as the policy asked is never silent.
 pub(crate) fn fcntl_with_fallback(
     fd: c_int,
@@ -239,7 +245,7 @@ pub(crate) fn sync_file(
     let sim = match &shared.sim {
         Some(disk) => {
             let path = match kind {
-                FileKind::Wal => crate::paths::wal_path(&shared.db_path),
+                FileKind::Wal => wal_path(&shared.db_path),
                 _ => shared.db_path.clone(),
             };
             let id = disk.file_id(&path, kind);
@@ -621,10 +627,7 @@ unsafe fn sim_of<'a>(k: &KeelFile) -> SimRef<'a> {
 /// # Safety
 /// `k` must be an open file (its `shared` pointer alive).
 #[cfg(feature = "sim")]
-unsafe fn sim_gate(
-    k: &KeelFile,
-    op: impl FnOnce(&crate::sim::SimDisk, usize) -> crate::sim::Gate,
-) -> Option<c_int> {
+unsafe fn sim_gate(k: &KeelFile, op: impl FnOnce(&SimDisk, usize) -> Gate) -> Option<c_int> {
     // SAFETY: the caller's guarantee is sim_of's.
     let (disk, id) = unsafe { sim_of(k) }?;
     op(disk, id)
@@ -800,7 +803,7 @@ unsafe extern "C" fn x_sync(f: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
         }
         Err(e) => {
             tracing::error!(kind = k.kind.name(), ?reason, error = %e, "sync failed");
-            crate::policy::record_sync_error(k.kind, reason, e);
+            record_sync_error(k.kind, reason, e);
             ffi::SQLITE_IOERR_FSYNC
         }
     }

@@ -9,11 +9,16 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
-use crate::checkpointer::{CkptMsg, CkptSignal};
-use crate::conn::KConn;
+use crate::checkpointer::{checkpoint_on_writer, CkptMsg, CkptSignal};
+use crate::conn::{KConn, Reopen};
 use crate::error::{Error, PathScope, Result};
+use crate::identity::bump_epoch;
 use crate::oneshot;
-use crate::policy::{ReasonScope, SyncReason};
+use crate::park::{self, Parker, Suspension};
+use crate::paths::wal_path;
+use crate::policy::{take_last_sync_error, ReasonScope, SyncPolicies, SyncReason};
+#[cfg(feature = "sim")]
+use crate::sim::StatementTrace;
 
 type Callback = Box<dyn FnOnce() + Send>;
 
@@ -72,7 +77,7 @@ pub struct RowChanges {
 impl WriteTxn<'_> {
     /// Run `f` after the group's COMMIT succeeds, before the write futures resolve,
     /// on the thread that committed: keel's writer thread, or the caller of
-    /// [`Store::write_blocking`](crate::Store::write_blocking) when it committed
+    /// [`Store::write_blocking`](crate::store::Store::write_blocking) when it committed
     /// inline. Callbacks run in commit order (the next group waits for them); they
     /// are dropped if this closure fails (rolls back) or the commit fails.
     pub fn on_commit(&mut self, f: Box<dyn FnOnce() + Send>) {
@@ -344,7 +349,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// and the callers that commit inline.
 ///
 /// Whoever holds `conn` runs groups: the writer thread for queued writes (group
-/// commit), or a [`Store::write_blocking`](crate::Store::write_blocking) caller
+/// commit), or a [`Store::write_blocking`](crate::store::Store::write_blocking) caller
 /// that found the queue empty and the connection free, running its one closure
 /// and the COMMIT on its own thread — no handoff to the writer and back. The
 /// writer thread takes the lock before it takes queued jobs off the queue gauge,
@@ -353,7 +358,7 @@ pub(crate) struct WriterShared {
     path: PathBuf,
     /// `None` while parked (before durable: writes queue behind the open barrier)
     /// and after the writer thread shut down.
-    conn: Mutex<Option<crate::conn::KConn>>,
+    conn: Mutex<Option<KConn>>,
     /// The authorizer's switch (see `guard_transaction`).
     in_closure: Arc<AtomicBool>,
     signal: Arc<CkptSignal>,
@@ -362,7 +367,7 @@ pub(crate) struct WriterShared {
     /// What [`WriterShared::finish_checkpoint`] needs: the WAL's path, the sync
     /// policies (a checkpoint syncs under its own) and the bounded wait.
     wal_path: PathBuf,
-    policies: crate::SyncPolicies,
+    policies: SyncPolicies,
     truncate_timeout: Duration,
     /// Groups committed inline since the writer thread last looked (its idle
     /// vacuum check waits for a quiet period).
@@ -371,10 +376,10 @@ pub(crate) struct WriterShared {
     /// it once so the idle vacuum check still follows the last commit.
     asleep: AtomicBool,
     /// Suspended (park.rs): nothing commits inline; writes queue until resume.
-    suspension: Arc<crate::park::Suspension>,
+    suspension: Arc<Suspension>,
     /// Fed by the writer connection's update hook (see [`WriteTxn::row_changes`]).
     rows: Arc<RowHook>,
-    /// Callers inside [`Store::write_blocking`](crate::Store::write_blocking) (see
+    /// Callers inside [`Store::write_blocking`](crate::store::Store::write_blocking) (see
     /// [`WriterShared::enter_blocking`]).
     blocking: AtomicUsize,
     /// How long the last COMMIT took (ns): what the writer may spend waiting for
@@ -391,7 +396,7 @@ pub(crate) struct WriterShared {
 /// No `data_version` read yet on the current writer connection.
 const NO_VERSION: i64 = i64::MIN;
 
-/// A caller inside [`Store::write_blocking`](crate::Store::write_blocking), counted
+/// A caller inside [`Store::write_blocking`](crate::store::Store::write_blocking), counted
 /// until it returns.
 pub(crate) struct Blocking<'a>(&'a AtomicUsize);
 
@@ -444,8 +449,8 @@ impl WriterShared {
         signal: Arc<CkptSignal>,
         wal_frames: Arc<AtomicU64>,
         threshold_frames: u64,
-        suspension: Arc<crate::park::Suspension>,
-        policies: crate::SyncPolicies,
+        suspension: Arc<Suspension>,
+        policies: SyncPolicies,
         truncate_timeout: Duration,
     ) -> WriterShared {
         WriterShared {
@@ -455,7 +460,7 @@ impl WriterShared {
             signal,
             wal_frames,
             threshold_frames,
-            wal_path: crate::paths::wal_path(path),
+            wal_path: wal_path(path),
             policies,
             truncate_timeout,
             inline_groups: AtomicU64::new(0),
@@ -557,7 +562,7 @@ impl WriterShared {
             return;
         }
         let _path = PathScope::enter(&self.path);
-        match crate::checkpointer::checkpoint_on_writer(
+        match checkpoint_on_writer(
             &c.conn,
             &self.path,
             &self.wal_path,
@@ -627,10 +632,10 @@ pub(crate) struct WriterCtx {
     pub(crate) vacuum_min_free_pages: u32,
     pub(crate) shared: Arc<WriterShared>,
     pub(crate) gauge: Arc<QueueGauge>,
-    pub(crate) suspension: Arc<crate::park::Suspension>,
-    pub(crate) reopen: crate::conn::Reopen,
+    pub(crate) suspension: Arc<Suspension>,
+    pub(crate) reopen: Reopen,
     #[cfg(feature = "sim")]
-    pub(crate) statement_trace: Option<crate::sim::StatementTrace>,
+    pub(crate) statement_trace: Option<StatementTrace>,
 }
 
 impl WriterCtx {
@@ -779,10 +784,8 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
         // Without it a suspend still interrupts, only less promptly.
         tracing::error!(error = %e, "could not install the suspend progress handler");
     }
-    ctx.suspension.set_interrupt(
-        crate::park::Parker::Writer,
-        Some(conn.conn.get_interrupt_handle()),
-    );
+    ctx.suspension
+        .set_interrupt(Parker::Writer, Some(conn.conn.get_interrupt_handle()));
 }
 
 /// Hand the writer connection to the store: install what the writer needs on
@@ -831,17 +834,16 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
         if ctx.suspension.is_suspended() {
             // Let go of every lock: close the connection and wait for resume. Queued
             // writes stay queued; the connection reopens at the next one.
-            ctx.suspension
-                .set_interrupt(crate::park::Parker::Writer, None);
+            ctx.suspension.set_interrupt(Parker::Writer, None);
             // Waits for an inline group still running (the suspend interrupted it).
             let taken = lock(&shared.conn).take();
             if let Some(c) = taken {
                 // The last look before the connection goes: a commit of another
                 // process until now is counted, not lost with the baseline.
                 shared.check_data_version(&c.conn);
-                crate::park::release(c);
+                park::release(c);
             }
-            ctx.suspension.park(crate::park::Parker::Writer);
+            ctx.suspension.park(Parker::Writer);
             continue;
         }
         if pending.is_none() && ctx.gauge.len() == 0 {
@@ -974,8 +976,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     while let Ok(m) = rx.try_recv() {
         drop(m);
     }
-    ctx.suspension
-        .set_interrupt(crate::park::Parker::Writer, None);
+    ctx.suspension.set_interrupt(Parker::Writer, None);
     // Waits for an inline group still running; later blocking writes queue and
     // are told `Closed`.
     let conn = lock(&shared.conn).take();
@@ -1014,7 +1015,7 @@ fn run_group(
     let _e = span.enter();
     let start = Instant::now();
     // A stale sync failure from earlier on this thread must not label this group's errors.
-    let _ = crate::vfs::take_last_sync_error();
+    let _ = take_last_sync_error();
     // Jobs whose closure succeeded, with their callbacks, waiting for COMMIT.
     let mut committed: Vec<(Box<dyn Job>, Vec<Callback>)> = Vec::with_capacity(batch.len());
     // Jobs that failed alone (rolled back to their savepoint) or with a lost transaction.
@@ -1037,7 +1038,7 @@ fn run_group(
             // transaction's snapshot: everything committed before it).
             shared.check_data_version(conn);
             // identity.rs: the first write of a new WAL records a new epoch.
-            bumped |= signal.take_epoch_bump() && crate::identity::bump_epoch(conn, path);
+            bumped |= signal.take_epoch_bump() && bump_epoch(conn, path);
         }
         if !solo {
             if let Err(e) = exec(conn, "SAVEPOINT keel_write") {

@@ -9,7 +9,7 @@
 
 use std::path::PathBuf;
 
-use keel_storage::sim::campaign::{run, run_many, CampaignConfig, CampaignReport, Policy};
+use keel_storage::campaign::{run, run_many, CampaignConfig, CampaignReport, Policy};
 
 fn work_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
     // tmpfs when there is one: the campaign rewrites many small files.

@@ -1,6 +1,6 @@
 //! Simulated storage and fault injection (cargo feature `sim`, off by default).
 //!
-//! A [`SimDisk`] is attached to a store with [`StoreOptions::sim_disk`](crate::StoreOptions)
+//! A [`SimDisk`] is attached to a store with [`StoreOptions::sim_disk`](crate::options::StoreOptions::sim_disk)
 //! and sits behind keel's VFS shim: every read, write, sync, truncate and delete of the
 //! store's main database, WAL and journal is reported to it before it reaches the real
 //! file. The real files keep the *live* image (what the OS page cache would hold); the
@@ -24,15 +24,15 @@
 //!   once with `EIO` or `ENOSPC` (mapped to the SQLite codes the `unix` VFS returns).
 //!
 //! A sync counts as durable only when the sync *primitive* ran (`fsync`/`F_FULLFSYNC`/…,
-//! directly, through the real `xSync`, or from a [`SyncHook`](crate::SyncHook) calling
-//! [`SyncContext::full_sync`](crate::SyncContext::full_sync) and friends): a hook that
+//! directly, through the real `xSync`, or from a [`SyncHook`](crate::policy::SyncHook) calling
+//! [`SyncContext::full_sync`](crate::policy::SyncContext::full_sync) and friends): a hook that
 //! returns `Ok` without syncing is caught as lost data. By default the primitive itself
 //! is skipped (the simulated disk is the medium; the real files are only storage), see
 //! [`SimDisk::set_real_sync`].
 //!
-//! [`campaign`] drives whole crash and fault campaigns with an oracle.
+//! The campaigns that drive whole stores through crashes and faults with an oracle sit
+//! above the store, in [`crate::campaign`]: this module is only the medium.
 
-pub mod campaign;
 mod rng;
 
 use std::collections::HashMap;
@@ -43,7 +43,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use libsqlite3_sys as ffi;
 
-use crate::policy::FileKind;
+use crate::policy::{FileKind, Primitive};
 pub use rng::SimRng;
 
 /// An Apple `fcntl` sync primitive, as handed to an injected [`PlatformSync`].
@@ -56,10 +56,10 @@ pub enum StrongSync {
     BarrierFsync,
 }
 
-impl From<crate::policy::Primitive> for StrongSync {
-    fn from(p: crate::policy::Primitive) -> StrongSync {
+impl From<Primitive> for StrongSync {
+    fn from(p: Primitive) -> StrongSync {
         match p {
-            crate::policy::Primitive::BarrierFsync => StrongSync::BarrierFsync,
+            Primitive::BarrierFsync => StrongSync::BarrierFsync,
             _ => StrongSync::FullFsync,
         }
     }

@@ -1,5 +1,9 @@
 //! Crash and fault campaigns with an oracle, driven by one seed.
 //!
+//! This module sits above the store (feature `sim`): it opens [`Store`]s on a
+//! [`SimDisk`], the simulated medium in [`crate::sim`] that the VFS shim writes to,
+//! far below. Keeping the driver out of `sim` keeps the layers pointing one way.
+//!
 //! A campaign runs one database through a chain of *sessions*. Each session opens the
 //! store through the normal open pipeline ([`Store::open`]) on a [`SimDisk`], checks the
 //! oracle, runs a workload, and ends in one of three ways:
@@ -62,10 +66,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use super::{FaultErrno, OpClass, SimDisk, SimRng};
-use crate::{
-    CheckpointMode, Error, Store, StoreOptions, SyncPolicies, SyncPolicy, WriteFuture, WriteTxn,
-};
+use crate::checkpointer::CheckpointMode;
+use crate::error::Error;
+use crate::options::StoreOptions;
+use crate::paths::wal_path;
+use crate::policy::{SyncContext, SyncPolicies, SyncPolicy, SyncReason};
+use crate::sim::{FaultErrno, OpClass, SimDisk, SimRng};
+use crate::store::Store;
+use crate::suspend::SuspendOptions;
+use crate::writer::{WriteFuture, WriteTxn};
 
 /// The sync policy a campaign runs under.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,7 +160,7 @@ impl Policy {
 
     /// The primitive this policy's open barrier runs (what a latch-held barrier hook
     /// calls once released).
-    fn barrier_sync(self, ctx: &crate::SyncContext<'_>) -> std::io::Result<()> {
+    fn barrier_sync(self, ctx: &SyncContext<'_>) -> std::io::Result<()> {
         match self {
             Policy::Barrier => ctx.barrier_sync(),
             Policy::Off => Ok(()),
@@ -488,7 +497,7 @@ fn hash_mix(h: u64, v: u64) -> u64 {
 /// Run one campaign.
 ///
 /// ```
-/// use keel_storage::sim::campaign::{run, CampaignConfig, Policy};
+/// use keel_storage::campaign::{run, CampaignConfig, Policy};
 /// let dir = tempfile::tempdir().unwrap();
 /// let r = run(&CampaignConfig { seed: 1, policy: Policy::Full, crash_points: 3, faults: 3, dir: dir.path().into(), open_time: true });
 /// assert!(r.ok(), "{r}\n{:?}", r.failures);
@@ -1185,7 +1194,7 @@ impl Campaign {
             ok = if self.rng.chance(1, 2) {
                 // The app goes to the background: it suspends, the extension works,
                 // the app resumes and writes on top.
-                let opts = crate::SuspendOptions::default().checkpoint_first(self.rng.chance(1, 3));
+                let opts = SuspendOptions::default().checkpoint_first(self.rng.chance(1, 3));
                 match app.suspend(opts) {
                     Ok(_) => {
                         self.log(|| format!("app suspended, clock {}", self.disk.clock()));
@@ -1331,7 +1340,7 @@ impl Campaign {
     /// Leave commits in the WAL (an app crash after a few groups), so the next open
     /// has a barrier to run.
     fn leave_wal(&mut self) -> bool {
-        let wal = std::fs::metadata(crate::paths::wal_path(&self.path)).map_or(0, |m| m.len());
+        let wal = std::fs::metadata(wal_path(&self.path)).map_or(0, |m| m.len());
         if wal > 0 {
             return true;
         }
@@ -1513,7 +1522,7 @@ impl Campaign {
                 barrier_failed = matches!(
                     e,
                     Error::SyncFailed {
-                        reason: crate::SyncReason::OpenBarrier,
+                        reason: SyncReason::OpenBarrier,
                         ..
                     }
                 );
