@@ -683,12 +683,12 @@ fn xtask_is_checked_and_its_modules_form_no_cycle() {
 /// (`crate::error::Error`, not `crate::Error`): the root's `pub use` list is the
 /// public face, and code that reaches an item through it hides where the item
 /// lives. `lib.rs` itself, and doc links, may name the root.
-const NAMES_THE_DEFINING_MODULE: &[&str] = &["keel-query"];
+const NAMES_THE_DEFINING_MODULE: &[&str] = &["keel-query", "keel-storage"];
 
 /// Crates whose files write every import in their `use` block, so that a file's
 /// first lines say what it depends on: no `crate::…` path inside a function body,
 /// a type or an expression.
-const IMPORTS_AT_THE_TOP: &[&str] = &["keel-query"];
+const IMPORTS_AT_THE_TOP: &[&str] = &["keel-query", "keel-storage"];
 
 fn crate_files(name: &str) -> BTreeMap<String, String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
