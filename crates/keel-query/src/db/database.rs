@@ -403,7 +403,7 @@ impl Database {
         finish(store, p)
     }
 
-    /// [`Database::open`], running the [`Migrator`](crate::Migrator)'s migrations
+    /// [`Database::open`], running the [`Migrator`]'s migrations
     /// that have not run on this file yet, in the schema phase's transaction, before
     /// the database is handed over (see [`crate::open::migrate`]). A failing migration
     /// fails the open with [`Error::MigrationFailed`] and leaves the file unchanged.

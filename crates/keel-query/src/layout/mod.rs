@@ -7,12 +7,15 @@
 //! * [`links`] — a collection's `(references: …)` links, both ways.
 //! * [`stored`] — the schema stored in the file, and what an open with another
 //!   schema version may do to it.
-//! * [`fts`] — the full-text index beside its table.
+//! * [`side_table`] — what every side table shares: written with its row, rebuilt
+//!   at open when its signature changes, compared by `keel check`.
+//! * [`fts`] — the full-text index as a side table.
 //! * [`vector_table`] — the packed vector side table and the candidates' order.
 
 pub(crate) mod body;
 pub(crate) mod fts;
 pub(crate) mod links;
+pub(crate) mod side_table;
 pub(crate) mod stored;
 pub(crate) mod table;
 pub(crate) mod vector_table;

@@ -36,6 +36,7 @@ use keel_schema::{
 use rusqlite::types::Value as SqlOwned;
 
 use crate::layout::body::BodyColumns;
+use crate::layout::side_table::{Kind, Owner, SideTable};
 
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
@@ -210,6 +211,28 @@ fn column_name(path_text: &str) -> String {
 }
 
 impl Coll {
+    /// The side tables this collection keeps beside its table (`side_table.rs`),
+    /// in [`Kind::ALL`](crate::layout::side_table::Kind::ALL) order.
+    pub(crate) fn side_tables(&self) -> impl Iterator<Item = &dyn SideTable> {
+        let search = self.search.as_ref().map(|s| s as &dyn SideTable);
+        let vectors = self.vectors.as_ref().map(|v| v as &dyn SideTable);
+        search.into_iter().chain(vectors)
+    }
+
+    /// Its side table of `kind`, if it keeps one.
+    pub(crate) fn side_table(&self, kind: Kind) -> Option<&dyn SideTable> {
+        self.side_tables().find(|t| t.kind() == kind)
+    }
+
+    /// The collection as its side tables read its rows.
+    pub(crate) fn owner(&self) -> Owner<'_> {
+        Owner {
+            name: &self.name,
+            ident: &self.ident,
+            body: &self.body,
+        }
+    }
+
     /// The collection `ci` of `schema`, its columns extracted with `schema` too.
     pub(crate) fn new(schema: &Schema, ci: usize) -> Result<Coll> {
         Coll::build(schema, ci, &Arc::new(schema.clone()))

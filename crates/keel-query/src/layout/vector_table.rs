@@ -1,12 +1,16 @@
 //! The packed vector side table of a collection (`"<collection>$vec"`), as the
-//! table model (`layout/table.rs`) holds it: its fields, its SQL, how a row is
-//! written, and the `(distance, rowid)` order of candidates. A leaf: the check
-//! on write, the scan and the table's life are in `vector/column.rs`, above `layout`.
+//! table model (`layout/table.rs`) holds it: its fields, its SQL, what a row
+//! becomes in it and how `keel check` compares it with the rows (it is a
+//! [`SideTable`]), and the `(distance, rowid)` order of candidates. The check on
+//! write and the scan are in `vector/column.rs`, above `layout`.
 
 use std::collections::BinaryHeap;
 
 use keel_schema::model::Table;
 use keel_schema::{FieldType, ScalarType, VectorSpec};
+use rusqlite::{Connection, OptionalExtension, Statement};
+
+use crate::layout::side_table::{Drift, Kind, Owner, SideTable};
 
 /// A double-quoted SQL identifier (as `layout::ident`).
 fn ident(name: &str) -> String {
@@ -129,29 +133,130 @@ impl VectorSql {
     }
 }
 
+impl SideTable for VectorSql {
+    fn kind(&self) -> Kind {
+        Kind::Vector
+    }
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn signature(&self) -> &str {
+        &self.sig
+    }
+
+    fn create(&self) -> String {
+        format!("{}; {}", self.create, self.triggers)
+    }
+
+    fn upsert(&self) -> &str {
+        &self.upsert
+    }
+
+    fn delete(&self) -> &str {
+        &self.delete
+    }
+
+    fn write(&self, st: &mut Statement<'_>, rowid: i64, bytes: &[u8]) -> rusqlite::Result<()> {
+        st.raw_bind_parameter(1, rowid)?;
+        for (i, f) in self.fields.iter().enumerate() {
+            match packed(f, bytes) {
+                Some(p) => st.raw_bind_parameter(i + 2, p)?,
+                None => st.raw_bind_parameter(i + 2, rusqlite::types::Null)?,
+            }
+        }
+        st.raw_execute()?;
+        Ok(())
+    }
+
+    /// A table built before the generation triggers existed gets them.
+    fn keep_current(&self, conn: &Connection) -> rusqlite::Result<()> {
+        conn.execute_batch(&self.triggers)
+    }
+
+    /// Problems are `missing` (no packed row for an object), `extra` (a packed row
+    /// without an object) or `stale <field>` (the packed bytes differ from the
+    /// object's vector).
+    fn compare(
+        &self,
+        conn: &Connection,
+        c: Owner<'_>,
+        limit: usize,
+    ) -> rusqlite::Result<Vec<Drift>> {
+        let v = self;
+        let drift = |rowid: i64, problem: String| Drift {
+            collection: c.name.to_owned(),
+            rowid,
+            problem,
+        };
+        let mut out = Vec::new();
+        let cols: Vec<&str> = v.fields.iter().map(|f| f.col_ident.as_str()).collect();
+        let mut st = conn.prepare(&format!(
+            "SELECT rowid, {} FROM {} ORDER BY rowid",
+            c.body.select(),
+            c.ident
+        ))?;
+        let mut side = conn.prepare(&format!(
+            "SELECT {} FROM {} WHERE rowid = ?1",
+            cols.join(", "),
+            v.ident
+        ))?;
+        let mut rows = st.query([])?;
+        let mut scratch = Vec::new();
+        while let Some(r) = rows.next()? {
+            if out.len() >= limit {
+                return Ok(out);
+            }
+            let rowid: i64 = r.get(0)?;
+            let bytes = c.body.read(r, 1, &mut scratch)?;
+            // Each column as NULL or a BLOB; `Err`: another type, which no object
+            // packs to (another tool wrote it), so the column is stale.
+            type Column = std::result::Result<Option<Vec<u8>>, ()>;
+            let stored: Option<Vec<Column>> = side
+                .query_row([rowid], |x| {
+                    (0..v.fields.len())
+                        .map(|i| {
+                            Ok(match x.get_ref(i)? {
+                                rusqlite::types::ValueRef::Null => Ok(None),
+                                rusqlite::types::ValueRef::Blob(b) => Ok(Some(b.to_vec())),
+                                _ => Err(()),
+                            })
+                        })
+                        .collect()
+                })
+                .optional()?;
+            let Some(stored) = stored else {
+                out.push(drift(rowid, "missing".into()));
+                continue;
+            };
+            for (f, s) in v.fields.iter().zip(&stored) {
+                if s.as_ref().map(|b| b.as_deref()) != Ok(packed(f, bytes)) {
+                    out.push(drift(rowid, format!("stale {}", f.name)));
+                }
+            }
+        }
+        drop(rows);
+        let mut st = conn.prepare(&format!(
+            "SELECT rowid FROM {x} WHERE rowid NOT IN (SELECT rowid FROM {t}) ORDER BY rowid",
+            x = v.ident,
+            t = c.ident
+        ))?;
+        for rowid in st.query_map([], |r| r.get::<_, i64>(0))? {
+            if out.len() >= limit {
+                break;
+            }
+            out.push(drift(rowid?, "extra".into()));
+        }
+        Ok(out)
+    }
+}
+
 /// The packed bytes of field `f` in the object `bytes` (`None`: absent, or
 /// bytes that do not open, which the write path refused before).
 pub(crate) fn packed<'b>(f: &VectorField, bytes: &'b [u8]) -> Option<&'b [u8]> {
     let t = keel_schema::wire::TableRef::root(bytes).ok()?;
     t.vector(f.id, 4).ok().flatten().map(|v| v.bytes())
-}
-
-/// Binds and runs `v.upsert` for the object `bytes` at `rowid`.
-pub(crate) fn write(
-    st: &mut rusqlite::Statement<'_>,
-    v: &VectorSql,
-    rowid: i64,
-    bytes: &[u8],
-) -> rusqlite::Result<()> {
-    st.raw_bind_parameter(1, rowid)?;
-    for (i, f) in v.fields.iter().enumerate() {
-        match packed(f, bytes) {
-            Some(p) => st.raw_bind_parameter(i + 2, p)?,
-            None => st.raw_bind_parameter(i + 2, rusqlite::types::Null)?,
-        }
-    }
-    st.raw_execute()?;
-    Ok(())
 }
 
 /// A candidate: distance, then rowid, ascending is better.

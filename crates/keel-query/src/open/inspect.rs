@@ -16,13 +16,13 @@ use std::sync::Arc;
 use keel_schema::Schema;
 
 use crate::base::sql_value::SqlValue;
-use crate::layout::fts;
 use crate::layout::links::Outgoing;
+use crate::layout::side_table::Kind;
 use crate::layout::table;
 use crate::layout::table::Coll;
 use crate::layout::table::FORMAT;
+use crate::open::side_tables;
 use crate::query::sql;
-use crate::vector::column;
 
 /// keel's metadata table: `key TEXT PRIMARY KEY, value` (`schema`, `fingerprint`, `format`).
 pub const META_TABLE: &str = "keel_meta";
@@ -382,7 +382,10 @@ pub fn search_drift(
         if coll.search.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        for d in fts::compare(conn, &coll, limit.saturating_sub(out.len()))? {
+        let Some(index) = coll.side_table(Kind::Search) else {
+            continue;
+        };
+        for d in index.compare(conn, coll.owner(), limit.saturating_sub(out.len()))? {
             out.push(SearchDrift {
                 collection: d.collection,
                 rowid: d.rowid,
@@ -405,7 +408,7 @@ pub fn rebuild_search(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rusq
         if coll.search.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        n += fts::rebuild(conn, &coll)?;
+        n += side_tables::rebuild(conn, &coll, Kind::Search)?;
     }
     Ok(n)
 }
@@ -595,11 +598,14 @@ pub fn vector_drift(
         if coll.vectors.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        for (rowid, problem) in column::compare(conn, &coll, limit.saturating_sub(out.len()))? {
+        let Some(table) = coll.side_table(Kind::Vector) else {
+            continue;
+        };
+        for d in table.compare(conn, coll.owner(), limit.saturating_sub(out.len()))? {
             out.push(VectorDrift {
-                collection: coll.name.clone(),
-                rowid,
-                problem,
+                collection: d.collection,
+                rowid: d.rowid,
+                problem: d.problem,
             });
         }
     }
@@ -618,7 +624,7 @@ pub fn rebuild_vectors(conn: &rusqlite::Connection, schema: &Arc<Schema>) -> rus
         if coll.vectors.is_none() || table::table_columns(conn, &coll.ident)?.is_empty() {
             continue;
         }
-        n += column::rebuild(conn, &coll)?;
+        n += side_tables::rebuild(conn, &coll, Kind::Vector)?;
     }
     Ok(n)
 }

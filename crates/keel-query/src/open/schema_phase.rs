@@ -11,7 +11,6 @@ use std::sync::Arc;
 use keel_schema::Schema;
 
 use crate::base::error::{Error, Result};
-use crate::layout::fts;
 use crate::layout::stored;
 use crate::layout::stored::FieldSchema;
 use crate::layout::stored::Relation;
@@ -20,7 +19,7 @@ use crate::layout::table::{
 };
 use crate::open::inspect;
 use crate::open::migrate::Migrator;
-use crate::vector::column;
+use crate::open::side_tables;
 
 /// What the schema phase found, for the database to act on after open.
 #[derive(Debug, Default)]
@@ -348,16 +347,15 @@ pub(crate) fn schema_phase(
     if upgrading {
         out.upgraded = Some((format.unwrap_or(1), objects));
     }
-    // Full-text indexes (`layout/fts.rs`): built or rebuilt here, in this transaction, so
-    // a crash leaves the old index or the new one, never half of one.
-    fts::sync_all(conn, &colls, migrated, &mut |done, total| {
+    // Side tables (full-text indexes, packed vectors: `layout/side_table.rs`):
+    // built or rebuilt here, in this transaction, so a crash leaves the old table
+    // or the new one, never half of one.
+    side_tables::sync_all(conn, &colls, migrated, &mut |done, total| {
         if total > 0 {
             progress(done as f32 / total as f32);
         }
     })
-    .map_err(err("build the full-text index"))?;
-    // Packed vector tables (`vector/column.rs`): the same way, in this transaction.
-    column::sync_all(conn, &colls, migrated).map_err(err("build the vector table"))?;
+    .map_err(err("build the side tables"))?;
     // Indexes the schema no longer declares: drop them and their columns (they
     // only cost writes).
     let old: Vec<(String, String)> = {

@@ -10,7 +10,6 @@ use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
 use crate::engine::Inner;
 use crate::layout::body;
-use crate::layout::fts;
 use crate::layout::table::Coll;
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
 use crate::txn::dictionary::TxnDictionary;
@@ -279,29 +278,28 @@ impl<'a> Txn<'a> {
         f(&mut kept[i].1).map_err(|e| Error::sqlite(op, &c.name, e))
     }
 
-    /// Write the full-text index entry of the object `bytes` (the whole buffer)
-    /// at `rowid`, for a collection with `(searchable)` fields: in this
-    /// transaction and savepoint, like the row itself (`layout/fts.rs`).
-    fn index_text(&self, c: &Coll, op: &'static str, rowid: i64, bytes: &[u8]) -> Result<()> {
-        // The packed vectors (`vector/column.rs`) go with the row the same way.
-        if let Some(v) = &c.vectors {
-            self.with_kept_stmt(c, op, &v.upsert, |st| column::write(st, v, rowid, bytes))?;
+    /// Write the side-table entries (full-text index, packed vectors:
+    /// `layout/side_table.rs`) of the object `bytes` (the whole buffer) at
+    /// `rowid`: in this transaction and savepoint, like the row itself.
+    fn write_side_tables(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        rowid: i64,
+        bytes: &[u8],
+    ) -> Result<()> {
+        for t in c.side_tables() {
+            self.with_kept_stmt(c, op, t.upsert(), |st| t.write(st, rowid, bytes))?;
         }
-        let Some(s) = &c.search else {
-            return Ok(());
-        };
-        self.with_kept_stmt(c, op, &s.upsert, |st| fts::write(st, s, rowid, bytes))
+        Ok(())
     }
 
-    /// Remove the full-text index entry of `rowid` (see [`Txn::index_text`]).
-    fn unindex_text(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
-        if let Some(v) = &c.vectors {
-            self.with_kept_stmt(c, op, &v.delete, |st| st.execute([rowid]).map(|_| ()))?;
+    /// Remove the side-table entries of `rowid` (see [`Txn::write_side_tables`]).
+    fn delete_side_tables(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
+        for t in c.side_tables() {
+            self.with_kept_stmt(c, op, t.delete(), |st| st.execute([rowid]).map(|_| ()))?;
         }
-        let Some(s) = &c.search else {
-            return Ok(());
-        };
-        self.with_kept_stmt(c, op, &s.delete, |st| st.execute([rowid]).map(|_| ()))
+        Ok(())
     }
 
     fn insert_raw(
@@ -319,7 +317,7 @@ impl<'a> Txn<'a> {
             st.raw_execute()
         })?;
         let rowid = self.conn.last_insert_rowid();
-        self.index_text(c, op, rowid, &bytes)?;
+        self.write_side_tables(c, op, rowid, &bytes)?;
         let new = self.record.then_some(bytes);
         self.record(c, ChangeOp::Insert, key, rowid, None, new);
         Ok(rowid)
@@ -383,7 +381,7 @@ impl<'a> Txn<'a> {
         if n == 1 {
             let after = self.wt.row_changes();
             if after.count == before + 1 {
-                self.index_text(c, op, after.last_rowid, &bytes)?;
+                self.write_side_tables(c, op, after.last_rowid, &bytes)?;
                 return Ok(Ok(after.last_rowid));
             }
         }
@@ -402,7 +400,7 @@ impl<'a> Txn<'a> {
                 drop(rows);
                 if n == 1 {
                     // It was updated (a trigger changed other rows too).
-                    self.index_text(c, op, rowid, &bytes)?;
+                    self.write_side_tables(c, op, rowid, &bytes)?;
                 }
                 Ok(Ok(rowid))
             }
@@ -434,7 +432,7 @@ impl<'a> Txn<'a> {
             bind_columns(st, c, bytes, 3)?;
             st.raw_execute()
         })?;
-        self.index_text(c, op, rowid, bytes)
+        self.write_side_tables(c, op, rowid, bytes)
     }
 
     fn no_key(&self, c: &Coll, op: &'static str) -> Result<()> {
@@ -667,7 +665,7 @@ impl<'a> Txn<'a> {
                 st.execute([old.rowid])
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
             }
-            self.unindex_text(c, op, old.rowid)?;
+            self.delete_side_tables(c, op, old.rowid)?;
             self.record(c, ChangeOp::Delete, key, old.rowid, Some(old.bytes), None);
             let rowid = self.insert_raw(c, op, new_key, merged)?;
             if rowid != old.rowid {
@@ -690,24 +688,9 @@ impl<'a> Txn<'a> {
                     [fresh, rowid],
                 )
                 .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            if let Some(s) = &c.search {
-                // The index entry moves with the row.
-                let cols: Vec<&str> = s.fields.iter().map(|f| f.column.as_str()).collect();
-                self.conn
-                    .execute_batch(&format!(
-                        "INSERT INTO {i}(rowid, {cs}) SELECT {fresh}, {cs} FROM {i} WHERE rowid = {rowid}; DELETE FROM {i} WHERE rowid = {rowid};",
-                        i = s.ident,
-                        cs = cols.join(", "),
-                    ))
-                    .map_err(|e| Error::sqlite(op, &c.name, e))?;
-            }
-            if let Some(v) = &c.vectors {
-                // So do the packed vectors.
-                self.conn
-                    .execute(
-                        &format!("UPDATE {} SET rowid = ?1 WHERE rowid = ?2", v.ident),
-                        [fresh, rowid],
-                    )
+            // Its side-table entries move with it.
+            for t in c.side_tables() {
+                t.move_row(self.conn, rowid, fresh)
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
             }
             if let Some(ch) = self.changes.last_mut() {
@@ -758,7 +741,7 @@ impl<'a> Txn<'a> {
 
     /// Delete the object with `key` of `c`, no reference rules applied.
     pub(super) fn delete_plain(&mut self, c: &Coll, key: &[Value]) -> Result<bool> {
-        if !self.record && c.search.is_none() && c.vectors.is_none() {
+        if !self.record && c.side_tables().next().is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
             let key = c.check_key_ref("delete", key)?;
@@ -780,7 +763,7 @@ impl<'a> Txn<'a> {
                 return Ok(false);
             };
             self.with_kept_stmt(c, "delete", &c.sql_delete, |st| st.execute([rowid]))?;
-            self.unindex_text(c, "delete", rowid)?;
+            self.delete_side_tables(c, "delete", rowid)?;
             return Ok(true);
         }
         let (rowid, old) = match self.find(c, "delete", &key)? {
@@ -788,7 +771,7 @@ impl<'a> Txn<'a> {
             None => return Ok(false),
         };
         self.with_kept_stmt(c, "delete", &c.sql_delete, |st| st.execute([rowid]))?;
-        self.unindex_text(c, "delete", rowid)?;
+        self.delete_side_tables(c, "delete", rowid)?;
         self.record(c, ChangeOp::Delete, key, rowid, old, None);
         Ok(true)
     }
@@ -969,7 +952,7 @@ impl<'a> Txn<'a> {
 
     /// The key-value dictionary inside this transaction: its changes commit or roll
     /// back with this closure's objects (see
-    /// [`TxnDictionary`](crate::TxnDictionary)).
+    /// [`TxnDictionary`]).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
