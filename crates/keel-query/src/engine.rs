@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 
 use keel_schema::DynamicTable;
-use keel_storage::{Store, WriteFuture};
+use keel_storage::{Store, WriteFuture, WriteTxn};
 
 use crate::base::change::Change;
 use crate::base::error::{Error, Result};
@@ -27,6 +27,7 @@ use crate::base::pool::Pool;
 use crate::base::pool::Rejected;
 use crate::dictionary::shared;
 use crate::dictionary::shared::{DictHost, Shared as DictShared};
+use crate::dictionary::staged::TxnState;
 use crate::feed::Feed;
 use crate::layout::table::{table_columns, Coll};
 use crate::vector::cache::VectorCache;
@@ -376,6 +377,67 @@ impl Inner {
             || self.hub.get().is_some_and(|h| h.interested())
     }
 
+    /// The commit sequence of one write closure that ran to its end without
+    /// error, inside its savepoint: note other processes' commits, log its
+    /// changes for other processes (in the savepoint, so the log rolls back with
+    /// the closure), then register what runs after COMMIT, in this order: the
+    /// dictionary's changes reach its cache, the changes reach the hooks and the
+    /// hub (or, unrecorded, a "read again"), and the feed's gate is left. An
+    /// aborted closure is refused with [`Error::Aborted`] and registers nothing.
+    pub(crate) fn commit_closure(
+        self: &Arc<Self>,
+        w: &mut WriteTxn<'_>,
+        outcome: WriteOutcome,
+    ) -> Result<()> {
+        let WriteOutcome {
+            changes,
+            one_collection,
+            aborted,
+            recorded,
+            dictionary,
+        } = outcome;
+        if aborted {
+            return Err(Error::Aborted {
+                path: self.path.clone(),
+            });
+        }
+        // Another process committed before this transaction (the writer checked
+        // at BEGIN): read every subscription again after this commit.
+        self.notice_foreign(false);
+        let logged = match &self.feed {
+            Some(feed) => {
+                let (keys, clear) = dictionary
+                    .as_ref()
+                    .map(|d| d.feed_keys())
+                    .unwrap_or_default();
+                if changes.is_empty() && keys.is_empty() && !clear {
+                    None
+                } else {
+                    let entered = feed.enter();
+                    feed.log(w, &changes, &keys, clear)?;
+                    Some(entered)
+                }
+            }
+            None => None,
+        };
+        if let Some(d) = dictionary {
+            // Dropped unrun if the commit fails: the dictionary restores itself.
+            w.on_commit(Box::new(move || d.commit()));
+        }
+        if !changes.is_empty() {
+            let me = Arc::clone(self);
+            w.on_commit(Box::new(move || me.deliver(&changes, one_collection)));
+        } else if !recorded {
+            let me = Arc::clone(self);
+            w.on_commit(Box::new(move || me.unrecorded_commit()));
+        }
+        if let Some(l) = logged {
+            // After this closure's deliveries: post, then leave the gate.
+            w.on_commit(Box::new(move || l.committed()));
+        }
+        Ok(())
+    }
+
     /// After COMMIT: the change hooks first (in registration order), then the
     /// subscription hub.
     pub(crate) fn deliver(&self, changes: &[Change], one_collection: bool) {
@@ -463,6 +525,22 @@ impl Inner {
             }
         }
     }
+}
+
+/// What one write closure left for the commit ([`Inner::commit_closure`]):
+/// `Txn::finish` hands it over.
+pub(crate) struct WriteOutcome {
+    /// The changes it recorded, in order (none when it did not record).
+    pub(crate) changes: Vec<Change>,
+    /// Whether every change is to one collection (the hub's fast path).
+    pub(crate) one_collection: bool,
+    /// It called `Txn::abort`: it rolls back, and its write fails.
+    pub(crate) aborted: bool,
+    /// It recorded its changes (a hook or a subscription was live, or the
+    /// feed needs them), so an empty `changes` means it changed nothing.
+    pub(crate) recorded: bool,
+    /// Its dictionary changes, staged until the commit.
+    pub(crate) dictionary: Option<TxnState>,
 }
 
 impl DictHost for Inner {

@@ -666,54 +666,21 @@ impl Database {
             }
             // Sharing needs every change (rowid and collection) for the change log.
             let record = inner.recording() || inner.feed.is_some();
-            let (res, changes, one_collection, aborted, dict) = {
+            let (res, outcome) = {
                 let mut txn = Txn::new(w, &inner, record);
                 let r = {
                     let _writing = WritingGuard::enter(&inner);
                     f(&mut txn)
                 };
-                let dict = txn.dict.take();
-                let (changes, one_collection, aborted) = txn.finish();
-                (r, changes, one_collection, aborted, dict)
+                (r, txn.finish())
             };
-            if aborted {
+            if outcome.aborted {
                 return Err(Error::Aborted {
                     path: inner.path.clone(),
                 });
             }
             let v = res?;
-            // Another process committed before this transaction (the writer
-            // checked at BEGIN): read every subscription again after this commit.
-            inner.notice_foreign(false);
-            // Logged in the closure's savepoint: it rolls back with the closure.
-            let logged = match &inner.feed {
-                Some(feed) => {
-                    let (keys, clear) = dict.as_ref().map(|d| d.feed_keys()).unwrap_or_default();
-                    if changes.is_empty() && keys.is_empty() && !clear {
-                        None
-                    } else {
-                        let entered = feed.enter();
-                        feed.log(w, &changes, &keys, clear)?;
-                        Some(entered)
-                    }
-                }
-                None => None,
-            };
-            if let Some(d) = dict {
-                // Dropped unrun if the commit fails: the dictionary restores itself.
-                w.on_commit(Box::new(move || d.commit()));
-            }
-            if !changes.is_empty() {
-                let i2 = Arc::clone(&inner);
-                w.on_commit(Box::new(move || i2.deliver(&changes, one_collection)));
-            } else if !record {
-                let i2 = Arc::clone(&inner);
-                w.on_commit(Box::new(move || i2.unrecorded_commit()));
-            }
-            if let Some(l) = logged {
-                // After this closure's deliveries: post, then leave the gate.
-                w.on_commit(Box::new(move || l.committed()));
-            }
+            inner.commit_closure(w, outcome)?;
             Ok(v)
         }
     }

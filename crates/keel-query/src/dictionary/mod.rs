@@ -80,6 +80,7 @@
 
 pub(crate) mod cache;
 pub(crate) mod shared;
+pub(crate) mod staged;
 pub(crate) mod subscribe;
 pub(crate) mod value;
 

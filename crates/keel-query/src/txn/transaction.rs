@@ -8,12 +8,12 @@ use rusqlite::OptionalExtension;
 use crate::base::change::{Change, ChangeOp};
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::SqlValue;
-use crate::engine::Inner;
+use crate::dictionary::staged::TxnState;
+use crate::engine::{Inner, WriteOutcome};
 use crate::layout::body;
 use crate::layout::table::Coll;
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
 use crate::txn::dictionary::TxnDictionary;
-use crate::txn::dictionary::TxnState;
 use crate::vector::column;
 
 /// A write transaction, given to the closure of
@@ -124,10 +124,16 @@ impl<'a> Txn<'a> {
         }
     }
 
-    /// The recorded changes, whether they are all in one collection, and whether
-    /// the closure aborted.
-    pub(crate) fn finish(self) -> (Vec<Change>, bool, bool) {
-        (self.changes, !self.mixed, self.aborted)
+    /// What the closure leaves for the commit sequence
+    /// ([`Inner::commit_closure`]).
+    pub(crate) fn finish(mut self) -> WriteOutcome {
+        WriteOutcome {
+            changes: std::mem::take(&mut self.changes),
+            one_collection: !self.mixed,
+            aborted: self.aborted,
+            recorded: self.record,
+            dictionary: self.dict.take(),
+        }
     }
 
     fn check(&self, op: &'static str) -> Result<()> {
