@@ -52,14 +52,20 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
-use crate::codegen_shared::{
-    backticks, declared_types, doc, enum_value, escaped, load_with_stem, lower_camel, open_enum,
-    open_type, property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback,
-    upper_camel, write_arms, write_conversions, write_files, Names,
+use crate::codegen::emit::{
+    doc, open_enum, open_type, struct_doc_fallback, union_doc_fallback, write_arms,
+    write_conversions, write_files,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, backticks, declared_types, escaped, load_with_stem, lower_camel, raw_string_hashes,
+    upper_camel, Names,
+};
+use crate::codegen::plan::{
+    enum_value, handles, property_type, render_types, Elem, FieldPlan, HandlePlan, Kind, Read,
+    Renderers, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
@@ -191,7 +197,7 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
         (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
         (_, ScalarType::F32 | ScalarType::F64) => {
             let names = [".nan", ".infinity", "-.infinity"];
-            crate::codegen_shared::float_lit(v.as_f64().unwrap_or(0.0), ty, "", names, "")
+            naming::float_lit(v.as_f64().unwrap_or(0.0), ty, "", names, "")
         }
         (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
         (Value::Int(i), _) => format!("{i}"),
@@ -1078,21 +1084,16 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "}}");
         self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
-        self.relation_handles(&mut o, &name, &crate::plan::handles(s, &plan));
+        self.relation_handles(&mut o, &name, &handles(s, &plan));
         self.out.push_str(&o);
         Ok(())
     }
 
     /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference,
     /// `KeelManyRelation` for each to-many one and each inverse
-    /// (`Author.postsRef`): the plan's [`handles`](crate::plan::handles)
+    /// (`Author.postsRef`): the plan's `handles`
     /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
-    fn relation_handles(
-        &self,
-        o: &mut String,
-        name: &str,
-        handles: &[crate::plan::HandlePlan<'_>],
-    ) {
+    fn relation_handles(&self, o: &mut String, name: &str, handles: &[HandlePlan<'_>]) {
         if handles.is_empty() {
             return;
         }
@@ -1122,7 +1123,7 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen_shared::blog;
+    use crate::codegen::testing::{assert_contains_all, blog, example, scratch_dir, test_schema};
 
     #[test]
     fn names() {
@@ -1134,7 +1135,7 @@ mod tests {
     /// (plain fields none).
     #[test]
     fn references_get_relation_handles() {
-        let code = generate(&crate::codegen_shared::example("relations.fbs"), "rel").unwrap();
+        let code = generate(&example("relations.fbs"), "rel").unwrap();
         assert!(code.contains("public static var authorRef: KeelRelation<Post, Author> { KeelRelation(\"author\") }"), "{code}");
         assert!(code.contains("public static var editorRef: KeelRelation<Post, Author>"));
         assert!(code.contains("public static var postRef: KeelRelation<Comment, Post>"));
@@ -1146,7 +1147,7 @@ mod tests {
     #[test]
     fn blog_post_covers_every_field_kind() {
         let code = generate(&blog(), "blog").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public enum BlogSchema: KeelSchema {",
@@ -1230,13 +1231,13 @@ mod tests {
 
     #[test]
     fn vector_fields_get_a_float_array_handle_for_nearest() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace v;
                table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [int]; }
                root_type Photo;"#,
         );
         let code = generate(&s, "v").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public let e: [Float]",
@@ -1249,7 +1250,7 @@ mod tests {
 
     #[test]
     fn composite_keys_recursion_and_keyless_collections() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                table Node { name: string; child: Node; kids: [Node]; hold: Holder; }
                table Holder { u: Box; }
@@ -1260,7 +1261,7 @@ mod tests {
                root_type Node;"#,
         );
         let code = generate(&s, "t").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "private let _child: KeelBox<Node>?",
@@ -1280,9 +1281,9 @@ mod tests {
 
     #[test]
     fn vectors_of_unions_are_arrays_of_the_union() {
-        let s = crate::codegen_shared::example("monster/monster_v2.fbs");
+        let s = example("monster/monster_v2.fbs");
         let code = generate(&s, "monster").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
             "    public let bag: [Equipment]\n",
@@ -1300,9 +1301,9 @@ mod tests {
 
     #[test]
     fn fields_named_like_the_draft_api_get_a_suffix() {
-        let s = crate::codegen_shared::test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
+        let s = test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
         let code = generate(&s, "m").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "    public let value_: Int64\n",
@@ -1326,7 +1327,7 @@ mod tests {
 
     #[test]
     fn write_sources_writes_one_file() {
-        let dir = crate::codegen_shared::scratch_dir("swift");
+        let dir = scratch_dir("swift");
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
         let written = write_sources(&path, &dir).unwrap();

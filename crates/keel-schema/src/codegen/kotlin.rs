@@ -47,14 +47,19 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
-use crate::codegen_shared::{
-    backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
-    load_with_stem, lower_camel, struct_doc_fallback, types_in_emit_order, union_doc_fallback,
-    upper_camel, write_arms, write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+use crate::codegen::emit::{
+    enum_doc_fallback, enum_value_doc_fallback, struct_doc_fallback, union_doc_fallback,
+    write_arms, write_files, UNKNOWN_VALUE_DOC,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, backticks, declared_types, escaped, load_with_stem, lower_camel, types_in_emit_order,
+    upper_camel, Names, ENUM, STRUCT, TABLE,
+};
+use crate::codegen::plan::{
+    enum_value, handles, Elem, FieldPlan, HandlePlan, Kind, Read, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
@@ -367,7 +372,7 @@ fn float_lit(v: f64, t: ScalarType) -> String {
         ("Double", "")
     };
     let names = ["NaN", "POSITIVE_INFINITY", "NEGATIVE_INFINITY"];
-    crate::codegen_shared::float_lit(v, t, &format!("{k}."), names, suffix)
+    naming::float_lit(v, t, &format!("{k}."), names, suffix)
 }
 
 /// A Kotlin literal of type `t` for `v` (a default or an enum value).
@@ -814,15 +819,10 @@ impl<'a> Gen<'a> {
     /// `Post.authorRef: dev.keel.Relation<Post, Author>` in the companion, for
     /// each to-one reference, `dev.keel.ManyRelation` for each to-many one and
     /// each inverse (`Author.postsRef`): the plan's
-    /// [`handles`](crate::plan::handles) (`db.fetch(Post).including(Post.authorRef)`,
+    /// `handles` (`db.fetch(Post).including(Post.authorRef)`,
     /// layer/Relations.kt). A getter: the other companion may not be
     /// initialised yet when this one is.
-    fn relation_handles(
-        &self,
-        o: &mut String,
-        owner: &str,
-        handles: &[crate::plan::HandlePlan<'_>],
-    ) {
+    fn relation_handles(&self, o: &mut String, owner: &str, handles: &[HandlePlan<'_>]) {
         for h in handles {
             let other = self.names.table_name(h.other);
             let mut prop = format!("{}Ref", lower_camel(h.name));
@@ -1279,7 +1279,7 @@ impl<'a> Gen<'a> {
                     ident(&prop)
                 );
             }
-            self.relation_handles(o, &n, &crate::plan::handles(s, &plan));
+            self.relation_handles(o, &n, &handles(s, &plan));
             o.push('\n');
         } else {
             let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());
@@ -1340,7 +1340,8 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen_shared::blog;
+    use crate::codegen::swift;
+    use crate::codegen::testing::{assert_contains_all, blog, example, scratch_dir, test_schema};
 
     fn gen(s: &Schema) -> String {
         let files = generate(s, "blog").unwrap();
@@ -1355,7 +1356,7 @@ mod tests {
         assert_eq!(files[0].0, "blog/Blog.kt");
         let k = &files[0].1;
         assert!(k.contains("package blog\n"), "{k}");
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             k,
             &[
             "public data class Post(",
@@ -1402,13 +1403,13 @@ mod tests {
     /// with a `-` still makes a Kotlin identifier.
     #[test]
     fn names_follow_the_shared_plan() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             "enum Code: byte { HTTP_OK, URLPath } \
              table T { HTTP_OK: int; URLPath: int; old_score: int; code: Code; } root_type T;",
         );
         let files = generate(&s, "api-v2").unwrap();
         let k: String = files.iter().map(|(_, t)| t.as_str()).collect();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &k,
             &[
                 "public object ApiV2Schema {",
@@ -1421,7 +1422,7 @@ mod tests {
             files.iter().all(|(name, _)| name.ends_with("ApiV2.kt")),
             "{files:?}"
         );
-        let swift = crate::swift::generate(&s, "api-v2").unwrap();
+        let swift = swift::generate(&s, "api-v2").unwrap();
         for name in ["httpOk", "urlPath", "oldScore", "ApiV2Schema"] {
             assert!(
                 swift.contains(name),
@@ -1434,7 +1435,7 @@ mod tests {
     /// `ManyRelation` (plain fields none).
     #[test]
     fn references_get_relation_handles() {
-        let k = gen(&crate::codegen_shared::example("relations.fbs"));
+        let k = gen(&example("relations.fbs"));
         assert!(k.contains("public val authorRef: dev.keel.Relation<Post, Author> get() = dev.keel.Relation(\"author\", Post, Author)"), "{k}");
         assert!(k.contains("public val editorRef: dev.keel.Relation<Post, Author>"));
         assert!(k.contains("public val postRef: dev.keel.Relation<Comment, Post>"));
@@ -1455,7 +1456,7 @@ mod tests {
 
     #[test]
     fn composite_and_rowid_keys_and_unsigned_defaults() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                enum Level : ubyte { Low = 1, High = 200 }
                table Pair (entity) { a: string (primary); b: uint (primary); lvl: Level = High;
@@ -1465,7 +1466,7 @@ mod tests {
                root_type Pair;"#,
         );
         let k = gen(&s);
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &k,
             &[
             "public companion object : dev.keel.KeelModel<Pair, Pair.Key> {",
@@ -1495,7 +1496,7 @@ mod tests {
     fn key_strings_are_written_first() {
         // The key is neither the first field nor alone: both key strings must be
         // created before any other child, in key order.
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                table Inner { s: string; }
                table Doc (entity) { title: string; inner: Inner; tags: [string];
@@ -1517,9 +1518,7 @@ mod tests {
 
     #[test]
     fn keywords_are_escaped() {
-        let s = crate::codegen_shared::test_schema(
-            "table T { val: int; object: string; when_done: bool; } root_type T;",
-        );
+        let s = test_schema("table T { val: int; object: string; when_done: bool; } root_type T;");
         let k = gen(&s);
         assert!(k.contains("public val `val`: Int = 0,"), "{k}");
         assert!(k.contains("public val `object`: String? = null,"), "{k}");
@@ -1529,7 +1528,7 @@ mod tests {
 
     #[test]
     fn empty_tables_and_multiple_namespaces() {
-        let s = crate::codegen_shared::test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
+        let s = test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
         let files = generate(&s, "t").unwrap();
         let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);
@@ -1545,8 +1544,8 @@ mod tests {
 
     #[test]
     fn vectors_of_unions() {
-        let k = gen(&crate::codegen_shared::example("monster/monster_v2.fbs"));
-        crate::codegen_shared::assert_contains_all(
+        let k = gen(&example("monster/monster_v2.fbs"));
+        assert_contains_all(
             &k,
             &[
                 "public val bag: List<Equipment> = emptyList(),",
@@ -1564,7 +1563,7 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].0, "com/example/feed/Blog.kt");
         let k = &files[0].1;
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             k,
             &[
                 "package com.example.feed\n",
@@ -1573,7 +1572,7 @@ mod tests {
             ],
         );
         // other namespaces go under the package, and import each other
-        let s = crate::codegen_shared::example("edge.fbs");
+        let s = example("edge.fbs");
         let files = generate_in_package(&s, "edge", Some("app.`in`.x")).err();
         assert!(matches!(files, Some(CodegenError::Unsupported(_))));
         let files = generate_in_package(&s, "edge", Some("app.gen")).unwrap();
@@ -1589,7 +1588,7 @@ mod tests {
 
     #[test]
     fn vector_fields_are_float_arrays_compared_by_content() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace v;
                table Photo { id: string (primary); e: [float] (vector: 3); n: [float]; }
                root_type Photo;"#,
@@ -1599,7 +1598,7 @@ mod tests {
             .into_iter()
             .map(|(_, t)| t)
             .collect();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public val e: FloatArray = floatArrayOf(),",
@@ -1615,7 +1614,7 @@ mod tests {
 
     #[test]
     fn write_sources_writes_the_files() {
-        let dir = crate::codegen_shared::scratch_dir("kotlin");
+        let dir = scratch_dir("kotlin");
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../examples/blog/schema/blog.fbs"

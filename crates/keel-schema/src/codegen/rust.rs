@@ -34,20 +34,27 @@
 //! formatted with `rustfmt` when one can be run (see [`Builder::format`]; the
 //! emitted text is already indented like rustfmt output otherwise).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-use crate::codegen_shared::{
-    declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
-    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, Names, TABLE,
+use crate::codegen::emit::{
+    doc, open_enum, open_type, struct_doc_fallback, union_doc_fallback, write_arms,
+    write_conversions,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, declared_types, escaped, raw_string_hashes, stem, upper_camel, Names, TABLE,
+};
+use crate::codegen::plan::{
+    enum_value, field_is_optional, inverses, property_type, render_types, Elem, FieldPlan, Kind,
+    Read, Renderers, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
+use crate::resolve;
 use crate::value::Value;
-
-pub use crate::codegen_shared::CodegenError;
 
 /// Configures code generation (see the [module docs](self)).
 ///
@@ -113,7 +120,7 @@ impl Builder {
     /// Parses `path` (and its includes) and writes `<stem>.rs`; returns its path.
     pub fn compile(&self, path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
         let path = path.as_ref();
-        let (schema, files) = crate::resolve::load(path)?;
+        let (schema, files) = resolve::load(path)?;
         if self.rerun {
             for f in &files {
                 println!("cargo:rerun-if-changed={}", f.display());
@@ -126,7 +133,7 @@ impl Builder {
                 .map(PathBuf::from)
                 .ok_or(CodegenError::NoOutDir)?,
         };
-        let out = dir.join(format!("{}.rs", crate::codegen_shared::stem(path)));
+        let out = dir.join(format!("{}.rs", stem(path)));
         std::fs::write(&out, code).map_err(|source| CodegenError::Io {
             path: out.clone(),
             source,
@@ -147,8 +154,6 @@ impl Builder {
 
 /// Formats `code` with rustfmt if it can be run; `None` otherwise.
 fn rustfmt(code: &str) -> Option<String> {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
     let program = std::env::var_os("RUSTFMT").unwrap_or_else(|| "rustfmt".into());
     let mut child = Command::new(program)
         .args(["--edition", "2021"])
@@ -252,7 +257,7 @@ fn own(expr: &str, f: &Field) -> String {
 fn float_lit(v: f64, ty: ScalarType) -> String {
     let t = ty.rust_name();
     let names = ["NAN", "INFINITY", "NEG_INFINITY"];
-    crate::codegen_shared::float_lit(v, ty, &format!("{t}::"), names, &format!("_{t}"))
+    naming::float_lit(v, ty, &format!("{t}::"), names, &format!("_{t}"))
 }
 
 fn scalar_lit(v: &Value, ty: ScalarType) -> String {
@@ -401,7 +406,6 @@ impl<'a> Gen<'a> {
     /// own names, so same-named types of different namespaces are both reachable
     /// as `a::Item` and `b::Item`.
     fn gen_namespaces(&mut self) {
-        use std::collections::BTreeMap;
         // namespace → (own name, Rust name) of its types
         let mut by_ns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
         let mut push = |ns: &str, own: String, rust: &str| {
@@ -892,7 +896,7 @@ impl<'a> Gen<'a> {
         );
 
         // handles: the way back along references declaring an inverse
-        for inv in crate::plan::inverses(s, &plan) {
+        for inv in inverses(s, &plan) {
             let from = self.names.table_name(inv.from_table);
             let _ = writeln!(
                 o,

@@ -1,44 +1,20 @@
-//! The decisions keel's three code generators — Rust ([`crate::codegen`]), Swift
-//! ([`crate::swift`]) and Kotlin ([`crate::kotlin`]) — make the same way about a
-//! schema, kept in one place so the three outputs cannot drift apart: which named
-//! types a schema declares (and in which order they are named), how a schema name
-//! becomes an `UpperCamelCase` type or case name, which table fields are optional
-//! in a generated type, and the text of the doc comments every language shows.
+//! How keel's three code generators — Rust ([`rust`](super::rust)), Swift
+//! ([`swift`](super::swift)) and Kotlin ([`kotlin`](super::kotlin)) — name what a
+//! schema declares, the same way in every language: which named types a schema
+//! declares and in which order they are named ([`declared_types`]), the table of
+//! generated names with its clash check ([`Names`]), how a schema name becomes an
+//! `UpperCamelCase` type or a `lowerCamelCase` member, how a keyword is escaped,
+//! and how a float or raw-string literal is spelled.
 //!
-//! What genuinely differs per language (keywords, literal spelling, the wire
-//! calls, Kotlin's `/** */` comments) stays in each generator.
+//! What genuinely differs per language (the keyword lists, the escape, the names
+//! the generated code reserves for itself) stays in each generator.
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::parser::ParseError;
-
-use crate::model::{EnumDef, EnumVal, Field, FieldType, ScalarType, Schema, StructDef, UnionDef};
-
-/// Why code generation failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CodegenError {
-    /// The schema did not parse or resolve.
-    #[error("{0}")]
-    Parse(#[from] ParseError),
-    /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The error.
-        source: std::io::Error,
-    },
-    /// The schema cannot be expressed as Rust (e.g. two types with the same name in
-    /// different namespaces).
-    #[error("{0}")]
-    Unsupported(String),
-    /// No output directory: `OUT_DIR` is unset (not running in a build script) and
-    /// [`Builder::out_dir`](crate::codegen::Builder::out_dir) was not called.
-    #[error("OUT_DIR is not set; call keel_schema::Builder::out_dir or run from build.rs")]
-    NoOutDir,
-}
+use crate::codegen::error::CodegenError;
+use crate::model::{qualify, FieldType, ScalarType, Schema};
+use crate::resolve;
 
 /// The kind half of a generator's `(kind, index)` type-name key: a table.
 pub(crate) const TABLE: u8 = 0;
@@ -108,7 +84,7 @@ impl Names {
     pub fn type_of(
         &self,
         ty: &FieldType,
-        scalar: fn(crate::model::ScalarType) -> &'static str,
+        scalar: fn(ScalarType) -> &'static str,
         vector: fn(String) -> String,
     ) -> String {
         match ty {
@@ -143,16 +119,6 @@ pub(crate) fn escaped(name: &str, keywords: &str, escape: fn(&str) -> String) ->
     }
 }
 
-/// The type of a table field's property: `base`, made optional by `optional`
-/// where [`field_is_optional`] says so.
-pub(crate) fn property_type(f: &Field, base: String, optional: fn(String) -> String) -> String {
-    if field_is_optional(f) {
-        optional(base)
-    } else {
-        base
-    }
-}
-
 /// Swift's and Kotlin's escape of a keyword used as a name: `` `name` ``.
 pub(crate) fn backticks(name: &str) -> String {
     format!("`{name}`")
@@ -161,7 +127,7 @@ pub(crate) fn backticks(name: &str) -> String {
 /// Loads the schema file `path` (with its includes) and its stem (`blog` for
 /// `blog.fbs`), which names the generated schema type and file.
 pub(crate) fn load_with_stem(path: &Path) -> Result<(Schema, String), CodegenError> {
-    let (s, _files) = crate::resolve::load(path)?;
+    let (s, _files) = resolve::load(path)?;
     Ok((s, stem(path).to_owned()))
 }
 
@@ -171,27 +137,6 @@ pub(crate) fn stem(path: &Path) -> &str {
     path.file_stem()
         .and_then(|s| s.to_str())
         .unwrap_or("schema")
-}
-
-/// Writes each `(relative path, text)` of `files` under `out_dir`, creating
-/// directories as needed; returns the paths written.
-pub(crate) fn write_files(
-    out_dir: &Path,
-    files: Vec<(String, String)>,
-) -> Result<Vec<PathBuf>, CodegenError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| CodegenError::Io { path, source }
-    };
-    let mut written = Vec::new();
-    for (rel, text) in files {
-        let path = out_dir.join(rel);
-        let dir = path.parent().unwrap_or(out_dir);
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
-        std::fs::write(&path, text).map_err(io(&path))?;
-        written.push(path);
-    }
-    Ok(written)
 }
 
 /// One named type a schema declares, as the generators name it.
@@ -209,7 +154,7 @@ pub(crate) struct DeclaredType<'s> {
 impl DeclaredType<'_> {
     /// `namespace.name`, as error messages spell the type.
     pub fn full_name(&self) -> String {
-        crate::model::qualify(self.namespace, self.name)
+        qualify(self.namespace, self.name)
     }
 }
 
@@ -297,104 +242,6 @@ pub(crate) fn lower_camel(name: &str) -> String {
     head.to_lowercase() + &tail.iter().collect::<String>()
 }
 
-/// Whether a table field's generated property is optional (`Option<T>`, `T?`):
-/// yes unless a reader always has a value to give — a non-optional scalar or enum
-/// (the schema default stands in for absence), a vector (absent reads as empty) or
-/// the string primary key (always written).
-/// The order in which a generated encoder writes a table's children: the string
-/// fields of the primary key first (in declaration order, which is key order), the
-/// rest in declaration order. A builder writes back to front, so the first key
-/// string ends the finished buffer, and keel stores the buffer without it beside the
-/// key column that holds the same text (`keel-query`'s `body.rs`). Any order of
-/// children is valid FlatBuffers: `flatc` code reads the result unchanged.
-pub(crate) fn key_strings_first<'f>(fields: &[&'f Field]) -> Vec<&'f Field> {
-    let is_key_string = |f: &&Field| f.primary && matches!(f.ty, FieldType::String);
-    let (mut first, rest): (Vec<&Field>, Vec<&Field>) =
-        fields.iter().copied().partition(is_key_string);
-    first.extend(rest);
-    first
-}
-
-pub(crate) fn field_is_optional(f: &Field) -> bool {
-    match &f.ty {
-        FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
-        FieldType::Vector(_) => false,
-        FieldType::String => !f.primary,
-        _ => true,
-    }
-}
-
-/// The declared value of enum `e` whose number is `raw`; `None` for a number the
-/// schema does not name (a default the generators spell as the `Unknown` case).
-pub(crate) fn enum_value(e: &EnumDef, raw: i64) -> Option<&EnumVal> {
-    e.values.iter().find(|v| v.value == raw)
-}
-
-/// The doc line of an enum without a doc comment in the schema.
-pub(crate) fn enum_doc_fallback(e: &EnumDef) -> String {
-    format!(
-        "The `{}` enum (underlying type `{}`).",
-        e.full_name(),
-        e.underlying.fbs_name()
-    )
-}
-
-/// The doc line of a struct without a doc comment in the schema.
-pub(crate) fn struct_doc_fallback(sd: &StructDef) -> String {
-    format!(
-        "The `{}` struct ({} bytes, stored inline).",
-        sd.full_name(),
-        sd.size
-    )
-}
-
-/// The doc line of a union without a doc comment in the schema.
-pub(crate) fn union_doc_fallback(u: &UnionDef) -> String {
-    format!("The `{}` union.", u.full_name())
-}
-
-/// The doc line of an enum value without a doc comment in the schema.
-pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
-    format!("`{}` (= {}).", v.name, v.value)
-}
-
-/// The doc line of every generated enum's catch-all case.
-pub(crate) const UNKNOWN_VALUE_DOC: &str =
-    "A value this version of the schema does not know (written by a newer one).";
-
-/// Writes the declared values of enum `e` as cases, each under its `///` doc
-/// comment (or the fallback naming the value and its number), indented one level:
-/// the body of a Rust or Swift enum. `case` spells one value's case line.
-pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&EnumVal) -> String) {
-    for v in &e.values {
-        doc(out, "    ", &v.doc, &enum_value_doc_fallback(v));
-        let _ = writeln!(out, "{}", case(v));
-    }
-}
-
-/// Opens a generated type (Rust, Swift): a blank line, its `///` doc comment
-/// (the schema's `lines`, or `fallback`), then `head` (the declaration line).
-pub(crate) fn open_type(lines: &[String], fallback: &str, head: &str) -> String {
-    let mut o = String::from("\n");
-    doc(&mut o, "", lines, fallback);
-    let _ = writeln!(o, "{head}");
-    o
-}
-
-/// Opens a generated enum (Rust, Swift): [`open_type`] with `head`, one case per
-/// declared value, then the catch-all case `unknown_case` under its doc line.
-pub(crate) fn open_enum(
-    e: &EnumDef,
-    head: &str,
-    case: impl Fn(&EnumVal) -> String,
-    unknown_case: &str,
-) -> String {
-    let mut o = open_type(&e.doc, &enum_doc_fallback(e), head);
-    write_enum_cases(&mut o, e, case);
-    let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    {unknown_case}");
-    o
-}
-
 /// A float literal as every generator plans it: NaN and the infinities by the
 /// names the language gives them (`names`: NaN, infinity, negative infinity,
 /// each after `prefix`), and a finite value as Rust's shortest round-trip text of
@@ -419,120 +266,24 @@ pub(crate) fn float_lit(
     }
 }
 
-/// Writes the conversions of a generated enum (from and to the raw number, the
-/// declared name): one `match` per `(head, arm, tail)` of `convs`, through
-/// [`write_arms`]. In `arm`, `$case` stands for a value's case name (`case`),
-/// `$raw` for its number as a literal (`raw`) and `$name` for its declared name
-/// as a string literal.
-pub(crate) fn write_conversions(
-    out: &mut String,
-    e: &EnumDef,
-    case: impl Fn(&EnumVal) -> String,
-    raw: impl Fn(&EnumVal) -> String,
-    convs: &[(String, String, String)],
-) {
-    for (head, arm, tail) in convs {
-        let line = |v: &EnumVal| {
-            arm.replace("$case", &case(v))
-                .replace("$raw", &raw(v))
-                .replace("$name", &format!("{:?}", v.name))
-        };
-        write_arms(out, head, &e.values, line, tail);
-    }
-}
-
-/// Writes a `match` (`switch`, `when`) with one arm line per item: `head` opens
-/// it, `arm(item)` gives each item's line in declaration order, `tail` is the
-/// catch-all arm (values a newer schema adds) and the closing lines. Every
-/// generated enum and union converts from and to its raw tag through one of these.
-pub(crate) fn write_arms<T>(
-    out: &mut String,
-    head: &str,
-    items: &[T],
-    arm: impl Fn(&T) -> String,
-    tail: &str,
-) {
-    let _ = writeln!(out, "{head}");
-    for item in items {
-        let _ = writeln!(out, "{}", arm(item));
-    }
-    let _ = writeln!(out, "{tail}");
-}
-
-/// Writes `///` doc lines (the schema's doc comment, or `fallback`): the same form
-/// in Rust and Swift. Blank lines stay bare `///` (rustfmt and swift-format keep
-/// them so) and tabs become spaces (rustdoc would read them as code indentation).
-pub(crate) fn doc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
-    if lines.is_empty() {
-        let _ = writeln!(out, "{indent}/// {fallback}");
-    } else {
-        for l in lines {
-            let l = l.trim_end();
-            if l.is_empty() {
-                let _ = writeln!(out, "{indent}///");
-            } else {
-                let _ = writeln!(out, "{indent}/// {}", l.replace('\t', " "));
-            }
-        }
-    }
-}
-
-/// Fails with the whole of `code` unless it contains each of `wants`.
-#[cfg(test)]
-pub(crate) fn assert_contains_all(code: &str, wants: &[&str]) {
-    for want in wants {
-        assert!(code.contains(want), "missing {want:?} in:\n{code}");
-    }
-}
-
-/// The schema `text` (one file, no includes).
-#[cfg(test)]
-pub(crate) fn test_schema(text: &str) -> Schema {
-    Schema::parse(text, "test.fbs").unwrap()
-}
-
-/// The schema `examples/blog/schema/<rel>`, with its includes.
-#[cfg(test)]
-pub(crate) fn example(rel: &str) -> Schema {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../examples/blog/schema")
-        .join(rel);
-    crate::resolve::load(&path).unwrap().0
-}
-
-/// The blog example's schema (`examples/blog/schema/blog.fbs`), which the
-/// generators' tests render.
-#[cfg(test)]
-pub(crate) fn blog() -> Schema {
-    example("blog.fbs")
-}
-
-/// Where a generated file goes in a test: a directory of its own under the
-/// system's temporary one.
-#[cfg(test)]
-pub(crate) fn scratch_dir(lang: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("keel-{lang}-gen-{}", std::process::id()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::codegen::testing::test_schema;
+    use crate::codegen::{kotlin, swift, Builder};
 
     /// Swift and Kotlin name a type by its own name, whatever its namespace: two
     /// same-named types are refused (Rust qualifies one of them instead).
     #[test]
     fn same_named_types_of_two_namespaces_are_refused_where_names_are_flat() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
         );
         let unsupported =
             |r: Result<(), CodegenError>| matches!(r, Err(CodegenError::Unsupported(_)));
-        assert!(unsupported(crate::swift::generate(&s, "t").map(drop)));
-        assert!(unsupported(crate::kotlin::generate(&s, "t").map(drop)));
-        assert!(crate::codegen::Builder::new()
-            .format(false)
-            .generate(&s)
-            .is_ok());
+        assert!(unsupported(swift::generate(&s, "t").map(drop)));
+        assert!(unsupported(kotlin::generate(&s, "t").map(drop)));
+        assert!(Builder::new().format(false).generate(&s).is_ok());
     }
 
     #[test]
@@ -611,22 +362,5 @@ mod tests {
             emitted,
             [(ENUM, 0), (STRUCT, 0), (UNION, 0), (TABLE, 0), (TABLE, 1)]
         );
-    }
-
-    #[test]
-    fn key_strings_come_first_in_key_order() {
-        let s = Schema::parse(
-            "namespace n; table T (entity) { title: string; n: int; lang: string (primary); \
-             tags: [string]; slug: string (primary); } root_type T;",
-            "k.fbs",
-        )
-        .unwrap();
-        let t = s.table(0);
-        let fields: Vec<&Field> = t.fields.iter().collect();
-        let order: Vec<&str> = key_strings_first(&fields)
-            .iter()
-            .map(|f| f.name.as_str())
-            .collect();
-        assert_eq!(order, ["lang", "slug", "title", "n", "tags"]);
     }
 }
