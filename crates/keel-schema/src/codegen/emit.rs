@@ -8,7 +8,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::error::CodegenError;
-use crate::model::{EnumDef, EnumVal, StructDef, UnionDef};
+use crate::model::{
+    Collection, EnumDef, EnumVal, ScalarType, StructDef, Table, UnionDef, UnionMemberDef,
+};
+use crate::value::Value;
 
 /// The doc line of an enum without a doc comment in the schema.
 pub(crate) fn enum_doc_fallback(e: &EnumDef) -> String {
@@ -33,6 +36,15 @@ pub(crate) fn union_doc_fallback(u: &UnionDef) -> String {
     format!("The `{}` union.", u.full_name())
 }
 
+/// The doc line of a table without a doc comment in the schema: an object of
+/// its collection, or a table nested in others.
+pub(crate) fn table_doc_fallback(t: &Table, collection: Option<&Collection>) -> String {
+    match collection {
+        Some(c) => format!("An object of collection `{}`.", c.name),
+        None => format!("A `{}` table.", t.full_name()),
+    }
+}
+
 /// The doc line of an enum value without a doc comment in the schema.
 pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
     format!("`{}` (= {}).", v.name, v.value)
@@ -41,16 +53,6 @@ pub(crate) fn enum_value_doc_fallback(v: &EnumVal) -> String {
 /// The doc line of every generated enum's catch-all case.
 pub(crate) const UNKNOWN_VALUE_DOC: &str =
     "A value this version of the schema does not know (written by a newer one).";
-
-/// Writes the declared values of enum `e` as cases, each under its `///` doc
-/// comment (or the fallback naming the value and its number), indented one level:
-/// the body of a Rust or Swift enum. `case` spells one value's case line.
-pub(crate) fn write_enum_cases(out: &mut String, e: &EnumDef, case: impl Fn(&EnumVal) -> String) {
-    for v in &e.values {
-        doc(out, "    ", &v.doc, &enum_value_doc_fallback(v));
-        let _ = writeln!(out, "{}", case(v));
-    }
-}
 
 /// Opens a generated type (Rust, Swift): a blank line, its `///` doc comment
 /// (the schema's `lines`, or `fallback`), then `head` (the declaration line).
@@ -62,35 +64,84 @@ pub(crate) fn open_type(lines: &[String], fallback: &str, head: &str) -> String 
 }
 
 /// Opens a generated enum (Rust, Swift): [`open_type`] with `head`, one case per
-/// declared value, then the catch-all case `unknown_case` under its doc line.
+/// declared value under its doc comment (or the fallback naming the value and its
+/// number), then the catch-all case `unknown_case` under its doc line. `case`
+/// spells one value's case line.
 pub(crate) fn open_enum(
     e: &EnumDef,
     head: &str,
     case: impl Fn(&EnumVal) -> String,
     unknown_case: &str,
 ) -> String {
-    let mut o = open_type(&e.doc, &enum_doc_fallback(e), head);
-    write_enum_cases(&mut o, e, case);
-    let _ = writeln!(o, "    /// {UNKNOWN_VALUE_DOC}\n    {unknown_case}");
+    let value_doc = |o: &mut String, v: &EnumVal| {
+        doc(o, "    ", &v.doc, &enum_value_doc_fallback(v));
+    };
+    let opened = open_type(&e.doc, &enum_doc_fallback(e), head);
+    let unknown = (UNKNOWN_VALUE_DOC, unknown_case);
+    open_cases(opened, &e.values, value_doc, case, unknown)
+}
+
+/// `opened` (an [`open_type`]), then one case per item, under the doc lines
+/// `item_doc` writes, spelled by `case`, then the catch-all case: `unknown` is
+/// its doc line and its case line. The body of a generated enum or union.
+fn open_cases<T>(
+    opened: String,
+    items: &[T],
+    item_doc: impl Fn(&mut String, &T),
+    case: impl Fn(&T) -> String,
+    (unknown_doc, unknown_case): (&str, &str),
+) -> String {
+    let mut o = opened;
+    for item in items {
+        item_doc(&mut o, item);
+        let _ = writeln!(o, "{}", case(item));
+    }
+    let _ = writeln!(o, "    /// {unknown_doc}\n    {unknown_case}");
     o
+}
+
+/// The doc line of a union member's case.
+pub(crate) fn member_doc(m: &UnionMemberDef) -> String {
+    format!("Member `{}` (tag {}).", m.name, m.tag)
+}
+
+/// The doc line of every generated union's catch-all case.
+pub(crate) const UNKNOWN_MEMBER_DOC: &str =
+    "A member this version of the schema does not know (its tag); never written back.";
+
+/// Opens a generated union (Rust, Swift): [`open_type`] with `head`, one case
+/// per member under its [`member_doc`] line (`case` spells it), then the
+/// catch-all case `unknown_case` under its doc line.
+pub(crate) fn open_union(
+    u: &UnionDef,
+    head: &str,
+    case: impl Fn(&UnionMemberDef) -> String,
+    unknown_case: &str,
+) -> String {
+    let member_doc_line = |o: &mut String, m: &UnionMemberDef| {
+        let _ = writeln!(o, "    /// {}", member_doc(m));
+    };
+    let opened = open_type(&u.doc, &union_doc_fallback(u), head);
+    let unknown = (UNKNOWN_MEMBER_DOC, unknown_case);
+    open_cases(opened, &u.members, member_doc_line, case, unknown)
 }
 
 /// Writes the conversions of a generated enum (from and to the raw number, the
 /// declared name): one `match` per `(head, arm, tail)` of `convs`, through
 /// [`write_arms`]. In `arm`, `$case` stands for a value's case name (`case`),
-/// `$raw` for its number as a literal (`raw`) and `$name` for its declared name
-/// as a string literal.
+/// `$raw` for its number as the language's literal of the enum's underlying type
+/// (`lit`) and `$name` for its declared name as a string literal.
 pub(crate) fn write_conversions(
     out: &mut String,
     e: &EnumDef,
     case: impl Fn(&EnumVal) -> String,
-    raw: impl Fn(&EnumVal) -> String,
+    lit: fn(&Value, ScalarType) -> String,
     convs: &[(String, String, String)],
 ) {
     for (head, arm, tail) in convs {
         let line = |v: &EnumVal| {
             arm.replace("$case", &case(v))
-                .replace("$raw", &raw(v))
+                .replace("$raw", &lit(&Value::Int(v.value), e.underlying))
                 .replace("$name", &format!("{:?}", v.name))
         };
         write_arms(out, head, &e.values, line, tail);

@@ -48,13 +48,14 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::emit::{
-    enum_doc_fallback, enum_value_doc_fallback, struct_doc_fallback, union_doc_fallback,
-    write_arms, write_files, UNKNOWN_VALUE_DOC,
+    enum_doc_fallback, enum_value_doc_fallback, member_doc, struct_doc_fallback,
+    table_doc_fallback, union_doc_fallback, write_arms, write_files, UNKNOWN_MEMBER_DOC,
+    UNKNOWN_VALUE_DOC,
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, backticks, declared_types, escaped, load_with_stem, lower_camel, types_in_emit_order,
-    upper_camel, Names, ENUM, STRUCT, TABLE,
+    self, declared_types, load_with_stem, lower_camel, types_in_emit_order, upper_camel, Keywords,
+    Names, ENUM, STRUCT, TABLE,
 };
 use crate::codegen::plan::{
     enum_value, handles, Elem, FieldPlan, HandlePlan, Kind, Read, TablePlan, Unset,
@@ -115,9 +116,11 @@ pub fn generate_in_package(
     g.run()
 }
 
-const KEYWORDS: &str =
+/// Kotlin's hard keywords (escaped with backticks as names).
+const KEYWORDS: Keywords = Keywords::backticked(
     "as break class continue do else false for fun if in interface is null object package \
-    return super this throw true try typealias typeof val var when while";
+    return super this throw true try typealias typeof val var when while",
+);
 
 /// Names the companion of a collection already uses: field handles avoid them.
 const RESERVED: &[&str] = &[
@@ -126,10 +129,6 @@ const RESERVED: &[&str] = &[
     "FILE_IDENTIFIER",
     "COLLECTION",
 ];
-
-fn ident(name: &str) -> String {
-    escaped(name, KEYWORDS, backticks)
-}
 
 /// The class inside the schema object that keeps what a decoded object's typed
 /// fields cannot hold, so that writing the object back loses nothing: the number
@@ -176,7 +175,10 @@ fn long_to_wire(add: &str) -> &'static str {
 
 /// A package name as Kotlin source spells it: keywords among its parts escaped.
 fn escape_package(p: &str) -> String {
-    p.split('.').map(ident).collect::<Vec<_>>().join(".")
+    p.split('.')
+        .map(|p| KEYWORDS.ident(p))
+        .collect::<Vec<_>>()
+        .join(".")
 }
 
 /// A Kotlin string literal (escaping `\`, `"`, `$` and control characters).
@@ -449,7 +451,7 @@ impl<'a> Gen<'a> {
             for n in [t.name.to_owned(), format!("{}Path", t.name)] {
                 names.claim(&n, &full, "Kotlin")?;
             }
-            names.set(t.kind, t.index, ident(t.name));
+            names.set(t.kind, t.index, KEYWORDS.ident(t.name));
         }
         let main_ns = s
             .root_table
@@ -494,7 +496,7 @@ impl<'a> Gen<'a> {
         let mut hash = Vec::new();
         let mut show = Vec::new();
         for f in live {
-            let p = ident(&lower_camel(&f.name));
+            let p = KEYWORDS.ident(&lower_camel(&f.name));
             if plan.of(f).embedding() {
                 eq.push(format!("{p}.contentEquals(other.{p})"));
                 hash.push(format!("{p}.contentHashCode()"));
@@ -546,7 +548,7 @@ impl<'a> Gen<'a> {
         let en = &self.s.enums[e];
         let n = self.names.enum_name(e);
         match enum_value(en, v) {
-            Some(x) => format!("{n}.{}", ident(&x.name)),
+            Some(x) => format!("{n}.{}", KEYWORDS.ident(&x.name)),
             None => format!("{n}.{}", self.unknown_name(e)),
         }
     }
@@ -680,7 +682,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    {}({}),",
-                ident(&v.name),
+                KEYWORDS.ident(&v.name),
                 lit(&Value::Int(v.value), e.underlying)
             );
         }
@@ -710,7 +712,7 @@ impl<'a> Gen<'a> {
             } else {
                 format!("{num}{suffix}")
             };
-            format!("            {num} -> {}", ident(&v.name))
+            format!("            {num} -> {}", KEYWORDS.ident(&v.name))
         };
         write_arms(
             o,
@@ -741,7 +743,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    public val {}: {} = {def},",
-                ident(&lower_camel(&f.name)),
+                KEYWORDS.ident(&lower_camel(&f.name)),
                 self.base(&f.ty)
             );
         }
@@ -770,14 +772,14 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "                {} = {expr},",
-                ident(&lower_camel(&f.name))
+                KEYWORDS.ident(&lower_camel(&f.name))
             );
         }
         let _ = writeln!(o, "            )\n        }}\n");
         // write
         let _ = writeln!(o, "        /** Writes [v] into `a[at until at + SIZE]` (zeroed by the caller: padding stays 0). */\n        @JvmStatic\n        public fun write(v: {n}, a: ByteArray, at: Int) {{");
         for f in &sd.fields {
-            let fname = ident(&lower_camel(&f.name));
+            let fname = KEYWORDS.ident(&lower_camel(&f.name));
             let at = format!("at + {}", f.offset);
             let line = match &f.ty {
                 FieldType::Scalar(t) => {
@@ -805,7 +807,7 @@ impl<'a> Gen<'a> {
         // path class
         let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
         for f in &sd.fields {
-            let prop = ident(&lower_camel(&f.name));
+            let prop = KEYWORDS.ident(&lower_camel(&f.name));
             let (ty, ctor) = self.handle(&f.ty, &format!("\"$keelPath.{}\"", f.name), "O");
             let _ = writeln!(
                 o,
@@ -834,7 +836,7 @@ impl<'a> Gen<'a> {
                 o,
                 "        /** {} */\n        public val {}: dev.keel.{handle}<{owner}, {other}> get() = dev.keel.{handle}({}, {owner}, {other})",
                 h.doc(&format!("[{other}]")),
-                ident(&prop),
+                KEYWORDS.ident(&prop),
                 string_lit(h.name)
             );
         }
@@ -904,11 +906,11 @@ impl<'a> Gen<'a> {
     fn member_class(&self, u: usize, m: &UnionMemberDef) -> String {
         let _ = u;
         if self.s.tables[m.table].namespace.is_empty() && m.name == self.s.tables[m.table].name {
-            ident(&format!("{}Member", m.name))
+            KEYWORDS.ident(&format!("{}Member", m.name))
         } else if m.name == "Unknown" {
             "Unknown_".into()
         } else {
-            ident(&m.name)
+            KEYWORDS.ident(&m.name)
         }
     }
 
@@ -999,16 +1001,15 @@ impl<'a> Gen<'a> {
             let c = self.member_class(i, m);
             let _ = writeln!(
                 o,
-                "    /** Member `{}` (tag {}). */\n    public data class {c}(public val value: {}) : {n} {{\n        override val tag: UByte get() = {}u\n    }}\n",
-                m.name,
-                m.tag,
+                "    /** {} */\n    public data class {c}(public val value: {}) : {n} {{\n        override val tag: UByte get() = {}u\n    }}\n",
+                member_doc(m),
                 self.member_type(m.table),
                 m.tag
             );
         }
         let _ = writeln!(
             o,
-            "    /** A member this version of the schema does not know (its tag); never written. */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
+            "    /** {UNKNOWN_MEMBER_DOC} */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
         );
         let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
         for m in &u.members {
@@ -1020,7 +1021,7 @@ impl<'a> Gen<'a> {
                 upper_camel(&m.name),
                 string_lit(&m.name),
                 m.name,
-                ident(&lower_camel(&m.name)),
+                KEYWORDS.ident(&lower_camel(&m.name)),
                 m.name
             );
         }
@@ -1041,7 +1042,7 @@ impl<'a> Gen<'a> {
         let key_fields = plan.key_fields();
 
         // the data class
-        kdoc(o, "", &t.doc, &format!("The `{}` table.", t.full_name()));
+        kdoc(o, "", &t.doc, &table_doc_fallback(t, collection));
         let iface = if collection.is_some() {
             " : dev.keel.KeelObject"
         } else {
@@ -1062,9 +1063,13 @@ impl<'a> Gen<'a> {
                 Some(d) => writeln!(
                     o,
                     "    public val {}: {ty} = {d},",
-                    ident(&lower_camel(&f.name))
+                    KEYWORDS.ident(&lower_camel(&f.name))
                 ),
-                None => writeln!(o, "    public val {}: {ty},", ident(&lower_camel(&f.name))),
+                None => writeln!(
+                    o,
+                    "    public val {}: {ty},",
+                    KEYWORDS.ident(&lower_camel(&f.name))
+                ),
             };
         }
         let enum_fields = self.enum_fields(&plan);
@@ -1094,7 +1099,7 @@ impl<'a> Gen<'a> {
         // the table.
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
         for fp in plan.child_plans() {
-            let fname = ident(&lower_camel(fp.name()));
+            let fname = KEYWORDS.ident(&lower_camel(fp.name()));
             let var = format!("o{}", upper_camel(fp.name()));
             let expr = match fp.kind {
                 Kind::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
@@ -1159,7 +1164,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.startTable({})", plan.table.slot_count());
         for fp in plan.vtable_plans() {
-            let fname = ident(&lower_camel(fp.name()));
+            let fname = KEYWORDS.ident(&lower_camel(fp.name()));
             let var = format!("o{}", upper_camel(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             // scalars and enums: the builder's wire type, and the value as it (`v`
@@ -1217,7 +1222,7 @@ impl<'a> Gen<'a> {
             let params: String = key_fields
                 .iter()
                 .map(|k| {
-                    let (name, ty) = (ident(&lower_camel(&k.name)), self.base(&k.ty));
+                    let (name, ty) = (KEYWORDS.ident(&lower_camel(&k.name)), self.base(&k.ty));
                     format!("        public val {name}: {ty},\n")
                 })
                 .collect();
@@ -1244,18 +1249,18 @@ impl<'a> Gen<'a> {
                     let _ = writeln!(
                         o,
                         "        override fun keyOf(value: {n}): {key_ty} = value.{}\n        override fun keyValues(key: {key_ty}): List<dev.keel.ffi.Value> = listOf({})",
-                        ident(&lower_camel(&k.name)),
+                        KEYWORDS.ident(&lower_camel(&k.name)),
                         conv(k, "key")
                     );
                 }
                 _ => {
                     let args: Vec<String> = key_fields
                         .iter()
-                        .map(|k| format!("value.{}", ident(&lower_camel(&k.name))))
+                        .map(|k| format!("value.{}", KEYWORDS.ident(&lower_camel(&k.name))))
                         .collect();
                     let vals: Vec<String> = key_fields
                         .iter()
-                        .map(|k| conv(k, &format!("key.{}", ident(&lower_camel(&k.name)))))
+                        .map(|k| conv(k, &format!("key.{}", KEYWORDS.ident(&lower_camel(&k.name)))))
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1276,7 +1281,7 @@ impl<'a> Gen<'a> {
                     o,
                     "        /** Query handle for `{}`. */\n        @JvmField public val {}: {ty} = {ctor}",
                     f.name,
-                    ident(&prop)
+                    KEYWORDS.ident(&prop)
                 );
             }
             self.relation_handles(o, &n, &handles(s, &plan));
@@ -1293,7 +1298,11 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "        /** Reads a `{}` table. */\n        @JvmStatic public fun keelRead(t: FbTable): {n} = {n}(", t.name);
         for f in &live {
             let expr = self.read_expr(plan.of(f));
-            let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
+            let _ = writeln!(
+                o,
+                "            {} = {expr},",
+                KEYWORDS.ident(&lower_camel(&f.name))
+            );
         }
         if !enum_fields.is_empty() {
             let kept: Vec<String> = enum_fields
@@ -1329,7 +1338,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /** `{}`. */\n    public val {}: {ty} get() = {ctor}",
                 f.name,
-                ident(&lower_camel(&f.name))
+                KEYWORDS.ident(&lower_camel(&f.name))
             );
         }
         let _ = writeln!(o, "}}\n");

@@ -109,18 +109,42 @@ pub(crate) fn raw_string_hashes(text: &str) -> String {
     hashes
 }
 
-/// `name`, or `escape(name)` when it is one of the language's `keywords`
-/// (separated by white space).
-pub(crate) fn escaped(name: &str, keywords: &str, escape: fn(&str) -> String) -> String {
-    if keywords.split_whitespace().any(|k| k == name) {
-        escape(name)
-    } else {
-        name.to_owned()
+/// A language's keywords, and how a name that is one becomes an identifier.
+pub(crate) struct Keywords {
+    /// The keywords, separated by white space.
+    words: &'static str,
+    /// The identifier for a keyword used as a name.
+    escape: fn(&str) -> String,
+}
+
+impl Keywords {
+    /// `words` (separated by white space), each made an identifier by `escape`.
+    pub const fn new(words: &'static str, escape: fn(&str) -> String) -> Self {
+        Keywords { words, escape }
+    }
+
+    /// `words` escaped with backticks (`` `name` ``), as Swift and Kotlin do.
+    pub const fn backticked(words: &'static str) -> Self {
+        Keywords::new(words, backticks)
+    }
+
+    /// Whether `name` is one of the keywords.
+    pub fn contains(&self, name: &str) -> bool {
+        self.words.split_whitespace().any(|k| k == name)
+    }
+
+    /// `name` as an identifier: itself, or escaped when it is a keyword.
+    pub fn ident(&self, name: &str) -> String {
+        if self.contains(name) {
+            (self.escape)(name)
+        } else {
+            name.to_owned()
+        }
     }
 }
 
 /// Swift's and Kotlin's escape of a keyword used as a name: `` `name` ``.
-pub(crate) fn backticks(name: &str) -> String {
+fn backticks(name: &str) -> String {
     format!("`{name}`")
 }
 

@@ -41,12 +41,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::codegen::emit::{
-    doc, open_enum, open_type, struct_doc_fallback, union_doc_fallback, write_arms,
+    doc, open_enum, open_type, open_union, struct_doc_fallback, table_doc_fallback, write_arms,
     write_conversions,
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, declared_types, escaped, raw_string_hashes, stem, upper_camel, Names, TABLE,
+    self, declared_types, raw_string_hashes, stem, upper_camel, Keywords, Names, TABLE,
 };
 use crate::codegen::plan::{
     enum_value, field_is_optional, inverses, property_type, render_types, Elem, FieldPlan, Kind,
@@ -180,11 +180,13 @@ pub fn compile(path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
 }
 
 /// Rust keywords, strict and reserved, separated by spaces.
-const KEYWORDS: &str =
+const KEYWORDS: Keywords = Keywords::new(
     "as break const continue crate else enum extern false fn for if impl in let loop match \
     mod move mut pub ref return self Self static struct super trait true type unsafe use \
     where while async await dyn abstract become box do final macro override priv typeof \
-    unsized virtual yield try gen";
+    unsized virtual yield try gen",
+    raw_ident,
+);
 
 /// Associated functions every generated table has; field handles avoid these names.
 const RESERVED_FNS: &[&str] = &[
@@ -223,16 +225,14 @@ fn snake(name: &str) -> String {
     out
 }
 
-/// A Rust identifier for `name`: a raw identifier for a keyword, `_` after the
-/// four keywords that cannot be raw.
-fn ident(name: &str) -> String {
-    escaped(name, KEYWORDS, |k| {
-        if matches!(k, "self" | "Self" | "super" | "crate") {
-            format!("{k}_")
-        } else {
-            format!("r#{k}")
-        }
-    })
+/// The Rust identifier for the keyword `k` used as a name: a raw identifier,
+/// or `_` after the four keywords that cannot be raw.
+fn raw_ident(k: &str) -> String {
+    if matches!(k, "self" | "Self" | "super" | "crate") {
+        format!("{k}_")
+    } else {
+        format!("r#{k}")
+    }
 }
 
 /// A Rust enum variant name: the shared [`upper_camel`], with `_` after the names
@@ -308,7 +308,7 @@ impl<'a> Gen<'a> {
             }
         };
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
-            let rust = ident(name);
+            let rust = KEYWORDS.ident(name);
             names.claim(&rust, &full, "Rust")?;
             names.set(kind, i, rust);
             Ok(())
@@ -413,7 +413,7 @@ impl<'a> Gen<'a> {
                 by_ns
                     .entry(ns.to_owned())
                     .or_default()
-                    .push((ident(&own), rust.to_owned()));
+                    .push((KEYWORDS.ident(&own), rust.to_owned()));
             }
         };
         for t in declared_types(self.s) {
@@ -458,7 +458,7 @@ impl<'a> Gen<'a> {
                     out,
                     "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception)]\n{indent}pub mod {} {{",
                     path.join("."),
-                    ident(&snake(part))
+                    KEYWORDS.ident(&snake(part))
                 );
                 let up = "super::".repeat(path.len());
                 for (own, rust) in &child.items {
@@ -512,7 +512,7 @@ impl<'a> Gen<'a> {
             &mut o,
             e,
             |v| self.variant(e, v),
-            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            scalar_lit,
             &[
                 (
                     format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
@@ -556,7 +556,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    pub {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.base_type(&f.ty)
             );
         }
@@ -564,7 +564,7 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "    /// Size of the inline FlatBuffers layout in bytes.\n    pub const SIZE: usize = {};\n    /// Alignment of the inline layout in bytes.\n    pub const ALIGN: usize = {};\n", sd.size, sd.align);
         let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(&self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
         for f in &sd.fields {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             match &f.ty {
                 FieldType::Struct(_) => {
                     let _ = writeln!(
@@ -592,14 +592,14 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// Query handle for `{}` (join it to a handle on a field of this struct type).\n    pub const fn {}() -> {rt}::Field<{name}, {}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({idx}, {:?})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
                 f.name,
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.base_type(&f.ty),
                 f.name
             );
         }
         let _ = writeln!(o, "    /// Reads the struct from its inline bytes (at least [`Self::SIZE`] of them).\n    pub fn from_bytes(b: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name} {{");
         for f in &sd.fields {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             match &f.ty {
                 FieldType::Struct(si) => {
                     let _ = writeln!(
@@ -640,22 +640,18 @@ impl<'a> Gen<'a> {
         let rt = self.rt.clone();
         let u = &self.s.unions[i];
         let name = self.names.union_name(i).to_owned();
-        let mut o = open_type(
-            &u.doc,
-            &union_doc_fallback(u),
+        let mut o = open_union(
+            u,
             &format!("#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+            |m| {
+                format!(
+                    "    {}({}),",
+                    camel(&m.name),
+                    self.names.table_name(m.table)
+                )
+            },
+            "Unknown(u8),\n}\n",
         );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "    /// Member `{}` (tag {}).\n    {}({}),",
-                m.name,
-                m.tag,
-                camel(&m.name),
-                self.names.table_name(m.table)
-            );
-        }
-        let _ = writeln!(o, "    /// A member this version of the schema does not know (its tag).\n    Unknown(u8),\n}}\n");
         write_arms(
             &mut o,
             &format!("impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
@@ -795,7 +791,7 @@ impl<'a> Gen<'a> {
         if RESERVED_FNS.contains(&base.as_str()) {
             format!("{base}_field")
         } else {
-            ident(&base)
+            KEYWORDS.ident(&base)
         }
     }
 
@@ -833,7 +829,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    pub {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.field_type(f)
             );
         }
@@ -846,21 +842,17 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "            {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.default_expr(plan.of(f))
             );
         }
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
 
         // --- the immutable type
-        let summary = match collection {
-            Some(_) => format!("An immutable object of collection `{}`.", t.full_name()),
-            None => format!("An immutable `{}` table.", t.full_name()),
-        };
-        doc(&mut o, "", &t.doc, &summary);
+        doc(&mut o, "", &t.doc, &table_doc_fallback(t, collection));
         let _ = writeln!(
             o,
-            "///\n/// Cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
+            "///\n/// Immutable and cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
         );
         let _ = writeln!(o, "#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
         let _ = writeln!(
@@ -917,7 +909,7 @@ impl<'a> Gen<'a> {
                     .map_or_else(|| name.clone(), |ti| self.names.table_name(ti).to_owned());
                 // A to-one text key is read from the decoded object
                 // (`Relation::with_key`); other keys from its bytes.
-                let member = ident(&snake(&f.name));
+                let member = KEYWORDS.ident(&snake(&f.name));
                 let key = match (r.to_many, self.field_type(f).as_str()) {
                     (false, "Option<String>") => format!(
                         "\n            .with_key(|r| match &r.{member} {{\n                Some(k) => {rt}::ValueRef::Text(k),\n                None => {rt}::ValueRef::Null,\n            }})"
@@ -967,7 +959,7 @@ impl<'a> Gen<'a> {
         // __write
         let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
         for f in plan.children() {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             match &f.ty {
                 FieldType::String if f.primary => {
@@ -1031,7 +1023,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.start_table();");
         for fp in plan.vtable_plans() {
-            let fname = ident(&snake(fp.name()));
+            let fname = KEYWORDS.ident(&snake(fp.name()));
             let var = format!("off_{}", snake(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             // scalars and enums: the wire type and the value's expression
@@ -1082,7 +1074,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "            {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.read_expr(plan.of(f)).replace("\n", "\n    ")
             );
         }
@@ -1125,14 +1117,14 @@ impl<'a> Gen<'a> {
                             FieldType::String => "impl Into<String>".to_owned(),
                             _ => self.base_type(&f.ty),
                         };
-                        format!("{}: {ty}", ident(&snake(&f.name)))
+                        format!("{}: {ty}", KEYWORDS.ident(&snake(&f.name)))
                     })
                     .collect();
                 let args: Vec<String> = key_fields
                     .iter()
                     .map(|f| match f.ty {
-                        FieldType::String => format!("{}.into()", ident(&snake(&f.name))),
-                        _ => ident(&snake(&f.name)),
+                        FieldType::String => format!("{}.into()", KEYWORDS.ident(&snake(&f.name))),
+                        _ => KEYWORDS.ident(&snake(&f.name)),
                     })
                     .collect();
                 let body = if args.len() == 1 {
@@ -1154,14 +1146,14 @@ impl<'a> Gen<'a> {
             let key_expr = match key_fields.len() {
                 0 => "()".to_owned(),
                 1 => own(
-                    &format!("self.{}", ident(&snake(&key_fields[0].name))),
+                    &format!("self.{}", KEYWORDS.ident(&snake(&key_fields[0].name))),
                     key_fields[0],
                 ),
                 _ => format!(
                     "(\n            {},\n        )",
                     key_fields
                         .iter()
-                        .map(|f| own(&format!("self.{}", ident(&snake(&f.name))), f))
+                        .map(|f| own(&format!("self.{}", KEYWORDS.ident(&snake(&f.name))), f))
                         .collect::<Vec<_>>()
                         .join(",\n            ")
                 ),
@@ -1194,7 +1186,7 @@ impl<'a> Gen<'a> {
                     .iter()
                     .map(|f| format!(
                         "{rt}::Value::from({})",
-                        own(&format!("self.{}", ident(&snake(&f.name))), f)
+                        own(&format!("self.{}", KEYWORDS.ident(&snake(&f.name))), f)
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -1241,7 +1233,7 @@ impl<'a> Gen<'a> {
                 } else {
                     String::new()
                 };
-                let fname = ident(&snake(&f.name));
+                let fname = KEYWORDS.ident(&snake(&f.name));
                 let setter = if RESERVED_FNS.contains(&snake(&f.name).as_str())
                     || snake(&f.name) == "build"
                 {

@@ -53,13 +53,13 @@ use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
 use crate::codegen::emit::{
-    doc, open_enum, open_type, struct_doc_fallback, union_doc_fallback, write_arms,
+    doc, open_enum, open_type, open_union, struct_doc_fallback, table_doc_fallback, write_arms,
     write_conversions, write_files,
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, backticks, declared_types, escaped, load_with_stem, lower_camel, raw_string_hashes,
-    upper_camel, Names,
+    self, declared_types, load_with_stem, lower_camel, raw_string_hashes, upper_camel, Keywords,
+    Names,
 };
 use crate::codegen::plan::{
     enum_value, handles, property_type, render_types, Elem, FieldPlan, HandlePlan, Kind, Read,
@@ -92,12 +92,13 @@ pub fn generate(schema: &Schema, stem: &str) -> Result<String, CodegenError> {
 }
 
 /// Swift keywords (escaped with backticks as names), separated by spaces.
-const KEYWORDS: &str =
+const KEYWORDS: Keywords = Keywords::backticked(
     "associatedtype class deinit enum extension fileprivate func import init inout internal \
     let open operator private protocol public rethrows static struct subscript typealias var \
     break case continue default defer do else fallthrough for guard if in repeat return \
     switch where while as Any catch false is nil super self Self throw throws true try await \
-    async Type Protocol";
+    async Type Protocol",
+);
 
 /// Names the generated code or the runtime protocols use on a table value or its
 /// query handles; a field with one of these names gets a `_` appended. `with` and
@@ -151,10 +152,6 @@ const RESERVED_TYPES: &[&str] = &[
     "Optional",
     "Key",
 ];
-
-fn esc(name: &str) -> String {
-    escaped(name, KEYWORDS, backticks)
-}
 
 /// The local name of a memberwise `init` parameter whose label is `label`, when it
 /// cannot be the label itself: a parameter named `self` would hide `self`.
@@ -236,9 +233,7 @@ impl<'a> Gen<'a> {
         names.reserve(&schema_name, "the schema enum");
         for t in declared_types(s) {
             let (swift, full) = (upper_camel(t.name), t.full_name());
-            if RESERVED_TYPES.contains(&swift.as_str())
-                || KEYWORDS.split_whitespace().any(|k| k == swift)
-            {
+            if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift) {
                 return Err(CodegenError::Unsupported(format!(
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
                 )));
@@ -331,7 +326,7 @@ impl<'a> Gen<'a> {
         if c == "unknown" {
             "unknown_".into()
         } else {
-            esc(&c)
+            KEYWORDS.ident(&c)
         }
     }
 
@@ -422,7 +417,7 @@ impl<'a> Gen<'a> {
             &mut o,
             e,
             |v| self.enum_case(e, v),
-            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            scalar_lit,
             &[
                 (
                     format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
@@ -458,7 +453,7 @@ impl<'a> Gen<'a> {
                 &format!("`{}: {}`.", f.name, fbs_type(self.s, &f.ty)),
             );
             let ty = self.base_type(&f.ty);
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let _ = writeln!(o, "    public let {m}: {ty}");
             let def = match &f.ty {
                 FieldType::Scalar(t) => scalar_lit(&t.zero(), *t),
@@ -498,7 +493,7 @@ impl<'a> Gen<'a> {
             "    /// Reads the struct at byte `o` of `b` (bounds-checked).\n    public init(keelBuffer b: [UInt8], at o: Int) throws {{"
         );
         for f in &sd.fields {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let expr = match &f.ty {
                 FieldType::Struct(si) => format!(
                     "try {}(keelBuffer: b, at: o + {})",
@@ -525,7 +520,7 @@ impl<'a> Gen<'a> {
             "    }}\n\n    /// Writes the struct at byte `o` of `b`.\n    public func keelWrite(into b: inout [UInt8], at o: Int) {{"
         );
         for f in &sd.fields {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let stmt = match &f.ty {
                 FieldType::Struct(_) => format!("{m}.keelWrite(into: &b, at: o + {})", f.offset),
                 FieldType::Enum(_) => format!(
@@ -564,7 +559,7 @@ impl<'a> Gen<'a> {
     /// One handle (two for a union: the member accessors live on the union's own
     /// extension). `root` handles are `static var` on the table itself.
     fn handle_lines(&self, o: &mut String, fname: &str, ty: &FieldType, root: bool, owner: &str) {
-        let m = esc(&member(fname));
+        let m = KEYWORDS.ident(&member(fname));
         let v = match ty {
             FieldType::Vector(inner) if matches!(**inner, FieldType::Scalar(ScalarType::U8)) => {
                 "[UInt8]".to_owned()
@@ -598,28 +593,19 @@ impl<'a> Gen<'a> {
             ""
         };
         let head = format!("public {indirect}enum {name}: Sendable, Equatable, Hashable {{");
-        let mut o = open_type(&u.doc, &union_doc_fallback(u), &head);
         let case = |m: &UnionMemberDef| {
             let c = lower_camel(&m.name);
             if c == "unknown" {
                 "unknown_".to_owned()
             } else {
-                esc(&c)
+                KEYWORDS.ident(&c)
             }
         };
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "    /// Member `{}` (tag {}).\n    case {}({})",
-                m.name,
-                m.tag,
-                case(m),
-                self.names.table_name(m.table)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "    /// A member this version of the schema does not know (its tag); not written back.\n    case unknown(tag: UInt8)\n"
+        let mut o = open_union(
+            u,
+            &head,
+            |m| format!("    case {}({})", case(m), self.names.table_name(m.table)),
+            "case unknown(tag: UInt8)\n",
         );
         write_arms(
             &mut o,
@@ -653,7 +639,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// The field when it holds a `{}` (join a field of it).\n    public var {}: KeelField<Root, {}> {{ child({:?}) }}\n    /// True when the field holds a `{}`.\n    public var is{}: KeelPredicate<Root> {{ holds({:?}) }}",
                 m.name,
-                esc(&c),
+                KEYWORDS.ident(&c),
                 self.names.table_name(m.table),
                 m.name,
                 m.name,
@@ -825,11 +811,7 @@ impl<'a> Gen<'a> {
 
         // --- the value type
         o.push('\n');
-        let summary = match collection {
-            Some(c) => format!("An object of collection `{}`.", c.name),
-            None => format!("A `{}` table.", t.full_name()),
-        };
-        doc(&mut o, "", &t.doc, &summary);
+        doc(&mut o, "", &t.doc, &table_doc_fallback(t, collection));
         let _ = writeln!(
             o,
             "///\n/// An immutable value type (`let` fields, as Dflat's models): build one with `init`\n/// (unset fields take the schema defaults), derive a changed copy with\n/// `value.with {{ $0.field = … }}`."
@@ -838,7 +820,7 @@ impl<'a> Gen<'a> {
         for f in &live {
             let fallback = self.field_summary(f);
             doc(&mut o, "    ", &f.doc, &fallback);
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let ty = self.field_type(f);
             if self.boxed(ti, f) {
                 let raw = member(&f.name);
@@ -855,7 +837,7 @@ impl<'a> Gen<'a> {
         let sig: Vec<String> = live
             .iter()
             .map(|f| {
-                let m = esc(&member(&f.name));
+                let m = KEYWORDS.ident(&member(&f.name));
                 let m = match init_param(&m) {
                     Some(local) => format!("{m} {local}"),
                     None => m,
@@ -872,7 +854,7 @@ impl<'a> Gen<'a> {
             sig.join(",\n        ")
         );
         for f in &live {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let local = init_param(&m).unwrap_or(&m);
             if self.boxed(ti, f) {
                 let _ = writeln!(
@@ -887,7 +869,13 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "    }}");
         let fields: Vec<(String, String, String)> = live
             .iter()
-            .map(|f| (esc(&member(&f.name)), f.name.clone(), self.field_type(f)))
+            .map(|f| {
+                (
+                    KEYWORDS.ident(&member(&f.name)),
+                    f.name.clone(),
+                    self.field_type(f),
+                )
+            })
             .collect();
         self.draft(&mut o, &name, &fields);
         let _ = writeln!(o, "}}\n");
@@ -906,7 +894,7 @@ impl<'a> Gen<'a> {
             let target = if self.boxed(ti, f) {
                 format!("_{}", member(&f.name))
             } else {
-                esc(&member(&f.name))
+                KEYWORDS.ident(&member(&f.name))
             };
             let _ = writeln!(
                 o,
@@ -922,7 +910,7 @@ impl<'a> Gen<'a> {
         // Fields are read as `self.x`: a field named like a local here (`b`, or
         // `self` itself) would otherwise name the local instead.
         for fp in plan.child_plans() {
-            let m = format!("self.{}", esc(&member(fp.name())));
+            let m = format!("self.{}", KEYWORDS.ident(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let line = match fp.kind {
                 Kind::String if fp.key_string() => format!("let {var} = b.createString({m})"),
@@ -959,7 +947,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.startTable()");
         for fp in plan.vtable_plans() {
-            let m = format!("self.{}", esc(&member(fp.name())));
+            let m = format!("self.{}", KEYWORDS.ident(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             let line = match (fp.kind, &fp.default) {
@@ -1026,7 +1014,7 @@ impl<'a> Gen<'a> {
                         "    /// The primary key: `{}`.\n    public typealias Key = {}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ {} }}\n}}",
                         f.name,
                         self.base_type(&f.ty),
-                        esc(&member(&f.name))
+                        KEYWORDS.ident(&member(&f.name))
                     );
                 }
                 _ => {
@@ -1039,13 +1027,19 @@ impl<'a> Gen<'a> {
                         let _ = writeln!(
                             o,
                             "        public var {}: {}",
-                            esc(&member(&f.name)),
+                            KEYWORDS.ident(&member(&f.name)),
                             self.base_type(&f.ty)
                         );
                     }
                     let params: Vec<String> = key_fields
                         .iter()
-                        .map(|f| format!("{}: {}", esc(&member(&f.name)), self.base_type(&f.ty)))
+                        .map(|f| {
+                            format!(
+                                "{}: {}",
+                                KEYWORDS.ident(&member(&f.name)),
+                                self.base_type(&f.ty)
+                            )
+                        })
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1053,12 +1047,12 @@ impl<'a> Gen<'a> {
                         params.join(", ")
                     );
                     for f in &key_fields {
-                        let m = esc(&member(&f.name));
+                        let m = KEYWORDS.ident(&member(&f.name));
                         let _ = writeln!(o, "            self.{m} = {m}");
                     }
                     let vals: Vec<String> = key_fields
                         .iter()
-                        .map(|f| format!("{}.keelValue", esc(&member(&f.name))))
+                        .map(|f| format!("{}.keelValue", KEYWORDS.ident(&member(&f.name))))
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1067,7 +1061,7 @@ impl<'a> Gen<'a> {
                         key_fields
                             .iter()
                             .map(|f| {
-                                let m = esc(&member(&f.name));
+                                let m = KEYWORDS.ident(&member(&f.name));
                                 format!("{m}: {m}")
                             })
                             .collect::<Vec<_>>()
@@ -1112,7 +1106,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// {}\n    public static var {}: {handle}<{name}, {other}> {{ {handle}({:?}) }}",
                 h.doc(&format!("`{other}`")),
-                esc(&format!("{}Ref", member(h.name))),
+                KEYWORDS.ident(&format!("{}Ref", member(h.name))),
                 h.name
             );
         }
@@ -1127,7 +1121,7 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(esc("default"), "`default`");
+        assert_eq!(KEYWORDS.ident("default"), "`default`");
         assert_eq!(member("primaryKey"), "primaryKey_");
     }
 
