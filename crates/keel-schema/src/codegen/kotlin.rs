@@ -32,6 +32,12 @@
 //!   (`Field<Post, Int>`), `Post.author.name`, `Post.content.isImage()`,
 //!   `Post.content.image.url`, `Post.pos.x`; vectors can only be tested for absence.
 //!
+//! Each namespace is a package and a file of its own (`shop/Ns.kt`,
+//! `warehouse/NsWarehouse.kt`), and every file imports the others' packages. Two
+//! types of one name in different namespaces are both declared by that name
+//! (`Item` in `shop` and in `warehouse`); the generated code then writes each as
+//! its package's (`shop.Item`), so no reference is ambiguous.
+//!
 //! ```
 //! let schema = keel_schema::Schema::parse(
 //!     "namespace blog; table Post { id: string (primary); priority: int = 1; } root_type Post;",
@@ -43,7 +49,7 @@
 //! assert!(files[0].1.contains("val priority: dev.keel.Field<Post, Int>"));
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
@@ -54,8 +60,8 @@ use crate::codegen::emit::{
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, declared_types, load_with_stem, lower_camel, types_in_emit_order, upper_camel, Keywords,
-    Names, ENUM, STRUCT, TABLE,
+    self, clash, declared_types, load_with_stem, lower_camel, types_in_emit_order, upper_camel,
+    DeclaredType, Keywords, Names, ENUM, STRUCT, TABLE,
 };
 use crate::codegen::plan::{
     enum_value, handles, Elem, FieldPlan, HandlePlan, Kind, Read, TablePlan, Unset,
@@ -100,7 +106,6 @@ pub fn generate_in_package(
     stem: &str,
     package: Option<&str>,
 ) -> Result<Vec<(String, String)>, CodegenError> {
-    let mut g = Gen::new(schema, stem)?;
     if let Some(p) = package {
         let ok = |part: &str| {
             part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -111,9 +116,8 @@ pub fn generate_in_package(
                 "{p:?} is no Kotlin package name (dot-separated identifiers)"
             )));
         }
-        g.package = Some(p.to_owned());
     }
-    g.run()
+    Gen::new(schema, stem, package)?.run()
 }
 
 /// Kotlin's hard keywords (escaped with backticks as names).
@@ -179,6 +183,15 @@ fn escape_package(p: &str) -> String {
         .map(|p| KEYWORDS.ident(p))
         .collect::<Vec<_>>()
         .join(".")
+}
+
+/// The query-handle class of the type Kotlin code names `reference` (`Item` →
+/// `ItemPath`, `shop.Item` → `shop.ItemPath`).
+fn path_class(reference: &str) -> String {
+    match reference.rsplit_once('.') {
+        Some((package, name)) => format!("{package}.{}Path", name.trim_matches('`')),
+        None => format!("{}Path", reference.trim_matches('`')),
+    }
 }
 
 /// A Kotlin string literal (escaping `\`, `"`, `$` and control characters).
@@ -428,7 +441,9 @@ fn wire_lit(v: &Value, t: ScalarType) -> String {
 }
 
 struct Gen<'a> {
-    /// Kotlin simple names by (kind, index).
+    /// How Kotlin code names each declared type, by (kind, index): its simple
+    /// name, or its qualified name (`shop.Item`) when a type of another package
+    /// has that simple name or that of its query-handle class.
     names: Names,
     /// The name of the schema object (`BlogSchema`).
     schema_obj: String,
@@ -441,18 +456,7 @@ struct Gen<'a> {
 }
 
 impl<'a> Gen<'a> {
-    fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
-        let mut names = Names::default();
-        let schema_obj = format!("{}Schema", upper_camel(stem));
-        names.reserve(&schema_obj, "the schema object");
-        for t in declared_types(s) {
-            let full = t.full_name();
-            // A type declares its own name and its query-handle class `…Path`.
-            for n in [t.name.to_owned(), format!("{}Path", t.name)] {
-                names.claim(&n, &full, "Kotlin")?;
-            }
-            names.set(t.kind, t.index, KEYWORDS.ident(t.name));
-        }
+    fn new(s: &'a Schema, stem: &str, package: Option<&str>) -> Result<Self, CodegenError> {
         let main_ns = s
             .root_table
             .map(|t| s.tables[t].namespace.clone())
@@ -463,14 +467,77 @@ impl<'a> Gen<'a> {
             })
             .or_else(|| s.tables.first().map(|t| t.namespace.clone()))
             .unwrap_or_default();
-        Ok(Gen {
+        let mut g = Gen {
             s,
             stem: stem.to_owned(),
-            schema_obj,
-            names,
+            schema_obj: format!("{}Schema", upper_camel(stem)),
+            names: Names::default(),
             main_ns,
-            package: None,
-        })
+            package: package.map(str::to_owned),
+        };
+        g.names = g.type_names()?;
+        Ok(g)
+    }
+
+    /// The names of the declared types (see [`Gen::names`]). A type declares its
+    /// own name and its query-handle class `…Path` in its namespace's package: two
+    /// types of one package may not share either. A simple name that two packages
+    /// declare is never written alone, since every generated file imports every
+    /// package; a type without a package cannot be named otherwise, so it may not
+    /// share one.
+    fn type_names(&self) -> Result<Names, CodegenError> {
+        let mut names = Names::default();
+        names.reserve_in(
+            &self.package_of(&self.main_ns),
+            &self.schema_obj,
+            "the schema object",
+        );
+        let declared: Vec<(DeclaredType<'_>, String)> = declared_types(self.s)
+            .map(|t| {
+                let package = self.package_of(t.namespace);
+                (t, package)
+            })
+            .collect();
+        let simple = |t: &DeclaredType<'_>| [t.name.to_owned(), format!("{}Path", t.name)];
+        let mut packages: HashMap<String, BTreeSet<&str>> = HashMap::new();
+        for (t, package) in &declared {
+            for n in simple(t) {
+                names.claim_in(package, &n, &t.full_name(), "Kotlin")?;
+                packages.entry(n).or_default().insert(package);
+            }
+        }
+        for (t, package) in &declared {
+            let ambiguous = simple(t).iter().any(|n| packages[n].len() > 1);
+            if ambiguous && package.is_empty() {
+                let shares = |o: &DeclaredType<'_>| {
+                    (o.kind, o.index) != (t.kind, t.index)
+                        && simple(o).iter().any(|n| simple(t).contains(n))
+                };
+                let other = declared
+                    .iter()
+                    .find(|(o, _)| shares(o))
+                    .map_or_else(String::new, |(o, _)| o.full_name());
+                return Err(clash(&t.full_name(), &other, t.name, "Kotlin"));
+            }
+            let name = if ambiguous {
+                self.qualified(t.namespace, t.name)
+            } else {
+                KEYWORDS.ident(t.name)
+            };
+            names.set(t.kind, t.index, name);
+        }
+        Ok(names)
+    }
+
+    /// `name` (a type's schema name) as Kotlin code in any package writes it:
+    /// qualified by the package of namespace `ns` (`shop.Item`).
+    fn qualified(&self, ns: &str, name: &str) -> String {
+        let package = self.package_of(ns);
+        if package.is_empty() {
+            KEYWORDS.ident(name)
+        } else {
+            format!("{}.{}", escape_package(&package), KEYWORDS.ident(name))
+        }
     }
 
     /// Kotlin type of one value of `ty` (no nullability).
@@ -676,7 +743,8 @@ impl<'a> Gen<'a> {
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
         kdoc(o, "", &e.doc, &enum_doc_fallback(e));
-        let _ = writeln!(o, "public enum class {n}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
+        let decl = KEYWORDS.ident(&e.name);
+        let _ = writeln!(o, "public enum class {decl}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
         for v in &e.values {
             kdoc(o, "    ", &v.doc, &enum_value_doc_fallback(v));
             let _ = writeln!(
@@ -731,7 +799,8 @@ impl<'a> Gen<'a> {
         let sd = &self.s.structs[i];
         let n = self.names.struct_name(i).to_owned();
         kdoc(o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(o, "public data class {n}(");
+        let decl = KEYWORDS.ident(&sd.name);
+        let _ = writeln!(o, "public data class {decl}(");
         for f in &sd.fields {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
             let def = match &f.ty {
@@ -805,7 +874,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
         // path class
-        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", decl.trim_matches('`'));
         for f in &sd.fields {
             let prop = KEYWORDS.ident(&lower_camel(&f.name));
             let (ty, ctor) = self.handle(&f.ty, &format!("\"$keelPath.{}\"", f.name), "O");
@@ -870,7 +939,7 @@ impl<'a> Gen<'a> {
                     FieldType::Table(_) => self.names.table_name(*i),
                     _ => self.names.union_name(*i),
                 };
-                let n = format!("{}Path", name.trim_matches('`'));
+                let n = path_class(name);
                 (format!("{n}<{owner}>"), format!("{n}({path})"))
             }
             FieldType::Vector(_) => (
@@ -883,12 +952,8 @@ impl<'a> Gen<'a> {
     /// How a union member's table type is written inside the union's sealed
     /// interface, where the member's own data class shadows the table's name.
     fn member_type(&self, table: usize) -> String {
-        let pkg = self.package_of(&self.s.tables[table].namespace);
-        if pkg.is_empty() {
-            self.names.table_name(table).to_owned()
-        } else {
-            format!("{}.{}", escape_package(&pkg), self.names.table_name(table))
-        }
+        let t = &self.s.tables[table];
+        self.qualified(&t.namespace, &t.name)
     }
 
     /// The package (dotted, unescaped; `""` for none) of the declarations of
@@ -996,7 +1061,8 @@ impl<'a> Gen<'a> {
         let u = &self.s.unions[i];
         let n = self.names.union_name(i).to_owned();
         kdoc(o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
+        let decl = KEYWORDS.ident(&u.name);
+        let _ = writeln!(o, "public sealed interface {decl} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
             let c = self.member_class(i, m);
             let _ = writeln!(
@@ -1011,12 +1077,12 @@ impl<'a> Gen<'a> {
             o,
             "    /** {UNKNOWN_MEMBER_DOC} */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
         );
-        let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", decl.trim_matches('`'));
         for m in &u.members {
-            let tn = self.names.table_name(m.table).trim_matches('`').to_owned();
+            let tn = path_class(self.names.table_name(m.table));
             let _ = writeln!(
                 o,
-                "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}Path<O> get() = {tn}Path(\"$keelPath.{}\")",
+                "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}<O> get() = {tn}(\"$keelPath.{}\")",
                 m.name,
                 upper_camel(&m.name),
                 string_lit(&m.name),
@@ -1033,7 +1099,8 @@ impl<'a> Gen<'a> {
         let s = self.s;
         let t = &s.tables[i];
         let n = self.names.table_name(i).to_owned();
-        let bare = n.trim_matches('`').to_owned();
+        let decl = KEYWORDS.ident(&t.name);
+        let bare = decl.trim_matches('`').to_owned();
         // (The resolver has checked the key: strings, or scalars and enums that are
         // not optional.)
         let plan = TablePlan::new(s, i);
@@ -1055,7 +1122,7 @@ impl<'a> Gen<'a> {
         } else {
             "data class"
         };
-        let _ = writeln!(o, "public {class_kw} {n}(");
+        let _ = writeln!(o, "public {class_kw} {decl}(");
         for f in &live {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
             let (ty, def) = self.field_decl(plan.of(f));

@@ -9,7 +9,7 @@
 //! What genuinely differs per language (the keyword lists, the escape, the names
 //! the generated code reserves for itself) stays in each generator.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 use crate::codegen::error::CodegenError;
@@ -31,23 +31,41 @@ pub(crate) const UNION: u8 = 3;
 #[derive(Default)]
 pub(crate) struct Names {
     by_key: HashMap<(u8, usize), String>,
-    /// Each name taken so far and what took it (for the clash error).
-    taken: HashMap<String, String>,
+    /// Each name taken so far, by scope and name, and what took it (for the
+    /// clash error).
+    taken: HashMap<(String, String), String>,
 }
 
 impl Names {
     /// Marks `name` as taken by `what` (a name the generated code declares itself).
     pub fn reserve(&mut self, name: &str, what: &str) {
-        self.taken.insert(name.to_owned(), what.to_owned());
+        self.reserve_in("", name, what);
+    }
+
+    /// Marks `name` as taken by `what` in `scope` (a Kotlin package).
+    pub fn reserve_in(&mut self, scope: &str, name: &str, what: &str) {
+        let key = (scope.to_owned(), name.to_owned());
+        self.taken.insert(key, what.to_owned());
     }
 
     /// Takes `name` for the type `full` in the code generated for `language`; a
     /// name something else took before is an error naming both.
     pub fn claim(&mut self, name: &str, full: &str, language: &str) -> Result<(), CodegenError> {
-        match self.taken.insert(name.to_owned(), full.to_owned()) {
-            Some(other) => Err(CodegenError::Unsupported(format!(
-                "{other} and {full} would both be named {name} in {language}; rename one"
-            ))),
+        self.claim_in("", name, full, language)
+    }
+
+    /// [`claim`](Self::claim) in `scope`: a name taken in another scope (another
+    /// Kotlin package) is no clash.
+    pub fn claim_in(
+        &mut self,
+        scope: &str,
+        name: &str,
+        full: &str,
+        language: &str,
+    ) -> Result<(), CodegenError> {
+        let key = (scope.to_owned(), name.to_owned());
+        match self.taken.insert(key, full.to_owned()) {
+            Some(other) => Err(clash(&other, full, name, language)),
             None => Ok(()),
         }
     }
@@ -97,6 +115,14 @@ impl Names {
             FieldType::Vector(inner) => vector(self.type_of(inner, scalar, vector)),
         }
     }
+}
+
+/// The error for two types, `first` and `then`, that would both be named
+/// `name` in `language`.
+pub(crate) fn clash(first: &str, then: &str, name: &str, language: &str) -> CodegenError {
+    CodegenError::Unsupported(format!(
+        "{first} and {then} would both be named {name} in {language}; rename one"
+    ))
 }
 
 /// The `#`s around a raw string literal holding `text` (Rust's `r#"…"#`, Swift's
@@ -209,6 +235,30 @@ pub(crate) fn declared_types(s: &Schema) -> impl Iterator<Item = DeclaredType<'_
         .chain(of_kind(UNION, unions))
 }
 
+/// The names that more than one declared type of `s` has (each in its own
+/// namespace): a language whose types share one namespace must tell them apart.
+pub(crate) fn shared_names(s: &Schema) -> HashSet<&str> {
+    let mut seen = HashSet::new();
+    declared_types(s)
+        .filter(|t| !seen.insert(t.name))
+        .map(|t| t.name)
+        .collect()
+}
+
+/// The name of `t` in a language whose types share one namespace (Rust, Swift):
+/// its own name, or, when another type has that name too (`shared`, from
+/// [`shared_names`]), its namespace's parts in `UpperCamelCase` before it
+/// (`game.v2.Monster` → `GameV2Monster`, `shop.Item` → `ShopItem`).
+pub(crate) fn flat_name(t: &DeclaredType<'_>, shared: &HashSet<&str>) -> String {
+    if shared.contains(t.name) && !t.namespace.is_empty() {
+        let mut flat: String = t.namespace.split('.').map(upper_camel).collect();
+        flat.push_str(t.name);
+        flat
+    } else {
+        t.name.to_owned()
+    }
+}
+
 /// Every named type of `s` in the order a generated source declares them: enums,
 /// structs, unions, then tables, each in declaration order — a reader of the
 /// generated file meets a type before the tables that hold it.
@@ -293,21 +343,87 @@ pub(crate) fn float_lit(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::testing::test_schema;
+    use crate::codegen::testing::{assert_contains_all, example, test_schema};
     use crate::codegen::{kotlin, swift, Builder};
 
-    /// Swift and Kotlin name a type by its own name, whatever its namespace: two
-    /// same-named types are refused (Rust qualifies one of them instead).
+    /// Two tables named `Item` in the namespaces `shop` and `warehouse` (the
+    /// schemas of `examples/blog/schema/namespaces/`) generate in every language.
+    /// Rust and Swift, whose types share one namespace, give both the flat name
+    /// that carries the namespace (`ShopItem`, `WarehouseItem`); Kotlin declares
+    /// `Item` in each namespace's package and names each by its package
+    /// (`shop.Item`) wherever the simple name could mean either.
     #[test]
-    fn same_named_types_of_two_namespaces_are_refused_where_names_are_flat() {
-        let s = test_schema(
-            "namespace a; table X { n: int; } namespace b; table X { m: int; } root_type X;",
-        );
-        let unsupported =
-            |r: Result<(), CodegenError>| matches!(r, Err(CodegenError::Unsupported(_)));
-        assert!(unsupported(swift::generate(&s, "t").map(drop)));
-        assert!(unsupported(kotlin::generate(&s, "t").map(drop)));
-        assert!(Builder::new().format(false).generate(&s).is_ok());
+    fn same_named_types_of_two_namespaces_generate_in_every_language() {
+        for file in ["namespaces/ns_v1.fbs", "namespaces/ns_v2.fbs"] {
+            let s = example(file);
+            let rust = Builder::new().format(false).generate(&s).unwrap();
+            assert_contains_all(
+                &rust,
+                &["pub struct ShopItem(", "pub struct WarehouseItem("],
+            );
+
+            let swift = swift::generate(&s, "ns").unwrap();
+            assert_contains_all(
+                &swift,
+                &[
+                    "public struct ShopItem: Sendable, Equatable, Hashable {",
+                    "public struct WarehouseItem: Sendable, Equatable, Hashable {",
+                    "extension ShopItem: KeelRecord {",
+                    "public static let keelCollection = \"shop.Item\"",
+                    "extension WarehouseItem: KeelRecord {",
+                    "public static let keelCollection = \"warehouse.Item\"",
+                    "public static let collections: [any KeelRecord.Type] = [ShopItem.self, WarehouseItem.self]",
+                    "public static var sku: KeelField<WarehouseItem, String> { KeelField(\"sku\") }",
+                    "public typealias Key = Int32",
+                ],
+            );
+            assert!(!swift.contains("struct Item"), "{swift}");
+
+            let files = kotlin::generate(&s, "ns").unwrap();
+            let paths: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+            assert_eq!(paths, ["shop/Ns.kt", "warehouse/NsWarehouse.kt"]);
+            let (shop, warehouse) = (&files[0].1, &files[1].1);
+            assert_contains_all(
+                shop,
+                &[
+                    "package shop\n",
+                    "public data class Item(",
+                    "public const val COLLECTION: String = \"shop.Item\"",
+                    "public companion object : dev.keel.KeelModel<shop.Item, String> {",
+                    "public class ItemPath<O>(",
+                ],
+            );
+            assert_contains_all(
+                warehouse,
+                &[
+                    "package warehouse\n",
+                    "public data class Item(",
+                    "public const val COLLECTION: String = \"warehouse.Item\"",
+                    "public companion object : dev.keel.KeelModel<warehouse.Item, Int> {",
+                    "public class ItemPath<O>(",
+                ],
+            );
+        }
+    }
+
+    /// Kotlin's packages keep same-named types of two namespaces apart, but not
+    /// a type without a namespace (its file has no package to name it by), nor
+    /// two types that `--package` puts in one package (the main namespace's and
+    /// the unnamed one's).
+    #[test]
+    fn same_named_types_kotlin_cannot_tell_apart_are_refused() {
+        let s = test_schema("table X { n: int; } namespace b; table X { m: int; } root_type b.X;");
+        for package in [None, Some("app")] {
+            match kotlin::generate_in_package(&s, "t", package) {
+                Err(CodegenError::Unsupported(m)) => {
+                    assert!(
+                        m.contains("X and b.X would both be named X in Kotlin"),
+                        "{m}"
+                    )
+                }
+                other => panic!("{package:?}: {other:?}"),
+            }
+        }
     }
 
     #[test]

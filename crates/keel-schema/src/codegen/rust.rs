@@ -34,7 +34,7 @@
 //! formatted with `rustfmt` when one can be run (see [`Builder::format`]; the
 //! emitted text is already indented like rustfmt output otherwise).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -46,7 +46,8 @@ use crate::codegen::emit::{
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, declared_types, raw_string_hashes, stem, upper_camel, Keywords, Names, TABLE,
+    self, declared_types, flat_name, raw_string_hashes, shared_names, stem, upper_camel, Keywords,
+    Names, TABLE,
 };
 use crate::codegen::plan::{
     enum_value, field_is_optional, inverses, property_type, render_types, Elem, FieldPlan, Kind,
@@ -294,19 +295,7 @@ impl<'a> Gen<'a> {
         // namespace in its Rust name (`game.v2.Monster` → `GameV2Monster`); every
         // type is also reachable by its own name in a module per namespace
         // (`game::v2::Monster`, see `gen_namespaces`).
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for t in declared_types(s) {
-            *count.entry(t.name).or_default() += 1;
-        }
-        let qualified = |ns: &str, name: &str| -> String {
-            if count.get(name).copied().unwrap_or(0) > 1 && !ns.is_empty() {
-                let mut q: String = ns.split('.').map(camel).collect();
-                q.push_str(name);
-                q
-            } else {
-                name.to_owned()
-            }
-        };
+        let shared = shared_names(s);
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
             let rust = KEYWORDS.ident(name);
             names.claim(&rust, &full, "Rust")?;
@@ -314,7 +303,7 @@ impl<'a> Gen<'a> {
             Ok(())
         };
         for t in declared_types(s) {
-            let q = qualified(t.namespace, t.name);
+            let q = flat_name(&t, &shared);
             add(t.kind, t.index, &q, t.full_name())?;
             if t.kind == TABLE {
                 for (kind, suffix) in COMPANIONS {

@@ -36,7 +36,9 @@
 //! array of the union's enum, without a query handle). A table field that can
 //! contain its own table is boxed, and a union that can contain itself is
 //! `indirect`, so recursive schemas work. Names become lowerCamelCase (`old_score`
-//! → `oldScore`); Swift keywords are escaped with backticks.
+//! → `oldScore`); Swift keywords are escaped with backticks. Types share the
+//! module's one namespace: two types of one name in different namespaces get the
+//! namespace in front, as Rust's flat names do (`shop.Item` → `ShopItem`).
 //!
 //! ```
 //! let schema = keel_schema::Schema::parse(
@@ -58,8 +60,8 @@ use crate::codegen::emit::{
 };
 use crate::codegen::error::CodegenError;
 use crate::codegen::naming::{
-    self, declared_types, load_with_stem, lower_camel, raw_string_hashes, upper_camel, Keywords,
-    Names,
+    self, declared_types, flat_name, load_with_stem, lower_camel, raw_string_hashes, shared_names,
+    upper_camel, Keywords, Names,
 };
 use crate::codegen::plan::{
     enum_value, handles, property_type, render_types, Elem, FieldPlan, HandlePlan, Kind, Read,
@@ -231,8 +233,11 @@ impl<'a> Gen<'a> {
         let schema_name = format!("{}Schema", upper_camel(stem));
         let mut names = Names::default();
         names.reserve(&schema_name, "the schema enum");
+        // Swift types share one namespace: a name two types have gets each one's
+        // namespace in front, as in Rust (`shop.Item` → `ShopItem`).
+        let shared = shared_names(s);
         for t in declared_types(s) {
-            let (swift, full) = (upper_camel(t.name), t.full_name());
+            let (swift, full) = (upper_camel(&flat_name(&t, &shared)), t.full_name());
             if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift) {
                 return Err(CodegenError::Unsupported(format!(
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
