@@ -10,7 +10,8 @@
 //! * [`Value`] — a field value (SQLite's storage classes plus `Bool`);
 //! * [`FieldPath`], [`Expr`], [`SortKey`] — queries as plain data;
 //! * [`Field`] — typed handles generated code uses to build `Expr`s (not to be
-//!   confused with [`model::Field`], a field's definition);
+//!   confused with [`model::Field`], a field's definition); [`Vector`] marks the
+//!   handle of a `(vector: N)` field, the one a nearest query takes;
 //! * [`Record`], [`ChangeRequest`] — what generated types implement and submit;
 //! * [`DynamicTable`]/[`Object`] ([`dynamic`]) — read fields of FlatBuffers bytes
 //!   (and build bytes from JSON) with nothing but a runtime `Schema`;
@@ -69,7 +70,7 @@ pub use flatbuffers;
 pub use codegen::{compile, kotlin, swift, Builder, CodegenError};
 pub use dynamic::{DynamicTable, Object, ResolvedPath, RootScalar, ValueRef};
 pub use expr::{relevance, ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
-pub use field::{Field, QueryValue};
+pub use field::{Field, QueryValue, Vector};
 pub use model::{
     Collection, EnumDef, EnumVal, FieldType, IndexDef, OnDelete, Reference, ScalarType, Schema,
     StructDef, StructField, Table, UnionDef, UnionMemberDef,

@@ -30,7 +30,14 @@
 //! structs and unions as `Option<…>`; vectors as `Vec<…>` (absent reads as empty).
 //! Deprecated fields are not generated (their slots stay reserved).
 //!
-//! The output contains no `unsafe`, has doc comments, is clippy-clean, and is
+//! A `(vector: N)` field gets a handle of the marker type
+//! [`Vector`](crate::field::Vector) (`Photo::embedding() -> Field<Photo, Vector>`):
+//! the one a nearest query takes. Other vector fields have no handle.
+//!
+//! The output contains no `unsafe`, has doc comments, is clippy-clean and
+//! warning-free also where a crate `include!`s it in a private module and uses
+//! little of it (each type and inherent `impl` allows dead code; the namespace
+//! modules' re-exports allow going unused), and is
 //! formatted with `rustfmt` when one can be run (see [`Builder::format`]; the
 //! emitted text is already indented like rustfmt output otherwise).
 
@@ -188,6 +195,11 @@ const KEYWORDS: Keywords = Keywords::new(
     unsized virtual yield try gen",
     raw_ident,
 );
+
+/// What the generated code puts on each type and inherent `impl`: a crate may
+/// `include!` it in a private module and use only some of it (or nothing), which
+/// must not warn.
+const MAY_GO_UNUSED: &str = "#[allow(dead_code)]";
 
 /// Associated functions every generated table has; field handles avoid these names.
 const RESERVED_FNS: &[&str] = &[
@@ -380,8 +392,10 @@ impl<'a> Gen<'a> {
             self.out,
             "/// Canonical text of the schema these types were generated from; pass it to\n\
              /// the runtime schema (`Schema::parse`) when opening a database.\n\
+             {MAY_GO_UNUSED}\n\
              pub const SCHEMA_FBS: &str = r{hashes}\"{text}\"{hashes};\n\n\
              /// Fingerprint of [`SCHEMA_FBS`] (see `Schema::fingerprint`).\n\
+             {MAY_GO_UNUSED}\n\
              pub const SCHEMA_FINGERPRINT: u64 = {:#018x};",
             self.s.fingerprint()
         );
@@ -445,7 +459,7 @@ impl<'a> Gen<'a> {
                 let indent = "    ".repeat(path.len() - 1);
                 let _ = writeln!(
                     out,
-                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception)]\n{indent}pub mod {} {{",
+                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception, unused_imports)]\n{indent}pub mod {} {{",
                     path.join("."),
                     KEYWORDS.ident(&snake(part))
                 );
@@ -472,11 +486,11 @@ impl<'a> Gen<'a> {
         let raw = e.underlying.rust_name();
         let mut o = open_enum(
             e,
-            &format!("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
             |v| format!("    {},", self.variant(e, v)),
             &format!("Unknown({raw}),\n}}\n"),
         );
-        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(
             o,
             "    /// Every value the schema declares, in declaration order."
@@ -538,7 +552,7 @@ impl<'a> Gen<'a> {
         let mut o = open_type(
             &sd.doc,
             &struct_doc_fallback(sd),
-            &format!("#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
         );
         for f in &sd.fields {
             doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
@@ -549,9 +563,9 @@ impl<'a> Gen<'a> {
                 self.base_type(&f.ty)
             );
         }
-        let _ = writeln!(o, "}}\n\nimpl {name} {{");
+        let _ = writeln!(o, "}}\n\n{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(o, "    /// Size of the inline FlatBuffers layout in bytes.\n    pub const SIZE: usize = {};\n    /// Alignment of the inline layout in bytes.\n    pub const ALIGN: usize = {};\n", sd.size, sd.align);
-        let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(&self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
+        let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
         for f in &sd.fields {
             let fname = KEYWORDS.ident(&snake(&f.name));
             match &f.ty {
@@ -631,7 +645,7 @@ impl<'a> Gen<'a> {
         let name = self.names.union_name(i).to_owned();
         let mut o = open_union(
             u,
-            &format!("#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
             |m| {
                 format!(
                     "    {}({}),",
@@ -643,7 +657,7 @@ impl<'a> Gen<'a> {
         );
         write_arms(
             &mut o,
-            &format!("impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
+            &format!("{MAY_GO_UNUSED}\nimpl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
             &u.members,
             |m| format!("            {name}::{}(_) => {},", camel(&m.name), m.tag),
             &format!("            {name}::Unknown(tag) => *tag,\n        }}\n    }}\n"),
@@ -806,7 +820,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "#[derive(Debug, Clone, PartialEq)]\npub struct {fields_name} {{"
+            "{MAY_GO_UNUSED}\n#[derive(Debug, Clone, PartialEq)]\npub struct {fields_name} {{"
         );
         for f in &live {
             let fallback = if f.primary {
@@ -843,7 +857,7 @@ impl<'a> Gen<'a> {
             o,
             "///\n/// Immutable and cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
         );
-        let _ = writeln!(o, "#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
         let _ = writeln!(
             o,
             "impl ::std::ops::Deref for {name} {{\n    type Target = {fields_name};\n    fn deref(&self) -> &{fields_name} {{\n        &self.0\n    }}\n}}\n"
@@ -857,7 +871,7 @@ impl<'a> Gen<'a> {
             "impl From<{fields_name}> for {name} {{\n    fn from(fields: {fields_name}) -> Self {{\n        {name}(::std::sync::Arc::new(fields))\n    }}\n}}\n"
         );
 
-        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(
             o,
             "    /// A builder starting from the schema defaults.\n    pub fn builder() -> {builder_name} {{\n        {builder_name}::default()\n    }}\n"
@@ -919,12 +933,12 @@ impl<'a> Gen<'a> {
                     r.to_many
                 );
             }
-            let ty = match &f.ty {
+            let (ty, what) = match &f.ty {
                 FieldType::Scalar(_)
                 | FieldType::Enum(_)
                 | FieldType::String
                 | FieldType::Table(_)
-                | FieldType::Struct(_) => self.base_type(&f.ty),
+                | FieldType::Struct(_) => (self.base_type(&f.ty), format!("`{}`", f.name)),
                 FieldType::Union(u) => {
                     for m in &s.unions[*u].members {
                         let mt = self.names.table_name(m.table).to_owned();
@@ -936,12 +950,23 @@ impl<'a> Gen<'a> {
                     }
                     continue;
                 }
-                FieldType::Vector(_) => continue,
+                // A `(vector: N)` field's handle is the one a nearest query
+                // takes; other vectors have none (nothing queries them).
+                FieldType::Vector(_) => match &f.vector {
+                    Some(v) => (
+                        format!("{rt}::Vector"),
+                        format!(
+                            "`{}`, a `(vector: {})` field: the handle a nearest query takes",
+                            f.name, v.dimensions
+                        ),
+                    ),
+                    None => continue,
+                },
             };
             let _ = writeln!(
                 o,
-                "    /// Query handle for `{}`.\n    pub const fn {hn}() -> {rt}::Field<{name}, {ty}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
-                f.name, f.id
+                "    /// Query handle for {what}.\n    pub const fn {hn}() -> {rt}::Field<{name}, {ty}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
+                f.id
             );
         }
 
@@ -1209,12 +1234,12 @@ impl<'a> Gen<'a> {
                 );
             }
             if is_change {
-                let _ = writeln!(o, "#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\nimpl {bname} {{");
+                let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\n{MAY_GO_UNUSED}\nimpl {bname} {{");
                 if !live.is_empty() {
                     let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
                 }
             } else {
-                let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+                let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\n{MAY_GO_UNUSED}\nimpl {bname} {{");
             }
             for f in &live {
                 let mark = if is_change {
@@ -1338,5 +1363,35 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "            .finish();\n        Ok(())\n    }}\n}}");
         self.out.push_str(&o);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::testing::{assert_contains_all, test_schema};
+
+    /// A `(vector: N)` field has the handle a nearest query takes, typed with
+    /// the marker `Vector`; a plain `[float]` has none.
+    #[test]
+    fn vector_fields_get_the_handle_nearest_takes() {
+        let s = test_schema(
+            r#"namespace v;
+               table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [float]; }
+               root_type Photo;"#,
+        );
+        let code = Builder::new()
+            .runtime_crate("::keel_schema")
+            .format(false)
+            .generate(&s)
+            .unwrap();
+        assert_contains_all(
+            &code,
+            &[
+                "/// Query handle for `e`, a `(vector: 3)` field: the handle a nearest query takes.",
+                "pub const fn e() -> ::keel_schema::Field<Photo, ::keel_schema::Vector> {",
+            ],
+        );
+        assert!(!code.contains("pub const fn n()"), "{code}");
     }
 }
