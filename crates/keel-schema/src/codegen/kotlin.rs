@@ -215,6 +215,14 @@ fn string_lit(s: &str) -> String {
     out
 }
 
+/// Writes the KDoc of a declared type (the schema's `lines`, or `fallback`) and
+/// returns the name its declaration takes: `name`, escaped if it is a keyword
+/// (references may qualify it instead: see [`Gen::names`]).
+fn open_decl(o: &mut String, lines: &[String], fallback: &str, name: &str) -> String {
+    kdoc(o, "", lines, fallback);
+    KEYWORDS.ident(name)
+}
+
 fn kdoc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
     let lines: Vec<String> = if lines.is_empty() {
         vec![fallback.to_owned()]
@@ -742,8 +750,7 @@ impl<'a> Gen<'a> {
         let n = self.names.enum_name(i).to_owned();
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
-        kdoc(o, "", &e.doc, &enum_doc_fallback(e));
-        let decl = KEYWORDS.ident(&e.name);
+        let decl = open_decl(o, &e.doc, &enum_doc_fallback(e), &e.name);
         let _ = writeln!(o, "public enum class {decl}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
         for v in &e.values {
             kdoc(o, "    ", &v.doc, &enum_value_doc_fallback(v));
@@ -798,8 +805,7 @@ impl<'a> Gen<'a> {
     fn strukt(&self, o: &mut String, i: usize) {
         let sd = &self.s.structs[i];
         let n = self.names.struct_name(i).to_owned();
-        kdoc(o, "", &sd.doc, &struct_doc_fallback(sd));
-        let decl = KEYWORDS.ident(&sd.name);
+        let decl = open_decl(o, &sd.doc, &struct_doc_fallback(sd), &sd.name);
         let _ = writeln!(o, "public data class {decl}(");
         for f in &sd.fields {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
@@ -1060,8 +1066,7 @@ impl<'a> Gen<'a> {
         let _ = ns;
         let u = &self.s.unions[i];
         let n = self.names.union_name(i).to_owned();
-        kdoc(o, "", &u.doc, &union_doc_fallback(u));
-        let decl = KEYWORDS.ident(&u.name);
+        let decl = open_decl(o, &u.doc, &union_doc_fallback(u), &u.name);
         let _ = writeln!(o, "public sealed interface {decl} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
             let c = self.member_class(i, m);
@@ -1099,8 +1104,6 @@ impl<'a> Gen<'a> {
         let s = self.s;
         let t = &s.tables[i];
         let n = self.names.table_name(i).to_owned();
-        let decl = KEYWORDS.ident(&t.name);
-        let bare = decl.trim_matches('`').to_owned();
         // (The resolver has checked the key: strings, or scalars and enums that are
         // not optional.)
         let plan = TablePlan::new(s, i);
@@ -1109,7 +1112,8 @@ impl<'a> Gen<'a> {
         let key_fields = plan.key_fields();
 
         // the data class
-        kdoc(o, "", &t.doc, &table_doc_fallback(t, collection));
+        let decl = open_decl(o, &t.doc, &table_doc_fallback(t, collection), &t.name);
+        let bare = decl.trim_matches('`').to_owned();
         let iface = if collection.is_some() {
             " : dev.keel.KeelObject"
         } else {
@@ -1417,7 +1421,9 @@ impl<'a> Gen<'a> {
 mod tests {
     use super::*;
     use crate::codegen::swift;
-    use crate::codegen::testing::{assert_contains_all, blog, example, scratch_dir, test_schema};
+    use crate::codegen::testing::{
+        assert_contains_all, blog, example, photos, scratch_dir, test_schema,
+    };
 
     fn gen(s: &Schema) -> String {
         let files = generate(s, "blog").unwrap();
@@ -1664,11 +1670,7 @@ mod tests {
 
     #[test]
     fn vector_fields_are_float_arrays_compared_by_content() {
-        let s = test_schema(
-            r#"namespace v;
-               table Photo { id: string (primary); e: [float] (vector: 3); n: [float]; }
-               root_type Photo;"#,
-        );
+        let s = photos();
         let code: String = generate(&s, "v")
             .unwrap()
             .into_iter()

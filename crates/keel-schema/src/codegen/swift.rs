@@ -1122,7 +1122,9 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen::testing::{assert_contains_all, blog, example, scratch_dir, test_schema};
+    use crate::codegen::testing::{
+        assert_contains_all, blog, example, photos, scratch_dir, test_schema,
+    };
 
     #[test]
     fn names() {
@@ -1230,11 +1232,7 @@ mod tests {
 
     #[test]
     fn vector_fields_get_a_float_array_handle_for_nearest() {
-        let s = test_schema(
-            r#"namespace v;
-               table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [int]; }
-               root_type Photo;"#,
-        );
+        let s = photos();
         let code = generate(&s, "v").unwrap();
         assert_contains_all(
             &code,
@@ -1244,7 +1242,7 @@ mod tests {
             ],
         );
         // Other vectors still have no handle: nothing queries them.
-        assert!(!code.contains("public static var n:"), "{code}");
+        assert!(!code.contains("public static var m:"), "{code}");
     }
 
     #[test]

@@ -38,3 +38,13 @@ pub(crate) fn blog() -> Schema {
 pub(crate) fn scratch_dir(lang: &str) -> PathBuf {
     std::env::temp_dir().join(format!("keel-{lang}-gen-{}", std::process::id()))
 }
+
+/// A collection with a `(vector: 3)` embedding `e`, a plain `[float]` `n` and an
+/// `[int]` `m`: what each generator's vector test renders.
+pub(crate) fn photos() -> Schema {
+    test_schema(
+        r#"namespace v;
+           table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [float]; m: [int]; }
+           root_type Photo;"#,
+    )
+}
