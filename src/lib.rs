@@ -15,6 +15,24 @@
 //! assert_eq!(db.fetch::<Post>().filter(Post::priority().eq(7)).count()?, 1);
 //! # Ok::<(), keel::Error>(())
 //! ```
+//!
+//! A nearest query takes the handle of a `(vector: N)` field, and only that:
+//!
+//! ```no_run
+//! # use keel::prelude::*;
+//! # use keel_example_blog::vectors::Photo;
+//! # fn f(db: &Database) -> keel::Result<()> {
+//! let near = db.fetch::<Photo>().nearest(Photo::embedding(), &[1.0, 0.0, 0.0], 5).all()?;
+//! # Ok(()) }
+//! ```
+//!
+//! ```compile_fail
+//! # use keel::prelude::*;
+//! # use keel_example_blog::vectors::Photo;
+//! # fn f(db: &Database) -> keel::Result<()> {
+//! let near = db.fetch::<Photo>().nearest(Photo::album(), &[1.0, 0.0, 0.0], 5).all()?;
+//! # Ok(()) }
+//! ```
 pub use keel_query::*;
 pub use keel_schema as schema;
 pub use keel_storage as storage;

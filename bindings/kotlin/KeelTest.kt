@@ -682,6 +682,21 @@ fun registerTypedTests() {
         db.closeAsync()
     }
 
+    test("typed: same-named collections of two namespaces") { dir ->
+        // examples/blog/schema/namespaces/ns_v1.fbs: `Item` in package shop and in warehouse
+        val db = openAsync(File(dir, "ns.db").path, shop.NsV1Schema.FBS, OpenOptions(commitSync = SyncPolicy.Off), null)
+        check(db.collections().sorted() == listOf("shop.Item", "warehouse.Item")) { "${db.collections()}" }
+        db.write {
+            insert(shop.Item(sku = "a1", price = 5))
+            insert(warehouse.Item(bin = 7, sku = "a1", count = 3))
+        }
+        check(db.get(shop.Item, "a1") == shop.Item(sku = "a1", price = 5)) { "${db.get(shop.Item, "a1")}" }
+        check(db.get(warehouse.Item, 7) == warehouse.Item(bin = 7, sku = "a1", count = 3)) { "${db.get(warehouse.Item, 7)}" }
+        check(db.fetch(warehouse.Item).where(warehouse.Item.sku eq "a1").count() == 1L)
+        check(db.fetch(shop.Item).where(shop.Item.price eq 5).count() == 1L)
+        db.closeAsync()
+    }
+
     test("typed: flatc fixtures decode with generated Kotlin") { dir ->
         val fx = File(System.getenv("KEEL_FIXTURES") ?: "tests/fixtures")
         val db = blogDb(dir, "fx.db")

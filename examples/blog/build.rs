@@ -1,4 +1,5 @@
-//! Generates Rust types for `schema/blog.fbs` (and the evolution-test schemas).
+//! Generates Rust types for `schema/blog.fbs` (and the evolution-test schemas,
+//! and the vector schema of the Swift and Kotlin suites).
 fn main() {
     for schema in [
         "schema/blog.fbs",
@@ -10,6 +11,8 @@ fn main() {
         "schema/namespaces/ns_v1.fbs",
         "schema/namespaces/ns_v2.fbs",
         "schema/relations.fbs",
+        // The vector schema docs/vector.md uses (also the Swift and Kotlin suites').
+        "../../bindings/swift/Tests/vector.fbs",
     ] {
         // In an app depending on the `keel` facade this is just
         // `keel_schema::compile(schema)`; this example depends on keel-schema directly.

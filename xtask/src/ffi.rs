@@ -81,25 +81,27 @@ fn python(g: &bindings::Generated) -> Result<(), String> {
 
 /// Schemas whose generated Kotlin (`keel_schema::kotlin`) the Kotlin suite compiles
 /// with and tests: the blog example, a schema with composite and rowid keys, and
-/// the shared hostile-bytes corpus's (`tests/bytes/`), a searchable collection and
+/// the shared hostile-bytes corpus's (`tests/bytes/`), a searchable collection,
 /// collections with vector fields and with references (`including`, live across a
-/// relation).
-const KOTLIN_MODEL_SCHEMAS: [&str; 6] = [
+/// relation), and two same-named collections of two namespaces (packages `shop`
+/// and `warehouse`).
+const KOTLIN_MODEL_SCHEMAS: [&str; 7] = [
     "examples/blog/schema/blog.fbs",
     "bindings/kotlin/keys.fbs",
     "tests/bytes/corpus.fbs",
     "bindings/swift/Tests/search.fbs",
     "bindings/swift/Tests/vector.fbs",
     "examples/blog/schema/relations.fbs",
+    "examples/blog/schema/namespaces/ns_v1.fbs",
 ];
 
 /// Every other schema under `examples/`, compiled into the Kotlin suite (not
 /// tested there) so that the generated Kotlin for each is known to build: the
 /// code-generation edge cases and the evolving schemas, each in a package of its
 /// own (`keel codegen kotlin --package`), since versions of one schema share their
-/// namespace. (Not `namespaces/`: its `shop.Item` and `warehouse.Item` would both
-/// declare `Item`, which the generator refuses with a clear error.)
-const KOTLIN_COMPILE_ONLY: [(&str, &str); 6] = [
+/// namespace. The namespaced schemas come again under a package: their two `Item`s
+/// then sit in `compiled.ns1` and `compiled.ns1.warehouse`.
+const KOTLIN_COMPILE_ONLY: [(&str, &str); 8] = [
     ("examples/blog/schema/edge.fbs", "compiled.edge"),
     (
         "examples/blog/schema/evolution/post_v1.fbs",
@@ -121,6 +123,8 @@ const KOTLIN_COMPILE_ONLY: [(&str, &str); 6] = [
         "examples/blog/schema/monster/monster_v2.fbs",
         "compiled.monster2",
     ),
+    ("examples/blog/schema/namespaces/ns_v1.fbs", "compiled.ns1"),
+    ("examples/blog/schema/namespaces/ns_v2.fbs", "compiled.ns2"),
 ];
 
 /// The snippet that must not compile (`Post.title ge 2`); the line marked

@@ -53,7 +53,7 @@ impl Schema {
     /// The schema as canonical `.fbs` text: one self-contained file (includes
     /// inlined), fully qualified type names, explicit field ids, no comments. It
     /// parses back to an equal schema (doc comments aside) and is what generated
-    /// code embeds as [`Record::SCHEMA_FBS`](crate::Record::SCHEMA_FBS). `flatc`
+    /// code embeds as [`Record::SCHEMA_FBS`](crate::record::Record::SCHEMA_FBS). `flatc`
     /// accepts it too (keel's attributes are declared at the top).
     pub fn to_fbs(&self) -> String {
         let mut out = String::new();

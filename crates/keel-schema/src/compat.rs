@@ -36,6 +36,7 @@
 use std::fmt;
 
 use crate::model::*;
+use crate::path::PathStep;
 
 /// An allowed change worth telling the user about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -370,12 +371,12 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
             }
         }
         // Indexes are matched by path ids (names may change, ids may not).
-        let ids = |ix: &crate::model::IndexDef| -> Vec<(u16, u8)> {
+        let ids = |ix: &IndexDef| -> Vec<(u16, u8)> {
             ix.path
                 .iter()
                 .map(|s| match s {
-                    crate::path::PathStep::Field { id, .. } => (*id, 0),
-                    crate::path::PathStep::UnionMember { id, member, .. } => (*id, *member),
+                    PathStep::Field { id, .. } => (*id, 0),
+                    PathStep::UnionMember { id, member, .. } => (*id, *member),
                 })
                 .collect()
         };

@@ -6,7 +6,7 @@
 //! subscriptions; both follow SQL's three-valued logic, where a comparison with an
 //! absent (`Null`) field is unknown and so does not match.
 //!
-//! Generated code builds expressions through typed [`Field`](crate::Field) handles
+//! Generated code builds expressions through typed [`Field`](crate::field::Field) handles
 //! (`Post::priority().gt(100)`); the FFI builds them directly.
 //!
 //! ```

@@ -8,7 +8,9 @@
 //! top-level fields) and produces plain [`Expr`]/[`SortKey`] data.
 //!
 //! Nested fields are reached with [`Field::join`]:
-//! `Post::author().join(Author::name())` is the path `author.name`.
+//! `Post::author().join(Author::name())` is the path `author.name`. A
+//! `(vector: N)` field's handle holds the marker type [`Vector`]: it is what a
+//! nearest query takes, and it compares with nothing.
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -144,6 +146,15 @@ impl<R, T> Field<R, T> {
         }
     }
 }
+
+/// The value type of a handle on a `(vector: N)` field: generated code gives
+/// `Photo::embedding()` as a `Field<Photo, Vector>`. A nearest query
+/// (`Fetch::nearest` in keel-query) takes only such a handle, so a field declared
+/// without `(vector: N)` cannot be passed to one. No value has this type: a vector
+/// is compared with nothing (only `is_null` applies), and the object itself holds
+/// the vector as `Vec<f32>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vector {}
 
 /// A value a query may compare with a field of Rust type `T`.
 ///

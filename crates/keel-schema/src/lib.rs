@@ -10,11 +10,13 @@
 //! * [`Value`] — a field value (SQLite's storage classes plus `Bool`);
 //! * [`FieldPath`], [`Expr`], [`SortKey`] — queries as plain data;
 //! * [`Field`] — typed handles generated code uses to build `Expr`s (not to be
-//!   confused with [`model::Field`], a field's definition);
+//!   confused with [`model::Field`], a field's definition); [`Vector`] marks the
+//!   handle of a `(vector: N)` field, the one a nearest query takes;
 //! * [`Record`], [`ChangeRequest`] — what generated types implement and submit;
 //! * [`DynamicTable`]/[`Object`] ([`dynamic`]) — read fields of FlatBuffers bytes
 //!   (and build bytes from JSON) with nothing but a runtime `Schema`;
-//! * [`codegen`] — `build.rs` code generation ([`compile`], [`Builder`]).
+//! * [`codegen`] — code generation: Rust for `build.rs` ([`compile`], [`Builder`]),
+//!   Swift and Kotlin for `keel codegen` ([`swift`], [`kotlin`]).
 //!
 //! `keel-query` builds SQL compilation, evaluation and storage on these types.
 //! Generated code depends on this crate alone. It reads and writes bytes with
@@ -49,30 +51,26 @@
 
 mod canonical;
 pub mod codegen;
-mod codegen_shared;
 pub mod compat;
 pub mod dynamic;
 pub mod expr;
 pub mod field;
-pub mod kotlin;
 pub mod model;
 pub mod parser;
 pub mod path;
-mod plan;
 pub mod record;
 pub mod relation;
 mod resolve;
-pub mod swift;
 pub mod value;
 pub mod vector;
 pub mod wire;
 
 pub use flatbuffers;
 
-pub use codegen::{compile, Builder, CodegenError};
+pub use codegen::{compile, kotlin, swift, Builder, CodegenError};
 pub use dynamic::{DynamicTable, Object, ResolvedPath, RootScalar, ValueRef};
 pub use expr::{relevance, ArithOp, CmpOp, Expr, SortKey, SortList, Term, Unlisted};
-pub use field::{Field, QueryValue};
+pub use field::{Field, QueryValue, Vector};
 pub use model::{
     Collection, EnumDef, EnumVal, FieldType, IndexDef, OnDelete, Reference, ScalarType, Schema,
     StructDef, StructField, Table, UnionDef, UnionMemberDef,

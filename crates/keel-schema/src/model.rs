@@ -15,7 +15,9 @@
 //!
 //! Build one with [`Schema::parse`] or [`Schema::from_file`].
 
+use crate::path::PathStep;
 use crate::value::Value;
+use crate::vector::VectorSpec;
 
 /// A FlatBuffers scalar type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -192,7 +194,7 @@ pub struct Field {
     /// `(vector: N, metric: "…")`: a `[float]` field of a collection holding
     /// exactly `N` finite floats, searchable by nearest neighbour
     /// ([`crate::vector`]).
-    pub vector: Option<crate::vector::VectorSpec>,
+    pub vector: Option<VectorSpec>,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
 }
@@ -455,7 +457,7 @@ pub struct IndexDef {
     pub unique: bool,
     /// The indexed path from the collection's table (one step for a field of its
     /// own).
-    pub path: Vec<crate::path::PathStep>,
+    pub path: Vec<PathStep>,
 }
 
 /// A collection: a table stored as its own SQLite table.

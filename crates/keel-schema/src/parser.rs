@@ -7,8 +7,8 @@
 //! never panics; every error is a [`ParseError`] carrying `file:line:col` and what
 //! was expected, e.g. `post.fbs:3:17: expected a type, found ";"`.
 //!
-//! Most users never call this module directly: [`Schema::parse`](crate::Schema::parse)
-//! and [`Schema::from_file`](crate::Schema::from_file) parse and resolve in one step.
+//! Most users never call this module directly: [`Schema::parse`](crate::model::Schema::parse)
+//! and [`Schema::from_file`](crate::model::Schema::from_file) parse and resolve in one step.
 
 use std::fmt;
 

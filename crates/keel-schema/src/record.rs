@@ -4,7 +4,7 @@
 //! FlatBuffers table of a collection. The object layer never looks inside a record:
 //! it asks for its bytes ([`Record::encode`]), its primary key
 //! ([`Record::primary_key`]), and the schema text it was generated from
-//! ([`Record::SCHEMA_FBS`]), which it parses into the runtime [`Schema`](crate::Schema)
+//! ([`Record::SCHEMA_FBS`]), which it parses into the runtime [`Schema`](crate::model::Schema)
 //! that drives SQL, indexes and in-memory query evaluation.
 
 use std::borrow::Cow;
@@ -83,11 +83,11 @@ pub trait Record: Send + Sync + Clone + 'static {
     const COLLECTION: &'static str;
 
     /// Canonical text of the whole schema this type was generated from (includes
-    /// inlined). The object layer parses it with [`Schema::parse`](crate::Schema::parse).
+    /// inlined). The object layer parses it with [`Schema::parse`](crate::model::Schema::parse).
     const SCHEMA_FBS: &'static str;
 
     /// Fingerprint of the schema at generation time (see
-    /// [`Schema::fingerprint`](crate::Schema::fingerprint)).
+    /// [`Schema::fingerprint`](crate::model::Schema::fingerprint)).
     const SCHEMA_FINGERPRINT: u64;
 
     /// Encodes the object as a finished FlatBuffers buffer (root = this table).

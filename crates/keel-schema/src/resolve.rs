@@ -8,6 +8,7 @@ use crate::parser::ast::{self, DeclKind, Literal, TypeRef};
 use crate::parser::{parse_file, ParseError, Pos};
 use crate::path::PathStep;
 use crate::value::Value;
+use crate::vector::{Metric, VectorSpec, MAX_DIMENSIONS};
 
 /// Attributes keel and FlatBuffers understand without an `attribute` declaration.
 const BUILTIN_ATTRIBUTES: &[&str] = &[
@@ -453,8 +454,7 @@ fn has_attr(attrs: &[ast::Attribute], name: &str) -> bool {
 }
 
 /// The declaration of a `(vector: N, metric: "…")` field, if it has one.
-fn vector_spec(attrs: &[ast::Attribute]) -> Result<Option<crate::vector::VectorSpec>, String> {
-    use crate::vector::{Metric, VectorSpec, MAX_DIMENSIONS};
+fn vector_spec(attrs: &[ast::Attribute]) -> Result<Option<VectorSpec>, String> {
     let Some(a) = attr(attrs, "vector") else {
         if attr(attrs, "metric").is_some() {
             return Err("(metric) needs (vector: N) beside it".into());

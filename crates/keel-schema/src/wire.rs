@@ -22,7 +22,7 @@
 
 use std::borrow::Cow;
 
-use crate::record::DecodeError;
+use crate::record::{DecodeError, Record};
 
 /// Deepest table nesting the reader follows (guards the stack on hostile input):
 /// the root table counts as level 1, so a buffer may hold 64 levels of tables.
@@ -52,7 +52,7 @@ thread_local! {
 /// `len` bytes) under the decode budget: the tables, strings and vectors it reaches
 /// may add up to at most [`MAX_EXPANSION`] × `len` bytes, or the read fails with
 /// [`DecodeError::OverBudget`]. This is what bounds reads that skip the verifier
-/// ([`Record::decode_stored`](crate::Record::decode_stored) of a stored row, which
+/// ([`Record::decode_stored`] of a stored row, which
 /// another tool may have rewritten into an amplification bomb); see
 /// [`decode_stored`].
 ///
@@ -88,7 +88,7 @@ pub fn with_budget<T>(
     read()
 }
 
-/// [`Record::decode_stored`](crate::Record::decode_stored) under the decode budget ([`with_budget`]):
+/// [`Record::decode_stored`] under the decode budget ([`with_budget`]):
 /// what keel's typed reads of stored rows call. The bytes were verified (budget
 /// included) when keel wrote them; a row rewritten since by another tool into an
 /// amplification bomb is then a [`DecodeError::OverBudget`], not gigabytes of
@@ -100,7 +100,7 @@ pub fn with_budget<T>(
 /// assert_eq!(keel_schema::wire::decode_stored::<Post>(&bytes)?.tags, ["a", "b"]);
 /// # Ok::<(), keel_schema::DecodeError>(())
 /// ```
-pub fn decode_stored<R: crate::Record>(bytes: &[u8]) -> Result<R, DecodeError> {
+pub fn decode_stored<R: Record>(bytes: &[u8]) -> Result<R, DecodeError> {
     with_budget(bytes.len(), || R::decode_stored(bytes))
 }
 

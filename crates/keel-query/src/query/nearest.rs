@@ -254,8 +254,15 @@ pub struct NearestFetch<'a, R: Record> {
 
 impl<'a, R: Record> Fetch<'a, R> {
     /// The `k` objects matching this fetch's filter whose vector `field` is
-    /// nearest to `query`, best first: see [`Query::nearest`].
-    pub fn nearest<T>(self, field: Field<R, T>, query: &[f32], k: usize) -> NearestFetch<'a, R> {
+    /// nearest to `query`, best first: see [`Query::nearest`]. `field` is the
+    /// handle of a `(vector: N)` field (`Photo::embedding()`): no other field's
+    /// handle is accepted.
+    pub fn nearest(
+        self,
+        field: Field<R, keel_schema::Vector>,
+        query: &[f32],
+        k: usize,
+    ) -> NearestFetch<'a, R> {
         NearestFetch {
             n: self.into_query().nearest(field.into_path(), query, k),
             _r: PhantomData,

@@ -32,6 +32,12 @@
 //!   (`Field<Post, Int>`), `Post.author.name`, `Post.content.isImage()`,
 //!   `Post.content.image.url`, `Post.pos.x`; vectors can only be tested for absence.
 //!
+//! Each namespace is a package and a file of its own (`shop/Ns.kt`,
+//! `warehouse/NsWarehouse.kt`), and every file imports the others' packages. Two
+//! types of one name in different namespaces are both declared by that name
+//! (`Item` in `shop` and in `warehouse`); the generated code then writes each as
+//! its package's (`shop.Item`), so no reference is ambiguous.
+//!
 //! ```
 //! let schema = keel_schema::Schema::parse(
 //!     "namespace blog; table Post { id: string (primary); priority: int = 1; } root_type Post;",
@@ -43,18 +49,24 @@
 //! assert!(files[0].1.contains("val priority: dev.keel.Field<Post, Int>"));
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
-use crate::codegen_shared::{
-    backticks, declared_types, enum_doc_fallback, enum_value, enum_value_doc_fallback, escaped,
-    load_with_stem, lower_camel, struct_doc_fallback, types_in_emit_order, union_doc_fallback,
-    upper_camel, write_arms, write_files, Names, ENUM, STRUCT, TABLE, UNKNOWN_VALUE_DOC,
+use crate::codegen::emit::{
+    enum_doc_fallback, enum_value_doc_fallback, member_doc, struct_doc_fallback,
+    table_doc_fallback, union_doc_fallback, write_arms, write_files, UNKNOWN_MEMBER_DOC,
+    UNKNOWN_VALUE_DOC,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, clash, declared_types, load_with_stem, lower_camel, types_in_emit_order, upper_camel,
+    DeclaredType, Keywords, Names, ENUM, STRUCT, TABLE,
+};
+use crate::codegen::plan::{
+    enum_value, handles, Elem, FieldPlan, HandlePlan, Kind, Read, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{Elem, FieldPlan, Kind, Read, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Kotlin sources for it into
@@ -94,7 +106,6 @@ pub fn generate_in_package(
     stem: &str,
     package: Option<&str>,
 ) -> Result<Vec<(String, String)>, CodegenError> {
-    let mut g = Gen::new(schema, stem)?;
     if let Some(p) = package {
         let ok = |part: &str| {
             part.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
@@ -105,14 +116,15 @@ pub fn generate_in_package(
                 "{p:?} is no Kotlin package name (dot-separated identifiers)"
             )));
         }
-        g.package = Some(p.to_owned());
     }
-    g.run()
+    Gen::new(schema, stem, package)?.run()
 }
 
-const KEYWORDS: &str =
+/// Kotlin's hard keywords (escaped with backticks as names).
+const KEYWORDS: Keywords = Keywords::backticked(
     "as break class continue do else false for fun if in interface is null object package \
-    return super this throw true try typealias typeof val var when while";
+    return super this throw true try typealias typeof val var when while",
+);
 
 /// Names the companion of a collection already uses: field handles avoid them.
 const RESERVED: &[&str] = &[
@@ -121,10 +133,6 @@ const RESERVED: &[&str] = &[
     "FILE_IDENTIFIER",
     "COLLECTION",
 ];
-
-fn ident(name: &str) -> String {
-    escaped(name, KEYWORDS, backticks)
-}
 
 /// The class inside the schema object that keeps what a decoded object's typed
 /// fields cannot hold, so that writing the object back loses nothing: the number
@@ -171,7 +179,19 @@ fn long_to_wire(add: &str) -> &'static str {
 
 /// A package name as Kotlin source spells it: keywords among its parts escaped.
 fn escape_package(p: &str) -> String {
-    p.split('.').map(ident).collect::<Vec<_>>().join(".")
+    p.split('.')
+        .map(|p| KEYWORDS.ident(p))
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// The query-handle class of the type Kotlin code names `reference` (`Item` →
+/// `ItemPath`, `shop.Item` → `shop.ItemPath`).
+fn path_class(reference: &str) -> String {
+    match reference.rsplit_once('.') {
+        Some((package, name)) => format!("{package}.{}Path", name.trim_matches('`')),
+        None => format!("{}Path", reference.trim_matches('`')),
+    }
 }
 
 /// A Kotlin string literal (escaping `\`, `"`, `$` and control characters).
@@ -193,6 +213,14 @@ fn string_lit(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// Writes the KDoc of a declared type (the schema's `lines`, or `fallback`) and
+/// returns the name its declaration takes: `name`, escaped if it is a keyword
+/// (references may qualify it instead: see [`Gen::names`]).
+fn open_decl(o: &mut String, lines: &[String], fallback: &str, name: &str) -> String {
+    kdoc(o, "", lines, fallback);
+    KEYWORDS.ident(name)
 }
 
 fn kdoc(out: &mut String, indent: &str, lines: &[String], fallback: &str) {
@@ -367,7 +395,7 @@ fn float_lit(v: f64, t: ScalarType) -> String {
         ("Double", "")
     };
     let names = ["NaN", "POSITIVE_INFINITY", "NEGATIVE_INFINITY"];
-    crate::codegen_shared::float_lit(v, t, &format!("{k}."), names, suffix)
+    naming::float_lit(v, t, &format!("{k}."), names, suffix)
 }
 
 /// A Kotlin literal of type `t` for `v` (a default or an enum value).
@@ -421,7 +449,9 @@ fn wire_lit(v: &Value, t: ScalarType) -> String {
 }
 
 struct Gen<'a> {
-    /// Kotlin simple names by (kind, index).
+    /// How Kotlin code names each declared type, by (kind, index): its simple
+    /// name, or its qualified name (`shop.Item`) when a type of another package
+    /// has that simple name or that of its query-handle class.
     names: Names,
     /// The name of the schema object (`BlogSchema`).
     schema_obj: String,
@@ -434,18 +464,7 @@ struct Gen<'a> {
 }
 
 impl<'a> Gen<'a> {
-    fn new(s: &'a Schema, stem: &str) -> Result<Self, CodegenError> {
-        let mut names = Names::default();
-        let schema_obj = format!("{}Schema", upper_camel(stem));
-        names.reserve(&schema_obj, "the schema object");
-        for t in declared_types(s) {
-            let full = t.full_name();
-            // A type declares its own name and its query-handle class `…Path`.
-            for n in [t.name.to_owned(), format!("{}Path", t.name)] {
-                names.claim(&n, &full, "Kotlin")?;
-            }
-            names.set(t.kind, t.index, ident(t.name));
-        }
+    fn new(s: &'a Schema, stem: &str, package: Option<&str>) -> Result<Self, CodegenError> {
         let main_ns = s
             .root_table
             .map(|t| s.tables[t].namespace.clone())
@@ -456,14 +475,77 @@ impl<'a> Gen<'a> {
             })
             .or_else(|| s.tables.first().map(|t| t.namespace.clone()))
             .unwrap_or_default();
-        Ok(Gen {
+        let mut g = Gen {
             s,
             stem: stem.to_owned(),
-            schema_obj,
-            names,
+            schema_obj: format!("{}Schema", upper_camel(stem)),
+            names: Names::default(),
             main_ns,
-            package: None,
-        })
+            package: package.map(str::to_owned),
+        };
+        g.names = g.type_names()?;
+        Ok(g)
+    }
+
+    /// The names of the declared types (see [`Gen::names`]). A type declares its
+    /// own name and its query-handle class `…Path` in its namespace's package: two
+    /// types of one package may not share either. A simple name that two packages
+    /// declare is never written alone, since every generated file imports every
+    /// package; a type without a package cannot be named otherwise, so it may not
+    /// share one.
+    fn type_names(&self) -> Result<Names, CodegenError> {
+        let mut names = Names::default();
+        names.reserve_in(
+            &self.package_of(&self.main_ns),
+            &self.schema_obj,
+            "the schema object",
+        );
+        let declared: Vec<(DeclaredType<'_>, String)> = declared_types(self.s)
+            .map(|t| {
+                let package = self.package_of(t.namespace);
+                (t, package)
+            })
+            .collect();
+        let simple = |t: &DeclaredType<'_>| [t.name.to_owned(), format!("{}Path", t.name)];
+        let mut packages: HashMap<String, BTreeSet<&str>> = HashMap::new();
+        for (t, package) in &declared {
+            for n in simple(t) {
+                names.claim_in(package, &n, &t.full_name(), "Kotlin")?;
+                packages.entry(n).or_default().insert(package);
+            }
+        }
+        for (t, package) in &declared {
+            let ambiguous = simple(t).iter().any(|n| packages[n].len() > 1);
+            if ambiguous && package.is_empty() {
+                let shares = |o: &DeclaredType<'_>| {
+                    (o.kind, o.index) != (t.kind, t.index)
+                        && simple(o).iter().any(|n| simple(t).contains(n))
+                };
+                let other = declared
+                    .iter()
+                    .find(|(o, _)| shares(o))
+                    .map_or_else(String::new, |(o, _)| o.full_name());
+                return Err(clash(&t.full_name(), &other, t.name, "Kotlin"));
+            }
+            let name = if ambiguous {
+                self.qualified(t.namespace, t.name)
+            } else {
+                KEYWORDS.ident(t.name)
+            };
+            names.set(t.kind, t.index, name);
+        }
+        Ok(names)
+    }
+
+    /// `name` (a type's schema name) as Kotlin code in any package writes it:
+    /// qualified by the package of namespace `ns` (`shop.Item`).
+    fn qualified(&self, ns: &str, name: &str) -> String {
+        let package = self.package_of(ns);
+        if package.is_empty() {
+            KEYWORDS.ident(name)
+        } else {
+            format!("{}.{}", escape_package(&package), KEYWORDS.ident(name))
+        }
     }
 
     /// Kotlin type of one value of `ty` (no nullability).
@@ -489,7 +571,7 @@ impl<'a> Gen<'a> {
         let mut hash = Vec::new();
         let mut show = Vec::new();
         for f in live {
-            let p = ident(&lower_camel(&f.name));
+            let p = KEYWORDS.ident(&lower_camel(&f.name));
             if plan.of(f).embedding() {
                 eq.push(format!("{p}.contentEquals(other.{p})"));
                 hash.push(format!("{p}.contentHashCode()"));
@@ -541,7 +623,7 @@ impl<'a> Gen<'a> {
         let en = &self.s.enums[e];
         let n = self.names.enum_name(e);
         match enum_value(en, v) {
-            Some(x) => format!("{n}.{}", ident(&x.name)),
+            Some(x) => format!("{n}.{}", KEYWORDS.ident(&x.name)),
             None => format!("{n}.{}", self.unknown_name(e)),
         }
     }
@@ -668,14 +750,14 @@ impl<'a> Gen<'a> {
         let n = self.names.enum_name(i).to_owned();
         let u = sc(e.underlying);
         let unknown = self.unknown_name(i);
-        kdoc(o, "", &e.doc, &enum_doc_fallback(e));
-        let _ = writeln!(o, "public enum class {n}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
+        let decl = open_decl(o, &e.doc, &enum_doc_fallback(e), &e.name);
+        let _ = writeln!(o, "public enum class {decl}(\n    /** The number stored in FlatBuffers. */\n    public val raw: {},\n) {{", u.kt);
         for v in &e.values {
             kdoc(o, "    ", &v.doc, &enum_value_doc_fallback(v));
             let _ = writeln!(
                 o,
                 "    {}({}),",
-                ident(&v.name),
+                KEYWORDS.ident(&v.name),
                 lit(&Value::Int(v.value), e.underlying)
             );
         }
@@ -705,7 +787,7 @@ impl<'a> Gen<'a> {
             } else {
                 format!("{num}{suffix}")
             };
-            format!("            {num} -> {}", ident(&v.name))
+            format!("            {num} -> {}", KEYWORDS.ident(&v.name))
         };
         write_arms(
             o,
@@ -723,8 +805,8 @@ impl<'a> Gen<'a> {
     fn strukt(&self, o: &mut String, i: usize) {
         let sd = &self.s.structs[i];
         let n = self.names.struct_name(i).to_owned();
-        kdoc(o, "", &sd.doc, &struct_doc_fallback(sd));
-        let _ = writeln!(o, "public data class {n}(");
+        let decl = open_decl(o, &sd.doc, &struct_doc_fallback(sd), &sd.name);
+        let _ = writeln!(o, "public data class {decl}(");
         for f in &sd.fields {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
             let def = match &f.ty {
@@ -736,7 +818,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    public val {}: {} = {def},",
-                ident(&lower_camel(&f.name)),
+                KEYWORDS.ident(&lower_camel(&f.name)),
                 self.base(&f.ty)
             );
         }
@@ -765,14 +847,14 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "                {} = {expr},",
-                ident(&lower_camel(&f.name))
+                KEYWORDS.ident(&lower_camel(&f.name))
             );
         }
         let _ = writeln!(o, "            )\n        }}\n");
         // write
         let _ = writeln!(o, "        /** Writes [v] into `a[at until at + SIZE]` (zeroed by the caller: padding stays 0). */\n        @JvmStatic\n        public fun write(v: {n}, a: ByteArray, at: Int) {{");
         for f in &sd.fields {
-            let fname = ident(&lower_camel(&f.name));
+            let fname = KEYWORDS.ident(&lower_camel(&f.name));
             let at = format!("at + {}", f.offset);
             let line = match &f.ty {
                 FieldType::Scalar(t) => {
@@ -798,9 +880,9 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
         // path class
-        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        let _ = writeln!(o, "/** Query handles for the fields of a [{n}] inside objects of [O]. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", decl.trim_matches('`'));
         for f in &sd.fields {
-            let prop = ident(&lower_camel(&f.name));
+            let prop = KEYWORDS.ident(&lower_camel(&f.name));
             let (ty, ctor) = self.handle(&f.ty, &format!("\"$keelPath.{}\"", f.name), "O");
             let _ = writeln!(
                 o,
@@ -814,15 +896,10 @@ impl<'a> Gen<'a> {
     /// `Post.authorRef: dev.keel.Relation<Post, Author>` in the companion, for
     /// each to-one reference, `dev.keel.ManyRelation` for each to-many one and
     /// each inverse (`Author.postsRef`): the plan's
-    /// [`handles`](crate::plan::handles) (`db.fetch(Post).including(Post.authorRef)`,
+    /// `handles` (`db.fetch(Post).including(Post.authorRef)`,
     /// layer/Relations.kt). A getter: the other companion may not be
     /// initialised yet when this one is.
-    fn relation_handles(
-        &self,
-        o: &mut String,
-        owner: &str,
-        handles: &[crate::plan::HandlePlan<'_>],
-    ) {
+    fn relation_handles(&self, o: &mut String, owner: &str, handles: &[HandlePlan<'_>]) {
         for h in handles {
             let other = self.names.table_name(h.other);
             let mut prop = format!("{}Ref", lower_camel(h.name));
@@ -834,7 +911,7 @@ impl<'a> Gen<'a> {
                 o,
                 "        /** {} */\n        public val {}: dev.keel.{handle}<{owner}, {other}> get() = dev.keel.{handle}({}, {owner}, {other})",
                 h.doc(&format!("[{other}]")),
-                ident(&prop),
+                KEYWORDS.ident(&prop),
                 string_lit(h.name)
             );
         }
@@ -868,7 +945,7 @@ impl<'a> Gen<'a> {
                     FieldType::Table(_) => self.names.table_name(*i),
                     _ => self.names.union_name(*i),
                 };
-                let n = format!("{}Path", name.trim_matches('`'));
+                let n = path_class(name);
                 (format!("{n}<{owner}>"), format!("{n}({path})"))
             }
             FieldType::Vector(_) => (
@@ -881,12 +958,8 @@ impl<'a> Gen<'a> {
     /// How a union member's table type is written inside the union's sealed
     /// interface, where the member's own data class shadows the table's name.
     fn member_type(&self, table: usize) -> String {
-        let pkg = self.package_of(&self.s.tables[table].namespace);
-        if pkg.is_empty() {
-            self.names.table_name(table).to_owned()
-        } else {
-            format!("{}.{}", escape_package(&pkg), self.names.table_name(table))
-        }
+        let t = &self.s.tables[table];
+        self.qualified(&t.namespace, &t.name)
     }
 
     /// The package (dotted, unescaped; `""` for none) of the declarations of
@@ -904,11 +977,11 @@ impl<'a> Gen<'a> {
     fn member_class(&self, u: usize, m: &UnionMemberDef) -> String {
         let _ = u;
         if self.s.tables[m.table].namespace.is_empty() && m.name == self.s.tables[m.table].name {
-            ident(&format!("{}Member", m.name))
+            KEYWORDS.ident(&format!("{}Member", m.name))
         } else if m.name == "Unknown" {
             "Unknown_".into()
         } else {
-            ident(&m.name)
+            KEYWORDS.ident(&m.name)
         }
     }
 
@@ -993,34 +1066,33 @@ impl<'a> Gen<'a> {
         let _ = ns;
         let u = &self.s.unions[i];
         let n = self.names.union_name(i).to_owned();
-        kdoc(o, "", &u.doc, &union_doc_fallback(u));
-        let _ = writeln!(o, "public sealed interface {n} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
+        let decl = open_decl(o, &u.doc, &union_doc_fallback(u), &u.name);
+        let _ = writeln!(o, "public sealed interface {decl} {{\n    /** The FlatBuffers type tag of this member. */\n    public val tag: UByte\n");
         for m in &u.members {
             let c = self.member_class(i, m);
             let _ = writeln!(
                 o,
-                "    /** Member `{}` (tag {}). */\n    public data class {c}(public val value: {}) : {n} {{\n        override val tag: UByte get() = {}u\n    }}\n",
-                m.name,
-                m.tag,
+                "    /** {} */\n    public data class {c}(public val value: {}) : {n} {{\n        override val tag: UByte get() = {}u\n    }}\n",
+                member_doc(m),
                 self.member_type(m.table),
                 m.tag
             );
         }
         let _ = writeln!(
             o,
-            "    /** A member this version of the schema does not know (its tag); never written. */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
+            "    /** {UNKNOWN_MEMBER_DOC} */\n    public data class Unknown(override val tag: UByte) : {n}\n}}\n"
         );
-        let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", n.trim_matches('`'));
+        let _ = writeln!(o, "/** Query handles for a [{n}] inside objects of [O]: `isImage()`, `image.url`. */\npublic class {}Path<O>(path: String) : dev.keel.FieldRef<O>(path) {{", decl.trim_matches('`'));
         for m in &u.members {
-            let tn = self.names.table_name(m.table).trim_matches('`').to_owned();
+            let tn = path_class(self.names.table_name(m.table));
             let _ = writeln!(
                 o,
-                "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}Path<O> get() = {tn}Path(\"$keelPath.{}\")",
+                "    /** The union holds a `{}`. */\n    public fun is{}(): dev.keel.Predicate<O> = dev.keel.Predicate.unionIs(keelPath, {})\n    /** Fields of the `{}` member (absent unless the union holds one). */\n    public val {}: {tn}<O> get() = {tn}(\"$keelPath.{}\")",
                 m.name,
                 upper_camel(&m.name),
                 string_lit(&m.name),
                 m.name,
-                ident(&lower_camel(&m.name)),
+                KEYWORDS.ident(&lower_camel(&m.name)),
                 m.name
             );
         }
@@ -1032,7 +1104,6 @@ impl<'a> Gen<'a> {
         let s = self.s;
         let t = &s.tables[i];
         let n = self.names.table_name(i).to_owned();
-        let bare = n.trim_matches('`').to_owned();
         // (The resolver has checked the key: strings, or scalars and enums that are
         // not optional.)
         let plan = TablePlan::new(s, i);
@@ -1041,7 +1112,8 @@ impl<'a> Gen<'a> {
         let key_fields = plan.key_fields();
 
         // the data class
-        kdoc(o, "", &t.doc, &format!("The `{}` table.", t.full_name()));
+        let decl = open_decl(o, &t.doc, &table_doc_fallback(t, collection), &t.name);
+        let bare = decl.trim_matches('`').to_owned();
         let iface = if collection.is_some() {
             " : dev.keel.KeelObject"
         } else {
@@ -1054,7 +1126,7 @@ impl<'a> Gen<'a> {
         } else {
             "data class"
         };
-        let _ = writeln!(o, "public {class_kw} {n}(");
+        let _ = writeln!(o, "public {class_kw} {decl}(");
         for f in &live {
             kdoc(o, "    ", &f.doc, &format!("`{}`.", f.name));
             let (ty, def) = self.field_decl(plan.of(f));
@@ -1062,9 +1134,13 @@ impl<'a> Gen<'a> {
                 Some(d) => writeln!(
                     o,
                     "    public val {}: {ty} = {d},",
-                    ident(&lower_camel(&f.name))
+                    KEYWORDS.ident(&lower_camel(&f.name))
                 ),
-                None => writeln!(o, "    public val {}: {ty},", ident(&lower_camel(&f.name))),
+                None => writeln!(
+                    o,
+                    "    public val {}: {ty},",
+                    KEYWORDS.ident(&lower_camel(&f.name))
+                ),
             };
         }
         let enum_fields = self.enum_fields(&plan);
@@ -1094,7 +1170,7 @@ impl<'a> Gen<'a> {
         // the table.
         let _ = writeln!(o, "    /** Writes this table into [b]; returns its offset. */\n    public fun keelWrite(b: FlatBufferBuilder): Int {{");
         for fp in plan.child_plans() {
-            let fname = ident(&lower_camel(fp.name()));
+            let fname = KEYWORDS.ident(&lower_camel(fp.name()));
             let var = format!("o{}", upper_camel(fp.name()));
             let expr = match fp.kind {
                 Kind::Table(_) => format!("{fname}?.keelWrite(b) ?: 0"),
@@ -1159,7 +1235,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.startTable({})", plan.table.slot_count());
         for fp in plan.vtable_plans() {
-            let fname = ident(&lower_camel(fp.name()));
+            let fname = KEYWORDS.ident(&lower_camel(fp.name()));
             let var = format!("o{}", upper_camel(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             // scalars and enums: the builder's wire type, and the value as it (`v`
@@ -1217,7 +1293,7 @@ impl<'a> Gen<'a> {
             let params: String = key_fields
                 .iter()
                 .map(|k| {
-                    let (name, ty) = (ident(&lower_camel(&k.name)), self.base(&k.ty));
+                    let (name, ty) = (KEYWORDS.ident(&lower_camel(&k.name)), self.base(&k.ty));
                     format!("        public val {name}: {ty},\n")
                 })
                 .collect();
@@ -1244,18 +1320,18 @@ impl<'a> Gen<'a> {
                     let _ = writeln!(
                         o,
                         "        override fun keyOf(value: {n}): {key_ty} = value.{}\n        override fun keyValues(key: {key_ty}): List<dev.keel.ffi.Value> = listOf({})",
-                        ident(&lower_camel(&k.name)),
+                        KEYWORDS.ident(&lower_camel(&k.name)),
                         conv(k, "key")
                     );
                 }
                 _ => {
                     let args: Vec<String> = key_fields
                         .iter()
-                        .map(|k| format!("value.{}", ident(&lower_camel(&k.name))))
+                        .map(|k| format!("value.{}", KEYWORDS.ident(&lower_camel(&k.name))))
                         .collect();
                     let vals: Vec<String> = key_fields
                         .iter()
-                        .map(|k| conv(k, &format!("key.{}", ident(&lower_camel(&k.name)))))
+                        .map(|k| conv(k, &format!("key.{}", KEYWORDS.ident(&lower_camel(&k.name)))))
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1276,10 +1352,10 @@ impl<'a> Gen<'a> {
                     o,
                     "        /** Query handle for `{}`. */\n        @JvmField public val {}: {ty} = {ctor}",
                     f.name,
-                    ident(&prop)
+                    KEYWORDS.ident(&prop)
                 );
             }
-            self.relation_handles(o, &n, &crate::plan::handles(s, &plan));
+            self.relation_handles(o, &n, &handles(s, &plan));
             o.push('\n');
         } else {
             let _ = writeln!(o, "    public companion object {{\n        /** The object in [bytes] (a `{}` root table); malformed bytes throw `KeelException.InvalidObject`. */\n        @JvmStatic public fun decode(bytes: ByteArray): {n} = decodeFrom(bytes)\n", t.full_name());
@@ -1293,7 +1369,11 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "        /** Reads a `{}` table. */\n        @JvmStatic public fun keelRead(t: FbTable): {n} = {n}(", t.name);
         for f in &live {
             let expr = self.read_expr(plan.of(f));
-            let _ = writeln!(o, "            {} = {expr},", ident(&lower_camel(&f.name)));
+            let _ = writeln!(
+                o,
+                "            {} = {expr},",
+                KEYWORDS.ident(&lower_camel(&f.name))
+            );
         }
         if !enum_fields.is_empty() {
             let kept: Vec<String> = enum_fields
@@ -1329,7 +1409,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /** `{}`. */\n    public val {}: {ty} get() = {ctor}",
                 f.name,
-                ident(&lower_camel(&f.name))
+                KEYWORDS.ident(&lower_camel(&f.name))
             );
         }
         let _ = writeln!(o, "}}\n");
@@ -1340,7 +1420,10 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen_shared::blog;
+    use crate::codegen::swift;
+    use crate::codegen::testing::{
+        assert_contains_all, blog, example, photos, scratch_dir, test_schema,
+    };
 
     fn gen(s: &Schema) -> String {
         let files = generate(s, "blog").unwrap();
@@ -1355,7 +1438,7 @@ mod tests {
         assert_eq!(files[0].0, "blog/Blog.kt");
         let k = &files[0].1;
         assert!(k.contains("package blog\n"), "{k}");
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             k,
             &[
             "public data class Post(",
@@ -1402,13 +1485,13 @@ mod tests {
     /// with a `-` still makes a Kotlin identifier.
     #[test]
     fn names_follow_the_shared_plan() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             "enum Code: byte { HTTP_OK, URLPath } \
              table T { HTTP_OK: int; URLPath: int; old_score: int; code: Code; } root_type T;",
         );
         let files = generate(&s, "api-v2").unwrap();
         let k: String = files.iter().map(|(_, t)| t.as_str()).collect();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &k,
             &[
                 "public object ApiV2Schema {",
@@ -1421,7 +1504,7 @@ mod tests {
             files.iter().all(|(name, _)| name.ends_with("ApiV2.kt")),
             "{files:?}"
         );
-        let swift = crate::swift::generate(&s, "api-v2").unwrap();
+        let swift = swift::generate(&s, "api-v2").unwrap();
         for name in ["httpOk", "urlPath", "oldScore", "ApiV2Schema"] {
             assert!(
                 swift.contains(name),
@@ -1434,7 +1517,7 @@ mod tests {
     /// `ManyRelation` (plain fields none).
     #[test]
     fn references_get_relation_handles() {
-        let k = gen(&crate::codegen_shared::example("relations.fbs"));
+        let k = gen(&example("relations.fbs"));
         assert!(k.contains("public val authorRef: dev.keel.Relation<Post, Author> get() = dev.keel.Relation(\"author\", Post, Author)"), "{k}");
         assert!(k.contains("public val editorRef: dev.keel.Relation<Post, Author>"));
         assert!(k.contains("public val postRef: dev.keel.Relation<Comment, Post>"));
@@ -1455,7 +1538,7 @@ mod tests {
 
     #[test]
     fn composite_and_rowid_keys_and_unsigned_defaults() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                enum Level : ubyte { Low = 1, High = 200 }
                table Pair (entity) { a: string (primary); b: uint (primary); lvl: Level = High;
@@ -1465,7 +1548,7 @@ mod tests {
                root_type Pair;"#,
         );
         let k = gen(&s);
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &k,
             &[
             "public companion object : dev.keel.KeelModel<Pair, Pair.Key> {",
@@ -1495,7 +1578,7 @@ mod tests {
     fn key_strings_are_written_first() {
         // The key is neither the first field nor alone: both key strings must be
         // created before any other child, in key order.
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                table Inner { s: string; }
                table Doc (entity) { title: string; inner: Inner; tags: [string];
@@ -1517,9 +1600,7 @@ mod tests {
 
     #[test]
     fn keywords_are_escaped() {
-        let s = crate::codegen_shared::test_schema(
-            "table T { val: int; object: string; when_done: bool; } root_type T;",
-        );
+        let s = test_schema("table T { val: int; object: string; when_done: bool; } root_type T;");
         let k = gen(&s);
         assert!(k.contains("public val `val`: Int = 0,"), "{k}");
         assert!(k.contains("public val `object`: String? = null,"), "{k}");
@@ -1529,7 +1610,7 @@ mod tests {
 
     #[test]
     fn empty_tables_and_multiple_namespaces() {
-        let s = crate::codegen_shared::test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
+        let s = test_schema("namespace a; table Empty {} namespace b; table Holder { e: a.Empty; } root_type Holder;");
         let files = generate(&s, "t").unwrap();
         let names: Vec<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(names, vec!["a/TA.kt", "b/T.kt"]);
@@ -1545,8 +1626,8 @@ mod tests {
 
     #[test]
     fn vectors_of_unions() {
-        let k = gen(&crate::codegen_shared::example("monster/monster_v2.fbs"));
-        crate::codegen_shared::assert_contains_all(
+        let k = gen(&example("monster/monster_v2.fbs"));
+        assert_contains_all(
             &k,
             &[
                 "public val bag: List<Equipment> = emptyList(),",
@@ -1564,7 +1645,7 @@ mod tests {
         assert_eq!(files.len(), 1);
         assert_eq!(files[0].0, "com/example/feed/Blog.kt");
         let k = &files[0].1;
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             k,
             &[
                 "package com.example.feed\n",
@@ -1573,7 +1654,7 @@ mod tests {
             ],
         );
         // other namespaces go under the package, and import each other
-        let s = crate::codegen_shared::example("edge.fbs");
+        let s = example("edge.fbs");
         let files = generate_in_package(&s, "edge", Some("app.`in`.x")).err();
         assert!(matches!(files, Some(CodegenError::Unsupported(_))));
         let files = generate_in_package(&s, "edge", Some("app.gen")).unwrap();
@@ -1589,17 +1670,13 @@ mod tests {
 
     #[test]
     fn vector_fields_are_float_arrays_compared_by_content() {
-        let s = crate::codegen_shared::test_schema(
-            r#"namespace v;
-               table Photo { id: string (primary); e: [float] (vector: 3); n: [float]; }
-               root_type Photo;"#,
-        );
+        let s = photos();
         let code: String = generate(&s, "v")
             .unwrap()
             .into_iter()
             .map(|(_, t)| t)
             .collect();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public val e: FloatArray = floatArrayOf(),",
@@ -1615,7 +1692,7 @@ mod tests {
 
     #[test]
     fn write_sources_writes_the_files() {
-        let dir = crate::codegen_shared::scratch_dir("kotlin");
+        let dir = scratch_dir("kotlin");
         let path = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../examples/blog/schema/blog.fbs"

@@ -30,24 +30,39 @@
 //! structs and unions as `Option<…>`; vectors as `Vec<…>` (absent reads as empty).
 //! Deprecated fields are not generated (their slots stay reserved).
 //!
-//! The output contains no `unsafe`, has doc comments, is clippy-clean, and is
+//! A `(vector: N)` field gets a handle of the marker type
+//! [`Vector`](crate::field::Vector) (`Photo::embedding() -> Field<Photo, Vector>`):
+//! the one a nearest query takes. Other vector fields have no handle.
+//!
+//! The output contains no `unsafe`, has doc comments, is clippy-clean and
+//! warning-free also where a crate `include!`s it in a private module and uses
+//! little of it (each type and inherent `impl` allows dead code; the namespace
+//! modules' re-exports allow going unused), and is
 //! formatted with `rustfmt` when one can be run (see [`Builder::format`]; the
 //! emitted text is already indented like rustfmt output otherwise).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
 
-use crate::codegen_shared::{
-    declared_types, doc, enum_value, escaped, field_is_optional, open_enum, open_type,
-    property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback, upper_camel,
-    write_arms, write_conversions, Names, TABLE,
+use crate::codegen::emit::{
+    doc, open_enum, open_type, open_union, struct_doc_fallback, table_doc_fallback, write_arms,
+    write_conversions,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, declared_types, flat_name, raw_string_hashes, shared_names, stem, upper_camel, Keywords,
+    Names, TABLE,
+};
+use crate::codegen::plan::{
+    enum_value, field_is_optional, inverses, property_type, render_types, Elem, FieldPlan, Kind,
+    Read, Renderers, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
+use crate::resolve;
 use crate::value::Value;
-
-pub use crate::codegen_shared::CodegenError;
 
 /// Configures code generation (see the [module docs](self)).
 ///
@@ -113,7 +128,7 @@ impl Builder {
     /// Parses `path` (and its includes) and writes `<stem>.rs`; returns its path.
     pub fn compile(&self, path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
         let path = path.as_ref();
-        let (schema, files) = crate::resolve::load(path)?;
+        let (schema, files) = resolve::load(path)?;
         if self.rerun {
             for f in &files {
                 println!("cargo:rerun-if-changed={}", f.display());
@@ -126,7 +141,7 @@ impl Builder {
                 .map(PathBuf::from)
                 .ok_or(CodegenError::NoOutDir)?,
         };
-        let out = dir.join(format!("{}.rs", crate::codegen_shared::stem(path)));
+        let out = dir.join(format!("{}.rs", stem(path)));
         std::fs::write(&out, code).map_err(|source| CodegenError::Io {
             path: out.clone(),
             source,
@@ -147,8 +162,6 @@ impl Builder {
 
 /// Formats `code` with rustfmt if it can be run; `None` otherwise.
 fn rustfmt(code: &str) -> Option<String> {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
     let program = std::env::var_os("RUSTFMT").unwrap_or_else(|| "rustfmt".into());
     let mut child = Command::new(program)
         .args(["--edition", "2021"])
@@ -175,11 +188,18 @@ pub fn compile(path: impl AsRef<Path>) -> Result<PathBuf, CodegenError> {
 }
 
 /// Rust keywords, strict and reserved, separated by spaces.
-const KEYWORDS: &str =
+const KEYWORDS: Keywords = Keywords::new(
     "as break const continue crate else enum extern false fn for if impl in let loop match \
     mod move mut pub ref return self Self static struct super trait true type unsafe use \
     where while async await dyn abstract become box do final macro override priv typeof \
-    unsized virtual yield try gen";
+    unsized virtual yield try gen",
+    raw_ident,
+);
+
+/// What the generated code puts on each type and inherent `impl`: a crate may
+/// `include!` it in a private module and use only some of it (or nothing), which
+/// must not warn.
+const MAY_GO_UNUSED: &str = "#[allow(dead_code)]";
 
 /// Associated functions every generated table has; field handles avoid these names.
 const RESERVED_FNS: &[&str] = &[
@@ -218,16 +238,14 @@ fn snake(name: &str) -> String {
     out
 }
 
-/// A Rust identifier for `name`: a raw identifier for a keyword, `_` after the
-/// four keywords that cannot be raw.
-fn ident(name: &str) -> String {
-    escaped(name, KEYWORDS, |k| {
-        if matches!(k, "self" | "Self" | "super" | "crate") {
-            format!("{k}_")
-        } else {
-            format!("r#{k}")
-        }
-    })
+/// The Rust identifier for the keyword `k` used as a name: a raw identifier,
+/// or `_` after the four keywords that cannot be raw.
+fn raw_ident(k: &str) -> String {
+    if matches!(k, "self" | "Self" | "super" | "crate") {
+        format!("{k}_")
+    } else {
+        format!("r#{k}")
+    }
 }
 
 /// A Rust enum variant name: the shared [`upper_camel`], with `_` after the names
@@ -252,7 +270,7 @@ fn own(expr: &str, f: &Field) -> String {
 fn float_lit(v: f64, ty: ScalarType) -> String {
     let t = ty.rust_name();
     let names = ["NAN", "INFINITY", "NEG_INFINITY"];
-    crate::codegen_shared::float_lit(v, ty, &format!("{t}::"), names, &format!("_{t}"))
+    naming::float_lit(v, ty, &format!("{t}::"), names, &format!("_{t}"))
 }
 
 fn scalar_lit(v: &Value, ty: ScalarType) -> String {
@@ -289,27 +307,15 @@ impl<'a> Gen<'a> {
         // namespace in its Rust name (`game.v2.Monster` → `GameV2Monster`); every
         // type is also reachable by its own name in a module per namespace
         // (`game::v2::Monster`, see `gen_namespaces`).
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for t in declared_types(s) {
-            *count.entry(t.name).or_default() += 1;
-        }
-        let qualified = |ns: &str, name: &str| -> String {
-            if count.get(name).copied().unwrap_or(0) > 1 && !ns.is_empty() {
-                let mut q: String = ns.split('.').map(camel).collect();
-                q.push_str(name);
-                q
-            } else {
-                name.to_owned()
-            }
-        };
+        let shared = shared_names(s);
         let mut add = |kind: u8, i: usize, name: &str, full: String| -> Result<(), CodegenError> {
-            let rust = ident(name);
+            let rust = KEYWORDS.ident(name);
             names.claim(&rust, &full, "Rust")?;
             names.set(kind, i, rust);
             Ok(())
         };
         for t in declared_types(s) {
-            let q = qualified(t.namespace, t.name);
+            let q = flat_name(&t, &shared);
             add(t.kind, t.index, &q, t.full_name())?;
             if t.kind == TABLE {
                 for (kind, suffix) in COMPANIONS {
@@ -386,8 +392,10 @@ impl<'a> Gen<'a> {
             self.out,
             "/// Canonical text of the schema these types were generated from; pass it to\n\
              /// the runtime schema (`Schema::parse`) when opening a database.\n\
+             {MAY_GO_UNUSED}\n\
              pub const SCHEMA_FBS: &str = r{hashes}\"{text}\"{hashes};\n\n\
              /// Fingerprint of [`SCHEMA_FBS`] (see `Schema::fingerprint`).\n\
+             {MAY_GO_UNUSED}\n\
              pub const SCHEMA_FINGERPRINT: u64 = {:#018x};",
             self.s.fingerprint()
         );
@@ -401,7 +409,6 @@ impl<'a> Gen<'a> {
     /// own names, so same-named types of different namespaces are both reachable
     /// as `a::Item` and `b::Item`.
     fn gen_namespaces(&mut self) {
-        use std::collections::BTreeMap;
         // namespace → (own name, Rust name) of its types
         let mut by_ns: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
         let mut push = |ns: &str, own: String, rust: &str| {
@@ -409,7 +416,7 @@ impl<'a> Gen<'a> {
                 by_ns
                     .entry(ns.to_owned())
                     .or_default()
-                    .push((ident(&own), rust.to_owned()));
+                    .push((KEYWORDS.ident(&own), rust.to_owned()));
             }
         };
         for t in declared_types(self.s) {
@@ -452,9 +459,9 @@ impl<'a> Gen<'a> {
                 let indent = "    ".repeat(path.len() - 1);
                 let _ = writeln!(
                     out,
-                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception)]\n{indent}pub mod {} {{",
+                    "\n{indent}/// Types of namespace `{}` under their own names.\n{indent}#[allow(clippy::module_inception, unused_imports)]\n{indent}pub mod {} {{",
                     path.join("."),
-                    ident(&snake(part))
+                    KEYWORDS.ident(&snake(part))
                 );
                 let up = "super::".repeat(path.len());
                 for (own, rust) in &child.items {
@@ -479,11 +486,11 @@ impl<'a> Gen<'a> {
         let raw = e.underlying.rust_name();
         let mut o = open_enum(
             e,
-            &format!("#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]\npub enum {name} {{"),
             |v| format!("    {},", self.variant(e, v)),
             &format!("Unknown({raw}),\n}}\n"),
         );
-        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(
             o,
             "    /// Every value the schema declares, in declaration order."
@@ -508,7 +515,7 @@ impl<'a> Gen<'a> {
             &mut o,
             e,
             |v| self.variant(e, v),
-            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            scalar_lit,
             &[
                 (
                     format!("\n    /// The value for a raw number (`Unknown` when not declared).\n    pub const fn from_raw(raw: {raw}) -> Self {{\n        match raw {{"),
@@ -545,22 +552,22 @@ impl<'a> Gen<'a> {
         let mut o = open_type(
             &sd.doc,
             &struct_doc_fallback(sd),
-            &format!("#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Copy, PartialEq, Default)]\npub struct {name} {{"),
         );
         for f in &sd.fields {
             doc(&mut o, "    ", &f.doc, &format!("`{}`.", f.name));
             let _ = writeln!(
                 o,
                 "    pub {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.base_type(&f.ty)
             );
         }
-        let _ = writeln!(o, "}}\n\nimpl {name} {{");
+        let _ = writeln!(o, "}}\n\n{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(o, "    /// Size of the inline FlatBuffers layout in bytes.\n    pub const SIZE: usize = {};\n    /// Alignment of the inline layout in bytes.\n    pub const ALIGN: usize = {};\n", sd.size, sd.align);
-        let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(&self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
+        let _ = writeln!(o, "    /// The inline FlatBuffers bytes.\n    pub fn to_bytes(self) -> [u8; {}] {{\n        let mut b = [0u8; {}];", sd.size, sd.size);
         for f in &sd.fields {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             match &f.ty {
                 FieldType::Struct(_) => {
                     let _ = writeln!(
@@ -588,14 +595,14 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// Query handle for `{}` (join it to a handle on a field of this struct type).\n    pub const fn {}() -> {rt}::Field<{name}, {}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({idx}, {:?})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
                 f.name,
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.base_type(&f.ty),
                 f.name
             );
         }
         let _ = writeln!(o, "    /// Reads the struct from its inline bytes (at least [`Self::SIZE`] of them).\n    pub fn from_bytes(b: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        Ok({name} {{");
         for f in &sd.fields {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             match &f.ty {
                 FieldType::Struct(si) => {
                     let _ = writeln!(
@@ -636,25 +643,21 @@ impl<'a> Gen<'a> {
         let rt = self.rt.clone();
         let u = &self.s.unions[i];
         let name = self.names.union_name(i).to_owned();
-        let mut o = open_type(
-            &u.doc,
-            &union_doc_fallback(u),
-            &format!("#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+        let mut o = open_union(
+            u,
+            &format!("{MAY_GO_UNUSED}\n#[derive(Debug, Clone, PartialEq)]\npub enum {name} {{"),
+            |m| {
+                format!(
+                    "    {}({}),",
+                    camel(&m.name),
+                    self.names.table_name(m.table)
+                )
+            },
+            "Unknown(u8),\n}\n",
         );
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "    /// Member `{}` (tag {}).\n    {}({}),",
-                m.name,
-                m.tag,
-                camel(&m.name),
-                self.names.table_name(m.table)
-            );
-        }
-        let _ = writeln!(o, "    /// A member this version of the schema does not know (its tag).\n    Unknown(u8),\n}}\n");
         write_arms(
             &mut o,
-            &format!("impl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
+            &format!("{MAY_GO_UNUSED}\nimpl {name} {{\n    /// The FlatBuffers type tag of this member.\n    pub fn tag(&self) -> u8 {{\n        match self {{"),
             &u.members,
             |m| format!("            {name}::{}(_) => {},", camel(&m.name), m.tag),
             &format!("            {name}::Unknown(tag) => *tag,\n        }}\n    }}\n"),
@@ -791,7 +794,7 @@ impl<'a> Gen<'a> {
         if RESERVED_FNS.contains(&base.as_str()) {
             format!("{base}_field")
         } else {
-            ident(&base)
+            KEYWORDS.ident(&base)
         }
     }
 
@@ -817,7 +820,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "#[derive(Debug, Clone, PartialEq)]\npub struct {fields_name} {{"
+            "{MAY_GO_UNUSED}\n#[derive(Debug, Clone, PartialEq)]\npub struct {fields_name} {{"
         );
         for f in &live {
             let fallback = if f.primary {
@@ -829,7 +832,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "    pub {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.field_type(f)
             );
         }
@@ -842,23 +845,19 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "            {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.default_expr(plan.of(f))
             );
         }
         let _ = writeln!(o, "        }}\n    }}\n}}\n");
 
         // --- the immutable type
-        let summary = match collection {
-            Some(_) => format!("An immutable object of collection `{}`.", t.full_name()),
-            None => format!("An immutable `{}` table.", t.full_name()),
-        };
-        doc(&mut o, "", &t.doc, &summary);
+        doc(&mut o, "", &t.doc, &table_doc_fallback(t, collection));
         let _ = writeln!(
             o,
-            "///\n/// Cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
+            "///\n/// Immutable and cheap to clone (one reference count); build with [`{name}::builder`], read\n/// fields directly (`obj.field`), derive new versions with [`{name}::to_builder`]."
         );
-        let _ = writeln!(o, "#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Clone, PartialEq, Default)]\npub struct {name}(::std::sync::Arc<{fields_name}>);\n");
         let _ = writeln!(
             o,
             "impl ::std::ops::Deref for {name} {{\n    type Target = {fields_name};\n    fn deref(&self) -> &{fields_name} {{\n        &self.0\n    }}\n}}\n"
@@ -872,7 +871,7 @@ impl<'a> Gen<'a> {
             "impl From<{fields_name}> for {name} {{\n    fn from(fields: {fields_name}) -> Self {{\n        {name}(::std::sync::Arc::new(fields))\n    }}\n}}\n"
         );
 
-        let _ = writeln!(o, "impl {name} {{");
+        let _ = writeln!(o, "{MAY_GO_UNUSED}\nimpl {name} {{");
         let _ = writeln!(
             o,
             "    /// A builder starting from the schema defaults.\n    pub fn builder() -> {builder_name} {{\n        {builder_name}::default()\n    }}\n"
@@ -892,7 +891,7 @@ impl<'a> Gen<'a> {
         );
 
         // handles: the way back along references declaring an inverse
-        for inv in crate::plan::inverses(s, &plan) {
+        for inv in inverses(s, &plan) {
             let from = self.names.table_name(inv.from_table);
             let _ = writeln!(
                 o,
@@ -913,7 +912,7 @@ impl<'a> Gen<'a> {
                     .map_or_else(|| name.clone(), |ti| self.names.table_name(ti).to_owned());
                 // A to-one text key is read from the decoded object
                 // (`Relation::with_key`); other keys from its bytes.
-                let member = ident(&snake(&f.name));
+                let member = KEYWORDS.ident(&snake(&f.name));
                 let key = match (r.to_many, self.field_type(f).as_str()) {
                     (false, "Option<String>") => format!(
                         "\n            .with_key(|r| match &r.{member} {{\n                Some(k) => {rt}::ValueRef::Text(k),\n                None => {rt}::ValueRef::Null,\n            }})"
@@ -934,12 +933,12 @@ impl<'a> Gen<'a> {
                     r.to_many
                 );
             }
-            let ty = match &f.ty {
+            let (ty, what) = match &f.ty {
                 FieldType::Scalar(_)
                 | FieldType::Enum(_)
                 | FieldType::String
                 | FieldType::Table(_)
-                | FieldType::Struct(_) => self.base_type(&f.ty),
+                | FieldType::Struct(_) => (self.base_type(&f.ty), format!("`{}`", f.name)),
                 FieldType::Union(u) => {
                     for m in &s.unions[*u].members {
                         let mt = self.names.table_name(m.table).to_owned();
@@ -951,19 +950,30 @@ impl<'a> Gen<'a> {
                     }
                     continue;
                 }
-                FieldType::Vector(_) => continue,
+                // A `(vector: N)` field's handle is the one a nearest query
+                // takes; other vectors have none (nothing queries them).
+                FieldType::Vector(_) => match &f.vector {
+                    Some(v) => (
+                        format!("{rt}::Vector"),
+                        format!(
+                            "`{}`, a `(vector: {})` field: the handle a nearest query takes",
+                            f.name, v.dimensions
+                        ),
+                    ),
+                    None => continue,
+                },
             };
             let _ = writeln!(
                 o,
-                "    /// Query handle for `{}`.\n    pub const fn {hn}() -> {rt}::Field<{name}, {ty}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
-                f.name, f.id
+                "    /// Query handle for {what}.\n    pub const fn {hn}() -> {rt}::Field<{name}, {ty}> {{\n        const STEPS: &[{rt}::PathStep] = &[{rt}::PathStep::field({}, {path_name})];\n        {rt}::Field::new({rt}::FieldPath::from_static(STEPS))\n    }}\n",
+                f.id
             );
         }
 
         // __write
         let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
         for f in plan.children() {
-            let fname = ident(&snake(&f.name));
+            let fname = KEYWORDS.ident(&snake(&f.name));
             let var = format!("off_{}", snake(&f.name));
             match &f.ty {
                 FieldType::String if f.primary => {
@@ -1027,7 +1037,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.start_table();");
         for fp in plan.vtable_plans() {
-            let fname = ident(&snake(fp.name()));
+            let fname = KEYWORDS.ident(&snake(fp.name()));
             let var = format!("off_{}", snake(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             // scalars and enums: the wire type and the value's expression
@@ -1078,7 +1088,7 @@ impl<'a> Gen<'a> {
             let _ = writeln!(
                 o,
                 "            {}: {},",
-                ident(&snake(&f.name)),
+                KEYWORDS.ident(&snake(&f.name)),
                 self.read_expr(plan.of(f)).replace("\n", "\n    ")
             );
         }
@@ -1121,14 +1131,14 @@ impl<'a> Gen<'a> {
                             FieldType::String => "impl Into<String>".to_owned(),
                             _ => self.base_type(&f.ty),
                         };
-                        format!("{}: {ty}", ident(&snake(&f.name)))
+                        format!("{}: {ty}", KEYWORDS.ident(&snake(&f.name)))
                     })
                     .collect();
                 let args: Vec<String> = key_fields
                     .iter()
                     .map(|f| match f.ty {
-                        FieldType::String => format!("{}.into()", ident(&snake(&f.name))),
-                        _ => ident(&snake(&f.name)),
+                        FieldType::String => format!("{}.into()", KEYWORDS.ident(&snake(&f.name))),
+                        _ => KEYWORDS.ident(&snake(&f.name)),
                     })
                     .collect();
                 let body = if args.len() == 1 {
@@ -1150,14 +1160,14 @@ impl<'a> Gen<'a> {
             let key_expr = match key_fields.len() {
                 0 => "()".to_owned(),
                 1 => own(
-                    &format!("self.{}", ident(&snake(&key_fields[0].name))),
+                    &format!("self.{}", KEYWORDS.ident(&snake(&key_fields[0].name))),
                     key_fields[0],
                 ),
                 _ => format!(
                     "(\n            {},\n        )",
                     key_fields
                         .iter()
-                        .map(|f| own(&format!("self.{}", ident(&snake(&f.name))), f))
+                        .map(|f| own(&format!("self.{}", KEYWORDS.ident(&snake(&f.name))), f))
                         .collect::<Vec<_>>()
                         .join(",\n            ")
                 ),
@@ -1190,7 +1200,7 @@ impl<'a> Gen<'a> {
                     .iter()
                     .map(|f| format!(
                         "{rt}::Value::from({})",
-                        own(&format!("self.{}", ident(&snake(&f.name))), f)
+                        own(&format!("self.{}", KEYWORDS.ident(&snake(&f.name))), f)
                     ))
                     .collect::<Vec<_>>()
                     .join(", ")
@@ -1224,12 +1234,12 @@ impl<'a> Gen<'a> {
                 );
             }
             if is_change {
-                let _ = writeln!(o, "#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\nimpl {bname} {{");
+                let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Debug, Clone)]\n#[must_use]\npub struct {bname} {{\n    key: Vec<{rt}::Value>,\n    fields: {fields_name},\n    set: Vec<u16>,\n}}\n\n{MAY_GO_UNUSED}\nimpl {bname} {{");
                 if !live.is_empty() {
                     let _ = writeln!(o, "    fn mark(&mut self, id: u16) {{\n        if !self.set.contains(&id) {{\n            self.set.push(id);\n        }}\n    }}\n");
                 }
             } else {
-                let _ = writeln!(o, "#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\nimpl {bname} {{");
+                let _ = writeln!(o, "{MAY_GO_UNUSED}\n#[derive(Debug, Clone, Default)]\n#[must_use]\npub struct {bname} {{\n    fields: {fields_name},\n}}\n\n{MAY_GO_UNUSED}\nimpl {bname} {{");
             }
             for f in &live {
                 let mark = if is_change {
@@ -1237,7 +1247,7 @@ impl<'a> Gen<'a> {
                 } else {
                     String::new()
                 };
-                let fname = ident(&snake(&f.name));
+                let fname = KEYWORDS.ident(&snake(&f.name));
                 let setter = if RESERVED_FNS.contains(&snake(&f.name).as_str())
                     || snake(&f.name) == "build"
                 {
@@ -1353,5 +1363,34 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "            .finish();\n        Ok(())\n    }}\n}}");
         self.out.push_str(&o);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codegen::testing::{assert_contains_all, photos};
+
+    /// A `(vector: N)` field has the handle a nearest query takes, typed with
+    /// the marker `Vector`; a plain `[float]` has none.
+    #[test]
+    fn vector_fields_get_the_handle_nearest_takes() {
+        let s = photos();
+        let code = Builder::new()
+            .runtime_crate("::keel_schema")
+            .format(false)
+            .generate(&s)
+            .unwrap();
+        assert_contains_all(
+            &code,
+            &[
+                "/// Query handle for `e`, a `(vector: 3)` field: the handle a nearest query takes.",
+                "pub const fn e() -> ::keel_schema::Field<Photo, ::keel_schema::Vector> {",
+            ],
+        );
+        assert!(
+            !code.contains("pub const fn n()") && !code.contains("pub const fn m()"),
+            "{code}"
+        );
     }
 }

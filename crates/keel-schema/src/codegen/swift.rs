@@ -36,7 +36,9 @@
 //! array of the union's enum, without a query handle). A table field that can
 //! contain its own table is boxed, and a union that can contain itself is
 //! `indirect`, so recursive schemas work. Names become lowerCamelCase (`old_score`
-//! → `oldScore`); Swift keywords are escaped with backticks.
+//! → `oldScore`); Swift keywords are escaped with backticks. Types share the
+//! module's one namespace: two types of one name in different namespaces get the
+//! namespace in front, as Rust's flat names do (`shop.Item` → `ShopItem`).
 //!
 //! ```
 //! let schema = keel_schema::Schema::parse(
@@ -52,14 +54,20 @@ use std::collections::BTreeSet;
 use std::fmt::Write;
 use std::path::{Path, PathBuf};
 
-use crate::codegen::CodegenError;
-use crate::codegen_shared::{
-    backticks, declared_types, doc, enum_value, escaped, load_with_stem, lower_camel, open_enum,
-    open_type, property_type, raw_string_hashes, struct_doc_fallback, union_doc_fallback,
-    upper_camel, write_arms, write_conversions, write_files, Names,
+use crate::codegen::emit::{
+    doc, open_enum, open_type, open_union, struct_doc_fallback, table_doc_fallback, write_arms,
+    write_conversions, write_files,
+};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{
+    self, declared_types, flat_name, load_with_stem, lower_camel, raw_string_hashes, shared_names,
+    upper_camel, Keywords, Names,
+};
+use crate::codegen::plan::{
+    enum_value, handles, property_type, render_types, Elem, FieldPlan, HandlePlan, Kind, Read,
+    Renderers, TablePlan, Unset,
 };
 use crate::model::*;
-use crate::plan::{render_types, Elem, FieldPlan, Kind, Read, Renderers, TablePlan, Unset};
 use crate::value::Value;
 
 /// Parses `schema` (and its includes) and writes the Swift sources for it into
@@ -86,12 +94,13 @@ pub fn generate(schema: &Schema, stem: &str) -> Result<String, CodegenError> {
 }
 
 /// Swift keywords (escaped with backticks as names), separated by spaces.
-const KEYWORDS: &str =
+const KEYWORDS: Keywords = Keywords::backticked(
     "associatedtype class deinit enum extension fileprivate func import init inout internal \
     let open operator private protocol public rethrows static struct subscript typealias var \
     break case continue default defer do else fallthrough for guard if in repeat return \
     switch where while as Any catch false is nil super self Self throw throws true try await \
-    async Type Protocol";
+    async Type Protocol",
+);
 
 /// Names the generated code or the runtime protocols use on a table value or its
 /// query handles; a field with one of these names gets a `_` appended. `with` and
@@ -146,10 +155,6 @@ const RESERVED_TYPES: &[&str] = &[
     "Key",
 ];
 
-fn esc(name: &str) -> String {
-    escaped(name, KEYWORDS, backticks)
-}
-
 /// The local name of a memberwise `init` parameter whose label is `label`, when it
 /// cannot be the label itself: a parameter named `self` would hide `self`.
 fn init_param(label: &str) -> Option<&'static str> {
@@ -191,7 +196,7 @@ fn scalar_lit(v: &Value, ty: ScalarType) -> String {
         (Value::Int(i), ScalarType::Bool) => (*i != 0).to_string(),
         (_, ScalarType::F32 | ScalarType::F64) => {
             let names = [".nan", ".infinity", "-.infinity"];
-            crate::codegen_shared::float_lit(v.as_f64().unwrap_or(0.0), ty, "", names, "")
+            naming::float_lit(v.as_f64().unwrap_or(0.0), ty, "", names, "")
         }
         (Value::Int(i), ScalarType::U64) => format!("{}", *i as u64),
         (Value::Int(i), _) => format!("{i}"),
@@ -228,11 +233,12 @@ impl<'a> Gen<'a> {
         let schema_name = format!("{}Schema", upper_camel(stem));
         let mut names = Names::default();
         names.reserve(&schema_name, "the schema enum");
+        // Swift types share one namespace: a name two types have gets each one's
+        // namespace in front, as in Rust (`shop.Item` → `ShopItem`).
+        let shared = shared_names(s);
         for t in declared_types(s) {
-            let (swift, full) = (upper_camel(t.name), t.full_name());
-            if RESERVED_TYPES.contains(&swift.as_str())
-                || KEYWORDS.split_whitespace().any(|k| k == swift)
-            {
+            let (swift, full) = (upper_camel(&flat_name(&t, &shared)), t.full_name());
+            if RESERVED_TYPES.contains(&swift.as_str()) || KEYWORDS.contains(&swift) {
                 return Err(CodegenError::Unsupported(format!(
                     "type {full} would be named {swift} in Swift, a name keel's Swift runtime or Swift itself uses; rename it"
                 )));
@@ -325,7 +331,7 @@ impl<'a> Gen<'a> {
         if c == "unknown" {
             "unknown_".into()
         } else {
-            esc(&c)
+            KEYWORDS.ident(&c)
         }
     }
 
@@ -416,7 +422,7 @@ impl<'a> Gen<'a> {
             &mut o,
             e,
             |v| self.enum_case(e, v),
-            |v| scalar_lit(&Value::Int(v.value), e.underlying),
+            scalar_lit,
             &[
                 (
                     format!("    /// The value for a raw number (`unknown` when not declared).\n    public init(rawValue: {raw}) {{\n        switch rawValue {{"),
@@ -452,7 +458,7 @@ impl<'a> Gen<'a> {
                 &format!("`{}: {}`.", f.name, fbs_type(self.s, &f.ty)),
             );
             let ty = self.base_type(&f.ty);
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let _ = writeln!(o, "    public let {m}: {ty}");
             let def = match &f.ty {
                 FieldType::Scalar(t) => scalar_lit(&t.zero(), *t),
@@ -492,7 +498,7 @@ impl<'a> Gen<'a> {
             "    /// Reads the struct at byte `o` of `b` (bounds-checked).\n    public init(keelBuffer b: [UInt8], at o: Int) throws {{"
         );
         for f in &sd.fields {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let expr = match &f.ty {
                 FieldType::Struct(si) => format!(
                     "try {}(keelBuffer: b, at: o + {})",
@@ -519,7 +525,7 @@ impl<'a> Gen<'a> {
             "    }}\n\n    /// Writes the struct at byte `o` of `b`.\n    public func keelWrite(into b: inout [UInt8], at o: Int) {{"
         );
         for f in &sd.fields {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let stmt = match &f.ty {
                 FieldType::Struct(_) => format!("{m}.keelWrite(into: &b, at: o + {})", f.offset),
                 FieldType::Enum(_) => format!(
@@ -558,7 +564,7 @@ impl<'a> Gen<'a> {
     /// One handle (two for a union: the member accessors live on the union's own
     /// extension). `root` handles are `static var` on the table itself.
     fn handle_lines(&self, o: &mut String, fname: &str, ty: &FieldType, root: bool, owner: &str) {
-        let m = esc(&member(fname));
+        let m = KEYWORDS.ident(&member(fname));
         let v = match ty {
             FieldType::Vector(inner) if matches!(**inner, FieldType::Scalar(ScalarType::U8)) => {
                 "[UInt8]".to_owned()
@@ -592,28 +598,19 @@ impl<'a> Gen<'a> {
             ""
         };
         let head = format!("public {indirect}enum {name}: Sendable, Equatable, Hashable {{");
-        let mut o = open_type(&u.doc, &union_doc_fallback(u), &head);
         let case = |m: &UnionMemberDef| {
             let c = lower_camel(&m.name);
             if c == "unknown" {
                 "unknown_".to_owned()
             } else {
-                esc(&c)
+                KEYWORDS.ident(&c)
             }
         };
-        for m in &u.members {
-            let _ = writeln!(
-                o,
-                "    /// Member `{}` (tag {}).\n    case {}({})",
-                m.name,
-                m.tag,
-                case(m),
-                self.names.table_name(m.table)
-            );
-        }
-        let _ = writeln!(
-            o,
-            "    /// A member this version of the schema does not know (its tag); not written back.\n    case unknown(tag: UInt8)\n"
+        let mut o = open_union(
+            u,
+            &head,
+            |m| format!("    case {}({})", case(m), self.names.table_name(m.table)),
+            "case unknown(tag: UInt8)\n",
         );
         write_arms(
             &mut o,
@@ -647,7 +644,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// The field when it holds a `{}` (join a field of it).\n    public var {}: KeelField<Root, {}> {{ child({:?}) }}\n    /// True when the field holds a `{}`.\n    public var is{}: KeelPredicate<Root> {{ holds({:?}) }}",
                 m.name,
-                esc(&c),
+                KEYWORDS.ident(&c),
                 self.names.table_name(m.table),
                 m.name,
                 m.name,
@@ -819,11 +816,7 @@ impl<'a> Gen<'a> {
 
         // --- the value type
         o.push('\n');
-        let summary = match collection {
-            Some(c) => format!("An object of collection `{}`.", c.name),
-            None => format!("A `{}` table.", t.full_name()),
-        };
-        doc(&mut o, "", &t.doc, &summary);
+        doc(&mut o, "", &t.doc, &table_doc_fallback(t, collection));
         let _ = writeln!(
             o,
             "///\n/// An immutable value type (`let` fields, as Dflat's models): build one with `init`\n/// (unset fields take the schema defaults), derive a changed copy with\n/// `value.with {{ $0.field = … }}`."
@@ -832,7 +825,7 @@ impl<'a> Gen<'a> {
         for f in &live {
             let fallback = self.field_summary(f);
             doc(&mut o, "    ", &f.doc, &fallback);
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let ty = self.field_type(f);
             if self.boxed(ti, f) {
                 let raw = member(&f.name);
@@ -849,7 +842,7 @@ impl<'a> Gen<'a> {
         let sig: Vec<String> = live
             .iter()
             .map(|f| {
-                let m = esc(&member(&f.name));
+                let m = KEYWORDS.ident(&member(&f.name));
                 let m = match init_param(&m) {
                     Some(local) => format!("{m} {local}"),
                     None => m,
@@ -866,7 +859,7 @@ impl<'a> Gen<'a> {
             sig.join(",\n        ")
         );
         for f in &live {
-            let m = esc(&member(&f.name));
+            let m = KEYWORDS.ident(&member(&f.name));
             let local = init_param(&m).unwrap_or(&m);
             if self.boxed(ti, f) {
                 let _ = writeln!(
@@ -881,7 +874,13 @@ impl<'a> Gen<'a> {
         let _ = writeln!(o, "    }}");
         let fields: Vec<(String, String, String)> = live
             .iter()
-            .map(|f| (esc(&member(&f.name)), f.name.clone(), self.field_type(f)))
+            .map(|f| {
+                (
+                    KEYWORDS.ident(&member(&f.name)),
+                    f.name.clone(),
+                    self.field_type(f),
+                )
+            })
             .collect();
         self.draft(&mut o, &name, &fields);
         let _ = writeln!(o, "}}\n");
@@ -900,7 +899,7 @@ impl<'a> Gen<'a> {
             let target = if self.boxed(ti, f) {
                 format!("_{}", member(&f.name))
             } else {
-                esc(&member(&f.name))
+                KEYWORDS.ident(&member(&f.name))
             };
             let _ = writeln!(
                 o,
@@ -916,7 +915,7 @@ impl<'a> Gen<'a> {
         // Fields are read as `self.x`: a field named like a local here (`b`, or
         // `self` itself) would otherwise name the local instead.
         for fp in plan.child_plans() {
-            let m = format!("self.{}", esc(&member(fp.name())));
+            let m = format!("self.{}", KEYWORDS.ident(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let line = match fp.kind {
                 Kind::String if fp.key_string() => format!("let {var} = b.createString({m})"),
@@ -953,7 +952,7 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "        b.startTable()");
         for fp in plan.vtable_plans() {
-            let m = format!("self.{}", esc(&member(fp.name())));
+            let m = format!("self.{}", KEYWORDS.ident(&member(fp.name())));
             let var = format!("off{}", upper_camel(fp.name()));
             let (slot, tag) = (fp.slot, fp.tag_slot.unwrap_or(0));
             let line = match (fp.kind, &fp.default) {
@@ -1020,7 +1019,7 @@ impl<'a> Gen<'a> {
                         "    /// The primary key: `{}`.\n    public typealias Key = {}\n}}\n\nextension {name}: KeelKeyed {{\n    /// This object's primary key.\n    public var primaryKey: Key {{ {} }}\n}}",
                         f.name,
                         self.base_type(&f.ty),
-                        esc(&member(&f.name))
+                        KEYWORDS.ident(&member(&f.name))
                     );
                 }
                 _ => {
@@ -1033,13 +1032,19 @@ impl<'a> Gen<'a> {
                         let _ = writeln!(
                             o,
                             "        public var {}: {}",
-                            esc(&member(&f.name)),
+                            KEYWORDS.ident(&member(&f.name)),
                             self.base_type(&f.ty)
                         );
                     }
                     let params: Vec<String> = key_fields
                         .iter()
-                        .map(|f| format!("{}: {}", esc(&member(&f.name)), self.base_type(&f.ty)))
+                        .map(|f| {
+                            format!(
+                                "{}: {}",
+                                KEYWORDS.ident(&member(&f.name)),
+                                self.base_type(&f.ty)
+                            )
+                        })
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1047,12 +1052,12 @@ impl<'a> Gen<'a> {
                         params.join(", ")
                     );
                     for f in &key_fields {
-                        let m = esc(&member(&f.name));
+                        let m = KEYWORDS.ident(&member(&f.name));
                         let _ = writeln!(o, "            self.{m} = {m}");
                     }
                     let vals: Vec<String> = key_fields
                         .iter()
-                        .map(|f| format!("{}.keelValue", esc(&member(&f.name))))
+                        .map(|f| format!("{}.keelValue", KEYWORDS.ident(&member(&f.name))))
                         .collect();
                     let _ = writeln!(
                         o,
@@ -1061,7 +1066,7 @@ impl<'a> Gen<'a> {
                         key_fields
                             .iter()
                             .map(|f| {
-                                let m = esc(&member(&f.name));
+                                let m = KEYWORDS.ident(&member(&f.name));
                                 format!("{m}: {m}")
                             })
                             .collect::<Vec<_>>()
@@ -1078,21 +1083,16 @@ impl<'a> Gen<'a> {
         }
         let _ = writeln!(o, "}}");
         self.handles(&mut o, &name, live.iter().map(|f| (&f.name, &f.ty)));
-        self.relation_handles(&mut o, &name, &crate::plan::handles(s, &plan));
+        self.relation_handles(&mut o, &name, &handles(s, &plan));
         self.out.push_str(&o);
         Ok(())
     }
 
     /// `Post.authorRef: KeelRelation<Post, Author>` for each to-one reference,
     /// `KeelManyRelation` for each to-many one and each inverse
-    /// (`Author.postsRef`): the plan's [`handles`](crate::plan::handles)
+    /// (`Author.postsRef`): the plan's `handles`
     /// (`db.fetch(Post.self).including(Post.authorRef)`, KeelRelations.swift).
-    fn relation_handles(
-        &self,
-        o: &mut String,
-        name: &str,
-        handles: &[crate::plan::HandlePlan<'_>],
-    ) {
+    fn relation_handles(&self, o: &mut String, name: &str, handles: &[HandlePlan<'_>]) {
         if handles.is_empty() {
             return;
         }
@@ -1111,7 +1111,7 @@ impl<'a> Gen<'a> {
                 o,
                 "    /// {}\n    public static var {}: {handle}<{name}, {other}> {{ {handle}({:?}) }}",
                 h.doc(&format!("`{other}`")),
-                esc(&format!("{}Ref", member(h.name))),
+                KEYWORDS.ident(&format!("{}Ref", member(h.name))),
                 h.name
             );
         }
@@ -1122,11 +1122,13 @@ impl<'a> Gen<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen_shared::blog;
+    use crate::codegen::testing::{
+        assert_contains_all, blog, example, photos, scratch_dir, test_schema,
+    };
 
     #[test]
     fn names() {
-        assert_eq!(esc("default"), "`default`");
+        assert_eq!(KEYWORDS.ident("default"), "`default`");
         assert_eq!(member("primaryKey"), "primaryKey_");
     }
 
@@ -1134,7 +1136,7 @@ mod tests {
     /// (plain fields none).
     #[test]
     fn references_get_relation_handles() {
-        let code = generate(&crate::codegen_shared::example("relations.fbs"), "rel").unwrap();
+        let code = generate(&example("relations.fbs"), "rel").unwrap();
         assert!(code.contains("public static var authorRef: KeelRelation<Post, Author> { KeelRelation(\"author\") }"), "{code}");
         assert!(code.contains("public static var editorRef: KeelRelation<Post, Author>"));
         assert!(code.contains("public static var postRef: KeelRelation<Comment, Post>"));
@@ -1146,7 +1148,7 @@ mod tests {
     #[test]
     fn blog_post_covers_every_field_kind() {
         let code = generate(&blog(), "blog").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public enum BlogSchema: KeelSchema {",
@@ -1230,13 +1232,9 @@ mod tests {
 
     #[test]
     fn vector_fields_get_a_float_array_handle_for_nearest() {
-        let s = crate::codegen_shared::test_schema(
-            r#"namespace v;
-               table Photo { id: string (primary); e: [float] (vector: 3, metric: "l2"); n: [int]; }
-               root_type Photo;"#,
-        );
+        let s = photos();
         let code = generate(&s, "v").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "public let e: [Float]",
@@ -1244,12 +1242,12 @@ mod tests {
             ],
         );
         // Other vectors still have no handle: nothing queries them.
-        assert!(!code.contains("public static var n:"), "{code}");
+        assert!(!code.contains("public static var m:"), "{code}");
     }
 
     #[test]
     fn composite_keys_recursion_and_keyless_collections() {
-        let s = crate::codegen_shared::test_schema(
+        let s = test_schema(
             r#"namespace t;
                table Node { name: string; child: Node; kids: [Node]; hold: Holder; }
                table Holder { u: Box; }
@@ -1260,7 +1258,7 @@ mod tests {
                root_type Node;"#,
         );
         let code = generate(&s, "t").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "private let _child: KeelBox<Node>?",
@@ -1280,9 +1278,9 @@ mod tests {
 
     #[test]
     fn vectors_of_unions_are_arrays_of_the_union() {
-        let s = crate::codegen_shared::example("monster/monster_v2.fbs");
+        let s = example("monster/monster_v2.fbs");
         let code = generate(&s, "monster").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
             "    public let bag: [Equipment]\n",
@@ -1300,9 +1298,9 @@ mod tests {
 
     #[test]
     fn fields_named_like_the_draft_api_get_a_suffix() {
-        let s = crate::codegen_shared::test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
+        let s = test_schema("struct Money { value: long; with: int; } table T { value: int; with: Money; } root_type T;");
         let code = generate(&s, "m").unwrap();
-        crate::codegen_shared::assert_contains_all(
+        assert_contains_all(
             &code,
             &[
                 "    public let value_: Int64\n",
@@ -1326,7 +1324,7 @@ mod tests {
 
     #[test]
     fn write_sources_writes_one_file() {
-        let dir = crate::codegen_shared::scratch_dir("swift");
+        let dir = scratch_dir("swift");
         let path =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/blog/schema/blog.fbs");
         let written = write_sources(&path, &dir).unwrap();

@@ -1,6 +1,6 @@
 //! The target-neutral plan of every table: what keel's three code generators —
-//! Rust ([`crate::codegen`]), Swift ([`crate::swift`]) and Kotlin
-//! ([`crate::kotlin`]) — need to know about a table, decided once from the schema
+//! Rust ([`rust`](super::rust)), Swift ([`swift`](super::swift)) and Kotlin
+//! ([`kotlin`](super::kotlin)) — need to know about a table, decided once from the schema
 //! model and rendered three times.
 //!
 //! # Adding a field kind or an operation
@@ -18,7 +18,11 @@
 //! order children are written (key strings first), the vtable order, the key and
 //! the defaults all come from [`TablePlan`], so the three outputs cannot drift apart.
 
-use crate::model::{Collection, Field, FieldType, ScalarType, Schema, Table};
+use crate::codegen::error::CodegenError;
+use crate::codegen::naming::{types_in_emit_order, ENUM, STRUCT, UNION};
+use crate::model::{
+    Collection, EnumDef, EnumVal, Field, FieldType, Reference, ScalarType, Schema, Table,
+};
 use crate::value::Value;
 
 /// What a table field holds, as every back end distinguishes it.
@@ -97,7 +101,7 @@ pub(crate) struct FieldPlan<'s> {
     pub child: bool,
     /// `(references: …)`: the collection whose primary keys it holds (one, or a
     /// vector of them), its delete rule and inverse name.
-    pub references: Option<&'s crate::model::Reference>,
+    pub references: Option<&'s Reference>,
 }
 
 impl FieldPlan<'_> {
@@ -188,7 +192,7 @@ pub(crate) struct TablePlan<'s> {
     pub fields: Vec<FieldPlan<'s>>,
     /// The fields written as children before the table, in writing order: the
     /// primary key's strings first in key order, then declaration order (see
-    /// [`crate::codegen_shared::key_strings_first`]). Indexes into `fields`.
+    /// [`key_strings_first`]). Indexes into `fields`.
     pub children: Vec<usize>,
     /// Every field in the order the encoder adds it to the table (largest inline
     /// size first: [`Schema::write_order`]). Indexes into `fields`.
@@ -211,7 +215,7 @@ impl<'s> TablePlan<'s> {
             .map(|f| field_plan(s, f, key.iter().position(|id| *id == f.id)))
             .collect();
         let index_of = |f: &Field| live.iter().position(|l| l.id == f.id).unwrap_or(0);
-        let children = crate::codegen_shared::key_strings_first(&live)
+        let children = key_strings_first(&live)
             .into_iter()
             .map(index_of)
             .filter(|i| fields[*i].child)
@@ -420,18 +424,13 @@ pub(crate) struct Renderers<G>(
     pub fn(&mut G, usize),
     pub fn(&mut G, usize),
     pub fn(&mut G, usize),
-    pub fn(&mut G, usize) -> Result<(), crate::codegen_shared::CodegenError>,
+    pub fn(&mut G, usize) -> Result<(), CodegenError>,
 );
 
 impl<G> Renderers<G> {
-    /// Renders every type of `s` in [`types_in_emit_order`](crate::codegen_shared::types_in_emit_order).
-    pub fn render_all(
-        &self,
-        g: &mut G,
-        s: &Schema,
-    ) -> Result<(), crate::codegen_shared::CodegenError> {
-        use crate::codegen_shared::{ENUM, STRUCT, UNION};
-        for t in crate::codegen_shared::types_in_emit_order(s) {
+    /// Renders every type of `s` in `types_in_emit_order`.
+    pub fn render_all(&self, g: &mut G, s: &Schema) -> Result<(), CodegenError> {
+        for t in types_in_emit_order(s) {
             match t.kind {
                 ENUM => (self.0)(g, t.index),
                 STRUCT => (self.1)(g, t.index),
@@ -485,7 +484,7 @@ pub(crate) fn kind(s: &Schema, ty: &FieldType) -> Kind {
 fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> FieldPlan<'s> {
     let kind = kind(s, &f.ty);
     let default = match kind {
-        _ if crate::codegen_shared::field_is_optional(f) => Unset::Absent,
+        _ if field_is_optional(f) => Unset::Absent,
         Kind::Scalar(t) => Unset::Scalar(f.default.clone(), t),
         Kind::Enum(e, u) => Unset::Enum(e, f.default.as_i64().unwrap_or(0), u),
         Kind::Vector(_) => Unset::Empty,
@@ -504,16 +503,59 @@ fn field_plan<'s>(s: &Schema, f: &'s Field, key_position: Option<usize>) -> Fiel
     }
 }
 
+/// Whether a table field's generated property is optional (`Option<T>`, `T?`):
+/// yes unless a reader always has a value to give — a non-optional scalar or enum
+/// (the schema default stands in for absence), a vector (absent reads as empty) or
+/// the string primary key (always written).
+pub(crate) fn field_is_optional(f: &Field) -> bool {
+    match &f.ty {
+        FieldType::Scalar(_) | FieldType::Enum(_) => f.optional,
+        FieldType::Vector(_) => false,
+        FieldType::String => !f.primary,
+        _ => true,
+    }
+}
+
+/// The type of a table field's property: `base`, made optional by `optional`
+/// where [`field_is_optional`] says so.
+pub(crate) fn property_type(f: &Field, base: String, optional: fn(String) -> String) -> String {
+    if field_is_optional(f) {
+        optional(base)
+    } else {
+        base
+    }
+}
+
+/// The order in which a generated encoder writes a table's children: the string
+/// fields of the primary key first (in declaration order, which is key order), the
+/// rest in declaration order. A builder writes back to front, so the first key
+/// string ends the finished buffer, and keel stores the buffer without it beside the
+/// key column that holds the same text (`keel-query`'s `body.rs`). Any order of
+/// children is valid FlatBuffers: `flatc` code reads the result unchanged.
+pub(crate) fn key_strings_first<'f>(fields: &[&'f Field]) -> Vec<&'f Field> {
+    let is_key_string = |f: &&Field| f.primary && matches!(f.ty, FieldType::String);
+    let (mut first, rest): (Vec<&Field>, Vec<&Field>) =
+        fields.iter().copied().partition(is_key_string);
+    first.extend(rest);
+    first
+}
+
+/// The declared value of enum `e` whose number is `raw`; `None` for a number the
+/// schema does not name (a default the generators spell as the `Unknown` case).
+pub(crate) fn enum_value(e: &EnumDef, raw: i64) -> Option<&EnumVal> {
+    e.values.iter().find(|v| v.value == raw)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codegen_shared::blog;
+    use crate::codegen::testing::{blog, example};
 
     /// A `(references: …)` field's plan carries the model's reference (target,
     /// to-one or to-many, rule); other fields carry none.
     #[test]
     fn reference_fields_carry_their_reference() {
-        let s = crate::codegen_shared::example("relations.fbs");
+        let s = example("relations.fbs");
         let ti = s.tables.iter().position(|t| t.name == "Post").unwrap();
         let p = TablePlan::new(&s, ti);
         let refs: Vec<(&str, &str, bool)> = p
@@ -541,7 +583,7 @@ mod tests {
     /// declaring an inverse, naming the referring collection.
     #[test]
     fn inverse_handles_belong_to_the_referenced_collection() {
-        let s = crate::codegen_shared::example("relations.fbs");
+        let s = example("relations.fbs");
         let table = |n: &str| s.tables.iter().position(|t| t.name == n).unwrap();
         let of = |n: &str| -> Vec<(String, String)> {
             inverses(&s, &TablePlan::new(&s, table(n)))
@@ -559,7 +601,7 @@ mod tests {
     /// tables, to-many ones marked; plain fields get none.
     #[test]
     fn relation_handles_are_the_references() {
-        let s = crate::codegen_shared::example("relations.fbs");
+        let s = example("relations.fbs");
         let table = |n: &str| s.tables.iter().position(|t| t.name == n).unwrap();
         let p = TablePlan::new(&s, table("Post"));
         let rels: Vec<(&str, usize, bool)> = relations(&s, &p)
@@ -605,10 +647,7 @@ mod tests {
             assert_eq!(fp.slot, f.id);
             assert_eq!(fp.kind, kind(&s, &f.ty), "{}", f.name);
             assert_eq!(fp.tag_slot, f.union_type_id(), "{}", f.name);
-            assert_eq!(
-                fp.default == Unset::Absent,
-                crate::codegen_shared::field_is_optional(f)
-            );
+            assert_eq!(fp.default == Unset::Absent, field_is_optional(f));
             assert_eq!(fp.key_position.is_some(), f.primary, "{}", f.name);
             assert_eq!(fp.child, !f.ty.is_inline(), "{}", f.name);
         }
@@ -676,5 +715,22 @@ mod tests {
         assert!(inner.ops.collection.is_none());
         assert_eq!(inner.ops.key, KeyShape::Rowid);
         assert_eq!(inner.fields[0].default, Unset::Absent);
+    }
+
+    #[test]
+    fn key_strings_come_first_in_key_order() {
+        let s = Schema::parse(
+            "namespace n; table T (entity) { title: string; n: int; lang: string (primary); \
+             tags: [string]; slug: string (primary); } root_type T;",
+            "k.fbs",
+        )
+        .unwrap();
+        let t = s.table(0);
+        let fields: Vec<&Field> = t.fields.iter().collect();
+        let order: Vec<&str> = key_strings_first(&fields)
+            .iter()
+            .map(|f| f.name.as_str())
+            .collect();
+        assert_eq!(order, ["lang", "slug", "title", "n", "tags"]);
     }
 }
