@@ -15,10 +15,10 @@
 //!   Sources/CorpusModel/Corpus.swift keel codegen swift tests/bytes/corpus.fbs
 //!   Sources/keel-crash-child/        a keel app that is killed (bindings/swift/Tests/CrashChild)
 //!   Sources/MediaV1/, MediaV2/       … and bindings/swift/Tests/media_v1.fbs, media_v2.fbs
-//!   Sources/EdgeModel/, NoteV3/, MonsterV1/, MonsterV2/
+//!   Sources/EdgeModel/, NoteV3/, MonsterV1/, MonsterV2/, NsV1/, NsV2/
 //!                                    every other schema under examples/, compiled only
-//!                                    (not namespaces/: two `Item`s, which Swift's flat
-//!                                    names refuse with a clear error)
+//!                                    (namespaces/ too: its two `Item`s get flat names,
+//!                                    `ShopItem` and `WarehouseItem`)
 //!   Tests/KeelTests/KeelTests.swift  the XCTest suite (bindings/swift/Tests/)
 //!   Sources/SearchModel/Search.swift keel codegen swift bindings/swift/Tests/search.fbs
 //!   Tests/KeelTests/SearchTests.swift        typed full-text search
@@ -85,9 +85,9 @@ let package = Package(
         // Collections with references (examples/blog/schema/relations.fbs).
         .target(name: "RelModel", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/RelModel"),
-        // Every other schema under examples/ (but namespaces/, whose two `Item`s the
-        // Swift generator refuses), built so that the generated Swift for each is
-        // known to compile in Swift 6 mode (KeelTests depends on them).
+        // Every other schema under examples/ (namespaces/ included), built so that
+        // the generated Swift for each is known to compile in Swift 6 mode
+        // (KeelTests depends on them).
         .target(name: "EdgeModel", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/EdgeModel"),
         .target(name: "NoteV3", dependencies: [.product(name: "Keel", package: "Keel")],
@@ -96,13 +96,17 @@ let package = Package(
                 path: "Sources/MonsterV1"),
         .target(name: "MonsterV2", dependencies: [.product(name: "Keel", package: "Keel")],
                 path: "Sources/MonsterV2"),
+        .target(name: "NsV1", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/NsV1"),
+        .target(name: "NsV2", dependencies: [.product(name: "Keel", package: "Keel")],
+                path: "Sources/NsV2"),
         .executableTarget(name: "keel-crash-child",
                           dependencies: ["BlogModel", .product(name: "Keel", package: "Keel")],
                           path: "Sources/keel-crash-child"),
         .testTarget(name: "KeelTests",
                     dependencies: ["BlogModel", "ShopModel", "NoteV1", "NoteV2", "CorpusModel",
                                    "SearchModel", "VectorModel", "EdgeModel", "NoteV3", "MonsterV1", "MonsterV2",
-                                   "RelModel",
+                                   "NsV1", "NsV2", "RelModel",
                                    .product(name: "Keel", package: "Keel")],
                     path: "Tests/KeelTests"),
         // Written the way an app is (a @MainActor view model), in Swift 6 mode.
@@ -174,6 +178,14 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         (
             root.join("examples/blog/schema/monster/monster_v2.fbs"),
             "MonsterV2",
+        ),
+        (
+            root.join("examples/blog/schema/namespaces/ns_v1.fbs"),
+            "NsV1",
+        ),
+        (
+            root.join("examples/blog/schema/namespaces/ns_v2.fbs"),
+            "NsV2",
         ),
     ] {
         let out = gen.join(model);

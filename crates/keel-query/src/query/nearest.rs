@@ -8,7 +8,7 @@
 
 use std::marker::PhantomData;
 
-use keel_schema::{Field, FieldPath, Record};
+use keel_schema::{Field, FieldPath, Record, Vector};
 
 use crate::base::error::{Error, Result};
 use crate::engine::Inner;
@@ -257,12 +257,7 @@ impl<'a, R: Record> Fetch<'a, R> {
     /// nearest to `query`, best first: see [`Query::nearest`]. `field` is the
     /// handle of a `(vector: N)` field (`Photo::embedding()`): no other field's
     /// handle is accepted.
-    pub fn nearest(
-        self,
-        field: Field<R, keel_schema::Vector>,
-        query: &[f32],
-        k: usize,
-    ) -> NearestFetch<'a, R> {
+    pub fn nearest(self, field: Field<R, Vector>, query: &[f32], k: usize) -> NearestFetch<'a, R> {
         NearestFetch {
             n: self.into_query().nearest(field.into_path(), query, k),
             _r: PhantomData,
