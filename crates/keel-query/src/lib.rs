@@ -134,7 +134,9 @@ pub use query::eval;
 pub use query::fetch::{Fetch, Query, StoredObject};
 pub use query::nearest::{Nearest, NearestFetch, Neighbor};
 pub use query::sql::FIELD_FN;
-pub use relations::live::{IncludingManyUpdate, IncludingSubscription, IncludingUpdate};
+pub use relations::live::{
+    IncludingManyUpdate, IncludingStats, IncludingSubscription, IncludingUpdate,
+};
 pub use relations::prefetch::{Included, Including};
 pub use subscribe::{
     Diff, Indices, IndicesIntoIter, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent,

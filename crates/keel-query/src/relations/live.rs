@@ -10,7 +10,11 @@
 //! back (so a list follows another process as live queries do; without the
 //! change feed, an empty slice: read again). A change is relevant when it is in `R`'s collection, or in `T`'s
 //! with a key some shown `R` names (a hash lookup per change: commits that touch
-//! neither cost nothing more). When a closure changed only referenced objects
+//! neither cost nothing more). A change in `R`'s collection is relevant only when
+//! the list's filter holds for its old or its new version (evaluated in memory,
+//! as the subscription hub does), or when its old version is not known (another
+//! process's commit): a post no list shows, before or after, reads nothing
+//! again. When a closure changed only referenced objects
 //! (an author renamed), the rows naming them take the new version from the
 //! change itself, with no read: an `updated` row for every post showing it (the
 //! rows, their order and the filter depend on `R` alone; a to-many row keeps its
@@ -19,13 +23,16 @@
 //! delivered with the diff against the last delivery, if anything differs.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_schema::{Record, Relation};
 
+use crate::base::change::{Change, ChangeOp};
 use crate::base::error::{Error, Result};
 use crate::base::ref_keys::K;
 use crate::db::database::{ChangeHook, Database};
+use crate::query::eval::Filter;
 use crate::query::fetch::{decode_row, Fetch, Source, Spec};
 use crate::relations::prefetch::Including;
 use crate::subscribe::indices::Indices;
@@ -54,16 +61,54 @@ pub struct IncludingManyUpdate<R, T> {
     pub diff: Diff,
 }
 
+/// What a live list across a relation has done so far
+/// ([`IncludingSubscription::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct IncludingStats {
+    /// Times the list was read from the database: the first read, then once per
+    /// commit that changed objects of the list's own collection it may show.
+    pub reads: u64,
+    /// Deliveries made, the first included.
+    pub deliveries: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    reads: AtomicU64,
+    deliveries: AtomicU64,
+}
+
 /// A live query across a relation; dropping it (or [`cancel`](Self::cancel))
 /// stops deliveries after the one in progress, if any.
 #[must_use = "dropping the subscription ends it"]
 pub struct IncludingSubscription {
     hook: Option<ChangeHook>,
+    counters: Arc<Counters>,
 }
 
 impl IncludingSubscription {
     /// End the subscription.
     pub fn cancel(self) {}
+
+    /// How often the list was read and delivered so far.
+    pub fn stats(&self) -> IncludingStats {
+        IncludingStats {
+            reads: self.counters.reads.load(Ordering::Relaxed),
+            deliveries: self.counters.deliveries.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Whether a change to an object of the list's own collection can change the
+/// list: its old or new version matches the filter, or the old one is unknown.
+fn may_show(filter: Option<&Filter>, c: &Change) -> bool {
+    let Some(f) = filter else {
+        return true;
+    };
+    let matches = |b: &Option<Vec<u8>>| b.as_deref().is_some_and(|b| f.eval_bytes(b) == Some(true));
+    let old_unknown = c.op != ChangeOp::Insert && c.old.is_none();
+    old_unknown || matches(&c.old) || matches(&c.new)
 }
 
 impl Drop for IncludingSubscription {
@@ -201,6 +246,15 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         };
         let db = Database::from_inner(Arc::clone(&inner));
         let spec: Spec = self.fetch.q.spec.clone();
+        let filter = match &spec.filter {
+            Some(e) => Some(Filter::with_schema(
+                Arc::clone(&inner.schema),
+                &spec.collection,
+                e,
+            )?),
+            None => None,
+        };
+        let counters = Arc::new(Counters::default());
         let rel: Relation<R, T> = self.rel.clone();
         let related_order = self.related_order.clone();
         let related_filter = self.related_filter.clone();
@@ -210,10 +264,12 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let in_place = related_order.is_none() && related_filter.is_none();
         let read = {
             let weak = db.weak();
+            let counters = Arc::clone(&counters);
             move || -> Result<Option<Shown<R, T>>> {
                 let Some(inner) = weak.upgrade() else {
                     return Ok(None);
                 };
+                counters.reads.fetch_add(1, Ordering::Relaxed);
                 let mut fetch = Fetch::<R>::new(Source::Db(inner));
                 fetch.q.spec = spec.clone();
                 let keyed = Including {
@@ -252,6 +308,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         let mut first = state.lock().unwrap_or_else(|p| p.into_inner());
         let target = self.rel.target();
         let (hook_state, hook_read) = (Arc::clone(&state), Arc::clone(&read));
+        let hook_counters = Arc::clone(&counters);
         let hook = db.on_file_changes(move |changes| {
             let (state, read) = (&hook_state, &hook_read);
             // No changes: a commit that was not recorded (it started before this
@@ -260,7 +317,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
             let relevant = unknown
                 || changes.iter().any(|c| {
-                    c.collection == R::COLLECTION
+                    (c.collection == R::COLLECTION && may_show(filter.as_ref(), c))
                         || (c.collection == target
                             && c.key.first().is_some_and(|k| st.named.contains(&K::of(k))))
                 });
@@ -270,7 +327,10 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
             // Only referenced objects changed: the list's rows, order and filter
             // depend on `R` alone, so the rows naming them take the new version
             // in place, from the change itself (no read).
-            if in_place && !unknown && changes.iter().all(|c| c.collection != R::COLLECTION) {
+            let own_changed = changes
+                .iter()
+                .any(|c| c.collection == R::COLLECTION && may_show(filter.as_ref(), c));
+            if in_place && !unknown && !own_changed {
                 let mut touched = Vec::new();
                 for c in changes.iter().filter(|c| c.collection == target) {
                     let Some(k) = c.key.first().map(K::of) else {
@@ -307,6 +367,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                     }
                 }
                 if !updated.is_empty() {
+                    hook_counters.deliveries.fetch_add(1, Ordering::Relaxed);
                     (st.f)(
                         st.shown.clone(),
                         Diff {
@@ -334,6 +395,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
                 return;
             }
             st.shown = shown.clone();
+            hook_counters.deliveries.fetch_add(1, Ordering::Relaxed);
             (st.f)(shown, diff);
         });
         // On an error the lock goes first: dropping the hook waits for a hook
@@ -354,11 +416,15 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
         };
         let shown: Vec<(R, X)> = rows.iter().map(pair).collect();
         let n = shown.len();
+        counters.deliveries.fetch_add(1, Ordering::Relaxed);
         (first.f)(shown.clone(), Diff::initial(n));
         first.rows = rows;
         first.named = named;
         first.shown = shown;
         drop(first);
-        Ok(IncludingSubscription { hook: Some(hook) })
+        Ok(IncludingSubscription {
+            hook: Some(hook),
+            counters,
+        })
     }
 }
