@@ -1,86 +1,17 @@
 //! [`open_async`], [`open_blocking`], [`Database`] and [`Query`].
 
-use std::future::Future;
 use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
 
+use crate::callbacks::{gated, progress_fn};
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
+use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
-    progress_fn, CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions,
-    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
-    WriteResult,
+    CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
+    OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
 };
-
-/// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
-/// caller's thread (an event loop polling the future) free of blocking work.
-/// The threads that run the FFI's async calls (`keel-ffi-N`): at most this many,
-/// shared by every database of the process, started on demand, asleep when idle.
-/// Calls beyond them queue instead of each starting an OS thread.
-pub(crate) const FFI_THREADS: usize = 4;
-
-fn ffi_pool() -> &'static keel_query::pool::Pool {
-    static POOL: std::sync::OnceLock<keel_query::pool::Pool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| keel_query::pool::Pool::named(FFI_THREADS, "keel-ffi"))
-}
-
-/// Run `f` on the FFI pool; the returned future resolves with its result.
-pub(crate) fn off_thread<T: Send + 'static>(
-    name: &'static str,
-    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
-) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let job = Box::new(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-            Err(KeelError::internal(format!(
-                "the keel task `{name}` panicked"
-            )))
-        });
-        let _ = tx.send(r);
-    });
-    let rejected = ffi_pool().submit(job).err().map(|e| KeelError::Io {
-        message: format!("could not run the keel task `{name}`: {e:?}"),
-    });
-    async move {
-        if let Some(e) = rejected {
-            return Err(e);
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
-    }
-}
-
-/// Run `f` on a thread of its own (named `keel-{name}`), not on the FFI pool:
-/// for the calls that must never queue behind the pool's jobs. Each call starts a
-/// thread, so it is for rare calls only.
-pub(crate) fn on_own_thread<T: Send + 'static>(
-    name: &'static str,
-    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
-) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("keel-{name}"))
-        .spawn(move || {
-            let r =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-                    Err(KeelError::internal(format!(
-                        "the keel task `{name}` panicked"
-                    )))
-                });
-            let _ = tx.send(r);
-        });
-    let rejected = spawned.err().map(|e| KeelError::Io {
-        message: format!("could not start a thread for the keel task `{name}`: {e}"),
-    });
-    async move {
-        if let Some(e) = rejected {
-            return Err(e);
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
-    }
-}
 
 /// Run a synchronous FFI call: while the database is suspended its reads fail
 /// with `Suspended` instead of waiting for a resume that the blocked calling
@@ -126,7 +57,7 @@ pub async fn open_async(
     options: OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
-    crate::types::gated(async move {
+    gated(async move {
         // Parsing is quick, but it is work: keep it off the caller's thread too.
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
         let opts = self::options(&options, progress);
@@ -281,7 +212,7 @@ impl Database {
     /// operation fails (bad bytes, unknown collection, duplicate key, missing
     /// object), none of it is kept and the error is thrown.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteResult>, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let fut = self.db.write(move |txn| {
                 let mut out = Vec::with_capacity(ops.len());
                 for op in ops {
@@ -307,12 +238,8 @@ impl Database {
         collection: String,
         key: Vec<Value>,
     ) -> Result<Option<Vec<u8>>, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("get", move || {
-                Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "get", move |db| {
+            Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
         })
         .await
     }
@@ -338,7 +265,7 @@ impl Database {
 
     /// [`Database::count`] on a keel thread.
     pub async fn count_async(&self, collection: String) -> Result<u64, KeelError> {
-        crate::types::gated(async move { self.query(collection).count_async().await }).await
+        gated(async move { self.query(collection).count_async().await }).await
     }
 
     /// FlatBuffers bytes for `collection` from JSON, with this database's schema.
@@ -364,15 +291,11 @@ impl Database {
     /// Run a PASSIVE checkpoint now (on a keel thread): copy what can be copied
     /// from the WAL without waiting for anyone.
     pub async fn checkpoint(&self) -> Result<CheckpointResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("checkpoint", move || {
-                Ok(db
-                    .store()
-                    .checkpoint(keel_storage::CheckpointMode::Passive)?
-                    .into())
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "checkpoint", |db| {
+            Ok(db
+                .store()
+                .checkpoint(keel_storage::CheckpointMode::Passive)?
+                .into())
         })
         .await
     }
@@ -387,30 +310,26 @@ impl Database {
     /// Call `resume` when the app comes back. Runs on a keel thread.
     #[uniffi::method(default(and_suspend = false))]
     pub async fn on_background(&self, and_suspend: bool) -> Result<CheckpointResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("background", move || {
-                if !and_suspend {
-                    return Ok(db.store().on_background()?.into());
-                }
-                let t = std::time::Instant::now();
-                let r =
-                    db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
-                Ok(match r.checkpoint {
-                    Some(c) => c.into(),
-                    // The checkpoint could not run (it is logged); the locks are gone anyway.
-                    None => CheckpointResult {
-                        busy: true,
-                        wal_frames: -1,
-                        checkpointed_frames: -1,
-                        duration_ms: t.elapsed().as_secs_f64() * 1e3,
-                        wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
-                            .map(|m| m.len())
-                            .unwrap_or(0),
-                    },
-                })
+        run_async(&self.db, Runner::Pool, "background", move |db| {
+            if !and_suspend {
+                return Ok(db.store().on_background()?.into());
+            }
+            let t = std::time::Instant::now();
+            let r =
+                db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
+            Ok(match r.checkpoint {
+                Some(c) => c.into(),
+                // The checkpoint could not run (it is logged); the locks are gone anyway.
+                None => CheckpointResult {
+                    busy: true,
+                    wal_frames: -1,
+                    checkpointed_frames: -1,
+                    duration_ms: t.elapsed().as_secs_f64() * 1e3,
+                    wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
+                        .map(|m| m.len())
+                        .unwrap_or(0),
+                },
             })
-            .await
         })
         .await
     }
@@ -432,14 +351,10 @@ impl Database {
     /// Swift: `try await db.suspend()`; Kotlin: `db.suspend(failFast = false)`.
     #[uniffi::method(default(fail_fast = false))]
     pub async fn suspend(&self, fail_fast: bool) -> Result<SuspendResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("suspend", move || {
-                Ok(db
-                    .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
-                    .into())
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "suspend", move |db| {
+            Ok(db
+                .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
+                .into())
         })
         .await
     }
@@ -451,9 +366,8 @@ impl Database {
     /// thread of its own: the shared threads of the async calls may all be
     /// taken by reads waiting for this very resume.
     pub async fn resume(&self) -> Result<ResumeResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            on_own_thread("resume", move || Ok(db.resume()?.into())).await
+        run_async(&self.db, Runner::OwnThread, "resume", |db| {
+            Ok(db.resume()?.into())
         })
         .await
     }
@@ -476,11 +390,7 @@ impl Database {
     /// whenever another process commits (Linux, Android, Apple platforms), so call
     /// it only where that wake-up is missing. See `docs/app-groups.md`.
     pub async fn catch_up(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("catch_up", move || Ok(db.catch_up()?)).await
-        })
-        .await
+        run_async(&self.db, Runner::Pool, "catch_up", |db| Ok(db.catch_up()?)).await
     }
 
     /// Physical I/O since open, per file kind.
@@ -501,7 +411,7 @@ impl Database {
     /// Finish queued writes, checkpoint and close (on a keel thread). Later calls
     /// on this database throw `Closed`.
     pub async fn close(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move { Ok(self.db.close().await?) }).await
+        gated(async move { Ok(self.db.close().await?) }).await
     }
 
     /// True after `close`.
@@ -518,7 +428,7 @@ impl Database {
     /// (`Io`) if the sync failed: the database stays readable, writes fail.
     /// Swift: `try await db.durable()`; Kotlin: `db.durable()` (suspend).
     pub async fn durable(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move { Ok(self.db.durable().await?) }).await
+        gated(async move { Ok(self.db.durable().await?) }).await
     }
 
     /// True once the database is durable (see `durable`).
@@ -766,7 +676,7 @@ impl Query {
 
     /// [`Query::all`] on a keel thread.
     pub async fn all_async(&self) -> Result<Vec<StoredObject>, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let q = self.build_checked()?;
             Ok(q.all_async().await?.into_iter().map(Into::into).collect())
         })
@@ -775,66 +685,10 @@ impl Query {
 
     /// [`Query::count`] on a keel thread.
     pub async fn count_async(&self) -> Result<u64, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let q = self.build_checked()?;
             Ok(q.count_async().await?)
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Condvar, Mutex};
-
-    /// Threads of this process whose name starts with `keel-ffi`.
-    fn ffi_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter(|t| {
-                let comm = t.as_ref().unwrap().path().join("comm");
-                std::fs::read_to_string(comm)
-                    .unwrap_or_default()
-                    .starts_with("keel-ffi")
-            })
-            .count()
-    }
-
-    #[test]
-    fn async_calls_share_a_bounded_pool_instead_of_a_thread_each() {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let futs: Vec<_> = (0..32)
-            .map(|i| {
-                let (gate, running) = (Arc::clone(&gate), Arc::clone(&running));
-                off_thread("test", move || {
-                    running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let (m, cv) = &*gate;
-                    let mut open = m.lock().unwrap();
-                    while !*open {
-                        open = cv.wait(open).unwrap();
-                    }
-                    Ok(i)
-                })
-            })
-            .collect();
-        // Every pool thread is busy with a blocked call; the others wait in the queue.
-        while running.load(std::sync::atomic::Ordering::SeqCst) < FFI_THREADS {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(
-            running.load(std::sync::atomic::Ordering::SeqCst),
-            FFI_THREADS
-        );
-        assert!(ffi_threads() <= FFI_THREADS, "{} threads", ffi_threads());
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        let got: Vec<usize> = futs
-            .into_iter()
-            .map(|f| futures::executor::block_on(f).unwrap())
-            .collect();
-        assert_eq!(got, (0..32).collect::<Vec<_>>());
     }
 }

@@ -43,7 +43,8 @@
 //! threads**: progress on `keel-open`, subscription updates on the writer thread
 //! (the first result on the subscribing thread), dictionary changes on the
 //! dictionary's notifier thread. An exception a callback throws is caught, logged
-//! and ignored.
+//! and ignored, and no panic crosses into foreign code. The callback runtime is
+//! `callbacks.rs`; where async calls run is `tasks.rs`.
 //!
 //! ## Bad input
 //!
@@ -69,6 +70,7 @@
 
 uniffi::setup_scaffolding!("keel");
 
+mod callbacks;
 mod db;
 mod dict;
 mod error;
@@ -78,6 +80,7 @@ mod migrate;
 mod packed;
 mod relations;
 mod search;
+mod tasks;
 mod txn;
 mod types;
 mod vector;

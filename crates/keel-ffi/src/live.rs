@@ -2,9 +2,10 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::callbacks::{guarded, Foreign};
 use crate::db::{Database, Query};
 use crate::error::{CallbackError, KeelError};
-use crate::types::{guarded, StoredObject, Value};
+use crate::types::{StoredObject, Value};
 
 /// The row-level difference between the previous and the new result of a query,
 /// in the shape table and list views animate (`performBatchUpdates`, `DiffUtil`).
@@ -168,7 +169,7 @@ impl Query {
         &self,
         listener: Box<dyn QueryListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
-        let listener = crate::types::Foreign::new(listener);
+        let listener = Foreign::new(listener);
         crate::db::sync_call(|| {
             let q = self.build_checked()?;
             let sub = q.subscribe(move |u: keel_query::QueryUpdate| {
@@ -195,7 +196,7 @@ impl Database {
         listener: Box<dyn ObjectListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
         let key: Vec<keel_schema::Value> = key.into_iter().map(Into::into).collect();
-        let listener = crate::types::Foreign::new(listener);
+        let listener = Foreign::new(listener);
         crate::db::sync_call(|| {
             let sub = self
                 .db

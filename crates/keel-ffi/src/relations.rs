@@ -22,12 +22,13 @@ use std::thread::ThreadId;
 use keel_query::{Change, ChangeHook};
 use keel_schema::{FieldPath, Value};
 
+use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::{Expr, Resolver};
 use crate::live::Diff;
+use crate::types::IncludedObject;
 use crate::types::Value as FfiValue;
-use crate::types::{guarded, Foreign, IncludedObject};
 
 /// One delivery of [`Query::subscribe_including`]: the whole list and its diff
 /// against the previous delivery (the first lists every object as inserted).

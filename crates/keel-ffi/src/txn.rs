@@ -21,6 +21,7 @@
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
+use crate::callbacks::{gated, Foreign, ForeignCall};
 use crate::db::{apply_op, keys, Database, Query};
 use crate::error::{CallbackError, KeelError};
 use crate::packed::PackedObjects;
@@ -293,16 +294,16 @@ impl Database {
     /// same group commit are unaffected. Concurrent `write`/`write_txn` calls share
     /// one commit and one sync.
     pub async fn write_txn(&self, body: Box<dyn WriteBody>) -> Result<(), KeelError> {
-        crate::types::gated(self.write_txn_ungated(body)).await
+        gated(self.write_txn_ungated(body)).await
     }
 }
 
 impl Database {
     /// [`Database::write_txn`] without the exit gate. The body is a foreign call:
-    /// once [`stop_callbacks`](crate::types::stop_callbacks) ran it is not called (the write fails with
+    /// once [`stop_callbacks`](crate::callbacks::stop_callbacks) ran it is not called (the write fails with
     /// `Cancelled`) and the foreign object is leaked, not freed, on keel's thread.
     async fn write_txn_ungated(&self, body: Box<dyn WriteBody>) -> Result<(), KeelError> {
-        let body = crate::types::Foreign::new(body);
+        let body = Foreign::new(body);
         let thrown: Arc<Mutex<Option<KeelError>>> = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&thrown);
         let path = self.db.path().to_path_buf();
@@ -316,14 +317,15 @@ impl Database {
                 path,
                 schema,
             });
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                match crate::types::ForeignCall::enter() {
-                    Some(_call) => body.run(Arc::clone(&handle)),
-                    None => Err(CallbackError::Failed {
-                        reason: "keel's callbacks are stopped (the process is exiting)".into(),
-                    }),
-                }
-            }));
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                    || match ForeignCall::enter() {
+                        Some(_call) => body.run(Arc::clone(&handle)),
+                        None => Err(CallbackError::Failed {
+                            reason: "keel's callbacks are stopped (the process is exiting)".into(),
+                        }),
+                    },
+                ));
             // From here on the handle refuses every use: the `Txn` is ours again.
             match handle.live.lock() {
                 Ok(mut l) => *l = None,

@@ -8,12 +8,12 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
+use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::Resolver;
 use crate::live::{Diff, Handle, Subscription};
 use crate::txn::Transaction;
-use crate::types::{guarded, Foreign};
 
 /// One result of [`Query::nearest`].
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
