@@ -1063,6 +1063,10 @@ fun main(args: Array<String>) {
         crashChild(args[1])
         return
     }
+    if (args.size == 2 && args[0] == "--first-open") {
+        firstOpenChild(args[1]) // AndroidTest.kt: no keel call may come before it
+        return
+    }
     // What an app's first call, `Keel.openAsync`, does before the library loads
     // (the tests below also call the generated functions directly).
     KeelThreads.keepAttached()
@@ -1074,6 +1078,7 @@ fun main(args: Array<String>) {
     registerObservationTests() // ObservationTest.kt
     registerVectorTests() // VectorTest.kt
     registerRelationsTests() // RelationsTest.kt
+    registerAndroidTests() // AndroidTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

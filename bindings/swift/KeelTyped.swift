@@ -618,7 +618,10 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
 
     /// Subscribes, once: on the first iteration. A subscription that fails (a
     /// closed database, say) ends the stream with its error, which the first
-    /// `next()` throws; one cancelled before it started ends the stream.
+    /// `next()` throws; one cancelled before it started ends the stream. When
+    /// the database closes later, keel stops calling the listener, and the
+    /// subscription's `ended()` throws `KeelError.Closed`: the stream ends with
+    /// it, after the deliveries made before the close.
     private func start() {
         let (subscribe, cont, state) = (self.subscribe, continuation, self.state)
         switch state.begin() {
@@ -628,7 +631,16 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
             cont.finish()
         case .start:
             do {
-                state.set(try subscribe(KeelRawBridge(cont, state)))
+                let subscription = try subscribe(KeelRawBridge(cont, state))
+                state.set(subscription)
+                Task {
+                    do {
+                        // Returns at the cancel; throws at the database's close.
+                        try await subscription.ended()
+                    } catch {
+                        cont.finish(throwing: error)
+                    }
+                }
             } catch {
                 cont.finish(throwing: error)
             }
@@ -669,10 +681,13 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
 }
 
 /// What a `KeelUpdates` holds of keel's subscription handle (`Subscription`, or
-/// `IncludingSubscription` for a live list across a relation).
-protocol KeelCancellable: AnyObject {
+/// `IncludingSubscription` for a live list across a relation). Both generated
+/// classes are `@unchecked Sendable` (keel's handles are thread-safe).
+protocol KeelCancellable: AnyObject, Sendable {
     func cancel()
     func isActive() -> Bool
+    /// Returns when cancelled; throws `KeelError.Closed` once the database closed.
+    func ended() async throws
 }
 
 extension Subscription: KeelCancellable {}

@@ -17,15 +17,12 @@ package dev.keel
 
 import dev.keel.ffi.Diff
 import dev.keel.ffi.IncludedObject
-import dev.keel.ffi.IncludingListener
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.Query
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 
@@ -131,6 +128,19 @@ class IncludingQuery<O : Any, T : Any, R> internal constructor(
         IncludingQuery(query.whereRelated(field, predicate.expr), field, owner, inTransaction, decode)
 
     /**
+     * Order the result by [key], a field of the referenced objects
+     * (`including(Post.authorRef).orderByRelated(Author.name.asc())`; to-many: the
+     * first one), as SQL orders (a post without an author first when ascending).
+     * Equal values keep the query's own order; its limit and offset apply after this
+     * order (every match is read to sort it). [all], [counts] and [updates] keep it.
+     * A relevance key throws `KeelException.InvalidArgument`.
+     */
+    fun orderByRelated(key: SortKey<T>): IncludingQuery<O, T, R> {
+        if (key.relevance) throw KeelException.InvalidArgument("orderByRelated($field): relevance orders by a search, not by a field")
+        return IncludingQuery(query.orderByRelated(key.path, key.descending), field, owner, inTransaction, decode)
+    }
+
+    /**
      * Every matching object with the number of objects its reference names that exist
      * — the count over the relation (a to-many vector's keys naming an object, repeats
      * counted; 0 or 1 to-one) — in two reads, the second of the referenced collection's
@@ -147,16 +157,18 @@ class IncludingQuery<O : Any, T : Any, R> internal constructor(
      * dropped. Other processes' commits arrive too (with `shareChanges`). Subscribing
      * and decoding run on [Dispatchers.IO], never on keel's writer or feed thread.
      */
-    fun updates(): Flow<RelationUpdate<O, R>> = callbackFlow {
-        val sub = checked().subscribeIncluding(field, object : IncludingListener {
-            override fun onUpdate(update: dev.keel.ffi.IncludingUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> RelationUpdate(u.objects.map(decode), u.diff) }
-        .flowOn(Dispatchers.IO)
+    fun updates(): LiveFlow<RelationUpdate<O, R>> {
+        val state = LiveState()
+        val flow = liveFlow<dev.keel.ffi.IncludingUpdate>(state, { checked().subscribeIncluding(field, it).handle() }) {
+            trySend(it as dev.keel.ffi.IncludingUpdate)
+        }
+        return LiveFlow(
+            flow.buffer(Channel.UNLIMITED)
+                .map { u -> RelationUpdate(u.objects.map(decode), u.diff) }
+                .flowOn(Dispatchers.IO),
+            state,
+        )
+    }
 
     override fun toString(): String = "${query.describe()} including $field"
 }

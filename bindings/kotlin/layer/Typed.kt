@@ -22,9 +22,7 @@ import dev.keel.ffi.Diff
 import dev.keel.ffi.Expr
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.ObjectEvent
-import dev.keel.ffi.ObjectListener
 import dev.keel.ffi.Query
-import dev.keel.ffi.QueryListener
 import dev.keel.ffi.Transaction
 import dev.keel.ffi.Value
 import dev.keel.ffi.WriteBody
@@ -33,12 +31,10 @@ import dev.keel.ffi.WriteResult
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.SharingStarted
 import kotlinx.coroutines.flow.StateFlow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.conflate
 import kotlinx.coroutines.flow.distinctUntilChanged
 import kotlinx.coroutines.flow.flowOn
@@ -352,16 +348,20 @@ class TypedQuery<T : Any> internal constructor(
      * [Dispatchers.IO], never on keel's writer thread nor on the collector's
      * dispatcher (`Dispatchers.Main` in an app); the collector gets decoded objects.
      */
-    fun updates(): Flow<QueryUpdate<T>> = callbackFlow {
-        val sub = query.subscribe(object : QueryListener {
-            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
-        .flowOn(Dispatchers.IO)
+    fun updates(): LiveFlow<QueryUpdate<T>> = raw().then { f ->
+        f.buffer(Channel.UNLIMITED)
+            .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+            .flowOn(Dispatchers.IO)
+    }
+
+    /** The query's subscription, undecoded (see Live.kt). */
+    private fun raw(): LiveFlow<dev.keel.ffi.QueryUpdate> {
+        val state = LiveState()
+        val flow = liveFlow<dev.keel.ffi.QueryUpdate>(state, { query.subscribe(it).handle() }) {
+            trySend(it as dev.keel.ffi.QueryUpdate)
+        }
+        return LiveFlow(flow, state)
+    }
 
     /**
      * The latest result only (conflated): the current result first, then, when the
@@ -369,17 +369,12 @@ class TypedQuery<T : Any> internal constructor(
      * between are skipped and never decoded. For a screen that shows the result;
      * [updates] has every diff. Subscribing and decoding run on [Dispatchers.IO].
      */
-    fun latest(): Flow<List<T>> = callbackFlow {
-        val sub = query.subscribe(object : QueryListener {
-            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.conflate()
-        .map { u -> u.objects.map { model.decode(it.bytes) } }
-        .flowOn(Dispatchers.IO)
-        .conflate()
+    fun latest(): LiveFlow<List<T>> = raw().then { f ->
+        f.conflate()
+            .map { u -> u.objects.map { model.decode(it.bytes) } }
+            .flowOn(Dispatchers.IO)
+            .conflate()
+    }
 
     /**
      * The result as a [StateFlow] whose [StateFlow.value] is the current result from
@@ -402,17 +397,16 @@ class TypedQuery<T : Any> internal constructor(
  * one; the flow completes when the object is deleted (at once if it does not exist).
  * Subscribing and decoding run on [Dispatchers.IO], not on the collector's dispatcher.
  */
-fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): Flow<T> = callbackFlow {
-    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
-        override fun onEvent(event: ObjectEvent) {
-            when (event) {
-                is ObjectEvent.Updated -> trySend(event.current.bytes)
-                is ObjectEvent.Deleted -> channel.close()
-            }
+fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): LiveFlow<T> {
+    val state = LiveState()
+    val flow = liveFlow<ByteArray>(state, { subscribeObject(model.collectionName, model.keyValues(key), it).handle() }) {
+        when (val event = it as ObjectEvent) {
+            is ObjectEvent.Updated -> trySend(event.current.bytes)
+            is ObjectEvent.Deleted -> channel.close()
         }
-    })
-    awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO)
+    }
+    return LiveFlow(flow.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO), state)
+}
 
 /**
  * [objectUpdates], latest only (conflated), and with `null` when the object is
@@ -420,20 +414,19 @@ fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): F
  * between are skipped and never decoded. Completes after the `null` of a delete.
  * Subscribing and decoding run on [Dispatchers.IO].
  */
-fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): Flow<T?> = callbackFlow<ByteArray?> {
-    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
-        override fun onEvent(event: ObjectEvent) {
-            when (event) {
-                is ObjectEvent.Updated -> trySend(event.current.bytes)
-                is ObjectEvent.Deleted -> {
-                    trySend(null)
-                    channel.close()
-                }
+fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): LiveFlow<T?> {
+    val state = LiveState()
+    val flow = liveFlow<ByteArray?>(state, { subscribeObject(model.collectionName, model.keyValues(key), it).handle() }) {
+        when (val event = it as ObjectEvent) {
+            is ObjectEvent.Updated -> trySend(event.current.bytes)
+            is ObjectEvent.Deleted -> {
+                trySend(null)
+                channel.close()
             }
         }
-    })
-    awaitClose { sub.cancel() }
-}.conflate().map { b -> b?.let(model::decode) }.flowOn(Dispatchers.IO).conflate()
+    }
+    return LiveFlow(flow.conflate().map { b -> b?.let(model::decode) }.flowOn(Dispatchers.IO).conflate(), state)
+}
 
 /**
  * The object of [model] with [key] as a [StateFlow]: [StateFlow.value] is its

@@ -17,13 +17,10 @@ package dev.keel
 
 import dev.keel.ffi.Diff
 import dev.keel.ffi.KeelException
-import dev.keel.ffi.NearestListener
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 import kotlinx.coroutines.withContext
@@ -81,17 +78,17 @@ suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: Flo
  * writer thread) only hands the delivery over. A bad field or vector makes the
  * collection throw the typed error.
  */
-fun <T : Any> TypedQuery<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): Flow<NearestUpdate<T>> {
+fun <T : Any> TypedQuery<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): LiveFlow<NearestUpdate<T>> {
     val v = vector.toList()
-    return callbackFlow {
+    val state = LiveState()
+    val flow = liveFlow<dev.keel.ffi.NearestUpdate>(state, { bridge ->
         if (txn != null) throw KeelException.InvalidArgument("nearestUpdates: subscribe on db.fetch(…), not inside a write transaction")
-        val sub = query.subscribeNearest(field.keelPath, v, k.coerceAtLeast(0).toUInt(), object : NearestListener {
-            override fun onUpdate(update: dev.keel.ffi.NearestUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> NearestUpdate(u.neighbors.map { decode(it) }, u.diff) }
-        .flowOn(Dispatchers.IO)
+        query.subscribeNearest(field.keelPath, v, k.coerceAtLeast(0).toUInt(), bridge).handle()
+    }) { trySend(it as dev.keel.ffi.NearestUpdate) }
+    return LiveFlow(
+        flow.buffer(Channel.UNLIMITED)
+            .map { u -> NearestUpdate(u.neighbors.map { decode(it) }, u.diff) }
+            .flowOn(Dispatchers.IO),
+        state,
+    )
 }

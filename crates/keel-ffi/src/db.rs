@@ -7,6 +7,7 @@ use keel_schema::{Schema, SortKey, Value as KValue};
 use crate::callbacks::{gated, progress_fn};
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
+use crate::live::Ending;
 use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
     CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
@@ -62,7 +63,7 @@ pub async fn open_async(
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
         let opts = self::options(&options, progress);
         let db = keel_query::Database::open_async(&path, schema, opts).await?;
-        Ok(Arc::new(Database { db }))
+        Ok(Database::new(db))
     })
     .await
 }
@@ -79,7 +80,7 @@ pub fn open_blocking(
     let schema = parse_schema(&schema_fbs)?;
     let opts = self::options(&options, progress);
     let db = keel_query::Database::open(&path, schema, opts)?;
-    Ok(Arc::new(Database { db }))
+    Ok(Database::new(db))
 }
 
 /// Check schema text without opening anything: `InvalidSchema` with line and
@@ -190,6 +191,8 @@ pub(crate) fn apply_op(
 #[derive(uniffi::Object)]
 pub struct Database {
     pub(crate) db: keel_query::Database,
+    /// Fired once `close` is done: ends the subscriptions' `ended()`.
+    pub(crate) closing: Arc<Ending>,
 }
 
 impl std::fmt::Debug for Database {
@@ -199,6 +202,13 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
+    pub(crate) fn new(db: keel_query::Database) -> Arc<Database> {
+        Arc::new(Database {
+            db,
+            closing: Ending::new(),
+        })
+    }
+
     /// The engine-level database (for Rust code embedding the FFI crate).
     pub fn inner(&self) -> &keel_query::Database {
         &self.db
@@ -249,6 +259,8 @@ impl Database {
     pub fn query(&self, collection: String) -> Arc<Query> {
         Arc::new(Query {
             db: self.db.clone(),
+            closing: Arc::clone(&self.closing),
+            related_order: None,
             collection,
             filter: Vec::new(),
             order: Vec::new(),
@@ -409,9 +421,15 @@ impl Database {
     }
 
     /// Finish queued writes, checkpoint and close (on a keel thread). Later calls
-    /// on this database throw `Closed`.
+    /// on this database throw `Closed`. Every subscription has made its last
+    /// delivery when this returns, and their `ended()` then throws `Closed`.
     pub async fn close(&self) -> Result<(), KeelError> {
-        gated(async move { Ok(self.db.close().await?) }).await
+        gated(async move {
+            let r = self.db.close().await;
+            self.closing.fire();
+            Ok(r?)
+        })
+        .await
     }
 
     /// True after `close`.
@@ -442,6 +460,8 @@ impl Database {
 #[derive(Debug, Clone, uniffi::Object)]
 pub struct Query {
     pub(crate) db: keel_query::Database,
+    /// The database's close signal, handed to subscriptions.
+    pub(crate) closing: Arc<Ending>,
     pub(crate) collection: String,
     filter: Vec<Arc<Expr>>,
     order: Vec<Order>,
@@ -450,6 +470,9 @@ pub struct Query {
     /// `where_related`: the reference field and the condition on the objects
     /// it names.
     pub(crate) related: Option<(String, Arc<Expr>)>,
+    /// `order_by_related`: a field of the objects `all_including` reads with
+    /// each object, and whether descending.
+    pub(crate) related_order: Option<(String, bool)>,
 }
 
 /// One sort key of a [`Query`]: a field, a direction, and optionally a list of
@@ -466,6 +489,19 @@ impl Query {
         let mut q = self.clone();
         f(&mut q);
         Arc::new(q)
+    }
+
+    /// This query without its `limit` and `offset`.
+    pub(crate) fn without_window(&self) -> Query {
+        let mut q = self.clone();
+        q.limit = None;
+        q.offset = 0;
+        q
+    }
+
+    /// The query's window: `(offset, limit)`.
+    pub(crate) fn window(&self) -> (u64, Option<u64>) {
+        (self.offset, self.limit)
     }
 
     /// The engine query, with every name and value type checked.
@@ -603,6 +639,10 @@ impl Query {
             }
             s.push_str(if o.descending { " DESC" } else { " ASC" });
         }
+        if let Some((field, descending)) = &self.related_order {
+            let dir = if *descending { "DESC" } else { "ASC" };
+            s.push_str(&format!(" ORDER BY RELATED {field} {dir}"));
+        }
         if let Some(n) = self.limit {
             s.push_str(&format!(" LIMIT {n}"));
         }
@@ -638,21 +678,11 @@ impl Query {
     /// `(references: …)` field) names, in two reads however many objects match:
     /// the objects, then every referenced object at once (no N+1). `field` may
     /// be an inverse name instead: each object with the objects referring to it.
-    /// With `where_related`, only the objects whose related ones match. Any
+    /// With `where_related`, only the objects whose related ones match; with
+    /// `order_by_related`, in the order of a field of the related ones. Any
     /// other name is `UnknownField`.
     pub fn all_including(&self, field: String) -> Result<Vec<IncludedObject>, KeelError> {
-        sync_call(|| {
-            let related = self.related_expr(&field)?;
-            Ok(self
-                .build_checked()?
-                .including_where(&field, related.as_ref())?
-                .into_iter()
-                .map(|i| IncludedObject {
-                    object: i.object.into(),
-                    related: i.related.into_iter().map(Into::into).collect(),
-                })
-                .collect())
-        })
+        sync_call(|| self.including_rows(&field))
     }
 
     /// Every matching object with the number of objects its reference field
@@ -662,6 +692,17 @@ impl Query {
     /// A field that is not a reference is `UnknownField`.
     pub fn count_including(&self, field: String) -> Result<Vec<IncludedCount>, KeelError> {
         sync_call(|| {
+            if self.related_order.is_some() {
+                // The order needs the related objects themselves.
+                return Ok(self
+                    .including_rows(&field)?
+                    .into_iter()
+                    .map(|i| IncludedCount {
+                        count: i.related.len() as u64,
+                        object: i.object,
+                    })
+                    .collect());
+            }
             Ok(self
                 .build_checked()?
                 .count_including(&field)?

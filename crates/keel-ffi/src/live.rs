@@ -1,8 +1,21 @@
-//! Query and object subscriptions through foreign callbacks, each with `cancel()`.
+//! Query and object subscriptions through foreign callbacks, each with `cancel()`
+//! and `ended()`.
+//!
+//! A subscription ends when it is cancelled, when its object is deleted, or when
+//! its database closes. The listener alone cannot tell the last case (keel just
+//! stops calling it), so each subscription also answers `ended()`: an async call
+//! that returns when the subscription is cancelled and throws `Closed` once its
+//! database has closed, after the last delivery. The Swift and Kotlin layers
+//! await it next to the deliveries, so a stream or `Flow` being consumed ends
+//! with `Closed` instead of waiting forever.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::callbacks::{guarded, Foreign};
+use futures::future::{select, FutureExt, Shared};
+
+use crate::callbacks::{gated, guarded, Foreign};
 use crate::db::{Database, Query};
 use crate::error::{CallbackError, KeelError};
 use crate::types::{StoredObject, Value};
@@ -95,6 +108,86 @@ pub trait ObjectListener: Send + Sync {
     fn on_event(&self, event: ObjectEvent) -> Result<(), CallbackError>;
 }
 
+/// A one-shot signal many can await: a database's close, or a subscription's
+/// cancel. Firing is idempotent; awaiting after it fired returns at once.
+pub(crate) struct Ending {
+    fired: AtomicBool,
+    tx: Mutex<Option<futures::channel::oneshot::Sender<()>>>,
+    rx: Shared<futures::channel::oneshot::Receiver<()>>,
+}
+
+impl std::fmt::Debug for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ending")
+            .field("fired", &self.has_fired())
+            .finish()
+    }
+}
+
+impl Ending {
+    pub(crate) fn new() -> Arc<Ending> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        Arc::new(Ending {
+            fired: AtomicBool::new(false),
+            tx: Mutex::new(Some(tx)),
+            rx: rx.shared(),
+        })
+    }
+
+    pub(crate) fn fire(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        // Dropping the sender resolves every waiter.
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    pub(crate) fn has_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once fired.
+    pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.rx.clone().map(|_| ())
+    }
+}
+
+/// How a subscription learns it ended: its database's close signal and its own
+/// cancel signal (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Ends {
+    closing: Arc<Ending>,
+    cancelled: Arc<Ending>,
+}
+
+impl Ends {
+    pub(crate) fn new(closing: &Arc<Ending>) -> Ends {
+        Ends {
+            closing: Arc::clone(closing),
+            cancelled: Ending::new(),
+        }
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.cancelled.fire();
+    }
+
+    /// False once the database closed or the subscription was cancelled.
+    pub(crate) fn live(&self) -> bool {
+        !self.closing.has_fired() && !self.cancelled.has_fired()
+    }
+
+    /// The body of `ended()`: returns at the cancel, throws `Closed` at the close.
+    pub(crate) async fn ended(&self, what: &str) -> Result<(), KeelError> {
+        let (closing, cancelled) = (self.closing.wait(), self.cancelled.wait());
+        gated(select(Box::pin(closing), Box::pin(cancelled))).await;
+        if self.cancelled.has_fired() {
+            return Ok(());
+        }
+        Err(KeelError::Closed {
+            message: format!("{what}: the database was closed"),
+        })
+    }
+}
+
 /// A live subscription. Call `cancel()` to end it: once `cancel` returns, its
 /// listener is never called again (a delivery running at that moment is waited
 /// for, unless `cancel` is called from inside the listener itself). Dropping the
@@ -102,6 +195,7 @@ pub trait ObjectListener: Send + Sync {
 #[derive(uniffi::Object)]
 pub struct Subscription {
     inner: Mutex<Option<Handle>>,
+    ends: Ends,
 }
 
 /// What a [`Subscription`] ends when cancelled.
@@ -123,9 +217,10 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn new(h: Handle) -> Arc<Subscription> {
+    pub(crate) fn new(h: Handle, closing: &Arc<Ending>) -> Arc<Subscription> {
         Arc::new(Subscription {
             inner: Mutex::new(Some(h)),
+            ends: Ends::new(closing),
         })
     }
 }
@@ -138,19 +233,31 @@ impl Subscription {
         // delivery, which must not wait for this lock in turn.
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(s);
+        self.ends.cancel();
     }
 
-    /// False once cancelled, or once an object subscription delivered `Deleted`.
+    /// Returns when the subscription is cancelled; throws `Closed` once its
+    /// database has closed (after the last delivery). An object subscription
+    /// that delivered `Deleted` has ended too, but this waits for its cancel
+    /// (or the close): the listener already saw the end.
+    pub async fn ended(&self) -> Result<(), KeelError> {
+        self.ends.ended("subscription").await
+    }
+
+    /// False once cancelled, once its database closed, or once an object
+    /// subscription delivered `Deleted`.
     pub fn is_active(&self) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|h| match h {
-                Handle::Hub(s) => s.is_active(),
-                // A live k-NN never ends by itself.
-                Handle::Owned(_) => true,
-            })
+        self.ends.live()
+            && self
+                .inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(|h| match h {
+                    Handle::Hub(s) => s.is_active(),
+                    // A live k-NN never ends by itself.
+                    Handle::Owned(_) => true,
+                })
     }
 }
 
@@ -179,7 +286,7 @@ impl Query {
                 };
                 guarded("query subscription", || listener.on_update(update));
             })?;
-            Ok(Subscription::new(Handle::Hub(sub)))
+            Ok(Subscription::new(Handle::Hub(sub), &self.closing))
         })
     }
 }
@@ -209,7 +316,7 @@ impl Database {
                     };
                     guarded("object subscription", || listener.on_event(event));
                 })?;
-            Ok(Subscription::new(Handle::Hub(sub)))
+            Ok(Subscription::new(Handle::Hub(sub), &self.closing))
         })
     }
 }

@@ -247,7 +247,7 @@ pub async fn open_migrating_async(
             opts.progress = Some(progress_fn(l));
         }
         let db = keel_query::Database::open_async_migrating(&path, schema, m, opts).await?;
-        Ok(Arc::new(Database { db }))
+        Ok(Database::new(db))
     })
     .await
 }
@@ -268,5 +268,5 @@ pub fn open_migrating_blocking(
         opts.progress = Some(progress_fn(l));
     }
     let db = keel_query::Database::open_migrating(&path, schema, m, opts)?;
-    Ok(Arc::new(Database { db }))
+    Ok(Database::new(db))
 }

@@ -188,10 +188,13 @@ impl Query {
                     g2.pass(|| guarded("nearest subscription", || listener.on_update(update)));
                 },
             )?;
-            Ok(Subscription::new(Handle::Owned(Box::new(LiveNearest {
-                gate,
-                sub: Some(sub),
-            }))))
+            Ok(Subscription::new(
+                Handle::Owned(Box::new(LiveNearest {
+                    gate,
+                    sub: Some(sub),
+                })),
+                &self.closing,
+            ))
         })
     }
 
