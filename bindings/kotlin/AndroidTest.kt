@@ -216,6 +216,25 @@ fun registerAndroidTests() {
         db.closeAsync()
     }
 
+    test("names: the former Kotlin names still compile, as deprecated aliases of the core's") { dir ->
+        val db = relDb(dir, "names.db")
+        @Suppress("DEPRECATION")
+        run {
+            val q: dev.keel.TypedQuery<Post> = db.fetch(Post)
+            val inc: dev.keel.IncludingQuery<Post, Author, Author?> = q.including(Post.authorRef)
+            val body: dev.keel.WriteTxn.() -> Unit = { insert(Post(id = "n1", title = "N", rank = 1)) }
+            db.write(body)
+            check(inc.all().map { it.first.id } == listOf("n1"))
+            val raw = object : dev.keel.ffi.WriteBody {
+                override fun run(txn: dev.keel.ffi.Transaction) { check(txn.count(db.query("rel.Post")) == 1uL) }
+            }
+            db.writeTxn(raw)
+            val u: dev.keel.RelationUpdate<Post, Author?>? = null
+            check(u == null)
+        }
+        db.closeAsync()
+    }
+
     test("android: typed objects in the dictionary") { dir ->
         val path = File(dir, "dict.db").path
         val db = relDb(dir, "dict.db")

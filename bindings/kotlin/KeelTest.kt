@@ -972,7 +972,7 @@ fun registerTypedTests() {
         // none. Medians over `writes` writes each; the Swift benchmark does the same.
         val writes = if (n >= 10_000) 400 else 100
         class OneOp(val op: WriteOp) : WriteBody {
-            override fun run(txn: Transaction) { txn.write(op) }
+            override fun run(txn: Txn) { txn.write(op) }
         }
         val c = fresh()
         c.write(ops.take(1_000))

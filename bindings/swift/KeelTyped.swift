@@ -256,6 +256,11 @@ func keelTransactionEnded() -> KeelError {
     KeelError.InvalidArgument(message: "the transaction ended when its write body returned")
 }
 
+/// The FFI's write transaction under its former name: the Rust core, the FFI and
+/// Kotlin call it `Txn` (the vocabulary table in docs/bindings.md).
+@available(*, deprecated, renamed: "Txn")
+public typealias Transaction = Txn
+
 /// The transaction a `db.write { txn in … }` body runs in. The body runs inside
 /// the write transaction on keel's writer thread, so reads through `txn` (`get`,
 /// `fetch`, `count`) see every write made before them in the transaction, and each
@@ -264,13 +269,13 @@ func keelTransactionEnded() -> KeelError {
 /// throws, what it wrote is rolled back (and nothing else: other writes of the
 /// same group commit stay). `txn` is valid only inside its body.
 public final class KeelWriteTransaction: @unchecked Sendable {
-    let txn: Transaction
+    let txn: Txn
     let db: Database
     var ended = false
     /// One builder for every object of the transaction (its memory is reused).
     let builder = KeelWire.Builder()
 
-    init(_ txn: Transaction, _ db: Database) {
+    init(_ txn: Txn, _ db: Database) {
         self.txn = txn
         self.db = db
     }
@@ -368,7 +373,7 @@ final class KeelBodyRunner<R: Sendable>: WriteBody, @unchecked Sendable {
         self.body = body
     }
 
-    func run(txn: Transaction) throws {
+    func run(txn: Txn) throws {
         let t = KeelWriteTransaction(txn, db)
         defer { t.ended = true }
         do {

@@ -23,7 +23,7 @@ import dev.keel.ffi.Expr
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.ObjectEvent
 import dev.keel.ffi.Query
-import dev.keel.ffi.Transaction
+import dev.keel.ffi.Txn as FfiTxn
 import dev.keel.ffi.Value
 import dev.keel.ffi.WriteBody
 import dev.keel.ffi.WriteOp
@@ -172,8 +172,8 @@ data class QueryUpdate<T>(
  * `KeelException` right there, and the body may catch it and go on). When the body
  * throws, what it wrote is rolled back, and nothing else. Valid only inside its body.
  */
-class WriteTxn internal constructor(
-    private val txn: Transaction,
+class Txn internal constructor(
+    private val txn: FfiTxn,
     private val db: Database,
 ) {
     @Volatile internal var ended = false
@@ -183,7 +183,7 @@ class WriteTxn internal constructor(
         return txn.write(op)
     }
 
-    internal fun live(): Transaction {
+    internal fun live(): FfiTxn {
         if (ended) throw KeelException.InvalidArgument("the transaction ended when its write body returned")
         return txn
     }
@@ -218,8 +218,8 @@ class WriteTxn internal constructor(
         live().get(model.collectionName, model.keyValues(key))?.let(model::decode)
 
     /** A typed query that runs inside this transaction (`all()`, `first()`, `count()`). */
-    fun <T : Any> fetch(model: KeelModel<T, *>): TypedQuery<T> =
-        TypedQuery(model, db.query(model.collectionName), this)
+    fun <T : Any> fetch(model: KeelModel<T, *>): Fetch<T> =
+        Fetch(model, db.query(model.collectionName), this)
 
     /** The number of objects of [model], as this transaction sees them. */
     fun count(model: KeelModel<*, *>): Long = live().count(db.query(model.collectionName)).toLong()
@@ -255,13 +255,13 @@ class WriteTxn internal constructor(
  * is. [body] runs on a keel thread, never on the caller's: it must not block on
  * other work of the database. Concurrent writes share one commit.
  */
-suspend fun <R> Database.write(body: WriteTxn.() -> R): R {
+suspend fun <R> Database.write(body: Txn.() -> R): R {
     val db = this
     val runner = object : WriteBody {
         @Volatile var result: Any? = null
         @Volatile var thrown: Throwable? = null
-        override fun run(txn: Transaction) {
-            val t = WriteTxn(txn, db)
+        override fun run(txn: FfiTxn) {
+            val t = Txn(txn, db)
             try {
                 result = t.body()
             } catch (e: Throwable) {
@@ -296,38 +296,38 @@ suspend fun <T : Any, K : Any> Database.getAsync(model: KeelModel<T, K>, key: K)
     getAsync(model.collectionName, model.keyValues(key))?.let(model::decode)
 
 /** A typed query over [model]'s collection: chain `where`, `orderBy`, `limit`, then `all()`. */
-fun <T : Any> Database.fetch(model: KeelModel<T, *>): TypedQuery<T> =
-    TypedQuery(model, query(model.collectionName))
+fun <T : Any> Database.fetch(model: KeelModel<T, *>): Fetch<T> =
+    Fetch(model, query(model.collectionName))
 
 /**
  * A query whose results are [T]s. Immutable: each step returns a new query.
  * Field names and value types were checked by the compiler; keel checks them again.
  */
-class TypedQuery<T : Any> internal constructor(
+class Fetch<T : Any> internal constructor(
     internal val model: KeelModel<T, *>,
     /** The untyped query underneath (for `describe()` and tools). */
     val query: Query,
     /** Set for `txn.fetch(...)`: the query runs inside that write transaction. */
-    internal val txn: WriteTxn? = null,
+    internal val txn: Txn? = null,
 ) {
     /** Whether this query runs inside a write transaction (`txn.fetch(...)`). */
     internal val inTransaction: Boolean get() = txn != null
     /** Keep objects matching [predicate] (AND-ed with earlier filters). */
-    fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr), txn)
+    fun where(predicate: Predicate<T>): Fetch<T> = Fetch(model, query.filter(predicate.expr), txn)
     /** Sort by [keys] (earlier keys first; ties end on insertion order). */
-    fun orderBy(vararg keys: SortKey<T>): TypedQuery<T> {
+    fun orderBy(vararg keys: SortKey<T>): Fetch<T> {
         var q = query
         for (k in keys) q = if (k.relevance) q.orderByRelevance(k.descending) else q.orderBy(k.path, k.descending)
-        return TypedQuery(model, q, txn)
+        return Fetch(model, q, txn)
     }
     /**
      * At most [n] objects. A negative [n] means no limit (it also lifts an earlier
      * `limit`), as Swift's `limit(-1)` and SQLite's `LIMIT -1`; `limit(0)` gives none.
      */
-    fun limit(n: Int): TypedQuery<T> =
-        TypedQuery(model, query.limit(if (n < 0) ULong.MAX_VALUE else n.toULong()), txn)
+    fun limit(n: Int): Fetch<T> =
+        Fetch(model, query.limit(if (n < 0) ULong.MAX_VALUE else n.toULong()), txn)
     /** Skip the first [n] objects (a negative [n] skips none, as in Swift). */
-    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
+    fun offset(n: Int): Fetch<T> = Fetch(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
 
     /** Every matching object, in order (a read on the calling thread, or inside the transaction). */
     fun all(): List<T> = (txn?.live()?.all(query) ?: query.all()).map { model.decode(it.bytes) }
@@ -432,7 +432,7 @@ fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): Li
  * The object of [model] with [key] as a [StateFlow]: [StateFlow.value] is its
  * current version (or null) from the start, read at once on the calling thread,
  * then follows [latestObject] in [scope] while [started] says so (see
- * [TypedQuery.asStateFlow]); null once the object is deleted.
+ * [Fetch.asStateFlow]); null once the object is deleted.
  */
 fun <T : Any, K : Any> Database.objectAsStateFlow(
     model: KeelModel<T, K>,

@@ -37,7 +37,7 @@ data class Neighbor<T>(
     val distance: Float,
 )
 
-/** One delivery of [TypedQuery.nearestUpdates]: the `k` nearest now and what changed. */
+/** One delivery of [Fetch.nearestUpdates]: the `k` nearest now and what changed. */
 data class NearestUpdate<T>(
     /** The `k` nearest matching objects (fewer if fewer match), best first. */
     val neighbors: List<Neighbor<T>>,
@@ -48,7 +48,7 @@ data class NearestUpdate<T>(
     val diff: Diff,
 )
 
-private fun <T : Any> TypedQuery<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T> =
+private fun <T : Any> Fetch<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T> =
     Neighbor(model.decode(n.bytes), n.distance)
 
 /**
@@ -57,7 +57,7 @@ private fun <T : Any> TypedQuery<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T
  * for the writer), or, on `fetch(…)` inside a write body, as the transaction sees
  * the objects (its own writes included). [nearestAsync] runs it on a keel thread.
  */
-fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
+fun <T : Any> Fetch<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
     val n = k.coerceAtLeast(0).toUInt()
     val v = vector.toList()
     val found = txn?.live()?.nearest(query, field.keelPath, v, n) ?: query.nearest(field.keelPath, v, n)
@@ -65,7 +65,7 @@ fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: I
 }
 
 /** [nearest] on [Dispatchers.IO] (on a database query; inside a write body use [nearest]). */
-suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> =
+suspend fun <T : Any> Fetch<T>.nearestAsync(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> =
     withContext(Dispatchers.IO) { nearest(field, vector, k) }
 
 /**
@@ -73,12 +73,12 @@ suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: Flo
  * that changes them (an insert that beats the `k`-th distance, an update that moves
  * a vector, a delete of a member) the new `k` nearest with their diff. Collecting
  * subscribes; cancelling the collector cancels the subscription. No update is
- * dropped (each diff is relative to the previous). As with [TypedQuery.updates],
+ * dropped (each diff is relative to the previous). As with [Fetch.updates],
  * subscribing and decoding run on [Dispatchers.IO]; keel's listener (on keel's
  * writer thread) only hands the delivery over. A bad field or vector makes the
  * collection throw the typed error.
  */
-fun <T : Any> TypedQuery<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): LiveFlow<NearestUpdate<T>> {
+fun <T : Any> Fetch<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): LiveFlow<NearestUpdate<T>> {
     val v = vector.toList()
     val state = LiveState()
     val flow = liveFlow<dev.keel.ffi.NearestUpdate>(state, { bridge ->

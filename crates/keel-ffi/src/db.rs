@@ -135,7 +135,7 @@ pub(crate) fn keys(key: Vec<Value>) -> Vec<KValue> {
 }
 
 /// Run one [`WriteOp`] in `txn`: what a batch of [`Database::write`] does per
-/// operation, and what a write body's `Transaction::write` does.
+/// operation, and what a write body's `Txn::write` does.
 pub(crate) fn apply_op(
     txn: &mut keel_query::Txn<'_>,
     op: WriteOp,

@@ -19,7 +19,7 @@
 //!   [`close`](Database::close).
 //! * [`Database::write_txn`] — a write transaction whose body is foreign code (a
 //!   [`WriteBody`]) run inside the transaction on keel's writer thread: its
-//!   [`Transaction`] reads what the transaction wrote so far (`get`, `all`,
+//!   [`Txn`] reads what the transaction wrote so far (`get`, `all`,
 //!   `first`, `count`), writes at once (`write`), and changes an object field-wise
 //!   from two encodings (`change_diff`); a throw rolls back that body only.
 //! * [`Query::all_packed`] / `all_packed_async` — [`Query::all`]'s objects in one
@@ -97,7 +97,12 @@ pub use migrate::{
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
-pub use txn::{Transaction, WriteBody};
+pub use txn::{Txn, WriteBody};
+
+/// The write transaction's former FFI name; the core, the FFI and Kotlin call it
+/// `Txn` (see the vocabulary in `docs/bindings.md`).
+#[deprecated(note = "renamed `Txn`, the core's name")]
+pub type Transaction = Txn;
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IncludedCount, IncludedObject, IoStats, Milestone,
     OpenOptions, OpenPhase, OpenProgress, OpenProgressListener, OpenReport, PhaseReport,

@@ -13,7 +13,7 @@ use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::Resolver;
 use crate::live::{Diff, Handle, Subscription};
-use crate::txn::Transaction;
+use crate::txn::Txn;
 
 /// One result of [`Query::nearest`].
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
@@ -116,7 +116,7 @@ fn neighbor(n: &keel_query::Neighbor<keel_query::StoredObject>) -> Neighbor {
 }
 
 #[uniffi::export]
-impl Transaction {
+impl Txn {
     /// [`Query::nearest`] as this transaction sees the objects: its own writes
     /// so far included. Same errors; a query of another database, or a
     /// transaction whose body has returned, is `InvalidArgument`.
