@@ -235,6 +235,26 @@ fun registerAndroidTests() {
         db.closeAsync()
     }
 
+    test("android: liveSubscriptions counts query, including and nearest Flows while they collect") { dir ->
+        val db = relDb(dir, "count.db")
+        val vdb = openAsync(File(dir, "count-vec.db").path, VectorSchema.FBS, OpenOptions(commitSync = SyncPolicy.Off), null)
+        val flows: List<LiveFlow<*>> = listOf(
+            db.fetch(Post).updates(),
+            db.fetch(Post).including(Post.authorRef).updates(),
+            vdb.fetch(Photo).nearestUpdates(Photo.embedding, floatArrayOf(1f, 0f, 0f), 3),
+        )
+        val jobs = flows.map { f -> launch { f.collect { } } }
+        withTimeout(5000) { while (flows.any { !it.isActive }) delay(5) }
+        check(db.liveSubscriptions() == 2uL) { "rel: ${db.liveSubscriptions()} live subscriptions" }
+        check(vdb.liveSubscriptions() == 1uL) { "vector: ${vdb.liveSubscriptions()} live subscriptions" }
+        jobs.forEach { it.cancelAndJoin() }
+        check(db.liveSubscriptions() == 0uL && vdb.liveSubscriptions() == 0uL) {
+            "after the collectors stopped: ${db.liveSubscriptions()}, ${vdb.liveSubscriptions()}"
+        }
+        db.closeAsync()
+        vdb.closeAsync()
+    }
+
     test("android: typed objects in the dictionary") { dir ->
         val path = File(dir, "dict.db").path
         val db = relDb(dir, "dict.db")

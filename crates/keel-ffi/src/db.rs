@@ -1,5 +1,6 @@
 //! [`open_async`], [`open_blocking`], [`Database`] and [`Query`].
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
@@ -193,6 +194,8 @@ pub struct Database {
     pub(crate) db: keel_query::Database,
     /// Fired once `close` is done: ends the subscriptions' `ended()`.
     pub(crate) closing: Arc<Ending>,
+    /// Live subscriptions the engine's hub does not count (`live::Counted`).
+    pub(crate) others: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Database {
@@ -206,6 +209,7 @@ impl Database {
         Arc::new(Database {
             db,
             closing: Ending::new(),
+            others: Arc::new(AtomicUsize::new(0)),
         })
     }
 
@@ -260,6 +264,7 @@ impl Database {
         Arc::new(Query {
             db: self.db.clone(),
             closing: Arc::clone(&self.closing),
+            others: Arc::clone(&self.others),
             related_order: None,
             collection,
             filter: Vec::new(),
@@ -384,11 +389,17 @@ impl Database {
         .await
     }
 
-    /// How many subscriptions (object and query) keel holds for this database
-    /// right now: keel's own count, to check that none outlives its stream.
+    /// How many subscriptions keel holds for this database right now — object,
+    /// query, `including` and nearest ones — keel's own count, to check that
+    /// none outlives its stream. None once the database closed.
     pub fn live_subscriptions(&self) -> u64 {
         let (objects, queries) = self.db.subscription_counts();
-        (objects + queries) as u64
+        let others = if self.closing.has_fired() {
+            0
+        } else {
+            self.others.load(Ordering::SeqCst)
+        };
+        (objects + queries + others) as u64
     }
 
     /// True between `suspend` and `resume`.
@@ -462,6 +473,8 @@ pub struct Query {
     pub(crate) db: keel_query::Database,
     /// The database's close signal, handed to subscriptions.
     pub(crate) closing: Arc<Ending>,
+    /// The database's count of the subscriptions its hub does not count.
+    pub(crate) others: Arc<AtomicUsize>,
     pub(crate) collection: String,
     filter: Vec<Arc<Expr>>,
     order: Vec<Order>,

@@ -10,7 +10,7 @@
 //! with `Closed` instead of waiting forever.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::{select, FutureExt, Shared};
@@ -147,6 +147,25 @@ impl Ending {
     /// Resolves once fired.
     pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
         self.rx.clone().map(|_| ())
+    }
+}
+
+/// One live subscription that the engine's hub does not count (a live list
+/// across a relation, a live k-NN: both run on the engine's change hooks), in
+/// its database's `live_subscriptions` while it is held.
+#[derive(Debug)]
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Counted {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted(Arc::clone(count))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

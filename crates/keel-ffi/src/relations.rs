@@ -28,7 +28,7 @@ use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::{Expr, Resolver};
-use crate::live::{Diff, Ends};
+use crate::live::{Counted, Diff, Ends};
 use crate::types::IncludedObject;
 use crate::types::Value as FfiValue;
 
@@ -62,7 +62,9 @@ pub trait IncludingListener: Send + Sync {
 /// reference cancels too.
 #[derive(uniffi::Object)]
 pub struct IncludingSubscription {
-    hook: Mutex<Option<ChangeHook>>,
+    /// The engine's hook, and this subscription's place in `live_subscriptions`,
+    /// both given up at the cancel.
+    hook: Mutex<Option<(ChangeHook, Counted)>>,
     ends: Ends,
     state: Arc<Mutex<State>>,
     /// The thread running a delivery, if any: `cancel` from inside the listener
@@ -82,8 +84,9 @@ impl std::fmt::Debug for IncludingSubscription {
 impl IncludingSubscription {
     /// End the subscription (idempotent).
     pub fn cancel(&self) {
-        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((h, counted)) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
             h.remove();
+            drop(counted);
         }
         let me = std::thread::current().id();
         let inside = *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
@@ -504,7 +507,7 @@ impl Query {
             guarded("including subscription", || listener.on_update(first));
             drop(first_guard);
             Ok(Arc::new(IncludingSubscription {
-                hook: Mutex::new(Some(hook)),
+                hook: Mutex::new(Some((hook, Counted::new(&self.others)))),
                 ends: Ends::new(&self.closing),
                 state,
                 delivering,

@@ -12,7 +12,7 @@ use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::Resolver;
-use crate::live::{Diff, Handle, Subscription};
+use crate::live::{Counted, Diff, Handle, Subscription};
 use crate::txn::Txn;
 
 /// One result of [`Query::nearest`].
@@ -98,6 +98,8 @@ impl Gate {
 struct LiveNearest {
     gate: Arc<Gate>,
     sub: Option<keel_query::NearestSubscription>,
+    /// Counted in `live_subscriptions` until cancelled.
+    _counted: Counted,
 }
 
 impl Drop for LiveNearest {
@@ -192,6 +194,7 @@ impl Query {
                 Handle::Owned(Box::new(LiveNearest {
                     gate,
                     sub: Some(sub),
+                    _counted: Counted::new(&self.others),
                 })),
                 &self.closing,
             ))

@@ -677,3 +677,32 @@ fn subscriptions_end_with_closed_when_their_database_closes() {
     ));
     assert!(!live.is_active() && !including.is_active());
 }
+
+#[test]
+fn live_subscriptions_counts_live_lists_across_a_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "count.db", fast());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let before = db.live_subscriptions();
+    let a = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    let b = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    assert_eq!(db.live_subscriptions(), before + 2);
+    a.cancel();
+    assert_eq!(db.live_subscriptions(), before + 1);
+    drop(b);
+    assert_eq!(db.live_subscriptions(), before);
+    let c = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(got)))
+        .unwrap();
+    assert_eq!(db.live_subscriptions(), before + 1);
+    block_on(db.close()).unwrap();
+    assert_eq!(db.live_subscriptions(), 0, "none is live after close");
+    drop(c);
+}
