@@ -166,7 +166,7 @@ fun registerAndroidTests() {
         db.write { insert(Post(id = "p1", title = "One", rank = 1)) }
         val feed = db.fetch(Post).updates()
         check(!feed.isActive && feed.deliveries == 0) { "not collected yet" }
-        val seen = Channel<dev.keel.QueryUpdate<Post>>(Channel.UNLIMITED)
+        val seen = Channel<dev.keel.Update<Post>>(Channel.UNLIMITED)
         val job = launch { feed.collect { seen.send(it) } }
         withTimeout(5000) { seen.receive() }
         check(feed.isActive && feed.deliveries == 1) { "${feed.deliveries}" }
@@ -231,6 +231,8 @@ fun registerAndroidTests() {
             db.writeTxn(raw)
             val u: dev.keel.RelationUpdate<Post, Author?>? = null
             check(u == null)
+            val q2: dev.keel.QueryUpdate<Post> = dev.keel.Update(emptyList(), dev.keel.ffi.Diff(emptyList(), emptyList(), emptyList(), emptyList()))
+            check(q2.objects.isEmpty())
         }
         db.closeAsync()
     }

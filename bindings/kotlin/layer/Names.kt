@@ -19,3 +19,7 @@ typealias IncludingQuery<O, T, R> = Including<O, T, R>
 /** One delivery of a live list across a relation, under its former name. */
 @Deprecated("renamed IncludingUpdate, the core's name", ReplaceWith("IncludingUpdate<O, R>"))
 typealias RelationUpdate<O, R> = IncludingUpdate<O, R>
+
+/** One delivery of a typed live query, under its former name. */
+@Deprecated("renamed Update, the core's name", ReplaceWith("Update<T>"))
+typealias QueryUpdate<T> = Update<T>

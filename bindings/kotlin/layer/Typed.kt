@@ -9,7 +9,7 @@
 //   val p: Post? = db.get(Post, "p1")
 //   val top = db.fetch(Post).where((Post.priority ge 2) and Post.title.isNotNull())
 //       .orderBy(Post.priority.desc()).limit(20).all()
-//   db.fetch(Post).where(Post.author.name eq "Ada").updates()         // Flow<QueryUpdate<Post>>
+//   db.fetch(Post).where(Post.author.name eq "Ada").updates()         // Flow<Update<Post>>
 //   db.objectUpdates(Post, "p1")                                      // Flow<Post>, ends on delete
 //
 // Objects are encoded and decoded in Kotlin (FlatBuffers.kt); keel's Rust side
@@ -158,7 +158,7 @@ object Conv {
 }
 
 /** One result of a typed live query: the objects in query order and the row-level diff. */
-data class QueryUpdate<T>(
+data class Update<T>(
     /** The whole result, after `offset`/`limit`. */
     val objects: List<T>,
     /** Changes against the previous update (the first lists every object as inserted). */
@@ -348,9 +348,9 @@ class Fetch<T : Any> internal constructor(
      * [Dispatchers.IO], never on keel's writer thread nor on the collector's
      * dispatcher (`Dispatchers.Main` in an app); the collector gets decoded objects.
      */
-    fun updates(): LiveFlow<QueryUpdate<T>> = raw().then { f ->
+    fun updates(): LiveFlow<Update<T>> = raw().then { f ->
         f.buffer(Channel.UNLIMITED)
-            .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
+            .map { u -> Update(u.objects.map { model.decode(it.bytes) }, u.diff) }
             .flowOn(Dispatchers.IO)
     }
 
