@@ -987,7 +987,7 @@ fun registerTypedTests() {
         // none. Medians over `writes` writes each; the Swift benchmark does the same.
         val writes = if (n >= 10_000) 400 else 100
         class OneOp(val op: WriteOp) : WriteBody {
-            override fun run(txn: Transaction) { txn.write(op) }
+            override fun run(txn: Txn) { txn.write(op) }
         }
         val c = fresh()
         c.write(ops.take(1_000))
@@ -1078,6 +1078,10 @@ fun main(args: Array<String>) {
         crashChild(args[1])
         return
     }
+    if (args.size == 2 && args[0] == "--first-open") {
+        firstOpenChild(args[1]) // AndroidTest.kt: no keel call may come before it
+        return
+    }
     // What an app's first call, `Keel.openAsync`, does before the library loads
     // (the tests below also call the generated functions directly).
     KeelThreads.keepAttached()
@@ -1089,6 +1093,7 @@ fun main(args: Array<String>) {
     registerObservationTests() // ObservationTest.kt
     registerVectorTests() // VectorTest.kt
     registerRelationsTests() // RelationsTest.kt
+    registerAndroidTests() // AndroidTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

@@ -69,7 +69,7 @@ fun registerRelationsTests() {
             insert(Post(id = "p2", author = "bob", rank = 2))
             insert(Post(id = "p3", author = "ada", rank = 3))
         }
-        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.IncludingUpdate<Post, Author?>>(Channel.UNLIMITED)
         val job = launch {
             db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).updates().collect { got.send(it) }
         }
@@ -113,7 +113,7 @@ fun registerRelationsTests() {
             insert(Author(id = "ada", name = "Ada"))
             insert(Post(id = "p1", author = "ada", rank = 1))
         }
-        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.IncludingUpdate<Post, Author?>>(Channel.UNLIMITED)
         val job = launch { app.fetch(Post).including(Post.authorRef).updates().collect { got.send(it) } }
         val first = withTimeout(10_000) { got.receive() }
         check(first.objects.map { it.second?.name } == listOf("Ada")) { "${first.objects}" }
@@ -141,7 +141,7 @@ fun registerRelationsTests() {
         // The count over the relation: existing tags only.
         val counts = db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).counts()
         check(counts.map { (p, n) -> p.id to n } == listOf("p1" to 2L, "p2" to 0L, "p3" to 0L)) { "$counts" }
-        val got = Channel<dev.keel.RelationUpdate<Post, List<Tag>>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.IncludingUpdate<Post, List<Tag>>>(Channel.UNLIMITED)
         val job = launch {
             db.fetch(Post).orderBy(Post.rank.asc()).including(Post.tagsRef).updates().collect { got.send(it) }
         }
@@ -172,7 +172,7 @@ fun registerRelationsTests() {
         }
         val byAda = db.fetch(Post).orderBy(Post.rank.asc()).including(Post.authorRef).where(Author.name eq "Ada")
         check(byAda.all().map { it.first.id } == listOf("p1", "p3"))
-        val got = Channel<dev.keel.RelationUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.IncludingUpdate<Post, Author?>>(Channel.UNLIMITED)
         val job = launch { byAda.updates().collect { got.send(it) } }
         withTimeout(10_000) { got.receive() }
         // Bob becomes Ada: his post comes in; the first Ada leaves: hers go.
@@ -200,7 +200,7 @@ fun registerRelationsTests() {
         val rows: List<Pair<Author, List<Post>>> = authors.all()
         check(rows.map { (_, ps) -> ps.map { it.id } } == listOf(listOf("p1", "p2"), listOf())) { "$rows" }
         check(authors.counts().map { it.second } == listOf(2L, 0L))
-        val got = Channel<dev.keel.RelationUpdate<Author, List<Post>>>(Channel.UNLIMITED)
+        val got = Channel<dev.keel.IncludingUpdate<Author, List<Post>>>(Channel.UNLIMITED)
         val job = launch { authors.updates().collect { got.send(it) } }
         withTimeout(10_000) { got.receive() }
         db.write { insert(Post(id = "p3", author = "bob", rank = 3)) }

@@ -5,7 +5,7 @@
 // search after every write.
 
 import dev.keel.Search
-import dev.keel.WriteTxn
+import dev.keel.Txn
 import dev.keel.fetch
 import dev.keel.matches
 import dev.keel.matchesText
@@ -62,7 +62,7 @@ fun registerSearchTests() {
     test("search: a live search in relevance order equals a fresh search after every write") { dir ->
         val db = searchDb(dir, "live.db")
         val query = db.fetch(Note).where(search("rust")).orderBy(relevance())
-        val writes: List<WriteTxn.() -> Unit> = listOf(
+        val writes: List<Txn.() -> Unit> = listOf(
             { insert(Note(id = "a", body = "rust")) },
             { insert(Note(id = "b", title = "rust rust", body = "about rust")) },
             { insert(Note(id = "c", title = "nothing here")) },

@@ -115,6 +115,8 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     let decode: @Sendable (IncludedObject) throws -> Row
     /// `where(_:)`'s condition on the referenced objects (an FFI expression).
     var related: Expr? = nil
+    /// `sorted(byRelated:)`'s key: a field of the referenced objects.
+    var relatedOrder: (path: String, descending: Bool, relevance: Bool)? = nil
 
     /// The fetch runs through the database, never inside a transaction.
     private func query() throws -> Query {
@@ -122,8 +124,39 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
             throw KeelError.InvalidArgument(
                 message: "including(\(field)) runs through the database, not inside a write transaction")
         }
-        guard let related else { return fetch.query }
-        return try fetch.query.whereRelated(field: field, filter: related)
+        var q = fetch.query
+        if let related { q = try q.whereRelated(field: field, filter: related) }
+        if let relatedOrder {
+            if relatedOrder.relevance {
+                throw KeelError.InvalidArgument(
+                    message: "sorted(byRelated:) on \(field): relevance orders by a search, not by a field")
+            }
+            q = q.orderByRelated(field: relatedOrder.path, descending: relatedOrder.descending)
+        }
+        return q
+    }
+
+    /// Order the result by `key`, a field of the referenced objects
+    /// (`.including(Post.authorRef).sorted(byRelated: Author.name.ascending)`),
+    /// as SQL orders (a post without an author first when ascending). Equal
+    /// values keep the fetch's own order; its limit and offset apply after this
+    /// order (every match is read to sort it). `all()`, `counts()` and
+    /// `updates()` keep it. A relevance key throws `KeelError.InvalidArgument`
+    /// when the fetch runs.
+    public func sorted<U: KeelRecord>(byRelated key: KeelSort<U>) -> Self where Row == KeelIncluded<T, U> {
+        ordered(key.path, key.descending, key.isRelevance)
+    }
+
+    /// Order the result by `key`, a field of the first of the referenced
+    /// objects; as above.
+    public func sorted<U: KeelRecord>(byRelated key: KeelSort<U>) -> Self where Row == KeelIncludedMany<T, U> {
+        ordered(key.path, key.descending, key.isRelevance)
+    }
+
+    private func ordered(_ path: String, _ descending: Bool, _ relevance: Bool) -> Self {
+        var copy = self
+        copy.relatedOrder = (path: path, descending: descending, relevance: relevance)
+        return copy
     }
 
     /// Keep the objects whose referenced object matches `predicate`

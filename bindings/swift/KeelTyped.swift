@@ -256,6 +256,11 @@ func keelTransactionEnded() -> KeelError {
     KeelError.InvalidArgument(message: "the transaction ended when its write body returned")
 }
 
+/// The FFI's write transaction under its former name: the Rust core, the FFI and
+/// Kotlin call it `Txn` (the vocabulary table in docs/bindings.md).
+@available(*, deprecated, renamed: "Txn")
+public typealias Transaction = Txn
+
 /// The transaction a `db.write { txn in … }` body runs in. The body runs inside
 /// the write transaction on keel's writer thread, so reads through `txn` (`get`,
 /// `fetch`, `count`) see every write made before them in the transaction, and each
@@ -264,13 +269,13 @@ func keelTransactionEnded() -> KeelError {
 /// throws, what it wrote is rolled back (and nothing else: other writes of the
 /// same group commit stay). `txn` is valid only inside its body.
 public final class KeelWriteTransaction: @unchecked Sendable {
-    let txn: Transaction
+    let txn: Txn
     let db: Database
     var ended = false
     /// One builder for every object of the transaction (its memory is reused).
     let builder = KeelWire.Builder()
 
-    init(_ txn: Transaction, _ db: Database) {
+    init(_ txn: Txn, _ db: Database) {
         self.txn = txn
         self.db = db
     }
@@ -368,7 +373,7 @@ final class KeelBodyRunner<R: Sendable>: WriteBody, @unchecked Sendable {
         self.body = body
     }
 
-    func run(txn: Transaction) throws {
+    func run(txn: Txn) throws {
         let t = KeelWriteTransaction(txn, db)
         defer { t.ended = true }
         do {
@@ -618,7 +623,10 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
 
     /// Subscribes, once: on the first iteration. A subscription that fails (a
     /// closed database, say) ends the stream with its error, which the first
-    /// `next()` throws; one cancelled before it started ends the stream.
+    /// `next()` throws; one cancelled before it started ends the stream. When
+    /// the database closes later, keel stops calling the listener, and the
+    /// subscription's `ended()` throws `KeelError.Closed`: the stream ends with
+    /// it, after the deliveries made before the close.
     private func start() {
         let (subscribe, cont, state) = (self.subscribe, continuation, self.state)
         switch state.begin() {
@@ -628,7 +636,16 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
             cont.finish()
         case .start:
             do {
-                state.set(try subscribe(KeelRawBridge(cont, state)))
+                let subscription = try subscribe(KeelRawBridge(cont, state))
+                state.set(subscription)
+                Task {
+                    do {
+                        // Returns at the cancel; throws at the database's close.
+                        try await subscription.ended()
+                    } catch {
+                        cont.finish(throwing: error)
+                    }
+                }
             } catch {
                 cont.finish(throwing: error)
             }
@@ -669,10 +686,13 @@ public struct KeelUpdates<Element: Sendable>: AsyncSequence, Sendable {
 }
 
 /// What a `KeelUpdates` holds of keel's subscription handle (`Subscription`, or
-/// `IncludingSubscription` for a live list across a relation).
-protocol KeelCancellable: AnyObject {
+/// `IncludingSubscription` for a live list across a relation). Both generated
+/// classes are `@unchecked Sendable` (keel's handles are thread-safe).
+protocol KeelCancellable: AnyObject, Sendable {
     func cancel()
     func isActive() -> Bool
+    /// Returns when cancelled; throws `KeelError.Closed` once the database closed.
+    func ended() async throws
 }
 
 extension Subscription: KeelCancellable {}

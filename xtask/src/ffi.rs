@@ -253,6 +253,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/ObservationTest.kt"),
         root.join("bindings/kotlin/VectorTest.kt"),
         root.join("bindings/kotlin/RelationsTest.kt"),
+        root.join("bindings/kotlin/AndroidTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));

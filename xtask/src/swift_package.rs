@@ -18,6 +18,11 @@
 //!                                     (info.json + the keel-cli binary)
 //! ```
 //!
+//! `lib/libkeel_ffi.so` is the release build of `keel-ffi`, what apps link:
+//! the debug build is several times slower (a live list across a relation 4–30×).
+//! `cargo xtask swift-package --debug` ships the debug build instead, for a
+//! quicker edit-and-try loop.
+//!
 //! On Linux the package builds with plain `swift build` (this command runs it when
 //! a Swift toolchain is found); the Swift test suite (`cargo xtask test`, see
 //! `swift.rs`) depends on this very package, so what is tested is what ships.
@@ -316,14 +321,27 @@ fn keel_artifact_bundle(target: &Path, bundle: &Path) -> Result<(), String> {
     write(&bundle.join("info.json"), info)
 }
 
-/// `cargo xtask swift-package`.
-pub fn run(args: &[String]) -> Result<(), String> {
-    if let Some(a) = args.first() {
-        return Err(format!(
-            "`cargo xtask swift-package` takes no arguments (got `{a}`)"
-        ));
+/// Whether `cargo xtask swift-package` ships the release build of `keel-ffi`
+/// (the default) or, with `--debug`, the debug build.
+fn release_build(args: &[String]) -> Result<bool, String> {
+    match args {
+        [] => Ok(true),
+        [flag] if flag == "--debug" => Ok(false),
+        [other, ..] => Err(format!(
+            "`cargo xtask swift-package` takes only `--debug` (got `{other}`)"
+        )),
     }
-    let g = bindings::generate(false, &["swift".to_string()])?;
+}
+
+/// `cargo xtask swift-package [--debug]`.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let release = release_build(args)?;
+    let g = bindings::generate(release, &["swift".to_string()])?;
+    println!(
+        "swift-package: lib/{} is the {} build of keel-ffi",
+        bindings::cdylib_name(),
+        if release { "release" } else { "debug" }
+    );
     let target = bindings::target_dir()?;
     let out = assemble(&g)?;
     println!("swift-package: package sources in {}", out.display());
@@ -375,4 +393,17 @@ pub fn run(args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::release_build;
+
+    #[test]
+    fn the_package_ships_the_release_library_unless_asked_for_debug() {
+        assert_eq!(release_build(&[]), Ok(true));
+        assert_eq!(release_build(&["--debug".to_string()]), Ok(false));
+        assert!(release_build(&["--release".to_string()]).is_err());
+        assert!(release_build(&["--debug".to_string(), "x".to_string()]).is_err());
+    }
 }

@@ -2,7 +2,8 @@
 // package dev.keel.ffi.
 //
 // * `Keel.openAsync(path, schema, options)` — a suspend fun that never blocks the
-//   caller (the open runs on keel's threads).
+//   caller (the open runs on keel's threads; the first call of a process also
+//   loads the native library, on `Dispatchers.IO`).
 // * `Keel.open(path, schema, options, scope)` — open progress as a `Flow` plus the
 //   database as a `Deferred`, for a splash screen.
 // * `query.updates()`, `db.objectUpdates(...)`, `dictionary.changes(key)` —
@@ -22,17 +23,17 @@ import dev.keel.ffi.Database
 import dev.keel.ffi.DictValue
 import dev.keel.ffi.DictionaryListener
 import dev.keel.ffi.Dictionary
+import dev.keel.ffi.KeelException
 import dev.keel.ffi.ObjectEvent
-import dev.keel.ffi.ObjectListener
 import dev.keel.ffi.OpenOptions
 import dev.keel.ffi.OpenProgress
 import dev.keel.ffi.OpenProgressListener
 import dev.keel.ffi.Query
-import dev.keel.ffi.QueryListener
 import dev.keel.ffi.QueryUpdate
 import dev.keel.ffi.Value
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Deferred
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.channels.Channel
@@ -42,20 +43,22 @@ import kotlinx.coroutines.flow.buffer
 import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.conflate
 import kotlinx.coroutines.flow.consumeAsFlow
+import kotlinx.coroutines.flow.map
+import kotlinx.coroutines.withContext
 
 /** keel's entry points for Kotlin. */
 object Keel {
-    init {
-        KeelThreads.keepAttached()
-    }
-
     /**
      * Open (or create) the database at [path] with the FlatBuffers schema text
      * [schema]. Suspends until ready; the whole open — including a slow WAL sync —
-     * runs on keel's threads, never on the caller's.
+     * runs on keel's threads, never on the caller's. The first call of a process
+     * also loads keel's native library (JNA binds it: 100–200 ms), on
+     * [Dispatchers.IO], not on the caller's thread.
      */
-    suspend fun openAsync(path: String, schema: String, options: OpenOptions = OpenOptions()): Database =
-        dev.keel.ffi.openAsync(path, schema, options, null)
+    suspend fun openAsync(path: String, schema: String, options: OpenOptions = OpenOptions()): Database {
+        KeelNative.load()
+        return dev.keel.ffi.openAsync(path, schema, options, null)
+    }
 
     /**
      * Start opening in [scope] and return at once: [Opening.progress] emits each
@@ -76,6 +79,7 @@ object Keel {
         }
         val db = scope.async {
             val opened = try {
+                KeelNative.load()
                 dev.keel.ffi.openAsync(path, schema, options, listener)
             } catch (e: Throwable) {
                 channel.close()
@@ -101,27 +105,28 @@ object Keel {
 /**
  * The query's results as a [Flow]: the current result first, then each changed
  * result with its row-level diff. The buffer is unbounded and no update is ever
- * dropped, because each diff is relative to the previous update.
+ * dropped, because each diff is relative to the previous update. It ends with
+ * `KeelException.Closed` when the database closes (see Live.kt).
  */
-fun Query.updates(): Flow<QueryUpdate> = callbackFlow {
-    val sub = subscribe(object : QueryListener {
-        override fun onUpdate(update: QueryUpdate) {
-            trySend(update)
-        }
-    })
-    awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED)
+fun Query.updates(): LiveFlow<QueryUpdate> {
+    val state = LiveState()
+    val flow = liveFlow<QueryUpdate>(state, { subscribe(it).handle() }) { trySend(it as QueryUpdate) }
+    return LiveFlow(flow.buffer(Channel.UNLIMITED), state)
+}
 
-/** One object's versions as a [Flow]; it completes after [ObjectEvent.Deleted]. */
-fun Database.objectUpdates(collection: String, key: List<Value>): Flow<ObjectEvent> = callbackFlow {
-    val sub = subscribeObject(collection, key, object : ObjectListener {
-        override fun onEvent(event: ObjectEvent) {
-            trySend(event)
-            if (event is ObjectEvent.Deleted) channel.close()
-        }
-    })
-    awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED)
+/**
+ * One object's versions as a [Flow]; it completes after [ObjectEvent.Deleted], and
+ * ends with `KeelException.Closed` when the database closes.
+ */
+fun Database.objectUpdates(collection: String, key: List<Value>): LiveFlow<ObjectEvent> {
+    val state = LiveState()
+    val flow = liveFlow<ObjectEvent>(state, { subscribeObject(collection, key, it).handle() }) { raw ->
+        val event = raw as ObjectEvent
+        trySend(event)
+        if (event is ObjectEvent.Deleted) channel.close()
+    }
+    return LiveFlow(flow.buffer(Channel.UNLIMITED), state)
+}
 
 /** A dictionary key's value as a [Flow] (null when removed); slow collectors see the latest. */
 fun Dictionary.changes(key: String): Flow<DictValue?> = callbackFlow {
@@ -134,14 +139,60 @@ fun Dictionary.changes(key: String): Flow<DictValue?> = callbackFlow {
 }.conflate()
 
 /**
+ * Loads keel's native library once per process, off the caller's thread: JNA
+ * binding the library takes 100–200 ms, which an app's first `Keel.openAsync`
+ * must not spend on its main thread. The callback threads are set up first
+ * ([KeelThreads]), since that must happen before the library loads.
+ */
+internal object KeelNative {
+    @Volatile private var loaded = false
+
+    suspend fun load() {
+        if (loaded) return
+        withContext(Dispatchers.IO) {
+            KeelThreads.keepAttached()
+            dev.keel.ffi.uniffiEnsureInitialized()
+        }
+        loaded = true
+    }
+}
+
+/** Stores [obj] under [key] (keel verifies it against the schema). */
+fun Dictionary.setObject(key: String, obj: KeelObject) =
+    set(key, DictValue.Object(obj.keelModel().collectionName, obj.encode()))
+
+/**
+ * The object of [model] stored under [key], or null; `KeelException.TypeMismatch`
+ * when the key holds something else (another collection's object, a string …).
+ */
+fun <T : Any> Dictionary.getObject(model: KeelModel<T, *>, key: String): T? =
+    typedObject(model, key, get(key))
+
+/**
+ * The object of [model] under [key] as a [Flow] (null when removed), latest only;
+ * a value of another type ends it with `KeelException.TypeMismatch`. Decoding runs
+ * in the collector's context.
+ */
+fun <T : Any> Dictionary.objectChanges(model: KeelModel<T, *>, key: String): Flow<T?> =
+    changes(key).map { typedObject(model, key, it) }
+
+private fun <T : Any> typedObject(model: KeelModel<T, *>, key: String, value: DictValue?): T? = when {
+    value == null -> null
+    value is DictValue.Object && value.collection == model.collectionName -> model.decode(value.bytes)
+    else -> throw KeelException.TypeMismatch("dictionary key $key holds $value, not a ${model.collectionName}")
+}
+
+/**
  * keel calls Kotlin back on its own native threads: the writer (write bodies,
- * live-query and object deliveries), the open thread, the fetch pool. JNA's
- * default attaches such a thread to the JVM for each call and detaches it
- * after, which costs more than the call itself; keel's threads stay attached
- * instead (as daemon threads, detached when they exit), as JNA's
- * [CallbackThreadInitializer] allows. It takes effect only for callbacks whose
- * native stubs do not exist yet, so it runs before the library loads: from
- * `Keel`'s initializer, the entry point of the layer.
+ * live-query, object, `including` and nearest deliveries), `keel-feed` (other
+ * processes' commits), the open thread, the dictionary's notifier. JNA's default
+ * attaches such a thread to the JVM for each call and detaches it after, which
+ * costs more than the call itself; keel's threads stay attached instead (as
+ * daemon threads named `keel`, detached when they exit), as JNA's
+ * [CallbackThreadInitializer] allows, for every listener the FFI has. It takes
+ * effect only for callbacks whose native stubs do not exist yet, so it runs
+ * before the library loads: from [KeelNative.load], which `Keel.openAsync` and
+ * `Keel.open` call first.
  */
 internal object KeelThreads {
     private val done = java.util.concurrent.atomic.AtomicBoolean(false)
@@ -153,6 +204,8 @@ internal object KeelThreads {
             dev.keel.ffi.uniffiCallbackInterfaceWriteBody.`run`,
             dev.keel.ffi.uniffiCallbackInterfaceQueryListener.`onUpdate`,
             dev.keel.ffi.uniffiCallbackInterfaceObjectListener.`onEvent`,
+            dev.keel.ffi.uniffiCallbackInterfaceIncludingListener.`onUpdate`,
+            dev.keel.ffi.uniffiCallbackInterfaceNearestListener.`onUpdate`,
             dev.keel.ffi.uniffiCallbackInterfaceDictionaryListener.`onChange`,
             dev.keel.ffi.uniffiCallbackInterfaceOpenProgressListener.`onProgress`,
             dev.keel.ffi.uniffiCallbackInterfaceMigrationProgressListener.`onProgress`,

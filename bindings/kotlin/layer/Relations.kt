@@ -17,15 +17,12 @@ package dev.keel
 
 import dev.keel.ffi.Diff
 import dev.keel.ffi.IncludedObject
-import dev.keel.ffi.IncludingListener
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.Query
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 
@@ -56,20 +53,20 @@ class ManyRelation<O : Any, T : Any>(
 )
 
 /**
- * One delivery of [IncludingQuery.updates]: the whole result, each object with what
+ * One delivery of [Including.updates]: the whole result, each object with what
  * its reference names ([R] is `T?` for a to-one reference, null when absent or
  * naming no object; `List<T>` for a to-many one, in the order of its keys), and the
  * row-level diff against the previous delivery (the first lists every row as
  * inserted). A row whose object or referenced objects changed is `updated`.
  */
-data class RelationUpdate<O, R>(
+data class IncludingUpdate<O, R>(
     val objects: List<Pair<O, R>>,
     val diff: Diff,
 )
 
 /** This query with the object [relation] names for each result (filter, order, limit and offset kept). */
-fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): IncludingQuery<O, T, T?> =
-    IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
+fun <O : Any, T : Any> Fetch<O>.including(relation: Relation<O, T>): Including<O, T, T?> =
+    Including(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.firstOrNull()?.let { relation.target.decode(it.bytes) })
     }
 
@@ -78,8 +75,8 @@ fun <O : Any, T : Any> TypedQuery<O>.including(relation: Relation<O, T>): Includ
  * order of its keys (a key naming no object is left out; filter, order, limit and
  * offset kept).
  */
-fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): IncludingQuery<O, T, List<T>> =
-    IncludingQuery(query, relation.field, relation.owner, inTransaction) { row ->
+fun <O : Any, T : Any> Fetch<O>.including(relation: ManyRelation<O, T>): Including<O, T, List<T>> =
+    Including(query, relation.field, relation.owner, inTransaction) { row ->
         Pair(relation.owner.decode(row.`object`.bytes), row.related.map { relation.target.decode(it.bytes) })
     }
 
@@ -90,14 +87,14 @@ fun <O : Any, T : Any> TypedQuery<O>.including(relation: ManyRelation<O, T>): In
  * keys", which a later write to the referenced collection does not change (a live
  * query keeps it as made). A bad predicate throws `KeelException.InvalidArgument`.
  */
-fun <O : Any, T : Any> TypedQuery<O>.whereThrough(relation: Relation<O, T>, predicate: Predicate<T>): TypedQuery<O> =
+fun <O : Any, T : Any> Fetch<O>.whereThrough(relation: Relation<O, T>, predicate: Predicate<T>): Fetch<O> =
     where(Predicate(query.through(relation.field, predicate.expr)))
 
 /**
  * A typed query with what one reference names (`fetch(Post).including(Post.authorRef)`):
  * each result is the object and [R], its referenced object (`T?`) or objects (`List<T>`).
  */
-class IncludingQuery<O : Any, T : Any, R> internal constructor(
+class Including<O : Any, T : Any, R> internal constructor(
     /** The untyped query underneath. */
     val query: Query,
     private val field: String,
@@ -127,8 +124,21 @@ class IncludingQuery<O : Any, T : Any, R> internal constructor(
      * condition brings their posts in, one renamed out takes them away. The query's
      * limit and offset apply after it. A bad predicate throws `KeelException.InvalidArgument`.
      */
-    fun where(predicate: Predicate<T>): IncludingQuery<O, T, R> =
-        IncludingQuery(query.whereRelated(field, predicate.expr), field, owner, inTransaction, decode)
+    fun where(predicate: Predicate<T>): Including<O, T, R> =
+        Including(query.whereRelated(field, predicate.expr), field, owner, inTransaction, decode)
+
+    /**
+     * Order the result by [key], a field of the referenced objects
+     * (`including(Post.authorRef).orderByRelated(Author.name.asc())`; to-many: the
+     * first one), as SQL orders (a post without an author first when ascending).
+     * Equal values keep the query's own order; its limit and offset apply after this
+     * order (every match is read to sort it). [all], [counts] and [updates] keep it.
+     * A relevance key throws `KeelException.InvalidArgument`.
+     */
+    fun orderByRelated(key: SortKey<T>): Including<O, T, R> {
+        if (key.relevance) throw KeelException.InvalidArgument("orderByRelated($field): relevance orders by a search, not by a field")
+        return Including(query.orderByRelated(key.path, key.descending), field, owner, inTransaction, decode)
+    }
 
     /**
      * Every matching object with the number of objects its reference names that exist
@@ -147,16 +157,18 @@ class IncludingQuery<O : Any, T : Any, R> internal constructor(
      * dropped. Other processes' commits arrive too (with `shareChanges`). Subscribing
      * and decoding run on [Dispatchers.IO], never on keel's writer or feed thread.
      */
-    fun updates(): Flow<RelationUpdate<O, R>> = callbackFlow {
-        val sub = checked().subscribeIncluding(field, object : IncludingListener {
-            override fun onUpdate(update: dev.keel.ffi.IncludingUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> RelationUpdate(u.objects.map(decode), u.diff) }
-        .flowOn(Dispatchers.IO)
+    fun updates(): LiveFlow<IncludingUpdate<O, R>> {
+        val state = LiveState()
+        val flow = liveFlow<dev.keel.ffi.IncludingUpdate>(state, { checked().subscribeIncluding(field, it).handle() }) {
+            trySend(it as dev.keel.ffi.IncludingUpdate)
+        }
+        return LiveFlow(
+            flow.buffer(Channel.UNLIMITED)
+                .map { u -> IncludingUpdate(u.objects.map(decode), u.diff) }
+                .flowOn(Dispatchers.IO),
+            state,
+        )
+    }
 
     override fun toString(): String = "${query.describe()} including $field"
 }

@@ -9,7 +9,7 @@
 //   val p: Post? = db.get(Post, "p1")
 //   val top = db.fetch(Post).where((Post.priority ge 2) and Post.title.isNotNull())
 //       .orderBy(Post.priority.desc()).limit(20).all()
-//   db.fetch(Post).where(Post.author.name eq "Ada").updates()         // Flow<QueryUpdate<Post>>
+//   db.fetch(Post).where(Post.author.name eq "Ada").updates()         // Flow<Update<Post>>
 //   db.objectUpdates(Post, "p1")                                      // Flow<Post>, ends on delete
 //
 // Objects are encoded and decoded in Kotlin (FlatBuffers.kt); keel's Rust side
@@ -22,10 +22,8 @@ import dev.keel.ffi.Diff
 import dev.keel.ffi.Expr
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.ObjectEvent
-import dev.keel.ffi.ObjectListener
 import dev.keel.ffi.Query
-import dev.keel.ffi.QueryListener
-import dev.keel.ffi.Transaction
+import dev.keel.ffi.Txn as FfiTxn
 import dev.keel.ffi.Value
 import dev.keel.ffi.WriteBody
 import dev.keel.ffi.WriteOp
@@ -33,12 +31,10 @@ import dev.keel.ffi.WriteResult
 import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.SharingStarted
 import kotlinx.coroutines.flow.StateFlow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.conflate
 import kotlinx.coroutines.flow.distinctUntilChanged
 import kotlinx.coroutines.flow.flowOn
@@ -162,7 +158,7 @@ object Conv {
 }
 
 /** One result of a typed live query: the objects in query order and the row-level diff. */
-data class QueryUpdate<T>(
+data class Update<T>(
     /** The whole result, after `offset`/`limit`. */
     val objects: List<T>,
     /** Changes against the previous update (the first lists every object as inserted). */
@@ -176,8 +172,8 @@ data class QueryUpdate<T>(
  * `KeelException` right there, and the body may catch it and go on). When the body
  * throws, what it wrote is rolled back, and nothing else. Valid only inside its body.
  */
-class WriteTxn internal constructor(
-    private val txn: Transaction,
+class Txn internal constructor(
+    private val txn: FfiTxn,
     private val db: Database,
 ) {
     @Volatile internal var ended = false
@@ -187,7 +183,7 @@ class WriteTxn internal constructor(
         return txn.write(op)
     }
 
-    internal fun live(): Transaction {
+    internal fun live(): FfiTxn {
         if (ended) throw KeelException.InvalidArgument("the transaction ended when its write body returned")
         return txn
     }
@@ -222,8 +218,8 @@ class WriteTxn internal constructor(
         live().get(model.collectionName, model.keyValues(key))?.let(model::decode)
 
     /** A typed query that runs inside this transaction (`all()`, `first()`, `count()`). */
-    fun <T : Any> fetch(model: KeelModel<T, *>): TypedQuery<T> =
-        TypedQuery(model, db.query(model.collectionName), this)
+    fun <T : Any> fetch(model: KeelModel<T, *>): Fetch<T> =
+        Fetch(model, db.query(model.collectionName), this)
 
     /** The number of objects of [model], as this transaction sees them. */
     fun count(model: KeelModel<*, *>): Long = live().count(db.query(model.collectionName)).toLong()
@@ -259,13 +255,13 @@ class WriteTxn internal constructor(
  * is. [body] runs on a keel thread, never on the caller's: it must not block on
  * other work of the database. Concurrent writes share one commit.
  */
-suspend fun <R> Database.write(body: WriteTxn.() -> R): R {
+suspend fun <R> Database.write(body: Txn.() -> R): R {
     val db = this
     val runner = object : WriteBody {
         @Volatile var result: Any? = null
         @Volatile var thrown: Throwable? = null
-        override fun run(txn: Transaction) {
-            val t = WriteTxn(txn, db)
+        override fun run(txn: FfiTxn) {
+            val t = Txn(txn, db)
             try {
                 result = t.body()
             } catch (e: Throwable) {
@@ -300,38 +296,38 @@ suspend fun <T : Any, K : Any> Database.getAsync(model: KeelModel<T, K>, key: K)
     getAsync(model.collectionName, model.keyValues(key))?.let(model::decode)
 
 /** A typed query over [model]'s collection: chain `where`, `orderBy`, `limit`, then `all()`. */
-fun <T : Any> Database.fetch(model: KeelModel<T, *>): TypedQuery<T> =
-    TypedQuery(model, query(model.collectionName))
+fun <T : Any> Database.fetch(model: KeelModel<T, *>): Fetch<T> =
+    Fetch(model, query(model.collectionName))
 
 /**
  * A query whose results are [T]s. Immutable: each step returns a new query.
  * Field names and value types were checked by the compiler; keel checks them again.
  */
-class TypedQuery<T : Any> internal constructor(
+class Fetch<T : Any> internal constructor(
     internal val model: KeelModel<T, *>,
     /** The untyped query underneath (for `describe()` and tools). */
     val query: Query,
     /** Set for `txn.fetch(...)`: the query runs inside that write transaction. */
-    internal val txn: WriteTxn? = null,
+    internal val txn: Txn? = null,
 ) {
     /** Whether this query runs inside a write transaction (`txn.fetch(...)`). */
     internal val inTransaction: Boolean get() = txn != null
     /** Keep objects matching [predicate] (AND-ed with earlier filters). */
-    fun where(predicate: Predicate<T>): TypedQuery<T> = TypedQuery(model, query.filter(predicate.expr), txn)
+    fun where(predicate: Predicate<T>): Fetch<T> = Fetch(model, query.filter(predicate.expr), txn)
     /** Sort by [keys] (earlier keys first; ties end on insertion order). */
-    fun orderBy(vararg keys: SortKey<T>): TypedQuery<T> {
+    fun orderBy(vararg keys: SortKey<T>): Fetch<T> {
         var q = query
         for (k in keys) q = if (k.relevance) q.orderByRelevance(k.descending) else q.orderBy(k.path, k.descending)
-        return TypedQuery(model, q, txn)
+        return Fetch(model, q, txn)
     }
     /**
      * At most [n] objects. A negative [n] means no limit (it also lifts an earlier
      * `limit`), as Swift's `limit(-1)` and SQLite's `LIMIT -1`; `limit(0)` gives none.
      */
-    fun limit(n: Int): TypedQuery<T> =
-        TypedQuery(model, query.limit(if (n < 0) ULong.MAX_VALUE else n.toULong()), txn)
+    fun limit(n: Int): Fetch<T> =
+        Fetch(model, query.limit(if (n < 0) ULong.MAX_VALUE else n.toULong()), txn)
     /** Skip the first [n] objects (a negative [n] skips none, as in Swift). */
-    fun offset(n: Int): TypedQuery<T> = TypedQuery(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
+    fun offset(n: Int): Fetch<T> = Fetch(model, query.offset(if (n < 0) 0UL else n.toULong()), txn)
 
     /** Every matching object, in order (a read on the calling thread, or inside the transaction). */
     fun all(): List<T> = (txn?.live()?.all(query) ?: query.all()).map { model.decode(it.bytes) }
@@ -352,16 +348,20 @@ class TypedQuery<T : Any> internal constructor(
      * [Dispatchers.IO], never on keel's writer thread nor on the collector's
      * dispatcher (`Dispatchers.Main` in an app); the collector gets decoded objects.
      */
-    fun updates(): Flow<QueryUpdate<T>> = callbackFlow {
-        val sub = query.subscribe(object : QueryListener {
-            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> QueryUpdate(u.objects.map { model.decode(it.bytes) }, u.diff) }
-        .flowOn(Dispatchers.IO)
+    fun updates(): LiveFlow<Update<T>> = raw().then { f ->
+        f.buffer(Channel.UNLIMITED)
+            .map { u -> Update(u.objects.map { model.decode(it.bytes) }, u.diff) }
+            .flowOn(Dispatchers.IO)
+    }
+
+    /** The query's subscription, undecoded (see Live.kt). */
+    private fun raw(): LiveFlow<dev.keel.ffi.QueryUpdate> {
+        val state = LiveState()
+        val flow = liveFlow<dev.keel.ffi.QueryUpdate>(state, { query.subscribe(it).handle() }) {
+            trySend(it as dev.keel.ffi.QueryUpdate)
+        }
+        return LiveFlow(flow, state)
+    }
 
     /**
      * The latest result only (conflated): the current result first, then, when the
@@ -369,17 +369,12 @@ class TypedQuery<T : Any> internal constructor(
      * between are skipped and never decoded. For a screen that shows the result;
      * [updates] has every diff. Subscribing and decoding run on [Dispatchers.IO].
      */
-    fun latest(): Flow<List<T>> = callbackFlow {
-        val sub = query.subscribe(object : QueryListener {
-            override fun onUpdate(update: dev.keel.ffi.QueryUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.conflate()
-        .map { u -> u.objects.map { model.decode(it.bytes) } }
-        .flowOn(Dispatchers.IO)
-        .conflate()
+    fun latest(): LiveFlow<List<T>> = raw().then { f ->
+        f.conflate()
+            .map { u -> u.objects.map { model.decode(it.bytes) } }
+            .flowOn(Dispatchers.IO)
+            .conflate()
+    }
 
     /**
      * The result as a [StateFlow] whose [StateFlow.value] is the current result from
@@ -402,17 +397,16 @@ class TypedQuery<T : Any> internal constructor(
  * one; the flow completes when the object is deleted (at once if it does not exist).
  * Subscribing and decoding run on [Dispatchers.IO], not on the collector's dispatcher.
  */
-fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): Flow<T> = callbackFlow {
-    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
-        override fun onEvent(event: ObjectEvent) {
-            when (event) {
-                is ObjectEvent.Updated -> trySend(event.current.bytes)
-                is ObjectEvent.Deleted -> channel.close()
-            }
+fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): LiveFlow<T> {
+    val state = LiveState()
+    val flow = liveFlow<ByteArray>(state, { subscribeObject(model.collectionName, model.keyValues(key), it).handle() }) {
+        when (val event = it as ObjectEvent) {
+            is ObjectEvent.Updated -> trySend(event.current.bytes)
+            is ObjectEvent.Deleted -> channel.close()
         }
-    })
-    awaitClose { sub.cancel() }
-}.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO)
+    }
+    return LiveFlow(flow.buffer(Channel.UNLIMITED).map(model::decode).flowOn(Dispatchers.IO), state)
+}
 
 /**
  * [objectUpdates], latest only (conflated), and with `null` when the object is
@@ -420,26 +414,25 @@ fun <T : Any, K : Any> Database.objectUpdates(model: KeelModel<T, K>, key: K): F
  * between are skipped and never decoded. Completes after the `null` of a delete.
  * Subscribing and decoding run on [Dispatchers.IO].
  */
-fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): Flow<T?> = callbackFlow<ByteArray?> {
-    val sub = subscribeObject(model.collectionName, model.keyValues(key), object : ObjectListener {
-        override fun onEvent(event: ObjectEvent) {
-            when (event) {
-                is ObjectEvent.Updated -> trySend(event.current.bytes)
-                is ObjectEvent.Deleted -> {
-                    trySend(null)
-                    channel.close()
-                }
+fun <T : Any, K : Any> Database.latestObject(model: KeelModel<T, K>, key: K): LiveFlow<T?> {
+    val state = LiveState()
+    val flow = liveFlow<ByteArray?>(state, { subscribeObject(model.collectionName, model.keyValues(key), it).handle() }) {
+        when (val event = it as ObjectEvent) {
+            is ObjectEvent.Updated -> trySend(event.current.bytes)
+            is ObjectEvent.Deleted -> {
+                trySend(null)
+                channel.close()
             }
         }
-    })
-    awaitClose { sub.cancel() }
-}.conflate().map { b -> b?.let(model::decode) }.flowOn(Dispatchers.IO).conflate()
+    }
+    return LiveFlow(flow.conflate().map { b -> b?.let(model::decode) }.flowOn(Dispatchers.IO).conflate(), state)
+}
 
 /**
  * The object of [model] with [key] as a [StateFlow]: [StateFlow.value] is its
  * current version (or null) from the start, read at once on the calling thread,
  * then follows [latestObject] in [scope] while [started] says so (see
- * [TypedQuery.asStateFlow]); null once the object is deleted.
+ * [Fetch.asStateFlow]); null once the object is deleted.
  */
 fun <T : Any, K : Any> Database.objectAsStateFlow(
     model: KeelModel<T, K>,

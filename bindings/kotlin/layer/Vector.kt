@@ -17,13 +17,10 @@ package dev.keel
 
 import dev.keel.ffi.Diff
 import dev.keel.ffi.KeelException
-import dev.keel.ffi.NearestListener
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
-import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
-import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.flow.flowOn
 import kotlinx.coroutines.flow.map
 import kotlinx.coroutines.withContext
@@ -40,7 +37,7 @@ data class Neighbor<T>(
     val distance: Float,
 )
 
-/** One delivery of [TypedQuery.nearestUpdates]: the `k` nearest now and what changed. */
+/** One delivery of [Fetch.nearestUpdates]: the `k` nearest now and what changed. */
 data class NearestUpdate<T>(
     /** The `k` nearest matching objects (fewer if fewer match), best first. */
     val neighbors: List<Neighbor<T>>,
@@ -51,7 +48,7 @@ data class NearestUpdate<T>(
     val diff: Diff,
 )
 
-private fun <T : Any> TypedQuery<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T> =
+private fun <T : Any> Fetch<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T> =
     Neighbor(model.decode(n.bytes), n.distance)
 
 /**
@@ -60,7 +57,7 @@ private fun <T : Any> TypedQuery<T>.decode(n: dev.keel.ffi.Neighbor): Neighbor<T
  * for the writer), or, on `fetch(…)` inside a write body, as the transaction sees
  * the objects (its own writes included). [nearestAsync] runs it on a keel thread.
  */
-fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
+fun <T : Any> Fetch<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> {
     val n = k.coerceAtLeast(0).toUInt()
     val v = vector.toList()
     val found = txn?.live()?.nearest(query, field.keelPath, v, n) ?: query.nearest(field.keelPath, v, n)
@@ -68,7 +65,7 @@ fun <T : Any> TypedQuery<T>.nearest(field: FieldRef<T>, vector: FloatArray, k: I
 }
 
 /** [nearest] on [Dispatchers.IO] (on a database query; inside a write body use [nearest]). */
-suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> =
+suspend fun <T : Any> Fetch<T>.nearestAsync(field: FieldRef<T>, vector: FloatArray, k: Int): List<Neighbor<T>> =
     withContext(Dispatchers.IO) { nearest(field, vector, k) }
 
 /**
@@ -76,22 +73,22 @@ suspend fun <T : Any> TypedQuery<T>.nearestAsync(field: FieldRef<T>, vector: Flo
  * that changes them (an insert that beats the `k`-th distance, an update that moves
  * a vector, a delete of a member) the new `k` nearest with their diff. Collecting
  * subscribes; cancelling the collector cancels the subscription. No update is
- * dropped (each diff is relative to the previous). As with [TypedQuery.updates],
+ * dropped (each diff is relative to the previous). As with [Fetch.updates],
  * subscribing and decoding run on [Dispatchers.IO]; keel's listener (on keel's
  * writer thread) only hands the delivery over. A bad field or vector makes the
  * collection throw the typed error.
  */
-fun <T : Any> TypedQuery<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): Flow<NearestUpdate<T>> {
+fun <T : Any> Fetch<T>.nearestUpdates(field: FieldRef<T>, vector: FloatArray, k: Int): LiveFlow<NearestUpdate<T>> {
     val v = vector.toList()
-    return callbackFlow {
+    val state = LiveState()
+    val flow = liveFlow<dev.keel.ffi.NearestUpdate>(state, { bridge ->
         if (txn != null) throw KeelException.InvalidArgument("nearestUpdates: subscribe on db.fetch(…), not inside a write transaction")
-        val sub = query.subscribeNearest(field.keelPath, v, k.coerceAtLeast(0).toUInt(), object : NearestListener {
-            override fun onUpdate(update: dev.keel.ffi.NearestUpdate) {
-                trySend(update)
-            }
-        })
-        awaitClose { sub.cancel() }
-    }.buffer(Channel.UNLIMITED)
-        .map { u -> NearestUpdate(u.neighbors.map { decode(it) }, u.diff) }
-        .flowOn(Dispatchers.IO)
+        query.subscribeNearest(field.keelPath, v, k.coerceAtLeast(0).toUInt(), bridge).handle()
+    }) { trySend(it as dev.keel.ffi.NearestUpdate) }
+    return LiveFlow(
+        flow.buffer(Channel.UNLIMITED)
+            .map { u -> NearestUpdate(u.neighbors.map { decode(it) }, u.diff) }
+            .flowOn(Dispatchers.IO),
+        state,
+    )
 }

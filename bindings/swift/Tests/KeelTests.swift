@@ -1036,7 +1036,7 @@ final class KeelTests: XCTestCase {
         final class OneOp: WriteBody, @unchecked Sendable {
             let op: WriteOp
             init(_ op: WriteOp) { self.op = op }
-            func run(txn: Transaction) throws { _ = try txn.write(op: op) }
+            func run(txn: Txn) throws { _ = try txn.write(op: op) }
         }
         let c = try await fresh()
         _ = try await c.write(ops: Array(prebuilt.prefix(1_000)))

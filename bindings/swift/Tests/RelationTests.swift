@@ -219,4 +219,43 @@ final class RelationTests: XCTestCase {
         XCTAssertEqual(next?.objects[1].related.map(\.id), ["p3"])
         updates.cancel()
     }
+
+    func testSortedByRelatedOrdersByTheAuthorsName() async throws {
+        let db = try await openRel("order.db")
+        try await db.write { txn in
+            try txn.insert(Author(id: "z", name: "Zoe"))
+            try txn.insert(Author(id: "a", name: "Ada"))
+            try txn.insert(Post(id: "p1", author: "z", rank: 1))
+            try txn.insert(Post(id: "p2", author: "a", rank: 2))
+            try txn.insert(Post(id: "p3", rank: 3))
+            try txn.insert(Post(id: "p4", author: "a", rank: 4))
+        }
+        let byRank = db.fetch(Post.self).sorted(by: Post.rank.ascending).including(Post.authorRef)
+        // No author first ascending; equal names keep the rank order.
+        XCTAssertEqual(try byRank.sorted(byRelated: Author.name.ascending).all().map(\.object.id),
+                       ["p3", "p2", "p4", "p1"])
+        XCTAssertEqual(try byRank.sorted(byRelated: Author.name.descending).all().map(\.object.id),
+                       ["p1", "p2", "p4", "p3"])
+        // The limit applies after the order.
+        let top = try db.fetch(Post.self).sorted(by: Post.rank.ascending).limit(1)
+            .including(Post.authorRef).sorted(byRelated: Author.name.descending).all()
+        XCTAssertEqual(top.map(\.object.id), ["p1"])
+        try await db.close()
+    }
+
+    func testALiveListEndsWithClosedWhenTheDatabaseCloses() async throws {
+        let db = try await openRel("closed.db")
+        try await db.write { try $0.insert(Post(id: "p1", rank: 1)) }
+        let updates = db.fetch(Post.self).including(Post.authorRef).updates()
+        var it = updates.makeAsyncIterator()
+        _ = try await it.next()
+        try await db.close()
+        do {
+            while try await it.next() != nil {}
+            XCTFail("the stream ended without an error")
+        } catch KeelError.Closed {
+            // What a closed database ends a live stream with.
+        }
+        XCTAssertFalse(updates.isActive)
+    }
 }

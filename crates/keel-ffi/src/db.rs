@@ -1,86 +1,19 @@
 //! [`open_async`], [`open_blocking`], [`Database`] and [`Query`].
 
-use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
 
+use crate::callbacks::{gated, progress_fn};
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
+use crate::live::Ending;
+use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
-    progress_fn, CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions,
-    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
-    WriteResult,
+    CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
+    OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
 };
-
-/// Run `f` on a fresh keel thread; the future resolves with its result. Keeps the
-/// caller's thread (an event loop polling the future) free of blocking work.
-/// The threads that run the FFI's async calls (`keel-ffi-N`): at most this many,
-/// shared by every database of the process, started on demand, asleep when idle.
-/// Calls beyond them queue instead of each starting an OS thread.
-pub(crate) const FFI_THREADS: usize = 4;
-
-fn ffi_pool() -> &'static keel_query::pool::Pool {
-    static POOL: std::sync::OnceLock<keel_query::pool::Pool> = std::sync::OnceLock::new();
-    POOL.get_or_init(|| keel_query::pool::Pool::named(FFI_THREADS, "keel-ffi"))
-}
-
-/// Run `f` on the FFI pool; the returned future resolves with its result.
-pub(crate) fn off_thread<T: Send + 'static>(
-    name: &'static str,
-    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
-) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let job = Box::new(move || {
-        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-            Err(KeelError::internal(format!(
-                "the keel task `{name}` panicked"
-            )))
-        });
-        let _ = tx.send(r);
-    });
-    let rejected = ffi_pool().submit(job).err().map(|e| KeelError::Io {
-        message: format!("could not run the keel task `{name}`: {e:?}"),
-    });
-    async move {
-        if let Some(e) = rejected {
-            return Err(e);
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
-    }
-}
-
-/// Run `f` on a thread of its own (named `keel-{name}`), not on the FFI pool:
-/// for the calls that must never queue behind the pool's jobs. Each call starts a
-/// thread, so it is for rare calls only.
-pub(crate) fn on_own_thread<T: Send + 'static>(
-    name: &'static str,
-    f: impl FnOnce() -> Result<T, KeelError> + Send + 'static,
-) -> impl Future<Output = Result<T, KeelError>> + Send + 'static {
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name(format!("keel-{name}"))
-        .spawn(move || {
-            let r =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|_| {
-                    Err(KeelError::internal(format!(
-                        "the keel task `{name}` panicked"
-                    )))
-                });
-            let _ = tx.send(r);
-        });
-    let rejected = spawned.err().map(|e| KeelError::Io {
-        message: format!("could not start a thread for the keel task `{name}`: {e}"),
-    });
-    async move {
-        if let Some(e) = rejected {
-            return Err(e);
-        }
-        rx.await
-            .unwrap_or_else(|_| Err(KeelError::internal("a keel task ended without a result")))
-    }
-}
 
 /// Run a synchronous FFI call: while the database is suspended its reads fail
 /// with `Suspended` instead of waiting for a resume that the blocked calling
@@ -126,12 +59,12 @@ pub async fn open_async(
     options: OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
-    crate::types::gated(async move {
+    gated(async move {
         // Parsing is quick, but it is work: keep it off the caller's thread too.
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
         let opts = self::options(&options, progress);
         let db = keel_query::Database::open_async(&path, schema, opts).await?;
-        Ok(Arc::new(Database { db }))
+        Ok(Database::new(db))
     })
     .await
 }
@@ -148,7 +81,7 @@ pub fn open_blocking(
     let schema = parse_schema(&schema_fbs)?;
     let opts = self::options(&options, progress);
     let db = keel_query::Database::open(&path, schema, opts)?;
-    Ok(Arc::new(Database { db }))
+    Ok(Database::new(db))
 }
 
 /// Check schema text without opening anything: `InvalidSchema` with line and
@@ -203,7 +136,7 @@ pub(crate) fn keys(key: Vec<Value>) -> Vec<KValue> {
 }
 
 /// Run one [`WriteOp`] in `txn`: what a batch of [`Database::write`] does per
-/// operation, and what a write body's `Transaction::write` does.
+/// operation, and what a write body's `Txn::write` does.
 pub(crate) fn apply_op(
     txn: &mut keel_query::Txn<'_>,
     op: WriteOp,
@@ -259,6 +192,10 @@ pub(crate) fn apply_op(
 #[derive(uniffi::Object)]
 pub struct Database {
     pub(crate) db: keel_query::Database,
+    /// Fired once `close` is done: ends the subscriptions' `ended()`.
+    pub(crate) closing: Arc<Ending>,
+    /// Live subscriptions the engine's hub does not count (`live::Counted`).
+    pub(crate) others: Arc<AtomicUsize>,
 }
 
 impl std::fmt::Debug for Database {
@@ -268,6 +205,14 @@ impl std::fmt::Debug for Database {
 }
 
 impl Database {
+    pub(crate) fn new(db: keel_query::Database) -> Arc<Database> {
+        Arc::new(Database {
+            db,
+            closing: Ending::new(),
+            others: Arc::new(AtomicUsize::new(0)),
+        })
+    }
+
     /// The engine-level database (for Rust code embedding the FFI crate).
     pub fn inner(&self) -> &keel_query::Database {
         &self.db
@@ -281,7 +226,7 @@ impl Database {
     /// operation fails (bad bytes, unknown collection, duplicate key, missing
     /// object), none of it is kept and the error is thrown.
     pub async fn write(&self, ops: Vec<WriteOp>) -> Result<Vec<WriteResult>, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let fut = self.db.write(move |txn| {
                 let mut out = Vec::with_capacity(ops.len());
                 for op in ops {
@@ -307,12 +252,8 @@ impl Database {
         collection: String,
         key: Vec<Value>,
     ) -> Result<Option<Vec<u8>>, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("get", move || {
-                Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "get", move |db| {
+            Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
         })
         .await
     }
@@ -322,6 +263,9 @@ impl Database {
     pub fn query(&self, collection: String) -> Arc<Query> {
         Arc::new(Query {
             db: self.db.clone(),
+            closing: Arc::clone(&self.closing),
+            others: Arc::clone(&self.others),
+            related_order: None,
             collection,
             filter: Vec::new(),
             order: Vec::new(),
@@ -338,7 +282,7 @@ impl Database {
 
     /// [`Database::count`] on a keel thread.
     pub async fn count_async(&self, collection: String) -> Result<u64, KeelError> {
-        crate::types::gated(async move { self.query(collection).count_async().await }).await
+        gated(async move { self.query(collection).count_async().await }).await
     }
 
     /// FlatBuffers bytes for `collection` from JSON, with this database's schema.
@@ -364,15 +308,11 @@ impl Database {
     /// Run a PASSIVE checkpoint now (on a keel thread): copy what can be copied
     /// from the WAL without waiting for anyone.
     pub async fn checkpoint(&self) -> Result<CheckpointResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("checkpoint", move || {
-                Ok(db
-                    .store()
-                    .checkpoint(keel_storage::CheckpointMode::Passive)?
-                    .into())
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "checkpoint", |db| {
+            Ok(db
+                .store()
+                .checkpoint(keel_storage::CheckpointMode::Passive)?
+                .into())
         })
         .await
     }
@@ -387,30 +327,26 @@ impl Database {
     /// Call `resume` when the app comes back. Runs on a keel thread.
     #[uniffi::method(default(and_suspend = false))]
     pub async fn on_background(&self, and_suspend: bool) -> Result<CheckpointResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("background", move || {
-                if !and_suspend {
-                    return Ok(db.store().on_background()?.into());
-                }
-                let t = std::time::Instant::now();
-                let r =
-                    db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
-                Ok(match r.checkpoint {
-                    Some(c) => c.into(),
-                    // The checkpoint could not run (it is logged); the locks are gone anyway.
-                    None => CheckpointResult {
-                        busy: true,
-                        wal_frames: -1,
-                        checkpointed_frames: -1,
-                        duration_ms: t.elapsed().as_secs_f64() * 1e3,
-                        wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
-                            .map(|m| m.len())
-                            .unwrap_or(0),
-                    },
-                })
+        run_async(&self.db, Runner::Pool, "background", move |db| {
+            if !and_suspend {
+                return Ok(db.store().on_background()?.into());
+            }
+            let t = std::time::Instant::now();
+            let r =
+                db.suspend_with(keel_query::SuspendOptions::default().checkpoint_first(true))?;
+            Ok(match r.checkpoint {
+                Some(c) => c.into(),
+                // The checkpoint could not run (it is logged); the locks are gone anyway.
+                None => CheckpointResult {
+                    busy: true,
+                    wal_frames: -1,
+                    checkpointed_frames: -1,
+                    duration_ms: t.elapsed().as_secs_f64() * 1e3,
+                    wal_bytes_after: std::fs::metadata(format!("{}-wal", db.path().display()))
+                        .map(|m| m.len())
+                        .unwrap_or(0),
+                },
             })
-            .await
         })
         .await
     }
@@ -432,14 +368,10 @@ impl Database {
     /// Swift: `try await db.suspend()`; Kotlin: `db.suspend(failFast = false)`.
     #[uniffi::method(default(fail_fast = false))]
     pub async fn suspend(&self, fail_fast: bool) -> Result<SuspendResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("suspend", move || {
-                Ok(db
-                    .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
-                    .into())
-            })
-            .await
+        run_async(&self.db, Runner::Pool, "suspend", move |db| {
+            Ok(db
+                .suspend_with(keel_query::SuspendOptions::default().fail_fast(fail_fast))?
+                .into())
         })
         .await
     }
@@ -451,18 +383,23 @@ impl Database {
     /// thread of its own: the shared threads of the async calls may all be
     /// taken by reads waiting for this very resume.
     pub async fn resume(&self) -> Result<ResumeResult, KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            on_own_thread("resume", move || Ok(db.resume()?.into())).await
+        run_async(&self.db, Runner::OwnThread, "resume", |db| {
+            Ok(db.resume()?.into())
         })
         .await
     }
 
-    /// How many subscriptions (object and query) keel holds for this database
-    /// right now: keel's own count, to check that none outlives its stream.
+    /// How many subscriptions keel holds for this database right now — object,
+    /// query, `including` and nearest ones — keel's own count, to check that
+    /// none outlives its stream. None once the database closed.
     pub fn live_subscriptions(&self) -> u64 {
         let (objects, queries) = self.db.subscription_counts();
-        (objects + queries) as u64
+        let others = if self.closing.has_fired() {
+            0
+        } else {
+            self.others.load(Ordering::SeqCst)
+        };
+        (objects + queries + others) as u64
     }
 
     /// True between `suspend` and `resume`.
@@ -476,11 +413,7 @@ impl Database {
     /// whenever another process commits (Linux, Android, Apple platforms), so call
     /// it only where that wake-up is missing. See `docs/app-groups.md`.
     pub async fn catch_up(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move {
-            let db = self.db.clone();
-            off_thread("catch_up", move || Ok(db.catch_up()?)).await
-        })
-        .await
+        run_async(&self.db, Runner::Pool, "catch_up", |db| Ok(db.catch_up()?)).await
     }
 
     /// Physical I/O since open, per file kind.
@@ -499,9 +432,15 @@ impl Database {
     }
 
     /// Finish queued writes, checkpoint and close (on a keel thread). Later calls
-    /// on this database throw `Closed`.
+    /// on this database throw `Closed`. Every subscription has made its last
+    /// delivery when this returns, and their `ended()` then throws `Closed`.
     pub async fn close(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move { Ok(self.db.close().await?) }).await
+        gated(async move {
+            let r = self.db.close().await;
+            self.closing.fire();
+            Ok(r?)
+        })
+        .await
     }
 
     /// True after `close`.
@@ -518,7 +457,7 @@ impl Database {
     /// (`Io`) if the sync failed: the database stays readable, writes fail.
     /// Swift: `try await db.durable()`; Kotlin: `db.durable()` (suspend).
     pub async fn durable(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move { Ok(self.db.durable().await?) }).await
+        gated(async move { Ok(self.db.durable().await?) }).await
     }
 
     /// True once the database is durable (see `durable`).
@@ -532,6 +471,10 @@ impl Database {
 #[derive(Debug, Clone, uniffi::Object)]
 pub struct Query {
     pub(crate) db: keel_query::Database,
+    /// The database's close signal, handed to subscriptions.
+    pub(crate) closing: Arc<Ending>,
+    /// The database's count of the subscriptions its hub does not count.
+    pub(crate) others: Arc<AtomicUsize>,
     pub(crate) collection: String,
     filter: Vec<Arc<Expr>>,
     order: Vec<Order>,
@@ -540,6 +483,9 @@ pub struct Query {
     /// `where_related`: the reference field and the condition on the objects
     /// it names.
     pub(crate) related: Option<(String, Arc<Expr>)>,
+    /// `order_by_related`: a field of the objects `all_including` reads with
+    /// each object, and whether descending.
+    pub(crate) related_order: Option<(String, bool)>,
 }
 
 /// One sort key of a [`Query`]: a field, a direction, and optionally a list of
@@ -556,6 +502,19 @@ impl Query {
         let mut q = self.clone();
         f(&mut q);
         Arc::new(q)
+    }
+
+    /// This query without its `limit` and `offset`.
+    pub(crate) fn without_window(&self) -> Query {
+        let mut q = self.clone();
+        q.limit = None;
+        q.offset = 0;
+        q
+    }
+
+    /// The query's window: `(offset, limit)`.
+    pub(crate) fn window(&self) -> (u64, Option<u64>) {
+        (self.offset, self.limit)
     }
 
     /// The engine query, with every name and value type checked.
@@ -693,6 +652,10 @@ impl Query {
             }
             s.push_str(if o.descending { " DESC" } else { " ASC" });
         }
+        if let Some((field, descending)) = &self.related_order {
+            let dir = if *descending { "DESC" } else { "ASC" };
+            s.push_str(&format!(" ORDER BY RELATED {field} {dir}"));
+        }
         if let Some(n) = self.limit {
             s.push_str(&format!(" LIMIT {n}"));
         }
@@ -728,21 +691,11 @@ impl Query {
     /// `(references: …)` field) names, in two reads however many objects match:
     /// the objects, then every referenced object at once (no N+1). `field` may
     /// be an inverse name instead: each object with the objects referring to it.
-    /// With `where_related`, only the objects whose related ones match. Any
+    /// With `where_related`, only the objects whose related ones match; with
+    /// `order_by_related`, in the order of a field of the related ones. Any
     /// other name is `UnknownField`.
     pub fn all_including(&self, field: String) -> Result<Vec<IncludedObject>, KeelError> {
-        sync_call(|| {
-            let related = self.related_expr(&field)?;
-            Ok(self
-                .build_checked()?
-                .including_where(&field, related.as_ref())?
-                .into_iter()
-                .map(|i| IncludedObject {
-                    object: i.object.into(),
-                    related: i.related.into_iter().map(Into::into).collect(),
-                })
-                .collect())
-        })
+        sync_call(|| self.including_rows(&field))
     }
 
     /// Every matching object with the number of objects its reference field
@@ -752,6 +705,17 @@ impl Query {
     /// A field that is not a reference is `UnknownField`.
     pub fn count_including(&self, field: String) -> Result<Vec<IncludedCount>, KeelError> {
         sync_call(|| {
+            if self.related_order.is_some() {
+                // The order needs the related objects themselves.
+                return Ok(self
+                    .including_rows(&field)?
+                    .into_iter()
+                    .map(|i| IncludedCount {
+                        count: i.related.len() as u64,
+                        object: i.object,
+                    })
+                    .collect());
+            }
             Ok(self
                 .build_checked()?
                 .count_including(&field)?
@@ -766,7 +730,7 @@ impl Query {
 
     /// [`Query::all`] on a keel thread.
     pub async fn all_async(&self) -> Result<Vec<StoredObject>, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let q = self.build_checked()?;
             Ok(q.all_async().await?.into_iter().map(Into::into).collect())
         })
@@ -775,66 +739,10 @@ impl Query {
 
     /// [`Query::count`] on a keel thread.
     pub async fn count_async(&self) -> Result<u64, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let q = self.build_checked()?;
             Ok(q.count_async().await?)
         })
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::{Arc, Condvar, Mutex};
-
-    /// Threads of this process whose name starts with `keel-ffi`.
-    fn ffi_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .unwrap()
-            .filter(|t| {
-                let comm = t.as_ref().unwrap().path().join("comm");
-                std::fs::read_to_string(comm)
-                    .unwrap_or_default()
-                    .starts_with("keel-ffi")
-            })
-            .count()
-    }
-
-    #[test]
-    fn async_calls_share_a_bounded_pool_instead_of_a_thread_each() {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let futs: Vec<_> = (0..32)
-            .map(|i| {
-                let (gate, running) = (Arc::clone(&gate), Arc::clone(&running));
-                off_thread("test", move || {
-                    running.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                    let (m, cv) = &*gate;
-                    let mut open = m.lock().unwrap();
-                    while !*open {
-                        open = cv.wait(open).unwrap();
-                    }
-                    Ok(i)
-                })
-            })
-            .collect();
-        // Every pool thread is busy with a blocked call; the others wait in the queue.
-        while running.load(std::sync::atomic::Ordering::SeqCst) < FFI_THREADS {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        assert_eq!(
-            running.load(std::sync::atomic::Ordering::SeqCst),
-            FFI_THREADS
-        );
-        assert!(ffi_threads() <= FFI_THREADS, "{} threads", ffi_threads());
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
-        let got: Vec<usize> = futs
-            .into_iter()
-            .map(|f| futures::executor::block_on(f).unwrap())
-            .collect();
-        assert_eq!(got, (0..32).collect::<Vec<_>>());
     }
 }

@@ -4,9 +4,9 @@ use std::sync::{Arc, Mutex};
 
 use keel_query::dictionary::{DictValue as KDict, FromDictValue};
 
+use crate::callbacks::{gated, guarded, Foreign};
 use crate::db::Database;
 use crate::error::{CallbackError, KeelError};
-use crate::types::guarded;
 
 /// A dictionary value. Reading a value as another type is a `TypeMismatch`, never
 /// a reinterpretation (integers convert between widths only when they fit).
@@ -257,7 +257,7 @@ impl Dictionary {
     /// Resolves once everything set before the call is committed (durable under the
     /// commit sync policy).
     pub async fn sync(&self) -> Result<(), KeelError> {
-        crate::types::gated(async move { Ok(self.d.sync().await?) }).await
+        gated(async move { Ok(self.d.sync().await?) }).await
     }
 
     /// Follow `key`: `listener` gets the current value, then each change (all on
@@ -273,7 +273,7 @@ impl Dictionary {
         listener: Box<dyn DictionaryListener>,
     ) -> Arc<DictionarySubscription> {
         let k2 = key.clone();
-        let listener = crate::types::Foreign::new(listener);
+        let listener = Foreign::new(listener);
         let sub = self.d.subscribe_with(&key, move |v| {
             let v = v.map(DictValue::from);
             guarded("dictionary subscription", || {

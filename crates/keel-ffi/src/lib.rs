@@ -19,7 +19,7 @@
 //!   [`close`](Database::close).
 //! * [`Database::write_txn`] — a write transaction whose body is foreign code (a
 //!   [`WriteBody`]) run inside the transaction on keel's writer thread: its
-//!   [`Transaction`] reads what the transaction wrote so far (`get`, `all`,
+//!   [`Txn`] reads what the transaction wrote so far (`get`, `all`,
 //!   `first`, `count`), writes at once (`write`), and changes an object field-wise
 //!   from two encodings (`change_diff`); a throw rolls back that body only.
 //! * [`Query::all_packed`] / `all_packed_async` — [`Query::all`]'s objects in one
@@ -43,7 +43,8 @@
 //! threads**: progress on `keel-open`, subscription updates on the writer thread
 //! (the first result on the subscribing thread), dictionary changes on the
 //! dictionary's notifier thread. An exception a callback throws is caught, logged
-//! and ignored.
+//! and ignored, and no panic crosses into foreign code. The callback runtime is
+//! `callbacks.rs`; where async calls run is `tasks.rs`.
 //!
 //! ## Bad input
 //!
@@ -69,6 +70,7 @@
 
 uniffi::setup_scaffolding!("keel");
 
+mod callbacks;
 mod db;
 mod dict;
 mod error;
@@ -78,6 +80,7 @@ mod migrate;
 mod packed;
 mod relations;
 mod search;
+mod tasks;
 mod txn;
 mod types;
 mod vector;
@@ -94,7 +97,12 @@ pub use migrate::{
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
-pub use txn::{Transaction, WriteBody};
+pub use txn::{Txn, WriteBody};
+
+/// The write transaction's former FFI name; the core, the FFI and Kotlin call it
+/// `Txn` (see the vocabulary in `docs/bindings.md`).
+#[deprecated(note = "renamed `Txn`, the core's name")]
+pub type Transaction = Txn;
 pub use types::{
     CheckpointResult, FieldValue, FileStats, IncludedCount, IncludedObject, IoStats, Milestone,
     OpenOptions, OpenPhase, OpenProgress, OpenProgressListener, OpenReport, PhaseReport,

@@ -1,10 +1,24 @@
-//! Query and object subscriptions through foreign callbacks, each with `cancel()`.
+//! Query and object subscriptions through foreign callbacks, each with `cancel()`
+//! and `ended()`.
+//!
+//! A subscription ends when it is cancelled, when its object is deleted, or when
+//! its database closes. The listener alone cannot tell the last case (keel just
+//! stops calling it), so each subscription also answers `ended()`: an async call
+//! that returns when the subscription is cancelled and throws `Closed` once its
+//! database has closed, after the last delivery. The Swift and Kotlin layers
+//! await it next to the deliveries, so a stream or `Flow` being consumed ends
+//! with `Closed` instead of waiting forever.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use futures::future::{select, FutureExt, Shared};
+
+use crate::callbacks::{gated, guarded, Foreign};
 use crate::db::{Database, Query};
 use crate::error::{CallbackError, KeelError};
-use crate::types::{guarded, StoredObject, Value};
+use crate::types::{StoredObject, Value};
 
 /// The row-level difference between the previous and the new result of a query,
 /// in the shape table and list views animate (`performBatchUpdates`, `DiffUtil`).
@@ -94,6 +108,105 @@ pub trait ObjectListener: Send + Sync {
     fn on_event(&self, event: ObjectEvent) -> Result<(), CallbackError>;
 }
 
+/// A one-shot signal many can await: a database's close, or a subscription's
+/// cancel. Firing is idempotent; awaiting after it fired returns at once.
+pub(crate) struct Ending {
+    fired: AtomicBool,
+    tx: Mutex<Option<futures::channel::oneshot::Sender<()>>>,
+    rx: Shared<futures::channel::oneshot::Receiver<()>>,
+}
+
+impl std::fmt::Debug for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ending")
+            .field("fired", &self.has_fired())
+            .finish()
+    }
+}
+
+impl Ending {
+    pub(crate) fn new() -> Arc<Ending> {
+        let (tx, rx) = futures::channel::oneshot::channel();
+        Arc::new(Ending {
+            fired: AtomicBool::new(false),
+            tx: Mutex::new(Some(tx)),
+            rx: rx.shared(),
+        })
+    }
+
+    pub(crate) fn fire(&self) {
+        self.fired.store(true, Ordering::SeqCst);
+        // Dropping the sender resolves every waiter.
+        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
+    pub(crate) fn has_fired(&self) -> bool {
+        self.fired.load(Ordering::SeqCst)
+    }
+
+    /// Resolves once fired.
+    pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.rx.clone().map(|_| ())
+    }
+}
+
+/// One live subscription that the engine's hub does not count (a live list
+/// across a relation, a live k-NN: both run on the engine's change hooks), in
+/// its database's `live_subscriptions` while it is held.
+#[derive(Debug)]
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    pub(crate) fn new(count: &Arc<AtomicUsize>) -> Counted {
+        count.fetch_add(1, Ordering::SeqCst);
+        Counted(Arc::clone(count))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How a subscription learns it ended: its database's close signal and its own
+/// cancel signal (see the module docs).
+#[derive(Debug)]
+pub(crate) struct Ends {
+    closing: Arc<Ending>,
+    cancelled: Arc<Ending>,
+}
+
+impl Ends {
+    pub(crate) fn new(closing: &Arc<Ending>) -> Ends {
+        Ends {
+            closing: Arc::clone(closing),
+            cancelled: Ending::new(),
+        }
+    }
+
+    pub(crate) fn cancel(&self) {
+        self.cancelled.fire();
+    }
+
+    /// False once the database closed or the subscription was cancelled.
+    pub(crate) fn live(&self) -> bool {
+        !self.closing.has_fired() && !self.cancelled.has_fired()
+    }
+
+    /// The body of `ended()`: returns at the cancel, throws `Closed` at the close.
+    pub(crate) async fn ended(&self, what: &str) -> Result<(), KeelError> {
+        let (closing, cancelled) = (self.closing.wait(), self.cancelled.wait());
+        gated(select(Box::pin(closing), Box::pin(cancelled))).await;
+        if self.cancelled.has_fired() {
+            return Ok(());
+        }
+        Err(KeelError::Closed {
+            message: format!("{what}: the database was closed"),
+        })
+    }
+}
+
 /// A live subscription. Call `cancel()` to end it: once `cancel` returns, its
 /// listener is never called again (a delivery running at that moment is waited
 /// for, unless `cancel` is called from inside the listener itself). Dropping the
@@ -101,6 +214,7 @@ pub trait ObjectListener: Send + Sync {
 #[derive(uniffi::Object)]
 pub struct Subscription {
     inner: Mutex<Option<Handle>>,
+    ends: Ends,
 }
 
 /// What a [`Subscription`] ends when cancelled.
@@ -122,9 +236,10 @@ impl std::fmt::Debug for Subscription {
 }
 
 impl Subscription {
-    pub(crate) fn new(h: Handle) -> Arc<Subscription> {
+    pub(crate) fn new(h: Handle, closing: &Arc<Ending>) -> Arc<Subscription> {
         Arc::new(Subscription {
             inner: Mutex::new(Some(h)),
+            ends: Ends::new(closing),
         })
     }
 }
@@ -137,19 +252,31 @@ impl Subscription {
         // delivery, which must not wait for this lock in turn.
         let s = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
         drop(s);
+        self.ends.cancel();
     }
 
-    /// False once cancelled, or once an object subscription delivered `Deleted`.
+    /// Returns when the subscription is cancelled; throws `Closed` once its
+    /// database has closed (after the last delivery). An object subscription
+    /// that delivered `Deleted` has ended too, but this waits for its cancel
+    /// (or the close): the listener already saw the end.
+    pub async fn ended(&self) -> Result<(), KeelError> {
+        self.ends.ended("subscription").await
+    }
+
+    /// False once cancelled, once its database closed, or once an object
+    /// subscription delivered `Deleted`.
     pub fn is_active(&self) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .is_some_and(|h| match h {
-                Handle::Hub(s) => s.is_active(),
-                // A live k-NN never ends by itself.
-                Handle::Owned(_) => true,
-            })
+        self.ends.live()
+            && self
+                .inner
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref()
+                .is_some_and(|h| match h {
+                    Handle::Hub(s) => s.is_active(),
+                    // A live k-NN never ends by itself.
+                    Handle::Owned(_) => true,
+                })
     }
 }
 
@@ -168,7 +295,7 @@ impl Query {
         &self,
         listener: Box<dyn QueryListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
-        let listener = crate::types::Foreign::new(listener);
+        let listener = Foreign::new(listener);
         crate::db::sync_call(|| {
             let q = self.build_checked()?;
             let sub = q.subscribe(move |u: keel_query::QueryUpdate| {
@@ -178,7 +305,7 @@ impl Query {
                 };
                 guarded("query subscription", || listener.on_update(update));
             })?;
-            Ok(Subscription::new(Handle::Hub(sub)))
+            Ok(Subscription::new(Handle::Hub(sub), &self.closing))
         })
     }
 }
@@ -195,7 +322,7 @@ impl Database {
         listener: Box<dyn ObjectListener>,
     ) -> Result<Arc<Subscription>, KeelError> {
         let key: Vec<keel_schema::Value> = key.into_iter().map(Into::into).collect();
-        let listener = crate::types::Foreign::new(listener);
+        let listener = Foreign::new(listener);
         crate::db::sync_call(|| {
             let sub = self
                 .db
@@ -208,7 +335,7 @@ impl Database {
                     };
                     guarded("object subscription", || listener.on_event(event));
                 })?;
-            Ok(Subscription::new(Handle::Hub(sub)))
+            Ok(Subscription::new(Handle::Hub(sub), &self.closing))
         })
     }
 }

@@ -11,9 +11,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::db::{off_thread, parse_schema, Database};
+use crate::callbacks::{gated, progress_fn, Foreign, ForeignCall};
+use crate::db::{parse_schema, Database};
 use crate::error::{CallbackError, KeelError};
-use crate::types::{progress_fn, OpenOptions, OpenProgressListener};
+use crate::tasks::off_thread;
+use crate::types::{OpenOptions, OpenProgressListener};
 
 /// Rewrites one object during a migration. **Called on a keel thread** (the open's).
 #[uniffi::export(callback_interface)]
@@ -128,7 +130,7 @@ impl Migrator {
         collections: Vec<String>,
         transform: Box<dyn ObjectMigration>,
     ) -> Result<(), KeelError> {
-        let transform = Arc::new(crate::types::Foreign::new(transform));
+        let transform = Arc::new(Foreign::new(transform));
         self.with(move |m| {
             let m = m.register(name, move |mig| {
                 for coll in &collections {
@@ -196,10 +198,10 @@ impl Migrator {
         &self,
         listener: Box<dyn MigrationProgressListener>,
     ) -> Result<(), KeelError> {
-        let l = Arc::new(crate::types::Foreign::new(listener));
+        let l = Arc::new(Foreign::new(listener));
         self.with(move |m| {
             let m = m.on_progress(move |p| {
-                let Some(_call) = crate::types::ForeignCall::enter() else {
+                let Some(_call) = ForeignCall::enter() else {
                     return;
                 };
                 let _ = l.on_progress(MigrationProgress {
@@ -237,7 +239,7 @@ pub async fn open_migrating_async(
     options: OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
-    crate::types::gated(async move {
+    gated(async move {
         let m = migrator.take()?;
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
         let mut opts = options.to_store_options();
@@ -245,7 +247,7 @@ pub async fn open_migrating_async(
             opts.progress = Some(progress_fn(l));
         }
         let db = keel_query::Database::open_async_migrating(&path, schema, m, opts).await?;
-        Ok(Arc::new(Database { db }))
+        Ok(Database::new(db))
     })
     .await
 }
@@ -266,5 +268,5 @@ pub fn open_migrating_blocking(
         opts.progress = Some(progress_fn(l));
     }
     let db = keel_query::Database::open_migrating(&path, schema, m, opts)?;
-    Ok(Arc::new(Database { db }))
+    Ok(Database::new(db))
 }

@@ -11,6 +11,7 @@
 //! has today's figure. For raw bytes it is no faster than `all()`, and a packed
 //! write measured no faster in Swift or Kotlin, so there is neither.
 
+use crate::callbacks::gated;
 use crate::db::Query;
 use crate::error::KeelError;
 
@@ -74,7 +75,7 @@ impl Query {
 
     /// [`Query::all_packed`] on a keel thread.
     pub async fn all_packed_async(&self) -> Result<PackedObjects, KeelError> {
-        crate::types::gated(async move {
+        gated(async move {
             let q = self.build_checked()?;
             PackedObjects::pack(q.all_async().await?)
         })

@@ -22,12 +22,15 @@ use std::thread::ThreadId;
 use keel_query::{Change, ChangeHook};
 use keel_schema::{FieldPath, Value};
 
+use keel_query::eval::{order_cmp, SqlValue};
+
+use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::{Expr, Resolver};
-use crate::live::Diff;
+use crate::live::{Counted, Diff, Ends};
+use crate::types::IncludedObject;
 use crate::types::Value as FfiValue;
-use crate::types::{guarded, Foreign, IncludedObject};
 
 /// One delivery of [`Query::subscribe_including`]: the whole list and its diff
 /// against the previous delivery (the first lists every object as inserted).
@@ -59,7 +62,10 @@ pub trait IncludingListener: Send + Sync {
 /// reference cancels too.
 #[derive(uniffi::Object)]
 pub struct IncludingSubscription {
-    hook: Mutex<Option<ChangeHook>>,
+    /// The engine's hook, and this subscription's place in `live_subscriptions`,
+    /// both given up at the cancel.
+    hook: Mutex<Option<(ChangeHook, Counted)>>,
+    ends: Ends,
     state: Arc<Mutex<State>>,
     /// The thread running a delivery, if any: `cancel` from inside the listener
     /// must not wait for itself.
@@ -78,8 +84,9 @@ impl std::fmt::Debug for IncludingSubscription {
 impl IncludingSubscription {
     /// End the subscription (idempotent).
     pub fn cancel(&self) {
-        if let Some(h) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some((h, counted)) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
             h.remove();
+            drop(counted);
         }
         let me = std::thread::current().id();
         let inside = *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
@@ -90,14 +97,23 @@ impl IncludingSubscription {
         }
         // Waits for a delivery in progress; none starts after this.
         self.state.lock().unwrap_or_else(|p| p.into_inner()).active = false;
+        self.ends.cancel();
     }
 
-    /// False once cancelled.
+    /// Returns when the subscription is cancelled; throws `Closed` once its
+    /// database has closed (after the last delivery).
+    pub async fn ended(&self) -> Result<(), KeelError> {
+        self.ends.ended("including subscription").await
+    }
+
+    /// False once cancelled or once its database closed.
     pub fn is_active(&self) -> bool {
-        self.hook
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.ends.live()
+            && self
+                .hook
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some()
     }
 }
 
@@ -116,6 +132,16 @@ struct State {
     named: HashSet<String>,
 }
 
+/// The engine's rows of an `including` read as the FFI's.
+fn included(rows: Vec<keel_query::Included>) -> Vec<IncludedObject> {
+    rows.into_iter()
+        .map(|i| IncludedObject {
+            object: i.object.into(),
+            related: i.related.into_iter().map(Into::into).collect(),
+        })
+        .collect()
+}
+
 /// A hashable identity for a key value (`Value` holds floats, so it is not
 /// `Hash`; reference keys are strings, integers or bytes).
 fn key_id(v: &Value) -> String {
@@ -128,6 +154,66 @@ fn key_id(v: &Value) -> String {
 /// field's path, the target collection and whether it holds several keys. A
 /// to-many field is `InvalidArgument` unless `many` allows it.
 impl Query {
+    /// What `all_including(field)` returns: the engine's two reads, then, with
+    /// `order_by_related`, every match sorted by the related field and cut to
+    /// the query's window.
+    pub(crate) fn including_rows(&self, field: &str) -> Result<Vec<IncludedObject>, KeelError> {
+        let related = self.related_expr(field)?;
+        let Some((by, descending)) = &self.related_order else {
+            return Ok(included(
+                self.build_checked()?
+                    .including_where(field, related.as_ref())?,
+            ));
+        };
+        let (_, _, target, _) = reference(self, field, true)?;
+        let schema = Arc::clone(self.db.schema());
+        let path = Resolver::new(&schema, &target, "order by related")?.path(by)?;
+        let reader = schema
+            .reader(&target)
+            .map_err(|e| KeelError::InvalidArgument {
+                message: e.to_string(),
+            })?;
+        // Every match is read to sort it; the window is cut after.
+        let unwindowed = self.without_window();
+        let rows = included(
+            unwindowed
+                .build_checked()?
+                .including_where(field, related.as_ref())?,
+        );
+        // The value each row sorts by: its first related object's field (none:
+        // absent), read once per row.
+        let mut keyed: Vec<(Value, IncludedObject)> = rows
+            .into_iter()
+            .map(|r| {
+                let v = r
+                    .related
+                    .first()
+                    .and_then(|o| reader.open(&o.bytes).ok())
+                    .map_or(Value::Null, |o| o.get(&path));
+                (v, r)
+            })
+            .collect();
+        // SQL's order (absent first ascending); stable, so equal values keep
+        // the query's own order, as the core's `order_by_related` does.
+        keyed.sort_by(|(a, _), (b, _)| {
+            let o = order_cmp(SqlValue::from_value(a), SqlValue::from_value(b));
+            if *descending {
+                o.reverse()
+            } else {
+                o
+            }
+        });
+        let (offset, limit) = self.window();
+        let skip = usize::try_from(offset).unwrap_or(usize::MAX);
+        let take = limit.map_or(usize::MAX, |l| usize::try_from(l).unwrap_or(usize::MAX));
+        Ok(keyed
+            .into_iter()
+            .map(|(_, r)| r)
+            .skip(skip)
+            .take(take)
+            .collect())
+    }
+
     /// The engine expression of this query's `where_related` condition, for
     /// a read including `field` (none without one; another field is an error).
     pub(crate) fn related_expr(&self, field: &str) -> Result<Option<keel_query::Expr>, KeelError> {
@@ -310,6 +396,21 @@ impl Query {
         })
     }
 
+    /// This query with `all_including`, `count_including` and
+    /// `subscribe_including` in the order of the field `field` of the related
+    /// objects (to-one: the object; to-many: the first one; an inverse: the
+    /// first referrer), ascending or `descending`, as SQL orders (an absent
+    /// object or field first when ascending). It replaces an earlier
+    /// `order_by_related`; equal values keep the query's own order, and
+    /// `limit`/`offset` apply after this order (every match is read to sort
+    /// it). A field the related collection does not have is `UnknownField`
+    /// when the query runs.
+    pub fn order_by_related(&self, field: String, descending: bool) -> Arc<Query> {
+        let mut q = self.clone();
+        q.related_order = Some((field, descending));
+        Arc::new(q)
+    }
+
     /// Subscribe to this query with the objects its reference field `field`
     /// names (to-one, or to-many: a vector of keys, named in its order; keys
     /// naming no object are left out): `listener` gets the list at once (on
@@ -406,7 +507,8 @@ impl Query {
             guarded("including subscription", || listener.on_update(first));
             drop(first_guard);
             Ok(Arc::new(IncludingSubscription {
-                hook: Mutex::new(Some(hook)),
+                hook: Mutex::new(Some((hook, Counted::new(&self.others)))),
+                ends: Ends::new(&self.closing),
                 state,
                 delivering,
             }))

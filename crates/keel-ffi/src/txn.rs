@@ -1,6 +1,6 @@
 //! Write transactions whose body is foreign code: [`Database::write_txn`] runs a
 //! [`WriteBody`] (a Swift closure, a Kotlin lambda, a Python function) *inside*
-//! the transaction on keel's writer thread, handing it a [`Transaction`] through
+//! the transaction on keel's writer thread, handing it a [`Txn`] through
 //! which it reads what the group wrote so far and writes.
 //!
 //! It is Rust's `Database::write(|txn| …)` for the bindings, with the same
@@ -11,16 +11,17 @@
 //! ## Why a pointer
 //!
 //! keel's [`keel_query::Txn`] borrows the writer connection for the duration of
-//! the closure; a UniFFI object must be `'static`. The [`Transaction`] therefore
+//! the closure; a UniFFI object must be `'static`. The [`Txn`] therefore
 //! holds a pointer to the `Txn` that is valid only while the body runs: it is set
 //! before the body is called and cleared (under the same lock every use takes)
 //! before the closure returns, and every use checks that it is made on the
-//! writer thread that set it. A `Transaction` kept past its body, or used from
+//! writer thread that set it. A `Txn` kept past its body, or used from
 //! another thread, answers with a typed error instead of touching freed memory.
 
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
+use crate::callbacks::{gated, Foreign, ForeignCall};
 use crate::db::{apply_op, keys, Database, Query};
 use crate::error::{CallbackError, KeelError};
 use crate::packed::PackedObjects;
@@ -37,7 +38,7 @@ use crate::types::{StoredObject, Value, WriteOp, WriteResult};
 #[uniffi::export(callback_interface)]
 pub trait WriteBody: Send + Sync {
     /// Run the body against `txn` (valid only until this returns).
-    fn run(&self, txn: Arc<Transaction>) -> Result<(), CallbackError>;
+    fn run(&self, txn: Arc<Txn>) -> Result<(), CallbackError>;
 }
 
 /// Where the live `Txn` is, and on which thread it may be used.
@@ -46,9 +47,9 @@ struct Live {
     thread: ThreadId,
 }
 
-// SAFETY: `Live` is only dereferenced on `thread` (checked in `Transaction::with`),
+// SAFETY: `Live` is only dereferenced on `thread` (checked in `Txn::with`),
 // the writer thread that owns the `Txn`, while the body it was made for runs; it is
-// moved across threads only as part of the `Transaction` that carries it.
+// moved across threads only as part of the `Txn` that carries it.
 #[allow(unsafe_code)]
 unsafe impl Send for Live {}
 
@@ -60,22 +61,22 @@ unsafe impl Send for Live {}
 /// Valid only while its body runs, and only on the thread that runs it; later
 /// (or elsewhere) every method throws `InvalidArgument`.
 #[derive(uniffi::Object)]
-pub struct Transaction {
+pub struct Txn {
     live: Mutex<Option<Live>>,
     path: std::path::PathBuf,
     schema: Arc<keel_schema::Schema>,
 }
 
-impl std::fmt::Debug for Transaction {
+impl std::fmt::Debug for Txn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Transaction")
+        f.debug_struct("Txn")
             .field("path", &self.path)
             .field("live", &self.is_live())
             .finish()
     }
 }
 
-impl Transaction {
+impl Txn {
     fn is_live(&self) -> bool {
         self.live.lock().map(|l| l.is_some()).unwrap_or(false)
     }
@@ -181,7 +182,7 @@ fn changed_fields(
 }
 
 #[uniffi::export]
-impl Transaction {
+impl Txn {
     /// The object of `collection` with primary key `key` as this transaction sees
     /// it (earlier writes of the transaction included), or null.
     pub fn get(&self, collection: String, key: Vec<Value>) -> Result<Option<Vec<u8>>, KeelError> {
@@ -258,7 +259,7 @@ impl Transaction {
         })
     }
 
-    /// [`Transaction::all`] as one buffer (see [`PackedObjects`]).
+    /// [`Txn::all`] as one buffer (see [`PackedObjects`]).
     pub fn all_packed(&self, query: Arc<Query>) -> Result<PackedObjects, KeelError> {
         let objects = self.with("all", |t| Ok(self.query_on(t, &query)?.all()?))?;
         PackedObjects::pack(objects)
@@ -285,7 +286,7 @@ impl Transaction {
 #[uniffi::export]
 impl Database {
     /// Run `body` inside a write transaction on keel's writer thread, and resolve
-    /// after COMMIT. The body gets a [`Transaction`]: its reads see the
+    /// after COMMIT. The body gets a [`Txn`]: its reads see the
     /// transaction's earlier writes, so read-modify-write (a counter, "insert if
     /// absent") is race-free. The body runs in its own SAVEPOINT: if it throws,
     /// what it wrote is rolled back and `write_txn` fails with `Cancelled` (the
@@ -293,22 +294,22 @@ impl Database {
     /// same group commit are unaffected. Concurrent `write`/`write_txn` calls share
     /// one commit and one sync.
     pub async fn write_txn(&self, body: Box<dyn WriteBody>) -> Result<(), KeelError> {
-        crate::types::gated(self.write_txn_ungated(body)).await
+        gated(self.write_txn_ungated(body)).await
     }
 }
 
 impl Database {
     /// [`Database::write_txn`] without the exit gate. The body is a foreign call:
-    /// once [`stop_callbacks`](crate::types::stop_callbacks) ran it is not called (the write fails with
+    /// once [`stop_callbacks`](crate::callbacks::stop_callbacks) ran it is not called (the write fails with
     /// `Cancelled`) and the foreign object is leaked, not freed, on keel's thread.
     async fn write_txn_ungated(&self, body: Box<dyn WriteBody>) -> Result<(), KeelError> {
-        let body = crate::types::Foreign::new(body);
+        let body = Foreign::new(body);
         let thrown: Arc<Mutex<Option<KeelError>>> = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&thrown);
         let path = self.db.path().to_path_buf();
         let schema = Arc::clone(self.db.schema());
         let fut = self.db.write(move |txn| {
-            let handle = Arc::new(Transaction {
+            let handle = Arc::new(Txn {
                 live: Mutex::new(Some(Live {
                     txn: std::ptr::NonNull::from(&mut *txn).cast(),
                     thread: std::thread::current().id(),
@@ -316,14 +317,15 @@ impl Database {
                 path,
                 schema,
             });
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                match crate::types::ForeignCall::enter() {
-                    Some(_call) => body.run(Arc::clone(&handle)),
-                    None => Err(CallbackError::Failed {
-                        reason: "keel's callbacks are stopped (the process is exiting)".into(),
-                    }),
-                }
-            }));
+            let r =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(
+                    || match ForeignCall::enter() {
+                        Some(_call) => body.run(Arc::clone(&handle)),
+                        None => Err(CallbackError::Failed {
+                            reason: "keel's callbacks are stopped (the process is exiting)".into(),
+                        }),
+                    },
+                ));
             // From here on the handle refuses every use: the `Txn` is ours again.
             match handle.live.lock() {
                 Ok(mut l) => *l = None,

@@ -8,12 +8,12 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
+use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::Resolver;
-use crate::live::{Diff, Handle, Subscription};
-use crate::txn::Transaction;
-use crate::types::{guarded, Foreign};
+use crate::live::{Counted, Diff, Handle, Subscription};
+use crate::txn::Txn;
 
 /// One result of [`Query::nearest`].
 #[derive(Debug, Clone, PartialEq, uniffi::Record)]
@@ -98,6 +98,8 @@ impl Gate {
 struct LiveNearest {
     gate: Arc<Gate>,
     sub: Option<keel_query::NearestSubscription>,
+    /// Counted in `live_subscriptions` until cancelled.
+    _counted: Counted,
 }
 
 impl Drop for LiveNearest {
@@ -116,7 +118,7 @@ fn neighbor(n: &keel_query::Neighbor<keel_query::StoredObject>) -> Neighbor {
 }
 
 #[uniffi::export]
-impl Transaction {
+impl Txn {
     /// [`Query::nearest`] as this transaction sees the objects: its own writes
     /// so far included. Same errors; a query of another database, or a
     /// transaction whose body has returned, is `InvalidArgument`.
@@ -188,10 +190,14 @@ impl Query {
                     g2.pass(|| guarded("nearest subscription", || listener.on_update(update)));
                 },
             )?;
-            Ok(Subscription::new(Handle::Owned(Box::new(LiveNearest {
-                gate,
-                sub: Some(sub),
-            }))))
+            Ok(Subscription::new(
+                Handle::Owned(Box::new(LiveNearest {
+                    gate,
+                    sub: Some(sub),
+                    _counted: Counted::new(&self.others),
+                })),
+                &self.closing,
+            ))
         })
     }
 

@@ -569,3 +569,140 @@ fn a_live_list_follows_another_connections_rename() {
         }
     }
 }
+
+/// The `id` of each row's object.
+fn row_ids(db: &keel_ffi::Database, rows: &[keel_ffi::IncludedObject]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            json(db, "rel.Post", &r.object.bytes)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn order_by_related_sorts_by_the_authors_field_then_cuts_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "order.db", fast());
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "z", "name": "Zoe"}"#),
+            ("rel.Author", r#"{"id": "a", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "m", "name": "Max"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "z", "rank": 1}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "a", "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "rank": 3}"#),
+            ("rel.Post", r#"{"id": "p4", "author": "m", "rank": 4}"#),
+            ("rel.Post", r#"{"id": "p5", "author": "a", "rank": 5}"#),
+        ],
+    );
+    let q = db.query("rel.Post".into()).order_by("rank".into(), false);
+    // Absent first ascending; equal names keep the rank order.
+    let asc = q.order_by_related("name".into(), false);
+    let rows = asc.all_including("author".into()).unwrap();
+    assert_eq!(row_ids(&db, &rows), ["p3", "p2", "p5", "p4", "p1"]);
+    let desc = q.order_by_related("name".into(), true);
+    let rows = desc.all_including("author".into()).unwrap();
+    assert_eq!(row_ids(&db, &rows), ["p1", "p4", "p2", "p5", "p3"]);
+    // The window applies after the order, not before it.
+    let page = asc
+        .offset(1)
+        .limit(2)
+        .all_including("author".into())
+        .unwrap();
+    assert_eq!(row_ids(&db, &page), ["p2", "p5"]);
+    let counts = asc.limit(2).count_including("author".into()).unwrap();
+    assert_eq!(
+        counts.iter().map(|c| c.count).collect::<Vec<_>>(),
+        [0, 1],
+        "p3 names no author, p2 names Ada"
+    );
+    // The live list keeps the order: renaming Zoe to Abe moves p1 first.
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sub = asc
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    update(&db, &[("rel.Author", r#"{"id": "z", "name": "Abe"}"#)]);
+    let last = got.lock().unwrap().last().unwrap().objects.clone();
+    assert_eq!(row_ids(&db, &last), ["p3", "p1", "p2", "p5", "p4"]);
+    sub.cancel();
+    let bad = q.order_by_related("nope".into(), false);
+    assert!(matches!(
+        bad.all_including("author".into()),
+        Err(KeelError::UnknownField { .. })
+    ));
+}
+
+#[test]
+fn subscriptions_end_with_closed_when_their_database_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "ended.db", fast());
+    insert(&db, &[("rel.Post", r#"{"id": "p1", "rank": 1}"#)]);
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let including = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    struct Quiet;
+    impl keel_ffi::QueryListener for Quiet {
+        fn on_update(&self, _: keel_ffi::QueryUpdate) -> Result<(), CallbackError> {
+            Ok(())
+        }
+    }
+    let live = db
+        .query("rel.Post".into())
+        .subscribe(Box::new(Quiet))
+        .unwrap();
+    let cancelled = db
+        .query("rel.Post".into())
+        .subscribe(Box::new(Quiet))
+        .unwrap();
+    cancelled.cancel();
+    assert!(
+        block_on(cancelled.ended()).is_ok(),
+        "a cancel ends it without an error"
+    );
+    assert!(live.is_active() && including.is_active());
+    block_on(db.close()).unwrap();
+    assert!(matches!(
+        block_on(live.ended()),
+        Err(KeelError::Closed { .. })
+    ));
+    assert!(matches!(
+        block_on(including.ended()),
+        Err(KeelError::Closed { .. })
+    ));
+    assert!(!live.is_active() && !including.is_active());
+}
+
+#[test]
+fn live_subscriptions_counts_live_lists_across_a_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "count.db", fast());
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let before = db.live_subscriptions();
+    let a = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    let b = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&got))))
+        .unwrap();
+    assert_eq!(db.live_subscriptions(), before + 2);
+    a.cancel();
+    assert_eq!(db.live_subscriptions(), before + 1);
+    drop(b);
+    assert_eq!(db.live_subscriptions(), before);
+    let c = db
+        .query("rel.Post".into())
+        .subscribe_including("author".into(), Box::new(Updates(got)))
+        .unwrap();
+    assert_eq!(db.live_subscriptions(), before + 1);
+    block_on(db.close()).unwrap();
+    assert_eq!(db.live_subscriptions(), 0, "none is live after close");
+    drop(c);
+}

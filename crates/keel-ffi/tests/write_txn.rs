@@ -1,13 +1,13 @@
 //! `Database::write_txn`: a foreign write body run inside the transaction, driven
 //! from Rust the way Swift and Kotlin drive it (a `WriteBody` callback that reads
-//! and writes through its `Transaction`).
+//! and writes through its `Txn`).
 
 use std::sync::{Arc, Mutex};
 
 use futures::executor::block_on;
 use keel_ffi::{
     encode_json, open_blocking, CallbackError, Database, Expr, KeelError, OpenOptions, SyncPolicy,
-    Transaction, Value, WriteBody, WriteOp, WriteResult,
+    Txn, Value, WriteBody, WriteOp, WriteResult,
 };
 
 const FBS: &str = "namespace demo;
@@ -41,8 +41,8 @@ fn json(db: &Database, collection: &str, bytes: Vec<u8>) -> serde_json::Value {
 
 /// A body made of a Rust closure, as a Swift closure or Kotlin lambda would be.
 struct Body<F>(F);
-impl<F: Fn(Arc<Transaction>) -> Result<(), CallbackError> + Send + Sync> WriteBody for Body<F> {
-    fn run(&self, txn: Arc<Transaction>) -> Result<(), CallbackError> {
+impl<F: Fn(Arc<Txn>) -> Result<(), CallbackError> + Send + Sync> WriteBody for Body<F> {
+    fn run(&self, txn: Arc<Txn>) -> Result<(), CallbackError> {
         (self.0)(txn)
     }
 }
@@ -59,7 +59,7 @@ fn increment(db: &Arc<Database>) -> impl std::future::Future<Output = Result<(),
     let d = Arc::clone(db);
     let db = Arc::clone(db);
     async move {
-        db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+        db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
             let bytes = t
                 .get("demo.Counter".into(), vec![text("c")])
                 .map_err(failed)?
@@ -125,7 +125,7 @@ fn write_txn_reads_see_earlier_writes_and_a_throw_rolls_back_only_its_body() {
     let d = Arc::clone(&db);
     let seen = Arc::new(Mutex::new(None));
     let s = Arc::clone(&seen);
-    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         for id in ["a", "b", "c"] {
             let bytes = d
                 .encode_json(
@@ -168,7 +168,7 @@ fn write_txn_reads_see_earlier_writes_and_a_throw_rolls_back_only_its_body() {
 
     // Two bodies in flight; the second throws after writing: only its writes go.
     let d = Arc::clone(&db);
-    let ok = db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    let ok = db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         t.write(WriteOp::Delete {
             collection: "demo.Counter".into(),
             key: vec![text("a")],
@@ -178,7 +178,7 @@ fn write_txn_reads_see_earlier_writes_and_a_throw_rolls_back_only_its_body() {
         Ok(())
     })));
     let d = Arc::clone(&db);
-    let bad = db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    let bad = db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         t.write(WriteOp::Delete {
             collection: "demo.Counter".into(),
             key: vec![text("b")],
@@ -210,11 +210,11 @@ fn write_txn_reads_see_earlier_writes_and_a_throw_rolls_back_only_its_body() {
 fn write_txn_transaction_kept_past_its_body_or_used_elsewhere_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir, FBS);
-    let kept: Arc<Mutex<Option<Arc<Transaction>>>> = Arc::new(Mutex::new(None));
+    let kept: Arc<Mutex<Option<Arc<Txn>>>> = Arc::new(Mutex::new(None));
     let k = Arc::clone(&kept);
     let other_thread = Arc::new(Mutex::new(None));
     let o = Arc::clone(&other_thread);
-    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         assert!(t.is_active());
         let t2 = Arc::clone(&t);
         *o.lock().unwrap() = Some(
@@ -279,7 +279,7 @@ fn change_diff_from_an_old_schema_keeps_unknown_fields_enum_values_and_union_mem
     let d = Arc::clone(&v1);
     let rowid = Arc::new(Mutex::new(0));
     let r = Arc::clone(&rowid);
-    block_on(v1.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(v1.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         assert!(t
             .get("evo.Note".into(), vec![text("n1")])
             .map_err(failed)?
@@ -329,7 +329,7 @@ fn change_diff_of_a_missing_object_or_bad_bytes_is_a_typed_error() {
     let d = Arc::clone(&db);
     let errors = Arc::new(Mutex::new(Vec::new()));
     let e2 = Arc::clone(&errors);
-    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         let a = d
             .encode_json("demo.Counter".into(), r#"{"id": "z", "n": 1}"#.into())
             .map_err(failed)?;
@@ -371,7 +371,7 @@ fn write_txn_keeps_group_commit_results() {
         bytes,
     }]);
     let d = Arc::clone(&db);
-    let b = db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    let b = db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         let bytes = d
             .encode_json("demo.Counter".into(), r#"{"id": "s"}"#.into())
             .map_err(failed)?;
@@ -394,7 +394,7 @@ fn write_txn_keeps_group_commit_results() {
     block_on(db.close()).unwrap();
 }
 
-/// `Transaction::write_all` runs its operations in order as consecutive `write`
+/// `Txn::write_all` runs its operations in order as consecutive `write`
 /// calls would: the first failure throws, the operations before it stay written
 /// and the ones after it are not run.
 #[test]
@@ -416,7 +416,7 @@ fn write_all_applies_in_order_and_stops_at_the_first_failure() {
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let s = Arc::clone(&seen);
     let d = Arc::clone(&db);
-    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         let results = t.write_all(first.clone()).map_err(failed)?;
         s.lock().unwrap().push(format!("{}", results.len()));
         let e = t.write_all(second.clone()).unwrap_err();
@@ -461,7 +461,7 @@ fn write_txn_nearest_sees_the_bodys_own_writes() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = Arc::clone(&seen);
     let near = insert("near", [1.0, 0.0]);
-    block_on(db.write_txn(Box::new(Body(move |t: Arc<Transaction>| {
+    block_on(db.write_txn(Box::new(Body(move |t: Arc<Txn>| {
         let q = || d.query("demo.Photo".into());
         let before = t
             .nearest(q(), "e".into(), vec![0.0, 0.0], 1)

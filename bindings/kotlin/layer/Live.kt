@@ -1,0 +1,137 @@
+// Live subscriptions as Flows (package dev.keel): what every live Flow of the
+// layer is built on — `query.updates()`, `fetch(…).updates()` / `latest()`,
+// `objectUpdates(…)`, `including(…).updates()`, `nearestUpdates(…)`.
+//
+// * Collecting subscribes; cancelling the collector cancels the subscription.
+// * keel's listener runs on keel's thread (the subscribing thread for the first
+//   delivery): it counts the delivery and hands it to the Flow's channel, nothing
+//   more; decoding happens downstream, off keel's threads.
+// * When the database closes, the Flow ends with `KeelException.Closed`, after the
+//   deliveries keel made before the close (Swift's streams end the same way):
+//   keel stops calling a listener at close, so the Flow also awaits the
+//   subscription's `ended()`.
+// * The returned [LiveFlow] tells its subscription's state, as Swift's
+//   `KeelUpdates` does: [LiveFlow.isActive] and [LiveFlow.deliveries].
+//
+//     val feed = db.fetch(Post).updates()
+//     scope.launch { feed.collect { show(it.objects) } }
+//     if (!feed.isActive) …                        // collector gone, or the database closed
+package dev.keel
+
+import dev.keel.ffi.IncludingListener
+import dev.keel.ffi.IncludingSubscription
+import dev.keel.ffi.IncludingUpdate
+import dev.keel.ffi.KeelException
+import dev.keel.ffi.NearestListener
+import dev.keel.ffi.NearestUpdate
+import dev.keel.ffi.ObjectEvent
+import dev.keel.ffi.ObjectListener
+import dev.keel.ffi.QueryListener
+import dev.keel.ffi.QueryUpdate
+import dev.keel.ffi.Subscription
+import kotlinx.coroutines.channels.ProducerScope
+import kotlinx.coroutines.channels.awaitClose
+import kotlinx.coroutines.flow.Flow
+import kotlinx.coroutines.flow.callbackFlow
+import kotlinx.coroutines.launch
+import java.util.concurrent.atomic.AtomicInteger
+
+/**
+ * A live [Flow] and the state of its keel subscription. Collect it as any Flow;
+ * each collection subscribes anew, and the state follows the latest one.
+ */
+class LiveFlow<T> internal constructor(
+    private val flow: Flow<T>,
+    private val state: LiveState,
+) : Flow<T> by flow {
+    /**
+     * True while keel may still deliver: false before the Flow is collected, once
+     * its collector stopped, after an object's deletion, and once the database closed.
+     */
+    val isActive: Boolean get() = state.isActive
+
+    /**
+     * How many deliveries keel made to this Flow's subscriptions so far (counted on
+     * keel's thread, whether or not the collector consumed or decoded them yet).
+     */
+    val deliveries: Int get() = state.deliveries
+
+    /** This Flow transformed by [f] (decoding, conflating), keeping the state. */
+    internal fun <R> then(f: (Flow<T>) -> Flow<R>): LiveFlow<R> = LiveFlow(f(flow), state)
+}
+
+/** keel's handle on one subscription, whichever kind. */
+internal interface KeelHandle {
+    fun cancel()
+    fun isActive(): Boolean
+    /** Returns when cancelled; throws `KeelException.Closed` when the database closed. */
+    suspend fun ended()
+}
+
+private class SubscriptionHandle(private val s: Subscription) : KeelHandle {
+    override fun cancel() = s.cancel()
+    override fun isActive(): Boolean = s.isActive()
+    override suspend fun ended() = s.ended()
+}
+
+private class IncludingHandle(private val s: IncludingSubscription) : KeelHandle {
+    override fun cancel() = s.cancel()
+    override fun isActive(): Boolean = s.isActive()
+    override suspend fun ended() = s.ended()
+}
+
+internal fun Subscription.handle(): KeelHandle = SubscriptionHandle(this)
+internal fun IncludingSubscription.handle(): KeelHandle = IncludingHandle(this)
+
+/** Shared by a [LiveFlow] and its listener: the current subscription and the delivery count. */
+internal class LiveState {
+    @Volatile var handle: KeelHandle? = null
+    private val count = AtomicInteger()
+    val isActive: Boolean get() = handle?.isActive() ?: false
+    val deliveries: Int get() = count.get()
+    fun delivered() {
+        count.incrementAndGet()
+    }
+}
+
+/**
+ * The listener behind every live Flow, for each kind of subscription: it runs on
+ * keel's thread, so it only counts the delivery and hands it to [sink].
+ */
+internal class KeelBridge(private val state: LiveState, private val sink: (Any) -> Unit) :
+    QueryListener, ObjectListener, IncludingListener, NearestListener {
+    override fun onUpdate(update: QueryUpdate) = hand(update)
+    override fun onEvent(event: ObjectEvent) = hand(event)
+    override fun onUpdate(update: IncludingUpdate) = hand(update)
+    override fun onUpdate(update: NearestUpdate) = hand(update)
+
+    private fun hand(delivery: Any) {
+        state.delivered()
+        sink(delivery)
+    }
+}
+
+/**
+ * A cold Flow over one keel subscription per collection: [subscribe] makes it with
+ * the bridge, [deliver] turns each delivery into what the Flow emits (on keel's
+ * thread: send, or close after an object's deletion). It ends with
+ * `KeelException.Closed` when the database closes.
+ */
+internal fun <R> liveFlow(
+    state: LiveState,
+    subscribe: (KeelBridge) -> KeelHandle,
+    deliver: ProducerScope<R>.(Any) -> Unit,
+): Flow<R> = callbackFlow {
+    val producer = this
+    val handle = subscribe(KeelBridge(state) { producer.deliver(it) })
+    state.handle = handle
+    launch {
+        try {
+            handle.ended()
+        } catch (e: KeelException.Closed) {
+            // After every delivery keel made: they are in the channel before this.
+            producer.close(e)
+        }
+    }
+    awaitClose { handle.cancel() }
+}
