@@ -88,7 +88,8 @@ commands:
   bindings [--release] [--test] [python|kotlin|swift…]
                                generate the UniFFI sources (target/keel-bindings/);
                                --test runs the Python and Kotlin binding tests
-  swift-package                assemble the Swift package (target/keel-swift/)
+  swift-package [--debug]      assemble the Swift package (target/keel-swift/; release
+                               libkeel_ffi.so, --debug: the debug build)
   swift-test                   run the Swift suite alone (XCTest, Linux or macOS)
   kotlin-test [TEST…]          run the Kotlin/JVM suite alone (or the named tests)
   aar                          assemble the Android AAR (target/keel-aar/)
