@@ -14,6 +14,7 @@ import dev.keel.fetch
 import dev.keel.getObject
 import dev.keel.including
 import dev.keel.nearestUpdates
+import dev.keel.onTrimMemory
 import dev.keel.objectChanges
 import dev.keel.objectUpdates
 import dev.keel.setObject
@@ -182,6 +183,18 @@ fun registerAndroidTests() {
         db.write { delete(Post, "p1") }
         check(withTimeout(5000) { versions.await() }.map { it.id } == listOf("p1"))
         check(!one.isActive && one.deliveries == 2) { "active ${one.isActive}, ${one.deliveries} deliveries" }
+        db.closeAsync()
+    }
+
+    test("android: onTrimMemory gives memory back and the database goes on") { dir ->
+        val db = relDb(dir, "trim.db")
+        db.write { insert(Post(id = "p1", title = "One", rank = 1)) }
+        check(db.fetch(Post).all().size == 1)
+        check(db.onTrimMemory(5) == null) { "a moderate level released memory" }
+        val released = db.onTrimMemory(80)
+        check(released != null && released.readerConnections >= 1uL) { "$released" }
+        // Rebuilt lazily: the next read opens a reader again.
+        check(db.fetch(Post).all().map { it.id } == listOf("p1"))
         db.closeAsync()
     }
 

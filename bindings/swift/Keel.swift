@@ -149,3 +149,26 @@ extension KeelDictionary {
         }
     }
 }
+
+#if canImport(UIKit) && !os(watchOS)
+import UIKit
+
+extension Database {
+    /// Gives memory back on every memory warning, as iOS expects of an app that
+    /// wants to stay alive: each `UIApplication.didReceiveMemoryWarningNotification`
+    /// calls `releaseMemory()` (the in-memory vector copies and the idle reader
+    /// connections go, rebuilt lazily; nothing is lost and nothing waits). Keep
+    /// the returned token for as long as the database is open, and pass it to
+    /// `NotificationCenter.default.removeObserver(_:)` to stop.
+    @MainActor
+    public func releaseMemoryOnWarnings() -> NSObjectProtocol {
+        NotificationCenter.default.addObserver(
+            forName: UIApplication.didReceiveMemoryWarningNotification,
+            object: nil,
+            queue: nil
+        ) { [weak self] _ in
+            _ = self?.releaseMemory()
+        }
+    }
+}
+#endif

@@ -24,6 +24,7 @@ import dev.keel.ffi.DictValue
 import dev.keel.ffi.DictionaryListener
 import dev.keel.ffi.Dictionary
 import dev.keel.ffi.KeelException
+import dev.keel.ffi.MemoryReleased
 import dev.keel.ffi.ObjectEvent
 import dev.keel.ffi.OpenOptions
 import dev.keel.ffi.OpenProgress
@@ -108,6 +109,20 @@ object Keel {
  * dropped, because each diff is relative to the previous update. It ends with
  * `KeelException.Closed` when the database closes (see Live.kt).
  */
+/**
+ * Android's memory signal, passed on: call it from `Application.onTrimMemory(level)`
+ * (or a `ComponentCallbacks2`). From `TRIM_MEMORY_RUNNING_LOW` (10) up — the system
+ * is short of memory, or the app's UI went to the background — keel gives memory
+ * back with [Database.releaseMemory]: the in-memory vector copies and the idle
+ * reader connections go, and are rebuilt lazily; nothing is lost and nothing waits.
+ * Returns what was released, or null for a level that asks for nothing.
+ */
+fun Database.onTrimMemory(level: Int): MemoryReleased? =
+    if (level >= TRIM_MEMORY_RUNNING_LOW) releaseMemory() else null
+
+/** `ComponentCallbacks2.TRIM_MEMORY_RUNNING_LOW`, without the Android SDK on the classpath. */
+const val TRIM_MEMORY_RUNNING_LOW: Int = 10
+
 fun Query.updates(): LiveFlow<QueryUpdate> {
     val state = LiveState()
     val flow = liveFlow<QueryUpdate>(state, { subscribe(it).handle() }) { trySend(it as QueryUpdate) }

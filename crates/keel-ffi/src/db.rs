@@ -11,8 +11,9 @@ use crate::expr::{Expr, Resolver};
 use crate::live::Ending;
 use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
-    CheckpointResult, IncludedCount, IncludedObject, IoStats, OpenOptions, OpenProgressListener,
-    OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp, WriteResult,
+    CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased, OpenOptions,
+    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
+    WriteResult,
 };
 
 /// Run a synchronous FFI call: while the database is suspended its reads fail
@@ -387,6 +388,13 @@ impl Database {
             Ok(db.resume()?.into())
         })
         .await
+    }
+
+    /// Give memory back (a memory warning: `UIApplication`'s, Android's
+    /// `onTrimMemory`): drops the in-memory vector copies and closes idle reader
+    /// connections; each is rebuilt lazily, and nothing waits.
+    pub fn release_memory(&self) -> MemoryReleased {
+        self.db.release_memory().into()
     }
 
     /// How many subscriptions keel holds for this database right now — object,

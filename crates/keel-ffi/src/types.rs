@@ -504,6 +504,24 @@ impl From<keel_storage::SuspendReport> for SuspendResult {
     }
 }
 
+/// What `release_memory` gave back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct MemoryReleased {
+    /// Bytes of vector-field copies dropped.
+    pub vector_copy_bytes: u64,
+    /// Idle reader connections closed.
+    pub reader_connections: u64,
+}
+
+impl From<keel_query::MemoryReleased> for MemoryReleased {
+    fn from(m: keel_query::MemoryReleased) -> Self {
+        MemoryReleased {
+            vector_copy_bytes: m.vector_copy_bytes,
+            reader_connections: m.reader_connections,
+        }
+    }
+}
+
 /// What `resume` found.
 #[derive(Debug, Clone, Copy, PartialEq, uniffi::Record)]
 pub struct ResumeResult {

@@ -121,7 +121,9 @@ mod vector;
 pub use base::change::{Change, ChangeOp};
 pub use base::error::{Error, Result};
 pub use base::pool;
-pub use db::database::{ChangeHook, Database, DurableFuture, OpenDbFuture, Snapshot};
+pub use db::database::{
+    ChangeHook, Database, DurableFuture, MemoryReleased, OpenDbFuture, Snapshot,
+};
 pub use db::dictionary::{DictStats, Dictionary};
 pub use dictionary::{
     DictKind, DictStream, DictSubscription, DictValue, FromDictValue, ToDictValue,

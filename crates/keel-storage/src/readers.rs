@@ -200,6 +200,23 @@ impl ReaderPool {
         drop(idle);
     }
 
+    /// Close the idle connections (a memory warning: each holds its page and
+    /// statement caches); reads open new ones as they need them. Returns how many
+    /// were closed.
+    pub(crate) fn release_idle(&self) -> usize {
+        let idle = {
+            let mut st = self.lock();
+            st.opened -= st.idle.len();
+            std::mem::take(&mut st.idle)
+        };
+        let n = idle.len();
+        for c in idle {
+            park::release(c);
+        }
+        self.cv.notify_all();
+        n
+    }
+
     /// Suspend: close the idle connections now; new reads wait (or fail fast).
     pub(crate) fn suspend(&self, fail_fast: bool) {
         let idle = {

@@ -1002,6 +1002,25 @@ impl Store {
         self.inner.shared.counters.snapshot()
     }
 
+    /// Close the idle reader connections, each with its page cache and
+    /// statement cache, to give memory back (an app's memory warning). Reads
+    /// open connections again as they need them, configured as at open.
+    /// Returns how many connections were closed.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("m.db"), StoreOptions::default())?;
+    /// let one = |c: &rusqlite::Connection| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)).map_err(Error::from);
+    /// store.read(one)?;
+    /// assert!(store.release_memory() >= 1);
+    /// assert_eq!(store.read(one)?, 1); // a reader opens again
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn release_memory(&self) -> usize {
+        self.inner.readers.release_idle()
+    }
+
     /// Reset the I/O counters to zero.
     ///
     /// ```

@@ -536,6 +536,31 @@ impl Database {
         &self.inner.schema
     }
 
+    /// Give memory back, as an app does on a memory warning (iOS kills an app
+    /// that holds memory when a warning arrives): drops the in-memory copies of
+    /// vector fields and closes the idle reader connections with their page and
+    /// statement caches. Nothing is lost and nothing waits: each is rebuilt
+    /// lazily, by the next nearest query or read that needs it. Safe on any
+    /// thread, at any time.
+    ///
+    /// ```
+    /// # use keel_query::{Database, StoreOptions};
+    /// # use keel_example_blog::blog::Post;
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let db = Database::open_for::<Post>(dir.path().join("m.db"), StoreOptions::default())?;
+    /// db.fetch::<Post>().count()?;
+    /// let released = db.release_memory();
+    /// assert!(released.reader_connections >= 1);
+    /// assert_eq!(db.fetch::<Post>().count()?, 0); // a reader opens again
+    /// # Ok::<(), keel_query::Error>(())
+    /// ```
+    pub fn release_memory(&self) -> MemoryReleased {
+        MemoryReleased {
+            vector_copy_bytes: self.inner.vector_cache.release() as u64,
+            reader_connections: self.inner.store.release_memory() as u64,
+        }
+    }
+
     /// The storage kernel (checkpoints, I/O stats, the open report).
     pub fn store(&self) -> &Store {
         &self.inner.store
@@ -1139,4 +1164,14 @@ impl Snapshot<'_> {
         let c = self.inner.coll(collection, "get")?;
         self.inner.get_in(self.conn, c, "get", key, true)
     }
+}
+
+/// What [`Database::release_memory`] gave back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct MemoryReleased {
+    /// Bytes of vector-field copies dropped (read again by the next nearest query).
+    pub vector_copy_bytes: u64,
+    /// Idle reader connections closed (opened again by the next reads).
+    pub reader_connections: u64,
 }

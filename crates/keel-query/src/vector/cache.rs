@@ -146,4 +146,13 @@ impl VectorCache {
         }
         copies.insert((collection.to_owned(), field), copy);
     }
+
+    /// Drop every copy (a memory warning); the next query of a field reads it
+    /// again. Returns the bytes the copies held.
+    pub(crate) fn release(&self) -> usize {
+        let mut copies = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+        let held = copies.values().map(|p| p.bytes()).sum();
+        copies.clear();
+        held
+    }
 }
