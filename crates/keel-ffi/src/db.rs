@@ -6,9 +6,9 @@ use std::sync::Arc;
 use keel_schema::{Schema, SortKey, Value as KValue};
 
 use crate::callbacks::{gated, progress_fn};
+use crate::ending::Ending;
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
-use crate::live::Ending;
 use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
     CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased, OpenOptions,

@@ -73,6 +73,7 @@ uniffi::setup_scaffolding!("keel");
 mod callbacks;
 mod db;
 mod dict;
+mod ending;
 mod error;
 mod expr;
 mod live;

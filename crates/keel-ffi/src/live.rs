@@ -9,14 +9,14 @@
 //! await it next to the deliveries, so a stream or `Flow` being consumed ends
 //! with `Closed` instead of waiting forever.
 
-use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures::future::{select, FutureExt, Shared};
+use futures::future::select;
 
 use crate::callbacks::{gated, guarded, Foreign};
 use crate::db::{Database, Query};
+use crate::ending::Ending;
 use crate::error::{CallbackError, KeelError};
 use crate::types::{StoredObject, Value};
 
@@ -106,48 +106,6 @@ pub trait QueryListener: Send + Sync {
 pub trait ObjectListener: Send + Sync {
     /// A new version, or the deletion.
     fn on_event(&self, event: ObjectEvent) -> Result<(), CallbackError>;
-}
-
-/// A one-shot signal many can await: a database's close, or a subscription's
-/// cancel. Firing is idempotent; awaiting after it fired returns at once.
-pub(crate) struct Ending {
-    fired: AtomicBool,
-    tx: Mutex<Option<futures::channel::oneshot::Sender<()>>>,
-    rx: Shared<futures::channel::oneshot::Receiver<()>>,
-}
-
-impl std::fmt::Debug for Ending {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Ending")
-            .field("fired", &self.has_fired())
-            .finish()
-    }
-}
-
-impl Ending {
-    pub(crate) fn new() -> Arc<Ending> {
-        let (tx, rx) = futures::channel::oneshot::channel();
-        Arc::new(Ending {
-            fired: AtomicBool::new(false),
-            tx: Mutex::new(Some(tx)),
-            rx: rx.shared(),
-        })
-    }
-
-    pub(crate) fn fire(&self) {
-        self.fired.store(true, Ordering::SeqCst);
-        // Dropping the sender resolves every waiter.
-        drop(self.tx.lock().unwrap_or_else(|p| p.into_inner()).take());
-    }
-
-    pub(crate) fn has_fired(&self) -> bool {
-        self.fired.load(Ordering::SeqCst)
-    }
-
-    /// Resolves once fired.
-    pub(crate) fn wait(&self) -> impl Future<Output = ()> + Send + 'static {
-        self.rx.clone().map(|_| ())
-    }
 }
 
 /// One live subscription that the engine's hub does not count (a live list
