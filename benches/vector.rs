@@ -23,7 +23,8 @@
 //!   turns each (two with `--quick`), so a machine whose speed drifts during
 //!   the run moves both sides of a round; the ratio is the median of the
 //!   rounds' ratios, its spread their range. numpy's BLAS uses every core
-//!   and AVX-512 where the CPU has it; keel's build is baseline x86-64 (SSE2).
+//!   and AVX-512 where the CPU has it; keel's coarse pass picks its widest loop
+//!   at run time (AVX-512BW, AVX2, NEON; `vector/kernel.rs` in keel-query).
 //!   Against the memory-bandwidth bound: bytes of f32 vectors ÷ the
 //!   sequential-read bandwidth of a `copy_from_slice` of a buffer of the same
 //!   size, measured in this run (`query_vs_bandwidth`, goal ≤ 2). numpy

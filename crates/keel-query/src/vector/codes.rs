@@ -8,7 +8,10 @@
 //! photos. One core streams that at ~20 GB/s on the machines this project is
 //! measured on, so the scan is bound by memory, not by arithmetic (a wider SIMD
 //! unit barely moves it). The codes are a quarter of those bytes. A query reads
-//! all the codes, and the floats of the few rows the codes cannot rule out.
+//! all the codes, and the floats of the few rows the codes cannot rule out. The
+//! pass over the codes is then bound by instructions, so its inner loop is the
+//! widest the CPU runs (`vector/kernel.rs`), the same exact integer sum on every
+//! one.
 //!
 //! # How the answer stays exact
 //!
