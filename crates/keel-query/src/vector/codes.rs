@@ -8,7 +8,10 @@
 //! photos. One core streams that at ~20 GB/s on the machines this project is
 //! measured on, so the scan is bound by memory, not by arithmetic (a wider SIMD
 //! unit barely moves it). The codes are a quarter of those bytes. A query reads
-//! all the codes, and the floats of the few rows the codes cannot rule out.
+//! all the codes, and the floats of the few rows the codes cannot rule out. The
+//! pass over the codes is then bound by instructions, so its inner loop is the
+//! widest the CPU runs (`vector/kernel.rs`), the same exact integer sum on every
+//! one.
 //!
 //! # How the answer stays exact
 //!
@@ -53,6 +56,7 @@ use std::sync::Arc;
 
 use keel_schema::Metric;
 
+use crate::vector::kernel::{dot_codes_kernel, DotCodes};
 use crate::vector::scan_helper::ScanHelper;
 
 /// Below this (and above zero) or above [`HUGE`], a vector's largest component
@@ -274,12 +278,13 @@ impl Codes {
         let d = self.dimensions;
         let rows = c * CHUNK_ROWS..((c + 1) * CHUNK_ROWS).min(self.rows.len());
         let his = &mut pass.his;
+        let kernel = dot_codes_kernel();
         let codes = self.codes[rows.start * d..rows.end * d].chunks_exact(d);
         for ((i, codes), row) in rows.clone().zip(codes).zip(&self.rows[rows]) {
             if keep.is_some_and(|s| !s.contains(&rowids[i])) {
                 continue;
             }
-            let (lo, hi) = q.interval(metric, row, q.dot(codes));
+            let (lo, hi) = q.interval(metric, row, q.dot(kernel, codes));
             if his.len() < k {
                 his.push(Bound(hi));
             } else if let Some(mut top) = his.peek_mut() {
@@ -406,9 +411,10 @@ impl QueryCode {
         })
     }
 
-    /// `p · c` for a row's stored bytes (`c + 128`): exact.
-    fn dot(&self, stored: &[u8]) -> i64 {
-        i64::from(dot_codes(stored, &self.codes)) - i64::from(BIAS) * self.code_sum
+    /// `p · c` for a row's stored bytes (`c + 128`), by `kernel`
+    /// (`vector/kernel.rs`): exact.
+    fn dot(&self, kernel: DotCodes, stored: &[u8]) -> i64 {
+        i64::from(kernel(stored, &self.codes)) - i64::from(BIAS) * self.code_sum
     }
 
     /// The distances the exact scan may compute for a row with these bounds
@@ -448,30 +454,6 @@ impl QueryCode {
             }
         }
     }
-}
-
-/// `Σ cⱼ·pⱼ` of the stored bytes `cⱼ` (codes + 128) and the query's codes.
-/// Written like the float loops of [`keel_schema::vector`], so the compiler
-/// vectorises it (`pmaddwd` on x86). Never overflows: `cⱼ ≤ 255` and
-/// `QueryCode::new` keeps `d·255·|pⱼ|` in an `i32`.
-fn dot_codes(c: &[u8], p: &[i16]) -> i32 {
-    const LANES: usize = 32;
-    let n = c.len().min(p.len());
-    let whole = n - n % LANES;
-    let mut acc = [0i32; LANES];
-    for (x, y) in c[..whole]
-        .chunks_exact(LANES)
-        .zip(p[..whole].chunks_exact(LANES))
-    {
-        for i in 0..LANES {
-            acc[i] += i32::from(x[i]) * i32::from(y[i]);
-        }
-    }
-    let mut s: i32 = acc.iter().sum();
-    for (x, y) in c[whole..n].iter().zip(&p[whole..n]) {
-        s += i32::from(*x) * i32::from(*y);
-    }
-    s
 }
 
 #[cfg(test)]
@@ -529,7 +511,8 @@ mod tests {
                 for (i, x) in rows.iter().enumerate() {
                     let exact = f64::from(metric.distance_known(q, qn, x, dot(x, x)));
                     let c = &codes.codes[i * d..(i + 1) * d];
-                    let (lo, hi) = qc.interval(metric, &codes.rows[i], qc.dot(c));
+                    let (lo, hi) =
+                        qc.interval(metric, &codes.rows[i], qc.dot(dot_codes_kernel(), c));
                     let unbounded = lo == f64::NEG_INFINITY && hi == f64::INFINITY;
                     let inside = lo <= exact && exact <= hi;
                     if !(unbounded || inside) {
