@@ -2,8 +2,10 @@
 //! (`cascade`, `nullify`, `restrict`) when an object others refer to is deleted,
 //! and the `dangling: false` check when an object with references is written.
 //!
-//! A delete with rules runs in three steps inside one SAVEPOINT, so a refused
-//! or failing delete leaves nothing of itself behind (the transaction goes on):
+//! A delete starts from its roots — the one object of `delete_key`, every
+//! matching object of `delete_matching` — and runs in three steps inside one
+//! SAVEPOINT, so a refused or failing delete leaves nothing of itself behind
+//! (the transaction goes on):
 //! 1. walk the referrers: a `cascade` referrer joins the set to delete (each
 //!    object once, so chains and cycles end), a `restrict` or `nullify`
 //!    referrer is noted;
@@ -11,6 +13,13 @@
 //!    delete with [`Error::Restricted`], naming every such referrer;
 //! 3. the `nullify` referrers outside the set get the reference cleared, then
 //!    every object of the set is deleted (each reaches subscribers as a delete).
+//!
+//! Restrict is checked once, over the whole set, as SQL checks `NO ACTION` at
+//! the end of a statement: a referrer that goes with the set (matched, or
+//! reached by cascade through other objects) does not restrict. So the roots of
+//! one call are walked together, never one after another: a ring of objects
+//! restricting each other's deletion goes as one `delete_matching`, while each
+//! of them alone is refused.
 //!
 //! A to-one reference has an index column (the schema indexes it), so its
 //! referrers are one indexed query; a to-many reference (a vector of keys) has
@@ -46,11 +55,24 @@ impl<'a> Txn<'a> {
         if self.find(c, "delete", &key)?.is_none() {
             return Ok(false);
         }
+        self.delete_set(c, vec![key]).map(|n| n > 0)
+    }
+
+    /// Delete the objects `roots` of `c` (each of which exists) as one set, all
+    /// or nothing: with the reference rules walked over the whole set when
+    /// other objects may refer to `c`, plainly otherwise. Returns how many of
+    /// `roots` were deleted (each once, however often it is named; the
+    /// objects the cascade reaches besides are not counted).
+    pub(super) fn delete_set(&mut self, c: &'a Coll, roots: Vec<Vec<Value>>) -> Result<usize> {
         self.conn
             .execute_batch("SAVEPOINT keel_delete_rules")
             .map_err(|e| Error::sqlite("delete", &c.name, e))?;
         let recorded = self.changes.len();
-        let done = self.cascade(c, key);
+        let done = if c.links.incoming.is_empty() {
+            self.delete_each(c, &roots)
+        } else {
+            self.cascade(c, roots)
+        };
         let end = if done.is_ok() {
             "RELEASE keel_delete_rules"
         } else {
@@ -60,16 +82,33 @@ impl<'a> Txn<'a> {
         self.conn
             .execute_batch(end)
             .map_err(|e| Error::sqlite("delete", &c.name, e))?;
-        done.map(|()| true)
+        done
     }
 
-    fn cascade(&mut self, root: &'a Coll, key: Vec<Value>) -> Result<()> {
+    /// Delete each of `keys` of `c`, a collection nothing refers to.
+    fn delete_each(&mut self, c: &Coll, keys: &[Vec<Value>]) -> Result<usize> {
+        let mut n = 0;
+        for k in keys {
+            if self.delete_plain(c, k)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The three steps over the set grown from `roots`; returns how many
+    /// distinct roots it deleted.
+    fn cascade(&mut self, root: &'a Coll, roots: Vec<Vec<Value>>) -> Result<usize> {
         // 1. The set to delete, and the referrers the other rules apply to.
         let mut doomed: Vec<(&'a Coll, Vec<Value>)> = Vec::new();
         let mut seen: HashSet<String> = HashSet::new();
         let mut noted: Vec<Noted<'a>> = Vec::new();
-        seen.insert(ident(root, &key));
-        doomed.push((root, key));
+        for key in roots {
+            if seen.insert(ident(root, &key)) {
+                doomed.push((root, key));
+            }
+        }
+        let matched = doomed.len();
         let mut next = 0;
         while next < doomed.len() {
             let (c, k) = doomed[next].clone();
@@ -120,7 +159,7 @@ impl<'a> Txn<'a> {
         for (c, k) in doomed {
             self.delete_plain(c, &k)?;
         }
-        Ok(())
+        Ok(matched)
     }
 
     /// The keys of the objects of `from` whose reference `link` holds `target`.

@@ -783,9 +783,15 @@ impl<'a> Txn<'a> {
     }
 
     /// Delete every object of `collection` matching `filter` (as this transaction
-    /// sees it: its own writes included); returns how many were deleted. Each
-    /// delete reaches subscribers like [`Txn::delete_key`]. Core Data's batch
-    /// delete, Dflat's `deleteAll(where:)`.
+    /// sees it: its own writes included); returns how many matching objects were
+    /// deleted (objects deleted by cascade besides are not counted). Each delete
+    /// reaches subscribers like [`Txn::delete_key`]. Core Data's batch delete,
+    /// Dflat's `deleteAll(where:)`.
+    ///
+    /// All or nothing: the matching objects are one set for the reference
+    /// rules (`docs/relations.md`), so a `restrict` referrer that goes with the
+    /// set — matched, or reached by cascade — does not refuse it, and a refused
+    /// or failing call deletes none of them (the transaction goes on).
     ///
     /// ```
     /// # use keel_query::{Database, StoreOptions};
@@ -805,18 +811,19 @@ impl<'a> Txn<'a> {
         self.check("delete")?;
         let c = self.coll(collection, "delete")?;
         let found = self.query(collection).filter(filter).all()?;
-        let mut n = 0;
-        for o in found {
-            let key = if c.key.is_empty() {
-                vec![Value::Int(o.rowid)]
-            } else {
-                self.key_of(c, "delete", &o.bytes)?
-            };
-            if self.delete_key(collection, &key)? {
-                n += 1;
-            }
-        }
-        Ok(n)
+        let keys = found
+            .into_iter()
+            .map(|o| {
+                if c.key.is_empty() {
+                    Ok(vec![Value::Int(o.rowid)])
+                } else {
+                    self.key_of(c, "delete", &o.bytes)
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // One set, all or nothing: its reference rules are walked over every
+        // matching object at once (`txn/rules.rs`).
+        self.delete_set(c, keys)
     }
 
     /// The object with primary key `key` as this transaction sees it.
