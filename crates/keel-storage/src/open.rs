@@ -628,25 +628,50 @@ fn open_once(
 /// `immutable` read-only connection neither takes locks nor opens the `-wal` and
 /// `-shm` files, so a wrong key leaves no trace (not even the wal-index). A page
 /// that does not decrypt reads as "not a database", which here means a wrong key.
-/// `Ok(false)` when the file is shorter than a page (its pages are still in the WAL
-/// only): then [`verify_key`] judges on the writer.
+/// `Ok(false)` when the file alone cannot say (shorter than a page, its pages
+/// still in the WAL only; or page 1 unreadable beside a valid WAL): then
+/// [`verify_key`] judges on the writer, through the WAL.
 fn verify_key_in_file(path: &Path, cipher: &Cipher) -> Result<bool> {
     let op = "verify the data key";
     let len = std::fs::metadata(path).map_or(0, |m| m.len());
     if len < 512 {
         return Ok(false);
     }
-    let uri = format!("file:{}?immutable=1", uri_path(path));
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let c = rusqlite::Connection::open_with_flags(&uri, flags)
-        .map_err(|e| Error::sqlite(op, path, e))?;
-    cipher.apply(&c).map_err(|e| Error::sqlite(op, path, e))?;
+    let open = || -> Result<rusqlite::Connection> {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let c = rusqlite::Connection::open_with_flags(&uri, flags)
+            .map_err(|e| Error::sqlite(op, path, e))?;
+        cipher.apply(&c).map_err(|e| Error::sqlite(op, path, e))?;
+        Ok(c)
+    };
+    let c = open()?;
     match c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
         r.get::<_, i64>(0)
     }) {
+        // A power loss mid-checkpoint can tear page 1 in the file while the WAL
+        // still holds it whole (found by the encrypted crash campaign). A wrong
+        // key fails every page's HMAC, a torn page 1 only its own: if another
+        // page of the file passes, the key is right and the writer reads page 1
+        // through the WAL.
         Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+            drop(c);
+            let c = open()?;
+            let failing = {
+                let mut st = c
+                    .prepare("PRAGMA cipher_integrity_check")
+                    .map_err(|e| Error::sqlite(op, path, e))?;
+                let rows = st
+                    .query_map([], |r| r.get::<_, String>(0))
+                    .map_err(|e| Error::sqlite(op, path, e))?;
+                rows.filter_map(|r| r.ok()).count() as u64
+            };
+            let pages = len / 4096;
+            if pages > 1 && failing < pages && wal_header_page_size(&wal_path(path)).is_some() {
+                return Ok(false);
+            }
             Err(Error::WrongKey {
                 op,
                 path: path.to_path_buf(),
