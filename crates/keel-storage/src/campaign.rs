@@ -67,6 +67,8 @@ use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use crate::checkpointer::CheckpointMode;
+#[cfg(feature = "encryption-api")]
+use crate::encryption::{DataKey, KeyError};
 use crate::error::Error;
 use crate::options::StoreOptions;
 use crate::paths::wal_path;
@@ -488,6 +490,9 @@ struct Campaign {
     verbose: bool,
     /// The upgrade session stamped the file: every open checks its identity.
     stamped: bool,
+    /// Every session opens the file encrypted with this key (`run_encrypted`).
+    #[cfg(feature = "encryption-api")]
+    key: Option<DataKey>,
 }
 
 fn hash_mix(h: u64, v: u64) -> u64 {
@@ -504,7 +509,27 @@ fn hash_mix(h: u64, v: u64) -> u64 {
 /// assert!(r.crash_points >= 3);
 /// ```
 pub fn run(cfg: &CampaignConfig) -> CampaignReport {
+    run_campaign(Campaign::new(cfg.clone()), cfg)
+}
+
+/// Run one campaign on an encrypted file (feature `encryption`): the same
+/// sessions and oracle, every store opened with a data key derived from the seed,
+/// so the simulated disk sees only SQLCipher's encrypted pages. Pages are SQLCipher's
+/// default 4 KiB (the plaintext campaign uses 1 KiB).
+#[cfg(feature = "encryption-api")]
+pub fn run_encrypted(cfg: &CampaignConfig) -> CampaignReport {
     let mut c = Campaign::new(cfg.clone());
+    let mut key = [0u8; 32];
+    let mut salt = [0u8; 16];
+    let mut rng = SimRng::new(cfg.seed ^ 0x6b65_656c);
+    key.iter_mut()
+        .chain(salt.iter_mut())
+        .for_each(|b| *b = rng.below(256) as u8);
+    c.key = Some(DataKey::from_parts(&key, &salt));
+    run_campaign(c, cfg)
+}
+
+fn run_campaign(mut c: Campaign, cfg: &CampaignConfig) -> CampaignReport {
     if let Err(e) = c.create_base() {
         c.fail_corrupt(format!("cannot create the base database: {e}"));
         return c.report;
@@ -565,6 +590,8 @@ impl Campaign {
             est_class: [40, 30, 6, 1],
             verbose: std::env::var_os("KEEL_SIM_TRACE").is_some(),
             stamped: false,
+            #[cfg(feature = "encryption-api")]
+            key: None,
             cfg,
         }
     }
@@ -639,8 +666,22 @@ impl Campaign {
         // Small pages so a tiny database still has many pages, overflow chains and
         // free pages for the incremental vacuum.
         let c = rusqlite::Connection::open(&self.path).map_err(|e| e.to_string())?;
+        #[cfg(feature = "encryption-api")]
+        if let Some(key) = &self.key {
+            let pragma =
+                zeroize::Zeroizing::new(format!("PRAGMA key = \"x'{}'\";", key.to_hex().as_str()));
+            c.execute_batch(&pragma).map_err(|e| e.to_string())?;
+        }
+        #[cfg(feature = "encryption-api")]
+        let small_pages = self.key.is_none();
+        #[cfg(not(feature = "encryption-api"))]
+        let small_pages = true;
+        if small_pages {
+            c.execute_batch("PRAGMA page_size=1024;")
+                .map_err(|e| e.to_string())?;
+        }
         c.execute_batch(
-            "PRAGMA page_size=1024; PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;
+            "PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL;
              CREATE TABLE kv(k INTEGER PRIMARY KEY, v BLOB NOT NULL);
              CREATE TABLE dict(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;",
         )
@@ -659,6 +700,11 @@ impl Campaign {
         // No background vacuum: the workload runs it explicitly.
         o.vacuum_min_free_pages = 0;
         o.truncate_timeout = Duration::from_millis(200);
+        #[cfg(feature = "encryption-api")]
+        if let Some(key) = &self.key {
+            let key = key.clone();
+            o = o.encryption(move |_: &Path, _| Ok::<_, KeyError>(key.clone()));
+        }
         if self.stamped {
             // As the object store opens it: identity checked, a schema step (which
             // changes nothing here) in every open. The app that adopted the file

@@ -95,6 +95,12 @@ pub(crate) fn open_conn(
     };
     let conn = Connection::open_with_flags_and_vfs(path, flags, vfs.name())
         .map_err(|e| Error::sqlite(op, path, e))?;
+    if let Some(cipher) = &vfs.shared().cipher {
+        // Before any other statement: the first read of the file needs the key.
+        cipher
+            .apply(&conn)
+            .map_err(|e| Error::sqlite("apply the data key", path, e))?;
+    }
     conn.set_prepared_statement_cache_capacity(64);
     if role == Role::Reader {
         // A keel row holds the object's FlatBuffers bytes beside its key and index

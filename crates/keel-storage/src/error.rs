@@ -36,6 +36,48 @@ pub enum Error {
         /// The file.
         path: PathBuf,
     },
+    /// The store is encrypted and its key cannot be read now (the device is locked,
+    /// the key store is not ready): retry later. keel never makes a new key for an
+    /// existing database; the files are unchanged.
+    #[error("{op}: the key of {} is unavailable now (retry later): {detail}", path.display())]
+    KeyUnavailable {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// What the key provider said.
+        detail: String,
+    },
+    /// The database exists but its key does not (a backup restored without its key,
+    /// a damaged key store): its data cannot be read. keel refuses rather than
+    /// create a fresh, empty database over it; the files are unchanged.
+    #[error("{op}: the key of {} is lost; its data cannot be read: {detail}", path.display())]
+    KeyLost {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// What the key provider said.
+        detail: String,
+    },
+    /// The file is encrypted but does not decrypt with the key given (another key,
+    /// or the other plaintext-header setting); the files are unchanged.
+    #[error("{op}: {} does not decrypt with the key given", path.display())]
+    WrongKey {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A key was given but the file is a plaintext SQLite database. It is left as
+    /// it is: encrypt it with a migration (`keel encrypt`), or open it without a key.
+    #[error("{op}: {} is not encrypted, but a key was given", path.display())]
+    NotEncrypted {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
     /// The file is an SQLite database but is damaged (truncated, malformed pages).
     #[error("{op}: {} is corrupt: {detail}", path.display())]
     Corrupt {
@@ -262,7 +304,11 @@ impl Error {
             | Error::Suspended { path, .. }
             | Error::SuspendTimeout { path, .. }
             | Error::ForeignFile { path, .. }
-            | Error::ForeignWal { path, .. } => path,
+            | Error::ForeignWal { path, .. }
+            | Error::KeyUnavailable { path, .. }
+            | Error::KeyLost { path, .. }
+            | Error::WrongKey { path, .. }
+            | Error::NotEncrypted { path, .. } => path,
         }
     }
 

@@ -59,6 +59,7 @@ pub mod campaign;
 mod checkpointer;
 mod conn;
 mod durable;
+pub mod encryption;
 mod error;
 mod identity;
 mod oneshot;

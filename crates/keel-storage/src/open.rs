@@ -7,9 +7,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use rusqlite::config::DbConfig;
+use rusqlite::types::Value;
+use rusqlite::OpenFlags;
+
 use crate::checkpointer::{checkpoint_on_writer, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Reopen, Role};
 use crate::durable::{self, start_threads, Gate, Parked, Wait};
+use crate::encryption::Cipher;
 use crate::error::{Error, PathScope, Result};
 use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed};
 use crate::oneshot;
@@ -55,14 +60,46 @@ pub(crate) fn open_store(
     let span = tracing::info_span!("keel.open", path = %path.display());
     let _e = span.enter();
     let mut hook = opts.schema_hook.take();
-    match open_once(&path, &opts, &mut hook, cancelled, None, on_readable) {
+    let cipher = obtain_key(&path, &opts)?;
+    let once = |hook: &mut Option<SchemaHook>, moved| {
+        open_once(
+            &path,
+            &opts,
+            hook,
+            cancelled,
+            moved,
+            cipher.clone(),
+            on_readable,
+        )
+    };
+    match once(&mut hook, None) {
         Err(e) if e.is_bad_file() && opts.recover_corrupt => {
             tracing::warn!(error = %e, "bad database file; moving it aside (recover_corrupt)");
             let moved = move_aside(&path)?;
-            open_once(&path, &opts, &mut hook, cancelled, Some(moved), on_readable)
+            once(&mut hook, Some(moved))
         }
         r => r,
     }
+}
+
+/// The data key of an encrypted store, asked of its provider once per open, before
+/// any file is created or read: a provider that has no key leaves no trace.
+#[cfg(feature = "encryption-api")]
+fn obtain_key(path: &Path, opts: &StoreOptions) -> Result<Option<Arc<Cipher>>> {
+    match &opts.encryption {
+        Some(provider) => Ok(Some(Arc::new(Cipher::obtain(
+            provider.as_ref(),
+            path,
+            opts.plaintext_header,
+        )?))),
+        None => Ok(None),
+    }
+}
+
+/// Without the `encryption` feature no store is encrypted.
+#[cfg(not(feature = "encryption-api"))]
+fn obtain_key(_: &Path, _: &StoreOptions) -> Result<Option<Arc<Cipher>>> {
+    Ok(None)
 }
 
 /// The constructors of [`Store`]: they run the pipeline above, which builds the
@@ -275,7 +312,7 @@ struct FileCheck {
 }
 
 /// Header / size sanity checks on an existing file; creates a new one with mode 0600.
-fn check_file(path: &Path) -> Result<FileCheck> {
+fn check_file(path: &Path, cipher: Option<&Cipher>) -> Result<FileCheck> {
     let op = "check database file";
     if let Some(parent) = path.parent() {
         if !parent.as_os_str().is_empty() {
@@ -333,6 +370,15 @@ fn check_file(path: &Path) -> Result<FileCheck> {
     let mut header = [0u8; 100];
     let n =
         read_up_to(&mut f, &mut header).map_err(|e| Error::io("read database header", path, e))?;
+    if let Some(cipher) = cipher {
+        // An encrypted header cannot be read without the key: a plaintext file is
+        // refused here, the rest is SQLCipher's to judge at the first read.
+        cipher.check_header(path, &header[..n])?;
+        return Ok(FileCheck {
+            created: false,
+            wal_bytes,
+        });
+    }
     // A power loss in the middle of a checkpoint can leave page 1 of the database file
     // torn; the WAL still holds it and SQLite's recovery reads it from there. So with a
     // valid WAL, a bad header is SQLite's to judge (it reports NOTADB/CORRUPT itself).
@@ -449,12 +495,15 @@ fn open_once(
     hook: &mut Option<SchemaHook>,
     cancelled: &dyn Fn() -> bool,
     moved_aside: Option<PathBuf>,
+    cipher: Option<Arc<Cipher>>,
     on_readable: &dyn Fn(&Store),
 ) -> Result<Store> {
+    let encrypted = cipher.is_some();
     let shared = Arc::new(VfsShared {
         db_path: path.to_path_buf(),
         policies: opts.sync.clone(),
         counters: Counters::default(),
+        cipher,
         #[cfg(feature = "sim")]
         sim: opts.sim.clone(),
         #[cfg(feature = "sim")]
@@ -483,13 +532,22 @@ fn open_once(
 
     // 1. prepare
     let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
-        let check = check_file(path)?;
-        if opts.keel_identity && !check.created {
+        let check = check_file(path, shared.cipher.as_deref())?;
+        // The identity check reads the header and the WAL's page-1 images, which
+        // are encrypted in an encrypted store (see docs/encryption.md).
+        if opts.keel_identity && !check.created && !encrypted {
             check_at_open(path, &wal, opts.adopt_foreign)?;
         }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
+        let verified = match shared.cipher.as_deref() {
+            Some(cipher) if !check.created => verify_key_in_file(path, cipher)?,
+            _ => true,
+        };
         let writer = open_conn(path, &vfs, Role::Writer, None)?;
+        if !verified {
+            verify_key(&writer.conn, path)?;
+        }
         writer
             .conn
             .busy_timeout(opts.busy_timeout)
@@ -564,6 +622,105 @@ fn open_once(
         }
         Ok(store)
     })
+}
+
+/// Check the key on the database file alone, before SQLite opens its WAL: an
+/// `immutable` read-only connection neither takes locks nor opens the `-wal` and
+/// `-shm` files, so a wrong key leaves no trace (not even the wal-index). A page
+/// that does not decrypt reads as "not a database", which here means a wrong key.
+/// `Ok(false)` when the file alone cannot say (shorter than a page, its pages
+/// still in the WAL only; or page 1 unreadable beside a valid WAL): then
+/// [`verify_key`] judges on the writer, through the WAL.
+fn verify_key_in_file(path: &Path, cipher: &Cipher) -> Result<bool> {
+    let op = "verify the data key";
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    if len < 512 {
+        return Ok(false);
+    }
+    let open = || -> Result<rusqlite::Connection> {
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let c = rusqlite::Connection::open_with_flags(&uri, flags)
+            .map_err(|e| Error::sqlite(op, path, e))?;
+        cipher.apply(&c).map_err(|e| Error::sqlite(op, path, e))?;
+        Ok(c)
+    };
+    let c = open()?;
+    match c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        // A power loss mid-checkpoint can tear page 1 in the file while the WAL
+        // still holds it whole (found by the encrypted crash campaign). A wrong
+        // key fails every page's HMAC, a torn page 1 only its own: if another
+        // page of the file passes, the key is right and the writer reads page 1
+        // through the WAL.
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+            drop(c);
+            let c = open()?;
+            let failing = {
+                let mut st = c
+                    .prepare("PRAGMA cipher_integrity_check")
+                    .map_err(|e| Error::sqlite(op, path, e))?;
+                let rows = st
+                    .query_map([], |r| r.get::<_, String>(0))
+                    .map_err(|e| Error::sqlite(op, path, e))?;
+                rows.filter_map(|r| r.ok()).count() as u64
+            };
+            let pages = len / 4096;
+            if pages > 1 && failing < pages && wal_header_page_size(&wal_path(path)).is_some() {
+                return Ok(false);
+            }
+            Err(Error::WrongKey {
+                op,
+                path: path.to_path_buf(),
+            })
+        }
+        // Page 1 decrypted and passed its HMAC: the key is right. (A schema
+        // spread over later pages that the WAL changed may read oddly from the
+        // file alone; the real open reads it through the WAL.)
+        _ => Ok(true),
+    }
+}
+
+/// `path` as the path part of an SQLite `file:` URI (RFC 3986 escapes).
+fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Read the schema with the key applied, before anything else touches the file:
+/// SQLCipher reports a page that does not decrypt as "not a database", which here
+/// means the key is wrong. Until the key is known to be right, closing the
+/// connection must not checkpoint: SQLite would copy the WAL's frames into the file.
+fn verify_key(c: &rusqlite::Connection, path: &Path) -> Result<()> {
+    let op = "verify the data key";
+    let no_checkpoint = |on| {
+        c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, on)
+            .map_err(|e| Error::sqlite(op, path, e))
+    };
+    no_checkpoint(true)?;
+    match c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+        r.get::<_, i64>(0)
+    }) {
+        Ok(_) => no_checkpoint(false).map(|_| ()),
+        Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+            Err(Error::WrongKey {
+                op,
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) => Err(Error::sqlite(op, path, e)),
+    }
 }
 
 /// Sync `wal` through the open-barrier policy (`op` names the open for errors);
@@ -672,10 +829,17 @@ fn readable(
         });
         let _ = c.execute_batch("COMMIT");
         let tables = r.map_err(|e| Error::sqlite("recover: first read transaction", path, e))?;
-        let page_size: i64 = c
-            .query_row("PRAGMA page_size", [], |r| r.get(0))
+        // SQLCipher answers `page_size` on a keyed connection as text (its
+        // `cipher_page_size`); plain SQLite as an integer.
+        let page_size = c
+            .query_row("PRAGMA page_size", [], |r| r.get::<_, Value>(0))
             .map_err(|e| Error::sqlite("read page_size", path, e))?;
-        let page_size = u64::try_from(page_size).unwrap_or(4096);
+        let page_size = match page_size {
+            Value::Integer(n) => u64::try_from(n).ok(),
+            Value::Text(t) => t.trim().parse().ok(),
+            _ => None,
+        }
+        .unwrap_or(4096);
         let frames = if check.wal_bytes >= 32 {
             let ps = wal_header_page_size(&wal).unwrap_or(page_size);
             (check.wal_bytes - 32) / (ps + 24)

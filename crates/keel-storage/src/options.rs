@@ -5,6 +5,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "encryption-api")]
+use crate::encryption::KeyProvider;
 use crate::error::{Error, Result};
 use crate::policy::{SyncPolicies, SyncPolicy};
 #[cfg(feature = "sim")]
@@ -305,6 +307,15 @@ pub struct StoreOptions {
     /// fit is scanned from the file on every query; 0 turns the copies off.
     /// The storage kernel only carries the number; see `docs/vector.md`.
     pub vector_cache_bytes: usize,
+    /// Encrypt the database (features `encryption`, `encryption-system-crypto`): the provider gives its data
+    /// key, once per open. Default `None`: a plaintext file, exactly as without
+    /// the feature. See [`StoreOptions::encryption`] and `docs/encryption.md`.
+    #[cfg(feature = "encryption-api")]
+    pub encryption: Option<Arc<dyn KeyProvider>>,
+    /// With `encryption`: keep the file's first 32 bytes plaintext (SQLCipher's
+    /// plaintext header), for files in a shared container. Default `false`.
+    #[cfg(feature = "encryption-api")]
+    pub plaintext_header: bool,
 }
 
 impl Default for StoreOptions {
@@ -335,14 +346,18 @@ impl Default for StoreOptions {
             adopt_foreign: false,
             share_changes: false,
             vector_cache_bytes: 64 << 20,
+            #[cfg(feature = "encryption-api")]
+            encryption: None,
+            #[cfg(feature = "encryption-api")]
+            plaintext_header: false,
         }
     }
 }
 
 impl fmt::Debug for StoreOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("StoreOptions")
-            .field("sync", &self.sync)
+        let mut f = f.debug_struct("StoreOptions");
+        f.field("sync", &self.sync)
             .field("reader_pool_size", &self.reader_pool_size)
             .field(
                 "checkpoint_threshold_bytes",
@@ -363,12 +378,47 @@ impl fmt::Debug for StoreOptions {
             .field("keel_identity", &self.keel_identity)
             .field("adopt_foreign", &self.adopt_foreign)
             .field("share_changes", &self.share_changes)
-            .field("vector_cache_bytes", &self.vector_cache_bytes)
-            .finish()
+            .field("vector_cache_bytes", &self.vector_cache_bytes);
+        #[cfg(feature = "encryption-api")]
+        f.field("encryption", &self.encryption.is_some())
+            .field("plaintext_header", &self.plaintext_header);
+        f.finish()
     }
 }
 
 impl StoreOptions {
+    /// Encrypt the store with the key `provider` gives (features `encryption`, `encryption-system-crypto`):
+    /// SQLCipher encrypts every page of the file and its WAL. The provider is asked
+    /// once per open ([`KeyPurpose::Create`](crate::encryption::KeyPurpose::Create)
+    /// for a new database, [`KeyPurpose::Open`](crate::encryption::KeyPurpose::Open)
+    /// for an existing one); the store keeps the key until it closes. A provider
+    /// without a key makes the open fail with [`Error::KeyUnavailable`] or
+    /// [`Error::KeyLost`]; a file that does not decrypt fails with
+    /// [`Error::WrongKey`], a plaintext file with [`Error::NotEncrypted`]. None of
+    /// them changes the files.
+    ///
+    /// ```
+    /// use keel_storage::encryption::KeyFile;
+    /// use keel_storage::{Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// let key = KeyFile::new(dir.path().join("app.key"));
+    /// let store = Store::open(dir.path().join("app.db"), StoreOptions::default().encryption(key))?;
+    /// store.close()?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    #[cfg(feature = "encryption-api")]
+    pub fn encryption(mut self, provider: impl KeyProvider + 'static) -> Self {
+        self.encryption = Some(Arc::new(provider));
+        self
+    }
+    /// Keep the first 32 bytes of an encrypted file plaintext (feature
+    /// `encryption`), for a file an app and its extensions share. The setting is part of how the file is read: opening with the
+    /// other setting fails with [`Error::WrongKey`].
+    #[cfg(feature = "encryption-api")]
+    pub fn plaintext_header(mut self, on: bool) -> Self {
+        self.plaintext_header = on;
+        self
+    }
     /// Set all three sync policies.
     pub fn sync(mut self, p: SyncPolicies) -> Self {
         self.sync = p;

@@ -22,6 +22,7 @@ use std::time::Instant;
 
 use libsqlite3_sys as ffi;
 
+use crate::encryption::Cipher;
 #[cfg(feature = "sim")]
 use crate::paths::wal_path;
 use crate::policy::{
@@ -36,6 +37,11 @@ pub(crate) struct VfsShared {
     pub(crate) db_path: PathBuf,
     pub(crate) policies: SyncPolicies,
     pub(crate) counters: Counters,
+    /// The store's data key, if it is encrypted: every connection opened through
+    /// this VFS instance is keyed with it first (`conn::open_conn`), so a connection
+    /// opened late never asks the key provider. Dropped, and zeroed, with the
+    /// store's last connection. The shim itself never reads it.
+    pub(crate) cipher: Option<Arc<Cipher>>,
     /// The simulated disk behind this store, if any (tests only).
     #[cfg(feature = "sim")]
     pub(crate) sim: Option<Arc<SimDisk>>,

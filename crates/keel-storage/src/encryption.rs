@@ -1,0 +1,400 @@
+//! Encryption at rest: the key a store is opened with, where it comes from, and how
+//! every connection gets it.
+//!
+//! With the cargo feature `encryption`, keel links SQLCipher instead of plain SQLite.
+//! SQLCipher encrypts each page as the pager writes it (AES-256, with an HMAC per
+//! page), so everything in the file is encrypted: tables, indexes, the full-text and
+//! vector side tables, the change log, the dictionary, and every WAL frame. keel's
+//! VFS shim sits below the pager and sees only encrypted pages; it syncs, counts and
+//! simulates them as before.
+//!
+//! A store is encrypted when its options carry a [`KeyProvider`]
+//! ([`StoreOptions::encryption`](crate::options::StoreOptions::encryption)). The key
+//! is a [`DataKey`]: 32 random bytes that SQLCipher uses directly as its AES key, and
+//! 16 random bytes of salt (SQLCipher derives the HMAC key from them). No password
+//! derivation runs on open. The open asks the provider once and keeps the key for
+//! the life of the store, so a connection opened later (a reader, the checkpointer,
+//! the writer after a resume) never needs the provider again. The key is zeroed when
+//! the store's last handle closes.
+//!
+//! The provider says why it has no key, and keel turns that into a typed error that
+//! leaves the files as they were:
+//!
+//! * [`KeyError::Unavailable`] → [`Error::KeyUnavailable`]: the key exists but cannot be
+//!   read now (a locked device). Retry later; keel never makes a new key for an
+//!   existing database.
+//! * [`KeyError::Lost`] → [`Error::KeyLost`]: the database exists but its key does not
+//!   (a backup restored without its key). keel refuses, and never creates a fresh,
+//!   empty database over the old one.
+//!
+//! keel itself detects the two other cases: a file that does not decrypt with the key
+//! ([`Error::WrongKey`]) and a plaintext SQLite file opened with a key
+//! ([`Error::NotEncrypted`]).
+//!
+//! With the **plaintext header** ([`StoreOptions::plaintext_header`](crate::options::StoreOptions::plaintext_header)),
+//! the first 32 bytes of the file stay plaintext: the SQLite magic, the page size and
+//! the fields iOS reads to recognise an SQLite file in WAL mode, which it needs so
+//! that a file in a shared container does not get a suspended app killed (0xdead10cc).
+//! The salt then cannot live in the file's first 16 bytes; it lives in the
+//! [`DataKey`], beside the key, which is why the key carries it always.
+//!
+//! [`Error::KeyUnavailable`]: crate::error::Error::KeyUnavailable
+//! [`Error::KeyLost`]: crate::error::Error::KeyLost
+//! [`Error::WrongKey`]: crate::error::Error::WrongKey
+//! [`Error::NotEncrypted`]: crate::error::Error::NotEncrypted
+
+#[cfg(feature = "encryption-api")]
+pub use enabled::*;
+
+#[cfg(not(feature = "encryption-api"))]
+pub(crate) use disabled::Cipher;
+
+/// Without the feature no store can be encrypted: `Cipher` has no value, so the
+/// open pipeline's `Option<Arc<Cipher>>` is always `None` and costs nothing.
+#[cfg(not(feature = "encryption-api"))]
+mod disabled {
+    use std::path::Path;
+
+    use crate::error::Result;
+
+    /// The key a store holds (none without the `encryption` feature).
+    pub(crate) enum Cipher {}
+
+    impl Cipher {
+        pub(crate) fn apply(&self, _: &rusqlite::Connection) -> rusqlite::Result<()> {
+            match *self {}
+        }
+
+        pub(crate) fn check_header(&self, _: &Path, _: &[u8]) -> Result<()> {
+            match *self {}
+        }
+    }
+}
+
+#[cfg(feature = "encryption-api")]
+mod enabled {
+    use std::fmt;
+    use std::io::Write;
+    use std::path::{Path, PathBuf};
+
+    use zeroize::Zeroizing;
+
+    use crate::error::{Error, Result};
+    use crate::paths::wal_path;
+
+    /// Bytes of the AES key in a [`DataKey`].
+    pub const KEY_BYTES: usize = 32;
+    /// Bytes of the salt in a [`DataKey`].
+    pub const SALT_BYTES: usize = 16;
+    const DATA_KEY_BYTES: usize = KEY_BYTES + SALT_BYTES;
+    /// SQLCipher's plaintext header: the SQLite magic and the page-size and
+    /// version fields that iOS reads.
+    const PLAINTEXT_HEADER_BYTES: usize = 32;
+    const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+    /// The reserved bytes at the end of each page SQLCipher 4 keeps (IV and
+    /// HMAC-SHA512): header byte 20. A plaintext file has 0 there.
+    const SQLCIPHER_RESERVE: u8 = 80;
+
+    /// A database's data key: 32 random bytes used as SQLCipher's raw AES key and 16
+    /// random bytes of salt. Zeroed when dropped; `Debug` never shows it.
+    #[derive(Clone)]
+    pub struct DataKey {
+        bytes: Zeroizing<[u8; DATA_KEY_BYTES]>,
+    }
+
+    impl DataKey {
+        /// A new random key and salt from the operating system's generator.
+        pub fn generate() -> std::io::Result<DataKey> {
+            let mut bytes = Zeroizing::new([0u8; DATA_KEY_BYTES]);
+            getrandom::fill(&mut bytes[..]).map_err(std::io::Error::other)?;
+            Ok(DataKey { bytes })
+        }
+
+        /// A key from its parts.
+        pub fn from_parts(key: &[u8; KEY_BYTES], salt: &[u8; SALT_BYTES]) -> DataKey {
+            let mut bytes = Zeroizing::new([0u8; DATA_KEY_BYTES]);
+            bytes[..KEY_BYTES].copy_from_slice(key);
+            bytes[KEY_BYTES..].copy_from_slice(salt);
+            DataKey { bytes }
+        }
+
+        /// Parse the text form ([`DataKey::to_hex`]): 96 hex digits, key then salt;
+        /// surrounding whitespace is ignored. `None` for anything else.
+        pub fn from_hex(text: &str) -> Option<DataKey> {
+            let text = text.trim().as_bytes();
+            if text.len() != DATA_KEY_BYTES * 2 {
+                return None;
+            }
+            let mut bytes = Zeroizing::new([0u8; DATA_KEY_BYTES]);
+            for (i, pair) in text.chunks_exact(2).enumerate() {
+                let hi = hex_value(pair[0])?;
+                let lo = hex_value(pair[1])?;
+                bytes[i] = hi << 4 | lo;
+            }
+            Some(DataKey { bytes })
+        }
+
+        /// The text form: 96 lowercase hex digits, key then salt (zeroed on drop).
+        pub fn to_hex(&self) -> Zeroizing<String> {
+            const DIGITS: &[u8; 16] = b"0123456789abcdef";
+            let mut s = Zeroizing::new(String::with_capacity(DATA_KEY_BYTES * 2));
+            for b in self.bytes.iter() {
+                s.push(char::from(DIGITS[usize::from(b >> 4)]));
+                s.push(char::from(DIGITS[usize::from(b & 15)]));
+            }
+            s
+        }
+    }
+
+    fn hex_value(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+
+    impl fmt::Debug for DataKey {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("DataKey(<redacted>)")
+        }
+    }
+
+    /// Why the open asks for a key.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum KeyPurpose {
+        /// The database exists: return its key, or say why not. Never make a new
+        /// one: a new key opens nothing that is already there.
+        Open,
+        /// The database does not exist yet: return its key, making (and durably
+        /// storing) a new one if there is none. The store writes nothing before the
+        /// provider returned, so a crash never leaves data under a key that was not
+        /// kept.
+        Create,
+    }
+
+    /// Why a [`KeyProvider`] has no key; each becomes its own [`Error`].
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub enum KeyError {
+        /// The key exists but cannot be read now (the device is locked, the key
+        /// store is not ready): retry later. Becomes [`Error::KeyUnavailable`].
+        Unavailable(String),
+        /// There is no usable key for an existing database (a backup restored
+        /// without its key, a damaged key store): its data cannot be read.
+        /// Becomes [`Error::KeyLost`].
+        Lost(String),
+    }
+
+    /// Where a store's [`DataKey`] comes from: the platform's key store (Keychain,
+    /// Android Keystore), a key file, the environment. Called once per open, on the
+    /// open thread.
+    pub trait KeyProvider: Send + Sync {
+        /// The data key of the database at `database`.
+        fn data_key(&self, database: &Path, purpose: KeyPurpose) -> Result<DataKey, KeyError>;
+    }
+
+    impl<F> KeyProvider for F
+    where
+        F: Fn(&Path, KeyPurpose) -> Result<DataKey, KeyError> + Send + Sync,
+    {
+        fn data_key(&self, database: &Path, purpose: KeyPurpose) -> Result<DataKey, KeyError> {
+            self(database, purpose)
+        }
+    }
+
+    /// A key kept in a file of its own ([`DataKey::to_hex`], mode 0600), for Rust
+    /// services, tools and tests. For a new database without the file, a new key
+    /// is written (to a temporary file, synced, renamed into place, the directory
+    /// synced) before the database is created. Keep the file apart from the
+    /// database's backups: a backup that carries its key is not encrypted.
+    #[derive(Debug, Clone)]
+    pub struct KeyFile {
+        path: PathBuf,
+    }
+
+    impl KeyFile {
+        /// The key kept at `path`.
+        pub fn new(path: impl Into<PathBuf>) -> KeyFile {
+            KeyFile { path: path.into() }
+        }
+
+        /// Read the key; `Ok(None)` when the file does not exist.
+        pub fn read(&self) -> Result<Option<DataKey>, KeyError> {
+            match std::fs::read(&self.path) {
+                Ok(bytes) => {
+                    let text = Zeroizing::new(bytes);
+                    let key = std::str::from_utf8(&text).ok().and_then(DataKey::from_hex);
+                    match key {
+                        Some(k) => Ok(Some(k)),
+                        None => Err(KeyError::Lost(format!(
+                            "{} does not hold a keel data key (96 hex digits)",
+                            self.path.display()
+                        ))),
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(KeyError::Unavailable(format!(
+                    "cannot read {}: {e}",
+                    self.path.display()
+                ))),
+            }
+        }
+
+        /// Store `key` durably at the file's path (refusing to replace a file
+        /// already there).
+        pub fn write_new(&self, key: &DataKey) -> std::io::Result<()> {
+            let dir = match self.path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+                _ => PathBuf::from("."),
+            };
+            let mut tmp = self.path.as_os_str().to_owned();
+            tmp.push(".tmp");
+            let tmp = PathBuf::from(tmp);
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true).create(true).truncate(true);
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            let mut f = o.open(&tmp)?;
+            f.write_all(key.to_hex().as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()?;
+            drop(f);
+            // A hard link refuses to replace an existing file, unlike rename.
+            std::fs::hard_link(&tmp, &self.path)?;
+            std::fs::remove_file(&tmp)?;
+            std::fs::File::open(&dir)?.sync_all()
+        }
+    }
+
+    impl KeyProvider for KeyFile {
+        fn data_key(&self, _: &Path, purpose: KeyPurpose) -> Result<DataKey, KeyError> {
+            match (self.read()?, purpose) {
+                (Some(k), _) => Ok(k),
+                (None, KeyPurpose::Open) => Err(KeyError::Lost(format!(
+                    "the database exists but its key file {} does not",
+                    self.path.display()
+                ))),
+                (None, KeyPurpose::Create) => {
+                    let key = DataKey::generate().map_err(|e| {
+                        KeyError::Unavailable(format!("no random bytes for a new key: {e}"))
+                    })?;
+                    self.write_new(&key).map_err(|e| {
+                        KeyError::Unavailable(format!(
+                            "cannot store a new key at {}: {e}",
+                            self.path.display()
+                        ))
+                    })?;
+                    // Another opener may have stored its key first: use the one
+                    // that is on disk.
+                    self.read()?.ok_or_else(|| {
+                        KeyError::Unavailable(format!("{} vanished", self.path.display()))
+                    })
+                }
+            }
+        }
+    }
+
+    /// A key given in an environment variable ([`DataKey::to_hex`]), for services
+    /// whose key arrives from a secret store. It never makes a key: an unset
+    /// variable is [`KeyError::Unavailable`].
+    #[derive(Debug, Clone)]
+    pub struct KeyEnv {
+        var: String,
+    }
+
+    impl KeyEnv {
+        /// The key in the environment variable `var`.
+        pub fn new(var: impl Into<String>) -> KeyEnv {
+            KeyEnv { var: var.into() }
+        }
+    }
+
+    impl KeyProvider for KeyEnv {
+        fn data_key(&self, _: &Path, _: KeyPurpose) -> Result<DataKey, KeyError> {
+            let Some(value) = std::env::var_os(&self.var) else {
+                return Err(KeyError::Unavailable(format!("{} is not set", self.var)));
+            };
+            let text = Zeroizing::new(value.to_string_lossy().into_owned());
+            DataKey::from_hex(&text).ok_or_else(|| {
+                KeyError::Lost(format!(
+                    "{} does not hold a keel data key (96 hex digits)",
+                    self.var
+                ))
+            })
+        }
+    }
+
+    /// What an encrypted store holds for the life of its handle: the key and the
+    /// header layout, applied to every connection it opens.
+    pub(crate) struct Cipher {
+        key: DataKey,
+        plaintext_header: bool,
+    }
+
+    impl Cipher {
+        /// Ask `provider` for the key of the database at `path` (once per open).
+        pub(crate) fn obtain(
+            provider: &dyn KeyProvider,
+            path: &Path,
+            plaintext_header: bool,
+        ) -> Result<Cipher> {
+            let exists = std::fs::metadata(path).is_ok_and(|m| m.len() > 0)
+                || std::fs::metadata(wal_path(path)).is_ok_and(|m| m.len() > 0);
+            let purpose = if exists {
+                KeyPurpose::Open
+            } else {
+                KeyPurpose::Create
+            };
+            let op = "obtain the data key";
+            let path_buf = path.to_path_buf();
+            match provider.data_key(path, purpose) {
+                Ok(key) => Ok(Cipher {
+                    key,
+                    plaintext_header,
+                }),
+                Err(KeyError::Unavailable(detail)) => Err(Error::KeyUnavailable {
+                    op,
+                    path: path_buf,
+                    detail,
+                }),
+                Err(KeyError::Lost(detail)) => Err(Error::KeyLost {
+                    op,
+                    path: path_buf,
+                    detail,
+                }),
+            }
+        }
+
+        /// Key `conn`: the first statements on every connection, before any read.
+        pub(crate) fn apply(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+            let mut sql = Zeroizing::new(String::with_capacity(160));
+            sql.push_str("PRAGMA key = \"x'");
+            sql.push_str(&self.key.to_hex());
+            sql.push_str("'\";");
+            if self.plaintext_header {
+                sql.push_str(" PRAGMA cipher_plaintext_header_size = 32;");
+            }
+            conn.execute_batch(&sql)
+        }
+
+        /// Judge the first bytes of an existing, non-empty file before SQLite sees
+        /// it: a plaintext SQLite file is [`Error::NotEncrypted`]. Anything else
+        /// is SQLCipher's to judge (a wrong key shows at the first read).
+        pub(crate) fn check_header(&self, path: &Path, header: &[u8]) -> Result<()> {
+            let magic = header.len() >= SQLITE_MAGIC.len() && &header[..16] == SQLITE_MAGIC;
+            // Without the plaintext header an encrypted file starts with its salt
+            // (random bytes); with it, the magic stays and byte 20 says SQLCipher
+            // reserves room for its IV and HMAC on every page. A file in the other
+            // layout than the one asked for is SQLCipher's to refuse (wrong key).
+            let plaintext =
+                magic && header.len() >= PLAINTEXT_HEADER_BYTES && header[20] != SQLCIPHER_RESERVE;
+            if plaintext {
+                return Err(Error::NotEncrypted {
+                    op: "check database header",
+                    path: path.to_path_buf(),
+                });
+            }
+            Ok(())
+        }
+    }
+}
