@@ -9,7 +9,13 @@
 //!
 //! The modules:
 //!
+//! * [`sync_schema`] — which collections of the `.fbs` sync, and the column of each field;
+//! * [`ddl`] — the PostgreSQL DDL for them, and a check of a live database against it;
+//! * [`error`] — the relay's one error type;
 //! * [`test_postgres`] — a throwaway PostgreSQL for tests (initdb + pg_ctl).
 #![deny(missing_docs)]
 
+pub mod ddl;
+pub mod error;
+pub mod sync_schema;
 pub mod test_postgres;
