@@ -5,9 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use keel_relay::ddl;
+use keel_relay::config::{Config, LogFormat};
 use keel_relay::error::Error;
 use keel_relay::sync_schema::SyncSchema;
+use keel_relay::{ddl, server};
 
 /// The keel sync relay: syncs keel clients with the app's own PostgreSQL.
 #[derive(Parser)]
@@ -19,6 +20,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the relay (until interrupted).
+    Serve {
+        /// The TOML config file (see docs/sync.md).
+        #[arg(long, short, value_name = "FILE")]
+        config: PathBuf,
+    },
     /// Print the PostgreSQL DDL of the schema's synced collections, or check a live
     /// database against it (exit status 1 when they differ).
     Schema {
@@ -43,6 +50,26 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<ExitCode, Error> {
     match cli.command {
+        Command::Serve { config } => {
+            let config = Config::from_file(&config)?;
+            init_logging(config.log_format);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .map_err(Error::Serve)?;
+            runtime.block_on(async {
+                let mut relay = server::start(config).await?;
+                tokio::select! {
+                    () = relay.wait() => {}
+                    _ = tokio::signal::ctrl_c() => {
+                        tracing::info!("interrupted; stopping");
+                        relay.stop().await;
+                    }
+                }
+                Ok::<_, Error>(())
+            })?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Schema { file, check } => {
             let schema = SyncSchema::from_file(&file)?;
             let Some(url) = check else {
@@ -73,5 +100,16 @@ fn run(cli: Cli) -> Result<ExitCode, Error> {
                 Ok(ExitCode::from(1))
             }
         }
+    }
+}
+
+/// Structured logs on stderr: human-readable lines, or one JSON object per line.
+fn init_logging(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }
