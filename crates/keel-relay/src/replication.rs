@@ -23,9 +23,12 @@ use tokio_postgres::Client;
 
 use crate::error::Error;
 use crate::pgoutput::{Decoder, RowChange};
-use crate::protocol::format_lsn;
+use crate::protocol::{format_lsn, parse_lsn};
 use crate::state;
 use crate::sync_schema::{quote_ident, SyncSchema};
+
+/// The most messages one read of the slot returns (it finishes the transaction it is in).
+const BATCH_CHANGES: usize = 10_000;
 
 /// The publication the relay reads.
 pub const PUBLICATION: &str = "keel_relay";
@@ -122,8 +125,9 @@ pub async fn prepare(client: &Client, schema: &SyncSchema, slot: &str) -> Result
     Ok(())
 }
 
-/// Reads the slot until the feed has no receivers left and `keep_going` says stop;
-/// errors end it (the caller restarts it with a fresh connection).
+/// Reads the slot and publishes what it holds, forever; an error ends it (the
+/// caller restarts it on a fresh connection). Besides each transaction it publishes
+/// checkpoints: the stream is complete up to that LSN.
 pub async fn stream(
     client: &Client,
     schema: &SyncSchema,
@@ -135,11 +139,18 @@ pub async fn stream(
     let mut decoder = Decoder::new();
     let mut last_lsn: Option<u64> = None;
     loop {
+        // Everything committed before this flush position is decoded by the call
+        // below (it stops there), so once it returns a full answer, the stream is
+        // complete up to here even if no synced table changed.
+        let flushed: String = client
+            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .await?
+            .get(0);
         let rows = client
             .query(
-                "SELECT data FROM pg_logical_slot_get_binary_changes($1, NULL, 10000, \
-                 'proto_version', '1', 'publication_names', $2)",
-                &[&slot, &PUBLICATION],
+                "SELECT data FROM pg_logical_slot_get_binary_changes($1, $2::text::pg_lsn, $3, \
+                 'proto_version', '1', 'publication_names', $4)",
+                &[&slot, &flushed, &(BATCH_CHANGES as i32), &PUBLICATION],
             )
             .await?;
         let mut streamed = None;
@@ -204,12 +215,15 @@ pub async fn stream(
                 changes,
             })));
         }
-        if let Some(lsn) = streamed {
+        let complete = rows.len() < BATCH_CHANGES;
+        let checkpoint = match (complete, parse_lsn(&flushed), streamed) {
+            (true, Some(flushed), streamed) => Some(flushed.max(streamed.unwrap_or(0))),
+            (_, _, streamed) => streamed,
+        };
+        if let Some(lsn) = checkpoint.filter(|lsn| !last_lsn.is_some_and(|last| *lsn <= last)) {
             let _ = feed.send(Feed::Checkpoint(lsn));
-            if last_lsn != Some(lsn) {
-                state::record_streamed(client, relay_id, &format_lsn(lsn)).await?;
-                last_lsn = Some(lsn);
-            }
+            state::record_streamed(client, relay_id, &format_lsn(lsn)).await?;
+            last_lsn = Some(lsn);
         }
         if rows.is_empty() {
             tokio::time::sleep(poll).await;

@@ -207,6 +207,11 @@ impl Session {
                             .unwrap_or_default(),
                     };
                     send(socket, &welcome).await?;
+                    // The stream paused when the old token ran out: resume it with a
+                    // fresh snapshot (what went by meanwhile was not sent).
+                    if self.subscribed.is_some() && self.feed.is_none() {
+                        return self.resnapshot(socket).await;
+                    }
                 }
                 Ok(())
             }

@@ -244,10 +244,10 @@ pub async fn apply_batch(
     )
     .await?;
     tx.commit().await?;
-    // The commit record is flushed when COMMIT returns, so the current WAL position
-    // is at or after it.
+    // The commit record is flushed when COMMIT returns, so the flush position is at
+    // or after it; the down stream's checkpoints pass this position.
     let lsn: String = client
-        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
         .await?
         .get(0);
     Ok(BatchOutcome::Acked {

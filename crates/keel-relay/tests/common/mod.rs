@@ -88,17 +88,23 @@ filter = ""
     )
 }
 
+/// Starts a relay named `relay_id` on the database at `url`.
+pub async fn start_relay(url: &str, relay_id: &str) -> (RunningRelay, Config) {
+    let text = config_text(url, relay_id);
+    let config = Config::parse(&text, std::path::Path::new("relay.toml")).unwrap();
+    let relay = server::start(config.clone())
+        .await
+        .expect("the relay starts");
+    (relay, config)
+}
+
 /// Starts PostgreSQL, creates the fixture's tables and starts a relay; `None` when
 /// the machine has no PostgreSQL (the harness printed that it skipped).
 pub async fn fixture() -> Option<Fixture> {
     let pg = TestPostgres::start().expect("PostgreSQL starts")?;
     let sql = connect(pg.url()).await;
     sql.batch_execute(&ddl::ddl(&blog_schema())).await.unwrap();
-    let text = config_text(pg.url(), "test");
-    let config = Config::parse(&text, std::path::Path::new("relay.toml")).unwrap();
-    let relay = server::start(config.clone())
-        .await
-        .expect("the relay starts");
+    let (relay, config) = start_relay(pg.url(), "test").await;
     Some(Fixture {
         relay,
         sql,
