@@ -306,3 +306,111 @@ fn expect(found: u8, wanted: u8) -> Result<(), DecodeError> {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn relation_message() -> Vec<u8> {
+        let mut m = vec![b'R'];
+        m.extend(16384u32.to_be_bytes());
+        m.extend(b"public\0posts\0");
+        m.push(b'f');
+        m.extend(2u16.to_be_bytes());
+        for name in ["id", "title"] {
+            m.push(1);
+            m.extend(name.as_bytes());
+            m.push(0);
+            m.extend(25u32.to_be_bytes());
+            m.extend((-1i32).to_be_bytes());
+        }
+        m
+    }
+
+    fn tuple(values: &[Option<&str>]) -> Vec<u8> {
+        let mut m = (values.len() as u16).to_be_bytes().to_vec();
+        for v in values {
+            match v {
+                None => m.push(b'n'),
+                Some(s) => {
+                    m.push(b't');
+                    m.extend((s.len() as u32).to_be_bytes());
+                    m.extend(s.as_bytes());
+                }
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn messages_fold_into_a_transaction() {
+        let mut d = Decoder::new();
+        let mut begin = vec![b'B'];
+        begin.extend(100u64.to_be_bytes());
+        begin.extend(0u64.to_be_bytes());
+        begin.extend(7u32.to_be_bytes());
+        assert_eq!(d.push(&begin).unwrap(), None);
+        assert_eq!(d.push(&relation_message()).unwrap(), None);
+        let mut insert = vec![b'I'];
+        insert.extend(16384u32.to_be_bytes());
+        insert.push(b'N');
+        insert.extend(tuple(&[Some("p1"), None]));
+        d.push(&insert).unwrap();
+        let mut update = vec![b'U'];
+        update.extend(16384u32.to_be_bytes());
+        update.push(b'O');
+        update.extend(tuple(&[Some("p1"), Some("old")]));
+        update.push(b'N');
+        // The title is an unchanged TOAST value: filled from the old row.
+        update.extend([0, 2, b't', 0, 0, 0, 2, b'p', b'1', b'u']);
+        d.push(&update).unwrap();
+        let mut commit = vec![b'C', 0];
+        commit.extend(100u64.to_be_bytes());
+        commit.extend(120u64.to_be_bytes());
+        commit.extend(0u64.to_be_bytes());
+        let tx = d.push(&commit).unwrap().expect("a commit completes it");
+        assert_eq!((tx.xid, tx.commit_lsn, tx.end_lsn), (7, 100, 120));
+        assert_eq!(
+            tx.changes,
+            vec![
+                RowChange::Insert {
+                    relation: 16384,
+                    new: vec![Some("p1".into()), None]
+                },
+                RowChange::Update {
+                    relation: 16384,
+                    old: Some(vec![Some("p1".into()), Some("old".into())]),
+                    new: vec![Some("p1".into()), Some("old".into())]
+                },
+            ]
+        );
+        assert_eq!(d.relation(16384).unwrap().columns, ["id", "title"]);
+    }
+
+    #[test]
+    fn bad_bytes_are_errors_not_panics() {
+        // Every prefix of valid messages, and a pseudo-random byte soup.
+        let mut d = Decoder::new();
+        let relation = relation_message();
+        for end in 0..relation.len() {
+            assert!(d.push(&relation[..end]).is_err(), "prefix of {end} bytes");
+        }
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let len = (state % 40) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    (state >> 24) as u8
+                })
+                .collect();
+            let _ = d.push(&bytes);
+        }
+        assert!(
+            d.push(b"I\0\0\0\x01N").is_err(),
+            "a change outside a transaction"
+        );
+    }
+}
