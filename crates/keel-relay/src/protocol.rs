@@ -75,6 +75,32 @@ pub struct OpResult {
     pub replayed: bool,
 }
 
+impl OpResult {
+    /// An applied operation; `version` is the row's after the write.
+    pub fn applied(seq: i64, version: Option<i64>, ignored_fields: Vec<String>) -> OpResult {
+        OpResult {
+            seq,
+            outcome: Outcome::Applied,
+            reason: None,
+            version,
+            ignored_fields,
+            replayed: false,
+        }
+    }
+
+    /// An accepted operation that had nothing to do, and why.
+    pub fn skipped(seq: i64, reason: &str) -> OpResult {
+        OpResult {
+            seq,
+            outcome: Outcome::Skipped,
+            reason: Some(reason.to_owned()),
+            version: None,
+            ignored_fields: Vec::new(),
+            replayed: false,
+        }
+    }
+}
+
 /// What an accepted operation did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

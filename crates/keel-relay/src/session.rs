@@ -129,6 +129,19 @@ async fn send(socket: &mut WebSocket, frame: &RelayFrame) -> Result<(), ()> {
 }
 
 impl Session {
+    /// The `welcome` frame for the current token.
+    fn welcome(&self) -> RelayFrame {
+        RelayFrame::Welcome {
+            relay_id: self.shared.config.relay_id.clone(),
+            protocol: PROTOCOL_VERSION,
+            subject: self
+                .claims
+                .as_ref()
+                .map(|c| c.subject().to_owned())
+                .unwrap_or_default(),
+        }
+    }
+
     /// When the token runs out (with the configured leeway), if authenticated.
     fn expiry(&self) -> Option<u64> {
         let exp = self.claims.as_ref()?.expires_at()?;
@@ -197,16 +210,7 @@ impl Session {
                     return send(socket, &error).await;
                 }
                 if self.accept_token(socket, &token).await? {
-                    let welcome = RelayFrame::Welcome {
-                        relay_id: self.shared.config.relay_id.clone(),
-                        protocol: PROTOCOL_VERSION,
-                        subject: self
-                            .claims
-                            .as_ref()
-                            .map(|c| c.subject().to_owned())
-                            .unwrap_or_default(),
-                    };
-                    send(socket, &welcome).await?;
+                    send(socket, &self.welcome()).await?;
                     // The stream paused when the old token ran out: resume it with a
                     // fresh snapshot (what went by meanwhile was not sent).
                     if self.subscribed.is_some() && self.feed.is_none() {

@@ -39,7 +39,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
 use crate::error::Error;
-use crate::protocol::{OpRefusal, OpResult, Outcome, RefusalReason};
+use crate::protocol::{OpRefusal, OpResult, RefusalReason};
 use crate::scope::{sql_filter, BoundScope};
 use crate::sync_schema::{
     quote_ident, ConflictRule, SyncCollection, SyncColumn, SyncSchema, ValueKind,
@@ -341,12 +341,7 @@ fn parse_op<'s>(schema: &'s SyncSchema, index: usize, value: &Value) -> Result<O
 
     let mut fields = Map::new();
     for (name, value) in &raw_fields {
-        let column = collection.column(name).ok_or_else(|| {
-            (
-                RefusalReason::UnknownField,
-                format!("{} has no field {name:?}", collection.name),
-            )
-        })?;
+        let column = column_of(collection, name)?;
         if collection.primary_key.contains(name) {
             if key.get(name) == Some(&check_value(column, value)?) {
                 continue;
@@ -365,12 +360,7 @@ fn parse_op<'s>(schema: &'s SyncSchema, index: usize, value: &Value) -> Result<O
     }
     let mut deltas = Map::new();
     for (name, value) in &raw_deltas {
-        let column = collection.column(name).ok_or_else(|| {
-            (
-                RefusalReason::UnknownField,
-                format!("{} has no field {name:?}", collection.name),
-            )
-        })?;
+        let column = column_of(collection, name)?;
         if column.rule != ConflictRule::Counter {
             return Err(malformed(&format!(
                 "{name:?} is not a counter: deltas are for counters"
@@ -399,6 +389,16 @@ fn parse_op<'s>(schema: &'s SyncSchema, index: usize, value: &Value) -> Result<O
         fields,
         deltas,
         base_version,
+    })
+}
+
+/// The column of field `name`, or an `unknown_field` refusal.
+fn column_of<'c>(collection: &'c SyncCollection, name: &str) -> Result<&'c SyncColumn, Refusal> {
+    collection.column(name).ok_or_else(|| {
+        (
+            RefusalReason::UnknownField,
+            format!("{} has no field {name:?}", collection.name),
+        )
     })
 }
 
@@ -540,16 +540,7 @@ async fn apply_op(
             ),
         )))
     };
-    let skipped = |reason: &str| {
-        Ok(Ok(OpResult {
-            seq: op.seq,
-            outcome: Outcome::Skipped,
-            reason: Some(reason.to_owned()),
-            version: None,
-            ignored_fields: Vec::new(),
-            replayed: false,
-        }))
-    };
+    let skipped = |reason: &str| Ok(Ok(OpResult::skipped(op.seq, reason)));
     if existing.as_ref().is_some_and(|e| !e.in_scope) {
         return out_of_scope();
     }
@@ -565,14 +556,7 @@ async fn apply_op(
                 &[&key_row],
             )
             .await?;
-            Ok(Ok(OpResult {
-                seq: op.seq,
-                outcome: Outcome::Applied,
-                reason: None,
-                version: None,
-                ignored_fields: Vec::new(),
-                replayed: false,
-            }))
+            Ok(Ok(OpResult::applied(op.seq, None, Vec::new())))
         }
         (Kind::Patch, None) => skipped("row_gone"),
         (Kind::Insert, None) => {
@@ -605,14 +589,11 @@ async fn apply_op(
             if !written.get::<_, bool>(1) {
                 return out_of_scope();
             }
-            Ok(Ok(OpResult {
-                seq: op.seq,
-                outcome: Outcome::Applied,
-                reason: None,
-                version: Some(written.get(0)),
-                ignored_fields: Vec::new(),
-                replayed: false,
-            }))
+            Ok(Ok(OpResult::applied(
+                op.seq,
+                Some(written.get(0)),
+                Vec::new(),
+            )))
         }
         (Kind::Insert | Kind::Patch, Some(e)) => {
             // On an existing row an insert writes its fields like a patch, its
@@ -638,14 +619,7 @@ async fn apply_op(
             // Nothing left to set (every field server-owned): the row stays as it is,
             // and its version does not advance.
             if assignments.is_empty() {
-                return Ok(Ok(OpResult {
-                    seq: op.seq,
-                    outcome: Outcome::Applied,
-                    reason: None,
-                    version: Some(e.version),
-                    ignored_fields: ignored,
-                    replayed: false,
-                }));
+                return Ok(Ok(OpResult::applied(op.seq, Some(e.version), ignored)));
             }
             let row = Value::Object(row);
             let mut params: Vec<&(dyn ToSql + Sync)> = vec![&row];
@@ -665,14 +639,7 @@ async fn apply_op(
             if !written.get::<_, bool>(1) {
                 return out_of_scope();
             }
-            Ok(Ok(OpResult {
-                seq: op.seq,
-                outcome: Outcome::Applied,
-                reason: None,
-                version: Some(written.get(0)),
-                ignored_fields: ignored,
-                replayed: false,
-            }))
+            Ok(Ok(OpResult::applied(op.seq, Some(written.get(0)), ignored)))
         }
     }
 }
