@@ -52,6 +52,8 @@ pub enum TokenRefusal {
     BadSignature,
     /// The token is signed with an algorithm the relay has no key for.
     UnsupportedAlgorithm(String),
+    /// The token names a key (`kid`) the JWKS file does not have.
+    UnknownKey(String),
     /// `iss` differs from the configured issuer.
     WrongIssuer,
     /// `aud` does not name the configured audience.
@@ -70,6 +72,7 @@ impl TokenRefusal {
             TokenRefusal::NotYetValid => "token_not_yet_valid",
             TokenRefusal::BadSignature => "token_bad_signature",
             TokenRefusal::UnsupportedAlgorithm(_) => "token_unsupported_algorithm",
+            TokenRefusal::UnknownKey(_) => "token_unknown_key",
             TokenRefusal::WrongIssuer => "token_wrong_issuer",
             TokenRefusal::WrongAudience => "token_wrong_audience",
             TokenRefusal::MissingClaim(_) => "token_missing_claim",
@@ -92,6 +95,7 @@ impl fmt::Display for TokenRefusal {
             TokenRefusal::UnsupportedAlgorithm(a) => {
                 write!(f, "no key is configured for the token's algorithm {a}")
             }
+            TokenRefusal::UnknownKey(kid) => write!(f, "no configured key has the id {kid:?}"),
             TokenRefusal::WrongIssuer => write!(f, "the token's issuer is not the configured one"),
             TokenRefusal::WrongAudience => {
                 write!(f, "the token's audience does not name this relay")
@@ -212,10 +216,11 @@ impl Verifier {
             other => return Err(TokenRefusal::UnsupportedAlgorithm(format!("{other:?}"))),
         };
         if candidates.is_empty() {
-            return Err(TokenRefusal::UnsupportedAlgorithm(format!(
-                "{:?}",
-                header.alg
-            )));
+            let has_algorithm = self.keys.iter().any(|k| k.algorithm == header.alg);
+            return Err(match header.kid {
+                Some(kid) if has_algorithm => TokenRefusal::UnknownKey(kid),
+                _ => TokenRefusal::UnsupportedAlgorithm(format!("{:?}", header.alg)),
+            });
         }
         let mut validation = Validation::new(header.alg);
         validation.leeway = self.leeway;
@@ -257,5 +262,78 @@ impl Verifier {
             }
         }
         Err(refusal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(secret: &str) -> AuthConfig {
+        AuthConfig {
+            hs256_secrets: vec![secret.to_owned()],
+            leeway_seconds: 0,
+            ..AuthConfig::default()
+        }
+    }
+
+    #[test]
+    fn weak_secrets_and_unusable_keys_are_refused_at_load() {
+        let err = Verifier::new(&config("short"), None).unwrap_err();
+        assert!(err.to_string().contains("at least 32 bytes"), "{err}");
+        let secret = "x".repeat(32);
+        let ec = r#"{"keys":[{"kty":"EC","crv":"P-256","x":"f83OJ3D2xF1Bg8vub9tLe1gHMzV76e8Tus9uPHvRVEU","y":"x_FEzRu9m36HLN_tue659LNpXW6pCyStikYjKIWI5a0"}]}"#;
+        let err = Verifier::new(&config(&secret), Some(ec)).unwrap_err();
+        assert!(err.to_string().contains("only RSA"), "{err}");
+        let err = Verifier::new(&config(&secret), Some("{not json")).unwrap_err();
+        assert!(err.to_string().contains("not a JWK set"), "{err}");
+    }
+
+    #[test]
+    fn a_token_for_an_unknown_key_or_algorithm_is_refused() {
+        let secret = "y".repeat(32);
+        let jwks = include_str!("../tests/fixtures/jwks.json");
+        let verifier = Verifier::new(&config(&secret), Some(jwks)).unwrap();
+        let claims = serde_json::json!({"sub": "ann", "exp": 4_000_000_000u64});
+        let mut header = jsonwebtoken::Header::new(Algorithm::HS384);
+        let key = jsonwebtoken::EncodingKey::from_secret(secret.as_bytes());
+        let hs384 = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        assert_eq!(
+            verifier.verify(&hs384).unwrap_err().code(),
+            "token_unsupported_algorithm"
+        );
+        header.alg = Algorithm::HS256;
+        let hs256 = jsonwebtoken::encode(&header, &claims, &key).unwrap();
+        assert!(verifier.verify(&hs256).is_ok());
+        let no_sub =
+            jsonwebtoken::encode(&header, &serde_json::json!({"exp": 4_000_000_000u64}), &key)
+                .unwrap();
+        assert_eq!(
+            verifier.verify(&no_sub).unwrap_err().code(),
+            "token_missing_claim"
+        );
+        // A header claiming RS256 with a kid nobody has.
+        let parts: Vec<&str> = hs256.split('.').collect();
+        let rs_header = base64_url(r#"{"alg":"RS256","kid":"gone","typ":"JWT"}"#);
+        let forged = format!("{rs_header}.{}.{}", parts[1], parts[2]);
+        assert_eq!(
+            verifier.verify(&forged).unwrap_err().code(),
+            "token_unknown_key"
+        );
+    }
+
+    fn base64_url(text: &str) -> String {
+        const TABLE: &[u8; 64] =
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let bytes = text.as_bytes();
+        let mut out = String::new();
+        for chunk in bytes.chunks(3) {
+            let n =
+                chunk.iter().fold(0u32, |n, b| (n << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+            for i in 0..=chunk.len() {
+                out.push(TABLE[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            }
+        }
+        out
     }
 }
