@@ -160,7 +160,12 @@ pub const FRAME_WAIT: Duration = Duration::from_secs(20);
 impl WsClient {
     /// Connects to the relay's `/sync`.
     pub async fn connect(relay: &RunningRelay) -> WsClient {
-        let url = format!("ws://{}/sync", relay.addr);
+        WsClient::connect_to(relay.addr).await
+    }
+
+    /// Connects to `/sync` at an address.
+    pub async fn connect_to(addr: std::net::SocketAddr) -> WsClient {
+        let url = format!("ws://{addr}/sync");
         let (socket, _) = tokio_tungstenite::connect_async(url).await.unwrap();
         WsClient { socket }
     }
