@@ -49,6 +49,26 @@ fun registerCorpusTests() {
         db.closeAsync()
     }
 
+    test("bytes corpus: one verdict on bytes on the read path too (blog.Post rows rewritten by another tool)") {
+        val corpus = System.getenv("KEEL_BYTES_CORPUS") ?: error("KEEL_BYTES_CORPUS is not set")
+        val wrong = ArrayList<String>()
+        var n = 0
+        for (line in File(File(corpus).parentFile, "post_read_path.txt").readLines()) {
+            if (line.isEmpty() || line.startsWith("#")) continue
+            val parts = line.split('\t')
+            val got = try {
+                blog.Post.decode(unhex(parts[2]))
+                "accept"
+            } catch (e: KeelException.InvalidObject) {
+                "reject"
+            }
+            if (got != parts[1]) wrong.add("${parts[0]}: want ${parts[1]}, got $got")
+            n++
+        }
+        check(n >= 20) { "the read-path corpus has $n cases" }
+        check(wrong.isEmpty()) { "Kotlin disagrees on ${wrong.size} read-path cases:\n" + wrong.joinToString("\n") }
+    }
+
     test("bytes corpus: -0.0 in a float = 0 field survives encoding") {
         val back = CRoot.decode(CRoot(id = "z", f = -0.0f, d = -0.0).encode())
         check(back.f.toRawBits() == (-0.0f).toRawBits()) { "f read back as ${back.f}" }

@@ -607,7 +607,9 @@ impl<'s> DynamicTable<'s> {
     pub fn read<'a>(&self, bytes: &'a [u8]) -> Result<Object<'a, 's>, DecodeError> {
         fb_verify(self.schema, self.table, bytes)?;
         let t = TableRef::root(bytes)?;
-        verify_table(self.schema, self.table, t, true)?;
+        wire::with_budget(bytes.len(), || {
+            verify_table(self.schema, self.table, t, true)
+        })?;
         Ok(Object {
             schema: self.schema,
             table: self.table,
@@ -678,7 +680,9 @@ impl DynamicTable<'_> {
         // `changed` may be partial (from `encode_values`): its key may be absent.
         fb_verify(self.schema, self.table, changed)?;
         let new = TableRef::root(changed)?;
-        verify_table(self.schema, self.table, new, false)?;
+        wire::with_budget(changed.len(), || {
+            verify_table(self.schema, self.table, new, false)
+        })?;
         let mut b = Builder::new();
         let root = copy_table(self.schema, self.table, old, Some((new, fields)), &mut b)?;
         Ok(b.finish(root, self.schema.file_identifier.as_deref()))

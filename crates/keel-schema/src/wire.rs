@@ -42,10 +42,25 @@ pub const MAX_TABLES: usize = 1_000_000;
 /// budget".
 pub const MAX_EXPANSION: usize = 64;
 
+/// What a budgeted decode may still spend.
+#[derive(Debug, Clone, Copy)]
+struct Left {
+    /// Decoded bytes ([`MAX_EXPANSION`] × the buffer's length at the start).
+    bytes: usize,
+    /// Table visits ([`MAX_TABLES`] at the start).
+    tables: usize,
+}
+
+/// How many times the decode budget the verifier may count before it stops: its
+/// count of a buffer the decode budget takes is at most about twice that budget
+/// (each offset and scalar lies inside a table or vector the budget counts once),
+/// so it never refuses first, while its work on a bomb stays bounded.
+pub const VERIFIER_SLACK: usize = 4;
+
 thread_local! {
-    /// Decoded bytes left in the innermost [`with_budget`] on this thread (`None`
-    /// outside one: reads then go unbudgeted).
-    static BUDGET: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Decoded bytes and table visits left in the innermost [`with_budget`] on this
+    /// thread (`None` outside one: reads then go unbudgeted).
+    static BUDGET: std::cell::Cell<Option<Left>> = const { std::cell::Cell::new(None) };
 }
 
 /// Runs `read` (a decode through [`TableRef`] and [`VectorRef`] of a buffer of
@@ -78,13 +93,16 @@ pub fn with_budget<T>(
     read: impl FnOnce() -> Result<T, DecodeError>,
 ) -> Result<T, DecodeError> {
     /// Puts the enclosing budget back, also when `read` panics.
-    struct Restore(Option<usize>);
+    struct Restore(Option<Left>);
     impl Drop for Restore {
         fn drop(&mut self) {
             let _ = BUDGET.try_with(|b| b.set(self.0));
         }
     }
-    let _restore = Restore(BUDGET.replace(Some(len.saturating_mul(MAX_EXPANSION))));
+    let _restore = Restore(BUDGET.replace(Some(Left {
+        bytes: len.saturating_mul(MAX_EXPANSION),
+        tables: MAX_TABLES,
+    })));
     read()
 }
 
@@ -109,8 +127,11 @@ pub fn decode_stored<R: Record>(bytes: &[u8]) -> Result<R, DecodeError> {
 fn spend(n: usize) -> Result<(), DecodeError> {
     BUDGET.with(|b| match b.get() {
         None => Ok(()),
-        Some(left) if n <= left => {
-            b.set(Some(left - n));
+        Some(left) if n <= left.bytes => {
+            b.set(Some(Left {
+                bytes: left.bytes - n,
+                ..left
+            }));
             Ok(())
         }
         Some(_) => Err(DecodeError::OverBudget {
@@ -120,13 +141,52 @@ fn spend(n: usize) -> Result<(), DecodeError> {
     })
 }
 
+/// Counts one table visit against the active [`with_budget`], if any.
+#[inline]
+fn visit_table() -> Result<(), DecodeError> {
+    BUDGET.with(|b| match b.get() {
+        None => Ok(()),
+        Some(left) if left.tables > 0 => {
+            b.set(Some(Left {
+                tables: left.tables - 1,
+                ..left
+            }));
+            Ok(())
+        }
+        Some(_) => Err(DecodeError::OverBudget {
+            what: "table visits",
+            limit: MAX_TABLES,
+        }),
+    })
+}
+
+/// An error unless `pos` is a multiple of `align` (a power of two): the
+/// verifier's alignment rules, kept by the reads that skip it.
+#[inline]
+fn aligned(pos: usize, align: usize, what: &'static str) -> Result<(), DecodeError> {
+    if pos & (align - 1) == 0 {
+        return Ok(());
+    }
+    Err(DecodeError::Invalid {
+        what,
+        offset: pos,
+        reason: Cow::Owned(format!("not {align}-byte aligned")),
+    })
+}
+
 /// The `flatbuffers` verifier's options for a buffer of `len` bytes: keel's depth
-/// and table limits, and an apparent size of at most [`MAX_EXPANSION`] × `len`.
+/// and table limits, and a bound on its work of [`VERIFIER_SLACK`] × the decode
+/// budget. The verifier counts its "apparent size" otherwise than the decode
+/// budget does (every offset and scalar it checks, on top of the tables, strings
+/// and vectors), so it is not the size limit: the budgeted read that follows it on
+/// every write path ([`with_budget`]) is, with the same count as Swift and Kotlin.
 pub fn verifier_options(len: usize) -> flatbuffers::VerifierOptions {
     flatbuffers::VerifierOptions {
         max_depth: MAX_DEPTH,
         max_tables: MAX_TABLES,
-        max_apparent_size: len.saturating_mul(MAX_EXPANSION),
+        max_apparent_size: len
+            .saturating_mul(MAX_EXPANSION)
+            .saturating_mul(VERIFIER_SLACK),
         ..Default::default()
     }
 }
@@ -207,6 +267,13 @@ fn deref(buf: &[u8], at: usize, what: &'static str) -> Result<usize, DecodeError
 
 fn read_str(buf: &[u8], p: usize) -> Result<&str, DecodeError> {
     let bytes = read_blob(buf, p, 1, "string")?;
+    if buf.get(p + 4 + bytes.len()) != Some(&0) {
+        return Err(DecodeError::Invalid {
+            what: "string",
+            offset: p,
+            reason: Cow::Borrowed("not NUL-terminated"),
+        });
+    }
     spend(bytes.len() + 5)?;
     std::str::from_utf8(bytes).map_err(|e| DecodeError::Invalid {
         what: "string",
@@ -222,6 +289,7 @@ fn read_blob<'a>(
     elem_size: usize,
     what: &'static str,
 ) -> Result<&'a [u8], DecodeError> {
+    aligned(p, 4, what)?;
     let len = read::<u32>(buf, p, what)? as usize;
     let start = p + 4;
     len.checked_mul(elem_size)
@@ -258,6 +326,8 @@ impl<'a> TableRef<'a> {
         if depth >= MAX_DEPTH {
             return Err(DecodeError::TooDeep(MAX_DEPTH));
         }
+        visit_table()?;
+        aligned(pos, 4, "table")?;
         let soff = read::<i32>(buf, pos, "table")? as i64;
         let vt = pos as i64 - soff;
         if vt < 0 || vt as usize >= buf.len() {
@@ -268,6 +338,7 @@ impl<'a> TableRef<'a> {
             });
         }
         let vt = vt as usize;
+        aligned(vt, 2, "vtable")?;
         let vt_len = read::<u16>(buf, vt, "vtable")? as usize;
         let size = read::<u16>(buf, vt + 2, "vtable")? as usize;
         if vt_len < 4 || vt_len & 1 != 0 || vt + vt_len > buf.len() {
@@ -344,7 +415,10 @@ impl<'a> TableRef<'a> {
     #[inline]
     pub fn get_opt<T: WireScalar>(&self, slot: u16) -> Result<Option<T>, DecodeError> {
         match self.field_pos(slot, T::SIZE)? {
-            Some(p) => read(self.buf, p, "scalar").map(Some),
+            Some(p) => {
+                aligned(p, T::SIZE, "field")?;
+                read(self.buf, p, "scalar").map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -353,7 +427,10 @@ impl<'a> TableRef<'a> {
     #[inline]
     pub fn offset_target(&self, slot: u16) -> Result<Option<usize>, DecodeError> {
         match self.field_pos(slot, 4)? {
-            Some(p) => deref(self.buf, p, "offset").map(Some),
+            Some(p) => {
+                aligned(p, 4, "field")?;
+                deref(self.buf, p, "offset").map(Some)
+            }
             None => Ok(None),
         }
     }
@@ -472,7 +549,9 @@ impl<'a> VectorRef<'a> {
 
     /// Scalar element `i`.
     pub fn scalar<T: WireScalar>(&self, i: usize) -> Result<T, DecodeError> {
-        read(self.buf, self.elem(i)?, "vector element")
+        let p = self.elem(i)?;
+        aligned(p, T::SIZE, "vector element")?;
+        read(self.buf, p, "vector element")
     }
 
     /// String element `i`.

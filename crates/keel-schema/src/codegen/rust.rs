@@ -682,7 +682,7 @@ impl<'a> Gen<'a> {
         write_arms(
             &mut o,
             &format!(
-                "    #[doc(hidden)]\n    pub fn __read(\n        tag: u8,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            // A member type without its value: the verifier refuses it; the\n            // read without the verifier must not take it for \"no member\".\n            return match tag {{\n                0 => Ok(None),\n                _ => Err({rt}::DecodeError::Field {{\n                    field: {name:?},\n                    reason: std::borrow::Cow::Borrowed(\"a union type without its value\"),\n                }}),\n            }};\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
+                "    #[doc(hidden)]\n    pub fn __read(\n        tag: Option<u8>,\n        t: Option<{rt}::wire::TableRef<'_>>,\n    ) -> Result<Option<Self>, {rt}::DecodeError> {{\n        let Some(t) = t else {{\n            // A member type without its value: the verifier refuses it; the\n            // read without the verifier must not take it for \"no member\".\n            return match tag {{\n                None | Some(0) => Ok(None),\n                _ => Err({rt}::DecodeError::Field {{\n                    field: {name:?},\n                    reason: std::borrow::Cow::Borrowed(\"a union type without its value\"),\n                }}),\n            }};\n        }};\n        // A value without its type: refused as the verifier refuses it.\n        let Some(tag) = tag else {{\n            return Err({rt}::DecodeError::Field {{\n                field: {name:?},\n                reason: std::borrow::Cow::Borrowed(\"a union value without its type\"),\n            }});\n        }};\n        Ok(Some(match tag {{\n            0 => return Ok(None),"
             ),
             &u.members,
             |m| read_arm(m, "t"),
@@ -737,7 +737,7 @@ impl<'a> Gen<'a> {
                 self.names.table_name(ti)
             ),
             Read::Union(u) => format!(
-                "{}::__read(t.get::<u8>({}, 0)?, t.table({slot})?)?",
+                "{}::__read(t.get_opt::<u8>({})?, t.table({slot})?)?",
                 self.names.union_name(u),
                 slot.saturating_sub(1)
             ),
@@ -887,7 +887,7 @@ impl<'a> Gen<'a> {
         );
         let _ = writeln!(
             o,
-            "    /// Decodes a FlatBuffers buffer whose root is this table: the `flatbuffers`\n    /// crate's verifier runs first, then a bounds-checked read; malformed bytes\n    /// give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {rt}::wire::verify::<{vname}>(bytes)?;\n        Self::__read({rt}::wire::TableRef::root(bytes)?)\n    }}\n"
+            "    /// Decodes a FlatBuffers buffer whose root is this table: the `flatbuffers`\n    /// crate's verifier runs first, then a bounds-checked read; malformed bytes\n    /// give an error, never a panic.\n    pub fn decode(bytes: &[u8]) -> Result<Self, {rt}::DecodeError> {{\n        {rt}::wire::verify::<{vname}>(bytes)?;\n        {rt}::wire::with_budget(bytes.len(), || Self::__read({rt}::wire::TableRef::root(bytes)?))\n    }}\n"
         );
 
         // handles: the way back along references declaring an inverse
