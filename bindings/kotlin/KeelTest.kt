@@ -669,7 +669,7 @@ fun registerTypedTests() {
         val newer = Score.decode(b.finish(b.endTable(), null))
         check(newer == Score("zed", 3u, level = Level.Unknown)) { "$newer" }
         // ...and writes the number back unchanged, through copy() and the database too
-        // (issue #24: Kotlin wrote an unknown value back as 0; Swift and Rust keep it)
+        // (Kotlin once wrote an unknown value back as 0; Swift and Rust keep it)
         val again = newer.copy(bonus = 9).encode()
         check(FlatBufferReader.root(again, "keytest.Score").u8(3, 200u) == 7.toUByte())
         db.write { insert(newer.copy(round = 9u)) }

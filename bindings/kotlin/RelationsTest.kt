@@ -1,4 +1,4 @@
-// Typed relations from Kotlin (issue 30 item 4), compiled and run with
+// Typed relations from Kotlin, compiled and run with
 // KeelTest.kt: `including` through the generated relation handles of
 // examples/blog/schema/relations.fbs (package rel) gives each post its author
 // (null for an absent or dangling reference), a filter through the reference

@@ -1,4 +1,4 @@
-// Typed full-text search from Kotlin (issue 28), compiled and run with
+// Typed full-text search from Kotlin, compiled and run with
 // KeelTest.kt: `matches` on the generated handles of bindings/swift/Tests/search.fbs
 // (package searchdemo), `search`, relevance order, highlight and snippet ranges,
 // malformed query text as a typed error, and a live search that equals a fresh

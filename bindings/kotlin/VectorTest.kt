@@ -1,4 +1,4 @@
-// Typed nearest-neighbour search from Kotlin (issue 29), compiled and run with
+// Typed nearest-neighbour search from Kotlin, compiled and run with
 // KeelTest.kt: `nearest` on the generated handles of bindings/swift/Tests/vector.fbs
 // (package vectordemo) against a brute-force reference computed here, cosine and
 // l2, filters before k, the typed errors, and a live k-NN as a Flow.

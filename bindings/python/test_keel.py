@@ -906,7 +906,7 @@ asyncio.run(main())
 
 @test
 async def a_python_process_that_used_keel_exits_normally(tmp):
-    """Issue 26, item 11: 50 child interpreters open with share_changes, keep a live
+    """50 child interpreters open with share_changes, keep a live
     query and a dictionary subscription, write, and return from asyncio.run without
     cancelling or closing. Every one must exit with status 0: no keel thread may call
     into an interpreter that is finalizing (it would be ended with pthread_exit, and

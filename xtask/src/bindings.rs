@@ -34,8 +34,8 @@ pub struct Generated {
 /// when the interpreter exits (`keel-ffi` `stop_callbacks`).
 const PYTHON_AT_EXIT: &str = "
 
-# keel: no keel thread may call into this interpreter once it starts to exit
-# (issue 26, item 11). atexit runs before finalization; the wait (at most 2 s)
+# keel: no keel thread may call into this interpreter once it starts to exit.
+# atexit runs before finalization; the wait (at most 2 s)
 # lets callbacks already running return.
 import atexit as _keel_atexit
 _keel_atexit.register(stop_callbacks, 2000)

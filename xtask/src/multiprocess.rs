@@ -1,5 +1,5 @@
 //! `cargo xtask multiprocess [--txns N] [--sync off|normal|full]`: the heavier
-//! variant of `crates/keel-storage/tests/multiprocess.rs` (issue 18): the same
+//! variant of `crates/keel-storage/tests/multiprocess.rs`: the same
 //! real processes — a suspended process holding no lock, two writer processes, a
 //! writer SIGKILLed mid-transaction — with N one-row transactions per writer
 //! (default 100 000; the CI test uses 10 000) and a real commit sync policy, in a

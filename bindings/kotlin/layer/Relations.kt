@@ -1,4 +1,4 @@
-// Relations in the typed Kotlin layer (docs/relations.md, issue 30): a generated
+// Relations in the typed Kotlin layer (docs/relations.md): a generated
 // relation handle per `(references: "Author")` field (`Post.authorRef`; a vector
 // of keys gets `Post.tagsRef`, a `ManyRelation`), `including` to read each object
 // with the ones it names in two reads (no N+1), and the live form, updated when

@@ -1,4 +1,4 @@
-// Typed relations from Swift (issue 30 item 4): `including` through the
+// Typed relations from Swift: `including` through the
 // generated relation handle of examples/blog/schema/relations.fbs (module
 // RelModel) gives each post its author (nil for an absent or dangling
 // reference), a filter through the reference keeps the posts whose author

@@ -1,4 +1,4 @@
-// Typed full-text search from Swift (issue 28): `matches` on the generated
+// Typed full-text search from Swift: `matches` on the generated
 // handles of bindings/swift/Tests/search.fbs (module SearchModel), `search`,
 // relevance order, highlight and snippet ranges, malformed query text as a
 // typed error, and a live search that equals a fresh search after every write.

@@ -1,4 +1,4 @@
-// Typed nearest-neighbour search from Swift (issue 29): `nearest` on the
+// Typed nearest-neighbour search from Swift: `nearest` on the
 // generated `[Float]` handles of bindings/swift/Tests/vector.fbs (module
 // VectorModel) against a brute-force reference computed here, cosine and l2,
 // filters before k, the typed errors, and a live k-NN as an AsyncSequence.

@@ -1,4 +1,4 @@
-//! `keel codegen --check` (issue #25, item 6): exits 1 when the checked-in
+//! `keel codegen --check`: exits 1 when the checked-in
 //! generated models differ from what the generator makes, 0 when they match, and
 //! writes nothing. `--package` puts Kotlin models in the app's package without
 //! changing the stored collection names.

@@ -1,4 +1,4 @@
-//! `keel` on the damaged and foreign files of issue 15: the CLI agrees with the
+//! `keel` on the damaged and foreign files: the CLI agrees with the
 //! library on what is corrupt (exit 3), and its read-only commands leave nothing
 //! behind.
 

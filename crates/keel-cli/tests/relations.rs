@@ -1,4 +1,4 @@
-//! Issue 30: `keel check` reports references that name no object. Only those
+//! `keel check` reports references that name no object. Only those
 //! in fields declared `dangling: false` are problems (keel refuses to write
 //! them, so another tool did); the others are listed as information.
 

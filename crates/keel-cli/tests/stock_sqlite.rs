@@ -1,4 +1,4 @@
-//! A keel file is an ordinary SQLite file to the tools app developers use (issue 14):
+//! A keel file is an ordinary SQLite file to the tools app developers use:
 //! Python's stock `sqlite3` module — no keel function registered — checks it
 //! (`PRAGMA integrity_check` is `ok`) and reads every index; a write it makes to an
 //! indexed column is found by `keel check` and undone by `keel check --repair`.
@@ -224,7 +224,7 @@ fn keel_check_names_a_format_1_file() {
     assert!(out.contains("upgrades it in place"), "{out}");
 }
 
-/// A searchable collection (issue 28): Python's stock `sqlite3` checks the file
+/// A searchable collection: Python's stock `sqlite3` checks the file
 /// and queries the full-text index; a row it deletes behind keel's back leaves
 /// the index out of step, which `keel check` reports and `--repair` rebuilds.
 #[test]

@@ -1,4 +1,4 @@
-//! Live queries across a relation through the FFI (issue 30): the untyped form of
+//! Live queries across a relation through the FFI: the untyped form of
 //! keel-query's `Including::subscribe` and `subscribe_many`, for the Swift and
 //! Kotlin typed layers (`KeelRelations.swift`, `Relations.kt`) and Python.
 //!

@@ -1,4 +1,4 @@
-//! Nearest-neighbour queries for the bindings (issue 29): [`Query::nearest`]
+//! Nearest-neighbour queries for the bindings: [`Query::nearest`]
 //! runs the engine's exact k-NN over a `(vector: N)` field with the query's
 //! filters, and hands back each winner's rowid, distance and bytes, best first.
 //! [`Query::subscribe_nearest`] keeps that result live: the engine's live k-NN

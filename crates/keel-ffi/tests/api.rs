@@ -511,7 +511,7 @@ root_type Post;";
     }
 }
 
-/// Full-text search through the exported expressions (issue 28): `matches` and
+/// Full-text search through the exported expressions: `matches` and
 /// `search` filters, relevance order, and malformed query text as a typed error.
 #[test]
 fn full_text_search_through_expressions() {

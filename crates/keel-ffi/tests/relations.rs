@@ -1,4 +1,4 @@
-//! Issue 30 item 4 through the FFI: a live query including a to-one or a
+//! Through the FFI: a live query including a to-one or a
 //! to-many reference (`Query::subscribe_including`), updated when only the
 //! referenced object changes, on a real database file.
 

@@ -1,4 +1,4 @@
-//! Issue 30: `(references: …)` fields parse, validate against the target's
+//! `(references: …)` fields parse, validate against the target's
 //! primary key, are indexed, and survive the canonical text.
 
 use keel_schema::{OnDelete, Reference, Schema};

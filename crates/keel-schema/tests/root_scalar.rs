@@ -1,4 +1,4 @@
-//! `RootScalar::read` (the per-row read of a scan's filter, issue 14) returns exactly
+//! `RootScalar::read` (the per-row read of a scan's filter) returns exactly
 //! what opening the object and `Object::get_ref` return — the same value, the same
 //! error — on well-formed buffers and on every single-byte damage and truncation of
 //! them: its quick path must never accept bytes the checked reader refuses.

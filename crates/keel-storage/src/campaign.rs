@@ -31,7 +31,7 @@
 //!   identity check on (adopting it), stamped in the schema step, a PASSIVE checkpoint
 //!   copies every frame, and the process is killed before any write. Every later
 //!   session opens with the identity check: a good file refused as foreign counts as
-//!   `refused` (issue 26, item 1).
+//!   `refused`.
 //!
 //! * **app + extension session**: two stores on the same file, as an iOS app and its
 //!   extension (or two Android processes) hold it, with a crash point armed before
@@ -1322,7 +1322,7 @@ impl Campaign {
         }
     }
 
-    /// Issue 26, item 1: the file is unstamped (keel before the identity stamp, or
+    /// The file is unstamped (keel before the identity stamp, or
     /// an adopted file) and a killed process left unstamped page-1 images in its WAL.
     /// This open stamps it in its schema step, a PASSIVE checkpoint copies every
     /// frame, and the process is killed before any write: the stamped file now sits

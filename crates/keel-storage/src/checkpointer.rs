@@ -185,8 +185,8 @@ pub(crate) struct CkptSignal {
     /// Writes queued during the open barrier go first: no automatic checkpoint
     /// (idle, over the threshold, or the open's deferred one) starts until the
     /// writer's first group after durable is done, so its commit's sync is the
-    /// first I/O after the barrier, not queued behind a checkpoint's two syncs
-    /// (issue 26, item 8). Explicit checkpoints are not held.
+    /// first I/O after the barrier, not queued behind a checkpoint's two syncs.
+    /// Explicit checkpoints are not held.
     writes_first: AtomicBool,
     /// A checkpoint over the threshold ended a few frames behind the commits that
     /// kept coming meanwhile: the writer copies that tail between two groups

@@ -286,7 +286,7 @@ impl Gate {
             }
         }
         // The writes queued during the barrier go first: no automatic checkpoint
-        // before their group (issue 26, item 8).
+        // before their group.
         let mut p = p;
         let queued = p.w_ctx.gauge.len() > 0;
         p.ck_ctx.signal.at_durable(queued);

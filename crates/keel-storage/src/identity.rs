@@ -39,7 +39,7 @@
 //!    keel file from before the stamp, an adopted one) commits into the WAL already
 //!    beside it, behind page-1 images without keel's `application_id`; once a
 //!    checkpoint copied every frame, the stamped file sits beside a WAL that still
-//!    holds them until the next write restarts it (issue 26, item 1). A keel file is
+//!    holds them until the next write restarts it. A keel file is
 //!    never unstamped, so unstamped images *before* a stamped one are the file's own
 //!    past; a WAL whose *latest* page 1 is not keel's is another database's.
 //!

@@ -1132,8 +1132,8 @@ fn readable(
 /// (`total_changes`, every INSERT/UPDATE/DELETE, triggers included), the schema
 /// cookie (any DDL), the header fields keel and apps set (`user_version`,
 /// `application_id`) and the page and free-page counts. Equal before and after the
-/// schema hook: the hook wrote nothing, and its transaction can end at once
-/// (issue 26, item 6). Limit, said plainly: a change that moves none of these
+/// schema hook: the hook wrote nothing, and its transaction can end at once.
+/// Limit, said plainly: a change that moves none of these
 /// (`REINDEX`, or `ANALYZE` refreshing existing statistics rows; keel's own hook
 /// makes none) would commit at once rather than after durable — on top of the
 /// unsynced WAL, exactly as a write of another process may.

@@ -78,7 +78,7 @@ fn campaign_ci() {
         // writes queued, crashes and faults at its operations, some barriers failing.
         assert!(r.open_sessions >= 10, "{}", r.details());
         assert!(r.barrier_failures > 0, "{}", r.details());
-        // Upgrade-then-kill sessions (issue 26, item 1); `ok()` holds `refused` at 0.
+        // Upgrade-then-kill sessions; `ok()` holds `refused` at 0.
         assert!(r.upgrade_sessions >= 5, "{}", r.details());
         assert!(r.acknowledged > 1000);
     }
@@ -174,7 +174,7 @@ fn oracle_catches_a_checkpoint_sync_that_lies() {
     );
 }
 
-/// Issue 26, item 1: upgrade-then-kill sessions. An unstamped file with unstamped
+/// Upgrade-then-kill sessions. An unstamped file with unstamped
 /// page-1 images in its WAL is stamped, checkpointed and killed before any write;
 /// every later open checks the identity. Nothing lost, nothing corrupt, no good file
 /// refused.
@@ -199,7 +199,7 @@ fn item1_upgrade_then_kill_sessions_refuse_nothing() {
     assert!(total.ok(), "{total}\n{:?}", total.failures);
 }
 
-/// Issue 26: an app and its extension on one file, the app suspending while the
+/// An app and its extension on one file, the app suspending while the
 /// extension writes, checkpoints and vacuums, then resuming and writing on top;
 /// crashes land anywhere in that. Nothing acknowledged is lost, nothing is
 /// corrupt, no open refuses the file.

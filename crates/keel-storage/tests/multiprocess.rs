@@ -1,4 +1,4 @@
-//! Two real processes on one database file (issue 18): a suspended process holds
+//! Two real processes on one database file: a suspended process holds
 //! no lock (read from `/proc/locks`), two writer processes never see
 //! `SQLITE_BUSY`, and a writer SIGKILLed in the middle of a transaction leaves the
 //! other process's acknowledged commits and the file intact.

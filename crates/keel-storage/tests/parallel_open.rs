@@ -1,4 +1,4 @@
-//! Issue 26, item 6: an open whose schema step changes nothing does not hold the WAL
+//! An open whose schema step changes nothing does not hold the WAL
 //! write lock through its open barrier. Two real processes: the child opens a file a
 //! killed run left with a WAL, its barrier sync held until the test releases it; the
 //! test process opens the same file and writes meanwhile.
@@ -199,7 +199,7 @@ fn item6_parallel_open_with_unchanged_schema_does_not_hold_the_write_lock() {
     store.close().unwrap();
 }
 
-/// Issue 26, item 8: a write queued during the open barrier is the first thing
+/// A write queued during the open barrier is the first thing
 /// after it. Every sync goes through one slow "device" that runs one sync at a time
 /// (as a phone's flash does) and records why it ran; the idle checkpoint delay is
 /// shorter than the barrier, as in the tour (2 s idle, a 2 s barrier sync and the

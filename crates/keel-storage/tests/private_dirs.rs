@@ -1,5 +1,5 @@
 //! Missing parent directories of a database are created with mode 0700 whatever the
-//! process umask (issue 15: under umask 000 they were world-writable). The umask is
+//! process umask (under umask 000 they were world-writable). The umask is
 //! process-wide, so each case runs this test binary again under `sh -c 'umask …'`.
 
 use std::os::unix::fs::PermissionsExt;

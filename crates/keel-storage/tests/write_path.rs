@@ -1,4 +1,4 @@
-//! The write path without handoffs (issue 14): a blocking write that finds the
+//! The write path without handoffs: a blocking write that finds the
 //! writer idle commits on its caller's thread; under contention writes still share
 //! group commits; every promise of a queued write holds on the inline path.
 //!

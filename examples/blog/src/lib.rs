@@ -63,8 +63,7 @@ pub mod ns_v2 {
     include!(concat!(env!("OUT_DIR"), "/ns_v2.rs"));
 }
 
-/// Types generated from `schema/relations.fbs`: references between collections
-/// (issue 30).
+/// Types generated from `schema/relations.fbs`: references between collections.
 pub mod rel {
     include!(concat!(env!("OUT_DIR"), "/relations.rs"));
 }

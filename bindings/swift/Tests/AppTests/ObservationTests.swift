@@ -1,4 +1,4 @@
-// Observation that fits the platform (issue 25, item 5), in Swift 6 mode: live
+// Observation that fits the platform, in Swift 6 mode: live
 // results are decoded in the consuming task, never on keel's writer thread;
 // `@Observable` live queries and objects have their first result at creation, are
 // updated on the main actor and end their subscription when released (keel's own
