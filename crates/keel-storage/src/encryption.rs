@@ -43,6 +43,13 @@
 //! [`Error::WrongKey`]: crate::error::Error::WrongKey
 //! [`Error::NotEncrypted`]: crate::error::Error::NotEncrypted
 
+// Without the feature the items these docs describe are compiled out, and their
+// links with them; the docs stay, since they say what the feature gives.
+#![cfg_attr(
+    not(feature = "encryption-api"),
+    allow(rustdoc::broken_intra_doc_links)
+)]
+
 #[cfg(feature = "encryption-api")]
 pub use enabled::*;
 
