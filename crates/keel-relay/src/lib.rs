@@ -41,6 +41,7 @@ pub mod rows;
 pub mod scope;
 pub mod server;
 pub mod session;
+pub mod shared;
 pub mod state;
 pub mod sync_schema;
 pub mod test_postgres;

@@ -31,31 +31,15 @@ use crate::config::Config;
 use crate::ddl;
 use crate::error::Error;
 use crate::pool::{connect, Pool};
-use crate::replication::{self, Feed};
+use crate::replication;
 use crate::scope::Scope;
 use crate::session;
+use crate::shared::Shared;
 use crate::state;
 use crate::sync_schema::SyncSchema;
 
 /// How many transactions a slow subscriber may fall behind before it is re-snapshotted.
 const FEED_CAPACITY: usize = 4096;
-
-/// What every session shares.
-#[derive(Debug)]
-pub struct Shared {
-    /// The config.
-    pub config: Config,
-    /// The synced collections.
-    pub schema: SyncSchema,
-    /// The configured scopes, checked against the schema.
-    pub scopes: Vec<Scope>,
-    /// Token checks.
-    pub verifier: Verifier,
-    /// Connections for uploads and snapshots.
-    pub pool: Pool,
-    /// The replication stream's output.
-    pub feed: broadcast::Sender<Feed>,
-}
 
 /// A running relay.
 #[derive(Debug)]

@@ -29,7 +29,7 @@ use crate::protocol::{format_lsn, Change, ClientFrame, ErrorCode, RelayFrame, PR
 use crate::replication::{ChangeKind, Feed};
 use crate::rows;
 use crate::scope::{sql_filter, BoundScope};
-use crate::server::Shared;
+use crate::shared::Shared;
 use crate::upload::{apply_batch, BatchOutcome, Uploader};
 
 /// Rows per `snapshot` frame.
