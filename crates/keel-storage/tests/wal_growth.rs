@@ -3,33 +3,10 @@
 //! commits, so other tests sharing its process (and its two cores) must not
 //! starve that thread. Cargo runs test binaries one after another.
 
-use std::time::Duration;
+use keel_storage::Error;
 
-use keel_storage::{Error, Store, StoreOptions};
-
-fn opts() -> StoreOptions {
-    StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
-}
-
-fn open(dir: &tempfile::TempDir, name: &str, o: StoreOptions) -> Store {
-    let store = Store::open(dir.path().join(name), o).unwrap();
-    store
-        .write_blocking(|t| {
-            t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-                .map_err(Error::from)
-        })
-        .unwrap();
-    store
-}
-
-fn count(store: &Store) -> i64 {
-    store
-        .read(|c| {
-            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-                .map_err(Error::from)
-        })
-        .unwrap()
-}
+mod support;
+use support::{count, open, opts};
 
 /// Back-to-back commits never left the background checkpointer a moment in which
 /// the whole WAL was copied: its PASSIVE checkpoint always ended a few commits

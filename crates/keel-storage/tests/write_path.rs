@@ -10,31 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
 
-use keel_storage::{Error, Store, StoreOptions, SyncPolicy};
+use keel_storage::{Error, Store, SyncPolicy};
 
-fn opts() -> StoreOptions {
-    StoreOptions::default().idle_checkpoint_after(Duration::from_secs(3600))
-}
-
-fn open(dir: &tempfile::TempDir, name: &str, o: StoreOptions) -> Store {
-    let store = Store::open(dir.path().join(name), o).unwrap();
-    store
-        .write_blocking(|t| {
-            t.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
-                .map_err(Error::from)
-        })
-        .unwrap();
-    store
-}
-
-fn count(store: &Store) -> i64 {
-    store
-        .read(|c| {
-            c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
-                .map_err(Error::from)
-        })
-        .unwrap()
-}
+mod support;
+use support::{count, open, opts};
 
 fn here() -> ThreadId {
     thread::current().id()
