@@ -13,7 +13,7 @@
 
 use rusqlite::{Connection, Statement};
 
-use crate::layout::side_table::{table_exists, Drift, Kind, Owner, SideTable};
+use crate::layout::side_table::{table_exists, Drift, Kind, Owner, SideTable, Sql};
 use crate::search::language::SearchSql;
 
 impl SideTable for SearchSql {
@@ -21,24 +21,17 @@ impl SideTable for SearchSql {
         Kind::Search
     }
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn signature(&self) -> &str {
-        &self.sig
+    fn sql(&self) -> Sql<'_> {
+        Sql {
+            name: &self.name,
+            signature: &self.sig,
+            upsert: &self.upsert,
+            delete: &self.delete,
+        }
     }
 
     fn create(&self) -> String {
         self.create.clone()
-    }
-
-    fn upsert(&self) -> &str {
-        &self.upsert
-    }
-
-    fn delete(&self) -> &str {
-        &self.delete
     }
 
     /// FTS5 keeps its rowids in its own shadow tables: an entry moves by a copy

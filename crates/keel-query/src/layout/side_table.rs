@@ -6,7 +6,7 @@
 //! `open::side_tables`:
 //!
 //! * **Row by row** the transaction writes it in the same savepoint as the row
-//!   ([`SideTable::write`] on insert and update, [`SideTable::delete`] on delete):
+//!   ([`SideTable::write`] on insert and update, [`Sql::delete`] on delete):
 //!   never a trigger, so a rollback takes both back.
 //! * **At open**, in the schema transaction, a table whose recorded signature
 //!   (`keel_meta`, [`Kind::meta_key`]) differs from what the schema declares is
@@ -95,21 +95,28 @@ pub(crate) struct Drift {
     pub(crate) problem: String,
 }
 
+/// A side table's SQL, borrowed from the kind's own description of it.
+#[derive(Clone, Copy)]
+pub(crate) struct Sql<'a> {
+    /// The table's name (`blog.Note$fts`).
+    pub(crate) name: &'a str,
+    /// What the table must have been built with: a change rebuilds it at open.
+    pub(crate) signature: &'a str,
+    /// The upsert by rowid that [`SideTable::write`] binds and runs.
+    pub(crate) upsert: &'a str,
+    /// `DELETE … WHERE rowid = ?1`.
+    pub(crate) delete: &'a str,
+}
+
 /// One side table of one collection: its SQL, and what each row becomes in it.
 pub(crate) trait SideTable {
     /// Which kind it is.
     fn kind(&self) -> Kind;
-    /// The table's name (`blog.Note$fts`).
-    fn name(&self) -> &str;
-    /// What the table must have been built with: a change rebuilds it at open.
-    fn signature(&self) -> &str;
+    /// Its SQL: name, signature and the statements a row's life runs.
+    fn sql(&self) -> Sql<'_>;
     /// The statements that create the empty table and what goes with it.
     fn create(&self) -> String;
-    /// The statement [`SideTable::write`] binds and runs: an upsert by rowid.
-    fn upsert(&self) -> &str;
-    /// `DELETE … WHERE rowid = ?1`.
-    fn delete(&self) -> &str;
-    /// Binds [`SideTable::upsert`] (prepared) for the object `bytes` at `rowid`
+    /// Binds [`Sql::upsert`] (prepared) for the object `bytes` at `rowid`
     /// and runs it.
     fn write(&self, st: &mut Statement<'_>, rowid: i64, bytes: &[u8]) -> rusqlite::Result<()>;
     /// Moves the entry of the row `from` to the rowid `to` (the row itself moved).
@@ -117,7 +124,7 @@ pub(crate) trait SideTable {
         conn.execute(
             &format!(
                 "UPDATE {} SET rowid = ?1 WHERE rowid = ?2",
-                quote(self.name())
+                quote(self.sql().name)
             ),
             [to, from],
         )
@@ -152,7 +159,7 @@ pub(crate) fn fill(
         owner.body.select(),
         owner.ident
     ))?;
-    let mut ins = conn.prepare(t.upsert())?;
+    let mut ins = conn.prepare(t.sql().upsert)?;
     let mut rows = st.query([])?;
     let mut scratch = Vec::new();
     let mut n = 0u64;

@@ -10,7 +10,7 @@ use keel_schema::model::Table;
 use keel_schema::{FieldType, ScalarType, VectorSpec};
 use rusqlite::{Connection, OptionalExtension, Statement};
 
-use crate::layout::side_table::{Drift, Kind, Owner, SideTable};
+use crate::layout::side_table::{Drift, Kind, Owner, SideTable, Sql};
 
 /// A double-quoted SQL identifier (as `layout::ident`).
 fn ident(name: &str) -> String {
@@ -138,24 +138,17 @@ impl SideTable for VectorSql {
         Kind::Vector
     }
 
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn signature(&self) -> &str {
-        &self.sig
+    fn sql(&self) -> Sql<'_> {
+        Sql {
+            name: &self.name,
+            signature: &self.sig,
+            upsert: &self.upsert,
+            delete: &self.delete,
+        }
     }
 
     fn create(&self) -> String {
         format!("{}; {}", self.create, self.triggers)
-    }
-
-    fn upsert(&self) -> &str {
-        &self.upsert
-    }
-
-    fn delete(&self) -> &str {
-        &self.delete
     }
 
     fn write(&self, st: &mut Statement<'_>, rowid: i64, bytes: &[u8]) -> rusqlite::Result<()> {

@@ -43,14 +43,14 @@ fn build(
     tracing::info!(collection = %c.name, table = t.kind().label(), "building");
     conn.execute_batch(&format!(
         "DROP TABLE IF EXISTS {}; {};",
-        ident(t.name()),
+        ident(t.sql().name),
         t.create()
     ))?;
     let n = fill(conn, c.owner(), t, progress)?;
     conn.execute(
         "INSERT INTO keel_meta(key, value) VALUES (?1, ?2)
          ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        rusqlite::params![t.kind().meta_key(&c.name), t.signature()],
+        rusqlite::params![t.kind().meta_key(&c.name), t.sql().signature],
     )?;
     Ok(n)
 }
@@ -73,8 +73,8 @@ pub(crate) fn sync_all(
             let stored = stored_signature(conn, kind, &c.name)?;
             match c.side_table(kind) {
                 Some(t) => {
-                    let current =
-                        stored.as_deref() == Some(t.signature()) && table_exists(conn, t.name())?;
+                    let current = stored.as_deref() == Some(t.sql().signature)
+                        && table_exists(conn, t.sql().name)?;
                     if force || !current {
                         todo.push((c, t));
                     } else {

@@ -295,7 +295,7 @@ impl<'a> Txn<'a> {
         bytes: &[u8],
     ) -> Result<()> {
         for t in c.side_tables() {
-            self.with_kept_stmt(c, op, t.upsert(), |st| t.write(st, rowid, bytes))?;
+            self.with_kept_stmt(c, op, t.sql().upsert, |st| t.write(st, rowid, bytes))?;
         }
         Ok(())
     }
@@ -303,7 +303,7 @@ impl<'a> Txn<'a> {
     /// Remove the side-table entries of `rowid` (see [`Txn::write_side_tables`]).
     fn delete_side_tables(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
         for t in c.side_tables() {
-            self.with_kept_stmt(c, op, t.delete(), |st| st.execute([rowid]).map(|_| ()))?;
+            self.with_kept_stmt(c, op, t.sql().delete, |st| st.execute([rowid]).map(|_| ()))?;
         }
         Ok(())
     }
