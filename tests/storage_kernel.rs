@@ -59,8 +59,9 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
     let wal_bytes = db_with_leftover_wal(&path, 50);
     assert!(wal_bytes > 0);
 
+    const BARRIER_SYNC: Duration = Duration::from_secs(3);
     let slow = SyncPolicy::custom(|ctx| {
-        std::thread::sleep(Duration::from_secs(3));
+        std::thread::sleep(BARRIER_SYNC);
         ctx.full_sync()
     });
     let events: Arc<Mutex<Vec<OpenProgress>>> = Arc::default();
@@ -72,8 +73,11 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
     let t = Instant::now();
     let fut = Store::open_async(&path, opts);
     let call = t.elapsed();
+    // What this proves is that the caller never waits for the 3 s sync, so the
+    // bound is a fraction of that sync: it holds on a loaded machine, where a
+    // scheduler pause alone can take tens of milliseconds.
     assert!(
-        call < Duration::from_millis(5),
+        call < BARRIER_SYNC / 10,
         "open_async blocked the caller for {call:?}"
     );
 
@@ -87,12 +91,19 @@ fn open_async_returns_at_once_while_a_3s_barrier_sync_runs() {
         r
     });
     let mut ticks = 0u32;
+    let mut largest_gap = Duration::ZERO;
+    let mut last = Instant::now();
     while !done.load(Ordering::SeqCst) {
         ticks += 1;
         std::thread::sleep(Duration::from_millis(10));
+        largest_gap = largest_gap.max(last.elapsed());
+        last = Instant::now();
     }
     let store = waiter.join().unwrap().unwrap();
-    assert!(ticks > 100, "caller ticked only {ticks} times during open");
+    assert!(
+        ticks > 1 && largest_gap < BARRIER_SYNC / 4,
+        "the caller was held during the open: {ticks} ticks, largest gap {largest_gap:?}"
+    );
 
     let report = store.open_report();
     let sync_wal = report.phase(OpenPhase::SyncWal).unwrap();

@@ -35,6 +35,36 @@ final class BytesCorpusTests: XCTestCase {
         XCTAssert(wrong.isEmpty, "Swift disagrees with the corpus on \(wrong.count) vectors:\n" + wrong.joined(separator: "\n"))
     }
 
+    /// The read-path cases (tests/bytes/post_read_path.txt): `blog.Post` buffers
+    /// as another tool might leave them in a row. Swift's typed decode reaches the
+    /// verdict Rust's `db.get` and Kotlin's `decode` reach on every one.
+    func testSwiftReachesEveryVerdictOfTheReadPathCorpus() throws {
+        let root = ProcessInfo.processInfo.environment["KEEL_ROOT"] ?? FileManager.default.currentDirectoryPath
+        let text = try String(contentsOfFile: root + "/tests/bytes/post_read_path.txt", encoding: .utf8)
+        var wrong: [String] = []
+        var n = 0
+        for line in text.split(separator: "\n") where !line.isEmpty && !line.hasPrefix("#") {
+            let parts = line.split(separator: "\t", omittingEmptySubsequences: false)
+            XCTAssertGreaterThanOrEqual(parts.count, 3, "malformed read-path line")
+            guard parts.count >= 3 else { continue }
+            let got: String
+            do {
+                _ = try Post(flatBuffer: Self.unhex(parts[2]))
+                got = "accept"
+            } catch KeelError.InvalidObject(_) {
+                got = "reject"
+            } catch {
+                got = "other(\(error))"
+            }
+            if got != parts[1] {
+                wrong.append("\(parts[0]): want \(parts[1]), got \(got)")
+            }
+            n += 1
+        }
+        XCTAssertGreaterThanOrEqual(n, 20, "the read-path corpus has \(n) cases")
+        XCTAssert(wrong.isEmpty, "Swift disagrees on \(wrong.count) read-path cases:\n" + wrong.joined(separator: "\n"))
+    }
+
     func testNegativeZeroInAZeroDefaultFloatSurvivesEncoding() throws {
         let r = Root(id: "z", f: -0.0, d: -0.0)
         let back = try Root(flatBuffer: r.flatBuffer())
