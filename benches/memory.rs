@@ -54,19 +54,6 @@ fn vectors(n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// This process's resident memory now, in MB (Linux `VmRSS`; NaN elsewhere).
-fn rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 fn nearest_ms(db: &Database, query: &[f32]) -> f64 {
     let path = schema().reader(COLL).unwrap().path("embedding").unwrap();
     let t = Instant::now();
@@ -124,13 +111,13 @@ fn main() {
     let steady: Vec<f64> = (0..5).map(|_| nearest_ms(&db, query)).collect();
     let steady_ms = support::median(steady);
 
-    let before = rss_mb();
+    let before = support::rss_mb();
     let released = db.release_memory();
-    let after = rss_mb();
+    let after = support::rss_mb();
     let copy_mb = released.vector_copy_bytes as f64 / (1024.0 * 1024.0);
     let returned_mb = before - after;
     let first_after_ms = nearest_ms(&db, query);
-    let rebuilt = rss_mb();
+    let rebuilt = support::rss_mb();
 
     let metrics: Vec<(&str, f64)> = vec![
         ("photos", n as f64),

@@ -26,15 +26,20 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 
 /// Peak resident memory of this process in MB (Linux `VmHWM`; 0 where unavailable).
 pub fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| (kb / 1024.0).round())
+    status_mb("VmHWM:").map_or(0.0, f64::round)
+}
+
+/// Resident memory of this process now, in MB (Linux `VmRSS`; NaN where unavailable).
+pub fn rss_mb() -> f64 {
+    status_mb("VmRSS:").unwrap_or(f64::NAN)
+}
+
+/// A `kB` line of `/proc/self/status`, in MB.
+fn status_mb(key: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(key))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
 }
 
 /// The value of metric `k` in `metrics`, NaN if it was not recorded.
