@@ -178,6 +178,10 @@ fn steps(target: &Path, out: &Path) -> Vec<Step> {
                 "--release",
                 "--crate-type",
                 "staticlib",
+                // CommonCrypto for SQLCipher: no OpenSSL inside an Apple app.
+                "--no-default-features",
+                "--features",
+                "encryption-system-crypto",
                 "--target",
                 tr,
             ],
