@@ -216,3 +216,115 @@ fn a_key_for_a_plaintext_database_is_not_encrypted_and_changes_nothing() {
     assert_eq!(db.fetch::<Post>().all().unwrap().len(), 1);
     db.close().wait().unwrap();
 }
+
+const SIDE_SCHEMA: &str = "attribute \"searchable\"; namespace s;
+    table Note {
+      id: string (primary);
+      title: string (searchable);
+      tag: string (indexed);
+      e: [float] (vector: 4, metric: \"l2\");
+    }
+    root_type Note;";
+
+/// A vector whose little-endian bytes are a pattern no page holds by chance.
+const VECTOR: [f32; 4] = [1234.5678, -8765.4321, 3.141_592_7e7, 2.718_281_7e-3];
+
+/// What must not be readable on disk, with where it is written in a plaintext
+/// database: the row's text field, the full-text index's token (the title is
+/// stored upper case, the index folds it to lower case, so the lower-case word is
+/// in the index alone), an indexed field's index entry, a dictionary key and
+/// value, and a vector's float bytes.
+fn side_needles() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("searchable token", b"zqxjtokenword".to_vec()),
+        ("indexed field", b"keel-indexed-secret".to_vec()),
+        ("dictionary key", b"keel-dict-secret-key".to_vec()),
+        ("dictionary value", b"keel-dict-secret-value".to_vec()),
+        (
+            "vector bytes",
+            VECTOR.iter().flat_map(|f| f.to_le_bytes()).collect(),
+        ),
+    ]
+}
+
+/// Writes objects with every needle into a database at `path`, checks every file
+/// of the directory while the store is open (its WAL full) and after it closed,
+/// and returns the needles found in each of the two looks.
+fn write_side_tables(path: &Path, opts: impl Fn() -> StoreOptions) -> Vec<Vec<String>> {
+    let schema = Schema::parse(SIDE_SCHEMA, "side.fbs").unwrap();
+    let db = Database::open(path, schema.clone(), opts()).unwrap();
+    let s2 = schema.clone();
+    db.write(move |t| {
+        let enc = s2.reader("s.Note").unwrap();
+        for i in 0..20 {
+            let bytes = enc
+                .encode_json(&serde_json::json!({
+                    "id": format!("n{i}"),
+                    "title": format!("ZQXJTOKENWORD number {i}"),
+                    "tag": "keel-indexed-secret",
+                    "e": VECTOR,
+                }))
+                .unwrap();
+            t.insert_bytes("s.Note", bytes)?;
+        }
+        Ok(())
+    })
+    .wait()
+    .unwrap();
+    db.dictionary()
+        .set("keel-dict-secret-key", "keel-dict-secret-value")
+        .unwrap();
+    db.dictionary().sync().wait().unwrap();
+    // The side tables answer (so their pages were written).
+    let found = db
+        .query("s.Note")
+        .filter(Expr::search("zqxjtokenword"))
+        .all()
+        .unwrap();
+    assert_eq!(found.len(), 20);
+    let e = schema.reader("s.Note").unwrap().path("e").unwrap();
+    assert_eq!(
+        db.query("s.Note")
+            .nearest(e, &VECTOR, 3)
+            .all()
+            .unwrap()
+            .len(),
+        3
+    );
+    let dir = path.parent().unwrap();
+    let look = |dir: &Path| -> Vec<String> {
+        side_needles()
+            .into_iter()
+            .filter(|(_, n)| !files_contain(dir, n).is_empty())
+            .map(|(what, _)| what.to_owned())
+            .collect()
+    };
+    let open = look(dir);
+    assert!(
+        std::fs::metadata(format!("{}-wal", path.display())).is_ok_and(|m| m.len() > 0),
+        "the open look must include a WAL with the writes"
+    );
+    db.close().wait().unwrap();
+    vec![open, look(dir)]
+}
+
+#[test]
+fn fields_search_tokens_dictionary_values_and_vectors_leave_no_plaintext() {
+    // The check sees plaintext: without a key every needle is on disk.
+    let plain = tempfile::tempdir().unwrap();
+    let every: Vec<String> = side_needles().iter().map(|(w, _)| w.to_string()).collect();
+    let looks = write_side_tables(&plain.path().join("p.db"), StoreOptions::default);
+    assert_eq!(looks, vec![every.clone(), every], "the plaintext control");
+
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("s.key");
+    let looks = write_side_tables(&dir.path().join("s.db"), || {
+        StoreOptions::default().encryption(KeyFile::new(&key))
+    });
+    assert_eq!(
+        looks,
+        vec![Vec::<String>::new(), Vec::new()],
+        "plaintext in an encrypted database's files"
+    );
+}
