@@ -30,7 +30,7 @@
 //! On the open's thread: a keel thread (`keel-open`) for `open_async`, the calling
 //! thread for `open_blocking`. So it may block on the platform's key store (the
 //! Keychain can take a few milliseconds), but never on a write of the database it
-//! is opening. Like every foreign call ([`crate::callbacks`]) it is counted while
+//! is opening. Like every foreign call (see `callbacks.rs`) it is counted while
 //! it runs and refused after `stop_callbacks`; anything unexpected (an exception
 //! of another type, a panic on the way back) becomes `Unavailable`, the answer that
 //! makes nothing and loses nothing: the app can ask again.
@@ -58,7 +58,8 @@ pub enum KeyPurpose {
     Create,
 }
 
-/// Why a [`KeyProvider`] has no key. Kotlin: `KeyException`.
+/// Why a [`KeyProvider`] has no key. Kotlin: `KeyException`; Python:
+/// `KeyProviderError` (Python's builtin `KeyError` keeps its name).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
 pub enum KeyError {
     /// The key exists but cannot be read now (the device is locked, the key store
@@ -90,8 +91,8 @@ impl From<uniffi::UnexpectedUniFFICallbackError> for KeyError {
 /// open's thread** (see the module docs).
 #[uniffi::export(with_foreign)]
 pub trait KeyProvider: Send + Sync {
-    /// The data key ([`DATA_KEY_BYTES`] bytes: key, then salt) of the database at
-    /// `database`, or why there is none.
+    /// The data key of the database at `database` (48 bytes, [`DATA_KEY_BYTES`]:
+    /// the 32-byte key, then the 16-byte salt), or why there is none.
     fn data_key(&self, database: String, purpose: KeyPurpose) -> Result<Vec<u8>, KeyError>;
 }
 
@@ -253,7 +254,7 @@ mod with_cipher {
         let mut salt = Zeroizing::new([0u8; SALT_BYTES]);
         key.copy_from_slice(&bytes[..KEY_BYTES]);
         salt.copy_from_slice(&bytes[KEY_BYTES..]);
-        Ok(DataKey::from_parts(&*key, &*salt))
+        Ok(DataKey::from_parts(&key, &salt))
     }
 }
 
