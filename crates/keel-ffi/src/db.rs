@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
 
-use crate::callbacks::{gated, progress_fn};
+use crate::callbacks::gated;
 use crate::ending::Ending;
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
 use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
-    CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased, OpenOptions,
-    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
-    WriteResult,
+    progress_fn, CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased,
+    OpenOptions, OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult,
+    Value, WriteOp, WriteResult,
 };
 
 /// Run a synchronous FFI call: while the database is suspended its reads fail

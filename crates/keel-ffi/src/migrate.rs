@@ -11,11 +11,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::callbacks::{gated, progress_fn, Foreign, ForeignCall};
+use crate::callbacks::{gated, Foreign, ForeignCall};
 use crate::db::{parse_schema, Database};
 use crate::error::{CallbackError, KeelError};
 use crate::tasks::off_thread;
-use crate::types::{OpenOptions, OpenProgressListener};
+use crate::types::{progress_fn, OpenOptions, OpenProgressListener};
 
 /// Rewrites one object during a migration. **Called on a keel thread** (the open's).
 #[uniffi::export(callback_interface)]

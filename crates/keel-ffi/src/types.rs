@@ -1,7 +1,10 @@
-//! Plain data that crosses the FFI: values, options, progress, reports, stats.
+//! Plain data that crosses the FFI: values, options, progress (and the adapter that
+//! hands the kernel's progress to a foreign listener), reports, stats.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::callbacks::{guarded, Foreign};
 use crate::error::{CallbackError, KeelError};
 use crate::keys::Encryption;
 use keel_storage::{OpenPhase as KPhase, StoreOptions, SyncPolicies, SyncPolicy as KPolicy};
@@ -315,6 +318,21 @@ pub struct OpenProgress {
 pub trait OpenProgressListener: Send + Sync {
     /// One progress event.
     fn on_progress(&self, progress: OpenProgress) -> Result<(), CallbackError>;
+}
+
+/// The progress callback for the store's options: `l`, called through
+/// `guarded` (`callbacks.rs`) on the open's thread.
+pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::ProgressFn {
+    let l = Arc::new(Foreign::new(l));
+    Arc::new(move |p: keel_storage::OpenProgress| {
+        let ev = OpenProgress {
+            phase: p.phase.into(),
+            fraction: p.fraction,
+            done: p.done,
+            milestone: p.milestone.map(Milestone::from),
+        };
+        guarded("open progress", || l.on_progress(ev));
+    })
 }
 
 /// One line of the [`OpenReport`].
