@@ -90,6 +90,7 @@ mod txn;
 mod types;
 mod vector;
 
+pub use callbacks::stop_callbacks;
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};
 pub use error::{CallbackError, KeelError};
