@@ -21,7 +21,7 @@
 // ```swift
 // var options = OpenOptions()
 // options.encryption = Encryption(key: .provider(provider: KeychainKeyProvider()), plaintextHeader: true)
-// let db = try await Keel.openAsync(path: url.path, schema: AppSchema.fbs, options: options)
+// let db = try await Keel.openAsync(path: url.path, schema: AppSchema.self, options: options)
 // ```
 //
 // (`plaintextHeader: true` for a database in an App Group container: see
