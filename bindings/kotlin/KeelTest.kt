@@ -1098,6 +1098,7 @@ fun main(args: Array<String>) {
     registerVectorTests() // VectorTest.kt
     registerRelationsTests() // RelationsTest.kt
     registerAndroidTests() // AndroidTest.kt
+    registerKeyTests() // KeyTest.kt
     val only = args.toSet()
     val selected = if (only.isEmpty()) tests else tests.filter { it.first in only }
     println("kotlin bindings: running ${selected.size} tests on ${System.getProperty("java.vm.name")} ${System.getProperty("java.version")}")

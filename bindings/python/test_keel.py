@@ -722,6 +722,118 @@ async def progress_listener_exceptions_are_contained(tmp):
     await db.close()
 
 
+def snapshot(d):
+    """Every file in `d` with its bytes: what a key error must leave as it was."""
+    out = {}
+    for name in sorted(os.listdir(d)):
+        p = os.path.join(d, name)
+        if os.path.isfile(p):
+            with open(p, "rb") as f:
+                out[name] = f.read()
+    return out
+
+
+class KeyStore(keel.KeyProvider):
+    """An app's key store: makes and keeps a key on CREATE, returns it on OPEN,
+    and can be locked or lose its item. Records the thread of every call."""
+
+    def __init__(self, key=None):
+        self.key = key
+        self.locked = False
+        self.calls = []
+
+    def data_key(self, database, purpose):
+        self.calls.append((purpose, threading.get_ident()))
+        if self.locked:
+            raise keel.KeyProviderError.Unavailable("device locked")
+        if self.key is None:
+            if purpose != keel.KeyPurpose.CREATE:
+                raise keel.KeyProviderError.Lost("no key item for an existing database")
+            self.key = keel.new_data_key()
+        return self.key
+
+
+def encrypted(provider, plaintext_header=False):
+    return OpenOptions(
+        commit_sync=SyncPolicy.OFF(),
+        encryption=keel.Encryption(key=keel.KeySource.PROVIDER(provider=provider), plaintext_header=plaintext_header),
+    )
+
+
+async def an_encrypted_database(tmp, store):
+    path = os.path.join(tmp, "enc.db")
+    db = await keel.open_async(path, SCHEMA, encrypted(store), None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p1", title="keel-py-secret"))])
+    await db.close()
+    return path
+
+
+@test
+async def encryption_a_python_key_provider_creates_and_opens_on_keels_thread(tmp):
+    store = KeyStore()
+    path = await an_encrypted_database(tmp, store)
+    assert len(store.key) == len(keel.new_data_key())
+    for data in snapshot(tmp).values():
+        assert b"keel-py-secret" not in data
+    db = await keel.open_async(path, SCHEMA, encrypted(store), None)
+    assert db.count("demo.Post") == 1
+    await db.close()
+    assert [p for p, _ in store.calls] == [keel.KeyPurpose.CREATE, keel.KeyPurpose.OPEN]
+    assert store.calls[1][1] != threading.get_ident(), "the key was asked for on the event loop's thread"
+
+
+@test
+async def encryption_each_key_error_is_its_own_type_and_changes_nothing(tmp):
+    store = KeyStore()
+    path = await an_encrypted_database(tmp, store)
+    before = snapshot(tmp)
+
+    store.locked = True
+    e = await aexpect(KeelError.KeyUnavailable, keel.open_async(path, SCHEMA, encrypted(store), None))
+    assert "not a database" not in str(e)
+    assert snapshot(tmp) == before
+    store.locked = False
+
+    e = await aexpect(KeelError.KeyLost, keel.open_async(path, SCHEMA, encrypted(KeyStore()), None))
+    assert "not a database" not in str(e)
+    assert snapshot(tmp) == before
+
+    class Broken(keel.KeyProvider):
+        def data_key(self, database, purpose):
+            raise RuntimeError("provider bug")
+    await aexpect(KeelError.KeyUnavailable, keel.open_async(path, SCHEMA, encrypted(Broken()), None))
+    assert snapshot(tmp) == before
+
+    e = await aexpect(KeelError.WrongKey, keel.open_async(path, SCHEMA, encrypted(KeyStore(keel.new_data_key())), None))
+    assert "not a database" not in str(e)
+    assert snapshot(tmp) == before
+    await aexpect(KeelError.WrongKey, keel.open_async(path, SCHEMA, encrypted(store, plaintext_header=True), None))
+    assert snapshot(tmp) == before
+
+    plain = os.path.join(tmp, "plain.db")
+    db = await keel.open_async(plain, SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p"))])
+    await db.close()
+    before = snapshot(tmp)
+    e = await aexpect(KeelError.NotEncrypted, keel.open_async(plain, SCHEMA, encrypted(KeyStore(keel.new_data_key())), None))
+    assert "not a database" not in str(e)
+    assert snapshot(tmp) == before
+
+    # The key file option: a file that is gone is a lost key, and none is made.
+    keys = os.path.join(tmp, "keys")
+    os.mkdir(keys)
+    by_file = OpenOptions(encryption=keel.Encryption(key=keel.KeySource.FILE(path=os.path.join(keys, "gone.key")), plaintext_header=False))
+    await aexpect(KeelError.KeyLost, keel.open_async(path, SCHEMA, by_file, None))
+    assert os.listdir(keys) == []
+    # A locked device and no database yet: nothing is created.
+    locked = KeyStore()
+    locked.locked = True
+    fresh = os.path.join(tmp, "fresh")
+    os.mkdir(fresh)
+    await aexpect(KeelError.KeyUnavailable, keel.open_async(os.path.join(fresh, "new.db"), SCHEMA, encrypted(locked), None))
+    assert os.listdir(fresh) == []
+
+
 EVO = os.path.join(HERE, "..", "..", "examples", "blog", "schema", "evolution")
 
 

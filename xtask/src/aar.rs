@@ -80,6 +80,13 @@ fn ndk_bin(ndk: &Path) -> Option<PathBuf> {
         .find(|p| p.is_dir())
 }
 
+/// `PATH` with `dir` first.
+fn path_with(dir: &Path) -> std::ffi::OsString {
+    let rest = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(&rest)))
+        .unwrap_or(rest)
+}
+
 /// Build `jni/<abi>/libkeel_ffi.so` for every ABI. `Ok(false)` when no NDK exists.
 fn build_jni(jni: &Path) -> Result<bool, String> {
     if have("cargo", &["ndk", "--version"]) {
@@ -130,7 +137,12 @@ fn build_jni(jni: &Path) -> Result<bool, String> {
             &clang,
         )
         .env(format!("CC_{env_triple}"), &clang)
-        .env(format!("AR_{env_triple}"), &ar);
+        .env(format!("AR_{env_triple}"), &ar)
+        // keel-ffi encrypts by default: SQLCipher's libcrypto is built from source
+        // (openssl-src), whose Android configurations find the NDK by this
+        // variable and its compilers on the PATH.
+        .env("ANDROID_NDK_ROOT", &ndk)
+        .env("PATH", path_with(&bin));
         util::run(&mut cmd).map_err(|e| {
             format!("{e}\n(is the Rust target installed? `rustup target add {triple}`)")
         })?;

@@ -254,6 +254,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/VectorTest.kt"),
         root.join("bindings/kotlin/RelationsTest.kt"),
         root.join("bindings/kotlin/AndroidTest.kt"),
+        root.join("bindings/kotlin/KeyTest.kt"),
     ];
     // Compiling takes about a minute: skip it when no source changed.
     let stamp = out.join(format!(".compiled-{:016x}", kotlin::fingerprint(&sources)));

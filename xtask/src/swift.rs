@@ -134,6 +134,7 @@ fn prepare(g: &bindings::Generated) -> Result<(PathBuf, PathBuf), String> {
         "SearchTests.swift",
         "VectorTests.swift",
         "RelationTests.swift",
+        "KeyTests.swift",
     ] {
         copy(&src.join(file), &test.join("Tests/KeelTests").join(file))?;
     }

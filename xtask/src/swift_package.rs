@@ -106,8 +106,9 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 8] = [
+pub const LAYER_FILES: [&str; 9] = [
     "Keel.swift",
+    "KeelKeychain.swift",
     "KeelObservation.swift",
     "KeelPacked.swift",
     "KeelRelations.swift",
@@ -178,6 +179,10 @@ fn steps(target: &Path, out: &Path) -> Vec<Step> {
                 "--release",
                 "--crate-type",
                 "staticlib",
+                // CommonCrypto for SQLCipher: no OpenSSL inside an Apple app.
+                "--no-default-features",
+                "--features",
+                "encryption-system-crypto",
                 "--target",
                 tr,
             ],

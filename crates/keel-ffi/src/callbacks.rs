@@ -45,7 +45,6 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use crate::error::CallbackError;
-use crate::types::{Milestone, OpenProgress, OpenProgressListener};
 
 /// Whether keel still calls foreign callbacks, and how many calls are running:
 /// see [`stop_callbacks`].
@@ -213,19 +212,4 @@ pub(crate) fn guarded(what: &str, f: impl FnOnce() -> Result<(), CallbackError>)
         Ok(Err(e)) => tracing::warn!("{what}: {e}; ignored"),
         Err(_) => tracing::warn!("{what}: the foreign callback panicked; ignored"),
     }
-}
-
-/// The progress callback for the store's options: `l`, called through
-/// [`guarded`] on the open's thread.
-pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::ProgressFn {
-    let l = Arc::new(Foreign::new(l));
-    Arc::new(move |p: keel_storage::OpenProgress| {
-        let ev = OpenProgress {
-            phase: p.phase.into(),
-            fraction: p.fraction,
-            done: p.done,
-            milestone: p.milestone.map(Milestone::from),
-        };
-        guarded("open progress", || l.on_progress(ev));
-    })
 }

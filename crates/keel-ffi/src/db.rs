@@ -5,15 +5,15 @@ use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
 
-use crate::callbacks::{gated, progress_fn};
+use crate::callbacks::gated;
 use crate::ending::Ending;
 use crate::error::KeelError;
 use crate::expr::{Expr, Resolver};
 use crate::tasks::{off_thread, run_async, Runner};
 use crate::types::{
-    CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased, OpenOptions,
-    OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult, Value, WriteOp,
-    WriteResult,
+    progress_fn, CheckpointResult, IncludedCount, IncludedObject, IoStats, MemoryReleased,
+    OpenOptions, OpenProgressListener, OpenReport, ResumeResult, StoredObject, SuspendResult,
+    Value, WriteOp, WriteResult,
 };
 
 /// Run a synchronous FFI call: while the database is suspended its reads fail
@@ -32,12 +32,12 @@ pub(crate) fn parse_schema(schema_fbs: &str) -> Result<Schema, KeelError> {
 fn options(
     options: &OpenOptions,
     progress: Option<Box<dyn OpenProgressListener>>,
-) -> keel_storage::StoreOptions {
-    let mut o = options.to_store_options();
+) -> Result<keel_storage::StoreOptions, KeelError> {
+    let mut o = options.to_store_options()?;
     if let Some(l) = progress {
         o.progress = Some(progress_fn(l));
     }
-    o
+    Ok(o)
 }
 
 /// Open (or create) the database at `path` with the FlatBuffers schema text
@@ -52,7 +52,9 @@ fn options(
 /// milestones; the last event (`Durable`, `done`) may come after this returned.
 ///
 /// Errors: `InvalidSchema` (the text does not parse, or is not a compatible
-/// evolution of the stored schema), `Corrupt`, `Locked`, `Io`.
+/// evolution of the stored schema), `Corrupt`, `Locked`, `Io`; for an encrypted
+/// database (`options.encryption`) also `KeyUnavailable`, `KeyLost`, `WrongKey`
+/// and `NotEncrypted`, none of which changes the file.
 #[uniffi::export]
 pub async fn open_async(
     path: String,
@@ -63,7 +65,7 @@ pub async fn open_async(
     gated(async move {
         // Parsing is quick, but it is work: keep it off the caller's thread too.
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
-        let opts = self::options(&options, progress);
+        let opts = self::options(&options, progress)?;
         let db = keel_query::Database::open_async(&path, schema, opts).await?;
         Ok(Database::new(db))
     })
@@ -80,7 +82,7 @@ pub fn open_blocking(
     progress: Option<Box<dyn OpenProgressListener>>,
 ) -> Result<Arc<Database>, KeelError> {
     let schema = parse_schema(&schema_fbs)?;
-    let opts = self::options(&options, progress);
+    let opts = self::options(&options, progress)?;
     let db = keel_query::Database::open(&path, schema, opts)?;
     Ok(Database::new(db))
 }

@@ -82,6 +82,38 @@ pub enum KeelError {
         /// Which file and what is wrong.
         message: String,
     },
+    /// The database is encrypted and its key cannot be read now: the key provider
+    /// threw `KeyError.Unavailable` (the device is locked, the key store is not
+    /// ready). Retry after the unlock, and never make a new key in its place. The
+    /// files are unchanged; for a new database none was created.
+    #[error("{message}")]
+    KeyUnavailable {
+        /// Which file, and what the provider said.
+        message: String,
+    },
+    /// The database exists but its key does not (the provider threw
+    /// `KeyError.Lost`, or the key file is missing or damaged): a backup was
+    /// restored without its key. The data cannot be read, and keel never creates a
+    /// fresh, empty database over it. The files are unchanged.
+    #[error("{message}")]
+    KeyLost {
+        /// Which file, and what the provider said.
+        message: String,
+    },
+    /// The file is encrypted but does not decrypt with the key given (another key,
+    /// or the other `plaintext_header` setting). The files are unchanged.
+    #[error("{message}")]
+    WrongKey {
+        /// Which file.
+        message: String,
+    },
+    /// A key was given but the file is a plaintext SQLite database; it is left as
+    /// it is. Open it without `encryption`.
+    #[error("{message}")]
+    NotEncrypted {
+        /// Which file.
+        message: String,
+    },
     /// Another process holds a lock keel needed.
     #[error("{message}")]
     Locked {
@@ -181,6 +213,10 @@ impl From<SErr> for KeelError {
                 KeelError::Corrupt { message }
             }
             SErr::ForeignFile { .. } => KeelError::ForeignFile { message },
+            SErr::KeyUnavailable { .. } => KeelError::KeyUnavailable { message },
+            SErr::KeyLost { .. } => KeelError::KeyLost { message },
+            SErr::WrongKey { .. } => KeelError::WrongKey { message },
+            SErr::NotEncrypted { .. } => KeelError::NotEncrypted { message },
             SErr::Locked { .. } => KeelError::Locked { message },
             SErr::Unreadable { .. } | SErr::Io { .. } | SErr::SyncFailed { .. } => {
                 KeelError::Io { message }
@@ -206,6 +242,10 @@ impl From<QErr> for KeelError {
             QErr::AlreadyExists { .. } => KeelError::AlreadyExists { message },
             QErr::NotFound { .. } => KeelError::NotFound { message },
             QErr::Closed { .. } => KeelError::Closed { message },
+            QErr::KeyUnavailable { .. } => KeelError::KeyUnavailable { message },
+            QErr::KeyLost { .. } => KeelError::KeyLost { message },
+            QErr::WrongKey { .. } => KeelError::WrongKey { message },
+            QErr::NotEncrypted { .. } => KeelError::NotEncrypted { message },
             QErr::Decode { .. } => KeelError::Corrupt { message },
             QErr::InvalidObject { .. } => KeelError::InvalidObject { message },
             QErr::UnknownCollection { .. } => KeelError::UnknownCollection { message },
@@ -260,5 +300,54 @@ mod tests {
         }
         .into();
         assert!(matches!(e, KeelError::Locked { .. }));
+    }
+
+    /// Each key error keeps its own case, from the kernel and from the object
+    /// layer alike; none becomes `Corrupt` or `Internal`.
+    #[test]
+    fn key_errors_keep_their_own_cases() {
+        let path = std::path::PathBuf::from("/tmp/k.db");
+        let kernel = [
+            SErr::KeyUnavailable {
+                op: "open",
+                path: path.clone(),
+                detail: "locked".into(),
+            },
+            SErr::KeyLost {
+                op: "open",
+                path: path.clone(),
+                detail: "no item".into(),
+            },
+            SErr::WrongKey {
+                op: "open",
+                path: path.clone(),
+            },
+            SErr::NotEncrypted {
+                op: "open",
+                path: path.clone(),
+            },
+        ];
+        let mut cases = Vec::new();
+        for s in kernel {
+            let direct = KeelError::from(s.clone());
+            let through_query = KeelError::from(QErr::from(s));
+            assert_eq!(direct, through_query);
+            let expected = match &direct {
+                KeelError::KeyUnavailable { .. } => "KeyUnavailable",
+                KeelError::KeyLost { .. } => "KeyLost",
+                KeelError::WrongKey { .. } => "WrongKey",
+                KeelError::NotEncrypted { .. } => "NotEncrypted",
+                other => panic!("a key error became {other:?}"),
+            };
+            assert!(
+                !direct.to_string().contains("not a database"),
+                "{expected}: {direct}"
+            );
+            cases.push(expected);
+        }
+        assert_eq!(
+            cases,
+            ["KeyUnavailable", "KeyLost", "WrongKey", "NotEncrypted"]
+        );
     }
 }

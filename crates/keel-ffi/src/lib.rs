@@ -31,6 +31,9 @@
 //! * The dictionary — [`Database::dictionary`] → [`Dictionary`]: typed
 //!   `get`/`set`/`remove`/`keys`, `sync`, and `subscribe` (a [`DictionaryListener`]).
 //! * [`KeelError`] — typed errors; each variant is its own exception type.
+//! * Encryption — `OpenOptions.encryption` ([`Encryption`]): the data key from the
+//!   app's [`KeyProvider`] (Keychain, Android Keystore) or a key file
+//!   ([`KeySource`]); the four key errors are `KeelError` cases of their own.
 //! * [`SyncPolicy`] — per reason in [`OpenOptions`], including
 //!   [`SyncPolicy::SimulatedLatency`] for demos and tests.
 //!
@@ -76,6 +79,7 @@ mod dict;
 mod ending;
 mod error;
 mod expr;
+mod keys;
 mod live;
 mod migrate;
 mod packed;
@@ -86,10 +90,14 @@ mod txn;
 mod types;
 mod vector;
 
+pub use callbacks::stop_callbacks;
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};
 pub use error::{CallbackError, KeelError};
 pub use expr::{Expr, Term};
+pub use keys::{
+    new_data_key, Encryption, KeyError, KeyProvider, KeyPurpose, KeySource, DATA_KEY_BYTES,
+};
 pub use live::{Diff, Move, ObjectEvent, ObjectListener, QueryListener, QueryUpdate, Subscription};
 pub use migrate::{
     open_migrating_async, open_migrating_blocking, BackfillRule, MigrationProgress,

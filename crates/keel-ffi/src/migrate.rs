@@ -11,11 +11,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::callbacks::{gated, progress_fn, Foreign, ForeignCall};
+use crate::callbacks::{gated, Foreign, ForeignCall};
 use crate::db::{parse_schema, Database};
 use crate::error::{CallbackError, KeelError};
 use crate::tasks::off_thread;
-use crate::types::{OpenOptions, OpenProgressListener};
+use crate::types::{progress_fn, OpenOptions, OpenProgressListener};
 
 /// Rewrites one object during a migration. **Called on a keel thread** (the open's).
 #[uniffi::export(callback_interface)]
@@ -242,7 +242,7 @@ pub async fn open_migrating_async(
     gated(async move {
         let m = migrator.take()?;
         let schema = off_thread("parse", move || parse_schema(&schema_fbs)).await?;
-        let mut opts = options.to_store_options();
+        let mut opts = options.to_store_options()?;
         if let Some(l) = progress {
             opts.progress = Some(progress_fn(l));
         }
@@ -263,7 +263,7 @@ pub fn open_migrating_blocking(
 ) -> Result<Arc<Database>, KeelError> {
     let m = migrator.take()?;
     let schema = parse_schema(&schema_fbs)?;
-    let mut opts = options.to_store_options();
+    let mut opts = options.to_store_options()?;
     if let Some(l) = progress {
         opts.progress = Some(progress_fn(l));
     }

@@ -1,8 +1,12 @@
-//! Plain data that crosses the FFI: values, options, progress, reports, stats.
+//! Plain data that crosses the FFI: values, options, progress (and the adapter that
+//! hands the kernel's progress to a foreign listener), reports, stats.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::CallbackError;
+use crate::callbacks::{guarded, Foreign};
+use crate::error::{CallbackError, KeelError};
+use crate::keys::Encryption;
 use keel_storage::{OpenPhase as KPhase, StoreOptions, SyncPolicies, SyncPolicy as KPolicy};
 
 /// A field value: a primary-key part, or the constant of a filter.
@@ -168,6 +172,11 @@ pub struct OpenOptions {
     /// read from the file. See `docs/vector.md`.
     #[uniffi(default = None)]
     pub vector_cache_bytes: Option<u64>,
+    /// Encrypt the database (SQLCipher) with the data key from `encryption.key`: the
+    /// app's `KeyProvider` or a key file. Without it the file is plaintext. An
+    /// encrypted file must always be opened with its key; see `docs/encryption.md`.
+    #[uniffi(default = None)]
+    pub encryption: Option<Encryption>,
 }
 
 impl Default for OpenOptions {
@@ -182,12 +191,14 @@ impl Default for OpenOptions {
             adopt_foreign: false,
             share_changes: false,
             vector_cache_bytes: None,
+            encryption: None,
         }
     }
 }
 
 impl OpenOptions {
-    pub(crate) fn to_store_options(&self) -> StoreOptions {
+    /// The kernel's options; `InvalidArgument` for encryption in a build without it.
+    pub(crate) fn to_store_options(&self) -> Result<StoreOptions, KeelError> {
         let p = |o: &Option<SyncPolicy>| o.as_ref().map_or(KPolicy::Full, SyncPolicy::to_kernel);
         let mut o = StoreOptions::default()
             .sync(SyncPolicies {
@@ -206,7 +217,10 @@ impl OpenOptions {
             // More than the address space holds is "no limit" in effect.
             o = o.vector_cache_bytes(usize::try_from(b).unwrap_or(usize::MAX));
         }
-        o
+        match &self.encryption {
+            Some(e) => e.apply(o),
+            None => Ok(o),
+        }
     }
 }
 
@@ -216,14 +230,14 @@ mod tests {
 
     #[test]
     fn the_vector_copy_budget_reaches_the_store() {
-        let default = OpenOptions::default().to_store_options();
+        let default = OpenOptions::default().to_store_options().unwrap();
         assert_eq!(default.vector_cache_bytes, 64 << 20);
         for (asked, got) in [(0u64, 0usize), (256 << 20, 256 << 20)] {
             let o = OpenOptions {
                 vector_cache_bytes: Some(asked),
                 ..OpenOptions::default()
             };
-            assert_eq!(o.to_store_options().vector_cache_bytes, got);
+            assert_eq!(o.to_store_options().unwrap().vector_cache_bytes, got);
         }
     }
 }
@@ -304,6 +318,21 @@ pub struct OpenProgress {
 pub trait OpenProgressListener: Send + Sync {
     /// One progress event.
     fn on_progress(&self, progress: OpenProgress) -> Result<(), CallbackError>;
+}
+
+/// The progress callback for the store's options: `l`, called through
+/// `guarded` (`callbacks.rs`) on the open's thread.
+pub(crate) fn progress_fn(l: Box<dyn OpenProgressListener>) -> keel_storage::ProgressFn {
+    let l = Arc::new(Foreign::new(l));
+    Arc::new(move |p: keel_storage::OpenProgress| {
+        let ev = OpenProgress {
+            phase: p.phase.into(),
+            fraction: p.fraction,
+            done: p.done,
+            milestone: p.milestone.map(Milestone::from),
+        };
+        guarded("open progress", || l.on_progress(ev));
+    })
 }
 
 /// One line of the [`OpenReport`].

@@ -20,6 +20,48 @@ pub enum Error {
     /// The storage kernel failed (I/O, SQLite, sync, a closed store…).
     #[error(transparent)]
     Storage(keel_storage::Error),
+    /// The database is encrypted and its key cannot be read now (the device is
+    /// locked, the key store is not ready): retry later, and never make a new key
+    /// in its place. The files are unchanged; for a new database none was created.
+    #[error("{op}: the key of {} is unavailable now (retry later): {detail}", path.display())]
+    KeyUnavailable {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// What the key provider said.
+        detail: String,
+    },
+    /// The database exists but its key does not (a backup restored without its
+    /// key, a damaged key store): its data cannot be read, and keel never creates
+    /// a fresh, empty database over it. The files are unchanged.
+    #[error("{op}: the key of {} is lost; its data cannot be read: {detail}", path.display())]
+    KeyLost {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+        /// What the key provider said.
+        detail: String,
+    },
+    /// The file is encrypted but does not decrypt with the key given (another
+    /// key, or the other plaintext-header setting). The files are unchanged.
+    #[error("{op}: {} does not decrypt with the key given", path.display())]
+    WrongKey {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
+    /// A key was given but the file is a plaintext SQLite database. It is left as
+    /// it is: open it without a key (or encrypt it with a migration).
+    #[error("{op}: {} is not encrypted, but a key was given", path.display())]
+    NotEncrypted {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
     /// An object with the same primary key or unique value already exists. Only
     /// the request that hit it failed; the transaction can continue (Dflat semantics).
     #[error("{op} in {collection}: an object with the same primary key or unique value already exists ({detail})")]
@@ -295,13 +337,18 @@ pub enum Error {
 }
 
 impl From<keel_storage::Error> for Error {
-    /// The kernel's `Closed` becomes [`Error::Closed`] and its `Schema` (raised by
-    /// this crate's schema hook at open) [`Error::Schema`]; everything else is
-    /// wrapped.
+    /// The kernel's `Closed` becomes [`Error::Closed`], its `Schema` (raised by
+    /// this crate's schema hook at open) [`Error::Schema`], and its four key
+    /// errors the variants of the same names; everything else is wrapped.
     fn from(e: keel_storage::Error) -> Self {
+        use keel_storage::Error as S;
         match e {
-            keel_storage::Error::Closed { op, path } => Error::Closed { op, path },
-            keel_storage::Error::Schema { path, message } => Error::Schema { path, message },
+            S::Closed { op, path } => Error::Closed { op, path },
+            S::Schema { path, message } => Error::Schema { path, message },
+            S::KeyUnavailable { op, path, detail } => Error::KeyUnavailable { op, path, detail },
+            S::KeyLost { op, path, detail } => Error::KeyLost { op, path, detail },
+            S::WrongKey { op, path } => Error::WrongKey { op, path },
+            S::NotEncrypted { op, path } => Error::NotEncrypted { op, path },
             other => Error::Storage(other),
         }
     }
@@ -324,8 +371,9 @@ impl Error {
     /// True for errors that say "not now": the same call can succeed later and
     /// nothing of the failed one was committed — the database is suspended
     /// ([`Database::suspend`](crate::db::database::Database::suspend)), the writer queue or the
-    /// reader pool is full, or another process held the write lock past the busy
-    /// timeout. See [`keel_storage::Error::is_retryable`].
+    /// reader pool is full, another process held the write lock past the busy
+    /// timeout, or the key cannot be read yet ([`Error::KeyUnavailable`]: open
+    /// again once the device is unlocked). See [`keel_storage::Error::is_retryable`].
     ///
     /// ```
     /// use keel_query::Error;
@@ -333,7 +381,11 @@ impl Error {
     /// assert!(e.is_retryable());
     /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Storage(e) if e.is_retryable())
+        match self {
+            Error::Storage(e) => e.is_retryable(),
+            Error::KeyUnavailable { .. } => true,
+            _ => false,
+        }
     }
 
     /// [`Error::InvalidObject`]: bytes of `collection` that do not open as its

@@ -236,6 +236,26 @@ pub(crate) fn build_unique(
 pub(crate) fn to_storage(e: &Error, path: &Path) -> SErr {
     match e {
         Error::Storage(s) => s.clone(),
+        // Raised by the kernel before any schema work; kept as they came, so that
+        // a key error never reads as a schema one.
+        Error::KeyUnavailable { op, path, detail } => SErr::KeyUnavailable {
+            op,
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        Error::KeyLost { op, path, detail } => SErr::KeyLost {
+            op,
+            path: path.clone(),
+            detail: detail.clone(),
+        },
+        Error::WrongKey { op, path } => SErr::WrongKey {
+            op,
+            path: path.clone(),
+        },
+        Error::NotEncrypted { op, path } => SErr::NotEncrypted {
+            op,
+            path: path.clone(),
+        },
         other => SErr::Schema {
             path: path.to_path_buf(),
             message: other.to_string(),
