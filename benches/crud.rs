@@ -644,8 +644,131 @@ fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
+/// The operation under an instruction counter: callgrind, started with
+/// `--collect-atstart=no --toggle-collect='*measured_region*'`, counts only
+/// what runs inside it (on the calling thread: keel's writes here run inline,
+/// `write_blocking`, so the whole write is counted).
+#[inline(never)]
+fn measured_region<T>(f: impl FnOnce() -> T) -> T {
+    f()
+}
+
+/// `crud --count keel|raw insert|fetch|get|update N`: one operation of the
+/// benchmark over N objects, alone, for an instruction counter (see
+/// [`measured_region`]): instruction counts do not depend on the machine's
+/// load, so they show where keel's time goes against raw rusqlite's on a
+/// machine too busy for a calm timing.
+fn count_one(args: &[String]) {
+    let [side, op, n] = args else {
+        panic!("usage: --count keel|raw insert|fetch|get|update N");
+    };
+    let n: usize = n.parse().expect("N");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("count.db");
+    let base = docs(0..n, 0);
+    let changed = docs(0..n, 1);
+    let keys: Vec<String> = (0..n).map(key).collect();
+    match side.as_str() {
+        "keel" => {
+            let db = open_keel(&path, SyncPolicy::Normal);
+            if op != "insert" {
+                keel_insert(&db, base.clone());
+            }
+            // Warm: the statements are prepared, a reader is open.
+            db.get::<Doc>(&keys[0]).unwrap();
+            let d = if op == "update" { changed } else { base };
+            measured_region(|| match op.as_str() {
+                "insert" => db
+                    .write_blocking(move |t| {
+                        for x in &d {
+                            t.insert(x)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap(),
+                "update" => db
+                    .write_blocking(move |t| {
+                        for x in &d {
+                            t.update(x)?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap(),
+                "fetch" => {
+                    let rows = db
+                        .fetch::<Doc>()
+                        .filter(Doc::color().eq(Color::Blue))
+                        .all()
+                        .unwrap();
+                    assert!(!rows.is_empty());
+                }
+                "get" => {
+                    for k in &keys {
+                        assert!(db.get::<Doc>(k).unwrap().is_some());
+                    }
+                }
+                other => panic!("unknown op `{other}`"),
+            });
+            db.close().wait().unwrap();
+        }
+        "raw" => {
+            let raw = Raw::open(&path, SyncPolicy::Normal);
+            if op != "insert" {
+                raw.insert(&base);
+            }
+            let mut st = raw
+                .conn
+                .prepare_cached(&format!("SELECT {RAW_COLUMNS} FROM doc WHERE id = ?1"))
+                .unwrap();
+            st.query_row([&keys[0]], raw_row).unwrap();
+            drop(st);
+            measured_region(|| match op.as_str() {
+                "insert" => raw.insert(&base),
+                "update" => {
+                    raw.conn.execute_batch("BEGIN").unwrap();
+                    raw.update_each(&changed);
+                    raw.conn.execute_batch("COMMIT").unwrap();
+                }
+                "fetch" => {
+                    let mut st = raw
+                        .conn
+                        .prepare_cached(&format!("SELECT {RAW_COLUMNS} FROM doc WHERE color = ?1"))
+                        .unwrap();
+                    let rows: Vec<Doc> = st
+                        .query_map([Color::Blue.to_raw()], raw_row)
+                        .unwrap()
+                        .collect::<rusqlite::Result<_>>()
+                        .unwrap();
+                    assert!(!rows.is_empty());
+                }
+                "get" => {
+                    let mut st = raw
+                        .conn
+                        .prepare_cached(&format!("SELECT {RAW_COLUMNS} FROM doc WHERE id = ?1"))
+                        .unwrap();
+                    for k in &keys {
+                        st.query_row([k], raw_row).unwrap();
+                    }
+                }
+                other => panic!("unknown op `{other}`"),
+            });
+            raw.close();
+        }
+        other => panic!("unknown side `{other}`"),
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--count") {
+        let rest: Vec<String> = args[i + 1..]
+            .iter()
+            .filter(|a| !a.starts_with("--"))
+            .cloned()
+            .collect();
+        count_one(&rest);
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "--child-insert") {
         let rest: Vec<String> = args[i + 1..]
             .iter()

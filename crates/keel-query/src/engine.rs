@@ -30,7 +30,8 @@ use crate::dictionary::shared::{DictHost, Shared as DictShared};
 use crate::dictionary::staged::TxnState;
 use crate::feed::Feed;
 use crate::layout::table::{table_columns, Coll};
-use crate::vector::cache::VectorCache;
+use crate::layout::vector_table;
+use crate::vector::cache::{VectorCache, Written};
 use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
@@ -395,6 +396,7 @@ impl Inner {
             aborted,
             recorded,
             dictionary,
+            vectors,
         } = outcome;
         if aborted {
             return Err(Error::Aborted {
@@ -420,6 +422,9 @@ impl Inner {
             }
             None => None,
         };
+        if !vectors.is_empty() {
+            self.commit_vectors(w, vectors)?;
+        }
         if let Some(d) = dictionary {
             // Dropped unrun if the commit fails: the dictionary restores itself.
             w.on_commit(Box::new(move || d.commit()));
@@ -434,6 +439,41 @@ impl Inner {
         if let Some(l) = logged {
             // After this closure's deliveries: post, then leave the gate.
             w.on_commit(Box::new(move || l.committed()));
+        }
+        Ok(())
+    }
+
+    /// The vector tables a closure wrote (`vector/cache.rs`): in its savepoint,
+    /// the writer's marker row goes and each table gets its one new
+    /// generation; after COMMIT, before any delivery (a hook's query then
+    /// reads the patched copy), the copies still at the generation the closure
+    /// started from get its rows.
+    fn commit_vectors(self: &Arc<Self>, w: &mut WriteTxn<'_>, written: Written) -> Result<()> {
+        let err = |c: &str, e| Error::sqlite("commit", c, e);
+        vector_table::unmark_writing(w).map_err(|e| err("keel_meta", e))?;
+        let mut patches = Vec::new();
+        for cw in written.colls {
+            let Some(v) = self.coll(&cw.name, "commit")?.vectors.as_ref() else {
+                continue;
+            };
+            let bumped = v.bump(w).map_err(|e| err(&cw.name, e))?;
+            if let (Some((from, to)), Some(rows)) = (bumped, cw.rows) {
+                patches.push((cw.name, from, to, rows));
+            }
+        }
+        if !patches.is_empty() {
+            let me = Arc::clone(self);
+            w.on_commit(Box::new(move || {
+                for (name, from, to, rows) in patches {
+                    if let Some(v) = me
+                        .coll(&name, "commit")
+                        .ok()
+                        .and_then(|c| c.vectors.as_ref())
+                    {
+                        me.vector_cache.patch(&name, v, from, to, &rows);
+                    }
+                }
+            }));
         }
         Ok(())
     }
@@ -541,6 +581,8 @@ pub(crate) struct WriteOutcome {
     pub(crate) recorded: bool,
     /// Its dictionary changes, staged until the commit.
     pub(crate) dictionary: Option<TxnState>,
+    /// The rows it wrote to vector tables (`vector/cache.rs`).
+    pub(crate) vectors: Written,
 }
 
 impl DictHost for Inner {

@@ -146,6 +146,7 @@ pub use subscribe::{
 };
 pub use txn::dictionary::TxnDictionary;
 pub use txn::transaction::Txn;
+pub use vector::cache::VectorCopyStats;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
 pub use keel_storage::{

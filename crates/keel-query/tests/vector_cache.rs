@@ -273,7 +273,7 @@ fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
     };
     assert_eq!(triggers(&conn), 3);
     for ev in ["insert", "update", "delete"] {
-        conn.execute_batch(&format!("DROP TRIGGER \"v.Photo$vec$gen_{ev}\""))
+        conn.execute_batch(&format!("DROP TRIGGER \"v.Photo$vec$foreign_{ev}\""))
             .unwrap();
     }
     // Without triggers the generation stays put while the rows change.
@@ -504,4 +504,287 @@ fn unreadable_packed_values_are_skipped_on_every_path() {
     assert!(inspect::vector_drift(&conn, &stored, 10)
         .unwrap()
         .is_empty());
+}
+
+/// A collection of 16-d photos, for the patch tests: vectors with no ties.
+fn schema16() -> Schema {
+    Schema::parse(
+        "namespace v; table Photo { id: int (primary); album: int (indexed); e: [float] (vector: 16, metric: \"cosine\"); } root_type Photo;",
+        "v16.fbs",
+    )
+    .unwrap()
+}
+
+/// A pseudo-random 16-d vector for `seed`.
+fn vec16(seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..16)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// The `k` nearest `(rowid, distance)` by cosine computed in f64, by
+/// `(distance, rowid)`: the reference every answer must equal (same rowids,
+/// distances within f32 rounding).
+fn reference_f64(
+    rows: &std::collections::BTreeMap<i64, (i64, i64, Vec<f32>)>,
+    q: &[f32],
+    k: usize,
+    album: Option<i64>,
+) -> Vec<(i64, f64)> {
+    let dot = |a: &[f32], b: &[f32]| -> f64 {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(*x) * f64::from(*y))
+            .sum()
+    };
+    let mut all: Vec<(i64, f64)> = rows
+        .values()
+        .filter(|(_, a, _)| album.is_none_or(|x| x == *a))
+        .map(|(rowid, _, e)| (*rowid, 1.0 - dot(q, e) / (dot(q, q) * dot(e, e)).sqrt()))
+        .collect();
+    all.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
+}
+
+/// `nearest` on the 16-d photos equals the f64 reference.
+fn assert_matches_reference(
+    db: &Database,
+    s: &Schema,
+    model: &std::collections::BTreeMap<i64, (i64, i64, Vec<f32>)>,
+    step: &str,
+) {
+    for (seed, album) in [(7, None), (8, Some(1)), (9, None)] {
+        let q = vec16(1000 + seed);
+        let got = nearest(db, s, &q, 5, album);
+        let want = reference_f64(model, &q, 5, album);
+        assert_eq!(
+            got.iter().map(|g| g.0).collect::<Vec<_>>(),
+            want.iter().map(|w| w.0).collect::<Vec<_>>(),
+            "{step}: rowids"
+        );
+        for (g, w) in got.iter().zip(&want) {
+            assert!(
+                (f64::from(g.1) - w.1).abs() < 1e-5,
+                "{step}: {g:?} vs {w:?}"
+            );
+        }
+    }
+}
+
+/// One write after the copy was read patches it in place — the next query
+/// reads no table — and every answer equals the f64 reference: after an
+/// insert, an update, a vector removed, a key change (the object moves to
+/// another rowid), a delete, and a rolled-back write (which leaves the copy
+/// as it was).
+#[test]
+fn a_single_write_patches_the_copy_instead_of_reading_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = schema16();
+    let db = open(&dir.path().join("v.db"), &s, 64 << 20);
+    let r = s.reader("v.Photo").unwrap();
+    let obj = |id: i64, album: i64, e: Option<&[f32]>| match e {
+        Some(e) => r
+            .encode_json(&serde_json::json!({"id": id, "album": album, "e": e}))
+            .unwrap(),
+        None => r
+            .encode_json(&serde_json::json!({"id": id, "album": album}))
+            .unwrap(),
+    };
+    let mut model = std::collections::BTreeMap::new();
+    let objs: Vec<Vec<u8>> = (0..40)
+        .map(|i| obj(i, i % 2, Some(&vec16(i as u64))))
+        .collect();
+    insert_all(&db, objs);
+    for i in 0..40 {
+        model.insert(i, (i + 1, i % 2, vec16(i as u64)));
+    }
+    assert_matches_reference(&db, &s, &model, "first");
+    let read = db.vector_copy_stats();
+    assert_eq!(
+        (read.reads, read.patches),
+        (1, 0),
+        "the first query reads the table once"
+    );
+
+    let mut patches = 0;
+    type Model = std::collections::BTreeMap<i64, (i64, i64, Vec<f32>)>;
+    let mut step = |db: &Database, model: &Model, name: &str, patched: bool| {
+        patches += u64::from(patched);
+        assert_matches_reference(db, &s, model, name);
+        let st = db.vector_copy_stats();
+        assert_eq!(
+            (st.reads, st.patches),
+            (1, patches),
+            "{name}: patched, not read again"
+        );
+    };
+
+    // Insert.
+    let o = obj(100, 1, Some(&vec16(100)));
+    let rowid = db
+        .write(move |t| t.insert_bytes("v.Photo", o))
+        .wait()
+        .unwrap();
+    model.insert(100, (rowid, 1, vec16(100)));
+    step(&db, &model, "insert", true);
+
+    // Update: the nearest query's own neighbour moves elsewhere.
+    let o = obj(3, 1, Some(&vec16(1007)));
+    db.write(move |t| t.upsert_bytes("v.Photo", o).map(|_| ()))
+        .wait()
+        .unwrap();
+    model.insert(3, (4, 1, vec16(1007)));
+    step(&db, &model, "update", true);
+
+    // The vector removed from an object: no longer a candidate.
+    let o = obj(5, 1, None);
+    db.write(move |t| t.upsert_bytes("v.Photo", o).map(|_| ()))
+        .wait()
+        .unwrap();
+    model.remove(&5);
+    step(&db, &model, "vector removed", true);
+
+    // A key change: delete and insert, the object gets a rowid of its own.
+    let moved = db
+        .write(|t| {
+            t.change_values(
+                "v.Photo",
+                &[Value::Int(8)],
+                &[("id".into(), Value::Int(200))],
+            )
+        })
+        .wait()
+        .unwrap();
+    let (_, a, e) = model.remove(&8).unwrap();
+    model.insert(200, (moved, a, e));
+    step(&db, &model, "key change", true);
+
+    // Delete.
+    db.write(|t| t.delete_key("v.Photo", &[Value::Int(11)]).map(|_| ()))
+        .wait()
+        .unwrap();
+    model.remove(&11);
+    step(&db, &model, "delete", true);
+
+    // Several writes in one closure, the same row twice among them.
+    let (a, b, c) = (
+        obj(300, 0, Some(&vec16(300))),
+        obj(300, 0, Some(&vec16(1009))),
+        obj(301, 1, Some(&vec16(301))),
+    );
+    let (r300, r301) = db
+        .write(move |t| {
+            t.insert_bytes("v.Photo", a)?;
+            let r300 = t.upsert_bytes("v.Photo", b)?;
+            let r301 = t.insert_bytes("v.Photo", c)?;
+            t.delete_key("v.Photo", &[Value::Int(12)])?;
+            Ok((r300, r301))
+        })
+        .wait()
+        .unwrap();
+    model.insert(300, (r300, 0, vec16(1009)));
+    model.insert(301, (r301, 1, vec16(301)));
+    model.remove(&12);
+    step(&db, &model, "several writes", true);
+
+    // Rolled back: nothing committed, the copy stays current as it is.
+    let o = obj(400, 0, Some(&vec16(1007)));
+    let r = db
+        .write(move |t| {
+            t.insert_bytes("v.Photo", o)?;
+            t.abort();
+            Ok(())
+        })
+        .wait();
+    assert!(matches!(r, Err(keel_query::Error::Aborted { .. })));
+    step(&db, &model, "rollback", false);
+}
+
+const WRITER_ROLE: &str = "KEEL_VECTOR_CACHE_WRITER_DB";
+
+/// Another process's write: opens the file named by
+/// `KEEL_VECTOR_CACHE_WRITER_DB` and upserts photo 1 onto `vec16(2001)`.
+/// Without the variable it does nothing.
+#[test]
+fn vector_writer_process() {
+    let Ok(path) = std::env::var(WRITER_ROLE) else {
+        return;
+    };
+    let s = schema16();
+    let db = open(Path::new(&path), &s, 64 << 20);
+    let o = s
+        .reader("v.Photo")
+        .unwrap()
+        .encode_json(&serde_json::json!({"id": 1, "album": 0, "e": vec16(2001)}))
+        .unwrap();
+    db.write(move |t| t.upsert_bytes("v.Photo", o).map(|_| ()))
+        .wait()
+        .unwrap();
+    db.close().wait().unwrap();
+}
+
+/// The generation is how other writers make a copy stale: a write through
+/// another handle on the file, and one by another process, each make the
+/// next query read the table again, and it answers with their rows.
+#[test]
+fn another_connections_and_another_processes_writes_make_the_copy_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.db");
+    let s = schema16();
+    let db = open(&path, &s, 64 << 20);
+    let r = s.reader("v.Photo").unwrap();
+    let objs: Vec<Vec<u8>> = (0..20)
+        .map(|i| {
+            r.encode_json(&serde_json::json!({"id": i, "album": i % 2, "e": vec16(i as u64)}))
+                .unwrap()
+        })
+        .collect();
+    insert_all(&db, objs);
+    let mut model = std::collections::BTreeMap::new();
+    for i in 0..20 {
+        model.insert(i, (i + 1, i % 2, vec16(i as u64)));
+    }
+    assert_matches_reference(&db, &s, &model, "first");
+    assert_eq!(db.vector_copy_stats().reads, 1);
+
+    // Another handle on the file: its write moves photo 0 next to the query.
+    let other = open(&path, &s, 64 << 20);
+    let o = r
+        .encode_json(&serde_json::json!({"id": 0, "album": 0, "e": vec16(1007)}))
+        .unwrap();
+    other
+        .write(move |t| t.upsert_bytes("v.Photo", o).map(|_| ()))
+        .wait()
+        .unwrap();
+    other.close().wait().unwrap();
+    model.insert(0, (1, 0, vec16(1007)));
+    assert_matches_reference(&db, &s, &model, "after another connection's write");
+    assert_eq!(db.vector_copy_stats().reads, 2, "read again");
+
+    // Another process.
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "vector_writer_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(WRITER_ROLE, &path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    model.insert(1, (2, 0, vec16(2001)));
+    assert_matches_reference(&db, &s, &model, "after another process's write");
+    assert_eq!(db.vector_copy_stats().reads, 3, "read again");
 }

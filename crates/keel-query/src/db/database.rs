@@ -32,6 +32,7 @@ use crate::open::schema_phase::{record_ready, schema_phase, SchemaOutcome};
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
 use crate::query::sql;
 use crate::txn::transaction::Txn;
+use crate::vector::cache::VectorCopyStats;
 
 /// A hook registered with [`Database::on_commit_changes`]. Dropping this handle
 /// keeps the hook; [`ChangeHook::remove`] removes it.
@@ -559,6 +560,13 @@ impl Database {
             vector_copy_bytes: self.inner.vector_cache.release() as u64,
             reader_connections: self.inner.store.release_memory() as u64,
         }
+    }
+
+    /// What the in-memory copies of vector fields did so far: how often one
+    /// was read from its side table whole, and how often one was patched with
+    /// the rows of this handle's own commit instead (`docs/vector.md`).
+    pub fn vector_copy_stats(&self) -> VectorCopyStats {
+        self.inner.vector_cache.stats()
     }
 
     /// The storage kernel (checkpoints, I/O stats, the open report).

@@ -47,9 +47,42 @@ pub(crate) struct VectorSql {
     pub(crate) sig: String,
     /// The `keel_meta` key of the table's generation (`vector/cache.rs`).
     pub(crate) gen_key: String,
-    /// The triggers that give the table a new generation on every write, and
-    /// the generation's first value (idempotent: `IF NOT EXISTS`, `OR IGNORE`).
+    /// The triggers that give the table a new generation on every write by
+    /// another writer than keel's, and the generation's first value
+    /// (idempotent: `IF NOT EXISTS`, `OR IGNORE`); they replace the triggers
+    /// of earlier builds, which fired on keel's writes too.
     pub(crate) triggers: String,
+    /// The three triggers' names.
+    pub(crate) trigger_names: [String; 3],
+}
+
+/// The `keel_meta` key of the marker row keel's writer holds while a write
+/// closure writes vector tables: the triggers skip rows written while it
+/// exists, since the closure moves the generation itself, once, at its end
+/// ([`VectorSql::bump`]). It never commits: the closure deletes it in its own
+/// savepoint ([`unmark_writing`]), and a rollback takes it with the rows.
+const WRITING_KEY: &str = "vector-writing";
+
+/// Put the writer's marker row in (see [`WRITING_KEY`]).
+pub(crate) fn mark_writing(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR IGNORE INTO keel_meta(key, value) VALUES (?1, 1)")?
+        .execute([WRITING_KEY])
+        .map(drop)
+}
+
+/// Whether the writer's marker row is in, as `conn` sees it: inside the write
+/// transaction of a closure that wrote vector tables, whose rows no copy holds
+/// yet (the generation moves at the closure's end).
+pub(crate) fn writing(conn: &Connection) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT 1 FROM keel_meta WHERE key = ?1")?
+        .exists([WRITING_KEY])
+}
+
+/// Take the writer's marker row out (see [`WRITING_KEY`]).
+pub(crate) fn unmark_writing(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM keel_meta WHERE key = ?1")?
+        .execute([WRITING_KEY])
+        .map(drop)
 }
 
 impl VectorSql {
@@ -88,15 +121,23 @@ impl VectorSql {
         let lit = format!("'{}'", gen_key.replace('\'', "''"));
         // A fresh random() per write, not a count: a rolled-back transaction's
         // values never come back to name other rows (see `vector/cache.rs`).
-        // Triggers rather than keel's write path, so that every writer of the
-        // file — a repair, stock SQLite, an older build — moves it too.
-        let triggers = ["INSERT", "UPDATE", "DELETE"]
+        // keel's writer moves it once per write closure (`bump`); triggers
+        // move it for every other writer of the file — stock SQLite, an older
+        // build — and skip the rows keel's writer writes under its marker.
+        let events = ["insert", "update", "delete"];
+        let trigger_names = events.map(|ev| format!("{name}$foreign_{ev}"));
+        let marker = format!("'{WRITING_KEY}'");
+        let triggers = events
             .iter()
-            .map(|ev| {
+            .zip(&trigger_names)
+            .map(|(ev, trig)| {
                 format!(
-                    "CREATE TRIGGER IF NOT EXISTS {trig} AFTER {ev} ON {id} BEGIN \
+                    "DROP TRIGGER IF EXISTS {old}; \
+                     CREATE TRIGGER IF NOT EXISTS {trig} AFTER {ev} ON {id} \
+                     WHEN NOT EXISTS (SELECT 1 FROM keel_meta WHERE key = {marker}) BEGIN \
                      UPDATE keel_meta SET value = random() WHERE key = {lit}; END;",
-                    trig = ident(&format!("{name}$gen_{}", ev.to_lowercase())),
+                    old = ident(&format!("{name}$gen_{ev}")),
+                    trig = ident(trig),
                 )
             })
             .chain(std::iter::once(format!(
@@ -106,6 +147,7 @@ impl VectorSql {
         Some(VectorSql {
             gen_key,
             triggers,
+            trigger_names,
             create: format!(
                 "CREATE TABLE IF NOT EXISTS {id}(rowid INTEGER PRIMARY KEY, {})",
                 fields
@@ -130,6 +172,23 @@ impl VectorSql {
     /// The field with id `id`.
     pub(crate) fn field(&self, id: u16) -> Option<&VectorField> {
         self.fields.iter().find(|f| f.id == id)
+    }
+
+    /// Give the table a new generation, in the caller's write transaction:
+    /// `(before, after)`, `None` for a table without one (from before
+    /// generations, until the next open gives it one).
+    pub(crate) fn bump(&self, conn: &Connection) -> rusqlite::Result<Option<(i64, i64)>> {
+        let before: Option<i64> = conn
+            .prepare_cached("SELECT value FROM keel_meta WHERE key = ?1")?
+            .query_row([&self.gen_key], |r| r.get(0))
+            .optional()?;
+        let Some(before) = before else {
+            return Ok(None);
+        };
+        let after: i64 = conn
+            .prepare_cached("UPDATE keel_meta SET value = random() WHERE key = ?1 RETURNING value")?
+            .query_row([&self.gen_key], |r| r.get(0))?;
+        Ok(Some((before, after)))
     }
 }
 
@@ -163,9 +222,12 @@ impl SideTable for VectorSql {
         Ok(())
     }
 
-    /// A table built before the generation triggers existed gets them.
+    /// A table built before the generation triggers existed gets them (and
+    /// one built by an earlier build gets today's); a marker row that should
+    /// never have committed goes.
     fn keep_current(&self, conn: &Connection) -> rusqlite::Result<()> {
-        conn.execute_batch(&self.triggers)
+        conn.execute_batch(&self.triggers)?;
+        unmark_writing(conn)
     }
 
     /// Problems are `missing` (no packed row for an object), `extra` (a packed row

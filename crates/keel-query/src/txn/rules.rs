@@ -68,6 +68,7 @@ impl<'a> Txn<'a> {
             .execute_batch("SAVEPOINT keel_delete_rules")
             .map_err(|e| Error::sqlite("delete", &c.name, e))?;
         let recorded = self.changes.len();
+        let vectors = self.vectors.borrow().mark();
         let done = if c.links.incoming.is_empty() {
             self.delete_each(c, &roots)
         } else {
@@ -77,6 +78,7 @@ impl<'a> Txn<'a> {
             "RELEASE keel_delete_rules"
         } else {
             self.changes.truncate(recorded);
+            self.vectors.borrow_mut().rollback_to(&vectors);
             "ROLLBACK TO keel_delete_rules; RELEASE keel_delete_rules"
         };
         self.conn

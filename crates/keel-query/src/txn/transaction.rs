@@ -11,9 +11,12 @@ use crate::base::sql_value::SqlValue;
 use crate::dictionary::staged::TxnState;
 use crate::engine::{Inner, WriteOutcome};
 use crate::layout::body;
+use crate::layout::side_table::Kind;
 use crate::layout::table::Coll;
+use crate::layout::vector_table;
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
 use crate::txn::dictionary::TxnDictionary;
+use crate::vector::cache::Written;
 use crate::vector::column;
 
 /// A write transaction, given to the closure of
@@ -46,6 +49,10 @@ pub struct Txn<'a> {
     kept: std::cell::RefCell<Vec<(String, rusqlite::CachedStatement<'a>)>>,
     /// The file's layout was checked in this closure ([`Txn::coll`]).
     layout_checked: std::cell::Cell<bool>,
+    /// The rows this closure wrote to vector tables: the commit moves their
+    /// generations and patches the in-memory copies with them
+    /// (`vector/cache.rs`).
+    pub(super) vectors: std::cell::RefCell<Written>,
 }
 
 /// A bound parameter borrowed from a value or the bytes.
@@ -121,6 +128,7 @@ impl<'a> Txn<'a> {
             dict: None,
             kept: std::cell::RefCell::new(Vec::new()),
             layout_checked: std::cell::Cell::new(false),
+            vectors: std::cell::RefCell::default(),
         }
     }
 
@@ -133,6 +141,7 @@ impl<'a> Txn<'a> {
             aborted: self.aborted,
             recorded: self.record,
             dictionary: self.dict.take(),
+            vectors: self.vectors.take(),
         }
     }
 
@@ -295,7 +304,18 @@ impl<'a> Txn<'a> {
         bytes: &[u8],
     ) -> Result<()> {
         for t in c.side_tables() {
+            let vector = t.kind() == Kind::Vector;
+            if vector {
+                self.mark_vector_write(c, op)?;
+            }
             self.with_kept_stmt(c, op, t.sql().upsert, |st| t.write(st, rowid, bytes))?;
+            if vector {
+                self.vectors
+                    .borrow_mut()
+                    .row(&c.name, rowid, Some(bytes), || {
+                        self.inner.vector_cache.holds(&c.name)
+                    });
+            }
         }
         Ok(())
     }
@@ -303,7 +323,27 @@ impl<'a> Txn<'a> {
     /// Remove the side-table entries of `rowid` (see [`Txn::write_side_tables`]).
     fn delete_side_tables(&self, c: &Coll, op: &'static str, rowid: i64) -> Result<()> {
         for t in c.side_tables() {
+            let vector = t.kind() == Kind::Vector;
+            if vector {
+                self.mark_vector_write(c, op)?;
+            }
             self.with_kept_stmt(c, op, t.sql().delete, |st| st.execute([rowid]).map(|_| ()))?;
+            if vector {
+                self.vectors.borrow_mut().row(&c.name, rowid, None, || {
+                    self.inner.vector_cache.holds(&c.name)
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Before this closure's first write to a vector table: the writer's
+    /// marker row, so the table's triggers leave the generation to the
+    /// commit (`layout/vector_table.rs`).
+    fn mark_vector_write(&self, c: &Coll, op: &'static str) -> Result<()> {
+        if !self.vectors.borrow().marked {
+            vector_table::mark_writing(self.conn).map_err(|e| Error::sqlite(op, &c.name, e))?;
+            self.vectors.borrow_mut().marked = true;
         }
         Ok(())
     }
@@ -662,6 +702,7 @@ impl<'a> Txn<'a> {
             .execute_batch("SAVEPOINT keel_change_key")
             .map_err(|e| Error::sqlite(op, &c.name, e))?;
         let recorded = self.changes.len();
+        let vectors = self.vectors.borrow().mark();
         let moved = (|| {
             {
                 let mut st = self
@@ -698,6 +739,9 @@ impl<'a> Txn<'a> {
             for t in c.side_tables() {
                 t.move_row(self.conn, rowid, fresh)
                     .map_err(|e| Error::sqlite(op, &c.name, e))?;
+                if t.kind() == Kind::Vector {
+                    self.vectors.borrow_mut().moved(&c.name, rowid, fresh);
+                }
             }
             if let Some(ch) = self.changes.last_mut() {
                 ch.rowid = fresh;
@@ -708,6 +752,7 @@ impl<'a> Txn<'a> {
             "RELEASE keel_change_key"
         } else {
             self.changes.truncate(recorded);
+            self.vectors.borrow_mut().rollback_to(&vectors);
             "ROLLBACK TO keel_change_key; RELEASE keel_change_key"
         };
         self.conn

@@ -71,7 +71,7 @@ const CODE_MAX: f32 = 127.0;
 const BIAS: u8 = 128;
 
 /// The codes and bounds of one copy's vectors, row `i` at `i × dimensions`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Codes {
     dimensions: usize,
     /// `cⱼ + 128`.
@@ -114,50 +114,36 @@ impl Codes {
     /// Code `x` (exactly `dimensions` floats) as the next row.
     pub(crate) fn push(&mut self, x: &[f32]) {
         debug_assert_eq!(x.len(), self.dimensions);
-        let finite = x.iter().all(|v| v.is_finite());
-        let max = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let start = self.codes.len();
         self.codes.resize(start + x.len(), BIAS);
-        if !finite || (max != 0.0 && !(TINY..=HUGE).contains(&max)) {
-            self.rows.push(RowBound {
-                scale: 0.0,
-                err: f32::INFINITY,
-                norm: 0.0,
-                inv_norm: 0.0,
-            });
-            return;
+        let bound = code(x, &mut self.codes[start..]);
+        self.rows.push(bound);
+    }
+
+    /// Code `x` as row `i`'s new vector.
+    pub(crate) fn set(&mut self, i: usize, x: &[f32]) {
+        debug_assert_eq!(x.len(), self.dimensions);
+        let d = self.dimensions;
+        self.rows[i] = code(x, &mut self.codes[i * d..(i + 1) * d]);
+    }
+
+    /// Code `x` as a new row before row `i` (`i` = the row count: the last).
+    pub(crate) fn insert(&mut self, i: usize, x: &[f32]) {
+        if i == self.rows.len() {
+            return self.push(x);
         }
-        if max == 0.0 {
-            self.rows.push(RowBound {
-                scale: 0.0,
-                err: 0.0,
-                norm: 0.0,
-                inv_norm: 0.0,
-            });
-            return;
-        }
-        let scale = max / CODE_MAX;
-        let inv = CODE_MAX / max;
-        let (mut err2, mut norm2) = (0.0f64, 0.0f64);
-        for (c, &v) in self.codes[start..].iter_mut().zip(x) {
-            // Any code is sound (the residual below is what the bound uses);
-            // the nearest one keeps it small. No `round()`: on baseline x86-64
-            // that is a libm call per component.
-            let r = v * inv;
-            let code = ((r + 0.5f32.copysign(r)) as i32).clamp(-127, 127);
-            *c = (code + i32::from(BIAS)) as u8;
-            // Exact in f64: a 24-bit scale times a 7-bit code, minus an f32.
-            let e = f64::from(v) - f64::from(scale) * f64::from(code);
-            err2 += e * e;
-            norm2 += f64::from(v) * f64::from(v);
-        }
-        let norm = round_up(norm2.sqrt());
-        self.rows.push(RowBound {
-            scale,
-            err: round_up(err2.sqrt()),
-            norm,
-            inv_norm: 1.0 / norm,
-        });
+        let d = self.dimensions;
+        self.codes
+            .splice(i * d..i * d, std::iter::repeat_n(BIAS, d));
+        let bound = code(x, &mut self.codes[i * d..(i + 1) * d]);
+        self.rows.insert(i, bound);
+    }
+
+    /// Remove row `i`.
+    pub(crate) fn remove(&mut self, i: usize) {
+        let d = self.dimensions;
+        self.codes.drain(i * d..(i + 1) * d);
+        self.rows.remove(i);
     }
 
     /// The indices (ascending) of the rows that may be among the `k` nearest
@@ -298,6 +284,53 @@ impl Codes {
             }
         }
         pass.done.push(c);
+    }
+}
+
+/// Codes of `x` into `out` (as many bytes as `x` has floats), and the bound
+/// of the row they make.
+fn code(x: &[f32], out: &mut [u8]) -> RowBound {
+    let finite = x.iter().all(|v| v.is_finite());
+    let max = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    if !finite || (max != 0.0 && !(TINY..=HUGE).contains(&max)) {
+        out.fill(BIAS);
+        return RowBound {
+            scale: 0.0,
+            err: f32::INFINITY,
+            norm: 0.0,
+            inv_norm: 0.0,
+        };
+    }
+    if max == 0.0 {
+        out.fill(BIAS);
+        return RowBound {
+            scale: 0.0,
+            err: 0.0,
+            norm: 0.0,
+            inv_norm: 0.0,
+        };
+    }
+    let scale = max / CODE_MAX;
+    let inv = CODE_MAX / max;
+    let (mut err2, mut norm2) = (0.0f64, 0.0f64);
+    for (c, &v) in out.iter_mut().zip(x) {
+        // Any code is sound (the residual below is what the bound uses);
+        // the nearest one keeps it small. No `round()`: on baseline x86-64
+        // that is a libm call per component.
+        let r = v * inv;
+        let code = ((r + 0.5f32.copysign(r)) as i32).clamp(-127, 127);
+        *c = (code + i32::from(BIAS)) as u8;
+        // Exact in f64: a 24-bit scale times a 7-bit code, minus an f32.
+        let e = f64::from(v) - f64::from(scale) * f64::from(code);
+        err2 += e * e;
+        norm2 += f64::from(v) * f64::from(v);
+    }
+    let norm = round_up(norm2.sqrt());
+    RowBound {
+        scale,
+        err: round_up(err2.sqrt()),
+        norm,
+        inv_norm: 1.0 / norm,
     }
 }
 

@@ -39,6 +39,7 @@ use rusqlite::OptionalExtension;
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::Param;
 use crate::layout::table::Coll;
+use crate::layout::vector_table;
 use crate::layout::vector_table::VectorSql;
 pub(crate) use crate::layout::vector_table::{packed, Scored, TopK, VectorField};
 use crate::vector::cache::{Packed, VectorCache, ROW_BYTES};
@@ -185,16 +186,18 @@ fn stamp(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<Option<
 }
 
 /// May a copy read on `conn` be kept: a committed snapshot (not a write
-/// transaction's own changes) of a table whose three triggers exist.
+/// transaction's own changes) of a table whose three triggers exist (without
+/// them another writer's rows would not move the generation).
 fn may_copy(conn: &rusqlite::Connection, v: &VectorSql) -> rusqlite::Result<bool> {
     if conn.transaction_state(Some(rusqlite::MAIN_DB))? == rusqlite::TransactionState::Write {
         return Ok(false);
     }
+    let [a, b, c] = &v.trigger_names;
     let triggers: i64 = conn
         .prepare_cached(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1",
+            "SELECT count(*) FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = ?1 AND name IN (?2, ?3, ?4)",
         )?
-        .query_row([&v.name], |r| r.get(0))?;
+        .query_row([&v.name, a, b, c], |r| r.get(0))?;
     Ok(triggers == 3)
 }
 
@@ -225,6 +228,16 @@ impl<'s> Scan<'s> {
     fn run(&self, cache: &VectorCache) -> Result<Vec<Scored>> {
         let (c, f) = (self.c, self.f);
         let stamp = stamp(self.conn, self.v).map_err(|e| self.err(e))?;
+        // A write closure's own uncommitted vector rows are in no copy, and
+        // its generation moves only at its end: it reads the table.
+        let own_rows = || -> rusqlite::Result<bool> {
+            Ok(self.conn.transaction_state(Some(rusqlite::MAIN_DB))?
+                == rusqlite::TransactionState::Write
+                && vector_table::writing(self.conn)?)
+        };
+        if own_rows().map_err(|e| self.err(e))? {
+            return self.table();
+        }
         let copy = stamp.and_then(|(g, ck)| cache.get(&c.name, f.id, g, ck));
         let copy = match (copy, stamp) {
             (Some(copy), _) => copy,
@@ -367,6 +380,7 @@ impl<'s> Scan<'s> {
             dimensions: dims,
             rowids,
             floats,
+            floats_kept: keep_floats,
             norms2,
             codes: std::sync::Arc::new(codes),
         }))
