@@ -227,7 +227,7 @@ const SIDE_SCHEMA: &str = "attribute \"searchable\"; namespace s;
     root_type Note;";
 
 /// A vector whose little-endian bytes are a pattern no page holds by chance.
-const VECTOR: [f32; 4] = [1234.5678, -8765.4321, 3.141_592_7e7, 2.718_281_7e-3];
+const VECTOR: [f32; 4] = [1234.5678, -8_765.432, 3.141_592_7e7, 2.718_281_7e-3];
 
 /// What must not be readable on disk, with where it is written in a plaintext
 /// database: the row's text field, the full-text index's token (the title is

@@ -63,6 +63,10 @@ fun registerKeyTests() {
         check(keys.calls.map { it.first } == listOf(KeyPurpose.CREATE, KeyPurpose.OPEN)) { "${keys.calls}" }
         val caller = Thread.currentThread()
         check(keys.calls.none { it.second === caller }) { "the key was asked for on the caller's thread" }
+        // keel's open thread, attached to the JVM once and kept (KeelThreads).
+        check(keys.calls.all { it.second.name == "keel" && it.second.isDaemon }) {
+            "${keys.calls.map { "${it.second.name} daemon=${it.second.isDaemon}" }}"
+        }
     }
 
     test("keys: each key error is its own exception and changes no file") { dir ->

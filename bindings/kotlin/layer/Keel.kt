@@ -200,7 +200,8 @@ private fun <T : Any> typedObject(model: KeelModel<T, *>, key: String, value: Di
 /**
  * keel calls Kotlin back on its own native threads: the writer (write bodies,
  * live-query, object, `including` and nearest deliveries), `keel-feed` (other
- * processes' commits), the open thread, the dictionary's notifier. JNA's default
+ * processes' commits), the open thread (progress, migrations, the key provider),
+ * the dictionary's notifier. JNA's default
  * attaches such a thread to the JVM for each call and detaches it after, which
  * costs more than the call itself; keel's threads stay attached instead (as
  * daemon threads named `keel`, detached when they exit), as JNA's
@@ -225,6 +226,7 @@ internal object KeelThreads {
             dev.keel.ffi.uniffiCallbackInterfaceOpenProgressListener.`onProgress`,
             dev.keel.ffi.uniffiCallbackInterfaceMigrationProgressListener.`onProgress`,
             dev.keel.ffi.uniffiCallbackInterfaceObjectMigration.`migrate`,
+            dev.keel.ffi.uniffiCallbackInterfaceKeyProvider.`dataKey`,
         )) {
             com.sun.jna.Native.setCallbackThreadInitializer(cb, stay)
         }

@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use futures::executor::block_on;
 use keel_ffi::{
-    encode_json, new_data_key, open_async, open_blocking, Encryption, KeelError, KeyError,
-    KeyProvider, KeyPurpose, KeySource, OpenOptions, SyncPolicy, WriteOp, DATA_KEY_BYTES,
+    encode_json, new_data_key, open_async, open_blocking, open_migrating_blocking, Encryption,
+    KeelError, KeyError, KeyProvider, KeyPurpose, KeySource, Migrator, OpenOptions, SyncPolicy,
+    WriteOp, DATA_KEY_BYTES,
 };
 
 const FBS: &str = "namespace demo;
@@ -300,6 +301,36 @@ fn a_key_file_and_the_plaintext_header_round_trip() {
     );
     assert!(!any_file_contains(dir.path(), b"keel-header-secret"));
     let db = open_blocking(path, FBS.into(), options(), None).unwrap();
+    assert_eq!(db.query("Post".into()).count().unwrap(), 1);
+    block_on(db.close()).unwrap();
+}
+
+#[test]
+fn a_migrating_open_takes_the_same_key_and_key_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::default());
+    let path = encrypted(&dir, &store);
+    let before = snapshot(dir.path());
+    let e = match open_migrating_blocking(
+        path.clone(),
+        FBS.into(),
+        Migrator::new(),
+        with_key(provider(&Arc::new(Store::default()))),
+        None,
+    ) {
+        Ok(_) => panic!("opened without its key"),
+        Err(e) => e,
+    };
+    assert!(matches!(e, KeelError::KeyLost { .. }), "{e:?}");
+    assert_eq!(snapshot(dir.path()), before);
+    let db = open_migrating_blocking(
+        path,
+        FBS.into(),
+        Migrator::new(),
+        with_key(provider(&store)),
+        None,
+    )
+    .unwrap();
     assert_eq!(db.query("Post".into()).count().unwrap(), 1);
     block_on(db.close()).unwrap();
 }
