@@ -364,6 +364,12 @@ pub(crate) struct WriterShared {
     signal: Arc<CkptSignal>,
     wal_frames: Arc<AtomicU64>,
     threshold_frames: u64,
+    /// The WAL size (in frames) at which the writer checkpoints by itself: see
+    /// [`WriterShared::committed`].
+    backstop_frames: AtomicU64,
+    /// The next [`WriterShared::finish_checkpoint`] is the backstop's: it waits
+    /// for a background checkpoint that holds the lock.
+    backstop_due: AtomicBool,
     /// What [`WriterShared::finish_checkpoint`] needs: the WAL's path, the sync
     /// policies (a checkpoint syncs under its own) and the bounded wait.
     wal_path: PathBuf,
@@ -443,6 +449,10 @@ pub(crate) enum Inline {
     Busy(Box<dyn Job>),
 }
 
+/// How many times the checkpoint threshold the WAL may reach before the writer
+/// checkpoints it itself (see [`WriterShared::committed`]).
+const BACKSTOP: u64 = 4;
+
 impl WriterShared {
     pub(crate) fn new(
         path: &Path,
@@ -460,6 +470,8 @@ impl WriterShared {
             signal,
             wal_frames,
             threshold_frames,
+            backstop_frames: AtomicU64::new(threshold_frames.saturating_mul(BACKSTOP)),
+            backstop_due: AtomicBool::new(false),
             wal_path: wal_path(path),
             policies,
             truncate_timeout,
@@ -524,9 +536,30 @@ impl WriterShared {
     }
 
     /// Record a commit; true if the checkpointer must be woken.
+    ///
+    /// The background checkpointer keeps the WAL near the threshold when it gets
+    /// the CPU. On a loaded machine it may not run for a while, and commits that
+    /// never pause would grow the WAL without bound. So past [`BACKSTOP`] times the
+    /// threshold the writer copies the WAL itself between two groups (as SQLite's
+    /// own autocheckpoint does in the committing connection), whatever the
+    /// scheduler does. If a reader still holds frames, it tries again only once
+    /// the WAL has grown by another threshold, so a long read does not make every
+    /// group pay for a checkpoint.
     fn committed(&self) -> bool {
         let first = self.signal.committed();
-        first || self.wal_frames.load(Ordering::Relaxed) >= self.threshold_frames
+        let frames = self.wal_frames.load(Ordering::Relaxed);
+        let backstop = self.threshold_frames.saturating_mul(BACKSTOP);
+        if frames < self.threshold_frames {
+            self.backstop_frames.store(backstop, Ordering::Relaxed);
+        } else if frames >= self.backstop_frames.load(Ordering::Relaxed) {
+            self.backstop_frames.store(
+                frames.saturating_add(self.threshold_frames),
+                Ordering::Relaxed,
+            );
+            self.backstop_due.store(true, Ordering::Release);
+            self.signal.finish_on_writer.store(true, Ordering::Release);
+        }
+        first || frames >= self.threshold_frames
     }
 
     /// True while this thread runs an inline group of this store (its closure or
@@ -562,13 +595,27 @@ impl WriterShared {
             return;
         }
         let _path = PathScope::enter(&self.path);
-        match checkpoint_on_writer(
-            &c.conn,
-            &self.path,
-            &self.wal_path,
-            &self.policies,
-            self.truncate_timeout,
-        ) {
+        let run = || {
+            checkpoint_on_writer(
+                &c.conn,
+                &self.path,
+                &self.wal_path,
+                &self.policies,
+                self.truncate_timeout,
+            )
+        };
+        let mut outcome = run();
+        // Past the backstop, a background checkpoint that holds the lock (slow
+        // because it gets little CPU) is waited for, bounded: holding the writer
+        // meanwhile is the back-pressure that keeps the WAL bounded.
+        if self.backstop_due.swap(false, Ordering::AcqRel) {
+            let start = Instant::now();
+            while matches!(&outcome, Ok(o) if o.busy) && start.elapsed() < self.truncate_timeout {
+                std::thread::sleep(Duration::from_millis(1));
+                outcome = run();
+            }
+        }
+        match outcome {
             Ok(o) if !o.busy && o.wal_frames == o.checkpointed_frames => {
                 tracing::debug!(frames = o.wal_frames, "writer finished the checkpoint");
                 self.signal.dirty.store(false, Ordering::Release);

@@ -1,7 +1,8 @@
-//! The WAL under sustained writes, in a test binary of its own: what it measures
-//! is whether the background checkpointer gets to start the WAL over between
-//! commits, so other tests sharing its process (and its two cores) must not
-//! starve that thread. Cargo runs test binaries one after another.
+//! The WAL under sustained writes. The background checkpointer keeps it near the
+//! threshold when it gets the CPU; when it does not (a loaded machine: the test
+//! failed there while the checkpointer sat in one slow PASSIVE), the writer's
+//! backstop checkpoints past 4× the threshold, waiting for that PASSIVE first, so
+//! the bound holds whatever the scheduler does.
 
 use keel_storage::Error;
 
