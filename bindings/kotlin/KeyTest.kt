@@ -97,6 +97,9 @@ fun registerKeyTests() {
         unchanged()
         expect<KeelException.WrongKey> { openAsync(path, SCHEMA, keyed(keys, plaintextHeader = true), null) }
         unchanged()
+        // No key at all: the file says it is encrypted, and recoverCorrupt leaves it alone.
+        expect<KeelException.KeyRequired> { openAsync(path, SCHEMA, OpenOptions(recoverCorrupt = true), null) }.notSqlite()
+        unchanged()
 
         val plain = File(dir, "plain.db").path
         val db = openAsync(plain, SCHEMA, OpenOptions(commitSync = SyncPolicy.Off), null)

@@ -809,6 +809,10 @@ async def encryption_each_key_error_is_its_own_type_and_changes_nothing(tmp):
     assert snapshot(tmp) == before
     await aexpect(KeelError.WrongKey, keel.open_async(path, SCHEMA, encrypted(store, plaintext_header=True), None))
     assert snapshot(tmp) == before
+    # No key at all: the file says it is encrypted, and recover_corrupt leaves it alone.
+    e = await aexpect(KeelError.KeyRequired, keel.open_async(path, SCHEMA, OpenOptions(recover_corrupt=True), None))
+    assert "not a database" not in str(e)
+    assert snapshot(tmp) == before
 
     plain = os.path.join(tmp, "plain.db")
     db = await keel.open_async(plain, SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)

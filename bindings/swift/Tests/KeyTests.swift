@@ -100,6 +100,16 @@ final class KeyTests: XCTestCase {
         guard case .WrongKey? = wrong else { return XCTFail("\(String(describing: wrong))") }
         XCTAssertEqual(try snapshot(dir), before)
 
+        // No key at all: the file says it is encrypted, and recoverCorrupt leaves it alone.
+        var noKey = fastOptions()
+        noKey.recoverCorrupt = true
+        let withoutKey = noKey
+        let required = await expectErrorAsync(KeelError.self) {
+            _ = try await Keel.openAsync(path: path, schema: keySchema, options: withoutKey)
+        }
+        guard case .KeyRequired? = required else { return XCTFail("\(String(describing: required))") }
+        XCTAssertEqual(try snapshot(dir), before)
+
         let plainDir = try tempDir()
         let plain = plainDir.appendingPathComponent("plain.db").path
         let db = try await Keel.openAsync(path: plain, schema: keySchema, options: fastOptions())

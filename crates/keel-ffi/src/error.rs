@@ -114,6 +114,13 @@ pub enum KeelError {
         /// Which file.
         message: String,
     },
+    /// The file is encrypted but was opened without `encryption`. The files are
+    /// unchanged; `recoverCorrupt` leaves the file alone.
+    #[error("{message}")]
+    KeyRequired {
+        /// Which file.
+        message: String,
+    },
     /// Another process holds a lock keel needed.
     #[error("{message}")]
     Locked {
@@ -217,6 +224,7 @@ impl From<SErr> for KeelError {
             SErr::KeyLost { .. } => KeelError::KeyLost { message },
             SErr::WrongKey { .. } => KeelError::WrongKey { message },
             SErr::NotEncrypted { .. } => KeelError::NotEncrypted { message },
+            SErr::KeyRequired { .. } => KeelError::KeyRequired { message },
             SErr::Locked { .. } => KeelError::Locked { message },
             SErr::Unreadable { .. } | SErr::Io { .. } | SErr::SyncFailed { .. } => {
                 KeelError::Io { message }
@@ -246,6 +254,7 @@ impl From<QErr> for KeelError {
             QErr::KeyLost { .. } => KeelError::KeyLost { message },
             QErr::WrongKey { .. } => KeelError::WrongKey { message },
             QErr::NotEncrypted { .. } => KeelError::NotEncrypted { message },
+            QErr::KeyRequired { .. } => KeelError::KeyRequired { message },
             QErr::Decode { .. } => KeelError::Corrupt { message },
             QErr::InvalidObject { .. } => KeelError::InvalidObject { message },
             QErr::UnknownCollection { .. } => KeelError::UnknownCollection { message },
@@ -326,6 +335,10 @@ mod tests {
                 op: "open",
                 path: path.clone(),
             },
+            SErr::KeyRequired {
+                op: "open",
+                path: path.clone(),
+            },
         ];
         let mut cases = Vec::new();
         for s in kernel {
@@ -337,6 +350,7 @@ mod tests {
                 KeelError::KeyLost { .. } => "KeyLost",
                 KeelError::WrongKey { .. } => "WrongKey",
                 KeelError::NotEncrypted { .. } => "NotEncrypted",
+                KeelError::KeyRequired { .. } => "KeyRequired",
                 other => panic!("a key error became {other:?}"),
             };
             assert!(
@@ -347,7 +361,13 @@ mod tests {
         }
         assert_eq!(
             cases,
-            ["KeyUnavailable", "KeyLost", "WrongKey", "NotEncrypted"]
+            [
+                "KeyUnavailable",
+                "KeyLost",
+                "WrongKey",
+                "NotEncrypted",
+                "KeyRequired"
+            ]
         );
     }
 }

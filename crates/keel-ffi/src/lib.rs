@@ -33,7 +33,7 @@
 //! * [`KeelError`] — typed errors; each variant is its own exception type.
 //! * Encryption — `OpenOptions.encryption` ([`Encryption`]): the data key from the
 //!   app's [`KeyProvider`] (Keychain, Android Keystore) or a key file
-//!   ([`KeySource`]); the four key errors are `KeelError` cases of their own.
+//!   ([`KeySource`]); the five key errors are `KeelError` cases of their own.
 //! * [`SyncPolicy`] — per reason in [`OpenOptions`], including
 //!   [`SyncPolicy::SimulatedLatency`] for demos and tests.
 //!

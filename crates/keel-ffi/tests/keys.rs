@@ -1,6 +1,6 @@
 //! Encrypted databases through the FFI: the app's `KeyProvider` (here implemented
 //! in Rust, the way a foreign one is called) or a key file gives the data key; each
-//! of the four key errors is its own `KeelError` case, and none changes any file.
+//! of the five key errors is its own `KeelError` case, and none changes any file.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -251,6 +251,25 @@ fn a_key_for_a_plaintext_database_is_not_encrypted_and_changes_nothing() {
     let db = open_blocking(path, FBS.into(), plain, None).unwrap();
     assert_eq!(db.query("Post".into()).count().unwrap(), 1);
     block_on(db.close()).unwrap();
+}
+
+#[test]
+fn an_encrypted_database_opened_without_a_key_is_key_required_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(Store::default());
+    let path = encrypted(&dir, &store);
+    let before = snapshot(dir.path());
+    let no_key = OpenOptions {
+        recover_corrupt: true,
+        ..OpenOptions::default()
+    };
+    let e = open_err(&path, no_key);
+    assert!(matches!(e, KeelError::KeyRequired { .. }), "{e:?}");
+    assert_eq!(
+        snapshot(dir.path()),
+        before,
+        "not moved aside, nothing written"
+    );
 }
 
 /// A provider that panics (an FFI contract broken on the way back) is contained:

@@ -27,9 +27,10 @@
 //!   (a backup restored without its key). keel refuses, and never creates a fresh,
 //!   empty database over the old one.
 //!
-//! keel itself detects the two other cases: a file that does not decrypt with the key
-//! ([`Error::WrongKey`]) and a plaintext SQLite file opened with a key
-//! ([`Error::NotEncrypted`]).
+//! keel itself detects the three other cases: a file that does not decrypt with the
+//! key ([`Error::WrongKey`]), a plaintext SQLite file opened with a key
+//! ([`Error::NotEncrypted`]) and an encrypted file opened with none
+//! ([`Error::KeyRequired`], see [`looks_encrypted`]).
 //!
 //! With the **plaintext header** ([`StoreOptions::plaintext_header`](crate::options::StoreOptions::plaintext_header)),
 //! the first 32 bytes of the file stay plaintext: the SQLite magic, the page size and
@@ -42,6 +43,7 @@
 //! [`Error::KeyLost`]: crate::error::Error::KeyLost
 //! [`Error::WrongKey`]: crate::error::Error::WrongKey
 //! [`Error::NotEncrypted`]: crate::error::Error::NotEncrypted
+//! [`Error::KeyRequired`]: crate::error::Error::KeyRequired
 
 // Without the feature the items these docs describe are compiled out, and their
 // links with them; the docs stay, since they say what the feature gives.
@@ -52,6 +54,52 @@
 
 #[cfg(feature = "encryption-api")]
 pub use enabled::*;
+
+use std::io::Read;
+use std::path::Path;
+
+/// Whether the file at `path`, whose header is not a plain SQLite header, is an
+/// SQLCipher file: then it needs its key, and it is not a bad file to be moved
+/// aside. Decided from its first page, in either layout:
+///
+/// * with the plaintext header, the SQLite magic stays and header byte 20 (the
+///   bytes reserved at the end of each page) is SQLCipher's 80, where a plaintext
+///   file has 0;
+/// * without it, the file starts with its salt and the rest of the 4 KiB page is
+///   ciphertext: each 512-byte sector of it holds about 221 distinct byte values.
+///   Page 1 of a plaintext file (the schema's b-tree page: zeros, small integers,
+///   SQL text) holds far fewer, and so does text garbage; a disk that tears a
+///   write leaves old or new sectors, not noise over the whole page.
+///
+/// Compiled without the feature too, so such a build says what the file is.
+pub(crate) fn looks_encrypted(path: &Path) -> bool {
+    const MAGIC: &[u8; 16] = b"SQLite format 3\0";
+    const SQLCIPHER_RESERVE: u8 = 80;
+    const PAGE: usize = 4096;
+    const SECTOR: usize = 512;
+    let mut page = [0u8; PAGE];
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut n = 0;
+    while n < page.len() {
+        match f.read(&mut page[n..]) {
+            Ok(0) | Err(_) => break,
+            Ok(k) => n += k,
+        }
+    }
+    if n >= 32 && &page[..16] == MAGIC {
+        return page[20] == SQLCIPHER_RESERVE;
+    }
+    n == PAGE
+        && page[SECTOR..].chunks(SECTOR).all(|sector| {
+            let mut seen = [false; 256];
+            for &b in sector {
+                seen[usize::from(b)] = true;
+            }
+            seen.iter().filter(|&&s| s).count() >= 160
+        })
+}
 
 #[cfg(not(feature = "encryption-api"))]
 pub(crate) use disabled::Cipher;

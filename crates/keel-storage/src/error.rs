@@ -78,6 +78,16 @@ pub enum Error {
         /// The database file.
         path: PathBuf,
     },
+    /// The file is encrypted (an SQLCipher file) but was opened without a key: open
+    /// it with [`StoreOptions::encryption`](crate::options::StoreOptions::encryption).
+    /// Not a bad file: `recover_corrupt` leaves it alone; the files are unchanged.
+    #[error("{op}: {} is encrypted; open it with its key", path.display())]
+    KeyRequired {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
     /// The file is an SQLite database but is damaged (truncated, malformed pages).
     #[error("{op}: {} is corrupt: {detail}", path.display())]
     Corrupt {
@@ -308,7 +318,8 @@ impl Error {
             | Error::KeyUnavailable { path, .. }
             | Error::KeyLost { path, .. }
             | Error::WrongKey { path, .. }
-            | Error::NotEncrypted { path, .. } => path,
+            | Error::NotEncrypted { path, .. }
+            | Error::KeyRequired { path, .. } => path,
         }
     }
 

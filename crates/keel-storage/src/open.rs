@@ -14,7 +14,7 @@ use rusqlite::OpenFlags;
 use crate::checkpointer::{checkpoint_on_writer, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Reopen, Role};
 use crate::durable::{self, start_threads, Gate, Parked, Wait};
-use crate::encryption::Cipher;
+use crate::encryption::{looks_encrypted, Cipher};
 use crate::error::{Error, PathScope, Result};
 use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed};
 use crate::oneshot;
@@ -390,6 +390,16 @@ fn check_file(path: &Path, cipher: Option<&Cipher>) -> Result<FileCheck> {
             1 | 512..=32_768
         )
         && u16::from_be_bytes([header[16], header[17]]).is_power_of_two();
+    // Without a key SQLite would read an encrypted file as garbage, and with a WAL
+    // beside it would even check it in: say what it is before SQLite sees it, so
+    // nothing changes and `recover_corrupt` never moves it aside.
+    let sqlcipher_reserve = n >= 21 && header[20] == 80;
+    if (!header_ok || sqlcipher_reserve) && looks_encrypted(path) {
+        return Err(Error::KeyRequired {
+            op: "read database header",
+            path: path.to_path_buf(),
+        });
+    }
     if !header_ok && wal_bytes >= 32 && wal_header_page_size(&wal).is_some() {
         tracing::warn!(
             wal_bytes,

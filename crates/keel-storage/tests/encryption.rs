@@ -264,6 +264,65 @@ fn a_wrong_key_is_wrong_key_and_changes_nothing() {
     store.close().unwrap();
 }
 
+/// A backup restored without its key, or an app that forgot to pass one: opened
+/// with no key at all, an encrypted file is `KeyRequired` (with or without a WAL,
+/// with or without the plaintext header), never "not a database", and even with
+/// `recover_corrupt` it is not moved aside for a fresh, empty database.
+#[test]
+fn an_encrypted_file_opened_without_a_key_is_key_required_and_never_moved_aside() {
+    for header in [false, true] {
+        for with_wal in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let keyed = || opts().encryption(fixed_key(6)).plaintext_header(header);
+            let live = dir.path().join("live.db");
+            let store = Store::open(&live, keyed()).unwrap();
+            write_kv(&store, "a", b"kept");
+            let db = dir.path().join("a.db");
+            if with_wal {
+                copy_live(&live, &db);
+                store.close().unwrap();
+            } else {
+                store.close().unwrap();
+                std::fs::rename(&live, &db).unwrap();
+            }
+            let _ = std::fs::remove_file(&live);
+            let before = snapshot(dir.path());
+            match Store::open(&db, opts().recover_corrupt(true)) {
+                Err(e @ Error::KeyRequired { .. }) => {
+                    assert!(!e.is_bad_file(), "never moved aside");
+                    assert!(!e.to_string().contains("not a database"), "{e}");
+                }
+                other => {
+                    panic!("header {header}, wal {with_wal}: expected KeyRequired, got {other:?}")
+                }
+            }
+            assert_unchanged(&before, dir.path());
+            let store = Store::open(&db, keyed()).unwrap();
+            assert_eq!(read_kv(&store, "a").as_deref(), Some(&b"kept"[..]));
+            store.close().unwrap();
+        }
+    }
+}
+
+/// A damaged plaintext file is still a bad file (moved aside with
+/// `recover_corrupt`), not mistaken for an encrypted one.
+#[test]
+fn a_damaged_plaintext_file_is_not_taken_for_an_encrypted_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("text.db");
+    let text: Vec<u8> = b"not a database, only some text that someone wrote here. "
+        .iter()
+        .copied()
+        .cycle()
+        .take(8192)
+        .collect();
+    std::fs::write(&db, &text).unwrap();
+    match Store::open(&db, opts()) {
+        Err(e @ Error::NotADatabase { .. }) => assert!(e.is_bad_file()),
+        other => panic!("expected NotADatabase, got {other:?}"),
+    }
+}
+
 #[test]
 fn a_missing_key_file_is_key_lost_and_creates_nothing() {
     let dir = tempfile::tempdir().unwrap();

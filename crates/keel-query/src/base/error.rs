@@ -62,6 +62,16 @@ pub enum Error {
         /// The database file.
         path: PathBuf,
     },
+    /// The file is encrypted but was opened without a key: open it with
+    /// `StoreOptions::encryption`. The files are unchanged, and `recover_corrupt`
+    /// leaves the file alone.
+    #[error("{op}: {} is encrypted; open it with its key", path.display())]
+    KeyRequired {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
     /// An object with the same primary key or unique value already exists. Only
     /// the request that hit it failed; the transaction can continue (Dflat semantics).
     #[error("{op} in {collection}: an object with the same primary key or unique value already exists ({detail})")]
@@ -338,7 +348,7 @@ pub enum Error {
 
 impl From<keel_storage::Error> for Error {
     /// The kernel's `Closed` becomes [`Error::Closed`], its `Schema` (raised by
-    /// this crate's schema hook at open) [`Error::Schema`], and its four key
+    /// this crate's schema hook at open) [`Error::Schema`], and its five key
     /// errors the variants of the same names; everything else is wrapped.
     fn from(e: keel_storage::Error) -> Self {
         use keel_storage::Error as S;
@@ -349,6 +359,7 @@ impl From<keel_storage::Error> for Error {
             S::KeyLost { op, path, detail } => Error::KeyLost { op, path, detail },
             S::WrongKey { op, path } => Error::WrongKey { op, path },
             S::NotEncrypted { op, path } => Error::NotEncrypted { op, path },
+            S::KeyRequired { op, path } => Error::KeyRequired { op, path },
             other => Error::Storage(other),
         }
     }
