@@ -91,6 +91,10 @@ pub trait Record: Send + Sync + Clone + 'static {
     const SCHEMA_FINGERPRINT: u64;
 
     /// Encodes the object as a finished FlatBuffers buffer (root = this table).
+    /// Generated encoders write every string and vector once — no two fields
+    /// share bytes — and keel's store relies on it: a typed write stores the
+    /// body without its key string without walking the other fields to prove
+    /// none points into it.
     fn encode(&self) -> Vec<u8>;
 
     /// Decodes and verifies a FlatBuffers buffer whose root is this table.

@@ -30,6 +30,20 @@
 use keel_schema::{DynamicTable, FieldType, Schema, Value};
 use rusqlite::types::ValueRef as SqlRef;
 
+/// Where an object's bytes were made, as far as [`BodyColumns::strip`] cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// A generated type's encoder (`Record::encode`, keel-schema's wire
+    /// builder): it writes every string once, so no field but the key points
+    /// into the key string, and the walk over every field that proves it for
+    /// other bytes (which, at about a thousand instructions an object, was the
+    /// largest part of keel's own work in an insert) is not needed.
+    Encoder,
+    /// Bytes from anywhere else (the app's own builder, a change patched in):
+    /// another field may share the key string, so the fields are walked.
+    Foreign,
+}
+
 /// How to read a collection's objects out of its table: which columns to select
 /// for an object's bytes, and how to make the whole buffer of them (see the module
 /// docs). What every read of a `body` goes through, keel's own and `keel dump`'s.
@@ -73,7 +87,8 @@ impl BodyColumns {
 
     /// What the body column stores for `bytes`, whose key is `key` (one value per
     /// key part): the bytes, less the key string where it can be put back exactly.
-    /// `fields` reads the object's table: the tail is left on when any field it
+    /// `fields` reads the object's table: unless `origin` says no field can
+    /// share the key string's bytes, the tail is left on when any field it
     /// knows, other than the key, would point into it (or when there is no
     /// `fields` to ask).
     pub(crate) fn strip<'b>(
@@ -81,9 +96,10 @@ impl BodyColumns {
         bytes: &'b [u8],
         key: &[Value],
         fields: Option<DynamicTable<'_>>,
+        origin: Origin,
     ) -> &'b [u8] {
         match (&self.tail, fields) {
-            (Some(t), Some(f)) => t.strip(bytes, key, &f),
+            (Some(t), Some(f)) => t.strip(bytes, key, &f, origin),
             _ => bytes,
         }
     }
@@ -206,7 +222,13 @@ impl TailKey {
 
     /// What the body column stores for `bytes`, whose key is `key` (one value per
     /// key part): `bytes` less its tail when the strip is exact, else `bytes`.
-    fn strip<'b>(&self, bytes: &'b [u8], key: &[Value], fields: &DynamicTable<'_>) -> &'b [u8] {
+    fn strip<'b>(
+        &self,
+        bytes: &'b [u8],
+        key: &[Value],
+        fields: &DynamicTable<'_>,
+        origin: Origin,
+    ) -> &'b [u8] {
         let Some(Value::Text(k)) = key.get(self.part) else {
             return bytes;
         };
@@ -217,7 +239,7 @@ impl TailKey {
         let (prefix, tail) = bytes.split_at(cut);
         if tail_matches(tail, k.as_bytes())
             && self.key_ends(prefix)
-            && fields.within(prefix, self.slot)
+            && (origin == Origin::Encoder || fields.within(prefix, self.slot))
         {
             prefix
         } else {
@@ -345,7 +367,7 @@ mod tests {
         for id in ["", "a", "ab", "abc", "abcd", "doc-00012344", "ключ"] {
             let bytes = obj(true, id, "title");
             let key = [Value::Text(id.into())];
-            let stored = tk.strip(&bytes, &key, &f);
+            let stored = tk.strip(&bytes, &key, &f, Origin::Foreign);
             assert_eq!(stored.len(), bytes.len() - tail_len(id.len()), "{id:?}");
             assert_eq!(
                 read(&tk, stored, SqlRef::Text(id.as_bytes())),
@@ -362,13 +384,16 @@ mod tests {
         let f = s.reader("n.T").unwrap();
         let late = obj(false, "k", "title");
         let key = [Value::Text("k".into())];
-        assert_eq!(tk.strip(&late, &key, &f), &late[..]);
+        assert_eq!(tk.strip(&late, &key, &f, Origin::Foreign), &late[..]);
         assert_eq!(read(&tk, &late, SqlRef::Text(b"k")), late);
         // The tail is another key's: not stripped.
         let first = obj(true, "k", "title");
-        assert_eq!(tk.strip(&first, &[Value::Text("j".into())], &f), &first[..]);
+        assert_eq!(
+            tk.strip(&first, &[Value::Text("j".into())], &f, Origin::Foreign),
+            &first[..]
+        );
         // A key column a stock tool made a number: the body as stored.
-        let stored = tk.strip(&first, &key, &f);
+        let stored = tk.strip(&first, &key, &f, Origin::Foreign);
         assert_eq!(read(&tk, stored, SqlRef::Integer(1)), stored);
     }
 
@@ -385,7 +410,7 @@ mod tests {
             b.end_table()
         });
         assert_eq!(
-            tk.strip(&shared, &[Value::Text("k".into())], &f),
+            tk.strip(&shared, &[Value::Text("k".into())], &f, Origin::Foreign),
             &shared[..]
         );
     }
@@ -416,7 +441,7 @@ mod tests {
                 b.add_scalar::<i32>(2, n, 0);
                 b.end_table()
             });
-            let stored = tk.strip(&bytes, &[Value::Text(id.clone())], &f);
+            let stored = tk.strip(&bytes, &[Value::Text(id.clone())], &f, Origin::Foreign);
             let key_last = key_first || title.is_none();
             let expect = if key_last { bytes.len() - tail_len(id.len()) } else { bytes.len() };
             proptest::prop_assert_eq!(stored.len(), expect);
@@ -435,7 +460,7 @@ mod tests {
         let tk = TailKey::of(&s, "n.T").unwrap();
         let f = s.reader("n.T").unwrap();
             let bytes = obj(true, "some-key", "title");
-            let mut stored = tk.strip(&bytes, &[Value::Text("some-key".into())], &f).to_vec();
+            let mut stored = tk.strip(&bytes, &[Value::Text("some-key".into())], &f, Origin::Foreign).to_vec();
             for (at, v) in flips {
                 if let Some(b) = stored.get_mut(at) {
                     *b = v;

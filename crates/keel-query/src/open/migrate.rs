@@ -53,6 +53,7 @@ use keel_schema::{DynamicTable, Object, Schema, Value};
 use crate::base::error::{Error, Result};
 use crate::base::ref_keys::{column_key, K};
 use crate::base::sql_value::Param;
+use crate::layout::body::Origin;
 use crate::layout::stored;
 use crate::layout::table;
 use crate::layout::table::Coll;
@@ -451,7 +452,9 @@ fn insert_row(
         });
     }
     key.push(Value::Blob(
-        c.body.strip(bytes, &key, c.ext_reader()).to_vec(),
+        c.body
+            .strip(bytes, &key, c.ext_reader(), Origin::Foreign)
+            .to_vec(),
     ));
     let cols = c.column_values(bytes);
     let mut params: Vec<&dyn rusqlite::ToSql> = Vec::with_capacity(key.len() + cols.len());

@@ -11,6 +11,7 @@ use crate::base::sql_value::SqlValue;
 use crate::dictionary::staged::TxnState;
 use crate::engine::{Inner, WriteOutcome};
 use crate::layout::body;
+use crate::layout::body::Origin;
 use crate::layout::side_table::Kind;
 use crate::layout::table::Coll;
 use crate::layout::vector_table;
@@ -87,6 +88,7 @@ fn bind_row(
     c: &Coll,
     key: &[Value],
     bytes: &[u8],
+    origin: Origin,
 ) -> rusqlite::Result<()> {
     let mut at = 1;
     for k in key {
@@ -95,7 +97,12 @@ fn bind_row(
     }
     st.raw_bind_parameter(
         at,
-        Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+        Arg(SqlRef::Blob(c.body.strip(
+            bytes,
+            key,
+            c.ext_reader(),
+            origin,
+        ))),
     )?;
     bind_columns(st, c, bytes, at + 1)
 }
@@ -354,12 +361,13 @@ impl<'a> Txn<'a> {
         op: &'static str,
         key: Vec<Value>,
         bytes: Vec<u8>,
+        origin: Origin,
     ) -> Result<i64> {
         column::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
         // The index columns are extracted once from the bytes, as they are bound.
         self.with_kept_stmt(c, op, &c.sql_insert, |st| {
-            bind_row(st, c, &key, &bytes)?;
+            bind_row(st, c, &key, &bytes, origin)?;
             st.raw_execute()
         })?;
         let rowid = self.conn.last_insert_rowid();
@@ -375,8 +383,9 @@ impl<'a> Txn<'a> {
         op: &'static str,
         key: Vec<Value>,
         bytes: Vec<u8>,
+        origin: Origin,
     ) -> Result<i64> {
-        match self.try_update(c, op, key, bytes)? {
+        match self.try_update(c, op, key, bytes, origin)? {
             Ok(rowid) => Ok(rowid),
             Err((key, _)) => Err(Error::NotFound {
                 op,
@@ -394,6 +403,7 @@ impl<'a> Txn<'a> {
         op: &'static str,
         key: Vec<Value>,
         bytes: Vec<u8>,
+        origin: Origin,
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
         column::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
@@ -404,7 +414,7 @@ impl<'a> Txn<'a> {
             if old.bytes == bytes {
                 return Ok(Ok(old.rowid));
             }
-            self.update_body(c, op, old.rowid, &key, &bytes)?;
+            self.update_body(c, op, old.rowid, &key, &bytes, origin)?;
             self.record(
                 c,
                 ChangeOp::Update,
@@ -421,7 +431,7 @@ impl<'a> Txn<'a> {
         // second statement (`RETURNING rowid` buffers its rows: 7× slower).
         let before = self.wt.row_changes().count;
         let n = self.with_kept_stmt(c, op, &c.sql_update_key, |st| {
-            bind_row(st, c, &key, &bytes)?;
+            bind_row(st, c, &key, &bytes, origin)?;
             st.raw_execute()
         })?;
         if n == 1 {
@@ -466,13 +476,19 @@ impl<'a> Txn<'a> {
         rowid: i64,
         key: &[Value],
         bytes: &[u8],
+        origin: Origin,
     ) -> Result<()> {
         column::check(c, op, bytes)?;
         self.check_references(c, op, bytes)?;
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
                 1,
-                Arg(SqlRef::Blob(c.body.strip(bytes, key, c.ext_reader()))),
+                Arg(SqlRef::Blob(c.body.strip(
+                    bytes,
+                    key,
+                    c.ext_reader(),
+                    origin,
+                ))),
             )?;
             st.raw_bind_parameter(2, rowid)?;
             bind_columns(st, c, bytes, 3)?;
@@ -515,21 +531,21 @@ impl<'a> Txn<'a> {
     pub fn insert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
         let bytes = bytes.into();
         let (c, key) = self.bytes_target(collection, "insert", false, &bytes)?;
-        self.insert_raw(c, "insert", key, bytes)
+        self.insert_raw(c, "insert", key, bytes, Origin::Foreign)
     }
 
     /// Replace the object with the same primary key; [`Error::NotFound`] if none.
     pub fn update_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
         let bytes = bytes.into();
         let (c, key) = self.bytes_target(collection, "update", true, &bytes)?;
-        self.update_raw(c, "update", key, bytes)
+        self.update_raw(c, "update", key, bytes, Origin::Foreign)
     }
 
     /// Insert, or replace the object with the same primary key.
     pub fn upsert_bytes(&mut self, collection: &str, bytes: impl Into<Vec<u8>>) -> Result<i64> {
         let bytes = bytes.into();
         let (c, key) = self.bytes_target(collection, "upsert", false, &bytes)?;
-        self.upsert_raw(c, key, bytes)
+        self.upsert_raw(c, key, bytes, Origin::Foreign)
     }
 
     /// What every `*_bytes` write checks first, in this order: the transaction is
@@ -552,13 +568,19 @@ impl<'a> Txn<'a> {
         Ok((c, key))
     }
 
-    fn upsert_raw(&mut self, c: &Coll, key: Vec<Value>, bytes: Vec<u8>) -> Result<i64> {
+    fn upsert_raw(
+        &mut self,
+        c: &Coll,
+        key: Vec<Value>,
+        bytes: Vec<u8>,
+        origin: Origin,
+    ) -> Result<i64> {
         if c.key.is_empty() {
-            return self.insert_raw(c, "upsert", key, bytes);
+            return self.insert_raw(c, "upsert", key, bytes, origin);
         }
-        match self.try_update(c, "upsert", key, bytes)? {
+        match self.try_update(c, "upsert", key, bytes, origin)? {
             Ok(rowid) => Ok(rowid),
-            Err((key, bytes)) => self.insert_raw(c, "upsert", key, bytes),
+            Err((key, bytes)) => self.insert_raw(c, "upsert", key, bytes, origin),
         }
     }
 
@@ -691,7 +713,7 @@ impl<'a> Txn<'a> {
         let new_key = self.key_of(c, op, &merged)?;
         if new_key == key {
             if merged != old.bytes {
-                self.update_body(c, op, old.rowid, &key, &merged)?;
+                self.update_body(c, op, old.rowid, &key, &merged, Origin::Foreign)?;
                 let new = self.record.then_some(merged);
                 self.record(c, ChangeOp::Update, key, old.rowid, Some(old.bytes), new);
             }
@@ -714,7 +736,7 @@ impl<'a> Txn<'a> {
             }
             self.delete_side_tables(c, op, old.rowid)?;
             self.record(c, ChangeOp::Delete, key, old.rowid, Some(old.bytes), None);
-            let rowid = self.insert_raw(c, op, new_key, merged)?;
+            let rowid = self.insert_raw(c, op, new_key, merged, Origin::Foreign)?;
             if rowid != old.rowid {
                 return Ok(rowid);
             }
@@ -898,7 +920,7 @@ impl<'a> Txn<'a> {
         self.check("insert")?;
         let c = self.coll(R::COLLECTION, "insert")?;
         let key = self.typed_key(c, "insert", obj)?;
-        self.insert_raw(c, "insert", key, obj.encode())
+        self.insert_raw(c, "insert", key, obj.encode(), Origin::Encoder)
     }
 
     /// Replace the stored object with `obj`'s key; [`Error::NotFound`] if none.
@@ -908,7 +930,7 @@ impl<'a> Txn<'a> {
         let c = self.coll(R::COLLECTION, "update")?;
         self.no_key(c, "update")?;
         let key = self.typed_key(c, "update", obj)?;
-        self.update_raw(c, "update", key, obj.encode())
+        self.update_raw(c, "update", key, obj.encode(), Origin::Encoder)
     }
 
     /// Insert or replace `obj`.
@@ -916,7 +938,7 @@ impl<'a> Txn<'a> {
         self.check("upsert")?;
         let c = self.coll(R::COLLECTION, "upsert")?;
         let key = self.typed_key(c, "upsert", obj)?;
-        self.upsert_raw(c, key, obj.encode())
+        self.upsert_raw(c, key, obj.encode(), Origin::Encoder)
     }
 
     /// Delete the `R` with primary key `key`; returns whether it existed.
