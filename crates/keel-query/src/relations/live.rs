@@ -244,14 +244,11 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
 
     /// The live list behind both: `pair` makes a delivered pair of a row,
     /// `deliver` hands the pairs and their diff over.
-    fn subscribe_rows<P: Clone + PartialEq + Send + 'static>(
+    fn subscribe_rows<P: Paired + Clone + PartialEq + Send + 'static>(
         self,
         pair: fn(&Row<R, T>) -> P,
         deliver: impl FnMut(&[P], &Diff) + Send + 'static,
-    ) -> Result<IncludingSubscription>
-    where
-        P: Paired,
-    {
+    ) -> Result<IncludingSubscription> {
         let inner = through_db(&self.fetch.q.src)?;
         let spec: Spec = self.fetch.q.spec.clone();
         let rel: Relation<R, T> = self.rel.clone();
@@ -340,12 +337,15 @@ impl Paired for Included {
     }
 }
 
+/// A list's read of itself: `None` once its database is gone.
+type Read<R, T> = dyn Fn() -> Result<Option<Shown<R, T>>> + Send + Sync;
+
 /// How one list reads itself and makes its deliveries.
 struct Parts<R, T, P> {
     spec: Spec,
     target: String,
     in_place: bool,
-    read: Box<dyn Fn() -> Result<Option<Shown<R, T>>> + Send + Sync>,
+    read: Box<Read<R, T>>,
     /// A referenced object from a change's bytes.
     decode: fn(i64, &[u8]) -> Result<T>,
     pair: fn(&Row<R, T>) -> P,

@@ -192,8 +192,6 @@ struct Entry {
     placement: Placement,
     /// The referenced keys it is found under.
     keys: FxSet<K>,
-    /// Its first read is under way.
-    pending: bool,
 }
 
 #[derive(Default)]
@@ -203,6 +201,8 @@ struct Lists {
     colls: HashMap<String, CollIndex>,
     /// Per referenced collection: key → the lists found under it.
     keys: HashMap<String, FxMap<K, Vec<u64>>>,
+    /// The lists whose first read is under way.
+    pending: FxSet<u64>,
     /// The hook and its generation: a removed hook still running once must
     /// not dispatch beside its successor.
     hook: Option<ChangeHook>,
@@ -465,9 +465,9 @@ impl Registry {
                 filter: compiled,
                 placement,
                 keys: FxSet::default(),
-                pending: true,
             },
         );
+        l.pending.insert(id);
         if l.hook.is_none() {
             if let Some(inner) = self.inner.upgrade() {
                 l.generation += 1;
@@ -489,7 +489,7 @@ impl Registry {
         let Some(e) = l.entries.get_mut(&id) else {
             return;
         };
-        e.pending = false;
+        l.pending.remove(&id);
         let by = l.keys.entry(e.target.clone()).or_default();
         for k in keys {
             if e.keys.insert(k.clone()) {
@@ -533,6 +533,7 @@ impl Registry {
             let Some(e) = l.entries.remove(&id) else {
                 return;
             };
+            l.pending.remove(&id);
             if let Some(ci) = l.colls.get_mut(&e.coll) {
                 ci.unplace(id, &e.placement);
                 if ci.all.is_empty() {
@@ -611,10 +612,8 @@ impl Registry {
                     }
                 }
             }
-            for (id, e) in &l.entries {
-                if e.pending {
-                    found.insert(*id, Verdict::Judge);
-                }
+            for id in &l.pending {
+                found.insert(*id, Verdict::Judge);
             }
             let mut v: Vec<(u64, Arc<dyn Listed>, Verdict)> = found
                 .into_iter()
