@@ -87,13 +87,8 @@ internal fun IncludingSubscription.handle(): KeelHandle = IncludingHandle(this)
 /** Shared by a [LiveFlow] and its listener: the current subscription and the delivery count. */
 internal class LiveState {
     @Volatile var handle: KeelHandle? = null
-    /**
-     * Subscribing: keel makes the first delivery before the handle exists, and a
-     * collector may see it before the handle is stored; the Flow is active then.
-     */
-    @Volatile var subscribing = false
     private val count = AtomicInteger()
-    val isActive: Boolean get() = handle?.isActive() ?: subscribing
+    val isActive: Boolean get() = handle?.isActive() ?: false
     val deliveries: Int get() = count.get()
     fun delivered() {
         count.incrementAndGet()
@@ -129,15 +124,21 @@ internal fun <R> liveFlow(
     deliver: ProducerScope<R>.(Any) -> Unit,
 ): Flow<R> = callbackFlow {
     val producer = this
-    state.subscribing = true
-    val handle = try {
-        subscribe(KeelBridge(state) { producer.deliver(it) })
-    } catch (e: Throwable) {
-        state.subscribing = false
-        throw e
-    }
+    // keel makes the first delivery inside `subscribe`, before the handle exists:
+    // deliveries wait until it is stored, so a collector that got one sees the
+    // Flow active (and its subscription counted), in keel's order.
+    val lock = Any()
+    var ready = false
+    val early = ArrayList<Any>()
+    val handle = subscribe(KeelBridge(state) { d ->
+        synchronized(lock) { if (ready) producer.deliver(d) else early.add(d) }
+    })
     state.handle = handle
-    state.subscribing = false
+    synchronized(lock) {
+        ready = true
+        for (d in early) producer.deliver(d)
+        early.clear()
+    }
     launch {
         try {
             handle.ended()
