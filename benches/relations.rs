@@ -31,7 +31,8 @@
 //!   1,000 lists open (`live_unshown_write_ms`) and with none
 //!   (`plain_unshown_write_ms`). `unshown_write_ratio` = the first ÷ the second.
 //!   Goal ≤ 1.3: the cost follows the changed objects, as for plain live
-//!   queries (each list evaluates its filter on the changed post in memory).
+//!   queries (the lists' shared registry finds, by their filters, that no
+//!   list can show the post: no list is visited).
 //!
 //! Each figure is the median of the repetitions (5; `--quick`: 1), each the
 //! mean of 20 reads (`--quick`: 3) after one warm-up read (renames: 20 each;

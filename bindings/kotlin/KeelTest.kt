@@ -1031,6 +1031,11 @@ fun registerTypedTests() {
         }
         live.forEach { it.cancel() }
         c.closeAsync()
+        // An author renamed with 1,000 live lists across the relation open (RelationsTest.kt).
+        val rel = relationsRenameBench(dir, if (n >= 10_000) 200 else 50)
+        val renamePlain = rel.getValue("rename_plain_ms")
+        val renameLive = rel.getValue("rename_live1000_ms")
+        val renameDeliveries = rel.getValue("rename_deliveries")
         val wCallback = median(viaCallback)
         val wOps = median(viaOps)
         val wLive = median(withLive)
@@ -1041,6 +1046,7 @@ fun registerTypedTests() {
         println("    fetch all typed ${"%.1f".format(fetchTyped)} ms vs bytes ${"%.1f".format(fetchBytes)} ms: ratio ${"%.2f".format(fetchRatio)} (goal <= 1.5)")
         println("    1-object write: transaction callback ${"%.3f".format(wCallback)} ms vs recorded ops ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(callbackRatio)} (goal <= 1.3)")
         println("    1-object write with 1,000 live queries open ${"%.3f".format(wLive)} ms vs none ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(liveRatio)}")
+        println("    author rename with 1,000 live lists across the relation open ${"%.3f".format(renameLive)} ms ($renameDeliveries deliveries) vs none ${"%.3f".format(renamePlain)} ms")
         System.getenv("KEEL_BENCH_OUT")?.let { out ->
             val f = File(out)
             f.parentFile?.mkdirs()
@@ -1055,7 +1061,8 @@ fun registerTypedTests() {
                 | "metrics": {"insert_typed_ratio": $insRatio, "fetch_typed_ratio": $fetchRatio,
                 |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n, "runs": $runs, "load_average_1m": $load, "cores": $cores,
                 |   "writes": $writes, "write_callback_ms": $wCallback, "write_ops_ms": $wOps, "write_callback_ratio": $callbackRatio,
-                |   "write_live1000_ms": $wLive, "write_live1000_ratio": $liveRatio},
+                |   "write_live1000_ms": $wLive, "write_live1000_ratio": $liveRatio,
+                |   "rename_plain_ms": $renamePlain, "rename_live1000_ms": $renameLive, "rename_live1000_ratio": ${renameLive / renamePlain}, "rename_deliveries": $renameDeliveries},
                 | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes",
                 |   "write_callback_ratio": "1-object write: txn callback vs recorded ops", "write_live1000_ratio": "1-object write: 1,000 live queries vs none"},
                 | "notes": {"insert_typed_ratio": "time of db.write { insertAll(posts) } / db.write(pre-built WriteOps)",
@@ -1069,7 +1076,11 @@ fun registerTypedTests() {
                 |   "write_ops_ms": "write(ops) of one pre-built object, the recorded-ops path (ms, until it returns)",
                 |   "write_callback_ratio": "transaction callback / recorded ops, one-object write (goal <= 1.3)",
                 |   "write_live1000_ms": "write(ops) of one object with 1,000 live queries open (10 of them affected), writer-side: until it returns (ms)",
-                |   "write_live1000_ratio": "one-object write with 1,000 live queries open / with none"}}
+                |   "write_live1000_ratio": "one-object write with 1,000 live queries open / with none",
+                |   "rename_plain_ms": "write(ops) renaming one of 100 authors of 1,000 posts, no live list open (ms, until it returns)",
+                |   "rename_live1000_ms": "the same rename with 1,000 live lists across the relation open (posts in a window of 10 ranks with their authors; the core's figure is benches/relations.rs live_rename_ms)",
+                |   "rename_live1000_ratio": "rename with 1,000 live lists open / with none",
+                |   "rename_deliveries": "lists each rename delivered to (those showing the author)"}}
                 |""".trimMargin()
             )
             println("    wrote $out")

@@ -5,15 +5,20 @@
 // keeps the posts whose author matches, and the live form delivers a
 // row-level `updated` diff when only an author is renamed. Real database files.
 
+import dev.keel.applyTo
 import dev.keel.fetch
 import dev.keel.including
 import dev.keel.whereThrough
 import dev.keel.write
 import dev.keel.ffi.Database
+import dev.keel.ffi.Diff
+import dev.keel.ffi.IncludingListener
+import dev.keel.ffi.IncludingUpdate
 import dev.keel.ffi.KeelException
 import dev.keel.ffi.Move
 import dev.keel.ffi.OpenOptions
 import dev.keel.ffi.SyncPolicy
+import dev.keel.ffi.WriteOp
 import dev.keel.ffi.openAsync
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.launch
@@ -210,4 +215,109 @@ fun registerRelationsTests() {
         job.cancel()
         db.closeAsync()
     }
+
+    test("relations: Diff.applyTo makes the new list from the old one, moves included") {
+        val old = listOf("a", "b", "c", "d", "e")
+        val new = listOf("e", "b", "x", "d", "c")
+        // a removed; x inserted; e and c moved (b and d keep their order); d updated.
+        val d = Diff(removed = listOf(0UL), inserted = listOf(2UL), moved = listOf(Move(4UL, 0UL), Move(2UL, 4UL)), updated = listOf(3UL))
+        val shown = old.toMutableList()
+        val asked = mutableListOf<Int>()
+        d.applyTo(shown) { i -> asked += i; new[i] }
+        check(shown == new) { "$shown" }
+        check(asked.sorted() == listOf(2, 3)) { "fresh rows asked for: $asked" }
+        // Without moves the list is edited where it is.
+        val inPlace = mutableListOf("a", "b", "c")
+        Diff(removed = listOf(1UL), inserted = listOf(2UL), moved = emptyList(), updated = listOf(0UL))
+            .applyTo(inPlace) { i -> listOf("A", "c", "d")[i] }
+        check(inPlace == listOf("A", "c", "d")) { "$inPlace" }
+    }
+
+    test("relations: a live list applies keel's diffs and equals a fresh fetch after every write") { dir ->
+        val db = relDb(dir, "applied.db")
+        db.write {
+            for (a in 0 until 4) insert(Author(id = "a$a", name = "A$a"))
+            for (p in 0 until 12) insert(Post(id = "p$p", author = "a${p % 4}", rank = p))
+        }
+        val q = db.fetch(Post).where(Post.rank lt 8).orderBy(Post.rank.asc()).including(Post.authorRef)
+        val feed = q.updates()
+        val got = Channel<dev.keel.IncludingUpdate<Post, Author?>>(Channel.UNLIMITED)
+        val job = launch { feed.collect { got.send(it) } }
+        var last = withTimeout(10_000) { got.receive() }
+        var received = 1
+        check(last.objects == q.all())
+        val rnd = java.util.Random(7)
+        repeat(40) { step ->
+            when (rnd.nextInt(4)) {
+                0 -> db.write { update(Author(id = "a${rnd.nextInt(4)}", name = "N$step")) }
+                1 -> db.write { upsert(Post(id = "p${rnd.nextInt(14)}", author = "a${rnd.nextInt(5)}", rank = rnd.nextInt(12))) }
+                2 -> try {
+                    db.write(listOf(WriteOp.Delete(Post.COLLECTION, listOf(dev.keel.ffi.Value.Text("p${rnd.nextInt(14)}")))))
+                } catch (e: KeelException.NotFound) {
+                }
+                else -> db.write { upsert(Author(id = "a4", name = "Late $step")) }
+            }
+            // keel counts a delivery before the write returns; the Flow decodes it after.
+            withTimeout(10_000) {
+                while (received < feed.deliveries) {
+                    last = got.receive()
+                    received++
+                }
+            }
+            val want = q.all()
+            check(last.objects == want) { "step $step: ${last.objects} != $want" }
+        }
+        check(received > 10) { "only $received deliveries" }
+        job.cancel()
+        db.closeAsync()
+    }
+}
+
+/**
+ * The rename of `benches/relations.rs` through the FFI: 1,000 posts naming 100
+ * authors, 1,000 live lists across the relation (posts in a window of 10 ranks,
+ * with their authors; listeners that only take the delivery, as a collector's
+ * buffer does), an author renamed with `write(ops)`, timed until it returns
+ * (every affected list has its delivery by then). Against the same rename with
+ * no list open. Medians over [renames] renames each.
+ */
+suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
+    val db = relDb(dir, "rename-bench.db")
+    db.write {
+        for (a in 0 until 100) insert(Author(id = "author-%03d".format(a), name = "Author $a"))
+        for (p in 0 until 1_000) insert(Post(id = "post-%04d".format(p), title = "Post $p", author = "author-%03d".format(p % 100), rank = p))
+    }
+    fun ms(t0: Long) = (System.nanoTime() - t0) / 1e6
+    var i = 0
+    suspend fun rename(): Double {
+        i += 1
+        val op = WriteOp.Update(Author.COLLECTION, Author(id = "author-007", name = "Renamed $i").encode())
+        val t = System.nanoTime()
+        db.write(listOf(op))
+        return ms(t)
+    }
+    fun median(xs: List<Double>) = xs.sorted().let { if (it.size % 2 == 1) it[it.size / 2] else (it[it.size / 2 - 1] + it[it.size / 2]) / 2 }
+    repeat(20) { rename() } // warm-up: JIT, statement caches
+    val plain = (0 until renames).map { rename() }
+    val deliveries = java.util.concurrent.atomic.AtomicLong()
+    val listener = object : IncludingListener {
+        override fun onUpdate(update: IncludingUpdate) { deliveries.incrementAndGet() }
+    }
+    val subs = (0 until 1_000).map { k ->
+        val lo = k % 990
+        db.fetch(Post).where((Post.rank ge lo) and (Post.rank lt lo + 10)).orderBy(Post.rank.asc()).query
+            .subscribeIncluding("author", listener)
+    }
+    check(db.liveSubscriptions() == 1_000uL) { "${db.liveSubscriptions()} live subscriptions" }
+    repeat(20) { rename() }
+    val before = deliveries.get()
+    val live = (0 until renames).map { rename() }
+    val perRename = (deliveries.get() - before).toDouble() / renames
+    subs.forEach { it.cancel() }
+    db.closeAsync()
+    return mapOf(
+        "rename_plain_ms" to median(plain),
+        "rename_live1000_ms" to median(live),
+        "rename_deliveries" to perRename,
+    )
 }

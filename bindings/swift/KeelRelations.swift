@@ -203,17 +203,83 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     /// `updated`; other processes' commits arrive too (with `shareChanges`).
     /// Leaving the loop (or cancelling its task, or `cancel()`) ends the
     /// subscription. keel's listener buffers the undecoded deliveries; each is
-    /// decoded in the consuming task.
+    /// decoded in the consuming task. keel delivers a change as its diff and the
+    /// rows it inserts or updates: the sequence keeps the list, decodes those
+    /// rows alone and applies the diff to it (`Diff.apply(to:fresh:)`), so a
+    /// rename that changes one row of a long list decodes one row.
     public func updates() -> KeelUpdates<KeelIncludingChange<Row>> {
         let (fetch, field, decode) = (self, field, decode)
+        let shown = KeelShownRows<Row>()
         return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
             try fetch.query().subscribeIncluding(field: field, listener: bridge)
         }, decode: { raw in
             guard case .including(let u) = raw.event else {
                 throw KeelUpdates<KeelIncludingChange<Row>>.unexpected(raw)
             }
-            return KeelIncludingChange(objects: try u.objects.map(decode), diff: u.diff)
+            return KeelIncludingChange(objects: try shown.apply(u, decode), diff: u.diff)
         })
+    }
+}
+
+/// The rows a live list across a relation shows, kept from one delivery to the
+/// next for the one iterator that consumes them (a `KeelUpdates` is consumed
+/// once); the lock only makes that sharing checkable.
+final class KeelShownRows<Row: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var rows: [Row] = []
+
+    /// The list after `update`: its inserted and updated rows decoded, the
+    /// others kept.
+    func apply(
+        _ update: IncludingUpdate, _ decode: (IncludedObject) throws -> Row
+    ) throws -> [Row] {
+        lock.lock()
+        defer { lock.unlock() }
+        var at: [Int: IncludedObject] = [:]
+        for c in update.changed { at[Int(c.index)] = c.row }
+        try update.diff.apply(to: &rows) { i in
+            guard let row = at[i] else {
+                throw KeelError.Internal(message: "a live list's delivery lacks its row \(i)")
+            }
+            return try decode(row)
+        }
+        return rows
+    }
+}
+
+extension Diff {
+    /// Make `list`, the result this diff was made against, the new result: the
+    /// rows at `inserted` and `updated` indices come from `fresh` (called with
+    /// their index in the new result), every other row is `list`'s own, kept or
+    /// moved. What a list view does with each delivery instead of taking the
+    /// whole result again: a diff without moves (every diff of a commit that
+    /// changes one object) removes and inserts its few rows where they are; one
+    /// with moves rebuilds the list. The core's `Diff::apply_to`, Kotlin's
+    /// `Diff.applyTo(list, fresh)`.
+    ///
+    ///     try change.diff.apply(to: &shown) { i in try decode(row(at: i)) }
+    public func apply<T>(to list: inout [T], fresh: (Int) throws -> T) rethrows {
+        if moved.isEmpty {
+            for i in removed.reversed() { list.remove(at: Int(i)) }
+            for j in inserted { list.insert(try fresh(Int(j)), at: Int(j)) }
+            for j in updated { list[Int(j)] = try fresh(Int(j)) }
+            return
+        }
+        let n = list.count + inserted.count - removed.count
+        var out = [T?](repeating: nil, count: n)
+        var gone = [Bool](repeating: false, count: list.count)
+        for i in removed { gone[Int(i)] = true }
+        for j in inserted { out[Int(j)] = try fresh(Int(j)) }
+        for m in moved {
+            gone[Int(m.from)] = true
+            out[Int(m.to)] = list[Int(m.from)]
+        }
+        var rest = list.indices.filter { !gone[$0] }.makeIterator()
+        for k in 0..<n where out[k] == nil {
+            if let i = rest.next() { out[k] = list[i] }
+        }
+        for j in updated { out[Int(j)] = try fresh(Int(j)) }
+        list = out.compactMap { $0 }
     }
 }
 

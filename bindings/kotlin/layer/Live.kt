@@ -18,6 +18,7 @@
 //     if (!feed.isActive) …                        // collector gone, or the database closed
 package dev.keel
 
+import dev.keel.ffi.Diff
 import dev.keel.ffi.IncludingListener
 import dev.keel.ffi.IncludingSubscription
 import dev.keel.ffi.IncludingUpdate
@@ -123,8 +124,21 @@ internal fun <R> liveFlow(
     deliver: ProducerScope<R>.(Any) -> Unit,
 ): Flow<R> = callbackFlow {
     val producer = this
-    val handle = subscribe(KeelBridge(state) { producer.deliver(it) })
+    // keel makes the first delivery inside `subscribe`, before the handle exists:
+    // deliveries wait until it is stored, so a collector that got one sees the
+    // Flow active (and its subscription counted), in keel's order.
+    val lock = Any()
+    var ready = false
+    val early = ArrayList<Any>()
+    val handle = subscribe(KeelBridge(state) { d ->
+        synchronized(lock) { if (ready) producer.deliver(d) else early.add(d) }
+    })
     state.handle = handle
+    synchronized(lock) {
+        ready = true
+        for (d in early) producer.deliver(d)
+        early.clear()
+    }
     launch {
         try {
             handle.ended()
@@ -134,4 +148,42 @@ internal fun <R> liveFlow(
         }
     }
     awaitClose { handle.cancel() }
+}
+
+/** A slot no row has filled yet, in [applyTo]'s rebuild. */
+private object Unfilled
+
+/**
+ * Make [list], the result this diff was made against, the new result: rows at
+ * `inserted` and `updated` indices come from [fresh] (called with their index in the
+ * new result), every other row is [list]'s own, kept or moved. What a list view does
+ * with each delivery, instead of taking the whole result again: a diff without moves
+ * (every diff of a commit that changes one object) removes and inserts its few rows
+ * where they are; one with moves rebuilds the list. The core's `Diff::apply_to`,
+ * Swift's `Diff.apply(to:fresh:)`.
+ *
+ *     update.diff.applyTo(shown) { i -> decode(rowAt(i)) }
+ */
+fun <T> Diff.applyTo(list: MutableList<T>, fresh: (Int) -> T) {
+    if (moved.isEmpty()) {
+        for (i in removed.asReversed()) list.removeAt(i.toInt())
+        for (j in inserted) list.add(j.toInt(), fresh(j.toInt()))
+        for (j in updated) list[j.toInt()] = fresh(j.toInt())
+        return
+    }
+    val n = list.size + inserted.size - removed.size
+    val out = MutableList<Any?>(n) { Unfilled }
+    val gone = BooleanArray(list.size)
+    for (i in removed) gone[i.toInt()] = true
+    for (j in inserted) out[j.toInt()] = fresh(j.toInt())
+    for (m in moved) {
+        gone[m.from.toInt()] = true
+        out[m.to.toInt()] = list[m.from.toInt()]
+    }
+    val rest = list.filterIndexed { i, _ -> !gone[i] }.iterator()
+    for (k in 0 until n) if (out[k] === Unfilled) out[k] = rest.next()
+    for (j in updated) out[j.toInt()] = fresh(j.toInt())
+    list.clear()
+    @Suppress("UNCHECKED_CAST")
+    list.addAll(out as List<T>)
 }

@@ -23,8 +23,8 @@ import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.buffer
+import kotlinx.coroutines.flow.flow
 import kotlinx.coroutines.flow.flowOn
-import kotlinx.coroutines.flow.map
 
 /**
  * A typed handle on the to-one reference field [field] of [owner]'s collection,
@@ -156,18 +156,26 @@ class Including<O : Any, T : Any, R> internal constructor(
      * subscribes; cancelling the collector cancels the subscription. No delivery is
      * dropped. Other processes' commits arrive too (with `shareChanges`). Subscribing
      * and decoding run on [Dispatchers.IO], never on keel's writer or feed thread.
+     *
+     * keel delivers each change as its diff and the rows it inserts or updates: the
+     * Flow keeps the list, decodes those rows alone and applies the diff to it
+     * ([applyTo]), so a rename that changes one row of a long list decodes one row.
      */
     fun updates(): LiveFlow<IncludingUpdate<O, R>> {
         val state = LiveState()
-        val flow = liveFlow<dev.keel.ffi.IncludingUpdate>(state, { checked().subscribeIncluding(field, it).handle() }) {
+        val raw = liveFlow<dev.keel.ffi.IncludingUpdate>(state, { checked().subscribeIncluding(field, it).handle() }) {
             trySend(it as dev.keel.ffi.IncludingUpdate)
+        }.buffer(Channel.UNLIMITED)
+        val lists = flow {
+            // One list per collection: this block runs anew for each collector.
+            val shown = ArrayList<Pair<O, R>>()
+            raw.collect { u ->
+                val rows = u.changed.associateBy { it.index.toInt() }
+                u.diff.applyTo(shown) { i -> decode(rows.getValue(i).row) }
+                emit(IncludingUpdate(shown.toList(), u.diff))
+            }
         }
-        return LiveFlow(
-            flow.buffer(Channel.UNLIMITED)
-                .map { u -> IncludingUpdate(u.objects.map(decode), u.diff) }
-                .flowOn(Dispatchers.IO),
-            state,
-        )
+        return LiveFlow(lists.flowOn(Dispatchers.IO), state)
     }
 
     override fun toString(): String = "${query.describe()} including $field"

@@ -258,4 +258,49 @@ final class RelationTests: XCTestCase {
         }
         XCTAssertFalse(updates.isActive)
     }
+
+    func testDiffApplyMakesTheNewListFromTheOldOneMovesIncluded() {
+        let new = ["e", "b", "x", "d", "c"]
+        // a removed; x inserted; e and c moved (b and d keep their order); d updated.
+        let d = Diff(removed: [0], inserted: [2], moved: [Move(from: 4, to: 0), Move(from: 2, to: 4)],
+                     updated: [3])
+        var shown = ["a", "b", "c", "d", "e"]
+        var asked: [Int] = []
+        d.apply(to: &shown) { i in
+            asked.append(i)
+            return new[i]
+        }
+        XCTAssertEqual(shown, new)
+        XCTAssertEqual(asked.sorted(), [2, 3])
+        var inPlace = ["a", "b", "c"]
+        Diff(removed: [1], inserted: [2], moved: [], updated: [0])
+            .apply(to: &inPlace) { ["A", "c", "d"][$0] }
+        XCTAssertEqual(inPlace, ["A", "c", "d"])
+    }
+
+    func testALiveListAppliesKeelsDiffsAndEqualsAFreshFetch() async throws {
+        let db = try await openRel("applied.db")
+        try await db.write { txn in
+            for a in 0..<4 { try txn.insert(Author(id: "a\(a)", name: "A\(a)")) }
+            for p in 0..<12 { try txn.insert(Post(id: "p\(p)", author: "a\(p % 4)", rank: Int32(p))) }
+        }
+        let fetch = db.fetch(Post.self).where(Post.rank < 8).sorted(by: Post.rank.ascending)
+            .including(Post.authorRef)
+        var it = fetch.updates().makeAsyncIterator()
+        let first = try await it.next()
+        XCTAssertEqual(first?.objects, try fetch.all())
+        let edits: [@Sendable (KeelWriteTransaction) throws -> Void] = [
+            { try $0.update(Author(id: "a1", name: "Renamed")) },
+            { try $0.update(Post(id: "p2", author: "a3", rank: 9)) },
+            { try $0.insert(Post(id: "p20", author: "a0", rank: 0)) },
+            { try $0.update(Post(id: "p7", author: "a2", rank: 1)) },
+            { try $0.delete(Post.self, key: "p4") },
+        ]
+        for edit in edits {
+            try await db.write { txn in try edit(txn) }
+            let got = try await it.next()
+            XCTAssertEqual(got?.objects, try fetch.all())
+        }
+    }
 }
+

@@ -104,7 +104,7 @@ pub use migrate::{
     MigrationProgressListener, Migrator, ObjectMigration,
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
-pub use relations::{IncludingListener, IncludingSubscription, IncludingUpdate};
+pub use relations::{ChangedRow, IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use txn::{Txn, WriteBody};
 

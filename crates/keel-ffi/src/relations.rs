@@ -4,18 +4,25 @@
 //!
 //! [`Query::subscribe_including`] delivers the query's objects with the objects
 //! their reference field names ([`IncludedObject`]: one for a to-one field, the
-//! vector's in its order for a to-many one), at once and again
-//! after every commit that changes the list — this handle's, or another
-//! connection's (another process with `share_changes`, through keel-query's
-//! `Database::on_file_changes`): a change in the query's
-//! collection, or in the referenced collection with a key some shown object
-//! names (a hash lookup per changed object; commits touching neither cost
-//! nothing more). A relevant commit re-reads the list (the two reads of
-//! `all_including`) and delivers it with the row-level diff against the last
-//! delivery, if anything differs: an author's rename lists every post naming it
-//! as `updated`.
+//! vector's in its order for a to-many one), at once and again after every
+//! commit that changes the list — this handle's, or another connection's
+//! (another process with `share_changes`, through keel-query's
+//! `Database::on_file_changes`). A delivery carries the row-level diff against
+//! the last one and only the rows it names as inserted or updated
+//! ([`IncludingUpdate::changed`]): the foreign list applies the diff to what it
+//! shows (`Diff.applyTo` in Kotlin, `Diff.apply(to:)` in Swift), so a rename
+//! that changes one row of a thousand crosses the FFI as one row.
+//!
+//! A list through a reference field (filtered through it or not) is the core's
+//! live list (`Query::subscribe_including`): one registry per database finds
+//! the lists a commit can change, and an author's rename edits their rows in
+//! place, with no read. An inverse name, or an order by a related field, is
+//! served here by re-reading the list on each relevant commit (a change in
+//! either collection; a change of a referenced object only when a shown row
+//! names it) and diffing it against the last delivery.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
@@ -29,20 +36,74 @@ use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
 use crate::expr::{Expr, Resolver};
 use crate::live::{Counted, Diff, Ends};
-use crate::types::IncludedObject;
 use crate::types::Value as FfiValue;
+use crate::types::{IncludedObject, StoredObject};
 
-/// One delivery of [`Query::subscribe_including`]: the whole list and its diff
-/// against the previous delivery (the first lists every object as inserted).
-/// Rows are identified by the referring object's rowid; a row whose object or
-/// referenced object changed is `updated`.
+/// One delivery of [`Query::subscribe_including`]: the diff against the
+/// previous delivery (the first lists every row as inserted) and the rows it
+/// inserts or updates. Rows are identified by the referring object's rowid; a
+/// row whose object or referenced objects changed is `updated`. The previous
+/// list with `diff` applied, taking each inserted or updated row from
+/// `changed`, is the new list.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct IncludingUpdate {
-    /// Each matching object with the object its reference names (none when the
-    /// field is absent or names no object), in query order.
-    pub objects: Vec<IncludedObject>,
+    /// The number of rows of the new list.
+    pub count: u64,
     /// Changes against the previous delivery.
     pub diff: Diff,
+    /// The new list's rows at `diff.inserted` and `diff.updated`, once each,
+    /// ascending by index.
+    pub changed: Vec<ChangedRow>,
+}
+
+/// One row of a delivery of [`Query::subscribe_including`].
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct ChangedRow {
+    /// Its index in the new list.
+    pub index: u64,
+    /// The object with the object (to-one) or objects (to-many, in the order
+    /// of its keys) its reference names; none when absent or naming no object.
+    pub row: IncludedObject,
+}
+
+/// The delivery of a new list `rows` that `diff` makes of the previous one.
+fn delivery(
+    count: usize,
+    diff: &keel_query::Diff,
+    row: impl Fn(usize) -> IncludedObject,
+) -> IncludingUpdate {
+    let mut at: Vec<usize> = diff
+        .inserted
+        .iter()
+        .chain(diff.updated.iter())
+        .copied()
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    IncludingUpdate {
+        count: count as u64,
+        diff: Diff::from(diff),
+        changed: at
+            .into_iter()
+            .filter(|&i| i < count)
+            .map(|i| ChangedRow {
+                index: i as u64,
+                row: row(i),
+            })
+            .collect(),
+    }
+}
+
+/// A core row as the FFI's.
+fn included_one(i: &keel_query::Included) -> IncludedObject {
+    let stored = |o: &keel_query::StoredObject| StoredObject {
+        rowid: o.rowid,
+        bytes: o.bytes.clone(),
+    };
+    IncludedObject {
+        object: stored(&i.object),
+        related: i.related.iter().map(stored).collect(),
+    }
 }
 
 /// Receives the deliveries of [`Query::subscribe_including`]: the first **on the
@@ -62,14 +123,44 @@ pub trait IncludingListener: Send + Sync {
 /// reference cancels too.
 #[derive(uniffi::Object)]
 pub struct IncludingSubscription {
-    /// The engine's hook, and this subscription's place in `live_subscriptions`,
-    /// both given up at the cancel.
-    hook: Mutex<Option<(ChangeHook, Counted)>>,
+    /// The engine's list or hook, and this subscription's place in
+    /// `live_subscriptions`, both given up at the cancel.
+    live: Mutex<Option<(Live, Counted)>>,
     ends: Ends,
-    state: Arc<Mutex<State>>,
-    /// The thread running a delivery, if any: `cancel` from inside the listener
-    /// must not wait for itself.
-    delivering: Arc<Mutex<Option<ThreadId>>>,
+    gate: Arc<Gate>,
+}
+
+/// What keeps a list live.
+enum Live {
+    /// The core's live list.
+    Core(#[allow(dead_code)] keel_query::IncludingSubscription),
+    /// This module's hook, re-reading the list.
+    Hook(ChangeHook),
+}
+
+/// The listener's side of a subscription: whether it may still be called, held
+/// through each call (so `cancel` waits for a delivery in progress), and the
+/// thread running one (`cancel` from inside the listener must not wait for
+/// itself).
+struct Gate {
+    lock: Mutex<()>,
+    ended: AtomicBool,
+    delivering: Mutex<Option<ThreadId>>,
+    listener: Arc<Foreign<dyn IncludingListener>>,
+}
+
+impl Gate {
+    fn deliver(&self, update: IncludingUpdate) {
+        let active = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.ended.load(Ordering::SeqCst) {
+            return;
+        }
+        *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(std::thread::current().id());
+        guarded("including subscription", || self.listener.on_update(update));
+        *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        drop(active);
+    }
 }
 
 impl std::fmt::Debug for IncludingSubscription {
@@ -84,19 +175,27 @@ impl std::fmt::Debug for IncludingSubscription {
 impl IncludingSubscription {
     /// End the subscription (idempotent).
     pub fn cancel(&self) {
-        if let Some((h, counted)) = self.hook.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            h.remove();
+        // Taken out of the lock first: ending the list must not wait for it.
+        let live = self.live.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some((live, counted)) = live {
+            match live {
+                Live::Core(sub) => drop(sub),
+                Live::Hook(h) => h.remove(),
+            }
             drop(counted);
         }
+        self.gate.ended.store(true, Ordering::SeqCst);
         let me = std::thread::current().id();
-        let inside = *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
-        if inside {
-            // The delivery holds the state lock; it checks `active` before the
-            // next one.
-            return;
+        let inside = *self
+            .gate
+            .delivering
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            == Some(me);
+        if !inside {
+            // Waits for a delivery in progress; none starts after this.
+            drop(self.gate.lock.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        // Waits for a delivery in progress; none starts after this.
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).active = false;
         self.ends.cancel();
     }
 
@@ -110,7 +209,7 @@ impl IncludingSubscription {
     pub fn is_active(&self) -> bool {
         self.ends.live()
             && self
-                .hook
+                .live
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .is_some()
@@ -123,9 +222,8 @@ impl Drop for IncludingSubscription {
     }
 }
 
-/// What the list shows, and what the hook needs to judge a commit.
+/// What a re-read list shows, and what its hook needs to judge a commit.
 struct State {
-    active: bool,
     rows: Vec<IncludedObject>,
     /// Every key the shown objects name, dangling ones included (their target
     /// may appear), as [`key_id`]s.
@@ -414,13 +512,15 @@ impl Query {
     /// Subscribe to this query with the objects its reference field `field`
     /// names (to-one, or to-many: a vector of keys, named in its order; keys
     /// naming no object are left out): `listener` gets the list at once (on
-    /// this thread), then every changed list with its diff (on keel's writer
-    /// thread) — including a change of a referenced object only (an author
-    /// renamed: the posts naming it are `updated`). `field` may also be an
-    /// inverse name (`posts` of `Post.author: (inverse: "posts")`): each
+    /// this thread, every row `inserted`), then each change of it (on keel's
+    /// writer thread): its diff and the rows the diff inserts or updates — a
+    /// change of a referenced object only too (an author renamed: the posts
+    /// naming it are `updated`, edited in place with no read). `field` may also
+    /// be an inverse name (`posts` of `Post.author: (inverse: "posts")`): each
     /// object with the objects referring to it, re-read on any change of the
-    /// referring collection. Any other name is `InvalidArgument`. Local commits
-    /// only (not other processes').
+    /// referring collection. Any other name is `InvalidArgument`. Other
+    /// processes' commits arrive with `share_changes` (on the `keel-feed`
+    /// thread).
     pub fn subscribe_including(
         &self,
         field: String,
@@ -429,89 +529,111 @@ impl Query {
         let listener = Arc::new(Foreign::new(listener));
         crate::db::sync_call(|| {
             let (coll, path, target, to_many) = reference(self, &field, true)?;
-            // Filtered through the reference, or an inverse (the referrers are
-            // the rows' related objects): a change of any object of the target
-            // can change the list, so every one counts.
-            let filtered = self.related_expr(&field)?.is_some() || path.is_none();
-            let state = Arc::new(Mutex::new(State {
-                active: true,
-                rows: Vec::new(),
-                named: HashSet::new(),
-            }));
-            let delivering = Arc::new(Mutex::new(None));
-            // Held from before the hook exists until the first delivery is made:
-            // a commit landing meanwhile waits in the hook, then compares with
-            // what the first delivery showed, so none is missed and nothing is
-            // delivered before the first.
-            let mut first_guard = state.lock().unwrap_or_else(|p| p.into_inner());
-            let hook = {
-                let state = Arc::clone(&state);
-                let delivering = Arc::clone(&delivering);
-                let query = self.clone();
-                let (coll, path, field) = (coll.clone(), path.clone(), field.clone());
-                let listener = Arc::clone(&listener);
-                self.db.on_file_changes(move |changes: &[Change]| {
-                    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
-                    if !st.active {
-                        return;
-                    }
-                    // No changes: a commit that was not recorded (it started
-                    // before this hook): read again.
-                    let relevant = changes.is_empty()
-                        || changes.iter().any(|c| {
-                            c.collection == coll
-                                || (c.collection == target
-                                    && (filtered
-                                        || c.key
-                                            .first()
-                                            .is_some_and(|k| st.named.contains(&key_id(k)))))
-                        });
-                    if !relevant {
-                        return;
-                    }
-                    let Ok((rows, named)) = read(&query, &coll, path.as_ref(), &field, to_many)
-                    else {
-                        return; // closed, or a read error: the next commit tries again
-                    };
-                    let diff =
-                        keel_query::Diff::by(&st.rows, &rows, |r| r.object.rowid, |a, b| a == b);
-                    st.named = named;
-                    if diff.is_empty() {
-                        return;
-                    }
-                    st.rows = rows.clone();
-                    let update = IncludingUpdate {
-                        objects: rows,
-                        diff: Diff::from(&diff),
-                    };
-                    *delivering.lock().unwrap_or_else(|p| p.into_inner()) =
-                        Some(std::thread::current().id());
-                    guarded("including subscription", || listener.on_update(update));
-                    *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
-                })
+            let gate = Arc::new(Gate {
+                lock: Mutex::new(()),
+                ended: AtomicBool::new(false),
+                delivering: Mutex::new(None),
+                listener,
+            });
+            let live = if path.is_some() && self.related_order.is_none() {
+                let related = self.related_expr(&field)?;
+                let g = Arc::clone(&gate);
+                Live::Core(self.build_checked()?.subscribe_including(
+                    &field,
+                    related,
+                    move |rows, diff| {
+                        g.deliver(delivery(rows.len(), diff, |i| included_one(&rows[i])));
+                    },
+                )?)
+            } else {
+                Live::Hook(self.reread_including(&coll, path, target, to_many, &field, &gate)?)
             };
-            let (rows, named) = match read(self, &coll, path.as_ref(), &field, to_many) {
-                Ok(read) => read,
-                Err(e) => {
-                    drop(first_guard);
-                    hook.remove();
-                    return Err(e);
-                }
-            };
-            first_guard.rows = rows.clone();
-            first_guard.named = named;
-            let first = IncludingUpdate {
-                diff: Diff::from(&keel_query::Diff::initial(rows.len())),
-                objects: rows,
-            };
-            guarded("including subscription", || listener.on_update(first));
-            drop(first_guard);
             Ok(Arc::new(IncludingSubscription {
-                hook: Mutex::new(Some((hook, Counted::new(&self.others)))),
+                live: Mutex::new(Some((live, Counted::new(&self.others)))),
                 ends: Ends::new(&self.closing),
-                state,
-                delivering,
+                gate,
             }))
         })
+    }
+}
+
+impl Query {
+    /// The list through an inverse, or ordered by a related field: re-read on
+    /// each relevant commit (see the module docs), delivered through `gate`.
+    fn reread_including(
+        &self,
+        coll: &str,
+        path: Option<FieldPath>,
+        target: String,
+        to_many: bool,
+        field: &str,
+        gate: &Arc<Gate>,
+    ) -> Result<ChangeHook, KeelError> {
+        // Filtered through the reference, or an inverse (the referrers are the
+        // rows' related objects): a change of any object of the target can
+        // change the list, so every one counts.
+        let filtered = self.related_expr(field)?.is_some() || path.is_none();
+        let state = Arc::new(Mutex::new(State {
+            rows: Vec::new(),
+            named: HashSet::new(),
+        }));
+        // Held from before the hook exists until the first delivery is made: a
+        // commit landing meanwhile waits in the hook, then compares with what
+        // the first delivery showed, so none is missed and nothing is delivered
+        // before the first.
+        let mut first_guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let hook = {
+            let state = Arc::clone(&state);
+            let gate = Arc::clone(gate);
+            let query = self.clone();
+            let (coll, path, field) = (coll.to_owned(), path.clone(), field.to_owned());
+            self.db.on_file_changes(move |changes: &[Change]| {
+                let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+                if gate.ended.load(Ordering::SeqCst) {
+                    return;
+                }
+                // No changes: a commit that was not recorded (it started
+                // before this hook): read again.
+                let relevant = changes.is_empty()
+                    || changes.iter().any(|c| {
+                        c.collection == coll
+                            || (c.collection == target
+                                && (filtered
+                                    || c.key
+                                        .first()
+                                        .is_some_and(|k| st.named.contains(&key_id(k)))))
+                    });
+                if !relevant {
+                    return;
+                }
+                let Ok((rows, named)) = read(&query, &coll, path.as_ref(), &field, to_many) else {
+                    return; // closed, or a read error: the next commit tries again
+                };
+                let diff = keel_query::Diff::by(&st.rows, &rows, |r| r.object.rowid, |a, b| a == b);
+                st.named = named;
+                if diff.is_empty() {
+                    return;
+                }
+                let update = delivery(rows.len(), &diff, |i| rows[i].clone());
+                st.rows = rows;
+                gate.deliver(update);
+            })
+        };
+        let (rows, named) = match read(self, coll, path.as_ref(), field, to_many) {
+            Ok(read) => read,
+            Err(e) => {
+                drop(first_guard);
+                hook.remove();
+                return Err(e);
+            }
+        };
+        let first = delivery(rows.len(), &keel_query::Diff::initial(rows.len()), |i| {
+            rows[i].clone()
+        });
+        first_guard.rows = rows;
+        first_guard.named = named;
+        gate.deliver(first);
+        drop(first_guard);
+        Ok(hook)
     }
 }

@@ -12,12 +12,54 @@ use keel_ffi::{
 
 const FBS: &str = include_str!("../../../examples/blog/schema/relations.fbs");
 
-struct Updates(Arc<Mutex<Vec<IncludingUpdate>>>);
+/// One delivery, with the list it makes: the previous one with the diff
+/// applied, the inserted and updated rows taken from the delivery.
+#[derive(Debug, Clone)]
+struct Shown {
+    objects: Vec<keel_ffi::IncludedObject>,
+    diff: keel_ffi::Diff,
+    /// The indexes of the rows the delivery carried.
+    changed: Vec<u64>,
+}
+
+/// Applies each delivery to the list the one before made, as a list view does.
+struct Updates(Arc<Mutex<Vec<Shown>>>);
 impl IncludingListener for Updates {
     fn on_update(&self, u: IncludingUpdate) -> Result<(), CallbackError> {
-        self.0.lock().unwrap().push(u);
+        let mut all = self.0.lock().unwrap();
+        let old = all.last().map(|s| s.objects.clone()).unwrap_or_default();
+        let objects = apply(&old, &u);
+        assert_eq!(objects.len() as u64, u.count, "{u:?}");
+        all.push(Shown {
+            objects,
+            diff: u.diff.clone(),
+            changed: u.changed.iter().map(|c| c.index).collect(),
+        });
         Ok(())
     }
+}
+
+/// `old` with `u`'s diff applied: the rows kept in their order, moved ones
+/// where they went, inserted and updated ones from the delivery.
+fn apply(old: &[keel_ffi::IncludedObject], u: &IncludingUpdate) -> Vec<keel_ffi::IncludedObject> {
+    let d = keel_query::Diff {
+        removed: u.diff.removed.iter().map(|&i| i as usize).collect(),
+        inserted: u.diff.inserted.iter().map(|&i| i as usize).collect(),
+        moved: u
+            .diff
+            .moved
+            .iter()
+            .map(|m| (m.from as usize, m.to as usize))
+            .collect(),
+        updated: u.diff.updated.iter().map(|&i| i as usize).collect(),
+    };
+    d.apply(old, |i| {
+        u.changed
+            .iter()
+            .find(|c| c.index as usize == i)
+            .map(|c| c.row.clone())
+            .expect("every inserted and updated row is in the delivery")
+    })
 }
 
 fn op(db: &keel_ffi::Database, insert: bool, collection: &str, json: &str) -> WriteOp {
@@ -105,6 +147,9 @@ fn live_including_updates_on_an_author_rename() {
         assert_eq!(u.len(), 2, "delivered before the write resolved");
         assert_eq!(u[1].diff.updated, vec![0, 2]);
         assert!(u[1].diff.inserted.is_empty() && u[1].diff.removed.is_empty());
+        // Only the two rows naming her cross the FFI; the others are the
+        // listener's from before.
+        assert_eq!(u[1].changed, vec![0, 2]);
         for i in [0, 2] {
             let a = json(&db, "rel.Author", &u[1].objects[i].related[0].bytes);
             assert_eq!(a["name"], "Ada L.");
@@ -276,7 +321,7 @@ fn live_including_follows_a_to_many_reference() {
         .order_by("rank".into(), false)
         .subscribe_including("tags".into(), Box::new(Updates(Arc::clone(&updates))))
         .unwrap();
-    let labels = |u: &IncludingUpdate, row: usize| -> Vec<String> {
+    let labels = |u: &Shown, row: usize| -> Vec<String> {
         u.objects[row]
             .related
             .iter()

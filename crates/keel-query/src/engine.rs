@@ -95,6 +95,9 @@ pub(crate) struct Inner {
     layout_cookie: AtomicI64,
     /// In-memory copies of vector fields' packed columns (`vector/cache.rs`).
     pub(crate) vector_cache: VectorCache,
+    /// The live lists across a relation (`relations/registry.rs`), created with
+    /// the first: `Any`, since that band sits above this one.
+    pub(crate) live_lists: std::sync::OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl Inner {
@@ -134,6 +137,7 @@ impl Inner {
             feed,
             foreign_seen,
             layout_cookie: AtomicI64::new(-1),
+            live_lists: std::sync::OnceLock::new(),
             vector_cache: VectorCache::new(vector_cache_bytes),
         })
     }

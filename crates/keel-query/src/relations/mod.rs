@@ -10,3 +10,4 @@
 
 pub(crate) mod live;
 pub(crate) mod prefetch;
+pub(crate) mod registry;

@@ -1027,63 +1027,117 @@ impl Query<'_> {
             if let Some(back) = inverse_named(c, field) {
                 return referrers_of(inner, conn, as_of, c, &self.spec, back, related);
             }
-            let link = link_named(c, field, op)?;
-            let target = inner.coll(&link.target, op)?;
-            let keep = related_filter_on(inner, target, related)?;
-            let mut spec = self.spec.clone();
-            let window = take_window(&mut spec, keep.is_some());
-            let here = Query {
-                src: Source::Conn(inner, conn, as_of),
-                spec,
-            };
-            let (rows, wanted) = read_referrers(
-                inner,
-                c,
-                &here,
-                RefField::bytes(&link.path, link.to_many),
-                op,
-                &mut stored_object,
-            )?;
-            let mut found: ByKey<StoredObject> = ByKey::default();
-            let path = key_path(inner, target, op)?;
-            let reader = inner.table(target)?;
-            let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
-                op,
-                collection: target.name.clone(),
-                message: e.to_string(),
-            })?;
-            let columns = format!("rowid, {}", target.body.select());
-            by_keys(
-                inner,
-                conn,
-                target,
-                &wanted,
-                &columns,
-                &mut |sql, params| {
-                    fetch::select_each(conn, target, op, sql, params, &mut |rowid, bytes| {
-                        let obj = reader
-                            .open(bytes)
-                            .map_err(|e| Error::invalid_object(op, &target.name, e))?;
-                        found.insert(
-                            obj.get_resolved(&resolved),
-                            StoredObject {
-                                rowid,
-                                bytes: bytes.to_vec(),
-                            },
-                        );
-                        Ok(true)
-                    })
-                },
-            )?;
-            let at: Vec<Option<&StoredObject>> = wanted.iter().map(|k| found.get(k)).collect();
-            let rows = rows.into_iter().map(|(object, keys)| Included {
-                related: keys.iter().filter_map(|i| at[i].cloned()).collect(),
-                object,
-            });
-            Ok(kept_in_window(rows, keep.as_ref(), window))
+            let (rows, _, at) = keyed_including(inner, conn, as_of, c, &self.spec, field, related)?;
+            Ok(rows
+                .into_iter()
+                .map(|(object, keys)| Included {
+                    related: keys.iter().filter_map(|i| at[i].clone()).collect(),
+                    object,
+                })
+                .collect())
         })
     }
 
+    /// [`including_where`](Self::including_where) as a live list reads it:
+    /// each object with the keys its reference holds (indexes into the second
+    /// part) and what each names, and every key a matching object holds, kept
+    /// by `related` and inside the window or not (a change of any of them can
+    /// move a row in). An inverse name is [`Error::UnknownField`] here.
+    pub(crate) fn including_keyed(
+        self,
+        field: &str,
+        related: Option<&Expr>,
+    ) -> Result<KeyedIncluded> {
+        on_one_conn(&self.src, "including", |inner, conn, as_of| {
+            let c = inner.coll(&self.spec.collection, "including")?;
+            keyed_including(inner, conn, as_of, c, &self.spec, field, related)
+        })
+    }
+}
+
+/// What [`Query::including_keyed`] reads: each kept object with its keys,
+/// every distinct key a matching object holds, and the object each of those
+/// names (parallel to the keys; `None`: none).
+pub(crate) type KeyedIncluded = (
+    Vec<(StoredObject, Keys)>,
+    Vec<Value>,
+    Vec<Option<StoredObject>>,
+);
+
+/// The two reads of an untyped `including` through the reference field
+/// `field` of `c`, with each row's keys.
+fn keyed_including(
+    inner: &Inner,
+    conn: &rusqlite::Connection,
+    as_of: Option<u64>,
+    c: &Coll,
+    spec: &Spec,
+    field: &str,
+    related: Option<&Expr>,
+) -> Result<KeyedIncluded> {
+    let op = "including";
+    let link = link_named(c, field, op)?;
+    let target = inner.coll(&link.target, op)?;
+    let keep = related_filter_on(inner, target, related)?;
+    let mut spec = spec.clone();
+    let window = take_window(&mut spec, keep.is_some());
+    let here = Query {
+        src: Source::Conn(inner, conn, as_of),
+        spec,
+    };
+    let (rows, wanted) = read_referrers(
+        inner,
+        c,
+        &here,
+        RefField::bytes(&link.path, link.to_many),
+        op,
+        &mut stored_object,
+    )?;
+    let mut found: ByKey<StoredObject> = ByKey::default();
+    let path = key_path(inner, target, op)?;
+    let reader = inner.table(target)?;
+    let resolved = reader.resolve(&path).map_err(|e| Error::UnknownField {
+        op,
+        collection: target.name.clone(),
+        message: e.to_string(),
+    })?;
+    let columns = format!("rowid, {}", target.body.select());
+    by_keys(
+        inner,
+        conn,
+        target,
+        &wanted,
+        &columns,
+        &mut |sql, params| {
+            fetch::select_each(conn, target, op, sql, params, &mut |rowid, bytes| {
+                let obj = reader
+                    .open(bytes)
+                    .map_err(|e| Error::invalid_object(op, &target.name, e))?;
+                found.insert(
+                    obj.get_resolved(&resolved),
+                    StoredObject {
+                        rowid,
+                        bytes: bytes.to_vec(),
+                    },
+                );
+                Ok(true)
+            })
+        },
+    )?;
+    let at: Vec<Option<StoredObject>> = wanted.iter().map(|k| found.get(k).cloned()).collect();
+    let (Some(keep), Some(window)) = (keep, window) else {
+        return Ok((rows, wanted, at));
+    };
+    // Filtered: the rows naming at least one matching object, then the window.
+    let kept = rows.into_iter().filter(|(_, keys)| {
+        keys.iter()
+            .filter_map(|i| at[i].as_ref())
+            .any(|r| keep.eval_bytes(&r.bytes) == Some(true))
+    });
+    Ok((cut(kept, window), wanted, at))
+}
+
+impl Query<'_> {
     /// Every matching object with the number of objects its reference field
     /// `field` names that exist (see [`Including::counts`]): two reads, the
     /// second of the referenced collection's key column only.
