@@ -61,6 +61,7 @@ mod conn;
 mod durable;
 pub mod encryption;
 mod error;
+pub mod file_watch;
 mod identity;
 mod oneshot;
 mod open;
