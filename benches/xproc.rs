@@ -35,6 +35,19 @@
 //!    processes), each with a live query, same file shape, alternating blocks of
 //!    20,000 (quick: 5,000) gets, 7 rounds; the ratio of the median block times.
 //!
+//! 6. **The file watch** (without `share_changes`, where reads check
+//!    `PRAGMA data_version`): process B holds the same live query and **never
+//!    reads**; a `keel-watch` thread, running while a subscription is live, sees
+//!    A's writes to the WAL. First B's CPU time while nobody writes, with no
+//!    subscription (no watch) and then with one (watch running), 5 s each
+//!    (quick: 1 s), from the per-thread run times in `/proc/self/task/*/schedstat`
+//!    (nanoseconds). Then A (sharing off) commits 200 posts (quick: 20), one per
+//!    transaction, 50 ms apart: commit-in-A → delivery-in-B as in 1, and B's CPU
+//!    time per foreign commit (whole process, its idle rate taken off; the watch
+//!    thread's own share, and its wake-ups). Last, B commits 5 times itself
+//!    (quick: 2), each more than the watch's settle window (1 s) after the last:
+//!    what one of its own commits costs the watch thread (its looks find nothing).
+//!
 //! Commits use `SyncPolicy::Normal` in every case (a shared build machine's fsync
 //! would otherwise dominate); the comparison is between like runs.
 
@@ -76,9 +89,12 @@ fn wait_go() {
     std::io::stdin().lock().read_line(&mut line).unwrap();
 }
 
-/// Child: insert `n` posts 10 ms apart; print each commit's wall-clock time.
+/// Child: insert `n` posts `KEEL_XPROC_GAP_MS` (10) ms apart, sharing changes
+/// unless `KEEL_XPROC_SHARE` is `0`; print each commit's wall-clock time.
 fn latency_writer() {
-    let db = Database::open_for::<Post>(env("KEEL_XPROC_DB"), opts()).unwrap();
+    let share = std::env::var("KEEL_XPROC_SHARE").map_or(true, |v| v == "1");
+    let gap: u64 = std::env::var("KEEL_XPROC_GAP_MS").map_or(10, |v| v.parse().unwrap());
+    let db = Database::open_for::<Post>(env("KEEL_XPROC_DB"), opts().share_changes(share)).unwrap();
     let n: usize = env("KEEL_XPROC_N").parse().unwrap();
     let stamps = Arc::new(Mutex::new(Vec::with_capacity(n)));
     let s2 = stamps.clone();
@@ -97,7 +113,7 @@ fn latency_writer() {
             .priority(1_000_000 + i as i32)
             .build();
         db.write(move |t| t.insert(&p).map(|_| ())).wait().unwrap();
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(gap));
     }
     db.close().wait().unwrap();
     let mut out = std::io::stdout().lock();
@@ -212,6 +228,66 @@ fn cpu_ms() -> f64 {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks = f[11].parse::<f64>().unwrap_or(0.0) + f[12].parse::<f64>().unwrap_or(0.0);
     ticks * 10.0 // USER_HZ is 100 on Linux
+}
+
+/// Nanoseconds on a CPU of this process's threads named `name` (all threads:
+/// `None`), from `/proc/self/task/*/schedstat`; 0 where it is unavailable.
+fn thread_cpu_ns(name: Option<&str>) -> u64 {
+    tasks(name)
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
+/// Times this process's threads named `name` went to sleep and were woken
+/// (voluntary context switches, `/proc/self/task/*/status`).
+fn thread_wakeups(name: &str) -> u64 {
+    tasks(Some(name))
+        .iter()
+        .filter_map(|t| std::fs::read_to_string(t.join("status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find(|l| l.starts_with("voluntary_ctxt_switches"))?
+                .split_whitespace()
+                .last()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// `/proc/self/task/<tid>` of each thread named `name` (every thread: `None`).
+fn tasks(name: Option<&str>) -> Vec<std::path::PathBuf> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| Some(e.ok()?.path()))
+        .filter(|t| {
+            name.is_none_or(|n| {
+                std::fs::read_to_string(t.join("comm")).is_ok_and(|c| c.trim() == n)
+            })
+        })
+        .collect()
+}
+
+/// Pairs each of A's commit stamps (`c <id> <ns>` lines) with B's delivery of
+/// that id: the latencies in ms.
+fn latencies(lines: &[String], delivered: &[(String, u64)]) -> Vec<f64> {
+    let delivered: std::collections::HashMap<&str, u64> =
+        delivered.iter().map(|(id, t)| (id.as_str(), *t)).collect();
+    lines
+        .iter()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            if w.len() != 3 || w[0] != "c" {
+                return None;
+            }
+            let c: u64 = w[2].parse().ok()?;
+            let d = delivered.get(w[1])?;
+            Some(d.saturating_sub(c) as f64 / 1e6)
+        })
+        .collect()
 }
 
 fn percentile(mut v: Vec<f64>, p: f64) -> f64 {
@@ -451,6 +527,101 @@ fn main() {
         db.close().wait().unwrap();
     }
 
+    // ---- 6. without share_changes: the file watch, no reads in B ----
+    let n_watch: usize = if quick { 20 } else { 200 };
+    let own_commits: usize = if quick { 2 } else { 5 };
+    let path = root.path().join("watch.db");
+    let b = Database::open_for::<Post>(&path, opts().share_changes(false)).unwrap();
+    // Idle, nothing live: no watch.
+    std::thread::sleep(Duration::from_millis(200));
+    let c0 = thread_cpu_ns(None);
+    std::thread::sleep(Duration::from_secs_f64(idle_secs));
+    add(
+        "unwatched_idle_cpu_ms_per_s",
+        (thread_cpu_ns(None) - c0) as f64 / 1e6 / idle_secs,
+    );
+    // Idle with a live query: the watch runs.
+    let (sub, _, seen) = top10(&b);
+    std::thread::sleep(Duration::from_millis(200));
+    let (c0, w0) = (thread_cpu_ns(None), thread_wakeups("keel-watch"));
+    std::thread::sleep(Duration::from_secs_f64(idle_secs));
+    let idle_rate_ns = (thread_cpu_ns(None) - c0) as f64 / idle_secs;
+    add("watch_idle_cpu_ms_per_s", idle_rate_ns / 1e6);
+    add(
+        "watch_idle_wakeups",
+        (thread_wakeups("keel-watch") - w0) as f64,
+    );
+    // A commits; B reads nothing.
+    let mut a = Proc::spawn(
+        "latency",
+        &[
+            ("KEEL_XPROC_DB", path.display().to_string()),
+            ("KEEL_XPROC_N", n_watch.to_string()),
+            ("KEEL_XPROC_SHARE", "0".to_string()),
+            ("KEEL_XPROC_GAP_MS", "50".to_string()),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let (c0, t0) = (thread_cpu_ns(None), Instant::now());
+    let (wc0, ww0) = (
+        thread_cpu_ns(Some("keel-watch")),
+        thread_wakeups("keel-watch"),
+    );
+    a.go();
+    let lines = a.finish();
+    let start = Instant::now();
+    while seen.lock().unwrap().len() < n_watch && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The watch settles (1 s after the last write) before the books close.
+    std::thread::sleep(Duration::from_millis(1_200));
+    let run_ns = (thread_cpu_ns(None) - c0) as f64 - idle_rate_ns * t0.elapsed().as_secs_f64();
+    let watch_ns = (thread_cpu_ns(Some("keel-watch")) - wc0) as f64;
+    let looks = (thread_wakeups("keel-watch") - ww0) as f64;
+    let lat = latencies(&lines, &seen.lock().unwrap());
+    assert_eq!(
+        lat.len(),
+        n_watch,
+        "every commit of A reached B's live query without a read"
+    );
+    add("watch_commits", n_watch as f64);
+    add("watch_latency_median_ms", support::median(lat.clone()));
+    add("watch_latency_p99_ms", percentile(lat.clone(), 0.99));
+    add("watch_latency_max_ms", percentile(lat, 1.0));
+    add(
+        "watch_cpu_us_per_foreign_commit",
+        run_ns / 1e3 / n_watch as f64,
+    );
+    add(
+        "watch_thread_cpu_us_per_foreign_commit",
+        watch_ns / 1e3 / n_watch as f64,
+    );
+    add("watch_looks_per_foreign_commit", looks / n_watch as f64);
+    // B's own commits, each alone: what they cost the watch.
+    let (wc0, ww0) = (
+        thread_cpu_ns(Some("keel-watch")),
+        thread_wakeups("keel-watch"),
+    );
+    for i in 0..own_commits {
+        let p = Post::builder()
+            .id(format!("own{i}"))
+            .priority(i as i32)
+            .build();
+        b.write(move |t| t.insert(&p).map(|_| ())).wait().unwrap();
+        std::thread::sleep(Duration::from_millis(1_200));
+    }
+    let own = own_commits as f64;
+    add(
+        "watch_thread_cpu_us_per_own_commit",
+        (thread_cpu_ns(Some("keel-watch")) - wc0) as f64 / 1e3 / own,
+    );
+    add(
+        "watch_looks_per_own_commit",
+        (thread_wakeups("keel-watch") - ww0) as f64 / own,
+    );
+    drop(sub);
+    b.close().wait().unwrap();
+
     let summary = format!(
         "Process B's live query receives process A's commit in a median of {:.2} ms \
          (p95 {:.2} ms, goal ≤ 50 ms; {} commits, {} catch-ups); idle, B uses {:.1} ms \
@@ -458,7 +629,12 @@ fn main() {
          {} `SQLITE_BUSY` surfaced, {:.0} commits/s against {:.0} in one process with \
          two writing threads ({:.0} in one process without `share_changes`). \
          `suspend()` with a write in flight holds no lock after a median of {:.0} ms \
-         (slowest {:.0} ms, goal ≤ 100 ms).",
+         (slowest {:.0} ms, goal ≤ 100 ms). Without `share_changes`, and with no read in B, \
+         its live query receives A's commit through the file watch in a median of {:.2} ms \
+         (p99 {:.2} ms, goal ≤ 100 ms; {} commits); idle, the watch costs {:.3} ms of CPU \
+         per second ({:.3} without it) and {} wake-ups; each foreign commit costs B {:.0} µs \
+         of CPU ({:.0} µs of it on the watch thread, {:.1} looks), each of B's own commits \
+         {:.0} µs on the watch thread ({:.1} looks).",
         get(&metrics, "latency_median_ms"),
         get(&metrics, "latency_p95_ms"),
         n,
@@ -470,6 +646,17 @@ fn main() {
         rate0,
         get(&metrics, "suspend_median_ms"),
         get(&metrics, "suspend_max_ms"),
+        get(&metrics, "watch_latency_median_ms"),
+        get(&metrics, "watch_latency_p99_ms"),
+        n_watch,
+        get(&metrics, "watch_idle_cpu_ms_per_s"),
+        get(&metrics, "unwatched_idle_cpu_ms_per_s"),
+        get(&metrics, "watch_idle_wakeups"),
+        get(&metrics, "watch_cpu_us_per_foreign_commit"),
+        get(&metrics, "watch_thread_cpu_us_per_foreign_commit"),
+        get(&metrics, "watch_looks_per_foreign_commit"),
+        get(&metrics, "watch_thread_cpu_us_per_own_commit"),
+        get(&metrics, "watch_looks_per_own_commit"),
     );
     support::write_metrics_report("xproc", &metrics, Some(3), note, summary);
 }
@@ -590,6 +777,30 @@ fn note(k: &str) -> &'static str {
         }
         "get_unchecked_ns" => "the same get with share_changes (the feed follows other processes; no check)",
         "foreign_check_per_read_ratio" => "time per keyed get with the foreign-commit check ÷ without",
+        "unwatched_idle_cpu_ms_per_s" => {
+            "share_changes off, no subscription (so no file watch), nobody writing: B's CPU per second (schedstat)"
+        }
+        "watch_idle_cpu_ms_per_s" => {
+            "the same with a live query, so the file watch runs (goal: as without)"
+        }
+        "watch_idle_wakeups" => "times the keel-watch thread woke while nobody wrote (goal 0)",
+        "watch_commits" => {
+            "commits of process A (share_changes off) in the watch run, one insert each, 50 ms apart"
+        }
+        "watch_latency_median_ms" => {
+            "commit in A → delivery in B's live query, B never reading (the file watch), median (goal ≤ 100 ms)"
+        }
+        "watch_latency_p99_ms" => "the same, 99th percentile",
+        "watch_latency_max_ms" => "the same, slowest",
+        "watch_cpu_us_per_foreign_commit" => {
+            "B's CPU per foreign commit, all threads (the watch's looks, the re-read of the live query, the delivery), idle rate taken off"
+        }
+        "watch_thread_cpu_us_per_foreign_commit" => "the keel-watch thread's share of it",
+        "watch_looks_per_foreign_commit" => "the keel-watch thread's wake-ups per foreign commit",
+        "watch_thread_cpu_us_per_own_commit" => {
+            "keel-watch CPU per commit of B itself, each alone (its write wakes the watch; every look finds nothing)"
+        }
+        "watch_looks_per_own_commit" => "the keel-watch thread's wake-ups per own commit",
         _ => "",
     }
 }

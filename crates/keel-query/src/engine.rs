@@ -15,7 +15,7 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::task::{Context, Poll};
 
 use keel_schema::DynamicTable;
@@ -32,9 +32,14 @@ use crate::feed::Feed;
 use crate::layout::table::{table_columns, Coll};
 use crate::layout::vector_table;
 use crate::vector::cache::{VectorCache, Written};
+use crate::watch::{Demand, Looked, Reread, Watch};
 use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
+
+/// A value of [`Inner::foreign_seen`] no count of foreign commits reaches: the
+/// next check finds "another connection committed" and reads everything again.
+const NOT_ACTED: u64 = u64::MAX;
 
 /// What the engine asks of the subscription hub (`subscribe::hub::Hub`, created by
 /// the first subscription). The hub sits above the engine — it runs [`Query`]s
@@ -88,7 +93,9 @@ pub(crate) struct Inner {
     pub(crate) feed: Option<Arc<Feed>>,
     /// The count of other connections' commits ([`Store::foreign_commits`]) this
     /// handle last acted on (see [`Inner::notice_foreign`]).
-    pub(crate) foreign_seen: AtomicU64,
+    /// Shared with the re-reads it queues, which reset it when a suspend cut them
+    /// short ([`Inner::external_changes`]).
+    pub(crate) foreign_seen: Arc<AtomicU64>,
     /// The file's schema cookie (`PRAGMA schema_version`) when its layout was last
     /// found to be the one this handle writes (`-1`: not checked yet); see
     /// [`Inner::check_layout`].
@@ -98,6 +105,8 @@ pub(crate) struct Inner {
     /// The live lists across a relation (`relations/registry.rs`), created with
     /// the first: `Any`, since that band sits above this one.
     pub(crate) live_lists: std::sync::OnceLock<Arc<dyn Any + Send + Sync>>,
+    /// The watch on the database's files while anything is live (`watch.rs`).
+    pub(crate) watch: Watch,
 }
 
 impl Inner {
@@ -117,8 +126,17 @@ impl Inner {
         vector_cache_bytes: usize,
     ) -> Arc<Inner> {
         let path = store.path().to_path_buf();
-        let foreign_seen = AtomicU64::new(store.foreign_commits(false));
-        Arc::new_cyclic(|weak| Inner {
+        let foreign_seen = Arc::new(AtomicU64::new(store.foreign_commits(false)));
+        let watched = feed.is_none();
+        Arc::new_cyclic(|weak: &Weak<Inner>| Inner {
+            watch: {
+                let weak = weak.clone();
+                let paused = weak.clone();
+                let look = move || weak.upgrade().map_or(Looked::Nothing, |i| i.look_foreign());
+                // While suspended, resume catches up (`Database::resume`).
+                let paused = move || paused.upgrade().is_none_or(|i| i.store.is_suspended());
+                Watch::new(&path, watched, Arc::new(look), Arc::new(paused))
+            },
             store,
             schema,
             colls,
@@ -217,6 +235,7 @@ impl Inner {
     pub(crate) fn close(self: &Arc<Inner>) -> Task<()> {
         let dict_flush = shared::before_close(&self.dict);
         self.closed.store(true, Ordering::SeqCst);
+        self.watch.close();
         let inner = Arc::clone(self);
         Task::spawn(move || {
             if let Some(f) = &inner.feed {
@@ -243,6 +262,12 @@ impl Inner {
     /// empty write's commit callback, so its deliveries stay ordered with those of
     /// commits; the write waits for resume like the dictionary's flush.
     pub(crate) fn external_changes(&self) {
+        drop(self.reread_all());
+    }
+
+    /// [`Inner::external_changes`], returning the queued re-read (`None`: nothing
+    /// to re-read).
+    fn reread_all(&self) -> Option<Reread> {
         // The dictionary's cache may hold values the other process replaced.
         self.dict.forget_clean();
         let hub = self.hub.get().cloned();
@@ -252,21 +277,30 @@ impl Inner {
             Vec::new()
         };
         if hub.is_none() && hooks.is_empty() {
-            return;
+            return None;
         }
         // On the writer thread, in commit order, like a local commit's
-        // deliveries; the hooks learn only that something changed.
-        drop(self.store.write_waiting(move |w| {
+        // deliveries; the hooks learn only that something changed. A suspend that
+        // begins meanwhile waits for the writer, so the reads must not wait for
+        // resume: they fail at once, and the handle forgets that it acted on the
+        // foreign commits, so resume (`notice_foreign`) reads everything again.
+        let (store, seen) = (self.store.clone(), Arc::clone(&self.foreign_seen));
+        Some(self.store.write_waiting(move |w| {
             w.on_commit(Box::new(move || {
-                if let Some(hub) = hub {
-                    hub.resync();
-                }
-                for h in hooks {
-                    h(&[]);
+                keel_storage::fail_fast_while_suspended(|| {
+                    if let Some(hub) = hub {
+                        hub.resync();
+                    }
+                    for h in hooks {
+                        h(&[]);
+                    }
+                });
+                if store.is_suspended() {
+                    seen.store(NOT_ACTED, Ordering::Release);
                 }
             }));
             Ok::<(), keel_storage::Error>(())
-        }));
+        }))
     }
 
     /// Without the change feed: if another connection (another process, or another
@@ -280,15 +314,29 @@ impl Inner {
     /// process's next read, commit or resume. With the feed its catch-up does this
     /// row by row.
     pub(crate) fn notice_foreign(&self, probe: bool) {
-        if self.feed.is_some() {
-            return;
-        }
-        let n = self.store.foreign_commits(probe);
-        if self.foreign_seen.load(Ordering::Acquire) != n
-            && self.foreign_seen.swap(n, Ordering::AcqRel) != n
-        {
+        if self.foreign_since(probe) {
             self.external_changes();
         }
+    }
+
+    /// Whether another connection committed since this handle last acted on it
+    /// (then it acts now: the caller re-reads). Never with the feed.
+    fn foreign_since(&self, probe: bool) -> bool {
+        if self.feed.is_some() {
+            return false;
+        }
+        let n = self.store.foreign_commits(probe);
+        self.foreign_seen.load(Ordering::Acquire) != n
+            && self.foreign_seen.swap(n, Ordering::AcqRel) != n
+    }
+
+    /// The file watch's look (`watch.rs`, on its `keel-watch` thread): the
+    /// foreign-commit check, and the re-read when it found one.
+    fn look_foreign(&self) -> Looked {
+        if self.check_open("watch the files").is_err() || !self.foreign_since(true) {
+            return Looked::Nothing;
+        }
+        Looked::Changed(self.reread_all())
     }
 
     /// [`check_open`](Self::check_open) for a read through the database (not a
@@ -513,6 +561,7 @@ impl Inner {
         self.hook_count.store(hooks.len(), Ordering::Release);
         let foreign = hooks.iter().filter(|(_, _, f)| *f).count();
         self.foreign_hook_count.store(foreign, Ordering::Release);
+        self.watch.demand(Demand::Hooks, foreign > 0);
     }
 
     /// The registered hooks (`foreign_only`: those that follow other

@@ -117,6 +117,7 @@ pub mod search;
 pub mod subscribe;
 mod txn;
 mod vector;
+mod watch;
 
 pub use base::change::{Change, ChangeOp};
 pub use base::error::{Error, Result};

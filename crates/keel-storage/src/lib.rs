@@ -20,7 +20,8 @@
 //! Platforms: Unix (Linux, Android, macOS, iOS): the shim wraps SQLite's `unix` VFS.
 //! Threads keel owns: `keel-open` (during `open_async` only, until durable),
 //! `keel-barrier` (during an open barrier), `keel-writer`, `keel-ckpt`; all are
-//! joined by [`Store::close`]. Dropping the last clone without a close hands the same
+//! joined by [`Store::close`]. A [`file_watch::FileWatch`] (`keel-watch`) and an
+//! [`xproc::CommitWatch`] (`keel-feed`) run until their owner stops them. Dropping the last clone without a close hands the same
 //! shutdown to a `keel-close` thread and returns at once.
 //!
 //! ## Default durability
@@ -61,6 +62,7 @@ mod conn;
 mod durable;
 pub mod encryption;
 mod error;
+pub mod file_watch;
 mod identity;
 mod oneshot;
 mod open;

@@ -35,6 +35,7 @@ use crate::engine::Inner;
 use crate::query::eval;
 use crate::query::eval::{Filter, Order, RowKey};
 use crate::query::fetch::{Query, Source, Spec, StoredObject};
+use crate::watch::Demand;
 
 pub(crate) type Obj = Arc<StoredObject>;
 
@@ -892,6 +893,9 @@ impl Hub {
             .map(|c| c.object_subs.len() + c.query_count())
             .sum();
         self.registered.store(n, Ordering::Release);
+        if let Some(db) = self.db.upgrade() {
+            db.watch.demand(Demand::Subscriptions, n > 0);
+        }
     }
 
     /// A write closure committed without recording its changes while a subscription
