@@ -132,7 +132,10 @@ impl Inner {
             watch: {
                 let weak = weak.clone();
                 let paused = weak.clone();
-                let look = move || weak.upgrade().map_or(Looked::Nothing, |i| i.look_foreign());
+                let look = move |again| {
+                    weak.upgrade()
+                        .map_or(Looked::Nothing, |i| i.look_foreign(again))
+                };
                 // While suspended, resume catches up (`Database::resume`).
                 let paused = move || paused.upgrade().is_none_or(|i| i.store.is_suspended());
                 Watch::new(&path, watched, Arc::new(look), Arc::new(paused))
@@ -331,9 +334,15 @@ impl Inner {
     }
 
     /// The file watch's look (`watch.rs`, on its `keel-watch` thread): the
-    /// foreign-commit check, and the re-read when it found one.
-    fn look_foreign(&self) -> Looked {
-        if self.check_open("watch the files").is_err() || !self.foreign_since(true) {
+    /// foreign-commit check, and the re-read when it found one (or when `again`:
+    /// the last one never ran).
+    fn look_foreign(&self, again: bool) -> Looked {
+        if self.check_open("watch the files").is_err() {
+            return Looked::Nothing;
+        }
+        // Checked even when `again`: the check moves the count this re-read covers.
+        let found = self.foreign_since(true);
+        if !found && !again {
             return Looked::Nothing;
         }
         Looked::Changed(self.reread_all())

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker};
 
 use keel_storage::file_watch::{FileWatch, Seen};
 use keel_storage::WriteFuture;
@@ -50,7 +50,9 @@ pub(crate) enum Demand {
     Hooks,
 }
 
-type Look = dyn Fn() -> Looked + Send + Sync;
+/// The look (`true`: re-read even if nothing new is found — the last re-read
+/// failed, say on a full write queue).
+type Look = dyn Fn(bool) -> Looked + Send + Sync;
 type Paused = dyn Fn() -> bool + Send + Sync;
 
 struct State {
@@ -136,7 +138,8 @@ impl Watch {
 
 /// The watch's callback: `look`, unless the re-read the last one queued has not
 /// run yet (then "later": the watch comes back) or the store is suspended (then
-/// nothing: resume catches up, and a queued re-read runs after it).
+/// nothing: resume catches up, and a queued re-read runs after it). A re-read
+/// that never ran is queued again.
 fn looker(look: Arc<Look>, paused: Arc<Paused>) -> impl FnMut() -> Seen + Send + 'static {
     let mut pending: Option<Reread> = None;
     move || {
@@ -144,14 +147,21 @@ fn looker(look: Arc<Look>, paused: Arc<Paused>) -> impl FnMut() -> Seen + Send +
             pending = None;
             return Seen::Nothing;
         }
+        let mut again = false;
         if let Some(f) = pending.as_mut() {
-            if !finished(f) {
-                return Seen::Later;
+            match finished(f) {
+                None => return Seen::Later,
+                Some(ok) => again = !ok,
             }
             pending = None;
         }
-        match look() {
+        match look(again) {
             Looked::Nothing => Seen::Nothing,
+            // A retry is not a find: the watch comes back to see it through.
+            Looked::Changed(reread) if again => {
+                pending = reread;
+                Seen::Later
+            }
             Looked::Changed(reread) => {
                 pending = reread;
                 Seen::Commit
@@ -167,9 +177,13 @@ impl Wake for NoWake {
     fn wake(self: Arc<Self>) {}
 }
 
-/// Whether the queued re-read has run (its outcome is the writer's to log).
-fn finished(f: &mut Reread) -> bool {
+/// Whether the queued re-read has run (`None`: not yet), and whether it was
+/// queued and ran (`false`: it never ran — a full queue, a close).
+fn finished(f: &mut Reread) -> Option<bool> {
     let waker = Waker::from(Arc::new(NoWake));
     let mut cx = Context::from_waker(&waker);
-    Pin::new(f).poll(&mut cx).is_ready()
+    match Pin::new(f).poll(&mut cx) {
+        Poll::Ready(r) => Some(r.is_ok()),
+        Poll::Pending => None,
+    }
 }

@@ -572,11 +572,8 @@ mod apple {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::ffi::OsStrExt;
 
-    /// `<fcntl.h>`: open for event notifications only (no read or write access;
-    /// does not keep the volume from unmounting).
-    const O_EVTONLY: libc::c_int = 0x0000_8000;
-
-    /// The `udata`-free identity of each registration: its descriptor.
+    /// The kqueue and what it watches; each registration is known by its
+    /// descriptor (`ident`), so no `udata` is needed.
     pub(super) struct Kqueue {
         kq: OwnedFd,
         files: Files,
@@ -590,8 +587,9 @@ mod apple {
 
     fn open_evtonly(path: &Path) -> std::io::Result<OwnedFd> {
         let c = CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
-        // SAFETY: `c` is a NUL-terminated path; O_EVTONLY opens without access.
-        let fd = unsafe { libc::open(c.as_ptr(), O_EVTONLY | libc::O_CLOEXEC) };
+        // SAFETY: `c` is a NUL-terminated path; O_EVTONLY opens for event
+        // notifications only (no read or write access, no hold on the volume).
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_EVTONLY | libc::O_CLOEXEC) };
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -698,7 +696,7 @@ mod apple {
             }
             let ts = timeout.map(|d| libc::timespec {
                 tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-                tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+                tv_nsec: d.subsec_nanos() as libc::c_long,
             });
             let ts_ptr = ts
                 .as_ref()
