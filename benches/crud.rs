@@ -7,6 +7,13 @@
 //! `notes` and `summary`, plus `targets` — each issue-14 target with the median, min
 //! and max of its repetitions, the goal, and whether the median meets it.
 //!
+//! `crud --count keel|raw insert|fetch|get|update N` runs one of the comparisons
+//! alone over N objects inside `measured_region`, for an instruction counter:
+//! `valgrind --tool=callgrind --collect-atstart=no
+//! --toggle-collect='*measured_region*'` counts only that region, and counts do
+//! not depend on the machine's load, so keel ÷ raw per operation can be compared
+//! on a machine too busy for calm timings.
+//!
 //! This doc comment's sections *How each side is configured* and *Method* are the one
 //! description of the set-up: the report quotes them (`method`) into BENCHMARKS.md.
 //!

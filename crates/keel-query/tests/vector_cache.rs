@@ -833,7 +833,10 @@ fn concurrent_writers_leave_the_copy_equal_to_the_rows() {
                             Ok(())
                         })
                         .wait();
-                    assert!(matches!(res, Ok(()) | Err(keel_query::Error::Aborted { .. })));
+                    assert!(matches!(
+                        res,
+                        Ok(()) | Err(keel_query::Error::Aborted { .. })
+                    ));
                 }
             })
         })
@@ -864,5 +867,9 @@ fn concurrent_writers_leave_the_copy_equal_to_the_rows() {
         model.insert(id, (o.rowid, id % 2, e));
     }
     assert_matches_reference(&db, &s, &model, "after the concurrent writers");
-    assert!(db.vector_copy_stats().patches > 0, "{:?}", db.vector_copy_stats());
+    assert!(
+        db.vector_copy_stats().patches > 0,
+        "{:?}",
+        db.vector_copy_stats()
+    );
 }
