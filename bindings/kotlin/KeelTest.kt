@@ -57,7 +57,6 @@ root_type Post;
 """
 
 const val TICK_MS = 10L
-const val MAX_GAP_MS = 50.0
 const val SIMULATED_SYNC_MS = 2000L
 
 /** The open proves the caller never waits for the sync: its largest tick gap stays under a quarter of it. */

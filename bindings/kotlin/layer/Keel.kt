@@ -162,11 +162,16 @@ fun Dictionary.changes(key: String): Flow<DictValue?> = callbackFlow {
 internal object KeelNative {
     @Volatile private var loaded = false
 
+    /** The thread that loaded the library (what a test checks is not the caller's). */
+    @Volatile internal var loadedOn: Thread? = null
+        private set
+
     suspend fun load() {
         if (loaded) return
         withContext(Dispatchers.IO) {
             KeelThreads.keepAttached()
             dev.keel.ffi.uniffiEnsureInitialized()
+            if (loadedOn == null) loadedOn = Thread.currentThread()
         }
         loaded = true
     }
