@@ -8,6 +8,7 @@
 // child JVM for the fresh process.
 
 import dev.keel.Keel
+import dev.keel.KeelNative
 import dev.keel.KeelObject
 import dev.keel.LiveFlow
 import dev.keel.fetch
