@@ -26,6 +26,7 @@ use crate::paths::wal_path;
 use crate::policy::{FileKind, ReasonScope, SyncPolicy, SyncReason};
 use crate::readers::ReaderPool;
 use crate::report::{OpenReport, PhaseReport};
+use crate::rotate::FileGuard;
 use crate::stats::Counters;
 use crate::store::{Inner, OpenFuture, Store};
 use crate::vfs::{sync_dir, sync_file, VfsRegistration, VfsShared};
@@ -60,6 +61,9 @@ pub(crate) fn open_store(
     let span = tracing::info_span!("keel.open", path = %path.display());
     let _e = span.enter();
     let mut hook = opts.schema_hook.take();
+    // A rotation interrupted by a crash is settled before the key is asked for:
+    // which key opens the file depends on it.
+    crate::rotate::recover(&path)?;
     let cipher = obtain_key(&path, &opts)?;
     let once = |hook: &mut Option<SchemaHook>, moved| {
         open_once(
@@ -531,8 +535,10 @@ fn open_once(
     let wal = wal_path(path);
 
     // 1. prepare
-    let (check, vfs, writer) = pl.phase(OpenPhase::Prepare, |note| {
+    let (check, vfs, writer, guard) = pl.phase(OpenPhase::Prepare, |note| {
         let check = check_file(path, shared.cipher.as_deref())?;
+        // The file the name holds before any connection opens it (rotate.rs).
+        let guard = FileGuard::at_open(path);
         // The identity check reads the header and the WAL's page-1 images, which
         // are encrypted in an encrypted store (see docs/encryption.md).
         if opts.keel_identity && !check.created && !encrypted {
@@ -557,7 +563,7 @@ fn open_once(
         } else {
             format!("existing database, vfs {}", vfs.name())
         };
-        Ok((check, vfs, writer))
+        Ok((check, vfs, writer, guard))
     })?;
     pl.report.created = check.created;
     pl.report.wal_bytes_at_open = check.wal_bytes;
@@ -604,7 +610,7 @@ fn open_once(
             })
         };
         // 3.–6.: readable.
-        let store = match readable(&mut pl, &shared, &check, vfs, writer, hook, parallel) {
+        let store = match readable(&mut pl, &shared, &check, vfs, writer, guard, hook, parallel) {
             Ok(s) => s,
             Err(e) => {
                 if let Some(h) = barrier {
@@ -800,12 +806,14 @@ fn run_barrier(
 /// Phases 3–6 (recover, checkpoint, schema, ready): the store is readable at the
 /// end. With `parallel` (the barrier still running) the schema transaction stays
 /// open and the writer and checkpointer stay parked until durable.
+#[allow(clippy::too_many_arguments)] // the parts the prepare phase made, each once
 fn readable(
     pl: &mut Pipeline<'_>,
     shared: &Arc<VfsShared>,
     check: &FileCheck,
     vfs: Arc<VfsRegistration>,
     writer: KConn,
+    guard: FileGuard,
     hook: &mut Option<SchemaHook>,
     parallel: bool,
 ) -> Result<Store> {
@@ -997,7 +1005,12 @@ fn readable(
             let susp = Arc::clone(&suspension);
             let wf = Arc::clone(&wal_frames);
             let o = WriterConf::from(opts);
-            Arc::new(move || reopen_writer(&path, &vfs, &shared, &susp, &wf, &o))
+            // After a resume: a file a rotation replaced is not reopened by name.
+            let g = guard.clone();
+            Arc::new(move || {
+                g.check()?;
+                reopen_writer(&path, &vfs, &shared, &susp, &wf, &o)
+            })
         };
         let (ck_tx, ck_rx) = mpsc::channel();
         let (w_tx, w_rx) = mpsc::channel();
@@ -1033,6 +1046,7 @@ fn readable(
             Arc::clone(&suspension),
             opts.sync.clone(),
             opts.truncate_timeout,
+            guard,
         ));
         let w_ctx = WriterCtx {
             gauge: Arc::clone(&gauge),
