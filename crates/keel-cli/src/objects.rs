@@ -11,6 +11,7 @@ use serde_json::{json, Value as Json};
 
 use crate::exit::{self, Failure, Result};
 use crate::files::{self, DecodeSchema};
+use crate::keys::FileKey;
 use crate::progress::Progress;
 
 /// An object that did not verify.
@@ -86,9 +87,14 @@ fn count(conn: &Connection, collection: &str) -> u64 {
 /// `keel dump DB [--schema S] [--collection C]`: one JSON object per line on stdout:
 /// `{"collection": …, "rowid": …, "object": {…}}`. Objects that do not decode are
 /// reported on stderr (collection and rowid) and make the exit status 1.
-pub fn dump(db: &Path, schema_file: Option<&Path>, collection: Option<&str>) -> Result<u8> {
-    files::existing_database(db)?;
-    let conn = files::open_read_only(db)?;
+pub fn dump(
+    db: &Path,
+    key: Option<&FileKey>,
+    schema_file: Option<&Path>,
+    collection: Option<&str>,
+) -> Result<u8> {
+    files::existing_database_keyed(db, key)?;
+    let conn = files::open_read_only(db, key)?;
     let ds = files::decode_schema(&conn, db, schema_file)?;
     note_relation(&ds);
     let colls = files::select_collections(&ds.schema, collection)?;
@@ -183,8 +189,14 @@ fn note_relation(ds: &DecodeSchema) {
 /// Exit status: 0 healthy; 1 objects that do not verify or columns that disagree
 /// with their bytes (the file itself is sound); 3 SQLite found the file corrupt;
 /// 4 wrong schema.
-pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) -> Result<u8> {
-    let facts = files::existing_database(db)?;
+pub fn check(
+    db: &Path,
+    key: Option<&FileKey>,
+    schema_file: Option<&Path>,
+    json: bool,
+    repair: bool,
+) -> Result<u8> {
+    let facts = files::existing_database_keyed(db, key)?;
     let mut sqlite_problems = Vec::new();
     // A -wal of another database would be read as this one's pages: damage, found
     // before SQLite reads it (the check keel's open makes).
@@ -195,7 +207,7 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         }
         Err(e) => return Err(Failure::storage(e)),
     }
-    let conn = files::open_read_only(db)?;
+    let conn = files::open_read_only(db, key)?;
     // The schema is needed for the integrity check of a storage-format-1 file too:
     // its expression indexes call keel_field, which must be registered to be
     // evaluated (format 2 has plain indexes only).

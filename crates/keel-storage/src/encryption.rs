@@ -340,6 +340,16 @@ mod enabled {
         }
     }
 
+    /// Key a connection keel does not manage (a tool's read-only one) with `key`
+    /// and header layout: the same statements every store connection starts with.
+    pub fn key_connection(
+        conn: &rusqlite::Connection,
+        key: &DataKey,
+        plaintext_header: bool,
+    ) -> rusqlite::Result<()> {
+        Cipher::new(key.clone(), plaintext_header).apply(conn)
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
