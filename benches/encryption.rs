@@ -188,8 +188,7 @@ fn main() {
     for rep in 0..reps {
         let run = |enc: bool| {
             let p = root.path().join(format!("crud-{rep}-{enc}.db"));
-            let r = crud(&p, enc.then_some(&key), rows);
-            r
+            crud(&p, enc.then_some(&key), rows)
         };
         let (plain, enc) = if rep % 2 == 0 {
             let p = run(false);

@@ -26,7 +26,7 @@ use crate::paths::wal_path;
 use crate::policy::{FileKind, ReasonScope, SyncPolicy, SyncReason};
 use crate::readers::ReaderPool;
 use crate::report::{OpenReport, PhaseReport};
-use crate::rotate::FileGuard;
+use crate::rotate::{self, FileGuard};
 use crate::stats::Counters;
 use crate::store::{Inner, OpenFuture, Store};
 use crate::vfs::{sync_dir, sync_file, VfsRegistration, VfsShared};
@@ -63,7 +63,7 @@ pub(crate) fn open_store(
     let mut hook = opts.schema_hook.take();
     // A rotation interrupted by a crash is settled before the key is asked for:
     // which key opens the file depends on it.
-    crate::rotate::recover(&path)?;
+    rotate::recover(&path)?;
     let cipher = obtain_key(&path, &opts)?;
     let once = |hook: &mut Option<SchemaHook>, moved| {
         open_once(

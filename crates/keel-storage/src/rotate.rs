@@ -74,13 +74,16 @@
 //! killed. The crash tests kill it there with SIGKILL. The steps are
 //! [`PAUSE_POINTS`].
 
-use crate::error::{Error, Result};
-use crate::paths::wal_path;
 use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+#[cfg(feature = "encryption-api")]
+use crate::encryption::DataKey;
+use crate::error::{Error, Result};
+use crate::paths::wal_path;
 
 /// The journal's suffix: `<db>-keelrotate`.
 pub const JOURNAL_SUFFIX: &str = "-keelrotate";
@@ -130,7 +133,7 @@ pub enum KeyId {
 impl KeyId {
     /// The id of `key`.
     #[cfg(feature = "encryption-api")]
-    pub fn of(key: &crate::encryption::DataKey) -> KeyId {
+    pub fn of(key: &DataKey) -> KeyId {
         KeyId::Salt(key.salt())
     }
 
@@ -494,6 +497,7 @@ mod run {
     use crate::error::{Error, Result};
     use crate::oneshot;
     use crate::paths::wal_path;
+    use crate::xproc::CommitSignal;
 
     /// One side of a rotation: how the file is (or will be) stored.
     #[derive(Debug, Clone)]
@@ -888,7 +892,7 @@ mod run {
             drop(journal);
             // Wake the processes that watch this database: their next read or
             // write meets the new file.
-            if let Ok(signal) = crate::xproc::CommitSignal::open(path) {
+            if let Ok(signal) = CommitSignal::open(path) {
                 signal.post();
             }
             self.progress(Step::Done, 1.0);
