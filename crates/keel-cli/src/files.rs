@@ -172,6 +172,35 @@ pub fn open_read_only(path: &Path, key: Option<&FileKey>) -> Result<Connection> 
     Ok(conn)
 }
 
+/// `application_id` and `user_version` (keel's epoch) of the main file alone,
+/// decrypted with `key` through an `immutable` connection (which never opens the
+/// WAL); `None` when the file is shorter than a page (its pages still in the WAL).
+pub fn main_file_stamp(path: &Path, key: &FileKey) -> Result<Option<(i64, i64)>> {
+    if std::fs::metadata(path).map_or(0, |m| m.len()) < 512 {
+        return Ok(None);
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(immutable_uri(path), flags)
+        .map_err(|e| Failure::sqlite("open the main file alone", path, e))?;
+    keel_storage::encryption::key_connection(&conn, &key.key, key.plaintext_header)
+        .map_err(|e| Failure::sqlite("key the connection", path, e))?;
+    let r = conn.query_row(
+        "SELECT (SELECT application_id FROM pragma_application_id), \
+                (SELECT user_version FROM pragma_user_version)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    );
+    match r {
+        Ok(stamp) => Ok(Some(stamp)),
+        // Page 1 torn in the file while the WAL holds it whole: the file alone has
+        // no stamp to compare (the integrity check reads it through the WAL).
+        Err(e) if exit::sqlite_code(&e) == CORRUPT => Ok(None),
+        Err(e) => Err(Failure::sqlite("read the main file's header", path, e)),
+    }
+}
+
 /// `file:<path>?immutable=1`, with the characters URIs give meaning to escaped.
 fn immutable_uri(path: &Path) -> String {
     let mut s = String::from("file:");

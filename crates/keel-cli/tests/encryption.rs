@@ -54,11 +54,17 @@ fn schema_file() -> PathBuf {
 
 /// A keel database of 200 notes whose ids (`note-secret-…`) are easy to look for.
 fn notes(path: &Path, opts: StoreOptions) -> Database {
+    let db = Database::open(path, Schema::from_file(schema_file()).unwrap(), opts).unwrap();
+    insert_notes(&db, 0, 200);
+    db.wait_for_indexes().unwrap();
+    db
+}
+
+/// Notes `from .. from + n`, in one transaction.
+fn insert_notes(db: &Database, from: usize, n: usize) {
     let schema = Schema::from_file(schema_file()).unwrap();
-    let reader_schema = schema.clone();
-    let reader = reader_schema.reader("evo.Note").unwrap();
-    let db = Database::open(path, schema, opts).unwrap();
-    let batch: Vec<Vec<u8>> = (0..200)
+    let reader = schema.reader("evo.Note").unwrap();
+    let batch: Vec<Vec<u8>> = (from..from + n)
         .map(|i| {
             reader
                 .encode_json(&json!({
@@ -79,8 +85,6 @@ fn notes(path: &Path, opts: StoreOptions) -> Database {
     })
     .wait()
     .unwrap();
-    db.wait_for_indexes().unwrap();
-    db
 }
 
 /// Does any file in `dir` hold `needle`?
@@ -259,4 +263,51 @@ fn a_rekey_with_the_wrong_key_changes_nothing() {
         .unwrap();
     let out = keel(&["decrypt", arg(&plain), "--key-file", arg(&right)]);
     assert_eq!(out.code, 6, "{out:?}");
+}
+
+/// `keel check --key-file` runs keel's WAL identity check on an encrypted file too
+/// (through decrypted page-1 images): a copy pulled with its WAL passes, the same
+/// WAL beside a backup of the file two epochs older is refused (exit 3).
+#[test]
+fn check_refuses_an_encrypted_backup_under_a_newer_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = dir.path().join("device");
+    std::fs::create_dir(&device).unwrap();
+    let src = device.join("app.db");
+    let key = dir.path().join("app.key");
+    let opts = || StoreOptions::default().encryption(KeyFile::new(&key));
+    // Each session starts a new WAL, so each moves the epoch on by one.
+    notes(&src, opts()).close().wait().unwrap();
+    let backup = dir.path().join("backup.db");
+    std::fs::copy(&src, &backup).unwrap();
+    let schema = || Schema::from_file(schema_file()).unwrap();
+    let db = Database::open(&src, schema(), opts()).unwrap();
+    insert_notes(&db, 200, 10);
+    db.close().wait().unwrap();
+    let held = opts()
+        .checkpoint_threshold(1 << 40)
+        .idle_checkpoint_after(std::time::Duration::from_secs(3600));
+    let db = Database::open(&src, schema(), held).unwrap();
+    insert_notes(&db, 210, 10);
+    // Pulled while the app runs: the file and its WAL, no -shm.
+    let wal = |p: &Path| PathBuf::from(format!("{}-wal", p.display()));
+    let pulled = dir.path().join("pulled.db");
+    std::fs::copy(&src, &pulled).unwrap();
+    std::fs::copy(wal(&src), wal(&pulled)).unwrap();
+    let restored = dir.path().join("restored.db");
+    std::fs::copy(&backup, &restored).unwrap();
+    std::fs::copy(wal(&src), wal(&restored)).unwrap();
+    db.close().wait().unwrap();
+
+    let out = keel(&["check", arg(&pulled), "--key-file", arg(&key)]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = keel(&["check", arg(&restored), "--key-file", arg(&key), "--json"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not belong"),
+        "{out:?}"
+    );
 }
