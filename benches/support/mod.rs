@@ -52,8 +52,11 @@ pub fn get(metrics: &[(&str, f64)], k: &str) -> f64 {
 
 /// `target/keel-bench/`, created if missing.
 pub fn out_dir() -> PathBuf {
-    // The workspace target directory, one level above this package.
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/keel-bench");
+    // The workspace target directory: beside the Cargo.lock above this package
+    // (`benches/` or `benches/encryption/`).
+    let mut root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    while !root.join("Cargo.lock").exists() && root.pop() {}
+    let dir = root.join("target/keel-bench");
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }

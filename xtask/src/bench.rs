@@ -101,7 +101,7 @@ pub fn run(args: &[String]) -> Result<(), String> {
             let mut cargo_args = vec![
                 "bench",
                 "--package",
-                "keel-benches",
+                package(name),
                 "--bench",
                 name.as_str(),
                 "--",
@@ -155,6 +155,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
 /// (`bindings/kotlin/KeelTest.kt`, run through `ffi::kotlin_bench`), which writes
 /// `target/keel-bench/kotlin.json` like the Rust scenarios do.
 const KOTLIN: &str = "kotlin";
+
+/// The package whose `[[bench]]` a scenario is: `keel-benches`, except the
+/// encryption scenario, whose `encryption` feature (SQLCipher for the whole
+/// program) must not reach the others.
+fn package(scenario: &str) -> &'static str {
+    match scenario {
+        "encryption" => "keel-bench-encryption",
+        _ => "keel-benches",
+    }
+}
 
 /// Scenario names: one per `benches/*.rs` file, then the binding scenario.
 fn scenarios() -> Result<Vec<String>, String> {

@@ -1,4 +1,4 @@
-//! `cargo xtask stress [--seeds N] [--seed S] [--policy P] [--points K] [--debug]` —
+//! `cargo xtask stress [--seeds N] [--seed S] [--policy P] [--points K] [--encrypted] [--debug]` —
 //! long crash / power-loss / I/O-fault campaigns through keel-storage's simulated disk.
 //!
 //! Runs the `campaign_ci` test of `crates/keel-storage/tests/crash_campaign.rs` in a
@@ -8,6 +8,8 @@
 //! crash points and injects as many faults (default 100). `--seed S` replays one seed
 //! exactly (the repro line printed with every failure). The last lines are the
 //! summary: `crash points: N, faults: M, lost: 0, corrupt: 0, refused: 0`.
+//! `--encrypted` runs the same campaign on SQLCipher files, every store keyed with a
+//! data key from the seed (`campaign::run_encrypted`).
 
 pub fn run(args: &[String]) -> Result<(), String> {
     let mut envs: Vec<(&str, String)> = Vec::new();
@@ -25,14 +27,16 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "--points" => envs.push(("KEEL_STRESS_POINTS", number(&value("--points")?)?)),
             "--policy" => envs.push(("KEEL_STRESS_POLICY", value("--policy")?)),
             "--debug" => release = false,
+            "--encrypted" => envs.push(("KEEL_STRESS_ENCRYPTED", "1".into())),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}`\nusage: cargo xtask stress [--seeds N] [--seed S] [--policy full|barrier|normal|custom|off|lying-custom|lying-checkpoint] [--points K] [--debug]"
+                    "unknown argument `{other}`\nusage: cargo xtask stress [--seeds N] [--seed S] [--policy full|barrier|normal|custom|off|lying-custom|lying-checkpoint] [--points K] [--encrypted] [--debug]"
                 ))
             }
         }
     }
-    if envs.is_empty() {
+    // No size given (`--encrypted` is not one): the long default.
+    if envs.iter().all(|(k, _)| *k == "KEEL_STRESS_ENCRYPTED") {
         envs.push(("KEEL_STRESS_SEEDS", "100".into()));
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());

@@ -18,6 +18,9 @@ pub const CORRUPT: u8 = 3;
 pub const WRONG_SCHEMA: u8 = 4;
 /// Another process holds a lock on the database (or kept a checkpoint from finishing).
 pub const LOCKED: u8 = 5;
+/// The key does not fit the file: a wrong key (or header layout), a key given for
+/// a plaintext file, a key file that holds no key.
+pub const WRONG_KEY: u8 = 6;
 
 /// The text `keel --help` ends with.
 pub const HELP: &str = "\
@@ -30,6 +33,8 @@ Exit status:
   4  wrong schema (does not parse, or does not fit the database)
   5  locked: another process holds the database, or kept a checkpoint from
      finishing
+  6  wrong key: the key does not decrypt the file, a key was given for a
+     plaintext file, or the key file holds no key
 
 What each command may write: `info`, `dump` and `check` open the file read-only
 and leave no `-wal` or `-shm` behind (with a `-wal` present, SQLite may create
@@ -61,6 +66,7 @@ impl Failure {
             CORRUPT => "corrupt",
             WRONG_SCHEMA => "wrong_schema",
             LOCKED => "locked",
+            WRONG_KEY => "wrong_key",
             _ => "error",
         }
     }
@@ -72,6 +78,7 @@ impl Failure {
             E::NotADatabase { .. } | E::Corrupt { .. } | E::ForeignWal { .. } => CORRUPT,
             E::ForeignFile { .. } => WRONG_SCHEMA,
             E::Locked { .. } => LOCKED,
+            E::WrongKey { .. } | E::NotEncrypted { .. } | E::KeyLost { .. } => WRONG_KEY,
             E::Schema { .. } => WRONG_SCHEMA,
             E::Sqlite { source, .. } => sqlite_code(source),
             _ => USAGE_OR_IO,

@@ -7,9 +7,11 @@ use std::sync::Arc;
 
 use keel_query::inspect;
 use keel_schema::{compat, Schema};
+use keel_storage::rotate;
 use keel_storage::rusqlite::{self, Connection, OpenFlags};
 
-use crate::exit::{Failure, Result, CORRUPT, USAGE_OR_IO, WRONG_SCHEMA};
+use crate::exit::{self, Failure, Result, CORRUPT, USAGE_OR_IO, WRONG_KEY, WRONG_SCHEMA};
+use crate::keys::FileKey;
 
 const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 
@@ -35,6 +37,13 @@ pub struct FileFacts {
 /// which SQLite treats as a new database). Missing or unreadable → exit 2,
 /// anything else than an SQLite header → exit 3.
 pub fn existing_database(path: &Path) -> Result<FileFacts> {
+    existing_database_keyed(path, None)
+}
+
+/// [`existing_database`] for a file that may be encrypted with `key`: without the
+/// plaintext header an encrypted file starts with its salt, not the SQLite magic,
+/// so only SQLCipher can judge it (a wrong key is exit 6 at the first read).
+pub fn existing_database_keyed(path: &Path, key: Option<&FileKey>) -> Result<FileFacts> {
     let meta = std::fs::metadata(path).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             Failure::new(USAGE_OR_IO, format!("{}: no such file", path.display()))
@@ -78,6 +87,16 @@ pub fn existing_database(path: &Path) -> Result<FileFacts> {
             }
         }
     }
+    if key.is_some() {
+        // Bytes 18/19 are plaintext only with the plaintext header.
+        let wal_header = &header[..16] == SQLITE_MAGIC && header[18] == 2;
+        facts.header_journal = if wal_header || sibling(path, "-wal").exists() {
+            "wal"
+        } else {
+            "rollback"
+        };
+        return Ok(facts);
+    }
     if n < 16 || &header[..16] != SQLITE_MAGIC {
         return Err(Failure::new(
             CORRUPT,
@@ -113,7 +132,7 @@ pub fn existing_database(path: &Path) -> Result<FileFacts> {
 /// open of a WAL-mode file leaves two empty ones behind). With a `-wal` present the
 /// WAL must be read, so SQLite may create the `-shm` index beside it. (A process that
 /// starts writing the database while an immutable read runs is not seen by that read.)
-pub fn open_read_only(path: &Path) -> Result<Connection> {
+pub fn open_read_only(path: &Path, key: Option<&FileKey>) -> Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = if sibling(path, "-wal").exists() {
         Connection::open_with_flags(path, flags)
@@ -121,6 +140,16 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
         Connection::open_with_flags(immutable_uri(path), flags | OpenFlags::SQLITE_OPEN_URI)
     }
     .map_err(|e| Failure::sqlite("open read-only", path, e))?;
+    if let Some(k) = key {
+        keel_storage::encryption::key_connection(&conn, &k.key, k.plaintext_header)
+            .map_err(|e| Failure::sqlite("key the connection", path, e))?;
+    }
+    if rotate::journal_path(path).exists() {
+        eprintln!(
+            "note: a key rotation of {} was interrupted; the file read is the one before it. Any keel open (`keel checkpoint`) settles it.",
+            path.display()
+        );
+    }
     // Read-only connections cannot checkpoint anyway; say so explicitly.
     let _ = conn.set_db_config(
         rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
@@ -129,8 +158,47 @@ pub fn open_read_only(path: &Path) -> Result<Connection> {
     conn.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
         r.get::<_, i64>(0)
     })
-    .map_err(|e| Failure::sqlite("read the schema table", path, e))?;
+    .map_err(|e| match (key, exit::sqlite_code(&e)) {
+        (Some(k), CORRUPT) => Failure::new(
+            WRONG_KEY,
+            format!(
+                "{}: does not decrypt with the key in {} (a wrong key, or the other --plaintext-header setting)",
+                path.display(),
+                k.file.display()
+            ),
+        ),
+        _ => Failure::sqlite("read the schema table", path, e),
+    })?;
     Ok(conn)
+}
+
+/// `application_id` and `user_version` (keel's epoch) of the main file alone,
+/// decrypted with `key` through an `immutable` connection (which never opens the
+/// WAL); `None` when the file is shorter than a page (its pages still in the WAL).
+pub fn main_file_stamp(path: &Path, key: &FileKey) -> Result<Option<(i64, i64)>> {
+    if std::fs::metadata(path).map_or(0, |m| m.len()) < 512 {
+        return Ok(None);
+    }
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+        | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(immutable_uri(path), flags)
+        .map_err(|e| Failure::sqlite("open the main file alone", path, e))?;
+    keel_storage::encryption::key_connection(&conn, &key.key, key.plaintext_header)
+        .map_err(|e| Failure::sqlite("key the connection", path, e))?;
+    let r = conn.query_row(
+        "SELECT (SELECT application_id FROM pragma_application_id), \
+                (SELECT user_version FROM pragma_user_version)",
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    );
+    match r {
+        Ok(stamp) => Ok(Some(stamp)),
+        // Page 1 torn in the file while the WAL holds it whole: the file alone has
+        // no stamp to compare (the integrity check reads it through the WAL).
+        Err(e) if exit::sqlite_code(&e) == CORRUPT => Ok(None),
+        Err(e) => Err(Failure::sqlite("read the main file's header", path, e)),
+    }
 }
 
 /// `file:<path>?immutable=1`, with the characters URIs give meaning to escaped.
@@ -148,10 +216,23 @@ fn immutable_uri(path: &Path) -> String {
     s
 }
 
-/// Integer pragma.
+/// Integer pragma. SQLCipher answers `page_size` on a keyed connection as text
+/// (its `cipher_page_size`), plain SQLite as an integer: both are read.
 pub fn pragma_i64(conn: &Connection, path: &Path, name: &str) -> Result<i64> {
-    conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
-        .map_err(|e| Failure::sqlite(&format!("PRAGMA {name}"), path, e))
+    let v: rusqlite::types::Value = conn
+        .query_row(&format!("PRAGMA {name}"), [], |r| r.get(0))
+        .map_err(|e| Failure::sqlite(&format!("PRAGMA {name}"), path, e))?;
+    match v {
+        rusqlite::types::Value::Integer(i) => Ok(i),
+        rusqlite::types::Value::Text(t) => t
+            .trim()
+            .parse()
+            .map_err(|_| Failure::new(USAGE_OR_IO, format!("PRAGMA {name}: not a number: {t:?}"))),
+        other => Err(Failure::new(
+            USAGE_OR_IO,
+            format!("PRAGMA {name}: not a number: {other:?}"),
+        )),
+    }
 }
 
 /// Text pragma.

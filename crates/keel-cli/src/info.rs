@@ -9,6 +9,7 @@ use serde_json::{json, Value as Json};
 
 use crate::exit::{Failure, Result};
 use crate::files::{self, human_bytes};
+use crate::keys::FileKey;
 use crate::progress::Progress;
 
 struct Coll {
@@ -19,9 +20,9 @@ struct Coll {
     indexes: Vec<Json>,
 }
 
-pub fn run(db: &Path, json: bool) -> Result<u8> {
-    let facts = files::existing_database(db)?;
-    let conn = files::open_read_only(db)?;
+pub fn run(db: &Path, key: Option<&FileKey>, json: bool) -> Result<u8> {
+    let facts = files::existing_database_keyed(db, key)?;
+    let conn = files::open_read_only(db, key)?;
     let page_size = files::pragma_i64(&conn, db, "page_size")?.max(0) as u64;
     let page_count = files::pragma_i64(&conn, db, "page_count")?.max(0) as u64;
     let freelist = files::pragma_i64(&conn, db, "freelist_count")?.max(0) as u64;
@@ -128,6 +129,7 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
             "wal_bytes": facts.wal_bytes,
             "wal_frames": wal_frames,
             "shm_exists": facts.shm_exists,
+            "encryption": key.map(FileKey::describe),
             "keel": stored.as_ref().map(|_| json!({
                 "schema_fingerprint": fingerprint,
                 "format": format,
@@ -168,6 +170,9 @@ pub fn run(db: &Path, json: bool) -> Result<u8> {
         files::auto_vacuum_name(auto_vacuum)
     );
     println!("  journal     {journal_mode}");
+    if let Some(k) = key {
+        println!("  encryption  {}", k.describe_text());
+    }
     println!(
         "  wal         {} ({wal_frames} frames){}",
         human_bytes(facts.wal_bytes),

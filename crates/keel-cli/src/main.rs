@@ -2,10 +2,10 @@
 //! opened slowly — the tool for a database pulled off a device.
 //!
 //! ```text
-//! keel info DB [--json]                  collections, rows, pages, freelist, WAL, journal mode
-//! keel dump DB [--schema S.fbs] [--collection C] [--json]
+//! keel info DB [--key-file K] [--json]   collections, rows, pages, freelist, WAL, journal mode
+//! keel dump DB [--key-file K] [--schema S.fbs] [--collection C] [--json]
 //!                                        objects as JSON lines, decoded through the schema
-//! keel check DB [--schema S.fbs] [--repair] [--json]
+//! keel check DB [--key-file K] [--schema S.fbs] [--repair] [--json]
 //!                                        integrity check, every object verified, key and
 //!                                        index columns compared with the bytes (--repair
 //!                                        rewrites those that disagree)
@@ -13,6 +13,12 @@
 //! keel vacuum DB [--json]                incremental vacuum
 //! keel explain-open DB [--schema S.fbs] [--keep-wal] [--barrier full|barrier|normal|off] [--json]
 //!                                        the open pipeline, phase by phase, with suggestions
+//! keel encrypt DB --key-file K [--plaintext-header] [--json]
+//!                                        plaintext -> encrypted (K is made if missing)
+//! keel decrypt DB --key-file K [--plaintext-header] [--json]
+//!                                        encrypted -> plaintext (an export for other tools)
+//! keel rekey DB --key-file OLD --new-key-file NEW [--json]
+//!                                        rotate to a new key (NEW is made if missing)
 //! keel schema check OLD.fbs NEW.fbs [--json]
 //!                                        is the schema change compatible?
 //! keel codegen swift|kotlin S.fbs OUT_DIR [--check] [--package P]
@@ -40,6 +46,12 @@
 //!   can be repeated on the same file.
 //!   `explain-open --schema` also runs keel's schema phase (tables, indexes,
 //!   `keel_meta`), as the app would with that schema.
+//! * `encrypt`, `decrypt` and `rekey` write a whole new file beside the database
+//!   and rename it over the old one (keel's crash-safe rotation, which needs the
+//!   file to itself: exit 5 while anything else has it open). A crash leaves the
+//!   old file under the old key or the new one under the new key; the next open
+//!   by keel settles which. A key file named but missing is made first, synced.
+//!   With `--key-file`, `info`, `dump` and `check` read an encrypted file.
 //! * `schema check` reads two `.fbs` files and writes nothing.
 //!
 //! ## Exit status
@@ -52,6 +64,7 @@
 //! | 3 | not a database, or a corrupt database |
 //! | 4 | wrong schema: it does not parse, or does not fit the database |
 //! | 5 | locked: another process holds the database (or kept a checkpoint from finishing) |
+//! | 6 | wrong key: the key does not decrypt the file, a key was given for a plaintext file, or the key file holds no key |
 //!
 //! With `--json`, a failure is printed on stdout as
 //! `{"error": "…", "kind": "corrupt", "exit_code": 3}`; otherwise as `keel: …` on
@@ -62,10 +75,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use keel_storage::rotate::Side;
 
+mod crypt;
 mod exit;
 mod files;
 mod info;
+mod keys;
 mod maint;
 mod objects;
 mod progress;
@@ -83,6 +99,24 @@ struct Cli {
     command: Command,
 }
 
+/// The key of an encrypted database.
+#[derive(clap::Args, Debug)]
+struct KeyArgs {
+    /// The file holding the database's data key (96 hex digits: key, then salt),
+    /// for an encrypted database.
+    #[arg(long, value_name = "K")]
+    key_file: Option<PathBuf>,
+    /// The file keeps its first 32 bytes plaintext (StoreOptions::plaintext_header).
+    #[arg(long, requires = "key_file")]
+    plaintext_header: bool,
+}
+
+impl KeyArgs {
+    fn load(&self) -> exit::Result<Option<keys::FileKey>> {
+        keys::optional(self.key_file.as_deref(), self.plaintext_header)
+    }
+}
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Collections, row counts, page and freelist figures, WAL size, journal mode.
@@ -92,6 +126,8 @@ enum Command {
     Info {
         /// The database file.
         db: PathBuf,
+        #[command(flatten)]
+        key: KeyArgs,
         /// Print the figures as one JSON object.
         #[arg(long)]
         json: bool,
@@ -110,6 +146,8 @@ enum Command {
     Dump {
         /// The database file.
         db: PathBuf,
+        #[command(flatten)]
+        key: KeyArgs,
         /// The .fbs schema to decode with (default: the schema stored in the file).
         #[arg(long, value_name = "S.fbs")]
         schema: Option<PathBuf>,
@@ -134,6 +172,8 @@ enum Command {
     Check {
         /// The database file.
         db: PathBuf,
+        #[command(flatten)]
+        key: KeyArgs,
         /// The .fbs schema to verify objects with (default: the schema stored in the file).
         #[arg(long, value_name = "S.fbs")]
         schema: Option<PathBuf>,
@@ -235,6 +275,67 @@ enum Command {
         #[arg(long)]
         package: Option<String>,
     },
+    /// Encrypt a plaintext database in place, through a new file and one rename.
+    ///
+    /// Makes the key file first if it does not exist (a new random key, synced).
+    /// Needs the file to itself: exit 5 while another process has it open. A crash
+    /// leaves the plaintext file or the encrypted one, never a mix; keel's next
+    /// open settles it.
+    #[command(after_help = exit::HELP)]
+    Encrypt {
+        /// The database file.
+        db: PathBuf,
+        /// Where the new data key is kept (made if missing).
+        #[arg(long, value_name = "K")]
+        key_file: PathBuf,
+        /// Keep the first 32 bytes plaintext (for iOS shared containers).
+        #[arg(long)]
+        plaintext_header: bool,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Decrypt an encrypted database in place: it becomes a plaintext SQLite file
+    /// (an export for tools that have no key). Crash-safe like `encrypt`.
+    #[command(after_help = exit::HELP)]
+    Decrypt {
+        /// The database file.
+        db: PathBuf,
+        /// The file holding the database's data key.
+        #[arg(long, value_name = "K")]
+        key_file: PathBuf,
+        /// The file keeps its first 32 bytes plaintext.
+        #[arg(long)]
+        plaintext_header: bool,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move an encrypted database to a new key. Crash-safe like `encrypt`: the file
+    /// opens with exactly one of the two keys at every moment.
+    ///
+    /// The new key file is made first if missing. The old one is left as it is:
+    /// remove it once the database opens with the new key.
+    #[command(after_help = exit::HELP)]
+    Rekey {
+        /// The database file.
+        db: PathBuf,
+        /// The file holding the current key.
+        #[arg(long, value_name = "OLD")]
+        key_file: PathBuf,
+        /// Where the new key is kept (made if missing).
+        #[arg(long, value_name = "NEW")]
+        new_key_file: PathBuf,
+        /// The file keeps its first 32 bytes plaintext now.
+        #[arg(long)]
+        plaintext_header: bool,
+        /// The rekeyed file keeps its first 32 bytes plaintext.
+        #[arg(long)]
+        new_plaintext_header: bool,
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Work with `.fbs` schemas.
     Schema {
         #[command(subcommand)]
@@ -309,22 +410,95 @@ fn main() -> ExitCode {
             };
             (false, schema_cmd::codegen(sources, &out_dir, check))
         }
-        Command::Info { db, json } => (json, info::run(&db, json)),
+        Command::Info { db, key, json } => (
+            json,
+            key.load().and_then(|k| info::run(&db, k.as_ref(), json)),
+        ),
         Command::Dump {
             db,
+            key,
             schema,
             collection,
             json,
         } => (
             json,
-            objects::dump(&db, schema.as_deref(), collection.as_deref()),
+            key.load().and_then(|k| {
+                objects::dump(&db, k.as_ref(), schema.as_deref(), collection.as_deref())
+            }),
         ),
         Command::Check {
             db,
+            key,
             schema,
             json,
             repair,
-        } => (json, objects::check(&db, schema.as_deref(), json, repair)),
+        } => (
+            json,
+            key.load()
+                .and_then(|k| objects::check(&db, k.as_ref(), schema.as_deref(), json, repair)),
+        ),
+        Command::Encrypt {
+            db,
+            key_file,
+            plaintext_header,
+            json,
+        } => (
+            json,
+            crypt::existing_file(&db)
+                .and_then(|()| keys::FileKey::load_or_create(&key_file, plaintext_header))
+                .and_then(|(k, created)| {
+                    let to = crypt::NewKey {
+                        key: Some(k),
+                        created,
+                    };
+                    crypt::run(&db, crypt::Kind::Encrypt, Side::Plaintext, to, json)
+                }),
+        ),
+        Command::Decrypt {
+            db,
+            key_file,
+            plaintext_header,
+            json,
+        } => (
+            json,
+            keys::FileKey::load(&key_file, plaintext_header).and_then(|k| {
+                let to = crypt::NewKey {
+                    key: None,
+                    created: false,
+                };
+                crypt::run(&db, crypt::Kind::Decrypt, k.side(), to, json)
+            }),
+        ),
+        Command::Rekey {
+            db,
+            key_file,
+            new_key_file,
+            plaintext_header,
+            new_plaintext_header,
+            json,
+        } => (
+            json,
+            keys::FileKey::load(&key_file, plaintext_header).and_then(|old| {
+                crypt::existing_file(&db)?;
+                let (new, created) =
+                    keys::FileKey::load_or_create(&new_key_file, new_plaintext_header)?;
+                if old.side().id() == new.side().id() {
+                    return Err(exit::Failure::new(
+                        exit::USAGE_OR_IO,
+                        format!(
+                            "{} holds the same key as {}: a rekey needs a new one",
+                            new_key_file.display(),
+                            key_file.display()
+                        ),
+                    ));
+                }
+                let to = crypt::NewKey {
+                    key: Some(new),
+                    created,
+                };
+                crypt::run(&db, crypt::Kind::Rekey, old.side(), to, json)
+            }),
+        ),
         Command::Checkpoint { db, mode, json } => {
             let mode = match mode {
                 Mode::Passive => keel_storage::CheckpointMode::Passive,

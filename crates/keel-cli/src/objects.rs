@@ -11,6 +11,7 @@ use serde_json::{json, Value as Json};
 
 use crate::exit::{self, Failure, Result};
 use crate::files::{self, DecodeSchema};
+use crate::keys::FileKey;
 use crate::progress::Progress;
 
 /// An object that did not verify.
@@ -86,9 +87,14 @@ fn count(conn: &Connection, collection: &str) -> u64 {
 /// `keel dump DB [--schema S] [--collection C]`: one JSON object per line on stdout:
 /// `{"collection": …, "rowid": …, "object": {…}}`. Objects that do not decode are
 /// reported on stderr (collection and rowid) and make the exit status 1.
-pub fn dump(db: &Path, schema_file: Option<&Path>, collection: Option<&str>) -> Result<u8> {
-    files::existing_database(db)?;
-    let conn = files::open_read_only(db)?;
+pub fn dump(
+    db: &Path,
+    key: Option<&FileKey>,
+    schema_file: Option<&Path>,
+    collection: Option<&str>,
+) -> Result<u8> {
+    files::existing_database_keyed(db, key)?;
+    let conn = files::open_read_only(db, key)?;
     let ds = files::decode_schema(&conn, db, schema_file)?;
     note_relation(&ds);
     let colls = files::select_collections(&ds.schema, collection)?;
@@ -158,6 +164,39 @@ pub fn dump(db: &Path, schema_file: Option<&Path>, collection: Option<&str>) -> 
     Ok(exit::OK)
 }
 
+/// The WAL identity check for an encrypted file, whose header and WAL frames the
+/// raw check cannot read: page 1 of the main file alone (an `immutable`
+/// connection never opens the WAL) against page 1 as read through the WAL. keel
+/// bumps the epoch once per new WAL, at its first write, so every page-1 image in
+/// one WAL carries the same epoch `w`, and the file is at `w - 1` (before any
+/// checkpoint copied page 1) or `w`. Anything else is a WAL of another copy: a
+/// backup restored under a newer WAL, or an older WAL beside a newer file (exit 3).
+/// A WAL of another database fails SQLCipher's page MACs earlier.
+fn check_encrypted_wal(db: &Path, key: &FileKey, through_wal: &Connection) -> Result<()> {
+    let wal = files::sibling(db, "-wal");
+    if std::fs::metadata(&wal).map_or(true, |m| m.len() == 0) {
+        return Ok(());
+    }
+    let Some((app_id, file_epoch)) = files::main_file_stamp(db, key)? else {
+        return Ok(());
+    };
+    if app_id != i64::from(keel_storage::KEEL_APPLICATION_ID) {
+        return Ok(());
+    }
+    let wal_epoch = files::pragma_i64(through_wal, db, "user_version")? as u32;
+    let file_epoch = file_epoch as u32;
+    if file_epoch == wal_epoch || file_epoch == wal_epoch.wrapping_sub(1) {
+        return Ok(());
+    }
+    Err(Failure::new(
+        exit::CORRUPT,
+        format!(
+            "{}: its -wal does not belong to the database file: the file is at epoch {file_epoch}, page 1 in the WAL at {wal_epoch} (a backup restored under a newer WAL, or a WAL of another copy)",
+            db.display()
+        ),
+    ))
+}
+
 fn note_relation(ds: &DecodeSchema) {
     match ds.relation {
         "newer" => eprintln!(
@@ -183,8 +222,14 @@ fn note_relation(ds: &DecodeSchema) {
 /// Exit status: 0 healthy; 1 objects that do not verify or columns that disagree
 /// with their bytes (the file itself is sound); 3 SQLite found the file corrupt;
 /// 4 wrong schema.
-pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) -> Result<u8> {
-    let facts = files::existing_database(db)?;
+pub fn check(
+    db: &Path,
+    key: Option<&FileKey>,
+    schema_file: Option<&Path>,
+    json: bool,
+    repair: bool,
+) -> Result<u8> {
+    let facts = files::existing_database_keyed(db, key)?;
     let mut sqlite_problems = Vec::new();
     // A -wal of another database would be read as this one's pages: damage, found
     // before SQLite reads it (the check keel's open makes).
@@ -195,7 +240,10 @@ pub fn check(db: &Path, schema_file: Option<&Path>, json: bool, repair: bool) ->
         }
         Err(e) => return Err(Failure::storage(e)),
     }
-    let conn = files::open_read_only(db)?;
+    let conn = files::open_read_only(db, key)?;
+    if let Some(k) = key {
+        check_encrypted_wal(db, k, &conn)?;
+    }
     // The schema is needed for the integrity check of a storage-format-1 file too:
     // its expression indexes call keel_field, which must be registered to be
     // evaluated (format 2 has plain indexes only).

@@ -150,6 +150,10 @@ pub use txn::transaction::Txn;
 pub use vector::cache::VectorCopyStats;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
+/// Key rotation and plaintext <-> encrypted migration of a closed database file
+/// (`rotate::start`, on a keel thread); every `Database::open` settles one a crash
+/// interrupted. See `docs/encryption.md`.
+pub use keel_storage::rotate;
 pub use keel_storage::{
     fail_fast_while_suspended, Milestone, ResumeReport, Store, StoreOptions, SuspendOptions,
     SuspendReport, SyncPolicy, WriteFuture,

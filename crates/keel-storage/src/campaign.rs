@@ -1815,10 +1815,44 @@ pub fn run_many(
     dir: &Path,
     policy: Option<Policy>,
 ) -> CampaignReport {
+    run_many_with(run, first, seeds, crash_points, faults, dir, policy)
+}
+
+/// [`run_many`] on encrypted files ([`run_encrypted`]): `cargo xtask stress
+/// --encrypted`.
+#[cfg(feature = "encryption-api")]
+pub fn run_many_encrypted(
+    first: u64,
+    seeds: u64,
+    crash_points: u64,
+    faults: u64,
+    dir: &Path,
+    policy: Option<Policy>,
+) -> CampaignReport {
+    run_many_with(
+        run_encrypted,
+        first,
+        seeds,
+        crash_points,
+        faults,
+        dir,
+        policy,
+    )
+}
+
+fn run_many_with(
+    one: fn(&CampaignConfig) -> CampaignReport,
+    first: u64,
+    seeds: u64,
+    crash_points: u64,
+    faults: u64,
+    dir: &Path,
+    policy: Option<Policy>,
+) -> CampaignReport {
     let mut total = CampaignReport::default();
     for seed in first..first + seeds {
         let policy = policy.unwrap_or(Policy::HONEST[(seed % 5) as usize]);
-        let r = run(&CampaignConfig {
+        let r = one(&CampaignConfig {
             seed,
             policy,
             crash_points,

@@ -189,6 +189,15 @@ mod enabled {
             Some(DataKey { bytes })
         }
 
+        /// The salt: not secret (SQLCipher keeps it in the file's first bytes
+        /// without the plaintext header), so it names the key in the rotation
+        /// journal without revealing it (`rotate::KeyId`).
+        pub fn salt(&self) -> [u8; SALT_BYTES] {
+            let mut s = [0u8; SALT_BYTES];
+            s.copy_from_slice(&self.bytes[KEY_BYTES..]);
+            s
+        }
+
         /// The text form: 96 lowercase hex digits, key then salt (zeroed on drop).
         pub fn to_hex(&self) -> Zeroizing<String> {
             const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -379,6 +388,16 @@ mod enabled {
         }
     }
 
+    /// Key a connection keel does not manage (a tool's read-only one) with `key`
+    /// and header layout: the same statements every store connection starts with.
+    pub fn key_connection(
+        conn: &rusqlite::Connection,
+        key: &DataKey,
+        plaintext_header: bool,
+    ) -> rusqlite::Result<()> {
+        Cipher::new(key.clone(), plaintext_header).apply(conn)
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
@@ -387,6 +406,24 @@ mod enabled {
     }
 
     impl Cipher {
+        /// A key and header layout known already (a rotation's two sides).
+        pub(crate) fn new(key: DataKey, plaintext_header: bool) -> Cipher {
+            Cipher {
+                key,
+                plaintext_header,
+            }
+        }
+
+        /// SQLCipher's raw key-and-salt literal, `x'<96 hex>'`: what `ATTACH ... KEY`
+        /// takes (zeroed on drop).
+        pub(crate) fn raw_key_literal(&self) -> Zeroizing<String> {
+            let mut s = Zeroizing::new(String::with_capacity(100));
+            s.push_str("x'");
+            s.push_str(&self.key.to_hex());
+            s.push('\'');
+            s
+        }
+
         /// Ask `provider` for the key of the database at `path` (once per open).
         pub(crate) fn obtain(
             provider: &dyn KeyProvider,

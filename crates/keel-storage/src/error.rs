@@ -285,6 +285,17 @@ pub enum Error {
         /// The hook's message.
         message: String,
     },
+    /// The database file was replaced by a key rotation or a migration (in this or
+    /// another process) after this handle opened it, or a rotation of it was
+    /// interrupted: this handle would write into a file nobody reads any more.
+    /// Nothing was written; close the store and open it again, with the new key.
+    #[error("{op}: {} was replaced by a key rotation or migration; reopen it with its new key", path.display())]
+    Rotated {
+        /// What was being done.
+        op: &'static str,
+        /// The database file.
+        path: PathBuf,
+    },
 }
 
 impl Error {
@@ -319,7 +330,8 @@ impl Error {
             | Error::KeyLost { path, .. }
             | Error::WrongKey { path, .. }
             | Error::NotEncrypted { path, .. }
-            | Error::KeyRequired { path, .. } => path,
+            | Error::KeyRequired { path, .. }
+            | Error::Rotated { path, .. } => path,
         }
     }
 

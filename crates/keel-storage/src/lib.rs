@@ -72,6 +72,7 @@ mod paths;
 mod policy;
 mod readers;
 mod report;
+pub mod rotate;
 #[cfg(feature = "sim")]
 pub mod sim;
 mod stats;

@@ -17,6 +17,7 @@ use crate::oneshot;
 use crate::park::{self, Parker, Suspension};
 use crate::paths::wal_path;
 use crate::policy::{take_last_sync_error, ReasonScope, SyncPolicies, SyncReason};
+use crate::rotate::FileGuard;
 #[cfg(feature = "sim")]
 use crate::sim::StatementTrace;
 
@@ -397,6 +398,8 @@ pub(crate) struct WriterShared {
     /// Times a check found that another connection committed (see
     /// [`WriterShared::check_data_version`]).
     foreign: AtomicU64,
+    /// Refuses a write into a file a key rotation replaced (rotate.rs).
+    guard: FileGuard,
 }
 
 /// No `data_version` read yet on the current writer connection.
@@ -454,6 +457,7 @@ pub(crate) enum Inline {
 const BACKSTOP: u64 = 4;
 
 impl WriterShared {
+    #[allow(clippy::too_many_arguments)] // one field each, from the open pipeline
     pub(crate) fn new(
         path: &Path,
         signal: Arc<CkptSignal>,
@@ -462,6 +466,7 @@ impl WriterShared {
         suspension: Arc<Suspension>,
         policies: SyncPolicies,
         truncate_timeout: Duration,
+        guard: FileGuard,
     ) -> WriterShared {
         WriterShared {
             path: path.to_path_buf(),
@@ -483,6 +488,7 @@ impl WriterShared {
             commit_ns: AtomicU64::new(0),
             data_version: AtomicI64::new(NO_VERSION),
             foreign: AtomicU64::new(0),
+            guard,
         }
     }
 
@@ -1084,6 +1090,14 @@ fn run_group(
             // Another process's commits, seen at each local one (in this
             // transaction's snapshot: everything committed before it).
             shared.check_data_version(conn);
+            // Under the write lock, so a rotation cannot rename between the check
+            // and the COMMIT (rotate.rs).
+            if let Err(e) = shared.guard.check() {
+                let _ = exec(conn, "ROLLBACK");
+                in_txn = false;
+                settled.push((job, Err(e)));
+                continue;
+            }
             // identity.rs: the first write of a new WAL records a new epoch.
             bumped |= signal.take_epoch_bump() && bump_epoch(conn, path);
         }

@@ -5,12 +5,13 @@
 //! faults over every honest sync policy, open-time sessions among them: an open with
 //! a slow barrier, reads during it, writes queued, a crash or fault at its ops). `cargo xtask stress --seeds N` runs the same
 //! test in release mode with `KEEL_STRESS_SEEDS=N` (plus `KEEL_STRESS_SEED=S` to replay
-//! one seed and `KEEL_STRESS_POLICY=P` to pin the policy).
+//! one seed and `KEEL_STRESS_POLICY=P` to pin the policy; `--encrypted`,
+//! `KEEL_STRESS_ENCRYPTED=1`, runs it on encrypted files).
 
 use std::path::PathBuf;
 
 use keel_storage::campaign::{
-    run, run_encrypted, run_many, CampaignConfig, CampaignReport, Policy,
+    run, run_encrypted, run_many, run_many_encrypted, CampaignConfig, CampaignReport, Policy,
 };
 
 fn work_dir(name: &str) -> (tempfile::TempDir, PathBuf) {
@@ -61,7 +62,14 @@ fn campaign_ci() {
     };
     let per = env_u64("KEEL_STRESS_POINTS").unwrap_or(100);
     let t0 = std::time::Instant::now();
-    let r = run_many(first, seeds, per, per, &dir, policy);
+    // `cargo xtask stress --encrypted`: the same campaign on SQLCipher files.
+    let encrypted = std::env::var_os("KEEL_STRESS_ENCRYPTED").is_some();
+    let many = if encrypted {
+        run_many_encrypted
+    } else {
+        run_many
+    };
+    let r = many(first, seeds, per, per, &dir, policy);
     print(&r);
     announce(&r);
     println!("seeds {first}..{} in {:.1?}", first + seeds, t0.elapsed());

@@ -1,0 +1,2 @@
+//! The `keel-bench-encryption` package has no library of its own: its benchmark is
+//! `benches/encryption.rs`.
