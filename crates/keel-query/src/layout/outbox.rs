@@ -235,6 +235,8 @@ pub(crate) fn append(
 pub(crate) struct Waker(std::sync::Mutex<Option<std::sync::Arc<dyn Fn() + Send + Sync>>>);
 
 impl Waker {
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
     /// Sets (or, with `None`, clears) the function a commit calls.
     pub(crate) fn set(&self, f: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) {
         *self.0.lock().unwrap_or_else(|p| p.into_inner()) = f;

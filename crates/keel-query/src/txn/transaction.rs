@@ -146,12 +146,16 @@ impl<'a> Txn<'a> {
         self.record || c.synced
     }
 
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
     /// Marks this closure as the sync client's apply of downloaded rows: its
     /// writes reach subscribers like any other but add nothing to the outbox.
     pub(crate) fn set_from_server(&mut self) {
         self.from_server = true;
     }
 
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
     /// The write connection, for the sync client's own tables.
     pub(crate) fn connection(&self) -> &rusqlite::Connection {
         self.conn
