@@ -306,3 +306,40 @@ fn a_reconnect_snapshot_diffs_only_changed_rows_and_keeps_pending_writes() {
     assert_eq!(local(&db, "blog.Post", "mine").unwrap()["title"], "local");
     assert_eq!(net.int("SELECT count(*) FROM posts WHERE id = 'mine'"), 1);
 }
+
+#[test]
+fn an_expired_token_is_replaced_from_the_provider_and_the_stream_goes_on() {
+    let Some(net) = sync_support::start_with(100, 0) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("a.db"));
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let a2 = Arc::clone(&asked);
+    // The first token expires two seconds in; the provider then gives good ones.
+    let provider: keel_query::TokenProvider = Arc::new(move || {
+        let n = a2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Some(if n == 0 {
+            sync_support::token_for("ann", 2)
+        } else {
+            sync_support::token("ann")
+        })
+    });
+    let mut options = sync_support::options(&net.url(), "ann");
+    options.token_provider = provider;
+    let handle = db.sync(options).unwrap();
+    // The status stream reports the connection.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let mut statuses = handle.status();
+    std::thread::spawn(move || {
+        let connected = statuses.any(|s| s.connected);
+        let _ = tx.send(connected);
+    });
+    assert_eq!(rx.recv_timeout(sync_support::WAIT), Ok(true));
+    assert!(eventually(|| asked
+        .load(std::sync::atomic::Ordering::SeqCst)
+        >= 2));
+    net.exec("INSERT INTO posts (id, owner, title) VALUES ('late', 'ann', 'after expiry')");
+    assert!(eventually(|| local(&db, "blog.Post", "late").is_some()));
+    assert!(handle.current_status().connected);
+}

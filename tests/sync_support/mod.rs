@@ -41,8 +41,9 @@ pub struct Net {
     pub pg: TestPostgres,
 }
 
-/// The relay config: `max_batch_ops` operations per batch at most.
-pub fn config_text(database_url: &str, max_batch_ops: usize) -> String {
+/// The relay config: `max_batch_ops` operations per batch at most, tokens valid
+/// `leeway` seconds past their expiry.
+pub fn config_text(database_url: &str, max_batch_ops: usize, leeway: u64) -> String {
     format!(
         r#"
 listen = "127.0.0.1:0"
@@ -55,6 +56,7 @@ poll_interval_ms = 2
 
 [auth]
 hs256_secrets = ["{SECRET}"]
+leeway_seconds = {leeway}
 
 [[scope]]
 collection = "blog.Post"
@@ -70,11 +72,11 @@ filter = ""
 
 /// Starts it all; `None` (after the plain skipped line) without PostgreSQL.
 pub fn start() -> Option<Net> {
-    start_with(100)
+    start_with(100, 30)
 }
 
-/// [`start`] with a relay taking `max_batch_ops` per batch.
-pub fn start_with(max_batch_ops: usize) -> Option<Net> {
+/// [`start`] with a relay taking `max_batch_ops` per batch and `leeway` seconds.
+pub fn start_with(max_batch_ops: usize, leeway: u64) -> Option<Net> {
     let pg = TestPostgres::start().expect("PostgreSQL starts")?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -89,8 +91,11 @@ pub fn start_with(max_batch_ops: usize) -> Option<Net> {
         tokio::spawn(connection);
         let schema = SyncSchema::from_file(fixture_fbs()).unwrap();
         sql.batch_execute(&ddl::ddl(&schema)).await.unwrap();
-        let config =
-            Config::parse(&config_text(&url, max_batch_ops), Path::new("relay.toml")).unwrap();
+        let config = Config::parse(
+            &config_text(&url, max_batch_ops, leeway),
+            Path::new("relay.toml"),
+        )
+        .unwrap();
         let relay = server::start(config.clone())
             .await
             .expect("the relay starts");
@@ -157,13 +162,18 @@ impl Net {
 
 /// A token for `sub`, valid for an hour.
 pub fn token(sub: &str) -> String {
+    token_for(sub, 3600)
+}
+
+/// A token for `sub`, valid for `seconds`.
+pub fn token_for(sub: &str, seconds: u64) -> String {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs();
     encode(
         &Header::new(Algorithm::HS256),
-        &json!({"sub": sub, "exp": now + 3600}),
+        &json!({"sub": sub, "exp": now + seconds}),
         &EncodingKey::from_secret(SECRET.as_bytes()),
     )
     .unwrap()
@@ -218,7 +228,7 @@ pub fn local(db: &Database, collection: &str, key: &str) -> Option<serde_json::V
         .unwrap()
         .into_iter()
         .map(|o| reader.read(&o.bytes).unwrap().to_json().unwrap())
-        .find(|j| j["id"] == key || j["id"].to_string() == key)
+        .find(|j| j["id"] == key)
 }
 
 /// Adds `by` to the local post `id`'s likes.

@@ -106,12 +106,13 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 8] = [
+pub const LAYER_FILES: [&str; 9] = [
     "Keel.swift",
     "KeelObservation.swift",
     "KeelPacked.swift",
     "KeelRelations.swift",
     "KeelSearch.swift",
+    "KeelSync.swift",
     "KeelTyped.swift",
     "KeelVector.swift",
     "KeelWire.swift",

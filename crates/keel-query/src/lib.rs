@@ -147,7 +147,7 @@ pub use subscribe::{
     ObjectUpdate, Objects, QueryUpdate, Subscription, Update,
 };
 #[cfg(feature = "sync")]
-pub use sync::handle::{StatusStream, SyncHandle};
+pub use sync::handle::{StatusStream, SyncHandle, UploadWaiter};
 #[cfg(feature = "sync")]
 pub use sync::shared::{RefusedOp, SyncEvent, SyncOptions, SyncStatus, TokenProvider};
 pub use txn::dictionary::TxnDictionary;

@@ -263,6 +263,34 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
     Ok(removed)
 }
 
+/// Writes the rows `rows` (collection, key text) again from what is held: after
+/// an ack, for rows whose download already holds the acked write (it arrived in a
+/// snapshot before the ack of a resent batch), so it is not applied twice.
+pub(crate) fn refresh(txn: &mut Txn<'_>, schema: &Schema, rows: &[(String, String)]) -> Result<()> {
+    txn.set_from_server();
+    for (collection, key_text) in rows {
+        let Some((ti, _)) = table(schema, collection) else {
+            continue;
+        };
+        let held =
+            ledger::held(txn.connection(), collection, key_text).map_err(sql("read a held row"))?;
+        let key = match serde_json::from_str(key_text) {
+            Ok(Json::Object(m)) => m,
+            _ => continue,
+        };
+        settle(
+            txn,
+            schema,
+            ti,
+            collection,
+            &key,
+            held.row,
+            Some(held.version),
+        )?;
+    }
+    Ok(())
+}
+
 /// `base` with `ops` applied in order, as the relay would apply them: an insert
 /// writes its fields (counters add onto a row that exists); a patch writes its
 /// fields and adds its deltas, and is skipped on a row that is gone; a delete
@@ -382,7 +410,10 @@ fn write_local(
     let stored = txn.get_bytes(collection, &key_values)?;
     let Some(row) = row else {
         if stored.is_some() {
-            txn.delete_key(collection, &key_values)?;
+            local_write(
+                collection,
+                txn.delete_key(collection, &key_values).map(|_| ()),
+            )?;
         }
         return Ok(());
     };
@@ -400,7 +431,7 @@ fn write_local(
     };
     match stored {
         None => {
-            txn.insert_bytes(collection, bytes)?;
+            local_write(collection, txn.insert_bytes(collection, bytes).map(|_| ()))?;
         }
         Some(stored) => {
             let now = row_json(schema, ti, &stored.bytes).map(|r| synced_fields(t, &r));
@@ -421,8 +452,30 @@ fn write_local(
                     collection: collection.to_owned(),
                     source,
                 })?;
-            txn.upsert_bytes(collection, merged)?;
+            local_write(collection, txn.upsert_bytes(collection, merged).map(|_| ()))?;
         }
     }
     Ok(())
+}
+
+/// The outcome of one local write of a downloaded row: a refusal by a local rule
+/// (a unique index another local row holds, a `restrict` reference) skips that row
+/// — the write changed nothing and the transaction goes on; the server's state is
+/// held and the next download of the row tries again. Other errors end the apply.
+fn local_write(collection: &str, r: Result<()>) -> Result<()> {
+    match r {
+        Err(
+            e @ (Error::AlreadyExists { .. }
+            | Error::Restricted { .. }
+            | Error::UniqueIndexViolated { .. }
+            | Error::InvalidVector { .. }
+            | Error::DanglingReference { .. }
+            | Error::TypeMismatch { .. }
+            | Error::InvalidObject { .. }),
+        ) => {
+            tracing::warn!(collection, error = %e, "a downloaded row could not be written locally");
+            Ok(())
+        }
+        other => other,
+    }
 }

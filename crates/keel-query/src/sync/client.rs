@@ -30,7 +30,7 @@ use crate::sync::shared::{Command, RefusedOp, Shared, SyncEvent, SyncOptions};
 use crate::txn::transaction::Txn;
 
 /// How long one socket read waits before the loop looks at its commands.
-const TICK: Duration = Duration::from_millis(5);
+const TICK: Duration = Duration::from_millis(10);
 /// How long the relay may take to answer a `hello` or an upload.
 const ANSWER: Duration = Duration::from_secs(30);
 /// How long a connect may take.
@@ -93,15 +93,20 @@ pub(crate) fn run(
     let mut backoff = Backoff::new(options.min_backoff, options.max_backoff);
     let mut paused = false;
     let mut batch = options.batch_ops.max(1);
-    refresh_pending(&db, &shared);
+    let mut counter = Counter(Instant::now());
     loop {
         if paused {
             match commands.recv() {
                 Ok(Command::Resume) => paused = false,
                 Ok(Command::Close) | Err(_) => return,
-                Ok(_) => continue,
+                Ok(Command::Wake) => {
+                    counter.maybe(&db, &shared);
+                    continue;
+                }
+                Ok(Command::Pause) => continue,
             }
         }
+        refresh_pending(&db, &shared);
         let mut session = Session {
             db: &db,
             options: &options,
@@ -109,6 +114,7 @@ pub(crate) fn run(
             commands: &commands,
             batch: &mut batch,
             backoff: &mut backoff,
+            dirty: true,
         };
         let ended = session.run();
         shared.update(|s| {
@@ -134,10 +140,24 @@ pub(crate) fn run(
                             paused = true;
                             break;
                         }
-                        Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                        Ok(Command::Wake) => counter.maybe(&db, &shared),
+                        Ok(Command::Resume) | Err(RecvTimeoutError::Timeout) => {}
                     }
                 }
             }
+        }
+    }
+}
+
+/// Recounts pending operations after local commits while offline, at most every
+/// 50 ms (a count reads the whole outbox).
+struct Counter(Instant);
+
+impl Counter {
+    fn maybe(&mut self, db: &Database, shared: &Shared) {
+        if self.0.elapsed() >= Duration::from_millis(50) {
+            self.0 = Instant::now();
+            refresh_pending(db, shared);
         }
     }
 }
@@ -160,6 +180,8 @@ struct Session<'a> {
     commands: &'a Receiver<Command>,
     batch: &'a mut usize,
     backoff: &'a mut Backoff,
+    /// The outbox may hold operations to send (a commit's wake-up, an answer).
+    dirty: bool,
 }
 
 /// An upload on its way.
@@ -245,12 +267,13 @@ impl Session<'_> {
     }
 
     /// What a pending command means now, if anything.
-    fn command(&self) -> Option<Ended> {
+    fn command(&mut self) -> Option<Ended> {
         loop {
             match self.commands.try_recv() {
                 Ok(Command::Close) | Err(TryRecvError::Disconnected) => return Some(Ended::Close),
                 Ok(Command::Pause) => return Some(Ended::Pause),
-                Ok(Command::Wake) | Ok(Command::Resume) => continue,
+                Ok(Command::Wake) => self.dirty = true,
+                Ok(Command::Resume) => continue,
                 Err(TryRecvError::Empty) => return None,
             }
         }
@@ -365,9 +388,10 @@ impl Session<'_> {
                 let _ = socket.flush();
                 return Ok(ended);
             }
-            if in_flight.is_none() && retry_at.is_none_or(|t| Instant::now() >= t) {
+            if self.dirty && in_flight.is_none() && retry_at.is_none_or(|t| Instant::now() >= t) {
                 retry_at = None;
                 in_flight = self.upload(socket)?;
+                self.dirty = in_flight.is_some();
             }
             if let Some(f) = &in_flight {
                 if f.sent.elapsed() > ANSWER {
@@ -405,23 +429,35 @@ impl Session<'_> {
                     acked_waiting |= results.iter().any(|r| r.1.is_some());
                     let schema = Arc::clone(self.db.schema());
                     self.write(move |txn| {
+                        let sql = |e| Error::sqlite("record an ack", "keel_sync_outbox", e);
+                        let mut downloaded = Vec::new();
                         for (seq, version) in results {
                             if skipped.contains(&seq) {
                                 continue;
                             }
-                            ledger::acked(txn.connection(), seq, version, lsn).map_err(|e| {
-                                Error::sqlite("record an ack", "keel_sync_outbox", e)
-                            })?;
+                            let op = ledger::op(txn.connection(), seq).map_err(sql)?;
+                            ledger::acked(txn.connection(), seq, version, lsn).map_err(sql)?;
+                            if let (Some(op), Some(v)) = (op, version) {
+                                let held = ledger::held(txn.connection(), &op.collection, &op.key)
+                                    .map_err(sql)?;
+                                if held.version >= v {
+                                    downloaded.push((op.collection, op.key));
+                                }
+                            }
                         }
+                        downloaded.dedup();
+                        apply::refresh(txn, &schema, &downloaded)?;
                         apply::roll_back(txn, &schema, &skipped).map(|_| ())
                     })?;
                     in_flight = None;
+                    self.dirty = true;
                     self.shared.update(|s| s.uploading = false);
                     refresh_pending(self.db, self.shared);
                 }
                 "upload_refused" => {
                     let sent = in_flight.take().map(|f| f.ops).unwrap_or_default();
                     self.refused(&frame, &sent)?;
+                    self.dirty = true;
                     self.shared.update(|s| s.uploading = false);
                     refresh_pending(self.db, self.shared);
                 }
@@ -432,9 +468,11 @@ impl Session<'_> {
                         "batch_too_large" | "frame_too_large" => {
                             *self.batch = (*self.batch / 2).max(1);
                             in_flight = None;
+                            self.dirty = true;
                         }
                         "unavailable" => {
                             in_flight = None;
+                            self.dirty = true;
                             retry_at = Some(Instant::now() + self.backoff.wait());
                             self.shared
                                 .update(|s| s.last_error = Some(format!("{code}: {message}")));
@@ -460,8 +498,8 @@ impl Session<'_> {
                     }
                 }
                 "welcome" => {
-                    // A fresh token was accepted: a fresh snapshot follows.
-                    snapshot = Some(Vec::new());
+                    // A fresh token was accepted. If the stream had paused, a fresh
+                    // snapshot follows; its first frame starts holding changes back.
                 }
                 "snapshot" => {
                     let collection = frame["collection"].as_str().unwrap_or("").to_owned();

@@ -162,6 +162,49 @@ impl SyncHandle {
     /// [`wait_uploaded`](Self::wait_uploaded) for at most `timeout`; `false` when
     /// operations were still pending then.
     pub fn wait_uploaded_for(&self, timeout: Duration) -> Result<bool> {
+        self.waiter().wait_for(timeout)
+    }
+
+    /// A waiter for uploads that can wait on another thread than the handle's.
+    pub fn waiter(&self) -> UploadWaiter {
+        UploadWaiter {
+            db: self.db.clone(),
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Stops the loop and joins its thread (what drop does).
+    pub fn close(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.commands.send(Command::Close);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.db.inner().outbox_waker.set(None);
+        // Event receivers end here, not when the last waiter lets go.
+        self.shared
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+}
+
+/// Waits for uploads ([`SyncHandle::waiter`]).
+#[derive(Clone)]
+pub struct UploadWaiter {
+    db: Database,
+    shared: Arc<Shared>,
+}
+
+impl UploadWaiter {
+    /// Blocks until every operation committed before this call is acknowledged
+    /// (or refused and rolled back), for at most `timeout`; `false` when
+    /// operations were still pending then.
+    pub fn wait_for(&self, timeout: Duration) -> Result<bool> {
         let read = |through: Option<i64>| {
             self.db.inner().store.read(|conn| {
                 let sql = |e| Error::sqlite("read the sync outbox", "keel_sync_outbox", e);
@@ -191,19 +234,6 @@ impl SyncHandle {
             pending = read(Some(through))?.1;
         }
         Ok(true)
-    }
-
-    /// Stops the loop and joins its thread (what drop does).
-    pub fn close(mut self) {
-        self.stop();
-    }
-
-    fn stop(&mut self) {
-        let _ = self.commands.send(Command::Close);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        self.db.inner().outbox_waker.set(None);
     }
 }
 
