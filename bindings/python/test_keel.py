@@ -980,7 +980,7 @@ async def sync_queues_writes_offline_and_reports_its_status(tmp):
     assert not await handle.wait_uploaded(db, 50)
     handle.pause()
     handle.resume()
-    handle.close()
+    handle.stop()
     try:
         handle.status()
         raise AssertionError("a closed handle has no status")

@@ -72,7 +72,7 @@ public final class KeelSync: @unchecked Sendable {
 
     /// Stops the sync loop (what is not uploaded stays queued) and ends the streams.
     public func close() {
-        handle.close()
+        handle.stop()
         statusContinuation.finish()
         refusalContinuation.finish()
     }

@@ -52,7 +52,7 @@ class KeelSync internal constructor(
         handle.waitUploaded(db, timeoutMillis.toULong())
 
     /** Stops the sync loop (what is not uploaded stays queued). */
-    override fun close() = handle.close()
+    override fun close() = handle.stop()
 }
 
 /**

@@ -31,7 +31,7 @@
 //! * The dictionary — [`Database::dictionary`] → [`Dictionary`]: typed
 //!   `get`/`set`/`remove`/`keys`, `sync`, and `subscribe` (a [`DictionaryListener`]).
 //! * Sync — [`Database::sync`] with a [`TokenProvider`] and a [`SyncListener`] →
-//!   [`SyncHandle`] (`status`, `pause`, `resume`, `wait_uploaded`, `close`):
+//!   [`SyncHandle`] (`status`, `pause`, `resume`, `wait_uploaded`, `stop`):
 //!   keel-relay's client (`docs/sync.md`).
 //! * [`KeelError`] — typed errors; each variant is its own exception type.
 //! * [`SyncPolicy`] — per reason in [`OpenOptions`], including

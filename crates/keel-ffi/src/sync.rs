@@ -1,7 +1,7 @@
 //! Sync with PostgreSQL through keel-relay, for Swift, Kotlin and Python
 //! (`docs/sync.md`): [`Database::sync`] starts keel's sync loop with a foreign
 //! [`TokenProvider`] and an optional [`SyncListener`], and returns a
-//! [`SyncHandle`] (`status`, `pause`, `resume`, `wait_uploaded`, `close`).
+//! [`SyncHandle`] (`status`, `pause`, `resume`, `wait_uploaded`, `stop`).
 //!
 //! The loop is keel-query's (`keel-sync` thread). Foreign code is called on keel
 //! threads only: the token provider on `keel-sync` (at each connect and after
@@ -93,7 +93,7 @@ pub struct RefusedOp {
     pub message: String,
 }
 
-/// A running sync client; `close()` (or dropping it) stops it.
+/// A running sync client; `stop()` (or dropping it) stops it.
 #[derive(uniffi::Object)]
 pub struct SyncHandle {
     inner: Mutex<Option<keel_query::SyncHandle>>,
@@ -247,8 +247,9 @@ impl SyncHandle {
     }
 
     /// Stops the loop and its thread (idempotent); what is not uploaded stays in
-    /// the outbox for the next `sync`.
-    pub fn close(&self) {
+    /// the outbox for the next `sync`. (Not `close`: Kotlin's `close()` frees the
+    /// native handle.)
+    pub fn stop(&self) {
         let h = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take();
         drop(h);
         let threads =
@@ -264,6 +265,6 @@ impl SyncHandle {
 
 impl Drop for SyncHandle {
     fn drop(&mut self) {
-        self.close();
+        self.stop();
     }
 }

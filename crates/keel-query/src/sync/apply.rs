@@ -79,7 +79,14 @@ fn table<'s>(schema: &'s Schema, collection: &str) -> Option<(usize, &'s Table)>
 pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) -> Result<()> {
     txn.set_from_server();
     ledger::ensure(txn.connection()).map_err(sql("prepare the sync tables"))?;
-    for change in changes {
+    // One transaction may change a row many times (a batch of counter patches):
+    // only its last change of each row is written, the row as the transaction
+    // left it.
+    let last = last_per_row(schema, changes);
+    for (i, change) in changes.iter().enumerate() {
+        if !last.contains(&i) {
+            continue;
+        }
         match change {
             Incoming::Upsert {
                 collection,
@@ -114,6 +121,36 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
 
 /// One snapshot row: its collection, fields and version.
 pub(crate) type SnapshotRow = (String, Map<String, Json>, i64);
+
+/// The positions in `changes` of each row's last change (every position when
+/// the transaction truncated a collection: rare, and then order matters).
+fn last_per_row(schema: &Schema, changes: &[Incoming]) -> HashSet<usize> {
+    if changes
+        .iter()
+        .any(|c| matches!(c, Incoming::Truncate { .. }))
+    {
+        return (0..changes.len()).collect();
+    }
+    let mut seen = HashSet::new();
+    let mut keep = HashSet::new();
+    for (i, change) in changes.iter().enumerate().rev() {
+        let row = match change {
+            Incoming::Upsert {
+                collection, row, ..
+            } => table(schema, collection).map(|(_, t)| (collection, key_text(t, row))),
+            Incoming::Delete {
+                collection, key, ..
+            } => table(schema, collection).map(|(_, t)| (collection, key_text(t, key))),
+            Incoming::Truncate { .. } => None,
+        };
+        if let Some((collection, key)) = row {
+            if seen.insert((collection.clone(), key)) {
+                keep.insert(i);
+            }
+        }
+    }
+    keep
+}
 
 /// Applies a finished snapshot: `rows` of every subscribed collection
 /// (`collections`), consistent as of `lsn`. Local rows the snapshot lacks go,
@@ -218,15 +255,9 @@ fn settle(
     version: Option<i64>,
 ) -> Result<()> {
     let t = schema.table(ti);
-    let ops = ledger::ops_for(txn.connection(), collection, &key_text(t, key))
+    let ops = ledger::ops_for(txn.connection(), collection, &key_text(t, key), version)
         .map_err(sql("read the outbox"))?;
-    let live: Vec<&Op> = ops
-        .iter()
-        .filter(|o| match (o.acked_version, version) {
-            (None, _) | (Some(_), None) => true,
-            (Some(acked), Some(v)) => acked > v,
-        })
-        .collect();
+    let live: Vec<&Op> = ops.iter().collect();
     let row = reapply(t, key, base, &live);
     write_local(txn, schema, ti, collection, key, row)
 }

@@ -96,12 +96,23 @@ pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
     )
 }
 
-/// Every operation on one row (pending and acked), in sequence order.
-pub(crate) fn ops_for(conn: &Connection, collection: &str, key: &str) -> rusqlite::Result<Vec<Op>> {
+/// The operations on one row that a download at `version` does not hold, in
+/// sequence order: every pending one, and every acked one whose row version is
+/// newer (`None`: every acked one too).
+pub(crate) fn ops_for(
+    conn: &Connection,
+    collection: &str,
+    key: &str,
+    version: Option<i64>,
+) -> rusqlite::Result<Vec<Op>> {
     let mut st = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE collection = ?1 AND key = ?2 ORDER BY seq"
+        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE collection = ?1 AND key = ?2 \
+         AND (acked_version IS NULL OR acked_version > ?3) ORDER BY seq"
     ))?;
-    let rows = st.query_map([collection, key], read_op)?;
+    let rows = st.query_map(
+        rusqlite::params![collection, key, version.unwrap_or(i64::MIN)],
+        read_op,
+    )?;
     rows.collect()
 }
 
