@@ -1,6 +1,6 @@
 //! The public face of sync: [`Database::sync`] starts the client's loop on a
 //! keel-owned thread (`keel-sync`) and returns a [`SyncHandle`]: its status as a
-//! stream of [`SyncStatus`], its typed [`SyncEvent`](crate::sync::shared::SyncEvent)s,
+//! stream of [`SyncStatus`], its typed [`SyncEvent`]s,
 //! `pause` / `resume`, `wait_uploaded`, and `close` (or drop), which stops the thread.
 
 use std::sync::mpsc::{self, Receiver, Sender};

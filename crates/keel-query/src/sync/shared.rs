@@ -9,7 +9,7 @@ use std::time::Duration;
 /// `None`: no token now (the loop tries again after its backoff).
 pub type TokenProvider = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
-/// What [`Database::sync`] connects to and how.
+/// What [`Database::sync`](crate::db::database::Database::sync) connects to and how.
 #[derive(Clone)]
 pub struct SyncOptions {
     /// The relay's WebSocket, `ws://host:port/sync` (`wss://` is not built: put a
