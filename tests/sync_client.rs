@@ -343,3 +343,35 @@ fn an_expired_token_is_replaced_from_the_provider_and_the_stream_goes_on() {
     assert!(eventually(|| local(&db, "blog.Post", "late").is_some()));
     assert!(handle.current_status().connected);
 }
+
+#[test]
+fn fields_an_older_app_does_not_know_survive_its_edits() {
+    let Some(net) = start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // An older build: its schema lacks `rating`, which the server has.
+    let text = std::fs::read_to_string(sync_support::fixture_fbs()).unwrap();
+    let older =
+        keel_query::Schema::parse(&text.replace("  rating: double = null;\n", ""), "old.fbs")
+            .unwrap();
+    assert!(older
+        .table(older.collection("blog.Post").unwrap().table)
+        .field("rating")
+        .is_none());
+    let db =
+        keel_query::Database::open(dir.path().join("old.db"), older, Default::default()).unwrap();
+    net.exec("INSERT INTO posts (id, owner, title, rating) VALUES ('p1', 'ann', 'old title', 4.5)");
+    let handle = sync(&db, &net.url(), "ann");
+    assert!(eventually(|| local(&db, "blog.Post", "p1").is_some()));
+    db.write_blocking(|t| {
+        t.change_values(
+            "blog.Post",
+            &["p1".into()],
+            &[("title".into(), "new title".into())],
+        )
+        .map(|_| ())
+    })
+    .unwrap();
+    handle.wait_uploaded().unwrap();
+    let rows = net.rows("SELECT title, rating FROM posts WHERE id = 'p1'");
+    assert_eq!(rows, vec![json!({"title": "new title", "rating": 4.5})]);
+}
