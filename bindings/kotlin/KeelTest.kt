@@ -1104,6 +1104,7 @@ fun main(args: Array<String>) {
     registerCorpusTests() // BytesCorpus.kt
     registerTxnTests()
     registerSearchTests() // SearchTest.kt
+    registerSyncTests() // SyncTest.kt
     registerObservationTests() // ObservationTest.kt
     registerVectorTests() // VectorTest.kt
     registerRelationsTests() // RelationsTest.kt

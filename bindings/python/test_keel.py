@@ -1063,6 +1063,73 @@ async def a_python_process_that_used_keel_exits_normally(tmp):
     assert not bad, "%d of 50 children did not exit with 0: %r" % (len(bad), bad[:3])
 
 
+SYNCED_SCHEMA = """
+attribute "sync";
+namespace demo;
+table Note (entity, sync: "notes") {
+  id: string (primary);
+  text: string;
+  likes: long (sync: counter);
+}
+root_type Note;
+"""
+
+
+class Tokens(keel.TokenProvider):
+    def __init__(self):
+        self.asked = 0
+
+    def token(self):
+        self.asked += 1
+        return "not-checked-offline"
+
+
+class SyncEvents(keel.SyncListener):
+    def __init__(self):
+        self.statuses = []
+        self.refused = []
+
+    def on_status(self, status):
+        self.statuses.append(status)
+
+    def on_refused(self, ops):
+        self.refused.append(ops)
+
+
+@test
+async def sync_queues_writes_offline_and_reports_its_status(tmp):
+    # No relay listens on port 1: the client retries with backoff, says why in
+    # its status, and keeps the write in the outbox.
+    db = keel.open_blocking(os.path.join(tmp, "s.db"), SYNCED_SCHEMA, OpenOptions(), None)
+    import json
+    note = db.encode_json("demo.Note", json.dumps({"id": "n1", "text": "offline", "likes": 2}))
+    await db.write([WriteOp.INSERT(collection="demo.Note", bytes=note)])
+    tokens, events = Tokens(), SyncEvents()
+    handle = db.sync(keel.SyncOptions(url="ws://127.0.0.1:1/sync", scopes=[], batch_ops=0), tokens, events)
+    deadline = time.monotonic() + 20
+    while handle.status().last_error is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    status = handle.status()
+    assert status.last_error is not None and not status.connected, status
+    assert status.pending_ops == 1, status
+    assert any(s.pending_ops == 1 for s in events.statuses), events.statuses
+    assert not await handle.wait_uploaded(db, 50)
+    handle.pause()
+    handle.resume()
+    handle.stop()
+    try:
+        handle.status()
+        raise AssertionError("a closed handle has no status")
+    except KeelError.Closed:
+        pass
+    try:
+        db.sync(keel.SyncOptions(url="ws://127.0.0.1:1/sync", scopes=["demo.Nope"], batch_ops=0), tokens, None)
+        raise AssertionError("an unknown scope is refused")
+    except KeelError.UnknownCollection:
+        pass
+    await db.close()
+
+
 async def run_all():
     passed = failed = 0
     for t in TESTS:

@@ -250,6 +250,7 @@ fn kotlin_build(g: &bindings::Generated) -> Result<KotlinSuite, String> {
         root.join("bindings/kotlin/BytesCorpus.kt"),
         root.join("bindings/kotlin/TxnTest.kt"),
         root.join("bindings/kotlin/SearchTest.kt"),
+        root.join("bindings/kotlin/SyncTest.kt"),
         root.join("bindings/kotlin/ObservationTest.kt"),
         root.join("bindings/kotlin/VectorTest.kt"),
         root.join("bindings/kotlin/RelationsTest.kt"),

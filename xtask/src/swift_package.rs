@@ -106,13 +106,14 @@ const LINUX_MODULEMAP: &str = "module keel_ffiFFI {
 ";
 
 /// The thin layer's sources under `bindings/swift/`.
-pub const LAYER_FILES: [&str; 9] = [
+pub const LAYER_FILES: [&str; 10] = [
     "Keel.swift",
     "KeelKeychain.swift",
     "KeelObservation.swift",
     "KeelPacked.swift",
     "KeelRelations.swift",
     "KeelSearch.swift",
+    "KeelSync.swift",
     "KeelTyped.swift",
     "KeelVector.swift",
     "KeelWire.swift",

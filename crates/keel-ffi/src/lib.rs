@@ -30,6 +30,9 @@
 //!   [`Subscription`] with `cancel()`; query deliveries carry a row-level [`Diff`].
 //! * The dictionary — [`Database::dictionary`] → [`Dictionary`]: typed
 //!   `get`/`set`/`remove`/`keys`, `sync`, and `subscribe` (a [`DictionaryListener`]).
+//! * Sync — [`Database::sync`] with a [`TokenProvider`] and a [`SyncListener`] →
+//!   [`SyncHandle`] (`status`, `pause`, `resume`, `wait_uploaded`, `stop`):
+//!   keel-relay's client (`docs/sync.md`).
 //! * [`KeelError`] — typed errors; each variant is its own exception type.
 //! * Encryption — `OpenOptions.encryption` ([`Encryption`]): the data key from the
 //!   app's [`KeyProvider`] (Keychain, Android Keystore) or a key file
@@ -85,6 +88,7 @@ mod migrate;
 mod packed;
 mod relations;
 mod search;
+mod sync;
 mod tasks;
 mod txn;
 mod types;
@@ -106,6 +110,7 @@ pub use migrate::{
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{ChangedRow, IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
+pub use sync::{RefusedOp, SyncHandle, SyncListener, SyncOptions, SyncStatus, TokenProvider};
 pub use txn::{Txn, WriteBody};
 
 /// The write transaction's former FFI name; the core, the FFI and Kotlin call it

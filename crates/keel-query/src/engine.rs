@@ -29,6 +29,7 @@ use crate::dictionary::shared;
 use crate::dictionary::shared::{DictHost, Shared as DictShared};
 use crate::dictionary::staged::TxnState;
 use crate::feed::Feed;
+use crate::layout::outbox;
 use crate::layout::table::{table_columns, Coll};
 use crate::layout::vector_table;
 use crate::vector::cache::{VectorCache, Written};
@@ -107,6 +108,8 @@ pub(crate) struct Inner {
     pub(crate) live_lists: std::sync::OnceLock<Arc<dyn Any + Send + Sync>>,
     /// The watch on the database's files while anything is live (`watch.rs`).
     pub(crate) watch: Watch,
+    /// Told after a commit appended sync operations (`layout/outbox.rs`).
+    pub(crate) outbox_waker: outbox::Waker,
 }
 
 impl Inner {
@@ -160,6 +163,7 @@ impl Inner {
             layout_cookie: AtomicI64::new(-1),
             live_lists: std::sync::OnceLock::new(),
             vector_cache: VectorCache::new(vector_cache_bytes),
+            outbox_waker: outbox::Waker::default(),
         })
     }
 
@@ -452,10 +456,11 @@ impl Inner {
         outcome: WriteOutcome,
     ) -> Result<()> {
         let WriteOutcome {
-            changes,
+            mut changes,
             one_collection,
             aborted,
             recorded,
+            from_server,
             dictionary,
             vectors,
         } = outcome;
@@ -463,6 +468,14 @@ impl Inner {
             return Err(Error::Aborted {
                 path: self.path.clone(),
             });
+        }
+        if !from_server && self.append_outbox(w, &changes)? {
+            let me = Arc::clone(self);
+            w.on_commit(Box::new(move || me.outbox_waker.wake()));
+        }
+        if !recorded {
+            // Recorded only for the outbox: the hub and hooks were not asking.
+            changes.clear();
         }
         // Another process committed before this transaction (the writer checked
         // at BEGIN): read every subscription again after this commit.
@@ -537,6 +550,25 @@ impl Inner {
             }));
         }
         Ok(())
+    }
+
+    /// Appends the operations of `changes` to synced collections to the outbox, in
+    /// the closure's savepoint; returns whether there were any.
+    fn append_outbox(&self, w: &WriteTxn<'_>, changes: &[Change]) -> Result<bool> {
+        let synced = |name: &str| {
+            self.coll(name, "sync")
+                .ok()
+                .filter(|c| c.synced)
+                .map(|c| c.table)
+        };
+        if !self.colls.iter().any(|c| c.synced)
+            || !changes.iter().any(|c| synced(&c.collection).is_some())
+        {
+            return Ok(false);
+        }
+        outbox::append(w, &self.schema, changes, synced)
+            .map_err(|e| Error::sqlite("append to the sync outbox", outbox::OUTBOX, e))?;
+        Ok(true)
     }
 
     /// After COMMIT: the change hooks first (in registration order), then the
@@ -641,6 +673,8 @@ pub(crate) struct WriteOutcome {
     /// It recorded its changes (a hook or a subscription was live, or the
     /// feed needs them), so an empty `changes` means it changed nothing.
     pub(crate) recorded: bool,
+    /// The sync client's apply of downloaded rows: nothing goes to the outbox.
+    pub(crate) from_server: bool,
     /// Its dictionary changes, staged until the commit.
     pub(crate) dictionary: Option<TxnState>,
     /// The rows it wrote to vector tables (`vector/cache.rs`).

@@ -115,6 +115,8 @@ mod query;
 mod relations;
 pub mod search;
 pub mod subscribe;
+#[cfg(feature = "sync")]
+pub mod sync;
 mod txn;
 mod vector;
 mod watch;
@@ -145,6 +147,10 @@ pub use subscribe::{
     Diff, Indices, IndicesIntoIter, NearestStats, NearestSubscription, NearestUpdate, ObjectEvent,
     ObjectUpdate, Objects, QueryUpdate, Subscription, Update,
 };
+#[cfg(feature = "sync")]
+pub use sync::handle::{StatusStream, SyncHandle, UploadWaiter};
+#[cfg(feature = "sync")]
+pub use sync::shared::{RefusedOp, SyncEvent, SyncOptions, SyncStatus, TokenProvider};
 pub use txn::dictionary::TxnDictionary;
 pub use txn::transaction::Txn;
 pub use vector::cache::VectorCopyStats;

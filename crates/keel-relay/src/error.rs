@@ -26,18 +26,10 @@ pub enum Error {
         /// What is wrong, with the setting's name.
         message: String,
     },
-    /// The `.fbs` file does not parse or resolve.
+    /// The `.fbs` file does not parse or resolve (bad sync markings included: a synced
+    /// table that is not a collection, an unknown conflict rule, a counter on a string).
     #[error("schema: {0}")]
     Schema(#[from] keel_schema::ParseError),
-    /// The `.fbs` file parses, but its sync markings are wrong (a synced table that is
-    /// not a collection, an unknown conflict rule, a counter on a string, …).
-    #[error("schema {file}: {message}")]
-    SyncSchema {
-        /// The file holding the marking.
-        file: String,
-        /// What is wrong, naming the table and field.
-        message: String,
-    },
     /// A scope filter in the config does not parse or names an unknown field.
     #[error("scope on {collection}: {message}")]
     Scope {

@@ -12,9 +12,10 @@
 //!   changed the row since the version the client saw; `(sync: merge)` is the
 //!   default (field-wise last writer in server order).
 //!
-//! keel-schema's model keeps only the attributes keel itself knows, so this module
-//! reads the markings from the parser's syntax tree ([`keel_schema::parser`]), which
-//! keeps every attribute, and pairs them with the resolved [`Schema`] by table name.
+//! The markings are read by keel-schema ([`keel_schema::sync`]): the resolver keeps
+//! them in the model and refuses those that cannot work, so the relay and keel's
+//! client read one implementation. This module maps the marked collections to
+//! PostgreSQL.
 //!
 //! Types map as documented in `docs/sync.md`: scalars to typed columns, enums to
 //! their underlying integer, `string` to `text`, `[ubyte]` to `bytea`, vectors of
@@ -24,10 +25,8 @@
 //! including plain SQL) and `keel_created` (the version at insert, naming the row's
 //! incarnation, so a delete can tell a re-inserted row from the one it saw).
 
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use keel_schema::parser::ast::{self, Literal};
 use keel_schema::{FieldType, ScalarType, Schema, Value};
 
 use crate::error::Error;
@@ -37,16 +36,8 @@ pub const VERSION_COLUMN: &str = "keel_version";
 /// The column keeping the version at which the row was inserted.
 pub const CREATED_COLUMN: &str = "keel_created";
 
-/// How concurrent writes to a field resolve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConflictRule {
-    /// Field-wise last writer in server order (the default).
-    Merge,
-    /// Uploads carry deltas that add up.
-    Counter,
-    /// A client's patch applies only when the row is unchanged since its base version.
-    ServerWins,
-}
+/// How concurrent writes to a field resolve (keel-schema's reading of `(sync: …)`).
+pub use keel_schema::sync::SyncRule as ConflictRule;
 
 /// A PostgreSQL column type, spelled as `format_type` prints it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,21 +165,14 @@ pub struct SyncSchema {
 impl SyncSchema {
     /// Reads a `.fbs` file (and its includes) and maps its `(sync)` collections.
     pub fn from_file(path: impl AsRef<Path>) -> Result<SyncSchema, Error> {
-        let path = path.as_ref();
-        let schema = Schema::from_file(path)?;
-        let mut marks = Marks::default();
-        let mut seen = Vec::new();
-        read_marks(path, path.parent(), &mut marks, &mut seen)?;
-        SyncSchema::build(&schema, &marks)
+        let schema = Schema::from_file(path.as_ref())?;
+        Ok(SyncSchema::of(&schema))
     }
 
     /// Maps an in-memory `.fbs` text without includes (`file` names it in errors).
     pub fn parse(text: &str, file: &str) -> Result<SyncSchema, Error> {
         let schema = Schema::parse(text, file)?;
-        let ast = keel_schema::parser::parse_file(text, file)?;
-        let mut marks = Marks::default();
-        marks.add(&ast, file);
-        SyncSchema::build(&schema, &marks)
+        Ok(SyncSchema::of(&schema))
     }
 
     /// The collection with this fully qualified or bare name.
@@ -203,52 +187,20 @@ impl SyncSchema {
             })
     }
 
-    fn build(schema: &Schema, marks: &Marks) -> Result<SyncSchema, Error> {
+    /// The synced collections of a resolved schema (whose markings the resolver
+    /// has already checked).
+    pub fn of(schema: &Schema) -> SyncSchema {
         let mut collections = Vec::new();
-        for (full_name, mark) in &marks.tables {
-            let problem = |message: String| Error::SyncSchema {
-                file: mark.file.clone(),
-                message,
-            };
-            let collection = schema.collection(full_name).ok_or_else(|| {
-                problem(format!(
-                    "table {full_name} is marked (sync) but is not a collection: mark it (entity) or make it the root_type"
-                ))
-            })?;
-            if collection.primary_key.is_empty() {
-                return Err(problem(format!(
-                    "synced collection {full_name} needs a (primary) key: rowids are local to one device"
-                )));
-            }
+        for collection in &schema.collections {
             let table = schema.table(collection.table);
+            let Some(mark) = &table.sync else {
+                continue;
+            };
             let mut columns = Vec::new();
             let mut primary_key = Vec::new();
             for field in table.fields.iter().filter(|f| !f.deprecated) {
-                let rule = match mark.fields.get(&field.name) {
-                    None => ConflictRule::Merge,
-                    Some(rule) => parse_rule(rule).ok_or_else(|| {
-                        problem(format!(
-                            "{full_name}.{}: expected a sync rule (merge, counter, server_wins), found {rule:?}",
-                            field.name
-                        ))
-                    })?,
-                };
                 let (pg_type, kind) = map_type(schema, &field.ty);
-                if rule == ConflictRule::Counter
-                    && !matches!(kind, ValueKind::Int { .. } | ValueKind::Float)
-                {
-                    return Err(problem(format!(
-                        "{full_name}.{}: a (sync: counter) field must be an integer or float",
-                        field.name
-                    )));
-                }
                 if field.primary {
-                    if rule != ConflictRule::Merge {
-                        return Err(problem(format!(
-                            "{full_name}.{}: a primary key field takes no sync rule",
-                            field.name
-                        )));
-                    }
                     primary_key.push(field.name.clone());
                 }
                 let scalar_like = matches!(field.ty, FieldType::Scalar(_) | FieldType::Enum(_));
@@ -264,132 +216,18 @@ impl SyncSchema {
                     kind,
                     not_null,
                     default,
-                    rule,
+                    rule: field.sync,
                 });
             }
             collections.push(SyncCollection {
                 name: collection.name.clone(),
-                table: mark
-                    .table
-                    .clone()
-                    .unwrap_or_else(|| snake_case(&table.name)),
+                table: mark.table.clone(),
                 columns,
                 primary_key,
             });
         }
-        // Schema order, whatever order the files were read in.
-        collections.sort_by_key(|c| {
-            schema
-                .collections
-                .iter()
-                .position(|s| s.name == c.name)
-                .unwrap_or(usize::MAX)
-        });
-        Ok(SyncSchema { collections })
+        SyncSchema { collections }
     }
-}
-
-/// The sync markings found in the syntax trees.
-#[derive(Debug, Default)]
-struct Marks {
-    /// Fully qualified table name → its markings.
-    tables: HashMap<String, TableMark>,
-}
-
-#[derive(Debug)]
-struct TableMark {
-    file: String,
-    table: Option<String>,
-    fields: HashMap<String, String>,
-}
-
-impl Marks {
-    fn add(&mut self, file: &ast::File, file_name: &str) {
-        for decl in &file.decls {
-            let ast::DeclKind::Object {
-                is_struct: false,
-                fields,
-            } = &decl.kind
-            else {
-                continue;
-            };
-            let Some(sync) = decl.attributes.iter().find(|a| a.name == "sync") else {
-                continue;
-            };
-            let full_name = if decl.namespace.is_empty() {
-                decl.name.clone()
-            } else {
-                format!("{}.{}", decl.namespace, decl.name)
-            };
-            let table = match &sync.value {
-                Some(Literal::Str(s)) | Some(Literal::Ident(s)) => Some(s.clone()),
-                _ => None,
-            };
-            let fields = fields
-                .iter()
-                .filter_map(|f| {
-                    let a = f.attributes.iter().find(|a| a.name == "sync")?;
-                    let rule = match &a.value {
-                        Some(Literal::Str(s)) | Some(Literal::Ident(s)) => s.clone(),
-                        Some(Literal::Int(s)) | Some(Literal::Float(s)) => s.clone(),
-                        None => String::new(),
-                    };
-                    Some((f.name.clone(), rule))
-                })
-                .collect();
-            self.tables.insert(
-                full_name,
-                TableMark {
-                    file: file_name.to_owned(),
-                    table,
-                    fields,
-                },
-            );
-        }
-    }
-}
-
-/// Parses `path` and its includes (each once), collecting their markings.
-fn read_marks(
-    path: &Path,
-    root_dir: Option<&Path>,
-    marks: &mut Marks,
-    seen: &mut Vec<PathBuf>,
-) -> Result<(), Error> {
-    let canonical = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
-    if seen.contains(&canonical) {
-        return Ok(());
-    }
-    seen.push(canonical);
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let name = path.to_string_lossy();
-    let file = keel_schema::parser::parse_file(&text, &name)?;
-    marks.add(&file, &name);
-    for (include, _) in &file.includes {
-        let beside = path.parent().map(|d| d.join(include));
-        let from_root = root_dir.map(|d| d.join(include));
-        let found = [beside, from_root]
-            .into_iter()
-            .flatten()
-            .find(|p| p.is_file());
-        // Schema::from_file already reported a missing include.
-        if let Some(found) = found {
-            read_marks(&found, root_dir, marks, seen)?;
-        }
-    }
-    Ok(())
-}
-
-fn parse_rule(rule: &str) -> Option<ConflictRule> {
-    Some(match rule {
-        "" | "merge" => ConflictRule::Merge,
-        "counter" => ConflictRule::Counter,
-        "server_wins" => ConflictRule::ServerWins,
-        _ => return None,
-    })
 }
 
 fn scalar_type(t: ScalarType) -> (PgType, ValueKind) {
@@ -455,20 +293,7 @@ fn json_of(value: &Value) -> Option<serde_json::Value> {
 }
 
 /// `BlogPost` → `blog_post`.
-pub fn snake_case(name: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in name.chars().enumerate() {
-        if c.is_uppercase() {
-            if i > 0 && !out.ends_with('_') {
-                out.push('_');
-            }
-            out.extend(c.to_lowercase());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
+pub use keel_schema::sync::snake_case;
 
 /// A SQL identifier, double-quoted.
 pub fn quote_ident(name: &str) -> String {

@@ -16,6 +16,7 @@
 //! Build one with [`Schema::parse`] or [`Schema::from_file`].
 
 use crate::path::PathStep;
+use crate::sync::{SyncRule, SyncTable};
 use crate::value::Value;
 use crate::vector::VectorSpec;
 
@@ -195,6 +196,9 @@ pub struct Field {
     /// exactly `N` finite floats, searchable by nearest neighbour
     /// ([`crate::vector`]).
     pub vector: Option<VectorSpec>,
+    /// `(sync: counter)` / `(sync: server_wins)`: how concurrent writes to the
+    /// field of a synced collection resolve ([`crate::sync`]; `Merge` unmarked).
+    pub sync: SyncRule,
     /// Doc comment lines (`///`) without the markers.
     pub doc: Vec<String>,
 }
@@ -289,6 +293,9 @@ pub struct Table {
     pub fields: Vec<Field>,
     /// Marked `(entity)`: stored as its own collection.
     pub entity: bool,
+    /// Marked `(sync)`: the collection syncs with this server table
+    /// ([`crate::sync`]).
+    pub sync: Option<SyncTable>,
     /// Doc comment lines.
     pub doc: Vec<String>,
 }

@@ -7,6 +7,7 @@ use crate::model::*;
 use crate::parser::ast::{self, DeclKind, Literal, TypeRef};
 use crate::parser::{parse_file, ParseError, Pos};
 use crate::path::PathStep;
+use crate::sync::{self, SyncRule};
 use crate::value::Value;
 use crate::vector::{Metric, VectorSpec, MAX_DIMENSIONS};
 
@@ -429,6 +430,7 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
             ));
         }
     }
+    check_sync(&r, &tables, &order)?;
     Ok(Schema {
         tables,
         structs,
@@ -438,6 +440,70 @@ fn resolve(srcs: Vec<Src>) -> Result<Schema, ParseError> {
         root_table,
         file_identifier,
     })
+}
+
+/// Refuses sync markings that cannot work: `(sync)` on a table that is not a
+/// collection or has no primary key (rowids are local to one device), a counter
+/// that is not a number, a rule on a primary key field.
+fn check_sync(r: &Resolver<'_>, tables: &[Table], collections: &[usize]) -> Result<(), ParseError> {
+    for (i, t) in tables.iter().enumerate() {
+        let d = &r.tables[i];
+        let field_pos = |name: &str| {
+            d.decl_fields()
+                .iter()
+                .find(|fd| fd.name == name)
+                .map_or(d.decl.pos, |fd| fd.pos)
+        };
+        let full = t.full_name();
+        if t.sync.is_none() {
+            if let Some(f) = t.fields.iter().find(|f| f.sync != SyncRule::Merge) {
+                return Err(err(
+                    d.file,
+                    field_pos(&f.name),
+                    format!(
+                        "{full}.{}: a sync rule needs its table marked (sync)",
+                        f.name
+                    ),
+                ));
+            }
+            continue;
+        }
+        if !collections.contains(&i) {
+            return Err(err(d.file, d.decl.pos, format!(
+                "table {full} is marked (sync) but is not a collection: mark it (entity) or make it the root_type"
+            )));
+        }
+        if !t.fields.iter().any(|f| f.primary) {
+            return Err(err(
+                d.file,
+                d.decl.pos,
+                format!(
+                "synced collection {full} needs a (primary) key: rowids are local to one device"
+            ),
+            ));
+        }
+        for f in &t.fields {
+            let numeric = matches!(f.ty, FieldType::Scalar(s) if s != ScalarType::Bool);
+            if f.sync == SyncRule::Counter && !numeric {
+                return Err(err(
+                    d.file,
+                    field_pos(&f.name),
+                    format!(
+                        "{full}.{}: a (sync: counter) field must be an integer or float",
+                        f.name
+                    ),
+                ));
+            }
+            if f.primary && f.sync != SyncRule::Merge {
+                return Err(err(
+                    d.file,
+                    field_pos(&f.name),
+                    format!("{full}.{}: a primary key field takes no sync rule", f.name),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl DeclRef<'_> {
@@ -1246,6 +1312,8 @@ impl<'a> Resolver<'a> {
                     .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 vector: vector_spec(&f.attributes)
                     .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
+                sync: sync::field_rule(&f.attributes)
+                    .map_err(|m| err(d.file, f.pos, format!("field {:?}: {m}", f.name)))?,
                 doc: f.doc.clone(),
             };
             if field.vector.is_some()
@@ -1342,6 +1410,7 @@ impl<'a> Resolver<'a> {
             namespace: d.decl.namespace.clone(),
             fields,
             entity: has_attr(&d.decl.attributes, "entity"),
+            sync: sync::table_mark(&d.decl.attributes, &d.decl.name),
             doc: d.decl.doc.clone(),
         })
     }

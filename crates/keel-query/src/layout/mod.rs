@@ -11,10 +11,13 @@
 //!   at open when its signature changes, compared by `keel check`.
 //! * [`fts`] — the full-text index as a side table.
 //! * [`vector_table`] — the packed vector side table and the candidates' order.
+//! * [`outbox`] — a synced collection's writes as upload operations, appended in
+//!   the write's transaction.
 
 pub(crate) mod body;
 pub(crate) mod fts;
 pub(crate) mod links;
+pub(crate) mod outbox;
 pub(crate) mod side_table;
 pub(crate) mod stored;
 pub(crate) mod table;

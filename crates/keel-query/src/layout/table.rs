@@ -163,6 +163,9 @@ pub(crate) struct Coll {
     /// The packed vector side table (`vector/column.rs`), when the collection has
     /// `(vector: N)` fields (in the extraction schema, like the index columns).
     pub(crate) vectors: Option<VectorSql>,
+    /// Marked `(sync)`: its writes go to the outbox (`layout/outbox.rs`), so a
+    /// write closure records them.
+    pub(crate) synced: bool,
     /// `(k…, body, columns…)`.
     pub(crate) sql_insert: String,
     pub(crate) sql_find: String,
@@ -384,6 +387,7 @@ impl Coll {
             search: SearchSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
             links: Links::of(schema, &c.name),
             vectors: VectorSql::of(&c.name, ext_table.map_or(t, |et| ext.table(et))),
+            synced: t.sync.is_some(),
             ext: Arc::clone(ext),
             ext_table,
             body,

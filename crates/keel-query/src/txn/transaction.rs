@@ -42,6 +42,8 @@ pub struct Txn<'a> {
     first_table: Option<usize>,
     mixed: bool,
     record: bool,
+    /// The sync client applies downloaded rows: no outbox operations.
+    from_server: bool,
     aborted: bool,
     /// Dictionary changes of this closure, settled at commit (see `dictionary`).
     pub(crate) dict: Option<TxnState>,
@@ -131,6 +133,7 @@ impl<'a> Txn<'a> {
             first_table: None,
             mixed: false,
             record,
+            from_server: false,
             aborted: false,
             dict: None,
             kept: std::cell::RefCell::new(Vec::new()),
@@ -147,9 +150,31 @@ impl<'a> Txn<'a> {
             one_collection: !self.mixed,
             aborted: self.aborted,
             recorded: self.record,
+            from_server: self.from_server,
             dictionary: self.dict.take(),
             vectors: self.vectors.take(),
         }
+    }
+
+    /// Whether writes to `c` record their changes: for the hub and the hooks, or
+    /// because `c` syncs (the outbox is made from them).
+    fn records(&self, c: &Coll) -> bool {
+        self.record || c.synced
+    }
+
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
+    /// Marks this closure as the sync client's apply of downloaded rows: its
+    /// writes reach subscribers like any other but add nothing to the outbox.
+    pub(crate) fn set_from_server(&mut self) {
+        self.from_server = true;
+    }
+
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
+    /// The write connection, for the sync client's own tables.
+    pub(crate) fn connection(&self) -> &rusqlite::Connection {
+        self.conn
     }
 
     fn check(&self, op: &'static str) -> Result<()> {
@@ -233,7 +258,7 @@ impl<'a> Txn<'a> {
         old: Option<Vec<u8>>,
         new: Option<Vec<u8>>,
     ) {
-        if self.record {
+        if self.records(c) {
             let key = if c.key.is_empty() {
                 vec![Value::Int(rowid)]
             } else {
@@ -372,7 +397,7 @@ impl<'a> Txn<'a> {
         })?;
         let rowid = self.conn.last_insert_rowid();
         self.write_side_tables(c, op, rowid, &bytes)?;
-        let new = self.record.then_some(bytes);
+        let new = self.records(c).then_some(bytes);
         self.record(c, ChangeOp::Insert, key, rowid, None, new);
         Ok(rowid)
     }
@@ -407,7 +432,7 @@ impl<'a> Txn<'a> {
     ) -> Result<std::result::Result<i64, (Vec<Value>, Vec<u8>)>> {
         column::check(c, op, &bytes)?;
         self.check_references(c, op, &bytes)?;
-        if self.record {
+        if self.records(c) {
             let Some(old) = self.find(c, op, &key)? else {
                 return Ok(Err((key, bytes)));
             };
@@ -714,7 +739,7 @@ impl<'a> Txn<'a> {
         if new_key == key {
             if merged != old.bytes {
                 self.update_body(c, op, old.rowid, &key, &merged, Origin::Foreign)?;
-                let new = self.record.then_some(merged);
+                let new = self.records(c).then_some(merged);
                 self.record(c, ChangeOp::Update, key, old.rowid, Some(old.bytes), new);
             }
             return Ok(old.rowid);
@@ -814,7 +839,7 @@ impl<'a> Txn<'a> {
 
     /// Delete the object with `key` of `c`, no reference rules applied.
     pub(super) fn delete_plain(&mut self, c: &Coll, key: &[Value]) -> Result<bool> {
-        if !self.record && c.side_tables().next().is_none() {
+        if !self.records(c) && c.side_tables().next().is_none() {
             // A key with nothing to convert (a typed key's values always) is bound
             // as given, not copied.
             let key = c.check_key_ref("delete", key)?;
@@ -824,7 +849,7 @@ impl<'a> Txn<'a> {
             return Ok(n > 0);
         }
         let key = c.check_key("delete", key)?;
-        if !self.record {
+        if !self.records(c) {
             // A searchable collection: the index entry goes by rowid, so find it.
             let rowid: Option<i64> = self.with_kept_stmt(c, "delete", &c.sql_find_rowid, |st| {
                 st.query_row(rusqlite::params_from_iter(key.iter().map(sref)), |r| {

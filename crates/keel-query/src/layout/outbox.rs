@@ -1,0 +1,252 @@
+//! The sync outbox: every local write to a synced collection, as the operations
+//! the relay applies (`docs/sync.md`), appended in the same SQLite transaction as
+//! the write itself.
+//!
+//! Three tables, made by the first synced write (a database that never writes a
+//! `(sync)` collection has none of them):
+//!
+//! * `keel_sync_outbox` — one row per operation, its `seq` the protocol's sequence
+//!   number (`AUTOINCREMENT`: never reused, so a crash between upload and ack
+//!   resends the same numbers and the relay's ledger answers them once). An
+//!   operation is *pending* until acked; an acked one keeps its row version and
+//!   ack LSN until the download has caught up with it (the client re-applies it
+//!   over older downloads, so its own write never flickers away), then it goes.
+//! * `keel_sync_rows` — per downloaded row: the version last seen from the server
+//!   (`version`), the version the last ack of this client's own write gave it
+//!   (`acked`), and the server's row as JSON (`row`: what a refused operation
+//!   rolls back to, unknown fields included).
+//! * `keel_sync_state` — name → value: the install's client id, the last LSN.
+//!
+//! What a write becomes, decided from the change the transaction recorded (old
+//! and new bytes), so every write path — insert, update, upsert, change requests,
+//! key moves (a delete and an insert), cascades and nullifications of the delete
+//! rules — is covered by one rule: an insert carries every field; an update
+//! carries only the fields whose value changed (a change request that sets a
+//! field to the value it has sends nothing), `(sync: counter)` fields as the
+//! difference; a delete carries the key. Union fields do not sync (their JSON
+//! needs a type beside the value; the relay keeps them as `jsonb`).
+//!
+//! Cost: a collection without `(sync)` pays nothing (the transaction records its
+//! changes only when something else asks for them). A synced write costs its
+//! recording (the old bytes), two JSON renderings and two statements: the row's
+//! base version and the outbox INSERT.
+
+use keel_schema::{FieldType, Schema, SyncRule, Table};
+use rusqlite::{Connection, OptionalExtension};
+use serde_json::{Map, Value as Json};
+
+use crate::base::change::{Change, ChangeOp};
+
+/// The outbox table.
+pub(crate) const OUTBOX: &str = "keel_sync_outbox";
+
+/// Every table of the sync state, created together.
+pub(crate) const CREATE: &str = "
+CREATE TABLE IF NOT EXISTS keel_sync_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    op TEXT NOT NULL,
+    fields TEXT,
+    deltas TEXT,
+    base INTEGER NOT NULL,
+    acked_version INTEGER,
+    acked_lsn INTEGER
+);
+CREATE INDEX IF NOT EXISTS keel_sync_outbox_key ON keel_sync_outbox(collection, key);
+CREATE TABLE IF NOT EXISTS keel_sync_rows (
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    acked INTEGER NOT NULL DEFAULT 0,
+    row TEXT,
+    PRIMARY KEY (collection, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS keel_sync_state (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+";
+
+const INSERT: &str = "INSERT INTO keel_sync_outbox (collection, key, op, fields, deltas, base) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const BASE: &str =
+    "SELECT max(version, acked) FROM keel_sync_rows WHERE collection = ?1 AND key = ?2";
+
+/// Whether `table` is a field's type that syncs (not a union, not a vector of them).
+pub(crate) fn syncs(ty: &FieldType) -> bool {
+    match ty {
+        FieldType::Union(_) => false,
+        FieldType::Vector(e) => !matches!(**e, FieldType::Union(_)),
+        _ => true,
+    }
+}
+
+/// The canonical text of a row's key: the primary key fields of `row` as a JSON
+/// object (serde_json orders its members, so the text is the same whoever built it).
+pub(crate) fn key_text(table: &Table, row: &Map<String, Json>) -> String {
+    let key: Map<String, Json> = table
+        .fields
+        .iter()
+        .filter(|f| f.primary)
+        .map(|f| {
+            (
+                f.name.clone(),
+                row.get(&f.name).cloned().unwrap_or(Json::Null),
+            )
+        })
+        .collect();
+    Json::Object(key).to_string()
+}
+
+/// The JSON of the object in `bytes` (flatc's conventions), its members a map.
+pub(crate) fn row_json(schema: &Schema, table: usize, bytes: &[u8]) -> Option<Map<String, Json>> {
+    let reader = schema.table_reader(table)?;
+    match reader.open(bytes).ok()?.to_json().ok()? {
+        Json::Object(m) => Some(m),
+        _ => None,
+    }
+}
+
+/// One operation before it has a sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct NewOp {
+    /// `insert`, `patch` or `delete`.
+    pub(crate) op: &'static str,
+    /// Written fields (insert: all of them).
+    pub(crate) fields: Map<String, Json>,
+    /// Counter fields → what they grew by.
+    pub(crate) deltas: Map<String, Json>,
+}
+
+/// The operation a recorded change becomes; `None` when no synced field changed.
+pub(crate) fn op_of(
+    table: &Table,
+    op: ChangeOp,
+    old: Option<&Map<String, Json>>,
+    new: Option<&Map<String, Json>>,
+) -> Option<NewOp> {
+    let synced = || {
+        table
+            .fields
+            .iter()
+            .filter(|f| !f.deprecated && !f.primary && syncs(&f.ty))
+    };
+    match (op, old, new) {
+        (ChangeOp::Delete, _, _) => Some(NewOp {
+            op: "delete",
+            fields: Map::new(),
+            deltas: Map::new(),
+        }),
+        (ChangeOp::Insert, _, Some(new)) => Some(NewOp {
+            op: "insert",
+            fields: synced()
+                .filter_map(|f| new.get(&f.name).map(|v| (f.name.clone(), v.clone())))
+                .collect(),
+            deltas: Map::new(),
+        }),
+        (ChangeOp::Update, Some(old), Some(new)) => {
+            let mut fields = Map::new();
+            let mut deltas = Map::new();
+            for f in synced() {
+                let (o, n) = (old.get(&f.name), new.get(&f.name));
+                if o == n {
+                    continue;
+                }
+                if f.sync == SyncRule::Counter {
+                    deltas.insert(f.name.clone(), difference(o, n));
+                } else {
+                    fields.insert(f.name.clone(), n.cloned().unwrap_or(Json::Null));
+                }
+            }
+            (!fields.is_empty() || !deltas.is_empty()).then_some(NewOp {
+                op: "patch",
+                fields,
+                deltas,
+            })
+        }
+        _ => None,
+    }
+}
+
+/// `new - old` of a counter (integers stay integers).
+fn difference(old: Option<&Json>, new: Option<&Json>) -> Json {
+    let zero = Json::from(0);
+    let (o, n) = (old.unwrap_or(&zero), new.unwrap_or(&zero));
+    match (o.as_i64(), n.as_i64()) {
+        (Some(o), Some(n)) => Json::from(n.wrapping_sub(o)),
+        _ => serde_json::Number::from_f64(n.as_f64().unwrap_or(0.0) - o.as_f64().unwrap_or(0.0))
+            .map_or(Json::from(0), Json::Number),
+    }
+}
+
+/// Appends the operations of `changes` that touch synced collections, on `conn`
+/// inside the write's transaction (and savepoint: a rolled-back closure takes its
+/// operations with it). `synced(collection)` says which collections sync.
+pub(crate) fn append(
+    conn: &Connection,
+    schema: &Schema,
+    changes: &[Change],
+    mut table_of: impl FnMut(&str) -> Option<usize>,
+) -> rusqlite::Result<()> {
+    for ch in changes {
+        let Some(ti) = table_of(&ch.collection) else {
+            continue;
+        };
+        let table = schema.table(ti);
+        let old = ch.old.as_deref().and_then(|b| row_json(schema, ti, b));
+        let new = ch.new.as_deref().and_then(|b| row_json(schema, ti, b));
+        let Some(op) = op_of(table, ch.op, old.as_ref(), new.as_ref()) else {
+            continue;
+        };
+        let Some(row) = new.as_ref().or(old.as_ref()) else {
+            continue;
+        };
+        let key = key_text(table, row);
+        let text =
+            |m: &Map<String, Json>| (!m.is_empty()).then(|| Json::Object(m.clone()).to_string());
+        let write = |conn: &Connection| -> rusqlite::Result<()> {
+            let base: Option<i64> = conn
+                .prepare_cached(BASE)?
+                .query_row(rusqlite::params![ch.collection, key], |r| r.get(0))
+                .optional()?;
+            conn.prepare_cached(INSERT)?.execute(rusqlite::params![
+                ch.collection,
+                key,
+                op.op,
+                text(&op.fields),
+                text(&op.deltas),
+                base.unwrap_or(0),
+            ])?;
+            Ok(())
+        };
+        match write(conn) {
+            Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => {
+                // The first synced write of this file makes the tables.
+                conn.execute_batch(CREATE)?;
+                write(conn)?;
+            }
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Who to tell after a commit appended operations: the sync client's loop, while
+/// one runs (it uploads them without waiting for its timer).
+#[derive(Default)]
+pub(crate) struct Waker(std::sync::Mutex<Option<std::sync::Arc<dyn Fn() + Send + Sync>>>);
+
+impl Waker {
+    // Used by the sync client (feature `sync`).
+    #[cfg_attr(not(feature = "sync"), allow(dead_code))]
+    /// Sets (or, with `None`, clears) the function a commit calls.
+    pub(crate) fn set(&self, f: Option<std::sync::Arc<dyn Fn() + Send + Sync>>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = f;
+    }
+
+    /// Calls it, if set.
+    pub(crate) fn wake(&self) {
+        let f = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(f) = f {
+            f();
+        }
+    }
+}

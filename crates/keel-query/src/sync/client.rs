@@ -1,0 +1,705 @@
+//! The sync loop: one thread (`keel-sync`), one blocking WebSocket
+//! (`tungstenite`), the relay's protocol (`docs/sync.md`).
+//!
+//! A session: connect, `hello` with the token and the install's client id,
+//! `subscribe`, then until it fails: upload the outbox one batch at a time (the
+//! next after the answer to the last), and apply what arrives — a snapshot when
+//! it is complete, each `changes` frame as it comes (held back while a snapshot
+//! is arriving, then applied after it), acks and refusals, checkpoints. A failed
+//! session waits (exponential backoff with jitter) and starts again; whatever was
+//! not acknowledged is sent again with the same sequence numbers, which the
+//! relay's ledger answers without applying twice. The socket reads with a short
+//! timeout so a commit's wake-up, `pause` and `close` are seen within
+//! [`TICK`].
+
+use std::collections::HashSet;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value as Json};
+use tungstenite::client::IntoClientRequest;
+use tungstenite::{Message, WebSocket};
+
+use crate::base::error::{Error, Result};
+use crate::db::database::Database;
+use crate::sync::apply::{self, Incoming, SnapshotRow};
+use crate::sync::ledger::{self, Op};
+use crate::sync::shared::{Command, RefusedOp, Shared, SyncEvent, SyncOptions};
+use crate::txn::transaction::Txn;
+
+/// How long one socket read waits before the loop looks at its commands.
+const TICK: Duration = Duration::from_millis(10);
+/// How long the relay may take to answer a `hello` or an upload.
+const ANSWER: Duration = Duration::from_secs(30);
+/// How long a connect may take.
+const CONNECT: Duration = Duration::from_secs(10);
+
+/// How a session ended.
+enum Ended {
+    Close,
+    Pause,
+    Failed(String),
+}
+
+/// Exponential backoff with jitter.
+struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+    seed: u64,
+}
+
+impl Backoff {
+    fn new(min: Duration, max: Duration) -> Backoff {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0x9E37_79B9, |d| d.as_nanos() as u64)
+            | 1;
+        Backoff {
+            min,
+            max,
+            next: min,
+            seed,
+        }
+    }
+
+    fn reset(&mut self) {
+        self.next = self.min;
+    }
+
+    /// The next wait: a random time between half the delay and the delay, which
+    /// then doubles (up to `max`).
+    fn wait(&mut self) -> Duration {
+        // xorshift64: enough to keep many clients from retrying in step.
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        let delay = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let half = delay / 2;
+        half + Duration::from_nanos(self.seed % (half.as_nanos() as u64).max(1))
+    }
+}
+
+/// Runs the loop until closed.
+pub(crate) fn run(
+    db: Database,
+    options: SyncOptions,
+    shared: Arc<Shared>,
+    commands: Receiver<Command>,
+) {
+    let mut backoff = Backoff::new(options.min_backoff, options.max_backoff);
+    let mut paused = false;
+    let mut batch = options.batch_ops.max(1);
+    let mut counter = Counter(Instant::now());
+    loop {
+        if paused {
+            match commands.recv() {
+                Ok(Command::Resume) => paused = false,
+                Ok(Command::Close) | Err(_) => return,
+                Ok(Command::Wake) => {
+                    counter.maybe(&db, &shared);
+                    continue;
+                }
+                Ok(Command::Pause) => continue,
+            }
+        }
+        refresh_pending(&db, &shared);
+        let mut session = Session {
+            db: &db,
+            options: &options,
+            shared: &shared,
+            commands: &commands,
+            batch: &mut batch,
+            backoff: &mut backoff,
+            dirty: true,
+        };
+        let ended = session.run();
+        shared.update(|s| {
+            s.connected = false;
+            s.uploading = false;
+            s.downloading = false;
+        });
+        match ended {
+            Ended::Close => return,
+            Ended::Pause => paused = true,
+            Ended::Failed(why) => {
+                tracing::debug!(error = %why, "sync session ended");
+                shared.update(|s| s.last_error = Some(why));
+                let until = Instant::now() + backoff.wait();
+                loop {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match commands.recv_timeout(left) {
+                        Ok(Command::Close) | Err(RecvTimeoutError::Disconnected) => return,
+                        Ok(Command::Pause) => {
+                            paused = true;
+                            break;
+                        }
+                        Ok(Command::Wake) => counter.maybe(&db, &shared),
+                        Ok(Command::Resume) | Err(RecvTimeoutError::Timeout) => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Recounts pending operations after local commits while offline, at most every
+/// 50 ms (a count reads the whole outbox).
+struct Counter(Instant);
+
+impl Counter {
+    fn maybe(&mut self, db: &Database, shared: &Shared) {
+        if self.0.elapsed() >= Duration::from_millis(50) {
+            self.0 = Instant::now();
+            refresh_pending(db, shared);
+        }
+    }
+}
+
+fn refresh_pending(db: &Database, shared: &Shared) {
+    let n = db.inner().store.read(|conn| {
+        ledger::pending_count(conn, None)
+            .map_err(|e| Error::sqlite("count pending operations", "keel_sync_outbox", e))
+    });
+    if let Ok(n) = n {
+        shared.update(|s| s.pending_ops = n);
+    }
+    shared.poke();
+}
+
+struct Session<'a> {
+    db: &'a Database,
+    options: &'a SyncOptions,
+    shared: &'a Shared,
+    commands: &'a Receiver<Command>,
+    batch: &'a mut usize,
+    backoff: &'a mut Backoff,
+    /// The outbox may hold operations to send (a commit's wake-up, an answer).
+    dirty: bool,
+}
+
+/// An upload on its way.
+struct InFlight {
+    ops: Vec<Op>,
+    sent: Instant,
+}
+
+type Socket = WebSocket<TcpStream>;
+
+fn connect(url: &str) -> std::result::Result<Socket, String> {
+    let request = url
+        .into_client_request()
+        .map_err(|e| format!("bad sync url {url:?}: {e}"))?;
+    let uri = request.uri();
+    if uri.scheme_str() != Some("ws") {
+        return Err(format!(
+            "sync url {url:?}: only ws:// is built (put TLS in front of the relay)"
+        ));
+    }
+    let host = uri
+        .host()
+        .ok_or_else(|| format!("sync url {url:?} has no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let addr = (host.trim_matches(|c| c == '[' || c == ']'), port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolve {host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("resolve {host}: no address"))?;
+    let stream =
+        TcpStream::connect_timeout(&addr, CONNECT).map_err(|e| format!("connect {addr}: {e}"))?;
+    let _ = stream.set_nodelay(true);
+    stream
+        .set_read_timeout(Some(CONNECT))
+        .map_err(|e| e.to_string())?;
+    let (socket, _) =
+        tungstenite::client(request, stream).map_err(|e| format!("WebSocket handshake: {e}"))?;
+    socket
+        .get_ref()
+        .set_read_timeout(Some(TICK))
+        .map_err(|e| e.to_string())?;
+    Ok(socket)
+}
+
+/// The next text frame as JSON; `Ok(None)` when nothing arrived within a tick.
+fn read(socket: &mut Socket) -> std::result::Result<Option<Json>, String> {
+    match socket.read() {
+        Ok(Message::Text(text)) => serde_json::from_str(text.as_str())
+            .map(Some)
+            .map_err(|e| format!("relay sent bad JSON: {e}")),
+        Ok(Message::Close(c)) => Err(format!("the relay closed the connection: {c:?}")),
+        Ok(_) => Ok(None),
+        Err(tungstenite::Error::Io(e))
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(format!("connection: {e}")),
+    }
+}
+
+fn send(socket: &mut Socket, frame: Json) -> std::result::Result<(), String> {
+    socket
+        .send(Message::text(frame.to_string()))
+        .map_err(|e| format!("send: {e}"))
+}
+
+fn lsn_of(frame: &Json) -> Option<u64> {
+    let text = frame.get("lsn")?.as_str()?;
+    let (high, low) = text.split_once('/')?;
+    Some((u64::from_str_radix(high, 16).ok()? << 32) | u64::from_str_radix(low, 16).ok()?)
+}
+
+impl Session<'_> {
+    fn run(&mut self) -> Ended {
+        match self.session() {
+            Ok(ended) => ended,
+            Err(why) => Ended::Failed(why),
+        }
+    }
+
+    /// What a pending command means now, if anything.
+    fn command(&mut self) -> Option<Ended> {
+        loop {
+            match self.commands.try_recv() {
+                Ok(Command::Close) | Err(TryRecvError::Disconnected) => return Some(Ended::Close),
+                Ok(Command::Pause) => return Some(Ended::Pause),
+                Ok(Command::Wake) => self.dirty = true,
+                Ok(Command::Resume) => continue,
+                Err(TryRecvError::Empty) => return None,
+            }
+        }
+    }
+
+    fn token(&self) -> std::result::Result<String, String> {
+        (self.options.token_provider)().ok_or_else(|| "the token provider gave no token".into())
+    }
+
+    fn write<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Txn<'_>) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, String> {
+        self.db
+            .write_blocking(f)
+            .map_err(|e| format!("local write: {e}"))
+    }
+
+    fn session(&mut self) -> std::result::Result<Ended, String> {
+        if let Some(ended) = self.command() {
+            return Ok(ended);
+        }
+        let client_id = self
+            .db
+            .inner()
+            .store
+            .read(|conn| {
+                ledger::state(conn, "client_id")
+                    .map_err(|e| Error::sqlite("read the client id", "keel_sync_state", e))
+            })
+            .map_err(|e| e.to_string())?
+            .ok_or("no client id")?;
+        let mut socket = connect(&self.options.url)?;
+        send(
+            &mut socket,
+            json!({"type": "hello", "token": self.token()?, "client_id": client_id, "protocol": 1}),
+        )?;
+        let deadline = Instant::now() + ANSWER;
+        let mut retried_token = false;
+        loop {
+            if Instant::now() > deadline {
+                return Err("the relay did not answer hello".into());
+            }
+            if let Some(ended) = self.command() {
+                let _ = socket.close(None);
+                return Ok(ended);
+            }
+            let Some(frame) = read(&mut socket)? else {
+                continue;
+            };
+            match frame["type"].as_str() {
+                Some("welcome") => break,
+                Some("refused") if frame["code"] == "token_expired" && !retried_token => {
+                    retried_token = true;
+                    send(
+                        &mut socket,
+                        json!({"type": "token", "token": self.token()?}),
+                    )?;
+                }
+                Some("refused") => {
+                    let code = frame["code"].as_str().unwrap_or("").to_owned();
+                    let message = frame["message"].as_str().unwrap_or("").to_owned();
+                    self.shared.emit(SyncEvent::TokenRefused {
+                        code: code.clone(),
+                        message: message.clone(),
+                    });
+                    return Err(format!("token refused: {code}: {message}"));
+                }
+                _ => return Err(format!("unexpected answer to hello: {frame}")),
+            }
+        }
+        self.backoff.reset();
+        let collections: Vec<String> = if self.options.scopes.is_empty() {
+            let schema = self.db.schema();
+            schema
+                .collections
+                .iter()
+                .filter(|c| schema.table(c.table).sync.is_some())
+                .map(|c| c.name.clone())
+                .collect()
+        } else {
+            self.options.scopes.clone()
+        };
+        send(
+            &mut socket,
+            json!({"type": "subscribe", "collections": collections}),
+        )?;
+        self.shared.update(|s| {
+            s.connected = true;
+            s.downloading = true;
+            s.last_error = None;
+        });
+        self.serve(&mut socket, &collections)
+    }
+
+    /// The session after the welcome, until it fails or a command ends it.
+    fn serve(
+        &mut self,
+        socket: &mut Socket,
+        collections: &[String],
+    ) -> std::result::Result<Ended, String> {
+        let mut in_flight: Option<InFlight> = None;
+        // Rows of the snapshot arriving, and the changes held back meanwhile.
+        let mut snapshot: Option<Vec<SnapshotRow>> = Some(Vec::new());
+        let mut held_back: Vec<(u64, Vec<Incoming>)> = Vec::new();
+        // Upload again at this time (after `unavailable`).
+        let mut retry_at: Option<Instant> = None;
+        let mut acked_waiting = true;
+        loop {
+            if let Some(ended) = self.command() {
+                let _ = socket.close(None);
+                let _ = socket.flush();
+                return Ok(ended);
+            }
+            if self.dirty && in_flight.is_none() && retry_at.is_none_or(|t| Instant::now() >= t) {
+                retry_at = None;
+                in_flight = self.upload(socket)?;
+                self.dirty = in_flight.is_some();
+            }
+            if let Some(f) = &in_flight {
+                if f.sent.elapsed() > ANSWER {
+                    return Err("the relay did not answer an upload".into());
+                }
+            }
+            let Some(frame) = read(socket)? else {
+                continue;
+            };
+            match frame["type"].as_str().unwrap_or("") {
+                "ack" => {
+                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    let results: Vec<(i64, Option<i64>)> = frame["results"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|r| {
+                            let seq = r["seq"].as_i64()?;
+                            let version = (r["outcome"] == "applied")
+                                .then(|| r["version"].as_i64())
+                                .flatten();
+                            Some((seq, version))
+                        })
+                        .collect();
+                    // A skipped operation (`row_gone`, `stale_delete`) changed
+                    // nothing on the server: locally it is undone like a refusal,
+                    // so the row reads as the server's again.
+                    let skipped: Vec<i64> = frame["results"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|r| r["outcome"] == "skipped")
+                        .filter_map(|r| r["seq"].as_i64())
+                        .collect();
+                    acked_waiting |= results.iter().any(|r| r.1.is_some());
+                    let schema = Arc::clone(self.db.schema());
+                    self.write(move |txn| {
+                        let sql = |e| Error::sqlite("record an ack", "keel_sync_outbox", e);
+                        let mut downloaded = Vec::new();
+                        for (seq, version) in results {
+                            if skipped.contains(&seq) {
+                                continue;
+                            }
+                            let op = ledger::op(txn.connection(), seq).map_err(sql)?;
+                            ledger::acked(txn.connection(), seq, version, lsn).map_err(sql)?;
+                            if let (Some(op), Some(v)) = (op, version) {
+                                let held = ledger::held(txn.connection(), &op.collection, &op.key)
+                                    .map_err(sql)?;
+                                if held.version >= v {
+                                    downloaded.push((op.collection, op.key));
+                                }
+                            }
+                        }
+                        downloaded.dedup();
+                        apply::refresh(txn, &schema, &downloaded)?;
+                        apply::roll_back(txn, &schema, &skipped).map(|_| ())
+                    })?;
+                    in_flight = None;
+                    self.dirty = true;
+                    self.shared.update(|s| s.uploading = false);
+                    refresh_pending(self.db, self.shared);
+                }
+                "upload_refused" => {
+                    let sent = in_flight.take().map(|f| f.ops).unwrap_or_default();
+                    self.refused(&frame, &sent)?;
+                    self.dirty = true;
+                    self.shared.update(|s| s.uploading = false);
+                    refresh_pending(self.db, self.shared);
+                }
+                "error" => {
+                    let code = frame["code"].as_str().unwrap_or("");
+                    let message = frame["message"].as_str().unwrap_or("");
+                    match code {
+                        "batch_too_large" | "frame_too_large" => {
+                            *self.batch = (*self.batch / 2).max(1);
+                            in_flight = None;
+                            self.dirty = true;
+                        }
+                        "unavailable" => {
+                            in_flight = None;
+                            self.dirty = true;
+                            retry_at = Some(Instant::now() + self.backoff.wait());
+                            self.shared
+                                .update(|s| s.last_error = Some(format!("{code}: {message}")));
+                        }
+                        "resync" => {
+                            snapshot = Some(Vec::new());
+                            self.shared.update(|s| s.downloading = true);
+                        }
+                        _ => return Err(format!("relay error {code}: {message}")),
+                    }
+                }
+                "refused" => {
+                    if frame["code"] == "token_expired" {
+                        send(socket, json!({"type": "token", "token": self.token()?}))?;
+                    } else {
+                        let code = frame["code"].as_str().unwrap_or("").to_owned();
+                        let message = frame["message"].as_str().unwrap_or("").to_owned();
+                        self.shared.emit(SyncEvent::TokenRefused {
+                            code: code.clone(),
+                            message: message.clone(),
+                        });
+                        return Err(format!("token refused: {code}: {message}"));
+                    }
+                }
+                "welcome" => {
+                    // A fresh token was accepted. If the stream had paused, a fresh
+                    // snapshot follows; its first frame starts holding changes back.
+                }
+                "snapshot" => {
+                    let collection = frame["collection"].as_str().unwrap_or("").to_owned();
+                    let rows = snapshot.get_or_insert_with(Vec::new);
+                    for row in frame["rows"].as_array().into_iter().flatten() {
+                        if let Json::Object(mut row) = row.clone() {
+                            let version = row
+                                .remove("keel_version")
+                                .and_then(|v| v.as_i64())
+                                .unwrap_or(0);
+                            rows.push((collection.clone(), row, version));
+                        }
+                    }
+                    self.shared.update(|s| s.downloading = true);
+                }
+                "snapshot_done" => {
+                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    let rows = snapshot.take().unwrap_or_default();
+                    let schema = Arc::clone(self.db.schema());
+                    let names = collections.to_vec();
+                    let later = std::mem::take(&mut held_back);
+                    self.write(move |txn| {
+                        apply::snapshot(txn, &schema, &names, &rows, lsn)?;
+                        for (_, changes) in &later {
+                            apply::changes(txn, &schema, changes)?;
+                        }
+                        Ok(())
+                    })?;
+                    self.shared.update(|s| {
+                        s.downloading = false;
+                        s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned);
+                    });
+                }
+                "changes" => {
+                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    let changes = incoming(&frame);
+                    if snapshot.is_some() {
+                        held_back.push((lsn, changes));
+                        continue;
+                    }
+                    let schema = Arc::clone(self.db.schema());
+                    self.write(move |txn| apply::changes(txn, &schema, &changes))?;
+                    self.shared
+                        .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
+                }
+                "checkpoint" => {
+                    if snapshot.is_some() {
+                        continue;
+                    }
+                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    if acked_waiting {
+                        self.write(move |txn| {
+                            ledger::covered(txn.connection(), lsn).map_err(|e| {
+                                Error::sqlite("drop covered operations", "keel_sync_outbox", e)
+                            })
+                        })?;
+                        acked_waiting = in_flight.is_some();
+                    }
+                    self.shared
+                        .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Sends the next batch of pending operations, if there are any.
+    fn upload(&mut self, socket: &mut Socket) -> std::result::Result<Option<InFlight>, String> {
+        let limit = *self.batch;
+        let schema = Arc::clone(self.db.schema());
+        let ops = self
+            .db
+            .inner()
+            .store
+            .read(|conn| {
+                let sql = |e| Error::sqlite("read the outbox", "keel_sync_outbox", e);
+                let ops = ledger::pending(conn, limit).map_err(sql)?;
+                let mut seen = HashSet::new();
+                let mut batch = Vec::new();
+                for mut op in ops {
+                    // An operation whose base version depends on the ack of an
+                    // earlier one in this batch (a delete, a server-wins patch of
+                    // the same row) waits for the next batch.
+                    let row = (op.collection.clone(), op.key.clone());
+                    if seen.contains(&row) && depends_on_base(&schema, &op) {
+                        break;
+                    }
+                    let held = ledger::held(conn, &op.collection, &op.key).map_err(sql)?;
+                    op.base = op.base.max(held.version).max(held.acked);
+                    seen.insert(row);
+                    batch.push(op);
+                }
+                Ok::<_, Error>(batch)
+            })
+            .map_err(|e| e.to_string())?;
+        if ops.is_empty() {
+            return Ok(None);
+        }
+        let frames: Vec<Json> = ops.iter().map(op_json).collect();
+        send(socket, json!({"type": "upload", "ops": frames}))?;
+        self.shared.update(|s| s.uploading = true);
+        Ok(Some(InFlight {
+            ops,
+            sent: Instant::now(),
+        }))
+    }
+
+    /// An `upload_refused`: the refused operations are rolled back and named in
+    /// an event; the rest stays pending and goes in the next batch.
+    fn refused(&mut self, frame: &Json, sent: &[Op]) -> std::result::Result<(), String> {
+        let mut refused = Vec::new();
+        for entry in frame["ops"].as_array().into_iter().flatten() {
+            let seq = entry["seq"].as_i64().or_else(|| {
+                let index = entry["index"].as_u64()? as usize;
+                sent.get(index).map(|o| o.seq)
+            });
+            let Some(seq) = seq else { continue };
+            let Some(op) = sent.iter().find(|o| o.seq == seq) else {
+                continue;
+            };
+            refused.push(RefusedOp {
+                seq,
+                collection: op.collection.clone(),
+                key: op.key.clone(),
+                op: op.op.clone(),
+                reason: entry["reason"].as_str().unwrap_or("").to_owned(),
+                message: entry["message"].as_str().unwrap_or("").to_owned(),
+            });
+        }
+        if refused.is_empty() {
+            return Err(format!(
+                "upload refused without naming an operation: {frame}"
+            ));
+        }
+        let seqs: Vec<i64> = refused.iter().map(|r| r.seq).collect();
+        let schema = Arc::clone(self.db.schema());
+        self.write(move |txn| apply::roll_back(txn, &schema, &seqs).map(|_| ()))?;
+        self.shared.emit(SyncEvent::Refused { ops: refused });
+        Ok(())
+    }
+}
+
+/// Whether `op`'s base version must include the ack of an earlier operation on
+/// the same row: a delete (it removes only the incarnation it saw) and a patch of
+/// a `server_wins` field.
+fn depends_on_base(schema: &keel_schema::Schema, op: &Op) -> bool {
+    if op.op == "delete" {
+        return true;
+    }
+    let Some(c) = schema.collection(&op.collection) else {
+        return false;
+    };
+    let t = schema.table(c.table);
+    op.fields.keys().any(|name| {
+        t.field(name)
+            .is_some_and(|f| f.sync == keel_schema::SyncRule::ServerWins)
+    })
+}
+
+/// An outbox operation as the relay reads it.
+fn op_json(op: &Op) -> Json {
+    let key: Json = serde_json::from_str(&op.key).unwrap_or(Json::Null);
+    let mut o = json!({
+        "seq": op.seq,
+        "op": op.op,
+        "collection": op.collection,
+        "key": key,
+        "base_version": op.base,
+    });
+    if op.op != "delete" {
+        o["fields"] = Json::Object(op.fields.clone());
+    }
+    if !op.deltas.is_empty() {
+        o["deltas"] = Json::Object(op.deltas.clone());
+    }
+    o
+}
+
+/// The changes of a `changes` frame.
+fn incoming(frame: &Json) -> Vec<Incoming> {
+    frame["changes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let collection = c["collection"].as_str()?.to_owned();
+            Some(match c["op"].as_str()? {
+                "upsert" => Incoming::Upsert {
+                    collection,
+                    row: c["row"].as_object()?.clone(),
+                    version: c["version"].as_i64()?,
+                },
+                "delete" => Incoming::Delete {
+                    collection,
+                    key: c["key"].as_object()?.clone(),
+                    version: c["version"].as_i64()?,
+                },
+                "truncate" => Incoming::Truncate { collection },
+                _ => return None,
+            })
+        })
+        .collect()
+}

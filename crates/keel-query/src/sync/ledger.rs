@@ -1,0 +1,261 @@
+//! The client's bookkeeping in its own tables (made by `layout/outbox.rs`): the
+//! outbox's operations as the loop uploads them, what the server last said of each
+//! row, and the install's client id and last LSN.
+//!
+//! Every function takes the connection of a transaction the caller holds: the
+//! loop changes these tables in the same write as the rows they describe.
+
+use rusqlite::{Connection, OptionalExtension};
+use serde_json::{Map, Value as Json};
+
+use crate::layout::outbox;
+
+/// One operation of the outbox.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Op {
+    /// The protocol's sequence number.
+    pub(crate) seq: i64,
+    /// The collection.
+    pub(crate) collection: String,
+    /// The row's key, as canonical JSON text (`outbox::key_text`).
+    pub(crate) key: String,
+    /// `insert`, `patch` or `delete`.
+    pub(crate) op: String,
+    /// Written fields.
+    pub(crate) fields: Map<String, Json>,
+    /// Counter deltas.
+    pub(crate) deltas: Map<String, Json>,
+    /// The base version at the local commit.
+    pub(crate) base: i64,
+    /// Once acked: the row version the write gave.
+    pub(crate) acked_version: Option<i64>,
+}
+
+/// What the server last said of one row.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Held {
+    /// The downloaded version (0: never downloaded).
+    pub(crate) version: i64,
+    /// The version an ack of this client's own write gave the row.
+    pub(crate) acked: i64,
+    /// The row as downloaded; `None` when deleted or never downloaded.
+    pub(crate) row: Option<Map<String, Json>>,
+}
+
+/// Makes the tables if this file has none yet.
+pub(crate) fn ensure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(outbox::CREATE)
+}
+
+fn object(text: Option<String>) -> Map<String, Json> {
+    match text.and_then(|t| serde_json::from_str(&t).ok()) {
+        Some(Json::Object(m)) => m,
+        _ => Map::new(),
+    }
+}
+
+const COLUMNS: &str = "seq, collection, key, op, fields, deltas, base, acked_version";
+
+fn read_op(r: &rusqlite::Row<'_>) -> rusqlite::Result<Op> {
+    Ok(Op {
+        seq: r.get(0)?,
+        collection: r.get(1)?,
+        key: r.get(2)?,
+        op: r.get(3)?,
+        fields: object(r.get(4)?),
+        deltas: object(r.get(5)?),
+        base: r.get(6)?,
+        acked_version: r.get(7)?,
+    })
+}
+
+/// Up to `limit` operations not acked yet, in sequence order.
+pub(crate) fn pending(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<Op>> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE acked_version IS NULL ORDER BY seq LIMIT ?1"
+    ))?;
+    let rows = st.query_map([limit as i64], read_op)?;
+    rows.collect()
+}
+
+/// How many operations are not acked yet (those at or below `through`, if given).
+pub(crate) fn pending_count(conn: &Connection, through: Option<i64>) -> rusqlite::Result<u64> {
+    conn.prepare_cached(
+        "SELECT count(*) FROM keel_sync_outbox WHERE acked_version IS NULL AND seq <= ?1",
+    )?
+    .query_row([through.unwrap_or(i64::MAX)], |r| r.get::<_, i64>(0))
+    .map(|n| n as u64)
+}
+
+/// The highest sequence number the outbox has handed out (0: none).
+pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
+    conn.query_row(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'keel_sync_outbox'), 0)",
+        [],
+        |r| r.get(0),
+    )
+}
+
+/// The operations on one row that a download at `version` does not hold, in
+/// sequence order: every pending one, and every acked one whose row version is
+/// newer (`None`: every acked one too).
+pub(crate) fn ops_for(
+    conn: &Connection,
+    collection: &str,
+    key: &str,
+    version: Option<i64>,
+) -> rusqlite::Result<Vec<Op>> {
+    let mut st = conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE collection = ?1 AND key = ?2 \
+         AND (acked_version IS NULL OR acked_version > ?3) ORDER BY seq"
+    ))?;
+    let rows = st.query_map(
+        rusqlite::params![collection, key, version.unwrap_or(i64::MIN)],
+        read_op,
+    )?;
+    rows.collect()
+}
+
+/// The keys of `collection` that have operations in the outbox.
+pub(crate) fn keys_with_ops(
+    conn: &Connection,
+    collection: &str,
+) -> rusqlite::Result<std::collections::HashSet<String>> {
+    let mut st =
+        conn.prepare_cached("SELECT DISTINCT key FROM keel_sync_outbox WHERE collection = ?1")?;
+    let rows = st.query_map([collection], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// The operation `seq`, if still in the outbox.
+pub(crate) fn op(conn: &Connection, seq: i64) -> rusqlite::Result<Option<Op>> {
+    conn.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE seq = ?1"
+    ))?
+    .query_row([seq], read_op)
+    .optional()
+}
+
+/// Removes the operation `seq`.
+pub(crate) fn remove(conn: &Connection, seq: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM keel_sync_outbox WHERE seq = ?1")?
+        .execute([seq])
+        .map(|_| ())
+}
+
+/// Records an ack of `seq`: with a row `version` the operation stays until the
+/// download has it (`lsn`: the ack's); without one (a delete, a skip) it goes.
+pub(crate) fn acked(
+    conn: &Connection,
+    seq: i64,
+    version: Option<i64>,
+    lsn: u64,
+) -> rusqlite::Result<()> {
+    let Some(op) = op(conn, seq)? else {
+        return Ok(());
+    };
+    match version {
+        Some(v) => {
+            conn.prepare_cached(
+                "UPDATE keel_sync_outbox SET acked_version = ?2, acked_lsn = ?3 WHERE seq = ?1",
+            )?
+            .execute(rusqlite::params![seq, v, lsn as i64])?;
+            conn.prepare_cached(
+                "INSERT INTO keel_sync_rows (collection, key, version, acked, row) \
+                 VALUES (?1, ?2, 0, ?3, NULL) \
+                 ON CONFLICT (collection, key) DO UPDATE SET acked = max(acked, excluded.acked)",
+            )?
+            .execute(rusqlite::params![op.collection, op.key, v])?;
+            Ok(())
+        }
+        None => remove(conn, seq),
+    }
+}
+
+/// Drops acked operations whose write the download has reached (`lsn`: a
+/// checkpoint or a finished snapshot).
+pub(crate) fn covered(conn: &Connection, lsn: u64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM keel_sync_outbox WHERE acked_version IS NOT NULL AND acked_lsn <= ?1",
+    )?
+    .execute([lsn as i64])
+    .map(|_| ())
+}
+
+/// What the server last said of a row.
+pub(crate) fn held(conn: &Connection, collection: &str, key: &str) -> rusqlite::Result<Held> {
+    conn.prepare_cached(
+        "SELECT version, acked, row FROM keel_sync_rows WHERE collection = ?1 AND key = ?2",
+    )?
+    .query_row([collection, key], |r| {
+        let row: Option<String> = r.get(2)?;
+        Ok(Held {
+            version: r.get(0)?,
+            acked: r.get(1)?,
+            row: row.map(|t| object(Some(t))),
+        })
+    })
+    .optional()
+    .map(Option::unwrap_or_default)
+}
+
+/// Records a downloaded row (`None`: deleted) at `version`.
+pub(crate) fn set_held(
+    conn: &Connection,
+    collection: &str,
+    key: &str,
+    version: i64,
+    row: Option<&Map<String, Json>>,
+) -> rusqlite::Result<()> {
+    let text = row.map(|r| Json::Object(r.clone()).to_string());
+    conn.prepare_cached(
+        "INSERT INTO keel_sync_rows (collection, key, version, acked, row) VALUES (?1, ?2, ?3, 0, ?4) \
+         ON CONFLICT (collection, key) DO UPDATE SET version = excluded.version, row = excluded.row",
+    )?
+    .execute(rusqlite::params![collection, key, version, text])
+    .map(|_| ())
+}
+
+/// Forgets every held row of `collection` whose key is not in `keep`.
+pub(crate) fn forget_except(
+    conn: &Connection,
+    collection: &str,
+    keep: &std::collections::HashSet<String>,
+) -> rusqlite::Result<()> {
+    let keys: Vec<String> = {
+        let mut st = conn.prepare_cached("SELECT key FROM keel_sync_rows WHERE collection = ?1")?;
+        let rows = st.query_map([collection], |r| r.get(0))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    let mut del =
+        conn.prepare_cached("DELETE FROM keel_sync_rows WHERE collection = ?1 AND key = ?2")?;
+    for k in keys.iter().filter(|k| !keep.contains(*k)) {
+        del.execute([collection, k.as_str()])?;
+    }
+    Ok(())
+}
+
+/// A value of `keel_sync_state`.
+pub(crate) fn state(conn: &Connection, name: &str) -> rusqlite::Result<Option<String>> {
+    conn.prepare_cached("SELECT value FROM keel_sync_state WHERE name = ?1")?
+        .query_row([name], |r| r.get(0))
+        .optional()
+}
+
+/// Sets a value of `keel_sync_state`.
+pub(crate) fn set_state(conn: &Connection, name: &str, value: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO keel_sync_state (name, value) VALUES (?1, ?2)")?
+        .execute([name, value])
+        .map(|_| ())
+}
+
+/// This install's client id: made once (128 random bits from SQLite) and kept in
+/// the file, so it survives restarts and the relay's ledger recognises resends.
+pub(crate) fn client_id(conn: &Connection) -> rusqlite::Result<String> {
+    if let Some(id) = state(conn, "client_id")? {
+        return Ok(id);
+    }
+    let id: String = conn.query_row("SELECT lower(hex(randomblob(16)))", [], |r| r.get(0))?;
+    set_state(conn, "client_id", &id)?;
+    Ok(id)
+}
