@@ -30,7 +30,7 @@
 //! keel itself detects the three other cases: a file that does not decrypt with the
 //! key ([`Error::WrongKey`]), a plaintext SQLite file opened with a key
 //! ([`Error::NotEncrypted`]) and an encrypted file opened with none
-//! ([`Error::KeyRequired`], see [`looks_encrypted`]).
+//! ([`Error::KeyRequired`], judged from the first page before SQLite reads it).
 //!
 //! With the **plaintext header** ([`StoreOptions::plaintext_header`](crate::options::StoreOptions::plaintext_header)),
 //! the first 32 bytes of the file stay plaintext: the SQLite magic, the page size and
