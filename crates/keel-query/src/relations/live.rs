@@ -307,7 +307,7 @@ impl<R: Record + PartialEq, T: Record + PartialEq> Including<'static, R, T> {
     }
 }
 
-/// The database a live list reads through: only a [`Database`]'s source.
+/// The database a live list reads through: only a [`Database`](crate::db::database::Database)'s source.
 fn through_db(src: &Source<'_>) -> Result<Arc<Inner>> {
     match src {
         Source::Db(inner) => Ok(Arc::clone(inner)),
