@@ -97,9 +97,13 @@ fun registerKeyTests() {
         unchanged()
         expect<KeelException.WrongKey> { openAsync(path, SCHEMA, keyed(keys, plaintextHeader = true), null) }
         unchanged()
-        // No key at all: the file says it is encrypted, and recoverCorrupt leaves it alone.
-        expect<KeelException.KeyRequired> { openAsync(path, SCHEMA, OpenOptions(recoverCorrupt = true), null) }.notSqlite()
-        unchanged()
+        // No key at all, on the shared-container layout (the plaintext header says
+        // the file is encrypted): KeyRequired, and recoverCorrupt leaves it alone.
+        val headed = File(dir, "headed.db").path
+        encryptedDb(headed, keyed(keys, plaintextHeader = true))
+        val headedBefore = snapshot(dir)
+        expect<KeelException.KeyRequired> { openAsync(headed, SCHEMA, OpenOptions(recoverCorrupt = true), null) }.notSqlite()
+        check(snapshot(dir) == headedBefore) { "KeyRequired changed the files" }
 
         val plain = File(dir, "plain.db").path
         val db = openAsync(plain, SCHEMA, OpenOptions(commitSync = SyncPolicy.Off), null)

@@ -826,10 +826,16 @@ async def encryption_each_key_error_is_its_own_type_and_changes_nothing(tmp):
     assert snapshot(tmp) == before
     await aexpect(KeelError.WrongKey, keel.open_async(path, SCHEMA, encrypted(store, plaintext_header=True), None))
     assert snapshot(tmp) == before
-    # No key at all: the file says it is encrypted, and recover_corrupt leaves it alone.
-    e = await aexpect(KeelError.KeyRequired, keel.open_async(path, SCHEMA, OpenOptions(recover_corrupt=True), None))
+    # No key at all, on the shared-container layout (the plaintext header says the
+    # file is encrypted): KeyRequired, and recover_corrupt leaves it alone.
+    headed = os.path.join(tmp, "headed.db")
+    db = await keel.open_async(headed, SCHEMA, encrypted(store, plaintext_header=True), None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "h1"))])
+    await db.close()
+    headed_before = snapshot(tmp)
+    e = await aexpect(KeelError.KeyRequired, keel.open_async(headed, SCHEMA, OpenOptions(recover_corrupt=True), None))
     assert "not a database" not in str(e)
-    assert snapshot(tmp) == before
+    assert snapshot(tmp) == headed_before
 
     plain = os.path.join(tmp, "plain.db")
     db = await keel.open_async(plain, SCHEMA, OpenOptions(commit_sync=SyncPolicy.OFF()), None)

@@ -100,15 +100,21 @@ final class KeyTests: XCTestCase {
         guard case .WrongKey? = wrong else { return XCTFail("\(String(describing: wrong))") }
         XCTAssertEqual(try snapshot(dir), before)
 
-        // No key at all: the file says it is encrypted, and recoverCorrupt leaves it alone.
+        // No key at all, on the shared-container layout (the plaintext header says
+        // the file is encrypted): KeyRequired, and recoverCorrupt leaves it alone.
+        let headedDir = try tempDir()
+        let headed = headedDir.appendingPathComponent("headed.db").path
+        let headedDb = try await Keel.openAsync(path: headed, schema: keySchema, options: keyed(keys, plaintextHeader: true))
+        try await headedDb.close()
+        let headedBefore = try snapshot(headedDir)
         var noKey = fastOptions()
         noKey.recoverCorrupt = true
         let withoutKey = noKey
         let required = await expectErrorAsync(KeelError.self) {
-            _ = try await Keel.openAsync(path: path, schema: keySchema, options: withoutKey)
+            _ = try await Keel.openAsync(path: headed, schema: keySchema, options: withoutKey)
         }
         guard case .KeyRequired? = required else { return XCTFail("\(String(describing: required))") }
-        XCTAssertEqual(try snapshot(dir), before)
+        XCTAssertEqual(try snapshot(headedDir), headedBefore)
 
         let plainDir = try tempDir()
         let plain = plainDir.appendingPathComponent("plain.db").path

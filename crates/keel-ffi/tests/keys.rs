@@ -255,9 +255,18 @@ fn a_key_for_a_plaintext_database_is_not_encrypted_and_changes_nothing() {
 
 #[test]
 fn an_encrypted_database_opened_without_a_key_is_key_required_and_changes_nothing() {
+    // The shared-container layout (the plaintext header) says it is encrypted;
+    // a file that is ciphertext from its first byte cannot be told from noise.
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(Store::default());
-    let path = encrypted(&dir, &store);
+    let path = path_in(&dir, "h.db");
+    let mut options = with_key(provider(&store));
+    if let Some(e) = options.encryption.as_mut() {
+        e.plaintext_header = true;
+    }
+    let db = open_blocking(path.clone(), FBS.into(), options, None).unwrap();
+    block_on(db.write(insert("p1", "keel-ffi-secret"))).unwrap();
+    block_on(db.close()).unwrap();
     let before = snapshot(dir.path());
     let no_key = OpenOptions {
         recover_corrupt: true,

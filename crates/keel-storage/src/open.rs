@@ -395,10 +395,24 @@ fn check_file(path: &Path, cipher: Option<&Cipher>) -> Result<FileCheck> {
         )
         && u16::from_be_bytes([header[16], header[17]]).is_power_of_two();
     // Without a key SQLite would read an encrypted file as garbage, and with a WAL
-    // beside it would even check it in: say what it is before SQLite sees it, so
-    // nothing changes and `recover_corrupt` never moves it aside.
-    let sqlcipher_reserve = n >= 21 && header[20] == 80;
-    if (!header_ok || sqlcipher_reserve) && looks_encrypted(path) {
+    // beside it would even check that WAL in: say what it is before SQLite sees it,
+    // so nothing changes and `recover_corrupt` never moves it aside. The
+    // plaintext-header layout says so exactly (byte 20). Without it, ciphertext
+    // cannot be told from noise by itself, so the file counts as encrypted only
+    // with an SQLCipher WAL beside it (a valid WAL whose page-1 images are not
+    // plaintext): a lone file of noise stays a bad file, as it always was.
+    let sqlcipher_reserve = n >= 21 && header_ok && header[20] == 80;
+    let wal_page = (!header_ok && wal_bytes >= 32)
+        .then(|| wal_header_page_size(&wal))
+        .flatten();
+    let encrypted = if sqlcipher_reserve {
+        looks_encrypted(path)
+    } else if let Some(page_size) = wal_page {
+        looks_encrypted(path) && !wal_holds_plaintext_page1(&wal, page_size)
+    } else {
+        false
+    };
+    if encrypted {
         return Err(Error::KeyRequired {
             op: "read database header",
             path: path.to_path_buf(),
@@ -496,6 +510,31 @@ fn wal_header_page_size(wal: &Path) -> Option<u64> {
     }
     let ps = u64::from(u32::from_be_bytes([h[8], h[9], h[10], h[11]]));
     (512..=65_536).contains(&ps).then_some(ps)
+}
+
+/// Whether a frame of `wal` holds page 1 in plaintext (it starts with the SQLite
+/// magic): then the WAL is a plaintext database's, whose page 1 in the file is
+/// torn, not encrypted. Reads frame headers only, and at most 100,000 of them.
+fn wal_holds_plaintext_page1(wal: &Path, page_size: u64) -> bool {
+    use std::io::{Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(wal) else {
+        return false;
+    };
+    let frame = 24 + page_size;
+    let mut at = 32u64;
+    for _ in 0..100_000 {
+        let mut head = [0u8; 24 + 16];
+        if f.seek(SeekFrom::Start(at)).is_err() || read_up_to(&mut f, &mut head).ok() != Some(40) {
+            return false;
+        }
+        if u32::from_be_bytes([head[0], head[1], head[2], head[3]]) == 1
+            && &head[24..] == SQLITE_MAGIC
+        {
+            return true;
+        }
+        at += frame;
+    }
+    false
 }
 
 fn pragma(conn: &rusqlite::Connection, path: &Path, op: &'static str, sql: &str) -> Result<()> {

@@ -265,9 +265,11 @@ fn a_wrong_key_is_wrong_key_and_changes_nothing() {
 }
 
 /// A backup restored without its key, or an app that forgot to pass one: opened
-/// with no key at all, an encrypted file is `KeyRequired` (with or without a WAL,
-/// with or without the plaintext header), never "not a database", and even with
-/// `recover_corrupt` it is not moved aside for a fresh, empty database.
+/// with no key at all, an encrypted file is `KeyRequired` (with the plaintext
+/// header, or with its WAL beside it), never "not a database", and even with
+/// `recover_corrupt` it is not moved aside for a fresh, empty database. Without
+/// either, ciphertext cannot be told from noise: the file is `NotADatabase`, and
+/// still unchanged.
 #[test]
 fn an_encrypted_file_opened_without_a_key_is_key_required_and_never_moved_aside() {
     for header in [false, true] {
@@ -287,6 +289,14 @@ fn an_encrypted_file_opened_without_a_key_is_key_required_and_never_moved_aside(
             }
             let _ = std::fs::remove_file(&live);
             let before = snapshot(dir.path());
+            if !header && !with_wal {
+                match Store::open(&db, opts()) {
+                    Err(Error::NotADatabase { .. }) => {}
+                    other => panic!("a lone encrypted file: expected NotADatabase, got {other:?}"),
+                }
+                assert_unchanged(&before, dir.path());
+                continue;
+            }
             match Store::open(&db, opts().recover_corrupt(true)) {
                 Err(e @ Error::KeyRequired { .. }) => {
                     assert!(!e.is_bad_file(), "never moved aside");
