@@ -16,7 +16,7 @@ use crate::conn::{open_conn, KConn, Reopen, Role};
 use crate::durable::{self, start_threads, Gate, Parked, Wait};
 use crate::encryption::Cipher;
 use crate::error::{Error, PathScope, Result};
-use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed, KEEL_APPLICATION_ID};
+use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed};
 use crate::oneshot;
 use crate::options::{
     ConnectionInit, Milestone, OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions,
@@ -690,61 +690,6 @@ fn verify_key_in_file(path: &Path, cipher: &Cipher) -> Result<bool> {
     }
 }
 
-/// The WAL epoch check (identity.rs) for an encrypted store, after the first read
-/// transaction: page 1 of the main file alone (an `immutable` keyed connection,
-/// which never opens the WAL) against page 1 as the writer reads it through the
-/// WAL. keel bumps the epoch once per new WAL, at its first write, so every page-1
-/// image in one WAL carries the same epoch `w` and the file is at `w - 1` or `w`;
-/// anything else is a WAL of another copy of the database (a backup restored
-/// under a newer WAL, an older WAL beside a newer file): [`Error::ForeignWal`]. A
-/// WAL of another database fails SQLCipher's page MACs before this. On refusal the
-/// writer never checkpoints (closing it would copy the WAL into the file); SQLite
-/// has built its wal-index in `-shm` by then, the only file touched.
-fn judge_encrypted_wal(c: &rusqlite::Connection, path: &Path, cipher: &Cipher) -> Result<()> {
-    let op = "check the WAL belongs to the database";
-    if std::fs::metadata(path).map_or(0, |m| m.len()) < 512 {
-        return Ok(());
-    }
-    let uri = format!("file:{}?immutable=1", uri_path(path));
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let alone = rusqlite::Connection::open_with_flags(&uri, flags)
-        .map_err(|e| Error::sqlite(op, path, e))?;
-    cipher
-        .apply(&alone)
-        .map_err(|e| Error::sqlite(op, path, e))?;
-    let stamp = |conn: &rusqlite::Connection| {
-        conn.query_row(
-            "SELECT (SELECT application_id FROM pragma_application_id), \
-                    (SELECT user_version FROM pragma_user_version)",
-            [],
-            |r| Ok((r.get::<_, i64>(0)? as u32, r.get::<_, i64>(1)? as u32)),
-        )
-    };
-    // Page 1 torn in the file while the WAL holds it whole (a power loss in a
-    // checkpoint): the file alone has no stamp to compare.
-    let Ok((app, file_epoch)) = stamp(&alone) else {
-        return Ok(());
-    };
-    drop(alone);
-    let (wal_app, wal_epoch) = stamp(c).map_err(|e| Error::sqlite(op, path, e))?;
-    if app != KEEL_APPLICATION_ID || wal_app != KEEL_APPLICATION_ID {
-        return Ok(());
-    }
-    if file_epoch == wal_epoch || file_epoch == wal_epoch.wrapping_sub(1) {
-        return Ok(());
-    }
-    c.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
-        .map_err(|e| Error::sqlite(op, path, e))?;
-    Err(Error::ForeignWal {
-        path: path.to_path_buf(),
-        detail: format!(
-            "the database file is at epoch {file_epoch}, page 1 in its -wal at {wal_epoch}: the WAL belongs to another copy of this database (a backup restored under a newer WAL?)"
-        ),
-    })
-}
-
 /// `path` as the path part of an SQLite `file:` URI (RFC 3986 escapes).
 fn uri_path(path: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
@@ -892,13 +837,6 @@ fn readable(
         });
         let _ = c.execute_batch("COMMIT");
         let tables = r.map_err(|e| Error::sqlite("recover: first read transaction", path, e))?;
-        // identity.rs reads page 1 raw, which is encrypted: an encrypted store's
-        // WAL is judged here, once SQLite has read it.
-        if let Some(cipher) = shared.cipher.as_deref() {
-            if opts.keel_identity && !check.created && check.wal_bytes > 0 {
-                judge_encrypted_wal(c, path, cipher)?;
-            }
-        }
         // SQLCipher answers `page_size` on a keyed connection as text (its
         // `cipher_page_size`); plain SQLite as an integer.
         let page_size = c
