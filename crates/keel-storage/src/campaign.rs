@@ -598,9 +598,14 @@ impl Campaign {
 
     fn repro(&self) -> String {
         format!(
-            "cargo xtask stress --seed {} --policy {}",
+            "cargo xtask stress --seed {} --policy {}{}",
             self.cfg.seed,
-            self.cfg.policy.name()
+            self.cfg.policy.name(),
+            if self.key.is_some() {
+                " --encrypted"
+            } else {
+                ""
+            }
         )
     }
 

@@ -242,12 +242,19 @@ fn app_and_extension_sessions_with_suspend_and_resume_lose_nothing() {
 fn an_encrypted_campaign_loses_nothing() {
     let (_t, dir) = work_dir("encrypted");
     let mut total = 0;
-    for (seed, policy) in [(11, Policy::Full), (12, Policy::Normal)] {
+    // Seed 150 (the full campaign's one failure): a power loss in a checkpoint of
+    // a 4-page file tore every page, and the key check on the file alone called
+    // that a wrong key.
+    for (seed, policy, crash_points, faults) in [
+        (11, Policy::Full, 60, 30),
+        (12, Policy::Normal, 60, 30),
+        (150, Policy::Full, 100, 100),
+    ] {
         let r = run_encrypted(&CampaignConfig {
             seed,
             policy,
-            crash_points: 60,
-            faults: 30,
+            crash_points,
+            faults,
             dir: dir.join(format!("s{seed}")),
             open_time: true,
         });
@@ -255,8 +262,8 @@ fn an_encrypted_campaign_loses_nothing() {
         announce(&r);
         assert!(r.ok(), "the encrypted campaign found failures (see above)");
         assert_eq!((r.lost, r.corrupt), (0, 0), "{r}");
-        assert!(r.crash_points >= 60, "{r}");
+        assert!(r.crash_points >= crash_points, "{r}");
         total += r.crash_points;
     }
-    assert!(total >= 120);
+    assert!(total >= 220);
 }
