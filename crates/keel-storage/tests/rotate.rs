@@ -108,11 +108,9 @@ fn which_opens(db: &Path, a: &Side, b: &Side) -> (Vec<usize>, Option<Store>) {
             Err(
                 Error::WrongKey { .. } | Error::NotEncrypted { .. } | Error::NotADatabase { .. },
             ) => {}
-            // A file with the plaintext header opened without a key: SQLite reads
-            // the header and refuses the page layout (docs/encryption.md).
-            Err(Error::Sqlite { source, .. })
-                if matches!(side, Side::Plaintext)
-                    && source.to_string().contains("unsupported file format") => {}
+            // An encrypted file opened without a key: keel tells it from the
+            // plaintext header or its WAL (docs/encryption.md).
+            Err(Error::KeyRequired { .. }) if matches!(side, Side::Plaintext) => {}
             Err(e) => panic!("opening with side {n}: {e}"),
         }
     }
