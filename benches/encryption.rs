@@ -310,19 +310,15 @@ fn main() {
             1.1,
         ),
     ];
-    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("encryption.rs"), &["What is measured"]);
-    support::write_report(
+    support::write_targets_report(
         "encryption",
-        &serde_json::json!({
-            "scenario": "encryption",
-            "metrics": mm,
-            "notes": notes,
-            "targets": targets,
-            "summary": format!(
-                "keel's Store with and without a SQLCipher data key, same build, same process ({rows} rows of 1 KB); key rotation of that {file_mb:.1} MB file."
-            ),
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        format!(
+            "keel's Store with and without a SQLCipher data key, same build, same process ({rows} rows of 1 KB); key rotation of that {file_mb:.1} MB file."
+        ),
+        include_str!("encryption.rs"),
+        &["What is measured"],
     );
 }

@@ -147,18 +147,14 @@ fn main() {
         "median": round3(share), "min": round3(share), "max": round3(share), "repetitions": 1,
         "target": 0.8, "better": "higher", "unit": "×",
     })];
-    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("memory.rs"), &["Data", "What is measured"]);
-    support::write_report(
+    support::write_targets_report(
         "memory",
-        &serde_json::json!({
-            "scenario": "memory",
-            "metrics": mm,
-            "notes": notes,
-            "targets": targets,
-            "summary": summary,
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        summary,
+        include_str!("memory.rs"),
+        &["Data", "What is measured"],
     );
 }
 

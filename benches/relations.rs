@@ -449,18 +449,14 @@ fn main() {
             "lower",
         ),
     ];
-    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("relations.rs"), &["What is measured"]);
-    support::write_report(
+    support::write_targets_report(
         "relations",
-        &serde_json::json!({
-            "scenario": "relations",
-            "metrics": mm,
-            "notes": notes,
-            "targets": targets,
-            "summary": format!("{POSTS} posts naming {AUTHORS} authors, read with their authors."),
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        format!("{POSTS} posts naming {AUTHORS} authors, read with their authors."),
+        include_str!("relations.rs"),
+        &["What is measured"],
     );
     db.close().wait().unwrap();
 }

@@ -491,18 +491,18 @@ fn main() {
             1.5,
         ),
     ];
-    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("search.rs"), &["Corpus", "What is measured"]);
-    support::write_report(
+    support::write_targets_report(
         "search",
-        &serde_json::json!({
-            "scenario": "search",
-            "metrics": mm,
-            "notes": notes,
-            "targets": targets,
-            "summary": format!("{} documents ({source}), {:.1} MB of searchable text.", docs.len(), text_bytes as f64 / 1e6),
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        format!(
+            "{} documents ({source}), {:.1} MB of searchable text.",
+            docs.len(),
+            text_bytes as f64 / 1e6
+        ),
+        include_str!("search.rs"),
+        &["Corpus", "What is measured"],
     );
 }
 

@@ -302,18 +302,14 @@ fn main() {
     .into_iter()
     .flatten()
     .collect();
-    let (m, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("sync.rs"), &["Method"]);
-    support::write_report(
+    support::write_targets_report(
         "sync",
-        &serde_json::json!({
-            "scenario": "sync",
-            "metrics": m,
-            "notes": notes,
-            "targets": targets,
-            "summary": summary,
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        summary,
+        include_str!("sync.rs"),
+        &["Method"],
     );
 }
 

@@ -514,18 +514,14 @@ fn main() {
     .into_iter()
     .flatten()
     .collect();
-    let (mm, notes) = support::metrics_and_notes(&metrics, Some(3), note);
-    let method = support::doc_sections(include_str!("vector.rs"), &["Data", "What is measured"]);
-    support::write_report(
+    support::write_targets_report(
         "vector",
-        &serde_json::json!({
-            "scenario": "vector",
-            "metrics": mm,
-            "notes": notes,
-            "targets": targets,
-            "summary": summary,
-            "method": method,
-        }),
+        &metrics,
+        note,
+        targets,
+        summary,
+        include_str!("vector.rs"),
+        &["Data", "What is measured"],
     );
 }
 

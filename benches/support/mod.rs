@@ -105,6 +105,34 @@ pub fn write_metrics_report(
     );
 }
 
+/// Write the report of a scenario held to `targets`: its metrics and notes (3
+/// decimals, as [`metrics_and_notes`]), the targets, a one-line summary, and as
+/// `method` the sections `headings` of the bench's module docs (`source`, the
+/// bench's own `include_str!`, see [`doc_sections`]).
+pub fn write_targets_report(
+    scenario: &str,
+    metrics: &[(&str, f64)],
+    note: impl Fn(&str) -> &'static str,
+    targets: Vec<serde_json::Value>,
+    summary: String,
+    source: &str,
+    headings: &[&str],
+) {
+    let (m, notes) = metrics_and_notes(metrics, Some(3), note);
+    let method = doc_sections(source, headings);
+    write_report(
+        scenario,
+        &serde_json::json!({
+            "scenario": scenario,
+            "metrics": m,
+            "notes": notes,
+            "targets": targets,
+            "summary": summary,
+            "method": method,
+        }),
+    );
+}
+
 /// Write `report` (pretty-printed) to `target/keel-bench/<scenario>.json` and say so.
 pub fn write_report(scenario: &str, report: &serde_json::Value) {
     let file = out_dir().join(format!("{scenario}.json"));
