@@ -63,10 +63,10 @@ public final class KeelSync: @unchecked Sendable {
     public func resume() { handle.resume() }
 
     /// Waits until every operation committed before the call is acknowledged by
-    /// the relay (or refused); `false` after `timeout` with some still pending.
-    public func waitUploaded(timeout: Duration = .seconds(3600)) async throws -> Bool {
-        let ms = UInt64(timeout.components.seconds) * 1000
-            + UInt64(timeout.components.attoseconds / 1_000_000_000_000_000)
+    /// the relay (or refused); `false` after `timeout` seconds with some still
+    /// pending. (A `TimeInterval`, not `Duration`, which needs iOS 16 / macOS 13.)
+    public func waitUploaded(timeout: TimeInterval = 3600) async throws -> Bool {
+        let ms = UInt64((max(0, timeout) * 1000).rounded())
         return try await handle.waitUploaded(db: db, timeoutMs: ms)
     }
 

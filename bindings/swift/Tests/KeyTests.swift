@@ -1,5 +1,5 @@
 // Encrypted databases from Swift: a Swift `KeyProvider` gives the data key through
-// the FFI, each of the four key errors is its own `KeelError` case, and none changes
+// the FFI, each of the five key errors is its own `KeelError` case, and none changes
 // any file (compared byte for byte). The Keychain provider itself needs Security
 // (Apple platforms); these run wherever the suite does.
 
