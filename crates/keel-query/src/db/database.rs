@@ -30,6 +30,7 @@ use crate::layout::table::FORMAT;
 use crate::open::migrate::Migrator;
 use crate::open::schema_phase::{record_ready, schema_phase, SchemaOutcome};
 use crate::query::fetch::{Fetch, Query, Source, StoredObject};
+use crate::query::scan;
 use crate::query::sql;
 use crate::txn::transaction::Txn;
 use crate::vector::cache::VectorCopyStats;
@@ -149,6 +150,7 @@ fn prepare(
     let fs2 = Arc::clone(&field_schema);
     opts.connection_init = Some(Arc::new(move |c: &rusqlite::Connection| {
         sql::register(c, Arc::clone(&fs2))?;
+        scan::register(c)?;
         if let Some(u) = &user_init {
             u(c)?;
         }

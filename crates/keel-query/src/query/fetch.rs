@@ -232,11 +232,14 @@ impl<'a> Query<'a> {
             (!count).then_some(&self.spec.order[..]),
             true,
             count,
+            false,
         )
     }
 
     /// The SQL for `filter` in `order` (`None`: no ORDER BY), with the spec's
     /// LIMIT/OFFSET if `paged`; `count` selects `count(*)` instead of the rows.
+    /// `residual` adds the scan's residual filter as one more condition
+    /// ([`scan::RESIDUAL_FN`]), for a [`scan::Plan`] that runs it in SQL.
     pub(crate) fn build_with(
         &self,
         inner: &Inner,
@@ -244,6 +247,7 @@ impl<'a> Query<'a> {
         order: Option<&[SortKey]>,
         paged: bool,
         count: bool,
+        residual: bool,
     ) -> Result<(String, Vec<Value>)> {
         let c = self.coll(inner, "query")?;
         let table = inner
@@ -316,9 +320,13 @@ impl<'a> Query<'a> {
         } else {
             filter
         };
-        let w = match filter {
-            Some(e) => format!(" WHERE {}", comp.expr(e)?),
-            None => String::new(),
+        let w = match (filter, residual) {
+            (Some(e), false) => format!(" WHERE {}", comp.expr(e)?),
+            (Some(e), true) => {
+                format!(" WHERE ({}) AND {}(body)", comp.expr(e)?, scan::RESIDUAL_FN)
+            }
+            (None, true) => format!(" WHERE {}(body)", scan::RESIDUAL_FN),
+            (None, false) => String::new(),
         };
         let mut tail = String::new();
         if let Some(keys) = order {
@@ -372,6 +380,7 @@ impl<'a> Query<'a> {
                     plan.sql_order.as_deref(),
                     false,
                     false,
+                    plan.in_sql(),
                 )?;
                 return plan.each(conn, c, op, (&sql, &params), &self.ask(), first, sink);
             }
@@ -432,8 +441,14 @@ impl<'a> Query<'a> {
                 return Ok(0);
             }
             if let Some(plan) = scan::plan(&inner.schema, c, &self.ask())? {
-                let (sql, params) =
-                    self.build_with(inner, plan.sql_filter.as_ref(), None, false, false)?;
+                let (sql, params) = self.build_with(
+                    inner,
+                    plan.sql_filter.as_ref(),
+                    None,
+                    false,
+                    false,
+                    plan.in_sql(),
+                )?;
                 return plan.count(conn, c, (&sql, &params), &self.ask());
             }
             let mut st = conn
@@ -464,6 +479,7 @@ impl<'a> Query<'a> {
                     p.sql_order.as_deref(),
                     false,
                     false,
+                    p.in_sql(),
                 )?,
                 None => self.build(inner, false)?,
             };

@@ -145,7 +145,7 @@ impl Nearest<'_> {
                 cache,
             );
         }
-        let (sql, params) = q.build_with(inner, Some(filter), None, false, false)?;
+        let (sql, params) = q.build_with(inner, Some(filter), None, false, false, false)?;
         let head = format!("SELECT rowid, {} ", c.body.select());
         let rowids = match sql.strip_prefix(&head) {
             Some(rest) => format!("SELECT rowid {rest}"),

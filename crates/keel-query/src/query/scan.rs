@@ -1,26 +1,37 @@
 //! Filters on fields without an index or column, evaluated in Rust over each row's
-//! bytes instead of by an SQL function call per row.
+//! bytes instead of by an SQL function call per field and row.
 //!
 //! In SQL such a filter reads `keel_field(body, '…')` for every row: a call through
 //! SQLite's function machinery that opens the FlatBuffer from its root and copies a
-//! text result out, once per row and field. Here SQLite only hands over
-//! `rowid, body` (narrowed by the conjuncts it answers from key columns and
-//! indexes), and the rest of the filter runs on the borrowed bytes with the
-//! in-memory evaluator ([`crate::query::eval`], the one subscriptions use; a number field
-//! of the root table is read with one vtable lookup). Measured on one enum field
-//! over 10,000 rows, that is also cheaper than `keel_field` (~8% fewer
-//! instructions, ~30% less CPU time). Only matching rows are copied (the bytes
-//! API) or decoded (typed fetches, from SQLite's buffer, see
-//! `Query::each`); with an order SQLite can give (rowid, key or indexed fields)
+//! text result out, once per row and field. Here SQLite narrows the rows by the
+//! conjuncts it answers from key columns and indexes, and the rest of the filter
+//! (the *residual*) runs on each row's body as stored, with the in-memory evaluator
+//! ([`crate::query::eval`], the one subscriptions use; a number field of the root
+//! table is read with one vtable lookup).
+//!
+//! The residual runs inside the statement, as one condition
+//! `keel_residual(body)` ([`RESIDUAL_FN`]): one call per row that borrows the
+//! body and evaluates the whole residual, so a row that does not match never
+//! becomes a result row. Handing every row out instead (`sqlite3_step` returning,
+//! then a column read through rusqlite for each) cost about 400 more instructions
+//! per row than the call. The statement's text names no filter: the call reads
+//! the one this thread's scan set ([`ResidualGuard`]), so one cached statement
+//! serves every value a filter compares with. A residual that reads a primary-key
+//! field needs the whole buffer (the key put back, `layout/body.rs`) and runs on
+//! the rows as they come out. Only matching rows are copied (the bytes API) or
+//! decoded (typed fetches, from SQLite's buffer, see `Query::each`); with an order SQLite can give (rowid, key or indexed fields)
 //! the scan stops as soon as `offset + limit` rows matched, and otherwise the
 //! matches are sorted with [`Order`], the comparator that reproduces keel's SQL
 //! order. The SQL-vs-memory property tests (`tests/query_semantics.rs`) hold the
 //! evaluator and the SQL translation to the same answers, so both plans return the
 //! same rows; [`Query::sql`](crate::query::fetch::Query::sql) still shows the all-SQL form.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use keel_schema::{Expr, FieldPath, Schema, SortKey, Term, Value};
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
 
 use crate::base::error::{Error, Result};
 use crate::base::sql_value::Param;
@@ -45,7 +56,7 @@ pub(crate) struct Plan {
     /// The SQL order (`None`: sorted here, or no order needed).
     pub(crate) sql_order: Option<Vec<SortKey>>,
     /// The other conjuncts, evaluated on each row's bytes.
-    residual: Filter,
+    residual: Arc<Filter>,
     residual_expr: Expr,
     /// The residual reads a primary-key field: it needs each row's whole buffer
     /// (`layout/body.rs`). Otherwise it reads the stored body as it is, and only the
@@ -145,7 +156,7 @@ pub(crate) fn plan(schema: &Arc<Schema>, c: &Coll, ask: &Ask<'_>) -> Result<Opti
     let Some(rest) = and_all(rest) else {
         return Ok(None);
     };
-    let residual = Filter::with_schema(Arc::clone(schema), &c.name, &rest)?;
+    let residual = Arc::new(Filter::with_schema(Arc::clone(schema), &c.name, &rest)?);
     let mut residual_reads_key = false;
     rest.visit_paths(&mut |p| residual_reads_key |= key_column(&c.key_ids, p).is_some());
     let sorted_by_sql = ask.order.iter().all(|k| cheap.path(&k.path));
@@ -194,20 +205,18 @@ fn for_each_match(
 ) -> Result<()> {
     let err = |e| Error::sqlite(op, &c.name, e);
     let mut st = conn.prepare_cached(sql).map_err(err)?;
+    // Set before the first step, while this scan's statement runs: a nested
+    // scan (from `each`) sets its own and puts this one back.
+    let _residual = plan.in_sql().then(|| ResidualGuard::set(&plan.residual));
     let mut rows = st
         .query(rusqlite::params_from_iter(params.iter().map(Param)))
         .map_err(err)?;
     let mut scratch = Vec::new();
     while let Some(r) = rows.next().map_err(err)? {
-        // Most rows of a scan do not match: unless the residual reads the key, it
-        // runs on the body as stored, and only a match is restored.
         let stored = match r.get_ref(1).map_err(err)? {
-            rusqlite::types::ValueRef::Blob(b) => b,
+            ValueRef::Blob(b) => b,
             _ => &[],
         };
-        if !plan.residual_reads_key && !plan.residual.matches(stored) {
-            continue;
-        }
         let bytes = if whole || plan.residual_reads_key {
             c.body.restore(stored, r, 1, &mut scratch).map_err(err)?
         } else {
@@ -216,7 +225,6 @@ fn for_each_match(
         if plan.residual_reads_key && !plan.residual.matches(bytes) {
             continue;
         }
-        // The rowid only for a match: most rows of a scan are not.
         let rowid: i64 = r.get(0).map_err(err)?;
         if !each(rowid, bytes)? {
             break;
@@ -225,7 +233,63 @@ fn for_each_match(
     Ok(())
 }
 
+/// The SQL function a [`Plan`] runs its residual filter through:
+/// `keel_residual(body)` is 1 when the body matches the filter the current scan on
+/// this thread set ([`ResidualGuard`]), else 0.
+pub(crate) const RESIDUAL_FN: &str = "keel_residual";
+
+thread_local! {
+    /// The residual filter of the scan stepping on this thread.
+    static RESIDUAL: RefCell<Option<Arc<Filter>>> = const { RefCell::new(None) };
+}
+
+/// Sets this thread's residual filter for as long as it lives, and puts back the
+/// one before (a scan started from inside another scan's callback).
+struct ResidualGuard(Option<Arc<Filter>>);
+
+impl ResidualGuard {
+    fn set(filter: &Arc<Filter>) -> ResidualGuard {
+        ResidualGuard(RESIDUAL.with(|r| r.replace(Some(Arc::clone(filter)))))
+    }
+}
+
+impl Drop for ResidualGuard {
+    fn drop(&mut self) {
+        let before = self.0.take();
+        RESIDUAL.with(|r| *r.borrow_mut() = before);
+    }
+}
+
+/// Register [`RESIDUAL_FN`] on `conn` (every connection keel opens). Called with
+/// no scan running on the thread (a statement written by hand), it fails rather
+/// than match every row.
+pub(crate) fn register(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.create_scalar_function(
+        RESIDUAL_FN,
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DIRECTONLY,
+        |ctx| {
+            let body = match ctx.get_raw(0) {
+                ValueRef::Blob(b) => b,
+                _ => &[],
+            };
+            RESIDUAL.with(|r| match &*r.borrow() {
+                Some(f) => Ok(f.matches(body)),
+                None => Err(rusqlite::Error::UserFunctionError(
+                    format!("{RESIDUAL_FN}() runs only inside a keel scan").into(),
+                )),
+            })
+        },
+    )
+}
+
 impl Plan {
+    /// Whether the residual runs in SQL ([`RESIDUAL_FN`]): unless it reads a
+    /// primary-key field, which only the whole buffer holds.
+    pub(crate) fn in_sql(&self) -> bool {
+        !self.residual_reads_key
+    }
+
     /// Hand the matching rows of `sql` (built from this plan's SQL filter and
     /// order, without paging), after `ask`'s offset and limit, to `sink` in order.
     /// The bytes are borrowed from SQLite unless keel sorts the matches itself.
