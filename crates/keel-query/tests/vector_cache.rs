@@ -273,7 +273,7 @@ fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
     };
     assert_eq!(triggers(&conn), 3);
     for ev in ["insert", "update", "delete"] {
-        conn.execute_batch(&format!("DROP TRIGGER \"v.Photo$vec$foreign_{ev}\""))
+        conn.execute_batch(&format!("DROP TRIGGER \"v.Photo$vec$count_{ev}\""))
             .unwrap();
     }
     // Without triggers the generation stays put while the rows change.
@@ -294,6 +294,66 @@ fn dropped_triggers_turn_the_copy_off_until_the_next_open() {
     let db = open(&path, &s, 64 << 20);
     assert_eq!(triggers(&conn), 3, "the open puts the triggers back");
     assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 2);
+}
+
+/// A file whose triggers an earlier build made (they stored `random()` for
+/// every row, which gave each keel insert a statement journal) gets today's
+/// counting triggers at open, and another writer's rows still move the
+/// generation: the copy never answers with the rows it replaced.
+#[test]
+fn an_earlier_builds_triggers_are_replaced_at_open_and_still_catch_other_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.db");
+    let s = schema();
+    let db = open(&path, &s, 64 << 20);
+    two_photos(&db, &s);
+    db.close().wait().unwrap();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for ev in ["insert", "update", "delete"] {
+        conn.execute_batch(&format!(
+            "DROP TRIGGER \"v.Photo$vec$count_{ev}\";
+             CREATE TRIGGER \"v.Photo$vec$foreign_{ev}\" AFTER {ev} ON \"v.Photo$vec\"
+             WHEN NOT EXISTS (SELECT 1 FROM keel_meta WHERE key = 'vector-writing') BEGIN
+             UPDATE keel_meta SET value = random() WHERE key = 'vector-gen:v.Photo'; END;"
+        ))
+        .unwrap();
+    }
+    let names = |conn: &rusqlite::Connection| -> Vec<String> {
+        let mut st = conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'trigger' AND tbl_name = 'v.Photo$vec' ORDER BY name")
+            .unwrap();
+        st.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let db = open(&path, &s, 64 << 20);
+    assert_eq!(
+        names(&conn),
+        [
+            "v.Photo$vec$count_delete",
+            "v.Photo$vec$count_insert",
+            "v.Photo$vec$count_update"
+        ]
+    );
+    let q = [1.0, 0.0, 0.0, 0.0];
+    assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 1, "the copy is read");
+    // Another writer swaps the two photos' vectors: the counted generation
+    // moves, so the copy is stale and the answer follows the rows.
+    conn.execute(
+        "UPDATE \"v.Photo$vec\" SET v2 = ?1 WHERE rowid = 2",
+        [keel_schema::vector::pack(&[1.0, 0.0, 0.0, 0.0])],
+    )
+    .unwrap();
+    conn.execute(
+        "UPDATE \"v.Photo$vec\" SET v2 = ?1 WHERE rowid = 1",
+        [keel_schema::vector::pack(&[0.0, 0.0, 1.0, 0.0])],
+    )
+    .unwrap();
+    for _ in 0..2 {
+        assert_eq!(nearest(&db, &s, &q, 1, None)[0].0, 2);
+    }
+    db.close().wait().unwrap();
 }
 
 /// A nearest query reads in one read transaction on one pooled connection:

@@ -119,24 +119,29 @@ impl VectorSql {
             .join(",");
         let gen_key = format!("vector-gen:{collection}");
         let lit = format!("'{}'", gen_key.replace('\'', "''"));
-        // A fresh random() per write, not a count: a rolled-back transaction's
-        // values never come back to name other rows (see `vector/cache.rs`).
-        // keel's writer moves it once per write closure (`bump`); triggers
-        // move it for every other writer of the file — stock SQLite, an older
-        // build — and skip the rows keel's writer writes under its marker.
+        // keel's writer stores a fresh random() once per write closure (`bump`);
+        // triggers move it for every other writer of the file — stock SQLite,
+        // an older build — and skip the rows keel's writer writes under its
+        // marker. A trigger counts (`value + 1`) rather than calling random():
+        // a function call in a trigger makes SQLite give every keel insert a
+        // statement journal, about 4,000 instructions per row. Counting is safe
+        // because a copy is only ever built from a committed snapshot
+        // (`vector/column.rs`): the committed values of a foreign writer's
+        // count only grow, so one never comes back to name other rows.
         let events = ["insert", "update", "delete"];
-        let trigger_names = events.map(|ev| format!("{name}$foreign_{ev}"));
+        let trigger_names = events.map(|ev| format!("{name}$count_{ev}"));
         let marker = format!("'{WRITING_KEY}'");
         let triggers = events
             .iter()
             .zip(&trigger_names)
             .map(|(ev, trig)| {
                 format!(
-                    "DROP TRIGGER IF EXISTS {old}; \
+                    "DROP TRIGGER IF EXISTS {oldest}; DROP TRIGGER IF EXISTS {old}; \
                      CREATE TRIGGER IF NOT EXISTS {trig} AFTER {ev} ON {id} \
                      WHEN NOT EXISTS (SELECT 1 FROM keel_meta WHERE key = {marker}) BEGIN \
-                     UPDATE keel_meta SET value = random() WHERE key = {lit}; END;",
-                    old = ident(&format!("{name}$gen_{ev}")),
+                     UPDATE keel_meta SET value = value + 1 WHERE key = {lit}; END;",
+                    oldest = ident(&format!("{name}$gen_{ev}")),
+                    old = ident(&format!("{name}$foreign_{ev}")),
                     trig = ident(trig),
                 )
             })

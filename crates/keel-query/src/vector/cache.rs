@@ -10,9 +10,9 @@
 //! table stores a fresh `random()` in `keel_meta` under
 //! `vector-gen:<collection>`, once, in its own savepoint (`engine.rs`
 //! `Inner::commit_closure`); every other SQLite writer of the file — stock
-//! SQLite, an older build — runs the table's triggers, which do the same for
-//! each row they write (keel's writer holds a marker row while it writes, so
-//! the triggers skip its rows: `layout/vector_table.rs`). A copy records the
+//! SQLite, an older build — runs the table's triggers, which count it up by one
+//! for each row they write (keel's writer holds a marker row while it writes,
+//! so the triggers skip its rows: `layout/vector_table.rs`). A copy records the
 //! generation and the file's schema cookie it was read at, and answers a query
 //! only when the query's snapshot shows both unchanged:
 //!
@@ -20,8 +20,11 @@
 //!   stale and the query scans SQLite (and refreshes the copy) — unless the
 //!   commit was this handle's own, which patches the copy instead (below);
 //! * a snapshot older than the copy shows an older generation: it scans too;
-//! * generations are random, not counted, so the values of a transaction that
-//!   rolled back never come back to name other rows;
+//! * a copy is built only from a committed snapshot, never inside a write
+//!   transaction, so a generation a rolled-back transaction reached names no
+//!   copy; keel's own writes store a fresh random value and other writers' only
+//!   count up from it, so a committed generation never comes back to name other
+//!   rows;
 //! * a dropped and recreated table (a rebuild, a migration, an older build of
 //!   the app without the triggers) changes the schema cookie; a copy is built
 //!   only when the table's triggers exist.
