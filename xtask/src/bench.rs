@@ -93,6 +93,9 @@ pub fn run(args: &[String]) -> Result<(), String> {
         let json_path = out_dir.join(format!("{name}.json"));
         // A stale file must not pass for this run's result.
         let _ = fs::remove_file(&json_path);
+        if name == "vector" {
+            ensure_numpy();
+        }
         if name == "swift" {
             crate::swift::bench(quick, &json_path)?;
         } else if name == KOTLIN {
@@ -149,6 +152,29 @@ pub fn run(args: &[String]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The vector scenario compares keel with numpy in a child Python: install numpy
+/// from PyPI for this user when it is missing (a fresh machine). Without Python or
+/// PyPI the scenario runs anyway and its summary says the comparison was skipped.
+fn ensure_numpy() {
+    let has = |py: &str| {
+        std::process::Command::new(py)
+            .args(["-c", "import numpy"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if has("python3") {
+        return;
+    }
+    eprintln!("xtask bench: vector compares with numpy, which is missing: pip install --user numpy");
+    let installed = std::process::Command::new("python3")
+        .args(["-m", "pip", "install", "--quiet", "--user", "numpy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed || !has("python3") {
+        eprintln!("xtask bench: numpy could not be installed; the numpy comparison is skipped");
+    }
 }
 
 /// The binding scenario: the Kotlin suite's typed-vs-bytes benchmark
