@@ -30,8 +30,15 @@
 //! the transaction rolls back and the batch is refused naming the operation. After
 //! the commit the answer carries `pg_current_wal_lsn()`, at or after the commit.
 //!
-//! Values reach PostgreSQL as one `jsonb` parameter per operation, turned into a typed
-//! row by `jsonb_populate_record`, so the relay never builds SQL from values.
+//! The batch is applied set-wise first (`crate::set_apply`: a few statements per
+//! batch); when that meets anything that refuses the batch, the transaction rolls
+//! back and a fresh one applies it one operation at a time (below), which names the
+//! operation. Either way the results go into the ledger with one INSERT, and the
+//! ledger rows below the client's `unacked_from` (the lowest sequence it has had
+//! no answer for) are deleted in the same transaction.
+//!
+//! Values reach PostgreSQL as `jsonb` parameters, turned into typed rows by
+//! `jsonb_populate_record`, so the relay never builds SQL from values.
 
 use serde_json::{Map, Value};
 use tokio_postgres::error::SqlState;
