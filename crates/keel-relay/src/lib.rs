@@ -17,6 +17,7 @@
 //! * [`auth`] — JWT checks (HS256 secrets, RS256 / EdDSA keys from a JWKS file);
 //! * [`scope`] — which rows a client may see and write;
 //! * [`upload`] — the up path: one batch, one transaction, exactly once;
+//!   `set_apply` applies it in a few statements per batch;
 //! * [`replication`] — the down path's source: the relay's slot, as transactions;
 //! * [`pgoutput`] — the decoder of logical replication messages;
 //! * [`rows`] — rows as clients receive them (JSON);
@@ -41,6 +42,7 @@ pub mod rows;
 pub mod scope;
 pub mod server;
 pub mod session;
+mod set_apply;
 pub mod shared;
 pub mod state;
 pub mod sync_schema;

@@ -41,6 +41,10 @@ pub enum ClientFrame {
     Upload {
         /// The operations, in sequence order.
         ops: Vec<serde_json::Value>,
+        /// The lowest sequence number the client has had no answer for (an ack
+        /// or a refusal): the relay may forget its ledger rows below it.
+        #[serde(default)]
+        unacked_from: Option<i64>,
     },
     /// Starts the down stream: a snapshot of the scopes' rows, then live changes.
     Subscribe {

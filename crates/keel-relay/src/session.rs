@@ -219,7 +219,7 @@ impl Session {
                 }
                 Ok(())
             }
-            ClientFrame::Upload { ops } => {
+            ClientFrame::Upload { ops, unacked_from } => {
                 let (Some(client_id), Some(claims)) = (&self.client_id, &self.claims) else {
                     let error = frame_error(
                         ErrorCode::NotAuthenticated,
@@ -239,6 +239,7 @@ impl Session {
                     client_id,
                     subject: claims.subject(),
                     scopes: &self.scopes,
+                    unacked_from,
                 };
                 let answer = match self.upload(&who, &ops).await {
                     Ok(BatchOutcome::Acked { lsn, results }) => RelayFrame::Ack { lsn, results },

@@ -30,8 +30,15 @@
 //! the transaction rolls back and the batch is refused naming the operation. After
 //! the commit the answer carries `pg_current_wal_lsn()`, at or after the commit.
 //!
-//! Values reach PostgreSQL as one `jsonb` parameter per operation, turned into a typed
-//! row by `jsonb_populate_record`, so the relay never builds SQL from values.
+//! The batch is applied set-wise first (`crate::set_apply`: a few statements per
+//! batch); when that meets anything that refuses the batch, the transaction rolls
+//! back and a fresh one applies it one operation at a time (below), which names the
+//! operation. Either way the results go into the ledger with one INSERT, and the
+//! ledger rows below the client's `unacked_from` (the lowest sequence it has had
+//! no answer for) are deleted in the same transaction.
+//!
+//! Values reach PostgreSQL as `jsonb` parameters, turned into typed rows by
+//! `jsonb_populate_record`, so the relay never builds SQL from values.
 
 use serde_json::{Map, Value};
 use tokio_postgres::error::SqlState;
@@ -41,6 +48,7 @@ use tokio_postgres::{Client, Transaction};
 use crate::error::Error;
 use crate::protocol::{OpRefusal, OpResult, RefusalReason};
 use crate::scope::{sql_filter, BoundScope};
+use crate::set_apply;
 use crate::sync_schema::{
     quote_ident, ConflictRule, SyncCollection, SyncColumn, SyncSchema, ValueKind,
 };
@@ -68,10 +76,13 @@ pub struct Uploader<'a> {
     pub subject: &'a str,
     /// The client's scopes.
     pub scopes: &'a [BoundScope],
+    /// The client's lowest sequence number it has not had an answer for: every
+    /// ledger row below it may go (`None`: keep them).
+    pub unacked_from: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Insert,
     Patch,
     Delete,
@@ -79,18 +90,18 @@ enum Kind {
 
 /// An operation that passed the schema checks.
 #[derive(Debug)]
-struct Op<'s> {
-    index: usize,
-    seq: i64,
-    kind: Kind,
-    collection: &'s SyncCollection,
+pub(crate) struct Op<'s> {
+    pub(crate) index: usize,
+    pub(crate) seq: i64,
+    pub(crate) kind: Kind,
+    pub(crate) collection: &'s SyncCollection,
     /// Key columns → values.
-    key: Map<String, Value>,
+    pub(crate) key: Map<String, Value>,
     /// Written columns → values (checked and normalised).
-    fields: Map<String, Value>,
+    pub(crate) fields: Map<String, Value>,
     /// Counter columns → deltas.
-    deltas: Map<String, Value>,
-    base_version: i64,
+    pub(crate) deltas: Map<String, Value>,
+    pub(crate) base_version: i64,
 }
 
 type Refusal = (RefusalReason, String);
@@ -131,7 +142,84 @@ pub async fn apply_batch(
         return Ok(BatchOutcome::Refused(refusals));
     }
 
-    let tx = client.transaction().await?;
+    // First set-wise; when that meets a refusal, again one operation at a time in
+    // a fresh transaction, which names the operation that caused it.
+    for set_wise in [true, false] {
+        let tx = client.transaction().await?;
+        let (mut results, applied_through) = match begin(&tx, who, &ops).await? {
+            Ok(ready) => ready,
+            Err(refused) => return Ok(refused),
+        };
+        let pending: Vec<&Op<'_>> = ops
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_none())
+            .map(|(op, _)| op)
+            .collect();
+        let applied = if set_wise {
+            match set_apply::apply(&tx, who.scopes, &pending).await? {
+                Some(applied) => applied,
+                // Dropping the transaction rolls back what it wrote.
+                None => continue,
+            }
+        } else {
+            match one_by_one(&tx, who.scopes, &pending).await? {
+                Ok(applied) => applied,
+                Err(refusals) => return Ok(BatchOutcome::Refused(refusals)),
+            }
+        };
+        let mut highest = applied_through;
+        let (mut seqs, mut stored) = (Vec::new(), Vec::new());
+        for result in &applied {
+            highest = highest.max(result.seq);
+            seqs.push(result.seq);
+            stored.push(serde_json::to_value(result).unwrap_or(Value::Null));
+        }
+        let mut applied = applied.into_iter();
+        for slot in results.iter_mut().filter(|r| r.is_none()) {
+            *slot = applied.next();
+        }
+        if !seqs.is_empty() {
+            tx.execute(
+                "INSERT INTO keel_relay.op_ledger (client_id, seq, result) \
+                 SELECT $1, u.seq, u.result FROM unnest($2::bigint[], $3::jsonb[]) AS u(seq, result)",
+                &[&who.client_id, &seqs, &stored],
+            )
+            .await?;
+        }
+        prune(&tx, who, &ops).await?;
+        tx.execute(
+            "UPDATE keel_relay.clients SET last_seq = $2, updated_at = now() WHERE client_id = $1",
+            &[&who.client_id, &highest],
+        )
+        .await?;
+        tx.commit().await?;
+        // The commit record is flushed when COMMIT returns, so the flush position is at
+        // or after it; the down stream's checkpoints pass this position.
+        let lsn: String = client
+            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+            .await?
+            .get(0);
+        return Ok(BatchOutcome::Acked {
+            lsn,
+            results: results.into_iter().flatten().collect(),
+        });
+    }
+    unreachable!("the one-by-one pass always answers")
+}
+
+/// What [`begin`] found: each operation's ledger result (`Some` for a replay) and
+/// the highest sequence applied before this batch.
+type Ready = (Vec<Option<OpResult>>, i64);
+
+/// Registers the client (first upload), locks its ledger row, checks that the
+/// client id is this user's, and answers replayed operations from the ledger; a
+/// sequence at or below the highest applied one that is not there is refused.
+async fn begin(
+    tx: &Transaction<'_>,
+    who: &Uploader<'_>,
+    ops: &[Op<'_>],
+) -> Result<Result<Ready, BatchOutcome>, Error> {
     tx.execute(
         "INSERT INTO keel_relay.clients (client_id, subject) VALUES ($1, $2) \
          ON CONFLICT (client_id) DO NOTHING",
@@ -147,7 +235,7 @@ pub async fn apply_batch(
     let owner: String = row.get(0);
     let applied_through: i64 = row.get(1);
     if owner != who.subject {
-        return Ok(BatchOutcome::Refused(
+        return Ok(Err(BatchOutcome::Refused(
             ops.iter()
                 .map(|op| OpRefusal {
                     index: op.index,
@@ -156,7 +244,7 @@ pub async fn apply_batch(
                     message: "this client id belongs to another user".into(),
                 })
                 .collect(),
-        ));
+        )));
     }
     let seqs: Vec<i64> = ops.iter().map(|op| op.seq).collect();
     let ledger = tx
@@ -177,6 +265,7 @@ pub async fn apply_batch(
             results[i] = Some(result);
         }
     }
+    let mut refusals = Vec::new();
     for (i, op) in ops.iter().enumerate() {
         if results[i].is_none() && op.seq <= applied_through {
             refusals.push(OpRefusal {
@@ -191,28 +280,40 @@ pub async fn apply_batch(
         }
     }
     if !refusals.is_empty() {
-        return Ok(BatchOutcome::Refused(refusals));
+        return Ok(Err(BatchOutcome::Refused(refusals)));
     }
+    Ok(Ok((results, applied_through)))
+}
 
-    let mut highest = applied_through;
-    for (i, op) in ops.iter().enumerate() {
-        if results[i].is_some() {
-            continue;
-        }
-        match apply_op(&tx, who.scopes, op).await {
-            Ok(Ok(result)) => {
-                tx.execute(
-                    "INSERT INTO keel_relay.op_ledger (client_id, seq, result) VALUES ($1, $2, $3)",
-                    &[
-                        &who.client_id,
-                        &op.seq,
-                        &serde_json::to_value(&result).unwrap_or(Value::Null),
-                    ],
-                )
-                .await?;
-                highest = highest.max(op.seq);
-                results[i] = Some(result);
-            }
+/// Drops the ledger rows the client has had its answer for: those below its
+/// `unacked_from` (never one of this batch's own, whatever the client claims).
+async fn prune(tx: &Transaction<'_>, who: &Uploader<'_>, ops: &[Op<'_>]) -> Result<(), Error> {
+    let Some(mut below) = who.unacked_from else {
+        return Ok(());
+    };
+    if let Some(first) = ops.iter().map(|op| op.seq).min() {
+        below = below.min(first);
+    }
+    tx.execute(
+        "DELETE FROM keel_relay.op_ledger WHERE client_id = $1 AND seq < $2",
+        &[&who.client_id, &below],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Applies `ops` one at a time, in order: their results, or every refusal found
+/// (a database rejection stops at the operation it names).
+async fn one_by_one(
+    tx: &Transaction<'_>,
+    scopes: &[BoundScope],
+    ops: &[&Op<'_>],
+) -> Result<Result<Vec<OpResult>, Vec<OpRefusal>>, Error> {
+    let mut refusals = Vec::new();
+    let mut results = Vec::new();
+    for op in ops {
+        match apply_op(tx, scopes, op).await {
+            Ok(Ok(result)) => results.push(result),
             Ok(Err((reason, message))) => refusals.push(OpRefusal {
                 index: op.index,
                 seq: Some(op.seq),
@@ -234,31 +335,16 @@ pub async fn apply_batch(
             },
         }
     }
-    if !refusals.is_empty() {
-        // Dropping the transaction rolls it back.
-        return Ok(BatchOutcome::Refused(refusals));
-    }
-    tx.execute(
-        "UPDATE keel_relay.clients SET last_seq = $2, updated_at = now() WHERE client_id = $1",
-        &[&who.client_id, &highest],
-    )
-    .await?;
-    tx.commit().await?;
-    // The commit record is flushed when COMMIT returns, so the flush position is at
-    // or after it; the down stream's checkpoints pass this position.
-    let lsn: String = client
-        .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
-        .await?
-        .get(0);
-    Ok(BatchOutcome::Acked {
-        lsn,
-        results: results.into_iter().flatten().collect(),
+    Ok(if refusals.is_empty() {
+        Ok(results)
+    } else {
+        Err(refusals)
     })
 }
 
 /// A refused write's message (`SQLSTATE: message`), or `None` for a failure that is
 /// not about the data (a lost connection, a bug).
-fn rejection(e: &tokio_postgres::Error) -> Option<String> {
+pub(crate) fn rejection(e: &tokio_postgres::Error) -> Option<String> {
     let db = e.as_db_error()?;
     let code = db.code();
     let class = &code.code()[..2];
@@ -560,14 +646,7 @@ async fn apply_op(
         }
         (Kind::Patch, None) => skipped("row_gone"),
         (Kind::Insert, None) => {
-            let mut row = op.key.clone();
-            for column in &collection.columns {
-                if let Some(v) = op.fields.get(&column.name) {
-                    row.insert(column.name.clone(), v.clone());
-                } else if let Some(default) = &column.default {
-                    row.entry(column.name.clone()).or_insert(default.clone());
-                }
-            }
+            let row = set_apply::insert_row(op);
             let columns: Vec<String> = row.keys().map(|c| quote_ident(c)).collect();
             let selected: Vec<String> = columns.iter().map(|c| format!("r.{c}")).collect();
             let row = Value::Object(row);

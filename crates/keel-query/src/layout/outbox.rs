@@ -28,11 +28,12 @@
 //!
 //! Cost: a collection without `(sync)` pays nothing (the transaction records its
 //! changes only when something else asks for them). A synced write costs its
-//! recording (the old bytes), two JSON renderings and two statements: the row's
-//! base version and the outbox INSERT.
+//! recording (the old bytes), its JSON renderings (an update: the old and the new
+//! object, to find the changed fields) and one statement, the outbox INSERT; the
+//! base version is read at upload, not here.
 
 use keel_schema::{FieldType, Schema, SyncRule, Table};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
 use serde_json::{Map, Value as Json};
 
 use crate::base::change::{Change, ChangeOp};
@@ -65,10 +66,12 @@ CREATE TABLE IF NOT EXISTS keel_sync_rows (
 CREATE TABLE IF NOT EXISTS keel_sync_state (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
 ";
 
+// The base version is not looked up here: the upload takes it from
+// `keel_sync_rows` (the version last downloaded or acked), which only grows while
+// the row has operations in the outbox, so at upload it is at least what it was
+// at this write; `base` stays 0.
 const INSERT: &str = "INSERT INTO keel_sync_outbox (collection, key, op, fields, deltas, base) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-const BASE: &str =
-    "SELECT max(version, acked) FROM keel_sync_rows WHERE collection = ?1 AND key = ?2";
+                      VALUES (?1, ?2, ?3, ?4, ?5, 0)";
 
 /// Whether `table` is a field's type that syncs (not a union, not a vector of them).
 pub(crate) fn syncs(ty: &FieldType) -> bool {
@@ -200,20 +203,17 @@ pub(crate) fn append(
             continue;
         };
         let key = key_text(table, row);
-        let text =
-            |m: &Map<String, Json>| (!m.is_empty()).then(|| Json::Object(m.clone()).to_string());
+        let text = |m: &Map<String, Json>| {
+            (!m.is_empty()).then(|| serde_json::to_string(m).unwrap_or_default())
+        };
+        let (fields, deltas) = (text(&op.fields), text(&op.deltas));
         let write = |conn: &Connection| -> rusqlite::Result<()> {
-            let base: Option<i64> = conn
-                .prepare_cached(BASE)?
-                .query_row(rusqlite::params![ch.collection, key], |r| r.get(0))
-                .optional()?;
             conn.prepare_cached(INSERT)?.execute(rusqlite::params![
                 ch.collection,
                 key,
                 op.op,
-                text(&op.fields),
-                text(&op.deltas),
-                base.unwrap_or(0),
+                fields,
+                deltas,
             ])?;
             Ok(())
         };

@@ -599,7 +599,14 @@ impl Session<'_> {
             return Ok(None);
         }
         let frames: Vec<Json> = ops.iter().map(op_json).collect();
-        send(socket, json!({"type": "upload", "ops": frames}))?;
+        // Pending operations go in sequence order and an answered one leaves the
+        // pending set, so the batch's first is the lowest without an answer: the
+        // relay may forget its ledger rows below it.
+        let unacked_from = ops[0].seq;
+        send(
+            socket,
+            json!({"type": "upload", "ops": frames, "unacked_from": unacked_from}),
+        )?;
         self.shared.update(|s| s.uploading = true);
         Ok(Some(InFlight {
             ops,
