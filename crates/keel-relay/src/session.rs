@@ -4,7 +4,14 @@
 //! id, the token's claims and the scopes they grant; a refused token gets a
 //! `refused` frame and the session waits for a better one. From then on `upload`
 //! applies batches ([`crate::upload`]) and `subscribe` sends a snapshot of the
-//! scopes' rows, then every upstream transaction filtered to them. When the token
+//! scopes' rows, then every upstream transaction filtered to them. A snapshot is
+//! one `REPEATABLE READ` transaction sent as `snapshot_start`, pages of rows in
+//! primary key order (each naming its last key), `snapshot_done`; a `subscribe`
+//! with a resume point gets, instead of the pages before it, the rows there
+//! written since the interrupted snapshot (their `xmin` not visible in it) and
+//! the keys there, so the client ends with exactly the new snapshot. When the
+//! replication stream lost its slot, every session gets `resync` and a fresh
+//! snapshot. When the token
 //! expires the session says `token_expired` and stops serving (uploads and the down
 //! stream) until a `token` frame brings a fresh one.
 //!

@@ -2,10 +2,13 @@
 //! (`tungstenite`), the relay's protocol (`docs/sync.md`).
 //!
 //! A session: connect, `hello` with the token and the install's client id,
-//! `subscribe`, then until it fails: upload the outbox one batch at a time (the
-//! next after the answer to the last), and apply what arrives — a snapshot when
-//! it is complete, each `changes` frame as it comes (held back while a snapshot
-//! is arriving, then applied after it), acks and refusals, checkpoints. A failed
+//! `subscribe` (with the resume point of a snapshot the last session did not
+//! finish), then until it fails: upload the outbox one batch at a time (the
+//! next after the answer to the last), and apply what arrives — each snapshot
+//! page in its own local transaction with the resume point recorded beside its
+//! rows (a `Download`, reported as `SnapshotProgress`), each `changes` frame as
+//! it comes (held back while a snapshot is arriving, then applied with its
+//! end), acks and refusals, checkpoints. A failed
 //! session waits (exponential backoff with jitter) and starts again; whatever was
 //! not acknowledged is sent again with the same sequence numbers, which the
 //! relay's ledger answers without applying twice. The socket reads with a short
@@ -696,11 +699,15 @@ impl Session<'_> {
                     let names = collections.to_vec();
                     let later = std::mem::take(&mut held_back);
                     let mut d = download.take();
-                    let mark = d.as_ref().map_or(0, |d| d.mark);
+                    // Without a `snapshot_start` nothing was marked: removing
+                    // the rows not marked would remove them all.
+                    let mark = d.as_ref().map(|d| d.mark);
                     self.write(move |txn| {
                         ledger::ensure(txn.connection())
                             .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_rows", e))?;
-                        apply::finish(txn, &schema, &names, mark, lsn)?;
+                        if let Some(mark) = mark {
+                            apply::finish(txn, &schema, &names, mark, lsn)?;
+                        }
                         for (_, changes) in &later {
                             apply::changes(txn, &schema, changes)?;
                         }

@@ -1,6 +1,8 @@
 //! The client's bookkeeping in its own tables (made by `layout/outbox.rs`): the
 //! outbox's operations as the loop uploads them, what the server last said of each
-//! row, and the install's client id and last LSN.
+//! row (and which snapshot last named it: `mark`, the column a snapshot's end
+//! uses to find the rows gone), and the install's client id, last LSN and the
+//! resume point of a snapshot being applied.
 //!
 //! Every function takes the connection of a transaction the caller holds: the
 //! loop changes these tables in the same write as the rows they describe.
