@@ -241,7 +241,7 @@ pub(crate) fn finish(
         // say) is found only by a scan; skip it when the counts say there is none.
         let named = ledger::marked_count(txn.connection(), collection, mark)
             .map_err(sql("count held rows"))?;
-        let local = txn.query(collection).count()? as u64;
+        let local = txn.query(collection).count()?;
         if local > named {
             let keep = ledger::marked_keys(txn.connection(), collection, mark)
                 .map_err(sql("read held rows"))?;
