@@ -1,8 +1,8 @@
 //! Download apply: what the relay sends becomes local rows, inside one write
 //! closure per `changes` frame (one upstream transaction), so a live query sees
 //! a server transaction whole or not at all, and one per snapshot page, so a
-//! live query sees a snapshot grow page by page ([`page`]); the snapshot's end
-//! ([`finish`]) removes, in one more write, the rows it did not name.
+//! live query sees a snapshot grow page by page (`page`); the snapshot's end
+//! (`finish`) removes, in one more write, the rows it did not name.
 //!
 //! The rules, per row:
 //!
@@ -152,7 +152,7 @@ fn last_per_row(schema: &Schema, changes: &[Incoming]) -> HashSet<usize> {
 }
 
 /// Applies one page of a snapshot: `rows` of `collection` (fields, version),
-/// each held with the snapshot's generation `mark`, so that [`finish`] can tell
+/// each held with the snapshot's generation `mark`, so that `finish` can tell
 /// the rows the snapshot named from those it did not.
 pub(crate) fn page(
     txn: &mut Txn<'_>,
