@@ -188,7 +188,13 @@ fn an_out_of_scope_upload_is_refused_rolled_back_and_named() {
         t.insert_bytes("blog.Post", theirs).map(|_| ())
     })
     .unwrap();
-    let event = events.recv_timeout(sync_support::WAIT).expect("an event");
+    // Snapshot progress comes first (an empty snapshot: its start and end).
+    let event = loop {
+        match events.recv_timeout(sync_support::WAIT).expect("an event") {
+            SyncEvent::Snapshot(_) => continue,
+            other => break other,
+        }
+    };
     let SyncEvent::Refused { ops } = event else {
         panic!("expected a refusal, got {event:?}")
     };

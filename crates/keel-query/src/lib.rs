@@ -150,7 +150,9 @@ pub use subscribe::{
 #[cfg(feature = "sync")]
 pub use sync::handle::{StatusStream, SyncHandle, UploadWaiter};
 #[cfg(feature = "sync")]
-pub use sync::shared::{RefusedOp, SyncEvent, SyncOptions, SyncStatus, TokenProvider};
+pub use sync::shared::{
+    RefusedOp, SnapshotProgress, SyncEvent, SyncOptions, SyncStatus, TokenProvider,
+};
 pub use txn::dictionary::TxnDictionary;
 pub use txn::transaction::Txn;
 pub use vector::cache::VectorCopyStats;

@@ -5,7 +5,8 @@
 //! token), `upload` (a batch of operations), `subscribe` (start receiving rows).
 //! The relay sends [`RelayFrame`]s: `welcome`, `refused` (a token refusal),
 //! `error` (a frame it could not use), `ack` / `upload_refused` (the answer to one
-//! upload), `snapshot` / `snapshot_done` (initial rows), `changes` (one upstream
+//! upload), `snapshot_start` / `snapshot` / `snapshot_keys` / `snapshot_done`
+//! (initial rows, in key-ordered pages a client can resume after), `changes` (one upstream
 //! transaction, filtered to the client's scopes) and `checkpoint` (the relay has
 //! streamed everything up to this LSN).
 //!
@@ -51,7 +52,22 @@ pub enum ClientFrame {
         /// Only these collections (all scoped collections when absent).
         #[serde(default)]
         collections: Option<Vec<String>>,
+        /// Continue an interrupted snapshot instead of starting over.
+        #[serde(default)]
+        resume: Option<Resume>,
     },
+}
+
+/// Where an interrupted snapshot stopped: what a client kept of it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Resume {
+    /// The interrupted snapshot's `snapshot` (from its `snapshot_start`).
+    pub snapshot: String,
+    /// The collection of the last page the client applied.
+    pub collection: String,
+    /// That page's `after`: the primary key of its last row.
+    pub after: serde_json::Value,
 }
 
 fn default_protocol() -> u32 {
@@ -215,12 +231,39 @@ pub enum RelayFrame {
         /// The operations that caused it.
         ops: Vec<OpRefusal>,
     },
-    /// Rows of the initial snapshot.
+    /// A snapshot begins: its pages follow, then `snapshot_done`.
+    SnapshotStart {
+        /// The LSN the snapshot is consistent as of.
+        lsn: String,
+        /// PostgreSQL's snapshot (`pg_current_snapshot()`): a client that is cut
+        /// off sends it back in `subscribe.resume`, so the relay can tell which rows
+        /// changed since.
+        snapshot: String,
+        /// Rows the snapshot holds, every subscribed collection together.
+        rows: u64,
+        /// This snapshot continues an interrupted one (the `resume` was usable):
+        /// only rows after its cursor, and those before it that changed, follow.
+        resumed: bool,
+    },
+    /// Rows of the snapshot: one page, in primary key order within the collection.
     Snapshot {
         /// The collection.
         collection: String,
         /// Rows (each with its fields and `keel_version`).
         rows: Vec<serde_json::Value>,
+        /// The primary key of the last row: a client that has applied this page
+        /// resumes after it. Absent on the pages of a resumed snapshot that carry
+        /// rows before the cursor (rows changed since the interrupted snapshot).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        after: Option<serde_json::Value>,
+    },
+    /// A resumed snapshot's keys before its cursor: every row there that still
+    /// exists. A row the client holds there and this list lacks is gone.
+    SnapshotKeys {
+        /// The collection.
+        collection: String,
+        /// Primary keys (objects of the key fields).
+        keys: Vec<serde_json::Value>,
     },
     /// The snapshot is complete, consistent as of `lsn`.
     SnapshotDone {

@@ -74,10 +74,15 @@ pub enum Feed {
     Tx(Arc<StreamedTx>),
     /// Everything up to this LSN has been published.
     Checkpoint(u64),
+    /// The slot was gone (dropped, or invalidated past `max_slot_wal_keep_size`)
+    /// and was made again: what was committed meanwhile will never be streamed,
+    /// so every subscriber needs a fresh snapshot.
+    Lost,
 }
 
-/// Makes sure the publication covers the synced tables and the slot exists.
-pub async fn prepare(client: &Client, schema: &SyncSchema, slot: &str) -> Result<(), Error> {
+/// Makes sure the publication covers the synced tables and the slot exists;
+/// whether it had to make the slot (a slot that existed has lost nothing).
+pub async fn prepare(client: &Client, schema: &SyncSchema, slot: &str) -> Result<bool, Error> {
     let tables: Vec<String> = schema
         .collections
         .iter()
@@ -122,7 +127,18 @@ pub async fn prepare(client: &Client, schema: &SyncSchema, slot: &str) -> Result
             )
             .await?;
     }
-    Ok(())
+    Ok(!has_slot)
+}
+
+/// Whether `slot` exists and can still be read (not invalidated).
+pub async fn slot_usable(client: &Client, slot: &str) -> Result<bool, Error> {
+    let row = client
+        .query_opt(
+            "SELECT wal_status IS DISTINCT FROM 'lost' FROM pg_replication_slots WHERE slot_name = $1",
+            &[&slot],
+        )
+        .await?;
+    Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
 }
 
 /// Reads the slot and publishes what it holds, forever; an error ends it (the

@@ -10,7 +10,9 @@
 //!
 //! The replication stream runs as one task per relay and restarts on a fresh
 //! connection after an error (logged), so a PostgreSQL restart pauses the down
-//! stream rather than ending the relay.
+//! stream rather than ending the relay. A restart that finds the slot gone
+//! (dropped, or invalidated by `max_slot_wal_keep_size`) makes it again and
+//! tells every session, which sends its client `resync` and a fresh snapshot.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -144,6 +146,24 @@ async fn run_stream(shared: Arc<Shared>, slot: String) {
     loop {
         let result = async {
             let client = connect(&shared.config.database_url).await?;
+            if !replication::slot_usable(&client, &slot).await? {
+                // Dropped, or invalidated past max_slot_wal_keep_size: what it
+                // held is gone. Make it again, then every subscriber re-snapshots
+                // from a point the new slot streams after.
+                client
+                    .execute(
+                        "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+                         WHERE slot_name = $1",
+                        &[&slot],
+                    )
+                    .await?;
+                replication::prepare(&client, &shared.schema, &slot).await?;
+                warn!(
+                    slot,
+                    "the replication slot was lost and made again; clients re-snapshot"
+                );
+                let _ = shared.feed.send(replication::Feed::Lost);
+            }
             replication::stream(
                 &client,
                 &shared.schema,

@@ -4,7 +4,14 @@
 //! id, the token's claims and the scopes they grant; a refused token gets a
 //! `refused` frame and the session waits for a better one. From then on `upload`
 //! applies batches ([`crate::upload`]) and `subscribe` sends a snapshot of the
-//! scopes' rows, then every upstream transaction filtered to them. When the token
+//! scopes' rows, then every upstream transaction filtered to them. A snapshot is
+//! one `REPEATABLE READ` transaction sent as `snapshot_start`, pages of rows in
+//! primary key order (each naming its last key), `snapshot_done`; a `subscribe`
+//! with a resume point gets, instead of the pages before it, the rows there
+//! written since the interrupted snapshot (their `xmin` not visible in it) and
+//! the keys there, so the client ends with exactly the new snapshot. When the
+//! replication stream lost its slot, every session gets `resync` and a fresh
+//! snapshot. When the token
 //! expires the session says `token_expired` and stops serving (uploads and the down
 //! stream) until a `token` frame brings a fresh one.
 //!
@@ -25,15 +32,68 @@ use tracing::{info, warn};
 
 use crate::auth::Claims;
 use crate::error::Error;
-use crate::protocol::{format_lsn, Change, ClientFrame, ErrorCode, RelayFrame, PROTOCOL_VERSION};
+use crate::protocol::{
+    format_lsn, Change, ClientFrame, ErrorCode, RelayFrame, Resume, PROTOCOL_VERSION,
+};
 use crate::replication::{ChangeKind, Feed};
 use crate::rows;
 use crate::scope::{sql_filter, BoundScope};
 use crate::shared::Shared;
+use crate::sync_schema::{quote_ident, PgType, SyncCollection};
 use crate::upload::{apply_batch, BatchOutcome, Uploader};
 
-/// Rows per `snapshot` frame.
-const SNAPSHOT_CHUNK: usize = 500;
+/// Rows per `snapshot` page (frame): the client applies each in one local
+/// transaction and records its last key as the point to resume after.
+const SNAPSHOT_PAGE: usize = 2000;
+/// Keys per `snapshot_keys` frame.
+const SNAPSHOT_KEYS_PAGE: usize = 20_000;
+
+/// Whether `text` reads as a `pg_snapshot` (`xmin:xmax:xip,…`), so that
+/// PostgreSQL will take it: a resume point the client garbled gives a full
+/// snapshot, not an error.
+fn usable_snapshot(text: &str) -> bool {
+    let parts: Vec<&str> = text.split(':').collect();
+    let number = |p: &str| !p.is_empty() && p.len() <= 20 && p.bytes().all(|b| b.is_ascii_digit());
+    parts.len() == 3
+        && number(parts[0])
+        && number(parts[1])
+        && (parts[2].is_empty() || parts[2].split(',').all(number))
+}
+
+/// Whether `key` holds every primary key field of `collection` with a value
+/// PostgreSQL can cast to its column (a string for text, an integer otherwise).
+fn valid_key(collection: &SyncCollection, key: &serde_json::Value) -> bool {
+    let Some(key) = key.as_object() else {
+        return false;
+    };
+    collection.primary_key.iter().all(|name| {
+        let value = key.get(name);
+        match collection.column(name).map(|c| &c.pg_type) {
+            Some(PgType::Text) => value.is_some_and(|v| v.is_string()),
+            Some(PgType::SmallInt | PgType::Integer | PgType::BigInt) => {
+                value.is_some_and(|v| v.is_i64())
+            }
+            Some(PgType::Numeric) => value.is_some_and(|v| v.is_u64()),
+            _ => false,
+        }
+    })
+}
+
+/// The primary key fields of `collection` read from the JSON parameter `$n`,
+/// each cast to its column's type, as a row to compare with.
+fn key_params(collection: &SyncCollection, n: usize) -> String {
+    collection
+        .primary_key
+        .iter()
+        .map(|k| {
+            let ty = collection
+                .column(k)
+                .map_or_else(|| "text".to_owned(), |c| c.pg_type.sql());
+            format!("((${n}::text)::jsonb->>'{}')::{ty}", k.replace('\'', "''"))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 struct Session {
     shared: Arc<Shared>,
@@ -214,7 +274,7 @@ impl Session {
                     // The stream paused when the old token ran out: resume it with a
                     // fresh snapshot (what went by meanwhile was not sent).
                     if self.subscribed.is_some() && self.feed.is_none() {
-                        return self.resnapshot(socket).await;
+                        return self.resnapshot(socket, None).await;
                     }
                 }
                 Ok(())
@@ -254,7 +314,10 @@ impl Session {
                 };
                 send(socket, &answer).await
             }
-            ClientFrame::Subscribe { collections } => {
+            ClientFrame::Subscribe {
+                collections,
+                resume,
+            } => {
                 if self.claims.is_none() {
                     let error = frame_error(
                         ErrorCode::NotAuthenticated,
@@ -287,7 +350,7 @@ impl Session {
                     }
                 }
                 self.subscribed = Some(wanted);
-                self.resnapshot(socket).await
+                self.resnapshot(socket, resume).await
             }
         }
     }
@@ -340,9 +403,14 @@ impl Session {
     /// Subscribes to the live stream, then sends a snapshot of the subscribed scopes.
     /// Live transactions arriving meanwhile wait in the channel; those that the
     /// snapshot already holds carry versions the client already has.
-    async fn resnapshot(&mut self, socket: &mut WebSocket) -> Result<(), ()> {
+    /// `resume`: the client's point in an interrupted snapshot, if it has one.
+    async fn resnapshot(
+        &mut self,
+        socket: &mut WebSocket,
+        resume: Option<Resume>,
+    ) -> Result<(), ()> {
         self.feed = Some(self.shared.feed.subscribe());
-        match self.snapshot(socket).await {
+        match self.snapshot(socket, resume).await {
             Ok(()) => Ok(()),
             Err(SnapshotError::Socket) => Err(()),
             Err(SnapshotError::Database(e)) => {
@@ -358,10 +426,15 @@ impl Session {
         }
     }
 
-    async fn snapshot(&self, socket: &mut WebSocket) -> Result<(), SnapshotError> {
+    async fn snapshot(
+        &self,
+        socket: &mut WebSocket,
+        resume: Option<Resume>,
+    ) -> Result<(), SnapshotError> {
         let Some(subscribed) = &self.subscribed else {
             return Ok(());
         };
+        let schema = &self.shared.schema;
         let mut guard = self.shared.pool.get().await?;
         let client = guard.as_mut().expect("the pool hands out live connections");
         let tx = client
@@ -371,12 +444,32 @@ impl Session {
             .start()
             .await
             .map_err(Error::from)?;
-        let lsn: String = tx
-            .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        // Pages are read in key order: the primary key's index gives that order
+        // without sorting the whole table first.
+        tx.batch_execute("SET LOCAL enable_sort = off")
             .await
-            .map_err(Error::from)?
-            .get(0);
-        for (i, collection) in self.shared.schema.collections.iter().enumerate() {
+            .map_err(Error::from)?;
+        let head = tx
+            .query_one(
+                "SELECT pg_current_wal_lsn()::text, pg_current_snapshot()::text",
+                &[],
+            )
+            .await
+            .map_err(Error::from)?;
+        let (lsn, pg_snapshot): (String, String) = (head.get(0), head.get(1));
+        // The cursor, when the client's resume point is one this relay can use.
+        let cursor = resume.and_then(|r| {
+            let index = schema
+                .collections
+                .iter()
+                .position(|c| c.name == r.collection)?;
+            (usable_snapshot(&r.snapshot)
+                && subscribed.contains(&index)
+                && valid_key(&schema.collections[index], &r.after))
+            .then_some((index, r))
+        });
+        let mut total = 0u64;
+        for (i, collection) in schema.collections.iter().enumerate() {
             if !subscribed.contains(&i) {
                 continue;
             }
@@ -385,44 +478,69 @@ impl Session {
                 continue;
             }
             let sql = format!(
-                "SELECT to_jsonb(t) FROM {} t WHERE {filter}",
-                crate::sync_schema::quote_ident(&collection.table)
+                "SELECT count(*) FROM {} t WHERE {filter}",
+                quote_ident(&collection.table)
             );
-            let stream = tx
-                .query_raw(&sql, params.iter())
+            let n: i64 = tx
+                .query_one(&sql, &params.iter().map(|p| p as _).collect::<Vec<_>>())
                 .await
-                .map_err(Error::from)?;
-            let mut stream = std::pin::pin!(stream);
-            let mut chunk = Vec::new();
-            while let Some(row) = stream.next().await {
-                let row = row.map_err(Error::from)?;
-                let (mut value, version) = rows::from_jsonb(collection, row.get(0));
-                if let Some(object) = value.as_object_mut() {
-                    object.insert(
-                        crate::sync_schema::VERSION_COLUMN.to_owned(),
-                        version.into(),
+                .map_err(Error::from)?
+                .get(0);
+            total += n as u64;
+        }
+        let start = RelayFrame::SnapshotStart {
+            lsn: lsn.clone(),
+            snapshot: pg_snapshot,
+            rows: total,
+            resumed: cursor.is_some(),
+        };
+        send(socket, &start)
+            .await
+            .map_err(|_| SnapshotError::Socket)?;
+        for (i, collection) in schema.collections.iter().enumerate() {
+            if !subscribed.contains(&i) {
+                continue;
+            }
+            let (filter, mut params) = sql_filter(&self.scopes, collection, 1);
+            if filter == "false" {
+                continue;
+            }
+            let table = quote_ident(&collection.table);
+            let order = collection
+                .primary_key
+                .iter()
+                .map(|k| format!("t.{}", quote_ident(k)))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let mut rest = filter.clone();
+            match &cursor {
+                Some((at, r)) if i < *at => {
+                    // Wholly before the cursor: applied in the interrupted run.
+                    changed_since(socket, &tx, collection, &filter, &params, &r.snapshot, None)
+                        .await?;
+                    continue;
+                }
+                Some((at, r)) if i == *at => {
+                    changed_since(
+                        socket,
+                        &tx,
+                        collection,
+                        &filter,
+                        &params,
+                        &r.snapshot,
+                        Some(&r.after),
+                    )
+                    .await?;
+                    params.push(r.after.to_string());
+                    rest = format!(
+                        "{filter} AND ({order}) > ({})",
+                        key_params(collection, params.len())
                     );
                 }
-                chunk.push(value);
-                if chunk.len() == SNAPSHOT_CHUNK {
-                    let frame = RelayFrame::Snapshot {
-                        collection: collection.name.clone(),
-                        rows: std::mem::take(&mut chunk),
-                    };
-                    send(socket, &frame)
-                        .await
-                        .map_err(|_| SnapshotError::Socket)?;
-                }
+                _ => {}
             }
-            if !chunk.is_empty() {
-                let frame = RelayFrame::Snapshot {
-                    collection: collection.name.clone(),
-                    rows: chunk,
-                };
-                send(socket, &frame)
-                    .await
-                    .map_err(|_| SnapshotError::Socket)?;
-            }
+            let sql = format!("SELECT to_jsonb(t) FROM {table} t WHERE {rest} ORDER BY {order}");
+            send_pages(socket, &tx, collection, &sql, &params, true).await?;
         }
         tx.commit().await.map_err(Error::from)?;
         send(socket, &RelayFrame::SnapshotDone { lsn })
@@ -448,12 +566,20 @@ impl Session {
                     format!("{missed} transactions went by faster than they could be sent; here is a fresh snapshot"),
                 );
                 send(socket, &error).await?;
-                return self.resnapshot(socket).await;
+                return self.resnapshot(socket, None).await;
             }
             self.feed = None;
             return Ok(());
         };
         match feed {
+            Feed::Lost => {
+                let error = frame_error(
+                    ErrorCode::Resync,
+                    "the relay lost its place in the change stream; here is a fresh snapshot",
+                );
+                send(socket, &error).await?;
+                self.resnapshot(socket, None).await
+            }
             Feed::Checkpoint(lsn) => {
                 send(
                     socket,
@@ -526,6 +652,135 @@ impl Session {
                 };
                 send(socket, &frame).await
             }
+        }
+    }
+}
+
+/// Streams the rows `sql` selects as `snapshot` pages of `collection`; each
+/// page says its last key when `cursor`.
+async fn send_pages(
+    socket: &mut WebSocket,
+    tx: &tokio_postgres::Transaction<'_>,
+    collection: &SyncCollection,
+    sql: &str,
+    params: &[String],
+    cursor: bool,
+) -> Result<(), SnapshotError> {
+    let stream = tx
+        .query_raw(sql, params.iter())
+        .await
+        .map_err(Error::from)?;
+    let mut stream = std::pin::pin!(stream);
+    let mut page = Vec::with_capacity(SNAPSHOT_PAGE);
+    loop {
+        let row = stream.next().await.transpose().map_err(Error::from)?;
+        let end = row.is_none();
+        if let Some(row) = row {
+            let (mut value, version) = rows::from_jsonb(collection, row.get(0));
+            if let Some(object) = value.as_object_mut() {
+                object.insert(
+                    crate::sync_schema::VERSION_COLUMN.to_owned(),
+                    version.into(),
+                );
+            }
+            page.push(value);
+        }
+        if page.len() == SNAPSHOT_PAGE || (end && !page.is_empty()) {
+            let after = cursor
+                .then(|| page.last().and_then(|r| r.as_object()))
+                .flatten()
+                .map(|r| rows::key_of(collection, r));
+            let frame = RelayFrame::Snapshot {
+                collection: collection.name.clone(),
+                rows: std::mem::take(&mut page),
+                after,
+            };
+            send(socket, &frame)
+                .await
+                .map_err(|_| SnapshotError::Socket)?;
+        }
+        if end {
+            return Ok(());
+        }
+    }
+}
+
+/// For a resumed snapshot, the part of `collection` the interrupted one had
+/// sent (all of it, or the keys up to `resume.after`): the rows written since
+/// that snapshot (their `xmin` is not visible in it), then every key there,
+/// so the client can tell which of its rows are gone.
+async fn changed_since(
+    socket: &mut WebSocket,
+    tx: &tokio_postgres::Transaction<'_>,
+    collection: &SyncCollection,
+    filter: &str,
+    params: &[String],
+    old: &str,
+    upto: Option<&serde_json::Value>,
+) -> Result<(), SnapshotError> {
+    let table = quote_ident(&collection.table);
+    let order = collection
+        .primary_key
+        .iter()
+        .map(|k| format!("t.{}", quote_ident(k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut params = params.to_vec();
+    let mut before = filter.to_owned();
+    if let Some(after) = upto {
+        params.push(after.to_string());
+        before = format!(
+            "{filter} AND ({order}) <= ({})",
+            key_params(collection, params.len())
+        );
+    }
+    params.push(old.to_owned());
+    let old_snapshot = params.len();
+    // A row's xmin is a 32-bit transaction id; the snapshot speaks 64-bit
+    // ones: the epoch is the current one, or the one before for ids above
+    // the current counter.
+    let current = "(pg_snapshot_xmax(pg_current_snapshot())::text::bigint)";
+    let xid8 = format!(
+        "((({current} >> 32) - CASE WHEN t.xmin::text::bigint > ({current} & 4294967295) \
+         THEN 1 ELSE 0 END) << 32 | t.xmin::text::bigint)::text::xid8"
+    );
+    let changed = format!(
+        "SELECT to_jsonb(t) FROM {table} t WHERE {before} \
+         AND NOT pg_visible_in_snapshot({xid8}, (${old_snapshot}::text)::pg_snapshot) ORDER BY {order}"
+    );
+    send_pages(socket, tx, collection, &changed, &params, false).await?;
+    params.pop();
+    let keys = collection
+        .primary_key
+        .iter()
+        .map(|k| format!("'{}', t.{}", k.replace('\'', "''"), quote_ident(k)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let sql =
+        format!("SELECT jsonb_build_object({keys}) FROM {table} t WHERE {before} ORDER BY {order}");
+    let stream = tx
+        .query_raw(&sql, params.iter())
+        .await
+        .map_err(Error::from)?;
+    let mut stream = std::pin::pin!(stream);
+    let mut page = Vec::new();
+    loop {
+        let row = stream.next().await.transpose().map_err(Error::from)?;
+        let end = row.is_none();
+        if let Some(row) = row {
+            page.push(row.get::<_, serde_json::Value>(0));
+        }
+        if page.len() == SNAPSHOT_KEYS_PAGE || (end && !page.is_empty()) {
+            let frame = RelayFrame::SnapshotKeys {
+                collection: collection.name.clone(),
+                keys: std::mem::take(&mut page),
+            };
+            send(socket, &frame)
+                .await
+                .map_err(|_| SnapshotError::Socket)?;
+        }
+        if end {
+            return Ok(());
         }
     }
 }

@@ -2,10 +2,13 @@
 //! (`tungstenite`), the relay's protocol (`docs/sync.md`).
 //!
 //! A session: connect, `hello` with the token and the install's client id,
-//! `subscribe`, then until it fails: upload the outbox one batch at a time (the
-//! next after the answer to the last), and apply what arrives — a snapshot when
-//! it is complete, each `changes` frame as it comes (held back while a snapshot
-//! is arriving, then applied after it), acks and refusals, checkpoints. A failed
+//! `subscribe` (with the resume point of a snapshot the last session did not
+//! finish), then until it fails: upload the outbox one batch at a time (the
+//! next after the answer to the last), and apply what arrives — each snapshot
+//! page in its own local transaction with the resume point recorded beside its
+//! rows (a `Download`, reported as `SnapshotProgress`), each `changes` frame as
+//! it comes (held back while a snapshot is arriving, then applied with its
+//! end), acks and refusals, checkpoints. A failed
 //! session waits (exponential backoff with jitter) and starts again; whatever was
 //! not acknowledged is sent again with the same sequence numbers, which the
 //! relay's ledger answers without applying twice. The socket reads with a short
@@ -18,15 +21,15 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value as Json};
+use serde_json::{json, Map, Value as Json};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::{Message, WebSocket};
 
 use crate::base::error::{Error, Result};
 use crate::db::database::Database;
-use crate::sync::apply::{self, Incoming, SnapshotRow};
+use crate::sync::apply::{self, Incoming};
 use crate::sync::ledger::{self, Op};
-use crate::sync::shared::{Command, RefusedOp, Shared, SyncEvent, SyncOptions};
+use crate::sync::shared::{Command, RefusedOp, Shared, SnapshotProgress, SyncEvent, SyncOptions};
 use crate::txn::transaction::Txn;
 
 /// How long one socket read waits before the loop looks at its commands.
@@ -35,6 +38,71 @@ const TICK: Duration = Duration::from_millis(10);
 const ANSWER: Duration = Duration::from_secs(30);
 /// How long a connect may take.
 const CONNECT: Duration = Duration::from_secs(10);
+
+/// The `keel_sync_state` entry of a snapshot being applied: its resume point.
+const SNAPSHOT_STATE: &str = "snapshot";
+/// The `keel_sync_state` entry holding the last snapshot generation handed out.
+const SNAPSHOT_MARK: &str = "snapshot_mark";
+
+/// A snapshot being applied, as recorded in `keel_sync_state` after each page.
+struct Download {
+    /// This snapshot's generation: the mark its rows are held with.
+    mark: i64,
+    /// PostgreSQL's snapshot the rows applied first were read in (kept across
+    /// resumes: what changed since is what a resume must send again).
+    pg_snapshot: String,
+    /// The collections subscribed (a resume is for the same ones only).
+    collections: Vec<String>,
+    /// The last page's collection and key.
+    cursor: Option<(String, Json)>,
+    progress: SnapshotProgress,
+}
+
+impl Download {
+    fn to_json(&self) -> Json {
+        json!({
+            "mark": self.mark,
+            "snapshot": self.pg_snapshot,
+            "collections": self.collections,
+            "collection": self.cursor.as_ref().map(|c| c.0.clone()),
+            "after": self.cursor.as_ref().map(|c| c.1.clone()),
+            "applied": self.progress.rows_applied,
+        })
+    }
+
+    fn from_json(j: &Json) -> Option<Download> {
+        Some(Download {
+            mark: j["mark"].as_i64()?,
+            pg_snapshot: j["snapshot"].as_str()?.to_owned(),
+            collections: j["collections"]
+                .as_array()?
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect(),
+            cursor: match (j["collection"].as_str(), &j["after"]) {
+                (Some(c), after) if after.is_object() => Some((c.to_owned(), after.clone())),
+                _ => None,
+            },
+            progress: SnapshotProgress {
+                rows_applied: j["applied"].as_u64().unwrap_or(0),
+                ..SnapshotProgress::default()
+            },
+        })
+    }
+}
+
+/// The snapshot this file was applying when its last session ended, if any.
+fn saved_download(db: &Database) -> Option<Download> {
+    let text = db
+        .inner()
+        .store
+        .read(|conn| {
+            ledger::state(conn, SNAPSHOT_STATE)
+                .map_err(|e| Error::sqlite("read the snapshot state", "keel_sync_state", e))
+        })
+        .ok()??;
+    Download::from_json(&serde_json::from_str(&text).ok()?)
+}
 
 /// How a session ended.
 enum Ended {
@@ -357,10 +425,18 @@ impl Session<'_> {
         } else {
             self.options.scopes.clone()
         };
-        send(
-            &mut socket,
-            json!({"type": "subscribe", "collections": collections}),
-        )?;
+        let mut subscribe = json!({"type": "subscribe", "collections": collections});
+        // A snapshot cut off continues after its last applied page.
+        if let Some(saved) = saved_download(self.db).filter(|d| d.collections == collections) {
+            if let Some((collection, after)) = saved.cursor {
+                subscribe["resume"] = json!({
+                    "snapshot": saved.pg_snapshot,
+                    "collection": collection,
+                    "after": after,
+                });
+            }
+        }
+        send(&mut socket, subscribe)?;
         self.shared.update(|s| {
             s.connected = true;
             s.downloading = true;
@@ -376,8 +452,10 @@ impl Session<'_> {
         collections: &[String],
     ) -> std::result::Result<Ended, String> {
         let mut in_flight: Option<InFlight> = None;
-        // Rows of the snapshot arriving, and the changes held back meanwhile.
-        let mut snapshot: Option<Vec<SnapshotRow>> = Some(Vec::new());
+        // A snapshot is due or arriving (changes are held back meanwhile, and
+        // applied after it), and its state once `snapshot_start` came.
+        let mut snapshot = true;
+        let mut download: Option<Download> = None;
         let mut held_back: Vec<(u64, Vec<Incoming>)> = Vec::new();
         // Upload again at this time (after `unavailable`).
         let mut retry_at: Option<Instant> = None;
@@ -470,6 +548,12 @@ impl Session<'_> {
                             in_flight = None;
                             self.dirty = true;
                         }
+                        "unavailable" if snapshot => {
+                            // The snapshot failed on the relay's side: connect
+                            // again (after the backoff); it resumes after the
+                            // last page applied.
+                            return Err(format!("relay error {code}: {message}"));
+                        }
                         "unavailable" => {
                             in_flight = None;
                             self.dirty = true;
@@ -478,7 +562,7 @@ impl Session<'_> {
                                 .update(|s| s.last_error = Some(format!("{code}: {message}")));
                         }
                         "resync" => {
-                            snapshot = Some(Vec::new());
+                            snapshot = true;
                             self.shared.update(|s| s.downloading = true);
                         }
                         _ => return Err(format!("relay error {code}: {message}")),
@@ -501,42 +585,154 @@ impl Session<'_> {
                     // A fresh token was accepted. If the stream had paused, a fresh
                     // snapshot follows; its first frame starts holding changes back.
                 }
-                "snapshot" => {
+                "snapshot_start" => {
+                    snapshot = true;
+                    let resumed = frame["resumed"] == true;
+                    let total = frame["rows"].as_u64().unwrap_or(0);
+                    let pg_snapshot = frame["snapshot"].as_str().unwrap_or("").to_owned();
+                    let saved = saved_download(self.db).filter(|d| d.collections == collections);
+                    let names = collections.to_vec();
+                    let mut next = self.write(move |txn| {
+                        let sql = |e| Error::sqlite("start a snapshot", "keel_sync_state", e);
+                        ledger::ensure(txn.connection()).map_err(sql)?;
+                        ledger::ensure_marks(txn.connection()).map_err(sql)?;
+                        let mark = ledger::state(txn.connection(), SNAPSHOT_MARK)
+                            .map_err(sql)?
+                            .and_then(|m| m.parse::<i64>().ok())
+                            .unwrap_or(0)
+                            + 1;
+                        ledger::set_state(txn.connection(), SNAPSHOT_MARK, &mark.to_string())
+                            .map_err(sql)?;
+                        // Resumed: the rows applied before stay counted, and the
+                        // first snapshot stays the one "changed since" refers to.
+                        let d = match saved.filter(|_| resumed) {
+                            Some(saved) => Download {
+                                mark,
+                                progress: SnapshotProgress {
+                                    rows_applied: saved.progress.rows_applied,
+                                    rows_total: total,
+                                    resumed: true,
+                                    done: false,
+                                },
+                                ..saved
+                            },
+                            None => Download {
+                                mark,
+                                pg_snapshot,
+                                collections: names,
+                                cursor: None,
+                                progress: SnapshotProgress {
+                                    rows_total: total,
+                                    ..SnapshotProgress::default()
+                                },
+                            },
+                        };
+                        ledger::set_state(
+                            txn.connection(),
+                            SNAPSHOT_STATE,
+                            &d.to_json().to_string(),
+                        )
+                        .map_err(sql)?;
+                        Ok(d)
+                    })?;
+                    next.progress.rows_applied = next.progress.rows_applied.min(total);
+                    self.progress(&next.progress);
+                    download = Some(next);
+                }
+                "snapshot" | "snapshot_keys" => {
+                    let Some(d) = download.as_mut() else {
+                        return Err(format!("{} before snapshot_start", frame["type"]));
+                    };
+                    let mut frame = frame;
                     let collection = frame["collection"].as_str().unwrap_or("").to_owned();
-                    let rows = snapshot.get_or_insert_with(Vec::new);
-                    for row in frame["rows"].as_array().into_iter().flatten() {
-                        if let Json::Object(mut row) = row.clone() {
-                            let version = row
-                                .remove("keel_version")
-                                .and_then(|v| v.as_i64())
-                                .unwrap_or(0);
-                            rows.push((collection.clone(), row, version));
-                        }
+                    let schema = Arc::clone(self.db.schema());
+                    let mark = d.mark;
+                    if frame["type"] == "snapshot_keys" {
+                        let keys: Vec<Map<String, Json>> = match frame["keys"].take() {
+                            Json::Array(keys) => keys
+                                .into_iter()
+                                .filter_map(|k| match k {
+                                    Json::Object(k) => Some(k),
+                                    _ => None,
+                                })
+                                .collect(),
+                            _ => Vec::new(),
+                        };
+                        self.write(move |txn| apply::keys(txn, &schema, &collection, &keys, mark))?;
+                        continue;
                     }
-                    self.shared.update(|s| s.downloading = true);
+                    let rows: Vec<(Map<String, Json>, i64)> = match frame["rows"].take() {
+                        Json::Array(rows) => rows
+                            .into_iter()
+                            .filter_map(|row| match row {
+                                Json::Object(mut row) => {
+                                    let version = row
+                                        .remove("keel_version")
+                                        .and_then(|v| v.as_i64())
+                                        .unwrap_or(0);
+                                    Some((row, version))
+                                }
+                                _ => None,
+                            })
+                            .collect(),
+                        _ => Vec::new(),
+                    };
+                    // A page with a cursor advances the resume point, in the
+                    // same local transaction as its rows.
+                    if frame["after"].is_object() {
+                        d.cursor = Some((collection.clone(), frame["after"].take()));
+                        d.progress.rows_applied = (d.progress.rows_applied + rows.len() as u64)
+                            .min(d.progress.rows_total);
+                    }
+                    let state = d.to_json().to_string();
+                    self.write(move |txn| {
+                        apply::page(txn, &schema, &collection, &rows, mark)?;
+                        ledger::set_state(txn.connection(), SNAPSHOT_STATE, &state).map_err(|e| {
+                            Error::sqlite("record the snapshot state", "keel_sync_state", e)
+                        })
+                    })?;
+                    self.progress(&d.progress);
                 }
                 "snapshot_done" => {
                     let lsn = lsn_of(&frame).unwrap_or(0);
-                    let rows = snapshot.take().unwrap_or_default();
                     let schema = Arc::clone(self.db.schema());
                     let names = collections.to_vec();
                     let later = std::mem::take(&mut held_back);
+                    let mut d = download.take();
+                    // Without a `snapshot_start` nothing was marked: removing
+                    // the rows not marked would remove them all.
+                    let mark = d.as_ref().map(|d| d.mark);
                     self.write(move |txn| {
-                        apply::snapshot(txn, &schema, &names, &rows, lsn)?;
+                        ledger::ensure(txn.connection())
+                            .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_rows", e))?;
+                        if let Some(mark) = mark {
+                            apply::finish(txn, &schema, &names, mark, lsn)?;
+                        }
                         for (_, changes) in &later {
                             apply::changes(txn, &schema, changes)?;
                         }
-                        Ok(())
+                        ledger::clear_state(txn.connection(), SNAPSHOT_STATE)
+                            .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_state", e))
                     })?;
+                    snapshot = false;
+                    let progress = d.as_mut().map(|d| {
+                        d.progress.rows_applied = d.progress.rows_total;
+                        d.progress.done = true;
+                        d.progress.clone()
+                    });
+                    if let Some(p) = &progress {
+                        self.shared.emit(SyncEvent::Snapshot(p.clone()));
+                    }
                     self.shared.update(|s| {
                         s.downloading = false;
+                        s.snapshot = None;
                         s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned);
                     });
                 }
                 "changes" => {
                     let lsn = lsn_of(&frame).unwrap_or(0);
                     let changes = incoming(&frame);
-                    if snapshot.is_some() {
+                    if snapshot {
                         held_back.push((lsn, changes));
                         continue;
                     }
@@ -546,7 +742,7 @@ impl Session<'_> {
                         .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
                 }
                 "checkpoint" => {
-                    if snapshot.is_some() {
+                    if snapshot {
                         continue;
                     }
                     let lsn = lsn_of(&frame).unwrap_or(0);
@@ -564,6 +760,15 @@ impl Session<'_> {
                 _ => {}
             }
         }
+    }
+
+    /// Publishes a snapshot's progress: in the status and as an event.
+    fn progress(&self, progress: &SnapshotProgress) {
+        self.shared.emit(SyncEvent::Snapshot(progress.clone()));
+        self.shared.update(|s| {
+            s.downloading = true;
+            s.snapshot = Some(progress.clone());
+        });
     }
 
     /// Sends the next batch of pending operations, if there are any.

@@ -1,6 +1,8 @@
 //! The client's bookkeeping in its own tables (made by `layout/outbox.rs`): the
 //! outbox's operations as the loop uploads them, what the server last said of each
-//! row, and the install's client id and last LSN.
+//! row (and which snapshot last named it: `mark`, the column a snapshot's end
+//! uses to find the rows gone), and the install's client id, last LSN and the
+//! resume point of a snapshot being applied.
 //!
 //! Every function takes the connection of a transaction the caller holds: the
 //! loop changes these tables in the same write as the rows they describe.
@@ -258,4 +260,121 @@ pub(crate) fn client_id(conn: &Connection) -> rusqlite::Result<String> {
     let id: String = conn.query_row("SELECT lower(hex(randomblob(16)))", [], |r| r.get(0))?;
     set_state(conn, "client_id", &id)?;
     Ok(id)
+}
+
+/// Gives `keel_sync_rows` its `mark` column if this file's table lacks it: the
+/// snapshot generation that last named the row (files made before chunked
+/// snapshots have no such column).
+pub(crate) fn ensure_marks(conn: &Connection) -> rusqlite::Result<()> {
+    let has: i64 = conn.query_row(
+        "SELECT count(*) FROM pragma_table_info('keel_sync_rows') WHERE name = 'mark'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has == 0 {
+        conn.execute_batch("ALTER TABLE keel_sync_rows ADD COLUMN mark INTEGER")?;
+    }
+    Ok(())
+}
+
+/// Records that snapshot `mark` named the held row (a row it did not change).
+pub(crate) fn mark(
+    conn: &Connection,
+    collection: &str,
+    key: &str,
+    mark: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO keel_sync_rows (collection, key, version, acked, row, mark) \
+         VALUES (?1, ?2, 0, 0, NULL, ?3) \
+         ON CONFLICT (collection, key) DO UPDATE SET mark = excluded.mark",
+    )?
+    .execute(rusqlite::params![collection, key, mark])
+    .map(|_| ())
+}
+
+/// Records a row snapshot `mark` downloaded at `version`.
+pub(crate) fn set_held_marked(
+    conn: &Connection,
+    collection: &str,
+    key: &str,
+    version: i64,
+    row: &Map<String, Json>,
+    mark: i64,
+) -> rusqlite::Result<()> {
+    let text = serde_json::to_string(row).unwrap_or_default();
+    conn.prepare_cached(
+        "INSERT INTO keel_sync_rows (collection, key, version, acked, row, mark) \
+         VALUES (?1, ?2, ?3, 0, ?4, ?5) \
+         ON CONFLICT (collection, key) DO UPDATE SET version = excluded.version, \
+         row = excluded.row, mark = excluded.mark",
+    )?
+    .execute(rusqlite::params![collection, key, version, text, mark])
+    .map(|_| ())
+}
+
+/// The held rows of `collection` that snapshot `mark` did not name, with a
+/// server row (those the server no longer has for this client).
+pub(crate) fn unmarked(
+    conn: &Connection,
+    collection: &str,
+    mark: i64,
+) -> rusqlite::Result<Vec<String>> {
+    let mut st = conn.prepare_cached(
+        "SELECT key FROM keel_sync_rows WHERE collection = ?1 AND mark IS NOT ?2 AND row IS NOT NULL",
+    )?;
+    let rows = st.query_map(rusqlite::params![collection, mark], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// How many held rows of `collection` snapshot `mark` named.
+pub(crate) fn marked_count(
+    conn: &Connection,
+    collection: &str,
+    mark: i64,
+) -> rusqlite::Result<u64> {
+    conn.prepare_cached("SELECT count(*) FROM keel_sync_rows WHERE collection = ?1 AND mark = ?2")?
+        .query_row(rusqlite::params![collection, mark], |r| r.get::<_, i64>(0))
+        .map(|n| n as u64)
+}
+
+/// The keys of `collection` snapshot `mark` named.
+pub(crate) fn marked_keys(
+    conn: &Connection,
+    collection: &str,
+    mark: i64,
+) -> rusqlite::Result<std::collections::HashSet<String>> {
+    let mut st =
+        conn.prepare_cached("SELECT key FROM keel_sync_rows WHERE collection = ?1 AND mark = ?2")?;
+    let rows = st.query_map(rusqlite::params![collection, mark], |r| r.get(0))?;
+    rows.collect()
+}
+
+/// Forgets the held rows of `collection` snapshot `mark` did not name, except
+/// those this client's operations still need.
+pub(crate) fn forget_unmarked(
+    conn: &Connection,
+    collection: &str,
+    mark: i64,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "DELETE FROM keel_sync_rows WHERE collection = ?1 AND mark IS NOT ?2 \
+         AND key NOT IN (SELECT key FROM keel_sync_outbox WHERE collection = ?1)",
+    )?
+    .execute(rusqlite::params![collection, mark])
+    .map(|_| ())
+}
+
+/// Whether `collection` has any operation in the outbox (when it has none, a
+/// downloaded row needs no look-up of operations to re-apply).
+pub(crate) fn has_ops(conn: &Connection, collection: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM keel_sync_outbox WHERE collection = ?1)")?
+        .query_row([collection], |r| r.get(0))
+}
+
+/// Removes a value of `keel_sync_state`.
+pub(crate) fn clear_state(conn: &Connection, name: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached("DELETE FROM keel_sync_state WHERE name = ?1")?
+        .execute([name])
+        .map(|_| ())
 }

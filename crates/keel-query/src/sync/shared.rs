@@ -71,6 +71,25 @@ pub struct SyncStatus {
     pub last_synced_lsn: Option<String>,
     /// Why the last connection or upload failed (cleared by the next welcome).
     pub last_error: Option<String>,
+    /// The snapshot arriving, while one is (`None` once it is applied whole).
+    pub snapshot: Option<SnapshotProgress>,
+}
+
+/// How far a snapshot of the client's scopes has come. It arrives in pages of
+/// rows in primary key order, each applied in its own local transaction; the
+/// last page applied is recorded in the file, so a snapshot cut off (a lost
+/// connection, a closed app) continues after it at the next connection.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SnapshotProgress {
+    /// Rows applied locally so far, those applied before a resume included.
+    pub rows_applied: u64,
+    /// Rows the snapshot holds, as the relay counted them when it began.
+    pub rows_total: u64,
+    /// This snapshot continues one an earlier connection began.
+    pub resumed: bool,
+    /// The snapshot is applied whole: rows it did not name are gone and the
+    /// changes that arrived meanwhile are applied.
+    pub done: bool,
 }
 
 /// One refused operation, rolled back locally.
@@ -100,6 +119,8 @@ pub enum SyncEvent {
         /// The refused operations.
         ops: Vec<RefusedOp>,
     },
+    /// A snapshot began, a page of it was applied, or it finished.
+    Snapshot(SnapshotProgress),
     /// The relay refused the token for another reason than expiry
     /// (`token_bad_signature`, …): the loop retries after its backoff.
     TokenRefused {

@@ -188,11 +188,11 @@ impl WsClient {
             .unwrap();
     }
 
-    /// The next frame other than `checkpoint`.
+    /// The next frame other than `checkpoint` and `snapshot_start`.
     pub async fn recv(&mut self) -> Value {
         loop {
             let frame = self.recv_any().await;
-            if frame["type"] != "checkpoint" {
+            if frame["type"] != "checkpoint" && frame["type"] != "snapshot_start" {
                 return frame;
             }
         }
