@@ -264,6 +264,39 @@ fn a_wrong_key_is_wrong_key_and_changes_nothing() {
     store.close().unwrap();
 }
 
+/// A store closed cleanly leaves no `-wal`: then the writer connection judges the
+/// key (no separate check connection), and a wrong key still changes nothing and
+/// creates neither a `-wal` nor a `-shm`, in either header layout.
+#[test]
+fn a_wrong_key_on_a_closed_file_is_wrong_key_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let store = Store::open(&db, opts().encryption(fixed_key(1))).unwrap();
+    write_kv(&store, "a", b"1");
+    store.close().unwrap();
+    let before = snapshot(dir.path());
+    assert_eq!(
+        before.len(),
+        1,
+        "only the database file: {:?}",
+        before.keys()
+    );
+    for header in [false, true] {
+        let o = opts()
+            .encryption(fixed_key(2))
+            .plaintext_header(header)
+            .recover_corrupt(true);
+        match Store::open(&db, o) {
+            Err(e @ Error::WrongKey { .. }) => assert!(!e.is_bad_file(), "never moved aside"),
+            other => panic!("expected WrongKey, got {other:?}"),
+        }
+        assert_unchanged(&before, dir.path());
+    }
+    let store = Store::open(&db, opts().encryption(fixed_key(1))).unwrap();
+    assert_eq!(read_kv(&store, "a").as_deref(), Some(&b"1"[..]));
+    store.close().unwrap();
+}
+
 /// A backup restored without its key, or an app that forgot to pass one: opened
 /// with no key at all, an encrypted file is `KeyRequired` (with the plaintext
 /// header, or with its WAL beside it), never "not a database", and even with
