@@ -398,6 +398,38 @@ mod enabled {
         Cipher::new(key.clone(), plaintext_header).apply(conn)
     }
 
+    /// Turn SQLCipher's own log off, once per process, on the first connection
+    /// keel keys.
+    ///
+    /// SQLCipher (4.6 and later) logs warnings and errors by default: to the
+    /// device log on Apple platforms and Android, and to the process's stderr
+    /// everywhere else. It logs every page that fails its HMAC (`ERROR CORE
+    /// sqlcipher_page_cipher: hmac check failed …`), and keel fails pages on
+    /// purpose: the key check at open reads page 1 with a key that may be wrong,
+    /// and tells a torn page from a wrong key with `cipher_integrity_check`. Each
+    /// such case reaches the caller as a typed error (`WrongKey`, or an open that
+    /// succeeds), so the lines only put noise into a service's stderr, which is
+    /// often its log. The setting is SQLCipher's, for the whole process
+    /// (`PRAGMA cipher_log = off`: no log target; the level stays as it was), so
+    /// an app that wants SQLCipher's log back runs `PRAGMA cipher_log = stderr`
+    /// (or a file path) on any connection once keel has opened one. The device
+    /// logs of Apple platforms and Android are left as SQLCipher sets them.
+    fn quiet_sqlcipher_log(conn: &rusqlite::Connection) {
+        #[cfg(not(any(target_vendor = "apple", target_os = "android")))]
+        {
+            static QUIET: std::sync::Once = std::sync::Once::new();
+            QUIET.call_once(|| {
+                // A build without SQLCipher's log (`SQLCIPHER_OMIT_LOG`) answers
+                // with an error status: nothing to turn off then.
+                if let Err(e) = conn.execute_batch("PRAGMA cipher_log = off") {
+                    tracing::debug!(error = %e, "could not turn SQLCipher's log off");
+                }
+            });
+        }
+        #[cfg(any(target_vendor = "apple", target_os = "android"))]
+        let _ = conn;
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
@@ -459,6 +491,7 @@ mod enabled {
 
         /// Key `conn`: the first statements on every connection, before any read.
         pub(crate) fn apply(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+            quiet_sqlcipher_log(conn);
             let mut sql = Zeroizing::new(String::with_capacity(160));
             sql.push_str("PRAGMA key = \"x'");
             sql.push_str(&self.key.to_hex());

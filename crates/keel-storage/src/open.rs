@@ -595,8 +595,15 @@ fn open_once(
         }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
+        // Without a `-wal` file (a store closed cleanly, the usual open) the
+        // writer judges the key itself: SQLite opens the WAL and its index only
+        // after page 1 decrypted, so a wrong key fails before any file is
+        // created or changed, and the open saves a connection of its own. With
+        // a WAL beside the file, the writer would check that WAL in (and make a
+        // wal-index) before the first page fails: the file alone judges first.
         let verified = match shared.cipher.as_deref() {
-            Some(cipher) if !check.created => verify_key_in_file(path, cipher)?,
+            Some(cipher) if !check.created && wal.exists() => verify_key_in_file(path, cipher)?,
+            Some(_) if !check.created => false,
             _ => true,
         };
         let writer = open_conn(path, &vfs, Role::Writer, None)?;

@@ -264,6 +264,39 @@ fn a_wrong_key_is_wrong_key_and_changes_nothing() {
     store.close().unwrap();
 }
 
+/// A store closed cleanly leaves no `-wal`: then the writer connection judges the
+/// key (no separate check connection), and a wrong key still changes nothing and
+/// creates neither a `-wal` nor a `-shm`, in either header layout.
+#[test]
+fn a_wrong_key_on_a_closed_file_is_wrong_key_and_creates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let store = Store::open(&db, opts().encryption(fixed_key(1))).unwrap();
+    write_kv(&store, "a", b"1");
+    store.close().unwrap();
+    let before = snapshot(dir.path());
+    assert_eq!(
+        before.len(),
+        1,
+        "only the database file: {:?}",
+        before.keys()
+    );
+    for header in [false, true] {
+        let o = opts()
+            .encryption(fixed_key(2))
+            .plaintext_header(header)
+            .recover_corrupt(true);
+        match Store::open(&db, o) {
+            Err(e @ Error::WrongKey { .. }) => assert!(!e.is_bad_file(), "never moved aside"),
+            other => panic!("expected WrongKey, got {other:?}"),
+        }
+        assert_unchanged(&before, dir.path());
+    }
+    let store = Store::open(&db, opts().encryption(fixed_key(1))).unwrap();
+    assert_eq!(read_kv(&store, "a").as_deref(), Some(&b"1"[..]));
+    store.close().unwrap();
+}
+
 /// A backup restored without its key, or an app that forgot to pass one: opened
 /// with no key at all, an encrypted file is `KeyRequired` (with the plaintext
 /// header, or with its WAL beside it), never "not a database", and even with
@@ -475,4 +508,51 @@ fn data_key_text_round_trips_and_never_prints() {
     assert!(DataKey::from_hex(&"g".repeat(96)).is_none());
     assert_eq!(format!("{k:?}"), "DataKey(<redacted>)");
     assert_ne!(DataKey::generate().unwrap().to_hex().as_str(), hex.as_str());
+}
+
+/// Set in the child process of [`a_wrong_key_prints_nothing_on_stderr`]: the
+/// directory it opens a file in with the wrong key.
+const STDERR_CHILD: &str = "KEEL_TEST_STDERR_CHILD";
+
+/// SQLCipher logs each page that fails its HMAC (`ERROR CORE …`) to stderr off
+/// Apple and Android, and keel's key check fails pages on purpose: a service
+/// whose stderr is its log would print lines about an error keel already
+/// reports as `WrongKey`. Run in a child process of this test binary, since
+/// only a process's own stderr shows what SQLCipher wrote.
+#[test]
+fn a_wrong_key_prints_nothing_on_stderr() {
+    if let Some(dir) = std::env::var_os(STDERR_CHILD) {
+        let db = encrypted_with_wal(Path::new(&dir), 1);
+        for header in [false, true] {
+            let o = opts().encryption(fixed_key(2)).plaintext_header(header);
+            match Store::open(&db, o) {
+                Err(Error::WrongKey { .. }) => println!("child: WrongKey"),
+                other => panic!("expected WrongKey, got {other:?}"),
+            }
+        }
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "a_wrong_key_prints_nothing_on_stderr",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(STDERR_CHILD, dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
+    assert_eq!(
+        stdout.matches("child: WrongKey").count(),
+        2,
+        "the child saw both wrong keys:\n{stdout}"
+    );
+    assert!(
+        !stderr.contains("ERROR") && !stderr.contains("WARN"),
+        "SQLCipher wrote to stderr:\n{stderr}"
+    );
 }
