@@ -399,7 +399,7 @@ pub(crate) struct WriterShared {
     /// [`WriterShared::check_data_version`]).
     foreign: AtomicU64,
     /// Refuses a write into a file a key rotation replaced (rotate.rs).
-    guard: FileGuard,
+    guard: Arc<FileGuard>,
 }
 
 /// No `data_version` read yet on the current writer connection.
@@ -466,7 +466,7 @@ impl WriterShared {
         suspension: Arc<Suspension>,
         policies: SyncPolicies,
         truncate_timeout: Duration,
-        guard: FileGuard,
+        guard: Arc<FileGuard>,
     ) -> WriterShared {
         WriterShared {
             path: path.to_path_buf(),
@@ -490,6 +490,12 @@ impl WriterShared {
             foreign: AtomicU64::new(0),
             guard,
         }
+    }
+
+    /// The guard every write transaction checks (rotate.rs).
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn guard(&self) -> &FileGuard {
+        &self.guard
     }
 
     /// Read the writer connection's `PRAGMA data_version` and count a change as
