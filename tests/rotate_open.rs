@@ -2,9 +2,10 @@
 //! stays open across the rotation, writes submitted meanwhile land in the new
 //! file, live queries go on, the old key is refused afterwards, and a failed
 //! rotation leaves the old file and a usable database. Then two real processes:
-//! an app rotates while its extension is suspended; the extension, resumed, asks
-//! its key provider again and goes on with the new key, and while its provider
-//! still gives the old key its writes fail with `Rotated` and reach no file.
+//! an app rotates while its extension is suspended; while the extension's key
+//! provider still gives the old key its writes fail with `Rotated` and reach no
+//! file; once it gives the new one, the extension's next write (or its resume)
+//! asks again and goes on with the new key, without being closed.
 
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, Mutex};
@@ -254,21 +255,37 @@ fn another_process_reopens_with_the_new_key_and_never_writes_the_old_file() {
     assert!(answer.contains("rotation"), "{answer}");
     assert_eq!(app.fetch::<Post>().count().unwrap(), 11);
 
-    // The app hands the new key to the shared key store; the extension's next
-    // suspend and resume (or its next write) ask again and go on.
+    // The app hands the new key to the shared key store: the extension's next
+    // write meets the rotated file, asks its provider again and lands in the
+    // new file, with no suspend or resume of its own.
     std::fs::copy(&new_key, &ext_key).unwrap();
-    ext.run("suspend");
-    ext.run("resume");
     ext.run("write ext2");
     ext.run("count 12");
+
+    // Rotated again while the extension is suspended, with the key store up to
+    // date this time: its resume reopens with the newest key.
+    let newest_key = dir.path().join("newest.key");
+    ext.run("suspend");
+    app.rotate_key(
+        Some(Encryption::new(KeyFile::new(&newest_key))),
+        RotateOptions::default(),
+    )
+    .wait()
+    .unwrap();
+    std::fs::copy(&newest_key, &ext_key).unwrap();
+    ext.run("resume");
+    ext.run("write ext3");
+    ext.run("count 13");
     ext.quit();
     let got = ids(&app);
     assert!(
-        got.contains(&"ext2".to_string()) && !got.contains(&"lost".to_string()),
+        got.contains(&"ext3".to_string()) && !got.contains(&"lost".to_string()),
         "{got:?}"
     );
     app.close().wait().unwrap();
-    let db = Database::open_for::<Post>(&path, keyed(&new_key)).unwrap();
-    assert_eq!(db.fetch::<Post>().count().unwrap(), 12);
+    let e = Database::open_for::<Post>(&path, keyed(&new_key)).unwrap_err();
+    assert!(matches!(e, keel::Error::WrongKey { .. }), "{e:?}");
+    let db = Database::open_for::<Post>(&path, keyed(&newest_key)).unwrap();
+    assert_eq!(db.fetch::<Post>().count().unwrap(), 13);
     db.close().wait().unwrap();
 }

@@ -1184,9 +1184,59 @@ impl Store {
 /// Rotating an open store, and adopting a file that another process rotated.
 #[cfg(feature = "encryption-api")]
 impl Store {
-    /// Keep the provider the store's key came from (the open's).
+    /// Keep the provider the store's key came from (the open's), and let the
+    /// writer start an adoption when it meets a file another process rotated.
     pub(crate) fn set_key_provider(&self, provider: Option<Arc<dyn KeyProvider>>) {
         *lock(&self.inner.provider) = provider;
+        let store = Arc::downgrade(&self.inner);
+        let writer = Arc::downgrade(&self.inner.writer);
+        self.inner.writer.on_replaced(Arc::new(move || {
+            let (store, writer) = (store.clone(), writer.clone());
+            std::thread::Builder::new()
+                .name("keel-rotate".into())
+                .spawn(move || {
+                    if let Some(inner) = store.upgrade() {
+                        Store { inner }.readopt();
+                    }
+                    if let Some(w) = writer.upgrade() {
+                        w.adoption_ended();
+                    }
+                })
+                .is_ok()
+        }));
+    }
+
+    /// The writer met a file another process rotated while this store was
+    /// open: suspend and resume, which asks the provider again (see
+    /// [`Store::resume`]). The writer holds the write that met it meanwhile and
+    /// tries it once more on the new file. A store the app suspended meanwhile
+    /// stays suspended (the adoption then happens at the app's resume).
+    fn readopt(&self) {
+        let inner = &self.inner;
+        {
+            let mut r = lock(&inner.rotating);
+            if r.is_some() {
+                return;
+            }
+            *r = Some(inner.suspension.is_suspended());
+        }
+        let suspended = self.suspend_now(SuspendOptions::default(), std::time::Instant::now());
+        let stay = lock(&inner.rotating).take().unwrap_or(false);
+        inner.rotation_ended.notify_all();
+        match suspended {
+            Ok(_) if !stay => {
+                if let Err(e) = self.resume_now() {
+                    tracing::warn!(error = %e, "resume after adopting a rotated file failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not suspend to adopt a rotated file");
+                if !stay {
+                    let _ = self.resume_now();
+                }
+            }
+        }
     }
 
     /// Move this open store to a new key (`Some`), or to plaintext (`None`: an
