@@ -501,11 +501,13 @@ impl WriterShared {
 
     /// What [`WriterShared::adopt`] calls: it starts the adoption on another
     /// thread and returns whether it did.
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
     pub(crate) fn on_replaced(&self, f: Arc<dyn Fn() -> bool + Send + Sync>) {
         *lock(&self.on_replaced) = Some(f);
     }
 
     /// The adoption started by [`WriterShared::adopt`] ended.
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
     pub(crate) fn adoption_ended(&self) {
         self.adopting.store(false, Ordering::SeqCst);
     }
