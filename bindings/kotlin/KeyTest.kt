@@ -7,6 +7,7 @@
 
 import dev.keel.KeyStoreWrappingKeys
 import dev.keel.WrappedKeyProvider
+import dev.keel.rotateKey
 import dev.keel.ffi.*
 import java.io.File
 import java.security.KeyStore
@@ -124,6 +125,53 @@ fun registerKeyTests() {
             openAsync(File(fresh, "new.db").path, SCHEMA, keyed(MemoryKeys().apply { locked = true }), null)
         }
         check(fresh.listFiles()!!.isEmpty()) { "${fresh.listFiles()!!.toList()}" }
+    }
+
+    test("keys: an open database rotates to a new key; the old one is WrongKey") { dir ->
+        val path = File(dir, "rot.db").path
+        val old = MemoryKeys()
+        val db = openAsync(path, SCHEMA, keyed(old), null)
+        db.write(listOf(WriteOp.Insert("demo.Post", post(db, "p1", title = "keel-kt-rotated"))))
+        val new = MemoryKeys()
+        val steps = mutableListOf<RotateStep>()
+        val report = db.rotateKey(Encryption(KeySource.Provider(new), false)) { p ->
+            synchronized(steps) { steps.add(p.step) }
+        }
+        check(report.from != report.to && report.to.startsWith("salt:")) { "$report" }
+        check(synchronized(steps) { steps.first() == RotateStep.LOCK && steps.last() == RotateStep.DONE }) { "$steps" }
+        check(new.calls.map { it.first } == listOf(KeyPurpose.CREATE)) { "${new.calls}" }
+        // The same handle goes on, on the new file.
+        db.write(listOf(WriteOp.Insert("demo.Post", post(db, "p2"))))
+        check(db.count("demo.Post") == 2uL)
+        db.closeAsync()
+        check(!dir.holds("keel-kt-rotated")) { "plaintext on disk" }
+        expect<KeelException.WrongKey> { openAsync(path, SCHEMA, keyed(old), null) }
+        val again = openAsync(path, SCHEMA, keyed(new), null)
+        check(again.count("demo.Post") == 2uL)
+        again.closeAsync()
+    }
+
+    test("keys: an open plaintext database migrates to encrypted, and a held file is Locked") { dir ->
+        val path = File(dir, "plain.db").path
+        val plain = OpenOptions(commitSync = SyncPolicy.Off)
+        val db = openAsync(path, SCHEMA, plain, null)
+        db.write(listOf(WriteOp.Insert("demo.Post", post(db, "p1", title = "keel-kt-migrated"))))
+        // Another handle holds the file: refused, and the database goes on plaintext.
+        val other = openAsync(path, SCHEMA, plain, null)
+        val keys = MemoryKeys()
+        expect<KeelException.Locked> { db.rotateKey(Encryption(KeySource.Provider(keys), false), null) }
+        other.closeAsync()
+        check(db.count("demo.Post") == 1uL)
+        db.rotateKey(Encryption(KeySource.Provider(keys), false), null)
+        db.write(listOf(WriteOp.Insert("demo.Post", post(db, "p2"))))
+        db.closeAsync()
+        check(!dir.holds("keel-kt-migrated")) { "plaintext on disk after the migration" }
+        // Without a key the file reads as noise (no WAL beside it says more).
+        val e = expect<KeelException> { openAsync(path, SCHEMA, plain, null) }
+        check(e is KeelException.KeyRequired || e is KeelException.Corrupt) { "$e" }
+        val again = openAsync(path, SCHEMA, keyed(keys), null)
+        check(again.count("demo.Post") == 2uL)
+        again.closeAsync()
     }
 
     test("keys: a key file and the plaintext header") { dir ->

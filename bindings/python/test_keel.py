@@ -861,6 +861,67 @@ async def encryption_each_key_error_is_its_own_type_and_changes_nothing(tmp):
     assert os.listdir(fresh) == []
 
 
+class Steps(keel.RotateProgressListener):
+    """Records a rotation's steps and the threads they arrive on."""
+
+    def __init__(self):
+        self.steps, self.threads = [], set()
+
+    def on_progress(self, progress):
+        self.steps.append(progress.step)
+        self.threads.add(threading.get_ident())
+
+
+@test
+async def encryption_an_open_database_rotates_and_the_old_key_is_refused(tmp):
+    old = KeyStore()
+    path = os.path.join(tmp, "rot.db")
+    db = await keel.open_async(path, SCHEMA, encrypted(old), None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p1", title="keel-py-rotated"))])
+    new, steps = KeyStore(), Steps()
+    report = await db.rotate_key(keel.Encryption(key=keel.KeySource.PROVIDER(provider=new), plaintext_header=False), steps)
+    assert report.from_ != report.to and report.to.startswith("salt:"), report
+    assert steps.steps[0] == keel.RotateStep.LOCK and steps.steps[-1] == keel.RotateStep.DONE, steps.steps
+    assert threading.get_ident() not in steps.threads, "progress on the event loop's thread"
+    assert [p for p, _ in new.calls] == [keel.KeyPurpose.CREATE]
+    # The same handle goes on, on the new file.
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p2"))])
+    assert db.count("demo.Post") == 2
+    await db.close()
+    for data in snapshot(tmp).values():
+        assert b"keel-py-rotated" not in data
+    await aexpect(KeelError.WrongKey, keel.open_async(path, SCHEMA, encrypted(old), None))
+    db = await keel.open_async(path, SCHEMA, encrypted(new), None)
+    assert db.count("demo.Post") == 2
+    await db.close()
+
+
+@test
+async def encryption_an_open_plaintext_database_migrates_and_exports_back(tmp):
+    path = os.path.join(tmp, "plain.db")
+    plain = OpenOptions(commit_sync=SyncPolicy.OFF())
+    db = await keel.open_async(path, SCHEMA, plain, None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p1", title="keel-py-migrated"))])
+    keys = KeyStore()
+    await db.rotate_key(keel.Encryption(key=keel.KeySource.PROVIDER(provider=keys), plaintext_header=False), None)
+    await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p2"))])
+    await db.close()
+    for data in snapshot(tmp).values():
+        assert b"keel-py-migrated" not in data
+    db = await keel.open_async(path, SCHEMA, encrypted(keys), None)
+    assert db.count("demo.Post") == 2
+    # And back to plaintext, for tools without a key.
+    report = await db.rotate_key(None, None)
+    assert report.to == "plaintext"
+    await db.close()
+    with open(path, "rb") as f:
+        assert f.read(16) == b"SQLite format 3\x00"
+    await aexpect(KeelError.NotEncrypted, keel.open_async(path, SCHEMA, encrypted(keys), None))
+    db = await keel.open_async(path, SCHEMA, plain, None)
+    assert db.count("demo.Post") == 2
+    await db.close()
+
+
 EVO = os.path.join(HERE, "..", "..", "examples", "blog", "schema", "evolution")
 
 

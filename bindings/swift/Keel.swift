@@ -8,6 +8,9 @@
 //   subscriptions as `AsyncSequence`s; cancelling the consuming task (or breaking
 //   out of the `for await` loop) cancels the subscription.
 //
+// * `db.rotateKey(to:onProgress:)` — `try await`: a new key for the open database
+//   (or plaintext with `nil`), progress in a closure called on keel's thread.
+//
 // The typed API over models from `keel codegen swift` (`db.write { txn in … }`,
 // `db.fetch(Post.self).where(…)`, typed live queries) is in KeelTyped.swift; the
 // FlatBuffers runtime those models use is KeelWire.swift.
@@ -76,6 +79,33 @@ public enum Keel {
         /// The open itself.
         public let database: Task<Database, Error>
     }
+}
+
+extension Database {
+    /// Move this open database to the key `to` gives (`nil`: plaintext, an
+    /// export), calling `onProgress` with each step on keel's rotation thread
+    /// (`keel-rotate`: hop to the main actor yourself to update UI). Suspends
+    /// until the new file is the database; the database stays open meanwhile,
+    /// and writes made meanwhile land in the new file. Throws the typed
+    /// `KeelError` (`.Locked` when another process has the file open: suspend it
+    /// first) and then the old key stays.
+    ///
+    /// ```swift
+    /// let key = Encryption(key: .provider(provider: KeychainKeyProvider(service: "app.v2")), plaintextHeader: true)
+    /// let report = try await db.rotateKey(to: key) { p in print(p.step, p.fraction) }
+    /// ```
+    public func rotateKey(
+        to: Encryption?,
+        onProgress: @escaping @Sendable (RotateProgress) -> Void
+    ) async throws -> RotateReport {
+        try await rotateKey(to: to, progress: RotateProgressBridge(onProgress))
+    }
+}
+
+final class RotateProgressBridge: RotateProgressListener, @unchecked Sendable {
+    let handler: @Sendable (RotateProgress) -> Void
+    init(_ h: @escaping @Sendable (RotateProgress) -> Void) { handler = h }
+    func onProgress(progress: RotateProgress) throws { handler(progress) }
 }
 
 final class ProgressBridge: OpenProgressListener, @unchecked Sendable {

@@ -50,9 +50,17 @@ pub struct Writer {
 
 impl Writer {
     /// Start process A as the test `writer` of this binary on `db`.
+    #[allow(dead_code)] // the rotation test passes more variables
     pub fn spawn(writer: &str, db: &Path, share: bool) -> Writer {
+        Writer::spawn_with(writer, db, share, &[])
+    }
+
+    /// [`Writer::spawn`] with more environment variables for process A.
+    #[allow(dead_code)] // only the rotation test passes more
+    pub fn spawn_with(writer: &str, db: &Path, share: bool, env: &[(&str, &Path)]) -> Writer {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([writer, "--exact", "--nocapture", "--test-threads=1"])
+            .envs(env.iter().map(|(k, v)| (*k, v.as_os_str())))
             .env(ROLE, db)
             .env(SHARE, if share { "1" } else { "0" })
             .stdin(Stdio::piped())
@@ -70,6 +78,12 @@ impl Writer {
 
     /// Run one command in process A and wait for its commit.
     pub fn run(&mut self, cmd: &str) {
+        assert_eq!(self.answer(cmd), "ok", "process A: {cmd}");
+    }
+
+    /// Run one command in process A and return its answer (`ok`, `err …`).
+    #[allow(dead_code)] // not every test binary asks for the error
+    pub fn answer(&mut self, cmd: &str) -> String {
         writeln!(self.stdin, "{cmd}").unwrap();
         self.stdin.flush().unwrap();
         loop {
@@ -80,8 +94,7 @@ impl Writer {
             );
             // The harness may have written "test writer ... " first.
             if let Some(r) = line.trim_end().split(REPLY).nth(1) {
-                assert_eq!(r, "ok", "process A: {cmd}");
-                return;
+                return r.to_string();
             }
         }
     }

@@ -21,11 +21,21 @@
 // the JVM with a software `java.security.KeyStore` (`KeyStoreWrappingKeys`); on
 // Android, `AndroidKeystoreWrappingKeys` keeps the wrapping key in the
 // `AndroidKeyStore` provider.
+//
+// Rotation. `db.rotateKey(to) { progress -> ... }` moves an open database to the
+// key `to` gives (or to plaintext with `null`), on keel's threads: a suspend fun
+// whose progress arrives in the callback on the rotation's thread. The database
+// stays open; writes made meanwhile land in the new file.
 package dev.keel
 
+import dev.keel.ffi.Database
+import dev.keel.ffi.Encryption
 import dev.keel.ffi.KeyException
 import dev.keel.ffi.KeyProvider
 import dev.keel.ffi.KeyPurpose
+import dev.keel.ffi.RotateProgress
+import dev.keel.ffi.RotateProgressListener
+import dev.keel.ffi.RotateReport
 import dev.keel.ffi.newDataKey
 import java.io.File
 import java.io.FileOutputStream
@@ -41,6 +51,17 @@ import javax.crypto.Cipher
 import javax.crypto.KeyGenerator
 import javax.crypto.SecretKey
 import javax.crypto.spec.GCMParameterSpec
+
+/**
+ * Move this open database to the key [to] gives (`null`: plaintext, an export),
+ * calling [onProgress] with each step on keel's rotation thread. Suspends until
+ * the new file is the database; throws the typed `KeelException` (`Locked` when
+ * another process has the file open) and then the old key stays.
+ */
+suspend fun Database.rotateKey(to: Encryption?, onProgress: (RotateProgress) -> Unit): RotateReport =
+    rotateKey(to, object : RotateProgressListener {
+        override fun onProgress(progress: RotateProgress) = onProgress(progress)
+    })
 
 /** Where the key that wraps data keys lives: one alias of a key store. */
 interface WrappingKeys {

@@ -223,6 +223,8 @@ impl From<SErr> for KeelError {
             SErr::KeyUnavailable { .. } => KeelError::KeyUnavailable { message },
             SErr::KeyLost { .. } => KeelError::KeyLost { message },
             SErr::WrongKey { .. } => KeelError::WrongKey { message },
+            // The file is under another key now than the one this handle has.
+            SErr::Rotated { .. } => KeelError::WrongKey { message },
             SErr::NotEncrypted { .. } => KeelError::NotEncrypted { message },
             SErr::KeyRequired { .. } => KeelError::KeyRequired { message },
             SErr::Locked { .. } => KeelError::Locked { message },

@@ -156,6 +156,11 @@ pub fn new_data_key() -> Result<Vec<u8>, KeelError> {
 }
 
 impl Encryption {
+    /// The new key of a rotation (`Database::rotate_key`).
+    pub(crate) fn rotation_target(&self) -> Result<imp::Target, KeelError> {
+        imp::rotation_target(self)
+    }
+
     /// Set `o` to encrypt with this key source.
     pub(crate) fn apply(
         &self,
@@ -192,6 +197,19 @@ mod with_cipher {
             })
             .collect();
         Ok(bytes)
+    }
+
+    /// What a rotation of an open database moves it to.
+    pub(crate) type Target = keel_query::rotate::Encryption;
+
+    pub(super) fn rotation_target(e: &Encryption) -> Result<Target, KeelError> {
+        let target = match &e.key {
+            KeySource::File { path } => Target::new(KeyFile::new(path)),
+            KeySource::Provider { provider } => {
+                Target::new(ForeignKeys(Foreign::new(Box::new(Arc::clone(provider)))))
+            }
+        };
+        Ok(target.plaintext_header(e.plaintext_header))
     }
 
     pub(super) fn apply(e: &Encryption, o: StoreOptions) -> Result<StoreOptions, KeelError> {
@@ -274,6 +292,13 @@ mod without_cipher {
     }
 
     pub(super) fn new_data_key() -> Result<Vec<u8>, KeelError> {
+        Err(unsupported())
+    }
+
+    /// No rotation target exists in this build.
+    pub(crate) type Target = std::convert::Infallible;
+
+    pub(super) fn rotation_target(_: &Encryption) -> Result<Target, KeelError> {
         Err(unsupported())
     }
 

@@ -87,6 +87,7 @@ mod live;
 mod migrate;
 mod packed;
 mod relations;
+mod rotation;
 mod search;
 mod sync;
 mod tasks;
@@ -109,6 +110,7 @@ pub use migrate::{
 };
 pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{ChangedRow, IncludingListener, IncludingSubscription, IncludingUpdate};
+pub use rotation::{RotateProgress, RotateProgressListener, RotateReport, RotateStep};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
 pub use sync::{RefusedOp, SyncHandle, SyncListener, SyncOptions, SyncStatus, TokenProvider};
 pub use txn::{Txn, WriteBody};

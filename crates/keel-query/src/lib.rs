@@ -128,6 +128,8 @@ pub use db::database::{
     ChangeHook, Database, DurableFuture, MemoryReleased, OpenDbFuture, Snapshot,
 };
 pub use db::dictionary::{DictStats, Dictionary};
+#[cfg(feature = "encryption-api")]
+pub use db::rotation::Rotation;
 pub use dictionary::{
     DictKind, DictStream, DictSubscription, DictValue, FromDictValue, ToDictValue,
 };
@@ -159,8 +161,8 @@ pub use vector::cache::VectorCopyStats;
 
 pub use keel_schema::{Expr, FieldPath, Record, Schema, SortKey, Value};
 /// Key rotation and plaintext <-> encrypted migration of a closed database file
-/// (`rotate::start`, on a keel thread); every `Database::open` settles one a crash
-/// interrupted. See `docs/encryption.md`.
+/// (`rotate::start`, on a keel thread), or of an open one (`Database::rotate_key`);
+/// every `Database::open` settles one a crash interrupted. See `docs/encryption.md`.
 pub use keel_storage::rotate;
 pub use keel_storage::{
     fail_fast_while_suspended, Milestone, ResumeReport, Store, StoreOptions, SuspendOptions,

@@ -95,7 +95,7 @@ pub(crate) fn open_conn(
     };
     let conn = Connection::open_with_flags_and_vfs(path, flags, vfs.name())
         .map_err(|e| Error::sqlite(op, path, e))?;
-    if let Some(cipher) = &vfs.shared().cipher {
+    if let Some(cipher) = vfs.shared().cipher() {
         // Before any other statement: the first read of the file needs the key.
         cipher
             .apply(&conn)

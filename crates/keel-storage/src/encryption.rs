@@ -446,6 +446,16 @@ mod enabled {
             }
         }
 
+        /// The data key.
+        pub(crate) fn key(&self) -> &DataKey {
+            &self.key
+        }
+
+        /// Whether the first 32 bytes stay plaintext.
+        pub(crate) fn plaintext_header(&self) -> bool {
+            self.plaintext_header
+        }
+
         /// SQLCipher's raw key-and-salt literal, `x'<96 hex>'`: what `ATTACH ... KEY`
         /// takes (zeroed on drop).
         pub(crate) fn raw_key_literal(&self) -> Zeroizing<String> {
@@ -469,6 +479,19 @@ mod enabled {
             } else {
                 KeyPurpose::Create
             };
+            Self::obtain_for(provider, path, plaintext_header, purpose)
+        }
+
+        /// Ask `provider` for a key for `purpose`: an open store asks its new
+        /// key's provider with `Create` before a rotation (the provider may make
+        /// the key, and must keep it before it returns), and its own provider
+        /// with `Open` when it meets a file another process rotated.
+        pub(crate) fn obtain_for(
+            provider: &dyn KeyProvider,
+            path: &Path,
+            plaintext_header: bool,
+            purpose: KeyPurpose,
+        ) -> Result<Cipher> {
             let op = "obtain the data key";
             let path_buf = path.to_path_buf();
             match provider.data_key(path, purpose) {

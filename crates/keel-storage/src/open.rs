@@ -22,7 +22,7 @@ use crate::options::{
     ConnectionInit, Milestone, OpenPhase, OpenProgress, SchemaCtx, SchemaHook, StoreOptions,
 };
 use crate::park::Suspension;
-use crate::paths::wal_path;
+use crate::paths::{uri_path, wal_path};
 use crate::policy::{FileKind, ReasonScope, SyncPolicy, SyncReason};
 use crate::readers::ReaderPool;
 use crate::report::{OpenReport, PhaseReport};
@@ -556,7 +556,7 @@ fn open_once(
         db_path: path.to_path_buf(),
         policies: opts.sync.clone(),
         counters: Counters::default(),
-        cipher,
+        cipher: std::sync::Mutex::new(cipher),
         #[cfg(feature = "sim")]
         sim: opts.sim.clone(),
         #[cfg(feature = "sim")]
@@ -585,9 +585,10 @@ fn open_once(
 
     // 1. prepare
     let (check, vfs, writer, guard) = pl.phase(OpenPhase::Prepare, |note| {
-        let check = check_file(path, shared.cipher.as_deref())?;
+        let cipher = shared.cipher();
+        let check = check_file(path, cipher.as_deref())?;
         // The file the name holds before any connection opens it (rotate.rs).
-        let guard = FileGuard::at_open(path);
+        let guard = Arc::new(FileGuard::at_open(path));
         // The identity check reads the header and the WAL's page-1 images, which
         // are encrypted in an encrypted store (see docs/encryption.md).
         if opts.keel_identity && !check.created && !encrypted {
@@ -601,7 +602,7 @@ fn open_once(
         // created or changed, and the open saves a connection of its own. With
         // a WAL beside the file, the writer would check that WAL in (and make a
         // wal-index) before the first page fails: the file alone judges first.
-        let verified = match shared.cipher.as_deref() {
+        let verified = match cipher.as_deref() {
             Some(cipher) if !check.created && wal.exists() => verify_key_in_file(path, cipher)?,
             Some(_) if !check.created => false,
             _ => true,
@@ -676,6 +677,8 @@ fn open_once(
                 return Err(e);
             }
         };
+        #[cfg(feature = "encryption-api")]
+        store.set_key_provider(opts.encryption.clone());
         on_readable(&store);
         // Durable.
         if let Some(h) = barrier {
@@ -800,20 +803,6 @@ fn failing_pages_torn_from_wal(failing: &[String], path: &Path, wal: &Path) -> b
     })
 }
 
-/// `path` as the path part of an SQLite `file:` URI (RFC 3986 escapes).
-fn uri_path(path: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    let mut out = String::new();
-    for &b in path.as_os_str().as_bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Read the schema with the key applied, before anything else touches the file:
 /// SQLCipher reports a page that does not decrypt as "not a database", which here
 /// means the key is wrong. Until the key is known to be right, closing the
@@ -923,7 +912,7 @@ fn readable(
     check: &FileCheck,
     vfs: Arc<VfsRegistration>,
     writer: KConn,
-    guard: FileGuard,
+    guard: Arc<FileGuard>,
     hook: &mut Option<SchemaHook>,
     parallel: bool,
 ) -> Result<Store> {
@@ -1116,7 +1105,7 @@ fn readable(
             let wf = Arc::clone(&wal_frames);
             let o = WriterConf::from(opts);
             // After a resume: a file a rotation replaced is not reopened by name.
-            let g = guard.clone();
+            let g = Arc::clone(&guard);
             Arc::new(move || {
                 g.check()?;
                 reopen_writer(&path, &vfs, &shared, &susp, &wf, &o)

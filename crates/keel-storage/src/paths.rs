@@ -9,3 +9,17 @@ pub(crate) fn wal_path(path: &Path) -> PathBuf {
     s.push("-wal");
     PathBuf::from(s)
 }
+
+/// `path` as the path part of an SQLite `file:` URI (RFC 3986 escapes).
+pub(crate) fn uri_path(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

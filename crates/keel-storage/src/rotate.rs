@@ -434,12 +434,14 @@ fn old_file_unchanged(db: &Path, old: &FileStamp) -> bool {
 
 /// What a store's writer checks in every write transaction (see the module docs):
 /// the database's name still names the file the store opened, and no rotation
-/// journal sits beside it.
-#[derive(Debug, Clone)]
+/// journal sits beside it. Shared by the store, its writer and the writer's
+/// reopen; a rotation of the open store (or its adoption of a file another
+/// process rotated) renews it to the new file while every connection is closed.
+#[derive(Debug)]
 pub(crate) struct FileGuard {
     path: PathBuf,
     journal: PathBuf,
-    file: Option<(u64, u64)>,
+    file: std::sync::Mutex<Option<(u64, u64)>>,
 }
 
 impl FileGuard {
@@ -449,8 +451,32 @@ impl FileGuard {
         FileGuard {
             path: path.to_path_buf(),
             journal: journal_path(path),
-            file: std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino())),
+            file: std::sync::Mutex::new(Self::named(path)),
         }
+    }
+
+    fn named(path: &Path) -> Option<(u64, u64)> {
+        std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    }
+
+    fn file(&self) -> Option<(u64, u64)> {
+        *self.file.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// From now on, guard the file the name holds now.
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn renew(&self) {
+        *self.file.lock().unwrap_or_else(|p| p.into_inner()) = Self::named(&self.path);
+    }
+
+    /// True when a finished rotation replaced the file (no journal: none runs).
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn replaced(&self) -> bool {
+        std::fs::symlink_metadata(&self.journal).is_err()
+            && matches!(
+                (self.file(), Self::named(&self.path)),
+                (Some(was), Some(now)) if was != now
+            )
     }
 
     /// [`Error::Rotated`] when the file was replaced or a rotation is pending.
@@ -462,7 +488,7 @@ impl FileGuard {
         if std::fs::symlink_metadata(&self.journal).is_ok() {
             return Err(rotated());
         }
-        match (self.file, std::fs::metadata(&self.path)) {
+        match (self.file(), std::fs::metadata(&self.path)) {
             (Some(id), Ok(m)) if (m.dev(), m.ino()) != id => Err(rotated()),
             (Some(_), Err(_)) => Err(rotated()),
             _ => Ok(()),
@@ -493,10 +519,10 @@ mod run {
         first_block, journal_path, new_path, recover, remove_copy, second_block, sync_dir,
         FileStamp, JournalLock, KeyId,
     };
-    use crate::encryption::{Cipher, DataKey};
+    use crate::encryption::{Cipher, DataKey, KeyProvider, KeyPurpose};
     use crate::error::{Error, Result};
     use crate::oneshot;
-    use crate::paths::wal_path;
+    use crate::paths::{uri_path, wal_path};
     use crate::xproc::CommitSignal;
 
     /// One side of a rotation: how the file is (or will be) stored.
@@ -602,6 +628,12 @@ mod run {
         }
     }
 
+    impl RotateOptions {
+        pub(crate) fn busy_timeout_value(&self) -> Duration {
+            self.busy_timeout
+        }
+    }
+
     impl std::fmt::Debug for RotateOptions {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.debug_struct("RotateOptions")
@@ -669,23 +701,137 @@ mod run {
     /// otherwise, with nothing changed.
     pub fn start(path: impl AsRef<Path>, from: Side, to: Side, opts: RotateOptions) -> Rotation {
         let path = path.as_ref().to_path_buf();
-        let (tx, rx) = oneshot::channel();
         let p2 = path.clone();
-        let spawned = std::thread::Builder::new()
-            .name("keel-rotate".into())
-            .spawn(move || {
-                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    rotate(&p2, from, to, opts)
-                }))
-                .unwrap_or_else(|p| Err(Error::panicked("rotate", &p2, p)));
-                let _ = tx.send(r);
-            });
-        if let Err(e) = spawned {
+        Rotation::spawn(path, move || rotate(&p2, from, to, opts))
+    }
+
+    impl Rotation {
+        /// Run `f` on a `keel-rotate` thread; the handle resolves with its answer
+        /// (a panic becomes [`Error::Panicked`]).
+        pub(crate) fn spawn(
+            path: PathBuf,
+            f: impl FnOnce() -> Result<RotateReport> + Send + 'static,
+        ) -> Rotation {
             let (tx, rx) = oneshot::channel();
-            let _ = tx.send(Err(Error::io("spawn the rotation thread", &path, e)));
-            return Rotation { rx, path };
+            let p2 = path.clone();
+            let spawned = std::thread::Builder::new()
+                .name("keel-rotate".into())
+                .spawn(move || {
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                        .unwrap_or_else(|p| Err(Error::panicked("rotate", &p2, p)));
+                    let _ = tx.send(r);
+                });
+            if let Err(e) = spawned {
+                let (tx, rx) = oneshot::channel();
+                let _ = tx.send(Err(Error::io("spawn the rotation thread", &path, e)));
+                return Rotation { rx, path };
+            }
+            Rotation { rx, path }
         }
-        Rotation { rx, path }
+    }
+
+    /// How an open store is to be kept after [`Store::rotate_key`](crate::Store::rotate_key):
+    /// the provider of its new key, and the header layout. `None` in its place
+    /// means plaintext (an export for tools without a key).
+    #[derive(Clone)]
+    pub struct Encryption {
+        provider: Arc<dyn KeyProvider>,
+        plaintext_header: bool,
+    }
+
+    impl Encryption {
+        /// Encrypted under the key `provider` gives (asked with
+        /// [`KeyPurpose::Create`]: it may make the key, and must keep it durably
+        /// before it returns), without the plaintext header.
+        pub fn new(provider: impl KeyProvider + 'static) -> Encryption {
+            Encryption::shared(Arc::new(provider))
+        }
+
+        /// [`Encryption::new`] with a provider already shared.
+        pub fn shared(provider: Arc<dyn KeyProvider>) -> Encryption {
+            Encryption {
+                provider,
+                plaintext_header: false,
+            }
+        }
+
+        /// Keep the first 32 bytes plaintext (`StoreOptions::plaintext_header`).
+        pub fn plaintext_header(mut self, on: bool) -> Encryption {
+            self.plaintext_header = on;
+            self
+        }
+
+        /// The provider of the new key.
+        pub fn provider(&self) -> &Arc<dyn KeyProvider> {
+            &self.provider
+        }
+
+        /// Whether the first 32 bytes stay plaintext.
+        pub fn has_plaintext_header(&self) -> bool {
+            self.plaintext_header
+        }
+
+        /// The new key, asked of the provider for a rotation of `path`.
+        pub(crate) fn obtain(&self, path: &Path) -> Result<Cipher> {
+            Cipher::obtain_for(
+                self.provider.as_ref(),
+                path,
+                self.plaintext_header,
+                KeyPurpose::Create,
+            )
+        }
+    }
+
+    impl std::fmt::Debug for Encryption {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Encryption")
+                .field("plaintext_header", &self.plaintext_header)
+                .finish_non_exhaustive()
+        }
+    }
+
+    impl Side {
+        /// How a store keyed with `cipher` (none: plaintext) is stored.
+        pub(crate) fn of(cipher: Option<&Cipher>) -> Side {
+            match cipher {
+                None => Side::Plaintext,
+                Some(c) => Side::Encrypted {
+                    key: c.key().clone(),
+                    plaintext_header: c.plaintext_header(),
+                },
+            }
+        }
+    }
+
+    /// Whether `cipher` opens the database at `path`: its main file alone,
+    /// through an `immutable` read-only connection (no lock, no `-wal` or
+    /// `-shm` touched). [`Error::WrongKey`] when it does not.
+    pub(crate) fn key_opens(path: &Path, cipher: &Cipher) -> Result<()> {
+        let op = "check the key of a rotated database";
+        let mut header = [0u8; 32];
+        let n = std::fs::File::open(path)
+            .and_then(|mut f| f.read(&mut header))
+            .map_err(|e| Error::io(op, path, e))?;
+        cipher.check_header(path, &header[..n])?;
+        let uri = format!("file:{}?immutable=1", uri_path(path));
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let c = rusqlite::Connection::open_with_flags(&uri, flags)
+            .map_err(|e| Error::sqlite(op, path, e))?;
+        cipher.apply(&c).map_err(|e| Error::sqlite(op, path, e))?;
+        match c.query_row("SELECT count(*) FROM sqlite_schema", [], |r| {
+            r.get::<_, i64>(0)
+        }) {
+            Ok(_) => Ok(()),
+            Err(e) if e.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) => {
+                Err(Error::WrongKey {
+                    op,
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => Err(Error::sqlite(op, path, e)),
+        }
     }
 
     /// [`start`], on the calling thread.

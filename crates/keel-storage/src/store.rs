@@ -7,12 +7,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::checkpointer::{CheckpointMode, CheckpointOutcome, CkptMsg};
 use crate::durable::{DurableFuture, Gate, Wait};
+#[cfg(feature = "encryption-api")]
+use crate::encryption::{Cipher, KeyProvider, KeyPurpose};
 use crate::error::{Error, Result};
 use crate::oneshot;
 use crate::park::Suspension;
 use crate::paths::wal_path;
 use crate::readers::ReaderPool;
 use crate::report::OpenReport;
+#[cfg(feature = "encryption-api")]
+use crate::rotate::{self, Encryption, RotateOptions, RotateReport, Rotation, Side};
 use crate::stats::IoStats;
 use crate::suspend::{ResumeReport, SuspendOptions, SuspendReport};
 use crate::vfs::{VfsRegistration, VfsShared};
@@ -38,6 +42,15 @@ pub(crate) struct Inner {
     suspension: Arc<Suspension>,
     /// Serializes suspend and resume.
     suspend_lock: Mutex<()>,
+    /// While [`Store::rotate_key`] runs: whether the store stays suspended when it
+    /// ends (the app's own suspend and resume meanwhile only change this).
+    rotating: Mutex<Option<bool>>,
+    /// Signalled when a rotation of the open store ends (a close waits for it).
+    rotation_ended: std::sync::Condvar,
+    /// The provider of the store's key, asked again when the store meets a file
+    /// that another process rotated (see [`Store::resume`]).
+    #[cfg(feature = "encryption-api")]
+    provider: Mutex<Option<Arc<dyn KeyProvider>>>,
     // Last: the VFS must outlive every connection (connections also hold an Arc).
     _vfs: Arc<VfsRegistration>,
 }
@@ -73,6 +86,10 @@ impl Inner {
             close_lock: Mutex::new(()),
             suspension,
             suspend_lock: Mutex::new(()),
+            rotating: Mutex::new(None),
+            rotation_ended: std::sync::Condvar::new(),
+            #[cfg(feature = "encryption-api")]
+            provider: Mutex::new(None),
             _vfs: vfs,
         }
     }
@@ -87,6 +104,16 @@ impl Inner {
 
     fn close(&self) -> Result<()> {
         let _g = lock(&self.close_lock);
+        // A rotation of the open store ends first: closing under it would let the
+        // queued writes meet the file it holds exclusively.
+        let mut r = lock(&self.rotating);
+        while r.is_some() {
+            r = self
+                .rotation_ended
+                .wait(r)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        drop(r);
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
@@ -732,14 +759,28 @@ impl Store {
     /// # Ok::<(), Error>(())
     /// ```
     pub fn suspend(&self, opts: SuspendOptions) -> Result<SuspendReport> {
-        let inner = &self.inner;
         let t0 = std::time::Instant::now();
-        if inner.on_writer() {
+        if self.inner.on_writer() {
             return Err(Error::Cancelled {
                 op: "suspend inside a write closure (it would wait for itself)",
-                path: inner.path.clone(),
+                path: self.inner.path.clone(),
             });
         }
+        if let Some(stay) = lock(&self.inner.rotating).as_mut() {
+            // A rotation holds the store suspended: it stays so when it ends.
+            *stay = true;
+            return Ok(SuspendReport {
+                checkpoint: None,
+                interrupted: false,
+                newly_suspended: false,
+                duration: t0.elapsed(),
+            });
+        }
+        self.suspend_now(opts, t0)
+    }
+
+    fn suspend_now(&self, opts: SuspendOptions, t0: std::time::Instant) -> Result<SuspendReport> {
+        let inner = &self.inner;
         let _g = lock(&inner.suspend_lock);
         if inner.closed.load(Ordering::SeqCst) {
             return Err(Error::closed("suspend", &inner.path));
@@ -862,10 +903,30 @@ impl Store {
     /// # Ok::<(), keel_storage::Error>(())
     /// ```
     pub fn resume(&self) -> Result<ResumeReport> {
+        if let Some(stay) = lock(&self.inner.rotating).as_mut() {
+            // A rotation holds the store suspended: it resumes when it ends.
+            *stay = false;
+            return Ok(ResumeReport {
+                was_suspended: true,
+                external_changes: false,
+                suspended_for: std::time::Duration::ZERO,
+            });
+        }
+        self.resume_now()
+    }
+
+    fn resume_now(&self) -> Result<ResumeReport> {
         let inner = &self.inner;
         let _g = lock(&inner.suspend_lock);
         if inner.closed.load(Ordering::SeqCst) {
             return Err(Error::closed("resume", &inner.path));
+        }
+        #[cfg(feature = "encryption-api")]
+        if inner.suspension.is_suspended() && inner.writer.guard().replaced() {
+            // Another process rotated the file while this store let go of it.
+            if let Err(e) = self.adopt_rotated() {
+                tracing::warn!(error = %e, "the database was rotated and its key provider gave no key that opens it; writes fail with Rotated");
+            }
         }
         let (was_suspended, external_changes, suspended_for) = inner.end_suspension();
         if was_suspended {
@@ -1117,5 +1178,163 @@ impl Store {
     /// ```
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+}
+
+/// Rotating an open store, and adopting a file that another process rotated.
+#[cfg(feature = "encryption-api")]
+impl Store {
+    /// Keep the provider the store's key came from (the open's), and let the
+    /// writer start an adoption when it meets a file another process rotated.
+    pub(crate) fn set_key_provider(&self, provider: Option<Arc<dyn KeyProvider>>) {
+        *lock(&self.inner.provider) = provider;
+        let store = Arc::downgrade(&self.inner);
+        let writer = Arc::downgrade(&self.inner.writer);
+        self.inner.writer.on_replaced(Arc::new(move || {
+            let (store, writer) = (store.clone(), writer.clone());
+            std::thread::Builder::new()
+                .name("keel-rotate".into())
+                .spawn(move || {
+                    if let Some(inner) = store.upgrade() {
+                        Store { inner }.readopt();
+                    }
+                    if let Some(w) = writer.upgrade() {
+                        w.adoption_ended();
+                    }
+                })
+                .is_ok()
+        }));
+    }
+
+    /// The writer met a file another process rotated while this store was
+    /// open: suspend and resume, which asks the provider again (see
+    /// [`Store::resume`]). The writer holds the write that met it meanwhile and
+    /// tries it once more on the new file. A store the app suspended meanwhile
+    /// stays suspended (the adoption then happens at the app's resume).
+    fn readopt(&self) {
+        let inner = &self.inner;
+        {
+            let mut r = lock(&inner.rotating);
+            if r.is_some() {
+                return;
+            }
+            *r = Some(inner.suspension.is_suspended());
+        }
+        let suspended = self.suspend_now(SuspendOptions::default(), std::time::Instant::now());
+        let stay = lock(&inner.rotating).take().unwrap_or(false);
+        inner.rotation_ended.notify_all();
+        match suspended {
+            Ok(_) if !stay => {
+                if let Err(e) = self.resume_now() {
+                    tracing::warn!(error = %e, "resume after adopting a rotated file failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not suspend to adopt a rotated file");
+                if !stay {
+                    let _ = self.resume_now();
+                }
+            }
+        }
+    }
+
+    /// Move this open store to a new key (`Some`), or to plaintext (`None`: an
+    /// export for tools without a key), on a `keel-rotate` thread; returns at
+    /// once. The rotation ([`rotate`](crate::rotate)) needs the file to itself,
+    /// so the store first suspends its own connections ([`Store::suspend`]),
+    /// then rotates the file, keys its connections with the new key, takes
+    /// `to`'s provider as its own and resumes. Meanwhile writes wait in the
+    /// queue and commit into the new file afterwards (none is refused or lost),
+    /// and reads wait as they do while suspended. A write or read running when
+    /// the rotation starts may finish first (up to `RotateOptions::busy_timeout`).
+    ///
+    /// The new key is asked of `to`'s provider first, with
+    /// [`KeyPurpose::Create`]: a provider without one ends the rotation with
+    /// its key error before anything changed. A failure ([`Error::Locked`] when
+    /// another process has the file open) leaves the old file under the old key
+    /// and the store resumes on it. A store the app suspended stays suspended
+    /// after the rotation; the app's own suspend and resume while it runs take
+    /// effect when it ends. [`Store::close`] waits for it.
+    pub fn rotate_key(&self, to: Option<Encryption>, opts: RotateOptions) -> Rotation {
+        let store = self.clone();
+        Rotation::spawn(self.inner.path.clone(), move || store.rotate_open(to, opts))
+    }
+
+    fn rotate_open(&self, to: Option<Encryption>, opts: RotateOptions) -> Result<RotateReport> {
+        let inner = &self.inner;
+        let path = &inner.path;
+        if inner.closed.load(Ordering::SeqCst) {
+            return Err(Error::closed("rotate the key", path));
+        }
+        let new_cipher = match &to {
+            Some(e) => Some(e.obtain(path)?),
+            None => None,
+        };
+        {
+            let mut r = lock(&inner.rotating);
+            if r.is_some() {
+                return Err(Error::Locked {
+                    op: "rotate the key while another rotation of this store runs",
+                    path: path.clone(),
+                });
+            }
+            *r = Some(inner.suspension.is_suspended());
+        }
+        let wait = opts.busy_timeout_value();
+        let result = self
+            .suspend_now(
+                SuspendOptions {
+                    checkpoint_first: false,
+                    fail_fast: false,
+                    interrupt_after: wait,
+                    timeout: wait.saturating_mul(2),
+                },
+                std::time::Instant::now(),
+            )
+            .and_then(|_| {
+                let from = Side::of(inner.shared.cipher().as_deref());
+                rotate::rotate(path, from, Side::of(new_cipher.as_ref()), opts)
+            });
+        if result.is_ok() {
+            // Every connection is closed: the next ones open the new file with
+            // the new key, and the writer guards the new file.
+            inner.shared.set_cipher(new_cipher.map(Arc::new));
+            inner.writer.guard().renew();
+            *lock(&inner.provider) = to.map(|e| Arc::clone(e.provider()));
+            // This store changed the file: resume must not take it for another
+            // process's change.
+            inner.suspension.record_stamp(path);
+        }
+        let stay = lock(&inner.rotating).take().unwrap_or(false);
+        inner.rotation_ended.notify_all();
+        if !stay {
+            if let Err(e) = self.resume_now() {
+                tracing::warn!(error = %e, "resume after a key rotation failed");
+            }
+        }
+        result
+    }
+
+    /// The file was replaced by another process's rotation while this store was
+    /// suspended: ask the provider again (with [`KeyPurpose::Open`]) and, if its
+    /// key opens the new file, key the connections with it and guard the new
+    /// file. Runs while every connection is closed.
+    fn adopt_rotated(&self) -> Result<()> {
+        let inner = &self.inner;
+        let path = &inner.path;
+        let Some(provider) = lock(&inner.provider).clone() else {
+            return Err(Error::Rotated {
+                op: "resume (the store has no key provider to ask)",
+                path: path.clone(),
+            });
+        };
+        let header = inner.shared.cipher().is_some_and(|c| c.plaintext_header());
+        let cipher = Cipher::obtain_for(provider.as_ref(), path, header, KeyPurpose::Open)?;
+        rotate::key_opens(path, &cipher)?;
+        inner.shared.set_cipher(Some(Arc::new(cipher)));
+        inner.writer.guard().renew();
+        tracing::info!(path = %path.display(), "reopened a database another process rotated, with its new key");
+        Ok(())
     }
 }

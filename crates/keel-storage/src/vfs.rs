@@ -40,14 +40,32 @@ pub(crate) struct VfsShared {
     /// The store's data key, if it is encrypted: every connection opened through
     /// this VFS instance is keyed with it first (`conn::open_conn`), so a connection
     /// opened late never asks the key provider. Dropped, and zeroed, with the
-    /// store's last connection. The shim itself never reads it.
-    pub(crate) cipher: Option<Arc<Cipher>>,
+    /// store's last connection. The shim itself never reads it. A rotation of
+    /// the open store (or its adoption of a file another process rotated)
+    /// replaces it while every connection is closed.
+    pub(crate) cipher: std::sync::Mutex<Option<Arc<Cipher>>>,
     /// The simulated disk behind this store, if any (tests only).
     #[cfg(feature = "sim")]
     pub(crate) sim: Option<Arc<SimDisk>>,
     /// An injected Apple `fcntl` primitive (tests only; see `StoreOptions::platform_sync`).
     #[cfg(feature = "sim")]
     pub(crate) platform_sync: Option<PlatformSync>,
+}
+
+impl VfsShared {
+    /// The key every connection opened now is keyed with.
+    pub(crate) fn cipher(&self) -> Option<Arc<Cipher>> {
+        self.cipher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Key the connections opened from now on with `cipher` (none: plaintext).
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn set_cipher(&self, cipher: Option<Arc<Cipher>>) {
+        *self.cipher.lock().unwrap_or_else(|p| p.into_inner()) = cipher;
+    }
 }
 
 /// A file known to the simulated disk.

@@ -399,7 +399,12 @@ pub(crate) struct WriterShared {
     /// [`WriterShared::check_data_version`]).
     foreign: AtomicU64,
     /// Refuses a write into a file a key rotation replaced (rotate.rs).
-    guard: FileGuard,
+    guard: Arc<FileGuard>,
+    /// Set by the store: starts, on another thread, the suspend and resume by
+    /// which the store adopts a file another process rotated (store.rs).
+    on_replaced: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
+    /// An adoption started by [`WriterShared::adopt`] runs.
+    adopting: AtomicBool,
 }
 
 /// No `data_version` read yet on the current writer connection.
@@ -466,7 +471,7 @@ impl WriterShared {
         suspension: Arc<Suspension>,
         policies: SyncPolicies,
         truncate_timeout: Duration,
-        guard: FileGuard,
+        guard: Arc<FileGuard>,
     ) -> WriterShared {
         WriterShared {
             path: path.to_path_buf(),
@@ -489,7 +494,57 @@ impl WriterShared {
             data_version: AtomicI64::new(NO_VERSION),
             foreign: AtomicU64::new(0),
             guard,
+            on_replaced: Mutex::new(None),
+            adopting: AtomicBool::new(false),
         }
+    }
+
+    /// What [`WriterShared::adopt`] calls: it starts the adoption on another
+    /// thread and returns whether it did.
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn on_replaced(&self, f: Arc<dyn Fn() -> bool + Send + Sync>) {
+        *lock(&self.on_replaced) = Some(f);
+    }
+
+    /// The adoption started by [`WriterShared::adopt`] ended.
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn adoption_ended(&self) {
+        self.adopting.store(false, Ordering::SeqCst);
+    }
+
+    /// The file was replaced by a finished rotation: start adopting it (ask the
+    /// key provider again, on another thread, while the store suspends). True
+    /// when an adoption runs; the writer then holds its jobs until the store
+    /// resumed, and tries them once more.
+    fn adopt(&self) -> bool {
+        if !self.guard.replaced() {
+            return false;
+        }
+        let Some(hook) = lock(&self.on_replaced).clone() else {
+            return false;
+        };
+        if self.adopting.swap(true, Ordering::SeqCst) {
+            return true;
+        }
+        if hook() {
+            true
+        } else {
+            self.adopting.store(false, Ordering::SeqCst);
+            false
+        }
+    }
+
+    /// Until the adoption suspended the store (or ended without).
+    fn wait_adoption_started(&self) {
+        while self.adopting.load(Ordering::SeqCst) && !self.suspension.is_suspended() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// The guard every write transaction checks (rotate.rs).
+    #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
+    pub(crate) fn guard(&self) -> &FileGuard {
+        &self.guard
     }
 
     /// Read the writer connection's `PRAGMA data_version` and count a change as
@@ -874,6 +929,43 @@ fn connection<'c>(slot: &'c mut Option<KConn>, ctx: &WriterCtx) -> Result<&'c KC
         .ok_or_else(|| Error::closed("reopen the writer connection", &ctx.path))
 }
 
+/// Commit `batch` on the writer connection (reopened if needed). A connection
+/// refused because another process rotated the file starts the adoption and
+/// hands the batch back (unless this is its `retried` run): the writer holds it
+/// until the store resumed.
+fn run_batch(
+    mut g: MutexGuard<'_, Option<KConn>>,
+    batch: Vec<Box<dyn Job>>,
+    ctx: &WriterCtx,
+    shared: &WriterShared,
+    retried: bool,
+) -> Option<Vec<Box<dyn Job>>> {
+    let done = match connection(&mut g, ctx) {
+        Ok(c) => Some(run_group(&c.conn, &ctx.path, batch, shared)),
+        Err(e @ Error::Rotated { .. }) if !retried && shared.adopt() => {
+            tracing::info!(error = %e, "the database was rotated by another process; asking its key provider again");
+            drop(g);
+            shared.wait_adoption_started();
+            return Some(batch);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "could not reopen the writer connection");
+            for j in batch {
+                j.finish(&Err(e.clone()));
+            }
+            None
+        }
+    };
+    ctx.committed();
+    drop(g);
+    if let Some(d) = done {
+        d.resolve();
+    }
+    ctx.writes_first_done();
+    shared.finish_checkpoint();
+    None
+}
+
 /// The writer thread: runs queued writes in groups, the idle vacuum check, lets
 /// go of the connection while suspended, and closes it at shutdown. The
 /// connection was attached with [`attach_writer`].
@@ -883,6 +975,9 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     let shared = Arc::clone(&ctx.shared);
     let mut pending: Option<WriterMsg> = None;
     let mut vacuum_checked = true;
+    // Jobs that met a file another process rotated, held while the store adopts
+    // it (suspended), then tried once more.
+    let mut held: Option<Vec<Box<dyn Job>>> = None;
     loop {
         if ctx.suspension.is_suspended() {
             // Let go of every lock: close the connection and wait for resume. Queued
@@ -897,6 +992,11 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                 park::release(c);
             }
             ctx.suspension.park(Parker::Writer);
+            continue;
+        }
+        if let Some(batch) = held.take() {
+            run_batch(lock(&shared.conn), batch, &ctx, &shared, true);
+            vacuum_checked = false;
             continue;
         }
         if pending.is_none() && ctx.gauge.len() == 0 {
@@ -957,7 +1057,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                 // The connection first, then the jobs off the gauge: a blocking
                 // caller that sees an empty gauge and a free connection has no
                 // queued write ahead of it.
-                let mut g = lock(&shared.conn);
+                let g = lock(&shared.conn);
                 let mut batch = vec![j];
                 // A suspend waits for this group only: stop taking more.
                 while batch.len() < ctx.max_group && !ctx.suspension.is_suspended() {
@@ -1003,24 +1103,8 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                         }
                     }
                 }
-                let done = match connection(&mut g, &ctx) {
-                    Ok(c) => Some(run_group(&c.conn, &ctx.path, batch, &shared)),
-                    Err(e) => {
-                        tracing::error!(error = %e, "could not reopen the writer connection");
-                        for j in batch {
-                            j.finish(&Err(e.clone()));
-                        }
-                        None
-                    }
-                };
+                held = run_batch(g, batch, &ctx, &shared, false);
                 vacuum_checked = false;
-                ctx.committed();
-                drop(g);
-                if let Some(d) = done {
-                    d.resolve();
-                }
-                ctx.writes_first_done();
-                shared.finish_checkpoint();
             }
         }
     }

@@ -96,7 +96,7 @@ impl ChangeHook {
 /// ```
 #[derive(Clone)]
 pub struct Database {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for Database {
