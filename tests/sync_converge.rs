@@ -33,7 +33,7 @@
 //! increments its users' clients committed. A seed that fails prints the line
 //! that replays it. `cargo xtask stress --sync` runs many seeds (release build);
 //! this test runs `KEEL_SYNC_STRESS_SEEDS` seeds (2 by default) of
-//! `KEEL_SYNC_STRESS_ROUNDS` rounds (8), or just `KEEL_SYNC_STRESS_SEED`.
+//! `KEEL_SYNC_STRESS_ROUNDS` rounds (5), or just `KEEL_SYNC_STRESS_SEED`.
 
 mod sync_support;
 
@@ -517,7 +517,7 @@ fn converge(seed: u64, rounds: u64) -> Option<Tally> {
                 c.start(i, &proxy.url(), rng.next_u64(), pause);
             }
         }
-        let length = Duration::from_millis(400 + rng.below(1200));
+        let length = Duration::from_millis(1500 + rng.below(2500));
         let end = Instant::now() + length;
         let kill_at: Vec<Option<Duration>> = clients
             .iter()
@@ -545,6 +545,17 @@ fn converge(seed: u64, rounds: u64) -> Option<Tally> {
         }
         for i in down {
             proxies[i].set_upstream(Some(relays[i].start()));
+        }
+        if std::env::var("KEEL_SYNC_STRESS_VERBOSE").is_ok() {
+            for (i, p) in proxies.iter().enumerate() {
+                eprintln!(
+                    "round {_round} proxy {i}: {:?}, connections {}, cuts {}, bad frames {}",
+                    p.faults(),
+                    p.connections(),
+                    p.cuts(),
+                    p.injected()
+                );
+            }
         }
     }
     // The end: no faults, both relays up, every client process gone.
@@ -695,7 +706,7 @@ fn clients_converge_under_faults_kills_and_restarts() {
     if std::env::var(ROLE).is_ok() {
         return;
     }
-    let rounds = env_number("KEEL_SYNC_STRESS_ROUNDS").unwrap_or(8);
+    let rounds = env_number("KEEL_SYNC_STRESS_ROUNDS").unwrap_or(5);
     let seeds: Vec<u64> = match env_number("KEEL_SYNC_STRESS_SEED") {
         Some(s) => vec![s],
         None => {

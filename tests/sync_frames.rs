@@ -47,7 +47,9 @@ fn bad_frames_from_the_network_get_typed_errors_apply_nothing_and_the_client_rec
             let reader = schema.reader("blog.Post").unwrap();
             for o in u.objects.iter() {
                 let j = reader.read(&o.bytes).unwrap().to_json().unwrap();
-                s2.lock().unwrap().insert(j["id"].as_str().unwrap().to_owned());
+                s2.lock()
+                    .unwrap()
+                    .insert(j["id"].as_str().unwrap().to_owned());
             }
         })
         .unwrap();
@@ -60,7 +62,10 @@ fn bad_frames_from_the_network_get_typed_errors_apply_nothing_and_the_client_rec
         net.exec(&format!(
             "INSERT INTO posts (id, owner, title) VALUES ('sql-{i}', 'ann', 'row {i}')"
         ));
-        assert!(eventually(|| !proxy.injection_pending()), "{kind:?}: injected");
+        assert!(
+            eventually(|| !proxy.injection_pending()),
+            "{kind:?}: injected"
+        );
         if let Some(code) = code(kind) {
             let event = events.recv_timeout(WAIT).expect("an event");
             assert!(
@@ -82,7 +87,9 @@ fn bad_frames_from_the_network_get_typed_errors_apply_nothing_and_the_client_rec
             .unwrap();
         assert!(handle.wait_uploaded_for(WAIT).unwrap(), "{kind:?}: uploads");
         assert_eq!(
-            net.int(&format!("SELECT count(*) FROM posts WHERE id = 'local-{i}'")),
+            net.int(&format!(
+                "SELECT count(*) FROM posts WHERE id = 'local-{i}'"
+            )),
             1
         );
         assert!(handle.current_status().last_error.is_none() || handle.current_status().connected);

@@ -192,6 +192,11 @@ impl Proxy {
         self.state.injected.load(Ordering::Relaxed)
     }
 
+    /// How many connections it forwarded.
+    pub fn connections(&self) -> u64 {
+        self.state.next_id.load(Ordering::Relaxed)
+    }
+
     /// How many connections it cut at random.
     pub fn cuts(&self) -> u64 {
         self.state.cuts.load(Ordering::Relaxed)
@@ -270,7 +275,11 @@ impl Pump {
     fn cut(&self) {
         let _ = self.from.shutdown(Shutdown::Both);
         let _ = self.to.shutdown(Shutdown::Both);
-        self.state.live.lock().unwrap().retain(|(id, _, _)| *id != self.id);
+        self.state
+            .live
+            .lock()
+            .unwrap()
+            .retain(|(id, _, _)| *id != self.id);
     }
 
     /// Waits out a stall and the chunk's delay; `false` when the connection is
@@ -376,8 +385,14 @@ fn frame_len(b: &[u8]) -> Option<usize> {
     }
     let masked = b[1] & 0x80 != 0;
     let (len, mut at) = match b[1] & 0x7f {
-        126 => (u16::from_be_bytes(b.get(2..4)?.try_into().ok()?) as usize, 4),
-        127 => (u64::from_be_bytes(b.get(2..10)?.try_into().ok()?) as usize, 10),
+        126 => (
+            u16::from_be_bytes(b.get(2..4)?.try_into().ok()?) as usize,
+            4,
+        ),
+        127 => (
+            u64::from_be_bytes(b.get(2..10)?.try_into().ok()?) as usize,
+            10,
+        ),
         n => (n as usize, 2),
     };
     if masked {
@@ -423,7 +438,11 @@ pub fn injection(kind: Injection, next: &[u8]) -> (Vec<u8>, bool) {
         Injection::Garbage => (text("this is not JSON {\"type\":"), false),
         Injection::TruncatedJson => {
             let p = payload(next);
-            let cut = if p.len() > 1 { &p[..p.len() / 2] } else { b"{\"ty" };
+            let cut = if p.len() > 1 {
+                &p[..p.len() / 2]
+            } else {
+                b"{\"ty"
+            };
             (server_frame(0x1, cut), false)
         }
         Injection::Oversized => {
