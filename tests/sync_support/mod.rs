@@ -16,6 +16,8 @@ use keel_relay::sync_schema::SyncSchema;
 use keel_relay::test_postgres::TestPostgres;
 use serde_json::json;
 
+pub mod proxy;
+
 /// The HS256 secret of the test relay.
 pub const SECRET: &str = "a test secret, long enough for HS256 (32+ bytes)";
 

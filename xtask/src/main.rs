@@ -95,6 +95,9 @@ commands:
   aar                          assemble the Android AAR (target/keel-aar/)
   stress [--seeds N] [--seed S] [--policy P] [--points K]
                                crash/power-loss/fault campaign (simulated disk)
+  stress --sync [--seeds N] [--seed S] [--rounds R]
+                               sync convergence: 5 client and 2 relay processes,
+                               faulty proxies, SIGKILLs; every client converges
   multiprocess [--txns N] [--sync off|normal|full]
                                the multi-process tests, heavier (N transactions
                                per writer process, default 100000; release build)";

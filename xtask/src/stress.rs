@@ -10,8 +10,74 @@
 //! summary: `crash points: N, faults: M, lost: 0, corrupt: 0, refused: 0`.
 //! `--encrypted` runs the same campaign on SQLCipher files, every store keyed with a
 //! data key from the seed (`campaign::run_encrypted`).
+//!
+//! `cargo xtask stress --sync [--seeds N] [--seed S] [--rounds R] [--debug]` runs
+//! the sync convergence test instead (`tests/sync_converge.rs`): five client
+//! processes and two relay processes on a throwaway PostgreSQL, fault-injecting
+//! proxies between them, clients and relays killed with SIGKILL at every step;
+//! N seeds (default 20) of R rounds (default 30). `--seed S` replays one seed
+//! (the line each seed prints). The last line is the summary: `client kills: …,
+//! diverged: 0`.
 
 pub fn run(args: &[String]) -> Result<(), String> {
+    if args.iter().any(|a| a == "--sync") {
+        return sync(args);
+    }
+    campaign(args)
+}
+
+/// The sync convergence test, long.
+fn sync(args: &[String]) -> Result<(), String> {
+    let mut envs: Vec<(&str, String)> = Vec::new();
+    let mut release = true;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("`{name}` needs a value"))
+        };
+        match a.as_str() {
+            "--sync" => {}
+            "--seeds" => envs.push(("KEEL_SYNC_STRESS_SEEDS", number(&value("--seeds")?)?)),
+            "--seed" => envs.push(("KEEL_SYNC_STRESS_SEED", number(&value("--seed")?)?)),
+            "--rounds" => envs.push(("KEEL_SYNC_STRESS_ROUNDS", number(&value("--rounds")?)?)),
+            "--debug" => release = false,
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}`\nusage: cargo xtask stress --sync [--seeds N] [--seed S] [--rounds R] [--debug]"
+                ))
+            }
+        }
+    }
+    if !envs
+        .iter()
+        .any(|(k, _)| k.ends_with("SEEDS") || k.ends_with("SEED"))
+    {
+        envs.push(("KEEL_SYNC_STRESS_SEEDS", "20".into()));
+    }
+    if !envs.iter().any(|(k, _)| k.ends_with("ROUNDS")) {
+        envs.push(("KEEL_SYNC_STRESS_ROUNDS", "30".into()));
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["test", "-p", "keel", "--test", "sync_converge"]);
+    if release {
+        cmd.arg("--release");
+    }
+    cmd.args([
+        "--",
+        "clients_converge_under_faults_kills_and_restarts",
+        "--exact",
+        "--nocapture",
+    ]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    crate::util::run(&mut cmd)
+}
+
+fn campaign(args: &[String]) -> Result<(), String> {
     let mut envs: Vec<(&str, String)> = Vec::new();
     let mut release = true;
     let mut it = args.iter();

@@ -305,7 +305,7 @@ impl Session {
                     Ok(BatchOutcome::Acked { lsn, results }) => RelayFrame::Ack { lsn, results },
                     Ok(BatchOutcome::Refused(ops)) => RelayFrame::UploadRefused { ops },
                     Err(e) => {
-                        warn!(error = %e, client_id, "upload failed");
+                        warn!(error = %e, detail = ?e, client_id, "upload failed");
                         frame_error(
                             ErrorCode::Unavailable,
                             "the database is unavailable; nothing was applied, retry later",

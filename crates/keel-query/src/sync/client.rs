@@ -14,6 +14,22 @@
 //! relay's ledger answers without applying twice. The socket reads with a short
 //! timeout so a commit's wake-up, `pause` and `close` are seen within
 //! [`TICK`].
+//!
+//! A frame from the relay is checked whole before anything of it is applied:
+//! not JSON (or cut short), not an object, no `type`, a binary frame, one over the
+//! WebSocket's size limit, a change or snapshot row that cannot be read, a
+//! collection this client did not subscribe to, an ack without its results. Such a
+//! frame is a [`SyncEvent::BadFrame`] with the code, and it ends the session:
+//! nothing of it is applied, and the next session's fresh snapshot brings
+//! whatever it carried. A frame `type` this client does not know is ignored.
+//!
+//! ## Test hook
+//!
+//! With the crate feature `sim` (test builds only, never production), the
+//! environment variable `KEEL_SYNC_PAUSE_AT=<step>` makes the loop stop at that
+//! step, write `keel-sync paused at <step>` to standard error and sleep until
+//! killed; the convergence test kills it there with SIGKILL. The steps are
+//! [`PAUSE_POINTS`].
 
 use std::collections::HashSet;
 use std::net::{TcpStream, ToSocketAddrs};
@@ -102,6 +118,55 @@ fn saved_download(db: &Database) -> Option<Download> {
         })
         .ok()??;
     Download::from_json(&serde_json::from_str(&text).ok()?)
+}
+
+/// The steps at which the test hook (`KEEL_SYNC_PAUSE_AT`, feature `sim`) can
+/// stop the loop: an upload sent and not answered; an ack read and not recorded,
+/// then recorded; a finished snapshot read and not applied, then applied; a
+/// `changes` frame read and not applied, then applied; a checkpoint read and
+/// not applied, then applied.
+pub const PAUSE_POINTS: &[&str] = &[
+    "upload_sent",
+    "ack_received",
+    "ack_recorded",
+    "snapshot_received",
+    "snapshot_applied",
+    "changes_received",
+    "changes_applied",
+    "checkpoint_received",
+    "checkpoint_applied",
+];
+
+/// The test hook (module docs): stop here and wait to be killed.
+#[cfg(feature = "sim")]
+fn pause_point(step: &str) {
+    use std::io::Write;
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    if AT
+        .get_or_init(|| std::env::var("KEEL_SYNC_PAUSE_AT").ok())
+        .as_deref()
+        == Some(step)
+    {
+        let mut err = std::io::stderr();
+        let _ = writeln!(err, "keel-sync paused at {step}");
+        let _ = err.flush();
+        loop {
+            std::thread::sleep(Duration::from_secs(60));
+        }
+    }
+}
+
+#[cfg(not(feature = "sim"))]
+fn pause_point(_: &str) {}
+
+/// A frame from the relay that cannot be used: its code (`SyncEvent::BadFrame`)
+/// and what was wrong.
+struct BadFrame(&'static str, String);
+
+impl BadFrame {
+    fn malformed(message: impl Into<String>) -> BadFrame {
+        BadFrame("malformed_frame", message.into())
+    }
 }
 
 /// How a session ended.
@@ -294,13 +359,23 @@ fn connect(url: &str) -> std::result::Result<Socket, String> {
     Ok(socket)
 }
 
-/// The next text frame as JSON; `Ok(None)` when nothing arrived within a tick.
-fn read(socket: &mut Socket) -> std::result::Result<Option<Json>, String> {
+/// The next text frame as a JSON object with a `type`; `Ok(None)` when nothing
+/// arrived within a tick. A frame that cannot be used is a [`BadFrame`]; a
+/// connection that failed, the error's text.
+fn read(socket: &mut Socket) -> std::result::Result<Option<Json>, Failure> {
     match socket.read() {
-        Ok(Message::Text(text)) => serde_json::from_str(text.as_str())
-            .map(Some)
-            .map_err(|e| format!("relay sent bad JSON: {e}")),
-        Ok(Message::Close(c)) => Err(format!("the relay closed the connection: {c:?}")),
+        Ok(Message::Text(text)) => {
+            let frame: Json = serde_json::from_str(text.as_str())
+                .map_err(|e| BadFrame::malformed(format!("not JSON: {e}")))?;
+            if !frame.get("type").is_some_and(Json::is_string) {
+                return Err(BadFrame::malformed("not an object with a `type`").into());
+            }
+            Ok(Some(frame))
+        }
+        Ok(Message::Binary(_)) => {
+            Err(BadFrame("binary_frame", "the protocol speaks text frames".into()).into())
+        }
+        Ok(Message::Close(c)) => Err(format!("the relay closed the connection: {c:?}").into()),
         Ok(_) => Ok(None),
         Err(tungstenite::Error::Io(e))
             if matches!(
@@ -310,7 +385,45 @@ fn read(socket: &mut Socket) -> std::result::Result<Option<Json>, String> {
         {
             Ok(None)
         }
-        Err(e) => Err(format!("connection: {e}")),
+        Err(tungstenite::Error::Capacity(e)) => {
+            Err(BadFrame("frame_too_large", e.to_string()).into())
+        }
+        Err(tungstenite::Error::Utf8(e)) => {
+            Err(BadFrame::malformed(format!("a text frame that is not UTF-8: {e}")).into())
+        }
+        Err(tungstenite::Error::Protocol(
+            e @ (tungstenite::error::ProtocolError::ResetWithoutClosingHandshake
+            | tungstenite::error::ProtocolError::SendAfterClosing
+            | tungstenite::error::ProtocolError::ReceivedAfterClosing),
+        )) => Err(format!("connection: {e}").into()),
+        Err(tungstenite::Error::Protocol(e)) => {
+            Err(BadFrame::malformed(format!("not a WebSocket frame: {e}")).into())
+        }
+        Err(e) => Err(format!("connection: {e}").into()),
+    }
+}
+
+/// Why a session failed: the connection, or a frame that cannot be used.
+enum Failure {
+    Connection(String),
+    Frame(BadFrame),
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Failure {
+        Failure::Connection(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Failure {
+        Failure::Connection(s.to_owned())
+    }
+}
+
+impl From<BadFrame> for Failure {
+    fn from(b: BadFrame) -> Failure {
+        Failure::Frame(b)
     }
 }
 
@@ -330,7 +443,14 @@ impl Session<'_> {
     fn run(&mut self) -> Ended {
         match self.session() {
             Ok(ended) => ended,
-            Err(why) => Ended::Failed(why),
+            Err(Failure::Connection(why)) => Ended::Failed(why),
+            Err(Failure::Frame(BadFrame(code, message))) => {
+                self.shared.emit(SyncEvent::BadFrame {
+                    code: code.to_owned(),
+                    message: message.clone(),
+                });
+                Ended::Failed(format!("the relay sent a bad frame: {code}: {message}"))
+            }
         }
     }
 
@@ -360,7 +480,7 @@ impl Session<'_> {
             .map_err(|e| format!("local write: {e}"))
     }
 
-    fn session(&mut self) -> std::result::Result<Ended, String> {
+    fn session(&mut self) -> std::result::Result<Ended, Failure> {
         if let Some(ended) = self.command() {
             return Ok(ended);
         }
@@ -408,9 +528,9 @@ impl Session<'_> {
                         code: code.clone(),
                         message: message.clone(),
                     });
-                    return Err(format!("token refused: {code}: {message}"));
+                    return Err(format!("token refused: {code}: {message}").into());
                 }
-                _ => return Err(format!("unexpected answer to hello: {frame}")),
+                _ => return Err(format!("unexpected answer to hello: {frame}").into()),
             }
         }
         self.backoff.reset();
@@ -450,7 +570,7 @@ impl Session<'_> {
         &mut self,
         socket: &mut Socket,
         collections: &[String],
-    ) -> std::result::Result<Ended, String> {
+    ) -> std::result::Result<Ended, Failure> {
         let mut in_flight: Option<InFlight> = None;
         // A snapshot is due or arriving (changes are held back meanwhile, and
         // applied after it), and its state once `snapshot_start` came.
@@ -481,29 +601,10 @@ impl Session<'_> {
             };
             match frame["type"].as_str().unwrap_or("") {
                 "ack" => {
-                    let lsn = lsn_of(&frame).unwrap_or(0);
-                    let results: Vec<(i64, Option<i64>)> = frame["results"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|r| {
-                            let seq = r["seq"].as_i64()?;
-                            let version = (r["outcome"] == "applied")
-                                .then(|| r["version"].as_i64())
-                                .flatten();
-                            Some((seq, version))
-                        })
-                        .collect();
-                    // A skipped operation (`row_gone`, `stale_delete`) changed
-                    // nothing on the server: locally it is undone like a refusal,
-                    // so the row reads as the server's again.
-                    let skipped: Vec<i64> = frame["results"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter(|r| r["outcome"] == "skipped")
-                        .filter_map(|r| r["seq"].as_i64())
-                        .collect();
+                    let lsn = frame_lsn(&frame)?;
+                    let sent = in_flight.as_ref().map(|f| f.ops.as_slice()).unwrap_or(&[]);
+                    let (results, skipped) = ack_results(&frame, sent)?;
+                    pause_point("ack_received");
                     acked_waiting |= results.iter().any(|r| r.1.is_some());
                     let schema = Arc::clone(self.db.schema());
                     self.write(move |txn| {
@@ -527,6 +628,7 @@ impl Session<'_> {
                         apply::refresh(txn, &schema, &downloaded)?;
                         apply::roll_back(txn, &schema, &skipped).map(|_| ())
                     })?;
+                    pause_point("ack_recorded");
                     in_flight = None;
                     self.dirty = true;
                     self.shared.update(|s| s.uploading = false);
@@ -552,7 +654,7 @@ impl Session<'_> {
                             // The snapshot failed on the relay's side: connect
                             // again (after the backoff); it resumes after the
                             // last page applied.
-                            return Err(format!("relay error {code}: {message}"));
+                            return Err(format!("relay error {code}: {message}").into());
                         }
                         "unavailable" => {
                             in_flight = None;
@@ -565,7 +667,7 @@ impl Session<'_> {
                             snapshot = true;
                             self.shared.update(|s| s.downloading = true);
                         }
-                        _ => return Err(format!("relay error {code}: {message}")),
+                        _ => return Err(format!("relay error {code}: {message}").into()),
                     }
                 }
                 "refused" => {
@@ -578,7 +680,7 @@ impl Session<'_> {
                             code: code.clone(),
                             message: message.clone(),
                         });
-                        return Err(format!("token refused: {code}: {message}"));
+                        return Err(format!("token refused: {code}: {message}").into());
                     }
                 }
                 "welcome" => {
@@ -641,7 +743,7 @@ impl Session<'_> {
                 }
                 "snapshot" | "snapshot_keys" => {
                     let Some(d) = download.as_mut() else {
-                        return Err(format!("{} before snapshot_start", frame["type"]));
+                        return Err(BadFrame::malformed(format!("{} before snapshot_start", frame["type"])).into());
                     };
                     let mut frame = frame;
                     let collection = frame["collection"].as_str().unwrap_or("").to_owned();
@@ -661,22 +763,8 @@ impl Session<'_> {
                         self.write(move |txn| apply::keys(txn, &schema, &collection, &keys, mark))?;
                         continue;
                     }
-                    let rows: Vec<(Map<String, Json>, i64)> = match frame["rows"].take() {
-                        Json::Array(rows) => rows
-                            .into_iter()
-                            .filter_map(|row| match row {
-                                Json::Object(mut row) => {
-                                    let version = row
-                                        .remove("keel_version")
-                                        .and_then(|v| v.as_i64())
-                                        .unwrap_or(0);
-                                    Some((row, version))
-                                }
-                                _ => None,
-                            })
-                            .collect(),
-                        _ => Vec::new(),
-                    };
+                    let rows: Vec<(Map<String, Json>, i64)> =
+                        snapshot_rows(&frame, &schema, collections)?;
                     // A page with a cursor advances the resume point, in the
                     // same local transaction as its rows.
                     if frame["after"].is_object() {
@@ -694,7 +782,8 @@ impl Session<'_> {
                     self.progress(&d.progress);
                 }
                 "snapshot_done" => {
-                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    let lsn = frame_lsn(&frame)?;
+                    pause_point("snapshot_received");
                     let schema = Arc::clone(self.db.schema());
                     let names = collections.to_vec();
                     let later = std::mem::take(&mut held_back);
@@ -723,6 +812,7 @@ impl Session<'_> {
                     if let Some(p) = &progress {
                         self.shared.emit(SyncEvent::Snapshot(p.clone()));
                     }
+                    pause_point("snapshot_applied");
                     self.shared.update(|s| {
                         s.downloading = false;
                         s.snapshot = None;
@@ -730,22 +820,25 @@ impl Session<'_> {
                     });
                 }
                 "changes" => {
-                    let lsn = lsn_of(&frame).unwrap_or(0);
-                    let changes = incoming(&frame);
+                    let lsn = frame_lsn(&frame)?;
+                    let schema = Arc::clone(self.db.schema());
+                    let changes = incoming(&frame, &schema, collections)?;
                     if snapshot {
                         held_back.push((lsn, changes));
                         continue;
                     }
-                    let schema = Arc::clone(self.db.schema());
+                    pause_point("changes_received");
                     self.write(move |txn| apply::changes(txn, &schema, &changes))?;
+                    pause_point("changes_applied");
                     self.shared
                         .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
                 }
                 "checkpoint" => {
+                    let lsn = frame_lsn(&frame)?;
                     if snapshot {
                         continue;
                     }
-                    let lsn = lsn_of(&frame).unwrap_or(0);
+                    pause_point("checkpoint_received");
                     if acked_waiting {
                         self.write(move |txn| {
                             ledger::covered(txn.connection(), lsn).map_err(|e| {
@@ -754,6 +847,7 @@ impl Session<'_> {
                         })?;
                         acked_waiting = in_flight.is_some();
                     }
+                    pause_point("checkpoint_applied");
                     self.shared
                         .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
                 }
@@ -812,6 +906,7 @@ impl Session<'_> {
             socket,
             json!({"type": "upload", "ops": frames, "unacked_from": unacked_from}),
         )?;
+        pause_point("upload_sent");
         self.shared.update(|s| s.uploading = true);
         Ok(Some(InFlight {
             ops,
@@ -890,27 +985,148 @@ fn op_json(op: &Op) -> Json {
     o
 }
 
-/// The changes of a `changes` frame.
-fn incoming(frame: &Json) -> Vec<Incoming> {
-    frame["changes"]
+/// The LSN of a frame that must carry one.
+fn frame_lsn(frame: &Json) -> std::result::Result<u64, BadFrame> {
+    lsn_of(frame)
+        .ok_or_else(|| BadFrame::malformed(format!("{} without a readable lsn", frame["type"])))
+}
+
+/// The synced table of `collection`, if this client subscribed to it.
+fn subscribed<'s>(
+    schema: &'s keel_schema::Schema,
+    collections: &[String],
+    collection: &str,
+) -> std::result::Result<&'s keel_schema::Table, BadFrame> {
+    let table = schema
+        .collection(collection)
+        .map(|c| schema.table(c.table))
+        .filter(|t| t.sync.is_some());
+    match table {
+        Some(t) if collections.iter().any(|c| c == collection) => Ok(t),
+        _ => Err(BadFrame(
+            "unknown_collection",
+            format!("{collection:?} is not a collection this client subscribed to"),
+        )),
+    }
+}
+
+/// Whether `row` names every key field of `table` with a value.
+fn has_key(table: &keel_schema::Table, row: &serde_json::Map<String, Json>) -> bool {
+    table.fields.iter().filter(|f| f.primary).all(|f| {
+        row.get(&f.name)
+            .is_some_and(|v| v.is_string() || v.is_number())
+    })
+}
+
+/// The rows of a `snapshot` frame, each with its version.
+fn snapshot_rows(
+    frame: &Json,
+    schema: &keel_schema::Schema,
+    collections: &[String],
+) -> std::result::Result<Vec<(Map<String, Json>, i64)>, BadFrame> {
+    let collection = frame["collection"]
+        .as_str()
+        .ok_or_else(|| BadFrame::malformed("a snapshot without a collection"))?;
+    let table = subscribed(schema, collections, collection)?;
+    let rows = frame["rows"]
         .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|c| {
-            let collection = c["collection"].as_str()?.to_owned();
-            Some(match c["op"].as_str()? {
-                "upsert" => Incoming::Upsert {
-                    collection,
-                    row: c["row"].as_object()?.clone(),
-                    version: c["version"].as_i64()?,
-                },
-                "delete" => Incoming::Delete {
-                    collection,
-                    key: c["key"].as_object()?.clone(),
-                    version: c["version"].as_i64()?,
-                },
+        .ok_or_else(|| BadFrame::malformed("a snapshot without rows"))?;
+    rows.iter()
+        .map(|row| {
+            let Json::Object(mut row) = row.clone() else {
+                return Err(BadFrame::malformed("a snapshot row that is not an object"));
+            };
+            let version = row
+                .remove("keel_version")
+                .and_then(|v| v.as_i64())
+                .ok_or_else(|| BadFrame::malformed("a snapshot row without its keel_version"))?;
+            if !has_key(table, &row) {
+                return Err(BadFrame::malformed(format!(
+                    "a snapshot row of {collection} without its key"
+                )));
+            }
+            Ok((row, version))
+        })
+        .collect()
+}
+
+/// The results of an `ack`: each acknowledged operation of the batch in flight
+/// with the row version it gave (`None`: none, a delete), and the skipped ones.
+/// An ack naming an operation that is not in flight cannot be recorded.
+#[allow(clippy::type_complexity)]
+fn ack_results(
+    frame: &Json,
+    sent: &[Op],
+) -> std::result::Result<(Vec<(i64, Option<i64>)>, Vec<i64>), BadFrame> {
+    let entries = frame["results"]
+        .as_array()
+        .ok_or_else(|| BadFrame::malformed("an ack without results"))?;
+    let mut results = Vec::new();
+    // A skipped operation (`row_gone`, `stale_delete`) changed nothing on the
+    // server: locally it is undone like a refusal, so the row reads as the
+    // server's again.
+    let mut skipped = Vec::new();
+    for r in entries {
+        let (Some(seq), Some(outcome)) = (r["seq"].as_i64(), r["outcome"].as_str()) else {
+            return Err(BadFrame::malformed("an ack result without seq and outcome"));
+        };
+        if !sent.iter().any(|o| o.seq == seq) {
+            return Err(BadFrame::malformed(format!(
+                "an ack of operation {seq}, which is not in flight"
+            )));
+        }
+        let version = (outcome == "applied")
+            .then(|| r["version"].as_i64())
+            .flatten();
+        if outcome == "skipped" {
+            skipped.push(seq);
+        }
+        results.push((seq, version));
+    }
+    Ok((results, skipped))
+}
+
+/// The changes of a `changes` frame; one that cannot be read, or of a collection
+/// this client did not subscribe to, refuses the frame.
+fn incoming(
+    frame: &Json,
+    schema: &keel_schema::Schema,
+    collections: &[String],
+) -> std::result::Result<Vec<Incoming>, BadFrame> {
+    let changes = frame["changes"]
+        .as_array()
+        .ok_or_else(|| BadFrame::malformed("a changes frame without changes"))?;
+    changes
+        .iter()
+        .map(|c| {
+            let bad = || BadFrame::malformed(format!("a change that cannot be read: {c}"));
+            let collection = c["collection"].as_str().ok_or_else(bad)?.to_owned();
+            let table = subscribed(schema, collections, &collection)?;
+            Ok(match c["op"].as_str().ok_or_else(bad)? {
+                "upsert" => {
+                    let row = c["row"]
+                        .as_object()
+                        .filter(|r| has_key(table, r))
+                        .ok_or_else(bad)?;
+                    Incoming::Upsert {
+                        collection,
+                        row: row.clone(),
+                        version: c["version"].as_i64().ok_or_else(bad)?,
+                    }
+                }
+                "delete" => {
+                    let key = c["key"]
+                        .as_object()
+                        .filter(|k| has_key(table, k))
+                        .ok_or_else(bad)?;
+                    Incoming::Delete {
+                        collection,
+                        key: key.clone(),
+                        version: c["version"].as_i64().ok_or_else(bad)?,
+                    }
+                }
                 "truncate" => Incoming::Truncate { collection },
-                _ => return None,
+                _ => return Err(bad()),
             })
         })
         .collect()

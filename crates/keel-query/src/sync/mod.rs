@@ -20,3 +20,6 @@ pub(crate) mod client;
 pub mod handle;
 pub(crate) mod ledger;
 pub mod shared;
+
+/// The steps of the sync loop's test hook (`KEEL_SYNC_PAUSE_AT`, feature `sim`).
+pub use client::PAUSE_POINTS;

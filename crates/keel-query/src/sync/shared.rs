@@ -129,6 +129,19 @@ pub enum SyncEvent {
         /// Details for people.
         message: String,
     },
+    /// A frame from the relay could not be used: nothing of it was applied, the
+    /// connection was dropped, and the loop reconnects after its backoff (the
+    /// fresh snapshot brings whatever the frame carried). The same reading as the
+    /// relay's `error` codes, for the other direction.
+    BadFrame {
+        /// `malformed_frame` (not JSON, truncated, not an object, no `type`, a
+        /// change or row that cannot be read), `unknown_collection` (a
+        /// collection this client did not subscribe to), `frame_too_large`
+        /// (over the WebSocket's message limit), `binary_frame`.
+        code: String,
+        /// Details for people.
+        message: String,
+    },
 }
 
 /// What the loop and the handles share.
