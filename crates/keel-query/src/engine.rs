@@ -38,6 +38,11 @@ use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
 
+/// A registered change hook: its id, the function, whether it follows other
+/// connections' commits, and whether it runs after every other hook (the list
+/// keeps those at its end, so every walk over it calls them last).
+type Hook = (u64, Arc<HookFn>, bool, bool);
+
 /// A value of [`Inner::foreign_seen`] no count of foreign commits reaches: the
 /// next check finds "another connection committed" and reads everything again.
 const NOT_ACTED: u64 = u64::MAX;
@@ -71,9 +76,8 @@ pub(crate) struct Inner {
     pub(crate) schema: Arc<Schema>,
     pub(crate) colls: Vec<Coll>,
     pub(crate) by_name: HashMap<String, usize>,
-    /// Registered change hooks: id, hook, and whether it also follows other
-    /// connections' commits ([`Inner::add_hook`]).
-    hooks: RwLock<Vec<(u64, Arc<HookFn>, bool)>>,
+    /// Registered change hooks ([`Hook`]), the `last` ones at the end.
+    hooks: RwLock<Vec<Hook>>,
     /// Registered change hooks (their count: `recording` reads it on every write).
     hook_count: AtomicUsize,
     /// How many of them also follow other connections' commits.
@@ -581,12 +585,18 @@ impl Inner {
     }
 
     /// Register a change hook; `foreign`: it also follows other connections'
-    /// commits ([`Inner::foreign_changes`]). Returns its id for
+    /// commits ([`Inner::foreign_changes`]); `last`: it runs after every hook
+    /// registered without it, whenever registered. Returns its id for
     /// [`remove_hook`](Self::remove_hook).
-    pub(crate) fn add_hook(&self, hook: Arc<HookFn>, foreign: bool) -> u64 {
+    pub(crate) fn add_hook(&self, hook: Arc<HookFn>, foreign: bool, last: bool) -> u64 {
         let id = self.next_hook.fetch_add(1, Ordering::Relaxed);
         let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.push((id, hook, foreign));
+        let at = if last {
+            hooks.len()
+        } else {
+            hooks.iter().position(|h| h.3).unwrap_or(hooks.len())
+        };
+        hooks.insert(at, (id, hook, foreign, last));
         self.count_hooks(&hooks);
         id
     }
@@ -594,13 +604,13 @@ impl Inner {
     /// Remove the change hook `id` (nothing if it is gone already).
     pub(crate) fn remove_hook(&self, id: u64) {
         let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.retain(|(h, _, _)| *h != id);
+        hooks.retain(|h| h.0 != id);
         self.count_hooks(&hooks);
     }
 
-    fn count_hooks(&self, hooks: &[(u64, Arc<HookFn>, bool)]) {
+    fn count_hooks(&self, hooks: &[Hook]) {
         self.hook_count.store(hooks.len(), Ordering::Release);
-        let foreign = hooks.iter().filter(|(_, _, f)| *f).count();
+        let foreign = hooks.iter().filter(|h| h.2).count();
         self.foreign_hook_count.store(foreign, Ordering::Release);
         self.watch.demand(Demand::Hooks, foreign > 0);
     }
@@ -612,8 +622,8 @@ impl Inner {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, _, f)| *f || !foreign_only)
-            .map(|(_, h, _)| Arc::clone(h))
+            .filter(|h| h.2 || !foreign_only)
+            .map(|h| Arc::clone(&h.1))
             .collect()
     }
 

@@ -1657,3 +1657,54 @@ fn a_commit_across_two_collections_reaches_both_live_queries() {
     assert_eq!(*authors.lock().unwrap(), [0, 2]);
     assert_eq!(*posts.lock().unwrap(), [0, 1, 2]);
 }
+
+#[test]
+fn an_after_hook_runs_once_the_live_lists_of_the_commit_have_delivered() {
+    // `live_list` shows posts with rank >= 0.
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        t.insert(&Post::builder().id("p0").author("ada").rank(1).build())
+    })
+    .wait()
+    .unwrap();
+    // Registered before any list exists, so before the lists' own hook: it
+    // still runs after it, and after a hook registered later still.
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<usize>>> = Default::default();
+    let list = std::sync::Arc::new(std::sync::Mutex::new(None::<Deliveries>));
+    let (s2, l2) = (seen.clone(), list.clone());
+    let after = db.after_file_changes(move |_| {
+        let n = l2
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |g| g.lock().unwrap().len());
+        s2.lock().unwrap().push(n);
+    });
+    let later = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    for round in 0..2 {
+        let (sub, deliveries) = live_list(&db);
+        *list.lock().unwrap() = Some(deliveries.clone());
+        let l3 = later.clone();
+        let d3 = deliveries.clone();
+        let hook = db.on_file_changes(move |_| l3.lock().unwrap().push(d3.lock().unwrap().len()));
+        seen.lock().unwrap().clear();
+        db.write(move |t| t.update(&author("ada", &format!("Ada {round}"))))
+            .wait()
+            .unwrap();
+        assert_eq!(
+            deliveries.lock().unwrap().len(),
+            2,
+            "the rename reached the list"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![2],
+            "the after hook saw the list's delivery (round {round})"
+        );
+        hook.remove();
+        drop(sub); // the last list out removes the lists' hook; the next adds it anew
+    }
+    after.remove();
+}

@@ -750,7 +750,7 @@ impl Database {
     ) -> ChangeHook {
         ChangeHook {
             db: Arc::downgrade(&self.inner),
-            id: self.inner.add_hook(Arc::new(hook), false),
+            id: self.inner.add_hook(Arc::new(hook), false, false),
         }
     }
 
@@ -798,7 +798,25 @@ impl Database {
     pub fn on_file_changes(&self, hook: impl Fn(&[Change]) + Send + Sync + 'static) -> ChangeHook {
         ChangeHook {
             db: Arc::downgrade(&self.inner),
-            id: self.inner.add_hook(Arc::new(hook), true),
+            id: self.inner.add_hook(Arc::new(hook), true, false),
+        }
+    }
+
+    /// [`on_file_changes`](Self::on_file_changes), called after every other
+    /// change hook of the same commit, whenever either was registered: the
+    /// same commits, threads and changes, once the other hooks — keel's live
+    /// lists across a relation and live k-NN lists among them — have made
+    /// their deliveries. For a consumer that gathers those deliveries and
+    /// hands them on together (keel-ffi's batched delivery: one foreign call
+    /// per commit instead of one per list). Hooks registered this way run in
+    /// their registration order among themselves.
+    pub fn after_file_changes(
+        &self,
+        hook: impl Fn(&[Change]) + Send + Sync + 'static,
+    ) -> ChangeHook {
+        ChangeHook {
+            db: Arc::downgrade(&self.inner),
+            id: self.inner.add_hook(Arc::new(hook), true, true),
         }
     }
 

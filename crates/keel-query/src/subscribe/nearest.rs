@@ -339,6 +339,7 @@ impl Nearest<'static> {
                 }
             }),
             true,
+            false,
         );
         let sub = NearestSubscription {
             db: Arc::downgrade(&inner),
