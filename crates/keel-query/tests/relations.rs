@@ -1659,36 +1659,35 @@ fn a_commit_across_two_collections_reaches_both_live_queries() {
 }
 
 #[test]
-fn an_after_hook_runs_once_the_live_lists_of_the_commit_have_delivered() {
-    // `live_list` shows posts with rank >= 0.
+fn hooks_around_file_changes_enclose_the_live_lists_deliveries() {
+    use std::sync::{Arc, Mutex};
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir);
     db.write(|t| {
         t.insert(&author("ada", "Ada"))?;
+        // `live_list` shows posts with rank >= 0.
         t.insert(&Post::builder().id("p0").author("ada").rank(1).build())
     })
     .wait()
     .unwrap();
-    // Registered before any list exists, so before the lists' own hook: it
-    // still runs after it, and after a hook registered later still.
-    let seen: std::sync::Arc<std::sync::Mutex<Vec<usize>>> = Default::default();
-    let list = std::sync::Arc::new(std::sync::Mutex::new(None::<Deliveries>));
-    let (s2, l2) = (seen.clone(), list.clone());
-    let after = db.after_file_changes(move |_| {
-        let n = l2
-            .lock()
+    // Registered before any list exists, so before the lists' own hook: the
+    // `after` side still runs behind it, the `before` side ahead of it.
+    let seen: Arc<Mutex<Vec<usize>>> = Default::default();
+    let list = Arc::new(Mutex::new(None::<Deliveries>));
+    let count = |l: &Mutex<Option<Deliveries>>| {
+        l.lock()
             .unwrap()
             .as_ref()
-            .map_or(0, |g| g.lock().unwrap().len());
-        s2.lock().unwrap().push(n);
-    });
-    let later = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            .map_or(0, |g| g.lock().unwrap().len())
+    };
+    let (s1, l1, s2, l2) = (seen.clone(), list.clone(), seen.clone(), list.clone());
+    let around = db.around_file_changes(
+        move |_| s1.lock().unwrap().push(count(&l1)),
+        move |_| s2.lock().unwrap().push(count(&l2)),
+    );
     for round in 0..2 {
         let (sub, deliveries) = live_list(&db);
         *list.lock().unwrap() = Some(deliveries.clone());
-        let l3 = later.clone();
-        let d3 = deliveries.clone();
-        let hook = db.on_file_changes(move |_| l3.lock().unwrap().push(d3.lock().unwrap().len()));
         seen.lock().unwrap().clear();
         db.write(move |t| t.update(&author("ada", &format!("Ada {round}"))))
             .wait()
@@ -1700,11 +1699,19 @@ fn an_after_hook_runs_once_the_live_lists_of_the_commit_have_delivered() {
         );
         assert_eq!(
             *seen.lock().unwrap(),
-            vec![2],
-            "the after hook saw the list's delivery (round {round})"
+            vec![1, 2],
+            "before saw the first delivery only, after the rename's too (round {round})"
         );
-        hook.remove();
-        drop(sub); // the last list out removes the lists' hook; the next adds it anew
+        // The last list out removes the lists' hook; the next adds it anew.
+        drop(sub);
     }
-    after.remove();
+    around.remove();
+    seen.lock().unwrap().clear();
+    db.write(|t| t.update(&author("ada", "Ada again")))
+        .wait()
+        .unwrap();
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "removed: neither side runs"
+    );
 }

@@ -339,7 +339,6 @@ impl Nearest<'static> {
                 }
             }),
             true,
-            false,
         );
         let sub = NearestSubscription {
             db: Arc::downgrade(&inner),
