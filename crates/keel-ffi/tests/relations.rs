@@ -751,3 +751,187 @@ fn live_subscriptions_counts_live_lists_across_a_relation() {
     assert_eq!(db.live_subscriptions(), 0, "none is live after close");
     drop(c);
 }
+
+/// Every batch a sink got, each as its deliveries (id, update) unpacked.
+struct Batches(Arc<Mutex<Vec<Vec<(u64, IncludingUpdate)>>>>);
+impl keel_ffi::BatchListener for Batches {
+    fn on_batch(&self, b: keel_ffi::DeliveryBatch) -> Result<(), CallbackError> {
+        let got = unpack(&b.bytes);
+        assert_eq!(got.len() as u32, b.count);
+        self.0.lock().unwrap().push(got);
+        Ok(())
+    }
+}
+
+/// The packed layout of `batch.rs`, read back.
+fn unpack(b: &[u8]) -> Vec<(u64, IncludingUpdate)> {
+    let mut at = 0usize;
+    let mut take = |n: usize| {
+        let s = &b[at..at + n];
+        at += n;
+        s
+    };
+    let mut out = Vec::new();
+    let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap()) as u64;
+    while at < b.len() {
+        let id = u64::from_le_bytes(take(8).try_into().unwrap());
+        let len = u64::from_le_bytes(take(8).try_into().unwrap()) as usize;
+        let body = take(len);
+        let mut p = 0usize;
+        let mut next = |n: usize| {
+            let s = &body[p..p + n];
+            p += n;
+            s
+        };
+        let count = u32_(next(4));
+        let mut list = |next: &mut dyn FnMut(usize) -> Vec<u8>| {
+            let n = u32_(&next(4));
+            (0..n).map(|_| u32_(&next(4))).collect::<Vec<u64>>()
+        };
+        let mut nx = |n: usize| next(n).to_vec();
+        let removed = list(&mut nx);
+        let inserted = list(&mut nx);
+        let moves = u32_(&nx(4));
+        let moved = (0..moves)
+            .map(|_| keel_ffi::Move {
+                from: u32_(&nx(4)),
+                to: u32_(&nx(4)),
+            })
+            .collect();
+        let updated = list(&mut nx);
+        let rows = u32_(&nx(4));
+        let mut object = |nx: &mut dyn FnMut(usize) -> Vec<u8>| {
+            let rowid = i64::from_le_bytes(nx(8).try_into().unwrap());
+            let n = u32_(&nx(4)) as usize;
+            keel_ffi::StoredObject {
+                rowid,
+                bytes: nx(n),
+            }
+        };
+        let changed = (0..rows)
+            .map(|_| {
+                let index = u32_(&nx(4));
+                let object_ = object(&mut nx);
+                let related = (0..u32_(&nx(4))).map(|_| object(&mut nx)).collect();
+                keel_ffi::ChangedRow {
+                    index,
+                    row: keel_ffi::IncludedObject {
+                        object: object_,
+                        related,
+                    },
+                }
+            })
+            .collect();
+        out.push((
+            id,
+            IncludingUpdate {
+                count,
+                diff: keel_ffi::Diff {
+                    removed,
+                    inserted,
+                    moved,
+                    updated,
+                },
+                changed,
+            },
+        ));
+    }
+    out
+}
+
+#[test]
+fn a_sink_gets_one_batch_per_commit_with_what_each_list_would_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "sink.db", fast());
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada", "rank": 1}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "bob", "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "author": "ada", "rank": 3}"#),
+        ],
+    );
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let sink = keel_ffi::deliveries(Box::new(Batches(Arc::clone(&batches))));
+    // Three lists through the sink, and each also through its own listener:
+    // what the sink hands over must be what the listener gets.
+    let window = |lo: i64, hi: i64| {
+        db.query("rel.Post".into())
+            .filter(keel_ffi::Expr::all_of(vec![
+                keel_ffi::Expr::ge("rank".into(), keel_ffi::Value::Integer { v: lo }),
+                keel_ffi::Expr::le("rank".into(), keel_ffi::Value::Integer { v: hi }),
+            ]))
+            .order_by("rank".into(), false)
+    };
+    let windows = [(1, 1), (2, 2), (1, 3)];
+    let mut own = Vec::new();
+    let mut subs = Vec::new();
+    for (i, (lo, hi)) in windows.iter().enumerate() {
+        let id = 100 + i as u64;
+        subs.push(
+            window(*lo, *hi)
+                .subscribe_including_to("author".into(), Arc::clone(&sink), id)
+                .unwrap(),
+        );
+        let u = Arc::new(Mutex::new(Vec::new()));
+        let s = window(*lo, *hi)
+            .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&u))))
+            .unwrap();
+        own.push((u, s));
+    }
+    assert_eq!(db.live_subscriptions(), 6);
+    {
+        // Each first delivery alone, before its subscribe returned.
+        let b = batches.lock().unwrap();
+        let ids: Vec<Vec<u64>> = b.iter().map(|x| x.iter().map(|d| d.0).collect()).collect();
+        assert_eq!(ids, vec![vec![100], vec![101], vec![102]]);
+    }
+    batches.lock().unwrap().clear();
+    // Ada's rename: lists 100 and 102 show her; one batch, before the write
+    // returns.
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada L."}"#)]);
+    {
+        let b = batches.lock().unwrap();
+        assert_eq!(b.len(), 1, "one call for the commit");
+        let ids: Vec<u64> = b[0].iter().map(|d| d.0).collect();
+        assert_eq!(ids, vec![100, 102]);
+        for (id, u) in &b[0] {
+            let mine = own[(*id - 100) as usize].0.lock().unwrap();
+            let last = mine.last().unwrap();
+            assert_eq!(u.diff, last.diff, "list {id}");
+            assert_eq!(
+                u.changed.iter().map(|c| c.index).collect::<Vec<_>>(),
+                last.changed
+            );
+            for c in &u.changed {
+                assert_eq!(c.row, last.objects[c.index as usize], "list {id}");
+            }
+        }
+        assert_eq!(b[0][1].1.diff.updated, vec![0, 2]);
+    }
+    batches.lock().unwrap().clear();
+    // A commit no sink list shows: no call at all.
+    insert(&db, &[("rel.Author", r#"{"id": "cy", "name": "Cy"}"#)]);
+    assert!(batches.lock().unwrap().is_empty());
+    // Cancelled: never delivered again; the others still are.
+    subs[0].cancel();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada K."}"#)]);
+    {
+        let b = batches.lock().unwrap();
+        let ids: Vec<Vec<u64>> = b.iter().map(|x| x.iter().map(|d| d.0).collect()).collect();
+        assert_eq!(ids, vec![vec![102]]);
+    }
+    // The last subscription out leaves no hook behind: a commit calls nothing.
+    for s in &subs {
+        s.cancel();
+    }
+    batches.lock().unwrap().clear();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada J."}"#)]);
+    assert!(batches.lock().unwrap().is_empty());
+    for (_, s) in &own {
+        s.cancel();
+    }
+    assert_eq!(db.live_subscriptions(), 0);
+}
