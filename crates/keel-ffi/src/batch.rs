@@ -154,7 +154,9 @@ impl Sink {
             return;
         }
         let me = std::thread::current().id();
-        if lock(&self.rounds).contains(&me) {
+        // Inside this sink's listener (a list subscribed from there): gathered
+        // too, and handed over once the listener returns.
+        if lock(&self.rounds).contains(&me) || *lock(&self.delivering) == Some(me) {
             let mut g = lock(&self.gathered);
             let at = match g.iter().position(|x| x.thread == me) {
                 Some(i) => i,
@@ -186,34 +188,49 @@ impl Sink {
         });
     }
 
-    /// Call the listener with `g`, leaving out cancelled subscriptions.
+    /// Call the listener with `g`, leaving out cancelled subscriptions; then
+    /// with what was gathered on this thread while it ran.
     fn hand(&self, g: Gathered) {
         let active = lock(&self.lock);
-        let Gathered {
-            thread,
-            mut count,
-            mut bytes,
-            spans,
-        } = g;
-        if spans.iter().any(|(e, _, _)| e.load(Ordering::SeqCst)) {
-            let mut kept = Vec::with_capacity(bytes.len());
-            count = 0;
-            for (e, s, t) in &spans {
-                if !e.load(Ordering::SeqCst) {
-                    kept.extend_from_slice(&bytes[*s..*t]);
-                    count += 1;
+        let me = g.thread;
+        let mut next = Some(g);
+        while let Some(g) = next.take() {
+            let Gathered {
+                mut count,
+                mut bytes,
+                spans,
+                ..
+            } = g;
+            if spans.iter().any(|(e, _, _)| e.load(Ordering::SeqCst)) {
+                let mut kept = Vec::with_capacity(bytes.len());
+                count = 0;
+                for (e, s, t) in &spans {
+                    if !e.load(Ordering::SeqCst) {
+                        kept.extend_from_slice(&bytes[*s..*t]);
+                        count += 1;
+                    }
                 }
+                bytes = kept;
             }
-            bytes = kept;
-        }
-        if count > 0 {
-            *lock(&self.delivering) = Some(thread);
-            guarded("live list deliveries", || {
-                self.listener.on_batch(DeliveryBatch { count, bytes })
-            });
-            *lock(&self.delivering) = None;
+            if count > 0 {
+                *lock(&self.delivering) = Some(me);
+                guarded("live list deliveries", || {
+                    self.listener.on_batch(DeliveryBatch { count, bytes })
+                });
+                *lock(&self.delivering) = None;
+            }
+            if !lock(&self.rounds).contains(&me) {
+                next = self.take_gathered(me);
+            }
         }
         drop(active);
+    }
+
+    fn take_gathered(&self, me: ThreadId) -> Option<Gathered> {
+        let mut g = lock(&self.gathered);
+        g.iter()
+            .position(|x| x.thread == me)
+            .map(|i| g.swap_remove(i))
     }
 
     fn begin(&self) {
@@ -227,13 +244,7 @@ impl Sink {
     fn end(&self) {
         let me = std::thread::current().id();
         lock(&self.rounds).retain(|t| *t != me);
-        let g = {
-            let mut g = lock(&self.gathered);
-            g.iter()
-                .position(|x| x.thread == me)
-                .map(|i| g.swap_remove(i))
-        };
-        if let Some(g) = g {
+        if let Some(g) = self.take_gathered(me) {
             self.hand(g);
         }
     }
