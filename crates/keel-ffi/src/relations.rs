@@ -158,7 +158,11 @@ enum To {
     },
     /// A sink of batches (`batch.rs`), under the foreign side's id, attached
     /// to the database `key` until the subscription is cancelled.
-    Sink { sink: Arc<Sink>, id: u64, key: usize },
+    Sink {
+        sink: Arc<Sink>,
+        id: u64,
+        key: usize,
+    },
 }
 
 impl Gate {
@@ -170,7 +174,12 @@ impl Gate {
     }
 
     /// Deliver the new list `rows` that `diff` makes of the previous one.
-    fn deliver<R: PackRow>(&self, rows: &[R], diff: &keel_query::Diff, row: impl Fn(&R) -> IncludedObject) {
+    fn deliver<R: PackRow>(
+        &self,
+        rows: &[R],
+        diff: &keel_query::Diff,
+        row: impl Fn(&R) -> IncludedObject,
+    ) {
         match &self.to {
             To::Listener {
                 lock,
@@ -203,8 +212,7 @@ impl Gate {
                 lock, delivering, ..
             } => {
                 let me = std::thread::current().id();
-                let inside =
-                    *delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
+                let inside = *delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
                 if !inside {
                     drop(lock.lock().unwrap_or_else(|p| p.into_inner()));
                 }
