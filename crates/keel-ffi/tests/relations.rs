@@ -763,65 +763,67 @@ impl keel_ffi::BatchListener for Batches {
     }
 }
 
+/// A reader over a packed buffer.
+struct Cursor<'a>(&'a [u8], usize);
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        let s = &self.0[self.1..self.1 + n];
+        self.1 += n;
+        s
+    }
+    fn u32(&mut self) -> u64 {
+        u32::from_le_bytes(self.take(4).try_into().unwrap()) as u64
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    fn list(&mut self) -> Vec<u64> {
+        let n = self.u32();
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn object(&mut self) -> keel_ffi::StoredObject {
+        let rowid = self.u64() as i64;
+        let n = self.u32() as usize;
+        keel_ffi::StoredObject {
+            rowid,
+            bytes: self.take(n).to_vec(),
+        }
+    }
+}
+
 /// The packed layout of `batch.rs`, read back.
 fn unpack(b: &[u8]) -> Vec<(u64, IncludingUpdate)> {
-    let mut at = 0usize;
-    let mut take = |n: usize| {
-        let s = &b[at..at + n];
-        at += n;
-        s
-    };
+    let mut c = Cursor(b, 0);
     let mut out = Vec::new();
-    let u32_ = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap()) as u64;
-    while at < b.len() {
-        let id = u64::from_le_bytes(take(8).try_into().unwrap());
-        let len = u64::from_le_bytes(take(8).try_into().unwrap()) as usize;
-        let body = take(len);
-        let mut p = 0usize;
-        let mut next = |n: usize| {
-            let s = &body[p..p + n];
-            p += n;
-            s
-        };
-        let count = u32_(next(4));
-        let mut list = |next: &mut dyn FnMut(usize) -> Vec<u8>| {
-            let n = u32_(&next(4));
-            (0..n).map(|_| u32_(&next(4))).collect::<Vec<u64>>()
-        };
-        let mut nx = |n: usize| next(n).to_vec();
-        let removed = list(&mut nx);
-        let inserted = list(&mut nx);
-        let moves = u32_(&nx(4));
+    while c.1 < b.len() {
+        let id = c.u64();
+        let len = c.u64() as usize;
+        let end = c.1 + len;
+        let count = c.u32();
+        let removed = c.list();
+        let inserted = c.list();
+        let moves = c.u32();
         let moved = (0..moves)
             .map(|_| keel_ffi::Move {
-                from: u32_(&nx(4)),
-                to: u32_(&nx(4)),
+                from: c.u32(),
+                to: c.u32(),
             })
             .collect();
-        let updated = list(&mut nx);
-        let rows = u32_(&nx(4));
-        let mut object = |nx: &mut dyn FnMut(usize) -> Vec<u8>| {
-            let rowid = i64::from_le_bytes(nx(8).try_into().unwrap());
-            let n = u32_(&nx(4)) as usize;
-            keel_ffi::StoredObject {
-                rowid,
-                bytes: nx(n),
-            }
-        };
+        let updated = c.list();
+        let rows = c.u32();
         let changed = (0..rows)
             .map(|_| {
-                let index = u32_(&nx(4));
-                let object_ = object(&mut nx);
-                let related = (0..u32_(&nx(4))).map(|_| object(&mut nx)).collect();
+                let index = c.u32();
+                let object = c.object();
+                let n = c.u32();
+                let related = (0..n).map(|_| c.object()).collect();
                 keel_ffi::ChangedRow {
                     index,
-                    row: keel_ffi::IncludedObject {
-                        object: object_,
-                        related,
-                    },
+                    row: keel_ffi::IncludedObject { object, related },
                 }
             })
             .collect();
+        assert_eq!(c.1, end, "the body is as long as its length says");
         out.push((
             id,
             IncludingUpdate {
