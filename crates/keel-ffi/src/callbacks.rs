@@ -13,6 +13,9 @@
 //!   `await` returns; another process's commits (with `share_changes`) on
 //!   `keel-feed`;
 //! * live k-NN deliveries on the writer thread too;
+//! * a batched-delivery sink's batches (`batch.rs`) where the deliveries they
+//!   carry would be made: one call per commit on the writer thread (or
+//!   `keel-feed`), a list's first delivery alone on the subscribing thread;
 //! * dictionary changes on the dictionary's notifier thread;
 //! * the wake of an async call on whichever keel thread finished its work (a
 //!   `keel-ffi-N` task thread, the writer, the open thread).

@@ -76,6 +76,7 @@
 
 uniffi::setup_scaffolding!("keel");
 
+mod batch;
 mod callbacks;
 mod db;
 mod dict;
@@ -95,6 +96,7 @@ mod txn;
 mod types;
 mod vector;
 
+pub use batch::{deliveries, BatchListener, Deliveries, DeliveryBatch};
 pub use callbacks::stop_callbacks;
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};

@@ -31,6 +31,7 @@ use keel_schema::{FieldPath, Value};
 
 use keel_query::eval::{order_cmp, SqlValue};
 
+use crate::batch::{pack_including, Deliveries, Ended, PackRow, Sink};
 use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
@@ -138,28 +139,86 @@ enum Live {
     Hook(ChangeHook),
 }
 
-/// The listener's side of a subscription: whether it may still be called, held
-/// through each call (so `cancel` waits for a delivery in progress), and the
-/// thread running one (`cancel` from inside the listener must not wait for
-/// itself).
+/// The listener's side of a subscription: whether it may still be called, and
+/// where its deliveries go.
 struct Gate {
-    lock: Mutex<()>,
-    ended: AtomicBool,
-    delivering: Mutex<Option<ThreadId>>,
-    listener: Arc<Foreign<dyn IncludingListener>>,
+    ended: Ended,
+    to: To,
+}
+
+/// Where a subscription's deliveries go.
+enum To {
+    /// Its own listener, one call per delivery: held through each call (so
+    /// `cancel` waits for a delivery in progress), with the thread running one
+    /// (`cancel` from inside the listener must not wait for itself).
+    Listener {
+        lock: Mutex<()>,
+        delivering: Mutex<Option<ThreadId>>,
+        listener: Arc<Foreign<dyn IncludingListener>>,
+    },
+    /// A sink of batches (`batch.rs`), under the foreign side's id, attached
+    /// to the database `key` until the subscription is cancelled.
+    Sink {
+        sink: Arc<Sink>,
+        id: u64,
+        key: usize,
+    },
 }
 
 impl Gate {
-    fn deliver(&self, update: IncludingUpdate) {
-        let active = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-        if self.ended.load(Ordering::SeqCst) {
-            return;
+    fn new(to: To) -> Arc<Gate> {
+        Arc::new(Gate {
+            ended: Arc::new(AtomicBool::new(false)),
+            to,
+        })
+    }
+
+    /// Deliver the new list `rows` that `diff` makes of the previous one.
+    fn deliver<R: PackRow>(
+        &self,
+        rows: &[R],
+        diff: &keel_query::Diff,
+        row: impl Fn(&R) -> IncludedObject,
+    ) {
+        match &self.to {
+            To::Listener {
+                lock,
+                delivering,
+                listener,
+            } => {
+                let active = lock.lock().unwrap_or_else(|p| p.into_inner());
+                if self.ended.load(Ordering::SeqCst) {
+                    return;
+                }
+                let update = delivery(rows.len(), diff, |i| row(&rows[i]));
+                *delivering.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(std::thread::current().id());
+                guarded("including subscription", || listener.on_update(update));
+                *delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
+                drop(active);
+            }
+            To::Sink { sink, id, .. } => {
+                sink.deliver(&self.ended, *id, |out| pack_including(out, rows, diff));
+            }
         }
-        *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(std::thread::current().id());
-        guarded("including subscription", || self.listener.on_update(update));
-        *self.delivering.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        drop(active);
+    }
+
+    /// Ended: wait for a delivery in progress (none starts after this),
+    /// unless called from inside it.
+    fn end(&self) {
+        self.ended.store(true, Ordering::SeqCst);
+        match &self.to {
+            To::Listener {
+                lock, delivering, ..
+            } => {
+                let me = std::thread::current().id();
+                let inside = *delivering.lock().unwrap_or_else(|p| p.into_inner()) == Some(me);
+                if !inside {
+                    drop(lock.lock().unwrap_or_else(|p| p.into_inner()));
+                }
+            }
+            To::Sink { sink, .. } => sink.wait_idle(),
+        }
     }
 }
 
@@ -183,19 +242,11 @@ impl IncludingSubscription {
                 Live::Hook(h) => h.remove(),
             }
             drop(counted);
+            if let To::Sink { sink, key, .. } = &self.gate.to {
+                sink.detach(*key);
+            }
         }
-        self.gate.ended.store(true, Ordering::SeqCst);
-        let me = std::thread::current().id();
-        let inside = *self
-            .gate
-            .delivering
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            == Some(me);
-        if !inside {
-            // Waits for a delivery in progress; none starts after this.
-            drop(self.gate.lock.lock().unwrap_or_else(|p| p.into_inner()));
-        }
+        self.gate.end();
         self.ends.cancel();
     }
 
@@ -527,23 +578,59 @@ impl Query {
         listener: Box<dyn IncludingListener>,
     ) -> Result<Arc<IncludingSubscription>, KeelError> {
         let listener = Arc::new(Foreign::new(listener));
-        crate::db::sync_call(|| {
-            let (coll, path, target, to_many) = reference(self, &field, true)?;
-            let gate = Arc::new(Gate {
+        self.subscribe_including_gated(
+            field,
+            Gate::new(To::Listener {
                 lock: Mutex::new(()),
-                ended: AtomicBool::new(false),
                 delivering: Mutex::new(None),
                 listener,
-            });
+            }),
+        )
+    }
+
+    /// [`Query::subscribe_including`] delivering through the sink
+    /// `deliveries` under `id` (chosen by the caller, to dispatch on): every
+    /// delivery of one commit to the lists of one sink reaches its listener in
+    /// one call (`crate::batch`); the first, made on this thread before this
+    /// returns, alone. Same threads as `subscribe_including`.
+    pub fn subscribe_including_to(
+        &self,
+        field: String,
+        deliveries: Arc<Deliveries>,
+        id: u64,
+    ) -> Result<Arc<IncludingSubscription>, KeelError> {
+        let key = Arc::as_ptr(&self.closing) as usize;
+        deliveries.sink.attach(&self.db, key);
+        let made = self.subscribe_including_gated(
+            field,
+            Gate::new(To::Sink {
+                sink: Arc::clone(&deliveries.sink),
+                id,
+                key,
+            }),
+        );
+        if made.is_err() {
+            deliveries.sink.detach(key);
+        }
+        made
+    }
+}
+
+impl Query {
+    fn subscribe_including_gated(
+        &self,
+        field: String,
+        gate: Arc<Gate>,
+    ) -> Result<Arc<IncludingSubscription>, KeelError> {
+        crate::db::sync_call(|| {
+            let (coll, path, target, to_many) = reference(self, &field, true)?;
             let live = if path.is_some() && self.related_order.is_none() {
                 let related = self.related_expr(&field)?;
                 let g = Arc::clone(&gate);
                 Live::Core(self.build_checked()?.subscribe_including(
                     &field,
                     related,
-                    move |rows, diff| {
-                        g.deliver(delivery(rows.len(), diff, |i| included_one(&rows[i])));
-                    },
+                    move |rows, diff| g.deliver(rows, diff, included_one),
                 )?)
             } else {
                 Live::Hook(self.reread_including(&coll, path, target, to_many, &field, &gate)?)
@@ -614,9 +701,8 @@ impl Query {
                 if diff.is_empty() {
                     return;
                 }
-                let update = delivery(rows.len(), &diff, |i| rows[i].clone());
+                gate.deliver(&rows, &diff, Clone::clone);
                 st.rows = rows;
-                gate.deliver(update);
             })
         };
         let (rows, named) = match read(self, coll, path.as_ref(), field, to_many) {
@@ -627,12 +713,9 @@ impl Query {
                 return Err(e);
             }
         };
-        let first = delivery(rows.len(), &keel_query::Diff::initial(rows.len()), |i| {
-            rows[i].clone()
-        });
+        gate.deliver(&rows, &keel_query::Diff::initial(rows.len()), Clone::clone);
         first_guard.rows = rows;
         first_guard.named = named;
-        gate.deliver(first);
         drop(first_guard);
         Ok(hook)
     }

@@ -751,3 +751,189 @@ fn live_subscriptions_counts_live_lists_across_a_relation() {
     assert_eq!(db.live_subscriptions(), 0, "none is live after close");
     drop(c);
 }
+
+/// Every batch a sink got, each as its deliveries (id, update) unpacked.
+struct Batches(Arc<Mutex<Vec<Vec<(u64, IncludingUpdate)>>>>);
+impl keel_ffi::BatchListener for Batches {
+    fn on_batch(&self, b: keel_ffi::DeliveryBatch) -> Result<(), CallbackError> {
+        let got = unpack(&b.bytes);
+        assert_eq!(got.len() as u32, b.count);
+        self.0.lock().unwrap().push(got);
+        Ok(())
+    }
+}
+
+/// A reader over a packed buffer.
+struct Cursor<'a>(&'a [u8], usize);
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> &[u8] {
+        let s = &self.0[self.1..self.1 + n];
+        self.1 += n;
+        s
+    }
+    fn u32(&mut self) -> u64 {
+        u32::from_le_bytes(self.take(4).try_into().unwrap()) as u64
+    }
+    fn u64(&mut self) -> u64 {
+        u64::from_le_bytes(self.take(8).try_into().unwrap())
+    }
+    fn list(&mut self) -> Vec<u64> {
+        let n = self.u32();
+        (0..n).map(|_| self.u32()).collect()
+    }
+    fn object(&mut self) -> keel_ffi::StoredObject {
+        let rowid = self.u64() as i64;
+        let n = self.u32() as usize;
+        keel_ffi::StoredObject {
+            rowid,
+            bytes: self.take(n).to_vec(),
+        }
+    }
+}
+
+/// The packed layout of `batch.rs`, read back.
+fn unpack(b: &[u8]) -> Vec<(u64, IncludingUpdate)> {
+    let mut c = Cursor(b, 0);
+    let mut out = Vec::new();
+    while c.1 < b.len() {
+        let id = c.u64();
+        let len = c.u64() as usize;
+        let end = c.1 + len;
+        let count = c.u32();
+        let removed = c.list();
+        let inserted = c.list();
+        let moves = c.u32();
+        let moved = (0..moves)
+            .map(|_| keel_ffi::Move {
+                from: c.u32(),
+                to: c.u32(),
+            })
+            .collect();
+        let updated = c.list();
+        let rows = c.u32();
+        let changed = (0..rows)
+            .map(|_| {
+                let index = c.u32();
+                let object = c.object();
+                let n = c.u32();
+                let related = (0..n).map(|_| c.object()).collect();
+                keel_ffi::ChangedRow {
+                    index,
+                    row: keel_ffi::IncludedObject { object, related },
+                }
+            })
+            .collect();
+        assert_eq!(c.1, end, "the body is as long as its length says");
+        out.push((
+            id,
+            IncludingUpdate {
+                count,
+                diff: keel_ffi::Diff {
+                    removed,
+                    inserted,
+                    moved,
+                    updated,
+                },
+                changed,
+            },
+        ));
+    }
+    out
+}
+
+#[test]
+fn a_sink_gets_one_batch_per_commit_with_what_each_list_would_get() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open_rel(&dir, "sink.db", fast());
+    insert(
+        &db,
+        &[
+            ("rel.Author", r#"{"id": "ada", "name": "Ada"}"#),
+            ("rel.Author", r#"{"id": "bob", "name": "Bob"}"#),
+            ("rel.Post", r#"{"id": "p1", "author": "ada", "rank": 1}"#),
+            ("rel.Post", r#"{"id": "p2", "author": "bob", "rank": 2}"#),
+            ("rel.Post", r#"{"id": "p3", "author": "ada", "rank": 3}"#),
+        ],
+    );
+    let batches = Arc::new(Mutex::new(Vec::new()));
+    let sink = keel_ffi::deliveries(Box::new(Batches(Arc::clone(&batches))));
+    // Three lists through the sink, and each also through its own listener:
+    // what the sink hands over must be what the listener gets.
+    let window = |lo: i64, hi: i64| {
+        db.query("rel.Post".into())
+            .filter(keel_ffi::Expr::all_of(vec![
+                keel_ffi::Expr::ge("rank".into(), keel_ffi::Value::Integer { v: lo }),
+                keel_ffi::Expr::le("rank".into(), keel_ffi::Value::Integer { v: hi }),
+            ]))
+            .order_by("rank".into(), false)
+    };
+    let windows = [(1, 1), (2, 2), (1, 3)];
+    let mut own = Vec::new();
+    let mut subs = Vec::new();
+    for (i, (lo, hi)) in windows.iter().enumerate() {
+        let id = 100 + i as u64;
+        subs.push(
+            window(*lo, *hi)
+                .subscribe_including_to("author".into(), Arc::clone(&sink), id)
+                .unwrap(),
+        );
+        let u = Arc::new(Mutex::new(Vec::new()));
+        let s = window(*lo, *hi)
+            .subscribe_including("author".into(), Box::new(Updates(Arc::clone(&u))))
+            .unwrap();
+        own.push((u, s));
+    }
+    assert_eq!(db.live_subscriptions(), 6);
+    {
+        // Each first delivery alone, before its subscribe returned.
+        let b = batches.lock().unwrap();
+        let ids: Vec<Vec<u64>> = b.iter().map(|x| x.iter().map(|d| d.0).collect()).collect();
+        assert_eq!(ids, vec![vec![100], vec![101], vec![102]]);
+    }
+    batches.lock().unwrap().clear();
+    // Ada's rename: lists 100 and 102 show her; one batch, before the write
+    // returns.
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada L."}"#)]);
+    {
+        let b = batches.lock().unwrap();
+        assert_eq!(b.len(), 1, "one call for the commit");
+        let ids: Vec<u64> = b[0].iter().map(|d| d.0).collect();
+        assert_eq!(ids, vec![100, 102]);
+        for (id, u) in &b[0] {
+            let mine = own[(*id - 100) as usize].0.lock().unwrap();
+            let last = mine.last().unwrap();
+            assert_eq!(u.diff, last.diff, "list {id}");
+            assert_eq!(
+                u.changed.iter().map(|c| c.index).collect::<Vec<_>>(),
+                last.changed
+            );
+            for c in &u.changed {
+                assert_eq!(c.row, last.objects[c.index as usize], "list {id}");
+            }
+        }
+        assert_eq!(b[0][1].1.diff.updated, vec![0, 2]);
+    }
+    batches.lock().unwrap().clear();
+    // A commit no sink list shows: no call at all.
+    insert(&db, &[("rel.Author", r#"{"id": "cy", "name": "Cy"}"#)]);
+    assert!(batches.lock().unwrap().is_empty());
+    // Cancelled: never delivered again; the others still are.
+    subs[0].cancel();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada K."}"#)]);
+    {
+        let b = batches.lock().unwrap();
+        let ids: Vec<Vec<u64>> = b.iter().map(|x| x.iter().map(|d| d.0).collect()).collect();
+        assert_eq!(ids, vec![vec![102]]);
+    }
+    // The last subscription out leaves no hook behind: a commit calls nothing.
+    for s in &subs {
+        s.cancel();
+    }
+    batches.lock().unwrap().clear();
+    update(&db, &[("rel.Author", r#"{"id": "ada", "name": "Ada J."}"#)]);
+    assert!(batches.lock().unwrap().is_empty());
+    for (_, s) in &own {
+        s.cancel();
+    }
+    assert_eq!(db.live_subscriptions(), 0);
+}

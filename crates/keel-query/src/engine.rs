@@ -38,6 +38,22 @@ use keel_schema::Schema;
 
 pub(crate) type HookFn = dyn Fn(&[Change]) + Send + Sync;
 
+/// Where a change hook runs among the others of a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Place {
+    /// Ahead of every other.
+    First,
+    /// In registration order.
+    Among,
+    /// Behind every other.
+    Last,
+}
+
+/// A registered change hook: its id, the function, whether it follows other
+/// connections' commits, and its [`Place`] (the list is kept sorted by it, so
+/// every walk over it calls the hooks in their places).
+type Hook = (u64, Arc<HookFn>, bool, Place);
+
 /// A value of [`Inner::foreign_seen`] no count of foreign commits reaches: the
 /// next check finds "another connection committed" and reads everything again.
 const NOT_ACTED: u64 = u64::MAX;
@@ -71,9 +87,8 @@ pub(crate) struct Inner {
     pub(crate) schema: Arc<Schema>,
     pub(crate) colls: Vec<Coll>,
     pub(crate) by_name: HashMap<String, usize>,
-    /// Registered change hooks: id, hook, and whether it also follows other
-    /// connections' commits ([`Inner::add_hook`]).
-    hooks: RwLock<Vec<(u64, Arc<HookFn>, bool)>>,
+    /// Registered change hooks ([`Hook`]), sorted by their [`Place`].
+    hooks: RwLock<Vec<Hook>>,
     /// Registered change hooks (their count: `recording` reads it on every write).
     hook_count: AtomicUsize,
     /// How many of them also follow other connections' commits.
@@ -580,27 +595,39 @@ impl Inner {
         }
     }
 
-    /// Register a change hook; `foreign`: it also follows other connections'
-    /// commits ([`Inner::foreign_changes`]). Returns its id for
-    /// [`remove_hook`](Self::remove_hook).
-    pub(crate) fn add_hook(&self, hook: Arc<HookFn>, foreign: bool) -> u64 {
+    /// Register change hooks under one id, each in its [`Place`] (several: all
+    /// in one step, so a commit calls either all of them or none); `foreign`:
+    /// they also follow other connections' commits ([`Inner::foreign_changes`]).
+    /// Returns the id for [`remove_hook`](Self::remove_hook).
+    pub(crate) fn add_hooks(&self, placed: Vec<(Place, Arc<HookFn>)>, foreign: bool) -> u64 {
         let id = self.next_hook.fetch_add(1, Ordering::Relaxed);
         let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.push((id, hook, foreign));
+        for (place, hook) in placed {
+            let at = hooks
+                .iter()
+                .position(|h| h.3 > place)
+                .unwrap_or(hooks.len());
+            hooks.insert(at, (id, hook, foreign, place));
+        }
         self.count_hooks(&hooks);
         id
+    }
+
+    /// Register one change hook among the others ([`Inner::add_hooks`]).
+    pub(crate) fn add_hook(&self, hook: Arc<HookFn>, foreign: bool) -> u64 {
+        self.add_hooks(vec![(Place::Among, hook)], foreign)
     }
 
     /// Remove the change hook `id` (nothing if it is gone already).
     pub(crate) fn remove_hook(&self, id: u64) {
         let mut hooks = self.hooks.write().unwrap_or_else(|p| p.into_inner());
-        hooks.retain(|(h, _, _)| *h != id);
+        hooks.retain(|h| h.0 != id);
         self.count_hooks(&hooks);
     }
 
-    fn count_hooks(&self, hooks: &[(u64, Arc<HookFn>, bool)]) {
+    fn count_hooks(&self, hooks: &[Hook]) {
         self.hook_count.store(hooks.len(), Ordering::Release);
-        let foreign = hooks.iter().filter(|(_, _, f)| *f).count();
+        let foreign = hooks.iter().filter(|h| h.2).count();
         self.foreign_hook_count.store(foreign, Ordering::Release);
         self.watch.demand(Demand::Hooks, foreign > 0);
     }
@@ -612,8 +639,8 @@ impl Inner {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, _, f)| *f || !foreign_only)
-            .map(|(_, h, _)| Arc::clone(h))
+            .filter(|h| h.2 || !foreign_only)
+            .map(|h| Arc::clone(&h.1))
             .collect()
     }
 

@@ -1657,3 +1657,61 @@ fn a_commit_across_two_collections_reaches_both_live_queries() {
     assert_eq!(*authors.lock().unwrap(), [0, 2]);
     assert_eq!(*posts.lock().unwrap(), [0, 1, 2]);
 }
+
+#[test]
+fn hooks_around_file_changes_enclose_the_live_lists_deliveries() {
+    use std::sync::{Arc, Mutex};
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    db.write(|t| {
+        t.insert(&author("ada", "Ada"))?;
+        // `live_list` shows posts with rank >= 0.
+        t.insert(&Post::builder().id("p0").author("ada").rank(1).build())
+    })
+    .wait()
+    .unwrap();
+    // Registered before any list exists, so before the lists' own hook: the
+    // `after` side still runs behind it, the `before` side ahead of it.
+    let seen: Arc<Mutex<Vec<usize>>> = Default::default();
+    let list = Arc::new(Mutex::new(None::<Deliveries>));
+    let count = |l: &Mutex<Option<Deliveries>>| {
+        l.lock()
+            .unwrap()
+            .as_ref()
+            .map_or(0, |g| g.lock().unwrap().len())
+    };
+    let (s1, l1, s2, l2) = (seen.clone(), list.clone(), seen.clone(), list.clone());
+    let around = db.around_file_changes(
+        move |_| s1.lock().unwrap().push(count(&l1)),
+        move |_| s2.lock().unwrap().push(count(&l2)),
+    );
+    for round in 0..2 {
+        let (sub, deliveries) = live_list(&db);
+        *list.lock().unwrap() = Some(deliveries.clone());
+        seen.lock().unwrap().clear();
+        db.write(move |t| t.update(&author("ada", &format!("Ada {round}"))))
+            .wait()
+            .unwrap();
+        assert_eq!(
+            deliveries.lock().unwrap().len(),
+            2,
+            "the rename reached the list"
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            vec![1, 2],
+            "before saw the first delivery only, after the rename's too (round {round})"
+        );
+        // The last list out removes the lists' hook; the next adds it anew.
+        drop(sub);
+    }
+    around.remove();
+    seen.lock().unwrap().clear();
+    db.write(|t| t.update(&author("ada", "Ada again")))
+        .wait()
+        .unwrap();
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "removed: neither side runs"
+    );
+}

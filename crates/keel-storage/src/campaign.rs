@@ -601,12 +601,17 @@ impl Campaign {
             "cargo xtask stress --seed {} --policy {}{}",
             self.cfg.seed,
             self.cfg.policy.name(),
-            if self.key.is_some() {
-                " --encrypted"
-            } else {
-                ""
-            }
+            if self.encrypted() { " --encrypted" } else { "" }
         )
+    }
+
+    /// Whether the sessions open the file encrypted (never without the
+    /// encryption API, which the key needs).
+    fn encrypted(&self) -> bool {
+        #[cfg(feature = "encryption-api")]
+        return self.key.is_some();
+        #[cfg(not(feature = "encryption-api"))]
+        false
     }
 
     fn failure(&mut self, what: String) {

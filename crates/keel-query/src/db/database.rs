@@ -18,7 +18,7 @@ use crate::base::error::{Error, Result};
 use crate::db::catch_up;
 use crate::dictionary::shared;
 use crate::engine;
-use crate::engine::{Inner, Task, WritingGuard};
+use crate::engine::{Inner, Place, Task, WritingGuard};
 use crate::feed::Feed;
 use crate::feed::FeedStats;
 use crate::feed::Seed;
@@ -801,6 +801,35 @@ impl Database {
         ChangeHook {
             db: Arc::downgrade(&self.inner),
             id: self.inner.add_hook(Arc::new(hook), true),
+        }
+    }
+
+    /// Two [`on_file_changes`](Self::on_file_changes) hooks around every other
+    /// change hook of each commit, whenever either was registered: `before`
+    /// runs ahead of them, `after` once they — keel's live lists across a
+    /// relation and live k-NN lists among them — have made their deliveries;
+    /// same commits, threads and changes. They are registered in one step, so
+    /// a commit calls both or neither. For a consumer that gathers those
+    /// deliveries and hands them on together (keel-ffi's batched delivery: one
+    /// foreign call per commit instead of one per list): a delivery made
+    /// between the two on the same thread belongs to the commit `after` ends;
+    /// any other (a list's first, made on the subscribing thread) does not.
+    /// [`ChangeHook::remove`] removes both. Several such pairs keep their
+    /// registration order on both sides.
+    pub fn around_file_changes(
+        &self,
+        before: impl Fn(&[Change]) + Send + Sync + 'static,
+        after: impl Fn(&[Change]) + Send + Sync + 'static,
+    ) -> ChangeHook {
+        ChangeHook {
+            db: Arc::downgrade(&self.inner),
+            id: self.inner.add_hooks(
+                vec![
+                    (Place::First, Arc::new(before)),
+                    (Place::Last, Arc::new(after)),
+                ],
+                true,
+            ),
         }
     }
 
