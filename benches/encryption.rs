@@ -239,7 +239,7 @@ fn object_pass(
     }
     let (mut p, mut e) = ([0.0; 6], [0.0; 6]);
     for (i, phase) in PHASES.iter().enumerate() {
-        if (rep + i) % 2 == 0 {
+        if (rep + i).is_multiple_of(2) {
             p[i] = object_phase(&plain, phase, n, txns, rep);
             e[i] = object_phase(&enc, phase, n, txns, rep);
         } else {
@@ -395,7 +395,7 @@ fn paired(
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let (mut p, mut e, mut r) = (Vec::new(), Vec::new(), Vec::new());
     for rep in 0..reps {
-        let (a, b) = if rep % 2 == 0 {
+        let (a, b) = if rep.is_multiple_of(2) {
             let a = plain();
             (a, enc())
         } else {
@@ -467,7 +467,7 @@ fn spread(v: &[f64]) -> (f64, f64) {
 fn main() {
     let quick = support::flag("--quick");
     let reps = if quick { 3 } else { 11 };
-    let kernel_reps = if quick { 3 } else { 5 };
+    let kernel_reps: usize = if quick { 3 } else { 5 };
     let objects: usize = if quick { 1_000 } else { 10_000 };
     let txns: usize = if quick { 200 } else { 1_000 };
     let rows: i64 = if quick { 2_000 } else { 10_000 };
@@ -517,7 +517,7 @@ fn main() {
             let p = dir.join(format!("kernel-{rep}-{enc}.db"));
             kernel_pass(&p, enc.then_some(&key), rows)
         };
-        let (plain, enc) = if rep % 2 == 0 {
+        let (plain, enc) = if rep.is_multiple_of(2) {
             let p = run(false);
             (p, run(true))
         } else {

@@ -275,7 +275,7 @@ fn main() {
             let ms = load(&d, &objs);
             (d, ms)
         };
-        let ((dp, p), (dv, v)) = if round % 2 == 0 {
+        let ((dp, p), (dv, v)) = if round.is_multiple_of(2) {
             let a = side(false);
             (a, side(true))
         } else {

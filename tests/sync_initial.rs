@@ -183,12 +183,11 @@ fn a_snapshot_cut_off_by_a_restart_resumes_after_its_last_page() {
     let events = handle.events();
     let mut progress: Vec<SnapshotProgress> = Vec::new();
     while !progress.last().is_some_and(|p| p.done) {
-        match events
+        if let SyncEvent::Snapshot(p) = events
             .recv_timeout(PAGE_WAIT)
             .expect("the snapshot goes on")
         {
-            SyncEvent::Snapshot(p) => progress.push(p),
-            _ => {}
+            progress.push(p);
         }
     }
     // It continued: the rows applied before count, and were not sent again.

@@ -167,7 +167,9 @@ fn ensure_numpy() {
     if has("python3") {
         return;
     }
-    eprintln!("xtask bench: vector compares with numpy, which is missing: pip install --user numpy");
+    eprintln!(
+        "xtask bench: vector compares with numpy, which is missing: pip install --user numpy"
+    );
     let installed = std::process::Command::new("python3")
         .args(["-m", "pip", "install", "--quiet", "--user", "numpy"])
         .status()

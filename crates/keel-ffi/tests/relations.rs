@@ -752,8 +752,11 @@ fn live_subscriptions_counts_live_lists_across_a_relation() {
     drop(c);
 }
 
-/// Every batch a sink got, each as its deliveries (id, update) unpacked.
-struct Batches(Arc<Mutex<Vec<Vec<(u64, IncludingUpdate)>>>>);
+/// One batch's deliveries, each (id, update), unpacked.
+type Batch = Vec<(u64, IncludingUpdate)>;
+
+/// Every batch a sink got.
+struct Batches(Arc<Mutex<Vec<Batch>>>);
 impl keel_ffi::BatchListener for Batches {
     fn on_batch(&self, b: keel_ffi::DeliveryBatch) -> Result<(), CallbackError> {
         let got = unpack(&b.bytes);

@@ -1241,7 +1241,7 @@ impl Store {
 
     /// Move this open store to a new key (`Some`), or to plaintext (`None`: an
     /// export for tools without a key), on a `keel-rotate` thread; returns at
-    /// once. The rotation ([`rotate`](crate::rotate)) needs the file to itself,
+    /// once. The rotation ([`rotate`]) needs the file to itself,
     /// so the store first suspends its own connections ([`Store::suspend`]),
     /// then rotates the file, keys its connections with the new key, takes
     /// `to`'s provider as its own and resumes. Meanwhile writes wait in the

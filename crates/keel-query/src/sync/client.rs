@@ -159,6 +159,9 @@ fn pause_point(step: &str) {
 #[cfg(not(feature = "sim"))]
 fn pause_point(_: &str) {}
 
+/// One row of a snapshot page: its fields and its server version.
+type PageRow = (Map<String, Json>, i64);
+
 /// A frame from the relay that cannot be used: its code (`SyncEvent::BadFrame`)
 /// and what was wrong.
 struct BadFrame(&'static str, String);
@@ -743,7 +746,11 @@ impl Session<'_> {
                 }
                 "snapshot" | "snapshot_keys" => {
                     let Some(d) = download.as_mut() else {
-                        return Err(BadFrame::malformed(format!("{} before snapshot_start", frame["type"])).into());
+                        return Err(BadFrame::malformed(format!(
+                            "{} before snapshot_start",
+                            frame["type"]
+                        ))
+                        .into());
                     };
                     let mut frame = frame;
                     let collection = frame["collection"].as_str().unwrap_or("").to_owned();
@@ -763,8 +770,7 @@ impl Session<'_> {
                         self.write(move |txn| apply::keys(txn, &schema, &collection, &keys, mark))?;
                         continue;
                     }
-                    let rows: Vec<(Map<String, Json>, i64)> =
-                        snapshot_rows(&frame, &schema, collections)?;
+                    let rows: Vec<PageRow> = snapshot_rows(&frame, &schema, collections)?;
                     // A page with a cursor advances the resume point, in the
                     // same local transaction as its rows.
                     if frame["after"].is_object() {
@@ -1023,7 +1029,7 @@ fn snapshot_rows(
     frame: &Json,
     schema: &keel_schema::Schema,
     collections: &[String],
-) -> std::result::Result<Vec<(Map<String, Json>, i64)>, BadFrame> {
+) -> std::result::Result<Vec<PageRow>, BadFrame> {
     let collection = frame["collection"]
         .as_str()
         .ok_or_else(|| BadFrame::malformed("a snapshot without a collection"))?;
