@@ -18,6 +18,7 @@
 //! * [`scope`] — which rows a client may see and write;
 //! * [`upload`] — the up path: one batch, one transaction, exactly once;
 //!   `set_apply` applies it in a few statements per batch;
+//! * `op` — an upload operation, parsed and checked, which both apply;
 //! * [`replication`] — the down path's source: the relay's slot, as transactions;
 //! * [`pgoutput`] — the decoder of logical replication messages;
 //! * [`rows`] — rows as clients receive them (JSON);
@@ -34,6 +35,7 @@ pub mod auth;
 pub mod config;
 pub mod ddl;
 pub mod error;
+mod op;
 pub mod pgoutput;
 pub mod pool;
 pub mod protocol;

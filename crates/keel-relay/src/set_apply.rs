@@ -39,10 +39,10 @@ use serde_json::{Map, Value};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Transaction;
 
+use crate::op::{rejection, Kind, Op};
 use crate::protocol::OpResult;
 use crate::scope::{sql_filter, BoundScope};
 use crate::sync_schema::{quote_ident, ConflictRule, SyncCollection};
-use crate::upload::{Kind, Op};
 
 /// A row's state as this batch knows it.
 #[derive(Debug, Clone, Copy)]
@@ -92,7 +92,7 @@ enum Stop {
 
 impl From<tokio_postgres::Error> for Stop {
     fn from(e: tokio_postgres::Error) -> Stop {
-        if crate::upload::rejection(&e).is_some() {
+        if rejection(&e).is_some() {
             Stop::Refuse
         } else {
             Stop::Database(e)

@@ -41,11 +41,11 @@
 //! `jsonb_populate_record`, so the relay never builds SQL from values.
 
 use serde_json::{Map, Value};
-use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
 use crate::error::Error;
+use crate::op::{rejection, Kind, Op};
 use crate::protocol::{OpRefusal, OpResult, RefusalReason};
 use crate::scope::{sql_filter, BoundScope};
 use crate::set_apply;
@@ -79,29 +79,6 @@ pub struct Uploader<'a> {
     /// The client's lowest sequence number it has not had an answer for: every
     /// ledger row below it may go (`None`: keep them).
     pub unacked_from: Option<i64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Insert,
-    Patch,
-    Delete,
-}
-
-/// An operation that passed the schema checks.
-#[derive(Debug)]
-pub(crate) struct Op<'s> {
-    pub(crate) index: usize,
-    pub(crate) seq: i64,
-    pub(crate) kind: Kind,
-    pub(crate) collection: &'s SyncCollection,
-    /// Key columns → values.
-    pub(crate) key: Map<String, Value>,
-    /// Written columns → values (checked and normalised).
-    pub(crate) fields: Map<String, Value>,
-    /// Counter columns → deltas.
-    pub(crate) deltas: Map<String, Value>,
-    pub(crate) base_version: i64,
 }
 
 type Refusal = (RefusalReason, String);
@@ -340,17 +317,6 @@ async fn one_by_one(
     } else {
         Err(refusals)
     })
-}
-
-/// A refused write's message (`SQLSTATE: message`), or `None` for a failure that is
-/// not about the data (a lost connection, a bug).
-pub(crate) fn rejection(e: &tokio_postgres::Error) -> Option<String> {
-    let db = e.as_db_error()?;
-    let code = db.code();
-    let class = &code.code()[..2];
-    // 22 data exception, 23 integrity constraint, P0 raised by a PL/pgSQL function.
-    let refused = matches!(class, "22" | "23" | "P0") || *code == SqlState::INSUFFICIENT_PRIVILEGE;
-    refused.then(|| format!("{}: {}", code.code(), db.message()))
 }
 
 fn parse_op<'s>(schema: &'s SyncSchema, index: usize, value: &Value) -> Result<Op<'s>, Refusal> {
