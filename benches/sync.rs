@@ -453,7 +453,8 @@ fn downstream(dir: &Path, quick: bool) -> Option<Down> {
     .unwrap();
     // On its own: several statements in one batch run as one transaction, and
     // VACUUM refuses to run inside one.
-    rt.block_on(sql.batch_execute("VACUUM ANALYZE posts")).unwrap();
+    rt.block_on(sql.batch_execute("VACUUM ANALYZE posts"))
+        .unwrap();
     let fresh = Database::open(dir.join("initial.db"), schema(true), options()).unwrap();
     let start = Instant::now();
     let handle = fresh.sync(options_for(&relay.ws, "ivy")).unwrap();
