@@ -880,7 +880,7 @@ async def encryption_an_open_database_rotates_and_the_old_key_is_refused(tmp):
     await db.write([WriteOp.INSERT(collection="demo.Post", bytes=post(db, "p1", title="keel-py-rotated"))])
     new, steps = KeyStore(), Steps()
     report = await db.rotate_key(keel.Encryption(key=keel.KeySource.PROVIDER(provider=new), plaintext_header=False), steps)
-    assert report.from_ != report.to and report.to.startswith("salt:"), report
+    assert report._from != report.to and report.to.startswith("salt:"), report
     assert steps.steps[0] == keel.RotateStep.LOCK and steps.steps[-1] == keel.RotateStep.DONE, steps.steps
     assert threading.get_ident() not in steps.threads, "progress on the event loop's thread"
     assert [p for p, _ in new.calls] == [keel.KeyPurpose.CREATE]
