@@ -6,20 +6,9 @@
 
 mod common;
 
-use common::{Fixture, WsClient};
+use common::{post, Fixture, WsClient};
 use keel_relay::protocol::parse_lsn;
 use serde_json::{json, Value};
-
-async fn post(f: &Fixture, id: &str) -> Option<(String, Option<String>, i64, bool, i64, i64)> {
-    f.sql
-        .query_opt(
-            "SELECT owner, title, likes, pinned, keel_version, keel_created FROM posts WHERE id = $1",
-            &[&id],
-        )
-        .await
-        .unwrap()
-        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
-}
 
 async fn count(f: &Fixture, table: &str) -> i64 {
     f.sql

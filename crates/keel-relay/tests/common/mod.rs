@@ -235,3 +235,16 @@ impl WsClient {
         self.recv().await
     }
 }
+
+/// Post `id` as PostgreSQL holds it: owner, title, likes, pinned, version and
+/// created version (`None`: no such row).
+pub async fn post(f: &Fixture, id: &str) -> Option<(String, Option<String>, i64, bool, i64, i64)> {
+    f.sql
+        .query_opt(
+            "SELECT owner, title, likes, pinned, keel_version, keel_created FROM posts WHERE id = $1",
+            &[&id],
+        )
+        .await
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5)))
+}
