@@ -678,9 +678,7 @@ impl Campaign {
         let c = rusqlite::Connection::open(&self.path).map_err(|e| e.to_string())?;
         #[cfg(feature = "encryption-api")]
         if let Some(key) = &self.key {
-            let pragma =
-                zeroize::Zeroizing::new(format!("PRAGMA key = \"x'{}'\";", key.to_hex().as_str()));
-            c.execute_batch(&pragma).map_err(|e| e.to_string())?;
+            crate::encryption::key_connection(&c, key, false).map_err(|e| e.to_string())?;
         }
         #[cfg(feature = "encryption-api")]
         let small_pages = self.key.is_none();

@@ -430,6 +430,42 @@ mod enabled {
         let _ = conn;
     }
 
+    /// Wait until SQLCipher has finished starting, in this process, before a
+    /// connection is keyed.
+    ///
+    /// SQLite marks itself initialized before it runs SQLCipher's part of its
+    /// initialization (`SQLITE_EXTRA_INIT`), and runs that part outside its own
+    /// lock. A thread that opens a connection in that window is told SQLite is
+    /// ready, and its `PRAGMA key` fails with SQLCipher's generic key error,
+    /// while the first thread is still setting SQLCipher up. SQLCipher's start
+    /// is idempotent and takes its own lock for the whole of its work, so calling
+    /// it here either does the work or waits for the thread doing it.
+    #[allow(unsafe_code)]
+    fn sqlcipher_started() -> rusqlite::Result<()> {
+        extern "C" {
+            // Built into every bundled SQLCipher: libsqlite3-sys compiles it
+            // with `-DSQLITE_EXTRA_INIT=sqlcipher_extra_init`.
+            fn sqlcipher_extra_init(arg: *const std::ffi::c_char) -> std::ffi::c_int;
+        }
+        // SAFETY: `sqlite3_initialize` may be called at any time from any thread;
+        // SQLCipher's start takes SQLite's main static mutex (which exists once
+        // `sqlite3_initialize` has succeeded), returns at once when it already
+        // ran, and ignores its argument.
+        let rc = unsafe {
+            match rusqlite::ffi::sqlite3_initialize() {
+                rusqlite::ffi::SQLITE_OK => sqlcipher_extra_init(std::ptr::null()),
+                rc => rc,
+            }
+        };
+        if rc == rusqlite::ffi::SQLITE_OK {
+            return Ok(());
+        }
+        Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rc),
+            Some("SQLCipher could not start (its crypto provider or memory)".into()),
+        ))
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
@@ -514,6 +550,7 @@ mod enabled {
 
         /// Key `conn`: the first statements on every connection, before any read.
         pub(crate) fn apply(&self, conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+            sqlcipher_started()?;
             quiet_sqlcipher_log(conn);
             let mut sql = Zeroizing::new(String::with_capacity(160));
             sql.push_str("PRAGMA key = \"x'");
