@@ -1035,6 +1035,15 @@ fun registerTypedTests() {
         val renamePlain = rel.getValue("rename_plain_ms")
         val renameLive = rel.getValue("rename_live1000_ms")
         val renameDeliveries = rel.getValue("rename_deliveries")
+        val renamePerList = rel.getValue("rename_live1000_per_list_ms")
+        // The core's figure for the same rename with the same lists (benches/relations.rs
+        // `live_rename_ms`: Rust listeners, a write transaction), from the last
+        // `cargo xtask bench relations` run next to this output: another process, run
+        // at another moment. Null when that run is missing.
+        val coreRename = System.getenv("KEEL_BENCH_OUT")?.let { File(it).parentFile?.resolve("relations.json") }
+            ?.takeIf { it.exists() }?.readText()
+            ?.let { Regex("\"live_rename_ms\"\\s*:\\s*([0-9.eE+-]+)").find(it)?.groupValues?.get(1)?.toDoubleOrNull() }
+        val coreRatio = coreRename?.let { renameLive / it }
         val wCallback = median(viaCallback)
         val wOps = median(viaOps)
         val wLive = median(withLive)
@@ -1045,7 +1054,8 @@ fun registerTypedTests() {
         println("    fetch all typed ${"%.1f".format(fetchTyped)} ms vs bytes ${"%.1f".format(fetchBytes)} ms: ratio ${"%.2f".format(fetchRatio)} (goal <= 1.5)")
         println("    1-object write: transaction callback ${"%.3f".format(wCallback)} ms vs recorded ops ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(callbackRatio)} (goal <= 1.3)")
         println("    1-object write with 1,000 live queries open ${"%.3f".format(wLive)} ms vs none ${"%.3f".format(wOps)} ms: ratio ${"%.2f".format(liveRatio)}")
-        println("    author rename with 1,000 live lists across the relation open ${"%.3f".format(renameLive)} ms ($renameDeliveries deliveries) vs none ${"%.3f".format(renamePlain)} ms")
+        println("    author rename with 1,000 live lists across the relation open ${"%.3f".format(renameLive)} ms batched, ${"%.3f".format(renamePerList)} ms with a listener per list ($renameDeliveries deliveries) vs none ${"%.3f".format(renamePlain)} ms")
+        println("    ... vs the core's live_rename_ms " + (coreRename?.let { "${"%.3f".format(it)} ms (target/keel-bench/relations.json): ratio ${"%.2f".format(coreRatio)} (goal <= 2)" } ?: "(no target/keel-bench/relations.json: run `cargo xtask bench relations` first)"))
         System.getenv("KEEL_BENCH_OUT")?.let { out ->
             val f = File(out)
             f.parentFile?.mkdirs()
@@ -1061,9 +1071,11 @@ fun registerTypedTests() {
                 |   "insert_typed_ms": $insTyped, "insert_bytes_ms": $insBytes, "fetch_typed_ms": $fetchTyped, "fetch_bytes_ms": $fetchBytes, "posts": $n, "runs": $runs, "load_average_1m": $load, "cores": $cores,
                 |   "writes": $writes, "write_callback_ms": $wCallback, "write_ops_ms": $wOps, "write_callback_ratio": $callbackRatio,
                 |   "write_live1000_ms": $wLive, "write_live1000_ratio": $liveRatio,
-                |   "rename_plain_ms": $renamePlain, "rename_live1000_ms": $renameLive, "rename_live1000_ratio": ${renameLive / renamePlain}, "rename_deliveries": $renameDeliveries},
+                |   "rename_plain_ms": $renamePlain, "rename_live1000_ms": $renameLive, "rename_live1000_ratio": ${renameLive / renamePlain}, "rename_deliveries": $renameDeliveries,
+                |   "rename_live1000_per_list_ms": $renamePerList${coreRename?.let { ", \"core_live_rename_ms\": $it, \"rename_vs_core_ratio\": $coreRatio" } ?: ""}},
                 | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes",
-                |   "write_callback_ratio": "1-object write: txn callback vs recorded ops", "write_live1000_ratio": "1-object write: 1,000 live queries vs none"},
+                |   "write_callback_ratio": "1-object write: txn callback vs recorded ops", "write_live1000_ratio": "1-object write: 1,000 live queries vs none",
+                |   "rename_vs_core_ratio": "author rename, 1,000 live lists: Kotlin (batched) vs the core"},
                 | "notes": {"insert_typed_ratio": "time of db.write { insertAll(posts) } / db.write(pre-built WriteOps)",
                 |   "fetch_typed_ratio": "time of db.fetch(Post).all() / db.query(\"blog.Post\").all()",
                 |   "insert_typed_ms": "typed insert of all posts in one transaction (ms)", "insert_bytes_ms": "the same with bytes encoded beforehand (ms)",
@@ -1077,7 +1089,10 @@ fun registerTypedTests() {
                 |   "write_live1000_ms": "write(ops) of one object with 1,000 live queries open (10 of them affected), writer-side: until it returns (ms)",
                 |   "write_live1000_ratio": "one-object write with 1,000 live queries open / with none",
                 |   "rename_plain_ms": "write(ops) renaming one of 100 authors of 1,000 posts, no live list open (ms, until it returns)",
-                |   "rename_live1000_ms": "the same rename with 1,000 live lists across the relation open (posts in a window of 10 ranks with their authors; the core's figure is benches/relations.rs live_rename_ms)",
+                |   "rename_live1000_ms": "the same rename with 1,000 live lists across the relation open (posts in a window of 10 ranks with their authors), delivered through the layer's batched sink as including(…).updates() is: one JNA call per commit",
+                |   "rename_live1000_per_list_ms": "the same with a listener per list (subscribeIncluding): one JNA call per affected list",
+                |   "core_live_rename_ms": "benches/relations.rs live_rename_ms, the core's rename with the same 1,000 lists (Rust listeners, a write transaction), read from target/keel-bench/relations.json: another process, the last `cargo xtask bench relations` run",
+                |   "rename_vs_core_ratio": "rename_live1000_ms / core_live_rename_ms (goal <= 2); it includes Kotlin's own write(ops) round trip (rename_plain_ms)",
                 |   "rename_live1000_ratio": "rename with 1,000 live lists open / with none",
                 |   "rename_deliveries": "lists each rename delivered to (those showing the author)"}}
                 |""".trimMargin()

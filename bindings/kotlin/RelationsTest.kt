@@ -5,6 +5,7 @@
 // keeps the posts whose author matches, and the live form delivers a
 // row-level `updated` diff when only an author is renamed. Real database files.
 
+import dev.keel.KeelDeliveries
 import dev.keel.applyTo
 import dev.keel.fetch
 import dev.keel.including
@@ -276,10 +277,12 @@ fun registerRelationsTests() {
 /**
  * The rename of `benches/relations.rs` through the FFI: 1,000 posts naming 100
  * authors, 1,000 live lists across the relation (posts in a window of 10 ranks,
- * with their authors; listeners that only take the delivery, as a collector's
+ * with their authors; handlers that only take the delivery, as a collector's
  * buffer does), an author renamed with `write(ops)`, timed until it returns
- * (every affected list has its delivery by then). Against the same rename with
- * no list open. Medians over [renames] renames each.
+ * (every affected list has its delivery by then). The lists first through the
+ * layer's batched sink (what `including(…).updates()` uses: one call from keel
+ * per commit), then with a listener each (one call per affected list); against
+ * the same rename with no list open. Medians over [renames] renames each.
  */
 suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     val db = relDb(dir, "rename-bench.db")
@@ -299,25 +302,40 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     fun median(xs: List<Double>) = xs.sorted().let { if (it.size % 2 == 1) it[it.size / 2] else (it[it.size / 2 - 1] + it[it.size / 2]) / 2 }
     repeat(20) { rename() } // warm-up: JIT, statement caches
     val plain = (0 until renames).map { rename() }
-    val deliveries = java.util.concurrent.atomic.AtomicLong()
-    val listener = object : IncludingListener {
-        override fun onUpdate(update: IncludingUpdate) { deliveries.incrementAndGet() }
-    }
-    val subs = (0 until 1_000).map { k ->
+    val window = { k: Int ->
         val lo = k % 990
         db.fetch(Post).where((Post.rank ge lo) and (Post.rank lt lo + 10)).orderBy(Post.rank.asc()).query
-            .subscribeIncluding("author", listener)
     }
+    // The lists as `including(…).updates()` subscribes them: through the
+    // layer's sink, one call from keel per commit; handlers that only take
+    // the delivery, as the Flow's channel does.
+    val deliveries = java.util.concurrent.atomic.AtomicLong()
+    val ids = (0 until 1_000).map { KeelDeliveries.register { deliveries.incrementAndGet() } }
+    val batched = ids.mapIndexed { k, id -> window(k).subscribeIncludingTo("author", KeelDeliveries.sink, id.toULong()) }
     check(db.liveSubscriptions() == 1_000uL) { "${db.liveSubscriptions()} live subscriptions" }
     repeat(20) { rename() }
     val before = deliveries.get()
     val live = (0 until renames).map { rename() }
     val perRename = (deliveries.get() - before).toDouble() / renames
+    batched.forEach { it.cancel() }
+    ids.forEach { KeelDeliveries.unregister(it) }
+    // The same lists with a listener each: one JNA call per affected list.
+    val perList = java.util.concurrent.atomic.AtomicLong()
+    val listener = object : IncludingListener {
+        override fun onUpdate(update: IncludingUpdate) { perList.incrementAndGet() }
+    }
+    val subs = (0 until 1_000).map { k -> window(k).subscribeIncluding("author", listener) }
+    check(db.liveSubscriptions() == 1_000uL) { "${db.liveSubscriptions()} live subscriptions" }
+    repeat(20) { rename() }
+    val perListBefore = perList.get()
+    val livePerList = (0 until renames).map { rename() }
+    check((perList.get() - perListBefore).toDouble() / renames == perRename) { "both paths deliver to the same lists" }
     subs.forEach { it.cancel() }
     db.closeAsync()
     return mapOf(
         "rename_plain_ms" to median(plain),
         "rename_live1000_ms" to median(live),
+        "rename_live1000_per_list_ms" to median(livePerList),
         "rename_deliveries" to perRename,
     )
 }

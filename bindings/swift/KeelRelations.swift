@@ -210,12 +210,23 @@ public struct KeelIncludingFetch<T: KeelRecord, Row: Sendable>: Sendable {
     public func updates() -> KeelUpdates<KeelIncludingChange<Row>> {
         let (fetch, field, decode) = (self, field, decode)
         let shown = KeelShownRows<Row>()
+        // Through the layer's sink: one call from keel per commit for every
+        // list it changes, whatever the number of lists.
         return KeelUpdates(bufferingPolicy: .unbounded, subscribe: { bridge in
-            try fetch.query().subscribeIncluding(field: field, listener: bridge)
+            let id = KeelDeliveries.shared.register(bridge)
+            do {
+                let s = try fetch.query().subscribeIncludingTo(
+                    field: field, deliveries: KeelDeliveries.sink, id: id)
+                return KeelSinkSubscription(s, id)
+            } catch {
+                KeelDeliveries.shared.unregister(id)
+                throw error
+            }
         }, decode: { raw in
-            guard case .including(let u) = raw.event else {
+            guard case .packedIncluding(let bytes) = raw.event else {
                 throw KeelUpdates<KeelIncludingChange<Row>>.unexpected(raw)
             }
+            let u = try KeelDeliveries.unpackIncluding(bytes)
             return KeelIncludingChange(objects: try shown.apply(u, decode), diff: u.diff)
         })
     }
@@ -289,4 +300,145 @@ extension KeelRawBridge: IncludingListener {
         state.delivered()
         continuation.yield(KeelRawEvent(event: .including(update)))
     }
+}
+
+/// The layer's one batched-delivery sink (keel-ffi `batch.rs`): every live list
+/// across a relation (`including(…).updates()`) of every database subscribes to
+/// it under an id of its own, and keel hands over all the deliveries one commit
+/// makes in **one** call — on keel's writer thread after the commit (`keel-feed`
+/// for another process's commits; the subscribing thread for a list's first) —
+/// instead of one call per list. `onBatch` only splits the batch by id and
+/// buffers each span with its list; the consumer unpacks it.
+final class KeelDeliveries: BatchListener, @unchecked Sendable {
+    // SAFETY (of `@unchecked Sendable`): `bridges` and `next` are read and
+    // written under `lock` only.
+    static let shared = KeelDeliveries()
+    /// keel's sink, made on first use.
+    static let sink: Deliveries = deliveries(listener: shared)
+
+    private let lock = NSLock()
+    private var next: UInt64 = 0
+    private var bridges: [UInt64: KeelRawBridge] = [:]
+
+    /// A new id whose deliveries go to `bridge`.
+    func register(_ bridge: KeelRawBridge) -> UInt64 {
+        lock.lock()
+        defer { lock.unlock() }
+        next += 1
+        bridges[next] = bridge
+        return next
+    }
+
+    func unregister(_ id: UInt64) {
+        lock.lock()
+        bridges[id] = nil
+        lock.unlock()
+    }
+
+    func onBatch(batch: DeliveryBatch) throws {
+        let bytes = batch.bytes
+        var spans: [(UInt64, Data)] = []
+        spans.reserveCapacity(Int(batch.count))
+        bytes.withUnsafeBytes { (raw: UnsafeRawBufferPointer) in
+            var at = 0
+            for _ in 0..<batch.count {
+                guard at + 16 <= raw.count else { break }
+                let id = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+                let len = Int(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self)))
+                guard at + 16 + len <= raw.count else { break }
+                let start = bytes.startIndex + at + 16
+                spans.append((id, bytes.subdata(in: start..<(start + len))))
+                at += 16 + len
+            }
+        }
+        for (id, span) in spans {
+            lock.lock()
+            let bridge = bridges[id]
+            lock.unlock()
+            guard let bridge else { continue }
+            bridge.state.delivered()
+            bridge.continuation.yield(KeelRawEvent(event: .packedIncluding(span)))
+        }
+    }
+
+    /// One `including` delivery's span, unpacked (layout: keel-ffi `batch.rs`).
+    static func unpackIncluding(_ data: Data) throws -> IncludingUpdate {
+        let b = [UInt8](data)
+        var at = 0
+        func take(_ n: Int) throws -> ArraySlice<UInt8> {
+            guard n >= 0, at + n <= b.count else {
+                throw KeelError.Internal(message: "a live list's delivery is cut short")
+            }
+            defer { at += n }
+            return b[at..<(at + n)]
+        }
+        func u32() throws -> UInt64 {
+            var v: UInt64 = 0
+            for (k, x) in try take(4).enumerated() { v |= UInt64(x) << (8 * UInt64(k)) }
+            return v
+        }
+        func i64() throws -> Int64 {
+            var v: UInt64 = 0
+            for (k, x) in try take(8).enumerated() { v |= UInt64(x) << (8 * UInt64(k)) }
+            return Int64(bitPattern: v)
+        }
+        func indices() throws -> [UInt64] {
+            let n = try u32()
+            var out: [UInt64] = []
+            out.reserveCapacity(Int(n))
+            for _ in 0..<n { out.append(try u32()) }
+            return out
+        }
+        func object() throws -> StoredObject {
+            let rowid = try i64()
+            let n = Int(try u32())
+            return StoredObject(rowid: rowid, bytes: Data(try take(n)))
+        }
+        let count = try u32()
+        let removed = try indices()
+        let inserted = try indices()
+        var moved: [Move] = []
+        let moves = try u32()
+        for _ in 0..<moves {
+            let from = try u32()
+            moved.append(Move(from: from, to: try u32()))
+        }
+        let updated = try indices()
+        var changed: [ChangedRow] = []
+        let rows = try u32()
+        for _ in 0..<rows {
+            let index = try u32()
+            let o = try object()
+            var related: [StoredObject] = []
+            let n = try u32()
+            for _ in 0..<n { related.append(try object()) }
+            changed.append(ChangedRow(index: index, row: IncludedObject(object: o, related: related)))
+        }
+        return IncludingUpdate(
+            count: count,
+            diff: Diff(removed: removed, inserted: inserted, moved: moved, updated: updated),
+            changed: changed)
+    }
+}
+
+/// A list subscribed through `KeelDeliveries`: cancelling it also drops its id.
+final class KeelSinkSubscription: KeelCancellable, @unchecked Sendable {
+    // SAFETY (of `@unchecked Sendable`): both are immutable; the subscription
+    // is thread-safe.
+    private let subscription: IncludingSubscription
+    private let id: UInt64
+
+    init(_ s: IncludingSubscription, _ id: UInt64) {
+        subscription = s
+        self.id = id
+    }
+
+    func cancel() {
+        subscription.cancel()
+        KeelDeliveries.shared.unregister(id)
+    }
+
+    func isActive() -> Bool { subscription.isActive() }
+
+    func ended() async throws { try await subscription.ended() }
 }

@@ -542,6 +542,9 @@ struct KeelRawEvent: @unchecked Sendable {
         case nearest(NearestUpdate)
         /// A live list across a relation's delivery (KeelRelations.swift).
         case including(IncludingUpdate)
+        /// The same, as its span of a batch from `KeelDeliveries`, unpacked
+        /// by the consumer (KeelRelations.swift).
+        case packedIncluding(Data)
     }
     let event: Event
 }

@@ -204,7 +204,7 @@ private fun <T : Any> typedObject(model: KeelModel<T, *>, key: String, value: Di
 
 /**
  * keel calls Kotlin back on its own native threads: the writer (write bodies,
- * live-query, object, `including` and nearest deliveries), `keel-feed` (other
+ * live-query, object, `including` and nearest deliveries, batches), `keel-feed` (other
  * processes' commits), the open thread (progress, migrations, the key provider),
  * the dictionary's notifier. JNA's default
  * attaches such a thread to the JVM for each call and detaches it after, which
@@ -226,6 +226,7 @@ internal object KeelThreads {
             dev.keel.ffi.uniffiCallbackInterfaceQueryListener.`onUpdate`,
             dev.keel.ffi.uniffiCallbackInterfaceObjectListener.`onEvent`,
             dev.keel.ffi.uniffiCallbackInterfaceIncludingListener.`onUpdate`,
+            dev.keel.ffi.uniffiCallbackInterfaceBatchListener.`onBatch`,
             dev.keel.ffi.uniffiCallbackInterfaceNearestListener.`onUpdate`,
             dev.keel.ffi.uniffiCallbackInterfaceDictionaryListener.`onChange`,
             dev.keel.ffi.uniffiCallbackInterfaceOpenProgressListener.`onProgress`,

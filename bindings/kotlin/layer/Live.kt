@@ -18,7 +18,14 @@
 //     if (!feed.isActive) …                        // collector gone, or the database closed
 package dev.keel
 
+import dev.keel.ffi.BatchListener
+import dev.keel.ffi.ChangedRow
+import dev.keel.ffi.Deliveries
+import dev.keel.ffi.DeliveryBatch
 import dev.keel.ffi.Diff
+import dev.keel.ffi.IncludedObject
+import dev.keel.ffi.Move
+import dev.keel.ffi.StoredObject
 import dev.keel.ffi.IncludingListener
 import dev.keel.ffi.IncludingSubscription
 import dev.keel.ffi.IncludingUpdate
@@ -35,7 +42,11 @@ import kotlinx.coroutines.channels.awaitClose
 import kotlinx.coroutines.flow.Flow
 import kotlinx.coroutines.flow.callbackFlow
 import kotlinx.coroutines.launch
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.atomic.AtomicLong
 
 /**
  * A live [Flow] and the state of its keel subscription. Collect it as any Flow;
@@ -75,14 +86,20 @@ private class SubscriptionHandle(private val s: Subscription) : KeelHandle {
     override suspend fun ended() = s.ended()
 }
 
-private class IncludingHandle(private val s: IncludingSubscription) : KeelHandle {
-    override fun cancel() = s.cancel()
+private class IncludingHandle(private val s: IncludingSubscription, private val id: Long?) : KeelHandle {
+    override fun cancel() {
+        s.cancel()
+        if (id != null) KeelDeliveries.unregister(id)
+    }
     override fun isActive(): Boolean = s.isActive()
     override suspend fun ended() = s.ended()
 }
 
 internal fun Subscription.handle(): KeelHandle = SubscriptionHandle(this)
-internal fun IncludingSubscription.handle(): KeelHandle = IncludingHandle(this)
+internal fun IncludingSubscription.handle(): KeelHandle = IncludingHandle(this, null)
+
+/** The handle of a list delivering through [KeelDeliveries] under [id]. */
+internal fun IncludingSubscription.handle(id: Long): KeelHandle = IncludingHandle(this, id)
 
 /** Shared by a [LiveFlow] and its listener: the current subscription and the delivery count. */
 internal class LiveState {
@@ -105,6 +122,9 @@ internal class KeelBridge(private val state: LiveState, private val sink: (Any) 
     override fun onEvent(event: ObjectEvent) = hand(event)
     override fun onUpdate(update: IncludingUpdate) = hand(update)
     override fun onUpdate(update: NearestUpdate) = hand(update)
+
+    /** A delivery of a list subscribed through [KeelDeliveries]. */
+    fun onPacked(delivery: PackedDelivery) = hand(delivery)
 
     private fun hand(delivery: Any) {
         state.delivered()
@@ -186,4 +206,75 @@ fun <T> Diff.applyTo(list: MutableList<T>, fresh: (Int) -> T) {
     list.clear()
     @Suppress("UNCHECKED_CAST")
     list.addAll(out as List<T>)
+}
+
+/**
+ * One delivery of a list subscribed through [KeelDeliveries]: its span in the
+ * batch keel handed over (keel-ffi `batch.rs` has the layout). Unpacked
+ * downstream, off keel's thread.
+ */
+internal class PackedDelivery(private val bytes: ByteArray, private val offset: Int, private val length: Int) {
+    /** The `including` delivery it packs. */
+    fun includingUpdate(): dev.keel.ffi.IncludingUpdate {
+        val b = ByteBuffer.wrap(bytes, offset, length).slice().order(ByteOrder.LITTLE_ENDIAN)
+        fun u32(): Long = b.int.toLong() and 0xFFFF_FFFFL
+        fun indices(): List<ULong> = List(u32().toInt()) { u32().toULong() }
+        fun obj(): StoredObject {
+            val rowid = b.long
+            val out = ByteArray(u32().toInt())
+            b.get(out)
+            return StoredObject(rowid, out)
+        }
+        val count = u32().toULong()
+        val removed = indices()
+        val inserted = indices()
+        val moved = List(u32().toInt()) { Move(u32().toULong(), u32().toULong()) }
+        val updated = indices()
+        val changed = List(u32().toInt()) {
+            val index = u32().toULong()
+            val o = obj()
+            ChangedRow(index, IncludedObject(o, List(u32().toInt()) { obj() }))
+        }
+        return dev.keel.ffi.IncludingUpdate(count, Diff(removed, inserted, moved, updated), changed)
+    }
+}
+
+/**
+ * The layer's one batched-delivery sink (keel-ffi `batch.rs`): every live list
+ * across a relation (`including(…).updates()`) of every database subscribes to
+ * it under an id of its own, and keel hands over all the deliveries one commit
+ * makes in **one** call — on keel's writer thread after the commit (`keel-feed`
+ * for another process's commits; the subscribing thread for a list's first) —
+ * instead of one call per list. [onBatch] only splits the batch by id and hands
+ * each span to its list's handler; unpacking happens downstream.
+ */
+internal object KeelDeliveries : BatchListener {
+    private val next = AtomicLong()
+    private val lists = ConcurrentHashMap<Long, (PackedDelivery) -> Unit>()
+
+    /** keel's sink, made on first use. */
+    val sink: Deliveries by lazy { dev.keel.ffi.deliveries(this) }
+
+    /** A new id whose deliveries go to [handler] (on keel's thread). */
+    fun register(handler: (PackedDelivery) -> Unit): Long {
+        val id = next.incrementAndGet()
+        lists[id] = handler
+        return id
+    }
+
+    fun unregister(id: Long) {
+        lists.remove(id)
+    }
+
+    override fun onBatch(batch: DeliveryBatch) {
+        val bytes = batch.bytes
+        val b = ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
+        var at = 0
+        repeat(batch.count.toInt()) {
+            val id = b.getLong(at)
+            val len = b.getLong(at + 8).toInt()
+            lists[id]?.invoke(PackedDelivery(bytes, at + 16, len))
+            at += 16 + len
+        }
+    }
 }

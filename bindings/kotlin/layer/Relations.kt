@@ -163,13 +163,24 @@ class Including<O : Any, T : Any, R> internal constructor(
      */
     fun updates(): LiveFlow<IncludingUpdate<O, R>> {
         val state = LiveState()
-        val raw = liveFlow<dev.keel.ffi.IncludingUpdate>(state, { checked().subscribeIncluding(field, it).handle() }) {
-            trySend(it as dev.keel.ffi.IncludingUpdate)
+        // Through the layer's sink: one call from keel per commit for every
+        // list it changes, whatever the number of lists.
+        val raw = liveFlow<PackedDelivery>(state, { bridge ->
+            val id = KeelDeliveries.register(bridge::onPacked)
+            try {
+                checked().subscribeIncludingTo(field, KeelDeliveries.sink, id.toULong()).handle(id)
+            } catch (e: Throwable) {
+                KeelDeliveries.unregister(id)
+                throw e
+            }
+        }) {
+            trySend(it as PackedDelivery)
         }.buffer(Channel.UNLIMITED)
         val lists = flow {
             // One list per collection: this block runs anew for each collector.
             val shown = ArrayList<Pair<O, R>>()
-            raw.collect { u ->
+            raw.collect { packed ->
+                val u = packed.includingUpdate()
                 val rows = u.changed.associateBy { it.index.toInt() }
                 u.diff.applyTo(shown) { i -> decode(rows.getValue(i).row) }
                 emit(IncludingUpdate(shown.toList(), u.diff))
