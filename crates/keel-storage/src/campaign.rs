@@ -68,7 +68,7 @@ use std::time::Duration;
 
 use crate::checkpointer::CheckpointMode;
 #[cfg(feature = "encryption-api")]
-use crate::encryption::{DataKey, KeyError};
+use crate::encryption::{key_connection, DataKey, KeyError};
 use crate::error::Error;
 use crate::options::StoreOptions;
 use crate::paths::wal_path;
@@ -678,7 +678,7 @@ impl Campaign {
         let c = rusqlite::Connection::open(&self.path).map_err(|e| e.to_string())?;
         #[cfg(feature = "encryption-api")]
         if let Some(key) = &self.key {
-            crate::encryption::key_connection(&c, key, false).map_err(|e| e.to_string())?;
+            key_connection(&c, key, false).map_err(|e| e.to_string())?;
         }
         #[cfg(feature = "encryption-api")]
         let small_pages = self.key.is_none();
