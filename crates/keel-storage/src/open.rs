@@ -836,11 +836,14 @@ fn sync_wal_for_barrier(
     wal: &Path,
     op: &'static str,
 ) -> Result<bool> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(wal)
-        .map_err(|e| Error::io(op, wal, e))?;
+    let f = match std::fs::OpenOptions::new().read(true).write(true).open(wal) {
+        Ok(f) => f,
+        // Another process's last connection closed between the size check and
+        // here: SQLite checkpointed the WAL into the file, synced it and removed
+        // the WAL, so nothing is left to make durable.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(op, wal, e)),
+    };
     sync_file(shared, FileKind::Wal, SyncReason::OpenBarrier, &f).map_err(|e| Error::SyncFailed {
         kind: FileKind::Wal,
         reason: SyncReason::OpenBarrier,
