@@ -792,8 +792,13 @@ impl Database {
     /// let c2 = calls.clone();
     /// let _hook = a.on_file_changes(move |_| { c2.fetch_add(1, Ordering::SeqCst); });
     /// b.write(|t| t.insert(&Post::builder().id("x").build())).wait()?; // another handle
-    /// a.fetch::<Post>().count()?; // a notices it at its next read...
-    /// a.write(|_| Ok(())).wait()?; // ...and calls the hook on its writer thread
+    /// // a notices it at its next read, and calls the hook on its writer thread
+    /// // (a's commit waits for that thread, so the hook has run once it returns).
+    /// let noticed = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    /// while calls.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < noticed {
+    ///     a.fetch::<Post>().count()?;
+    ///     a.write(|_| Ok(())).wait()?;
+    /// }
     /// assert!(calls.load(Ordering::SeqCst) >= 1);
     /// # Ok::<(), keel_query::Error>(())
     /// ```
