@@ -774,7 +774,12 @@ impl Database {
     /// * without it: as an empty slice, on the writer thread, once this handle
     ///   notices that the file changed — at its next read through the
     ///   database, commit, resume or [`catch_up`](Self::catch_up), the moments
-    ///   live queries follow other processes.
+    ///   live queries follow other processes; and, while this hook or a live
+    ///   query is registered, when the file watch (`keel-watch`) sees another
+    ///   connection write the file. A commit is noticed once: when the watch
+    ///   noticed it first, the hook runs with the re-read the watch queues to
+    ///   the writer thread, which may come after a read or commit made
+    ///   meanwhile.
     ///
     /// An empty slice always means "something committed whose changes are
     /// unknown: read again".
