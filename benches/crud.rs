@@ -667,14 +667,14 @@ fn measured(mut f: impl FnMut()) {
     region(&mut f)
 }
 
-/// `crud --count keel|raw insert|fetch|get|update N`: one operation of the
+/// `crud --count keel|raw insert|fetch|get|update|txn N`: one operation of the
 /// benchmark over N objects, alone, for an instruction counter (see
 /// [`measured_region`]): instruction counts do not depend on the machine's
 /// load, so they show where keel's time goes against raw rusqlite's on a
 /// machine too busy for a calm timing.
 fn count_one(args: &[String]) {
     let [side, op, n] = args else {
-        panic!("usage: --count keel|raw insert|fetch|get|update N");
+        panic!("usage: --count keel|raw insert|fetch|get|update|txn N");
     };
     let n: usize = n.parse().expect("N");
     let dir = tempfile::tempdir().unwrap();
@@ -690,7 +690,11 @@ fn count_one(args: &[String]) {
             }
             // Warm: the statements are prepared, a reader is open.
             db.get::<Doc>(&keys[0]).unwrap();
-            let mut d = Some(if op == "update" { changed } else { base });
+            let mut d = Some(if op == "update" || op == "txn" {
+                changed
+            } else {
+                base
+            });
             // The objects go back out of the write and are freed after the
             // region, as raw's borrowed ones are.
             let mut back = None;
@@ -719,6 +723,7 @@ fn count_one(args: &[String]) {
                         .unwrap(),
                     );
                 }
+                "txn" => keel_update_each(&db, d.take().unwrap()),
                 "fetch" => {
                     let rows = db
                         .fetch::<Doc>()
@@ -756,6 +761,7 @@ fn count_one(args: &[String]) {
                     raw.update_each(&changed);
                     raw.conn.execute_batch("COMMIT").unwrap();
                 }
+                "txn" => raw.update_each(&changed),
                 "fetch" => {
                     let mut st = raw
                         .conn

@@ -193,12 +193,10 @@ impl Inner {
     /// this costs one `PRAGMA schema_version` per write closure; only a changed
     /// cookie (another process's DDL, or this process's own index builds) makes
     /// it compare the columns and the index signatures again.
-    pub(crate) fn check_layout(&self, conn: &rusqlite::Connection, op: &'static str) -> Result<()> {
+    pub(crate) fn check_layout(&self, w: &WriteTxn<'_>, op: &'static str) -> Result<()> {
         let err = |e| Error::sqlite("check the file's layout", "sqlite_schema", e);
-        let cookie: i64 = conn
-            .prepare_cached("PRAGMA schema_version")
-            .and_then(|mut st| st.query_row([], |r| r.get(0)))
-            .map_err(err)?;
+        let cookie = w.schema_version().map_err(err)?;
+        let conn: &rusqlite::Connection = w;
         if cookie == self.layout_cookie.load(Ordering::Acquire) {
             return Ok(());
         }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use rusqlite::{Connection, OpenFlags};
 
+use crate::control::{Control, Controls, Probe};
 use crate::error::{Error, Result};
 use crate::options::ConnectionInit;
 use crate::policy::{set_reason, SyncPolicies, SyncPolicy, SyncReason};
@@ -20,6 +21,9 @@ use crate::vfs::VfsRegistration;
 /// `synchronous` is the checkpoint policy's (the writer's is the commit policy's,
 /// which may be `OFF`).
 pub(crate) struct KConn {
+    /// The writer's prepared transaction-control statements (`None` on other
+    /// connections); finalized before `conn` closes.
+    pub(crate) controls: Option<Controls>,
     pub(crate) conn: Connection,
     _vfs: Arc<VfsRegistration>,
     /// Puts the thread's sync reason back once `conn` has closed (dropped last).
@@ -37,6 +41,25 @@ impl Drop for RestoreReason {
 }
 
 impl KConn {
+    /// Run `control`: its prepared statement if there is one, else parsed now.
+    pub(crate) fn control(&self, control: Control) -> rusqlite::Result<()> {
+        match &self.controls {
+            Some(c) => c.exec(control),
+            None => self.conn.execute_batch(control.text()),
+        }
+    }
+
+    /// Read `probe`: through its prepared statement if there is one.
+    pub(crate) fn probe(&self, probe: Probe) -> rusqlite::Result<i64> {
+        match &self.controls {
+            Some(c) => c.read(probe),
+            None => self
+                .conn
+                .prepare_cached(probe.text())
+                .and_then(|mut st| st.query_row([], |r| r.get(0))),
+        }
+    }
+
     /// The store's sync policies.
     pub(crate) fn policies(&self) -> &SyncPolicies {
         &self._vfs.shared().policies
@@ -127,6 +150,7 @@ pub(crate) fn open_conn(
     ))
     .map_err(|e| Error::sqlite("set fullfsync", path, e))?;
     Ok(KConn {
+        controls: None,
         conn,
         _vfs: Arc::clone(vfs),
         restore: RestoreReason(None),

@@ -59,6 +59,7 @@
 pub mod campaign;
 mod checkpointer;
 mod conn;
+mod control;
 mod durable;
 pub mod encryption;
 mod error;

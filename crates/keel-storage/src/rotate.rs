@@ -42,10 +42,13 @@
 //! keep a handle that was suspended across a rotation from writing into the old
 //! file, which after the rename no name reaches (its writes would be lost):
 //!
-//! * keel's writer checks, inside every write transaction, after taking the write
-//!   lock, that the database's name still names the file it opened and that no
-//!   rotation journal exists; otherwise the write fails with [`Error::Rotated`] and
-//!   nothing is written. The app closes the store and opens it again with the new
+//! * keel's writer checks, inside the first write transaction of each connection it
+//!   opens (after a suspend too), after taking the write lock, that the database's
+//!   name still names the file it opened and that no rotation journal exists;
+//!   otherwise the write fails with [`Error::Rotated`] and nothing is written. Once
+//!   per connection is enough: an open WAL connection holds a shared lock on the
+//!   database file until it closes, which the rotation's exclusive lock needs, so
+//!   no rotation can start while the checked connection lives. The app closes the store and opens it again with the new
 //!   key. (Its readers, reopening by name after a resume, meet the new file and
 //!   fail to decrypt it with the old key.)
 //! * after the rename, the rotation posts the cross-process commit signal
@@ -432,7 +435,7 @@ fn old_file_unchanged(db: &Path, old: &FileStamp) -> bool {
     wal_empty && FileStamp::of(db).is_ok_and(|now| now == *old)
 }
 
-/// What a store's writer checks in every write transaction (see the module docs):
+/// What a store's writer checks in the first write transaction of each connection (see the module docs):
 /// the database's name still names the file the store opened, and no rotation
 /// journal sits beside it. Shared by the store, its writer and the writer's
 /// reopen; a rotation of the open store (or its adoption of a file another

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::checkpointer::{checkpoint_on_writer, CkptMsg, CkptSignal};
 use crate::conn::{KConn, Reopen};
+use crate::control::{Control, Controls, Probe};
 use crate::error::{Error, PathScope, Result};
 use crate::identity::bump_epoch;
 use crate::oneshot;
@@ -47,7 +48,7 @@ type Callback = Box<dyn FnOnce() + Send>;
 /// # Ok::<(), keel_storage::Error>(())
 /// ```
 pub struct WriteTxn<'a> {
-    conn: &'a rusqlite::Connection,
+    conn: &'a KConn,
     path: &'a Path,
     callbacks: Vec<Callback>,
     rows: &'a RowHook,
@@ -118,12 +119,32 @@ impl WriteTxn<'_> {
             last_rowid: self.rows.rowid.load(Ordering::Relaxed),
         }
     }
+
+    /// The file's schema cookie, `PRAGMA schema_version`, which SQLite bumps on
+    /// every change of the schema: read through a statement the writer keeps
+    /// prepared, as every write closure that checks the file's layout asks.
+    ///
+    /// ```
+    /// # use keel_storage::{Error, Store, StoreOptions};
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// # let store = Store::open(dir.path().join("c.db"), StoreOptions::default())?;
+    /// store.write_blocking(|t| {
+    ///     let before = t.schema_version()?;
+    ///     t.execute_batch("CREATE TABLE kv(k, v)")?;
+    ///     assert!(t.schema_version()? > before);
+    ///     Ok::<_, Error>(())
+    /// })?;
+    /// # Ok::<(), keel_storage::Error>(())
+    /// ```
+    pub fn schema_version(&self) -> rusqlite::Result<i64> {
+        self.conn.probe(Probe::SchemaVersion)
+    }
 }
 
 impl std::ops::Deref for WriteTxn<'_> {
     type Target = rusqlite::Connection;
     fn deref(&self) -> &rusqlite::Connection {
-        self.conn
+        &self.conn.conn
     }
 }
 
@@ -400,6 +421,12 @@ pub(crate) struct WriterShared {
     foreign: AtomicU64,
     /// Refuses a write into a file a key rotation replaced (rotate.rs).
     guard: Arc<FileGuard>,
+    /// The writer connection passed `guard`'s check under its write lock. Once
+    /// is enough per connection: an open WAL connection keeps a shared lock on
+    /// the database file until it closes, and a rotation needs the file
+    /// exclusively, so none can replace it meanwhile. Cleared for each new
+    /// connection (`install`): one opened after a suspend may meet a rotated file.
+    guard_passed: AtomicBool,
     /// Set by the store: starts, on another thread, the suspend and resume by
     /// which the store adopts a file another process rotated (store.rs).
     on_replaced: Mutex<Option<Arc<dyn Fn() -> bool + Send + Sync>>>,
@@ -494,6 +521,7 @@ impl WriterShared {
             data_version: AtomicI64::new(NO_VERSION),
             foreign: AtomicU64::new(0),
             guard,
+            guard_passed: AtomicBool::new(false),
             on_replaced: Mutex::new(None),
             adopting: AtomicBool::new(false),
         }
@@ -541,7 +569,7 @@ impl WriterShared {
         }
     }
 
-    /// The guard every write transaction checks (rotate.rs).
+    /// The guard the first write transaction of each connection checks (rotate.rs).
     #[cfg_attr(not(feature = "encryption-api"), allow(dead_code))]
     pub(crate) fn guard(&self) -> &FileGuard {
         &self.guard
@@ -555,10 +583,8 @@ impl WriterShared {
     /// checkpoint that resets the WAL also changes it: a spurious count, which
     /// costs a re-read, never a missed commit.) One cached statement, no I/O
     /// beyond the shared-memory header SQLite reads anyway.
-    fn check_data_version(&self, conn: &rusqlite::Connection) {
-        let v = conn
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)));
+    fn check_data_version(&self, conn: &KConn) {
+        let v = conn.probe(Probe::DataVersion);
         match v {
             Ok(v) => {
                 let prev = self.data_version.swap(v, Ordering::AcqRel);
@@ -577,7 +603,7 @@ impl WriterShared {
         if probe {
             if let Ok(g) = self.conn.try_lock() {
                 if let Some(c) = g.as_ref() {
-                    self.check_data_version(&c.conn);
+                    self.check_data_version(c);
                 }
             }
         }
@@ -717,7 +743,7 @@ impl WriterShared {
             let _path = PathScope::enter(&self.path);
             let _reason = ReasonScope::enter(SyncReason::Commit);
             let _mark = InlineMark::enter(self);
-            run_group(&c.conn, &self.path, vec![job], self)
+            run_group(c, &self.path, vec![job], self)
         };
         let wake_ckpt = self.committed();
         self.inline_groups.fetch_add(1, Ordering::SeqCst);
@@ -763,13 +789,6 @@ impl WriterCtx {
     }
 }
 
-/// Run one of the writer's own transaction-control statements. Never through the
-/// statement cache: a closure calling `prepare_cached("COMMIT")` would otherwise get
-/// the writer's already-authorized statement back and end the group's transaction.
-fn exec(conn: &rusqlite::Connection, sql: &str) -> rusqlite::Result<()> {
-    conn.execute_batch(sql)
-}
-
 /// The longest the writer waits for blocking callers to join a group (see
 /// [`WriterShared::enter_blocking`]); below that, as long as the last COMMIT took.
 const MAX_GATHER_NS: u64 = 2_000_000;
@@ -811,11 +830,8 @@ fn sqlite_abort(msg: &str) -> rusqlite::Error {
     )
 }
 
-pub(crate) fn incremental_vacuum(
-    conn: &rusqlite::Connection,
-    path: &Path,
-    pages: u32,
-) -> Result<u64> {
+pub(crate) fn incremental_vacuum(c: &KConn, path: &Path, pages: u32) -> Result<u64> {
+    let conn = &c.conn;
     let before: i64 = conn
         .query_row("PRAGMA freelist_count", [], |r| r.get(0))
         .map_err(|e| Error::sqlite("read freelist_count", path, e))?;
@@ -823,7 +839,7 @@ pub(crate) fn incremental_vacuum(
     // IMMEDIATE transaction: the write lock is taken up front, where the busy
     // timeout applies, not by an upgrade halfway through (another process may write).
     let step = || -> rusqlite::Result<()> {
-        exec(conn, "BEGIN IMMEDIATE")?;
+        c.control(Control::Begin)?;
         let r = (|| {
             let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({pages})"))?;
             let mut rows = stmt.query([])?;
@@ -831,10 +847,10 @@ pub(crate) fn incremental_vacuum(
             Ok(())
         })();
         match r {
-            Ok(()) => exec(conn, "COMMIT"),
+            Ok(()) => c.control(Control::Commit),
             Err(e) => {
                 if !conn.is_autocommit() {
-                    let _ = exec(conn, "ROLLBACK");
+                    let _ = c.control(Control::Rollback);
                 }
                 Err(e)
             }
@@ -853,8 +869,16 @@ fn install(conn: &mut KConn, in_closure: &Arc<AtomicBool>, ctx: &WriterCtx) {
     // A new connection: its data_version starts a new baseline (what changed
     // while there was none, resume's file stamp finds).
     ctx.shared.data_version.store(NO_VERSION, Ordering::Release);
-    ctx.shared.check_data_version(&conn.conn);
+    // A new connection: it may meet a file rotated while there was none.
+    ctx.shared.guard_passed.store(false, Ordering::Release);
+    ctx.shared.check_data_version(conn);
     guard_transaction(&mut conn.conn, Arc::clone(in_closure));
+    // After the authorizer: prepared while it allows them (outside closures).
+    match Controls::prepare(&conn.conn) {
+        Ok(c) => conn.controls = Some(c),
+        // `exec` then parses each statement as it runs.
+        Err(e) => tracing::error!(error = %e, "could not prepare the writer's statements"),
+    }
     let rows = Arc::clone(&ctx.shared.rows);
     let r = conn.conn.update_hook(Some(
         move |_: rusqlite::hooks::Action, _: &str, _: &str, rowid: i64| {
@@ -941,7 +965,7 @@ fn run_batch(
     retried: bool,
 ) -> Option<Vec<Box<dyn Job>>> {
     let done = match connection(&mut g, ctx) {
-        Ok(c) => Some(run_group(&c.conn, &ctx.path, batch, shared)),
+        Ok(c) => Some(run_group(c, &ctx.path, batch, shared)),
         Err(e @ Error::Rotated { .. }) if !retried && shared.adopt() => {
             tracing::info!(error = %e, "the database was rotated by another process; asking its key provider again");
             drop(g);
@@ -988,7 +1012,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
             if let Some(c) = taken {
                 // The last look before the connection goes: a commit of another
                 // process until now is counted, not lost with the baseline.
-                shared.check_data_version(&c.conn);
+                shared.check_data_version(&c);
                 park::release(c);
             }
             ctx.suspension.park(Parker::Writer);
@@ -1032,7 +1056,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
                     }
                     vacuum_checked = true;
                     if let Some(c) = lock(&shared.conn).as_ref() {
-                        background_vacuum(&c.conn, &ctx);
+                        background_vacuum(c, &ctx);
                     }
                     continue;
                 }
@@ -1049,7 +1073,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
             }
             WriterMsg::Vacuum { pages, reply } => {
                 let r = connection(&mut lock(&shared.conn), &ctx)
-                    .and_then(|c| incremental_vacuum(&c.conn, &ctx.path, pages));
+                    .and_then(|c| incremental_vacuum(c, &ctx.path, pages));
                 ctx.committed();
                 let _ = reply.send(r);
             }
@@ -1120,14 +1144,14 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     drop(conn);
 }
 
-fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
-    let free: i64 = match conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)) {
+fn background_vacuum(c: &KConn, ctx: &WriterCtx) {
+    let free: i64 = match c.conn.query_row("PRAGMA freelist_count", [], |r| r.get(0)) {
         Ok(n) => n,
         Err(_) => return,
     };
     if free >= i64::from(ctx.vacuum_min_free_pages) && ctx.vacuum_min_free_pages > 0 {
         let pages = u32::try_from(free.min(4096)).unwrap_or(4096);
-        match incremental_vacuum(conn, &ctx.path, pages) {
+        match incremental_vacuum(c, &ctx.path, pages) {
             Ok(n) => tracing::debug!(pages = n, "background incremental vacuum"),
             Err(e) => tracing::warn!(error = %e, "background incremental vacuum failed"),
         }
@@ -1138,12 +1162,8 @@ fn background_vacuum(conn: &rusqlite::Connection, ctx: &WriterCtx) {
 /// Run one group: BEGIN IMMEDIATE; each job in its own SAVEPOINT (a group of one:
 /// no savepoint, a failure rolls the transaction back); COMMIT; callbacks.
 /// The futures resolve when the returned [`Done`] is resolved (or dropped).
-fn run_group(
-    conn: &rusqlite::Connection,
-    path: &Path,
-    batch: Vec<Box<dyn Job>>,
-    shared: &WriterShared,
-) -> Done {
+fn run_group(c: &KConn, path: &Path, batch: Vec<Box<dyn Job>>, shared: &WriterShared) -> Done {
+    let conn = &c.conn;
     let in_closure = &*shared.in_closure;
     let signal = &*shared.signal;
     let suspension = &*shared.suspension;
@@ -1165,7 +1185,7 @@ fn run_group(
     let solo = batch.len() == 1;
     for mut job in batch {
         if !in_txn {
-            if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+            if let Err(e) = c.control(Control::Begin) {
                 let err = Error::sqlite("begin write transaction", path, e);
                 settled.push((job, Err(err)));
                 continue;
@@ -1173,27 +1193,31 @@ fn run_group(
             in_txn = true;
             // Another process's commits, seen at each local one (in this
             // transaction's snapshot: everything committed before it).
-            shared.check_data_version(conn);
+            shared.check_data_version(c);
             // Under the write lock, so a rotation cannot rename between the check
-            // and the COMMIT (rotate.rs).
-            if let Err(e) = shared.guard.check() {
-                let _ = exec(conn, "ROLLBACK");
-                in_txn = false;
-                settled.push((job, Err(e)));
-                continue;
+            // and the COMMIT (rotate.rs); then not again on this connection
+            // (`guard_passed`): two file-system lookups less per write.
+            if !shared.guard_passed.load(Ordering::Acquire) {
+                if let Err(e) = shared.guard.check() {
+                    let _ = c.control(Control::Rollback);
+                    in_txn = false;
+                    settled.push((job, Err(e)));
+                    continue;
+                }
+                shared.guard_passed.store(true, Ordering::Release);
             }
             // identity.rs: the first write of a new WAL records a new epoch.
             bumped |= signal.take_epoch_bump() && bump_epoch(conn, path);
         }
         if !solo {
-            if let Err(e) = exec(conn, "SAVEPOINT keel_write") {
+            if let Err(e) = c.control(Control::Savepoint) {
                 let err = Error::sqlite("savepoint", path, e);
                 settled.push((job, Err(err)));
                 continue;
             }
         }
         let mut txn = WriteTxn {
-            conn,
+            conn: c,
             path,
             callbacks: Vec::new(),
             rows,
@@ -1229,18 +1253,19 @@ fn run_group(
         if ok && solo {
             committed.push((job, callbacks));
         } else if ok {
-            if let Err(e) = exec(conn, "RELEASE keel_write") {
+            if let Err(e) = c.control(Control::Release) {
                 // The closure reports an error, so its changes must not stay in the
                 // group: roll them back, or (if even that fails) give up the whole
                 // transaction and tell every closure of it.
                 let err = Error::sqlite("release savepoint", path, e);
                 drop(callbacks);
-                let undone = exec(conn, "ROLLBACK TO keel_write")
-                    .and_then(|()| exec(conn, "RELEASE keel_write"))
+                let undone = c
+                    .control(Control::RollbackTo)
+                    .and_then(|()| c.control(Control::Release))
                     .is_ok();
                 if !undone {
                     if !conn.is_autocommit() {
-                        let _ = exec(conn, "ROLLBACK");
+                        let _ = c.control(Control::Rollback);
                     }
                     for (j, _) in committed.drain(..) {
                         settled.push((j, Err(err.clone())));
@@ -1253,7 +1278,7 @@ fn run_group(
             committed.push((job, callbacks));
         } else if solo {
             drop(callbacks);
-            let _ = exec(conn, "ROLLBACK");
+            let _ = c.control(Control::Rollback);
             in_txn = false;
             if std::mem::take(&mut bumped) {
                 signal.arm_epoch_bump(); // rolled back with the closure's changes
@@ -1261,14 +1286,16 @@ fn run_group(
             settled.push((job, Ok(())));
         } else {
             drop(callbacks);
-            let _ = exec(conn, "ROLLBACK TO keel_write");
-            let _ = exec(conn, "RELEASE keel_write");
+            let _ = c.control(Control::RollbackTo);
+            let _ = c.control(Control::Release);
             settled.push((job, Ok(())));
         }
     }
     let commit: Result<()> = if in_txn {
         let t = Instant::now();
-        let r = exec(conn, "COMMIT").map_err(|e| Error::sqlite("commit", path, e));
+        let r = c
+            .control(Control::Commit)
+            .map_err(|e| Error::sqlite("commit", path, e));
         let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
         shared.commit_ns.store(ns, Ordering::Relaxed);
         tracing::debug!(
@@ -1277,7 +1304,7 @@ fn run_group(
             "commit"
         );
         if r.is_err() && !conn.is_autocommit() {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = c.control(Control::Rollback);
         }
         r
     } else {

@@ -212,7 +212,7 @@ impl<'a> Txn<'a> {
     pub(super) fn coll(&self, name: &str, op: &'static str) -> Result<&'a Coll> {
         let c = self.inner.coll(name, op)?;
         if !self.layout_checked.get() {
-            self.inner.check_layout(self.conn, op)?;
+            self.inner.check_layout(self.wt, op)?;
             self.layout_checked.set(true);
         }
         Ok(c)
