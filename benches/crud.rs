@@ -667,14 +667,14 @@ fn measured(mut f: impl FnMut()) {
     region(&mut f)
 }
 
-/// `crud --count keel|raw insert|fetch|get|update|txn N`: one operation of the
+/// `crud --count keel|raw insert|fetch|get|update|txn|conc N`: one operation of the
 /// benchmark over N objects, alone, for an instruction counter (see
 /// [`measured_region`]): instruction counts do not depend on the machine's
 /// load, so they show where keel's time goes against raw rusqlite's on a
 /// machine too busy for a calm timing.
 fn count_one(args: &[String]) {
     let [side, op, n] = args else {
-        panic!("usage: --count keel|raw insert|fetch|get|update|txn N");
+        panic!("usage: --count keel|raw insert|fetch|get|update|txn|conc N");
     };
     let n: usize = n.parse().expect("N");
     let dir = tempfile::tempdir().unwrap();
@@ -724,6 +724,7 @@ fn count_one(args: &[String]) {
                     );
                 }
                 "txn" => keel_update_each(&db, d.take().unwrap()),
+                "conc" => keel_update_each_concurrently(&db, d.take().unwrap()),
                 "fetch" => {
                     let rows = db
                         .fetch::<Doc>()
