@@ -1036,6 +1036,7 @@ fun registerTypedTests() {
         val renameLive = rel.getValue("rename_live1000_ms")
         val renameDeliveries = rel.getValue("rename_deliveries")
         val renamePerList = rel.getValue("rename_live1000_per_list_ms")
+        val renameBare = rel.getValue("rename_live1000_bare_sink_ms")
         // The core's figure for the same rename with the same lists (benches/relations.rs
         // `live_rename_ms`: Rust listeners, a write transaction), from the last
         // `cargo xtask bench relations` run next to this output: another process, run
@@ -1072,7 +1073,7 @@ fun registerTypedTests() {
                 |   "writes": $writes, "write_callback_ms": $wCallback, "write_ops_ms": $wOps, "write_callback_ratio": $callbackRatio,
                 |   "write_live1000_ms": $wLive, "write_live1000_ratio": $liveRatio,
                 |   "rename_plain_ms": $renamePlain, "rename_live1000_ms": $renameLive, "rename_live1000_ratio": ${renameLive / renamePlain}, "rename_deliveries": $renameDeliveries,
-                |   "rename_live1000_per_list_ms": $renamePerList${coreRename?.let { ", \"core_live_rename_ms\": $it, \"rename_vs_core_ratio\": $coreRatio" } ?: ""}},
+                |   "rename_live1000_per_list_ms": $renamePerList, "rename_live1000_bare_sink_ms": $renameBare${coreRename?.let { ", \"core_live_rename_ms\": $it, \"rename_vs_core_ratio\": $coreRatio" } ?: ""}},
                 | "labels": {"insert_typed_ratio": "insert typed vs bytes", "fetch_typed_ratio": "fetch all typed vs bytes",
                 |   "write_callback_ratio": "1-object write: txn callback vs recorded ops", "write_live1000_ratio": "1-object write: 1,000 live queries vs none",
                 |   "rename_vs_core_ratio": "author rename, 1,000 live lists: Kotlin (batched) vs the core"},
@@ -1091,6 +1092,7 @@ fun registerTypedTests() {
                 |   "rename_plain_ms": "write(ops) renaming one of 100 authors of 1,000 posts, no live list open (ms, until it returns)",
                 |   "rename_live1000_ms": "the same rename with 1,000 live lists across the relation open (posts in a window of 10 ranks with their authors), delivered through the layer's batched sink as including(…).updates() is: one JNA call per commit",
                 |   "rename_live1000_per_list_ms": "the same with a listener per list (subscribeIncluding): one JNA call per affected list",
+                |   "rename_live1000_bare_sink_ms": "the same lists through a sink of their own whose listener takes each batch and does nothing: keel and JNA without the layer's dispatch",
                 |   "core_live_rename_ms": "benches/relations.rs live_rename_ms, the core's rename with the same 1,000 lists (Rust listeners, a write transaction), read from target/keel-bench/relations.json: another process, the last `cargo xtask bench relations` run",
                 |   "rename_vs_core_ratio": "rename_live1000_ms / core_live_rename_ms (goal <= 2); it includes Kotlin's own write(ops) round trip (rename_plain_ms)",
                 |   "rename_live1000_ratio": "rename with 1,000 live lists open / with none",
@@ -1109,6 +1111,14 @@ fun main(args: Array<String>) {
     }
     if (args.size == 2 && args[0] == "--first-open") {
         firstOpenChild(args[1]) // AndroidTest.kt: no keel call may come before it
+        return
+    }
+    if (args.size == 2 && args[0] == "--rename-bench") {
+        // The relations rename benchmark alone, with N renames per variant: for a
+        // profiler attached to this JVM (`perf record`), without the rest of the suite.
+        KeelThreads.keepAttached()
+        val dir = Files.createTempDirectory("keel-kt-").toFile()
+        println(runBlocking { relationsRenameBench(dir, args[1].toInt()) })
         return
     }
     // What an app's first call, `Keel.openAsync`, does before the library loads

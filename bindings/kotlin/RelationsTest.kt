@@ -11,7 +11,9 @@ import dev.keel.fetch
 import dev.keel.including
 import dev.keel.whereThrough
 import dev.keel.write
+import dev.keel.ffi.BatchListener
 import dev.keel.ffi.Database
+import dev.keel.ffi.DeliveryBatch
 import dev.keel.ffi.Diff
 import dev.keel.ffi.IncludingListener
 import dev.keel.ffi.IncludingUpdate
@@ -319,6 +321,15 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     val perRename = (deliveries.get() - before).toDouble() / renames
     batched.forEach { it.cancel() }
     ids.forEach { KeelDeliveries.unregister(it) }
+    // The same lists through a sink of their own whose listener takes the batch
+    // and nothing more: what keel and JNA cost, without the layer's dispatch.
+    val bare = dev.keel.ffi.deliveries(object : BatchListener {
+        override fun onBatch(batch: DeliveryBatch) {}
+    })
+    val bareSubs = (0 until 1_000).map { k -> window(k).subscribeIncludingTo("author", bare, k.toULong()) }
+    repeat(20) { rename() }
+    val liveBare = (0 until renames).map { rename() }
+    bareSubs.forEach { it.cancel() }
     // The same lists with a listener each: one JNA call per affected list.
     val perList = java.util.concurrent.atomic.AtomicLong()
     val listener = object : IncludingListener {
@@ -336,6 +347,7 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
         "rename_plain_ms" to median(plain),
         "rename_live1000_ms" to median(live),
         "rename_live1000_per_list_ms" to median(livePerList),
+        "rename_live1000_bare_sink_ms" to median(liveBare),
         "rename_deliveries" to perRename,
     )
 }

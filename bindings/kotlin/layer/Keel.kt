@@ -204,7 +204,8 @@ private fun <T : Any> typedObject(model: KeelModel<T, *>, key: String, value: Di
 
 /**
  * keel calls Kotlin back on its own native threads: the writer (write bodies,
- * live-query, object, `including` and nearest deliveries, batches), `keel-feed` (other
+ * live-query, object, `including` and nearest deliveries, batches, the wake of a
+ * suspended `write`), `keel-feed` (other
  * processes' commits), the open thread (progress, migrations, the key provider),
  * the dictionary's notifier. JNA's default
  * attaches such a thread to the JVM for each call and detaches it after, which
@@ -233,6 +234,8 @@ internal object KeelThreads {
             dev.keel.ffi.uniffiCallbackInterfaceMigrationProgressListener.`onProgress`,
             dev.keel.ffi.uniffiCallbackInterfaceObjectMigration.`migrate`,
             dev.keel.ffi.uniffiCallbackInterfaceKeyProvider.`dataKey`,
+            // The wake of every suspending FFI call (a write's, on the writer thread).
+            dev.keel.ffi.uniffiRustFutureContinuationCallbackImpl,
         )) {
             com.sun.jna.Native.setCallbackThreadInitializer(cb, stay)
         }
