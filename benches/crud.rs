@@ -651,25 +651,9 @@ fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// The operation under an instruction counter: callgrind, started with
-/// `--collect-atstart=no --toggle-collect='*measured_region*'`, counts only
-/// what runs inside it (on the calling thread: keel's writes here run inline,
-/// `write_blocking`, so the whole write is counted).
-#[inline(never)]
-fn measured_region(f: &mut dyn FnMut()) {
-    f()
-}
-
-/// Runs `f` inside [`measured_region`], called through an opaque pointer so
-/// the optimiser cannot inline it away.
-fn measured(mut f: impl FnMut()) {
-    let region: fn(&mut dyn FnMut()) = std::hint::black_box(measured_region);
-    region(&mut f)
-}
-
 /// `crud --count keel|raw insert|fetch|get|update|txn|conc N`: one operation of the
 /// benchmark over N objects, alone, for an instruction counter (see
-/// [`measured_region`]): instruction counts do not depend on the machine's
+/// [`support::measured_region`]): instruction counts do not depend on the machine's
 /// load, so they show where keel's time goes against raw rusqlite's on a
 /// machine too busy for a calm timing.
 fn count_one(args: &[String]) {
@@ -698,7 +682,7 @@ fn count_one(args: &[String]) {
             // The objects go back out of the write and are freed after the
             // region, as raw's borrowed ones are.
             let mut back = None;
-            measured(|| match op.as_str() {
+            support::measured(|| match op.as_str() {
                 "insert" => {
                     let d = d.take().unwrap();
                     back = Some(
@@ -755,7 +739,7 @@ fn count_one(args: &[String]) {
             // Warm, as keel's side (no row yet before an insert).
             let _ = st.query_row([&keys[0]], raw_row);
             drop(st);
-            measured(|| match op.as_str() {
+            support::measured(|| match op.as_str() {
                 "insert" => raw.insert(&base),
                 "update" => {
                     raw.conn.execute_batch("BEGIN").unwrap();

@@ -274,7 +274,69 @@ fn time<T>(n: usize, mut f: impl FnMut() -> T) -> f64 {
     t0.elapsed().as_secs_f64() * 1e3 / n as f64
 }
 
+/// The window of 10 ranks list `i` of the 1,000 live lists shows.
+fn window(i: usize) -> (i32, i32) {
+    let lo = (i % (POSTS - 10)) as i32;
+    (lo, lo + 10)
+}
+
+/// `relations --count plain|live N`: N writes of a post no list shows, with no
+/// list open or with the 1,000 lists of the live scenarios, alone, for an
+/// instruction counter (see [`support::measured_region`]): where the live
+/// lists' cost per unrelated write goes, whatever the machine's load.
+fn count_unshown(args: &[String]) {
+    let [side, n] = args else {
+        panic!("usage: --count plain|live N");
+    };
+    let n: usize = n.parse().expect("N");
+    let dir = tempfile::tempdir().unwrap();
+    let db = keel_db(dir.path());
+    let subs: Vec<_> = match side.as_str() {
+        "plain" => Vec::new(),
+        "live" => (0..1_000)
+            .map(|i| {
+                let (lo, hi) = window(i);
+                db.fetch::<Post>()
+                    .filter(Post::rank().ge(lo) & Post::rank().lt(hi))
+                    .order_by(Post::rank().asc())
+                    .including(Post::author_ref())
+                    .subscribe(|_| {})
+                    .unwrap()
+            })
+            .collect(),
+        other => panic!("unknown side `{other}`"),
+    };
+    let post = |i: usize| {
+        Post::builder()
+            .id("unshown")
+            .title(format!("count {i}"))
+            .author("author-007")
+            .rank(1_000_000)
+            .build()
+    };
+    // Warm: the statements are prepared, the row exists.
+    let first = post(0);
+    db.write_blocking(move |t| t.upsert(&first)).unwrap();
+    let posts: Vec<Post> = (1..=n).map(post).collect();
+    support::measured(|| {
+        for p in posts.iter().cloned() {
+            db.write_blocking(move |t| t.upsert(&p)).unwrap();
+        }
+    });
+    drop(subs);
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(i) = args.iter().position(|a| a == "--count") {
+        let rest: Vec<String> = args[i + 1..]
+            .iter()
+            .take_while(|a| !a.starts_with("--"))
+            .cloned()
+            .collect();
+        count_unshown(&rest);
+        return;
+    }
     let quick = support::flag("--quick");
     let (reps, n) = if quick { (1, 3) } else { (5, 20) };
     let dir = tempfile::tempdir().unwrap();

@@ -163,3 +163,19 @@ pub fn doc_sections(source: &str, headings: &[&str]) -> String {
     }
     out.trim().to_string()
 }
+
+/// The operation under an instruction counter: callgrind, started with
+/// `--collect-atstart=no --toggle-collect='*measured_region*'`, counts only
+/// what runs inside it (on the calling thread: keel's writes run inline with
+/// `write_blocking`, so the whole write is counted).
+#[inline(never)]
+pub fn measured_region(f: &mut dyn FnMut()) {
+    f()
+}
+
+/// Runs `f` inside [`measured_region`], called through an opaque pointer so
+/// the optimiser cannot inline it away.
+pub fn measured(mut f: impl FnMut()) {
+    let region: fn(&mut dyn FnMut()) = std::hint::black_box(measured_region);
+    region(&mut f)
+}
