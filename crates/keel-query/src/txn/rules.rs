@@ -273,7 +273,7 @@ impl<'a> Txn<'a> {
             let target = self.coll(&o.target, op)?;
             for k in keys.into_iter().filter(|k| !k.is_null()) {
                 let key = target.check_key(op, std::slice::from_ref(&k))?;
-                if self.find(target, op, &key)?.is_none() {
+                if !self.exists(target, op, &key)? {
                     return Err(Error::DanglingReference {
                         op,
                         collection: c.name.clone(),

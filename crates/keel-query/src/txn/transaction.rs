@@ -279,6 +279,14 @@ impl<'a> Txn<'a> {
         }
     }
 
+    /// Whether an object with `key` is stored (as this transaction sees it): an
+    /// index probe, no body read (a reference check per written object).
+    pub(super) fn exists(&self, c: &Coll, op: &'static str, key: &[Value]) -> Result<bool> {
+        self.with_kept_stmt(c, op, &c.sql_find_rowid, |st| {
+            st.exists(rusqlite::params_from_iter(key.iter().map(sref)))
+        })
+    }
+
     /// The stored row with `key` (the key is unique: at most one). On a kept
     /// statement: recording writes run it once per object (the old bytes).
     pub(super) fn find(
@@ -439,7 +447,8 @@ impl<'a> Txn<'a> {
             if old.bytes == bytes {
                 return Ok(Ok(old.rowid));
             }
-            self.update_body(c, op, old.rowid, &key, &bytes, origin)?;
+            // Checked above: write it.
+            self.write_body(c, op, old.rowid, &key, &bytes, origin)?;
             self.record(
                 c,
                 ChangeOp::Update,
@@ -493,7 +502,7 @@ impl<'a> Txn<'a> {
     }
 
     /// Replace the bytes (and index columns) of the object with `key` at `rowid`
-    /// (`sql_update`).
+    /// (`sql_update`), once `bytes` pass the column and reference checks.
     fn update_body(
         &self,
         c: &Coll,
@@ -505,6 +514,19 @@ impl<'a> Txn<'a> {
     ) -> Result<()> {
         column::check(c, op, bytes)?;
         self.check_references(c, op, bytes)?;
+        self.write_body(c, op, rowid, key, bytes, origin)
+    }
+
+    /// [`Txn::update_body`] for bytes its caller has checked already.
+    fn write_body(
+        &self,
+        c: &Coll,
+        op: &'static str,
+        rowid: i64,
+        key: &[Value],
+        bytes: &[u8],
+        origin: Origin,
+    ) -> Result<()> {
         self.with_kept_stmt(c, op, &c.sql_update, |st| {
             st.raw_bind_parameter(
                 1,
