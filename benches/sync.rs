@@ -557,10 +557,39 @@ async fn fan_out(
     ((percentile(&lat, 0.5), percentile(&lat, 0.99)), rss)
 }
 
+/// `sync --count synced|plain N`: N commits of the outbox scenario on one side
+/// alone, for an instruction counter (see [`support::measured_region`]): what
+/// the outbox adds to a commit, whatever the machine's load.
+fn count_outbox(side: &str, n: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let synced = match side {
+        "synced" => true,
+        "plain" => false,
+        other => panic!("usage: --count synced|plain N (not `{other}`)"),
+    };
+    let db = Database::open(dir.path().join("count.db"), schema(synced), options()).unwrap();
+    let bytes = post(&db, "p0", "ann");
+    db.write_blocking(move |t| t.insert_bytes("blog.Post", bytes).map(|_| ()))
+        .unwrap();
+    let mut next = 0;
+    block(&db, 50, &mut next); // warm
+    support::measured(|| {
+        block(&db, n, &mut next);
+    });
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--relay-child") {
         relay_child(&args[i + 1]);
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--count") {
+        let n = args
+            .get(i + 2)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(1_000);
+        count_outbox(args.get(i + 1).map_or("", String::as_str), n);
         return;
     }
     let quick = support::flag("--quick");
