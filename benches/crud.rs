@@ -777,22 +777,11 @@ fn count_one(args: &[String]) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--count") {
-        let rest: Vec<String> = args[i + 1..]
-            .iter()
-            .filter(|a| !a.starts_with("--"))
-            .cloned()
-            .collect();
+    if let Some(rest) = support::mode_args("--count") {
         count_one(&rest);
         return;
     }
-    if let Some(i) = args.iter().position(|a| a == "--child-insert") {
-        let rest: Vec<String> = args[i + 1..]
-            .iter()
-            .filter(|a| !a.starts_with("--"))
-            .cloned()
-            .collect();
+    if let Some(rest) = support::mode_args("--child-insert") {
         child_insert(&rest);
         return;
     }

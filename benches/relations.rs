@@ -51,6 +51,7 @@
 //! mean of 20 reads (`--quick`: 3) after one warm-up read (renames: 20 each;
 //! `--quick`: 3). Both sides use WAL and `synchronous=NORMAL`.
 
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Instant;
 
 use keel::storage::rusqlite;
@@ -280,6 +281,34 @@ fn window(i: usize) -> (i32, i32) {
     (lo, lo + 10)
 }
 
+/// Live list `i` in the core: the posts of its window with their authors,
+/// `delivered` called on each delivery.
+fn live_list(
+    db: &Database,
+    i: usize,
+    delivered: impl Fn() + Send + Sync + 'static,
+) -> keel::IncludingSubscription {
+    let (lo, hi) = window(i);
+    db.fetch::<Post>()
+        .filter(Post::rank().ge(lo) & Post::rank().lt(hi))
+        .order_by(Post::rank().asc())
+        .including(Post::author_ref())
+        .subscribe(move |_| delivered())
+        .unwrap()
+}
+
+/// Live list `i`'s query through the FFI: the posts of its window, by rank.
+fn ffi_window(fdb: &keel_ffi::Database, i: usize) -> std::sync::Arc<keel_ffi::Query> {
+    let (lo, hi) = window(i);
+    let range = keel_ffi::Expr::all_of(vec![
+        keel_ffi::Expr::ge("rank".into(), keel_ffi::Value::Integer { v: lo.into() }),
+        keel_ffi::Expr::lt("rank".into(), keel_ffi::Value::Integer { v: hi.into() }),
+    ]);
+    fdb.query("rel.Post".into())
+        .filter(range)
+        .order_by("rank".into(), false)
+}
+
 /// `relations --count plain|live N`: N writes of a post no list shows, with no
 /// list open or with the 1,000 lists of the live scenarios, alone, for an
 /// instruction counter (see [`support::measured_region`]): where the live
@@ -293,17 +322,7 @@ fn count_unshown(args: &[String]) {
     let db = keel_db(dir.path());
     let subs: Vec<_> = match side.as_str() {
         "plain" => Vec::new(),
-        "live" => (0..1_000)
-            .map(|i| {
-                let (lo, hi) = window(i);
-                db.fetch::<Post>()
-                    .filter(Post::rank().ge(lo) & Post::rank().lt(hi))
-                    .order_by(Post::rank().asc())
-                    .including(Post::author_ref())
-                    .subscribe(|_| {})
-                    .unwrap()
-            })
-            .collect(),
+        "live" => (0..1_000).map(|i| live_list(&db, i, || {})).collect(),
         other => panic!("unknown side `{other}`"),
     };
     let post = |i: usize| {
@@ -327,13 +346,7 @@ fn count_unshown(args: &[String]) {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if let Some(i) = args.iter().position(|a| a == "--count") {
-        let rest: Vec<String> = args[i + 1..]
-            .iter()
-            .take_while(|a| !a.starts_with("--"))
-            .cloned()
-            .collect();
+    if let Some(rest) = support::mode_args("--count") {
         count_unshown(&rest);
         return;
     }
@@ -392,16 +405,10 @@ fn main() {
     let deliveries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let subs: Vec<_> = (0..1_000)
         .map(|i| {
-            let lo = (i % (POSTS - 10)) as i32;
             let d = deliveries.clone();
-            db.fetch::<Post>()
-                .filter(Post::rank().ge(lo) & Post::rank().lt(lo + 10))
-                .order_by(Post::rank().asc())
-                .including(Post::author_ref())
-                .subscribe(move |_| {
-                    d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                })
-                .unwrap()
+            live_list(&db, i, move || {
+                d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
         })
         .collect();
     let before = deliveries.load(std::sync::atomic::Ordering::Relaxed);
@@ -431,69 +438,46 @@ fn main() {
     for _ in 0..reps {
         ffi_plain_ms.push(ffi_rename(n, "plain"));
     }
-    let ffi_deliveries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let ffi_subs: Vec<_> = (0..1_000)
+    // Renames with the lists `subs` open, each delivery counted in `counted`:
+    // the ms of each repetition, once every list has delivered as the core's.
+    let renames_with = |subs: Vec<std::sync::Arc<keel_ffi::IncludingSubscription>>,
+                        counted: &AtomicUsize,
+                        tag: &str|
+     -> Vec<f64> {
+        let before = counted.load(Relaxed);
+        let ms: Vec<f64> = (0..reps).map(|_| ffi_rename(n, tag)).collect();
+        let delivered = (counted.load(Relaxed) - before) as f64 / renames;
+        assert_eq!(
+            delivered, per_rename,
+            "{tag}: the FFI's lists deliver as the core's"
+        );
+        for s in &subs {
+            s.cancel();
+        }
+        ms
+    };
+    let ffi_deliveries = std::sync::Arc::new(AtomicUsize::new(0));
+    let ffi_subs = (0..1_000)
         .map(|i| {
-            let lo = (i % (POSTS - 10)) as i64;
-            let range = keel_ffi::Expr::all_of(vec![
-                keel_ffi::Expr::ge("rank".into(), keel_ffi::Value::Integer { v: lo }),
-                keel_ffi::Expr::lt("rank".into(), keel_ffi::Value::Integer { v: lo + 10 }),
-            ]);
-            fdb.query("rel.Post".into())
-                .filter(range)
-                .order_by("rank".into(), false)
+            ffi_window(&fdb, i)
                 .subscribe_including("author".into(), Box::new(Counting(ffi_deliveries.clone())))
                 .unwrap()
         })
         .collect();
-    let ffi_before = ffi_deliveries.load(std::sync::atomic::Ordering::Relaxed);
-    let mut ffi_live_ms = vec![];
-    for _ in 0..reps {
-        ffi_live_ms.push(ffi_rename(n, "live"));
-    }
-    let ffi_per_rename =
-        (ffi_deliveries.load(std::sync::atomic::Ordering::Relaxed) - ffi_before) as f64 / renames;
-    assert_eq!(
-        ffi_per_rename, per_rename,
-        "the FFI's lists deliver as the core's"
-    );
-    for s in &ffi_subs {
-        s.cancel();
-    }
-    drop(ffi_subs);
+    let ffi_live_ms = renames_with(ffi_subs, &ffi_deliveries, "live");
 
     // The same lists through one batched sink, as the Kotlin and Swift layers
     // subscribe them: one call per commit for every list it changes.
-    let sink_deliveries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sink_deliveries = std::sync::Arc::new(AtomicUsize::new(0));
     let sink = keel_ffi::deliveries(Box::new(Splitting(sink_deliveries.clone())));
-    let sink_subs: Vec<_> = (0..1_000u64)
+    let sink_subs = (0..1_000u64)
         .map(|i| {
-            let lo = (i as usize % (POSTS - 10)) as i64;
-            let range = keel_ffi::Expr::all_of(vec![
-                keel_ffi::Expr::ge("rank".into(), keel_ffi::Value::Integer { v: lo }),
-                keel_ffi::Expr::lt("rank".into(), keel_ffi::Value::Integer { v: lo + 10 }),
-            ]);
-            fdb.query("rel.Post".into())
-                .filter(range)
-                .order_by("rank".into(), false)
+            ffi_window(&fdb, i as usize)
                 .subscribe_including_to("author".into(), sink.clone(), i)
                 .unwrap()
         })
         .collect();
-    let sink_before = sink_deliveries.load(std::sync::atomic::Ordering::Relaxed);
-    let mut ffi_sink_ms = vec![];
-    for _ in 0..reps {
-        ffi_sink_ms.push(ffi_rename(n, "sink"));
-    }
-    let sink_per_rename =
-        (sink_deliveries.load(std::sync::atomic::Ordering::Relaxed) - sink_before) as f64 / renames;
-    assert_eq!(
-        sink_per_rename, per_rename,
-        "the sink's lists deliver as the core's"
-    );
-    for s in &sink_subs {
-        s.cancel();
-    }
+    let ffi_sink_ms = renames_with(sink_subs, &sink_deliveries, "sink");
     futures::executor::block_on(fdb.close()).unwrap();
 
     let m = |v: &Vec<f64>| support::median(v.clone());

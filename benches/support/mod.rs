@@ -7,6 +7,20 @@
 
 use std::path::PathBuf;
 
+/// The arguments after `--mode` (a bench's child or counting mode, e.g.
+/// `"--count"`), other flags left out; `None` when it was not passed.
+pub fn mode_args(mode: &str) -> Option<Vec<String>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let i = args.iter().position(|a| a == mode)?;
+    Some(
+        args[i + 1..]
+            .iter()
+            .filter(|a| !a.starts_with("--"))
+            .cloned()
+            .collect(),
+    )
+}
+
 /// Whether `--flag` (e.g. `"--quick"`) was passed after `--` to `cargo bench`.
 pub fn flag(name: &str) -> bool {
     std::env::args().any(|a| a == name)

@@ -447,8 +447,7 @@ impl<'a> Txn<'a> {
             if old.bytes == bytes {
                 return Ok(Ok(old.rowid));
             }
-            // Checked above: write it.
-            self.write_body(c, op, old.rowid, &key, &bytes, origin)?;
+            self.update_body(c, op, old.rowid, &key, &bytes, origin)?;
             self.record(
                 c,
                 ChangeOp::Update,
@@ -502,23 +501,8 @@ impl<'a> Txn<'a> {
     }
 
     /// Replace the bytes (and index columns) of the object with `key` at `rowid`
-    /// (`sql_update`), once `bytes` pass the column and reference checks.
+    /// (`sql_update`); the caller has run the column and reference checks on `bytes`.
     fn update_body(
-        &self,
-        c: &Coll,
-        op: &'static str,
-        rowid: i64,
-        key: &[Value],
-        bytes: &[u8],
-        origin: Origin,
-    ) -> Result<()> {
-        column::check(c, op, bytes)?;
-        self.check_references(c, op, bytes)?;
-        self.write_body(c, op, rowid, key, bytes, origin)
-    }
-
-    /// [`Txn::update_body`] for bytes its caller has checked already.
-    fn write_body(
         &self,
         c: &Coll,
         op: &'static str,
@@ -760,6 +744,8 @@ impl<'a> Txn<'a> {
         let new_key = self.key_of(c, op, &merged)?;
         if new_key == key {
             if merged != old.bytes {
+                column::check(c, op, &merged)?;
+                self.check_references(c, op, &merged)?;
                 self.update_body(c, op, old.rowid, &key, &merged, Origin::Foreign)?;
                 let new = self.records(c).then_some(merged);
                 self.record(c, ChangeOp::Update, key, old.rowid, Some(old.bytes), new);
