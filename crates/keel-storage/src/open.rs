@@ -1403,3 +1403,33 @@ fn emit(opts: &StoreOptions, p: OpenProgress) {
 fn pl_frames(note: &mut String, frames: u64, tables: i64) {
     *note = format!("{frames} WAL frames, {tables} schema entries");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Another process's last connection may checkpoint and remove the WAL
+    /// between the open's size check and the barrier's sync (SQLite deletes it on
+    /// the last close): nothing is left to make durable, so the barrier issues no
+    /// sync and the open goes on, where it used to fail with the WAL's
+    /// "No such file".
+    #[test]
+    fn a_wal_removed_before_the_barrier_syncs_it_leaves_nothing_to_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone.db");
+        let opts = StoreOptions::default();
+        let shared = VfsShared {
+            db_path: path.clone(),
+            policies: opts.sync.clone(),
+            counters: Counters::default(),
+            cipher: std::sync::Mutex::new(None),
+            #[cfg(feature = "sim")]
+            sim: opts.sim.clone(),
+            #[cfg(feature = "sim")]
+            platform_sync: opts.platform_sync.clone(),
+        };
+        let r = sync_wal_for_barrier(&shared, &path, &wal_path(&path), "open (test)");
+        assert!(matches!(r, Ok(false)), "{r:?}");
+        assert_eq!(shared.counters.barrier_syncs(), 0);
+    }
+}
