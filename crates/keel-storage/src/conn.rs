@@ -21,8 +21,9 @@ use crate::vfs::VfsRegistration;
 /// `synchronous` is the checkpoint policy's (the writer's is the commit policy's,
 /// which may be `OFF`).
 pub(crate) struct KConn {
-    /// The writer's prepared transaction-control statements (`None` on other
-    /// connections); finalized before `conn` closes.
+    /// The writer's prepared transaction-control statements and probes
+    /// (`control.rs`; `None` on other connections); finalized before `conn`
+    /// closes (fields drop in this order).
     pub(crate) controls: Option<Controls>,
     pub(crate) conn: Connection,
     _vfs: Arc<VfsRegistration>,
