@@ -793,6 +793,18 @@ impl WriterCtx {
 /// [`WriterShared::enter_blocking`]); below that, as long as the last COMMIT took.
 const MAX_GATHER_NS: u64 = 2_000_000;
 
+/// How long the writer looks for the next write before it sleeps, when writes
+/// are coming one after another ([`BURST_GAP`]). A sleeping writer costs each
+/// awaited write a thread wake-up, measured at about 35 µs on a 2-core VM: an
+/// async write through the FFI took 0.075 ms with the writer asleep and 0.040 ms
+/// with it looking. Looking yields the core to any thread that wants it.
+const LOOK_FOR_NEXT: Duration = Duration::from_micros(40);
+
+/// A write that arrived within this time of the writer going idle makes it look
+/// for the next one ([`LOOK_FOR_NEXT`]) the next time it goes idle; a write after a
+/// longer pause does not, so an app that writes now and then never pays for it.
+const BURST_GAP: Duration = Duration::from_millis(1);
+
 /// The savepoint each closure runs in; closures may not release or roll it back.
 const SAVEPOINT: &str = "keel_write";
 
@@ -1002,6 +1014,8 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
     // Jobs that met a file another process rotated, held while the store adopts
     // it (suspended), then tried once more.
     let mut held: Option<Vec<Box<dyn Job>>> = None;
+    // Whether writes are coming one after another (`BURST_GAP`).
+    let mut bursting = false;
     loop {
         if ctx.suspension.is_suspended() {
             // Let go of every lock: close the connection and wait for resume. Queued
@@ -1026,6 +1040,17 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
         if pending.is_none() && ctx.gauge.len() == 0 {
             // Nothing queued (any more): never hold the checkpointer while waiting.
             ctx.writes_first_done();
+        }
+        // Idle from here until the next message.
+        let idle_since = Instant::now();
+        if pending.is_none() && bursting {
+            while idle_since.elapsed() < LOOK_FOR_NEXT {
+                if let Ok(m) = rx.try_recv() {
+                    pending = Some(m);
+                    break;
+                }
+                std::thread::yield_now();
+            }
         }
         let msg = match pending.take() {
             Some(m) => m,
@@ -1064,6 +1089,7 @@ pub(crate) fn writer_main(rx: Receiver<WriterMsg>, ctx: WriterCtx) {
             },
         };
         shared.asleep.store(false, Ordering::SeqCst);
+        bursting = matches!(msg, WriterMsg::Job(_)) && idle_since.elapsed() < BURST_GAP;
         match msg {
             WriterMsg::Shutdown => break,
             WriterMsg::Wake => {}
