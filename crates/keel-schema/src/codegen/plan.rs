@@ -258,11 +258,6 @@ impl<'s> TablePlan<'s> {
         }
     }
 
-    /// The fields written as children, in writing order.
-    pub fn children(&self) -> impl Iterator<Item = &'s Field> + '_ {
-        self.children.iter().map(|i| self.fields[*i].field)
-    }
-
     /// The plans of the fields written as children, in writing order.
     pub fn child_plans(&self) -> impl Iterator<Item = &FieldPlan<'s>> {
         self.children.iter().map(|i| &self.fields[*i])
@@ -678,7 +673,7 @@ mod tests {
             ["id"]
         );
         // children: the key string first, then every offset field in declaration order
-        let children: Vec<&str> = p.children().map(|f| f.name.as_str()).collect();
+        let children: Vec<&str> = p.child_plans().map(|f| f.name()).collect();
         assert_eq!(children[0], "id");
         let offsets: Vec<&str> = live
             .iter()
@@ -709,7 +704,7 @@ mod tests {
         assert!(matches!(t.ops.key, KeyShape::Composite(_)));
         let names: Vec<&str> = t.key_fields().iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names, ["slug", "n"]);
-        let children: Vec<&str> = t.children().map(|f| f.name.as_str()).collect();
+        let children: Vec<&str> = t.child_plans().map(|f| f.name()).collect();
         assert_eq!(children, ["slug", "title", "in"]);
         let inner = TablePlan::new(&s, 0);
         assert!(inner.ops.collection.is_none());

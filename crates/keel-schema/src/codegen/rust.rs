@@ -972,68 +972,57 @@ impl<'a> Gen<'a> {
 
         // __write
         let _ = writeln!(o, "    #[doc(hidden)]\n    pub fn __write(&self, b: &mut {rt}::wire::Builder) -> {rt}::wire::Offset {{");
-        for f in plan.children() {
-            let fname = KEYWORDS.ident(&snake(&f.name));
-            let var = format!("off_{}", snake(&f.name));
-            match &f.ty {
-                FieldType::String if f.primary => {
-                    let _ = writeln!(o, "        let {var} = b.create_string(&self.{fname});");
+        for fp in plan.child_plans() {
+            let fname = KEYWORDS.ident(&snake(fp.name()));
+            let var = format!("off_{}", snake(fp.name()));
+            let line = match fp.kind {
+                Kind::String if fp.key_string() => {
+                    format!("b.create_string(&self.{fname})")
                 }
-                FieldType::String => {
-                    let _ = writeln!(
-                        o,
-                        "        let {var} = self.{fname}.as_deref().map(|s| b.create_string(s));"
-                    );
-                }
-                FieldType::Table(_) => {
-                    let _ = writeln!(
-                        o,
-                        "        let {var} = self.{fname}.as_ref().map(|v| v.__write(b));"
-                    );
-                }
-                FieldType::Union(_) => {
-                    let _ = writeln!(
-                        o,
-                        "        let {var} = self\n            .{fname}\n            .as_ref()\n            .and_then(|v| v.__write(b).map(|off| (v.tag(), off)));"
-                    );
-                }
-                FieldType::Vector(inner) => {
-                    let expr = match &**inner {
-                        FieldType::Scalar(_) => format!("b.create_scalar_vector(&self.{fname})"),
-                        FieldType::Enum(_) => format!(
+                Kind::String => format!("self.{fname}.as_deref().map(|s| b.create_string(s))"),
+                Kind::Table(_) => format!("self.{fname}.as_ref().map(|v| v.__write(b))"),
+                Kind::Union(_) => format!(
+                    "self\n            .{fname}\n            .as_ref()\n            .and_then(|v| v.__write(b).map(|off| (v.tag(), off)))"
+                ),
+                Kind::Vector(elem) => {
+                    let expr = match elem {
+                        Elem::Bytes | Elem::Scalar(_) => {
+                            format!("b.create_scalar_vector(&self.{fname})")
+                        }
+                        Elem::Enum(..) => format!(
                             "{{\n            let raw: Vec<_> = self.{fname}.iter().map(|v| v.to_raw()).collect();\n            b.create_scalar_vector(&raw)\n        }}"
                         ),
-                        FieldType::String => format!(
+                        Elem::String => format!(
                             "{{\n            let offs: Vec<_> = self.{fname}.iter().map(|s| b.create_string(s)).collect();\n            b.create_offset_vector(&offs)\n        }}"
                         ),
-                        FieldType::Table(_) => format!(
+                        Elem::Table(_) => format!(
                             "{{\n            let offs: Vec<_> = self.{fname}.iter().map(|v| v.__write(b)).collect();\n            b.create_offset_vector(&offs)\n        }}"
                         ),
-                        FieldType::Struct(si) => {
-                            let n = self.names.struct_name(*si);
+                        Elem::Struct(si) => {
+                            let n = self.names.struct_name(si);
                             format!(
                                 "{{\n            let bytes: Vec<u8> = self.{fname}.iter().flat_map(|v| v.to_bytes()).collect();\n            b.create_struct_vector(&bytes, {n}::SIZE, {n}::ALIGN)\n        }}"
                             )
                         }
                         // Tags and tables; `Unknown` members cannot be written.
-                        FieldType::Union(_) => format!(
+                        Elem::Union(_) => format!(
                             "{{\n            let mut tags = Vec::new();\n            let mut offs = Vec::new();\n            for v in &self.{fname} {{\n                if let Some(off) = v.__write(b) {{\n                    tags.push(v.tag());\n                    offs.push(off);\n                }}\n            }}\n            (b.create_scalar_vector(&tags), b.create_offset_vector(&offs))\n        }}"
                         ),
-                        _ => "unreachable!()".into(),
                     };
                     // empty vectors are omitted: absent reads as empty
-                    let expr = if expr.starts_with('{') {
+                    if expr.starts_with('{') {
                         format!(
                             "(!self.{fname}.is_empty()).then(|| {})",
                             expr.replace("\n", "\n    ")
                         )
                     } else {
                         format!("(!self.{fname}.is_empty()).then(|| {expr})")
-                    };
-                    let _ = writeln!(o, "        let {var} = {expr};");
+                    }
                 }
-                _ => {}
-            }
+                // Written inline by the table below: not children.
+                Kind::Scalar(_) | Kind::Enum(..) | Kind::Struct(_) => continue,
+            };
+            let _ = writeln!(o, "        let {var} = {line};");
         }
         let _ = writeln!(o, "        b.start_table();");
         for fp in plan.vtable_plans() {
