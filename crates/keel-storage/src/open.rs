@@ -552,16 +552,7 @@ fn open_once(
     on_readable: &dyn Fn(&Store),
 ) -> Result<Store> {
     let encrypted = cipher.is_some();
-    let shared = Arc::new(VfsShared {
-        db_path: path.to_path_buf(),
-        policies: opts.sync.clone(),
-        counters: Counters::default(),
-        cipher: std::sync::Mutex::new(cipher),
-        #[cfg(feature = "sim")]
-        sim: opts.sim.clone(),
-        #[cfg(feature = "sim")]
-        platform_sync: opts.platform_sync.clone(),
-    });
+    let shared = Arc::new(VfsShared::new(path, opts, cipher));
     if moved_aside.is_some() {
         // Without this sync a power loss could bring the bad file back under the
         // database's name, or lose the moved copy.
@@ -1417,17 +1408,7 @@ mod tests {
     fn a_wal_removed_before_the_barrier_syncs_it_leaves_nothing_to_sync() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gone.db");
-        let opts = StoreOptions::default();
-        let shared = VfsShared {
-            db_path: path.clone(),
-            policies: opts.sync.clone(),
-            counters: Counters::default(),
-            cipher: std::sync::Mutex::new(None),
-            #[cfg(feature = "sim")]
-            sim: opts.sim.clone(),
-            #[cfg(feature = "sim")]
-            platform_sync: opts.platform_sync.clone(),
-        };
+        let shared = VfsShared::new(&path, &StoreOptions::default(), None);
         let r = sync_wal_for_barrier(&shared, &path, &wal_path(&path), "open (test)");
         assert!(matches!(r, Ok(false)), "{r:?}");
         assert_eq!(shared.counters.barrier_syncs(), 0);

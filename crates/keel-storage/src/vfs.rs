@@ -23,6 +23,7 @@ use std::time::Instant;
 use libsqlite3_sys as ffi;
 
 use crate::encryption::Cipher;
+use crate::options::StoreOptions;
 #[cfg(feature = "sim")]
 use crate::paths::wal_path;
 use crate::policy::{
@@ -53,6 +54,25 @@ pub(crate) struct VfsShared {
 }
 
 impl VfsShared {
+    /// The shared state of a store of the file `db_path` opened with `opts`,
+    /// keyed with `cipher` if it is encrypted; nothing counted yet.
+    pub(crate) fn new(
+        db_path: &Path,
+        opts: &StoreOptions,
+        cipher: Option<Arc<Cipher>>,
+    ) -> VfsShared {
+        VfsShared {
+            db_path: db_path.to_path_buf(),
+            policies: opts.sync.clone(),
+            counters: Counters::default(),
+            cipher: std::sync::Mutex::new(cipher),
+            #[cfg(feature = "sim")]
+            sim: opts.sim.clone(),
+            #[cfg(feature = "sim")]
+            platform_sync: opts.platform_sync.clone(),
+        }
+    }
+
     /// The key every connection opened now is keyed with.
     pub(crate) fn cipher(&self) -> Option<Arc<Cipher>> {
         self.cipher
