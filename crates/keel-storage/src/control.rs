@@ -45,10 +45,9 @@ pub(crate) enum Probe {
 impl Probe {
     /// Its SQL.
     pub(crate) fn text(self) -> &'static str {
-        match self {
-            Probe::DataVersion => "PRAGMA data_version",
-            Probe::SchemaVersion => "PRAGMA schema_version",
-        }
+        self.sql()
+            .to_str()
+            .unwrap_or_else(|_| unreachable!("ASCII"))
     }
 
     fn sql(self) -> &'static CStr {

@@ -581,7 +581,7 @@ impl WriterShared {
     /// of this store goes through this connection — so a change means another
     /// process (or another handle on the file) committed. (A TRUNCATE or RESTART
     /// checkpoint that resets the WAL also changes it: a spurious count, which
-    /// costs a re-read, never a missed commit.) One cached statement, no I/O
+    /// costs a re-read, never a missed commit.) One prepared statement (`control.rs`), no I/O
     /// beyond the shared-memory header SQLite reads anyway.
     fn check_data_version(&self, conn: &KConn) {
         let v = conn.probe(Probe::DataVersion);
