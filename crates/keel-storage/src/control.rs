@@ -42,56 +42,44 @@ pub(crate) enum Probe {
     SchemaVersion,
 }
 
-impl Probe {
+/// Every statement [`Controls`] holds, by slot: the controls in [`Control`]'s
+/// order, then the probes in [`Probe`]'s.
+const SQL: [&CStr; 8] = [
+    c"BEGIN IMMEDIATE",
+    c"COMMIT",
+    c"ROLLBACK",
+    c"SAVEPOINT keel_write",
+    c"RELEASE keel_write",
+    c"ROLLBACK TO keel_write",
+    c"PRAGMA data_version",
+    c"PRAGMA schema_version",
+];
+
+/// The text of the statement in `slot`.
+fn text(slot: usize) -> &'static str {
+    SQL[slot].to_str().unwrap_or_else(|_| unreachable!("ASCII"))
+}
+
+impl Control {
     /// Its SQL.
     pub(crate) fn text(self) -> &'static str {
-        self.sql()
-            .to_str()
-            .unwrap_or_else(|_| unreachable!("ASCII"))
+        text(self.slot())
     }
 
-    fn sql(self) -> &'static CStr {
-        match self {
-            Probe::DataVersion => c"PRAGMA data_version",
-            Probe::SchemaVersion => c"PRAGMA schema_version",
-        }
-    }
-
-    /// Its place among the prepared statements, after the controls.
     fn slot(self) -> usize {
-        Control::ALL.len() + self as usize
+        self as usize
     }
 }
 
-/// How many statements [`Controls`] holds: the controls, then the probes.
-const STATEMENTS: usize = 8;
-
-impl Control {
-    const ALL: [Control; 6] = [
-        Control::Begin,
-        Control::Commit,
-        Control::Rollback,
-        Control::Savepoint,
-        Control::Release,
-        Control::RollbackTo,
-    ];
-
+impl Probe {
     /// Its SQL.
     pub(crate) fn text(self) -> &'static str {
-        self.sql()
-            .to_str()
-            .unwrap_or_else(|_| unreachable!("ASCII"))
+        text(self.slot())
     }
 
-    fn sql(self) -> &'static CStr {
-        match self {
-            Control::Begin => c"BEGIN IMMEDIATE",
-            Control::Commit => c"COMMIT",
-            Control::Rollback => c"ROLLBACK",
-            Control::Savepoint => c"SAVEPOINT keel_write",
-            Control::Release => c"RELEASE keel_write",
-            Control::RollbackTo => c"ROLLBACK TO keel_write",
-        }
+    /// After the six controls.
+    fn slot(self) -> usize {
+        Control::RollbackTo as usize + 1 + self as usize
     }
 }
 
@@ -99,7 +87,7 @@ impl Control {
 /// before the connection closes (`KConn` declares it first): SQLite does not
 /// close a connection with statements left unfinalized.
 pub(crate) struct Controls {
-    stmts: [NonNull<ffi::sqlite3_stmt>; STATEMENTS],
+    stmts: [NonNull<ffi::sqlite3_stmt>; SQL.len()],
 }
 
 // SAFETY: the statements belong to one connection opened with
@@ -116,12 +104,8 @@ impl Controls {
         // SAFETY: the handle is valid while `conn` is, and the statements made
         // from it are finalized before it closes (see the type's docs).
         let db = unsafe { conn.handle() };
-        let mut made: Vec<NonNull<ffi::sqlite3_stmt>> = Vec::with_capacity(STATEMENTS);
-        let texts = Control::ALL
-            .iter()
-            .map(|c| c.sql())
-            .chain([Probe::DataVersion.sql(), Probe::SchemaVersion.sql()]);
-        for sql in texts {
+        let mut made: Vec<NonNull<ffi::sqlite3_stmt>> = Vec::with_capacity(SQL.len());
+        for sql in SQL {
             let mut stmt = std::ptr::null_mut();
             // SAFETY: `db` is an open connection, `sql` is NUL-terminated
             // (length -1), and `stmt` is a valid out-pointer.
@@ -156,7 +140,7 @@ impl Controls {
     /// Run `c` to its end, then reset it for the next time.
     #[allow(unsafe_code)]
     pub(crate) fn exec(&self, c: Control) -> rusqlite::Result<()> {
-        let stmt = self.stmts[c as usize].as_ptr();
+        let stmt = self.stmts[c.slot()].as_ptr();
         // SAFETY: `stmt` is a live statement of this connection, used by one
         // thread at a time (see `Send` above). The error is read before the
         // reset, which would clear the connection's message.
