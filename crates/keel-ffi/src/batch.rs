@@ -67,6 +67,7 @@ use std::thread::ThreadId;
 
 use keel_query::ChangeHook;
 
+use crate::bytes::Bytes;
 use crate::callbacks::{guarded, Foreign};
 use crate::error::CallbackError;
 
@@ -76,7 +77,7 @@ pub struct DeliveryBatch {
     /// How many deliveries `bytes` holds.
     pub count: u32,
     /// The deliveries, packed (module docs).
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 /// Receives the batches of a [`Deliveries`] sink: on keel's writer thread
@@ -215,7 +216,10 @@ impl Sink {
             if count > 0 {
                 *lock(&self.delivering) = Some(me);
                 guarded("live list deliveries", || {
-                    self.listener.on_batch(DeliveryBatch { count, bytes })
+                    self.listener.on_batch(DeliveryBatch {
+                        count,
+                        bytes: Bytes(bytes),
+                    })
                 });
                 *lock(&self.delivering) = None;
             }
@@ -363,7 +367,7 @@ impl PackRow for keel_query::Included {
     fn related(&self) -> Vec<(i64, &[u8])> {
         self.related
             .iter()
-            .map(|o| (o.rowid, o.bytes.as_slice()))
+            .map(|o| (o.rowid, &o.bytes[..]))
             .collect()
     }
 }
@@ -375,7 +379,7 @@ impl PackRow for crate::types::IncludedObject {
     fn related(&self) -> Vec<(i64, &[u8])> {
         self.related
             .iter()
-            .map(|o| (o.rowid, o.bytes.as_slice()))
+            .map(|o| (o.rowid, &o.bytes[..]))
             .collect()
     }
 }

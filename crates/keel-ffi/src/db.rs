@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use keel_schema::{Schema, SortKey, Value as KValue};
 
+use crate::bytes::Bytes;
 use crate::callbacks::gated;
 use crate::ending::Ending;
 use crate::error::KeelError;
@@ -245,8 +246,13 @@ impl Database {
     /// The object of `collection` with primary key `key` (values in key-field
     /// order; `[rowid]` for collections without a key), or null. A key of the wrong
     /// type or length is `TypeMismatch`.
-    pub fn get(&self, collection: String, key: Vec<Value>) -> Result<Option<Vec<u8>>, KeelError> {
-        sync_call(|| Ok(self.db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes)))
+    pub fn get(&self, collection: String, key: Vec<Value>) -> Result<Option<Bytes>, KeelError> {
+        sync_call(|| {
+            Ok(self
+                .db
+                .get_bytes(&collection, &keys(key))?
+                .map(|o| Bytes(o.bytes)))
+        })
     }
 
     /// [`Database::get`] on a keel thread.
@@ -254,9 +260,11 @@ impl Database {
         &self,
         collection: String,
         key: Vec<Value>,
-    ) -> Result<Option<Vec<u8>>, KeelError> {
+    ) -> Result<Option<Bytes>, KeelError> {
         run_async(&self.db, Runner::Pool, "get", move |db| {
-            Ok(db.get_bytes(&collection, &keys(key))?.map(|o| o.bytes))
+            Ok(db
+                .get_bytes(&collection, &keys(key))?
+                .map(|o| Bytes(o.bytes)))
         })
         .await
     }

@@ -77,6 +77,7 @@
 uniffi::setup_scaffolding!("keel");
 
 mod batch;
+mod bytes;
 mod callbacks;
 mod db;
 mod dict;
@@ -97,6 +98,7 @@ mod types;
 mod vector;
 
 pub use batch::{deliveries, BatchListener, Deliveries, DeliveryBatch};
+pub use bytes::Bytes;
 pub use callbacks::stop_callbacks;
 pub use db::{check_schema, encode_json, open_async, open_blocking, Database, Query};
 pub use dict::{DictValue, Dictionary, DictionaryListener, DictionarySubscription};

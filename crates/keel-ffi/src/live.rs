@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::select;
 
+use crate::bytes::Bytes;
 use crate::callbacks::{gated, guarded, Foreign};
 use crate::db::{Database, Query};
 use crate::ending::Ending;
@@ -241,7 +242,7 @@ impl Subscription {
 fn stored(o: &keel_query::StoredObject) -> StoredObject {
     StoredObject {
         rowid: o.rowid,
-        bytes: o.bytes.clone(),
+        bytes: Bytes(o.bytes.clone()),
     }
 }
 

@@ -32,6 +32,7 @@ use keel_schema::{FieldPath, Value};
 use keel_query::eval::{order_cmp, SqlValue};
 
 use crate::batch::{pack_including, Deliveries, Ended, PackRow, Sink};
+use crate::bytes::Bytes;
 use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
@@ -99,7 +100,7 @@ fn delivery(
 fn included_one(i: &keel_query::Included) -> IncludedObject {
     let stored = |o: &keel_query::StoredObject| StoredObject {
         rowid: o.rowid,
-        bytes: o.bytes.clone(),
+        bytes: Bytes(o.bytes.clone()),
     };
     IncludedObject {
         object: stored(&i.object),

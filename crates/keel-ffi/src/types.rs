@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::bytes::Bytes;
 use crate::callbacks::{guarded, Foreign};
 use crate::error::{CallbackError, KeelError};
 use crate::keys::Encryption;
@@ -672,7 +673,7 @@ pub struct StoredObject {
     /// SQLite rowid.
     pub rowid: i64,
     /// The object's FlatBuffers bytes.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 /// One object with the objects its reference field names
@@ -700,7 +701,7 @@ impl From<keel_query::StoredObject> for StoredObject {
     fn from(o: keel_query::StoredObject) -> Self {
         StoredObject {
             rowid: o.rowid,
-            bytes: o.bytes,
+            bytes: Bytes(o.bytes),
         }
     }
 }

@@ -8,6 +8,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::ThreadId;
 
+use crate::bytes::Bytes;
 use crate::callbacks::{guarded, Foreign};
 use crate::db::Query;
 use crate::error::{CallbackError, KeelError};
@@ -24,7 +25,7 @@ pub struct Neighbor {
     /// nearer).
     pub distance: f32,
     /// The object's FlatBuffers bytes.
-    pub bytes: Vec<u8>,
+    pub bytes: Bytes,
 }
 
 /// One delivery of a live k-NN ([`Query::subscribe_nearest`]): the `k`
@@ -113,7 +114,7 @@ fn neighbor(n: &keel_query::Neighbor<keel_query::StoredObject>) -> Neighbor {
     Neighbor {
         rowid: n.rowid,
         distance: n.distance,
-        bytes: n.object.bytes.clone(),
+        bytes: Bytes(n.object.bytes.clone()),
     }
 }
 
@@ -221,7 +222,7 @@ impl Query {
             .map(|n| Neighbor {
                 rowid: n.rowid,
                 distance: n.distance,
-                bytes: n.object.bytes,
+                bytes: Bytes(n.object.bytes),
             })
             .collect())
     }

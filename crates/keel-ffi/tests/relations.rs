@@ -789,7 +789,7 @@ impl Cursor<'_> {
         let n = self.u32() as usize;
         keel_ffi::StoredObject {
             rowid,
-            bytes: self.take(n).to_vec(),
+            bytes: self.take(n).to_vec().into(),
         }
     }
 }

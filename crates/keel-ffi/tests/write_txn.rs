@@ -35,8 +35,8 @@ fn text(s: &str) -> Value {
     Value::Text { v: s.into() }
 }
 
-fn json(db: &Database, collection: &str, bytes: Vec<u8>) -> serde_json::Value {
-    serde_json::from_str(&db.decode_json(collection.into(), bytes).unwrap()).unwrap()
+fn json(db: &Database, collection: &str, bytes: impl Into<Vec<u8>>) -> serde_json::Value {
+    serde_json::from_str(&db.decode_json(collection.into(), bytes.into()).unwrap()).unwrap()
 }
 
 /// A body made of a Rust closure, as a Swift closure or Kotlin lambda would be.
