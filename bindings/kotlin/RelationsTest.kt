@@ -284,7 +284,8 @@ fun registerRelationsTests() {
  * (every affected list has its delivery by then). The lists first through the
  * layer's batched sink (what `including(…).updates()` uses: one call from keel
  * per commit), then with a listener each (one call per affected list); against
- * the same rename with no list open. Medians over [renames] renames each.
+ * the same rename with no list open. Medians over [renames] renames each, after
+ * 2,000 unmeasured ones (200 before the per-list variant, ten times slower).
  */
 suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     val db = relDb(dir, "rename-bench.db")
@@ -302,7 +303,11 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
         return ms(t)
     }
     fun median(xs: List<Double>) = xs.sorted().let { if (it.size % 2 == 1) it[it.size / 2] else (it[it.size / 2 - 1] + it[it.size / 2]) / 2 }
-    repeat(20) { rename() } // warm-up: JIT, statement caches
+    // Warm-ups of a few thousand renames: C2 compiles a method after about
+    // 5,000 calls, so with 20 the measured renames ran partly in C1's profiled
+    // code while C2 competed for the machine's cores.
+    val warm = 2_000
+    repeat(warm) { rename() } // warm-up: JIT, statement caches
     val plain = (0 until renames).map { rename() }
     val window = { k: Int ->
         val lo = k % 990
@@ -315,7 +320,7 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     val ids = (0 until 1_000).map { KeelDeliveries.register { deliveries.incrementAndGet() } }
     val batched = ids.mapIndexed { k, id -> window(k).subscribeIncludingTo("author", KeelDeliveries.sink, id.toULong()) }
     check(db.liveSubscriptions() == 1_000uL) { "${db.liveSubscriptions()} live subscriptions" }
-    repeat(20) { rename() }
+    repeat(warm) { rename() }
     val before = deliveries.get()
     val live = (0 until renames).map { rename() }
     val perRename = (deliveries.get() - before).toDouble() / renames
@@ -327,7 +332,7 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
         override fun onBatch(batch: DeliveryBatch) {}
     })
     val bareSubs = (0 until 1_000).map { k -> window(k).subscribeIncludingTo("author", bare, k.toULong()) }
-    repeat(20) { rename() }
+    repeat(warm) { rename() }
     val liveBare = (0 until renames).map { rename() }
     bareSubs.forEach { it.cancel() }
     // The same lists with a listener each: one JNA call per affected list.
@@ -337,7 +342,7 @@ suspend fun relationsRenameBench(dir: File, renames: Int): Map<String, Double> {
     }
     val subs = (0 until 1_000).map { k -> window(k).subscribeIncluding("author", listener) }
     check(db.liveSubscriptions() == 1_000uL) { "${db.liveSubscriptions()} live subscriptions" }
-    repeat(20) { rename() }
+    repeat(warm / 10) { rename() }
     val perListBefore = perList.get()
     val livePerList = (0 until renames).map { rename() }
     check((perList.get() - perListBefore).toDouble() / renames == perRename) { "both paths deliver to the same lists" }
