@@ -132,6 +132,8 @@ mod enabled {
     use std::io::Write;
     use std::path::{Path, PathBuf};
 
+    use hmac::{Hmac, KeyInit, Mac};
+    use sha2::Sha512;
     use zeroize::Zeroizing;
 
     use crate::error::{Error, Result};
@@ -196,6 +198,11 @@ mod enabled {
             let mut s = [0u8; SALT_BYTES];
             s.copy_from_slice(&self.bytes[KEY_BYTES..]);
             s
+        }
+
+        /// The AES key's 32 bytes.
+        fn aes_key(&self) -> &[u8] {
+            &self.bytes[..KEY_BYTES]
         }
 
         /// The text form: 96 lowercase hex digits, key then salt (zeroed on drop).
@@ -466,6 +473,34 @@ mod enabled {
         ))
     }
 
+    /// SQLCipher's page size, which keel keeps (`cipher_page_size`).
+    const PAGE_BYTES: usize = 4096;
+
+    /// PBKDF2 with HMAC-SHA512 (RFC 8018), the first 32 bytes of its first
+    /// block: all a 32-byte key needs.
+    fn pbkdf2_sha512(password: &[u8], salt: &[u8], iterations: u32) -> Zeroizing<[u8; KEY_BYTES]> {
+        let mut out = Zeroizing::new([0u8; KEY_BYTES]);
+        let Ok(prf) = <Hmac<Sha512> as KeyInit>::new_from_slice(password) else {
+            return out;
+        };
+        let mut first = prf.clone();
+        first.update(salt);
+        first.update(&1u32.to_be_bytes());
+        let mut u = Zeroizing::new([0u8; 64]);
+        u.copy_from_slice(&first.finalize().into_bytes());
+        let mut t = u.clone();
+        for _ in 1..iterations {
+            let mut next = prf.clone();
+            next.update(&u[..]);
+            u.copy_from_slice(&next.finalize().into_bytes());
+            for (a, b) in t.iter_mut().zip(u.iter()) {
+                *a ^= b;
+            }
+        }
+        out.copy_from_slice(&t[..KEY_BYTES]);
+        out
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
@@ -480,6 +515,49 @@ mod enabled {
                 key,
                 plaintext_header,
             }
+        }
+
+        /// Whether `page`, the first page of a file, carries the HMAC this key
+        /// gives it: SQLCipher 4's own check of a page it reads, made here
+        /// without opening a connection (the open's key check then costs no
+        /// connection and no schema parse). `true` proves the key right: a
+        /// wrong key cannot make an HMAC-SHA512 match. `false` proves nothing (a
+        /// torn page, a short file, other cipher settings): the open then asks
+        /// SQLCipher, which tells a wrong key from damage.
+        ///
+        /// SQLCipher 4's defaults, which keel keeps: 4,096-byte pages whose last
+        /// 80 bytes hold the page's IV (16) and HMAC (64); the HMAC key is
+        /// PBKDF2-HMAC-SHA512 of the AES key, salted with the salt XOR 0x3a, two
+        /// iterations; a page's HMAC covers its ciphertext and IV, then its
+        /// number (little-endian). Page 1's first 16 bytes (the salt) or 32 (the
+        /// plaintext header) are outside it.
+        pub(crate) fn authenticates_page1(&self, page: &[u8]) -> bool {
+            const IV: usize = 16;
+            const MAC: usize = 64;
+            const SALT_MASK: u8 = 0x3a;
+            const KDF_ITERATIONS: u32 = 2;
+            let Some(page) = page.get(..PAGE_BYTES) else {
+                return false;
+            };
+            let skipped = if self.plaintext_header {
+                PLAINTEXT_HEADER_BYTES
+            } else {
+                SALT_BYTES
+            };
+            let input = &page[skipped..];
+            let covered = input.len() - usize::from(SQLCIPHER_RESERVE) + IV;
+            let (covered, tag) = (&input[..covered], &input[covered..covered + MAC]);
+            let mut salt = self.key.salt();
+            for b in &mut salt {
+                *b ^= SALT_MASK;
+            }
+            let mac_key = pbkdf2_sha512(self.key.aes_key(), &salt, KDF_ITERATIONS);
+            let Ok(mut mac) = <Hmac<Sha512> as KeyInit>::new_from_slice(&mac_key[..]) else {
+                return false;
+            };
+            mac.update(covered);
+            mac.update(&1u32.to_le_bytes());
+            mac.verify_slice(tag).is_ok()
         }
 
         /// The data key.

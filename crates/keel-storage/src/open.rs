@@ -693,6 +693,14 @@ fn verify_key_in_file(path: &Path, cipher: &Cipher) -> Result<bool> {
     if len < 512 {
         return Ok(false);
     }
+    // The common case needs no connection: page 1 authenticates under the key
+    // (SQLCipher's own HMAC check, made here). Anything else — a torn page 1,
+    // a wrong key — is SQLCipher's to judge below.
+    let mut page = vec![0u8; 4096];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut page));
+    if read.is_ok() && cipher.authenticates_page1(&page) {
+        return Ok(true);
+    }
     let open = || -> Result<rusqlite::Connection> {
         let uri = format!("file:{}?immutable=1", uri_path(path));
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -1412,5 +1420,43 @@ mod tests {
         let r = sync_wal_for_barrier(&shared, &path, &wal_path(&path), "open (test)");
         assert!(matches!(r, Ok(false)), "{r:?}");
         assert_eq!(shared.counters.barrier_syncs(), 0);
+    }
+
+    /// The open checks the key on page 1 itself, as SQLCipher checks a page it
+    /// reads, and asks SQLCipher only when that fails: page 1 of a file
+    /// SQLCipher wrote authenticates under its key, in both layouts, and never
+    /// under another key or the other layout.
+    #[cfg(feature = "encryption-api")]
+    #[test]
+    fn page_1_authenticates_under_its_own_key_and_layout_alone() {
+        use crate::encryption::DataKey;
+        for header in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("k.db");
+            let key = DataKey::from_parts(&[7; 32], &[9; 16]);
+            let given = key.clone();
+            let opts = StoreOptions::default()
+                .encryption(move |_: &Path, _| Ok(given.clone()))
+                .plaintext_header(header);
+            let store = Store::open(&path, opts).unwrap();
+            store
+                .write_blocking(|t| {
+                    t.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1)")?;
+                    Ok::<_, Error>(())
+                })
+                .unwrap();
+            store.close().unwrap();
+            let page = std::fs::read(&path).unwrap();
+            assert!(Cipher::new(key.clone(), header).authenticates_page1(&page));
+            let other = DataKey::from_parts(&[8; 32], &[9; 16]);
+            assert!(!Cipher::new(other, header).authenticates_page1(&page));
+            let salted = DataKey::from_parts(&[7; 32], &[10; 16]);
+            assert!(!Cipher::new(salted, header).authenticates_page1(&page));
+            assert!(!Cipher::new(key.clone(), !header).authenticates_page1(&page));
+            let mut torn = page.clone();
+            torn[2000] ^= 1;
+            assert!(!Cipher::new(key.clone(), header).authenticates_page1(&torn));
+            assert!(!Cipher::new(key, header).authenticates_page1(&page[..4000]));
+        }
     }
 }
