@@ -169,6 +169,9 @@ pub fn generate(release: bool, langs: &[String]) -> Result<Generated, String> {
         })
         .map_err(|e| format!("uniffi-bindgen ({lang}) failed: {e:#}"))?;
     }
+    if langs.iter().any(|l| l == "kotlin") {
+        reuse_kotlin_call_statuses(&g.kotlin.join("dev/keel/ffi/keel.kt"))?;
+    }
     if langs.iter().any(|l| l == "python") {
         // Once the interpreter starts exiting, keel's threads must not call into
         // it (a thread that takes the GIL during finalization is ended with
@@ -186,4 +189,51 @@ pub fn generate(release: bool, langs: &[String]) -> Result<Generated, String> {
             .map_err(|e| format!("cannot copy the cdylib to {}: {e}", dest.display()))?;
     }
     Ok(g)
+}
+
+/// UniFFI's Kotlin makes a new call status for every call into Rust, and JNA
+/// builds each `Structure` by reflection and registers its native memory with a
+/// cleaner: a profile of an awaited write from Kotlin put most of the calling
+/// thread's time there. The status is only ever used within the call (the
+/// function is synchronous), so each thread keeps its statuses, one per depth of
+/// nesting (a callback that calls Rust again takes another), and resets one
+/// before each use. The replaced text must match exactly: a UniFFI that
+/// generates it differently fails here instead of shipping unpatched.
+fn reuse_kotlin_call_statuses(path: &Path) -> Result<(), String> {
+    const GENERATED: &str = "    var status = UniffiRustCallStatus()
+    val return_value = callback(status)
+    uniffiCheckCallStatus(errorHandler, status)
+    return return_value
+}
+";
+    const REUSED: &str = "    val statuses = uniffiCallStatuses.get()
+    val status = statuses.removeLastOrNull() ?: UniffiRustCallStatus()
+    status.code = UNIFFI_CALL_SUCCESS
+    status.error_buf.capacity = 0
+    status.error_buf.len = 0
+    status.error_buf.data = null
+    try {
+        val return_value = callback(status)
+        uniffiCheckCallStatus(errorHandler, status)
+        return return_value
+    } finally {
+        statuses.addLast(status)
+    }
+}
+
+// keel: each thread's call statuses, one per depth of nesting, reused (a new
+// JNA Structure per call costs more than most calls; see xtask/src/bindings.rs).
+private val uniffiCallStatuses: ThreadLocal<ArrayDeque<UniffiRustCallStatus>> =
+    ThreadLocal.withInitial { ArrayDeque<UniffiRustCallStatus>() }
+";
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if text.matches(GENERATED).count() != 1 {
+        return Err(format!(
+            "{}: UniFFI's call-status allocation is not where keel patches it (a new UniFFI?)",
+            path.display()
+        ));
+    }
+    std::fs::write(path, text.replace(GENERATED, REUSED))
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
