@@ -12,11 +12,17 @@
 //! `poll_interval_ms` and reads again.
 //!
 //! Reading through SQL needs no replication-protocol client (none of the Rust
-//! PostgreSQL clients speaks it on a released version); the cost is one query per
+//! PostgreSQL clients speaks it on a released version); the cost is two reads per
 //! poll while idle, and a poll interval of delay at worst.
+//!
+//! An idle relay writes nothing. It records how far it has streamed in
+//! `keel_relay.relays` only after it streamed a transaction, and at most once per
+//! [`RECORD_EVERY`]: that record is itself a commit that moves the WAL, so
+//! recording every checkpoint would make one commit per poll, forever, and send
+//! every subscriber a checkpoint frame per poll for it.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 use tokio_postgres::Client;
@@ -29,6 +35,9 @@ use crate::sync_schema::{quote_ident, SyncSchema};
 
 /// The most messages one read of the slot returns (it finishes the transaction it is in).
 const BATCH_CHANGES: usize = 10_000;
+
+/// The least time between two records of how far this relay has streamed.
+pub const RECORD_EVERY: Duration = Duration::from_secs(1);
 
 /// The publication the relay reads.
 pub const PUBLICATION: &str = "keel_relay";
@@ -154,6 +163,12 @@ pub async fn stream(
 ) -> Result<(), Error> {
     let mut decoder = Decoder::new();
     let mut last_lsn: Option<u64> = None;
+    // The checkpoint not yet recorded, kept only once a transaction streamed.
+    let mut unrecorded: Option<u64> = None;
+    let mut recorded_at: Option<Instant> = None;
+    // The record is a hint (a restart resumes from the slot, not from it), so it
+    // need not wait for its own fsync while the next transaction waits to stream.
+    client.batch_execute("SET synchronous_commit = off").await?;
     loop {
         // Everything committed before this flush position is decoded by the call
         // below (it stops there), so once it returns a full answer, the stream is
@@ -238,8 +253,17 @@ pub async fn stream(
         };
         if let Some(lsn) = checkpoint.filter(|lsn| !last_lsn.is_some_and(|last| *lsn <= last)) {
             let _ = feed.send(Feed::Checkpoint(lsn));
-            state::record_streamed(client, relay_id, &format_lsn(lsn)).await?;
             last_lsn = Some(lsn);
+            if streamed.is_some() || unrecorded.is_some() {
+                unrecorded = Some(lsn);
+            }
+        }
+        if let Some(lsn) = unrecorded {
+            if !recorded_at.is_some_and(|at| at.elapsed() < RECORD_EVERY) {
+                state::record_streamed(client, relay_id, &format_lsn(lsn)).await?;
+                unrecorded = None;
+                recorded_at = Some(Instant::now());
+            }
         }
         if rows.is_empty() {
             tokio::time::sleep(poll).await;

@@ -8,7 +8,9 @@
 //!   (client id, sequence), holding its result: a replayed upload answers from here
 //!   and applies nothing twice;
 //! * `keel_relay.relays` — one row per relay: its replication slot and the LSN it
-//!   has streamed to (its checkpoint), with a heartbeat.
+//!   has streamed to (its checkpoint), with when it last recorded that. The record
+//!   follows the stream by up to a second and an idle relay leaves it alone (see
+//!   [`crate::replication`]); a restart resumes from the slot, never from this row.
 //!
 //! [`install`] creates them (and the row-version machinery of [`crate::ddl`]) under
 //! an advisory lock, so relays starting together do not race.

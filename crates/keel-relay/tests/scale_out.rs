@@ -1,7 +1,7 @@
 //! Several relays on one database: each has its own slot, they share the op ledger
 //! and checkpoints in PostgreSQL, so a client may move between them and a write
 //! through one reaches subscribers of the other. A relay restarted under the same
-//! id resumes its slot.
+//! id resumes its slot. An idle relay writes nothing.
 
 mod common;
 
@@ -65,6 +65,81 @@ async fn two_relays_share_the_ledger_and_each_streams_every_write() {
         .collect();
     assert_eq!(slots, ["keel_relay_second", "keel_relay_test"]);
     second.stop().await;
+}
+
+/// An idle relay polls its slot but writes nothing: recording its checkpoint on
+/// every poll would be a commit that moves the WAL, so the next poll would see a new
+/// flush position and record again, forever, with a checkpoint frame to every
+/// subscriber each time: an idle phone would wake for every poll of the relay.
+#[tokio::test]
+async fn an_idle_relay_commits_nothing_and_sends_nothing() {
+    let Some(f) = common::fixture().await else {
+        return;
+    };
+    let mut ann = WsClient::signed_in(&f.relay, "ann", "ann-phone").await;
+    ann.send(json!({"type": "subscribe"})).await;
+    assert_eq!(ann.recv().await["type"], "snapshot_done");
+    // One streamed write, then wait until the relay has recorded it.
+    f.sql
+        .batch_execute("INSERT INTO posts (id, owner, title) VALUES ('one', 'ann', 'once')")
+        .await
+        .unwrap();
+    assert_eq!(ann.recv().await["type"], "changes");
+    let written: String = f
+        .sql
+        .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    let written = parse_lsn(&written).unwrap();
+    let deadline = std::time::Instant::now() + common::FRAME_WAIT;
+    while streamed(&f.sql).await < written {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay records its checkpoint"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The record moved the WAL once: at most its own checkpoint may still come.
+    let _ = ann.frames_within(idle_window(&f)).await;
+
+    let version = relay_row_version(&f.sql).await;
+    let frames = ann.frames_within(idle_window(&f)).await;
+    assert_eq!(
+        relay_row_version(&f.sql).await,
+        version,
+        "an idle relay updated its own row"
+    );
+    // PostgreSQL's own background records (a running-transactions snapshot every
+    // 15 s, autovacuum) may move the WAL once or twice; the old relay sent a frame
+    // per poll.
+    assert!(
+        frames.len() <= 3,
+        "an idle relay sent {} frames",
+        frames.len()
+    );
+    assert!(
+        frames.iter().all(|f| f["type"] == "checkpoint"),
+        "{frames:?}"
+    );
+}
+
+/// A hundred poll intervals of the fixture's relay, and more than the relay waits
+/// between two records of its checkpoint.
+fn idle_window(f: &common::Fixture) -> std::time::Duration {
+    let polls = std::time::Duration::from_millis(f.config.poll_interval_ms) * 100;
+    polls.max(keel_relay::replication::RECORD_EVERY * 3 / 2)
+}
+
+/// The transaction that last wrote the relay `test`'s row.
+async fn relay_row_version(sql: &tokio_postgres::Client) -> String {
+    sql.query_one(
+        "SELECT xmin::text FROM keel_relay.relays WHERE relay_id = 'test'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
 }
 
 /// How far the relay `test` has streamed, by its row in `keel_relay.relays`.

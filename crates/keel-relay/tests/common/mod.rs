@@ -198,6 +198,23 @@ impl WsClient {
         }
     }
 
+    /// Every frame that arrives within `window`.
+    pub async fn frames_within(&mut self, window: Duration) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + window;
+        let mut frames = Vec::new();
+        while let Ok(message) = tokio::time::timeout_at(deadline, self.socket.next()).await {
+            match message
+                .expect("the socket is open")
+                .expect("the frame reads")
+            {
+                Message::Text(text) => frames.push(serde_json::from_str(text.as_str()).unwrap()),
+                Message::Close(c) => panic!("the relay closed the socket: {c:?}"),
+                _ => continue,
+            }
+        }
+        frames
+    }
+
     /// The next frame, whatever it is.
     pub async fn recv_any(&mut self) -> Value {
         loop {
