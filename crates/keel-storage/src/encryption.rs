@@ -63,8 +63,8 @@ use std::path::Path;
 /// aside. Decided from its first page, in either layout:
 ///
 /// * with the plaintext header, the SQLite magic stays and header byte 20 (the
-///   bytes reserved at the end of each page) is SQLCipher's 80, where a plaintext
-///   file has 0;
+///   bytes reserved at the end of each page) is SQLCipher's 80, where a
+///   plaintext file has 0;
 /// * without it, the file starts with its salt and the rest of the 4 KiB page is
 ///   ciphertext: each 512-byte sector of it holds about 221 distinct byte values.
 ///   Page 1 of a plaintext file (the schema's b-tree page: zeros, small integers,
@@ -74,7 +74,6 @@ use std::path::Path;
 /// Compiled without the feature too, so such a build says what the file is.
 pub(crate) fn looks_encrypted(path: &Path) -> bool {
     const MAGIC: &[u8; 16] = b"SQLite format 3\0";
-    const SQLCIPHER_RESERVE: u8 = 80;
     const PAGE: usize = 4096;
     const SECTOR: usize = 512;
     let mut page = [0u8; PAGE];
@@ -89,7 +88,7 @@ pub(crate) fn looks_encrypted(path: &Path) -> bool {
         }
     }
     if n >= 32 && &page[..16] == MAGIC {
-        return page[20] == SQLCIPHER_RESERVE;
+        return is_sqlcipher_reserve(page[20]);
     }
     n == PAGE
         && page[SECTOR..].chunks(SECTOR).all(|sector| {
@@ -99,6 +98,15 @@ pub(crate) fn looks_encrypted(path: &Path) -> bool {
             }
             seen.iter().filter(|&&s| s).count() >= 160
         })
+}
+
+/// Whether `byte20`, header byte 20 (the bytes reserved at the end of every page),
+/// is what SQLCipher 4 reserves for a page's IV and HMAC: 80, whichever page HMAC
+/// the file has (SQLite never shrinks a reserve once the key has set it, so a file
+/// with HMAC-SHA256 keeps SQLCipher's default 80 and uses the last 48 of them). A
+/// plaintext file reserves 0.
+pub(crate) fn is_sqlcipher_reserve(byte20: u8) -> bool {
+    byte20 == 80
 }
 
 #[cfg(not(feature = "encryption-api"))]
@@ -129,13 +137,15 @@ mod disabled {
 #[cfg(feature = "encryption-api")]
 mod enabled {
     use std::fmt;
-    use std::io::Write;
+    use std::io::{Read, Write};
     use std::path::{Path, PathBuf};
+    use std::sync::OnceLock;
 
     use hmac::{Hmac, KeyInit, Mac};
-    use sha2::Sha512;
+    use sha2::{Sha256, Sha512};
     use zeroize::Zeroizing;
 
+    use super::is_sqlcipher_reserve;
     use crate::error::{Error, Result};
     use crate::paths::wal_path;
 
@@ -148,9 +158,52 @@ mod enabled {
     /// version fields that iOS reads.
     const PLAINTEXT_HEADER_BYTES: usize = 32;
     const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
-    /// The reserved bytes at the end of each page SQLCipher 4 keeps (IV and
-    /// HMAC-SHA512): header byte 20. A plaintext file has 0 there.
-    const SQLCIPHER_RESERVE: u8 = 80;
+
+    /// The HMAC SQLCipher puts on every page, after the page's IV, at the page's
+    /// end.
+    ///
+    /// Files keel makes use HMAC-SHA256: the last 48 bytes, and about half the
+    /// cost of SHA-512 on each page written or read, on CPUs with SHA
+    /// instructions (x86-64 for years, ARMv8 with its crypto extensions). Files
+    /// keel made before use SQLCipher 4's default, HMAC-SHA512 (80 bytes), and
+    /// keep it until their key is rotated, which copies them into a new file. A
+    /// store reads which one a file has from its pages, once, before its first
+    /// connection is keyed.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum PageMac {
+        /// HMAC-SHA256, 32-byte tags: every file keel makes.
+        Sha256,
+        /// HMAC-SHA512, 64-byte tags: files made before keel chose SHA-256.
+        Sha512,
+    }
+
+    impl PageMac {
+        /// Bytes of the IV before the tag.
+        const IV_BYTES: usize = 16;
+
+        fn tag_bytes(self) -> usize {
+            match self {
+                PageMac::Sha256 => 32,
+                PageMac::Sha512 => 64,
+            }
+        }
+
+        /// The bytes at the end of every page that SQLCipher's codec keeps for
+        /// the IV and the tag. The file's header byte 20 says 80 either way
+        /// ([`is_sqlcipher_reserve`]); with SHA-256 the 32 bytes before these
+        /// are encrypted padding.
+        pub(crate) fn reserve(self) -> usize {
+            Self::IV_BYTES + self.tag_bytes()
+        }
+
+        /// SQLCipher's name of the algorithm (`PRAGMA cipher_hmac_algorithm`).
+        pub(crate) fn pragma_name(self) -> &'static str {
+            match self {
+                PageMac::Sha256 => "HMAC_SHA256",
+                PageMac::Sha512 => "HMAC_SHA512",
+            }
+        }
+    }
 
     /// A database's data key: 32 random bytes used as SQLCipher's raw AES key and 16
     /// random bytes of salt. Zeroed when dropped; `Debug` never shows it.
@@ -501,11 +554,24 @@ mod enabled {
         out
     }
 
+    /// Whether `tag` is the HMAC (algorithm `M`, under `key`) of `covered`
+    /// followed by page number `pgno`, little-endian: SQLCipher's page HMAC.
+    fn verify<M: Mac + KeyInit>(key: &[u8], covered: &[u8], pgno: u32, tag: &[u8]) -> bool {
+        let Ok(mut mac) = <M as KeyInit>::new_from_slice(key) else {
+            return false;
+        };
+        mac.update(covered);
+        mac.update(&pgno.to_le_bytes());
+        mac.verify_slice(tag).is_ok()
+    }
+
     /// What an encrypted store holds for the life of its handle: the key and the
     /// header layout, applied to every connection it opens.
     pub(crate) struct Cipher {
         key: DataKey,
         plaintext_header: bool,
+        /// The file's page HMAC, read from it at the first [`Cipher::apply`].
+        mac: OnceLock<PageMac>,
     }
 
     impl Cipher {
@@ -514,50 +580,133 @@ mod enabled {
             Cipher {
                 key,
                 plaintext_header,
+                mac: OnceLock::new(),
             }
         }
 
         /// Whether `page`, the first page of a file, carries the HMAC this key
-        /// gives it: SQLCipher 4's own check of a page it reads, made here
-        /// without opening a connection (the open's key check then costs no
-        /// connection and no schema parse). `true` proves the key right: a
-        /// wrong key cannot make an HMAC-SHA512 match. `false` proves nothing (a
-        /// torn page, a short file, other cipher settings): the open then asks
+        /// gives it (with either page HMAC): SQLCipher 4's own check of a page it
+        /// reads, made here without opening a connection (the open's key check
+        /// then costs no connection and no schema parse). `true` proves the key
+        /// right: a wrong key cannot make an HMAC match. `false` proves nothing
+        /// (a torn page, a short file, other cipher settings): the open then asks
         /// SQLCipher, which tells a wrong key from damage.
         ///
-        /// SQLCipher 4's defaults, which keel keeps: 4,096-byte pages whose last
-        /// 80 bytes hold the page's IV (16) and HMAC (64); the HMAC key is
-        /// PBKDF2-HMAC-SHA512 of the AES key, salted with the salt XOR 0x3a, two
-        /// iterations; a page's HMAC covers its ciphertext and IV, then its
-        /// number (little-endian). Page 1's first 16 bytes (the salt) or 32 (the
-        /// plaintext header) are outside it.
+        /// `page` is the first page of the file this cipher keys: when it
+        /// authenticates, its HMAC is remembered as the file's, so the first
+        /// connection need not read the page again.
         pub(crate) fn authenticates_page1(&self, page: &[u8]) -> bool {
-            const IV: usize = 16;
-            const MAC: usize = 64;
+            match self.page_mac_of(page, 1) {
+                Some(mac) => {
+                    let _ = self.mac.set(mac);
+                    true
+                }
+                None => false,
+            }
+        }
+
+        /// Which page HMAC, if any, authenticates `page` as page number `pgno`
+        /// under this key.
+        ///
+        /// SQLCipher 4's layout, which keel keeps: 4,096-byte pages whose last
+        /// [`PageMac::reserve`] bytes hold the page's IV (16) and HMAC; the HMAC
+        /// key is PBKDF2-HMAC-SHA512 of the AES key, salted with the salt XOR
+        /// 0x3a, two iterations (whatever the page HMAC); a page's HMAC covers
+        /// its ciphertext and IV, then its number (little-endian). Page 1's first
+        /// 16 bytes (the salt) or 32 (the plaintext header) are outside it.
+        fn page_mac_of(&self, page: &[u8], pgno: u32) -> Option<PageMac> {
             const SALT_MASK: u8 = 0x3a;
             const KDF_ITERATIONS: u32 = 2;
-            let Some(page) = page.get(..PAGE_BYTES) else {
-                return false;
-            };
-            let skipped = if self.plaintext_header {
-                PLAINTEXT_HEADER_BYTES
-            } else {
-                SALT_BYTES
+            let page = page.get(..PAGE_BYTES)?;
+            let skipped = match (pgno, self.plaintext_header) {
+                (1, true) => PLAINTEXT_HEADER_BYTES,
+                (1, false) => SALT_BYTES,
+                _ => 0,
             };
             let input = &page[skipped..];
-            let covered = input.len() - usize::from(SQLCIPHER_RESERVE) + IV;
-            let (covered, tag) = (&input[..covered], &input[covered..covered + MAC]);
             let mut salt = self.key.salt();
             for b in &mut salt {
                 *b ^= SALT_MASK;
             }
             let mac_key = pbkdf2_sha512(self.key.aes_key(), &salt, KDF_ITERATIONS);
-            let Ok(mut mac) = <Hmac<Sha512> as KeyInit>::new_from_slice(&mac_key[..]) else {
-                return false;
-            };
-            mac.update(covered);
-            mac.update(&1u32.to_le_bytes());
-            mac.verify_slice(tag).is_ok()
+            [PageMac::Sha256, PageMac::Sha512].into_iter().find(|&mac| {
+                let covered = input.len() - mac.reserve() + PageMac::IV_BYTES;
+                let (covered, tag) = (
+                    &input[..covered],
+                    &input[covered..covered + mac.tag_bytes()],
+                );
+                match mac {
+                    PageMac::Sha256 => verify::<Hmac<Sha256>>(&mac_key[..], covered, pgno, tag),
+                    PageMac::Sha512 => verify::<Hmac<Sha512>>(&mac_key[..], covered, pgno, tag),
+                }
+            })
+        }
+
+        /// The page HMAC of the database at `path`: the first page that
+        /// authenticates under this key, among the file's first pages, then its
+        /// WAL's first frames (a file whose pages are still in the WAL only, or
+        /// torn by a power loss in a checkpoint). `None` when none does: a wrong
+        /// key, a new empty file, or no SQLCipher file at all. A right key
+        /// authenticates every page written whole, and a power loss tears only
+        /// the pages being written, whose WAL frames are whole.
+        fn page_mac_of_file(&self, path: &Path) -> Option<PageMac> {
+            const WAL_HEADER: u64 = 32;
+            const FRAME_HEADER: usize = 24;
+            // Read only on a wrong key's path; a right key stops at the first.
+            const PAGES_READ: u64 = 256;
+            let mut page = vec![0u8; PAGE_BYTES];
+            if let Ok(f) = std::fs::File::open(path) {
+                let mut f = f.take(PAGES_READ * PAGE_BYTES as u64);
+                let mut pgno = 1;
+                while f.read_exact(&mut page).is_ok() {
+                    if let Some(mac) = self.page_mac_of(&page, pgno) {
+                        return Some(mac);
+                    }
+                    pgno += 1;
+                }
+            }
+            let f = std::fs::File::open(wal_path(path)).ok()?;
+            let mut f = std::io::BufReader::new(
+                f.take(WAL_HEADER + PAGES_READ * (FRAME_HEADER + PAGE_BYTES) as u64),
+            );
+            let mut header = [0u8; WAL_HEADER as usize];
+            f.read_exact(&mut header).ok()?;
+            let mut frame = vec![0u8; FRAME_HEADER + PAGE_BYTES];
+            while f.read_exact(&mut frame).is_ok() {
+                let pgno = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
+                if let Some(mac) = self.page_mac_of(&frame[FRAME_HEADER..], pgno) {
+                    return Some(mac);
+                }
+            }
+            None
+        }
+
+        /// Learns the page HMAC of the database at `path` from its pages (see
+        /// [`Cipher::page_mac_of_file`]); whether any page authenticated under
+        /// this key, which proves the key right.
+        pub(crate) fn learn_page_mac(&self, path: &Path) -> bool {
+            match self.mac.get() {
+                Some(_) => true,
+                None => match self.page_mac_of_file(path) {
+                    Some(mac) => {
+                        let _ = self.mac.set(mac);
+                        true
+                    }
+                    None => false,
+                },
+            }
+        }
+
+        /// The page HMAC of the file `conn` has open, read once. A file none of
+        /// whose pages authenticates (new and empty, or the key is wrong, which
+        /// SQLCipher then refuses) gets the one of new files.
+        fn page_mac(&self, conn: &rusqlite::Connection) -> PageMac {
+            *self.mac.get_or_init(|| match conn.path() {
+                Some(path) if !path.is_empty() => self
+                    .page_mac_of_file(Path::new(path))
+                    .unwrap_or(PageMac::Sha256),
+                _ => PageMac::Sha256,
+            })
         }
 
         /// The data key.
@@ -609,10 +758,7 @@ mod enabled {
             let op = "obtain the data key";
             let path_buf = path.to_path_buf();
             match provider.data_key(path, purpose) {
-                Ok(key) => Ok(Cipher {
-                    key,
-                    plaintext_header,
-                }),
+                Ok(key) => Ok(Cipher::new(key, plaintext_header)),
                 Err(KeyError::Unavailable(detail)) => Err(Error::KeyUnavailable {
                     op,
                     path: path_buf,
@@ -637,6 +783,12 @@ mod enabled {
             if self.plaintext_header {
                 sql.push_str(" PRAGMA cipher_plaintext_header_size = 32;");
             }
+            let mac = self.page_mac(conn);
+            if mac != PageMac::Sha512 {
+                sql.push_str(" PRAGMA cipher_hmac_algorithm = ");
+                sql.push_str(mac.pragma_name());
+                sql.push(';');
+            }
             conn.execute_batch(&sql)
         }
 
@@ -649,8 +801,9 @@ mod enabled {
             // (random bytes); with it, the magic stays and byte 20 says SQLCipher
             // reserves room for its IV and HMAC on every page. A file in the other
             // layout than the one asked for is SQLCipher's to refuse (wrong key).
-            let plaintext =
-                magic && header.len() >= PLAINTEXT_HEADER_BYTES && header[20] != SQLCIPHER_RESERVE;
+            let plaintext = magic
+                && header.len() >= PLAINTEXT_HEADER_BYTES
+                && !is_sqlcipher_reserve(header[20]);
             if plaintext {
                 return Err(Error::NotEncrypted {
                     op: "check database header",

@@ -14,7 +14,7 @@ use rusqlite::OpenFlags;
 use crate::checkpointer::{checkpoint_on_writer, CkptCtx, CkptSignal};
 use crate::conn::{open_conn, KConn, Reopen, Role};
 use crate::durable::{self, start_threads, Gate, Parked, Wait};
-use crate::encryption::{looks_encrypted, Cipher};
+use crate::encryption::{is_sqlcipher_reserve, looks_encrypted, Cipher};
 use crate::error::{Error, PathScope, Result};
 use crate::identity::{check_at_open, create_private_dirs, stamp_if_needed};
 use crate::oneshot;
@@ -401,7 +401,7 @@ fn check_file(path: &Path, cipher: Option<&Cipher>) -> Result<FileCheck> {
     // cannot be told from noise by itself, so the file counts as encrypted only
     // with an SQLCipher WAL beside it (a valid WAL whose page-1 images are not
     // plaintext): a lone file of noise stays a bad file, as it always was.
-    let sqlcipher_reserve = n >= 21 && header_ok && header[20] == 80;
+    let sqlcipher_reserve = n >= 21 && header_ok && is_sqlcipher_reserve(header[20]);
     let wal_page = (!header_ok && wal_bytes >= 32)
         .then(|| wal_header_page_size(&wal))
         .flatten();
@@ -587,15 +587,15 @@ fn open_once(
         }
         let vfs = VfsRegistration::register(Arc::clone(&shared))
             .map_err(|e| Error::io("register keel VFS", path, e))?;
-        // Without a `-wal` file (a store closed cleanly, the usual open) the
-        // writer judges the key itself: SQLite opens the WAL and its index only
-        // after page 1 decrypted, so a wrong key fails before any file is
-        // created or changed, and the open saves a connection of its own. With
-        // a WAL beside the file, the writer would check that WAL in (and make a
-        // wal-index) before the first page fails: the file alone judges first.
+        // The file alone judges the key first: page 1 authenticating under it
+        // proves it right, and tells which page HMAC the file has, with no
+        // connection. Anything else goes to a connection that never creates
+        // or changes a file: with a WAL beside the file the writer would check
+        // that WAL in (and make a wal-index) before the first page failed, and
+        // so it would without one, keyed with the other page HMAC than the
+        // file's (a wrong key cannot tell which the file has).
         let verified = match cipher.as_deref() {
-            Some(cipher) if !check.created && wal.exists() => verify_key_in_file(path, cipher)?,
-            Some(_) if !check.created => false,
+            Some(cipher) if !check.created => verify_key_in_file(path, cipher)?,
             _ => true,
         };
         let writer = open_conn(path, &vfs, Role::Writer, None)?;
@@ -680,10 +680,12 @@ fn open_once(
     })
 }
 
-/// Check the key on the database file alone, before SQLite opens its WAL: an
-/// `immutable` read-only connection neither takes locks nor opens the `-wal` and
-/// `-shm` files, so a wrong key leaves no trace (not even the wal-index). A page
-/// that does not decrypt reads as "not a database", which here means a wrong key.
+/// Check the key on the database file alone, before SQLite opens its WAL: its
+/// pages' HMACs first (no page authenticating anywhere is a wrong key), then, when
+/// page 1 fails but another page passes, an `immutable` read-only connection,
+/// which neither takes locks nor opens the `-wal` and `-shm` files, so a wrong key
+/// leaves no trace (not even the wal-index). A page that does not decrypt reads as
+/// "not a database", which here means a wrong key.
 /// `Ok(false)` when the file alone cannot say (shorter than a page, its pages
 /// still in the WAL only; or page 1 unreadable beside a valid WAL): then
 /// [`verify_key`] judges on the writer, through the WAL.
@@ -700,6 +702,19 @@ fn verify_key_in_file(path: &Path, cipher: &Cipher) -> Result<bool> {
     let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut page));
     if read.is_ok() && cipher.authenticates_page1(&page) {
         return Ok(true);
+    }
+    // SQLCipher below must be keyed with the file's page HMAC: keyed with the
+    // other one, a wrong key can read as right. A page that authenticates
+    // anywhere (page 1 torn, the rest whole or in the WAL) names it and proves
+    // the key right; none anywhere, in a file of whole pages, is a wrong key.
+    if !cipher.learn_page_mac(path) {
+        if len < 4096 {
+            return Ok(false);
+        }
+        return Err(Error::WrongKey {
+            op,
+            path: path.to_path_buf(),
+        });
     }
     let open = || -> Result<rusqlite::Connection> {
         let uri = format!("file:{}?immutable=1", uri_path(path));

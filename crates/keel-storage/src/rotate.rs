@@ -522,7 +522,9 @@ mod run {
         first_block, journal_path, new_path, recover, remove_copy, second_block, sync_dir,
         FileStamp, JournalLock, KeyId,
     };
-    use crate::encryption::{Cipher, DataKey, KeyProvider, KeyPurpose};
+    use crate::encryption::{
+        is_sqlcipher_reserve, Cipher, DataKey, KeyProvider, KeyPurpose, PageMac,
+    };
     use crate::error::{Error, Result};
     use crate::oneshot;
     use crate::paths::{uri_path, wal_path};
@@ -939,7 +941,10 @@ mod run {
             }
             match self.from.cipher() {
                 Some(c) => c.check_header(self.path, &header[..n]),
-                None if n < 16 || &header[..16] != b"SQLite format 3\0" || header[20] == 80 => {
+                None if n < 16
+                    || &header[..16] != b"SQLite format 3\0"
+                    || is_sqlcipher_reserve(header[20]) =>
+                {
                     Err(Error::NotADatabase {
                         op,
                         path: self.path.to_path_buf(),
@@ -1112,14 +1117,23 @@ mod run {
                 "PRAGMA keel_new.journal_mode = MEMORY; PRAGMA keel_new.synchronous = OFF; \
                  PRAGMA keel_new.cache_size = -2048; PRAGMA keel_new.auto_vacuum = {auto_vacuum};"
             );
-            if matches!(
-                self.to,
-                Side::Encrypted {
-                    plaintext_header: true,
-                    ..
+            if let Side::Encrypted {
+                plaintext_header, ..
+            } = self.to
+            {
+                // An attached database takes SQLCipher's process-wide defaults,
+                // not the main one's settings: the copy is a new file, with the
+                // page HMAC of new files.
+                setup.insert_str(
+                    0,
+                    &format!(
+                        "PRAGMA keel_new.cipher_hmac_algorithm = {}; ",
+                        PageMac::Sha256.pragma_name()
+                    ),
+                );
+                if *plaintext_header {
+                    setup.insert_str(0, "PRAGMA keel_new.cipher_plaintext_header_size = 32; ");
                 }
-            ) {
-                setup.insert_str(0, "PRAGMA keel_new.cipher_plaintext_header_size = 32; ");
             }
             old.execute_batch(&setup).map_err(self.sql(op))?;
             // One transaction on the copy (nothing is written to the database).

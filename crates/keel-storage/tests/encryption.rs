@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use keel_storage::encryption::{DataKey, KeyError, KeyFile, KeyPurpose};
+use keel_storage::encryption::{key_connection, DataKey, KeyError, KeyFile, KeyPurpose};
+use keel_storage::rotate::{Encryption, RotateOptions};
 use keel_storage::{Error, Store, StoreOptions, SuspendOptions};
 
 fn opts() -> StoreOptions {
@@ -555,4 +556,188 @@ fn a_wrong_key_prints_nothing_on_stderr() {
         !stderr.contains("ERROR") && !stderr.contains("WARN"),
         "SQLCipher wrote to stderr:\n{stderr}"
     );
+}
+
+/// A file SQLCipher made with its own defaults (HMAC-SHA512 on every page, 80
+/// reserved bytes), as keel made them before it chose HMAC-SHA256: `rows` rows in
+/// `kv`, the last `in_wal` of them still in the WAL of a connection left open
+/// (returned, to keep the WAL there).
+fn sqlcipher_default_file(
+    db: &Path,
+    key: &DataKey,
+    plaintext_header: bool,
+    rows: usize,
+    in_wal: usize,
+) -> keel_storage::rusqlite::Connection {
+    let c = keel_storage::rusqlite::Connection::open(db).unwrap();
+    let mut keying = format!("PRAGMA key = \"x'{}'\";", key.to_hex().as_str());
+    if plaintext_header {
+        keying.push_str(" PRAGMA cipher_plaintext_header_size = 32;");
+    }
+    c.execute_batch(&keying).unwrap();
+    c.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; \
+         CREATE TABLE kv(k TEXT PRIMARY KEY, v BLOB)",
+    )
+    .unwrap();
+    for i in 0..rows {
+        if i == rows - in_wal {
+            c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        }
+        c.execute(
+            "INSERT INTO kv VALUES (?1, ?2)",
+            (format!("k{i}"), vec![i as u8; 300]),
+        )
+        .unwrap();
+    }
+    c
+}
+
+/// Whether SQLCipher itself, keyed with `key` and SQLCipher's default settings
+/// (or the page HMAC `mac`), reads the table `kv` of `db`.
+fn sqlcipher_reads(db: &Path, key: &DataKey, plaintext_header: bool, mac: Option<&str>) -> bool {
+    let c = keel_storage::rusqlite::Connection::open(db).unwrap();
+    let mut keying = format!("PRAGMA key = \"x'{}'\";", key.to_hex().as_str());
+    if plaintext_header {
+        keying.push_str(" PRAGMA cipher_plaintext_header_size = 32;");
+    }
+    if let Some(mac) = mac {
+        keying.push_str(&format!(" PRAGMA cipher_hmac_algorithm = {mac};"));
+    }
+    c.execute_batch(&keying).unwrap();
+    c.query_row("SELECT count(*) FROM kv", [], |r| r.get::<_, i64>(0))
+        .is_ok()
+}
+
+/// The files keel makes carry an HMAC-SHA256 on every page, not SQLCipher's
+/// default HMAC-SHA512: SQLCipher reads them keyed with `HMAC_SHA256`, and not with
+/// its defaults.
+#[test]
+fn new_files_carry_hmac_sha256() {
+    for plaintext_header in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("a.db");
+        let key = DataKey::from_parts(&[4; 32], &[2; 16]);
+        let k = key.clone();
+        let store = Store::open(
+            &db,
+            opts()
+                .encryption(move |_: &Path, _| Ok(k.clone()))
+                .plaintext_header(plaintext_header),
+        )
+        .unwrap();
+        write_kv(&store, "a", b"b");
+        store.close().unwrap();
+        assert!(!sqlcipher_reads(&db, &key, plaintext_header, None));
+        assert!(sqlcipher_reads(
+            &db,
+            &key,
+            plaintext_header,
+            Some("HMAC_SHA256")
+        ));
+    }
+}
+
+/// Files made before keel chose HMAC-SHA256 keep SQLCipher's default, HMAC-SHA512:
+/// they open with their key in both layouts, from the file alone or with pages in
+/// a WAL beside it, and keep their format; a wrong key is still `WrongKey` and
+/// changes nothing.
+#[test]
+fn files_with_sqlciphers_default_hmac_open_and_keep_it() {
+    for plaintext_header in [false, true] {
+        for in_wal in [0, 5] {
+            let dir = tempfile::tempdir().unwrap();
+            let made = dir.path().join("made.db");
+            let db = dir.path().join("a.db");
+            let key = DataKey::from_parts(&[7; 32], &[9; 16]);
+            let maker = sqlcipher_default_file(&made, &key, plaintext_header, 40, in_wal);
+            if in_wal > 0 {
+                copy_live(&made, &db);
+            } else {
+                drop(maker);
+                std::fs::copy(&made, &db).unwrap();
+            }
+            let case = format!("plaintext header {plaintext_header}, {in_wal} rows in the WAL");
+            let before = snapshot(dir.path());
+            let wrong = opts()
+                .encryption(fixed_key(3))
+                .plaintext_header(plaintext_header);
+            match Store::open(&db, wrong) {
+                Err(Error::WrongKey { .. }) => {}
+                other => panic!("{case}: expected WrongKey, got {other:?}"),
+            }
+            assert_unchanged(&before, dir.path());
+
+            let k = key.clone();
+            let o = move || {
+                let k = k.clone();
+                opts()
+                    .encryption(move |_: &Path, _| Ok(k.clone()))
+                    .plaintext_header(plaintext_header)
+            };
+            let store = Store::open(&db, o()).unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(read_kv(&store, "k39"), Some(vec![39; 300]), "{case}");
+            write_kv(&store, "later", b"written by keel");
+            store.close().unwrap();
+            let store = Store::open(&db, o()).unwrap();
+            assert_eq!(read_kv(&store, "k0"), Some(vec![0; 300]), "{case}");
+            assert_eq!(
+                read_kv(&store, "later").as_deref(),
+                Some(&b"written by keel"[..]),
+                "{case}"
+            );
+            store.close().unwrap();
+            // A tool's connection, keyed as keel keys its own, reads it too.
+            let c = keel_storage::rusqlite::Connection::open(&db).unwrap();
+            key_connection(&c, &key, plaintext_header).unwrap();
+            let n: i64 = c
+                .query_row("SELECT count(*) FROM kv", [], |r| r.get(0))
+                .unwrap();
+            assert_eq!(n, 41, "{case}");
+            drop(c);
+            assert!(
+                sqlcipher_reads(&db, &key, plaintext_header, None),
+                "{case}: still SQLCipher's default"
+            );
+        }
+    }
+}
+
+/// Rotating the key of a file with SQLCipher's default HMAC copies it into a file
+/// with keel's, HMAC-SHA256, which opens under the new key with every row.
+#[test]
+fn a_rotation_moves_an_old_file_to_hmac_sha256() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("a.db");
+    let old = DataKey::from_parts(&[7; 32], &[9; 16]);
+    drop(sqlcipher_default_file(&db, &old, true, 40, 0));
+    let store = Store::open(
+        &db,
+        opts()
+            .encryption(move |_: &Path, _| Ok(old.clone()))
+            .plaintext_header(true),
+    )
+    .unwrap();
+    let new_key = dir.path().join("new.key");
+    store
+        .rotate_key(
+            Some(Encryption::new(KeyFile::new(&new_key)).plaintext_header(true)),
+            RotateOptions::default(),
+        )
+        .wait()
+        .unwrap();
+    assert_eq!(read_kv(&store, "k20"), Some(vec![20; 300]));
+    store.close().unwrap();
+    let new = DataKey::from_hex(&std::fs::read_to_string(&new_key).unwrap()).unwrap();
+    assert!(!sqlcipher_reads(&db, &new, true, None), "no longer SHA-512");
+    assert!(sqlcipher_reads(&db, &new, true, Some("HMAC_SHA256")));
+    let store = Store::open(
+        &db,
+        opts()
+            .encryption(KeyFile::new(&new_key))
+            .plaintext_header(true),
+    )
+    .unwrap();
+    assert_eq!(read_kv(&store, "k39"), Some(vec![39; 300]));
+    store.close().unwrap();
 }
