@@ -23,6 +23,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::ListenerExt;
 use axum::{Json, Router};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinHandle;
@@ -117,6 +118,14 @@ pub async fn start(config: Config) -> Result<RunningRelay, Error> {
         .await
         .map_err(Error::Serve)?;
     let addr = listener.local_addr().map_err(Error::Serve)?;
+    // Frames are small and each one is news: without TCP_NODELAY a frame sent
+    // while the last one is unacknowledged waits for that ack (Nagle), up to the
+    // client's delayed-ack timer.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            warn!(error = %e, "could not set TCP_NODELAY on a client connection");
+        }
+    });
     let app = Router::new()
         .route("/health", get(health))
         .route("/sync", get(sync))
