@@ -171,7 +171,7 @@ fn network(dir: &Path, quick: bool) -> Option<(f64, f64, f64, usize)> {
     let url = pg.url().to_owned();
     let config = format!(
         "listen = \"127.0.0.1:0\"\ndatabase_url = \"{url}\"\nschema = \"{}\"\nrelay_id = \"bench\"\n\
-         max_frame_bytes = 4194304\nmax_batch_ops = 1000\npoll_interval_ms = 2\n\
+         max_frame_bytes = 4194304\nmax_batch_ops = 1000\n\
          [auth]\nhs256_secrets = [\"{SECRET}\"]\n\
          [[scope]]\ncollection = \"blog.Post\"\nfilter = \"owner == token.sub\"\n",
         fixture().display()
@@ -385,7 +385,7 @@ fn downstream(dir: &Path, quick: bool) -> Option<Down> {
         &config,
         format!(
             "listen = \"127.0.0.1:0\"\ndatabase_url = \"{url}\"\nschema = \"{}\"\nrelay_id = \"down\"\n\
-             max_frame_bytes = 4194304\nmax_batch_ops = 1000\npoll_interval_ms = 2\nlog_format = \"text\"\n\
+             max_frame_bytes = 4194304\nmax_batch_ops = 1000\nlog_format = \"text\"\n\
              [auth]\nhs256_secrets = [\"{SECRET}\"]\n\
              [[scope]]\ncollection = \"blog.Post\"\nfilter = \"owner == token.sub\"\n",
             fixture().display()

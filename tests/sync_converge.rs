@@ -383,7 +383,6 @@ schema = "{schema}"
 relay_id = "{id}"
 max_frame_bytes = 4194304
 max_batch_ops = 100
-poll_interval_ms = 2
 log_format = "text"
 
 [auth]

@@ -266,15 +266,18 @@ fn a_lost_slot_re_snapshots_clients_which_keep_pending_ops_and_diff_only_what_di
     let (_sa, ua) = live(&a);
     let (_sb, ub) = live(&b);
 
-    // The relay's slot goes (it is busy in a read now and then: retry), and the
-    // server changes rows while there is none: no stream will ever carry them.
+    // The relay's slot goes, as an operator would drop it: end the relay's
+    // stream (the slot is in use while it streams), then drop the slot before
+    // the relay is back. The server changes rows while there is none: no stream
+    // will ever carry them.
     let slot = format!("keel_relay_{}", net.config.relay_id);
     let deadline = Instant::now() + WAIT;
     loop {
-        let dropped = net.rt.block_on(
-            net.sql
-                .batch_execute(&format!("SELECT pg_drop_replication_slot('{slot}')")),
-        );
+        let dropped = net.rt.block_on(net.sql.batch_execute(&format!(
+            "SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots \
+             WHERE slot_name = '{slot}' AND active_pid IS NOT NULL;
+             SELECT pg_drop_replication_slot('{slot}')"
+        )));
         if dropped.is_ok() {
             break;
         }

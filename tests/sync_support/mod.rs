@@ -54,7 +54,6 @@ schema = "{schema}"
 relay_id = "client_tests"
 max_frame_bytes = 4194304
 max_batch_ops = {max_batch_ops}
-poll_interval_ms = 2
 
 [auth]
 hs256_secrets = ["{SECRET}"]

@@ -8,7 +8,6 @@
 //! max_frame_bytes = 1048576          # larger frames get a typed `frame_too_large`
 //! max_batch_ops = 1000
 //! pool_size = 4                      # PostgreSQL connections for uploads and snapshots
-//! poll_interval_ms = 10              # how often the slot is read when idle
 //! log_format = "text"                # or "json"
 //!
 //! [auth]
@@ -54,9 +53,6 @@ pub struct Config {
     /// PostgreSQL connections kept for uploads and snapshots.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
-    /// Milliseconds between reads of the replication slot when nothing came.
-    #[serde(default = "default_poll_interval_ms")]
-    pub poll_interval_ms: u64,
     /// `text` or `json` log lines.
     #[serde(default)]
     pub log_format: LogFormat,
@@ -118,9 +114,6 @@ fn default_max_batch_ops() -> usize {
 }
 fn default_pool_size() -> usize {
     4
-}
-fn default_poll_interval_ms() -> u64 {
-    10
 }
 fn default_leeway() -> u64 {
     30

@@ -44,6 +44,10 @@ pub enum Error {
     /// PostgreSQL refused a statement or the connection failed.
     #[error("database: {0}")]
     Database(#[from] tokio_postgres::Error),
+    /// The replication stream could not start or ended (the connection, or
+    /// PostgreSQL refusing the slot: in use by another relay, or invalidated).
+    #[error("replication stream: {0}")]
+    Replication(#[from] pgwire_replication::PgWireError),
     /// The database's tables do not match the schema (the report names each difference).
     #[error("the database does not match the schema:\n{0}")]
     SchemaMismatch(String),

@@ -1,10 +1,11 @@
 //! A decoder for PostgreSQL's `pgoutput` logical replication messages (protocol 1).
 //!
-//! The relay reads its slot through `pg_logical_slot_get_binary_changes`, one
-//! message per row: `B`egin, `R`elation (a table's columns, sent before its first
+//! The relay streams its slot (see [`crate::replication`]), one message per row:
+//! `B`egin, `R`elation (a table's columns, sent before its first
 //! change in a session), `I`nsert, `U`pdate, `D`elete, `T`runcate, `C`ommit, and
 //! `O`rigin / t`Y`pe, which the relay does not need. [`Decoder::push`] folds them
-//! into whole [`Transaction`]s, each complete with its commit LSN. Column values
+//! into whole [`Transaction`]s (the replication client reads begins and commits
+//! itself and hands them over as [`Decoder::begin`] and [`Decoder::commit`]), each complete with its commit LSN. Column values
 //! arrive in PostgreSQL's text form (`None` for SQL null); an unchanged TOASTed
 //! value in an update is filled from the old row, which `REPLICA IDENTITY FULL`
 //! always sends.
@@ -175,6 +176,28 @@ impl Decoder {
         self.relations.get(&id)
     }
 
+    /// Opens transaction `xid`: what a `Begin` message says. The replication
+    /// client hands begins and commits over already read, as values.
+    pub fn begin(&mut self, xid: u32) {
+        self.open = Some(Transaction {
+            xid,
+            commit_lsn: 0,
+            end_lsn: 0,
+            changes: Vec::new(),
+        });
+    }
+
+    /// Closes the open transaction: what a `Commit` message says.
+    pub fn commit(&mut self, commit_lsn: u64, end_lsn: u64) -> Result<Transaction, DecodeError> {
+        let mut tx = self
+            .open
+            .take()
+            .ok_or_else(|| DecodeError("commit without begin".into()))?;
+        tx.commit_lsn = commit_lsn;
+        tx.end_lsn = end_lsn;
+        Ok(tx)
+    }
+
     /// Decodes one message; returns the transaction it completes, if it is a commit.
     pub fn push(&mut self, message: &[u8]) -> Result<Option<Transaction>, DecodeError> {
         let mut r = Reader {
@@ -185,26 +208,14 @@ impl Decoder {
             b'B' => {
                 let _final_lsn = r.u64()?;
                 let _timestamp = r.u64()?;
-                let xid = r.u32()?;
-                self.open = Some(Transaction {
-                    xid,
-                    commit_lsn: 0,
-                    end_lsn: 0,
-                    changes: Vec::new(),
-                });
+                self.begin(r.u32()?);
                 Ok(None)
             }
             b'C' => {
                 let _flags = r.u8()?;
                 let commit_lsn = r.u64()?;
                 let end_lsn = r.u64()?;
-                let mut tx = self
-                    .open
-                    .take()
-                    .ok_or_else(|| DecodeError("commit without begin".into()))?;
-                tx.commit_lsn = commit_lsn;
-                tx.end_lsn = end_lsn;
-                Ok(Some(tx))
+                self.commit(commit_lsn, end_lsn).map(Some)
             }
             b'R' => {
                 let id = r.u32()?;

@@ -1,40 +1,52 @@
-//! The down stream's source: this relay's logical replication slot, read with
-//! `pgoutput`, as whole committed transactions.
+//! The down stream's source: this relay's logical replication slot, streamed
+//! with `pgoutput`, as whole committed transactions.
 //!
 //! At start [`prepare`] makes sure the publication `keel_relay` lists every synced
 //! table and that this relay's slot exists (one slot per relay, named by its
 //! `relay_id`; PostgreSQL keeps WAL for it, bounded by the server's
-//! `max_slot_wal_keep_size`). [`stream`] then reads the slot through
-//! `pg_logical_slot_get_binary_changes`, which hands out only whole transactions and
-//! advances the slot past what it returned, decodes them ([`crate::pgoutput`]) and
-//! publishes each as a [`StreamedTx`] on a broadcast channel that every subscribed
-//! session filters by its scopes. When the slot has nothing, it waits
-//! `poll_interval_ms` and reads again.
+//! `max_slot_wal_keep_size`). [`stream`] then opens a replication connection
+//! (`START_REPLICATION … LOGICAL`, through `pgwire-replication`), decodes what it
+//! sends ([`crate::pgoutput`]) and publishes each transaction as a [`StreamedTx`]
+//! on a broadcast channel that every subscribed session filters by its scopes.
 //!
-//! Reading through SQL needs no replication-protocol client (none of the Rust
-//! PostgreSQL clients speaks it on a released version); the cost is two reads per
-//! poll while idle, and a poll interval of delay at worst.
+//! PostgreSQL's WAL sender decodes the slot once, in WAL order, and sends a
+//! transaction as soon as its commit is flushed: a change reaches the relay
+//! without waiting for a poll, and nothing already sent is decoded again. (Reading
+//! the slot through SQL instead, `pg_logical_slot_get_changes`, decodes from the
+//! slot's restart point on every call, which lags up to a running-transactions
+//! record behind: after a large transaction, every call decodes it again.)
+//!
+//! Checkpoints come from two places: a transaction's end, and the server's
+//! keepalive, which carries how far it has read while it waits for more WAL;
+//! every transaction committed before that point has been sent. What is
+//! published is confirmed to the server as consumed, as a read of the slot
+//! would: a relay that restarts streams from there.
 //!
 //! An idle relay writes nothing. It records how far it has streamed in
 //! `keel_relay.relays` only after it streamed a transaction, and at most once per
 //! [`RECORD_EVERY`]: that record is itself a commit that moves the WAL, so
-//! recording every checkpoint would make one commit per poll, forever, and send
-//! every subscriber a checkpoint frame per poll for it.
+//! recording every checkpoint would make one commit per checkpoint, forever, and
+//! send every subscriber a checkpoint frame for each.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pgwire_replication::{
+    Lsn, PgWireError, ReplicationClient, ReplicationConfig, ReplicationEvent, TlsConfig,
+};
 use tokio::sync::broadcast;
+use tokio_postgres::config::Host;
 use tokio_postgres::Client;
 
 use crate::error::Error;
 use crate::pgoutput::{Decoder, RowChange};
-use crate::protocol::{format_lsn, parse_lsn};
+use crate::protocol::format_lsn;
 use crate::state;
 use crate::sync_schema::{quote_ident, SyncSchema};
 
-/// The most messages one read of the slot returns (it finishes the transaction it is in).
-const BATCH_CHANGES: usize = 10_000;
+/// The most time between a confirmation of what was published and the server
+/// hearing of it.
+const STATUS_EVERY: Duration = Duration::from_millis(20);
 
 /// The least time between two records of how far this relay has streamed.
 pub const RECORD_EVERY: Duration = Duration::from_secs(1);
@@ -150,17 +162,23 @@ pub async fn slot_usable(client: &Client, slot: &str) -> Result<bool, Error> {
     Ok(row.is_some_and(|r| r.get::<_, bool>(0)))
 }
 
-/// Reads the slot and publishes what it holds, forever; an error ends it (the
+/// Streams the slot and publishes what it holds, forever; an error ends it (the
 /// caller restarts it on a fresh connection). Besides each transaction it publishes
 /// checkpoints: the stream is complete up to that LSN.
+///
+/// `client` is an ordinary connection, for the record of how far this relay has
+/// streamed; the stream itself is a replication connection of its own to
+/// `database_url`.
 pub async fn stream(
     client: &Client,
+    database_url: &str,
     schema: &SyncSchema,
     relay_id: &str,
     slot: &str,
-    poll: Duration,
     feed: &broadcast::Sender<Feed>,
 ) -> Result<(), Error> {
+    let mut replication =
+        ReplicationClient::connect(replication_config(database_url, slot)?).await?;
     let mut decoder = Decoder::new();
     let mut last_lsn: Option<u64> = None;
     // The checkpoint not yet recorded, kept only once a transaction streamed.
@@ -170,91 +188,66 @@ pub async fn stream(
     // need not wait for its own fsync while the next transaction waits to stream.
     client.batch_execute("SET synchronous_commit = off").await?;
     loop {
-        // Everything committed before this flush position is decoded by the call
-        // below (it stops there), so once it returns a full answer, the stream is
-        // complete up to here even if no synced table changed.
-        let flushed: String = client
-            .query_one("SELECT pg_current_wal_flush_lsn()::text", &[])
-            .await?
-            .get(0);
-        let rows = client
-            .query(
-                "SELECT data FROM pg_logical_slot_get_binary_changes($1, $2::text::pg_lsn, $3, \
-                 'proto_version', '1', 'publication_names', $4)",
-                &[&slot, &flushed, &(BATCH_CHANGES as i32), &PUBLICATION],
-            )
-            .await?;
-        let mut streamed = None;
-        for row in &rows {
-            let data: Vec<u8> = row.get(0);
-            let tx = match decoder.push(&data) {
-                Ok(Some(tx)) => tx,
-                Ok(None) => continue,
-                Err(e) => {
+        // A record that is due is written even when nothing else arrives.
+        let due = unrecorded.map(|_| {
+            recorded_at.map_or(Duration::ZERO, |at| {
+                RECORD_EVERY.saturating_sub(at.elapsed())
+            })
+        });
+        let event = match due {
+            Some(due) => match tokio::time::timeout(due, replication.recv()).await {
+                Ok(event) => Some(event?),
+                Err(_) => None,
+            },
+            None => Some(replication.recv().await?),
+        };
+        let checkpoint = match event {
+            None => None,
+            Some(None) => {
+                return Err(Error::Replication(PgWireError::Internal(
+                    "the replication stream ended".into(),
+                )))
+            }
+            Some(Some(ReplicationEvent::Begin { xid, .. })) => {
+                decoder.begin(xid);
+                None
+            }
+            Some(Some(ReplicationEvent::XLogData { data, .. })) => {
+                if let Err(e) = decoder.push(&data) {
                     tracing::error!(error = %e, "undecodable replication message; skipped");
-                    continue;
                 }
-            };
-            let mut changes = Vec::new();
-            for change in tx.changes {
-                let (relation_ids, kind) = match change {
-                    RowChange::Insert { relation, new } => (
-                        vec![relation],
-                        ChangeKind::Row {
-                            old: None,
-                            new: Some(new),
-                        },
-                    ),
-                    RowChange::Update { relation, old, new } => (
-                        vec![relation],
-                        ChangeKind::Row {
-                            old,
-                            new: Some(new),
-                        },
-                    ),
-                    RowChange::Delete { relation, old } => (
-                        vec![relation],
-                        ChangeKind::Row {
-                            old: Some(old),
-                            new: None,
-                        },
-                    ),
-                    RowChange::Truncate { relations } => (relations, ChangeKind::Truncate),
-                };
-                for id in relation_ids {
-                    let Some(relation) = decoder.relation(id) else {
-                        continue;
-                    };
-                    let Some(collection) = schema
-                        .collections
-                        .iter()
-                        .position(|c| c.table == relation.name)
-                    else {
-                        continue;
-                    };
-                    changes.push(TableChange {
-                        collection,
-                        columns: Arc::new(relation.columns.clone()),
-                        kind: kind.clone(),
-                    });
+                None
+            }
+            Some(Some(ReplicationEvent::Commit { lsn, end_lsn, .. })) => {
+                match decoder.commit(lsn.0, end_lsn.0) {
+                    Ok(tx) => {
+                        let changes = table_changes(&decoder, schema, tx.changes);
+                        // No receiver is fine: nobody is subscribed right now.
+                        let _ = feed.send(Feed::Tx(Arc::new(StreamedTx {
+                            commit_lsn: tx.commit_lsn,
+                            changes,
+                        })));
+                        unrecorded = Some(tx.end_lsn);
+                        Some(tx.end_lsn)
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "undecodable replication message; skipped");
+                        None
+                    }
                 }
             }
-            streamed = Some(tx.end_lsn);
-            // No receiver is fine: nobody is subscribed right now.
-            let _ = feed.send(Feed::Tx(Arc::new(StreamedTx {
-                commit_lsn: tx.commit_lsn,
-                changes,
-            })));
-        }
-        let complete = rows.len() < BATCH_CHANGES;
-        let checkpoint = match (complete, parse_lsn(&flushed), streamed) {
-            (true, Some(flushed), streamed) => Some(flushed.max(streamed.unwrap_or(0))),
-            (_, _, streamed) => streamed,
+            // The server's position when it waits for more WAL: every
+            // transaction committed before it has been sent.
+            Some(Some(ReplicationEvent::KeepAlive { wal_end, .. })) => Some(wal_end.0),
+            Some(Some(ReplicationEvent::Message { .. })) => None,
+            Some(Some(ReplicationEvent::StoppedAt { .. })) => return Ok(()),
         };
         if let Some(lsn) = checkpoint.filter(|lsn| !last_lsn.is_some_and(|last| *lsn <= last)) {
             let _ = feed.send(Feed::Checkpoint(lsn));
             last_lsn = Some(lsn);
-            if streamed.is_some() || unrecorded.is_some() {
+            // Published is consumed, as a read of the slot was: the slot moves on.
+            replication.update_applied_lsn(Lsn(lsn));
+            if unrecorded.is_some() {
                 unrecorded = Some(lsn);
             }
         }
@@ -265,8 +258,86 @@ pub async fn stream(
                 recorded_at = Some(Instant::now());
             }
         }
-        if rows.is_empty() {
-            tokio::time::sleep(poll).await;
+    }
+}
+
+/// The stream's connection: the relay's database URL, as a replication
+/// connection reading `slot` from where it was last confirmed.
+fn replication_config(database_url: &str, slot: &str) -> Result<ReplicationConfig, Error> {
+    let url: tokio_postgres::Config = database_url.parse()?;
+    let host = match url.get_hosts().first() {
+        Some(Host::Tcp(host)) => host.clone(),
+        Some(Host::Unix(dir)) => dir.display().to_string(),
+        None => "localhost".to_owned(),
+    };
+    let user = url.get_user().unwrap_or("postgres").to_owned();
+    let password = url
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .unwrap_or_default();
+    let database = url.get_dbname().map_or_else(|| user.clone(), str::to_owned);
+    Ok(
+        ReplicationConfig::new(host, user, password, database, slot, PUBLICATION)
+            .with_port(url.get_ports().first().copied().unwrap_or(5432))
+            .with_tls(TlsConfig::disabled())
+            .with_start_lsn(Lsn::ZERO)
+            // A confirmation goes out this soon after it is made, so the server
+            // sends the next keepalive (a checkpoint) soon after WAL the
+            // publication skips.
+            .with_status_interval(STATUS_EVERY)
+            .with_application_name(format!("keel-relay {slot}")),
+    )
+}
+
+/// A transaction's row changes of synced tables, named by collection.
+fn table_changes(
+    decoder: &Decoder,
+    schema: &SyncSchema,
+    changes: Vec<RowChange>,
+) -> Vec<TableChange> {
+    let mut out = Vec::new();
+    for change in changes {
+        let (relation_ids, kind) = match change {
+            RowChange::Insert { relation, new } => (
+                vec![relation],
+                ChangeKind::Row {
+                    old: None,
+                    new: Some(new),
+                },
+            ),
+            RowChange::Update { relation, old, new } => (
+                vec![relation],
+                ChangeKind::Row {
+                    old,
+                    new: Some(new),
+                },
+            ),
+            RowChange::Delete { relation, old } => (
+                vec![relation],
+                ChangeKind::Row {
+                    old: Some(old),
+                    new: None,
+                },
+            ),
+            RowChange::Truncate { relations } => (relations, ChangeKind::Truncate),
+        };
+        for id in relation_ids {
+            let Some(relation) = decoder.relation(id) else {
+                continue;
+            };
+            let Some(collection) = schema
+                .collections
+                .iter()
+                .position(|c| c.table == relation.name)
+            else {
+                continue;
+            };
+            out.push(TableChange {
+                collection,
+                columns: Arc::new(relation.columns.clone()),
+                kind: kind.clone(),
+            });
         }
     }
+    out
 }

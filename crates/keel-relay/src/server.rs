@@ -151,7 +151,6 @@ pub async fn start(config: Config) -> Result<RunningRelay, Error> {
 }
 
 async fn run_stream(shared: Arc<Shared>, slot: String) {
-    let poll = Duration::from_millis(shared.config.poll_interval_ms);
     loop {
         let result = async {
             let client = connect(&shared.config.database_url).await?;
@@ -175,10 +174,10 @@ async fn run_stream(shared: Arc<Shared>, slot: String) {
             }
             replication::stream(
                 &client,
+                &shared.config.database_url,
                 &shared.schema,
                 &shared.config.relay_id,
                 &slot,
-                poll,
                 &shared.feed,
             )
             .await

@@ -12,8 +12,8 @@
 //!   `wal_level=logical`, replication slots and WAL senders enabled. Running as
 //!   root (as CI does), the folder is handed to the `postgres` user and the
 //!   binaries run through `runuser -u postgres --`, since PostgreSQL refuses to run
-//!   as root. Dropping the value stops the cluster (`pg_ctl stop -m fast`) and
-//!   removes the folder.
+//!   as root. Dropping the value stops the cluster (`pg_ctl stop -m immediate`)
+//!   and removes the folder.
 //!
 //! With neither, `start` prints `skipped: no PostgreSQL binaries` and returns
 //! `Ok(None)`: the calling test then returns early and passes, saying so plainly.
@@ -250,9 +250,19 @@ impl Cluster {
 impl Drop for Cluster {
     fn drop(&mut self) {
         let data = self.data_dir();
+        // Immediate: the cluster is thrown away, and a fast stop waits for each
+        // replication client to confirm the last WAL, which a relay on a test's
+        // runtime, blocked in this very drop, can no longer do.
         let _ = self.run(
             "pg_ctl",
-            &["-D", &data.to_string_lossy(), "-m", "fast", "-w", "stop"],
+            &[
+                "-D",
+                &data.to_string_lossy(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
         );
         let _ = fs::remove_dir_all(&self.dir);
     }

@@ -69,7 +69,6 @@ schema = "{schema}"
 relay_id = "{relay_id}"
 max_frame_bytes = 65536
 max_batch_ops = 100
-poll_interval_ms = 5
 
 [auth]
 hs256_secrets = ["{SECRET}"]
