@@ -33,6 +33,24 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "warnings",
         ])?;
         println!("lint: cargo clippy -D warnings passed");
+        // The workspace run unifies features (the tests turn encryption on), so
+        // it never builds what a cargo dependency on keel builds by default:
+        // check those feature sets on their own.
+        for features in ["", "sync"] {
+            util::cargo(&[
+                "clippy",
+                "--package",
+                "keel",
+                "--features",
+                features,
+                "--quiet",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .map_err(|e| format!("keel with features [{features}]: {e}"))?;
+        }
+        println!("lint: cargo clippy -p keel (default features, and sync) passed");
     } else {
         println!("lint: clippy skipped (not installed: `rustup component add clippy`)");
     }

@@ -131,6 +131,14 @@ mod disabled {
         pub(crate) fn check_header(&self, _: &Path, _: &[u8]) -> Result<()> {
             match *self {}
         }
+
+        pub(crate) fn authenticates_page1(&self, _: &[u8]) -> bool {
+            match *self {}
+        }
+
+        pub(crate) fn learn_page_mac(&self, _: &Path) -> bool {
+            match *self {}
+        }
     }
 }
 
