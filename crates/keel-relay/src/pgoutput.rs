@@ -13,6 +13,7 @@
 //! Bad bytes are a [`DecodeError`], never a panic.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// A table as the `Relation` message describes it.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +23,7 @@ pub struct Relation {
     /// The table's name.
     pub name: String,
     /// Column names, in order.
-    pub columns: Vec<String>,
+    pub columns: Arc<Vec<String>>,
 }
 
 /// A row: values in column order, in text form; `None` is SQL null.
@@ -235,7 +236,7 @@ impl Decoder {
                     Relation {
                         namespace,
                         name,
-                        columns,
+                        columns: Arc::new(columns),
                     },
                 );
                 Ok(None)
@@ -395,7 +396,7 @@ mod tests {
                 },
             ]
         );
-        assert_eq!(d.relation(16384).unwrap().columns, ["id", "title"]);
+        assert_eq!(*d.relation(16384).unwrap().columns, ["id", "title"]);
     }
 
     #[test]

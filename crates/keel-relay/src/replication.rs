@@ -295,47 +295,37 @@ fn table_changes(
     schema: &SyncSchema,
     changes: Vec<RowChange>,
 ) -> Vec<TableChange> {
-    let mut out = Vec::new();
+    // The synced table's collection and columns, for a relation id.
+    let synced = |id: u32| {
+        let relation = decoder.relation(id)?;
+        let collection = schema
+            .collections
+            .iter()
+            .position(|c| c.table == relation.name)?;
+        Some((collection, Arc::clone(&relation.columns)))
+    };
+    let mut out = Vec::with_capacity(changes.len());
     for change in changes {
-        let (relation_ids, kind) = match change {
-            RowChange::Insert { relation, new } => (
-                vec![relation],
-                ChangeKind::Row {
-                    old: None,
-                    new: Some(new),
-                },
-            ),
-            RowChange::Update { relation, old, new } => (
-                vec![relation],
-                ChangeKind::Row {
-                    old,
-                    new: Some(new),
-                },
-            ),
-            RowChange::Delete { relation, old } => (
-                vec![relation],
-                ChangeKind::Row {
-                    old: Some(old),
-                    new: None,
-                },
-            ),
-            RowChange::Truncate { relations } => (relations, ChangeKind::Truncate),
+        let (relation, old, new) = match change {
+            RowChange::Insert { relation, new } => (relation, None, Some(new)),
+            RowChange::Update { relation, old, new } => (relation, old, Some(new)),
+            RowChange::Delete { relation, old } => (relation, Some(old), None),
+            RowChange::Truncate { relations } => {
+                out.extend(relations.into_iter().filter_map(synced).map(
+                    |(collection, columns)| TableChange {
+                        collection,
+                        columns,
+                        kind: ChangeKind::Truncate,
+                    },
+                ));
+                continue;
+            }
         };
-        for id in relation_ids {
-            let Some(relation) = decoder.relation(id) else {
-                continue;
-            };
-            let Some(collection) = schema
-                .collections
-                .iter()
-                .position(|c| c.table == relation.name)
-            else {
-                continue;
-            };
+        if let Some((collection, columns)) = synced(relation) {
             out.push(TableChange {
                 collection,
-                columns: Arc::new(relation.columns.clone()),
-                kind: kind.clone(),
+                columns,
+                kind: ChangeKind::Row { old, new },
             });
         }
     }

@@ -154,12 +154,19 @@ fn last_per_row(schema: &Schema, changes: &[Incoming]) -> HashSet<usize> {
 /// Applies one page of a snapshot: `rows` of `collection` (fields, version),
 /// each held with the snapshot's generation `mark`, so that `finish` can tell
 /// the rows the snapshot named from those it did not.
+///
+/// `fresh`: the collection had no local and no held rows when this snapshot
+/// started, and the snapshot is not a resumed one. PostgreSQL sends each key of
+/// such a snapshot once, so while the outbox holds nothing of the collection (an
+/// app write during the snapshot puts an operation there) no row of the page can
+/// be there already: each is inserted without looking for it first.
 pub(crate) fn page(
     txn: &mut Txn<'_>,
     schema: &Schema,
     collection: &str,
-    rows: &[(Map<String, Json>, i64)],
+    rows: Vec<(Map<String, Json>, i64)>,
     mark: i64,
+    fresh: bool,
 ) -> Result<()> {
     txn.set_from_server();
     let Some((ti, t)) = table(schema, collection) else {
@@ -168,26 +175,39 @@ pub(crate) fn page(
     // Without operations of this client in the collection (always so on a first
     // sync) no row has anything to re-apply: skip that look-up per row.
     if ledger::has_ops(txn.connection(), collection).map_err(sql("read the outbox"))? {
-        for (row, version) in rows {
+        for (row, version) in &rows {
             upsert(txn, schema, collection, row, *version, Some(mark))?;
         }
         return Ok(());
     }
     for (row, version) in rows {
-        let key_text = key_text(t, row);
-        let held = ledger::held(txn.connection(), collection, &key_text)
-            .map_err(sql("read a held row"))?;
-        if *version <= held.version && held.row.is_some() {
-            ledger::mark(txn.connection(), collection, &key_text, mark)
-                .map_err(sql("mark a held row"))?;
-            continue;
+        let key_text = key_text(t, &row);
+        if !fresh {
+            let held = ledger::held(txn.connection(), collection, &key_text)
+                .map_err(sql("read a held row"))?;
+            if version <= held.version && held.row.is_some() {
+                ledger::mark(txn.connection(), collection, &key_text, mark)
+                    .map_err(sql("mark a held row"))?;
+                continue;
+            }
         }
-        ledger::set_held_marked(txn.connection(), collection, &key_text, *version, row, mark)
+        ledger::set_held_marked(txn.connection(), collection, &key_text, version, &row, mark)
             .map_err(sql("hold a downloaded row"))?;
-        let key = key_of(t, row);
-        write_local(txn, schema, ti, collection, &key, Some(row.clone()))?;
+        if fresh {
+            insert_local(txn, schema, ti, collection, row)?;
+        } else {
+            let key = key_of(t, &row);
+            write_local(txn, schema, ti, collection, &key, Some(row))?;
+        }
     }
     Ok(())
+}
+
+/// Whether `collection` has neither local rows nor held server rows: a
+/// snapshot into it may insert without looking (see [`page`]).
+pub(crate) fn is_empty(txn: &mut Txn<'_>, collection: &str) -> Result<bool> {
+    let held = ledger::has_held(txn.connection(), collection).map_err(sql("read held rows"))?;
+    Ok(!held && txn.query(collection).count()? == 0)
 }
 
 /// Records the keys of a resumed snapshot's `snapshot_keys` frame: rows that
@@ -494,6 +514,40 @@ fn key_values(table: &Table, key: &Map<String, Json>) -> Vec<Value> {
 }
 
 /// The synced fields of a row's JSON, as this build stores them.
+/// The synced, non-null fields of `row`, taken from it.
+fn into_synced_fields(table: &Table, row: Map<String, Json>) -> Map<String, Json> {
+    row.into_iter()
+        .filter(|(name, v)| {
+            !v.is_null()
+                && table
+                    .field(name)
+                    .is_some_and(|f| !f.deprecated && syncs(&f.ty))
+        })
+        .collect()
+}
+
+/// Inserts `row` as a new local object of `collection`; see [`write_local`]
+/// for a row that does not fit.
+fn insert_local(
+    txn: &mut Txn<'_>,
+    schema: &Schema,
+    ti: usize,
+    collection: &str,
+    row: Map<String, Json>,
+) -> Result<()> {
+    let t = schema.table(ti);
+    let Some(reader) = schema.table_reader(ti) else {
+        return Ok(());
+    };
+    match reader.encode_json(&Json::Object(into_synced_fields(t, row))) {
+        Ok(bytes) => local_write(collection, txn.insert_bytes(collection, bytes).map(|_| ())),
+        Err(e) => {
+            tracing::warn!(collection, error = %e, "a downloaded row does not fit the local schema");
+            Ok(())
+        }
+    }
+}
+
 fn synced_fields(table: &Table, row: &Map<String, Json>) -> Map<String, Json> {
     row.iter()
         .filter(|(name, v)| {
@@ -531,7 +585,7 @@ fn write_local(
     let Some(reader) = schema.table_reader(ti) else {
         return Ok(());
     };
-    let bytes = match reader.encode_json(&Json::Object(synced_fields(t, &row))) {
+    let bytes = match reader.encode_json(&Json::Object(into_synced_fields(t, row))) {
         Ok(b) => b,
         Err(e) => {
             // A value this build cannot hold (a wider enum, say): the row stays as

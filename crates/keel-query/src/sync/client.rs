@@ -72,6 +72,10 @@ struct Download {
     /// The last page's collection and key.
     cursor: Option<(String, Json)>,
     progress: SnapshotProgress,
+    /// The collections that had no local and no held rows when this snapshot
+    /// started (never for a resumed one): their pages insert without looking
+    /// for each row first (`apply::page`). Not recorded: a resume starts empty.
+    empty: Vec<String>,
 }
 
 impl Download {
@@ -103,6 +107,7 @@ impl Download {
                 rows_applied: j["applied"].as_u64().unwrap_or(0),
                 ..SnapshotProgress::default()
             },
+            empty: Vec::new(),
         })
     }
 }
@@ -721,16 +726,25 @@ impl Session<'_> {
                                 },
                                 ..saved
                             },
-                            None => Download {
-                                mark,
-                                pg_snapshot,
-                                collections: names,
-                                cursor: None,
-                                progress: SnapshotProgress {
-                                    rows_total: total,
-                                    ..SnapshotProgress::default()
-                                },
-                            },
+                            None => {
+                                let mut empty = Vec::new();
+                                for name in &names {
+                                    if apply::is_empty(txn, name)? {
+                                        empty.push(name.clone());
+                                    }
+                                }
+                                Download {
+                                    mark,
+                                    pg_snapshot,
+                                    collections: names,
+                                    cursor: None,
+                                    progress: SnapshotProgress {
+                                        rows_total: total,
+                                        ..SnapshotProgress::default()
+                                    },
+                                    empty,
+                                }
+                            }
                         };
                         ledger::set_state(
                             txn.connection(),
@@ -779,8 +793,9 @@ impl Session<'_> {
                             .min(d.progress.rows_total);
                     }
                     let state = d.to_json().to_string();
+                    let fresh = d.empty.contains(&collection);
                     self.write(move |txn| {
-                        apply::page(txn, &schema, &collection, &rows, mark)?;
+                        apply::page(txn, &schema, &collection, rows, mark, fresh)?;
                         ledger::set_state(txn.connection(), SNAPSHOT_STATE, &state).map_err(|e| {
                             Error::sqlite("record the snapshot state", "keel_sync_state", e)
                         })

@@ -365,6 +365,12 @@ pub(crate) fn forget_unmarked(
     .map(|_| ())
 }
 
+/// Whether `collection` has any held server row.
+pub(crate) fn has_held(conn: &Connection, collection: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM keel_sync_rows WHERE collection = ?1)")?
+        .query_row([collection], |r| r.get(0))
+}
+
 /// Whether `collection` has any operation in the outbox (when it has none, a
 /// downloaded row needs no look-up of operations to re-apply).
 pub(crate) fn has_ops(conn: &Connection, collection: &str) -> rusqlite::Result<bool> {
