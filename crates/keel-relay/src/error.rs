@@ -48,6 +48,10 @@ pub enum Error {
     /// PostgreSQL refusing the slot: in use by another relay, or invalidated).
     #[error("replication stream: {0}")]
     Replication(#[from] pgwire_replication::PgWireError),
+    /// PostgreSQL returned a snapshot row that is not JSON text (not expected: the
+    /// relay asks it for `jsonb` rendered as text).
+    #[error("snapshot row: {0}")]
+    SnapshotRow(String),
     /// The database's tables do not match the schema (the report names each difference).
     #[error("the database does not match the schema:\n{0}")]
     SchemaMismatch(String),

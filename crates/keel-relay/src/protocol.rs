@@ -191,8 +191,21 @@ pub enum ErrorCode {
     Resync,
 }
 
-/// A frame from the relay.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A row as JSON text, sent as it is: a snapshot's rows come from PostgreSQL
+/// already in the form clients read ([`crate::rows::snapshot_json`]), so the
+/// relay neither parses nor re-writes them.
+#[derive(Debug, Clone, Serialize)]
+#[serde(transparent)]
+pub struct RawRow(pub Box<serde_json::value::RawValue>);
+
+impl PartialEq for RawRow {
+    fn eq(&self, other: &RawRow) -> bool {
+        self.0.get() == other.0.get()
+    }
+}
+
+/// A frame from the relay (the relay only writes these).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum RelayFrame {
     /// The `hello` was accepted.
@@ -249,8 +262,8 @@ pub enum RelayFrame {
     Snapshot {
         /// The collection.
         collection: String,
-        /// Rows (each with its fields and `keel_version`).
-        rows: Vec<serde_json::Value>,
+        /// Rows (each with its fields and `keel_version`), as PostgreSQL wrote them.
+        rows: Vec<RawRow>,
         /// The primary key of the last row: a client that has applied this page
         /// resumes after it. Absent on the pages of a resumed snapshot that carry
         /// rows before the cursor (rows changed since the interrupted snapshot).

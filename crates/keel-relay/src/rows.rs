@@ -1,8 +1,9 @@
 //! Rows as clients receive them: JSON objects of a collection's synced fields.
 //!
-//! Rows reach the relay in two forms: logical replication sends PostgreSQL's text
-//! form of every column ([`from_text`]), a snapshot reads `to_jsonb(t)`
-//! ([`from_jsonb`]). Both become the same JSON, the one uploads use: numbers for
+//! Rows reach clients from two sources: logical replication sends PostgreSQL's
+//! text form of every column, which the relay converts ([`from_text`]); a
+//! snapshot has PostgreSQL render each row as JSON ([`snapshot_json`]), which the
+//! relay passes on unread. Both give the same JSON, the one uploads use: numbers for
 //! integers and floats, strings for text, arrays for arrays, an array of byte values
 //! for `bytea`, any JSON for `jsonb`. Columns the schema does not know (kept by the
 //! app's backend) are left out, and the version columns become the change's
@@ -10,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::sync_schema::{PgType, SyncCollection, CREATED_COLUMN, VERSION_COLUMN};
+use crate::sync_schema::{quote_ident, PgType, SyncCollection, VERSION_COLUMN};
 
 /// A row of `collection` from replicated text values (`columns` names them).
 /// Returns the row, its primary key and its version.
@@ -39,31 +40,43 @@ pub fn from_text(
     (Value::Object(row), key, version)
 }
 
-/// A row of `collection` from `to_jsonb(t)`. Returns the row and its version.
-pub fn from_jsonb(collection: &SyncCollection, value: Value) -> (Value, i64) {
-    let Value::Object(all) = value else {
-        return (Value::Null, 0);
-    };
-    let mut row = Map::new();
-    let mut version = 0;
-    for (name, value) in all {
-        if name == VERSION_COLUMN {
-            version = value.as_i64().unwrap_or(0);
-            continue;
-        }
-        if name == CREATED_COLUMN {
-            continue;
-        }
-        let Some(column) = collection.column(&name) else {
-            continue;
-        };
-        let value = match (&column.pg_type, value) {
-            (PgType::Bytea, Value::String(hex)) => bytes_value(&hex),
-            (_, other) => other,
-        };
-        row.insert(name, value);
-    }
-    (Value::Object(row), version)
+/// The SQL expression that renders a row `t` of `collection` as the JSON text
+/// clients receive: `jsonb_build_object` over the schema's columns (`to_jsonb`'s
+/// value for each, so numbers, strings, arrays and `jsonb` come out as `to_jsonb`
+/// gives them; `bytea` as an array of byte values), and `keel_version`. Columns
+/// the schema does not know are left out. The relay sends the text as it is.
+pub fn snapshot_json(collection: &SyncCollection) -> String {
+    let pairs: Vec<String> = collection
+        .columns
+        .iter()
+        .map(|c| {
+            let column = format!("t.{}", quote_ident(&c.name));
+            let value = match c.pg_type {
+                PgType::Bytea => format!(
+                    "CASE WHEN {column} IS NULL THEN NULL ELSE (SELECT coalesce(jsonb_agg(get_byte({column}, i) ORDER BY i), '[]') \
+                     FROM generate_series(0, length({column}) - 1) AS i) END"
+                ),
+                _ => column,
+            };
+            format!("{}, {value}", quote_literal(&c.name))
+        })
+        .chain(std::iter::once(format!(
+            "{}, t.{}",
+            quote_literal(VERSION_COLUMN),
+            quote_ident(VERSION_COLUMN)
+        )))
+        .collect();
+    // A function call takes at most 100 arguments: 50 pairs per object, joined.
+    let objects: Vec<String> = pairs
+        .chunks(50)
+        .map(|chunk| format!("jsonb_build_object({})", chunk.join(", ")))
+        .collect();
+    format!("({})::text", objects.join(" || "))
+}
+
+/// `name` as an SQL string literal.
+fn quote_literal(name: &str) -> String {
+    format!("'{}'", name.replace('\'', "''"))
 }
 
 /// The primary key fields of a row.

@@ -26,6 +26,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::extract::ws::{Message, WebSocket};
 use futures::StreamExt;
+use serde_json::value::RawValue;
 use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_postgres::IsolationLevel;
 use tracing::{info, warn};
@@ -33,7 +34,7 @@ use tracing::{info, warn};
 use crate::auth::Claims;
 use crate::error::Error;
 use crate::protocol::{
-    format_lsn, Change, ClientFrame, ErrorCode, RelayFrame, Resume, PROTOCOL_VERSION,
+    format_lsn, Change, ClientFrame, ErrorCode, RawRow, RelayFrame, Resume, PROTOCOL_VERSION,
 };
 use crate::replication::{ChangeKind, Feed};
 use crate::rows;
@@ -539,7 +540,10 @@ impl Session {
                 }
                 _ => {}
             }
-            let sql = format!("SELECT to_jsonb(t) FROM {table} t WHERE {rest} ORDER BY {order}");
+            let sql = format!(
+                "SELECT {} FROM {table} t WHERE {rest} ORDER BY {order}",
+                rows::snapshot_json(collection)
+            );
             send_pages(socket, &tx, collection, &sql, &params, true).await?;
         }
         tx.commit().await.map_err(Error::from)?;
@@ -676,20 +680,20 @@ async fn send_pages(
         let row = stream.next().await.transpose().map_err(Error::from)?;
         let end = row.is_none();
         if let Some(row) = row {
-            let (mut value, version) = rows::from_jsonb(collection, row.get(0));
-            if let Some(object) = value.as_object_mut() {
-                object.insert(
-                    crate::sync_schema::VERSION_COLUMN.to_owned(),
-                    version.into(),
-                );
-            }
-            page.push(value);
+            let text: String = row.get(0);
+            let raw = RawValue::from_string(text)
+                .map_err(|e| SnapshotError::Database(Error::SnapshotRow(e.to_string())))?;
+            page.push(RawRow(raw));
         }
         if page.len() == SNAPSHOT_PAGE || (end && !page.is_empty()) {
             let after = cursor
-                .then(|| page.last().and_then(|r| r.as_object()))
+                .then(|| page.last())
                 .flatten()
-                .map(|r| rows::key_of(collection, r));
+                .and_then(|r| {
+                    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(r.0.get())
+                        .ok()
+                })
+                .map(|r| rows::key_of(collection, &r));
             let frame = RelayFrame::Snapshot {
                 collection: collection.name.clone(),
                 rows: std::mem::take(&mut page),
@@ -745,8 +749,9 @@ async fn changed_since(
          THEN 1 ELSE 0 END) << 32 | t.xmin::text::bigint)::text::xid8"
     );
     let changed = format!(
-        "SELECT to_jsonb(t) FROM {table} t WHERE {before} \
-         AND NOT pg_visible_in_snapshot({xid8}, (${old_snapshot}::text)::pg_snapshot) ORDER BY {order}"
+        "SELECT {} FROM {table} t WHERE {before} \
+         AND NOT pg_visible_in_snapshot({xid8}, (${old_snapshot}::text)::pg_snapshot) ORDER BY {order}",
+        rows::snapshot_json(collection)
     );
     send_pages(socket, tx, collection, &changed, &params, false).await?;
     params.pop();
