@@ -784,7 +784,7 @@ impl Session<'_> {
                         self.write(move |txn| apply::keys(txn, &schema, &collection, &keys, mark))?;
                         continue;
                     }
-                    let rows: Vec<PageRow> = snapshot_rows(&frame, &schema, collections)?;
+                    let rows: Vec<PageRow> = snapshot_rows(&mut frame, &schema, collections)?;
                     // A page with a cursor advances the resume point, in the
                     // same local transaction as its rows.
                     if frame["after"].is_object() {
@@ -1041,20 +1041,21 @@ fn has_key(table: &keel_schema::Table, row: &serde_json::Map<String, Json>) -> b
 
 /// The rows of a `snapshot` frame, each with its version.
 fn snapshot_rows(
-    frame: &Json,
+    frame: &mut Json,
     schema: &keel_schema::Schema,
     collections: &[String],
 ) -> std::result::Result<Vec<PageRow>, BadFrame> {
     let collection = frame["collection"]
         .as_str()
-        .ok_or_else(|| BadFrame::malformed("a snapshot without a collection"))?;
-    let table = subscribed(schema, collections, collection)?;
-    let rows = frame["rows"]
-        .as_array()
-        .ok_or_else(|| BadFrame::malformed("a snapshot without rows"))?;
-    rows.iter()
+        .ok_or_else(|| BadFrame::malformed("a snapshot without a collection"))?
+        .to_owned();
+    let table = subscribed(schema, collections, &collection)?;
+    let Json::Array(rows) = frame["rows"].take() else {
+        return Err(BadFrame::malformed("a snapshot without rows"));
+    };
+    rows.into_iter()
         .map(|row| {
-            let Json::Object(mut row) = row.clone() else {
+            let Json::Object(mut row) = row else {
                 return Err(BadFrame::malformed("a snapshot row that is not an object"));
             };
             let version = row
