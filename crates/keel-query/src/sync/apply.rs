@@ -513,21 +513,37 @@ fn key_values(table: &Table, key: &Map<String, Json>) -> Vec<Value> {
         .collect()
 }
 
-/// The synced fields of a row's JSON, as this build stores them.
-/// The synced, non-null fields of `row`, taken from it.
+/// Whether `name: value` of a row's JSON is a field this build stores and syncs.
+fn is_synced(table: &Table, name: &str, value: &Json) -> bool {
+    !value.is_null()
+        && table
+            .field(name)
+            .is_some_and(|f| !f.deprecated && syncs(&f.ty))
+}
+
+/// The synced fields of a row's JSON, as this build stores them, taken from it.
 fn into_synced_fields(table: &Table, row: Map<String, Json>) -> Map<String, Json> {
     row.into_iter()
-        .filter(|(name, v)| {
-            !v.is_null()
-                && table
-                    .field(name)
-                    .is_some_and(|f| !f.deprecated && syncs(&f.ty))
-        })
+        .filter(|(name, v)| is_synced(table, name, v))
         .collect()
 }
 
-/// Inserts `row` as a new local object of `collection`; see [`write_local`]
-/// for a row that does not fit.
+/// `row` as the bytes of a local object of table `ti`; `None` when it does
+/// not fit: a value this build cannot hold (a wider enum, say). Such a row stays
+/// as it is locally; its server state is held.
+fn encode(schema: &Schema, ti: usize, collection: &str, row: Map<String, Json>) -> Option<Vec<u8>> {
+    let reader = schema.table_reader(ti)?;
+    match reader.encode_json(&Json::Object(into_synced_fields(schema.table(ti), row))) {
+        Ok(bytes) => Some(bytes),
+        Err(e) => {
+            tracing::warn!(collection, error = %e, "a downloaded row does not fit the local schema");
+            None
+        }
+    }
+}
+
+/// Inserts `row` as a new local object of `collection` (see [`encode`] for a
+/// row that does not fit).
 fn insert_local(
     txn: &mut Txn<'_>,
     schema: &Schema,
@@ -535,27 +551,16 @@ fn insert_local(
     collection: &str,
     row: Map<String, Json>,
 ) -> Result<()> {
-    let t = schema.table(ti);
-    let Some(reader) = schema.table_reader(ti) else {
-        return Ok(());
-    };
-    match reader.encode_json(&Json::Object(into_synced_fields(t, row))) {
-        Ok(bytes) => local_write(collection, txn.insert_bytes(collection, bytes).map(|_| ())),
-        Err(e) => {
-            tracing::warn!(collection, error = %e, "a downloaded row does not fit the local schema");
-            Ok(())
-        }
+    match encode(schema, ti, collection, row) {
+        Some(bytes) => local_write(collection, txn.insert_bytes(collection, bytes).map(|_| ())),
+        None => Ok(()),
     }
 }
 
+/// The synced fields of a row's JSON, as this build stores them.
 fn synced_fields(table: &Table, row: &Map<String, Json>) -> Map<String, Json> {
     row.iter()
-        .filter(|(name, v)| {
-            !v.is_null()
-                && table
-                    .field(name)
-                    .is_some_and(|f| !f.deprecated && syncs(&f.ty))
-        })
+        .filter(|(name, v)| is_synced(table, name, v))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect()
 }
@@ -582,45 +587,33 @@ fn write_local(
         }
         return Ok(());
     };
-    let Some(reader) = schema.table_reader(ti) else {
+    let Some(stored) = stored else {
+        return insert_local(txn, schema, ti, collection, row);
+    };
+    let (Some(reader), Some(bytes)) =
+        (schema.table_reader(ti), encode(schema, ti, collection, row))
+    else {
         return Ok(());
     };
-    let bytes = match reader.encode_json(&Json::Object(into_synced_fields(t, row))) {
-        Ok(b) => b,
-        Err(e) => {
-            // A value this build cannot hold (a wider enum, say): the row stays as
-            // it is locally; its server state is held.
-            tracing::warn!(collection, error = %e, "a downloaded row does not fit the local schema");
-            return Ok(());
-        }
-    };
-    match stored {
-        None => {
-            local_write(collection, txn.insert_bytes(collection, bytes).map(|_| ()))?;
-        }
-        Some(stored) => {
-            let now = row_json(schema, ti, &stored.bytes).map(|r| synced_fields(t, &r));
-            let next = row_json(schema, ti, &bytes).map(|r| synced_fields(t, &r));
-            if now == next {
-                return Ok(());
-            }
-            let ids: Vec<u16> = t
-                .fields
-                .iter()
-                .filter(|f| !f.deprecated && syncs(&f.ty))
-                .map(|f| f.id)
-                .collect();
-            let merged = reader
-                .patch(&stored.bytes, &bytes, &ids)
-                .map_err(|source| Error::InvalidObject {
-                    op: "apply a downloaded row",
-                    collection: collection.to_owned(),
-                    source,
-                })?;
-            local_write(collection, txn.upsert_bytes(collection, merged).map(|_| ()))?;
-        }
+    let now = row_json(schema, ti, &stored.bytes).map(|r| synced_fields(t, &r));
+    let next = row_json(schema, ti, &bytes).map(|r| synced_fields(t, &r));
+    if now == next {
+        return Ok(());
     }
-    Ok(())
+    let ids: Vec<u16> = t
+        .fields
+        .iter()
+        .filter(|f| !f.deprecated && syncs(&f.ty))
+        .map(|f| f.id)
+        .collect();
+    let merged = reader
+        .patch(&stored.bytes, &bytes, &ids)
+        .map_err(|source| Error::InvalidObject {
+            op: "apply a downloaded row",
+            collection: collection.to_owned(),
+            source,
+        })?;
+    local_write(collection, txn.upsert_bytes(collection, merged).map(|_| ()))
 }
 
 /// The outcome of one local write of a downloaded row: a refusal by a local rule
