@@ -19,7 +19,9 @@ use std::fmt;
 use tokio_postgres::Client;
 
 use crate::error::Error;
-use crate::sync_schema::{quote_ident, SyncCollection, SyncSchema, CREATED_COLUMN, VERSION_COLUMN};
+use crate::sync_schema::{
+    quote_ident, quote_literal, SyncCollection, SyncSchema, CREATED_COLUMN, VERSION_COLUMN,
+};
 
 /// The name of the trigger that stamps row versions.
 pub const TRIGGER_NAME: &str = "keel_row_version";
@@ -89,7 +91,7 @@ pub fn table_ddl(collection: &SyncCollection) -> String {
 
 fn sql_literal(value: &serde_json::Value) -> String {
     match value {
-        serde_json::Value::String(s) => format!("'{}'", s.replace('\'', "''")),
+        serde_json::Value::String(s) => quote_literal(s),
         other => other.to_string(),
     }
 }

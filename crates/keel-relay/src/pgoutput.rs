@@ -1,12 +1,12 @@
 //! A decoder for PostgreSQL's `pgoutput` logical replication messages (protocol 1).
 //!
 //! The relay streams its slot (see [`crate::replication`]), one message per row:
-//! `B`egin, `R`elation (a table's columns, sent before its first
-//! change in a session), `I`nsert, `U`pdate, `D`elete, `T`runcate, `C`ommit, and
-//! `O`rigin / t`Y`pe, which the relay does not need. [`Decoder::push`] folds them
-//! into whole [`Transaction`]s (the replication client reads begins and commits
-//! itself and hands them over as [`Decoder::begin`] and [`Decoder::commit`]), each complete with its commit LSN. Column values
-//! arrive in PostgreSQL's text form (`None` for SQL null); an unchanged TOASTed
+//! `B`egin, `R`elation (a table's columns, sent before its first change in a
+//! session), `I`nsert, `U`pdate, `D`elete, `T`runcate, `C`ommit, and `O`rigin /
+//! t`Y`pe, which the relay does not need. [`Decoder::push`] folds them into whole
+//! [`Transaction`]s, each complete with its commit LSN (the replication client
+//! reads begins and commits itself and hands them over as [`Decoder::begin`] and
+//! [`Decoder::commit`]). Column values arrive in PostgreSQL's text form (`None` for SQL null); an unchanged TOASTed
 //! value in an update is filled from the old row, which `REPLICA IDENTITY FULL`
 //! always sends.
 //!

@@ -11,7 +11,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::sync_schema::{quote_ident, PgType, SyncCollection, VERSION_COLUMN};
+use crate::sync_schema::{quote_ident, quote_literal, PgType, SyncCollection, VERSION_COLUMN};
 
 /// A row of `collection` from replicated text values (`columns` names them).
 /// Returns the row, its primary key and its version.
@@ -78,11 +78,6 @@ pub fn snapshot_json(collection: &SyncCollection) -> String {
         .map(|chunk| format!("jsonb_build_object({})", chunk.join(", ")))
         .collect();
     format!("({})::text", objects.join(" || "))
-}
-
-/// `name` as an SQL string literal.
-fn quote_literal(name: &str) -> String {
-    format!("'{}'", name.replace('\'', "''"))
 }
 
 /// The primary key fields of a row.

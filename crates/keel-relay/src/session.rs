@@ -40,7 +40,7 @@ use crate::replication::{ChangeKind, Feed};
 use crate::rows;
 use crate::scope::{sql_filter, BoundScope};
 use crate::shared::Shared;
-use crate::sync_schema::{quote_ident, PgType, SyncCollection};
+use crate::sync_schema::{quote_ident, quote_literal, PgType, SyncCollection};
 use crate::upload::{apply_batch, BatchOutcome, Uploader};
 
 /// Rows per `snapshot` page (frame): the client applies each in one local
@@ -90,7 +90,7 @@ fn key_params(collection: &SyncCollection, n: usize) -> String {
             let ty = collection
                 .column(k)
                 .map_or_else(|| "text".to_owned(), |c| c.pg_type.sql());
-            format!("((${n}::text)::jsonb->>'{}')::{ty}", k.replace('\'', "''"))
+            format!("((${n}::text)::jsonb->>{})::{ty}", quote_literal(k))
         })
         .collect::<Vec<_>>()
         .join(", ")
@@ -758,7 +758,7 @@ async fn changed_since(
     let keys = collection
         .primary_key
         .iter()
-        .map(|k| format!("'{}', t.{}", k.replace('\'', "''"), quote_ident(k)))
+        .map(|k| format!("{}, t.{}", quote_literal(k), quote_ident(k)))
         .collect::<Vec<_>>()
         .join(", ");
     let sql =

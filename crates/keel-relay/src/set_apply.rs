@@ -42,7 +42,7 @@ use tokio_postgres::Transaction;
 use crate::op::{rejection, Kind, Op};
 use crate::protocol::OpResult;
 use crate::scope::{sql_filter, BoundScope};
-use crate::sync_schema::{quote_ident, ConflictRule, SyncCollection};
+use crate::sync_schema::{quote_ident, quote_literal, ConflictRule, SyncCollection};
 
 /// A row's state as this batch knows it.
 #[derive(Debug, Clone, Copy)]
@@ -127,10 +127,6 @@ fn row_key(op: &Op<'_>) -> (String, String) {
         op.collection.name.clone(),
         Value::Object(op.key.clone()).to_string(),
     )
-}
-
-fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// `t.k = r.k AND …` over the key columns.
@@ -422,7 +418,7 @@ impl Run<'_, '_> {
                         };
                         format!(
                             "{q} = CASE WHEN e.v ? {} THEN {value} ELSE t.{q} END",
-                            literal(name)
+                            quote_literal(name)
                         )
                     })
                     .collect();

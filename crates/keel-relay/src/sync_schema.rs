@@ -299,3 +299,8 @@ pub use keel_schema::sync::snake_case;
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
+
+/// `text` as an SQL string literal (`'it''s'`).
+pub fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
