@@ -207,7 +207,7 @@ pub(crate) fn page(
 /// snapshot into it may insert without looking (see [`page`]).
 pub(crate) fn is_empty(txn: &mut Txn<'_>, collection: &str) -> Result<bool> {
     let held = ledger::has_held(txn.connection(), collection).map_err(sql("read held rows"))?;
-    Ok(!held && txn.query(collection).count()? == 0)
+    Ok(!held && txn.query(collection).first()?.is_none())
 }
 
 /// Records the keys of a resumed snapshot's `snapshot_keys` frame: rows that
