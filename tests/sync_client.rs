@@ -11,6 +11,7 @@ mod sync_support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use keel::storage::rusqlite;
 use keel_query::{QueryUpdate, SyncEvent};
 use serde_json::json;
 use sync_support::{eventually, like, local, object, open, start, sync};
@@ -383,4 +384,54 @@ fn fields_an_older_app_does_not_know_survive_its_edits() {
     handle.wait_uploaded().unwrap();
     let rows = net.rows("SELECT title, rating FROM posts WHERE id = 'p1'");
     assert_eq!(rows, vec![json!({"title": "new title", "rating": 4.5})]);
+}
+
+#[test]
+fn writes_after_the_outbox_emptied_get_new_numbers_and_reach_the_server() {
+    // The relay answers a (client, seq) it has seen without applying it again:
+    // a number handed out twice would be a write silently dropped.
+    let Some(net) = start() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let outbox = |path: &std::path::Path| -> (i64, Option<i64>) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.query_row("SELECT count(*), max(seq) FROM keel_sync_outbox", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+    };
+    let db = open(&path);
+    let post = object(
+        &db,
+        "blog.Post",
+        json!({"id": "p1", "owner": "ann", "title": "t"}),
+    );
+    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
+        .unwrap();
+    like(&db, "p1", 1);
+    like(&db, "p1", 1);
+    let handle = sync(&db, &net.url(), "ann");
+    handle.wait_uploaded().unwrap();
+    // Acked, then gone once the download has caught up with them.
+    assert!(eventually(|| outbox(&path).0 == 0), "{:?}", outbox(&path));
+    drop(handle);
+    like(&db, "p1", 1);
+    assert_eq!(
+        outbox(&path),
+        (1, Some(4)),
+        "numbers 1..=3 went to the relay"
+    );
+    let handle = sync(&db, &net.url(), "ann");
+    handle.wait_uploaded().unwrap();
+    assert_eq!(net.int("SELECT likes FROM posts WHERE id = 'p1'"), 3);
+    assert!(eventually(|| outbox(&path).0 == 0), "{:?}", outbox(&path));
+    // Closed and opened again with an empty outbox: still above every number.
+    drop(handle);
+    drop(db);
+    let db = open(&path);
+    like(&db, "p1", 1);
+    assert_eq!(outbox(&path), (1, Some(5)));
+    let handle = sync(&db, &net.url(), "ann");
+    handle.wait_uploaded().unwrap();
+    assert_eq!(net.int("SELECT likes FROM posts WHERE id = 'p1'"), 4);
 }

@@ -181,3 +181,189 @@ fn cascading_deletes_produce_delete_operations() {
     assert!(deletes.contains(&("blog.Comment".into(), json!({"id": 2}))));
     assert!(deletes.contains(&("blog.Post".into(), json!({"id": "p1"}))));
 }
+
+/// Inserts the post `id` (one outbox operation) and gives back its sequence number.
+fn write_post(db: &Database, dir: &tempfile::TempDir, id: &str) -> i64 {
+    let post = bytes(db, "blog.Post", json!({"id": id}));
+    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
+        .unwrap();
+    let ops = outbox(dir);
+    let op = ops
+        .iter()
+        .rfind(|o| o.2 == json!({"id": id}))
+        .expect("the insert is in the outbox");
+    op.0
+}
+
+/// Removes outbox operations as any statement would (the client removes them
+/// once acked and caught up with; here a second connection does it).
+fn remove_ops(dir: &tempfile::TempDir, filter: &str) {
+    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+    conn.execute(&format!("DELETE FROM keel_sync_outbox WHERE {filter}"), [])
+        .unwrap();
+}
+
+#[test]
+fn a_sequence_number_is_never_handed_out_again_once_its_operation_is_gone() {
+    // The relay's ledger answers a (client, seq) it has seen without applying it
+    // again: a number that came back would be a write silently dropped.
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let mut seen: Vec<i64> = (1..=3)
+        .map(|i| write_post(&db, &dir, &format!("a{i}")))
+        .collect();
+    // Only the last operations go: the highest number is no longer in the table.
+    remove_ops(&dir, &format!("seq >= {}", seen[1]));
+    seen.push(write_post(&db, &dir, "b1"));
+    remove_ops(&dir, "1");
+    assert!(outbox(&dir).is_empty());
+    seen.push(write_post(&db, &dir, "b2"));
+    remove_ops(&dir, "1");
+    drop(db);
+    let db = open(&dir);
+    seen.push(write_post(&db, &dir, "c1"));
+    assert!(
+        seen.windows(2).all(|w| w[0] < w[1]),
+        "every number larger than every one before: {seen:?}"
+    );
+}
+
+/// The outbox as files written before this version made it: its `seq`
+/// `AUTOINCREMENT`, the highest number handed out kept in `sqlite_sequence`.
+const OLD_OUTBOX: &str = "
+CREATE TABLE keel_sync_outbox (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    op TEXT NOT NULL,
+    fields TEXT,
+    deltas TEXT,
+    base INTEGER NOT NULL,
+    acked_version INTEGER,
+    acked_lsn INTEGER
+);
+CREATE INDEX keel_sync_outbox_key ON keel_sync_outbox(collection, key);
+CREATE TABLE keel_sync_rows (
+    collection TEXT NOT NULL,
+    key TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    acked INTEGER NOT NULL DEFAULT 0,
+    row TEXT,
+    PRIMARY KEY (collection, key)
+) WITHOUT ROWID;
+CREATE TABLE keel_sync_state (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+";
+
+#[test]
+fn a_file_with_the_autoincrement_outbox_goes_on_above_its_sqlite_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(open(&dir));
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+        conn.execute_batch(OLD_OUTBOX).unwrap();
+        let mut ins = conn
+            .prepare(
+                "INSERT INTO keel_sync_outbox (collection, key, op, fields, deltas, base) \
+                 VALUES ('blog.Post', ?1, 'insert', '{}', NULL, 0)",
+            )
+            .unwrap();
+        for i in 1..=5 {
+            ins.execute([json!({"id": format!("old{i}")}).to_string()])
+                .unwrap();
+        }
+        // Numbers 4 and 5 were handed out and their operations are gone.
+        conn.execute("DELETE FROM keel_sync_outbox WHERE seq > 3", [])
+            .unwrap();
+        let (max, sequence): (i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT max(seq) FROM keel_sync_outbox), \
+                 (SELECT seq FROM sqlite_sequence WHERE name = 'keel_sync_outbox')",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!((max, sequence), (3, 5));
+    }
+    let db = open(&dir);
+    assert_eq!(write_post(&db, &dir, "new1"), 6);
+    remove_ops(&dir, "1");
+    assert_eq!(write_post(&db, &dir, "new2"), 7);
+    remove_ops(&dir, "1");
+    drop(db);
+    let db = open(&dir);
+    assert_eq!(write_post(&db, &dir, "new3"), 8);
+}
+
+/// The pages the last commit in `dir`'s WAL wrote, in frame order.
+fn last_commit_pages(dir: &tempfile::TempDir) -> Vec<u32> {
+    let wal = std::fs::read(dir.path().join("o.db-wal")).unwrap();
+    let be = |b: &[u8]| u32::from_be_bytes(b.try_into().unwrap());
+    let page_size = be(&wal[8..12]) as usize;
+    let salts = &wal[16..24];
+    let (mut commits, mut pages) = (vec![0usize], Vec::new());
+    let mut at = 32;
+    while at + 24 + page_size <= wal.len() && &wal[at + 8..at + 16] == salts {
+        pages.push(be(&wal[at..at + 4]));
+        if be(&wal[at + 4..at + 8]) != 0 {
+            commits.push(pages.len());
+        }
+        at += 24 + page_size;
+    }
+    let n = commits.len();
+    assert!(n >= 2, "a commit in the WAL");
+    pages[commits[n - 2]..commits[n - 1]].to_vec()
+}
+
+#[test]
+fn a_synced_commit_does_not_write_sqlite_sequence() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    write_post(&db, &dir, "p0");
+    let mut synced = Vec::new();
+    for i in 1..=5 {
+        write_post(&db, &dir, &format!("p{i}"));
+        synced.push(last_commit_pages(&dir));
+    }
+    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+    let sequence: Option<u32> = conn
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'sqlite_sequence'",
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    if let Some(page) = sequence {
+        let rows: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_sequence WHERE name = 'keel_sync_outbox'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(rows, 0, "the outbox keeps no sqlite_sequence row");
+        for pages in &synced {
+            assert!(
+                !pages.contains(&page),
+                "a synced commit wrote sqlite_sequence's page {page}: {pages:?}"
+            );
+        }
+    }
+    // The same commit on an unsynced collection, for the page count beside it.
+    let mut plain = Vec::new();
+    for i in 1..=5 {
+        let note = bytes(
+            &db,
+            "blog.Note",
+            json!({"id": format!("n{i}"), "text": "x"}),
+        );
+        db.write_blocking(move |t| t.insert_bytes("blog.Note", note).map(|_| ()))
+            .unwrap();
+        plain.push(last_commit_pages(&dir));
+    }
+    // The outbox adds its row's page and its index's page; nothing else.
+    let most = |v: &[Vec<u32>]| v.iter().map(Vec::len).max().unwrap();
+    assert!(
+        most(&synced) <= most(&plain) + 2,
+        "synced commits wrote {synced:?}, unsynced {plain:?}"
+    );
+}
