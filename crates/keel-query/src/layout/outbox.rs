@@ -41,10 +41,12 @@ use crate::base::change::{Change, ChangeOp};
 /// The outbox table.
 pub(crate) const OUTBOX: &str = "keel_sync_outbox";
 
-/// Every table of the sync state, created together.
+/// Every table of the sync state, created together, and the trigger that keeps
+/// `seq_floor`. `IF NOT EXISTS` throughout: it also runs on files whose tables an
+/// earlier version made (see [`create`]).
 pub(crate) const CREATE: &str = "
 CREATE TABLE IF NOT EXISTS keel_sync_outbox (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq INTEGER PRIMARY KEY,
     collection TEXT NOT NULL,
     key TEXT NOT NULL,
     op TEXT NOT NULL,
@@ -64,14 +66,79 @@ CREATE TABLE IF NOT EXISTS keel_sync_rows (
     PRIMARY KEY (collection, key)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS keel_sync_state (name TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TRIGGER IF NOT EXISTS keel_sync_outbox_floor AFTER DELETE ON keel_sync_outbox BEGIN
+    INSERT INTO keel_sync_state (name, value) VALUES ('seq_floor', old.seq)
+    ON CONFLICT (name) DO UPDATE SET value = excluded.value WHERE excluded.value > value;
+END;
 ";
+
+/// Raises `seq_floor` to the `AUTOINCREMENT` sequence of an outbox an earlier
+/// version made: the operations it removed before the trigger existed left no
+/// other mark. Writes nothing when the floor is already as high.
+const SEED: &str = "INSERT INTO keel_sync_state (name, value) \
+                    SELECT 'seq_floor', seq FROM sqlite_sequence WHERE name = 'keel_sync_outbox' \
+                    ON CONFLICT (name) DO UPDATE SET value = excluded.value WHERE excluded.value > value";
+
+/// The highest sequence number handed out (0: none): the last one still in the
+/// outbox or the highest one removed from it, whichever is higher. It reads the
+/// outbox's last page and one state row and writes nothing, so the INSERT below
+/// can number an operation without a page more in the commit.
+macro_rules! last_seq {
+    () => {
+        "max(coalesce((SELECT max(seq) FROM keel_sync_outbox), 0), \
+         coalesce((SELECT value FROM keel_sync_state WHERE name = 'seq_floor'), 0))"
+    };
+}
+
+/// The highest sequence number handed out, as a query.
+// Read by the sync client (feature `sync`).
+#[cfg_attr(not(feature = "sync"), allow(dead_code))]
+pub(crate) const LAST_SEQ: &str = concat!("SELECT ", last_seq!());
 
 // The base version is not looked up here: the upload takes it from
 // `keel_sync_rows` (the version last downloaded or acked), which only grows while
 // the row has operations in the outbox, so at upload it is at least what it was
-// at this write; `base` stays 0.
-const INSERT: &str = "INSERT INTO keel_sync_outbox (collection, key, op, fields, deltas, base) \
-                      VALUES (?1, ?2, ?3, ?4, ?5, 0)";
+// at this write; `base` stays 0. The sequence number is given rather than left
+// to SQLite: a plain rowid comes back once the highest operations are removed,
+// and `AUTOINCREMENT` writes `sqlite_sequence` at every commit.
+const INSERT: &str = concat!(
+    "INSERT INTO keel_sync_outbox (seq, collection, key, op, fields, deltas, base) VALUES (",
+    last_seq!(),
+    " + 1, ?1, ?2, ?3, ?4, ?5, 0)"
+);
+
+/// Makes the sync tables and the trigger where missing, and seeds `seq_floor`
+/// from `sqlite_sequence` (a file whose outbox is `AUTOINCREMENT`). Idempotent.
+pub(crate) fn create(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(CREATE)?;
+    let sequence: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema \
+         WHERE type = 'table' AND name = 'sqlite_sequence')",
+        [],
+        |r| r.get(0),
+    )?;
+    if sequence {
+        conn.execute(SEED, [])?;
+    }
+    Ok(())
+}
+
+/// Runs [`create`] on a file that has an outbox, at every open (in the schema
+/// transaction), before any write: the INSERT trusts `seq_floor`, and on a file
+/// an earlier version made the tables exist, so the first write would not make
+/// them (nor seed the floor) on its own.
+pub(crate) fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
+    let outbox: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sqlite_schema \
+         WHERE type = 'table' AND name = 'keel_sync_outbox')",
+        [],
+        |r| r.get(0),
+    )?;
+    if outbox {
+        create(conn)?;
+    }
+    Ok(())
+}
 
 /// Whether `table` is a field's type that syncs (not a union, not a vector of them).
 pub(crate) fn syncs(ty: &FieldType) -> bool {
@@ -220,7 +287,7 @@ pub(crate) fn append(
         match write(conn) {
             Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => {
                 // The first synced write of this file makes the tables.
-                conn.execute_batch(CREATE)?;
+                create(conn)?;
                 write(conn)?;
             }
             other => other?,

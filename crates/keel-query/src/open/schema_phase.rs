@@ -154,6 +154,8 @@ pub(crate) fn schema_phase(
     }
     conn.execute_batch(DICT_TABLE_SQL)
         .map_err(err("create the dictionary table"))?;
+    // Before any write can number an outbox operation (`layout/outbox.rs`).
+    crate::layout::outbox::upgrade(conn).map_err(err("prepare the sync outbox"))?;
     let mut stored = stored::read_stored(conn, path)?;
     let format = stored_format(conn, stored.is_some()).map_err(err("read the storage format"))?;
     if let Some(f) = format.filter(|f| *f > FORMAT) {

@@ -46,7 +46,7 @@ pub(crate) struct Held {
 
 /// Makes the tables if this file has none yet.
 pub(crate) fn ensure(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(outbox::CREATE)
+    outbox::create(conn)
 }
 
 fn object(text: Option<String>) -> Map<String, Json> {
@@ -91,11 +91,8 @@ pub(crate) fn pending_count(conn: &Connection, through: Option<i64>) -> rusqlite
 
 /// The highest sequence number the outbox has handed out (0: none).
 pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
-    conn.query_row(
-        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'keel_sync_outbox'), 0)",
-        [],
-        |r| r.get(0),
-    )
+    conn.prepare_cached(outbox::LAST_SEQ)?
+        .query_row([], |r| r.get(0))
 }
 
 /// The operations on one row that a download at `version` does not hold, in
