@@ -367,3 +367,29 @@ fn a_synced_commit_does_not_write_sqlite_sequence() {
         "synced commits wrote {synced:?}, unsynced {plain:?}"
     );
 }
+
+#[test]
+fn an_operation_numbered_by_rowid_alone_is_moved_above_every_removed_number() {
+    // What a build from before the floor does on a file of the new shape: its
+    // INSERT names no seq, and SQLite takes max(seq) + 1.
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    let last = (1..=3)
+        .map(|i| write_post(&db, &dir, &format!("a{i}")))
+        .last();
+    drop(db);
+    remove_ops(&dir, "seq > 1");
+    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+    for i in 1..=2 {
+        conn.execute(
+            "INSERT INTO keel_sync_outbox (collection, key, op, fields, deltas, base) \
+             VALUES ('blog.Post', ?1, 'insert', '{}', NULL, 0)",
+            [json!({"id": format!("old{i}")}).to_string()],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let seqs: Vec<i64> = outbox(&dir).iter().map(|o| o.0).collect();
+    assert_eq!(last, Some(3));
+    assert_eq!(seqs, vec![1, 4, 5]);
+}
