@@ -6,16 +6,33 @@
 //! `(sync)` collection has none of them):
 //!
 //! * `keel_sync_outbox` — one row per operation, its `seq` the protocol's sequence
-//!   number (`AUTOINCREMENT`: never reused, so a crash between upload and ack
-//!   resends the same numbers and the relay's ledger answers them once). An
-//!   operation is *pending* until acked; an acked one keeps its row version and
-//!   ack LSN until the download has caught up with it (the client re-applies it
-//!   over older downloads, so its own write never flickers away), then it goes.
+//!   number, never handed out twice: a crash between upload and ack resends the
+//!   same numbers and the relay's ledger answers them once, so a number that came
+//!   back would be answered too and its write lost. An operation is *pending*
+//!   until acked; an acked one keeps its row version and ack LSN until the
+//!   download has caught up with it (the client re-applies it over older
+//!   downloads, so its own write never flickers away), then it goes.
 //! * `keel_sync_rows` — per downloaded row: the version last seen from the server
 //!   (`version`), the version the last ack of this client's own write gave it
 //!   (`acked`), and the server's row as JSON (`row`: what a refused operation
 //!   rolls back to, unknown fields included).
-//! * `keel_sync_state` — name → value: the install's client id, the last LSN.
+//! * `keel_sync_state` — name → value: the install's client id, the last LSN,
+//!   `seq_floor`.
+//!
+//! Sequence numbers: the INSERT gives each operation one more than the highest
+//! number handed out, the larger of the outbox's `max(seq)` and `seq_floor`, the
+//! highest number ever removed from the outbox, which the trigger
+//! `keel_sync_outbox_floor` raises on every delete, whatever statement deletes.
+//! Both are reads, so numbering adds no page to the commit: `AUTOINCREMENT`, which
+//! the outbox had before, rewrote its row of `sqlite_sequence` in every synced
+//! commit. A file an earlier version made keeps that `AUTOINCREMENT` table (and
+//! its page per commit; numbers it is given explicitly still move its sequence):
+//! every open gives it the trigger and raises `seq_floor` to its
+//! `sqlite_sequence` before any write ([`upgrade`]), since the operations it
+//! removed before then left no other mark. A build from before this change that
+//! opens a file of the new shape leaves the number to SQLite (`max(seq) + 1`);
+//! the trigger `keel_sync_outbox_above_floor` moves such an operation above
+//! `seq_floor`.
 //!
 //! What a write becomes, decided from the change the transaction recorded (old
 //! and new bytes), so every write path — insert, update, upsert, change requests,
@@ -41,9 +58,12 @@ use crate::base::change::{Change, ChangeOp};
 /// The outbox table.
 pub(crate) const OUTBOX: &str = "keel_sync_outbox";
 
-/// Every table of the sync state, created together, and the trigger that keeps
-/// `seq_floor`. `IF NOT EXISTS` throughout: it also runs on files whose tables an
-/// earlier version made (see [`create`]).
+/// Every table of the sync state, created together, and two triggers: one keeps
+/// `seq_floor`, the other moves an operation numbered at or below it above it.
+/// This build's INSERT never needs the second; a build from before this outbox
+/// opening the file does: it leaves the number to SQLite, which takes
+/// `max(seq) + 1` and would reuse removed numbers. `IF NOT EXISTS` throughout: it
+/// also runs on files whose tables an earlier version made (see [`create`]).
 pub(crate) const CREATE: &str = "
 CREATE TABLE IF NOT EXISTS keel_sync_outbox (
     seq INTEGER PRIMARY KEY,
@@ -69,6 +89,12 @@ CREATE TABLE IF NOT EXISTS keel_sync_state (name TEXT PRIMARY KEY, value) WITHOU
 CREATE TRIGGER IF NOT EXISTS keel_sync_outbox_floor AFTER DELETE ON keel_sync_outbox BEGIN
     INSERT INTO keel_sync_state (name, value) VALUES ('seq_floor', old.seq)
     ON CONFLICT (name) DO UPDATE SET value = excluded.value WHERE excluded.value > value;
+END;
+CREATE TRIGGER IF NOT EXISTS keel_sync_outbox_above_floor AFTER INSERT ON keel_sync_outbox
+WHEN new.seq <= (SELECT value FROM keel_sync_state WHERE name = 'seq_floor') BEGIN
+    UPDATE keel_sync_outbox
+    SET seq = (SELECT value FROM keel_sync_state WHERE name = 'seq_floor') + 1
+    WHERE seq = new.seq;
 END;
 ";
 
