@@ -374,9 +374,9 @@ fn an_operation_numbered_by_rowid_alone_is_moved_above_every_removed_number() {
     // INSERT names no seq, and SQLite takes max(seq) + 1.
     let dir = tempfile::tempdir().unwrap();
     let db = open(&dir);
-    let last = (1..=3)
+    let seen: Vec<i64> = (1..=3)
         .map(|i| write_post(&db, &dir, &format!("a{i}")))
-        .last();
+        .collect();
     drop(db);
     remove_ops(&dir, "seq > 1");
     let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
@@ -390,6 +390,6 @@ fn an_operation_numbered_by_rowid_alone_is_moved_above_every_removed_number() {
     }
     drop(conn);
     let seqs: Vec<i64> = outbox(&dir).iter().map(|o| o.0).collect();
-    assert_eq!(last, Some(3));
+    assert_eq!(seen, vec![1, 2, 3]);
     assert_eq!(seqs, vec![1, 4, 5]);
 }
