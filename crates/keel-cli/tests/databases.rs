@@ -93,7 +93,7 @@ fn note(i: usize, body_len: usize) -> Json {
         "id": format!("n{i:05}"),
         "body": "x".repeat(body_len),
         "stars": (i % 5) as i64,
-        "mood": if i % 2 == 0 { "Happy" } else { "Calm" },
+        "mood": if i.is_multiple_of(2) { "Happy" } else { "Calm" },
         "legacy": i as i64,
     })
 }

@@ -49,7 +49,7 @@ impl Pool {
                 self.slots[i].clone().lock_owned().await
             }
         };
-        if !guard.as_ref().is_some_and(|c| !c.is_closed()) {
+        if guard.as_ref().is_none_or(|c| c.is_closed()) {
             *guard = Some(connect(&self.url).await?);
         }
         Ok(guard)

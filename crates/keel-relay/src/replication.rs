@@ -242,7 +242,7 @@ pub async fn stream(
             Some(Some(ReplicationEvent::Message { .. })) => None,
             Some(Some(ReplicationEvent::StoppedAt { .. })) => return Ok(()),
         };
-        if let Some(lsn) = checkpoint.filter(|lsn| !last_lsn.is_some_and(|last| *lsn <= last)) {
+        if let Some(lsn) = checkpoint.filter(|lsn| last_lsn.is_none_or(|last| *lsn > last)) {
             let _ = feed.send(Feed::Checkpoint(lsn));
             last_lsn = Some(lsn);
             // Published is consumed, as a read of the slot was: the slot moves on.
@@ -252,7 +252,7 @@ pub async fn stream(
             }
         }
         if let Some(lsn) = unrecorded {
-            if !recorded_at.is_some_and(|at| at.elapsed() < RECORD_EVERY) {
+            if recorded_at.is_none_or(|at| at.elapsed() >= RECORD_EVERY) {
                 state::record_streamed(client, relay_id, &format_lsn(lsn)).await?;
                 unrecorded = None;
                 recorded_at = Some(Instant::now());

@@ -303,7 +303,7 @@ pub fn check(old: &Schema, new: &Schema) -> Result<Vec<Note>, Vec<Incompatibilit
         for n in nt.fields.iter().filter(|n| {
             t.field_by_id(n.id).is_none()
                 && n.union_type_id()
-                    .map_or(true, |ty| t.field_by_id(ty + 1).is_none())
+                    .is_none_or(|ty| t.field_by_id(ty + 1).is_none())
         }) {
             if n.id >= max_old {
                 cx.note(

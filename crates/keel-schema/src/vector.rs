@@ -265,7 +265,7 @@ pub fn pack(v: &[f32]) -> Vec<u8> {
 /// Decode packed little-endian f32 bytes into `out` (cleared first). `None` if
 /// the length is not a multiple of 4.
 pub fn unpack_into(bytes: &[u8], out: &mut Vec<f32>) -> Option<()> {
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return None;
     }
     out.clear();

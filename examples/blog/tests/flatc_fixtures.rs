@@ -185,7 +185,7 @@ fn flatc_reads_rust_encoded_bytes_when_installed() {
 
 fn without_empty_arrays(mut j: serde_json::Value) -> serde_json::Value {
     if let Some(m) = j.as_object_mut() {
-        m.retain(|_, v| v.as_array().map_or(true, |a| !a.is_empty()));
+        m.retain(|_, v| v.as_array().is_none_or(|a| !a.is_empty()));
     }
     j
 }
