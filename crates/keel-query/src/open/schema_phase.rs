@@ -11,6 +11,7 @@ use std::sync::Arc;
 use keel_schema::Schema;
 
 use crate::base::error::{Error, Result};
+use crate::layout::outbox;
 use crate::layout::stored;
 use crate::layout::stored::FieldSchema;
 use crate::layout::stored::Relation;
@@ -155,7 +156,7 @@ pub(crate) fn schema_phase(
     conn.execute_batch(DICT_TABLE_SQL)
         .map_err(err("create the dictionary table"))?;
     // Before any write can number an outbox operation (`layout/outbox.rs`).
-    crate::layout::outbox::upgrade(conn).map_err(err("prepare the sync outbox"))?;
+    outbox::upgrade(conn).map_err(err("prepare the sync outbox"))?;
     let mut stored = stored::read_stored(conn, path)?;
     let format = stored_format(conn, stored.is_some()).map_err(err("read the storage format"))?;
     if let Some(f) = format.filter(|f| *f > FORMAT) {
