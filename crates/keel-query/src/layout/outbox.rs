@@ -54,6 +54,7 @@ use rusqlite::Connection;
 use serde_json::{Map, Value as Json};
 
 use crate::base::change::{Change, ChangeOp};
+use crate::layout::side_table::table_exists;
 
 /// The outbox table.
 pub(crate) const OUTBOX: &str = "keel_sync_outbox";
@@ -137,13 +138,7 @@ const INSERT: &str = concat!(
 /// from `sqlite_sequence` (a file whose outbox is `AUTOINCREMENT`). Idempotent.
 pub(crate) fn create(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(CREATE)?;
-    let sequence: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_schema \
-         WHERE type = 'table' AND name = 'sqlite_sequence')",
-        [],
-        |r| r.get(0),
-    )?;
-    if sequence {
+    if table_exists(conn, "sqlite_sequence")? {
         conn.execute(SEED, [])?;
     }
     Ok(())
@@ -154,13 +149,7 @@ pub(crate) fn create(conn: &Connection) -> rusqlite::Result<()> {
 /// an earlier version made the tables exist, so the first write would not make
 /// them (nor seed the floor) on its own.
 pub(crate) fn upgrade(conn: &Connection) -> rusqlite::Result<()> {
-    let outbox: bool = conn.query_row(
-        "SELECT EXISTS (SELECT 1 FROM sqlite_schema \
-         WHERE type = 'table' AND name = 'keel_sync_outbox')",
-        [],
-        |r| r.get(0),
-    )?;
-    if outbox {
+    if table_exists(conn, OUTBOX)? {
         create(conn)?;
     }
     Ok(())
