@@ -1,4 +1,11 @@
 //! A tiny runtime-agnostic oneshot channel (blocking wait and `Future`).
+//!
+//! Every write's result travels through one, sent by the writer after its
+//! group's COMMIT, so the send is on the writer's serial path: it wakes the
+//! receiver once, and only a receiver that is there to wake. A blocked
+//! [`Receiver::wait`] is woken through the condition variable, a polled future
+//! through its waker; a receiver that has not started waiting yet finds the
+//! value when it does, and costs the sender no system call.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,6 +15,9 @@ use std::task::{Context, Poll, Waker};
 struct State<T> {
     value: Option<T>,
     waker: Option<Waker>,
+    /// Threads blocked in [`Receiver::wait`] (counted under the lock before
+    /// they sleep, so a sender that sees none needs no notify).
+    waiting: usize,
     sender_gone: bool,
     receiver_gone: bool,
 }
@@ -25,7 +35,9 @@ impl<T> Shared<T> {
     }
 }
 
-pub(crate) struct Sender<T>(Arc<Shared<T>>);
+/// `None` once it has sent: the send already woke the receiver, so the drop
+/// that follows must not wake it again.
+pub(crate) struct Sender<T>(Option<Arc<Shared<T>>>);
 pub(crate) struct Receiver<T>(Arc<Shared<T>>);
 
 pub(crate) fn channel<T>() -> (Sender<T>, Receiver<T>) {
@@ -33,45 +45,56 @@ pub(crate) fn channel<T>() -> (Sender<T>, Receiver<T>) {
         state: Mutex::new(State {
             value: None,
             waker: None,
+            waiting: 0,
             sender_gone: false,
             receiver_gone: false,
         }),
         cv: Condvar::new(),
     });
-    (Sender(Arc::clone(&s)), Receiver(s))
+    (Sender(Some(Arc::clone(&s))), Receiver(s))
+}
+
+/// Mark the sender gone (with `v`, if it sent one) and wake whoever waits.
+/// Gives `v` back if the receiver is gone.
+fn close<T>(shared: &Shared<T>, v: Option<T>) -> Result<(), T> {
+    let mut st = shared.lock();
+    if st.receiver_gone {
+        return v.map_or(Ok(()), Err);
+    }
+    if v.is_some() {
+        st.value = v;
+    }
+    st.sender_gone = true;
+    let waiting = st.waiting > 0;
+    let w = st.waker.take();
+    drop(st);
+    if waiting {
+        shared.cv.notify_all();
+    }
+    if let Some(w) = w {
+        w.wake();
+    }
+    Ok(())
 }
 
 impl<T> Sender<T> {
     /// Deliver the value; gives it back if the receiver is gone.
-    pub(crate) fn send(self, v: T) -> Result<(), T> {
-        let mut st = self.0.lock();
-        if st.receiver_gone {
-            return Err(v);
+    pub(crate) fn send(mut self, v: T) -> Result<(), T> {
+        match self.0.take() {
+            Some(shared) => close(&shared, Some(v)),
+            None => Err(v),
         }
-        st.value = Some(v);
-        let w = st.waker.take();
-        drop(st);
-        self.0.cv.notify_all();
-        if let Some(w) = w {
-            w.wake();
-        }
-        Ok(())
     }
 
     pub(crate) fn is_cancelled(&self) -> bool {
-        self.0.lock().receiver_gone
+        self.0.as_ref().is_none_or(|s| s.lock().receiver_gone)
     }
 }
 
 impl<T> Drop for Sender<T> {
     fn drop(&mut self) {
-        let mut st = self.0.lock();
-        st.sender_gone = true;
-        let w = st.waker.take();
-        drop(st);
-        self.0.cv.notify_all();
-        if let Some(w) = w {
-            w.wake();
+        if let Some(shared) = self.0.take() {
+            let _ = close(&shared, None);
         }
     }
 }
@@ -87,7 +110,9 @@ impl<T> Receiver<T> {
             if st.sender_gone {
                 return None;
             }
+            st.waiting += 1;
             st = self.0.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiting -= 1;
         }
     }
 
@@ -129,6 +154,29 @@ mod tests {
         let (tx, rx) = channel();
         std::thread::spawn(move || tx.send(7).ok());
         assert_eq!(rx.wait(), Some(7));
+    }
+
+    #[test]
+    fn a_blocked_waiter_is_woken_by_the_send() {
+        let (tx, rx) = channel();
+        let sender = std::thread::spawn(move || {
+            // Long enough that the receiver is asleep in `wait` by then.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            tx.send(3).ok();
+        });
+        assert_eq!(rx.wait(), Some(3));
+        sender.join().unwrap();
+    }
+
+    #[test]
+    fn a_blocked_waiter_is_woken_by_a_sender_dropped_unsent() {
+        let (tx, rx) = channel::<u8>();
+        let sender = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            drop(tx);
+        });
+        assert_eq!(rx.wait(), None);
+        sender.join().unwrap();
     }
 
     #[test]
