@@ -30,9 +30,11 @@
 //!   through keel-ffi (what Swift, Kotlin and Python call), the same 1,000 lists
 //!   as `Query::subscribe_including` with Rust listeners that only count the
 //!   delivery, and the same rename as `write(ops)`, awaited
-//!   (`ffi_live_rename_ms`; `ffi_plain_rename_ms` with no list open).
-//!   `ffi_rename_ratio` = `ffi_live_rename_ms` ÷ `live_rename_ms`, the core's:
-//!   goal ≤ 2. Then the same lists through one batched sink
+//!   (`ffi_live_rename_ms`; `ffi_plain_rename_ms` with no list open). Its
+//!   repetitions take turns with the core's (each repetition starts with
+//!   another of the three databases), and `ffi_rename_ratio` is, per
+//!   repetition, `ffi_live_rename_ms` ÷ the core's `live_rename_ms` of the
+//!   same repetition: goal ≤ 2. Then the same lists through one batched sink
 //!   (`Query::subscribe_including_to`, as the Kotlin and Swift layers subscribe
 //!   them), with a Rust listener that splits each batch by id
 //!   (`ffi_sink_rename_ms`): what keel spends on the sink path before any
@@ -45,13 +47,13 @@
 //!   (`plain_unshown_write_ms`). `unshown_write_ratio` = the first ÷ the second.
 //!   The writes with lists open and without (renames and unshown writes) go to
 //!   two databases of the same content, one holding the lists, measured in
-//!   turn, the order alternating by repetition: a drift of the machine's load
+//!   turn, the order changing by repetition: a drift of the machine's load
 //!   lands on both sides.
 //!   Goal ≤ 1.3: the cost follows the changed objects, as for plain live
 //!   queries (the lists' shared registry finds, by their filters, that no
 //!   list can show the post: no list is visited).
 //!
-//! Each figure is the median of the repetitions (5; `--quick`: 1), each the
+//! Each figure is the median of the repetitions (9; `--quick`: 1), each the
 //! mean of 20 reads (`--quick`: 3) after one warm-up read (renames: 20 each;
 //! `--quick`: 3). Both sides use WAL and `synchronous=NORMAL`.
 
@@ -355,7 +357,7 @@ fn main() {
         return;
     }
     let quick = support::flag("--quick");
-    let (reps, n): (usize, usize) = if quick { (1, 3) } else { (5, 20) };
+    let (reps, n): (usize, usize) = if quick { (1, 3) } else { (9, 20) };
     let dir = tempfile::tempdir().unwrap();
     let db = keel_db(dir.path());
     let raw = raw_db(dir.path());
@@ -377,7 +379,7 @@ fn main() {
     }
     // Live lists: the same writes on two databases of the same content, one with
     // none open and one with the 1,000 lists, measured in turn (the order
-    // alternating by repetition), so drift in the machine's load falls on both.
+    // changing by repetition), so drift in the machine's load falls on both.
     let live_dir = tempfile::tempdir().unwrap();
     let live_db = keel_db(live_dir.path());
     let rename = |db: &Database, n: usize, tag: &str| -> f64 {
@@ -404,41 +406,9 @@ fn main() {
             db.write_blocking(move |t| t.upsert(&post)).unwrap()
         })
     };
-    let deliveries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let subs: Vec<_> = (0..1_000)
-        .map(|i| {
-            let d = deliveries.clone();
-            live_list(&live_db, i, move || {
-                d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            })
-        })
-        .collect();
-    let before = deliveries.load(std::sync::atomic::Ordering::Relaxed);
-    let (mut plain_rename_ms, mut plain_unshown_ms) = (vec![], vec![]);
-    let (mut live_rename_ms, mut live_unshown_ms) = (vec![], vec![]);
-    for rep in 0..reps {
-        let sides = if rep.is_multiple_of(2) {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for live in sides {
-            if live {
-                live_rename_ms.push(rename(&live_db, n, "live"));
-                live_unshown_ms.push(unshown(&live_db, n, "live"));
-            } else {
-                plain_rename_ms.push(rename(&db, n, "plain"));
-                plain_unshown_ms.push(unshown(&db, n, "plain"));
-            }
-        }
-    }
-    let renames = (reps * (n + 1)) as f64;
-    let per_rename =
-        (deliveries.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / renames;
-    drop(subs);
-    drop(live_db);
-
-    // The same rename through the FFI, with the same lists open there.
+    // The same rename through the FFI, on a third database of the same
+    // content: first with no list open, then with the same 1,000 lists open
+    // there, its renames taking turns with the core's below.
     let fdb = ffi_db(dir.path());
     let ffi_rename = |n: usize, tag: &str| -> f64 {
         let mut i = 0u64;
@@ -453,6 +423,60 @@ fn main() {
     for _ in 0..reps {
         ffi_plain_ms.push(ffi_rename(n, "plain"));
     }
+    let deliveries = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let subs: Vec<_> = (0..1_000)
+        .map(|i| {
+            let d = deliveries.clone();
+            live_list(&live_db, i, move || {
+                d.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            })
+        })
+        .collect();
+    let ffi_deliveries = std::sync::Arc::new(AtomicUsize::new(0));
+    let ffi_subs: Vec<_> = (0..1_000)
+        .map(|i| {
+            ffi_window(&fdb, i)
+                .subscribe_including("author".into(), Box::new(Counting(ffi_deliveries.clone())))
+                .unwrap()
+        })
+        .collect();
+    let before = deliveries.load(std::sync::atomic::Ordering::Relaxed);
+    let ffi_before = ffi_deliveries.load(Relaxed);
+    let (mut plain_rename_ms, mut plain_unshown_ms) = (vec![], vec![]);
+    let (mut live_rename_ms, mut live_unshown_ms) = (vec![], vec![]);
+    let mut ffi_live_ms = vec![];
+    for rep in 0..reps {
+        // Each repetition starts with another of the three sides, so a drift
+        // of the machine's load falls on all of them, and the FFI's rename is
+        // paired with the core's of the same repetition.
+        for side in (0..3).map(|k| (rep + k) % 3) {
+            match side {
+                0 => {
+                    plain_rename_ms.push(rename(&db, n, "plain"));
+                    plain_unshown_ms.push(unshown(&db, n, "plain"));
+                }
+                1 => {
+                    live_rename_ms.push(rename(&live_db, n, "live"));
+                    live_unshown_ms.push(unshown(&live_db, n, "live"));
+                }
+                _ => ffi_live_ms.push(ffi_rename(n, "live")),
+            }
+        }
+    }
+    let renames = (reps * (n + 1)) as f64;
+    let per_rename =
+        (deliveries.load(std::sync::atomic::Ordering::Relaxed) - before) as f64 / renames;
+    assert_eq!(
+        (ffi_deliveries.load(Relaxed) - ffi_before) as f64 / renames,
+        per_rename,
+        "the FFI's lists deliver as the core's"
+    );
+    for s in &ffi_subs {
+        s.cancel();
+    }
+    drop(subs);
+    drop(live_db);
+
     // Renames with the lists `subs` open, each delivery counted in `counted`:
     // the ms of each repetition, once every list has delivered as the core's.
     let renames_with = |subs: Vec<std::sync::Arc<keel_ffi::IncludingSubscription>>,
@@ -471,15 +495,6 @@ fn main() {
         }
         ms
     };
-    let ffi_deliveries = std::sync::Arc::new(AtomicUsize::new(0));
-    let ffi_subs = (0..1_000)
-        .map(|i| {
-            ffi_window(&fdb, i)
-                .subscribe_including("author".into(), Box::new(Counting(ffi_deliveries.clone())))
-                .unwrap()
-        })
-        .collect();
-    let ffi_live_ms = renames_with(ffi_subs, &ffi_deliveries, "live");
 
     // The same lists through one batched sink, as the Kotlin and Swift layers
     // subscribe them: one call per commit for every list it changes.
