@@ -84,7 +84,11 @@ impl Drop for ForeignCall {
     fn drop(&mut self) {
         let mut n = CALLBACKS.running.lock().unwrap_or_else(|e| e.into_inner());
         *n = n.saturating_sub(1);
-        if *n == 0 {
+        // Only `stop_callbacks` waits on `idle`, and it sets `stopped` under
+        // this lock before it does: until then there is no one to wake. A
+        // notify is a system call even with no waiter, and this runs after
+        // every delivery of every live list.
+        if *n == 0 && CALLBACKS.stopped.load(Ordering::SeqCst) {
             CALLBACKS.idle.notify_all();
         }
     }

@@ -80,7 +80,12 @@ impl Gate {
         f();
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.running = None;
-        self.idle.notify_all();
+        // Only `close` waits on `idle`, and it sets `closed` under this lock
+        // first; a notify is a system call even with no waiter, and this runs
+        // after every delivery.
+        if s.closed {
+            self.idle.notify_all();
+        }
     }
 
     /// Close, then wait for a running delivery, unless it is this thread's

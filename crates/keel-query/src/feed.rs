@@ -122,6 +122,10 @@ struct GateState {
     pending: usize,
     /// A catch-up is reading or delivering.
     feeding: bool,
+    /// Threads blocked on `gate_cv` (counted under the lock before they sleep):
+    /// leaving the gate notifies only when one is, since a notify is a system
+    /// call even with no waiter, and a local commit leaves once per commit.
+    waiting: usize,
 }
 
 /// The per-database feed state (`Inner::feed`, present with sharing on).
@@ -164,7 +168,7 @@ impl Drop for LocalCommit {
             g.threads.remove(p);
         }
         g.pending -= 1;
-        if g.pending == 0 {
+        if g.pending == 0 && g.waiting > 0 {
             self.feed.gate_cv.notify_all();
         }
     }
@@ -181,8 +185,11 @@ impl Drop for Feeding<'_> {
             g.threads.remove(p);
         }
         g.feeding = false;
+        let wake = g.waiting > 0;
         drop(g);
-        self.0.gate_cv.notify_all();
+        if wake {
+            self.0.gate_cv.notify_all();
+        }
     }
 }
 
@@ -280,7 +287,9 @@ impl Feed {
     pub(crate) fn enter(self: &Arc<Self>) -> LocalCommit {
         let mut g = lock(&self.gate);
         while g.feeding && g.pending == 0 {
+            g.waiting += 1;
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.waiting -= 1;
         }
         g.pending += 1;
         let thread = std::thread::current().id();
@@ -310,7 +319,9 @@ impl Feed {
     pub(crate) fn wait_idle(&self) {
         let mut g = lock(&self.gate);
         while g.feeding || g.pending > 0 {
+            g.waiting += 1;
             g = self.gate_cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.waiting -= 1;
         }
     }
 
