@@ -94,6 +94,30 @@ fn two_clients_converge() {
     assert_eq!(net.int("SELECT count(*) FROM posts"), 1);
 }
 
+/// Needs no server: nothing listens at the URL, so the client only retries.
+#[test]
+fn a_write_right_after_a_pause_is_counted_in_pending_operations() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir.path().join("a.db"));
+    let handle = sync(&db, &format!("ws://127.0.0.1:{port}/sync"), "ann");
+    handle.pause();
+    // At once: the paused client counts at most every 50 ms, and a commit in
+    // the first 50 ms must be counted too, later, not dropped.
+    let post = object(
+        &db,
+        "blog.Post",
+        json!({"id": "p1", "owner": "ann", "title": "paused"}),
+    );
+    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
+        .unwrap();
+    assert!(eventually(|| handle.current_status().pending_ops == 1));
+}
+
 #[test]
 fn offline_writes_queue_and_upload_exactly_once_after_reconnect() {
     let Some(mut net) = start() else { return };

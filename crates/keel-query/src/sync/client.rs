@@ -234,13 +234,17 @@ pub(crate) fn run(
     let mut backoff = Backoff::new(options.min_backoff, options.max_backoff);
     let mut paused = false;
     let mut batch = options.batch_ops.max(1);
-    let mut counter = Counter(Instant::now());
+    let mut counter = Counter::new();
     loop {
         if paused {
-            match commands.recv() {
+            let next = match counter.due_in() {
+                Some(due) => commands.recv_timeout(due),
+                None => commands.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            };
+            match next {
                 Ok(Command::Resume) => paused = false,
-                Ok(Command::Close) | Err(_) => return,
-                Ok(Command::Wake) => {
+                Ok(Command::Close) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Command::Wake) | Err(RecvTimeoutError::Timeout) => {
                     counter.maybe(&db, &shared);
                     continue;
                 }
@@ -265,7 +269,12 @@ pub(crate) fn run(
         });
         match ended {
             Ended::Close => return,
-            Ended::Pause => paused = true,
+            Ended::Pause => {
+                // The session may have taken a commit's wake-up without
+                // counting: count (or owe a count) as the pause begins.
+                paused = true;
+                counter.maybe(&db, &shared);
+            }
             Ended::Failed(why) => {
                 tracing::debug!(error = %why, "sync session ended");
                 shared.update(|s| s.last_error = Some(why));
@@ -275,13 +284,18 @@ pub(crate) fn run(
                     if left.is_zero() {
                         break;
                     }
-                    match commands.recv_timeout(left) {
+                    let wait = counter.due_in().map_or(left, |due| due.min(left));
+                    match commands.recv_timeout(wait) {
                         Ok(Command::Close) | Err(RecvTimeoutError::Disconnected) => return,
                         Ok(Command::Pause) => {
                             paused = true;
+                            counter.maybe(&db, &shared);
                             break;
                         }
                         Ok(Command::Wake) => counter.maybe(&db, &shared),
+                        Err(RecvTimeoutError::Timeout) if counter.due_in().is_some() => {
+                            counter.maybe(&db, &shared);
+                        }
                         Ok(Command::Resume) | Err(RecvTimeoutError::Timeout) => {}
                     }
                 }
@@ -291,15 +305,39 @@ pub(crate) fn run(
 }
 
 /// Recounts pending operations after local commits while offline, at most every
-/// 50 ms (a count reads the whole outbox).
-struct Counter(Instant);
+/// [`COUNT_GAP`] (a count reads the whole outbox). A commit inside the gap is
+/// owed a count at its end, so the last commit before a quiet spell is counted.
+struct Counter {
+    last: Instant,
+    owed: bool,
+}
+
+/// The shortest time between two counts of a client not connected.
+const COUNT_GAP: Duration = Duration::from_millis(50);
 
 impl Counter {
-    fn maybe(&mut self, db: &Database, shared: &Shared) {
-        if self.0.elapsed() >= Duration::from_millis(50) {
-            self.0 = Instant::now();
-            refresh_pending(db, shared);
+    fn new() -> Counter {
+        Counter {
+            last: Instant::now(),
+            owed: false,
         }
+    }
+
+    /// Count now if the gap has passed; otherwise owe a count at its end.
+    fn maybe(&mut self, db: &Database, shared: &Shared) {
+        if self.last.elapsed() >= COUNT_GAP {
+            self.last = Instant::now();
+            self.owed = false;
+            refresh_pending(db, shared);
+        } else {
+            self.owed = true;
+        }
+    }
+
+    /// How long until an owed count is due; none when nothing is owed.
+    fn due_in(&self) -> Option<Duration> {
+        self.owed
+            .then(|| COUNT_GAP.saturating_sub(self.last.elapsed()))
     }
 }
 
