@@ -2,7 +2,8 @@
 // `db.startSync(url:scopes:token:)` starts keel's sync loop and returns a
 // `KeelSync` whose `status` is an `AsyncStream<SyncStatus>` (newest only) and
 // whose `refusals` is an `AsyncStream<[RefusedOp]>` (operations the relay
-// refused, already rolled back locally).
+// refused, already rolled back locally). While a snapshot arrives, each
+// status carries its progress (`snapshot?.rowsApplied` of `rowsTotal`).
 //
 //     let sync = try db.startSync(url: "ws://relay:7420/sync", scopes: ["blog.Post"]) { auth.jwt() }
 //     Task { for await s in sync.status { badge = s.pendingOps } }

@@ -2,7 +2,8 @@
 // `db.startSync(url) { token }` starts keel's sync loop and returns a [KeelSync]
 // whose `status` is a `StateFlow<SyncStatus>` (latest only, like keel's own
 // status stream) and whose `refusals` is a `SharedFlow` of refused operations
-// (already rolled back locally).
+// (already rolled back locally). While a snapshot arrives, each status carries
+// its progress (`snapshot?.rowsApplied` of `rowsTotal`).
 //
 //     val sync = db.startSync("ws://relay:7420/sync", scopes = listOf("blog.Post")) { auth.jwt() }
 //     scope.launch { sync.status.collect { showBadge(it.pendingOps, it.connected) } }
@@ -66,7 +67,7 @@ fun Database.startSync(
     batchOps: Int = 0,
     token: () -> String?,
 ): KeelSync {
-    val state = MutableStateFlow(SyncStatus(false, false, false, 0uL, null, null))
+    val state = MutableStateFlow(SyncStatus(false, false, false, 0uL, null, null, null))
     val refused = MutableSharedFlow<List<RefusedOp>>(extraBufferCapacity = 64)
     val listener = object : SyncListener {
         override fun onStatus(status: SyncStatus) {

@@ -116,7 +116,9 @@ pub use packed::{PackedObjects, PACKED_OBJECT_ENTRY};
 pub use relations::{ChangedRow, IncludingListener, IncludingSubscription, IncludingUpdate};
 pub use rotation::{RotateProgress, RotateProgressListener, RotateReport, RotateStep};
 pub use search::{search_highlight, search_snippet, TextRange, TextSnippet};
-pub use sync::{RefusedOp, SyncHandle, SyncListener, SyncOptions, SyncStatus, TokenProvider};
+pub use sync::{
+    RefusedOp, SnapshotProgress, SyncHandle, SyncListener, SyncOptions, SyncStatus, TokenProvider,
+};
 pub use txn::{Txn, WriteBody};
 
 /// The write transaction's former FFI name; the core, the FFI and Kotlin call it

@@ -61,6 +61,36 @@ pub struct SyncStatus {
     pub last_synced_lsn: Option<String>,
     /// Why the last connection or upload failed.
     pub last_error: Option<String>,
+    /// The snapshot arriving, while one is; null once it is applied whole.
+    pub snapshot: Option<SnapshotProgress>,
+}
+
+/// How far a snapshot of the client's scopes has come (keel-query's
+/// `SnapshotProgress`): it arrives in pages in primary key order, each applied
+/// in its own local transaction, and one cut off continues after its last
+/// applied page at the next connection.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct SnapshotProgress {
+    /// Rows applied locally so far, those applied before a resume included.
+    pub rows_applied: u64,
+    /// Rows the snapshot holds, as the relay counted them when it began.
+    pub rows_total: u64,
+    /// This snapshot continues one an earlier connection began.
+    pub resumed: bool,
+    /// Applied whole: rows it did not name are gone, and the changes that
+    /// arrived meanwhile are applied.
+    pub done: bool,
+}
+
+impl From<keel_query::SnapshotProgress> for SnapshotProgress {
+    fn from(p: keel_query::SnapshotProgress) -> SnapshotProgress {
+        SnapshotProgress {
+            rows_applied: p.rows_applied,
+            rows_total: p.rows_total,
+            resumed: p.resumed,
+            done: p.done,
+        }
+    }
 }
 
 impl From<keel_query::SyncStatus> for SyncStatus {
@@ -72,6 +102,7 @@ impl From<keel_query::SyncStatus> for SyncStatus {
             pending_ops: s.pending_ops,
             last_synced_lsn: s.last_synced_lsn,
             last_error: s.last_error,
+            snapshot: s.snapshot.map(Into::into),
         }
     }
 }
@@ -266,5 +297,39 @@ impl SyncHandle {
 impl Drop for SyncHandle {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_in_progress_reaches_the_foreign_status() {
+        let core = keel_query::SyncStatus {
+            downloading: true,
+            snapshot: Some(keel_query::SnapshotProgress {
+                rows_applied: 500,
+                rows_total: 1_200,
+                resumed: true,
+                done: false,
+            }),
+            ..keel_query::SyncStatus::default()
+        };
+        let status = SyncStatus::from(core);
+        assert!(status.downloading);
+        assert_eq!(
+            status.snapshot,
+            Some(SnapshotProgress {
+                rows_applied: 500,
+                rows_total: 1_200,
+                resumed: true,
+                done: false,
+            })
+        );
+        assert_eq!(
+            SyncStatus::from(keel_query::SyncStatus::default()).snapshot,
+            None
+        );
     }
 }
