@@ -14,7 +14,7 @@ use std::time::Duration;
 use keel::storage::rusqlite;
 use keel_query::{QueryUpdate, SyncEvent};
 use serde_json::json;
-use sync_support::{eventually, like, local, object, open, start, sync};
+use sync_support::{eventually, insert, like, local, object, open, start, sync};
 
 #[test]
 fn a_row_written_by_sql_reaches_a_live_query_as_a_row_diff() {
@@ -56,13 +56,11 @@ fn two_clients_converge() {
     let b = open(&dir.path().join("b.db"));
     let ha = sync(&a, &net.url(), "ann");
     let _hb = sync(&b, &net.url(), "ann");
-    let post = object(
+    insert(
         &a,
         "blog.Post",
         json!({"id": "p1", "owner": "ann", "title": "by A", "tags": ["x"]}),
     );
-    a.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
     ha.wait_uploaded().unwrap();
     assert!(eventually(
         || local(&b, "blog.Post", "p1").is_some_and(|p| p["title"] == "by A")
@@ -108,13 +106,11 @@ fn a_write_right_after_a_pause_is_counted_in_pending_operations() {
     handle.pause();
     // At once: the paused client counts at most every 50 ms, and a commit in
     // the first 50 ms must be counted too, later, not dropped.
-    let post = object(
+    insert(
         &db,
         "blog.Post",
         json!({"id": "p1", "owner": "ann", "title": "paused"}),
     );
-    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
     assert!(eventually(|| handle.current_status().pending_ops == 1));
 }
 
@@ -125,13 +121,11 @@ fn offline_writes_queue_and_upload_exactly_once_after_reconnect() {
     let path = dir.path().join("a.db");
     let db = open(&path);
     // Written before any sync ran: the outbox holds them.
-    let post = object(
+    insert(
         &db,
         "blog.Post",
         json!({"id": "p1", "owner": "ann", "title": "offline"}),
     );
-    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
     for _ in 0..10 {
         like(&db, "p1", 1);
     }
@@ -175,9 +169,7 @@ fn counter_increments_from_two_clients_sum() {
     let b = open(&dir.path().join("b.db"));
     let ha = sync(&a, &net.url(), "ann");
     let hb = sync(&b, &net.url(), "ann");
-    let post = object(&a, "blog.Post", json!({"id": "p1", "owner": "ann"}));
-    a.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
+    insert(&a, "blog.Post", json!({"id": "p1", "owner": "ann"}));
     ha.wait_uploaded().unwrap();
     assert!(eventually(|| local(&b, "blog.Post", "p1").is_some()));
     let ta = std::thread::spawn({
@@ -249,13 +241,11 @@ fn a_delete_racing_a_reinsert_of_the_same_key_keeps_the_new_row() {
     let b = open(&dir.path().join("b.db"));
     let ha = sync(&a, &net.url(), "ann");
     let hb = sync(&b, &net.url(), "ann");
-    let post = object(
+    insert(
         &a,
         "blog.Post",
         json!({"id": "p1", "owner": "ann", "title": "first"}),
     );
-    a.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
     ha.wait_uploaded().unwrap();
     assert!(eventually(|| local(&b, "blog.Post", "p1").is_some()));
     assert!(eventually(
@@ -425,13 +415,11 @@ fn writes_after_the_outbox_emptied_get_new_numbers_and_reach_the_server() {
         .unwrap()
     };
     let db = open(&path);
-    let post = object(
+    insert(
         &db,
         "blog.Post",
         json!({"id": "p1", "owner": "ann", "title": "t"}),
     );
-    db.write_blocking(move |t| t.insert_bytes("blog.Post", post).map(|_| ()))
-        .unwrap();
     like(&db, "p1", 1);
     like(&db, "p1", 1);
     let handle = sync(&db, &net.url(), "ann");

@@ -221,6 +221,14 @@ pub fn object(db: &Database, collection: &str, v: serde_json::Value) -> Vec<u8> 
         .unwrap()
 }
 
+/// Inserts the `collection` object given as JSON, in a write of its own.
+pub fn insert(db: &Database, collection: &str, v: serde_json::Value) {
+    let bytes = object(db, collection, v);
+    let collection = collection.to_owned();
+    db.write_blocking(move |t| t.insert_bytes(&collection, bytes).map(|_| ()))
+        .unwrap();
+}
+
 /// The local object `key` of `collection` as JSON, if stored.
 pub fn local(db: &Database, collection: &str, key: &str) -> Option<serde_json::Value> {
     let reader = db.schema().reader(collection).unwrap();
