@@ -16,6 +16,16 @@ use keel_query::{QueryUpdate, SyncEvent};
 use serde_json::json;
 use sync_support::{eventually, insert, like, local, object, open, start, sync};
 
+/// The outbox of the file at `path`, read by a connection of its own: how many
+/// operations it holds, and the highest number among them.
+fn outbox(path: &std::path::Path) -> (i64, Option<i64>) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.query_row("SELECT count(*), max(seq) FROM keel_sync_outbox", [], |r| {
+        Ok((r.get(0)?, r.get(1)?))
+    })
+    .unwrap()
+}
+
 #[test]
 fn a_row_written_by_sql_reaches_a_live_query_as_a_row_diff() {
     let Some(net) = start() else { return };
@@ -401,19 +411,39 @@ fn fields_an_older_app_does_not_know_survive_its_edits() {
 }
 
 #[test]
+fn writes_uploaded_while_the_snapshot_streams_leave_the_outbox_with_nothing_else_written() {
+    // The upload goes out at once, so its ack and its own transaction's
+    // checkpoint arrive while the snapshot's pages still stream. With nothing
+    // written after it, no later checkpoint comes to cover the acked operations.
+    let Some(net) = start() else { return };
+    net.exec(
+        "INSERT INTO posts (id, owner, title) SELECT 'seed' || lpad(i::text, 5, '0'), 'ann', \
+         'title ' || i FROM generate_series(1, 5000) i",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let db = open(&path);
+    insert(
+        &db,
+        "blog.Post",
+        json!({"id": "p1", "owner": "ann", "title": "t"}),
+    );
+    like(&db, "p1", 1);
+    let handle = sync(&db, &net.url(), "ann");
+    handle.wait_uploaded().unwrap();
+    assert!(eventually(|| handle.current_status().snapshot.is_none()
+        && local(&db, "blog.Post", "seed05000").is_some()));
+    assert!(eventually(|| outbox(&path).0 == 0), "{:?}", outbox(&path));
+    assert_eq!(net.int("SELECT likes FROM posts WHERE id = 'p1'"), 1);
+}
+
+#[test]
 fn writes_after_the_outbox_emptied_get_new_numbers_and_reach_the_server() {
     // The relay answers a (client, seq) it has seen without applying it again:
     // a number handed out twice would be a write silently dropped.
     let Some(net) = start() else { return };
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a.db");
-    let outbox = |path: &std::path::Path| -> (i64, Option<i64>) {
-        let conn = rusqlite::Connection::open(path).unwrap();
-        conn.query_row("SELECT count(*), max(seq) FROM keel_sync_outbox", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
-        .unwrap()
-    };
     let db = open(&path);
     insert(
         &db,

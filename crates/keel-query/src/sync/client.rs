@@ -625,7 +625,14 @@ impl Session<'_> {
         let mut held_back: Vec<(u64, Vec<Incoming>)> = Vec::new();
         // Upload again at this time (after `unavailable`).
         let mut retry_at: Option<Instant> = None;
+        // Acked operations wait in the outbox until the download covers them.
         let mut acked_waiting = true;
+        // How far the download is complete and applied in this session, and
+        // the highest checkpoint that came while the snapshot still streamed:
+        // an ack that arrives after the checkpoint covering its transaction is
+        // covered at once, since no later checkpoint need ever come.
+        let mut reached: Option<u64> = None;
+        let mut held_checkpoint: Option<u64> = None;
         loop {
             if let Some(ended) = self.command() {
                 let _ = socket.close(None);
@@ -651,9 +658,8 @@ impl Session<'_> {
                     let sent = in_flight.as_ref().map(|f| f.ops.as_slice()).unwrap_or(&[]);
                     let (results, skipped) = ack_results(&frame, sent)?;
                     pause_point("ack_received");
-                    acked_waiting |= results.iter().any(|r| r.1.is_some());
                     let schema = Arc::clone(self.db.schema());
-                    self.write(move |txn| {
+                    acked_waiting = self.write(move |txn| {
                         let sql = |e| Error::sqlite("record an ack", "keel_sync_outbox", e);
                         let mut downloaded = Vec::new();
                         for (seq, version) in results {
@@ -672,7 +678,9 @@ impl Session<'_> {
                         }
                         downloaded.dedup();
                         apply::refresh(txn, &schema, &downloaded)?;
-                        apply::roll_back(txn, &schema, &skipped).map(|_| ())
+                        apply::roll_back(txn, &schema, &skipped)?;
+                        // Nothing reached yet covers nothing: no ack is at LSN 0.
+                        ledger::covered(txn.connection(), reached.unwrap_or(0)).map_err(sql)
                     })?;
                     pause_point("ack_recorded");
                     in_flight = None;
@@ -850,7 +858,10 @@ impl Session<'_> {
                     // Without a `snapshot_start` nothing was marked: removing
                     // the rows not marked would remove them all.
                     let mark = d.as_ref().map(|d| d.mark);
-                    self.write(move |txn| {
+                    // The changes held back are complete up to the checkpoints
+                    // that came with them, and are applied here too.
+                    let reach = held_checkpoint.take().map_or(lsn, |c| c.max(lsn));
+                    acked_waiting = self.write(move |txn| {
                         ledger::ensure(txn.connection())
                             .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_rows", e))?;
                         if let Some(mark) = mark {
@@ -859,9 +870,14 @@ impl Session<'_> {
                         for (_, changes) in &later {
                             apply::changes(txn, &schema, changes)?;
                         }
-                        ledger::clear_state(txn.connection(), SNAPSHOT_STATE)
-                            .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_state", e))
+                        ledger::clear_state(txn.connection(), SNAPSHOT_STATE).map_err(|e| {
+                            Error::sqlite("finish a snapshot", "keel_sync_state", e)
+                        })?;
+                        ledger::covered(txn.connection(), reach).map_err(|e| {
+                            Error::sqlite("drop covered operations", "keel_sync_outbox", e)
+                        })
                     })?;
+                    reached = Some(reach);
                     snapshot = false;
                     let progress = d.as_mut().map(|d| {
                         d.progress.rows_applied = d.progress.rows_total;
@@ -895,16 +911,17 @@ impl Session<'_> {
                 "checkpoint" => {
                     let lsn = frame_lsn(&frame)?;
                     if snapshot {
+                        held_checkpoint = Some(held_checkpoint.map_or(lsn, |c| c.max(lsn)));
                         continue;
                     }
                     pause_point("checkpoint_received");
+                    reached = Some(reached.map_or(lsn, |r| r.max(lsn)));
                     if acked_waiting {
-                        self.write(move |txn| {
+                        acked_waiting = self.write(move |txn| {
                             ledger::covered(txn.connection(), lsn).map_err(|e| {
                                 Error::sqlite("drop covered operations", "keel_sync_outbox", e)
                             })
                         })?;
-                        acked_waiting = in_flight.is_some();
                     }
                     pause_point("checkpoint_applied");
                     self.shared

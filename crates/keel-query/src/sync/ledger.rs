@@ -172,13 +172,17 @@ pub(crate) fn acked(
 }
 
 /// Drops acked operations whose write the download has reached (`lsn`: a
-/// checkpoint or a finished snapshot).
-pub(crate) fn covered(conn: &Connection, lsn: u64) -> rusqlite::Result<()> {
+/// checkpoint or a finished snapshot), and says whether acked operations remain
+/// that a later checkpoint must still cover.
+pub(crate) fn covered(conn: &Connection, lsn: u64) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "DELETE FROM keel_sync_outbox WHERE acked_version IS NOT NULL AND acked_lsn <= ?1",
     )?
-    .execute([lsn as i64])
-    .map(|_| ())
+    .execute([lsn as i64])?;
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM keel_sync_outbox WHERE acked_version IS NOT NULL)",
+    )?
+    .query_row([], |r| r.get(0))
 }
 
 /// What the server last said of a row.
