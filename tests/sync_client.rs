@@ -411,10 +411,11 @@ fn fields_an_older_app_does_not_know_survive_its_edits() {
 }
 
 #[test]
-fn writes_uploaded_while_the_snapshot_streams_leave_the_outbox_with_nothing_else_written() {
-    // The upload goes out at once, so its ack and its own transaction's
-    // checkpoint arrive while the snapshot's pages still stream. With nothing
-    // written after it, no later checkpoint comes to cover the acked operations.
+fn an_ack_followed_by_an_older_checkpoint_still_leaves_the_outbox_with_nothing_else_written() {
+    // The seed transaction's changes and checkpoint wait in the relay behind the
+    // snapshot, so the upload's ack arrives before that older checkpoint, which
+    // covers nothing of it. The upload's own checkpoint follows and must cover
+    // it: nothing is written after it, so no later one comes.
     let Some(net) = start() else { return };
     net.exec(
         "INSERT INTO posts (id, owner, title) SELECT 'seed' || lpad(i::text, 5, '0'), 'ann', \
