@@ -28,7 +28,13 @@
 //! Every row touched must be inside the client's scopes before and after the write;
 //! otherwise, or when PostgreSQL refuses a write (a constraint, a validation trigger),
 //! the transaction rolls back and the batch is refused naming the operation. After
-//! the commit the answer carries `pg_current_wal_lsn()`, at or after the commit.
+//! the commit the answer carries `pg_current_wal_flush_lsn()`, at or after the commit.
+//!
+//! When PostgreSQL rolls the batch back for a deadlock (another writer locked the
+//! same rows in the other order) or a serialization failure, it asks for the
+//! transaction to be run again: the relay does so itself, a few times after short
+//! waits of different lengths, before it answers `unavailable`. Running it again
+//! is safe, since nothing of the rolled-back attempt remains.
 //!
 //! The batch is applied set-wise first (`crate::set_apply`: a few statements per
 //! batch); when that meets anything that refuses the batch, the transaction rolls
@@ -40,7 +46,10 @@
 //! Values reach PostgreSQL as `jsonb` parameters, turned into typed rows by
 //! `jsonb_populate_record`, so the relay never builds SQL from values.
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use serde_json::{Map, Value};
+use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, Transaction};
 
@@ -83,9 +92,53 @@ pub struct Uploader<'a> {
 
 type Refusal = (RefusalReason, String);
 
+/// How many times a batch runs when PostgreSQL keeps rolling it back for a
+/// deadlock or a serialization failure.
+const ATTEMPTS: u32 = 5;
+
 /// Applies one batch; database failures other than a refused write are errors (the
-/// caller answers `unavailable`; nothing was committed).
+/// caller answers `unavailable`; nothing was committed). A batch that PostgreSQL
+/// rolls back to be run again (see the module docs) is run again first.
 pub async fn apply_batch(
+    client: &mut Client,
+    schema: &SyncSchema,
+    who: &Uploader<'_>,
+    raw: &[Value],
+) -> Result<BatchOutcome, Error> {
+    let mut attempt = 1;
+    loop {
+        match apply_once(client, schema, who, raw).await {
+            Err(e) if attempt < ATTEMPTS && to_run_again(&e) => {
+                tracing::debug!(error = %e, attempt, "batch rolled back by PostgreSQL; running it again");
+                tokio::time::sleep(pause_before(attempt)).await;
+                attempt += 1;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// Whether PostgreSQL rolled the transaction back for the caller to run again.
+fn to_run_again(e: &Error) -> bool {
+    let Error::Database(e) = e else {
+        return false;
+    };
+    e.code().is_some_and(|code| {
+        *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
+    })
+}
+
+/// The wait before running a batch again: longer each time, and spread (by the
+/// clock's nanoseconds), so the two sides of a deadlock do not meet again.
+fn pause_before(attempt: u32) -> Duration {
+    let spread = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos() % 10_000_000);
+    Duration::from_millis(5 * u64::from(attempt)) + Duration::from_nanos(u64::from(spread))
+}
+
+/// [`apply_batch`]'s one run: parse, then apply in one transaction.
+async fn apply_once(
     client: &mut Client,
     schema: &SyncSchema,
     who: &Uploader<'_>,

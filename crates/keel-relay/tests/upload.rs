@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::{post, Fixture, WsClient};
 use keel_relay::protocol::parse_lsn;
 use serde_json::{json, Value};
@@ -445,4 +447,70 @@ async fn bad_frames_and_ops_get_typed_errors_and_the_connection_recovers() {
     let ack = ann.recv().await;
     assert_eq!(ack["type"], "ack", "{ack}");
     assert_eq!(post(&f, "p1").await.unwrap().1.as_deref(), Some("x"));
+}
+
+fn patch_title(seq: i64, id: &str, title: &str) -> Value {
+    json!({"seq": seq, "op": "patch", "collection": "blog.Post", "key": {"id": id},
+        "fields": {"title": title}, "base_version": 0})
+}
+
+#[tokio::test]
+async fn a_batch_that_loses_a_deadlock_is_applied_again_not_refused() {
+    // Two writers locking the same rows in opposite orders deadlock, and
+    // PostgreSQL rolls one of them back, to be run again. When that is the
+    // relay's batch, the relay runs it again itself rather than telling the
+    // client to come back later.
+    let Some(f) = common::fixture().await else {
+        return;
+    };
+    let mut ann = WsClient::signed_in(&f.relay, "ann", "ann-phone").await;
+    let ack = ann
+        .upload(json!([
+            insert(1, "p1", "ann", json!({"title": "a"})),
+            insert(2, "p2", "ann", json!({"title": "b"})),
+        ]))
+        .await;
+    assert_eq!(ack["type"], "ack", "{ack}");
+    // Another backend holds p2, and never looks for the deadlock itself, so
+    // the relay's backend is the one rolled back.
+    let other = common::connect(f.pg.url()).await;
+    other
+        .batch_execute(
+            "SET deadlock_timeout = '1h'; BEGIN; UPDATE posts SET title = 'other' WHERE id = 'p2'",
+        )
+        .await
+        .unwrap();
+    let upload = tokio::spawn(async move {
+        ann.upload(json!([
+            patch_title(3, "p1", "mine"),
+            patch_title(4, "p2", "mine")
+        ]))
+        .await
+    });
+    // Once the batch holds p1 and waits for p2, the other backend asks for p1.
+    loop {
+        let waiting: i64 = f
+            .sql
+            .query_one("SELECT count(*) FROM pg_locks WHERE NOT granted", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let other_done = tokio::spawn(async move {
+        other
+            .batch_execute("UPDATE posts SET title = 'other' WHERE id = 'p1'; COMMIT")
+            .await
+    });
+    let answer = upload.await.unwrap();
+    other_done.await.unwrap().unwrap();
+    assert_eq!(answer["type"], "ack", "{answer}");
+    // The other backend committed first; the batch applied after it.
+    for id in ["p1", "p2"] {
+        let (_, title, ..) = post(&f, id).await.unwrap();
+        assert_eq!(title.as_deref(), Some("mine"), "{id}");
+    }
 }
