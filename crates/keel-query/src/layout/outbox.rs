@@ -47,7 +47,9 @@
 //! changes only when something else asks for them). A synced write costs its
 //! recording (the old bytes), its JSON renderings (an update: the old and the new
 //! object, to find the changed fields) and one statement, the outbox INSERT; the
-//! base version is read at upload, not here.
+//! base version is read at upload, not here. The outbox has no index but its
+//! sequence numbers, which only grow, so an operation lands on the table's last
+//! page: a synced commit writes one page more than the same commit unsynced.
 
 use keel_schema::{FieldType, Schema, SyncRule, Table};
 use rusqlite::Connection;
@@ -64,7 +66,11 @@ pub(crate) const OUTBOX: &str = "keel_sync_outbox";
 /// This build's INSERT never needs the second; a build from before this outbox
 /// opening the file does: it leaves the number to SQLite, which takes
 /// `max(seq) + 1` and would reuse removed numbers. `IF NOT EXISTS` throughout: it
-/// also runs on files whose tables an earlier version made (see [`create`]).
+/// also runs on files whose tables an earlier version made (see [`create`]),
+/// and drops the index by `(collection, key)` those had: it put a second page,
+/// at a random place in the index, into every synced commit, where the outbox's
+/// own rows are appended to its last page. The download finds a row's operations
+/// without it (`sync::apply`).
 pub(crate) const CREATE: &str = "
 CREATE TABLE IF NOT EXISTS keel_sync_outbox (
     seq INTEGER PRIMARY KEY,
@@ -77,7 +83,7 @@ CREATE TABLE IF NOT EXISTS keel_sync_outbox (
     acked_version INTEGER,
     acked_lsn INTEGER
 );
-CREATE INDEX IF NOT EXISTS keel_sync_outbox_key ON keel_sync_outbox(collection, key);
+DROP INDEX IF EXISTS keel_sync_outbox_key;
 CREATE TABLE IF NOT EXISTS keel_sync_rows (
     collection TEXT NOT NULL,
     key TEXT NOT NULL,

@@ -28,7 +28,7 @@
 //! get them as row diffs; the closure is marked as from the server, so they add
 //! nothing to the outbox.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use keel_schema::{Schema, SyncRule, Table, Value};
 use serde_json::{Map, Value as Json};
@@ -85,6 +85,7 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
     // only its last change of each row is written, the row as the transaction
     // left it.
     let last = last_per_row(schema, changes);
+    let mut own = Own::default();
     for (i, change) in changes.iter().enumerate() {
         if !last.contains(&i) {
             continue;
@@ -94,13 +95,13 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
                 collection,
                 row,
                 version,
-            } => upsert(txn, schema, collection, row, *version, None)?,
+            } => upsert(txn, &mut own, schema, collection, row, *version, None)?,
             Incoming::Delete {
                 collection,
                 key,
                 version,
             } => {
-                let Some((ti, t)) = table(schema, collection) else {
+                let Some((_, t)) = table(schema, collection) else {
                     continue;
                 };
                 let key_text = key_text(t, key);
@@ -111,10 +112,10 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
                 }
                 ledger::set_held(txn.connection(), collection, &key_text, *version, None)
                     .map_err(sql("hold a deleted row"))?;
-                settle(txn, schema, ti, collection, key, None, Some(*version))?;
+                settle(txn, &mut own, schema, collection, key, None, Some(*version))?;
             }
             Incoming::Truncate { collection } => {
-                clear_except(txn, schema, collection, &HashSet::new())?;
+                clear_except(txn, &mut own, schema, collection, &HashSet::new())?;
             }
         }
     }
@@ -175,8 +176,9 @@ pub(crate) fn page(
     // Without operations of this client in the collection (always so on a first
     // sync) no row has anything to re-apply: skip that look-up per row.
     if ledger::has_ops(txn.connection(), collection).map_err(sql("read the outbox"))? {
+        let mut own = Own::default();
         for (row, version) in &rows {
-            upsert(txn, schema, collection, row, *version, Some(mark))?;
+            upsert(txn, &mut own, schema, collection, row, *version, Some(mark))?;
         }
         return Ok(());
     }
@@ -242,10 +244,11 @@ pub(crate) fn finish(
     txn.set_from_server();
     // Acked writes the snapshot holds need not be re-applied.
     ledger::covered(txn.connection(), lsn).map_err(sql("drop covered operations"))?;
+    let mut own = Own::default();
     for collection in collections {
-        let Some((ti, _)) = table(schema, collection) else {
+        if table(schema, collection).is_none() {
             continue;
-        };
+        }
         let gone =
             ledger::unmarked(txn.connection(), collection, mark).map_err(sql("read held rows"))?;
         for key_text in gone {
@@ -253,7 +256,7 @@ pub(crate) fn finish(
                 Ok(Json::Object(m)) => m,
                 _ => continue,
             };
-            settle(txn, schema, ti, collection, &key, None, None)?;
+            settle(txn, &mut own, schema, collection, &key, None, None)?;
         }
         ledger::forget_unmarked(txn.connection(), collection, mark)
             .map_err(sql("forget held rows"))?;
@@ -265,7 +268,7 @@ pub(crate) fn finish(
         if local > named {
             let keep = ledger::marked_keys(txn.connection(), collection, mark)
                 .map_err(sql("read held rows"))?;
-            clear_except(txn, schema, collection, &keep)?;
+            clear_except(txn, &mut own, schema, collection, &keep)?;
         }
     }
     Ok(())
@@ -275,6 +278,7 @@ pub(crate) fn finish(
 /// held server row), unless this client's operations keep it.
 fn clear_except(
     txn: &mut Txn<'_>,
+    own: &mut Own,
     schema: &Schema,
     collection: &str,
     keep: &HashSet<String>,
@@ -292,7 +296,7 @@ fn clear_except(
             continue;
         }
         let key = key_of(t, &row);
-        settle(txn, schema, ti, collection, &key, None, None)?;
+        settle(txn, own, schema, collection, &key, None, None)?;
     }
     let mut kept = keep.clone();
     kept.extend(
@@ -303,13 +307,14 @@ fn clear_except(
 
 fn upsert(
     txn: &mut Txn<'_>,
+    own: &mut Own,
     schema: &Schema,
     collection: &str,
     row: &Map<String, Json>,
     version: i64,
     mark: Option<i64>,
 ) -> Result<()> {
-    let Some((ti, t)) = table(schema, collection) else {
+    let Some((_, t)) = table(schema, collection) else {
         return Ok(());
     };
     let key_text = key_text(t, row);
@@ -332,13 +337,58 @@ fn upsert(
     let key = key_of(t, row);
     settle(
         txn,
+        own,
         schema,
-        ti,
         collection,
         &key,
         Some(row.clone()),
         Some(version),
     )
+}
+
+/// This client's operations in the outbox, found by row. The outbox has no
+/// index by row (every synced commit would write a page of it), so each write
+/// closure reads where a collection's operations are once, at its first row of
+/// that collection, and then each row's operations by sequence number. Made
+/// after the closure's own changes to the outbox (a refusal's removals, an
+/// ack's coverage): the rows it settles do not change the outbox.
+#[derive(Default)]
+struct Own {
+    /// Collection → row key text → sequence numbers, in order.
+    seqs: HashMap<String, HashMap<String, Vec<i64>>>,
+}
+
+impl Own {
+    /// The operations on one row that a download at `version` does not hold, in
+    /// sequence order: every pending one, and every acked one whose row version
+    /// is newer (`None`: every acked one too).
+    fn ops_for(
+        &mut self,
+        conn: &rusqlite::Connection,
+        collection: &str,
+        key: &str,
+        version: Option<i64>,
+    ) -> rusqlite::Result<Vec<Op>> {
+        if !self.seqs.contains_key(collection) {
+            let by_key = ledger::seqs_by_key(conn, collection)?;
+            self.seqs.insert(collection.to_owned(), by_key);
+        }
+        let Some(seqs) = self.seqs.get(collection).and_then(|m| m.get(key)) else {
+            return Ok(Vec::new());
+        };
+        let mut ops = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            if let Some(op) = ledger::op(conn, *seq)? {
+                if op
+                    .acked_version
+                    .is_none_or(|v| version.is_none_or(|d| v > d))
+                {
+                    ops.push(op);
+                }
+            }
+        }
+        Ok(ops)
+    }
 }
 
 /// Writes the local row `key` as the server's `base` (`None`: none) with this
@@ -347,15 +397,18 @@ fn upsert(
 /// re-applied).
 fn settle(
     txn: &mut Txn<'_>,
+    own: &mut Own,
     schema: &Schema,
-    ti: usize,
     collection: &str,
     key: &Map<String, Json>,
     base: Option<Map<String, Json>>,
     version: Option<i64>,
 ) -> Result<()> {
-    let t = schema.table(ti);
-    let ops = ledger::ops_for(txn.connection(), collection, &key_text(t, key), version)
+    let Some((ti, t)) = table(schema, collection) else {
+        return Ok(());
+    };
+    let ops = own
+        .ops_for(txn.connection(), collection, &key_text(t, key), version)
         .map_err(sql("read the outbox"))?;
     let live: Vec<&Op> = ops.iter().collect();
     let row = reapply(t, key, base, &live);
@@ -379,17 +432,18 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
         .map(|o| (o.collection.as_str(), o.key.as_str()))
         .collect();
     rows.dedup();
+    let mut own = Own::default();
     for (collection, key_text) in rows {
-        let Some((ti, _)) = table(schema, collection) else {
+        if table(schema, collection).is_none() {
             continue;
-        };
+        }
         let held =
             ledger::held(txn.connection(), collection, key_text).map_err(sql("read a held row"))?;
         let key = match serde_json::from_str(key_text) {
             Ok(Json::Object(m)) => m,
             _ => continue,
         };
-        settle(txn, schema, ti, collection, &key, held.row, None)?;
+        settle(txn, &mut own, schema, collection, &key, held.row, None)?;
     }
     Ok(removed)
 }
@@ -399,10 +453,11 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
 /// snapshot before the ack of a resent batch), so it is not applied twice.
 pub(crate) fn refresh(txn: &mut Txn<'_>, schema: &Schema, rows: &[(String, String)]) -> Result<()> {
     txn.set_from_server();
+    let mut own = Own::default();
     for (collection, key_text) in rows {
-        let Some((ti, _)) = table(schema, collection) else {
+        if table(schema, collection).is_none() {
             continue;
-        };
+        }
         let held =
             ledger::held(txn.connection(), collection, key_text).map_err(sql("read a held row"))?;
         let key = match serde_json::from_str(key_text) {
@@ -411,8 +466,8 @@ pub(crate) fn refresh(txn: &mut Txn<'_>, schema: &Schema, rows: &[(String, Strin
         };
         settle(
             txn,
+            &mut own,
             schema,
-            ti,
             collection,
             &key,
             held.row,

@@ -7,6 +7,8 @@
 //! Every function takes the connection of a transaction the caller holds: the
 //! loop changes these tables in the same write as the rows they describe.
 
+use std::collections::{HashMap, HashSet};
+
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Map, Value as Json};
 
@@ -95,31 +97,31 @@ pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-/// The operations on one row that a download at `version` does not hold, in
-/// sequence order: every pending one, and every acked one whose row version is
-/// newer (`None`: every acked one too).
-pub(crate) fn ops_for(
+/// The sequence numbers of `collection`'s operations in the outbox, by row key
+/// text, each row's in order. One pass over the outbox, reading two columns: it
+/// has no index by row, which every synced commit would pay a page for, so the
+/// download reads this once per write and each row's operations by number
+/// ([`op`]).
+pub(crate) fn seqs_by_key(
     conn: &Connection,
     collection: &str,
-    key: &str,
-    version: Option<i64>,
-) -> rusqlite::Result<Vec<Op>> {
-    let mut st = conn.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM keel_sync_outbox WHERE collection = ?1 AND key = ?2 \
-         AND (acked_version IS NULL OR acked_version > ?3) ORDER BY seq"
-    ))?;
-    let rows = st.query_map(
-        rusqlite::params![collection, key, version.unwrap_or(i64::MIN)],
-        read_op,
+) -> rusqlite::Result<HashMap<String, Vec<i64>>> {
+    let mut st = conn.prepare_cached(
+        "SELECT seq, key FROM keel_sync_outbox WHERE collection = ?1 ORDER BY seq",
     )?;
-    rows.collect()
+    let mut rows = st.query([collection])?;
+    let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
+    while let Some(r) = rows.next()? {
+        by_key.entry(r.get(1)?).or_default().push(r.get(0)?);
+    }
+    Ok(by_key)
 }
 
 /// The keys of `collection` that have operations in the outbox.
 pub(crate) fn keys_with_ops(
     conn: &Connection,
     collection: &str,
-) -> rusqlite::Result<std::collections::HashSet<String>> {
+) -> rusqlite::Result<HashSet<String>> {
     let mut st =
         conn.prepare_cached("SELECT DISTINCT key FROM keel_sync_outbox WHERE collection = ?1")?;
     let rows = st.query_map([collection], |r| r.get(0))?;
@@ -223,7 +225,7 @@ pub(crate) fn set_held(
 pub(crate) fn forget_except(
     conn: &Connection,
     collection: &str,
-    keep: &std::collections::HashSet<String>,
+    keep: &HashSet<String>,
 ) -> rusqlite::Result<()> {
     let keys: Vec<String> = {
         let mut st = conn.prepare_cached("SELECT key FROM keel_sync_rows WHERE collection = ?1")?;
@@ -344,7 +346,7 @@ pub(crate) fn marked_keys(
     conn: &Connection,
     collection: &str,
     mark: i64,
-) -> rusqlite::Result<std::collections::HashSet<String>> {
+) -> rusqlite::Result<HashSet<String>> {
     let mut st =
         conn.prepare_cached("SELECT key FROM keel_sync_rows WHERE collection = ?1 AND mark = ?2")?;
     let rows = st.query_map(rusqlite::params![collection, mark], |r| r.get(0))?;
