@@ -28,14 +28,14 @@
 //! get them as row diffs; the closure is marked as from the server, so they add
 //! nothing to the outbox.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use keel_schema::{Schema, SyncRule, Table, Value};
 use serde_json::{Map, Value as Json};
 
 use crate::base::error::{Error, Result};
 use crate::layout::outbox::{key_text, row_json, syncs};
-use crate::sync::ledger::{self, Op};
+use crate::sync::ledger::{self, Op, OpsByRow};
 use crate::txn::transaction::Txn;
 
 /// One row change as downloaded.
@@ -78,14 +78,18 @@ fn table<'s>(schema: &'s Schema, collection: &str) -> Option<(usize, &'s Table)>
 }
 
 /// Applies one `changes` frame.
-pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) -> Result<()> {
+pub(crate) fn changes(
+    txn: &mut Txn<'_>,
+    own: &OpsByRow,
+    schema: &Schema,
+    changes: &[Incoming],
+) -> Result<()> {
     txn.set_from_server();
     ledger::ensure(txn.connection()).map_err(sql("prepare the sync tables"))?;
     // One transaction may change a row many times (a batch of counter patches):
     // only its last change of each row is written, the row as the transaction
     // left it.
     let last = last_per_row(schema, changes);
-    let mut own = Own::default();
     for (i, change) in changes.iter().enumerate() {
         if !last.contains(&i) {
             continue;
@@ -95,7 +99,7 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
                 collection,
                 row,
                 version,
-            } => upsert(txn, &mut own, schema, collection, row, *version, None)?,
+            } => upsert(txn, own, schema, collection, row, *version, None)?,
             Incoming::Delete {
                 collection,
                 key,
@@ -112,10 +116,10 @@ pub(crate) fn changes(txn: &mut Txn<'_>, schema: &Schema, changes: &[Incoming]) 
                 }
                 ledger::set_held(txn.connection(), collection, &key_text, *version, None)
                     .map_err(sql("hold a deleted row"))?;
-                settle(txn, &mut own, schema, collection, key, None, Some(*version))?;
+                settle(txn, own, schema, collection, key, None, Some(*version))?;
             }
             Incoming::Truncate { collection } => {
-                clear_except(txn, &mut own, schema, collection, &HashSet::new())?;
+                clear_except(txn, own, schema, collection, &HashSet::new())?;
             }
         }
     }
@@ -163,6 +167,7 @@ fn last_per_row(schema: &Schema, changes: &[Incoming]) -> HashSet<usize> {
 /// be there already: each is inserted without looking for it first.
 pub(crate) fn page(
     txn: &mut Txn<'_>,
+    own: &OpsByRow,
     schema: &Schema,
     collection: &str,
     rows: Vec<(Map<String, Json>, i64)>,
@@ -176,9 +181,8 @@ pub(crate) fn page(
     // Without operations of this client in the collection (always so on a first
     // sync) no row has anything to re-apply: skip that look-up per row.
     if ledger::has_ops(txn.connection(), collection).map_err(sql("read the outbox"))? {
-        let mut own = Own::default();
         for (row, version) in &rows {
-            upsert(txn, &mut own, schema, collection, row, *version, Some(mark))?;
+            upsert(txn, own, schema, collection, row, *version, Some(mark))?;
         }
         return Ok(());
     }
@@ -236,6 +240,7 @@ pub(crate) fn keys(
 /// them.
 pub(crate) fn finish(
     txn: &mut Txn<'_>,
+    own: &OpsByRow,
     schema: &Schema,
     collections: &[String],
     mark: i64,
@@ -244,7 +249,6 @@ pub(crate) fn finish(
     txn.set_from_server();
     // Acked writes the snapshot holds need not be re-applied.
     ledger::covered(txn.connection(), lsn).map_err(sql("drop covered operations"))?;
-    let mut own = Own::default();
     for collection in collections {
         if table(schema, collection).is_none() {
             continue;
@@ -256,7 +260,7 @@ pub(crate) fn finish(
                 Ok(Json::Object(m)) => m,
                 _ => continue,
             };
-            settle(txn, &mut own, schema, collection, &key, None, None)?;
+            settle(txn, own, schema, collection, &key, None, None)?;
         }
         ledger::forget_unmarked(txn.connection(), collection, mark)
             .map_err(sql("forget held rows"))?;
@@ -268,7 +272,7 @@ pub(crate) fn finish(
         if local > named {
             let keep = ledger::marked_keys(txn.connection(), collection, mark)
                 .map_err(sql("read held rows"))?;
-            clear_except(txn, &mut own, schema, collection, &keep)?;
+            clear_except(txn, own, schema, collection, &keep)?;
         }
     }
     Ok(())
@@ -278,7 +282,7 @@ pub(crate) fn finish(
 /// held server row), unless this client's operations keep it.
 fn clear_except(
     txn: &mut Txn<'_>,
-    own: &mut Own,
+    own: &OpsByRow,
     schema: &Schema,
     collection: &str,
     keep: &HashSet<String>,
@@ -307,7 +311,7 @@ fn clear_except(
 
 fn upsert(
     txn: &mut Txn<'_>,
-    own: &mut Own,
+    own: &OpsByRow,
     schema: &Schema,
     collection: &str,
     row: &Map<String, Json>,
@@ -346,58 +350,13 @@ fn upsert(
     )
 }
 
-/// This client's operations in the outbox, found by row. The outbox has no
-/// index by row (every synced commit would write a page of it), so each write
-/// closure reads where a collection's operations are once, at its first row of
-/// that collection, and then each row's operations by sequence number. Made
-/// after the closure's own changes to the outbox (a refusal's removals, an
-/// ack's coverage): the rows it settles do not change the outbox.
-#[derive(Default)]
-struct Own {
-    /// Collection → row key text → sequence numbers, in order.
-    seqs: HashMap<String, HashMap<String, Vec<i64>>>,
-}
-
-impl Own {
-    /// The operations on one row that a download at `version` does not hold, in
-    /// sequence order: every pending one, and every acked one whose row version
-    /// is newer (`None`: every acked one too).
-    fn ops_for(
-        &mut self,
-        conn: &rusqlite::Connection,
-        collection: &str,
-        key: &str,
-        version: Option<i64>,
-    ) -> rusqlite::Result<Vec<Op>> {
-        if !self.seqs.contains_key(collection) {
-            let by_key = ledger::seqs_by_key(conn, collection)?;
-            self.seqs.insert(collection.to_owned(), by_key);
-        }
-        let Some(seqs) = self.seqs.get(collection).and_then(|m| m.get(key)) else {
-            return Ok(Vec::new());
-        };
-        let mut ops = Vec::with_capacity(seqs.len());
-        for seq in seqs {
-            if let Some(op) = ledger::op(conn, *seq)? {
-                if op
-                    .acked_version
-                    .is_none_or(|v| version.is_none_or(|d| v > d))
-                {
-                    ops.push(op);
-                }
-            }
-        }
-        Ok(ops)
-    }
-}
-
 /// Writes the local row `key` as the server's `base` (`None`: none) with this
 /// client's operations on top; `version`: the downloaded version (acked
 /// operations at or below it are in `base` already; `None`: every acked one is
 /// re-applied).
 fn settle(
     txn: &mut Txn<'_>,
-    own: &mut Own,
+    own: &OpsByRow,
     schema: &Schema,
     collection: &str,
     key: &Map<String, Json>,
@@ -418,7 +377,12 @@ fn settle(
 /// Rolls back the refused operations `seqs`: each leaves the outbox, and its row
 /// becomes again the server's with the remaining operations on top. Returns the
 /// operations removed.
-pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Result<Vec<Op>> {
+pub(crate) fn roll_back(
+    txn: &mut Txn<'_>,
+    own: &OpsByRow,
+    schema: &Schema,
+    seqs: &[i64],
+) -> Result<Vec<Op>> {
     txn.set_from_server();
     let mut removed = Vec::new();
     for seq in seqs {
@@ -432,7 +396,6 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
         .map(|o| (o.collection.as_str(), o.key.as_str()))
         .collect();
     rows.dedup();
-    let mut own = Own::default();
     for (collection, key_text) in rows {
         if table(schema, collection).is_none() {
             continue;
@@ -443,7 +406,7 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
             Ok(Json::Object(m)) => m,
             _ => continue,
         };
-        settle(txn, &mut own, schema, collection, &key, held.row, None)?;
+        settle(txn, own, schema, collection, &key, held.row, None)?;
     }
     Ok(removed)
 }
@@ -451,9 +414,13 @@ pub(crate) fn roll_back(txn: &mut Txn<'_>, schema: &Schema, seqs: &[i64]) -> Res
 /// Writes the rows `rows` (collection, key text) again from what is held: after
 /// an ack, for rows whose download already holds the acked write (it arrived in a
 /// snapshot before the ack of a resent batch), so it is not applied twice.
-pub(crate) fn refresh(txn: &mut Txn<'_>, schema: &Schema, rows: &[(String, String)]) -> Result<()> {
+pub(crate) fn refresh(
+    txn: &mut Txn<'_>,
+    own: &OpsByRow,
+    schema: &Schema,
+    rows: &[(String, String)],
+) -> Result<()> {
     txn.set_from_server();
-    let mut own = Own::default();
     for (collection, key_text) in rows {
         if table(schema, collection).is_none() {
             continue;
@@ -466,7 +433,7 @@ pub(crate) fn refresh(txn: &mut Txn<'_>, schema: &Schema, rows: &[(String, Strin
         };
         settle(
             txn,
-            &mut own,
+            own,
             schema,
             collection,
             &key,

@@ -34,7 +34,7 @@
 use std::collections::HashSet;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value as Json};
@@ -44,7 +44,7 @@ use tungstenite::{Message, WebSocket};
 use crate::base::error::{Error, Result};
 use crate::db::database::Database;
 use crate::sync::apply::{self, Incoming};
-use crate::sync::ledger::{self, Op};
+use crate::sync::ledger::{self, Op, OpsByRow};
 use crate::sync::shared::{Command, RefusedOp, Shared, SnapshotProgress, SyncEvent, SyncOptions};
 use crate::txn::transaction::Txn;
 
@@ -260,6 +260,7 @@ pub(crate) fn run(
             batch: &mut batch,
             backoff: &mut backoff,
             dirty: true,
+            by_row: Arc::default(),
         };
         let ended = session.run();
         shared.update(|s| {
@@ -361,6 +362,8 @@ struct Session<'a> {
     backoff: &'a mut Backoff,
     /// The outbox may hold operations to send (a commit's wake-up, an answer).
     dirty: bool,
+    /// Where each row's operations are, for the download's writes.
+    by_row: Arc<Mutex<OpsByRow>>,
 }
 
 /// An upload on its way.
@@ -526,6 +529,26 @@ impl Session<'_> {
             .map_err(|e| format!("local write: {e}"))
     }
 
+    /// [`write`](Self::write) for a closure that settles rows under this
+    /// client's operations: it gets [`OpsByRow`] caught up before it runs, and a
+    /// write that fails starts it again from nothing.
+    fn write_rows<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Txn<'_>, &OpsByRow) -> Result<T> + Send + 'static,
+    ) -> std::result::Result<T, String> {
+        let by_row = Arc::clone(&self.by_row);
+        let result = self.write(move |txn| {
+            let mut own = by_row.lock().unwrap_or_else(|p| p.into_inner());
+            own.catch_up(txn.connection())
+                .map_err(|e| Error::sqlite("read the outbox", "keel_sync_outbox", e))?;
+            f(txn, &own)
+        });
+        if result.is_err() {
+            *self.by_row.lock().unwrap_or_else(|p| p.into_inner()) = OpsByRow::default();
+        }
+        result
+    }
+
     fn session(&mut self) -> std::result::Result<Ended, Failure> {
         if let Some(ended) = self.command() {
             return Ok(ended);
@@ -659,7 +682,7 @@ impl Session<'_> {
                     let (results, skipped) = ack_results(&frame, sent)?;
                     pause_point("ack_received");
                     let schema = Arc::clone(self.db.schema());
-                    acked_waiting = self.write(move |txn| {
+                    acked_waiting = self.write_rows(move |txn, own| {
                         let sql = |e| Error::sqlite("record an ack", "keel_sync_outbox", e);
                         let mut downloaded = Vec::new();
                         for (seq, version) in results {
@@ -677,8 +700,8 @@ impl Session<'_> {
                             }
                         }
                         downloaded.dedup();
-                        apply::refresh(txn, &schema, &downloaded)?;
-                        apply::roll_back(txn, &schema, &skipped)?;
+                        apply::refresh(txn, own, &schema, &downloaded)?;
+                        apply::roll_back(txn, own, &schema, &skipped)?;
                         // Nothing reached yet covers nothing: no ack is at LSN 0.
                         ledger::covered(txn.connection(), reached.unwrap_or(0)).map_err(sql)
                     })?;
@@ -840,8 +863,8 @@ impl Session<'_> {
                     }
                     let state = d.to_json().to_string();
                     let fresh = d.empty.contains(&collection);
-                    self.write(move |txn| {
-                        apply::page(txn, &schema, &collection, rows, mark, fresh)?;
+                    self.write_rows(move |txn, own| {
+                        apply::page(txn, own, &schema, &collection, rows, mark, fresh)?;
                         ledger::set_state(txn.connection(), SNAPSHOT_STATE, &state).map_err(|e| {
                             Error::sqlite("record the snapshot state", "keel_sync_state", e)
                         })
@@ -861,14 +884,14 @@ impl Session<'_> {
                     // The changes held back are complete up to the checkpoints
                     // that came with them, and are applied here too.
                     let reach = held_checkpoint.take().map_or(lsn, |c| c.max(lsn));
-                    acked_waiting = self.write(move |txn| {
+                    acked_waiting = self.write_rows(move |txn, own| {
                         ledger::ensure(txn.connection())
                             .map_err(|e| Error::sqlite("finish a snapshot", "keel_sync_rows", e))?;
                         if let Some(mark) = mark {
-                            apply::finish(txn, &schema, &names, mark, lsn)?;
+                            apply::finish(txn, own, &schema, &names, mark, lsn)?;
                         }
                         for (_, changes) in &later {
-                            apply::changes(txn, &schema, changes)?;
+                            apply::changes(txn, own, &schema, changes)?;
                         }
                         ledger::clear_state(txn.connection(), SNAPSHOT_STATE).map_err(|e| {
                             Error::sqlite("finish a snapshot", "keel_sync_state", e)
@@ -903,7 +926,7 @@ impl Session<'_> {
                         continue;
                     }
                     pause_point("changes_received");
-                    self.write(move |txn| apply::changes(txn, &schema, &changes))?;
+                    self.write_rows(move |txn, own| apply::changes(txn, own, &schema, &changes))?;
                     pause_point("changes_applied");
                     self.shared
                         .update(|s| s.last_synced_lsn = frame["lsn"].as_str().map(str::to_owned));
@@ -1019,7 +1042,7 @@ impl Session<'_> {
         }
         let seqs: Vec<i64> = refused.iter().map(|r| r.seq).collect();
         let schema = Arc::clone(self.db.schema());
-        self.write(move |txn| apply::roll_back(txn, &schema, &seqs).map(|_| ()))?;
+        self.write_rows(move |txn, own| apply::roll_back(txn, own, &schema, &seqs).map(|_| ()))?;
         self.shared.emit(SyncEvent::Refused { ops: refused });
         Ok(())
     }

@@ -13,6 +13,7 @@ use rusqlite::{Connection, OptionalExtension};
 use serde_json::{Map, Value as Json};
 
 use crate::layout::outbox;
+use crate::layout::side_table::table_exists;
 
 /// One operation of the outbox.
 #[derive(Debug, Clone, PartialEq)]
@@ -97,24 +98,97 @@ pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
         .query_row([], |r| r.get(0))
 }
 
-/// The sequence numbers of `collection`'s operations in the outbox, by row key
-/// text, each row's in order. One pass over the outbox, reading two columns: it
-/// has no index by row, which every synced commit would pay a page for, so the
-/// download reads this once per write and each row's operations by number
-/// ([`op`]).
-pub(crate) fn seqs_by_key(
-    conn: &Connection,
-    collection: &str,
-) -> rusqlite::Result<HashMap<String, Vec<i64>>> {
-    let mut st = conn.prepare_cached(
-        "SELECT seq, key FROM keel_sync_outbox WHERE collection = ?1 ORDER BY seq",
-    )?;
-    let mut rows = st.query([collection])?;
-    let mut by_key: HashMap<String, Vec<i64>> = HashMap::new();
-    while let Some(r) = rows.next()? {
-        by_key.entry(r.get(1)?).or_default().push(r.get(0)?);
+/// Where each row's operations are in the outbox: the outbox has no index by
+/// row (every synced commit would write a page of it), so the download keeps
+/// this one in memory, for one session of the sync loop.
+///
+/// It only grows between rebuilds. Operations are appended with numbers above
+/// every number handed out before, so [`catch_up`](Self::catch_up) reads those
+/// above the highest it holds; the numbers of operations that left the outbox
+/// (acked and covered, refused) stay until the next rebuild, and
+/// [`ops_for`](Self::ops_for) reads each operation by number, so a number no
+/// longer there is skipped. Call `catch_up` first in a write closure, before the
+/// closure changes the outbox: what it then reads is committed, so a closure that
+/// rolls back leaves nothing in it that is not in the file. After a write that
+/// failed, start again from [`Default`]: numbers that were not committed can be
+/// handed out again.
+#[derive(Debug, Default)]
+pub(crate) struct OpsByRow {
+    /// (collection, row key text) → sequence numbers, in order.
+    seqs: HashMap<(String, String), Vec<i64>>,
+    /// The highest sequence number read.
+    upto: i64,
+    /// Sequence numbers held, gone ones included.
+    held: usize,
+}
+
+/// Below this many held numbers, `catch_up` does not count the outbox to see
+/// whether most of them are gone.
+const REBUILD_FROM: usize = 1024;
+
+impl OpsByRow {
+    /// Reads the operations appended since the last call; rebuilds from the
+    /// whole outbox when fewer than half of the numbers held are still in it.
+    pub(crate) fn catch_up(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        if !table_exists(conn, outbox::OUTBOX)? {
+            *self = Self::default();
+            return Ok(());
+        }
+        if self.held > REBUILD_FROM {
+            let live: i64 =
+                conn.query_row("SELECT count(*) FROM keel_sync_outbox", [], |r| r.get(0))?;
+            if self.held as i64 > 2 * live {
+                *self = Self::default();
+            }
+        }
+        let mut st = conn.prepare_cached(
+            "SELECT seq, collection, key FROM keel_sync_outbox WHERE seq > ?1 ORDER BY seq",
+        )?;
+        let mut rows = st.query([self.upto])?;
+        while let Some(r) = rows.next()? {
+            let seq: i64 = r.get(0)?;
+            self.seqs
+                .entry((r.get(1)?, r.get(2)?))
+                .or_default()
+                .push(seq);
+            self.upto = self.upto.max(seq);
+            self.held += 1;
+        }
+        Ok(())
     }
-    Ok(by_key)
+
+    /// The operations on one row that a download at `version` does not hold, in
+    /// sequence order: every pending one, and every acked one whose row version
+    /// is newer (`None`: every acked one too).
+    pub(crate) fn ops_for(
+        &self,
+        conn: &Connection,
+        collection: &str,
+        key: &str,
+        version: Option<i64>,
+    ) -> rusqlite::Result<Vec<Op>> {
+        let Some(seqs) = self.seqs.get(&(collection.to_owned(), key.to_owned())) else {
+            return Ok(Vec::new());
+        };
+        let mut ops = Vec::with_capacity(seqs.len());
+        for seq in seqs {
+            let Some(op) = op(conn, *seq)? else {
+                continue;
+            };
+            // The same number on another row: a number handed out again after a
+            // failed commit, if a caller kept this past it.
+            if op.collection != collection || op.key != key {
+                continue;
+            }
+            if op
+                .acked_version
+                .is_none_or(|v| version.is_none_or(|d| v > d))
+            {
+                ops.push(op);
+            }
+        }
+        Ok(ops)
+    }
 }
 
 /// The keys of `collection` that have operations in the outbox.
@@ -386,4 +460,80 @@ pub(crate) fn clear_state(conn: &Connection, name: &str) -> rusqlite::Result<()>
     conn.prepare_cached("DELETE FROM keel_sync_state WHERE name = ?1")?
         .execute([name])
         .map(|_| ())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        outbox::create(&conn).unwrap();
+        conn
+    }
+
+    fn append(conn: &Connection, seq: i64, key: &str) {
+        conn.execute(
+            "INSERT INTO keel_sync_outbox (seq, collection, key, op, fields, deltas, base) \
+             VALUES (?1, 'blog.Post', ?2, 'patch', '{}', NULL, 0)",
+            rusqlite::params![seq, key],
+        )
+        .unwrap();
+    }
+
+    fn seqs(by_row: &OpsByRow, conn: &Connection, key: &str, version: Option<i64>) -> Vec<i64> {
+        by_row
+            .ops_for(conn, "blog.Post", key, version)
+            .unwrap()
+            .iter()
+            .map(|o| o.seq)
+            .collect()
+    }
+
+    #[test]
+    fn ops_by_row_follows_appends_removals_and_acks() {
+        let conn = outbox();
+        let mut by_row = OpsByRow::default();
+        by_row.catch_up(&conn).unwrap();
+        assert!(seqs(&by_row, &conn, "a", None).is_empty());
+        append(&conn, 1, "a");
+        append(&conn, 2, "a");
+        append(&conn, 3, "b");
+        by_row.catch_up(&conn).unwrap();
+        assert_eq!(seqs(&by_row, &conn, "a", None), [1, 2]);
+        assert_eq!(seqs(&by_row, &conn, "b", None), [3]);
+        append(&conn, 4, "a");
+        remove(&conn, 2).unwrap();
+        by_row.catch_up(&conn).unwrap();
+        assert_eq!(seqs(&by_row, &conn, "a", None), [1, 4]);
+        // An acked operation counts only for downloads older than its version.
+        conn.execute("UPDATE keel_sync_outbox SET acked_version = 5 WHERE seq = 1", [])
+            .unwrap();
+        assert_eq!(seqs(&by_row, &conn, "a", Some(4)), [1, 4]);
+        assert_eq!(seqs(&by_row, &conn, "a", Some(5)), [4]);
+        // A number handed out again for another row is not this row's.
+        remove(&conn, 4).unwrap();
+        append(&conn, 4, "b");
+        assert_eq!(seqs(&by_row, &conn, "a", None), [1]);
+    }
+
+    #[test]
+    fn ops_by_row_is_rebuilt_once_most_of_what_it_holds_is_gone() {
+        let conn = outbox();
+        let mut by_row = OpsByRow::default();
+        for seq in 1..=2 * REBUILD_FROM as i64 {
+            append(&conn, seq, &format!("k{seq}"));
+        }
+        by_row.catch_up(&conn).unwrap();
+        assert_eq!(by_row.held, 2 * REBUILD_FROM);
+        conn.execute("DELETE FROM keel_sync_outbox WHERE seq > 10", [])
+            .unwrap();
+        by_row.catch_up(&conn).unwrap();
+        assert_eq!(by_row.held, 10);
+        assert_eq!(seqs(&by_row, &conn, "k3", None), [3]);
+        // Numbers handed out after the rebuild are read as before.
+        append(&conn, 5000, "k3");
+        by_row.catch_up(&conn).unwrap();
+        assert_eq!(seqs(&by_row, &conn, "k3", None), [3, 5000]);
+    }
 }
