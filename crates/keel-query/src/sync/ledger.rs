@@ -507,8 +507,11 @@ mod tests {
         by_row.catch_up(&conn).unwrap();
         assert_eq!(seqs(&by_row, &conn, "a", None), [1, 4]);
         // An acked operation counts only for downloads older than its version.
-        conn.execute("UPDATE keel_sync_outbox SET acked_version = 5 WHERE seq = 1", [])
-            .unwrap();
+        conn.execute(
+            "UPDATE keel_sync_outbox SET acked_version = 5 WHERE seq = 1",
+            [],
+        )
+        .unwrap();
         assert_eq!(seqs(&by_row, &conn, "a", Some(4)), [1, 4]);
         assert_eq!(seqs(&by_row, &conn, "a", Some(5)), [4]);
         // A number handed out again for another row is not this row's.
