@@ -1356,6 +1356,16 @@ impl<'a, 's> Object<'a, 's> {
     pub fn to_json(&self) -> Result<Json, DecodeError> {
         table_json(self.schema, self.table, self.t)
     }
+
+    /// The field `field` (an index into the table's fields) as [`to_json`](Self::to_json)
+    /// renders it, without rendering the rest; `None` where `to_json` leaves it
+    /// out. Deprecated and union fields, and indexes past the end, are `None`.
+    pub fn field_json(&self, field: usize) -> Result<Option<Json>, DecodeError> {
+        match self.schema.tables[self.table].fields.get(field) {
+            Some(f) if !f.deprecated => field_json(self.schema, f, self.t),
+            _ => Ok(None),
+        }
+    }
 }
 
 fn num_json(v: Value, ty: ScalarType) -> Json {
@@ -1426,31 +1436,6 @@ fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeErro
     let mut m = Map::new();
     for f in s.tables[ti].fields.iter().filter(|f| !f.deprecated) {
         let j = match &f.ty {
-            FieldType::Scalar(ty) => match t.field_pos(f.id, ty.size())? {
-                Some(p) => num_json(scalar_value(t.buf(), p, *ty)?, *ty),
-                None if f.optional => continue,
-                None => num_json(f.default.clone(), *ty),
-            },
-            FieldType::Enum(e) => {
-                let u = s.enums[*e].underlying;
-                match t.field_pos(f.id, u.size())? {
-                    Some(p) => enum_json(s, *e, scalar_value(t.buf(), p, u)?),
-                    None if f.optional => continue,
-                    None => enum_json(s, *e, f.default.clone()),
-                }
-            }
-            FieldType::String => match t.str(f.id)? {
-                Some(x) => Json::String(x.to_owned()),
-                None => continue,
-            },
-            FieldType::Struct(si) => match t.struct_bytes(f.id, s.structs[*si].size)? {
-                Some(b) => struct_json(s, *si, b)?,
-                None => continue,
-            },
-            FieldType::Table(sub) => match t.table(f.id)? {
-                Some(st) => table_json(s, *sub, st)?,
-                None => continue,
-            },
             FieldType::Union(u) => {
                 let tag = t.get::<u8>(f.id.saturating_sub(1), 0)?;
                 let (Some(m_def), Some(st)) = (s.unions[*u].member(tag), t.table(f.id)?) else {
@@ -1487,18 +1472,56 @@ fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeErro
                 m.insert(format!("{}_type", f.name), Json::Array(types));
                 Json::Array(objs)
             }
-            FieldType::Vector(inner) => match t.vector(f.id, elem_size(s, inner))? {
-                Some(v) => Json::Array(
-                    (0..v.len())
-                        .map(|i| elem_json(s, inner, &v, i))
-                        .collect::<Result<_, _>>()?,
-                ),
+            _ => match field_json(s, f, t)? {
+                Some(j) => j,
                 None => continue,
             },
         };
         m.insert(f.name.clone(), j);
     }
     Ok(Json::Object(m))
+}
+
+/// One field of `t` as [`table_json`] renders it; `None` where it is left out.
+/// Unions (two members of the object) are not rendered here: `None`.
+fn field_json(s: &Schema, f: &Field, t: TableRef<'_>) -> Result<Option<Json>, DecodeError> {
+    Ok(Some(match &f.ty {
+        FieldType::Scalar(ty) => match t.field_pos(f.id, ty.size())? {
+            Some(p) => num_json(scalar_value(t.buf(), p, *ty)?, *ty),
+            None if f.optional => return Ok(None),
+            None => num_json(f.default.clone(), *ty),
+        },
+        FieldType::Enum(e) => {
+            let u = s.enums[*e].underlying;
+            match t.field_pos(f.id, u.size())? {
+                Some(p) => enum_json(s, *e, scalar_value(t.buf(), p, u)?),
+                None if f.optional => return Ok(None),
+                None => enum_json(s, *e, f.default.clone()),
+            }
+        }
+        FieldType::String => match t.str(f.id)? {
+            Some(x) => Json::String(x.to_owned()),
+            None => return Ok(None),
+        },
+        FieldType::Struct(si) => match t.struct_bytes(f.id, s.structs[*si].size)? {
+            Some(b) => struct_json(s, *si, b)?,
+            None => return Ok(None),
+        },
+        FieldType::Table(sub) => match t.table(f.id)? {
+            Some(st) => table_json(s, *sub, st)?,
+            None => return Ok(None),
+        },
+        FieldType::Vector(inner) if matches!(**inner, FieldType::Union(_)) => return Ok(None),
+        FieldType::Vector(inner) => match t.vector(f.id, elem_size(s, inner))? {
+            Some(v) => Json::Array(
+                (0..v.len())
+                    .map(|i| elem_json(s, inner, &v, i))
+                    .collect::<Result<_, _>>()?,
+            ),
+            None => return Ok(None),
+        },
+        FieldType::Union(_) => return Ok(None),
+    }))
 }
 
 fn eerr(path: &str, message: impl Into<String>) -> EncodeError {

@@ -127,6 +127,28 @@ proptest! {
     }
 }
 
+proptest! {
+    /// One field rendered alone is what the whole object's JSON holds for it;
+    /// a union (two members there) is not rendered alone.
+    #[test]
+    fn a_field_rendered_alone_is_the_objects_json_for_it(j in root()) {
+        let schema = Schema::parse(SCHEMA, "v.fbs").unwrap();
+        let r = schema.reader("Root").unwrap();
+        let bytes = r.encode_json(&j).unwrap();
+        let o = r.read(&bytes).unwrap();
+        let whole = o.to_json().unwrap();
+        for (i, f) in r.table().fields.iter().enumerate() {
+            let alone = o.field_json(i).unwrap();
+            if f.name == "u" {
+                prop_assert_eq!(alone, None);
+            } else {
+                prop_assert_eq!(alone.as_ref(), whole.get(&f.name), "{}", f.name);
+            }
+        }
+        prop_assert_eq!(o.field_json(r.table().fields.len()).unwrap(), None);
+    }
+}
+
 #[test]
 fn empty_object_passes_the_verifier() {
     let schema = Schema::parse(SCHEMA, "v.fbs").unwrap();

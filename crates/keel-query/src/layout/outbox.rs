@@ -45,13 +45,15 @@
 //!
 //! Cost: a collection without `(sync)` pays nothing (the transaction records its
 //! changes only when something else asks for them). A synced write costs its
-//! recording (the old bytes), its JSON renderings (an update: the old and the new
-//! object, to find the changed fields) and one statement, the outbox INSERT; the
+//! recording (the old bytes), its JSON renderings, field by field (an insert:
+//! every synced field; an update: each synced field of the old and the new
+//! object, to find the changed ones, never either object whole) and one
+//! statement, the outbox INSERT; the
 //! base version is read at upload, not here. The outbox has no index but its
 //! sequence numbers, which only grow, so an operation lands on the table's last
 //! page: a synced commit writes one page more than the same commit unsynced.
 
-use keel_schema::{FieldType, Schema, SyncRule, Table};
+use keel_schema::{FieldType, Object, Schema, SyncRule, Table};
 use rusqlite::Connection;
 use serde_json::{Map, Value as Json};
 
@@ -208,43 +210,56 @@ pub(crate) struct NewOp {
 }
 
 /// The operation a recorded change becomes; `None` when no synced field changed.
+/// Each field is rendered alone ([`Object::field_json`]), in the JSON of
+/// [`row_json`]: an update renders the fields it compares, never a whole object
+/// into a map.
 pub(crate) fn op_of(
     table: &Table,
     op: ChangeOp,
-    old: Option<&Map<String, Json>>,
-    new: Option<&Map<String, Json>>,
+    old: Option<&Object<'_, '_>>,
+    new: Option<&Object<'_, '_>>,
 ) -> Option<NewOp> {
     let synced = || {
         table
             .fields
             .iter()
-            .filter(|f| !f.deprecated && !f.primary && syncs(&f.ty))
+            .enumerate()
+            .filter(|(_, f)| !f.deprecated && !f.primary && syncs(&f.ty))
     };
+    // A field that does not decode makes no operation, as an object that does
+    // not render whole made none.
+    let json = |o: &Object<'_, '_>, i: usize| o.field_json(i).ok();
     match (op, old, new) {
         (ChangeOp::Delete, _, _) => Some(NewOp {
             op: "delete",
             fields: Map::new(),
             deltas: Map::new(),
         }),
-        (ChangeOp::Insert, _, Some(new)) => Some(NewOp {
-            op: "insert",
-            fields: synced()
-                .filter_map(|f| new.get(&f.name).map(|v| (f.name.clone(), v.clone())))
-                .collect(),
-            deltas: Map::new(),
-        }),
+        (ChangeOp::Insert, _, Some(new)) => {
+            let mut fields = Map::new();
+            for (i, f) in synced() {
+                if let Some(v) = json(new, i)? {
+                    fields.insert(f.name.clone(), v);
+                }
+            }
+            Some(NewOp {
+                op: "insert",
+                fields,
+                deltas: Map::new(),
+            })
+        }
         (ChangeOp::Update, Some(old), Some(new)) => {
             let mut fields = Map::new();
             let mut deltas = Map::new();
-            for f in synced() {
-                let (o, n) = (old.get(&f.name), new.get(&f.name));
+            for (i, f) in synced() {
+                let (o, n) = (json(old, i)?, json(new, i)?);
                 if o == n {
                     continue;
                 }
                 if f.sync == SyncRule::Counter {
-                    deltas.insert(f.name.clone(), difference(o, n));
+                    deltas.insert(f.name.clone(), difference(o.as_ref(), n.as_ref()));
                 } else {
-                    fields.insert(f.name.clone(), n.cloned().unwrap_or(Json::Null));
+                    fields.insert(f.name.clone(), n.unwrap_or(Json::Null));
                 }
             }
             (!fields.is_empty() || !deltas.is_empty()).then_some(NewOp {
@@ -255,6 +270,23 @@ pub(crate) fn op_of(
         }
         _ => None,
     }
+}
+
+/// [`key_text`] of an object, rendering its key fields alone.
+fn object_key_text(table: &Table, row: &Object<'_, '_>) -> String {
+    let key: Map<String, Json> = table
+        .fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.primary)
+        .map(|(i, f)| {
+            (
+                f.name.clone(),
+                row.field_json(i).ok().flatten().unwrap_or(Json::Null),
+            )
+        })
+        .collect();
+    Json::Object(key).to_string()
 }
 
 /// `new - old` of a counter (integers stay integers).
@@ -282,15 +314,18 @@ pub(crate) fn append(
             continue;
         };
         let table = schema.table(ti);
-        let old = ch.old.as_deref().and_then(|b| row_json(schema, ti, b));
-        let new = ch.new.as_deref().and_then(|b| row_json(schema, ti, b));
+        let Some(reader) = schema.table_reader(ti) else {
+            continue;
+        };
+        let old = ch.old.as_deref().and_then(|b| reader.open(b).ok());
+        let new = ch.new.as_deref().and_then(|b| reader.open(b).ok());
         let Some(op) = op_of(table, ch.op, old.as_ref(), new.as_ref()) else {
             continue;
         };
         let Some(row) = new.as_ref().or(old.as_ref()) else {
             continue;
         };
-        let key = key_text(table, row);
+        let key = object_key_text(table, row);
         let text = |m: &Map<String, Json>| {
             (!m.is_empty()).then(|| serde_json::to_string(m).unwrap_or_default())
         };
