@@ -228,6 +228,38 @@ fn a_sequence_number_is_never_handed_out_again_once_its_operation_is_gone() {
     );
 }
 
+#[test]
+fn the_operations_of_one_write_are_numbered_in_order_above_every_number_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = open(&dir);
+    for i in 1..=3 {
+        write_post(&db, &dir, &format!("a{i}"));
+    }
+    // The highest numbers are gone: the next ones still come above them.
+    remove_ops(&dir, "seq >= 2");
+    let posts: Vec<Vec<u8>> = (1..=3)
+        .map(|i| bytes(&db, "blog.Post", json!({"id": format!("b{i}")})))
+        .collect();
+    db.write_blocking(move |t| {
+        for post in posts {
+            t.insert_bytes("blog.Post", post)?;
+        }
+        Ok(())
+    })
+    .unwrap();
+    let ops = outbox(&dir);
+    let numbered: Vec<(i64, Json)> = ops.iter().map(|o| (o.0, o.2.clone())).collect();
+    assert_eq!(
+        numbered,
+        vec![
+            (1, json!({"id": "a1"})),
+            (4, json!({"id": "b1"})),
+            (5, json!({"id": "b2"})),
+            (6, json!({"id": "b3"})),
+        ]
+    );
+}
+
 /// The outbox as files written before this version made it: its `seq`
 /// `AUTOINCREMENT`, the highest number handed out kept in `sqlite_sequence`.
 const OLD_OUTBOX: &str = "

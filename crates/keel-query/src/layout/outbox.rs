@@ -19,8 +19,9 @@
 //! * `keel_sync_state` — name → value: the install's client id, the last LSN,
 //!   `seq_floor`.
 //!
-//! Sequence numbers: the INSERT gives each operation one more than the highest
-//! number handed out, the larger of the outbox's `max(seq)` and `seq_floor`, the
+//! Sequence numbers: each operation gets one more than the highest number
+//! handed out (read once per write, then counted on for its other operations),
+//! the larger of the outbox's `max(seq)` and `seq_floor`, the
 //! highest number ever removed from the outbox, which the trigger
 //! `keel_sync_outbox_floor` raises on every delete, whatever statement deletes.
 //! Both are reads, so numbering adds no page to the commit: `AUTOINCREMENT`, which
@@ -116,19 +117,11 @@ const SEED: &str = "INSERT INTO keel_sync_state (name, value) \
 
 /// The highest sequence number handed out (0: none): the last one still in the
 /// outbox or the highest one removed from it, whichever is higher. It reads the
-/// outbox's last page and one state row and writes nothing, so the INSERT below
-/// can number an operation without a page more in the commit.
-macro_rules! last_seq {
-    () => {
-        "max(coalesce((SELECT max(seq) FROM keel_sync_outbox), 0), \
-         coalesce((SELECT value FROM keel_sync_state WHERE name = 'seq_floor'), 0))"
-    };
-}
-
-/// The highest sequence number handed out, as a query.
-// Read by the sync client (feature `sync`).
-#[cfg_attr(not(feature = "sync"), allow(dead_code))]
-pub(crate) const LAST_SEQ: &str = concat!("SELECT ", last_seq!());
+/// outbox's last page and one state row and writes nothing, so numbering an
+/// operation adds no page to the commit.
+pub(crate) const LAST_SEQ: &str =
+    "SELECT max(coalesce((SELECT max(seq) FROM keel_sync_outbox), 0), \
+     coalesce((SELECT value FROM keel_sync_state WHERE name = 'seq_floor'), 0))";
 
 // The base version is not looked up here: the upload takes it from
 // `keel_sync_rows` (the version last downloaded or acked), which only grows while
@@ -136,11 +129,9 @@ pub(crate) const LAST_SEQ: &str = concat!("SELECT ", last_seq!());
 // at this write; `base` stays 0. The sequence number is given rather than left
 // to SQLite: a plain rowid comes back once the highest operations are removed,
 // and `AUTOINCREMENT` writes `sqlite_sequence` at every commit.
-const INSERT: &str = concat!(
-    "INSERT INTO keel_sync_outbox (seq, collection, key, op, fields, deltas, base) VALUES (",
-    last_seq!(),
-    " + 1, ?1, ?2, ?3, ?4, ?5, 0)"
-);
+const INSERT: &str =
+    "INSERT INTO keel_sync_outbox (seq, collection, key, op, fields, deltas, base) \
+                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)";
 
 /// Makes the sync tables and the trigger where missing, and seeds `seq_floor`
 /// from `sqlite_sequence` (a file whose outbox is `AUTOINCREMENT`). Idempotent.
@@ -189,15 +180,6 @@ pub(crate) fn key_text(table: &Table, row: &Map<String, Json>) -> String {
     Json::Object(key).to_string()
 }
 
-/// The JSON of the object in `bytes` (flatc's conventions), its members a map.
-pub(crate) fn row_json(schema: &Schema, table: usize, bytes: &[u8]) -> Option<Map<String, Json>> {
-    let reader = schema.table_reader(table)?;
-    match reader.open(bytes).ok()?.to_json().ok()? {
-        Json::Object(m) => Some(m),
-        _ => None,
-    }
-}
-
 /// One operation before it has a sequence number.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NewOp {
@@ -211,7 +193,7 @@ pub(crate) struct NewOp {
 
 /// The operation a recorded change becomes; `None` when no synced field changed.
 /// Each field is rendered alone ([`Object::field_json`]), in the JSON of
-/// [`row_json`]: an update renders the fields it compares, never a whole object
+/// the download's rendering of whole objects: an update renders the fields it compares, never a whole object
 /// into a map.
 pub(crate) fn op_of(
     table: &Table,
@@ -286,7 +268,7 @@ fn object_key_text(table: &Table, row: &Object<'_, '_>) -> String {
             )
         })
         .collect();
-    Json::Object(key).to_string()
+    key_text(table, &key)
 }
 
 /// `new - old` of a counter (integers stay integers).
@@ -309,6 +291,9 @@ pub(crate) fn append(
     changes: &[Change],
     mut table_of: impl FnMut(&str) -> Option<usize>,
 ) -> rusqlite::Result<()> {
+    // The number of this write's last operation: read at its first, then counted
+    // on (nothing else appends to the outbox inside this transaction).
+    let mut last: Option<i64> = None;
     for ch in changes {
         let Some(ti) = table_of(&ch.collection) else {
             continue;
@@ -330,24 +315,34 @@ pub(crate) fn append(
             (!m.is_empty()).then(|| serde_json::to_string(m).unwrap_or_default())
         };
         let (fields, deltas) = (text(&op.fields), text(&op.deltas));
-        let write = |conn: &Connection| -> rusqlite::Result<()> {
+        let write = |conn: &Connection, last: Option<i64>| -> rusqlite::Result<i64> {
+            let seq = match last {
+                Some(seq) => seq + 1,
+                None => {
+                    conn.prepare_cached(LAST_SEQ)?
+                        .query_row([], |r| r.get::<_, i64>(0))?
+                        + 1
+                }
+            };
             conn.prepare_cached(INSERT)?.execute(rusqlite::params![
+                seq,
                 ch.collection,
                 key,
                 op.op,
                 fields,
                 deltas,
             ])?;
-            Ok(())
+            Ok(seq)
         };
-        match write(conn) {
+        let seq = match write(conn, last) {
             Err(rusqlite::Error::SqliteFailure(_, Some(m))) if m.contains("no such table") => {
                 // The first synced write of this file makes the tables.
                 create(conn)?;
-                write(conn)?;
+                write(conn, last)?
             }
             other => other?,
-        }
+        };
+        last = Some(seq);
     }
     Ok(())
 }

@@ -34,7 +34,7 @@ use keel_schema::{Schema, SyncRule, Table, Value};
 use serde_json::{Map, Value as Json};
 
 use crate::base::error::{Error, Result};
-use crate::layout::outbox::{key_text, row_json, syncs};
+use crate::layout::outbox::{key_text, syncs};
 use crate::sync::ledger::{self, Op, OpsByRow};
 use crate::txn::transaction::Txn;
 
@@ -64,6 +64,15 @@ pub(crate) enum Incoming {
         /// The collection.
         collection: String,
     },
+}
+
+/// The JSON of the object in `bytes` (flatc's conventions), its members a map.
+fn row_json(schema: &Schema, table: usize, bytes: &[u8]) -> Option<Map<String, Json>> {
+    let reader = schema.table_reader(table)?;
+    match reader.open(bytes).ok()?.to_json().ok()? {
+        Json::Object(m) => Some(m),
+        _ => None,
+    }
 }
 
 fn sql(op: &'static str) -> impl Fn(rusqlite::Error) -> Error {
