@@ -20,9 +20,9 @@
 //!   `seq_floor`.
 //!
 //! Sequence numbers: each operation gets one more than the highest number
-//! handed out (read once per write, then counted on for its other operations),
-//! the larger of the outbox's `max(seq)` and `seq_floor`, the
-//! highest number ever removed from the outbox, which the trigger
+//! handed out (read once per write, then counted on for its other operations):
+//! the larger of the outbox's `max(seq)` and `seq_floor`, the highest number
+//! ever removed from the outbox, which the trigger
 //! `keel_sync_outbox_floor` raises on every delete, whatever statement deletes.
 //! Both are reads, so numbering adds no page to the commit: `AUTOINCREMENT`, which
 //! the outbox had before, rewrote its row of `sqlite_sequence` in every synced
@@ -49,10 +49,10 @@
 //! recording (the old bytes), its JSON renderings, field by field (an insert:
 //! every synced field; an update: each synced field of the old and the new
 //! object, to find the changed ones, never either object whole) and one
-//! statement, the outbox INSERT; the
-//! base version is read at upload, not here. The outbox has no index but its
-//! sequence numbers, which only grow, so an operation lands on the table's last
-//! page: a synced commit writes one page more than the same commit unsynced.
+//! statement, the outbox INSERT; the base version is read at upload, not here.
+//! The outbox has no index but its sequence numbers, which only grow, so an
+//! operation lands on the table's last page: a synced commit writes one page
+//! more than the same commit unsynced.
 
 use keel_schema::{FieldType, Object, Schema, SyncRule, Table};
 use rusqlite::Connection;
@@ -192,9 +192,9 @@ pub(crate) struct NewOp {
 }
 
 /// The operation a recorded change becomes; `None` when no synced field changed.
-/// Each field is rendered alone ([`Object::field_json`]), in the JSON of
-/// the download's rendering of whole objects: an update renders the fields it compares, never a whole object
-/// into a map.
+/// Each field is rendered alone ([`Object::field_json`]), as the object's whole
+/// JSON renders it: an update renders the fields it compares, never an object
+/// whole into a map.
 pub(crate) fn op_of(
     table: &Table,
     op: ChangeOp,
