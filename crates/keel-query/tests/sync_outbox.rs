@@ -116,14 +116,7 @@ fn a_rolled_back_write_appends_nothing_and_unsynced_collections_leave_no_trace()
     let note = bytes(&db, "blog.Note", json!({"id": "n1", "text": "local"}));
     db.write_blocking(move |t| t.insert_bytes("blog.Note", note).map(|_| ()))
         .unwrap();
-    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
-    let tables: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE name LIKE 'keel_sync%'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let tables = schema_objects(&dir, "name LIKE 'keel_sync%'");
     assert_eq!(
         tables, 0,
         "a write to an unsynced collection makes no sync table"
@@ -193,6 +186,17 @@ fn write_post(db: &Database, dir: &tempfile::TempDir, id: &str) -> i64 {
         .rfind(|o| o.2 == json!({"id": id}))
         .expect("the insert is in the outbox");
     op.0
+}
+
+/// How many entries of the file's `sqlite_schema` match `filter`.
+fn schema_objects(dir: &tempfile::TempDir, filter: &str) -> i64 {
+    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
+    conn.query_row(
+        &format!("SELECT count(*) FROM sqlite_schema WHERE {filter}"),
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 /// Removes outbox operations as any statement would (the client removes them
@@ -317,16 +321,8 @@ fn a_file_with_the_autoincrement_outbox_goes_on_above_its_sqlite_sequence() {
         assert_eq!((max, sequence), (3, 5));
     }
     let db = open(&dir);
-    let conn = rusqlite::Connection::open(dir.path().join("o.db")).unwrap();
-    let indexes: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'keel_sync_outbox'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let indexes = schema_objects(&dir, "type = 'index' AND tbl_name = 'keel_sync_outbox'");
     assert_eq!(indexes, 0, "the open drops the outbox's index by row");
-    drop(conn);
     assert_eq!(write_post(&db, &dir, "new1"), 6);
     remove_ops(&dir, "1");
     assert_eq!(write_post(&db, &dir, "new2"), 7);

@@ -1359,7 +1359,8 @@ impl<'a, 's> Object<'a, 's> {
 
     /// The field `field` (an index into the table's fields) as [`to_json`](Self::to_json)
     /// renders it, without rendering the rest; `None` where `to_json` leaves it
-    /// out. Deprecated and union fields, and indexes past the end, are `None`.
+    /// out. Deprecated fields, unions and vectors of unions (two members each in
+    /// `to_json`), and indexes past the end, are `None`.
     pub fn field_json(&self, field: usize) -> Result<Option<Json>, DecodeError> {
         match self.schema.tables[self.table].fields.get(field) {
             Some(f) if !f.deprecated => field_json(self.schema, f, self.t),
@@ -1483,7 +1484,8 @@ fn table_json(s: &Schema, ti: usize, t: TableRef<'_>) -> Result<Json, DecodeErro
 }
 
 /// One field of `t` as [`table_json`] renders it; `None` where it is left out.
-/// Unions (two members of the object) are not rendered here: `None`.
+/// Unions and vectors of unions (two members of the object each) are not
+/// rendered here: `None`.
 fn field_json(s: &Schema, f: &Field, t: TableRef<'_>) -> Result<Option<Json>, DecodeError> {
     Ok(Some(match &f.ty {
         FieldType::Scalar(ty) => match t.field_pos(f.id, ty.size())? {

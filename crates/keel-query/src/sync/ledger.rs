@@ -114,8 +114,9 @@ pub(crate) fn last_seq(conn: &Connection) -> rusqlite::Result<i64> {
 /// handed out again.
 #[derive(Debug, Default)]
 pub(crate) struct OpsByRow {
-    /// (collection, row key text) → sequence numbers, in order.
-    seqs: HashMap<(String, String), Vec<i64>>,
+    /// Collection → row key text → sequence numbers, in order (nested, so a
+    /// look-up by borrowed names allocates nothing).
+    seqs: HashMap<String, HashMap<String, Vec<i64>>>,
     /// The highest sequence number read.
     upto: i64,
     /// Sequence numbers held, gone ones included.
@@ -148,7 +149,9 @@ impl OpsByRow {
         while let Some(r) = rows.next()? {
             let seq: i64 = r.get(0)?;
             self.seqs
-                .entry((r.get(1)?, r.get(2)?))
+                .entry(r.get(1)?)
+                .or_default()
+                .entry(r.get(2)?)
                 .or_default()
                 .push(seq);
             self.upto = self.upto.max(seq);
@@ -167,7 +170,7 @@ impl OpsByRow {
         key: &str,
         version: Option<i64>,
     ) -> rusqlite::Result<Vec<Op>> {
-        let Some(seqs) = self.seqs.get(&(collection.to_owned(), key.to_owned())) else {
+        let Some(seqs) = self.seqs.get(collection).and_then(|keys| keys.get(key)) else {
             return Ok(Vec::new());
         };
         let mut ops = Vec::with_capacity(seqs.len());
